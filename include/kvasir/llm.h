@@ -1,0 +1,71 @@
+// kvasir::LLM: the offline batch API, like vLLM's `LLM`. Loads a model (.gguf or HF directory),
+// starts an engine, and generates for many prompts at once with continuous batching; results
+// come back in input order. Thread-compatible: one generate() call at a time per LLM.
+#pragma once
+
+#include <functional>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "api/engine_args.h"
+#include "common/status.h"
+#include "core/sampling_params.h"
+#include "engine/request_output.h"
+
+namespace kvasir {
+
+struct LoadedModel;
+class Engine;
+
+struct PromptInput {
+  std::string text;                      // used when token_ids is empty
+  std::vector<int32_t> token_ids;
+  std::optional<SamplingParams> params;  // per-prompt override
+};
+
+struct CompletionResult {
+  int index = 0;
+  std::string text;
+  std::vector<int32_t> token_ids;
+  std::vector<PositionLogprobs> logprobs;
+  std::string finish_reason;
+  std::optional<int32_t> stop_reason_token;
+  std::optional<std::string> stop_reason_str;
+};
+
+struct GenerationResult {
+  std::string request_id;
+  std::vector<int32_t> prompt_token_ids;
+  std::vector<PositionLogprobs> prompt_logprobs;
+  std::vector<CompletionResult> outputs;  // n of them
+  std::string error;                      // non-empty when the request failed
+  int32_t num_cached_tokens = 0;
+};
+
+class LLM {
+ public:
+  static StatusOr<std::unique_ptr<LLM>> create(const EngineArgs& args);
+  ~LLM();
+
+  // Runs every prompt to completion. `on_progress(done, total)` is called from this thread.
+  StatusOr<std::vector<GenerationResult>> generate(const std::vector<PromptInput>& prompts, const SamplingParams& params,
+                                                   const std::function<void(size_t, size_t)>& on_progress = {});
+
+  const LoadedModel& model() const { return *model_; }
+  Engine& engine() { return *engine_; }
+  int num_kv_blocks() const { return num_kv_blocks_; }
+  int max_model_len() const { return max_model_len_; }
+
+ private:
+  LLM() = default;
+  std::unique_ptr<LoadedModel> model_;
+  struct KvHolder;
+  std::unique_ptr<KvHolder> kv_;
+  std::unique_ptr<Engine> engine_;
+  int num_kv_blocks_ = 0;
+  int max_model_len_ = 0;
+  uint64_t next_id_ = 0;
+};
+
+}  // namespace kvasir

@@ -1,0 +1,44 @@
+#include "api/engine_args.h"
+
+#include <cctype>
+#include <cmath>
+#include <cstdlib>
+
+namespace kvasir {
+
+Status EngineArgs::validate() const {
+  if (max_num_seqs < 1 || max_num_seqs > 65536) return invalid_argument("--max-num-seqs must be in [1, 65536]");
+  if (max_num_batched_tokens < 1) return invalid_argument("--max-num-batched-tokens must be >= 1");
+  if (block_size < 1 || block_size > 1024 || (block_size & (block_size - 1)) != 0) {
+    return invalid_argument("--block-size must be a power of two in [1, 1024]");
+  }
+  if (kv_cache_memory < 1) return invalid_argument("--kv-cache-memory must be positive");
+  if (max_model_len && *max_model_len < 1) return invalid_argument("--max-model-len must be >= 1");
+  if (num_threads < 0) return invalid_argument("--threads must be >= 0");
+  if (max_logprobs < 0) return invalid_argument("--max-logprobs must be >= 0");
+  if (scheduling_policy != "fcfs" && scheduling_policy != "priority") {
+    return invalid_argument("--scheduling-policy must be fcfs or priority");
+  }
+  return Status();
+}
+
+StatusOr<int64_t> parse_memory_size(const std::string& text) {
+  char* end = nullptr;
+  double v = std::strtod(text.c_str(), &end);
+  if (end == text.c_str() || !std::isfinite(v) || v <= 0) return invalid_argument("invalid memory size '" + text + "'");
+  std::string unit(end);
+  for (auto& c : unit) c = static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
+  double mult = 1;
+  if (unit.empty() || unit == "b") mult = 1;
+  else if (unit == "k" || unit == "kb") mult = 1e3;
+  else if (unit == "m" || unit == "mb") mult = 1e6;
+  else if (unit == "g" || unit == "gb") mult = 1e9;
+  else if (unit == "kib") mult = 1024.0;
+  else if (unit == "mib") mult = 1024.0 * 1024;
+  else if (unit == "gib") mult = 1024.0 * 1024 * 1024;
+  else return invalid_argument("unknown memory unit in '" + text + "'");
+  if (v * mult > 9e18) return invalid_argument("memory size too large: " + text);
+  return static_cast<int64_t>(v * mult);
+}
+
+}  // namespace kvasir

@@ -1,0 +1,35 @@
+// EngineArgs: the engine knobs every entry point shares (generate, serve, bench, the C++ LLM
+// API), in vLLM's flag names. Plain data; validate() checks ranges once, at start.
+#pragma once
+
+#include <cstdint>
+#include <optional>
+#include <string>
+
+#include "common/status.h"
+
+namespace kvasir {
+
+struct EngineArgs {
+  std::string model;                 // path to .gguf or HF directory; empty = default model
+  std::string device = "auto";
+  int num_threads = 0;               // CPU threads; 0 = all cores
+  int max_num_seqs = 256;
+  int max_num_batched_tokens = 2048;
+  int block_size = 16;
+  int64_t kv_cache_memory = int64_t{2} << 30;  // bytes of KV cache on the CPU
+  std::optional<int> max_model_len;  // default: the model's max_position_embeddings
+  uint64_t seed = 0;
+  bool enable_prefix_caching = true;
+  int max_logprobs = 20;
+  bool exact_matmul = false;         // CPU: float32 activations in quantized matmuls
+  std::string scheduling_policy = "fcfs";  // fcfs | priority
+  std::optional<int> long_prefill_token_threshold;
+
+  Status validate() const;
+};
+
+// Parses "4GiB", "512MB", "1e9", "2147483648" into bytes.
+StatusOr<int64_t> parse_memory_size(const std::string& text);
+
+}  // namespace kvasir

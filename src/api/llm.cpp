@@ -1,0 +1,112 @@
+#include "kvasir/llm.h"
+
+#include <algorithm>
+
+#include "api/loaded_model.h"
+#include "engine/engine.h"
+
+namespace kvasir {
+
+struct LLM::KvHolder {
+  KvCache cache;
+};
+
+LLM::~LLM() {
+  if (engine_) engine_->shutdown();
+}
+
+StatusOr<std::unique_ptr<LLM>> LLM::create(const EngineArgs& args) {
+  KVASIR_RETURN_IF_ERROR(args.validate());
+  std::unique_ptr<LLM> llm(new LLM());
+  LoadOptions lo;
+  lo.device = args.device;
+  lo.num_threads = args.num_threads;
+  lo.exact_matmul = args.exact_matmul;
+  lo.model.max_num_tokens = args.max_num_batched_tokens;
+  lo.model.max_num_logits = args.max_num_seqs;
+  KVASIR_ASSIGN_OR_RETURN(llm->model_, load_model(args.model.empty() ? default_model_path() : args.model, lo));
+  const ModelConfig& cfg = llm->model_->config;
+  llm->max_model_len_ = args.max_model_len.value_or(cfg.max_position_embeddings);
+  if (llm->max_model_len_ > cfg.max_position_embeddings && !args.max_model_len) llm->max_model_len_ = cfg.max_position_embeddings;
+
+  const size_t per_block = llm->model_->model->kv_cache_bytes_per_block(args.block_size);
+  const int64_t num_blocks = args.kv_cache_memory / static_cast<int64_t>(per_block);
+  if (num_blocks < 2) {
+    return invalid_argument("--kv-cache-memory " + std::to_string(args.kv_cache_memory) + " bytes holds fewer than 2 blocks of " +
+                            std::to_string(per_block) + " bytes");
+  }
+  llm->num_kv_blocks_ = static_cast<int>(std::min<int64_t>(num_blocks, 1 << 24));
+  llm->kv_ = std::make_unique<KvHolder>();
+  KVASIR_ASSIGN_OR_RETURN(llm->kv_->cache, llm->model_->model->allocate_kv_cache(llm->num_kv_blocks_, args.block_size));
+
+  EngineOptions eo;
+  eo.scheduler.max_num_seqs = args.max_num_seqs;
+  eo.scheduler.max_num_batched_tokens = args.max_num_batched_tokens;
+  eo.scheduler.max_model_len = llm->max_model_len_;
+  eo.scheduler.block_size = args.block_size;
+  eo.scheduler.num_blocks = llm->num_kv_blocks_;
+  eo.scheduler.enable_prefix_caching = args.enable_prefix_caching;
+  eo.scheduler.long_prefill_token_threshold = args.long_prefill_token_threshold;
+  eo.scheduler.policy = args.scheduling_policy == "priority" ? SchedulingPolicy::kPriority : SchedulingPolicy::kFcfs;
+  KVASIR_RETURN_IF_ERROR(eo.scheduler.validate());
+  eo.max_logprobs = args.max_logprobs;
+  eo.eos_token_ids = llm->model_->eos_token_ids;
+
+  RunnerConfig rc;
+  rc.block_size = args.block_size;
+  rc.max_model_len = llm->max_model_len_;
+  rc.seed = args.seed;
+  rc.eos_token_ids = llm->model_->eos_token_ids;
+  auto runner = std::make_unique<ModelRunner>(*llm->model_->model, llm->kv_->cache, rc);
+  llm->engine_ = std::make_unique<Engine>(eo, *llm->model_->tokenizer, cfg.vocab_size, std::move(runner));
+  return llm;
+}
+
+StatusOr<std::vector<GenerationResult>> LLM::generate(const std::vector<PromptInput>& prompts, const SamplingParams& params,
+                                                      const std::function<void(size_t, size_t)>& on_progress) {
+  std::vector<GenerationResult> results(prompts.size());
+  std::vector<std::shared_ptr<RequestStream>> streams(prompts.size());
+  for (size_t i = 0; i < prompts.size(); ++i) {
+    const PromptInput& p = prompts[i];
+    GenerationResult& r = results[i];
+    r.request_id = std::to_string(next_id_++);
+    r.prompt_token_ids = p.token_ids.empty() ? model_->tokenizer->encode(p.text, true) : p.token_ids;
+    const SamplingParams& sp = p.params ? *p.params : params;
+    r.outputs.resize(static_cast<size_t>(std::max(1, sp.n)));
+    for (size_t k = 0; k < r.outputs.size(); ++k) r.outputs[k].index = static_cast<int>(k);
+    auto s = engine_->add_request(r.request_id, r.prompt_token_ids, sp);
+    if (!s.ok()) {
+      r.error = s.status().message();
+      continue;
+    }
+    streams[i] = *s;
+  }
+  size_t done = 0;
+  for (size_t i = 0; i < prompts.size(); ++i) {
+    if (!streams[i]) {
+      if (on_progress) on_progress(++done, prompts.size());
+      continue;
+    }
+    RequestOutput d;
+    while (streams[i]->next(&d)) {
+      GenerationResult& r = results[i];
+      r.prompt_logprobs.insert(r.prompt_logprobs.end(), d.prompt_logprobs.begin(), d.prompt_logprobs.end());
+      if (d.index < 0 || static_cast<size_t>(d.index) >= r.outputs.size()) continue;
+      CompletionResult& c = r.outputs[static_cast<size_t>(d.index)];
+      c.text += d.text;
+      c.token_ids.insert(c.token_ids.end(), d.token_ids.begin(), d.token_ids.end());
+      c.logprobs.insert(c.logprobs.end(), d.logprobs.begin(), d.logprobs.end());
+      if (d.finished) {
+        c.finish_reason = d.finish_reason;
+        c.stop_reason_token = d.stop_reason_token;
+        c.stop_reason_str = d.stop_reason_str;
+        r.num_cached_tokens = d.num_cached_tokens;
+        if (d.finish_reason == "error") r.error = d.error_message;
+      }
+    }
+    if (on_progress) on_progress(++done, prompts.size());
+  }
+  return results;
+}
+
+}  // namespace kvasir

@@ -1,0 +1,44 @@
+// LoadedModel: everything one model needs to run, opened from a .gguf file or an HF directory:
+// the weight source (mmap), the validated ModelConfig, the tokenizer, a backend and the model
+// bound to it. Also finds the default model when no path is given. Must not run the engine.
+#pragma once
+
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "backend/backend.h"
+#include "config/model_config.h"
+#include "loader/weight_source.h"
+#include "model/decoder_model.h"
+#include "tokenizer/tokenizer.h"
+
+namespace kvasir {
+
+struct LoadOptions {
+  std::string device = "auto";  // auto | cpu | cuda
+  int num_threads = 0;          // CPU threads; 0 = all
+  bool exact_matmul = false;    // CPU: float32 activations in quantized matmuls (accuracy tests)
+  ModelOptions model;           // workspace sizes
+};
+
+struct LoadedModel {
+  std::string path;
+  std::unique_ptr<WeightSource> weights;
+  ModelConfig config;
+  std::unique_ptr<Tokenizer> tokenizer;
+  std::unique_ptr<Backend> backend;
+  std::unique_ptr<DecoderModel> model;
+  // EOS ids: the tokenizer's, then generation_config.json's extra ones (e.g. <end_of_turn>).
+  std::vector<int32_t> eos_token_ids;
+};
+
+StatusOr<std::unique_ptr<LoadedModel>> load_model(const std::string& path, const LoadOptions& opts);
+// Tokenizer and config only (tokenize / detokenize / render-template need no weights bound).
+StatusOr<std::unique_ptr<LoadedModel>> load_tokenizer_only(const std::string& path);
+
+// The default model: $KVASIR_MODEL, else SmolLM2-135M-Instruct.Q4_1.gguf under $KVASIR_MODELS_DIR,
+// ./models, or the models/ folder next to the executable's build tree.
+std::string default_model_path();
+
+}  // namespace kvasir

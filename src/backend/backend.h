@@ -1,0 +1,96 @@
+// Backend: the one op interface every device implements (CPU is the reference and test oracle;
+// CUDA implements the same table and is tested op by op against it). Ops take Tensor views and
+// plain host-side metadata; they never know about requests, blocks' meaning or the scheduler.
+// Must not allocate on the hot path: buffers come from allocate() at start.
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <string>
+
+#include "backend/tensor.h"
+#include "common/status.h"
+
+namespace kvasir {
+
+class Buffer {
+ public:
+  virtual ~Buffer() = default;
+  virtual void* data() = 0;
+  virtual size_t size() const = 0;
+};
+
+// Where each scheduled token's K/V goes and what each sequence attends to (vLLM's names).
+// All pointers are host memory; a device backend copies them once per forward.
+struct AttentionMetadata {
+  int num_seqs = 0;
+  int num_tokens = 0;
+  const int32_t* query_start_loc = nullptr;  // [num_seqs + 1] token offsets of each sequence
+  const int32_t* seq_lens = nullptr;         // [num_seqs] context length including new tokens
+  const int32_t* block_tables = nullptr;     // [num_seqs, max_blocks_per_seq]
+  int max_blocks_per_seq = 0;
+  const int64_t* slot_mapping = nullptr;     // [num_tokens] block_id * block_size + offset
+  int block_size = 16;
+};
+
+struct AttentionParams {
+  float scale = 1.0f;
+  int sliding_window = 0;  // 0: full attention; else a query at p sees keys (p - window, p]
+  float softcap = 0.0f;    // 0: off; else scores = softcap * tanh(scores / softcap)
+};
+
+struct RopeParams {
+  int rotary_dim = 0;          // leading dims of each head that rotate
+  bool neox = true;            // true: rotate halves (HF); false: interleaved pairs (GPT-J)
+  const float* inv_freq = nullptr;  // [rotary_dim / 2] host table, scaling already applied
+  float attention_factor = 1.0f;    // YaRN mscale on cos/sin
+};
+
+enum class GateActivation { kSilu, kGeluTanh };
+
+// How the CPU path treats activations inside quantized matmuls (ignored by dense-only backends).
+enum class MatmulPrecision { kExact, kFast };
+
+class Backend {
+ public:
+  virtual ~Backend() = default;
+  virtual Device device() const = 0;
+  virtual std::string name() const = 0;
+  // Activations and KV cache element type this backend computes in (F32 on CPU).
+  virtual DType activation_dtype() const = 0;
+
+  virtual StatusOr<std::unique_ptr<Buffer>> allocate(size_t bytes) = 0;
+  // Makes a weight usable by this backend: the CPU reads it in place; a GPU copies it over.
+  virtual StatusOr<Tensor> upload_weight(const Tensor& host_weight, std::unique_ptr<Buffer>* owner) = 0;
+  virtual void copy_to_host(const Tensor& src, void* dst) = 0;
+  virtual void synchronize() = 0;
+
+  // out[i, :] = scale * table[ids[i], :]                      table [vocab, hidden], out [n, hidden]
+  virtual void embedding(const Tensor& table, const int32_t* ids, int n, float scale, Tensor& out) = 0;
+  // out = x · w^T (+ bias)                                     x [n, in], w [out, in], out [n, out]
+  virtual void linear(const Tensor& x, const Tensor& w, const Tensor* bias, Tensor& out) = 0;
+  // out = x / rms(x) * w, row-wise                             x [rows, d], w [d]
+  virtual void rms_norm(const Tensor& x, const Tensor& w, float eps, Tensor& out) = 0;
+  // residual += x; out = rms_norm(residual)                    all [rows, d]
+  virtual void add_rms_norm(Tensor& residual, const Tensor& x, const Tensor& w, float eps, Tensor& out) = 0;
+  // a += b                                                     same shape
+  virtual void add(Tensor& a, const Tensor& b) = 0;
+  // In-place rotary embedding                                  q [n, heads, hd], k [n, kv_heads, hd]
+  virtual void rope(Tensor& q, Tensor& k, const int32_t* positions, const RopeParams& p) = 0;
+  // Writes K/V of the scheduled tokens into the paged cache    k, v [n, kv_heads, hd]
+  //                                                            caches [num_blocks, block_size, kv_heads, hd]
+  virtual void write_kv(const Tensor& k, const Tensor& v, Tensor& k_cache, Tensor& v_cache,
+                        const AttentionMetadata& m) = 0;
+  // Causal attention of each scheduled token over its sequence's cached context (prefill,
+  // chunked prefill and decode alike)                          q, out [n, heads, hd]
+  virtual void attention(const Tensor& q, const Tensor& k_cache, const Tensor& v_cache,
+                         const AttentionMetadata& m, const AttentionParams& p, Tensor& out) = 0;
+  // out = act(gate) * up                                       gate, up, out [n, d]
+  virtual void gated_activation(const Tensor& gate, const Tensor& up, GateActivation act, Tensor& out) = 0;
+  // x = cap * tanh(x / cap)
+  virtual void softcap(Tensor& x, float cap) = 0;
+  // out[i, :] = src[rows[i], :]                                src [n, d], out [k, d]
+  virtual void gather_rows(const Tensor& src, const int32_t* rows, int k, Tensor& out) = 0;
+};
+
+}  // namespace kvasir

@@ -1,0 +1,166 @@
+#include "backend/cpu/cpu_backend.h"
+
+#include <cmath>
+#include <cstdlib>
+#include <cstring>
+#include <thread>
+
+#include "backend/cpu/quant/dequantize.h"
+#include "backend/host_buffer.h"
+
+namespace kvasir {
+namespace {
+
+float gelu_tanh(float x) {
+  const float kAlpha = 0.7978845608028654f;  // sqrt(2 / pi)
+  return 0.5f * x * (1.0f + std::tanh(kAlpha * (x + 0.044715f * x * x * x)));
+}
+
+// Rows below this many elements in total are not worth waking the pool for.
+constexpr int64_t kParallelMinElements = 1 << 14;
+
+}  // namespace
+
+CpuBackend::CpuBackend(const CpuBackendOptions& opts) : precision_(opts.precision) {
+  int n = opts.num_threads > 0 ? opts.num_threads : static_cast<int>(std::thread::hardware_concurrency());
+  pool_ = std::make_unique<ThreadPool>(n < 1 ? 1 : n);
+}
+
+CpuBackend::~CpuBackend() = default;
+
+std::string CpuBackend::name() const { return "cpu(" + std::to_string(pool_->num_threads()) + " threads)"; }
+
+StatusOr<std::unique_ptr<Buffer>> CpuBackend::allocate(size_t bytes) { return allocate_host_buffer(bytes); }
+
+StatusOr<Tensor> CpuBackend::upload_weight(const Tensor& host_weight, std::unique_ptr<Buffer>* owner) {
+  owner->reset();  // read in place from the mapped file
+  return host_weight;
+}
+
+void CpuBackend::copy_to_host(const Tensor& src, void* dst) { std::memcpy(dst, src.data, src.nbytes()); }
+
+void CpuBackend::embedding(const Tensor& table, const int32_t* ids, int n, float scale, Tensor& out) {
+  const int64_t d = table.cols();
+  KVASIR_CHECK(out.cols() == d && out.rows() >= n);
+  const size_t rb = table.row_bytes();
+  for (int i = 0; i < n; ++i) {
+    KVASIR_CHECK(ids[i] >= 0 && ids[i] < table.rows());
+    float* dst = out.ptr<float>() + static_cast<size_t>(i) * d;
+    cpu::dequantize_row(table.dtype, static_cast<const uint8_t*>(table.data) + rb * ids[i], dst, d);
+    if (scale != 1.0f) {
+      for (int64_t j = 0; j < d; ++j) dst[j] *= scale;
+    }
+  }
+}
+
+void CpuBackend::linear(const Tensor& x, const Tensor& w, const Tensor* bias, Tensor& out) {
+  const int64_t n = x.rows(), k = x.cols(), m = w.rows();
+  KVASIR_CHECK(w.cols() == k && out.cols() == m && out.rows() == n);
+  cpu::matmul(w.data, w.dtype, m, k, x.ptr<float>(), n, out.ptr<float>(), *pool_,
+              precision_ == MatmulPrecision::kExact ? cpu::ActQuant::kF32 : cpu::ActQuant::kQ8, scratch_);
+  if (bias != nullptr) {
+    KVASIR_CHECK(bias->dtype == DType::kF32 && bias->numel() == m);
+    const float* b = bias->ptr<float>();
+    for (int64_t i = 0; i < n; ++i) {
+      float* row = out.ptr<float>() + i * m;
+      for (int64_t j = 0; j < m; ++j) row[j] += b[j];
+    }
+  }
+}
+
+static void rms_norm_row(const float* x, const float* w, float eps, int64_t d, float* out) {
+  double ss = 0;  // double: the reference sums in float32, but order differs; keep our error small
+  for (int64_t j = 0; j < d; ++j) ss += static_cast<double>(x[j]) * x[j];
+  const float inv = 1.0f / std::sqrt(static_cast<float>(ss / static_cast<double>(d)) + eps);
+  for (int64_t j = 0; j < d; ++j) out[j] = x[j] * inv * w[j];
+}
+
+void CpuBackend::rms_norm(const Tensor& x, const Tensor& w, float eps, Tensor& out) {
+  const int64_t rows = x.rows(), d = x.cols();
+  KVASIR_CHECK(w.dtype == DType::kF32 && w.numel() == d && out.numel() == x.numel());
+  const float* xp = x.ptr<float>();
+  const float* wp = w.ptr<float>();
+  float* op = out.ptr<float>();
+  auto body = [&](int64_t b, int64_t e) {
+    for (int64_t r = b; r < e; ++r) rms_norm_row(xp + r * d, wp, eps, d, op + r * d);
+  };
+  if (rows * d < kParallelMinElements) body(0, rows);
+  else pool_->parallel_for(rows, body);
+}
+
+void CpuBackend::add_rms_norm(Tensor& residual, const Tensor& x, const Tensor& w, float eps, Tensor& out) {
+  add(residual, x);
+  rms_norm(residual, w, eps, out);
+}
+
+void CpuBackend::add(Tensor& a, const Tensor& b) {
+  KVASIR_CHECK(a.numel() == b.numel());
+  float* ap = a.ptr<float>();
+  const float* bp = b.ptr<float>();
+  const int64_t n = a.numel();
+  for (int64_t i = 0; i < n; ++i) ap[i] += bp[i];
+}
+
+static void rope_heads(float* x, int64_t heads, int64_t hd, int32_t pos, const RopeParams& p) {
+  const int half = p.rotary_dim / 2;
+  for (int64_t h = 0; h < heads; ++h) {
+    float* v = x + h * hd;
+    for (int i = 0; i < half; ++i) {
+      const float theta = static_cast<float>(pos) * p.inv_freq[i];
+      const float c = std::cos(theta) * p.attention_factor;
+      const float s = std::sin(theta) * p.attention_factor;
+      const int i0 = p.neox ? i : 2 * i;
+      const int i1 = p.neox ? i + half : 2 * i + 1;
+      const float a = v[i0], b = v[i1];
+      v[i0] = a * c - b * s;
+      v[i1] = b * c + a * s;
+    }
+  }
+}
+
+void CpuBackend::rope(Tensor& q, Tensor& k, const int32_t* positions, const RopeParams& p) {
+  const int64_t n = q.dim(0), hd = q.dim(2);
+  KVASIR_CHECK(k.dim(0) == n && k.dim(2) == hd && p.rotary_dim <= hd && p.rotary_dim % 2 == 0);
+  auto body = [&](int64_t b, int64_t e) {
+    for (int64_t t = b; t < e; ++t) {
+      rope_heads(q.ptr<float>() + t * q.dim(1) * hd, q.dim(1), hd, positions[t], p);
+      rope_heads(k.ptr<float>() + t * k.dim(1) * hd, k.dim(1), hd, positions[t], p);
+    }
+  };
+  if (n < 4) body(0, n);
+  else pool_->parallel_for(n, body);
+}
+
+void CpuBackend::gated_activation(const Tensor& gate, const Tensor& up, GateActivation act, Tensor& out) {
+  KVASIR_CHECK(gate.numel() == up.numel() && out.numel() == gate.numel());
+  const float* g = gate.ptr<float>();
+  const float* u = up.ptr<float>();
+  float* o = out.ptr<float>();
+  auto body = [&](int64_t b, int64_t e) {
+    if (act == GateActivation::kSilu) {
+      for (int64_t i = b; i < e; ++i) o[i] = g[i] / (1.0f + std::exp(-g[i])) * u[i];
+    } else {
+      for (int64_t i = b; i < e; ++i) o[i] = gelu_tanh(g[i]) * u[i];
+    }
+  };
+  const int64_t n = gate.numel();
+  if (n < kParallelMinElements) body(0, n);
+  else pool_->parallel_for(n, body);
+}
+
+void CpuBackend::softcap(Tensor& x, float cap) {
+  float* p = x.ptr<float>();
+  const int64_t n = x.numel();
+  for (int64_t i = 0; i < n; ++i) p[i] = cap * std::tanh(p[i] / cap);
+}
+
+void CpuBackend::gather_rows(const Tensor& src, const int32_t* rows, int k, Tensor& out) {
+  const size_t rb = src.row_bytes();
+  KVASIR_CHECK(out.row_bytes() == rb && out.rows() >= k);
+  for (int i = 0; i < k; ++i) {
+    KVASIR_CHECK(rows[i] >= 0 && rows[i] < src.rows());
+    std::memcpy(static_cast<uint8_t*>(out.data) + rb * i, static_cast<const uint8_t*>(src.data) + rb * rows[i], rb);
+  }
+}
+
+}  // namespace kvasir

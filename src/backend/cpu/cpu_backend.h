@@ -1,0 +1,58 @@
+// CpuBackend: the reference implementation of the Backend op table (backend.h) and the test
+// oracle for every other backend. Weights are used in place from the mapped file; quantized
+// matmuls read GGUF blocks directly (cpu/quant). Threads come from one ThreadPool.
+// Must not know about models or requests: it only runs ops.
+#pragma once
+
+#include <memory>
+#include <vector>
+
+#include "backend/backend.h"
+#include "backend/cpu/quant/matmul.h"
+#include "backend/cpu/thread_pool.h"
+
+namespace kvasir {
+
+struct CpuBackendOptions {
+  int num_threads = 0;  // 0: all hardware threads
+  MatmulPrecision precision = MatmulPrecision::kFast;
+};
+
+class CpuBackend final : public Backend {
+ public:
+  explicit CpuBackend(const CpuBackendOptions& opts = {});
+  ~CpuBackend() override;
+
+  Device device() const override { return Device::kCpu; }
+  std::string name() const override;
+  DType activation_dtype() const override { return DType::kF32; }
+  int num_threads() const { return pool_->num_threads(); }
+  void set_precision(MatmulPrecision p) { precision_ = p; }
+  MatmulPrecision precision() const { return precision_; }
+
+  StatusOr<std::unique_ptr<Buffer>> allocate(size_t bytes) override;
+  StatusOr<Tensor> upload_weight(const Tensor& host_weight, std::unique_ptr<Buffer>* owner) override;
+  void copy_to_host(const Tensor& src, void* dst) override;
+  void synchronize() override {}
+
+  void embedding(const Tensor& table, const int32_t* ids, int n, float scale, Tensor& out) override;
+  void linear(const Tensor& x, const Tensor& w, const Tensor* bias, Tensor& out) override;
+  void rms_norm(const Tensor& x, const Tensor& w, float eps, Tensor& out) override;
+  void add_rms_norm(Tensor& residual, const Tensor& x, const Tensor& w, float eps, Tensor& out) override;
+  void add(Tensor& a, const Tensor& b) override;
+  void rope(Tensor& q, Tensor& k, const int32_t* positions, const RopeParams& p) override;
+  void write_kv(const Tensor& k, const Tensor& v, Tensor& k_cache, Tensor& v_cache,
+                const AttentionMetadata& m) override;
+  void attention(const Tensor& q, const Tensor& k_cache, const Tensor& v_cache,
+                 const AttentionMetadata& m, const AttentionParams& p, Tensor& out) override;
+  void gated_activation(const Tensor& gate, const Tensor& up, GateActivation act, Tensor& out) override;
+  void softcap(Tensor& x, float cap) override;
+  void gather_rows(const Tensor& src, const int32_t* rows, int k, Tensor& out) override;
+
+ private:
+  std::unique_ptr<ThreadPool> pool_;
+  MatmulPrecision precision_;
+  cpu::MatmulScratch scratch_;
+};
+
+}  // namespace kvasir

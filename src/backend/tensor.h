@@ -1,0 +1,67 @@
+// Tensor: a non-owning, contiguous, row-major view of device or host memory with a DType and up
+// to four dimensions (shape.back() is the contiguous one; quantized types block along it).
+// Ownership lives in Buffer (backend.h) or in a mapped weight file. Must not allocate.
+#pragma once
+
+#include <array>
+#include <cstddef>
+#include <cstdint>
+#include <initializer_list>
+
+#include "common/check.h"
+#include "core/dtype.h"
+
+namespace kvasir {
+
+enum class Device { kCpu, kCuda };
+
+struct Tensor {
+  void* data = nullptr;
+  DType dtype = DType::kF32;
+  std::array<int64_t, 4> shape{0, 0, 0, 0};
+  int ndim = 0;
+  Device device = Device::kCpu;
+
+  static Tensor make(void* data, DType dtype, std::initializer_list<int64_t> dims,
+                     Device device = Device::kCpu) {
+    Tensor t;
+    t.data = data;
+    t.dtype = dtype;
+    t.device = device;
+    KVASIR_CHECK(dims.size() >= 1 && dims.size() <= 4);
+    for (int64_t d : dims) t.shape[t.ndim++] = d;
+    return t;
+  }
+
+  int64_t dim(int i) const { return shape[i < 0 ? ndim + i : i]; }
+  int64_t numel() const {
+    int64_t n = 1;
+    for (int i = 0; i < ndim; ++i) n *= shape[i];
+    return n;
+  }
+  int64_t cols() const { return ndim == 0 ? 0 : shape[ndim - 1]; }
+  int64_t rows() const { return cols() == 0 ? 0 : numel() / cols(); }
+  size_t row_bytes() const { return *kvasir::row_bytes(dtype, cols()); }
+  size_t nbytes() const { return row_bytes() * static_cast<size_t>(rows()); }
+
+  template <typename T>
+  T* ptr() const {
+    return static_cast<T*>(data);
+  }
+  // Rows [begin, begin + count) of the 2-D view [rows(), cols()].
+  Tensor slice_rows(int64_t begin, int64_t count) const {
+    Tensor t = *this;
+    t.data = static_cast<uint8_t*>(data) + static_cast<size_t>(begin) * row_bytes();
+    t.ndim = 2;
+    t.shape = {count, cols(), 0, 0};
+    return t;
+  }
+  // Same bytes, new shape with the same element count.
+  Tensor reshape(std::initializer_list<int64_t> dims) const {
+    Tensor t = make(data, dtype, dims, device);
+    KVASIR_CHECK(t.numel() == numel());
+    return t;
+  }
+};
+
+}  // namespace kvasir

@@ -1,0 +1,73 @@
+// Engine: the thread-safe front of the engine: validates and admits requests from any thread,
+// fans n > 1 out into n child requests (sharing the prompt's KV through the prefix cache), hands
+// back a RequestStream per request, and aborts on demand (client gone). Owns the EngineCore
+// thread and the OutputProcessor thread. Must not hold per-step state itself.
+#pragma once
+
+#include <atomic>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "engine/engine_core.h"
+#include "engine/metrics.h"
+#include "engine/output_processor.h"
+#include "engine/request_stream.h"
+
+namespace kvasir {
+
+struct EngineOptions {
+  SchedulerConfig scheduler;
+  int max_logprobs = 20;
+  std::vector<int32_t> eos_token_ids;  // first is the primary EOS; the rest act as stop tokens
+};
+
+struct AddRequestOptions {
+  int priority = 0;
+  std::optional<std::string> cache_salt;
+};
+
+class Engine {
+ public:
+  Engine(const EngineOptions& opts, const Tokenizer& tokenizer, int32_t vocab_size,
+         std::unique_ptr<ModelRunner> runner);
+  ~Engine();
+
+  // Validates (sampling params, token ids, max_model_len) and queues the request. Errors are
+  // Status (bad input); on success the stream delivers every delta.
+  StatusOr<std::shared_ptr<RequestStream>> add_request(const std::string& request_id,
+                                                       std::vector<int32_t> prompt_token_ids,
+                                                       const SamplingParams& params,
+                                                       const AddRequestOptions& options = {});
+  // Ends the request (every child) and frees its KV blocks within one step.
+  void abort(const std::string& request_id);
+
+  bool dead() const { return core_->dead(); }
+  const EngineMetrics& metrics() const { return metrics_; }
+  EngineMetrics& metrics() { return metrics_; }
+  EngineCore& core() { return *core_; }
+  int num_unfinished() const { return processor_->num_tracked(); }
+  const EngineOptions& options() const { return opts_; }
+
+  // Stops both threads. Unfinished streams end with finish_reason "abort".
+  void shutdown();
+
+ private:
+  EngineOptions opts_;
+  int32_t vocab_size_;
+  EngineMetrics metrics_;
+  BlockingQueue<EngineCoreOutputs> core_outputs_;
+  std::unique_ptr<EngineCore> core_;
+  std::unique_ptr<OutputProcessor> processor_;
+  std::mutex mu_;
+  struct Family {
+    std::vector<std::string> child_ids;
+    std::weak_ptr<RequestStream> stream;
+  };
+  void prune_finished_locked();
+  std::unordered_map<std::string, Family> families_;  // request id -> its children and stream
+  size_t adds_since_prune_ = 0;
+  std::atomic<bool> shut_down_{false};
+};
+
+}  // namespace kvasir

@@ -1,0 +1,65 @@
+// Metrics: the engine's counters, gauges and histograms, with vLLM's metric meanings under the
+// `kvasir:` prefix, rendered in Prometheus text format for GET /metrics. Thread-safe: the engine
+// thread sets gauges, the output thread counts tokens and latencies, HTTP threads read.
+// Must not know about HTTP or requests beyond the numbers it is given.
+#pragma once
+
+#include <array>
+#include <atomic>
+#include <cstdint>
+#include <map>
+#include <mutex>
+#include <string>
+#include <vector>
+
+namespace kvasir {
+
+class Histogram {
+ public:
+  explicit Histogram(std::vector<double> buckets);
+  void observe(double v);
+  struct Snapshot {
+    std::vector<double> buckets;
+    std::vector<uint64_t> counts;  // cumulative, one per bucket, then +Inf
+    double sum = 0;
+    uint64_t count = 0;
+  };
+  Snapshot snapshot() const;
+
+ private:
+  mutable std::mutex mu_;
+  std::vector<double> buckets_;
+  std::vector<uint64_t> counts_;  // per bucket (not cumulative) + overflow
+  double sum_ = 0;
+  uint64_t count_ = 0;
+};
+
+struct EngineMetrics {
+  EngineMetrics();
+
+  // Gauges, set each step by the engine thread.
+  std::atomic<int64_t> num_requests_running{0};
+  std::atomic<int64_t> num_requests_waiting{0};
+  std::atomic<double> kv_cache_usage{0.0};
+  // Counters.
+  std::atomic<int64_t> num_preemptions{0};
+  std::atomic<int64_t> prefix_cache_queries{0};
+  std::atomic<int64_t> prefix_cache_hits{0};
+  std::atomic<int64_t> prompt_tokens{0};
+  std::atomic<int64_t> generation_tokens{0};
+  std::atomic<int64_t> num_steps{0};
+  std::mutex finish_mu;
+  std::map<std::string, int64_t> request_success;  // finish reason -> count
+
+  Histogram time_to_first_token_s;
+  Histogram inter_token_latency_s;
+  Histogram e2e_request_latency_s;
+  Histogram request_prompt_tokens;
+  Histogram request_generation_tokens;
+
+  void count_finished(const std::string& reason);
+  // Prometheus text exposition; model_name labels every series as vLLM does.
+  std::string render_prometheus(const std::string& model_name) const;
+};
+
+}  // namespace kvasir

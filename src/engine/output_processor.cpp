@@ -1,0 +1,167 @@
+#include "engine/output_processor.h"
+
+#include <algorithm>
+
+#include "common/utf8.h"
+
+namespace kvasir {
+
+using Clock = std::chrono::steady_clock;
+
+struct OutputProcessor::State {
+  std::string req_id;
+  int index = 0;
+  SamplingParams params;
+  std::shared_ptr<RequestStream> stream;
+  std::unique_ptr<IncrementalDetokenizer> detok;
+  std::string text;         // all output text so far (after stop-string truncation)
+  size_t sent = 0;          // bytes of text already streamed
+  size_t hold_back = 0;     // longest stop string - 1: never stream what could start one
+  int32_t num_prompt_tokens = 0;
+  int32_t num_output_tokens = 0;
+  bool stopped = false;     // a stop string ended it; ignore later outputs
+  bool first_token_seen = false;
+  Clock::time_point arrival, last_token;
+};
+
+OutputProcessor::OutputProcessor(const Tokenizer& tokenizer, EngineCore& core, EngineMetrics& metrics,
+                                 BlockingQueue<EngineCoreOutputs>& inputs)
+    : tokenizer_(tokenizer), core_(core), metrics_(metrics), inputs_(inputs) {}
+
+OutputProcessor::~OutputProcessor() { stop(); }
+
+void OutputProcessor::start() { thread_ = std::thread([this] { loop(); }); }
+
+void OutputProcessor::stop() {
+  inputs_.close();
+  if (thread_.joinable()) thread_.join();
+}
+
+int OutputProcessor::num_tracked() const {
+  std::lock_guard<std::mutex> lock(mu_);
+  return static_cast<int>(states_.size());
+}
+
+void OutputProcessor::add(const std::string& req_id, int index, const std::vector<int32_t>& prompt_ids,
+                          const SamplingParams& params, std::shared_ptr<RequestStream> stream) {
+  auto st = std::make_unique<State>();
+  st->req_id = req_id;
+  st->index = index;
+  st->params = params;
+  st->stream = std::move(stream);
+  st->detok = std::make_unique<IncrementalDetokenizer>(tokenizer_, params.skip_special_tokens, prompt_ids);
+  for (const auto& s : params.stop) st->hold_back = std::max(st->hold_back, s.size() - 1);
+  st->num_prompt_tokens = static_cast<int32_t>(prompt_ids.size());
+  st->arrival = st->last_token = Clock::now();
+  std::lock_guard<std::mutex> lock(mu_);
+  states_[req_id] = std::move(st);
+}
+
+void OutputProcessor::loop() {
+  while (auto batch = inputs_.pop()) {
+    for (auto& out : batch->outputs) process(out);
+  }
+}
+
+static std::vector<PositionLogprobs> convert_logprobs(const LogprobsLists& l, size_t first_row, size_t num_rows) {
+  std::vector<PositionLogprobs> v;
+  for (size_t r = first_row; r < first_row + num_rows && r < static_cast<size_t>(l.num_rows); ++r) {
+    PositionLogprobs p;
+    const size_t base = r * static_cast<size_t>(l.num_per_row);
+    p.chosen = {l.token_ids[base], l.logprobs[base], l.ranks[r]};
+    for (int c = 1; c < l.num_per_row; ++c) {
+      if (l.token_ids[base + c] < 0) continue;  // unused column of a row that asked for fewer
+      p.top.push_back({l.token_ids[base + c], l.logprobs[base + c], c});
+    }
+    v.push_back(std::move(p));
+  }
+  return v;
+}
+
+void OutputProcessor::process(EngineCoreOutput& out) {
+  State* st;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    auto it = states_.find(out.req_id);
+    if (it == states_.end()) return;  // already ended by a stop string
+    st = it->second.get();
+  }
+  const auto now = Clock::now();
+  if (!out.new_token_ids.empty()) {
+    if (!st->first_token_seen) {
+      metrics_.time_to_first_token_s.observe(std::chrono::duration<double>(now - st->arrival).count());
+      metrics_.prompt_tokens += out.num_prompt_tokens;
+      st->first_token_seen = true;
+    } else {
+      metrics_.inter_token_latency_s.observe(std::chrono::duration<double>(now - st->last_token).count());
+    }
+    st->last_token = now;
+    metrics_.generation_tokens += static_cast<int64_t>(out.new_token_ids.size());
+  }
+  if (out.num_prompt_tokens > 0) st->num_prompt_tokens = out.num_prompt_tokens;
+  st->num_output_tokens += static_cast<int32_t>(out.new_token_ids.size());
+  const size_t before = st->text.size();
+  for (int32_t id : out.new_token_ids) st->text += st->detok->step(id);
+  if (out.finished()) st->text += st->detok->flush();
+
+  std::optional<std::string> stop_str;
+  if (!st->params.stop.empty() && st->text.size() > before) {
+    // Only a window that includes the new text can hold a new match.
+    const size_t from = before > st->hold_back ? before - st->hold_back : 0;
+    size_t best = std::string::npos;
+    for (const auto& s : st->params.stop) {
+      size_t pos = st->text.find(s, from);
+      if (pos != std::string::npos && pos < best) {
+        best = pos;
+        stop_str = s;
+      }
+    }
+    if (stop_str) {
+      st->text.resize(st->params.include_stop_str_in_output ? best + stop_str->size() : best);
+      st->sent = std::min(st->sent, st->text.size());
+    }
+  }
+  if (stop_str && !out.finished()) {
+    st->stopped = true;
+    core_.submit(FinishRequestCmd{st->req_id, RequestStatus::kFinishedStopped});
+    out.finish_reason = FinishReason::kStop;
+  } else if (stop_str) {
+    out.finish_reason = FinishReason::kStop;
+    out.stop_token_id.reset();
+  }
+  RequestOutput delta;
+  delta.request_id = st->req_id;
+  delta.index = st->index;
+  delta.token_ids = out.new_token_ids;
+  if (out.new_logprobs) delta.logprobs = convert_logprobs(*out.new_logprobs, 0, out.new_token_ids.size());
+  if (out.new_prompt_logprobs) delta.prompt_logprobs = convert_logprobs(*out.new_prompt_logprobs, 0, out.new_prompt_logprobs->num_rows);
+  const bool finished = out.finished();
+  size_t limit = finished ? st->text.size() : (st->text.size() > st->hold_back ? st->text.size() - st->hold_back : 0);
+  limit = std::max(limit, st->sent);
+  limit = st->sent + utf8_complete_prefix(std::string_view(st->text).substr(st->sent, limit - st->sent));
+  delta.text = st->text.substr(st->sent, limit - st->sent);
+  st->sent = limit;
+  delta.num_prompt_tokens = st->num_prompt_tokens;
+  delta.num_output_tokens = st->num_output_tokens;
+  delta.num_cached_tokens = out.num_cached_tokens;
+  if (finished) {
+    delta.finished = true;
+    delta.finish_reason = finish_reason_name(*out.finish_reason);
+    delta.error_message = out.error_message;
+    if (stop_str) delta.stop_reason_str = stop_str;
+    else if (out.stop_token_id) delta.stop_reason_token = out.stop_token_id;
+    metrics_.count_finished(delta.finish_reason);
+    metrics_.e2e_request_latency_s.observe(std::chrono::duration<double>(now - st->arrival).count());
+    metrics_.request_prompt_tokens.observe(st->num_prompt_tokens);
+    metrics_.request_generation_tokens.observe(st->num_output_tokens);
+  }
+  if (!delta.text.empty() || !delta.token_ids.empty() || finished || !delta.prompt_logprobs.empty()) {
+    st->stream->push(std::move(delta));
+  }
+  if (finished) {
+    std::lock_guard<std::mutex> lock(mu_);
+    states_.erase(out.req_id);
+  }
+}
+
+}  // namespace kvasir

@@ -1,0 +1,51 @@
+// OutputProcessor: its own thread turns EngineCoreOutputs into client deltas, overlapped with
+// the next forward pass: incremental detokenization (never a broken UTF-8 character), stop
+// strings (with include_stop_str_in_output and a hold-back so a partial stop string is never
+// streamed), logprob packaging, usage counts, latency metrics. A stop string ends the request
+// in the engine core through a FinishRequestCmd. Must not touch the scheduler directly.
+#pragma once
+
+#include <chrono>
+#include <memory>
+#include <mutex>
+#include <string>
+#include <thread>
+#include <unordered_map>
+
+#include "common/blocking_queue.h"
+#include "engine/engine_core.h"
+#include "engine/metrics.h"
+#include "engine/request_stream.h"
+#include "tokenizer/incremental_detokenizer.h"
+#include "tokenizer/tokenizer.h"
+
+namespace kvasir {
+
+class OutputProcessor {
+ public:
+  OutputProcessor(const Tokenizer& tokenizer, EngineCore& core, EngineMetrics& metrics,
+                  BlockingQueue<EngineCoreOutputs>& inputs);
+  ~OutputProcessor();
+
+  // Registers a request before it reaches the engine core (so no output can arrive first).
+  void add(const std::string& req_id, int index, const std::vector<int32_t>& prompt_ids,
+           const SamplingParams& params, std::shared_ptr<RequestStream> stream);
+  void start();
+  void stop();
+  int num_tracked() const;
+
+ private:
+  struct State;
+  void loop();
+  void process(EngineCoreOutput& out);
+
+  const Tokenizer& tokenizer_;
+  EngineCore& core_;
+  EngineMetrics& metrics_;
+  BlockingQueue<EngineCoreOutputs>& inputs_;
+  mutable std::mutex mu_;
+  std::unordered_map<std::string, std::unique_ptr<State>> states_;
+  std::thread thread_;
+};
+
+}  // namespace kvasir

@@ -1,0 +1,64 @@
+// DecoderModel: the one generic decoder-only transformer. Llama 2/3, Mistral, Qwen2, SmolLM2 and
+// Gemma 3 differ only by ModelConfig (GQA, biases, QK-norm, extra norms, sliding layers, RoPE
+// variants, soft-capping, embedding scaling). forward() runs a flattened batch of several
+// sequences through the backend ops, reading and writing K/V via block tables and a slot mapping.
+// Must not know about requests, scheduling or sampling.
+#pragma once
+
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "backend/backend.h"
+#include "config/model_config.h"
+#include "layers/rope_table.h"
+#include "loader/weight_source.h"
+#include "model/forward_batch.h"
+#include "model/kv_cache.h"
+
+namespace kvasir {
+
+struct ModelOptions {
+  int max_num_tokens = 2048;  // rows in one forward (max_num_batched_tokens)
+  int max_num_logits = 256;   // rows of logits in one forward (max_num_seqs)
+};
+
+class DecoderModel {
+ public:
+  static StatusOr<std::unique_ptr<DecoderModel>> create(const ModelConfig& config, const WeightSource& weights,
+                                                        Backend& backend, const ModelOptions& opts);
+  ~DecoderModel();
+
+  const ModelConfig& config() const { return config_; }
+  size_t kv_cache_bytes_per_block(int block_size) const;
+  StatusOr<KvCache> allocate_kv_cache(int num_blocks, int block_size);
+
+  // Runs the batch; writes float32 logits [batch.num_logits, vocab_size] to `logits` (host).
+  Status forward(const ForwardBatch& batch, KvCache& cache, float* logits);
+  // The same in two parts, for callers that want more logits rows than fit in one call (prompt
+  // logprobs): run_layers keeps the final hidden states, compute_logits projects chosen rows
+  // (at most max_num_logits per call) and may be called several times.
+  Status run_layers(const ForwardBatch& batch, KvCache& cache);
+  Status compute_logits(const int32_t* rows, int num_rows, float* logits);
+  int max_num_logits() const { return opts_.max_num_logits; }
+
+ private:
+  struct Layer;
+  DecoderModel(const ModelConfig& config, Backend& backend, const ModelOptions& opts);
+  Status bind_weights(const WeightSource& weights);
+  Status allocate_workspace();
+
+  ModelConfig config_;
+  Backend& backend_;
+  ModelOptions opts_;
+  std::vector<Layer> layers_;
+  Tensor embed_, final_norm_, lm_head_;
+  std::vector<RopeTable> rope_tables_;  // [0]: global layers, [1]: sliding layers
+  std::vector<std::unique_ptr<Buffer>> owned_;  // uploaded weights and converted norm vectors
+  struct Workspace;
+  std::unique_ptr<Workspace> ws_;
+  int last_num_tokens_ = 0;
+  float eps_;
+};
+
+}  // namespace kvasir

@@ -1,0 +1,188 @@
+#include "runner/model_runner.h"
+
+#include <algorithm>
+
+#include "sample/philox.h"
+
+namespace kvasir {
+
+ModelRunner::ModelRunner(DecoderModel& model, KvCache& cache, const RunnerConfig& config)
+    : model_(model), cache_(cache), config_(config), sampler_(model.config().vocab_size, 1) {}
+
+ModelRunner::~ModelRunner() = default;
+
+Status ModelRunner::apply(const SchedulerOutput& so) {
+  for (const auto& id : so.finished_req_ids) requests_.erase(id);
+  for (const auto& id : so.preempted_req_ids) {
+    // Keep tokens and params: a resumed request recomputes from them into new blocks.
+    if (auto it = requests_.find(id); it != requests_.end()) {
+      it->second.block_ids.clear();
+      it->second.num_computed_tokens = 0;
+    }
+  }
+  for (const auto& nr : so.scheduled_new_reqs) {
+    CachedRequest r;
+    r.tokens.assign(nr.prompt_token_ids.begin(), nr.prompt_token_ids.end());
+    r.num_prompt_tokens = static_cast<int32_t>(nr.prompt_token_ids.size());
+    r.params = nr.sampling_params;
+    r.block_ids.assign(nr.block_ids.begin(), nr.block_ids.end());
+    r.num_computed_tokens = nr.num_computed_tokens;
+    r.rng_key = rng_key_for_request(r.params.seed, config_.seed, next_request_index_++);
+    requests_[nr.req_id] = std::move(r);
+  }
+  for (const auto& cr : so.scheduled_cached_reqs) {
+    auto it = requests_.find(cr.req_id);
+    if (it == requests_.end()) return internal_error("runner has no state for request " + cr.req_id);
+    CachedRequest& r = it->second;
+    if (cr.resumed_from_preemption) {
+      r.block_ids.assign(cr.new_block_ids.begin(), cr.new_block_ids.end());
+      if (!cr.resumed_token_ids.empty()) {
+        if (cr.resumed_token_ids.size() < r.tokens.size()) return internal_error("resumed request lost tokens");
+        r.tokens.assign(cr.resumed_token_ids.begin(), cr.resumed_token_ids.end());
+      }
+    } else {
+      r.block_ids.insert(r.block_ids.end(), cr.new_block_ids.begin(), cr.new_block_ids.end());
+    }
+    r.num_computed_tokens = cr.num_computed_tokens;
+  }
+  return Status();
+}
+
+Status ModelRunner::build_batch(const SchedulerOutput& so) {
+  rows_.clear();
+  input_ids_.clear(), positions_.clear(), slot_mapping_.clear(), query_start_loc_.assign(1, 0);
+  seq_lens_.clear(), sample_rows_.clear(), prompt_rows_.clear(), prompt_targets_.clear();
+  auto schedule = [&](const std::string& id) -> Status {
+    auto n_it = so.num_scheduled_tokens.find(id);
+    if (n_it == so.num_scheduled_tokens.end() || n_it->second <= 0) return Status();
+    CachedRequest& r = requests_.at(id);
+    const int32_t n = n_it->second, start = r.num_computed_tokens;
+    if (start + n > static_cast<int32_t>(r.tokens.size())) return internal_error("scheduled past the known tokens of " + id);
+    const int bs = config_.block_size;
+    if ((start + n + bs - 1) / bs > static_cast<int32_t>(r.block_ids.size())) return internal_error("block table too short for " + id);
+    ScheduledRow row{&id, &r, n, static_cast<int32_t>(input_ids_.size())};
+    for (int32_t p = start; p < start + n; ++p) {
+      input_ids_.push_back(r.tokens[static_cast<size_t>(p)]);
+      positions_.push_back(p);
+      slot_mapping_.push_back(int64_t{r.block_ids[static_cast<size_t>(p / bs)]} * bs + p % bs);
+    }
+    if (r.params.prompt_logprobs.has_value() && start < r.num_prompt_tokens - 1) {
+      // Position p predicts prompt token p + 1; the last prompt position predicts the first output.
+      const int32_t end = std::min(start + n, r.num_prompt_tokens - 1);
+      row.prompt_row_begin = static_cast<int>(prompt_rows_.size());
+      for (int32_t p = start; p < end; ++p) {
+        prompt_rows_.push_back(row.first_token_row + (p - start));
+        prompt_targets_.push_back(r.tokens[static_cast<size_t>(p + 1)]);
+      }
+      row.num_prompt_rows = end - start;
+    }
+    if (start + n == static_cast<int32_t>(r.tokens.size())) {
+      row.logits_row = static_cast<int>(sample_rows_.size());
+      sample_rows_.push_back(row.first_token_row + n - 1);
+    }
+    query_start_loc_.push_back(static_cast<int32_t>(input_ids_.size()));
+    seq_lens_.push_back(start + n);
+    rows_.push_back(row);
+    return Status();
+  };
+  for (const auto& nr : so.scheduled_new_reqs) KVASIR_RETURN_IF_ERROR(schedule(nr.req_id));
+  for (const auto& cr : so.scheduled_cached_reqs) KVASIR_RETURN_IF_ERROR(schedule(cr.req_id));
+
+  size_t max_blocks = 1;
+  for (const auto& row : rows_) max_blocks = std::max(max_blocks, row.req->block_ids.size());
+  block_tables_.assign(rows_.size() * max_blocks, 0);
+  for (size_t i = 0; i < rows_.size(); ++i) {
+    std::copy(rows_[i].req->block_ids.begin(), rows_[i].req->block_ids.end(), block_tables_.begin() + i * max_blocks);
+  }
+  batch_ = ForwardBatch{};
+  batch_.num_tokens = static_cast<int>(input_ids_.size());
+  batch_.input_ids = input_ids_.data();
+  batch_.positions = positions_.data();
+  batch_.attn.num_seqs = static_cast<int>(rows_.size());
+  batch_.attn.num_tokens = batch_.num_tokens;
+  batch_.attn.query_start_loc = query_start_loc_.data();
+  batch_.attn.seq_lens = seq_lens_.data();
+  batch_.attn.block_tables = block_tables_.data();
+  batch_.attn.max_blocks_per_seq = static_cast<int>(max_blocks);
+  batch_.attn.slot_mapping = slot_mapping_.data();
+  batch_.attn.block_size = config_.block_size;
+  return Status();
+}
+
+Status ModelRunner::compute_logits(const std::vector<int32_t>& rows, std::vector<float>& out) {
+  const size_t vocab = static_cast<size_t>(model_.config().vocab_size);
+  out.resize(rows.size() * vocab);
+  const int chunk = model_.max_num_logits();
+  for (size_t b = 0; b < rows.size(); b += static_cast<size_t>(chunk)) {
+    const int n = static_cast<int>(std::min(rows.size() - b, static_cast<size_t>(chunk)));
+    KVASIR_RETURN_IF_ERROR(model_.compute_logits(rows.data() + b, n, out.data() + b * vocab));
+  }
+  return Status();
+}
+
+static LogprobsLists to_lists(const LogprobsTensors& t, int row_begin, int num_rows) {
+  LogprobsLists l;
+  l.num_rows = num_rows;
+  l.num_per_row = t.num_columns;
+  for (int r = row_begin; r < row_begin + num_rows; ++r) {
+    for (int c = 0; c < t.num_columns; ++c) {
+      l.token_ids.push_back(t.token_id(r, c));
+      l.logprobs.push_back(t.logprob(r, c));
+    }
+    l.ranks.push_back(t.ranks[static_cast<size_t>(r)]);
+  }
+  return l;
+}
+
+StatusOr<ModelRunnerOutput> ModelRunner::execute(const SchedulerOutput& so) {
+  KVASIR_RETURN_IF_ERROR(apply(so));
+  ModelRunnerOutput result;
+  if (so.total_num_scheduled_tokens == 0) return result;
+  KVASIR_RETURN_IF_ERROR(build_batch(so));
+  if (batch_.num_tokens == 0) return result;
+  KVASIR_RETURN_IF_ERROR(model_.run_layers(batch_, cache_));
+  KVASIR_RETURN_IF_ERROR(compute_logits(sample_rows_, sample_logits_));
+  if (!prompt_rows_.empty()) {
+    KVASIR_RETURN_IF_ERROR(compute_logits(prompt_rows_, prompt_logits_));
+    int max_n = 0;
+    for (const auto& row : rows_) {
+      if (row.num_prompt_rows > 0) max_n = std::max(max_n, *row.req->params.prompt_logprobs);
+    }
+    sampler_.prompt_logprobs(prompt_logits_, prompt_targets_, max_n, &prompt_lp_);
+  }
+
+  states_.clear();
+  for (const auto& row : rows_) {
+    if (row.logits_row < 0) continue;
+    const CachedRequest& r = *row.req;
+    SamplingRequestState st;
+    st.params = &r.params;
+    st.prompt_token_ids = std::span<const int32_t>(r.tokens.data(), static_cast<size_t>(r.num_prompt_tokens));
+    st.output_token_ids = std::span<const int32_t>(r.tokens.data() + r.num_prompt_tokens,
+                                                   r.tokens.size() - static_cast<size_t>(r.num_prompt_tokens));
+    st.num_generated_tokens = static_cast<int>(st.output_token_ids.size());
+    st.eos_token_ids = config_.eos_token_ids;
+    st.rng_key = r.rng_key;
+    states_.push_back(st);
+  }
+  if (!states_.empty()) sampler_.sample(sample_logits_, states_, &sampler_out_);
+
+  result.outputs.reserve(rows_.size());
+  for (const auto& row : rows_) {
+    RunnerRequestOutput out;
+    out.req_id = *row.req_id;
+    if (row.num_prompt_rows > 0) {
+      out.prompt_logprobs = to_lists(prompt_lp_, row.prompt_row_begin, row.num_prompt_rows);
+    }
+    if (row.logits_row >= 0) {
+      const int32_t tok = sampler_out_.sampled_token_ids[static_cast<size_t>(row.logits_row)];
+      out.sampled_token_ids.push_back(tok);
+      row.req->tokens.push_back(tok);
+      if (row.req->params.logprobs.has_value()) out.logprobs = to_lists(sampler_out_.logprobs, row.logits_row, 1);
+    }
+    result.outputs.push_back(std::move(out));
+  }
+  return result;
+}
+
+}  // namespace kvasir

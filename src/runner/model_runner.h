@@ -1,0 +1,77 @@
+// ModelRunner: turns one SchedulerOutput into one flattened ForwardBatch, runs the model, samples
+// and answers with a ModelRunnerOutput. It keeps a persistent per-request state (token ids,
+// block table, sampling params, RNG key) updated from the diff-encoded scheduler output, and
+// reuses its host arrays every step. Must not decide anything the scheduler decides.
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <unordered_map>
+#include <vector>
+
+#include "model/decoder_model.h"
+#include "sample/sampler.h"
+#include "sched/scheduler_output.h"
+
+namespace kvasir {
+
+struct RunnerConfig {
+  int block_size = 16;
+  int max_model_len = 2048;
+  uint64_t seed = 0;  // engine seed for unseeded requests
+  std::vector<int32_t> eos_token_ids;
+};
+
+class ModelRunner {
+ public:
+  ModelRunner(DecoderModel& model, KvCache& cache, const RunnerConfig& config);
+  ~ModelRunner();
+
+  StatusOr<ModelRunnerOutput> execute(const SchedulerOutput& so);
+  int num_cached_requests() const { return static_cast<int>(requests_.size()); }
+
+ private:
+  struct CachedRequest {
+    std::vector<int32_t> tokens;     // prompt then output
+    int32_t num_prompt_tokens = 0;
+    SamplingParams params;
+    std::vector<int32_t> block_ids;
+    int32_t num_computed_tokens = 0;
+    uint64_t rng_key = 0;
+  };
+  struct ScheduledRow {
+    const std::string* req_id;
+    CachedRequest* req;
+    int32_t num_tokens;
+    int32_t first_token_row;
+    int logits_row = -1;       // row in the sampling logits, -1 when this step samples nothing
+    int prompt_row_begin = -1; // first row of prompt-logprob logits, -1 when none
+    int num_prompt_rows = 0;
+  };
+
+  Status apply(const SchedulerOutput& so);
+  Status build_batch(const SchedulerOutput& so);
+  Status compute_logits(const std::vector<int32_t>& rows, std::vector<float>& out);
+  void fill_prompt_logprobs(const ScheduledRow& r, RunnerRequestOutput& out);
+
+  DecoderModel& model_;
+  KvCache& cache_;
+  RunnerConfig config_;
+  Sampler sampler_;
+  uint64_t next_request_index_ = 0;
+  std::unordered_map<std::string, CachedRequest> requests_;
+
+  // Per-step host arrays, reused (they only grow).
+  std::vector<ScheduledRow> rows_;
+  std::vector<int32_t> input_ids_, positions_, query_start_loc_, seq_lens_, block_tables_;
+  std::vector<int64_t> slot_mapping_;
+  std::vector<int32_t> sample_rows_, prompt_rows_, prompt_targets_;
+  std::vector<float> sample_logits_, prompt_logits_;
+  std::vector<SamplingRequestState> states_;
+  SamplerOutput sampler_out_;
+  LogprobsTensors prompt_lp_;
+  ForwardBatch batch_;
+};
+
+}  // namespace kvasir

@@ -1,0 +1,233 @@
+// `kvasir bench latency` (model forward speed: prefill and decode tokens/s for a batch, as
+// llama-bench's pp/tg measure it) and `kvasir bench throughput` (offline continuous batching
+// through the LLM API, as vLLM's benchmark_throughput). Medians over iterations; --output-json.
+#include <algorithm>
+#include <chrono>
+#include <cstdio>
+#include <fstream>
+#include <random>
+#include <string>
+#include <vector>
+
+#include "api/loaded_model.h"
+#include "args.h"
+#include "commands.h"
+#include "common/json.h"
+#include "common/mapped_file.h"
+#include "engine/engine.h"
+#include "engine_flags.h"
+#include "kvasir/llm.h"
+#include "runner/contiguous_batch.h"
+
+namespace kvasir {
+namespace {
+
+using Clock = std::chrono::steady_clock;
+
+double median(std::vector<double> v) {
+  std::sort(v.begin(), v.end());
+  return v.empty() ? 0 : (v.size() % 2 ? v[v.size() / 2] : 0.5 * (v[v.size() / 2 - 1] + v[v.size() / 2]));
+}
+
+std::vector<int32_t> random_tokens(std::mt19937& rng, int n, int vocab) {
+  std::uniform_int_distribution<int32_t> d(100, std::max(101, vocab - 1));
+  std::vector<int32_t> v(static_cast<size_t>(n));
+  for (auto& t : v) t = d(rng);
+  return v;
+}
+
+int write_json(const Args& a, const Json& j) {
+  if (!a.has("output-json")) return 0;
+  std::ofstream out(a.get("output-json"));
+  out << j.dump(Json::DumpOptions{2, false, ",", ": ", false}) << "\n";
+  return out ? 0 : 1;
+}
+
+int bench_latency(const Args& a, const EngineArgs& ea) {
+  auto in_len = a.get_int("input-len", 128), out_len = a.get_int("output-len", 128);
+  auto batch = a.get_int("batch-size", 1), iters = a.get_int("num-iters", 5), warm = a.get_int("num-iters-warmup", 1);
+  for (auto* v : {&in_len, &out_len, &batch, &iters, &warm}) {
+    if (!v->ok() || **v < 0 || **v > 1 << 20) {
+      std::fprintf(stderr, "kvasir bench latency: bad numeric flag\n");
+      return 2;
+    }
+  }
+  const int B = static_cast<int>(*batch), I = static_cast<int>(std::max<int64_t>(1, *in_len)), O = static_cast<int>(*out_len);
+  LoadOptions lo;
+  lo.device = ea.device;
+  lo.num_threads = ea.num_threads;
+  lo.exact_matmul = ea.exact_matmul;
+  lo.model.max_num_tokens = std::max(B, std::min(B * I, ea.max_num_batched_tokens));
+  lo.model.max_num_logits = B;
+  auto m = load_model(ea.model.empty() ? default_model_path() : ea.model, lo);
+  if (!m.ok()) {
+    std::fprintf(stderr, "kvasir bench latency: %s\n", m.status().message().c_str());
+    return 1;
+  }
+  LoadedModel& lm = **m;
+  const int vocab = lm.config.vocab_size;
+  const int bs = ea.block_size;
+  ContiguousBatch layout(B, I + O + 1, bs);
+  auto cache = lm.model->allocate_kv_cache(layout.num_blocks_needed(), bs);
+  if (!cache.ok()) {
+    std::fprintf(stderr, "kvasir bench latency: %s\n", cache.status().message().c_str());
+    return 1;
+  }
+  std::mt19937 rng(1234);
+  std::vector<float> logits(static_cast<size_t>(B) * vocab);
+  std::vector<double> prefill_s, decode_s;
+  for (int it = 0; it < *warm + *iters; ++it) {
+    ContiguousBatch cb(B, I + O + 1, bs);
+    std::vector<std::vector<int32_t>> prompts(static_cast<size_t>(B));
+    for (auto& p : prompts) p = random_tokens(rng, I, vocab);
+    // Prefill in chunks of max_num_tokens, one sequence's chunk at a time when B * I is larger.
+    auto t0 = Clock::now();
+    const int chunk = std::max(1, lo.model.max_num_tokens / B);
+    for (int off = 0; off < I; off += chunk) {
+      std::vector<std::vector<int32_t>> step(static_cast<size_t>(B));
+      for (int s = 0; s < B; ++s) {
+        auto& p = prompts[static_cast<size_t>(s)];
+        step[static_cast<size_t>(s)].assign(p.begin() + off, p.begin() + std::min(I, off + chunk));
+      }
+      Status st = lm.model->forward(cb.build(step), *cache, logits.data());
+      if (!st.ok()) {
+        std::fprintf(stderr, "kvasir bench latency: %s\n", st.message().c_str());
+        return 1;
+      }
+      cb.commit();
+    }
+    auto t1 = Clock::now();
+    std::vector<std::vector<int32_t>> next(static_cast<size_t>(B));
+    for (int g = 0; g < O; ++g) {
+      for (int s = 0; s < B; ++s) {
+        const float* row = logits.data() + static_cast<size_t>(s) * vocab;
+        next[static_cast<size_t>(s)] = {static_cast<int32_t>(std::max_element(row, row + vocab) - row)};
+      }
+      Status st = lm.model->forward(cb.build(next), *cache, logits.data());
+      if (!st.ok()) {
+        std::fprintf(stderr, "kvasir bench latency: %s\n", st.message().c_str());
+        return 1;
+      }
+      cb.commit();
+    }
+    auto t2 = Clock::now();
+    if (it >= *warm) {
+      prefill_s.push_back(std::chrono::duration<double>(t1 - t0).count());
+      decode_s.push_back(std::chrono::duration<double>(t2 - t1).count());
+    }
+  }
+  const double p = median(prefill_s), d = median(decode_s);
+  const double prefill_tps = B * I / p, decode_tps = O > 0 ? B * O / d : 0;
+  std::printf("model: %s (%s)\nbackend: %s\nbatch %d, input %d, output %d, %lld iterations (median)\n",
+              lm.path.c_str(), lm.config.architecture.c_str(), lm.backend->name().c_str(), B, I, O,
+              static_cast<long long>(*iters));
+  std::printf("prefill: %.3f s  %.1f tokens/s\n", p, prefill_tps);
+  std::printf("decode:  %.3f s  %.1f tokens/s  (%.2f ms per step)\n", d, decode_tps, O > 0 ? d / O * 1e3 : 0.0);
+  Json j = Json::object();
+  j.set("model", lm.path);
+  j.set("backend", lm.backend->name());
+  j.set("batch_size", B);
+  j.set("input_len", I);
+  j.set("output_len", O);
+  j.set("prefill_s_median", p);
+  j.set("decode_s_median", d);
+  j.set("prefill_tokens_per_s", prefill_tps);
+  j.set("decode_tokens_per_s", decode_tps);
+  j.set("decode_ms_per_step", O > 0 ? d / O * 1e3 : 0.0);
+  return write_json(a, j);
+}
+
+int bench_throughput(const Args& a, EngineArgs ea) {
+  auto num = a.get_int("num-prompts", 64), in_len = a.get_int("input-len", 128), out_len = a.get_int("output-len", 128);
+  for (auto* v : {&num, &in_len, &out_len}) {
+    if (!v->ok() || **v < 1 || **v > 1 << 20) {
+      std::fprintf(stderr, "kvasir bench throughput: bad numeric flag\n");
+      return 2;
+    }
+  }
+  auto llm = LLM::create(ea);
+  if (!llm.ok()) {
+    std::fprintf(stderr, "kvasir bench throughput: %s\n", llm.status().message().c_str());
+    return 1;
+  }
+  const int vocab = (*llm)->model().config.vocab_size;
+  std::mt19937 rng(4321);
+  std::vector<PromptInput> prompts(static_cast<size_t>(*num));
+  for (auto& p : prompts) p.token_ids = random_tokens(rng, static_cast<int>(*in_len), vocab);
+  SamplingParams sp;
+  sp.temperature = 0.0f;
+  sp.ignore_eos = true;
+  sp.max_tokens = static_cast<int>(*out_len);
+  auto t0 = Clock::now();
+  auto res = (*llm)->generate(prompts, sp);
+  const double secs = std::chrono::duration<double>(Clock::now() - t0).count();
+  if (!res.ok()) {
+    std::fprintf(stderr, "kvasir bench throughput: %s\n", res.status().message().c_str());
+    return 1;
+  }
+  int64_t in_tok = 0, out_tok = 0;
+  for (const auto& r : *res) {
+    if (!r.error.empty()) {
+      std::fprintf(stderr, "kvasir bench throughput: request failed: %s\n", r.error.c_str());
+      return 1;
+    }
+    in_tok += static_cast<int64_t>(r.prompt_token_ids.size());
+    for (const auto& c : r.outputs) out_tok += static_cast<int64_t>(c.token_ids.size());
+  }
+  const auto& mt = (*llm)->engine().metrics();
+  std::printf("Throughput: %.2f requests/s, %.1f total tokens/s, %.1f output tokens/s\n", *num / secs,
+              (in_tok + out_tok) / secs, out_tok / secs);
+  std::printf("requests %lld, input tokens %lld, output tokens %lld, elapsed %.2f s, engine steps %lld, preemptions %lld\n",
+              static_cast<long long>(*num), static_cast<long long>(in_tok), static_cast<long long>(out_tok), secs,
+              static_cast<long long>(mt.num_steps.load()), static_cast<long long>(mt.num_preemptions.load()));
+  Json j = Json::object();
+  j.set("num_requests", *num);
+  j.set("elapsed_time", secs);
+  j.set("requests_per_second", *num / secs);
+  j.set("tokens_per_second", (in_tok + out_tok) / secs);
+  j.set("output_tokens_per_second", out_tok / secs);
+  j.set("input_tokens", in_tok);
+  j.set("output_tokens", out_tok);
+  j.set("num_preemptions", static_cast<int64_t>(mt.num_preemptions.load()));
+  return write_json(a, j);
+}
+
+void usage() {
+  std::fprintf(stderr,
+               "usage: kvasir bench latency [--input-len 128] [--output-len 128] [--batch-size 1] [--num-iters 5]\n"
+               "                            [--num-iters-warmup 1] [--output-json F] [engine options]\n"
+               "       kvasir bench throughput [--num-prompts 64] [--input-len 128] [--output-len 128]\n"
+               "                            [--output-json F] [engine options]\nEngine options:\n%s",
+               engine_flags_help().c_str());
+}
+
+}  // namespace
+
+int cmd_bench(int argc, char** argv) {
+  if (argc < 1) {
+    usage();
+    return 2;
+  }
+  const std::string which = argv[0];
+  std::set<std::string> value_flags = {"input-len", "output-len", "batch-size", "num-iters", "num-iters-warmup",
+                                       "output-json", "num-prompts"};
+  std::set<std::string> bool_flags = {"help"};
+  add_engine_flags(value_flags, bool_flags);
+  auto args = Args::parse(argc - 1, argv + 1, value_flags, bool_flags);
+  if (!args.ok() || args->get_bool("help", false)) {
+    if (!args.ok()) std::fprintf(stderr, "kvasir bench: %s\n", args.status().message().c_str());
+    usage();
+    return args.ok() ? 0 : 2;
+  }
+  auto ea = engine_args_from(*args);
+  if (!ea.ok()) {
+    std::fprintf(stderr, "kvasir bench: %s\n", ea.status().message().c_str());
+    return 2;
+  }
+  if (which == "latency") return bench_latency(*args, *ea);
+  if (which == "throughput") return bench_throughput(*args, *ea);
+  usage();
+  return 2;
+}
+
+}  // namespace kvasir

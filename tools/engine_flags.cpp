@@ -1,0 +1,70 @@
+#include "engine_flags.h"
+
+namespace kvasir {
+
+void add_engine_flags(std::set<std::string>& v, std::set<std::string>& b) {
+  for (const char* f : {"model", "device", "threads", "max-num-seqs", "max-num-batched-tokens", "block-size",
+                        "kv-cache-memory", "max-model-len", "seed", "max-logprobs", "scheduling-policy",
+                        "long-prefill-token-threshold"}) {
+    v.insert(f);
+  }
+  for (const char* f : {"enable-prefix-caching", "exact-matmul"}) b.insert(f);
+}
+
+std::string engine_flags_help() {
+  return "  --model PATH                 .gguf file or HF directory (default: SmolLM2-135M-Instruct Q4_1)\n"
+         "  --device auto|cpu|cuda       (default auto)\n"
+         "  --threads N                  CPU threads (default: all cores)\n"
+         "  --max-num-seqs N             (default 256)\n"
+         "  --max-num-batched-tokens N   (default 2048)\n"
+         "  --block-size N               KV block size in tokens (default 16)\n"
+         "  --kv-cache-memory BYTES      KV cache size on the CPU, e.g. 4GiB (default 2GiB)\n"
+         "  --max-model-len N            (default: the model's context length)\n"
+         "  --seed N                     engine seed for unseeded requests (default 0)\n"
+         "  --[no-]enable-prefix-caching (default on)\n"
+         "  --max-logprobs N             (default 20)\n"
+         "  --scheduling-policy fcfs|priority\n"
+         "  --exact-matmul               float32 activations in quantized matmuls (slower, reference accuracy)\n";
+}
+
+StatusOr<EngineArgs> engine_args_from(const Args& a) {
+  EngineArgs e;
+  e.model = a.get("model");
+  if (e.model.empty() && !a.positionals().empty()) e.model = a.positionals()[0];
+  e.device = a.get("device", "auto");
+  KVASIR_ASSIGN_OR_RETURN(int64_t threads, a.get_int("threads", 0));
+  KVASIR_ASSIGN_OR_RETURN(int64_t seqs, a.get_int("max-num-seqs", e.max_num_seqs));
+  KVASIR_ASSIGN_OR_RETURN(int64_t tokens, a.get_int("max-num-batched-tokens", e.max_num_batched_tokens));
+  KVASIR_ASSIGN_OR_RETURN(int64_t bs, a.get_int("block-size", e.block_size));
+  KVASIR_ASSIGN_OR_RETURN(int64_t seed, a.get_int("seed", 0));
+  KVASIR_ASSIGN_OR_RETURN(int64_t max_lp, a.get_int("max-logprobs", e.max_logprobs));
+  if (threads > 4096 || seqs > 1 << 20 || tokens > 1 << 24 || bs > 1 << 20 || max_lp > 1 << 20) {
+    return invalid_argument("an engine flag is out of range");
+  }
+  e.num_threads = static_cast<int>(threads);
+  e.max_num_seqs = static_cast<int>(seqs);
+  e.max_num_batched_tokens = static_cast<int>(tokens);
+  e.block_size = static_cast<int>(bs);
+  e.seed = static_cast<uint64_t>(seed);
+  e.max_logprobs = static_cast<int>(max_lp);
+  if (a.has("kv-cache-memory")) {
+    KVASIR_ASSIGN_OR_RETURN(e.kv_cache_memory, parse_memory_size(a.get("kv-cache-memory")));
+  }
+  if (a.has("max-model-len")) {
+    KVASIR_ASSIGN_OR_RETURN(int64_t mml, a.get_int("max-model-len", 0));
+    if (mml < 1 || mml > 1 << 24) return invalid_argument("--max-model-len out of range");
+    e.max_model_len = static_cast<int>(mml);
+  }
+  if (a.has("long-prefill-token-threshold")) {
+    KVASIR_ASSIGN_OR_RETURN(int64_t t, a.get_int("long-prefill-token-threshold", 0));
+    if (t < 1 || t > 1 << 24) return invalid_argument("--long-prefill-token-threshold out of range");
+    e.long_prefill_token_threshold = static_cast<int>(t);
+  }
+  e.enable_prefix_caching = a.get_bool("enable-prefix-caching", true);
+  e.exact_matmul = a.get_bool("exact-matmul", false);
+  e.scheduling_policy = a.get("scheduling-policy", "fcfs");
+  KVASIR_RETURN_IF_ERROR(e.validate());
+  return e;
+}
+
+}  // namespace kvasir
