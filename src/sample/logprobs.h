@@ -34,8 +34,8 @@ struct LogprobsTensors {
 
 // Fills row `row` of `out` for one raw logits row [vocab_size]: the logprob of `token_id`, its rank
 // (the number of tokens whose logit is >= its logit, as vLLM counts it, so ties rank
-// pessimistically) and the top `num_logprobs` (clamped to vocab_size). log-softmax is computed in
-// double.
+// pessimistically) and the top `num_logprobs` (clamped to vocab_size). log-softmax: max
+// subtracted, exp in float, the sum and the log in double.
 void compute_row_logprobs(std::span<const float> logits_row, int32_t token_id, int num_logprobs,
                           int row, SamplerWorkspace* ws, LogprobsTensors* out);
 
