@@ -1,0 +1,31 @@
+// Content hashes of full KV blocks for the prefix cache: a block's hash chains its parent's hash,
+// its token ids and the request's extra keys (cache salt, adapter id), so equal hashes mean an
+// equal whole prefix. SHA-256 keeps collisions out of reach. Must not touch the block pool.
+#pragma once
+
+#include <cstdint>
+#include <optional>
+#include <span>
+#include <string_view>
+
+#include "core/ids.h"
+
+namespace kvasir {
+
+class Request;
+
+struct BlockHashExtraKeys {
+  // Hashed into the first block only: the chain carries it to every later block.
+  std::optional<std::string_view> cache_salt;
+  std::optional<int64_t> adapter_id;
+};
+
+// parent is nullptr for the first block of a sequence.
+BlockHash hash_block_tokens(const BlockHash* parent, std::span<const TokenId> tokens,
+                            const BlockHashExtraKeys& extra);
+
+// Appends to request.block_hashes() the hash of every block of all_token_ids() that is full and
+// not hashed yet. Cheap when nothing new filled; call it after tokens are appended.
+void update_block_hashes(Request& request, int block_size);
+
+}  // namespace kvasir

@@ -1,0 +1,285 @@
+#include "sched/scheduler.h"
+
+#include <algorithm>
+#include <utility>
+
+#include "common/check.h"
+#include "common/log.h"
+
+namespace kvasir {
+
+Scheduler::Scheduler(const SchedulerConfig& config)
+    : config_(config),
+      kv_(config.num_blocks, config.block_size, config.max_model_len, config.enable_prefix_caching),
+      waiting_(config.policy) {
+  const Status s = config.validate();
+  KVASIR_CHECK_MSG(s.ok(), s.message().c_str());
+}
+
+Status Scheduler::add_request(std::unique_ptr<Request> request) {
+  if (request == nullptr) return invalid_argument("null request");
+  const std::string& id = request->req_id();
+  if (requests_.find(std::string_view(id)) != requests_.end()) {
+    return invalid_argument("request id '" + id + "' is already in use");
+  }
+  const int prompt_len = request->num_prompt_tokens();
+  if (prompt_len == 0) return invalid_argument("request '" + id + "' has an empty prompt");
+  if (request->num_output_tokens() != 0 || request->status() != RequestStatus::kWaiting) {
+    return invalid_argument("request '" + id + "' is not a fresh request");
+  }
+  for (TokenId t : request->prompt_token_ids()) {
+    if (t < 0) return invalid_argument("request '" + id + "' has a negative token id");
+  }
+  const int max_tokens = request->max_tokens();
+  if (max_tokens < 1) return invalid_argument("max_tokens must be at least 1");
+  if (static_cast<int64_t>(prompt_len) + max_tokens > config_.max_model_len) {
+    return out_of_range("prompt (" + std::to_string(prompt_len) + " tokens) + max_tokens (" +
+                        std::to_string(max_tokens) + ") exceeds max_model_len (" +
+                        std::to_string(config_.max_model_len) + ")");
+  }
+  const int usable_blocks = config_.num_blocks - 1;
+  if (kv_.num_blocks_for(prompt_len) > usable_blocks) {
+    return out_of_range("prompt (" + std::to_string(prompt_len) +
+                        " tokens) needs more KV blocks (" +
+                        std::to_string(kv_.num_blocks_for(prompt_len)) + ") than the cache has (" +
+                        std::to_string(usable_blocks) + ")");
+  }
+  request->set_idx(next_idx_++);
+  Request* r = request.get();
+  requests_.emplace(id, std::move(request));
+  waiting_.push_back(r);
+  return Status::ok_status();
+}
+
+Request* Scheduler::find(std::string_view req_id) const {
+  const auto it = requests_.find(req_id);
+  return it == requests_.end() ? nullptr : it->second.get();
+}
+
+const Request* Scheduler::get_request(std::string_view req_id) const { return find(req_id); }
+
+bool Scheduler::finish_request(std::string_view req_id, RequestStatus status) {
+  KVASIR_CHECK_MSG(is_finished(status), "finish_request needs a finished status");
+  Request* r = find(req_id);
+  if (r == nullptr) return false;
+  if (r->status() == RequestStatus::kRunning) {
+    remove_running(r);
+  } else {
+    KVASIR_CHECK(waiting_.remove(r));
+  }
+  r->set_status(status);
+  retire(r);
+  return true;
+}
+
+void Scheduler::insert_running(Request* request) {
+  const RequestOrderKey key = running_order_key(config_.policy, *request);
+  const auto pos = std::upper_bound(running_.begin(), running_.end(), key,
+                                    [&](const RequestOrderKey& k, const Request* r) {
+                                      return k < running_order_key(config_.policy, *r);
+                                    });
+  running_.insert(pos, request);
+}
+
+void Scheduler::remove_running(const Request* request) {
+  const auto it = std::find(running_.begin(), running_.end(), request);
+  KVASIR_CHECK(it != running_.end());
+  running_.erase(it);
+}
+
+void Scheduler::retire(Request* request) {
+  kv_.free(*request);
+  if (request->ever_scheduled()) finished_since_last_.push_back(request->req_id());
+  const auto it = requests_.find(std::string_view(request->req_id()));
+  KVASIR_CHECK(it != requests_.end());
+  requests_.erase(it);  // destroys `request`
+}
+
+void Scheduler::fail_request(Request* request, std::string message) {
+  KVASIR_LOG_WARN("request %s failed: %s", request->req_id().c_str(), message.c_str());
+  EngineCoreOutput out;
+  out.req_id = request->req_id();
+  out.finish_reason = FinishReason::kError;
+  out.error_message = std::move(message);
+  out.num_prompt_tokens = request->num_prompt_tokens();
+  out.num_cached_tokens = std::max(0, request->num_cached_tokens());
+  pending_outputs_.push_back(std::move(out));
+  request->set_status(RequestStatus::kFinishedError);
+  retire(request);
+}
+
+void Scheduler::preempt(Request* request, StepPlan& plan) {
+  KVASIR_CHECK(!running_.empty() && running_.back() == request);
+  running_.pop_back();
+  kv_.free(*request);
+  request->set_status(RequestStatus::kPreempted);
+  // Recomputed from scratch on resume; the prefix cache usually still holds most of its blocks.
+  request->set_num_computed_tokens(0);
+  request->count_preemption();
+  ++num_preemptions_;
+  waiting_.push_front(request);
+  plan.preempted.push_back(request);
+}
+
+bool Scheduler::fits_in_cache(int num_tokens) const {
+  const int needed = std::min(num_tokens, config_.max_model_len);
+  return kv_.num_blocks_for(needed) <= config_.num_blocks - 1;
+}
+
+std::string Scheduler::cannot_fit_message(int num_tokens) const {
+  return "request needs " + std::to_string(num_tokens) +
+         " tokens of KV cache; the whole cache holds " +
+         std::to_string((config_.num_blocks - 1) * config_.block_size);
+}
+
+Scheduler::AllocResult Scheduler::allocate_or_preempt(Request* request, int num_new_tokens,
+                                                      int& pending_decodes, StepPlan& plan,
+                                                      std::vector<BlockId>& new_blocks) {
+  const int num_tokens = request->num_computed_tokens() + num_new_tokens;
+  if (!fits_in_cache(num_tokens)) {
+    // Preempting others would not help: fail it before anyone loses work.
+    remove_running(request);
+    fail_request(request, cannot_fit_message(num_tokens));
+    return AllocResult::kFailed;
+  }
+  while (true) {
+    std::optional<std::vector<BlockId>> blocks = kv_.allocate_slots(*request, num_new_tokens);
+    if (blocks) {
+      new_blocks = std::move(*blocks);
+      return AllocResult::kAllocated;
+    }
+    // The back of the running list has not been scheduled yet this step (or is `request`).
+    Request* victim = running_.back();
+    const bool victim_decodes = victim->num_tokens() - victim->num_computed_tokens() == 1;
+    if (victim != request && victim_decodes) --pending_decodes;
+    preempt(victim, plan);
+    if (victim == request) return AllocResult::kPreemptedSelf;
+  }
+}
+
+void Scheduler::schedule_running(StepPlan& plan) {
+  auto is_decode = [](const Request* r) { return r->num_tokens() - r->num_computed_tokens() == 1; };
+  // Decodes not yet visited: a prefill chunk leaves budget for them, so a long prompt never
+  // stalls running decodes.
+  int pending_decodes =
+      static_cast<int>(std::count_if(running_.begin(), running_.end(), is_decode));
+  size_t i = 0;
+  while (i < running_.size() && plan.token_budget > 0) {
+    Request* r = running_[i];
+    const int remaining = r->num_tokens() - r->num_computed_tokens();
+    const bool decode = remaining == 1;
+    if (decode) --pending_decodes;
+    int n = remaining;
+    if (config_.long_prefill_token_threshold)
+      n = std::min(n, *config_.long_prefill_token_threshold);
+    n = std::min(n, plan.token_budget - (decode ? 0 : pending_decodes));
+    if (n <= 0) {
+      ++i;
+      continue;
+    }
+    std::vector<BlockId> blocks;
+    const AllocResult res = allocate_or_preempt(r, n, pending_decodes, plan, blocks);
+    if (res == AllocResult::kFailed) continue;      // r left the list; running_[i] is the next one
+    if (res == AllocResult::kPreemptedSelf) break;  // r was the last one
+    plan.running.push_back({r, std::move(blocks)});
+    plan.num_tokens.emplace_back(r, n);
+    plan.token_budget -= n;
+    ++i;
+  }
+}
+
+void Scheduler::schedule_waiting(StepPlan& plan) {
+  while (!waiting_.empty() && plan.token_budget > 0 &&
+         static_cast<int>(running_.size()) < config_.max_num_seqs) {
+    Request* r = waiting_.front();
+    KvCacheManager::ComputedBlocks hit;
+    int num_computed = r->num_computed_tokens();  // non-zero only for a forked request
+    if (num_computed == 0) {
+      hit = kv_.get_computed_blocks(*r);
+      num_computed = hit.num_computed_tokens;
+    }
+    int n = r->num_tokens() - num_computed;
+    if (config_.long_prefill_token_threshold)
+      n = std::min(n, *config_.long_prefill_token_threshold);
+    n = std::min(n, plan.token_budget);
+    KVASIR_CHECK(n > 0);
+    const bool fits = fits_in_cache(num_computed + n);
+    const std::optional<std::vector<BlockId>> blocks =
+        fits ? kv_.allocate_slots(*r, n, hit.num_computed_tokens, hit.blocks) : std::nullopt;
+    if (!blocks) {
+      // Unless it can never fit, wait for running requests to free blocks (keeps the order).
+      // With nothing running, every block is free or evictable: waiting would never end.
+      if (fits && !running_.empty()) break;
+      waiting_.pop_front();
+      fail_request(r, cannot_fit_message(num_computed + n));
+      continue;
+    }
+    waiting_.pop_front();
+    if (r->status() == RequestStatus::kPreempted) {
+      plan.resumed_reqs.push_back(r);
+    } else {
+      plan.new_reqs.push_back(r);
+    }
+    r->set_status(RequestStatus::kRunning);
+    r->set_num_computed_tokens(num_computed);
+    if (r->num_cached_tokens() < 0) r->set_num_cached_tokens(num_computed);
+    insert_running(r);
+    plan.num_tokens.emplace_back(r, n);
+    plan.token_budget -= n;
+  }
+}
+
+SchedulerOutput Scheduler::schedule() {
+  StepPlan plan;
+  plan.token_budget = config_.max_num_batched_tokens;
+  schedule_running(plan);
+  // As vLLM: no admissions in a step that had to preempt; the freed blocks go to those preempted.
+  if (plan.preempted.empty()) schedule_waiting(plan);
+  return encode(plan);
+}
+
+SchedulerOutput Scheduler::encode(StepPlan& plan) {
+  SchedulerOutput out;
+  for (Request* r : plan.new_reqs) {
+    NewRequestData d;
+    d.req_id = r->req_id();
+    d.prompt_token_ids.assign(r->prompt_token_ids().begin(), r->prompt_token_ids().end());
+    d.sampling_params = r->sampling_params();
+    d.eos_token_id = r->eos_token_id();
+    d.adapter_id = r->adapter_id();
+    const auto table = kv_.get_block_ids(*r);
+    d.block_ids.assign(table.begin(), table.end());
+    d.num_computed_tokens = r->num_computed_tokens();
+    out.scheduled_new_reqs.push_back(std::move(d));
+  }
+  for (ScheduledRunning& s : plan.running) {
+    CachedRequestData d;
+    d.req_id = s.request->req_id();
+    d.new_block_ids = std::move(s.new_block_ids);
+    d.num_computed_tokens = s.request->num_computed_tokens();
+    out.scheduled_cached_reqs.push_back(std::move(d));
+  }
+  for (Request* r : plan.resumed_reqs) {
+    CachedRequestData d;
+    d.req_id = r->req_id();
+    d.resumed_from_preemption = true;
+    d.resumed_token_ids.assign(r->all_token_ids().begin(), r->all_token_ids().end());
+    const auto table = kv_.get_block_ids(*r);
+    d.new_block_ids.assign(table.begin(), table.end());
+    d.num_computed_tokens = r->num_computed_tokens();
+    out.scheduled_cached_reqs.push_back(std::move(d));
+  }
+  for (const auto& [req, n] : plan.num_tokens) {
+    out.num_scheduled_tokens[req->req_id()] = n;
+    out.total_num_scheduled_tokens += n;
+    // The KV of these tokens is in flight: the next schedule() treats them as computed.
+    req->set_num_computed_tokens(req->num_computed_tokens() + n);
+    req->mark_scheduled();
+  }
+  for (Request* r : plan.preempted) out.preempted_req_ids.push_back(r->req_id());
+  out.finished_req_ids = std::move(finished_since_last_);
+  finished_since_last_.clear();
+  return out;
+}
+
+}  // namespace kvasir

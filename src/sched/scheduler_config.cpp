@@ -1,0 +1,31 @@
+#include "sched/scheduler_config.h"
+
+#include <string>
+
+namespace kvasir {
+
+Status SchedulerConfig::validate() const {
+  auto positive = [](const char* name, int v) -> Status {
+    if (v > 0) return Status::ok_status();
+    return invalid_argument(std::string(name) + " must be positive, got " + std::to_string(v));
+  };
+  KVASIR_RETURN_IF_ERROR(positive("max_num_seqs", max_num_seqs));
+  KVASIR_RETURN_IF_ERROR(positive("max_num_batched_tokens", max_num_batched_tokens));
+  KVASIR_RETURN_IF_ERROR(positive("max_model_len", max_model_len));
+  KVASIR_RETURN_IF_ERROR(positive("block_size", block_size));
+  if (num_blocks < 2) {
+    return invalid_argument("num_blocks must be at least 2 (the null block and one more), got " +
+                            std::to_string(num_blocks));
+  }
+  // Every running request must be able to decode its token in every step.
+  if (max_num_batched_tokens < max_num_seqs) {
+    return invalid_argument("max_num_batched_tokens (" + std::to_string(max_num_batched_tokens) +
+                            ") must be >= max_num_seqs (" + std::to_string(max_num_seqs) + ")");
+  }
+  if (long_prefill_token_threshold && *long_prefill_token_threshold <= 0) {
+    return invalid_argument("long_prefill_token_threshold must be positive when set");
+  }
+  return Status::ok_status();
+}
+
+}  // namespace kvasir

@@ -1,0 +1,31 @@
+// SchedulerConfig: the knobs of the token-budget loop and the KV pool size it schedules into, in
+// vLLM's names. validate() returns a Status naming the bad field; the scheduler assumes a valid
+// config. Must not hold model or device settings.
+#pragma once
+
+#include <optional>
+
+#include "common/status.h"
+
+namespace kvasir {
+
+enum class SchedulingPolicy {
+  kFcfs,      // arrival order; preempted requests go back to the front of the queue
+  kPriority,  // (priority, arrival): lower priority values first, as in vLLM
+};
+
+struct SchedulerConfig {
+  int max_num_seqs = 256;             // requests in one step
+  int max_num_batched_tokens = 2048;  // tokens in one step
+  int max_model_len = 4096;           // prompt + output tokens of one request
+  int block_size = 16;                // tokens per KV block
+  int num_blocks = 0;                 // KV pool size in blocks, the null block included
+  // Caps one prefill chunk so a long prompt shares the step with other prefills.
+  std::optional<int> long_prefill_token_threshold;
+  bool enable_prefix_caching = true;
+  SchedulingPolicy policy = SchedulingPolicy::kFcfs;
+
+  Status validate() const;
+};
+
+}  // namespace kvasir
