@@ -23,8 +23,8 @@ struct NewRequestData {
   std::string req_id;
   std::vector<TokenId> prompt_token_ids;
   SamplingParams sampling_params;
-  std::optional<TokenId>
-      eos_token_id;  // the sampler masks it (and stop_token_ids) below min_tokens
+  // The sampler masks it (and stop_token_ids) below min_tokens.
+  std::optional<TokenId> eos_token_id;
   std::optional<int64_t> adapter_id;
   std::vector<BlockId> block_ids;   // the whole block table
   int32_t num_computed_tokens = 0;  // prefix-cache hit: the first position to compute
