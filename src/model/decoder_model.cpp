@@ -125,7 +125,10 @@ Status DecoderModel::allocate_workspace() {
   KVASIR_RETURN_IF_ERROR(make(ws_->gate, T, config_.intermediate_size));
   KVASIR_RETURN_IF_ERROR(make(ws_->up, T, config_.intermediate_size));
   KVASIR_RETURN_IF_ERROR(make(ws_->last, L, hidden));
-  KVASIR_RETURN_IF_ERROR(make(ws_->logits, L, config_.vocab_size));
+  // Logits are float32 on every backend: the sampler and logprobs need the full precision.
+  KVASIR_ASSIGN_OR_RETURN(auto logits_buf, backend_.allocate(static_cast<size_t>(L * config_.vocab_size) * sizeof(float)));
+  ws_->logits = Tensor::make(logits_buf->data(), DType::kF32, {L, config_.vocab_size}, backend_.device());
+  ws_->buffers.push_back(std::move(logits_buf));
   return Status();
 }
 
