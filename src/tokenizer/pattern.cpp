@@ -1,0 +1,111 @@
+#include "tokenizer/pattern.h"
+
+#define PCRE2_CODE_UNIT_WIDTH 8
+#include <pcre2.h>
+
+#include "tokenizer/unicode_util.h"
+
+namespace kvasir::tok {
+
+// Owns one compiled PCRE2 pattern. Compiled code is immutable and shared between threads; each
+// search makes its own match data, so concurrent encodes need no locking.
+class Regex {
+ public:
+  explicit Regex(pcre2_code* code) : code_(code) {}
+  ~Regex() { pcre2_code_free(code_); }
+  Regex(const Regex&) = delete;
+  Regex& operator=(const Regex&) = delete;
+
+  void find_all(std::string_view text, std::vector<Pattern::Span>* out) const;
+
+ private:
+  pcre2_code* code_;
+};
+
+void Regex::find_all(std::string_view text, std::vector<Pattern::Span>* out) const {
+  pcre2_match_data* md = pcre2_match_data_create_from_pattern(code_, nullptr);
+  const auto* subject = reinterpret_cast<PCRE2_SPTR>(text.data());
+  size_t pos = 0;
+  while (pos < text.size()) {
+    int rc = pcre2_match(code_, subject, text.size(), pos, PCRE2_NO_UTF_CHECK, md, nullptr);
+    if (rc == PCRE2_ERROR_JIT_STACKLIMIT || rc == PCRE2_ERROR_MATCHLIMIT ||
+        rc == PCRE2_ERROR_DEPTHLIMIT || rc == PCRE2_ERROR_HEAPLIMIT) {
+      // Pathological input for this pattern: retry without JIT (heap-backed backtracking).
+      rc = pcre2_match(code_, subject, text.size(), pos, PCRE2_NO_UTF_CHECK | PCRE2_NO_JIT, md,
+                       nullptr);
+    }
+    if (rc < 0) break;  // no further match (or an unrecoverable limit: the rest is a gap)
+    const PCRE2_SIZE* ov = pcre2_get_ovector_pointer(md);
+    size_t b = ov[0], e = ov[1];
+    if (e > b) {
+      out->emplace_back(b, e);
+      pos = e;
+    } else {
+      // Empty match: HF drops the empty piece; step over one character to make progress.
+      size_t len = 1;
+      if (b < text.size()) first_code_point(text.substr(b), &len);
+      pos = b + len;
+    }
+  }
+  pcre2_match_data_free(md);
+}
+
+Pattern Pattern::literal(std::string s) {
+  Pattern p;
+  p.literal_ = std::move(s);
+  return p;
+}
+
+StatusOr<Pattern> Pattern::regex(std::string_view expr) {
+  int err = 0;
+  PCRE2_SIZE err_off = 0;
+  pcre2_code* code = pcre2_compile(reinterpret_cast<PCRE2_SPTR>(expr.data()), expr.size(),
+                                   PCRE2_UTF | PCRE2_UCP, &err, &err_off, nullptr);
+  if (code == nullptr) {
+    PCRE2_UCHAR msg[256];
+    pcre2_get_error_message(err, msg, sizeof(msg));
+    return invalid_argument("tokenizer regex '" + std::string(expr) + "' does not compile at offset " +
+                            std::to_string(err_off) + ": " + reinterpret_cast<const char*>(msg));
+  }
+  pcre2_jit_compile(code, PCRE2_JIT_COMPLETE);  // best effort: the interpreter is the fallback
+  Pattern p;
+  p.regex_ = std::make_shared<const Regex>(code);
+  return p;
+}
+
+StatusOr<Pattern> Pattern::from_json(const Json& j) {
+  if (const Json* s = j.find("String"); s != nullptr && s->is_string()) return literal(s->as_string());
+  if (const Json* r = j.find("Regex"); r != nullptr && r->is_string()) return regex(r->as_string());
+  return invalid_argument("tokenizer pattern must be {\"String\": ...} or {\"Regex\": ...}");
+}
+
+void Pattern::find_all(std::string_view text, std::vector<Span>* out) const {
+  if (regex_) {
+    regex_->find_all(text, out);
+    return;
+  }
+  if (literal_.empty()) return;
+  size_t pos = 0;
+  while ((pos = text.find(literal_, pos)) != std::string_view::npos) {
+    out->emplace_back(pos, pos + literal_.size());
+    pos += literal_.size();
+  }
+}
+
+std::string Pattern::replace_all(std::string_view text, std::string_view content) const {
+  std::vector<Span> spans;
+  find_all(text, &spans);
+  if (spans.empty()) return std::string(text);
+  std::string out;
+  out.reserve(text.size());
+  size_t prev = 0;
+  for (const auto& [b, e] : spans) {
+    out.append(text.substr(prev, b - prev));
+    out.append(content);
+    prev = e;
+  }
+  out.append(text.substr(prev));
+  return out;
+}
+
+}  // namespace kvasir::tok

@@ -1,0 +1,164 @@
+// Unit tests of the tokenizer's pieces on tiny hand-made vocabularies: byte-level alphabet,
+// lossy UTF-8, split behaviours, BPE merge order, added-token flags, decoders, post-processors.
+#include <gtest/gtest.h>
+
+#include "tokenizer/hf_loader.h"
+#include "tokenizer/pre_tokenizers.h"
+#include "tokenizer/tokenizer.h"
+#include "tokenizer/unicode_util.h"
+#include "tokenizer/vocab_spec.h"
+
+namespace kvasir {
+namespace {
+
+using tok::PreToken;
+using tok::SplitBehavior;
+
+std::vector<std::string> split(const std::string& text, SplitBehavior b, bool invert = false) {
+  std::vector<tok::Pattern::Span> spans;
+  tok::Pattern::literal("-").find_all(text, &spans);
+  std::vector<PreToken> out;
+  tok::split_by_spans(PreToken{text, true}, spans, b, invert, &out);
+  std::vector<std::string> words;
+  for (auto& w : out) words.push_back(w.text);
+  return words;
+}
+
+TEST(TokenizerUnicode, ByteLevelAlphabetMatchesGpt2) {
+  EXPECT_EQ(tok::byte_to_unicode(' '), 0x120u);  // 'Ġ'
+  EXPECT_EQ(tok::byte_to_unicode('\n'), 0x10Au);  // 'Ċ'
+  EXPECT_EQ(tok::byte_to_unicode('A'), static_cast<uint32_t>('A'));
+  for (int b = 0; b < 256; ++b) EXPECT_EQ(tok::unicode_to_byte(tok::byte_to_unicode(b)), b);
+}
+
+TEST(TokenizerUnicode, LossyDecodingReplacesMaximalSubparts) {
+  EXPECT_EQ(tok::utf8_lossy("a\xE2\x82"), "a\xEF\xBF\xBD");
+  EXPECT_EQ(tok::utf8_lossy("\xF0\x9F\x98" "A"), "\xEF\xBF\xBD" "A");
+  EXPECT_EQ(tok::utf8_lossy("\x80"), "\xEF\xBF\xBD");
+  EXPECT_EQ(tok::utf8_lossy("\xED\xA0\x80"), "\xEF\xBF\xBD\xEF\xBF\xBD\xEF\xBF\xBD");
+  EXPECT_EQ(tok::utf8_lossy("\xE2\x82\xAC"), "\xE2\x82\xAC");
+}
+
+TEST(TokenizerSplit, BehavioursMatchHuggingFace) {
+  using V = std::vector<std::string>;
+  const std::string s = "the-final--countdown";
+  EXPECT_EQ(split(s, SplitBehavior::kRemoved), (V{"the", "final", "countdown"}));
+  EXPECT_EQ(split(s, SplitBehavior::kIsolated), (V{"the", "-", "final", "-", "-", "countdown"}));
+  EXPECT_EQ(split(s, SplitBehavior::kMergedWithPrevious), (V{"the-", "final-", "-", "countdown"}));
+  EXPECT_EQ(split(s, SplitBehavior::kMergedWithNext), (V{"the", "-final", "-", "-countdown"}));
+  EXPECT_EQ(split(s, SplitBehavior::kContiguous), (V{"the", "-", "final", "--", "countdown"}));
+  EXPECT_EQ(split(s, SplitBehavior::kRemoved, /*invert=*/true), (V{"-", "-", "-"}));
+}
+
+TEST(TokenizerPreTokenizer, ByteLevelRegexSplitsLikeGpt2) {
+  tok::PreTokenizer p;
+  p.add_byte_level(/*add_prefix_space=*/false, /*use_regex=*/true);
+  std::vector<PreToken> words{{"Hello my friend, it's   42!", true}};
+  p.pre_tokenize(&words);
+  std::vector<std::string> got;
+  for (auto& w : words) got.push_back(w.text);
+  EXPECT_EQ(got, (std::vector<std::string>{"Hello", "\xC4\xA0my", "\xC4\xA0" "friend", ",", "\xC4\xA0it", "'s",
+                                           "\xC4\xA0\xC4\xA0", "\xC4\xA0" "42", "!"}));
+}
+
+TEST(TokenizerPreTokenizer, MetaspaceFirstPrependsOnlyAtTextStart) {
+  tok::PreTokenizer p;
+  p.add_metaspace("\xE2\x96\x81", tok::PrependScheme::kFirst, /*split=*/false);
+  std::vector<PreToken> a{{"Hey you", true}}, b{{"Hey you", false}};
+  p.pre_tokenize(&a);
+  p.pre_tokenize(&b);
+  EXPECT_EQ(a[0].text, "\xE2\x96\x81Hey\xE2\x96\x81you");
+  EXPECT_EQ(b[0].text, "Hey\xE2\x96\x81you");
+}
+
+// A byte-level BPE tokenizer.json small enough to reason about by hand.
+constexpr const char* kTinyByteLevel = R"({
+  "added_tokens": [
+    {"id": 7, "content": "<s>", "special": true, "normalized": false, "lstrip": false, "rstrip": false, "single_word": false},
+    {"id": 8, "content": "<mask>", "special": true, "normalized": false, "lstrip": true, "rstrip": true, "single_word": false},
+    {"id": 9, "content": "ab", "special": false, "normalized": true, "lstrip": false, "rstrip": false, "single_word": true}
+  ],
+  "normalizer": null,
+  "pre_tokenizer": {"type": "ByteLevel", "add_prefix_space": false, "use_regex": true},
+  "post_processor": {"type": "TemplateProcessing",
+     "single": [{"SpecialToken": {"id": "<s>", "type_id": 0}}, {"Sequence": {"id": "A", "type_id": 0}}],
+     "pair": [], "special_tokens": {"<s>": {"id": "<s>", "ids": [7], "tokens": ["<s>"]}}},
+  "decoder": {"type": "ByteLevel"},
+  "model": {"type": "BPE", "vocab": {"a": 0, "b": 1, "c": 2, "\u0120": 3, "bc": 4, "abc": 5, "\u0120a": 6},
+            "merges": ["b c", "a bc", "\u0120 a"]}
+})";
+
+TEST(TokenizerBpe, MergesByRankAndHandlesAddedTokens) {
+  auto t = tokenizer_from_hf_json(kTinyByteLevel, "");
+  ASSERT_TRUE(t.ok()) << t.status().to_string();
+  using V = std::vector<int32_t>;
+  EXPECT_EQ(t->encode("abc", false), (V{5}));
+  EXPECT_EQ(t->encode("abc", true), (V{7, 5}));
+  EXPECT_EQ(t->encode(" a", false), (V{6}));
+  EXPECT_EQ(t->encode("c<s>c", false), (V{2, 7, 2}));
+  // lstrip/rstrip swallow the spaces around <mask>.
+  EXPECT_EQ(t->encode("c  <mask>  c", false), (V{2, 8, 2}));
+  // single_word: "ab" matches alone, not inside "abc".
+  EXPECT_EQ(t->encode("ab abc", false), (V{9, 3, 5}));
+  EXPECT_EQ(t->decode(V{2, 8, 2}, false), "c<mask>c");
+  EXPECT_EQ(t->decode(V{7, 5, 3, 6}, true), "abc  a");
+  EXPECT_TRUE(t->is_special(7));
+  EXPECT_FALSE(t->is_special(9));
+  EXPECT_EQ(t->token_to_id("<mask>"), 8);
+  EXPECT_EQ(t->id_to_token(4), "bc");
+  EXPECT_EQ(t->vocab_size(), 10u);
+}
+
+// SentencePiece-style vocabulary with byte fallback, built the GGUF way.
+VocabSpec tiny_spm() {
+  VocabSpec v;
+  v.model = "llama";
+  v.tokens = {"<unk>", "<s>", "</s>", "\xE2\x96\x81", "h", "i", "\xE2\x96\x81h", "\xE2\x96\x81hi", "hi"};
+  v.scores = {0, 0, 0, -1, -2, -3, -4, -5, -6};
+  v.token_types = {2, 3, 3, 1, 1, 1, 1, 1, 1};
+  for (int b = 0; b < 256; ++b) {
+    char buf[8];
+    std::snprintf(buf, sizeof(buf), "<0x%02X>", b);
+    v.tokens.push_back(buf);
+    v.scores.push_back(0);
+    v.token_types.push_back(6);
+  }
+  v.bos_id = 1;
+  v.eos_id = 2;
+  v.unk_id = 0;
+  return v;
+}
+
+TEST(TokenizerSpm, ScoresPrefixAndByteFallback) {
+  auto t = tokenizer_from_vocab_spec(tiny_spm());
+  ASSERT_TRUE(t.ok()) << t.status().to_string();
+  using V = std::vector<int32_t>;
+  // "▁h" (score -4) merges before "hi" (score -6), then "▁hi" (-5).
+  EXPECT_EQ(t->encode("hi", true), (V{1, 7}));
+  const int32_t byte_base = 9;
+  EXPECT_EQ(t->encode("h\xC3\xA9", false), (V{6, byte_base + 0xC3, byte_base + 0xA9}));
+  EXPECT_EQ(t->decode(V{1, 7, 3, 6, byte_base + 0xC3, byte_base + 0xA9}, true), "hi  h\xC3\xA9");
+  // An invalid byte group decodes to one U+FFFD per byte.
+  EXPECT_EQ(t->decode(V{6, byte_base + 0xC3, byte_base + 0x41}, false), "h\xEF\xBF\xBD\xEF\xBF\xBD");
+  EXPECT_EQ(t->decode(V{3, 6}, false), " h");  // one leading space stripped, the other kept
+  EXPECT_TRUE(t->is_byte_fallback_token(byte_base + 0x41));
+  EXPECT_FALSE(t->is_byte_fallback_token(6));
+}
+
+TEST(TokenizerLoader, RejectsUnsupportedModels) {
+  auto t = tokenizer_from_hf_json(R"({"model": {"type": "WordPiece", "vocab": {}}})", "");
+  EXPECT_FALSE(t.ok());
+  EXPECT_EQ(t.status().code(), StatusCode::kUnimplemented);
+  auto bad = tokenizer_from_hf_json("{", "");
+  EXPECT_FALSE(bad.ok());
+}
+
+TEST(TokenizerEncode, InvalidUtf8IsReplacedNotFatal) {
+  auto t = tokenizer_from_vocab_spec(tiny_spm());
+  ASSERT_TRUE(t.ok());
+  auto ids = t->encode("h\xFF", false);
+  EXPECT_EQ(t->decode(ids, false), "h\xEF\xBF\xBD");
+}
+
+}  // namespace
+}  // namespace kvasir
