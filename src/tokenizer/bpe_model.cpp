@@ -41,7 +41,8 @@ StatusOr<BpeModel> BpeModel::from_merges(TokenMap vocab,
     m.has_id_[id] = true;
   }
   const size_t prefix_len = m.options_.continuing_subword_prefix.size();
-  m.merges_.reserve(merges.size());
+  std::vector<std::pair<uint64_t, Merge>> entries;
+  entries.reserve(merges.size());
   for (size_t rank = 0; rank < merges.size(); ++rank) {
     const auto& [a, b] = merges[rank];
     int32_t a_id = m.token_to_id(a);
@@ -56,9 +57,9 @@ StatusOr<BpeModel> BpeModel::from_merges(TokenMap vocab,
     if (a_id < 0 || b_id < 0 || new_id < 0) {
       return invalid_argument("BPE merge '" + a + " " + b + "' uses a token outside the vocabulary");
     }
-    // The first (best-ranked) occurrence of a pair wins, as in HF.
-    m.merges_.emplace(pair_key(a_id, b_id), Merge{static_cast<int32_t>(rank), new_id});
+    entries.emplace_back(pair_key(a_id, b_id), Merge{static_cast<int32_t>(rank), new_id});
   }
+  m.merges_.build(entries);
   m.build_lookup_tables();
   return m;
 }
@@ -112,11 +113,13 @@ StatusOr<BpeModel> BpeModel::from_scores(const std::vector<std::string>& tokens,
     if (x.left_chars != y.left_chars) return x.left_chars > y.left_chars;
     return x.right_chars > y.right_chars;
   });
-  m.merges_.reserve(all.size());
+  std::vector<std::pair<uint64_t, Merge>> entries;
+  entries.reserve(all.size());
   for (size_t rank = 0; rank < all.size(); ++rank) {
     const Candidate& c = all[rank];
-    m.merges_.emplace(pair_key(c.left, c.right), Merge{static_cast<int32_t>(rank), c.merged});
+    entries.emplace_back(pair_key(c.left, c.right), Merge{static_cast<int32_t>(rank), c.merged});
   }
+  m.merges_.build(entries);
   m.build_lookup_tables();
   return m;
 }
@@ -147,9 +150,28 @@ const std::string* BpeModel::id_to_token(int32_t id) const {
   return &id_to_token_[id];
 }
 
+void BpeModel::MergeTable::build(const std::vector<std::pair<uint64_t, Merge>>& entries) {
+  size_t cap = 16;
+  while (cap < entries.size() * 2) cap <<= 1;  // load factor <= 1/2 keeps probes short
+  slots_.assign(cap, Slot{});
+  mask_ = cap - 1;
+  size_ = 0;
+  for (const auto& [key, merge] : entries) {
+    for (size_t i = hash(key) & mask_;; i = (i + 1) & mask_) {
+      Slot& s = slots_[i];
+      if (s.key == key) break;  // a repeated pair: the first (best-ranked) one wins, as in HF
+      if (s.key == kEmpty) {
+        s.key = key;
+        s.merge = merge;
+        ++size_;
+        break;
+      }
+    }
+  }
+}
+
 const BpeModel::Merge* BpeModel::find_merge(int32_t a, int32_t b) const {
-  auto it = merges_.find(pair_key(a, b));
-  return it == merges_.end() ? nullptr : &it->second;
+  return merges_.find(pair_key(a, b));
 }
 
 void BpeModel::init_symbols(std::string_view word, BpeScratch* scratch) const {

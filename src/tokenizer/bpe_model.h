@@ -79,6 +79,37 @@ class BpeModel {
     int32_t rank;
     int32_t new_id;
   };
+  // Open-addressing map (pair key -> Merge): the merge lookup is the hottest line of encoding,
+  // and std::unordered_map's node chasing costs a cache miss per probe.
+  class MergeTable {
+   public:
+    void build(const std::vector<std::pair<uint64_t, Merge>>& entries);
+    const Merge* find(uint64_t key) const {
+      if (slots_.empty()) return nullptr;
+      for (size_t i = hash(key) & mask_;; i = (i + 1) & mask_) {
+        const Slot& s = slots_[i];
+        if (s.key == key) return &s.merge;
+        if (s.key == kEmpty) return nullptr;
+      }
+    }
+    size_t size() const { return size_; }
+
+   private:
+    static constexpr uint64_t kEmpty = ~uint64_t{0};  // ids are non-negative: never a real key
+    struct Slot {
+      uint64_t key = kEmpty;
+      Merge merge{};
+    };
+    static size_t hash(uint64_t k) {
+      k ^= k >> 33;
+      k *= 0xff51afd7ed558ccdULL;
+      k ^= k >> 33;
+      return static_cast<size_t>(k);
+    }
+    std::vector<Slot> slots_;
+    size_t mask_ = 0;
+    size_t size_ = 0;
+  };
   static uint64_t pair_key(int32_t a, int32_t b) {
     return (static_cast<uint64_t>(static_cast<uint32_t>(a)) << 32) | static_cast<uint32_t>(b);
   }
@@ -91,7 +122,7 @@ class BpeModel {
   TokenMap token_to_id_;
   std::vector<std::string> id_to_token_;
   std::vector<bool> has_id_;
-  std::unordered_map<uint64_t, Merge> merges_;
+  MergeTable merges_;
   std::vector<int32_t> bmp_ids_;           // single-code-point tokens below U+10000
   std::vector<int32_t> byte_fallback_ids_;  // <0xNN> ids, -1 when missing
   bool plain_chars_ = true;                 // no subword prefix / suffix decoration

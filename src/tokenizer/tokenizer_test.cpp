@@ -2,6 +2,10 @@
 // lossy UTF-8, split behaviours, BPE merge order, added-token flags, decoders, post-processors.
 #include <gtest/gtest.h>
 
+#include <climits>
+#include <random>
+#include <thread>
+
 #include "tokenizer/hf_loader.h"
 #include "tokenizer/pre_tokenizers.h"
 #include "tokenizer/tokenizer.h"
@@ -158,6 +162,47 @@ TEST(TokenizerEncode, InvalidUtf8IsReplacedNotFatal) {
   ASSERT_TRUE(t.ok());
   auto ids = t->encode("h\xFF", false);
   EXPECT_EQ(t->decode(ids, false), "h\xEF\xBF\xBD");
+}
+
+TEST(TokenizerRobustness, RandomBytesAndBadIdsNeverCrash) {
+  auto spm = tokenizer_from_vocab_spec(tiny_spm());
+  auto bl = tokenizer_from_hf_json(kTinyByteLevel, "");
+  ASSERT_TRUE(spm.ok() && bl.ok());
+  std::mt19937 rng(7);
+  for (int trial = 0; trial < 2000; ++trial) {
+    std::string s(rng() % 24, '\0');
+    for (char& c : s) c = static_cast<char>(rng() % 4 == 0 ? 'h' : rng() % 256);
+    const std::string clean = tok::utf8_lossy(s);
+    auto ids = spm->encode(s, trial % 2 == 0);
+    if (clean.find("\xE2\x96\x81") == std::string::npos) {  // U+2581 itself decodes to a space
+      EXPECT_EQ(spm->decode(ids, true), clean);
+    }
+    bl->encode(s, true);  // the tiny byte-level vocabulary lacks most bytes: only must not crash
+  }
+  const std::vector<int32_t> bad = {-1, 999999, INT32_MAX, INT32_MIN, 3};
+  EXPECT_EQ(spm->decode(bad, false), "");  // "▁" alone is the start-of-text space: stripped
+  EXPECT_FALSE(spm->id_to_token(-5).has_value());
+  EXPECT_FALSE(spm->is_special(INT32_MAX));
+}
+
+TEST(TokenizerThreads, ConcurrentEncodesAgree) {
+  auto t = tokenizer_from_vocab_spec(tiny_spm());
+  ASSERT_TRUE(t.ok());
+  std::vector<std::string> texts;
+  for (int i = 0; i < 64; ++i) texts.push_back(std::string(i, 'h') + " hi\xC3\xA9 <s>" + std::to_string(i));
+  std::vector<std::vector<int32_t>> want;
+  for (const auto& s : texts) want.push_back(t->encode(s, true));
+  std::vector<int> mismatches(4, 0);
+  std::vector<std::thread> threads;
+  for (int k = 0; k < 4; ++k) {
+    threads.emplace_back([&, k] {
+      for (int rep = 0; rep < 50; ++rep) {
+        for (size_t i = 0; i < texts.size(); ++i) mismatches[k] += t->encode(texts[i], true) != want[i];
+      }
+    });
+  }
+  for (auto& th : threads) th.join();
+  for (int m : mismatches) EXPECT_EQ(m, 0);
 }
 
 }  // namespace

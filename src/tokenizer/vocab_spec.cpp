@@ -68,6 +68,12 @@ bool respell_space_run(std::string* token) {
   return true;
 }
 
+// Llama-3-style vocabularies skip merging for words that are whole tokens (HF ignore_merges).
+bool llama3_family(const std::string& pre) {
+  return is_one_of(pre, {"llama3", "llama-v3", "llama-bpe", "falcon3", "falcon-h1", "pixtral", "midm-2.0",
+                         "lfm2", "tekken"});
+}
+
 Status build_gpt2(const VocabSpec& spec, TokenizerParts* parts) {
   tok::TokenMap vocab;
   vocab.reserve(spec.tokens.size());
@@ -81,6 +87,7 @@ Status build_gpt2(const VocabSpec& spec, TokenizerParts* parts) {
   }
   tok::BpeOptions opts;
   opts.unk_id = -1;  // byte-level vocabularies cover every byte
+  opts.ignore_merges = llama3_family(spec.pre);
   KVASIR_ASSIGN_OR_RETURN(parts->model, tok::BpeModel::from_merges(std::move(vocab), merges, opts));
   KVASIR_ASSIGN_OR_RETURN(std::vector<std::string> regexes, bpe_pre_tokenizer_regexes(spec.pre));
   for (const std::string& r : regexes) {
@@ -169,6 +176,7 @@ StatusOr<Tokenizer> tokenizer_from_vocab_spec(const VocabSpec& spec) {
   bool default_add_bos = false;
   std::vector<std::string> tokens = spec.tokens;
   if (spec.model == "gpt2") {
+    default_add_bos = llama3_family(spec.pre) && spec.pre != "tekken";
     KVASIR_RETURN_IF_ERROR(build_gpt2(spec, &parts));
   } else if (spec.model == "llama") {
     default_add_bos = true;
