@@ -1,0 +1,575 @@
+#include "chat/jinja_value.h"
+
+#include <algorithm>
+#include <cmath>
+#include <cstdio>
+
+#include "chat/jinja_pystr.h"
+#include "common/check.h"
+
+namespace kvasir::jinja {
+
+Status type_error(std::string msg) { return invalid_argument(std::move(msg)); }
+
+Value Value::undefined(std::string message) {
+  Value v;
+  v.p_ = std::make_shared<std::string>(std::move(message));
+  return v;
+}
+Value Value::none() {
+  Value v;
+  v.kind_ = Kind::kNone;
+  return v;
+}
+Value Value::boolean(bool b) {
+  Value v;
+  v.kind_ = Kind::kBool;
+  v.b_ = b;
+  return v;
+}
+Value Value::integer(int64_t i) {
+  Value v;
+  v.kind_ = Kind::kInt;
+  v.i_ = i;
+  return v;
+}
+Value Value::real(double d) {
+  Value v;
+  v.kind_ = Kind::kFloat;
+  v.d_ = d;
+  return v;
+}
+Value Value::string(std::string s) {
+  Value v;
+  v.kind_ = Kind::kString;
+  v.p_ = std::make_shared<std::string>(std::move(s));
+  return v;
+}
+void Value::set_children(const ValueList& items) {
+  int d = 0;
+  for (const Value& c : items) {
+    d = std::max(d, static_cast<int>(c.depth_));
+    has_ns_ = has_ns_ || c.has_ns_;
+  }
+  depth_ = static_cast<uint16_t>(std::min(d + 1, 65535));
+}
+Value Value::list(ValueList items) {
+  Value v;
+  v.kind_ = Kind::kList;
+  v.set_children(items);
+  v.p_ = std::make_shared<ValueList>(std::move(items));
+  return v;
+}
+Value Value::tuple(ValueList items) {
+  Value v = list(std::move(items));
+  v.kind_ = Kind::kTuple;
+  return v;
+}
+Value Value::dict(DictData d) {
+  Value v;
+  v.kind_ = Kind::kDict;
+  int depth = 0;
+  for (const auto& [k, x] : d.entries) {
+    depth = std::max({depth, static_cast<int>(k.depth_), static_cast<int>(x.depth_)});
+    v.has_ns_ = v.has_ns_ || k.has_ns_ || x.has_ns_;
+  }
+  v.depth_ = static_cast<uint16_t>(std::min(depth + 1, 65535));
+  v.p_ = std::make_shared<DictData>(std::move(d));
+  return v;
+}
+Value Value::iterator(ValueList items, std::string repr) {
+  Value v;
+  v.kind_ = Kind::kIterator;
+  v.set_children(items);
+  auto it = std::make_shared<IteratorData>();
+  it->items = std::move(items);
+  it->repr = std::move(repr);
+  v.p_ = std::move(it);
+  return v;
+}
+Value Value::ns(NamespaceData n) {
+  Value v;
+  v.kind_ = Kind::kNamespace;
+  v.has_ns_ = true;
+  v.depth_ = 1;
+  v.p_ = std::make_shared<NamespaceData>(std::move(n));
+  return v;
+}
+Value Value::callable(std::shared_ptr<Callable> c) {
+  Value v;
+  v.kind_ = Kind::kCallable;
+  v.has_ns_ = true;  // a macro reaches scopes that may hold namespaces
+  v.p_ = std::move(c);
+  return v;
+}
+Value Value::loop(std::shared_ptr<LoopData> l) {
+  Value v;
+  v.kind_ = Kind::kLoop;
+  v.depth_ = 1;
+  for (const Value& c : *l->items) {
+    v.depth_ = static_cast<uint16_t>(std::max<int>(v.depth_, c.depth_ + 1));
+    v.has_ns_ = v.has_ns_ || c.has_ns_;
+  }
+  v.p_ = std::move(l);
+  return v;
+}
+
+const std::string& Value::as_string() const {
+  static const std::string kEmpty;
+  if (kind_ != Kind::kString && kind_ != Kind::kUndefined) return kEmpty;
+  if (!p_) return kEmpty;
+  return *static_cast<const std::string*>(p_.get());
+}
+const ValueList& Value::as_list() const {
+  KVASIR_CHECK(kind_ == Kind::kList || kind_ == Kind::kTuple);
+  return *static_cast<const ValueList*>(p_.get());
+}
+const DictData& Value::as_dict() const {
+  KVASIR_CHECK(kind_ == Kind::kDict);
+  return *static_cast<const DictData*>(p_.get());
+}
+IteratorData& Value::as_iterator() const {
+  KVASIR_CHECK(kind_ == Kind::kIterator);
+  return *static_cast<IteratorData*>(p_.get());
+}
+NamespaceData& Value::as_namespace() const {
+  KVASIR_CHECK(kind_ == Kind::kNamespace);
+  return *static_cast<NamespaceData*>(p_.get());
+}
+Callable& Value::as_callable() const {
+  KVASIR_CHECK(kind_ == Kind::kCallable);
+  return *static_cast<Callable*>(p_.get());
+}
+LoopData& Value::as_loop() const {
+  KVASIR_CHECK(kind_ == Kind::kLoop);
+  return *static_cast<LoopData*>(p_.get());
+}
+
+bool hashable(const Value& v) {
+  switch (v.kind()) {
+    case Kind::kList: case Kind::kDict: case Kind::kNamespace:
+      return false;
+    case Kind::kTuple:
+      for (const Value& x : v.as_list()) {
+        if (!hashable(x)) return false;
+      }
+      return true;
+    default:
+      return true;
+  }
+}
+
+const Value* DictData::find(std::string_view key) const {
+  auto it = str_index.find(std::string(key));
+  return it == str_index.end() ? nullptr : &entries[it->second].second;
+}
+
+const Value* DictData::find(const Value& key) const {
+  if (key.is_string()) return find(std::string_view(key.as_string()));
+  for (const auto& [k, v] : entries) {
+    if (!k.is_string() && equal(k, key)) return &v;
+  }
+  return nullptr;
+}
+
+Status DictData::insert(Value key, Value value) {
+  if (!hashable(key)) return type_error(std::string("unhashable type: '") + type_name(key) + "'");
+  if (key.is_string()) {
+    auto [it, fresh] = str_index.emplace(key.as_string(), entries.size());
+    if (!fresh) {
+      entries[it->second].second = std::move(value);
+      return Status();
+    }
+  } else {
+    for (auto& [k, v] : entries) {
+      if (!k.is_string() && equal(k, key)) {
+        v = std::move(value);
+        return Status();
+      }
+    }
+  }
+  entries.emplace_back(std::move(key), std::move(value));
+  return Status();
+}
+
+const Value* NamespaceData::find(std::string_view name) const {
+  for (const auto& [k, v] : attrs) {
+    if (k == name) return &v;
+  }
+  return nullptr;
+}
+
+void NamespaceData::set(const std::string& name, Value v) {
+  for (auto& [k, x] : attrs) {
+    if (k == name) {
+      x = std::move(v);
+      return;
+    }
+  }
+  attrs.emplace_back(name, std::move(v));
+}
+
+bool truthy(const Value& v) {
+  switch (v.kind()) {
+    case Kind::kUndefined: case Kind::kNone: return false;
+    case Kind::kBool: return v.as_bool();
+    case Kind::kInt: return v.as_int() != 0;
+    case Kind::kFloat: return v.as_float() != 0;
+    case Kind::kString: return !v.as_string().empty();
+    case Kind::kList: case Kind::kTuple: return !v.as_list().empty();
+    case Kind::kDict: return v.as_dict().size() != 0;
+    default: return true;
+  }
+}
+
+const char* type_name(const Value& v) {
+  switch (v.kind()) {
+    case Kind::kUndefined: return "Undefined";
+    case Kind::kNone: return "NoneType";
+    case Kind::kBool: return "bool";
+    case Kind::kInt: return "int";
+    case Kind::kFloat: return "float";
+    case Kind::kString: return "str";
+    case Kind::kList: return "list";
+    case Kind::kTuple: return "tuple";
+    case Kind::kDict: return "dict";
+    case Kind::kIterator: return "generator";
+    case Kind::kNamespace: return "TemplateNamespace";
+    case Kind::kCallable: return "function";
+    case Kind::kLoop: return "LoopContext";
+  }
+  return "object";
+}
+
+std::string object_type_repr(const Value& v) {
+  if (v.is_none()) return "None";
+  return std::string(type_name(v)) + " object";
+}
+
+static void repr_to(const Value& v, std::string& out);
+
+std::string to_str(const Value& v) {
+  switch (v.kind()) {
+    case Kind::kUndefined: return "";
+    case Kind::kString: return v.as_string();
+    default: return repr(v);
+  }
+}
+
+static void repr_to(const Value& v, std::string& out) {
+  switch (v.kind()) {
+    case Kind::kUndefined: out += "Undefined"; return;
+    case Kind::kNone: out += "None"; return;
+    case Kind::kBool: out += v.as_bool() ? "True" : "False"; return;
+    case Kind::kInt: out += std::to_string(v.as_int()); return;
+    case Kind::kFloat: out += py::float_repr(v.as_float()); return;
+    case Kind::kString: out += py::repr(v.as_string()); return;
+    case Kind::kList: case Kind::kTuple: {
+      const ValueList& items = v.as_list();
+      bool tup = v.kind() == Kind::kTuple;
+      out += tup ? '(' : '[';
+      for (size_t i = 0; i < items.size(); ++i) {
+        if (i) out += ", ";
+        repr_to(items[i], out);
+      }
+      if (tup && items.size() == 1) out += ',';
+      out += tup ? ')' : ']';
+      return;
+    }
+    case Kind::kDict: {
+      out += '{';
+      bool first = true;
+      for (const auto& [k, x] : v.as_dict().entries) {
+        if (!first) out += ", ";
+        first = false;
+        repr_to(k, out);
+        out += ": ";
+        repr_to(x, out);
+      }
+      out += '}';
+      return;
+    }
+    case Kind::kIterator: out += v.as_iterator().repr; return;
+    case Kind::kNamespace: {
+      out += "<Namespace {";
+      bool first = true;
+      for (const auto& [k, x] : v.as_namespace().attrs) {
+        if (!first) out += ", ";
+        first = false;
+        out += py::repr(k);
+        out += ": ";
+        repr_to(x, out);
+      }
+      out += "}>";
+      return;
+    }
+    case Kind::kCallable: out += v.as_callable().repr(); return;
+    case Kind::kLoop: {
+      const LoopData& l = v.as_loop();
+      out += "<LoopContext " + std::to_string(l.index0 + 1) + "/" + std::to_string(l.items->size()) + ">";
+      return;
+    }
+  }
+}
+
+std::string repr(const Value& v) {
+  std::string out;
+  repr_to(v, out);
+  return out;
+}
+
+bool equal(const Value& a, const Value& b) {
+  if (a.is_number() && b.is_number()) {
+    if (a.kind() == Kind::kFloat || b.kind() == Kind::kFloat) return a.as_float() == b.as_float();
+    return a.as_int() == b.as_int();
+  }
+  if (a.kind() != b.kind()) return false;
+  switch (a.kind()) {
+    case Kind::kUndefined: case Kind::kNone: return true;
+    case Kind::kString: return a.as_string() == b.as_string();
+    case Kind::kList: case Kind::kTuple: {
+      const ValueList& x = a.as_list();
+      const ValueList& y = b.as_list();
+      if (x.size() != y.size()) return false;
+      for (size_t i = 0; i < x.size(); ++i) {
+        if (!equal(x[i], y[i])) return false;
+      }
+      return true;
+    }
+    case Kind::kDict: {
+      const DictData& x = a.as_dict();
+      const DictData& y = b.as_dict();
+      if (x.size() != y.size()) return false;
+      for (const auto& [k, v] : x.entries) {
+        const Value* w = y.find(k);
+        if (!w || !equal(v, *w)) return false;
+      }
+      return true;
+    }
+    case Kind::kIterator: return &a.as_iterator() == &b.as_iterator();
+    case Kind::kNamespace: return &a.as_namespace() == &b.as_namespace();
+    case Kind::kCallable: return &a.as_callable() == &b.as_callable();
+    case Kind::kLoop: return &a.as_loop() == &b.as_loop();
+    default: return false;
+  }
+}
+
+StatusOr<int> compare(const Value& a, const Value& b, const char* op) {
+  if (a.is_undefined()) return invalid_argument(a.as_string());
+  if (b.is_undefined()) return invalid_argument(b.as_string());
+  if (a.is_number() && b.is_number()) {
+    if (a.kind() == Kind::kFloat || b.kind() == Kind::kFloat) {
+      double x = a.as_float(), y = b.as_float();
+      return x < y ? -1 : (x > y ? 1 : 0);  // NaN compares as equal-ish: every op false below
+    }
+    int64_t x = a.as_int(), y = b.as_int();
+    return x < y ? -1 : (x > y ? 1 : 0);
+  }
+  if (a.is_string() && b.is_string()) {
+    int c = a.as_string().compare(b.as_string());
+    return c < 0 ? -1 : (c > 0 ? 1 : 0);
+  }
+  if (a.is_sequence() && a.kind() == b.kind()) {
+    const ValueList& x = a.as_list();
+    const ValueList& y = b.as_list();
+    for (size_t i = 0; i < x.size() && i < y.size(); ++i) {
+      if (equal(x[i], y[i])) continue;
+      return compare(x[i], y[i], op);
+    }
+    return x.size() < y.size() ? -1 : (x.size() > y.size() ? 1 : 0);
+  }
+  return type_error(std::string("'") + op + "' not supported between instances of '" + type_name(a) + "' and '" +
+                    type_name(b) + "'");
+}
+
+StatusOr<ValueList> iterate(const Value& v) {
+  switch (v.kind()) {
+    case Kind::kUndefined: return ValueList{};
+    case Kind::kList: case Kind::kTuple: return v.as_list();
+    case Kind::kDict: {
+      ValueList keys;
+      keys.reserve(v.as_dict().size());
+      for (const auto& [k, x] : v.as_dict().entries) keys.push_back(k);
+      return keys;
+    }
+    case Kind::kString: {
+      ValueList chars;
+      const std::string& s = v.as_string();
+      for (size_t i = 0; i < s.size();) {
+        size_t b = i;
+        py::next_cp(s, &i);
+        chars.push_back(Value::string(s.substr(b, i - b)));
+      }
+      return chars;
+    }
+    case Kind::kIterator: {
+      IteratorData& it = v.as_iterator();
+      ValueList rest(it.items.begin() + static_cast<std::ptrdiff_t>(it.pos), it.items.end());
+      it.pos = it.items.size();
+      return rest;
+    }
+    default:
+      return type_error(std::string("'") + type_name(v) + "' object is not iterable");
+  }
+}
+
+StatusOr<int64_t> length(const Value& v) {
+  switch (v.kind()) {
+    case Kind::kUndefined: return 0;
+    case Kind::kString: return static_cast<int64_t>(py::cp_length(v.as_string()));
+    case Kind::kList: case Kind::kTuple: return static_cast<int64_t>(v.as_list().size());
+    case Kind::kDict: return static_cast<int64_t>(v.as_dict().size());
+    default:
+      return type_error(std::string("object of type '") + type_name(v) + "' has no len()");
+  }
+}
+
+StatusOr<Value> from_json(const Json& j, int max_depth) {
+  if (max_depth < 0) return out_of_range("input JSON is nested too deeply for the template engine");
+  switch (j.type()) {
+    case Json::Type::kNull: return Value::none();
+    case Json::Type::kBool: return Value::boolean(j.as_bool());
+    case Json::Type::kInt: return Value::integer(j.as_int());
+    case Json::Type::kDouble: return Value::real(j.as_double());
+    case Json::Type::kString: return Value::string(j.as_string());
+    case Json::Type::kArray: {
+      ValueList items;
+      items.reserve(j.as_array().size());
+      for (const Json& x : j.as_array()) {
+        KVASIR_ASSIGN_OR_RETURN(Value v, from_json(x, max_depth - 1));
+        items.push_back(std::move(v));
+      }
+      return Value::list(std::move(items));
+    }
+    case Json::Type::kObject: {
+      DictData d;
+      for (const auto& [k, x] : j.as_object()) {
+        KVASIR_ASSIGN_OR_RETURN(Value v, from_json(x, max_depth - 1));
+        KVASIR_RETURN_IF_ERROR(d.insert(Value::string(k), std::move(v)));
+      }
+      return Value::dict(std::move(d));
+    }
+  }
+  return Value::none();
+}
+
+namespace {
+
+void json_string(std::string& out, std::string_view s, bool ensure_ascii) {
+  out += '"';
+  char buf[16];
+  for (size_t i = 0; i < s.size();) {
+    size_t b = i;
+    uint32_t c = py::next_cp(s, &i);
+    switch (c) {
+      case '"': out += "\\\""; continue;
+      case '\\': out += "\\\\"; continue;
+      case '\n': out += "\\n"; continue;
+      case '\r': out += "\\r"; continue;
+      case '\t': out += "\\t"; continue;
+      case '\b': out += "\\b"; continue;
+      case '\f': out += "\\f"; continue;
+      default: break;
+    }
+    if (c < 0x20 || (ensure_ascii && c >= 0x7f)) {
+      if (c >= 0x10000) {
+        uint32_t v = c - 0x10000;
+        std::snprintf(buf, sizeof(buf), "\\u%04x\\u%04x", 0xd800 + (v >> 10), 0xdc00 + (v & 0x3ff));
+      } else {
+        std::snprintf(buf, sizeof(buf), "\\u%04x", c);
+      }
+      out += buf;
+    } else {
+      out.append(s.substr(b, i - b));
+    }
+  }
+  out += '"';
+}
+
+std::string float_json(double d) {
+  if (std::isnan(d)) return "NaN";
+  if (std::isinf(d)) return d > 0 ? "Infinity" : "-Infinity";
+  return py::float_repr(d);
+}
+
+Status dump(const Value& v, const JsonDumpOptions& o, int level, std::string& out) {
+  switch (v.kind()) {
+    case Kind::kNone: out += "null"; return Status();
+    case Kind::kBool: out += v.as_bool() ? "true" : "false"; return Status();
+    case Kind::kInt: out += std::to_string(v.as_int()); return Status();
+    case Kind::kFloat: out += float_json(v.as_float()); return Status();
+    case Kind::kString: json_string(out, v.as_string(), o.ensure_ascii); return Status();
+    case Kind::kList: case Kind::kTuple: case Kind::kDict: break;
+    default:
+      return type_error(std::string("Object of type ") + type_name(v) + " is not JSON serializable");
+  }
+  bool is_dict = v.kind() == Kind::kDict;
+  size_t n = is_dict ? v.as_dict().size() : v.as_list().size();
+  if (n == 0) {
+    out += is_dict ? "{}" : "[]";
+    return Status();
+  }
+  out += is_dict ? '{' : '[';
+  std::string nl;
+  if (o.has_indent) {
+    nl = "\n";
+    for (int i = 0; i <= level; ++i) nl += o.indent;
+    out += nl;
+  }
+  if (!is_dict) {
+    const ValueList& items = v.as_list();
+    for (size_t i = 0; i < items.size(); ++i) {
+      if (i) out += o.item_sep + nl;
+      KVASIR_RETURN_IF_ERROR(dump(items[i], o, level + 1, out));
+    }
+  } else {
+    std::vector<const std::pair<Value, Value>*> entries;
+    for (const auto& e : v.as_dict().entries) entries.push_back(&e);
+    if (o.sort_keys) {
+      Status err;
+      std::stable_sort(entries.begin(), entries.end(), [&](const auto* a, const auto* b) {
+        if (!err.ok()) return false;
+        auto c = compare(a->first, b->first, "<");
+        if (!c.ok()) {
+          err = c.status();
+          return false;
+        }
+        return *c < 0;
+      });
+      KVASIR_RETURN_IF_ERROR(err);
+    }
+    bool first = true;
+    for (const auto* e : entries) {
+      if (!first) out += o.item_sep + nl;
+      first = false;
+      const Value& k = e->first;
+      switch (k.kind()) {
+        case Kind::kString: json_string(out, k.as_string(), o.ensure_ascii); break;
+        case Kind::kFloat: json_string(out, float_json(k.as_float()), false); break;
+        case Kind::kBool: out += k.as_bool() ? "\"true\"" : "\"false\""; break;
+        case Kind::kNone: out += "\"null\""; break;
+        case Kind::kInt: out += "\"" + std::to_string(k.as_int()) + "\""; break;
+        default:
+          return type_error(std::string("keys must be str, int, float, bool or None, not ") + type_name(k));
+      }
+      out += o.key_sep;
+      KVASIR_RETURN_IF_ERROR(dump(e->second, o, level + 1, out));
+    }
+  }
+  if (o.has_indent) {
+    out += '\n';
+    for (int i = 0; i < level; ++i) out += o.indent;
+  }
+  out += is_dict ? '}' : ']';
+  return Status();
+}
+
+}  // namespace
+
+StatusOr<std::string> dump_json(const Value& v, const JsonDumpOptions& opts) {
+  std::string out;
+  KVASIR_RETURN_IF_ERROR(dump(v, opts, 0, out));
+  return out;
+}
+
+}  // namespace kvasir::jinja
