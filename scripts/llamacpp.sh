@@ -1,0 +1,111 @@
+#!/usr/bin/env bash
+# Builds a reference llama.cpp OUTSIDE the repo (CPU only) from the PyPI sdist of
+# llama-cpp-python (which vendors llama.cpp), and runs llama-bench for comparison.
+#
+# Usage:
+#   scripts/llamacpp.sh build                 # idempotent; skips when already built
+#   scripts/llamacpp.sh bench MODEL THREADS   # llama-bench -p 128 -n 128 -r 5 -o json
+#   scripts/llamacpp.sh path                  # prints the bin dir
+#
+# Env:
+#   KVASIR_LLAMACPP_DIR  root of the build (default ~/.cache/kvasir/llama.cpp)
+#   LLAMACPP_PY_VERSION  pin a llama-cpp-python version (default: latest sdist)
+#   JOBS                 parallel build jobs (default 2)
+set -euo pipefail
+
+ROOT="${KVASIR_LLAMACPP_DIR:-$HOME/.cache/kvasir/llama.cpp}"
+SRC="$ROOT/src"
+BUILD="$ROOT/build"
+BIN="$BUILD/bin"
+JOBS="${JOBS:-2}"
+TARGETS=(llama-bench llama-batched-bench llama-server llama-cli)
+
+log() { echo "[llamacpp.sh] $*" >&2; }
+
+built() {
+  local t
+  for t in "${TARGETS[@]}"; do
+    [[ -x "$BIN/$t" ]] || return 1
+  done
+  [[ -f "$ROOT/.built" ]]
+}
+
+fetch_source() {
+  if [[ -f "$SRC/CMakeLists.txt" ]]; then
+    return 0
+  fi
+  mkdir -p "$ROOT/dl"
+  local spec="llama-cpp-python"
+  if [[ -n "${LLAMACPP_PY_VERSION:-}" ]]; then
+    spec="llama-cpp-python==${LLAMACPP_PY_VERSION}"
+  fi
+  log "downloading sdist of $spec"
+  python3 -m pip download --no-binary :all: --no-deps -d "$ROOT/dl" "$spec" >&2
+  local tarball
+  tarball="$(ls -t "$ROOT"/dl/llama_cpp_python-*.tar.gz "$ROOT"/dl/llama-cpp-python-*.tar.gz 2>/dev/null | head -1 || true)"
+  if [[ -z "$tarball" ]]; then
+    log "error: no sdist tarball found in $ROOT/dl"
+    exit 1
+  fi
+  log "extracting vendor/llama.cpp from $(basename "$tarball")"
+  local tmp="$ROOT/extract"
+  rm -rf "$tmp" && mkdir -p "$tmp"
+  tar -xzf "$tarball" -C "$tmp"
+  local vendor
+  vendor="$(find "$tmp" -maxdepth 3 -type d -path '*/vendor/llama.cpp' | head -1)"
+  if [[ -z "$vendor" || ! -f "$vendor/CMakeLists.txt" ]]; then
+    log "error: vendor/llama.cpp not found in $tarball"
+    exit 1
+  fi
+  rm -rf "$SRC"
+  mv "$vendor" "$SRC"
+  basename "$tarball" > "$ROOT/SOURCE"
+  rm -rf "$tmp"
+}
+
+build() {
+  if built; then
+    log "already built: $BIN"
+    return 0
+  fi
+  fetch_source
+  local gen=()
+  if command -v ninja >/dev/null 2>&1; then gen=(-G Ninja); fi
+  log "configuring in $BUILD"
+  cmake -S "$SRC" -B "$BUILD" "${gen[@]}" \
+    -DCMAKE_BUILD_TYPE=Release \
+    -DGGML_NATIVE=ON \
+    -DGGML_CUDA=OFF -DGGML_METAL=OFF -DGGML_VULKAN=OFF -DGGML_OPENCL=OFF \
+    -DLLAMA_CURL=OFF \
+    -DLLAMA_BUILD_TESTS=OFF \
+    -DLLAMA_BUILD_EXAMPLES=ON \
+    -DLLAMA_BUILD_TOOLS=ON \
+    -DLLAMA_BUILD_SERVER=ON \
+    -DBUILD_SHARED_LIBS=OFF >&2
+  log "building ${TARGETS[*]} with -j$JOBS"
+  cmake --build "$BUILD" --config Release -j "$JOBS" --target "${TARGETS[@]}" >&2
+  touch "$ROOT/.built"
+  log "done: $BIN"
+}
+
+cmd="${1:-build}"
+case "$cmd" in
+  build)
+    build
+    ;;
+  path)
+    echo "$BIN"
+    ;;
+  bench)
+    if [[ $# -lt 3 ]]; then
+      echo "usage: $0 bench MODEL THREADS" >&2
+      exit 2
+    fi
+    build
+    "$BIN/llama-bench" -m "$2" -t "$3" -p 128 -n 128 -r 5 -o json
+    ;;
+  *)
+    echo "usage: $0 {build|bench MODEL THREADS|path}" >&2
+    exit 2
+    ;;
+esac
