@@ -1,0 +1,24 @@
+#!/usr/bin/env bash
+# The whole test suite, as CI runs it (.ci/run calls exactly this): installs what is missing,
+# fetches the models, converts them to HF directories, builds (CPU only, ccache), runs every C++
+# test through ctest and the server suite through pytest.
+set -euo pipefail
+root=$(cd "$(dirname "$0")/.." && pwd)
+cd "$root"
+export KVASIR_JOBS="${KVASIR_JOBS:-2}"
+
+bash scripts/setup.sh
+# Light converter deps (no torch): the HF-directory tests load the same weights as the GGUF ones.
+python3 -c "import gguf, safetensors, transformers, tokenizers" 2>/dev/null ||
+  python3 -m pip install -q numpy gguf safetensors transformers tokenizers sentencepiece protobuf
+for pair in "SmolLM2-135M-Instruct.Q4_1.gguf smollm2-hf" "gemma-3-270m-q4_k_m.gguf gemma3-hf"; do
+  set -- $pair
+  [ -f "models/$2/model.safetensors" ] || python3 scripts/convert_gguf_to_hf.py "models/$1" "models/$2"
+done
+
+KVASIR_BUILD_DIR="$root/build" bash scripts/build.sh -DKVASIR_CUDA=OFF
+ctest --test-dir build --output-on-failure -j1 --timeout 1800
+
+if [ -d tests/server ]; then
+  KVASIR_BIN="$root/build/tools/kvasir" python3 -m pytest -q tests/server
+fi

@@ -1,0 +1,255 @@
+// End-to-end engine behaviour on the real SmolLM2 model (CPU): continuous batching gives the same
+// greedy tokens as one request at a time, also when a tiny KV cache forces preemptions; seeded
+// sampling is independent of concurrency; prefix caching cuts computed prompt tokens >= 10x with
+// identical outputs; stop strings, n > 1, aborts and bad input behave.
+#include <gtest/gtest.h>
+
+#include <chrono>
+#include <cstdio>
+#include <thread>
+
+#include "api/loaded_model.h"
+#include "common/json.h"
+#include "common/mapped_file.h"
+#include "engine/engine.h"
+#include "golden.h"
+#include "kvasir/llm.h"
+
+namespace kvasir::testing {
+namespace {
+
+const char* kModel = "models/SmolLM2-135M-Instruct.Q4_1.gguf";
+
+// 32 varied prompts: the committed test prompts plus short variations of them.
+std::vector<std::string> varied_prompts() {
+  std::vector<std::string> out;
+  auto text = read_text_file(repo_path("tests/data/prompts/prompts.json"));
+  if (text.ok()) {
+    auto j = parse_json(*text);
+    if (j.ok()) {
+      for (const Json& p : j->find("prompts")->as_array()) {
+        std::string t = p.get_string("text");
+        if (t.empty() || t.size() > 1500) continue;  // long ones are covered by the golden test
+        out.push_back(t);
+      }
+    }
+  }
+  const char* extra[] = {"Once upon a time", "def fibonacci(n):", "The three primary colors are",
+                         "Translate to French: good morning", "1, 2, 3, 5, 8,", "Q: What is 2+2?\nA:",
+                         "import numpy as np\n", "Dear Sir or Madam,", "The mitochondria is",
+                         "Roses are red,", "SELECT * FROM", "In 1492,", "Water boils at", "<html>",
+                         "The quick brown fox", "Ein kleiner Test:"};
+  for (const char* e : extra) out.push_back(e);
+  out.resize(32, "Hello");
+  return out;
+}
+
+class EngineE2ETest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    if (!file_exists(repo_path(kModel))) GTEST_SKIP() << "model missing: run scripts/setup.sh";
+  }
+  static EngineArgs args(int max_num_seqs, int64_t kv_bytes, bool prefix_caching = true) {
+    EngineArgs ea;
+    ea.model = repo_path(kModel);
+    ea.max_num_seqs = max_num_seqs;
+    ea.max_num_batched_tokens = 512;
+    ea.kv_cache_memory = kv_bytes;
+    ea.enable_prefix_caching = prefix_caching;
+    return ea;
+  }
+  static std::vector<std::vector<int32_t>> run(LLM& llm, const std::vector<PromptInput>& prompts, const SamplingParams& sp) {
+    auto res = llm.generate(prompts, sp);
+    EXPECT_TRUE(res.ok());
+    std::vector<std::vector<int32_t>> out;
+    for (const auto& r : *res) {
+      EXPECT_TRUE(r.error.empty()) << r.error;
+      out.push_back(r.outputs[0].token_ids);
+    }
+    return out;
+  }
+};
+
+std::vector<PromptInput> to_inputs(const std::vector<std::string>& texts) {
+  std::vector<PromptInput> v;
+  for (const auto& t : texts) v.push_back(PromptInput{t, {}, std::nullopt});
+  return v;
+}
+
+TEST_F(EngineE2ETest, BatchedGreedyEqualsOneAtATimeAlsoUnderPreemption) {
+  const auto prompts = to_inputs(varied_prompts());
+  SamplingParams sp;
+  sp.temperature = 0;
+  sp.max_tokens = 24;
+  sp.ignore_eos = true;
+
+  auto solo = LLM::create(args(1, int64_t{256} << 20));
+  ASSERT_TRUE(solo.ok()) << solo.status().to_string();
+  std::vector<std::vector<int32_t>> expected;
+  for (const auto& p : prompts) expected.push_back(run(**solo, {p}, sp)[0]);
+  solo->reset();
+
+  auto batched = LLM::create(args(32, int64_t{256} << 20));
+  ASSERT_TRUE(batched.ok());
+  EXPECT_EQ(run(**batched, prompts, sp), expected);
+  EXPECT_EQ((*batched)->engine().metrics().num_preemptions.load(), 0);
+  batched->reset();
+
+  // About 12 blocks of 16 tokens per request are needed at the end; give the pool far less than
+  // 32 requests' worth so the scheduler must preempt and recompute.
+  LoadOptions lo;
+  auto probe = load_tokenizer_only(repo_path(kModel));
+  ASSERT_TRUE(probe.ok());
+  const ModelConfig& c = (*probe)->config;
+  const int64_t block_bytes = 16 * 2 * c.num_layers * c.num_kv_heads * c.head_dim * 4;
+  auto tight = LLM::create(args(32, block_bytes * 96));
+  ASSERT_TRUE(tight.ok());
+  EXPECT_EQ(run(**tight, prompts, sp), expected);
+  const int64_t preemptions = (*tight)->engine().metrics().num_preemptions.load();
+  std::printf("[ metrics ] preemptions with a 96-block KV cache: %lld\n", static_cast<long long>(preemptions));
+  EXPECT_GT(preemptions, 0);
+}
+
+TEST_F(EngineE2ETest, SeededSamplingIsIndependentOfConcurrency) {
+  auto texts = varied_prompts();
+  std::vector<PromptInput> prompts;
+  for (size_t i = 0; i < texts.size(); ++i) {
+    SamplingParams sp;
+    sp.temperature = 1.0f;
+    sp.top_p = 0.95f;
+    sp.max_tokens = 16;
+    sp.seed = 1000 + i;
+    prompts.push_back(PromptInput{texts[i], {}, sp});
+  }
+  SamplingParams unused;
+  auto one = LLM::create(args(1, int64_t{256} << 20));
+  ASSERT_TRUE(one.ok());
+  std::vector<std::vector<int32_t>> alone;
+  for (const auto& p : prompts) alone.push_back(run(**one, {p}, unused)[0]);
+  one->reset();
+  auto many = LLM::create(args(32, int64_t{256} << 20));
+  ASSERT_TRUE(many.ok());
+  EXPECT_EQ(run(**many, prompts, unused), alone);
+}
+
+TEST_F(EngineE2ETest, PrefixCachingComputesTenTimesFewerPromptTokens) {
+  // A ~1,000-token shared prefix, then a distinct question per request.
+  std::string prefix = "You are a helpful assistant. Here is the reference document:\n";
+  for (int i = 0; prefix.size() < 4200; ++i) {
+    prefix += "Section " + std::to_string(i) + ": the quick brown fox jumps over the lazy dog while the "
+              "engine schedules tokens in blocks of sixteen. ";
+  }
+  std::vector<PromptInput> prompts;
+  for (int i = 0; i < 50; ++i) prompts.push_back(PromptInput{prefix + "\nQuestion " + std::to_string(i) + ": summarize.", {}, std::nullopt});
+  SamplingParams sp;
+  sp.temperature = 0;
+  sp.max_tokens = 4;
+  sp.ignore_eos = true;
+
+  auto cached = LLM::create(args(16, int64_t{512} << 20, true));
+  ASSERT_TRUE(cached.ok());
+  auto res = (*cached)->generate(prompts, sp);
+  ASSERT_TRUE(res.ok());
+  int64_t prompt_tokens = 0;
+  for (const auto& r : *res) prompt_tokens += static_cast<int64_t>(r.prompt_token_ids.size());
+  const auto& m = (*cached)->engine().metrics();
+  const int64_t computed = prompt_tokens - m.prefix_cache_hits.load();
+  std::printf("[ metrics ] prefix caching: %lld prompt tokens, %lld computed (%.1fx fewer), %lld queried\n",
+              static_cast<long long>(prompt_tokens), static_cast<long long>(computed),
+              static_cast<double>(prompt_tokens) / static_cast<double>(computed),
+              static_cast<long long>(m.prefix_cache_queries.load()));
+  EXPECT_GE(prompt_tokens, 50 * 1000);
+  EXPECT_LE(computed * 10, prompt_tokens);
+
+  // The same outputs without caching (a sample of the requests keeps the test fast).
+  auto uncached = LLM::create(args(16, int64_t{512} << 20, false));
+  ASSERT_TRUE(uncached.ok());
+  std::vector<PromptInput> sample = {prompts[0], prompts[17], prompts[49]};
+  auto ref = run(**uncached, sample, sp);
+  EXPECT_EQ(ref[0], (*res)[0].outputs[0].token_ids);
+  EXPECT_EQ(ref[1], (*res)[17].outputs[0].token_ids);
+  EXPECT_EQ(ref[2], (*res)[49].outputs[0].token_ids);
+  EXPECT_EQ((*uncached)->engine().metrics().prefix_cache_hits.load(), 0);
+}
+
+TEST_F(EngineE2ETest, StopStringsNAndLogprobs) {
+  auto llm = LLM::create(args(8, int64_t{128} << 20));
+  ASSERT_TRUE(llm.ok());
+  SamplingParams sp;
+  sp.temperature = 0;
+  sp.max_tokens = 40;
+  auto base = (*llm)->generate({PromptInput{"The capital of France is", {}, std::nullopt}}, sp);
+  ASSERT_TRUE(base.ok());
+  const std::string full = (*base)[0].outputs[0].text;
+  ASSERT_GE(full.size(), 8u);
+  // Stop on a substring from the middle of the greedy text.
+  const std::string stop = full.substr(full.size() / 2, 3);
+  sp.stop = {stop};
+  auto cut = (*llm)->generate({PromptInput{"The capital of France is", {}, std::nullopt}}, sp);
+  ASSERT_TRUE(cut.ok());
+  const auto& c = (*cut)[0].outputs[0];
+  EXPECT_EQ(c.finish_reason, "stop");
+  EXPECT_EQ(c.text, full.substr(0, full.find(stop)));
+  ASSERT_TRUE(c.stop_reason_str.has_value());
+  sp.include_stop_str_in_output = true;
+  auto with = (*llm)->generate({PromptInput{"The capital of France is", {}, std::nullopt}}, sp);
+  EXPECT_EQ((*with)[0].outputs[0].text, full.substr(0, full.find(stop) + stop.size()));
+
+  SamplingParams many;
+  many.n = 3;
+  many.temperature = 1.0f;
+  many.seed = 7;
+  many.max_tokens = 8;
+  many.logprobs = 2;
+  auto nres = (*llm)->generate({PromptInput{"Tell me a story", {}, std::nullopt}}, many);
+  ASSERT_TRUE(nres.ok());
+  ASSERT_EQ((*nres)[0].outputs.size(), 3u);
+  for (const auto& o : (*nres)[0].outputs) {
+    EXPECT_EQ(o.token_ids.size(), 8u);
+    ASSERT_EQ(o.logprobs.size(), 8u);
+    for (size_t i = 0; i < o.logprobs.size(); ++i) {
+      EXPECT_EQ(o.logprobs[i].chosen.token_id, o.token_ids[i]);
+      EXPECT_LE(o.logprobs[i].chosen.logprob, 0.0f);
+      EXPECT_EQ(o.logprobs[i].top.size(), 2u);
+    }
+  }
+}
+
+TEST_F(EngineE2ETest, BadRequestsAreRejectedAndAbortFreesBlocks) {
+  auto llm = LLM::create(args(8, int64_t{128} << 20));
+  ASSERT_TRUE(llm.ok());
+  Engine& engine = (*llm)->engine();
+  SamplingParams sp;
+  sp.max_tokens = 4;
+  EXPECT_FALSE(engine.add_request("bad-token", {1, 2, 999999}, sp).ok());
+  EXPECT_FALSE(engine.add_request("empty", {}, sp).ok());
+  SamplingParams too_long = sp;
+  too_long.max_tokens = (*llm)->max_model_len();
+  EXPECT_FALSE(engine.add_request("too-long", {1, 2, 3}, too_long).ok());
+  SamplingParams bad = sp;
+  bad.temperature = -1;
+  EXPECT_FALSE(engine.add_request("bad-temp", {1, 2, 3}, bad).ok());
+
+  // A long generation aborted mid-way frees its blocks within a step.
+  SamplingParams lots;
+  lots.max_tokens = 2000;
+  lots.ignore_eos = true;
+  auto stream = engine.add_request("long", std::vector<int32_t>(200, 42), lots);
+  ASSERT_TRUE(stream.ok());
+  RequestOutput d;
+  ASSERT_TRUE((*stream)->next(&d));
+  engine.abort("long");
+  std::string reason;
+  while ((*stream)->next(&d)) {
+    if (d.finished) reason = d.finish_reason;
+  }
+  EXPECT_EQ(reason, "abort");
+  for (int i = 0; i < 100 && engine.metrics().kv_cache_usage.load() > 0; ++i) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(10));
+  }
+  EXPECT_EQ(engine.metrics().kv_cache_usage.load(), 0.0);
+  EXPECT_EQ(engine.metrics().num_requests_running.load(), 0);
+}
+
+}  // namespace
+}  // namespace kvasir::testing

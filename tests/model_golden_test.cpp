@@ -1,0 +1,172 @@
+// Accuracy of the CPU forward pass against HF transformers (float32, same dequantized weights):
+// logits at every position of the golden prompts, for SmolLM2 and Gemma 3, from the GGUF file and
+// from the converted HF directory; greedy continuations of the fast (8-bit activation) path; and
+// batch invariance (several sequences of mixed lengths in one forward == one at a time).
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <cstdio>
+
+#include "api/loaded_model.h"
+#include "golden.h"
+#include "kvasir/llm.h"
+#include "runner/contiguous_batch.h"
+
+namespace kvasir::testing {
+namespace {
+
+struct ModelCase {
+  const char* golden;
+  const char* path;  // relative to the repo
+};
+
+void PrintTo(const ModelCase& c, std::ostream* os) { *os << c.path; }
+
+class ModelGoldenTest : public ::testing::TestWithParam<ModelCase> {
+ protected:
+  void SetUp() override {
+    path_ = repo_path(GetParam().path);
+    if (!file_exists(path_)) GTEST_SKIP() << path_ << " missing: run scripts/setup.sh";
+    auto g = load_golden(GetParam().golden);
+    ASSERT_TRUE(g.ok()) << g.status().to_string();
+    golden_ = std::move(*g);
+  }
+  std::unique_ptr<LoadedModel> load(bool exact, int max_tokens, int max_logits) {
+    LoadOptions lo;
+    lo.exact_matmul = exact;
+    lo.model.max_num_tokens = max_tokens;
+    lo.model.max_num_logits = max_logits;
+    auto m = load_model(path_, lo);
+    EXPECT_TRUE(m.ok()) << m.status().to_string();
+    return m.ok() ? std::move(*m) : nullptr;
+  }
+  std::string path_;
+  Golden golden_;
+};
+
+TEST_P(ModelGoldenTest, ExactLogitsMatchTransformersAtEveryPosition) {
+  int longest = 0;
+  for (const auto& p : golden_.prompts) longest = std::max(longest, static_cast<int>(p.token_ids.size()));
+  constexpr int kChunk = 64;
+  auto m = load(/*exact=*/true, longest, kChunk);
+  ASSERT_TRUE(m);
+  ASSERT_EQ(m->config.vocab_size, golden_.vocab_size);
+  const size_t V = static_cast<size_t>(golden_.vocab_size);
+  std::vector<float> logits(kChunk * V);
+  double worst_l2 = 0;
+  int num_full_rows = 0, num_positions = 0, num_ties = 0;
+  for (const auto& p : golden_.prompts) {
+    const int n = static_cast<int>(p.token_ids.size());
+    ContiguousBatch cb(1, n, 16);
+    auto cache = m->model->allocate_kv_cache(cb.num_blocks_needed(), 16);
+    ASSERT_TRUE(cache.ok());
+    const ForwardBatch& fb = cb.build({p.token_ids});
+    ASSERT_TRUE(m->model->run_layers(fb, *cache).ok());
+    for (int b = 0; b < n; b += kChunk) {
+      const int rows = std::min(kChunk, n - b);
+      std::vector<int32_t> idx(static_cast<size_t>(rows));
+      for (int i = 0; i < rows; ++i) idx[static_cast<size_t>(i)] = b + i;
+      ASSERT_TRUE(m->model->compute_logits(idx.data(), rows, logits.data()).ok());
+      for (int i = 0; i < rows; ++i) {
+        const int pos = b + i;
+        const float* row = logits.data() + static_cast<size_t>(i) * V;
+        const int top = static_cast<int>(std::max_element(row, row + V) - row);
+        ++num_positions;
+        if (top != p.top1[static_cast<size_t>(pos)]) {
+          // Only an exact tie in the reference (margin ~ float rounding) may flip.
+          ++num_ties;
+          EXPECT_LT(p.margin[static_cast<size_t>(pos)], 1e-4) << p.id << " position " << pos << ": top-1 " << top
+                                                              << " vs reference " << p.top1[static_cast<size_t>(pos)];
+        }
+        auto it = std::find(p.logits_positions.begin(), p.logits_positions.end(), pos);
+        if (it != p.logits_positions.end()) {
+          const size_t k = static_cast<size_t>(it - p.logits_positions.begin());
+          const double e = rel_l2(row, p.logits.data() + k * V, V);
+          worst_l2 = std::max(worst_l2, e);
+          ++num_full_rows;
+          EXPECT_LT(e, 1e-3) << p.id << " position " << pos;
+        }
+      }
+    }
+  }
+  EXPECT_GE(num_full_rows, 10);
+  std::printf("[ metrics ] %s: %d positions, top-1 ties %d, %d full rows, worst relative L2 %.3g\n", GetParam().path,
+              num_positions, num_ties, num_full_rows, worst_l2);
+}
+
+TEST_P(ModelGoldenTest, FastPathGreedyContinuationsAgreeWithTransformers) {
+  EngineArgs ea;
+  ea.model = path_;
+  ea.kv_cache_memory = int64_t{512} << 20;
+  ea.max_num_seqs = 32;
+  auto llm = LLM::create(ea);
+  ASSERT_TRUE(llm.ok()) << llm.status().to_string();
+  std::vector<PromptInput> prompts;
+  for (const auto& p : golden_.prompts) prompts.push_back(PromptInput{"", p.token_ids, std::nullopt});
+  SamplingParams sp;
+  sp.temperature = 0;
+  sp.max_tokens = static_cast<int>(golden_.prompts[0].generated.size());
+  sp.ignore_eos = true;
+  auto res = (*llm)->generate(prompts, sp);
+  ASSERT_TRUE(res.ok());
+  int agree = 0;
+  for (size_t i = 0; i < prompts.size(); ++i) {
+    ASSERT_TRUE((*res)[i].error.empty()) << (*res)[i].error;
+    const auto& got = (*res)[i].outputs[0].token_ids;
+    if (got == golden_.prompts[i].generated) {
+      ++agree;
+    } else {
+      size_t first = 0;
+      while (first < got.size() && got[first] == golden_.prompts[i].generated[first]) ++first;
+      std::printf("[ info    ] %s: continuation of %s diverges at token %zu\n", GetParam().path,
+                  golden_.prompts[i].id.c_str(), first);
+    }
+  }
+  std::printf("[ metrics ] %s: fast path agrees on %d of %zu greedy continuations\n", GetParam().path, agree, prompts.size());
+  EXPECT_GE(agree * 20, static_cast<int>(prompts.size()) * 19);
+}
+
+TEST_P(ModelGoldenTest, MixedLengthBatchEqualsOneAtATime) {
+  const size_t num = std::min<size_t>(10, golden_.prompts.size());
+  int total = 0;
+  std::vector<std::vector<int32_t>> seqs;
+  for (size_t i = 0; i < num; ++i) {
+    seqs.push_back(golden_.prompts[i].token_ids);
+    total += static_cast<int>(seqs.back().size());
+  }
+  for (bool exact : {true, false}) {
+    auto m = load(exact, total, static_cast<int>(num));
+    ASSERT_TRUE(m);
+    const size_t V = static_cast<size_t>(m->config.vocab_size);
+    int longest = 0;
+    for (const auto& s : seqs) longest = std::max(longest, static_cast<int>(s.size()));
+    ContiguousBatch together(static_cast<int>(num), longest, 16);
+    auto cache = m->model->allocate_kv_cache(together.num_blocks_needed(), 16);
+    ASSERT_TRUE(cache.ok());
+    std::vector<float> batched(num * V), single(V);
+    ASSERT_TRUE(m->model->forward(together.build(seqs), *cache, batched.data()).ok());
+    double worst = 0;
+    for (size_t i = 0; i < num; ++i) {
+      ContiguousBatch alone(1, longest, 16);
+      ASSERT_TRUE(m->model->forward(alone.build({seqs[i]}), *cache, single.data()).ok());
+      worst = std::max(worst, rel_l2(batched.data() + i * V, single.data(), V));
+    }
+    std::printf("[ metrics ] %s (%s): batched vs single worst relative L2 %.3g\n", GetParam().path,
+                exact ? "exact" : "fast", worst);
+    EXPECT_LE(worst, 1e-5);
+  }
+}
+
+INSTANTIATE_TEST_SUITE_P(Models, ModelGoldenTest,
+                         ::testing::Values(ModelCase{"smollm2", "models/SmolLM2-135M-Instruct.Q4_1.gguf"},
+                                           ModelCase{"smollm2", "models/smollm2-hf"},
+                                           ModelCase{"gemma3", "models/gemma-3-270m-q4_k_m.gguf"},
+                                           ModelCase{"gemma3", "models/gemma3-hf"}),
+                         [](const auto& info) {
+                           std::string s = info.param.path;
+                           for (auto& c : s) c = std::isalnum(static_cast<unsigned char>(c)) ? c : '_';
+                           return s;
+                         });
+
+}  // namespace
+}  // namespace kvasir::testing
