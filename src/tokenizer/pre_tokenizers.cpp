@@ -10,8 +10,10 @@ namespace {
 // The regex HF's ByteLevel pre-tokenizer applies when use_regex is true (GPT-2's).
 constexpr std::string_view kGpt2Regex =
     R"('s|'t|'re|'ve|'m|'ll|'d| ?\p{L}+| ?\p{N}+| ?[^\s\p{L}\p{N}]+|\s+(?!\S)|\s+)";
-// HF Whitespace pre-tokenizer: keeps runs of word characters and runs of other non-space.
-constexpr std::string_view kWhitespaceRegex = R"(\w+|[^\w\s]+)";
+// HF Whitespace pre-tokenizer, `\w+|[^\w\s]+`, with `\w` spelled out as Rust's regex crate means
+// it (PCRE2's \w also takes every \p{N}, e.g. '½', which Rust's does not).
+constexpr std::string_view kWhitespaceRegex =
+    R"([\p{L}\p{M}\p{Nd}\p{Nl}\p{Pc}\x{200C}\x{200D}]+|[^\p{L}\p{M}\p{Nd}\p{Nl}\p{Pc}\x{200C}\x{200D}\s]+)";
 
 const Pattern& gpt2_pattern() {
   static const Pattern p = *Pattern::regex(kGpt2Regex);

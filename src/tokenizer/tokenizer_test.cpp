@@ -6,7 +6,9 @@
 #include <random>
 #include <thread>
 
+#include "common/json.h"
 #include "tokenizer/hf_loader.h"
+#include "tokenizer/normalizers.h"
 #include "tokenizer/pre_tokenizers.h"
 #include "tokenizer/tokenizer.h"
 #include "tokenizer/unicode_util.h"
@@ -162,6 +164,50 @@ TEST(TokenizerEncode, InvalidUtf8IsReplacedNotFatal) {
   ASSERT_TRUE(t.ok());
   auto ids = t->encode("h\xFF", false);
   EXPECT_EQ(t->decode(ids, false), "h\xEF\xBF\xBD");
+}
+
+// Expected values from HF `tokenizers` 0.23 (normalizers.X().normalize_str / pre_tokenize_str).
+TEST(TokenizerNormalizer, UnicodeFormsCaseAndStripMatchHuggingFace) {
+  const std::string s = "ﬁ① Ǆ e\u0301 İSTANBUL ΣΑΣ  \t x ";
+  auto norm = [&](const char* json) {
+    auto j = parse_json(json);
+    EXPECT_TRUE(j.ok());
+    auto n = tok::Normalizer::from_json(*j);
+    EXPECT_TRUE(n.ok());
+    return n->normalize(s);
+  };
+  EXPECT_EQ(norm(R"({"type": "NFC"})"), "ﬁ① Ǆ é İSTANBUL ΣΑΣ  \t x ");
+  EXPECT_EQ(norm(R"({"type": "NFD"})"), "ﬁ① Ǆ e\u0301 I\u0307STANBUL ΣΑΣ  \t x ");
+  EXPECT_EQ(norm(R"({"type": "NFKC"})"), "fi1 DŽ é İSTANBUL ΣΑΣ  \t x ");
+  EXPECT_EQ(norm(R"({"type": "NFKD"})"), "fi1 DZ\u030c e\u0301 I\u0307STANBUL ΣΑΣ  \t x ");
+  EXPECT_EQ(norm(R"({"type": "Lowercase"})"), "ﬁ① ǆ e\u0301 i\u0307stanbul σασ  \t x ");
+  EXPECT_EQ(norm(R"({"type": "Strip", "strip_left": true, "strip_right": true})"), "ﬁ① Ǆ e\u0301 İSTANBUL ΣΑΣ  \t x");
+  EXPECT_EQ(norm(R"({"type": "Sequence", "normalizers": [{"type": "Prepend", "prepend": "_"},
+                    {"type": "Replace", "pattern": {"Regex": "\\s+"}, "content": " "}]})"),
+            "_ﬁ① Ǆ e\u0301 İSTANBUL ΣΑΣ x ");
+}
+
+TEST(TokenizerPreTokenizer, DigitsPunctuationWhitespaceMatchHuggingFace) {
+  using V = std::vector<std::string>;
+  auto pre = [](const char* json) {
+    auto j = parse_json(json);
+    EXPECT_TRUE(j.ok());
+    auto p = tok::PreTokenizer::from_json(*j);
+    EXPECT_TRUE(p.ok());
+    std::vector<PreToken> words{{"Hey,  you... 123 4½x! ＡＢ", true}};
+    p->pre_tokenize(&words);
+    V out;
+    for (auto& w : words) out.push_back(w.text);
+    return out;
+  };
+  EXPECT_EQ(pre(R"({"type": "Digits", "individual_digits": true})"),
+            (V{"Hey,  you... ", "1", "2", "3", " ", "4", "½", "x! ＡＢ"}));
+  EXPECT_EQ(pre(R"({"type": "Digits", "individual_digits": false})"), (V{"Hey,  you... ", "123", " ", "4½", "x! ＡＢ"}));
+  EXPECT_EQ(pre(R"({"type": "Punctuation"})"), (V{"Hey", ",", "  you", ".", ".", ".", " 123 4½x", "!", " ＡＢ"}));
+  EXPECT_EQ(pre(R"({"type": "Punctuation", "behavior": "Contiguous"})"),
+            (V{"Hey", ",", "  you", "...", " 123 4½x", "!", " ＡＢ"}));
+  EXPECT_EQ(pre(R"({"type": "Whitespace"})"), (V{"Hey", ",", "you", "...", "123", "4", "½", "x", "!", "ＡＢ"}));
+  EXPECT_EQ(pre(R"({"type": "WhitespaceSplit"})"), (V{"Hey,", "you...", "123", "4½x!", "ＡＢ"}));
 }
 
 TEST(TokenizerRobustness, RandomBytesAndBadIdsNeverCrash) {
