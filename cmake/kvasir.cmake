@@ -36,3 +36,21 @@ function(kvasir_test name)
     set_tests_properties(${name} PROPERTIES LABELS "${ARG_LABELS}")
   endif()
 endfunction()
+
+# Fuzzing (clang only): every library gets coverage instrumentation and ASan+UBSan; each target
+# links libFuzzer's main. Configure with CC=clang CXX=clang++ -DKVASIR_FUZZ=ON (scripts/fuzz does).
+option(KVASIR_FUZZ "Build libFuzzer targets (needs clang)" OFF)
+if(KVASIR_FUZZ)
+  add_compile_options(-fsanitize=fuzzer-no-link,address,undefined -fno-omit-frame-pointer -g)
+  add_link_options(-fsanitize=address,undefined)
+endif()
+
+function(kvasir_fuzz name)
+  cmake_parse_arguments(ARG "" "" "SOURCES;DEPS" ${ARGN})
+  if(NOT KVASIR_FUZZ)
+    return()
+  endif()
+  add_executable(${name} ${ARG_SOURCES})
+  target_link_libraries(${name} PRIVATE ${ARG_DEPS})
+  target_link_options(${name} PRIVATE -fsanitize=fuzzer)
+endfunction()
