@@ -1,0 +1,24 @@
+#include "backend/cpu/quant/dequantize.h"
+
+#include "backend/cpu/quant/kernels.h"
+#include "common/check.h"
+
+namespace kvasir::cpu {
+
+const KernelSet& kernel_set(CpuIsa isa) {
+  if (isa == CpuIsa::kAvx512 && cpu_supports(CpuIsa::kAvx512)) return avx512::kernels();
+  return avx2::kernels();
+}
+
+void dequantize_row(CpuIsa isa, DType t, const void* src, float* dst, int64_t k) {
+  KVASIR_CHECK_MSG(dequantize_supported(t), "dequantize_row: unsupported dtype");
+  if (DequantFn f = kernel_set(isa).dequant(t)) {
+    f(src, dst, k);
+  } else {
+    dequantize_row_ref(t, src, dst, k);
+  }
+}
+
+void dequantize_row(DType t, const void* src, float* dst, int64_t k) { dequantize_row(active_isa(), t, src, dst, k); }
+
+}  // namespace kvasir::cpu

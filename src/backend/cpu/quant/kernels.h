@@ -1,0 +1,91 @@
+// Internal contract between the matmul driver and the per-ISA kernel sets (kernels_avx2.cpp,
+// kernels_avx512.cpp): the quantized-activation row layouts kept in scratch, and the tile
+// functions. Not a public header: only cpu/quant includes it.
+// Must not hold policy (threading, tiling over n): that is matmul.cpp's.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+
+#include "backend/cpu/quant/cpu_isa.h"
+#include "core/dtype.h"
+
+namespace kvasir::cpu {
+
+inline size_t align_up(size_t v, size_t a) { return (v + a - 1) / a * a; }
+
+// Activations quantized for the 32-element block formats (Q4_0, Q4_1, Q5_0, Q5_1, Q8_0), one row
+// per input vector: int8 qs[k] | float ds[2 * k/32], ds = (d, s) per block, s = d * sum(qs).
+// (d, s) pairs line up with the (dw, mw) pairs the kernels gather from weight blocks.
+struct Act32Layout {
+  static size_t row_bytes(int64_t k) { return align_up(static_cast<size_t>(k) + 8 * static_cast<size_t>(k / 32), 64); }
+  static const float* ds(const uint8_t* row, int64_t k) { return reinterpret_cast<const float*>(row + k); }
+};
+
+// Activations for the K-quants (256-element super-blocks): int8 qs[k] | float d[k/256] |
+// int16 bsum16[k/16] | int16 bsum32[k/32] (sums of qs over 16 and 32 elements).
+struct ActKLayout {
+  static size_t row_bytes(int64_t k) {
+    return align_up(static_cast<size_t>(k) + 4 * static_cast<size_t>(k / 256) + 2 * static_cast<size_t>(k / 16) +
+                        2 * static_cast<size_t>(k / 32),
+                    64);
+  }
+  static const float* d(const uint8_t* row, int64_t k) { return reinterpret_cast<const float*>(row + k); }
+  static const int16_t* bsum16(const uint8_t* row, int64_t k) {
+    return reinterpret_cast<const int16_t*>(d(row, k) + k / 256);
+  }
+  static const int16_t* bsum32(const uint8_t* row, int64_t k) { return bsum16(row, k) + k / 16; }
+};
+
+using DequantFn = void (*)(const void* src, float* dst, int64_t k);
+
+enum class ActFormat { kF32, kQ8_32, kQ8_K };
+
+// One call computes y for up to 4 consecutive weight rows against `nc` activation rows.
+struct TileArgs {
+  const uint8_t* w;      // first weight row of the tile
+  size_t w_stride;       // bytes between weight rows
+  int nr;                // rows in the tile, 1..4
+  int64_t k;             // elements per row
+  const void* act;       // first activation row: f32 [nc, k] or a quantized layout above
+  size_t act_stride;     // bytes between activation rows
+  int64_t nc;            // activation rows (any count)
+  float* scratch;        // per-thread, kTileScratchFloats(k) floats, 64-byte aligned
+  float* y;              // y[c * ldy + r] for r < nr, c < nc
+  int64_t ldy;
+  DequantFn dequant = nullptr;  // only for the generic dequantize-then-f32 tile
+};
+
+// Per-thread scratch a tile function may use.
+inline size_t tile_scratch_floats(int64_t k) { return static_cast<size_t>(k) * 4 + 256; }
+
+using TileFn = void (*)(const TileArgs&);
+using QuantActFn = void (*)(const float* x, int64_t k, uint8_t* row);
+
+struct KernelSet {
+  CpuIsa isa;
+  DequantFn (*dequant)(DType);       // nullptr: no fast path (use the reference)
+  TileFn (*q8_tile)(DType, ActFormat*);  // int8-activation tile, or nullptr
+  TileFn (*f32_tile)(DType);         // f32-activation tile for F32/F16/BF16 weights, else nullptr
+  TileFn dequant_f32_tile;           // generic: dequantize rows (reference or fast), f32 dot
+  QuantActFn quantize_act32;
+  QuantActFn quantize_actk;
+};
+
+const KernelSet& kernel_set(CpuIsa isa);
+
+namespace avx2 {
+const KernelSet& kernels();
+}
+namespace avx512 {
+const KernelSet& kernels();
+}
+
+// The reference dequantizer of `t` as a plain function pointer (nullptr if unsupported).
+DequantFn ref_dequant_fn(DType t);
+
+// Scalar references for the activation layouts (the SIMD versions must match them bit for bit).
+void quantize_act32_ref(const float* x, int64_t k, uint8_t* row);
+void quantize_actk_ref(const float* x, int64_t k, uint8_t* row);
+
+}  // namespace kvasir::cpu

@@ -1,0 +1,61 @@
+// matmul: y = x · W^T for GGUF weights read in place (row-major W [m, k], rows of row_bytes(wtype, k)
+// bytes) and f32 activations, parallel over output rows on a ThreadPool. The kernels behind it are
+// picked per weight type and ISA; activations are quantized once per call in the fast mode.
+// Must not allocate on the hot path: buffers live in a caller-owned MatmulScratch that only grows.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <memory>
+
+#include "backend/cpu/quant/cpu_isa.h"
+#include "backend/cpu/thread_pool.h"
+#include "common/status.h"
+#include "core/dtype.h"
+
+namespace kvasir::cpu {
+
+enum class ActQuant {
+  // Exact: equals the f32 matmul of the dequantized weights up to summation order.
+  kF32,
+  // Fast: activations quantized to int8 (32-element blocks for Q4_0/Q4_1/Q5_0/Q5_1/Q8_0, 256 for
+  // the K-quants), int8 dot products. Relative error ~1e-3..1e-2. F32/F16/BF16 weights, and types
+  // without an int8 kernel (Q2_K, Q3_K), take the exact path in both modes.
+  kQ8,
+};
+
+// A growing, 64-byte aligned buffer reused across calls; one per calling thread.
+class MatmulScratch {
+ public:
+  MatmulScratch() = default;
+  // Pre-sizes the buffer so the first calls do not allocate (see matmul_scratch_bytes).
+  void reserve(size_t bytes);
+  size_t capacity() const { return capacity_; }
+  // At least `bytes` bytes, 64-byte aligned; reallocates (contents lost) only when growing.
+  void* get(size_t bytes);
+
+ private:
+  struct Free {
+    void operator()(void* p) const;
+  };
+  std::unique_ptr<void, Free> buf_;
+  size_t capacity_ = 0;
+};
+using Scratch = MatmulScratch;
+
+// Ok when matmul supports `wtype` with rows of k elements (k a multiple of the block size; F32,
+// F16, BF16 take any k > 0). Call once at load time: matmul itself only KVASIR_CHECKs.
+Status matmul_supported(DType wtype, int64_t k);
+
+// Bytes of scratch a call with these arguments uses (callers may reserve() it up front).
+size_t matmul_scratch_bytes(DType wtype, int64_t k, int64_t n, int num_threads, ActQuant mode);
+
+// y[j, r] = sum_i x[j, i] * W[r, i]  for r < m, j < n.      x [n, k], y [n, m] (f32, no alignment
+// needed; y must not alias x or w). Runs on all of `pool`'s threads; call from one thread at a time.
+void matmul(const void* w, DType wtype, int64_t m, int64_t k, const float* x, int64_t n, float* y,
+            ThreadPool& pool, ActQuant mode, MatmulScratch& scratch);
+// The same on a named ISA's kernels (tests, benchmarks); falls back to AVX2 where unsupported.
+void matmul(CpuIsa isa, const void* w, DType wtype, int64_t m, int64_t k, const float* x, int64_t n, float* y,
+            ThreadPool& pool, ActQuant mode, MatmulScratch& scratch);
+
+}  // namespace kvasir::cpu
