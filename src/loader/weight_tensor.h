@@ -1,0 +1,33 @@
+// WeightTensor: the plain description of one weight as it lies in a mapped file (GGUF or
+// safetensors), handed from the loader to the model. It points into memory owned by the source
+// that produced it and must not outlive that source; it never owns or converts bytes.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "core/dtype.h"
+
+namespace kvasir {
+
+struct WeightTensor {
+  std::string name;
+  DType dtype = DType::kF32;
+  // Row-major: shape.back() is the contiguous dimension (GGUF's ne[0]). For quantized dtypes the
+  // blocks run along shape.back(). A weight matrix is [out_features, in_features] in both formats.
+  std::vector<int64_t> shape;
+  // Not necessarily aligned to the element size (safetensors headers have arbitrary lengths):
+  // read through memcpy or copy to an aligned buffer.
+  const uint8_t* data = nullptr;
+  size_t nbytes = 0;
+
+  int64_t num_elements() const {
+    int64_t n = 1;
+    for (int64_t d : shape) n *= d;  // sources validated that this product does not overflow
+    return n;
+  }
+};
+
+}  // namespace kvasir
