@@ -1,6 +1,7 @@
 #include "common/json.h"
 
 #include <algorithm>
+#include <climits>
 #include <cmath>
 #include <cstdio>
 #include <cstdlib>
@@ -17,7 +18,12 @@ bool Json::as_bool() const {
   return b_;
 }
 int64_t Json::as_int() const {
-  if (type_ == Type::kDouble) return static_cast<int64_t>(d_);
+  if (type_ == Type::kDouble) {
+    // Saturate: converting an out-of-range double is undefined behaviour.
+    if (!(d_ >= -9.2233720368547758e18)) return d_ != d_ ? 0 : INT64_MIN;
+    if (d_ >= 9.2233720368547758e18) return INT64_MAX;
+    return static_cast<int64_t>(d_);
+  }
   KVASIR_CHECK(type_ == Type::kInt);
   return i_;
 }
