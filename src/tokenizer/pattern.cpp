@@ -56,7 +56,70 @@ Pattern Pattern::literal(std::string s) {
   return p;
 }
 
-StatusOr<Pattern> Pattern::regex(std::string_view expr) {
+namespace {
+
+// Oniguruma (what HF `tokenizers` runs) and PCRE2 disagree on a few shorthand classes: Onig's \w
+// is letters, marks, decimal and letter numbers and connectors (plus, outside brackets only, the
+// Latin-1 digits-like No characters ²³¹¼½¾), PCRE2's is \p{L}\p{N}_; Onig's \s is exactly
+// White_Space, PCRE2's adds U+180E. Spelling them out keeps splits identical to HF's.
+constexpr std::string_view kWordInClass = "\\p{L}\\p{M}\\p{Nd}\\p{Nl}\\p{Pc}";
+constexpr std::string_view kWordExtraOutside = "\\x{B2}\\x{B3}\\x{B9}\\x{BC}-\\x{BE}";
+constexpr std::string_view kSpaceInClass =
+    "\\t-\\r\\x{20}\\x{85}\\x{A0}\\x{1680}\\x{2000}-\\x{200A}\\x{2028}\\x{2029}\\x{202F}\\x{205F}\\x{3000}";
+
+}  // namespace
+
+std::string onig_to_pcre2(std::string_view expr) {
+  std::string out;
+  out.reserve(expr.size() + 64);
+  int depth = 0;  // nesting of [...] classes (Onig allows nested classes)
+  for (size_t i = 0; i < expr.size(); ++i) {
+    char c = expr[i];
+    if (c == '\\' && i + 1 < expr.size()) {
+      char n = expr[++i];
+      const bool in_class = depth > 0;
+      if (n == 'w' || (n == 'W' && !in_class)) {
+        if (in_class) {
+          out.append(kWordInClass);
+        } else {
+          out.append(n == 'w' ? "[" : "[^").append(kWordInClass).append(kWordExtraOutside).append("]");
+        }
+      } else if (n == 's' || (n == 'S' && !in_class)) {
+        if (in_class) {
+          out.append(kSpaceInClass);
+        } else {
+          out.append(n == 's' ? "[" : "[^").append(kSpaceInClass).append("]");
+        }
+      } else {
+        out += c;
+        out += n;
+      }
+      continue;
+    }
+    if (c == '[') {
+      if (depth > 0 && i + 1 < expr.size() && expr[i + 1] == ':') {  // POSIX [:alpha:]
+        size_t end = expr.find(":]", i + 2);
+        if (end != std::string_view::npos) {
+          out.append(expr.substr(i, end + 2 - i));
+          i = end + 1;
+          continue;
+        }
+      }
+      ++depth;
+      out += c;
+      // A ']' right after '[' or '[^' is a literal, not the end of the class.
+      if (i + 1 < expr.size() && expr[i + 1] == '^') out += expr[++i];
+      if (i + 1 < expr.size() && expr[i + 1] == ']') out += expr[++i];
+      continue;
+    }
+    if (c == ']' && depth > 0) --depth;
+    out += c;
+  }
+  return out;
+}
+
+StatusOr<Pattern> Pattern::regex(std::string_view onig_expr) {
+  const std::string expr = onig_to_pcre2(onig_expr);
   int err = 0;
   PCRE2_SIZE err_off = 0;
   pcre2_code* code = pcre2_compile(reinterpret_cast<PCRE2_SPTR>(expr.data()), expr.size(),
@@ -64,7 +127,7 @@ StatusOr<Pattern> Pattern::regex(std::string_view expr) {
   if (code == nullptr) {
     PCRE2_UCHAR msg[256];
     pcre2_get_error_message(err, msg, sizeof(msg));
-    return invalid_argument("tokenizer regex '" + std::string(expr) + "' does not compile at offset " +
+    return invalid_argument("tokenizer regex '" + std::string(onig_expr) + "' does not compile at offset " +
                             std::to_string(err_off) + ": " + reinterpret_cast<const char*>(msg));
   }
   pcre2_jit_compile(code, PCRE2_JIT_COMPLETE);  // best effort: the interpreter is the fallback

@@ -23,6 +23,7 @@ class Pattern {
   using Span = std::pair<size_t, size_t>;  // [begin, end) in bytes
 
   static Pattern literal(std::string s);
+  // `expr` in Oniguruma syntax, as tokenizer.json files write it.
   static StatusOr<Pattern> regex(std::string_view expr);
   // {"String": "..."} or {"Regex": "..."}.
   static StatusOr<Pattern> from_json(const Json& j);
@@ -36,5 +37,9 @@ class Pattern {
   std::string literal_;
   std::shared_ptr<const Regex> regex_;
 };
+
+// Rewrites the shorthand classes whose meaning differs between Oniguruma and PCRE2 (\w \W \s
+// \S) into explicit classes with Oniguruma's meaning. Exposed for tests.
+std::string onig_to_pcre2(std::string_view expr);
 
 }  // namespace kvasir::tok

@@ -210,6 +210,29 @@ TEST(TokenizerPreTokenizer, DigitsPunctuationWhitespaceMatchHuggingFace) {
   EXPECT_EQ(pre(R"({"type": "WhitespaceSplit"})"), (V{"Hey,", "you...", "123", "4½x!", "ＡＢ"}));
 }
 
+// Probed against HF `tokenizers` (Oniguruma): '½' is \w outside brackets but not inside them,
+// '①' never; U+180E is not \s.
+TEST(TokenizerPattern, ShorthandClassesFollowOniguruma) {
+  auto count = [](const char* re, const std::string& text) {
+    auto p = tok::Pattern::regex(re);
+    EXPECT_TRUE(p.ok()) << re;
+    std::vector<tok::Pattern::Span> spans;
+    p->find_all(text, &spans);
+    return spans.size();
+  };
+  EXPECT_EQ(count(R"(\w)", "½"), 1u);
+  EXPECT_EQ(count(R"([\w])", "½"), 0u);
+  EXPECT_EQ(count(R"([^\w\s])", "½"), 1u);
+  EXPECT_EQ(count(R"(\w)", "①"), 0u);
+  EXPECT_EQ(count(R"(\w)", "e\u0301"), 2u);  // combining marks are word characters
+  EXPECT_EQ(count(R"(\s)", "\u180e"), 0u);
+  EXPECT_EQ(count(R"(\s)", "\u00a0\u2028\u0085"), 3u);
+  EXPECT_EQ(count(R"(\S+)", "a\u3000b"), 2u);
+  EXPECT_EQ(count(R"([]a])", "]a"), 2u);       // ']' first in a class is a literal
+  EXPECT_EQ(count(R"([[:alpha:]\s]+)", "ab c"), 1u);
+  EXPECT_EQ(tok::onig_to_pcre2(R"(\p{L}\\w)"), R"(\p{L}\\w)");  // an escaped backslash stays
+}
+
 TEST(TokenizerRobustness, RandomBytesAndBadIdsNeverCrash) {
   auto spm = tokenizer_from_vocab_spec(tiny_spm());
   auto bl = tokenizer_from_hf_json(kTinyByteLevel, "");
