@@ -367,6 +367,22 @@ SNIPPETS = [
     "{{ ['a', 'B', 'c']|max }} {{ ['a', 'B', 'c']|min(case_sensitive=true) }} {{ []|max }}|{{ [{'x': 3}, {'x': 1}]|max(attribute='x') }}",
     "{{ 'a\\tb'|trim }} {{ '\\u3000x\\u3000'|trim|length }} {{ 'xyx'.strip('xy') }}|",
     "{{ 'Hello'[1:3]|upper }} {{ ('a', 'b')|join }} {{ 'ab'|list|join('.') }}",
+    # Markup (|safe, |escape): `+` and `%` escape plain strings, methods keep Markup
+    "{{ '<|im_start|>' + 'x'|safe + '<|im_end|>' }}|{{ ('<b>'|safe) ~ '<i>' }}|{{ ('<b>'|safe).upper() }}|{{ ('a%s'|safe) % '<' }}",
+    "{{ '<'|escape + '<' }}|{{ ('<b>'|safe)|replace('b', '<') }}|{{ ('<b>'|safe) * 2 }}|{{ ('<b>'|safe).split('b') }}|{{ ('<b>'|safe)|string + '<' }}|{{ ('<b>'|safe)|title + '<' }}",
+    ("{{ [x|safe, x|e] }}|{{ x|safe is escaped }}{{ x is escaped }}|{{ (x|safe).replace('i', '<') }}|{{ ('<'|safe).join(['<a>', x|safe]) }}|{{ x|e|e }}|{{ x|forceescape|forceescape }}",
+     {"x": "<i>"}),
+    # quirks found by differential testing
+    "{{ 1 // 0.1 }} {{ -7.5 // 2 }} {{ 7 // -2.0 }} {{ 0.0 // 3 }}",
+    "{{ missing|last }}|{{ [1, 2]|batch(1)|list|truncate(5) }}|{{ 0|map('string')|list }}|{{ none|map(attribute='x')|list }}",
+    "{{ 'ab'|sort(attribute='v') }} {{ [3, 1]|sort(attribute='v') }} {{ 'ab'|map(attribute='v')|list }}",
+    "{{ '' % [] }}|{{ '%s' % [1] }}|{{ 'x' % {} }}",
+    "{% if false %}{{ x|nosuchfilter }}{{ y is nosuchtest }}{% endif %}{{ 1 if true else 2|nosuchfilter }}ok",
+    "{% if true %}{{ x|nosuchfilter }}{% endif %}",
+    "{% if a %}{% for x in y %}{{ x|nosuch }}{% endfor %}{% endif %}",
+    "{% set y %}{% set z = 1 %}{% macro mm() %}{% endmacro %}{% endset %}[{{ z }}]{{ mm is defined }}",
+    "{% filter upper %}{% set z = 1 %}{% endfilter %}[{{ z }}]",
+    "{% set x = [1, 2, 3] %}{{ x[1:] }}{{ x[:'a'] }}", "{% set x = 5 %}{{ x[1:] }}", "{% set x = {'a': 1} %}{{ x[:1] }}", "{{ missing[1:] }}",
     # syntax errors and unsupported constructs
     "{% if %}", "{% for x in %}{% endfor %}", "{{ 1 +* 2 }}", "{% endif %}", "{% if true %}", "{{ x|nosuchfilter }}",
     "{{ x is nosuchtest }}", "{% include 'other.html' %}", "{% extends 'base' %}", "{% import 'x' as y %}", "{{ 'unterminated }}",

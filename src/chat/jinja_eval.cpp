@@ -289,7 +289,7 @@ StatusOr<Value> Interpreter::getitem(const Value& obj, const Value& key) {
         if (py::is_ascii(s)) {
           int64_t n = static_cast<int64_t>(s.size());
           if (i < 0) i += n;
-          if (i >= 0 && i < n) return Value::string(std::string(1, s[static_cast<size_t>(i)]));
+          if (i >= 0 && i < n) return obj.is_markup() ? Value::markup(std::string(1, s[static_cast<size_t>(i)])) : Value::string(std::string(1, s[static_cast<size_t>(i)]));
         } else {
           std::vector<uint32_t> cps = py::code_points(s);
           int64_t n = static_cast<int64_t>(cps.size());
@@ -297,7 +297,7 @@ StatusOr<Value> Interpreter::getitem(const Value& obj, const Value& key) {
           if (i >= 0 && i < n) {
             std::string c;
             py::append_cp(c, cps[static_cast<size_t>(i)]);
-            return Value::string(std::move(c));
+            return obj.is_markup() ? Value::markup(std::move(c)) : Value::string(std::move(c));
           }
         }
       } else {
@@ -324,6 +324,7 @@ StatusOr<Value> Interpreter::getitem(const Value& obj, const Value& key) {
 }
 
 StatusOr<Value> Interpreter::slice(const Value& obj, const Expr& s) {
+  // jinja compiles `x[a:b]` to a plain Python subscript (no getitem fallback): errors propagate.
   if (obj.is_undefined()) return undefined_error(obj);
   Value parts[3];
   const ExprPtr* exprs[3] = {&s.a, &s.b, &s.c};
@@ -333,10 +334,15 @@ StatusOr<Value> Interpreter::slice(const Value& obj, const Expr& s) {
     } else {
       parts[k] = Value::none();
     }
-    if (!parts[k].is_none() && !parts[k].is_int()) return Value::undefined("slice indices must be integers or None");
   }
   bool is_str = obj.is_string();
-  if (!is_str && !obj.is_sequence()) return Value::undefined(object_type_repr(obj) + " is not subscriptable");
+  if (obj.kind() == Kind::kDict) return type_error("unhashable type: 'slice'");
+  if (!is_str && !obj.is_sequence()) return type_error(std::string("'") + type_name(obj) + "' object is not subscriptable");
+  for (const Value& p : parts) {
+    if (!p.is_none() && !p.is_int()) {
+      return type_error("slice indices must be integers or None or have an __index__ method");
+    }
+  }
   int64_t step = parts[2].is_none() ? 1 : parts[2].as_int();
   if (step == 0) return invalid_argument("slice step cannot be zero");
   std::vector<uint32_t> cps;
@@ -369,7 +375,7 @@ StatusOr<Value> Interpreter::slice(const Value& obj, const Expr& s) {
         py::append_cp(out, cps[i]);
       }
     }
-    return Value::string(std::move(out));
+    return obj.is_markup() ? Value::markup(std::move(out)) : Value::string(std::move(out));
   }
   ValueList out;
   for (size_t i : idx) out.push_back(obj.as_list()[i]);
@@ -388,7 +394,7 @@ static StatusOr<Value> repeat(Interpreter& in, const Value& seq, int64_t times) 
     std::string out;
     out.reserve(total);
     for (int64_t i = 0; i < times; ++i) out += seq.as_string();
-    return Value::string(std::move(out));
+    return seq.is_markup() ? Value::markup(std::move(out)) : Value::string(std::move(out));
   }
   ValueList out;
   for (int64_t i = 0; i < times; ++i) out.insert(out.end(), seq.as_list().begin(), seq.as_list().end());
@@ -401,6 +407,17 @@ static double py_fmod(double a, double b) {
   return m;
 }
 
+// CPython's float_floor_div (via float_divmod): not simply floor(a / b).
+static double py_floordiv(double vx, double wx) {
+  double mod = std::fmod(vx, wx);
+  double div = (vx - mod) / wx;
+  if (mod != 0 && ((wx < 0) != (mod < 0))) div -= 1.0;
+  if (div == 0) return std::copysign(0.0, vx / wx);
+  double fl = std::floor(div);
+  if (div - fl > 0.5) fl += 1.0;
+  return fl;
+}
+
 StatusOr<Value> binary_op(Interpreter& in, BinOp op, const Value& a, const Value& b) {
   static const char* kSym[] = {"+", "-", "*", "/", "//", "%", "**"};
   if (a.is_undefined()) return undefined_error(a);
@@ -409,6 +426,29 @@ StatusOr<Value> binary_op(Interpreter& in, BinOp op, const Value& a, const Value
     return type_error(std::string("unsupported operand type(s) for ") + kSym[static_cast<int>(op)] + ": '" +
                       type_name(a) + "' and '" + type_name(b) + "'");
   };
+  if ((a.is_markup() || b.is_markup()) && (op == BinOp::kAdd || op == BinOp::kMod)) {
+    // markupsafe: Markup + str escapes the str; Markup % args escapes string args.
+    if (op == BinOp::kAdd && a.is_string() && b.is_string()) {
+      std::string l = a.is_markup() ? a.as_string() : html_escape(a.as_string());
+      std::string r = b.is_markup() ? b.as_string() : html_escape(b.as_string());
+      KVASIR_RETURN_IF_ERROR(in.check_size(l.size() + r.size()));
+      return Value::markup(l + r);
+    }
+    if (op == BinOp::kMod && a.is_markup()) {
+      auto esc = [](const Value& x) { return (x.is_string() && !x.is_markup()) ? Value::markup(html_escape(x.as_string())) : x; };
+      Value args = b;
+      if (b.kind() == Kind::kTuple) {
+        ValueList items;
+        for (const Value& x : b.as_list()) items.push_back(esc(x));
+        args = Value::tuple(std::move(items));
+      } else if (b.kind() != Kind::kDict) {
+        args = esc(b);
+      }
+      KVASIR_ASSIGN_OR_RETURN(std::string s, percent_format(in, a.as_string(), args));
+      return Value::markup(std::move(s));
+    }
+    if (op == BinOp::kAdd) return unsupported();
+  }
   bool ints = a.is_int() && b.is_int();
   bool nums = a.is_number() && b.is_number();
   int64_t x = ints ? a.as_int() : 0, y = ints ? b.as_int() : 0, r = 0;
@@ -476,9 +516,9 @@ StatusOr<Value> binary_op(Interpreter& in, BinOp op, const Value& a, const Value
         }
         return Value::integer(op == BinOp::kMod ? m : q);
       }
-      if (b.as_float() == 0) return invalid_argument("float modulo");
+      if (b.as_float() == 0) return invalid_argument(op == BinOp::kMod ? "float modulo" : "float floor division by zero");
       if (op == BinOp::kMod) return Value::real(py_fmod(a.as_float(), b.as_float()));
-      return Value::real(std::floor(a.as_float() / b.as_float()));
+      return Value::real(py_floordiv(a.as_float(), b.as_float()));
     case BinOp::kPow:
       if (ints && y >= 0) {
         int64_t acc = 1, base = x;

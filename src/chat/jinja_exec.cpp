@@ -157,7 +157,8 @@ Status Interpreter::exec(const Stmt& s) {
       return annotate(assign(*s.target, std::move(v)), s.line);
     }
     case StmtKind::kAssignBlock: case StmtKind::kFilterBlock: {
-      KVASIR_ASSIGN_OR_RETURN(std::string text, capture(s.body, scope_));
+      // The body is a frame of its own: names it sets (macros too) do not leak out.
+      KVASIR_ASSIGN_OR_RETURN(std::string text, capture(s.body, child_of(scope_)));
       Value v = Value::string(std::move(text));
       if (s.test) {
         Swap<Value> in(block_input_, std::move(v));

@@ -146,21 +146,6 @@ StatusOr<Value> do_int(const Value& v, const CallArgs& args) {
   return dflt;
 }
 
-std::string html_escape(const std::string& s) {
-  std::string out;
-  for (char c : s) {
-    switch (c) {
-      case '&': out += "&amp;"; break;
-      case '<': out += "&lt;"; break;
-      case '>': out += "&gt;"; break;
-      case '"': out += "&#34;"; break;
-      case '\'': out += "&#39;"; break;
-      default: out += c;
-    }
-  }
-  return out;
-}
-
 }  // namespace
 
 bool filter_exists(std::string_view name) {
@@ -189,15 +174,18 @@ StatusOr<Value> apply_filter(Interpreter& in, std::string_view name, Value v, Ca
     return Value::integer(n);
   }
   if (name == "tojson") return do_tojson(in, v, args);
-  if (name == "string") return Value::string(to_str(v));
+  if (name == "string") return v.is_markup() ? v : Value::string(to_str(v));
   if (name == "upper" || name == "lower" || name == "title" || name == "capitalize" || name == "escape" ||
       name == "e" || name == "forceescape" || name == "safe" || name == "wordcount") {
     KVASIR_RETURN_IF_ERROR(bind({}));
     std::string s = to_str(v);
-    if (name == "upper") return Value::string(py::upper(s));
-    if (name == "lower") return Value::string(py::lower(s));
-    if (name == "capitalize") return Value::string(py::capitalize(s));
-    if (name == "safe") return Value::string(std::move(s));
+    // Markup survives the str methods these filters call (soft_str keeps it).
+    auto keep = [&](std::string r) { return v.is_markup() ? Value::markup(std::move(r)) : Value::string(std::move(r)); };
+    if (name == "upper") return keep(py::upper(s));
+    if (name == "lower") return keep(py::lower(s));
+    if (name == "capitalize") return keep(py::capitalize(s));
+    if (name == "safe") return Value::markup(std::move(s));
+    if (v.is_markup() && name != "forceescape" && name != "wordcount" && name != "title") return v;
     if (name == "wordcount") {
       int64_t n = 0;
       bool in_word = false;
@@ -231,13 +219,14 @@ StatusOr<Value> apply_filter(Interpreter& in, std::string_view name, Value v, Ca
       flush();
       return Value::string(std::move(out));
     }
-    return Value::string(html_escape(s));
+    return Value::markup(html_escape(s));
   }
   if (name == "trim") {
     KVASIR_RETURN_IF_ERROR(bind({"chars"}));
     std::optional<std::string> chars;
     if (a[0] && !a[0]->is_none()) chars = to_str(*a[0]);
-    return Value::string(py::strip(to_str(v), chars, true, true));
+    std::string r = py::strip(to_str(v), chars, true, true);
+    return v.is_markup() ? Value::markup(std::move(r)) : Value::string(std::move(r));
   }
   if (name == "replace") {
     KVASIR_RETURN_IF_ERROR(bind({"old", "new", "count"}));
@@ -271,16 +260,18 @@ StatusOr<Value> apply_filter(Interpreter& in, std::string_view name, Value v, Ca
       KVASIR_RETURN_IF_ERROR(bind({"width"}));
       CallArgs m;
       m.pos.push_back(a[0] ? *a[0] : Value::integer(80));
-      return call_method(in, Value::string(to_str(v)), "center", std::move(m));
+      return call_method(in, v.is_string() ? v : Value::string(to_str(v)), "center", std::move(m));
     }
     KVASIR_RETURN_IF_ERROR(bind({"length", "killwords", "end", "leeway"}));
     int64_t len = a[0] && a[0]->is_int() ? a[0]->as_int() : 255;
     std::string end = a[2] ? to_str(*a[2]) : "...";
     int64_t leeway = a[3] && a[3]->is_int() ? a[3]->as_int() : 5;
-    std::vector<uint32_t> cps = py::code_points(to_str(v));
     int64_t end_len = static_cast<int64_t>(py::cp_length(end));
     if (len < end_len || leeway < 0) return invalid_argument("truncate: invalid length or leeway");
-    if (static_cast<int64_t>(cps.size()) <= len + leeway) return Value::string(to_str(v));
+    KVASIR_ASSIGN_OR_RETURN(int64_t n, length(v));
+    if (n <= len + leeway) return v;  // returned as is, whatever its type
+    if (!v.is_string()) return type_error(std::string("'") + type_name(v) + "' object has no attribute 'rsplit'");
+    std::vector<uint32_t> cps = py::code_points(v.as_string());
     std::string head;
     for (int64_t i = 0; i < len - end_len; ++i) py::append_cp(head, cps[static_cast<size_t>(i)]);
     if (!is_true(a[1], false)) head = py::split(head, std::string(" "), 1, true)[0];
@@ -333,6 +324,7 @@ StatusOr<Value> apply_filter(Interpreter& in, std::string_view name, Value v, Ca
   bool handled = false;
   auto r = apply_seq_filter(in, name, v, args, &handled);
   if (handled) return r;
+  if (!filter_exists(name)) return invalid_argument("No filter named '" + fn + "' found.");
   return unimplemented("the '" + fn + "' filter is not supported");
 }
 

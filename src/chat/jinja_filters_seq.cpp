@@ -50,7 +50,11 @@ Status sort_by_keys(ValueList& items, const ValueList& keys, bool reverse) {
   Status err;
   std::stable_sort(idx.begin(), idx.end(), [&](size_t a, size_t b) {
     if (!err.ok()) return false;
-    auto c = reverse ? compare(keys[b], keys[a], "<") : compare(keys[a], keys[b], "<");
+    // jinja's sort keys are 1-element lists: equal keys never reach `<` (so Undefined keys tie).
+    const Value& x = reverse ? keys[b] : keys[a];
+    const Value& y = reverse ? keys[a] : keys[b];
+    if (equal(x, y)) return false;
+    auto c = compare(x, y, "<");
     if (!c.ok()) {
       err = c.status();
       return false;
@@ -139,6 +143,7 @@ StatusOr<Value> apply_seq_filter(Interpreter& in, std::string_view name, const V
   }
   if (name == "last") {
     KVASIR_RETURN_IF_ERROR(bind({}));
+    if (v.is_undefined()) return Value::undefined("No last item, sequence was empty.");
     if (!v.is_string() && !v.is_sequence() && v.kind() != Kind::kDict) {
       return type_error(std::string("'") + type_name(v) + "' object is not reversible");
     }
@@ -243,6 +248,7 @@ StatusOr<Value> apply_seq_filter(Interpreter& in, std::string_view name, const V
   }
   if (name == "map") {
     ValueList items;
+    if (!truthy(v) && v.kind() != Kind::kIterator) return generator({}, "sync_do_map");  // jinja: `if value:`
     if (args.pos.empty() && !args.kw.empty() && args.kw[0].first == "attribute") {
       KVASIR_RETURN_IF_ERROR(bind({"attribute", "default"}));
       KVASIR_ASSIGN_OR_RETURN(ValueList src, iterate(v));

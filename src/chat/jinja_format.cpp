@@ -173,7 +173,10 @@ StatusOr<std::string> percent_format(Interpreter& in, const std::string& fmt, co
     out += piece;
     KVASIR_RETURN_IF_ERROR(in.check_size(out.size()));
   }
-  if (!mapping && next < pos.size()) return type_error("not all arguments converted during string formatting");
+  // CPython skips this check when the argument supports __getitem__ (dicts, but also lists).
+  if (!mapping && args.kind() != Kind::kList && next < pos.size()) {
+    return type_error("not all arguments converted during string formatting");
+  }
   KVASIR_RETURN_IF_ERROR(in.charge_bytes(out.size()));
   return out;
 }

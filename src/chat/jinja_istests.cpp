@@ -33,7 +33,7 @@ StatusOr<bool> apply_test(Interpreter& in, std::string_view name, const Value& v
   const Kind k = v.kind();
   KVASIR_RETURN_IF_ERROR(in.charge_walk(v));
   for (const Value& x : args.pos) KVASIR_RETURN_IF_ERROR(in.charge_walk(x));
-  if (!test_exists(name)) return invalid_argument("No test named '" + std::string(name) + "'.");
+  if (!test_exists(name)) return invalid_argument("No test named '" + std::string(name) + "' found.");
   std::vector<const Value*> a;
   const std::string fn(name);
   if (name == "defined") return !v.is_undefined();
@@ -55,7 +55,7 @@ StatusOr<bool> apply_test(Interpreter& in, std::string_view name, const Value& v
            k == Kind::kIterator || k == Kind::kLoop;
   }
   if (name == "callable") return k == Kind::kCallable || k == Kind::kUndefined || k == Kind::kLoop;
-  if (name == "escaped") return false;
+  if (name == "escaped") return v.is_markup();
   if (name == "lower" || name == "upper") {
     CallArgs none;
     KVASIR_ASSIGN_OR_RETURN(Value r, call_method(in, Value::string(to_str(v)), name == "lower" ? "islower" : "isupper",

@@ -194,6 +194,27 @@ StatusOr<Value> call_method(Interpreter& in, const Value& self, const std::strin
     l.last_changed = args.pos;
     return Value::boolean(changed);
   }
+  if (self.is_markup()) {
+    // markupsafe wraps str methods: string arguments are escaped, string results stay Markup.
+    for (Value& x : args.pos) {
+      if (x.is_string() && !x.is_markup()) x = Value::markup(html_escape(x.as_string()));
+    }
+    if (name == "join" && !args.pos.empty()) {
+      KVASIR_ASSIGN_OR_RETURN(ValueList items, iterate(args.pos[0]));
+      for (Value& x : items) {
+        if (x.is_string() && !x.is_markup()) x = Value::markup(html_escape(x.as_string()));
+      }
+      args.pos[0] = Value::list(std::move(items));
+    }
+    KVASIR_ASSIGN_OR_RETURN(Value r, str_method(in, self.as_string(), name, args));
+    if (r.is_string()) return Value::markup(r.as_string());
+    if (r.is_sequence()) {
+      ValueList items;
+      for (const Value& x : r.as_list()) items.push_back(x.is_string() ? Value::markup(x.as_string()) : x);
+      return r.kind() == Kind::kTuple ? Value::tuple(std::move(items)) : Value::list(std::move(items));
+    }
+    return r;
+  }
   if (self.is_string()) return str_method(in, self.as_string(), name, args);
   if (self.kind() == Kind::kDict) {
     const DictData& d = self.as_dict();

@@ -3,6 +3,50 @@
 #include "chat/jinja_parser_impl.h"
 
 namespace kvasir::jinja::detail {
+namespace {
+
+// jinja2 rejects unknown filters and tests at compile time, except inside an `if` statement or an
+// inline if-expression (a "soft" frame), where the error is deferred to the call. Loop bodies,
+// macros, call/filter/set blocks and `with` bodies are new frames, hard again.
+Status check_names(const Expr* e, bool soft) {
+  if (!e) return Status();
+  if (e->kind == ExprKind::kCondExpr) soft = true;
+  if (!soft && e->kind == ExprKind::kFilter && !filter_exists(e->name)) {
+    return invalid_argument("line " + std::to_string(e->line) + ": No filter named '" + e->name + "'.");
+  }
+  if (!soft && e->kind == ExprKind::kTest && !test_exists(e->name)) {
+    return invalid_argument("line " + std::to_string(e->line) + ": No test named '" + e->name + "'.");
+  }
+  for (const Expr* x : {e->a.get(), e->b.get(), e->c.get(), e->dyn_args.get(), e->dyn_kwargs.get()}) {
+    KVASIR_RETURN_IF_ERROR(check_names(x, soft));
+  }
+  for (const auto& x : e->items) KVASIR_RETURN_IF_ERROR(check_names(x.get(), soft));
+  for (const auto& [k, x] : e->kwargs) KVASIR_RETURN_IF_ERROR(check_names(x.get(), soft));
+  return Status();
+}
+
+Status check_names(const Body& body, bool soft) {
+  for (const auto& s : body) {
+    bool inner = s->kind == StmtKind::kIf;  // everything of an `if` is soft
+    bool hard_body = s->kind == StmtKind::kFor || s->kind == StmtKind::kMacro || s->kind == StmtKind::kCallBlock ||
+                     s->kind == StmtKind::kFilterBlock || s->kind == StmtKind::kAssignBlock ||
+                     s->kind == StmtKind::kWith || s->kind == StmtKind::kScope;
+    bool body_soft = inner ? true : (hard_body ? false : soft);
+    KVASIR_RETURN_IF_ERROR(check_names(s->expr.get(), soft || inner));
+    KVASIR_RETURN_IF_ERROR(check_names(s->target.get(), soft));
+    // A loop's filter, and the filter of a set/filter block, belong to the inner frame.
+    KVASIR_RETURN_IF_ERROR(check_names(s->test.get(), inner ? true : (hard_body ? false : soft)));
+    for (const auto& d : s->defaults) KVASIR_RETURN_IF_ERROR(check_names(d.get(), false));
+    for (const auto& v : s->values) KVASIR_RETURN_IF_ERROR(check_names(v.get(), soft));
+    KVASIR_RETURN_IF_ERROR(check_names(s->body, body_soft));
+    KVASIR_RETURN_IF_ERROR(check_names(s->else_body, body_soft));
+  }
+  return Status();
+}
+
+}  // namespace
+
+Status validate_names(const Program& prog) { return check_names(prog.body, false); }
 
 Status Parser::subparse(Names end_tokens, Body* body) {
   Guard g(&stmt_depth_);

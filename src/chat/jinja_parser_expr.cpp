@@ -437,7 +437,6 @@ StatusOr<ExprPtr> Parser::parse_filter(ExprPtr node, bool start_inline) {
       KVASIR_RETURN_IF_ERROR(expect_name(&part));
       name += "." + part;
     }
-    if (!filter_exists(name)) return fail("No filter named '" + name + "'.", line);
     auto e = mk(ExprKind::kFilter, line);
     e->a = std::move(node);
     e->name = std::move(name);
@@ -459,7 +458,6 @@ StatusOr<ExprPtr> Parser::parse_test(ExprPtr node) {
     KVASIR_RETURN_IF_ERROR(expect_name(&part));
     name += "." + part;
   }
-  if (!test_exists(name)) return fail("No test named '" + name + "'.", line);
   auto e = mk(ExprKind::kTest, line);
   e->a = std::move(node);
   e->name = std::move(name);

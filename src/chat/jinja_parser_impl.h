@@ -11,6 +11,8 @@
 
 namespace kvasir::jinja::detail {
 
+Status validate_names(const Program& prog);
+
 class Parser {
  public:
   Parser(std::vector<Token> toks, const ParseLimits& limits) : toks_(std::move(toks)), limits_(limits) {}
@@ -19,6 +21,7 @@ class Parser {
     auto prog = std::make_shared<Program>();
     KVASIR_RETURN_IF_ERROR(subparse({}, &prog->body));
     if (cur().type != Tok::kEof) return fail("unexpected '" + cur().text + "'");
+    KVASIR_RETURN_IF_ERROR(validate_names(*prog));
     return std::shared_ptr<const Program>(std::move(prog));
   }
 

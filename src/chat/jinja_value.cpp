@@ -45,6 +45,27 @@ Value Value::string(std::string s) {
   v.p_ = std::make_shared<std::string>(std::move(s));
   return v;
 }
+Value Value::markup(std::string s) {
+  Value v = string(std::move(s));
+  v.markup_ = true;
+  return v;
+}
+
+std::string html_escape(std::string_view s) {
+  std::string out;
+  for (char c : s) {
+    switch (c) {
+      case '&': out += "&amp;"; break;
+      case '<': out += "&lt;"; break;
+      case '>': out += "&gt;"; break;
+      case '"': out += "&#34;"; break;
+      case '\'': out += "&#39;"; break;
+      default: out += c;
+    }
+  }
+  return out;
+}
+
 void Value::set_children(const ValueList& items) {
   int d = 0;
   for (const Value& c : items) {
@@ -263,7 +284,13 @@ static void repr_to(const Value& v, std::string& out) {
     case Kind::kBool: out += v.as_bool() ? "True" : "False"; return;
     case Kind::kInt: out += std::to_string(v.as_int()); return;
     case Kind::kFloat: out += py::float_repr(v.as_float()); return;
-    case Kind::kString: out += py::repr(v.as_string()); return;
+    case Kind::kString:
+      if (v.is_markup()) {
+        out += "Markup(" + py::repr(v.as_string()) + ")";
+      } else {
+        out += py::repr(v.as_string());
+      }
+      return;
     case Kind::kList: case Kind::kTuple: {
       const ValueList& items = v.as_list();
       bool tup = v.kind() == Kind::kTuple;

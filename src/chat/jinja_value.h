@@ -47,6 +47,8 @@ class Value {
   static Value integer(int64_t i);
   static Value real(double d);
   static Value string(std::string s);
+  // markupsafe.Markup: a str that `|safe`/`|escape` made; `+` and `%` escape plain operands.
+  static Value markup(std::string s);
   static Value list(ValueList items);
   static Value tuple(ValueList items);
   static Value dict(DictData d);
@@ -59,6 +61,7 @@ class Value {
   bool is_undefined() const { return kind_ == Kind::kUndefined; }
   bool is_none() const { return kind_ == Kind::kNone; }
   bool is_string() const { return kind_ == Kind::kString; }
+  bool is_markup() const { return markup_; }
   bool is_int() const { return kind_ == Kind::kInt || kind_ == Kind::kBool; }  // Python: bool is an int
   bool is_number() const { return is_int() || kind_ == Kind::kFloat; }
   bool is_sequence() const { return kind_ == Kind::kList || kind_ == Kind::kTuple; }
@@ -85,6 +88,7 @@ class Value {
   void set_children(const ValueList& items);
   Kind kind_ = Kind::kUndefined;
   bool has_ns_ = false;
+  bool markup_ = false;
   uint16_t depth_ = 0;
   union {
     bool b_;
@@ -137,6 +141,7 @@ const char* type_name(const Value& v);  // Python's type(v).__name__
 std::string object_type_repr(const Value& v);  // jinja's "dict object", "None"
 std::string to_str(const Value& v);   // Python str(); undefined -> ""
 std::string repr(const Value& v);     // Python repr()
+std::string html_escape(std::string_view s);  // markupsafe.escape
 bool equal(const Value& a, const Value& b);  // Python ==
 // Python a < b (and friends through the sign): -1, 0, 1, or a TypeError naming `op`.
 StatusOr<int> compare(const Value& a, const Value& b, const char* op);
