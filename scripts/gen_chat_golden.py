@@ -383,6 +383,12 @@ SNIPPETS = [
     "{% set y %}{% set z = 1 %}{% macro mm() %}{% endmacro %}{% endset %}[{{ z }}]{{ mm is defined }}",
     "{% filter upper %}{% set z = 1 %}{% endfilter %}[{{ z }}]",
     "{% set x = [1, 2, 3] %}{{ x[1:] }}{{ x[:'a'] }}", "{% set x = 5 %}{{ x[1:] }}", "{% set x = {'a': 1} %}{{ x[:1] }}", "{{ missing[1:] }}",
+    # str.format through the sandboxed formatter
+    "{{ '{} and {}'.format(1, 'a') }}|{{ '{0}{1}{0}'.format('x', 'y') }}|{{ '{name}!'.format(name='n') }}|{{ '{:>8}|{:<8}|{:^8}|'.format('r', 'l', 'c') }}|{{ '{:*^9}'.format('mid') }}",
+    "{{ '{:05d} {:+d} {: d} {:x} {:#x} {:#o} {:b} {:,}'.format(42, 5, 7, 255, 255, 8, 5, 1234567) }}|{{ '{:.2f} {:.3} {:e} {:g} {:%} {:10.1f}|'.format(3.14159, 1234.5678, 0.00012, 1e-5, 0.25, -2.55) }}",
+    "{{ '{} {} {}'.format(1.0, 1e20, 0.1) }}|{{ '{!r} {!s}'.format('q', [1]) }}|{{ '{0[0]} {1.k} {1[k]}'.format(['a'], {'k': 'v'}) }}|{{ '{{x}} {}'.format(1) }}|{{ '{:{w}}|'.format('x', w=5) }}",
+    "{{ '{:06.2f}|{:=+8d}|{:08}'.format(-3.14159, 42, -5) }} {{ '{:_}'.format(1234567.5) }} {{ '{:,.2f}'.format(1234567.891) }} {{ '{}'.format(none) }} {{ '{:d}'.format(true) }}",
+    "{{ '{} {}'.format(1) }}", "{{ '{.__class__}'.format('') }}", "{{ '{:>5}'.format(none) }}",
     # syntax errors and unsupported constructs
     "{% if %}", "{% for x in %}{% endfor %}", "{{ 1 +* 2 }}", "{% endif %}", "{% if true %}", "{{ x|nosuchfilter }}",
     "{{ x is nosuchtest }}", "{% include 'other.html' %}", "{% extends 'base' %}", "{% import 'x' as y %}", "{{ 'unterminated }}",

@@ -1,7 +1,10 @@
 // Python printf-style formatting (`"%s - %d" % (a, b)` and the `format` filter), following
 // CPython's str.__mod__ for the conversions templates use: s r a d i u x X o e E f F g G c %.
+#include <algorithm>
 #include <cmath>
 #include <cstdio>
+#include <string>
+#include <vector>
 
 #include "chat/jinja_interp.h"
 #include "chat/jinja_pystr.h"
@@ -176,6 +179,273 @@ StatusOr<std::string> percent_format(Interpreter& in, const std::string& fmt, co
   // CPython skips this check when the argument supports __getitem__ (dicts, but also lists).
   if (!mapping && args.kind() != Kind::kList && next < pos.size()) {
     return type_error("not all arguments converted during string formatting");
+  }
+  KVASIR_RETURN_IF_ERROR(in.charge_bytes(out.size()));
+  return out;
+}
+
+}  // namespace kvasir::jinja
+
+// ---- str.format (jinja's SandboxedFormatter: field lookups go through the sandbox) ----
+namespace kvasir::jinja {
+namespace {
+
+struct FormatSpec {
+  std::string fill = " ";
+  char align = 0, sign = '-', type = 0, grouping = 0;
+  bool alt = false, zero = false;
+  int64_t width = -1, precision = -1;
+};
+
+StatusOr<FormatSpec> parse_spec(const std::string& spec) {
+  FormatSpec f;
+  std::vector<uint32_t> cps = py::code_points(spec);
+  size_t i = 0;
+  auto is_align = [](uint32_t c) { return c == '<' || c == '>' || c == '^' || c == '='; };
+  if (cps.size() >= 2 && is_align(cps[1])) {
+    f.fill.clear();
+    py::append_cp(f.fill, cps[0]);
+    f.align = static_cast<char>(cps[1]);
+    i = 2;
+  } else if (!cps.empty() && is_align(cps[0])) {
+    f.align = static_cast<char>(cps[0]);
+    i = 1;
+  }
+  if (i < cps.size() && (cps[i] == '+' || cps[i] == '-' || cps[i] == ' ')) f.sign = static_cast<char>(cps[i++]);
+  if (i < cps.size() && cps[i] == '#') {
+    f.alt = true;
+    ++i;
+  }
+  if (i < cps.size() && cps[i] == '0') {
+    f.zero = true;
+    ++i;
+  }
+  auto number = [&](int64_t* out) {
+    if (i >= cps.size() || cps[i] < '0' || cps[i] > '9') return;
+    *out = 0;
+    while (i < cps.size() && cps[i] >= '0' && cps[i] <= '9' && *out < (1 << 20)) *out = *out * 10 + (cps[i++] - '0');
+  };
+  number(&f.width);
+  if (i < cps.size() && (cps[i] == ',' || cps[i] == '_')) f.grouping = static_cast<char>(cps[i++]);
+  if (i < cps.size() && cps[i] == '.') {
+    ++i;
+    f.precision = -2;
+    number(&f.precision);
+    if (f.precision == -2) return invalid_argument("Format specifier missing precision");
+  }
+  if (i < cps.size()) f.type = static_cast<char>(cps[i++]);
+  if (i != cps.size() || f.width >= (1 << 20) || f.precision >= (1 << 10)) return invalid_argument("Invalid format specifier");
+  return f;
+}
+
+std::string group_digits(const std::string& digits, char sep) {
+  std::string out;
+  size_t n = digits.size();
+  for (size_t k = 0; k < n; ++k) {
+    if (k && (n - k) % 3 == 0) out += sep;
+    out += digits[k];
+  }
+  return out;
+}
+
+std::string align_to(const std::string& body, size_t sign_len, const FormatSpec& f, char def_align) {
+  int64_t n = static_cast<int64_t>(py::cp_length(body));
+  if (f.width <= n) return body;
+  int64_t pad = f.width - n;
+  char align = f.align ? f.align : def_align;
+  std::string fill = f.fill;
+  auto rep = [&](int64_t k) {
+    std::string s;
+    for (int64_t j = 0; j < k; ++j) s += fill;
+    return s;
+  };
+  if (align == '<') return body + rep(pad);
+  if (align == '>') return rep(pad) + body;
+  if (align == '^') return rep(pad / 2) + body + rep(pad - pad / 2);
+  return body.substr(0, sign_len) + rep(pad) + body.substr(sign_len);  // '=': after the sign
+}
+
+StatusOr<std::string> format_value(const Value& v, const std::string& spec) {
+  if (spec.empty()) return to_str(v);
+  KVASIR_ASSIGN_OR_RETURN(FormatSpec f, parse_spec(spec));
+  if (f.zero && !f.align) {
+    f.fill = "0";
+    f.align = '=';
+  }
+  if (v.is_string()) {
+    if (f.type && f.type != 's') return invalid_argument(std::string("Unknown format code '") + f.type + "' for object of type 'str'");
+    if (f.align == '=') return invalid_argument("'=' alignment not allowed in string format specifier");
+    std::string s = v.as_string();
+    if (f.precision >= 0) {
+      std::vector<uint32_t> cps = py::code_points(s);
+      s.clear();
+      for (int64_t k = 0; k < f.precision && k < static_cast<int64_t>(cps.size()); ++k) py::append_cp(s, cps[static_cast<size_t>(k)]);
+    }
+    return align_to(s, 0, f, '<');
+  }
+  if (!v.is_number()) {
+    return type_error(std::string("unsupported format string passed to ") + type_name(v) + ".__format__");
+  }
+  char t = f.type;
+  bool as_int = v.is_int() && (t == 0 || t == 'd' || t == 'b' || t == 'o' || t == 'x' || t == 'X' || t == 'c' || t == 'n');
+  std::string sign_str, body;
+  if (as_int) {
+    if (f.precision >= 0) return invalid_argument("Precision not allowed in integer format specifier");
+    int64_t x = v.as_int();
+    unsigned long long mag = x < 0 ? 0ull - static_cast<unsigned long long>(x) : static_cast<unsigned long long>(x);
+    if (t == 'c') {
+      py::append_cp(body, static_cast<uint32_t>(mag & 0x1FFFFF));
+    } else {
+      int base = t == 'b' ? 2 : t == 'o' ? 8 : (t == 'x' || t == 'X') ? 16 : 10;
+      std::string digits;
+      do {
+        int d = static_cast<int>(mag % base);
+        digits.insert(digits.begin(), static_cast<char>(d < 10 ? '0' + d : (t == 'X' ? 'A' : 'a') + d - 10));
+        mag /= base;
+      } while (mag);
+      if (f.grouping) digits = group_digits(digits, f.grouping);
+      if (f.alt && base != 10) body = t == 'b' ? "0b" : t == 'o' ? "0o" : t == 'X' ? "0X" : "0x";
+      body += digits;
+    }
+    sign_str = x < 0 ? "-" : f.sign == '+' ? "+" : f.sign == ' ' ? " " : "";
+  } else {
+    if (t && std::string("eEfFgGn%").find(t) == std::string::npos) {
+      return invalid_argument(std::string("Unknown format code '") + t + "' for object of type '" + type_name(v) + "'");
+    }
+    double d = v.as_float();
+    bool neg = std::signbit(d) && !std::isnan(d);
+    double a = std::fabs(d);
+    char buf[1400];
+    int prec = static_cast<int>(f.precision < 0 ? 6 : f.precision);
+    if (t == 0 && f.precision < 0) {
+      body = py::float_repr(a);
+    } else if (t == 0) {
+      std::snprintf(buf, sizeof(buf), "%.*g", std::max(prec, 1), a);
+      body = buf;
+      if (std::isfinite(a) && body.find_first_of(".e") == std::string::npos) body += ".0";
+    } else if (t == '%') {
+      std::snprintf(buf, sizeof(buf), "%.*f", prec, a * 100);
+      body = std::string(buf) + "%";
+    } else {
+      char c = t == 'n' ? 'g' : t;
+      std::snprintf(buf, sizeof(buf), (std::string("%") + (f.alt ? "#" : "") + ".*" + c).c_str(), prec, a);
+      body = buf;
+    }
+    if (f.grouping && std::isfinite(a)) {
+      size_t end = body.find_first_not_of("0123456789");
+      body = group_digits(body.substr(0, end), f.grouping) + (end == std::string::npos ? "" : body.substr(end));
+    }
+    sign_str = neg ? "-" : f.sign == '+' ? "+" : f.sign == ' ' ? " " : "";
+  }
+  return align_to(sign_str + body, sign_str.size() + ((f.alt && as_int && t != 'd' && t) ? 2 : 0), f, '>');
+}
+
+}  // namespace
+
+StatusOr<std::string> str_format(Interpreter& in, const std::string& fmt, const CallArgs& args) {
+  std::string out;
+  int auto_index = 0;
+  bool used_auto = false, used_manual = false;
+  auto resolve = [&](const std::string& field) -> StatusOr<Value> {
+    size_t k = 0;
+    while (k < field.size() && field[k] != '.' && field[k] != '[') ++k;
+    std::string head = field.substr(0, k);
+    Value v;
+    if (head.empty() || std::all_of(head.begin(), head.end(), [](char c) { return c >= '0' && c <= '9'; })) {
+      size_t idx;
+      if (head.empty()) {
+        if (used_manual) return invalid_argument("cannot switch from manual field specification to automatic field numbering");
+        used_auto = true;
+        idx = static_cast<size_t>(auto_index++);
+      } else {
+        if (used_auto) return invalid_argument("cannot switch from automatic field numbering to manual field specification");
+        used_manual = true;
+        if (head.size() > 9) return invalid_argument("Too many decimal digits in format string");
+        idx = static_cast<size_t>(std::stoul(head));
+      }
+      if (idx >= args.pos.size()) return invalid_argument("Replacement index " + std::to_string(idx) + " out of range for positional args tuple");
+      v = args.pos[idx];
+    } else {
+      const Value* kv = nullptr;
+      for (const auto& [name, x] : args.kw) {
+        if (name == head) kv = &x;
+      }
+      if (!kv) return invalid_argument("KeyError: " + py::repr(head));
+      v = *kv;
+    }
+    while (k < field.size()) {
+      if (field[k] == '.') {
+        size_t e = field.find_first_of(".[", k + 1);
+        std::string attr = field.substr(k + 1, e == std::string::npos ? std::string::npos : e - k - 1);
+        KVASIR_ASSIGN_OR_RETURN(v, in.getattr(v, attr));
+        k = e == std::string::npos ? field.size() : e;
+      } else {
+        size_t e = field.find(']', k);
+        if (e == std::string::npos) return invalid_argument("Missing ']' in format string");
+        std::string key = field.substr(k + 1, e - k - 1);
+        bool digits = !key.empty() && std::all_of(key.begin(), key.end(), [](char c) { return c >= '0' && c <= '9'; });
+        KVASIR_ASSIGN_OR_RETURN(v, in.getitem(v, digits && key.size() < 18 ? Value::integer(std::stoll(key)) : Value::string(key)));
+        k = e + 1;
+      }
+      if (v.is_undefined()) return invalid_argument(v.as_string());
+    }
+    return v;
+  };
+  for (size_t i = 0; i < fmt.size(); ++i) {
+    char c = fmt[i];
+    if (c == '}') {
+      if (i + 1 < fmt.size() && fmt[i + 1] == '}') {
+        out += '}';
+        ++i;
+        continue;
+      }
+      return invalid_argument("Single '}' encountered in format string");
+    }
+    if (c != '{') {
+      out += c;
+      continue;
+    }
+    if (i + 1 < fmt.size() && fmt[i + 1] == '{') {
+      out += '{';
+      ++i;
+      continue;
+    }
+    // Find the matching '}' (one level of nested fields in the spec).
+    size_t j = i + 1;
+    int depth = 1;
+    for (; j < fmt.size() && depth; ++j) depth += fmt[j] == '{' ? 1 : fmt[j] == '}' ? -1 : 0;
+    if (depth) return invalid_argument("expected '}' before end of string");
+    std::string field = fmt.substr(i + 1, j - i - 2);
+    i = j - 1;
+    std::string spec, conv;
+    size_t colon = std::string::npos, bang = std::string::npos;
+    for (size_t k = 0, br = 0; k < field.size(); ++k) {
+      if (field[k] == '[') br = 1;
+      if (field[k] == ']') br = 0;
+      if (br) continue;
+      if (field[k] == '!' && bang == std::string::npos && colon == std::string::npos) bang = k;
+      if (field[k] == ':' && colon == std::string::npos) {
+        colon = k;
+        break;
+      }
+    }
+    if (colon != std::string::npos) {
+      spec = field.substr(colon + 1);
+      field = field.substr(0, colon);
+    }
+    if (bang != std::string::npos) {
+      conv = field.substr(bang + 1);
+      field = field.substr(0, bang);
+      if (conv != "r" && conv != "s" && conv != "a") return invalid_argument("Unknown conversion specifier " + conv);
+    }
+    if (spec.find('{') != std::string::npos) {
+      KVASIR_ASSIGN_OR_RETURN(spec, str_format(in, spec, args));
+    }
+    KVASIR_ASSIGN_OR_RETURN(Value v, resolve(field));
+    if (!conv.empty()) v = Value::string(conv == "s" ? to_str(v) : repr(v));
+    KVASIR_ASSIGN_OR_RETURN(std::string piece, format_value(v, spec));
+    out += piece;
+    KVASIR_RETURN_IF_ERROR(in.check_size(out.size()));
   }
   KVASIR_RETURN_IF_ERROR(in.charge_bytes(out.size()));
   return out;

@@ -125,6 +125,7 @@ Value make_bound_method(const Value& self, const std::string& name);
 Value unsafe_undefined(const Value& obj, std::string_view attr);
 // Globals every render sees: range, dict, namespace, raise_exception, strftime_now.
 void add_globals(Scope& scope);
+StatusOr<std::string> str_format(Interpreter& in, const std::string& fmt, const CallArgs& args);
 StatusOr<std::string> percent_format(Interpreter& in, const std::string& fmt, const Value& args);
 StatusOr<Value> apply_filter(Interpreter& in, std::string_view name, Value input, CallArgs args);
 // The sequence filters (jinja_filters_seq.cpp); *handled is false for other names.

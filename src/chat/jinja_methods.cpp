@@ -260,7 +260,8 @@ StatusOr<Value> str_method(Interpreter& in, const std::string& s, const std::str
   std::vector<const Value*> a;
   KVASIR_RETURN_IF_ERROR(in.charge_bytes(s.size()));
   if (m == "format") {
-    return unimplemented("str.format() is not supported in chat templates; use the format filter or ~");
+    KVASIR_ASSIGN_OR_RETURN(std::string out, str_format(in, s, args));
+    return Value::string(std::move(out));
   }
   if (m == "upper") return Value::string(py::upper(s));
   if (m == "lower" || m == "casefold") return Value::string(py::lower(s));
