@@ -37,4 +37,12 @@ struct Response {
 
 const char* status_reason(int status);
 
+// The status line and headers of a response, through the blank line. `framing` is the
+// "Content-Length: N" or "Transfer-Encoding: chunked" line (or empty); Connection is set from
+// `keep_alive`. The caller's Content-Length, Transfer-Encoding and Connection headers and any
+// header containing CR or LF are dropped; Date and "Server: kvasir" are added unless given.
+std::string format_response_head(int status,
+                                 const std::vector<std::pair<std::string, std::string>>& headers,
+                                 std::string_view framing, bool keep_alive);
+
 }  // namespace kvasir::http
