@@ -3,6 +3,8 @@
 // matrix (>= 96 MB, like a whole model) that every call streams from L3/DRAM; "hot" reuses one.
 //   matmul_bench [--types q4_1,q8_0] [--threads 1,2] [--n 1,128] [--isa avx2|avx512] [--exact]
 //                [--shapes 576x576,1536x576]  (m x k)
+//   matmul_bench --model smollm2|gemma3 [--threads 1,2] [--n 1]: every matmul of one forward step of
+//                the model (distinct weights per layer, the GGUF's types), as tokens/s of matmul time.
 #include <algorithm>
 #include <chrono>
 #include <cstdio>
@@ -56,6 +58,74 @@ double thread_cpu_s() {
   return static_cast<double>(ts.tv_sec) + 1e-9 * static_cast<double>(ts.tv_nsec);
 }
 
+struct Mat {
+  DType type;
+  int64_t m, k;
+  int count;  // how many such matrices per forward step
+};
+
+// The linear layers of one forward step, with the types of the GGUFs in models/.
+std::vector<Mat> model_mats(const std::string& name) {
+  if (name == "smollm2") {  // SmolLM2-135M-Instruct.Q4_1: 30 layers, hidden 576, ffn 1536, 3 kv heads
+    return {{DType::kQ4_1, 576, 576, 60}, {DType::kQ4_1, 192, 576, 60}, {DType::kQ4_1, 1536, 576, 60},
+            {DType::kQ4_1, 576, 1536, 30}, {DType::kQ8_0, 49152, 576, 1}};
+  }
+  if (name == "gemma3") {  // gemma-3-270m Q4_K_M: 18 layers, hidden 640, q 1024, kv 256, ffn 2048
+    return {{DType::kQ5_0, 1024, 640, 18}, {DType::kQ5_0, 256, 640, 27}, {DType::kQ8_0, 256, 640, 9},
+            {DType::kQ4_K, 640, 1024, 18}, {DType::kQ5_0, 2048, 640, 36}, {DType::kQ4_K, 640, 2048, 9},
+            {DType::kQ6_K, 640, 2048, 9},  {DType::kQ8_0, 262144, 640, 1}};
+  }
+  std::fprintf(stderr, "unknown model %s (smollm2|gemma3)\n", name.c_str());
+  std::exit(2);
+}
+
+int run_model(const std::string& name, const std::vector<int>& threads, const std::vector<int64_t>& ns, CpuIsa isa,
+              ActQuant mode) {
+  std::mt19937 rng(7);
+  struct Layer {
+    DType type;
+    int64_t m, k;
+    std::vector<uint8_t> w;
+  };
+  std::vector<Layer> layers;
+  size_t total = 0;
+  for (const Mat& mat : model_mats(name)) {
+    for (int i = 0; i < mat.count; ++i) {
+      layers.push_back({mat.type, mat.m, mat.k, testing::random_weights(mat.type, mat.m, mat.k, rng)});
+      total += layers.back().w.size();
+    }
+  }
+  std::printf("model=%s isa=%s mode=%s: %zu matmuls, %.1f MB of weights per step\n", name.c_str(),
+              std::string(isa_name(isa)).c_str(), mode == ActQuant::kQ8 ? "q8" : "f32", layers.size(), total / 1e6);
+  for (int64_t n : ns) {
+    const std::vector<float> x = testing::random_floats(static_cast<size_t>(n) * 2048, rng);
+    std::vector<float> y(static_cast<size_t>(n) * 262144);
+    for (int th : threads) {
+      ThreadPool pool(th);
+      MatmulScratch scratch;
+      std::vector<double> times, cpu_times;
+      const double t_end = now_s() + 3.0;
+      for (int it = 0; it < 200 && (it < 5 || now_s() < t_end); ++it) {
+        const double t0 = now_s(), c0 = thread_cpu_s();
+        for (const Layer& l : layers) matmul(isa, l.w.data(), l.type, l.m, l.k, x.data(), n, y.data(), pool, mode, scratch);
+        times.push_back(now_s() - t0);
+        cpu_times.push_back(thread_cpu_s() - c0);
+      }
+      times.erase(times.begin());  // warm-up
+      cpu_times.erase(cpu_times.begin());
+      std::sort(times.begin(), times.end());
+      std::sort(cpu_times.begin(), cpu_times.end());
+      const double best = times.front(), med = times[times.size() / 2], cpu = cpu_times.front();
+      std::printf("n=%lld threads=%d: best %.2f ms (%.1f steps/s, %.2f GB/s), median %.2f ms (%.1f steps/s)",
+                  static_cast<long long>(n), th, best * 1e3, 1 / best, total / best / 1e9, med * 1e3, 1 / med);
+      if (th == 1) std::printf(", caller cpu %.2f ms (%.1f steps/s)", cpu * 1e3, 1 / cpu);
+      std::printf("\n");
+      std::fflush(stdout);
+    }
+  }
+  return 0;
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -65,6 +135,7 @@ int main(int argc, char** argv) {
   std::vector<std::pair<int64_t, int64_t>> shapes = {{576, 576}, {1536, 576}, {576, 1536}, {49152, 576}};
   CpuIsa isa = active_isa();
   ActQuant mode = ActQuant::kQ8;
+  std::string model;
   for (int i = 1; i < argc; ++i) {
     const std::string a = argv[i];
     const std::string v = i + 1 < argc ? argv[i + 1] : "";
@@ -73,6 +144,7 @@ int main(int argc, char** argv) {
     else if (a == "--n") { ns.clear(); for (auto& t : split(v)) ns.push_back(std::stoll(t)); ++i; }
     else if (a == "--isa") { isa = v == "avx2" ? CpuIsa::kAvx2 : CpuIsa::kAvx512; ++i; }
     else if (a == "--exact") { mode = ActQuant::kF32; }
+    else if (a == "--model") { model = v; ++i; }
     else if (a == "--shapes") {
       shapes.clear();
       for (auto& t : split(v)) shapes.emplace_back(std::stoll(t.substr(0, t.find('x'))), std::stoll(t.substr(t.find('x') + 1)));
@@ -80,6 +152,7 @@ int main(int argc, char** argv) {
     } else { std::fprintf(stderr, "unknown flag %s\n", a.c_str()); return 2; }
   }
   if (!cpu_supports(isa)) isa = CpuIsa::kAvx2;
+  if (!model.empty()) return run_model(model, threads, ns, isa, mode);
   std::printf("isa=%s mode=%s\n", std::string(isa_name(isa)).c_str(), mode == ActQuant::kQ8 ? "q8" : "f32");
   std::printf("%-6s %6s %6s %5s %3s | %10s %8s | %10s %8s | %10s %8s | %10s %8s\n", "type", "m", "k", "n", "thr",
               "hot us", "GB/s", "cold us", "GB/s", "cpu us", "GB/s", "min us", "GB/s");
