@@ -240,22 +240,30 @@ std::string strip(std::string_view s, const std::optional<std::string>& chars, b
   auto strip_it = [&](uint32_t c) {
     return chars ? std::find(set.begin(), set.end(), c) != set.end() : is_space(c);
   };
-  // Byte offsets of each code point, so both ends can be trimmed without re-encoding.
-  std::vector<size_t> offs;
-  std::vector<uint32_t> cps;
-  for (size_t i = 0; i < s.size();) {
-    offs.push_back(i);
-    cps.push_back(next_cp(s, &i));
-  }
-  offs.push_back(s.size());
-  size_t b = 0, e = cps.size();
+  // Walk inwards from both ends one code point at a time; no full decode of long strings.
+  size_t b = 0, e = s.size();
   if (left) {
-    while (b < e && strip_it(cps[b])) ++b;
+    while (b < e) {
+      size_t i = b;
+      if (!strip_it(next_cp(s, &i))) break;
+      b = i;
+    }
   }
   if (right) {
-    while (e > b && strip_it(cps[e - 1])) --e;
+    while (e > b) {
+      size_t start = e - 1;
+      while (start > b && (static_cast<unsigned char>(s[start]) & 0xC0) == 0x80 && e - start < 4) --start;
+      size_t i = start;
+      uint32_t c = next_cp(s, &i);
+      if (i != e) {  // invalid sequence: treat the last byte alone (decodes as U+FFFD)
+        start = e - 1;
+        c = 0xFFFD;
+      }
+      if (!strip_it(c)) break;
+      e = start;
+    }
   }
-  return std::string(s.substr(offs[b], offs[e] - offs[b]));
+  return std::string(s.substr(b, e - b));
 }
 
 std::vector<std::string> split(std::string_view s, const std::optional<std::string>& sep, int64_t maxsplit,

@@ -19,6 +19,7 @@ StatusOr<Template> Template::parse(std::string_view source, const JinjaLimits& l
 }
 
 StatusOr<std::string> Template::render(const Json& context, const RenderOptions& opts) const {
+  if (!program_) return invalid_argument("template was not parsed");
   Interpreter in(opts);
   return in.render(*program_, context);
 }

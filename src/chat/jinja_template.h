@@ -48,6 +48,7 @@ class Template {
 
   // `context` must be a JSON object; its members become the template's variables (JSON null is
   // Python None). raise_exception(msg) in the template comes back as kInvalidArgument with msg.
+  // Const and thread-safe: one parsed Template may render on many threads at once.
   StatusOr<std::string> render(const Json& context, const RenderOptions& opts = {}) const;
 
  private:
