@@ -14,7 +14,9 @@ void usage() {
                "  generate     generate text for a prompt or a JSONL file of prompts\n"
                "  tokenize     print the token ids of a text\n"
                "  detokenize   print the text of token ids\n"
-               "  bench        benchmarks: latency, throughput\n\n"
+               "  bench        benchmarks: latency, throughput\n"
+               "  serve        OpenAI-compatible HTTP server\n"
+               "  render-template  print the chat prompt a request renders to\n\n"
                "Run `kvasir <command> --help` for its options.\n");
 }
 
@@ -34,6 +36,8 @@ int main(int argc, char** argv) {
   if (cmd == "tokenize") return kvasir::cmd_tokenize(argc - 2, argv + 2);
   if (cmd == "detokenize") return kvasir::cmd_detokenize(argc - 2, argv + 2);
   if (cmd == "bench") return kvasir::cmd_bench(argc - 2, argv + 2);
+  if (cmd == "serve") return kvasir::cmd_serve(argc - 2, argv + 2);
+  if (cmd == "render-template") return kvasir::cmd_render_template(argc - 2, argv + 2);
   std::fprintf(stderr, "kvasir: unknown command '%s'\n\n", cmd.c_str());
   usage();
   return 2;

@@ -1,0 +1,204 @@
+#include "server/routes.h"
+
+#include <algorithm>
+#include <exception>
+
+#include "common/log.h"
+#include "server/openai_protocol.h"
+#include "server/serving_handlers.h"
+
+namespace kvasir::server {
+namespace {
+
+struct RouteSpec {
+  const char* path;
+  const char* method;
+  int route;
+};
+
+constexpr RouteSpec kRoutes[] = {
+    {"/health", "GET", Router::kHealth},
+    {"/metrics", "GET", Router::kMetrics},
+    {"/version", "GET", Router::kVersion},
+    {"/v1/models", "GET", Router::kModels},
+    {"/v1/completions", "POST", Router::kCompletions},
+    {"/v1/chat/completions", "POST", Router::kChat},
+    {"/tokenize", "POST", Router::kTokenize},
+    {"/detokenize", "POST", Router::kDetokenize},
+};
+
+constexpr const char* kRouteNames[] = {"/health",   "/metrics",   "/version", "/v1/models", "/v1/completions",
+                                       "/v1/chat/completions", "/tokenize", "/detokenize", "other"};
+
+// Counts the status a handler answers with, whenever and from whichever thread it answers.
+class CountingReply final : public http::Reply {
+ public:
+  CountingReply(std::shared_ptr<http::Reply> inner, Router* router, int route)
+      : inner_(std::move(inner)), router_(router), route_(route) {}
+  void respond(http::Response response) override {
+    answered_ = true;
+    router_->count(route_, response.status);
+    inner_->respond(std::move(response));
+  }
+  std::shared_ptr<http::Stream> stream() override {
+    answered_ = true;
+    router_->count(route_, 200);
+    return inner_->stream();
+  }
+  bool client_gone() const override { return inner_->client_gone(); }
+  bool answered() const { return answered_; }
+
+ private:
+  std::shared_ptr<http::Reply> inner_;
+  Router* router_;
+  int route_;
+  std::atomic<bool> answered_{false};
+};
+
+http::Response unavailable_response(const std::string& message) {
+  return error_response({503, message, "server_error", "", "service_unavailable"});
+}
+
+}  // namespace
+
+bool constant_time_equals(const std::string& a, const std::string& b) {
+  // Walk the longer string whole so the time does not reveal where they first differ.
+  const size_t n = std::max(a.size(), b.size());
+  unsigned char diff = a.size() == b.size() ? 0 : 1;
+  for (size_t i = 0; i < n; ++i) {
+    const unsigned char x = i < a.size() ? static_cast<unsigned char>(a[i]) : 0;
+    const unsigned char y = i < b.size() ? static_cast<unsigned char>(b[i]) : 0;
+    diff |= static_cast<unsigned char>(x ^ y);
+  }
+  return diff == 0;
+}
+
+Router::Router(RouterOptions opts) : opts_(std::move(opts)) {
+  for (auto& row : counts_) {
+    for (auto& c : row) c.store(0);
+  }
+}
+
+void Router::count(int route, int status) {
+  const int cls = status / 100 - 1;
+  if (route < 0 || route >= kNumRoutes || cls < 0 || cls >= 5) return;
+  counts_[static_cast<size_t>(route)][static_cast<size_t>(cls)].fetch_add(1, std::memory_order_relaxed);
+}
+
+bool Router::authorized(const http::Request& req) const {
+  if (opts_.api_key.empty()) return true;
+  const std::string* h = req.header("authorization");
+  return h != nullptr && constant_time_equals(*h, "Bearer " + opts_.api_key);
+}
+
+void Router::handle(http::Request req, std::shared_ptr<http::Reply> reply) {
+  int route = kOther;
+  bool path_known = false;
+  std::string allow;
+  for (const RouteSpec& r : kRoutes) {
+    if (req.path != r.path) continue;
+    path_known = true;
+    allow = r.method;
+    if (req.method == r.method) route = r.route;
+  }
+  if (!path_known && req.path.rfind("/v1/models/", 0) == 0 && req.path.size() > 11) {
+    path_known = true;
+    allow = "GET";
+    if (req.method == "GET") route = kModels;
+  }
+  auto counted = std::make_shared<CountingReply>(std::move(reply), this, route);
+  if (path_known && route == kOther) {
+    http::Response r = error_response({405, "Method " + req.method + " is not allowed on " + req.path + "; use " + allow + ".",
+                                       "invalid_request_error", "", "method_not_allowed"});
+    r.headers.emplace_back("Allow", allow);
+    return counted->respond(std::move(r));
+  }
+  try {
+    dispatch(route, req, counted);
+  } catch (const std::exception& e) {
+    KVASIR_LOG_ERROR("handler for %s threw: %s", req.path.c_str(), e.what());
+    if (!counted->answered()) counted->respond(error_response({500, "internal server error", "server_error", "", "internal_error"}));
+  } catch (...) {
+    KVASIR_LOG_ERROR("handler for %s threw", req.path.c_str());
+    if (!counted->answered()) counted->respond(error_response({500, "internal server error", "server_error", "", "internal_error"}));
+  }
+}
+
+void Router::dispatch(int route, const http::Request& req, const std::shared_ptr<http::Reply>& reply) {
+  ServingContext* ctx = ctx_.load();
+  switch (route) {
+    case kOther:
+      return reply->respond(error_response({404, "Not Found: " + req.path, "invalid_request_error", "", "not_found"}));
+    case kVersion: {
+      Json v = Json::object();
+      v.set("version", opts_.version);
+      return reply->respond(json_response(200, v));
+    }
+    case kMetrics: {
+      http::Response r;
+      r.headers.emplace_back("Content-Type", "text/plain; version=0.0.4; charset=utf-8");
+      const std::string name = ctx ? ctx->model_name() : std::string();
+      if (ctx) r.body = ctx->engine().metrics().render_prometheus(name);
+      r.body += render_metrics(name);
+      return reply->respond(std::move(r));
+    }
+    case kHealth:
+      if (!ctx) return reply->respond(unavailable_response("The model is still loading."));
+      if (shutting_down_) return reply->respond(unavailable_response("The server is shutting down."));
+      if (ctx->engine().dead()) return reply->respond(unavailable_response("The engine has failed: " + ctx->engine().core().fault()));
+      return reply->respond(http::Response{200, {{"Content-Type", "text/plain"}}, ""});
+    default:
+      break;
+  }
+  if (req.path.rfind("/v1/", 0) == 0 && !authorized(req)) {
+    return reply->respond(error_response({401, "Incorrect API key provided.", "invalid_request_error", "", "invalid_api_key"}));
+  }
+  if (shutting_down_) return reply->respond(unavailable_response("The server is shutting down."));
+  if (!ctx) return reply->respond(unavailable_response("The model is still loading."));
+  if (ctx->engine().dead()) return reply->respond(unavailable_response("The engine has failed: " + ctx->engine().core().fault()));
+  switch (route) {
+    case kModels:
+      return reply->respond(serve_models(*ctx, req.path.size() > 11 ? req.path.substr(11) : std::string()));
+    case kCompletions:
+      return serve_completions(*ctx, req, reply);
+    case kChat:
+      return serve_chat_completions(*ctx, req, reply);
+    case kTokenize:
+      return serve_tokenize(*ctx, req, *reply);
+    case kDetokenize:
+      return serve_detokenize(*ctx, req, *reply);
+    default:
+      return reply->respond(error_response({404, "Not Found: " + req.path, "invalid_request_error", "", "not_found"}));
+  }
+}
+
+std::string Router::render_metrics(const std::string& model_name) const {
+  std::string o;
+  o += "# HELP kvasir:http_requests_total HTTP requests by route and status class.\n";
+  o += "# TYPE kvasir:http_requests_total counter\n";
+  static const char* kClasses[] = {"1xx", "2xx", "3xx", "4xx", "5xx"};
+  for (int r = 0; r < kNumRoutes; ++r) {
+    for (int c = 0; c < 5; ++c) {
+      const int64_t v = counts_[static_cast<size_t>(r)][static_cast<size_t>(c)].load(std::memory_order_relaxed);
+      if (v == 0) continue;
+      o += "kvasir:http_requests_total{model_name=\"" + model_name + "\",handler=\"" + kRouteNames[r] +
+           "\",status=\"" + kClasses[c] + "\"} " + std::to_string(v) + "\n";
+    }
+  }
+  if (ServingContext* ctx = ctx_.load()) {
+    auto gauge = [&](const char* name, const char* help, const char* type, int64_t v) {
+      o += std::string("# HELP kvasir:") + name + " " + help + "\n# TYPE kvasir:" + name + " " + type + "\n";
+      o += std::string("kvasir:") + name + "{model_name=\"" + model_name + "\"} " + std::to_string(v) + "\n";
+    };
+    gauge("server_inflight_requests", "Generation requests the HTTP server is answering.", "gauge",
+          static_cast<int64_t>(ctx->num_inflight()));
+    gauge("server_waiting_sequences", "Admitted sequences without a first output yet.", "gauge", ctx->num_waiting());
+    gauge("server_rejected_queue_full_total", "Requests refused with 429 (--max-num-queued-reqs).", "counter",
+          ctx->num_rejected_queue_full.load());
+    gauge("server_client_aborts_total", "Requests aborted because the client went away.", "counter",
+          ctx->num_aborted_by_client.load());
+  }
+  return o;
+}
+
+}  // namespace kvasir::server

@@ -1,0 +1,53 @@
+// Router: the HttpServer's handler for the OpenAI-compatible API. Matches method and path,
+// checks the API key (constant-time) on /v1 routes, answers 503 while the model loads or the
+// server shuts down, counts requests per route and status class for /metrics, and dispatches to
+// the serving_* handlers. Must not parse bodies or touch the engine itself.
+#pragma once
+
+#include <array>
+#include <atomic>
+#include <memory>
+#include <string>
+
+#include "server/http_server.h"
+#include "server/serving_context.h"
+
+namespace kvasir::server {
+
+struct RouterOptions {
+  std::string api_key;  // empty: no authentication
+  std::string version = "0.1.0";
+};
+
+class Router {
+ public:
+  explicit Router(RouterOptions opts);
+
+  // The model is loaded: start serving (until then every route but /version, /metrics answers 503).
+  void set_context(ServingContext* ctx) { ctx_.store(ctx); }
+  // New requests get 503 from now on (in-flight ones continue).
+  void begin_shutdown() { shutting_down_ = true; }
+
+  void handle(http::Request req, std::shared_ptr<http::Reply> reply);
+
+  // Prometheus text of the HTTP counters and server gauges.
+  std::string render_metrics(const std::string& model_name) const;
+
+  enum Route : int { kHealth, kMetrics, kVersion, kModels, kCompletions, kChat, kTokenize, kDetokenize, kOther, kNumRoutes };
+  void count(int route, int status);
+
+ private:
+  void dispatch(int route, const http::Request& req, const std::shared_ptr<http::Reply>& reply);
+  bool authorized(const http::Request& req) const;
+
+  RouterOptions opts_;
+  std::atomic<ServingContext*> ctx_{nullptr};
+  std::atomic<bool> shutting_down_{false};
+  // [route][status / 100 - 1]: 1xx..5xx
+  std::array<std::array<std::atomic<int64_t>, 5>, kNumRoutes> counts_{};
+};
+
+// Compares two secrets in time that depends only on their lengths.
+bool constant_time_equals(const std::string& a, const std::string& b);
+
+}  // namespace kvasir::server

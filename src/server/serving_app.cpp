@@ -1,0 +1,151 @@
+#include "server/serving_app.h"
+
+#include <sys/stat.h>
+
+#include <algorithm>
+#include <chrono>
+#include <thread>
+
+#include "api/loaded_model.h"
+#include "api/sampling_json.h"
+#include "common/log.h"
+#include "common/mapped_file.h"
+#include "engine/engine.h"
+#include "kvasir/llm.h"
+#include "server/routes.h"
+#include "server/serving_chat_template.h"
+#include "server/serving_context.h"
+
+namespace kvasir::server {
+namespace {
+
+bool is_dir(const std::string& p) {
+  struct stat st {};
+  return ::stat(p.c_str(), &st) == 0 && S_ISDIR(st.st_mode);
+}
+
+// vLLM's --generation-config: "auto" takes the sampling defaults of the model's
+// generation_config.json (when it has one), "vllm" ignores it, a folder names another file.
+Status apply_generation_config(const std::string& mode, const std::string& model_path, ServingOptions* opts) {
+  std::string dir;
+  if (mode == "vllm") return Status();
+  if (mode == "auto") {
+    if (!is_dir(model_path)) return Status();  // GGUF files carry no generation config
+    dir = model_path;
+  } else {
+    if (!is_dir(mode)) return invalid_argument("--generation-config must be auto, vllm or a folder, got '" + mode + "'");
+    dir = mode;
+  }
+  const std::string path = dir + "/generation_config.json";
+  struct stat st {};
+  if (::stat(path.c_str(), &st) != 0) {
+    if (mode != "auto") return not_found(path + " not found");
+    return Status();
+  }
+  KVASIR_ASSIGN_OR_RETURN(std::string text, read_text_file(path, 1u << 20));
+  auto j = parse_json(text);
+  if (!j.ok() || !j->is_object()) return invalid_argument(path + ": not a JSON object");
+  Json picked = Json::object();
+  for (const char* key : {"temperature", "top_p", "top_k", "min_p", "repetition_penalty"}) {
+    if (const Json* v = j->find(key); v && !v->is_null()) picked.set(key, *v);
+  }
+  KVASIR_RETURN_IF_ERROR(apply_sampling_json(picked, &opts->default_params));
+  if (const Json* m = j->find("max_new_tokens"); m && m->is_int() && m->as_int() > 0) {
+    opts->default_max_tokens = static_cast<int>(std::min<int64_t>(m->as_int(), 1 << 30));
+  }
+  if (picked.size() > 0 || opts->default_max_tokens) {
+    KVASIR_LOG_INFO("default sampling parameters from %s: %s", path.c_str(), picked.dump().c_str());
+  }
+  return Status();
+}
+
+}  // namespace
+
+ServingApp::ServingApp(ServeConfig cfg) : cfg_(std::move(cfg)) {
+  RouterOptions ro;
+  ro.api_key = cfg_.api_key;
+  router_ = std::make_unique<Router>(ro);
+}
+
+ServingApp::~ServingApp() { shutdown(0); }
+
+Status ServingApp::start_http() {
+  Router* router = router_.get();
+  http_ = std::make_unique<http::HttpServer>(
+      cfg_.http, [router](http::Request req, std::shared_ptr<http::Reply> reply) { router->handle(std::move(req), std::move(reply)); });
+  return http_->start();
+}
+
+int ServingApp::port() const { return http_ ? http_->port() : 0; }
+
+Status ServingApp::load() {
+  if (cfg_.engine.model.empty()) cfg_.engine.model = default_model_path();
+  KVASIR_ASSIGN_OR_RETURN(llm_, LLM::create(cfg_.engine));
+  const LoadedModel& m = llm_->model();
+
+  ServingOptions so;
+  so.served_model_names = cfg_.served_model_names;
+  if (so.served_model_names.empty()) so.served_model_names.push_back(cfg_.engine.model);
+  so.model_root = cfg_.engine.model;
+  so.trust_request_chat_template = cfg_.trust_request_chat_template;
+  so.max_num_queued_reqs = cfg_.max_num_queued_reqs;
+  so.num_pump_threads = std::clamp(static_cast<int>(std::thread::hardware_concurrency()) / 8, 1, 4);
+  KVASIR_RETURN_IF_ERROR(apply_generation_config(cfg_.generation_config, cfg_.engine.model, &so));
+
+  std::optional<ChatTemplate> tmpl;
+  std::string tmpl_error;
+  auto text = resolve_chat_template_text(cfg_.chat_template, *m.tokenizer);
+  if (!text.ok()) {
+    if (!cfg_.chat_template.empty()) return text.status();  // an explicit flag must work
+    tmpl_error = text.status().message();
+  } else {
+    auto parsed = ChatTemplate::parse(*text);
+    if (!parsed.ok()) {
+      if (!cfg_.chat_template.empty()) return invalid_argument("--chat-template: " + parsed.status().message());
+      tmpl_error = "the model's chat template does not parse: " + parsed.status().message();
+    } else {
+      tmpl = std::move(*parsed);
+    }
+  }
+  if (!tmpl) KVASIR_LOG_WARN("chat completions disabled: %s", tmpl_error.c_str());
+
+  ctx_ = std::make_unique<ServingContext>(llm_->engine(), *m.tokenizer, static_cast<int32_t>(m.config.vocab_size),
+                                          llm_->max_model_len(), std::move(tmpl), tmpl_error, std::move(so));
+  router_->set_context(ctx_.get());
+  KVASIR_LOG_INFO("serving model '%s' (max_model_len %d, %d KV blocks)", ctx_->model_name().c_str(),
+                  llm_->max_model_len(), llm_->num_kv_blocks());
+  return Status();
+}
+
+void ServingApp::shutdown(double timeout_s, const std::function<bool()>& interrupted) {
+  if (shut_down_) return;
+  shut_down_ = true;
+  using Clock = std::chrono::steady_clock;
+  router_->begin_shutdown();
+  if (http_) http_->stop_accepting();
+  if (ctx_) {
+    ctx_->begin_shutdown();
+    const auto deadline = Clock::now() + std::chrono::duration<double>(std::max(0.0, timeout_s));
+    while (ctx_->num_inflight() > 0 && Clock::now() < deadline && !(interrupted && interrupted())) {
+      std::this_thread::sleep_for(std::chrono::milliseconds(20));
+    }
+    if (ctx_->num_inflight() > 0) {
+      KVASIR_LOG_INFO("aborting %zu in-flight requests", ctx_->num_inflight());
+      ctx_->abort_all();
+      // The aborts reach every job within an engine step; give them a moment to tell clients.
+      const auto flush_deadline = Clock::now() + std::chrono::seconds(5);
+      while (ctx_->num_inflight() > 0 && Clock::now() < flush_deadline) {
+        std::this_thread::sleep_for(std::chrono::milliseconds(10));
+      }
+    }
+  }
+  if (http_) http_->stop();
+  if (ctx_) ctx_->stop_pump();
+  if (llm_) llm_->engine().shutdown();
+  router_->set_context(nullptr);
+  ctx_.reset();
+  llm_.reset();
+  http_.reset();
+}
+
+}  // namespace kvasir::server

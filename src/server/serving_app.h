@@ -1,0 +1,58 @@
+// ServingApp: `kvasir serve` minus the command line: listens first (so /health answers 503 while
+// the model loads), loads the model and engine the way kvasir::LLM does, serves the OpenAI API,
+// and shuts down gracefully: stop accepting, 503 for new requests, drain in-flight requests up to
+// a deadline, abort the rest (clients get a finish or an SSE error), stop. Must not parse flags
+// or install signal handlers (tools/cmd_serve.cpp does).
+#pragma once
+
+#include <functional>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "api/engine_args.h"
+#include "common/status.h"
+#include "server/http_server.h"
+
+namespace kvasir {
+class LLM;
+}
+
+namespace kvasir::server {
+
+class Router;
+class ServingContext;
+
+struct ServeConfig {
+  EngineArgs engine;
+  http::ServerOptions http;
+  std::string api_key;                          // empty: no authentication
+  std::vector<std::string> served_model_names;  // empty: the model path as given
+  std::string chat_template;                    // file or literal; empty: the model's own
+  std::string generation_config = "auto";       // auto | vllm | a folder with generation_config.json
+  bool trust_request_chat_template = false;
+  int64_t max_num_queued_reqs = 8192;
+};
+
+class ServingApp {
+ public:
+  explicit ServingApp(ServeConfig cfg);
+  ~ServingApp();
+
+  Status start_http();
+  Status load();
+  int port() const;
+  // Returns once every client was answered (or aborted) and the engine stopped.
+  // `interrupted` is polled while draining: true cuts the drain short (a second Ctrl-C).
+  void shutdown(double timeout_s, const std::function<bool()>& interrupted = {});
+
+ private:
+  ServeConfig cfg_;
+  std::unique_ptr<Router> router_;
+  std::unique_ptr<http::HttpServer> http_;
+  std::unique_ptr<LLM> llm_;
+  std::unique_ptr<ServingContext> ctx_;
+  bool shut_down_ = false;
+};
+
+}  // namespace kvasir::server

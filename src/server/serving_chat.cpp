@@ -1,0 +1,127 @@
+// POST /v1/chat/completions: messages -> chat template -> one prompt -> n "chat.completion"
+// choices; streaming sends each choice's role first, then content deltas, then its finish.
+#include "server/serving_chat_template.h"
+#include "server/serving_handlers.h"
+#include "server/serving_job.h"
+
+namespace kvasir::server {
+namespace {
+
+class ChatJob final : public GenerationJob {
+ public:
+  ChatJob(ServingContext& ctx, std::shared_ptr<http::Reply> reply, const ChatRequest& req)
+      : GenerationJob(ctx, std::move(reply), make_request_id("chatcmpl-"), req),
+        logprobs_(req.logprobs),
+        num_top_(req.params.logprobs.value_or(0)) {}
+
+ protected:
+  const char* object_name() const override { return "chat.completion"; }
+  const char* chunk_object_name() const override { return "chat.completion.chunk"; }
+
+  void on_stream_open() override {
+    for (size_t i = 0; i < choices_.size(); ++i) {
+      Json delta = Json::object();
+      delta.set("role", "assistant");
+      delta.set("content", "");
+      Json arr = Json::array();
+      arr.push_back(make_choice(static_cast<int>(i), std::move(delta), Json(), Json(), Json()));
+      send_chunk(std::move(arr));
+    }
+  }
+
+  Json chunk_choice(int index, Choice& c, const RequestOutput& d) override {
+    if (d.text.empty() && d.logprobs.empty() && !d.finished) return Json();
+    Json delta = Json::object();
+    if (!d.text.empty() || !d.logprobs.empty()) delta.set("content", d.text);
+    Json lp;
+    if (logprobs_ && !d.logprobs.empty()) lp = chat_logprobs_json(tok_, d.logprobs, num_top_);
+    return make_choice(index, std::move(delta), std::move(lp), d.finished ? Json(c.finish_reason) : Json(),
+                       d.finished ? c.stop_reason : Json());
+  }
+
+  Json final_choice(int index, Choice& c) override {
+    Json msg = Json::object();
+    msg.set("role", "assistant");
+    msg.set("content", c.text);
+    msg.set("refusal", Json());
+    msg.set("tool_calls", Json::array());
+    Json lp;
+    if (logprobs_) lp = chat_logprobs_json(tok_, c.logprobs, num_top_);
+    Json o = Json::object();
+    o.set("index", index);
+    o.set("message", std::move(msg));
+    o.set("logprobs", std::move(lp));
+    o.set("finish_reason", c.finish_reason);
+    o.set("stop_reason", c.stop_reason);
+    return o;
+  }
+
+ private:
+  static Json make_choice(int index, Json delta, Json logprobs, Json finish_reason, Json stop_reason) {
+    Json o = Json::object();
+    o.set("index", index);
+    o.set("delta", std::move(delta));
+    o.set("logprobs", std::move(logprobs));
+    o.set("finish_reason", std::move(finish_reason));
+    if (!stop_reason.is_null()) o.set("stop_reason", std::move(stop_reason));
+    return o;
+  }
+
+  bool logprobs_;
+  int num_top_;
+};
+
+}  // namespace
+
+ApiError model_not_found_error(const Status& s) {
+  ApiError e = api_error_from_status(s);
+  e.param = "model";
+  e.code = "model_not_found";
+  return e;
+}
+
+StatusOr<std::string> render_chat_request(const ServingContext& ctx, const ChatRequest& req) {
+  const ChatTemplate* tmpl = ctx.chat_template();
+  std::optional<ChatTemplate> own;
+  if (req.chat_template) {
+    if (!ctx.options().trust_request_chat_template) {
+      return invalid_argument(
+          "Chat template is passed with request, but --trust-request-chat-template is not set. "
+          "Refused request with untrusted chat template.");
+    }
+    KVASIR_ASSIGN_OR_RETURN(own, ChatTemplate::parse(*req.chat_template));
+    tmpl = &*own;
+  } else if (tmpl == nullptr) {
+    return invalid_argument("This server has no usable chat template (" + ctx.chat_template_error() +
+                            "); start it with --chat-template or use /v1/completions.");
+  }
+  ChatRenderInput in;
+  in.messages = req.messages;
+  in.tools = req.tools;
+  in.add_generation_prompt = req.add_generation_prompt;
+  in.continue_final_message = req.continue_final_message;
+  in.kwargs = req.chat_template_kwargs;
+  return render_chat_prompt(*tmpl, ctx.tokenizer(), in);
+}
+
+void serve_chat_completions(ServingContext& ctx, const http::Request& hreq, std::shared_ptr<http::Reply> reply) {
+  auto fail = [&](const Status& s) { reply->respond(error_response(api_error_from_status(s))); };
+  auto body = parse_json_object_body(hreq.body);
+  if (!body.ok()) return fail(body.status());
+  ChatRequest req;
+  if (Status st = parse_chat_request(*body, ctx.options().default_params, &req); !st.ok()) return fail(st);
+  if (Status st = ctx.check_model(req.model); !st.ok()) return reply->respond(error_response(model_not_found_error(st)));
+  auto prompt = render_chat_request(ctx, req);
+  if (!prompt.ok()) return fail(prompt.status());
+  PreparedPrompt p;
+  p.token_ids = ctx.tokenizer().encode(*prompt, req.add_special_tokens);
+  auto params = params_for_prompt(ctx, req, p.token_ids);
+  if (!params.ok()) return fail(params.status());
+  p.params = std::move(*params);
+  std::vector<PreparedPrompt> prompts;
+  prompts.push_back(std::move(p));
+  auto job = std::make_shared<ChatJob>(ctx, reply, req);
+  launch_generation(ctx, job, std::move(prompts), *reply);
+}
+
+}  // namespace kvasir::server

@@ -1,0 +1,105 @@
+// POST /v1/completions: prompts (text or token ids, one or many) -> "text_completion" choices,
+// index = prompt * n + sample, with legacy logprobs and echo.
+#include "server/serving_handlers.h"
+#include "server/serving_job.h"
+
+namespace kvasir::server {
+namespace {
+
+class CompletionJob final : public GenerationJob {
+ public:
+  CompletionJob(ServingContext& ctx, std::shared_ptr<http::Reply> reply, const CompletionRequest& req)
+      : GenerationJob(ctx, std::move(reply), make_request_id("cmpl-"), req),
+        echo_(req.echo),
+        want_logprobs_(req.params.logprobs.has_value()) {}
+
+ protected:
+  const char* object_name() const override { return "text_completion"; }
+  const char* chunk_object_name() const override { return "text_completion"; }
+
+  Json chunk_choice(int index, Choice& c, const RequestOutput& d) override {
+    std::string text;
+    if (!c.sent_first && echo_) {
+      // Prompt logprobs may arrive over several prefill steps: echo once generation starts.
+      if (d.token_ids.empty() && !d.finished) return Json();
+      text = subs_[c.sub].prompt_text;
+      if (want_logprobs_) add_prompt_logprobs(c.stream_logprobs, c);
+    }
+    text += d.text;
+    Json lp;
+    if (want_logprobs_) {
+      for (const PositionLogprobs& p : d.logprobs) c.stream_logprobs.add(tok_, p);
+      if (!c.stream_logprobs.empty()) lp = c.stream_logprobs.take();
+    }
+    if (text.empty() && lp.is_null() && !d.finished) return Json();
+    return make_choice(index, std::move(text), std::move(lp), d.finished ? Json(c.finish_reason) : Json(),
+                       d.finished ? c.stop_reason : Json());
+  }
+
+  Json final_choice(int index, Choice& c) override {
+    std::string text = echo_ ? subs_[c.sub].prompt_text + c.text : c.text;
+    Json lp;
+    if (want_logprobs_) {
+      CompletionLogprobs b;
+      if (echo_) add_prompt_logprobs(b, c);
+      for (const PositionLogprobs& p : c.logprobs) b.add(tok_, p);
+      lp = b.take();
+    }
+    return make_choice(index, std::move(text), std::move(lp), Json(c.finish_reason), c.stop_reason);
+  }
+
+ private:
+  static Json make_choice(int index, std::string text, Json logprobs, Json finish_reason, Json stop_reason) {
+    Json o = Json::object();
+    o.set("index", index);
+    o.set("text", std::move(text));
+    o.set("logprobs", std::move(logprobs));
+    o.set("finish_reason", std::move(finish_reason));
+    o.set("stop_reason", std::move(stop_reason));
+    return o;
+  }
+
+  // The echoed prompt's entries: its first token has no logprob; the rest come from the engine.
+  void add_prompt_logprobs(CompletionLogprobs& b, const Choice& c) const {
+    const Sub& s = subs_[c.sub];
+    if (s.prompt_ids.empty()) return;
+    b.add_unscored(tok_, s.prompt_ids[0]);
+    for (const PositionLogprobs& p : c.prompt_logprobs) b.add(tok_, p);
+    b.set_offset(s.prompt_text.size());
+  }
+
+  bool echo_;
+  bool want_logprobs_;
+};
+
+}  // namespace
+
+void serve_completions(ServingContext& ctx, const http::Request& hreq, std::shared_ptr<http::Reply> reply) {
+  auto fail = [&](const Status& s) { reply->respond(error_response(api_error_from_status(s))); };
+  auto body = parse_json_object_body(hreq.body);
+  if (!body.ok()) return fail(body.status());
+  CompletionRequest req;
+  if (Status st = parse_completion_request(*body, ctx.options().default_params, &req); !st.ok()) return fail(st);
+  if (Status st = ctx.check_model(req.model); !st.ok()) return reply->respond(error_response(model_not_found_error(st)));
+
+  const Tokenizer& tok = ctx.tokenizer();
+  std::vector<PreparedPrompt> prompts;
+  prompts.reserve(req.prompts.size());
+  for (PromptSpec& spec : req.prompts) {
+    PreparedPrompt p;
+    if (spec.is_tokens) {
+      p.token_ids = std::move(spec.token_ids);
+    } else {
+      p.token_ids = tok.encode(spec.text, req.add_special_tokens);
+    }
+    auto params = params_for_prompt(ctx, req, p.token_ids);
+    if (!params.ok()) return fail(params.status());
+    p.params = std::move(*params);
+    if (req.echo) p.text = spec.is_tokens ? tok.decode(p.token_ids, /*skip_special_tokens=*/false) : std::move(spec.text);
+    prompts.push_back(std::move(p));
+  }
+  auto job = std::make_shared<CompletionJob>(ctx, reply, req);
+  launch_generation(ctx, job, std::move(prompts), *reply);
+}
+
+}  // namespace kvasir::server

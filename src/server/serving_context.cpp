@@ -1,0 +1,76 @@
+#include "server/serving_context.h"
+
+#include <algorithm>
+
+#include "server/serving_job.h"
+
+namespace kvasir::server {
+
+ServingContext::ServingContext(Engine& engine, const Tokenizer& tokenizer, int32_t vocab_size, int max_model_len,
+                               std::optional<ChatTemplate> chat_template, std::string chat_template_error,
+                               ServingOptions opts)
+    : engine_(engine),
+      tokenizer_(tokenizer),
+      vocab_size_(vocab_size),
+      max_model_len_(max_model_len),
+      chat_template_(std::move(chat_template)),
+      chat_template_error_(std::move(chat_template_error)),
+      opts_(std::move(opts)),
+      pump_(opts_.num_pump_threads) {
+  if (opts_.served_model_names.empty()) opts_.served_model_names.push_back(opts_.model_root);
+}
+
+ServingContext::~ServingContext() {
+  pump_.stop();
+  std::lock_guard<std::mutex> lock(jobs_mu_);
+  jobs_.clear();
+}
+
+Status ServingContext::check_model(const std::string& name) const {
+  if (name.empty()) return Status();
+  const auto& names = opts_.served_model_names;
+  if (std::find(names.begin(), names.end(), name) != names.end()) return Status();
+  return not_found("The model `" + name + "` does not exist.");
+}
+
+bool ServingContext::try_admit(int64_t num_sequences) {
+  int64_t cur = waiting_.load();
+  do {
+    if (cur >= opts_.max_num_queued_reqs) {
+      num_rejected_queue_full.fetch_add(1);
+      return false;
+    }
+  } while (!waiting_.compare_exchange_weak(cur, cur + num_sequences));
+  return true;
+}
+
+void ServingContext::release_waiting(int64_t num_sequences) { waiting_.fetch_sub(num_sequences); }
+
+void ServingContext::start_job(std::shared_ptr<GenerationJob> job) {
+  {
+    std::lock_guard<std::mutex> lock(jobs_mu_);
+    jobs_[job.get()] = job;
+  }
+  pump_.add(std::move(job));
+}
+
+void ServingContext::finish_job(GenerationJob* job) {
+  std::lock_guard<std::mutex> lock(jobs_mu_);
+  jobs_.erase(job);
+}
+
+size_t ServingContext::num_inflight() const {
+  std::lock_guard<std::mutex> lock(jobs_mu_);
+  return jobs_.size();
+}
+
+void ServingContext::abort_all() {
+  std::vector<std::shared_ptr<GenerationJob>> jobs;
+  {
+    std::lock_guard<std::mutex> lock(jobs_mu_);
+    for (auto& [ptr, job] : jobs_) jobs.push_back(job);
+  }
+  for (auto& j : jobs) j->abort_engine_requests();
+}
+
+}  // namespace kvasir::server

@@ -1,0 +1,89 @@
+// ServingContext: what every OpenAI handler shares once the model is loaded: the engine, the
+// tokenizer, the served model names, the chat template, sampling defaults, bounded admission
+// (sequences waiting for their first token) and the registry of in-flight generation jobs that
+// shutdown drains or aborts. Thread-safe. Must not parse requests or format responses.
+#pragma once
+
+#include <atomic>
+#include <memory>
+#include <mutex>
+#include <optional>
+#include <string>
+#include <unordered_map>
+#include <vector>
+
+#include "chat/chat_template.h"
+#include "core/sampling_params.h"
+#include "engine/engine.h"
+#include "server/serving_pump.h"
+#include "tokenizer/tokenizer.h"
+
+namespace kvasir::server {
+
+class GenerationJob;
+
+struct ServingOptions {
+  std::vector<std::string> served_model_names;  // the first is the name responses carry
+  std::string model_root;                       // the model path, shown by /v1/models
+  bool trust_request_chat_template = false;
+  int64_t max_num_queued_reqs = 8192;           // sequences waiting for a first token -> 429 past it
+  SamplingParams default_params;                // generation_config.json defaults (or vLLM's)
+  std::optional<int> default_max_tokens;        // generation_config.json max_new_tokens
+  int num_pump_threads = 1;
+};
+
+class ServingContext {
+ public:
+  // chat_template: nullopt when the model has none (or it failed to parse: chat_template_error).
+  ServingContext(Engine& engine, const Tokenizer& tokenizer, int32_t vocab_size, int max_model_len,
+                 std::optional<ChatTemplate> chat_template, std::string chat_template_error, ServingOptions opts);
+  ~ServingContext();
+
+  Engine& engine() { return engine_; }
+  const EngineOptions& engine_options() const { return engine_.options(); }
+  const Tokenizer& tokenizer() const { return tokenizer_; }
+  int32_t vocab_size() const { return vocab_size_; }
+  int max_model_len() const { return max_model_len_; }
+  const ServingOptions& options() const { return opts_; }
+  const std::string& model_name() const { return opts_.served_model_names.front(); }
+  // A request's "model": empty means the default; anything else must be a served name (404).
+  Status check_model(const std::string& name) const;
+  const ChatTemplate* chat_template() const { return chat_template_ ? &*chat_template_ : nullptr; }
+  const std::string& chat_template_error() const { return chat_template_error_; }
+
+  // Bounded admission: false (-> 429) while max_num_queued_reqs sequences already wait.
+  bool try_admit(int64_t num_sequences);
+  void release_waiting(int64_t num_sequences);
+  int64_t num_waiting() const { return waiting_.load(); }
+
+  // In-flight generation jobs: start_job hands a launched job to the pump; the job calls
+  // finish_job when it answered its client.
+  void start_job(std::shared_ptr<GenerationJob> job);
+  void finish_job(GenerationJob* job);
+  size_t num_inflight() const;
+  // Shutdown: jobs still running end with an error event / 503 instead of their result.
+  void begin_shutdown() { shutting_down_ = true; }
+  bool shutting_down() const { return shutting_down_.load(); }
+  void abort_all();
+  void stop_pump() { pump_.stop(); }
+
+  // HTTP-level counters for /metrics.
+  std::atomic<int64_t> num_aborted_by_client{0};
+  std::atomic<int64_t> num_rejected_queue_full{0};
+
+ private:
+  Engine& engine_;
+  const Tokenizer& tokenizer_;
+  int32_t vocab_size_;
+  int max_model_len_;
+  std::optional<ChatTemplate> chat_template_;
+  std::string chat_template_error_;
+  ServingOptions opts_;
+  std::atomic<int64_t> waiting_{0};
+  std::atomic<bool> shutting_down_{false};
+  mutable std::mutex jobs_mu_;
+  std::unordered_map<GenerationJob*, std::shared_ptr<GenerationJob>> jobs_;
+  ServingPump pump_;  // last: its threads stop before the rest goes away
+};
+
+}  // namespace kvasir::server

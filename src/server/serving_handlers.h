@@ -1,0 +1,28 @@
+// The OpenAI-compatible endpoint handlers. Each runs on an HTTP I/O thread: parse, validate,
+// tokenize and enqueue, then return; generation results flow through the pump. Every handler
+// answers its Reply exactly once (or hands it to a job that will). Routing and auth are
+// routes.cpp's; these must not look at paths or headers beyond the body.
+#pragma once
+
+#include <memory>
+
+#include "server/http_server.h"
+#include "server/openai_protocol.h"
+#include "server/serving_context.h"
+
+namespace kvasir::server {
+
+void serve_completions(ServingContext& ctx, const http::Request& req, std::shared_ptr<http::Reply> reply);
+void serve_chat_completions(ServingContext& ctx, const http::Request& req, std::shared_ptr<http::Reply> reply);
+void serve_tokenize(ServingContext& ctx, const http::Request& req, http::Reply& reply);
+void serve_detokenize(ServingContext& ctx, const http::Request& req, http::Reply& reply);
+// GET /v1/models, or GET /v1/models/{id} when `model_id` is not empty.
+http::Response serve_models(const ServingContext& ctx, const std::string& model_id);
+
+// The chat prompt of a request: picks the template (per-request ones only when trusted) and
+// renders it. Shared by chat completions and /tokenize.
+StatusOr<std::string> render_chat_request(const ServingContext& ctx, const ChatRequest& req);
+// 404 for an unknown model, with OpenAI's code and param.
+ApiError model_not_found_error(const Status& s);
+
+}  // namespace kvasir::server

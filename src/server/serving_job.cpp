@@ -1,0 +1,242 @@
+#include "server/serving_job.h"
+
+#include <algorithm>
+#include <chrono>
+
+namespace kvasir::server {
+
+GenerationJob::GenerationJob(ServingContext& ctx, std::shared_ptr<http::Reply> reply, std::string id,
+                             const GenerationRequestBase& req)
+    : ctx_(ctx),
+      tok_(ctx.tokenizer()),
+      reply_(std::move(reply)),
+      id_(std::move(id)),
+      model_(req.model.empty() ? ctx.model_name() : req.model),
+      created_(unix_time_s()),
+      streaming_(req.stream),
+      include_usage_(req.include_usage),
+      continuous_usage_(req.include_usage && req.continuous_usage_stats),
+      n_(std::max(1, req.params.n)) {}
+
+GenerationJob::~GenerationJob() = default;
+
+Status GenerationJob::add_prompt(std::vector<int32_t> prompt_ids, std::string prompt_text, const SamplingParams& params) {
+  Sub s;
+  s.engine_id = id_ + "-" + std::to_string(subs_.size());
+  KVASIR_ASSIGN_OR_RETURN(s.stream, ctx_.engine().add_request(s.engine_id, prompt_ids, params));
+  s.prompt_ids = std::move(prompt_ids);
+  s.prompt_text = std::move(prompt_text);
+  for (int i = 0; i < n_; ++i) {
+    Choice c;
+    c.sub = subs_.size();
+    choices_.push_back(std::move(c));
+  }
+  subs_.push_back(std::move(s));
+  return Status();
+}
+
+void GenerationJob::launch() {
+  launched_ = true;
+  if (!streaming_) return;
+  stream_ = reply_->stream();
+  stream_->start(200, {{"Content-Type", "text/event-stream"}, {"Cache-Control", "no-cache"}});
+  on_stream_open();
+}
+
+void GenerationJob::cancel() {
+  abort_engine_requests();
+  end();
+}
+
+void GenerationJob::abort_engine_requests() {
+  for (const Sub& s : subs_) ctx_.engine().abort(s.engine_id);
+}
+
+bool GenerationJob::client_gone() const { return (stream_ && stream_->closed()) || reply_->client_gone(); }
+
+PumpTask::Progress GenerationJob::poll() {
+  if (done_) return Progress::kDone;
+  if (client_gone()) {
+    abort_engine_requests();
+    ctx_.num_aborted_by_client.fetch_add(1);
+    // The transport drops what we write now; answering still lets it release the request.
+    if (stream_) {
+      stream_->finish();
+    } else {
+      reply_->respond(error_response({499, "client closed the connection", "invalid_request_error", "", ""}));
+    }
+    end();
+    return Progress::kDone;
+  }
+  bool busy = false;
+  for (size_t s = 0; s < subs_.size() && !failed_; ++s) {
+    RequestOutput d;
+    while (!failed_ && subs_[s].stream->next_for(&d, std::chrono::milliseconds(0))) {
+      busy = true;
+      handle_delta(s, d);
+    }
+  }
+  if (failed_) {
+    fail(failure_);
+    return Progress::kDone;
+  }
+  const bool all_done = std::all_of(subs_.begin(), subs_.end(), [](const Sub& s) { return s.stream->done(); });
+  if (all_done) {
+    complete();
+    return Progress::kDone;
+  }
+  return busy ? Progress::kBusy : Progress::kIdle;
+}
+
+void GenerationJob::handle_delta(size_t sub, RequestOutput& d) {
+  const size_t ci = sub * static_cast<size_t>(n_) + static_cast<size_t>(std::max(0, d.index));
+  if (d.index < 0 || d.index >= n_ || ci >= choices_.size()) return;
+  Choice& c = choices_[ci];
+  if (!c.started) {
+    c.started = true;
+    if (released_ < admitted_) {
+      ++released_;
+      ctx_.release_waiting(1);
+    }
+  }
+  c.num_output_tokens = std::max(c.num_output_tokens, d.num_output_tokens);
+  c.prompt_logprobs.insert(c.prompt_logprobs.end(), d.prompt_logprobs.begin(), d.prompt_logprobs.end());
+  if (d.finished) {
+    if (d.finish_reason == "error") {
+      failed_ = true;
+      failure_ = {500, "The engine failed this request: " + d.error_message, "server_error", "", "internal_error"};
+      return;
+    }
+    if (d.finish_reason == "abort") {
+      failed_ = true;
+      failure_ = {503,
+                  ctx_.shutting_down() ? "The server is shutting down; the request was aborted."
+                                       : "The request was aborted by the engine.",
+                  "server_error", "", "service_unavailable"};
+      return;
+    }
+    c.finish_reason = d.finish_reason;
+    if (d.stop_reason_str) {
+      c.stop_reason = *d.stop_reason_str;
+    } else if (d.stop_reason_token) {
+      c.stop_reason = static_cast<int64_t>(*d.stop_reason_token);
+    }
+  }
+  if (streaming_) {
+    Json choice = chunk_choice(static_cast<int>(ci), c, d);
+    if (!choice.is_null()) {
+      Json arr = Json::array();
+      arr.push_back(std::move(choice));
+      send_chunk(std::move(arr), continuous_usage_ ? usage_so_far() : Json());
+      c.sent_first = true;
+    }
+  } else {
+    c.text += d.text;
+    c.logprobs.insert(c.logprobs.end(), d.logprobs.begin(), d.logprobs.end());
+  }
+}
+
+void GenerationJob::send_chunk(Json choices, Json usage) {
+  stream_->write(sse_event(response_envelope(id_, chunk_object_name(), created_, model_, std::move(choices), std::move(usage))));
+}
+
+Json GenerationJob::usage_so_far() const {
+  int64_t prompt = 0, completion = 0;
+  for (const Sub& s : subs_) prompt += static_cast<int64_t>(s.prompt_ids.size());
+  for (const Choice& c : choices_) completion += c.num_output_tokens;
+  return usage_json(prompt, completion);
+}
+
+void GenerationJob::complete() {
+  if (streaming_) {
+    if (include_usage_) send_chunk(Json::array(), usage_so_far());
+    stream_->write(kSseDone);
+    stream_->finish();
+  } else {
+    Json choices = Json::array();
+    for (size_t i = 0; i < choices_.size(); ++i) choices.push_back(final_choice(static_cast<int>(i), choices_[i]));
+    reply_->respond(json_response(200, response_envelope(id_, object_name(), created_, model_, std::move(choices), usage_so_far())));
+  }
+  end();
+}
+
+void GenerationJob::fail(const ApiError& e) {
+  abort_engine_requests();
+  if (streaming_) {
+    // Headers already went out with 200: the error travels as an event, as vLLM does.
+    stream_->write(sse_event(error_body(e)));
+    stream_->write(kSseDone);
+    stream_->finish();
+  } else {
+    reply_->respond(error_response(e));
+  }
+  end();
+}
+
+void GenerationJob::end() {
+  if (done_) return;
+  done_ = true;
+  if (admitted_ > released_) ctx_.release_waiting(admitted_ - released_);
+  released_ = admitted_;
+  if (launched_) ctx_.finish_job(this);
+}
+
+StatusOr<SamplingParams> params_for_prompt(const ServingContext& ctx, const GenerationRequestBase& req,
+                                           const std::vector<int32_t>& prompt_ids) {
+  const int32_t vocab = ctx.vocab_size();
+  for (int32_t id : prompt_ids) {
+    if (id < 0 || id >= vocab) {
+      return invalid_argument("Token id " + std::to_string(id) + " in the prompt is out of vocabulary [0, " +
+                              std::to_string(vocab) + ").");
+    }
+  }
+  if (prompt_ids.empty()) return invalid_argument("The prompt is empty: it must contain at least one token.");
+  const int64_t len = static_cast<int64_t>(prompt_ids.size());
+  const int max_len = ctx.max_model_len();
+  if (len >= max_len) {
+    return invalid_argument("This model's maximum context length is " + std::to_string(max_len) +
+                            " tokens. However, your request has " + std::to_string(len) +
+                            " input tokens. Please reduce the length of the input messages.");
+  }
+  SamplingParams p = req.params;
+  if (!req.max_tokens_set) {
+    p.max_tokens = static_cast<int>(max_len - len);
+    if (ctx.options().default_max_tokens) p.max_tokens = std::min(p.max_tokens, *ctx.options().default_max_tokens);
+  }
+  KVASIR_RETURN_IF_ERROR(p.validate(vocab, ctx.engine_options().max_logprobs));
+  if (len + p.max_tokens > max_len) {
+    return invalid_argument("This model's maximum context length is " + std::to_string(max_len) +
+                            " tokens. However, you requested " + std::to_string(len + p.max_tokens) + " tokens (" +
+                            std::to_string(len) + " in the messages, " + std::to_string(p.max_tokens) +
+                            " in the completion). Please reduce the length of the messages or completion.");
+  }
+  return p;
+}
+
+void launch_generation(ServingContext& ctx, const std::shared_ptr<GenerationJob>& job,
+                       std::vector<PreparedPrompt> prompts, http::Reply& reply) {
+  int64_t num_sequences = 0;
+  for (const PreparedPrompt& p : prompts) num_sequences += std::max(1, p.params.n);
+  if (!ctx.try_admit(num_sequences)) {
+    http::Response r = error_response({429,
+                                       "Too many requests are waiting (--max-num-queued-reqs " +
+                                           std::to_string(ctx.options().max_num_queued_reqs) + "); retry later.",
+                                       "rate_limit_error", "", "rate_limit_exceeded"});
+    r.headers.emplace_back("Retry-After", "1");
+    reply.respond(std::move(r));
+    return;
+  }
+  job->set_admitted(num_sequences);
+  for (PreparedPrompt& p : prompts) {
+    Status st = job->add_prompt(std::move(p.token_ids), std::move(p.text), p.params);
+    if (!st.ok()) {
+      job->cancel();
+      reply.respond(error_response(api_error_from_status(st)));
+      return;
+    }
+  }
+  job->launch();
+  ctx.start_job(job);
+}
+
+}  // namespace kvasir::server

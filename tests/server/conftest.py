@@ -1,0 +1,131 @@
+"""Fixtures for the OpenAI-compatible server tests: a real `kvasir serve` on a free loopback port.
+
+The binary comes from $KVASIR_BIN, else build/tools/kvasir under the repository root. The model is
+the default one (models/SmolLM2-135M-Instruct.Q4_1.gguf) with a small KV cache, so the whole suite
+stays inside a few minutes on a 2-core machine.
+"""
+import json
+import os
+import resource
+import signal
+import socket
+import subprocess
+import sys
+import time
+
+import httpx
+import pytest
+
+REPO = os.path.abspath(os.path.join(os.path.dirname(__file__), "..", ".."))
+MODEL = os.environ.get("KVASIR_TEST_MODEL", os.path.join(REPO, "models", "SmolLM2-135M-Instruct.Q4_1.gguf"))
+MODEL_NAME = "smol"
+
+# 1,000 concurrent connections need more than the usual 1,024 descriptors (the server inherits it).
+_soft, _hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+if _soft != resource.RLIM_INFINITY and (_hard == resource.RLIM_INFINITY or _soft < _hard):
+    resource.setrlimit(resource.RLIMIT_NOFILE, (min(_hard, 65536) if _hard != resource.RLIM_INFINITY else 65536, _hard))
+
+
+def kvasir_bin():
+    path = os.environ.get("KVASIR_BIN") or os.path.join(REPO, "build", "tools", "kvasir")
+    if not os.path.exists(path):
+        pytest.skip(f"kvasir binary not found at {path} (set KVASIR_BIN)")
+    return path
+
+
+def free_port():
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+class Server:
+    """A `kvasir serve` child process."""
+
+    def __init__(self, *extra_args, env=None):
+        self.port = free_port()
+        self.base = f"http://127.0.0.1:{self.port}"
+        args = [kvasir_bin(), "serve", MODEL, "--port", str(self.port), "--served-model-name", MODEL_NAME,
+                "--kv-cache-memory", "256MiB", "--max-model-len", "512", "--max-num-seqs", "256",
+                "--max-num-batched-tokens", "2048", "--max-body-bytes", str(1 << 20), *extra_args]
+        self.log_path = f"/tmp/kvasir_serve_test_{self.port}.log"
+        self.log = open(self.log_path, "wb")
+        self.proc = subprocess.Popen(args, stdout=self.log, stderr=subprocess.STDOUT, cwd=REPO,
+                                     env={**os.environ, **(env or {})})
+        self.wait_healthy()
+
+    def wait_healthy(self, timeout=120):
+        deadline = time.time() + timeout
+        while time.time() < deadline:
+            if self.proc.poll() is not None:
+                raise RuntimeError(f"kvasir serve exited with {self.proc.returncode}:\n{self.logs()}")
+            try:
+                if httpx.get(self.base + "/health", timeout=2).status_code == 200:
+                    return
+            except httpx.HTTPError:
+                pass
+            time.sleep(0.2)
+        raise RuntimeError(f"kvasir serve did not become healthy:\n{self.logs()}")
+
+    def logs(self):
+        self.log.flush()
+        with open(self.log_path, "rb") as f:
+            return f.read().decode(errors="replace")[-4000:]
+
+    def metrics(self):
+        text = httpx.get(self.base + "/metrics", timeout=10).text
+        out = {}
+        for line in text.splitlines():
+            if not line or line.startswith("#"):
+                continue
+            name, _, value = line.rpartition(" ")
+            out[name] = float(value)
+        return out
+
+    def metric(self, prefix):
+        """The value of the first series whose name starts with `prefix`."""
+        for name, value in self.metrics().items():
+            if name.startswith(prefix):
+                return value
+        raise KeyError(prefix)
+
+    def stop(self, timeout=30):
+        if self.proc.poll() is None:
+            self.proc.send_signal(signal.SIGTERM)
+            try:
+                self.proc.wait(timeout=timeout)
+            except subprocess.TimeoutExpired:
+                self.proc.kill()
+                self.proc.wait()
+        self.log.close()
+        return self.proc.returncode
+
+
+@pytest.fixture(scope="session")
+def server():
+    s = Server()
+    yield s
+    rc = s.stop()
+    assert rc == 0, f"kvasir serve exited with {rc}:\n{s.logs()}"
+
+
+@pytest.fixture(scope="session")
+def client(server):
+    import openai
+    return openai.OpenAI(base_url=server.base + "/v1", api_key="unused", max_retries=0, timeout=120)
+
+
+@pytest.fixture(scope="session")
+def http(server):
+    with httpx.Client(base_url=server.base, timeout=120) as c:
+        yield c
+
+
+def assert_error_envelope(resp, status):
+    assert resp.status_code == status, resp.text
+    body = resp.json()
+    assert set(body) == {"error"}, body
+    err = body["error"]
+    assert set(err) >= {"message", "type", "param", "code"}, err
+    assert isinstance(err["message"], str) and err["message"]
+    return err
