@@ -20,6 +20,7 @@ Usage: scripts/gen_chat_golden.py [--templates DIR] [--out tests/data/chat/golde
 """
 
 import argparse
+import copy
 import datetime as dt
 import hashlib
 import json
@@ -127,7 +128,36 @@ def chat_context(messages, tools, agp, extra):
     return ctx
 
 
-def render_with_transformers(template_text, messages, tools, agp, extra):
+CONTINUE_TAG = "CONTINUE_FINAL_MESSAGE_TAG "
+
+
+def render_continue_final(template_text, messages, tools, extra):
+    """transformers' continue_final_message=True (content field): tag, render, cut at the tag."""
+    msgs = normalize_messages(copy.deepcopy(messages))
+    final = msgs[-1].get("content")
+    if final is None or "content" not in template_text:
+        return None, "ValueError", "continue_final_message cannot apply"
+    if isinstance(final, list):
+        for block in reversed(final):
+            if "text" in block:
+                final, block["text"] = block["text"], block["text"] + CONTINUE_TAG
+                break
+        else:
+            return None, "ValueError", "no text to continue"
+    else:
+        msgs[-1]["content"] = final + CONTINUE_TAG
+    ctx = {"messages": msgs, "tools": tools, "documents": extra.get("documents"), "add_generation_prompt": False}
+    ctx.update({k: v for k, v in extra.items() if k != "documents"})
+    out, et, em = render(template_text, ctx)
+    if et is not None:
+        return out, et, em
+    if final.strip() not in out or CONTINUE_TAG.strip() not in out:
+        return None, "ValueError", "final message does not appear in the chat"
+    loc = out.rindex(CONTINUE_TAG.strip())
+    return (out[:loc] if out[loc:loc + len(CONTINUE_TAG)] == CONTINUE_TAG else out[:loc].rstrip()), None, None
+
+
+def render_with_transformers(template_text, messages, tools, agp, extra, cfm=False):
     try:
         from transformers.utils import chat_template_utils as ctu
     except Exception:  # noqa: BLE001
@@ -144,8 +174,8 @@ def render_with_transformers(template_text, messages, tools, agp, extra):
     kwargs = {k: v for k, v in extra.items() if k != "documents"}
     try:
         out, _ = ctu.render_jinja_template(
-            conversations=[ctu._normalize_chat_messages(messages)], tools=tools, documents=extra.get("documents"),
-            chat_template=template_text, add_generation_prompt=agp, **kwargs)
+            conversations=[ctu._normalize_chat_messages(copy.deepcopy(messages))], tools=tools, documents=extra.get("documents"),
+            chat_template=template_text, add_generation_prompt=agp, continue_final_message=cfm, **kwargs)
         return ("ok", out[0])
     except Exception as e:  # noqa: BLE001
         return ("error", str(e))
@@ -482,6 +512,10 @@ CONVERSATIONS = {
         {"role": "tool", "tool_call_id": "call00001", "name": "get_weather", "content": "20C sunny"},
         {"role": "tool", "tool_call_id": "call00002", "name": "get_weather", "content": "25C clear"},
     ],
+    "prefill": [SYS, {"role": "user", "content": "Write a haiku."},
+                {"role": "assistant", "content": "Autumn moonlight -  "}],
+    "prefill_blocks": [{"role": "user", "content": "Continue."},
+                       {"role": "assistant", "content": [{"type": "text", "text": "Once upon a time"}]}],
     "thinking": [
         SYS, {"role": "user", "content": "Is 17 prime?"},
         {"role": "assistant", "content": "<think>\nCheck divisors up to 4.\n</think>\n\nYes, 17 is prime."},
@@ -547,22 +581,29 @@ def build_chat_cases(template_dir):
     cases = []
     check = {"compared": 0, "mismatches": []}
 
-    def add(tname, conv, toolset, agp, extra):
+    def add(tname, conv, toolset, agp, extra, cfm=False):
         text = open(os.path.join(template_dir, tname), encoding="utf-8").read()
         msgs = CONVERSATIONS[conv]
         tools = TOOLSETS[toolset] if toolset else None
-        out, etype, emsg = render(text, chat_context(msgs, tools, agp, extra))
+        if cfm:
+            out, etype, emsg = render_continue_final(text, msgs, tools, extra)
+        else:
+            out, etype, emsg = render(text, chat_context(msgs, tools, agp, extra))
         case = {"template": tname, "conversation": conv, "toolset": toolset, "add_generation_prompt": agp,
                 "extra_vars": extra}
+        if cfm:
+            case["continue_final_message"] = True
         if etype is None:
             case["expected"] = out
         else:
             case["error_type"], case["error"] = etype, emsg
         cases.append(case)
-        hf = render_with_transformers(text, msgs, tools, agp, extra)
+        hf = render_with_transformers(text, msgs, tools, agp, extra, cfm)
         if hf is not None:
             check["compared"] += 1
             mine = ("ok", out) if etype is None else ("error", emsg)
+            if hf[0] == "error" and mine[0] == "error" and cfm:
+                return  # messages differ in wording only
             if hf != mine:
                 check["mismatches"].append((tname, conv, agp, hf, mine))
 
@@ -574,6 +615,9 @@ def build_chat_cases(template_dir):
     for tname, conv, toolset, extra in EXTRA_VARIANTS:
         for agp in (True, False):
             add(tname, conv, toolset, agp, {**MODELS[tname], **extra})
+    for tname in sorted(MODELS):  # prefill: continue the final assistant message
+        for conv in ("prefill", "prefill_blocks"):
+            add(tname, conv, DEFAULT_TOOLSET.get(tname), False, dict(MODELS[tname]), cfm=True)
     return cases, check
 
 

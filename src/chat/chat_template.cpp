@@ -1,5 +1,7 @@
 #include "chat/chat_template.h"
 
+#include "chat/jinja_pystr.h"
+
 namespace kvasir {
 
 StatusOr<Json> normalize_chat_messages(const Json& messages) {
@@ -53,6 +55,7 @@ StatusOr<ChatTemplate> ChatTemplate::parse(std::string_view template_text, const
   KVASIR_ASSIGN_OR_RETURN(jinja::Template t, jinja::Template::parse(template_text, limits));
   ChatTemplate ct;
   ct.tmpl_ = std::move(t);
+  ct.text_ = std::string(template_text);
   return ct;
 }
 
@@ -84,7 +87,53 @@ StatusOr<std::string> ChatTemplate::render(const Json& messages, const Json& too
   jinja::RenderOptions ro;
   ro.limits = opts.limits;
   ro.now = opts.now;
-  return tmpl_.render(Json(std::move(ctx)), ro);
+  if (!opts.continue_final_message) return tmpl_.render(Json(std::move(ctx)), ro);
+
+  // transformers: tag the final message's text, render, then cut the output at the tag.
+  static const std::string kTag = "CONTINUE_FINAL_MESSAGE_TAG ";
+  if (add_generation_prompt) {
+    return invalid_argument("continue_final_message and add_generation_prompt are not compatible");
+  }
+  Json& chat = ctx[0].second;
+  if (chat.size() == 0) return invalid_argument("continue_final_message is set but the conversation is empty!");
+  Json& last = chat.as_array().back();
+  Json* content = last.find("content");
+  if (!content || content->is_null()) {
+    return invalid_argument("continue_final_message is set but the final message has no \"content\" to continue!");
+  }
+  if (text_.find("content") == std::string::npos) {
+    return invalid_argument("continue_final_message is set to \"content\" but this is not an accepted field in the chat_template");
+  }
+  std::string final_text;
+  if (content->is_array()) {
+    Json* block = nullptr;
+    for (auto it = content->as_array().rbegin(); it != content->as_array().rend(); ++it) {
+      if (it->is_object() && it->contains("text")) {
+        block = &*it;
+        break;
+      }
+    }
+    if (!block || !block->find("text")->is_string()) {
+      return invalid_argument("continue_final_message is set but we could not find any text to continue in the final message!");
+    }
+    final_text = block->find("text")->as_string();
+    block->set("text", final_text + kTag);
+  } else if (content->is_string()) {
+    final_text = content->as_string();
+    *content = Json(final_text + kTag);
+  } else {
+    return invalid_argument("continue_final_message needs the final message's content to be text");
+  }
+  KVASIR_ASSIGN_OR_RETURN(std::string out, tmpl_.render(Json(std::move(ctx)), ro));
+  const std::string stripped_tag = "CONTINUE_FINAL_MESSAGE_TAG";
+  std::string stripped_final = jinja::py::strip(final_text, std::nullopt, true, true);
+  if (out.find(stripped_final) == std::string::npos || out.find(stripped_tag) == std::string::npos) {
+    return invalid_argument("continue_final_message is set but the final message does not appear in the chat after "
+                            "applying the chat template");
+  }
+  size_t at = out.rfind(stripped_tag);
+  if (out.compare(at, kTag.size(), kTag) == 0) return out.substr(0, at);
+  return jinja::py::strip(std::string_view(out).substr(0, at), std::nullopt, false, true);
 }
 
 StatusOr<std::string> render_chat_template(std::string_view template_text, const Json& messages, const Json& tools,

@@ -21,6 +21,10 @@ struct ChatTemplateOptions {
   std::optional<std::tm> now;  // strftime_now()'s clock; nullopt = local time now
   // Apply transformers' message normalization first (normalize_chat_messages below).
   bool hf_normalize_messages = true;
+  // transformers' continue_final_message=True: render so that the model continues the last
+  // message's content (prefill) instead of starting a new turn. Incompatible with
+  // add_generation_prompt.
+  bool continue_final_message = false;
 };
 
 // A parsed chat template, reusable across requests (parse once per model).
@@ -37,6 +41,7 @@ class ChatTemplate {
 
  private:
   jinja::Template tmpl_;
+  std::string text_;  // continue_final_message checks the template mentions "content"
 };
 
 // One-shot parse + render.

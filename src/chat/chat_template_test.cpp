@@ -78,8 +78,10 @@ TEST(ChatTemplateGolden, EveryTemplateRendersLikePython) {
     const Json* toolset = c.find("toolset");
     Json tools = (toolset && toolset->is_string()) ? *g.find("toolsets")->find(toolset->as_string()) : Json();
     bool agp = c.get_bool("add_generation_prompt", false);
+    opts.continue_final_message = c.get_bool("continue_final_message", false);
     auto got = render_chat_template(texts[name], messages, tools, agp, *c.find("extra_vars"), opts);
-    std::string label = name + " / " + c.get_string("conversation") + (agp ? " / gen" : " / no-gen");
+    std::string label = name + " / " + c.get_string("conversation") + (agp ? " / gen" : " / no-gen") +
+                        (opts.continue_final_message ? " / continue" : "");
     bool ok = true;
     if (const Json* err = c.find("error")) {
       if (got.ok()) {
@@ -159,6 +161,21 @@ TEST(ChatTemplate, NormalizationDropsNullsAndAliasesReasoning) {
   auto n = normalize_chat_messages(*msgs);
   ASSERT_TRUE(n.ok());
   EXPECT_EQ(n->dump(), R"([{"thinking":"r","role":"assistant","reasoning_content":"r","x":1}])");
+}
+
+TEST(ChatTemplate, ContinueFinalMessageCutsAtTheFinalText) {
+  auto msgs = parse_json(R"([{"role":"user","content":"Hi"},{"role":"assistant","content":"Sure, "}])");
+  ASSERT_TRUE(msgs.ok());
+  ChatTemplateOptions opts;
+  opts.continue_final_message = true;
+  const char* chatml =
+      "{% for m in messages %}<|im_start|>{{ m.role }}\n{{ m.content }}<|im_end|>\n{% endfor %}"
+      "{% if add_generation_prompt %}<|im_start|>assistant\n{% endif %}";
+  auto r = render_chat_template(chatml, *msgs, Json(), false, Json(), opts);
+  ASSERT_TRUE(r.ok()) << r.status().to_string();
+  EXPECT_EQ(*r, "<|im_start|>user\nHi<|im_end|>\n<|im_start|>assistant\nSure, ");
+  EXPECT_FALSE(render_chat_template(chatml, *msgs, Json(), true, Json(), opts).ok());
+  EXPECT_FALSE(render_chat_template("{{ 'x' }}", *msgs, Json(), false, Json(), opts).ok());
 }
 
 TEST(ChatTemplate, RaiseExceptionBecomesInvalidArgumentWithLine) {
