@@ -364,7 +364,10 @@ StatusOr<Value> Interpreter::slice(const Value& obj, const Expr& s) {
   };
   int64_t start = clamp(parts[0], true), stop = clamp(parts[1], false);
   std::vector<size_t> idx;
-  for (int64_t i = start; step > 0 ? i < stop : i > stop; i += step) idx.push_back(static_cast<size_t>(i));
+  for (int64_t i = start; step > 0 ? i < stop : i > stop;) {
+    idx.push_back(static_cast<size_t>(i));
+    if (__builtin_add_overflow(i, step, &i)) break;  // a huge step ends the slice
+  }
   KVASIR_RETURN_IF_ERROR(charge(idx.size()));
   if (is_str) {
     std::string out;

@@ -294,7 +294,8 @@ StatusOr<std::string> format_value(const Value& v, const std::string& spec) {
     int64_t x = v.as_int();
     unsigned long long mag = x < 0 ? 0ull - static_cast<unsigned long long>(x) : static_cast<unsigned long long>(x);
     if (t == 'c') {
-      py::append_cp(body, static_cast<uint32_t>(mag & 0x1FFFFF));
+      if (x < 0 || x > 0x10FFFF || (x >= 0xD800 && x <= 0xDFFF)) return out_of_range("%c arg not in range(0x110000)");
+      py::append_cp(body, static_cast<uint32_t>(x));
     } else {
       int base = t == 'b' ? 2 : t == 'o' ? 8 : (t == 'x' || t == 'X') ? 16 : 10;
       std::string digits;

@@ -412,7 +412,9 @@ StatusOr<Value> fn_range(Interpreter& in, CallArgs& args) {
   KVASIR_RETURN_IF_ERROR(in.charge(static_cast<uint64_t>(n)));
   ValueList out;
   out.reserve(static_cast<size_t>(n));
-  for (int64_t i = 0; i < static_cast<int64_t>(n); ++i) out.push_back(Value::integer(v[0] + i * v[2]));
+  for (int64_t i = 0; i < static_cast<int64_t>(n); ++i) {
+    out.push_back(Value::integer(static_cast<int64_t>(static_cast<__int128>(v[0]) + static_cast<__int128>(i) * v[2])));
+  }
   return Value::list(std::move(out));
 }
 
