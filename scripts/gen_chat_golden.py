@@ -419,6 +419,8 @@ SNIPPETS = [
     "{{ '{} {} {}'.format(1.0, 1e20, 0.1) }}|{{ '{!r} {!s}'.format('q', [1]) }}|{{ '{0[0]} {1.k} {1[k]}'.format(['a'], {'k': 'v'}) }}|{{ '{{x}} {}'.format(1) }}|{{ '{:{w}}|'.format('x', w=5) }}",
     "{{ '{:06.2f}|{:=+8d}|{:08}'.format(-3.14159, 42, -5) }} {{ '{:_}'.format(1234567.5) }} {{ '{:,.2f}'.format(1234567.891) }} {{ '{}'.format(none) }} {{ '{:d}'.format(true) }}",
     "{{ '{} {}'.format(1) }}", "{{ '{.__class__}'.format('') }}", "{{ '{:>5}'.format(none) }}",
+    "{{ 'x' % missing }}|{{ '%s|' % missing }}|{{ '%r' % missing }}|{{ ('%s'|safe) % missing }}|{{ 'abc'[2::9223372036854775807] }}",
+    "{{ '%d' % missing }}", "{{ '%(a)s' % missing }}",
     # syntax errors and unsupported constructs
     "{% if %}", "{% for x in %}{% endfor %}", "{{ 1 +* 2 }}", "{% endif %}", "{% if true %}", "{{ x|nosuchfilter }}",
     "{{ x is nosuchtest }}", "{% include 'other.html' %}", "{% extends 'base' %}", "{% import 'x' as y %}", "{{ 'unterminated }}",

@@ -423,6 +423,11 @@ static double py_floordiv(double vx, double wx) {
 
 StatusOr<Value> binary_op(Interpreter& in, BinOp op, const Value& a, const Value& b) {
   static const char* kSym[] = {"+", "-", "*", "/", "//", "%", "**"};
+  if (op == BinOp::kMod && a.is_string() && b.is_undefined()) {
+    // str.__mod__ runs before Undefined.__rmod__, and treats Undefined (it has __getitem__) as a mapping.
+    KVASIR_ASSIGN_OR_RETURN(std::string s, percent_format(in, a.as_string(), b));
+    return a.is_markup() ? Value::markup(std::move(s)) : Value::string(std::move(s));
+  }
   if (a.is_undefined()) return undefined_error(a);
   if (b.is_undefined()) return undefined_error(b);
   auto unsupported = [&]() {

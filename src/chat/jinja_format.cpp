@@ -123,6 +123,7 @@ StatusOr<std::string> percent_format(Interpreter& in, const std::string& fmt, co
     if (++i >= fmt.size()) return invalid_argument("incomplete format");
     const Value* arg = nullptr;
     if (fmt[i] == '(') {
+      if (args.is_undefined()) return invalid_argument(args.as_string());
       if (!mapping) return type_error("format requires a mapping");
       size_t close = fmt.find(')', i);
       if (close == std::string::npos) return invalid_argument("incomplete format key");
@@ -177,7 +178,7 @@ StatusOr<std::string> percent_format(Interpreter& in, const std::string& fmt, co
     KVASIR_RETURN_IF_ERROR(in.check_size(out.size()));
   }
   // CPython skips this check when the argument supports __getitem__ (dicts, but also lists).
-  if (!mapping && args.kind() != Kind::kList && next < pos.size()) {
+  if (!mapping && args.kind() != Kind::kList && !args.is_undefined() && next < pos.size()) {
     return type_error("not all arguments converted during string formatting");
   }
   KVASIR_RETURN_IF_ERROR(in.charge_bytes(out.size()));
