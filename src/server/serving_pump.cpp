@@ -57,10 +57,12 @@ void ServingPump::run(Worker& w) {
       if (p == PumpTask::Progress::kBusy) busy = true;
       ++i;
     }
-    if (!busy && !active.empty()) {
-      // Nothing moved this sweep: nap briefly (a new task wakes us at once).
+    if (!active.empty()) {
+      // Deltas arrive once per engine step, so sweeping back to back only burns CPU: nap a
+      // little after a sweep that moved something, longer after an idle one (new tasks wake us).
+      const auto nap = busy ? std::chrono::microseconds(200) : std::chrono::microseconds(1000);
       std::unique_lock<std::mutex> lock(w.mu);
-      w.cv.wait_for(lock, std::chrono::milliseconds(1), [&] { return stop_.load() || !w.inbox.empty(); });
+      w.cv.wait_for(lock, nap, [&] { return stop_.load() || !w.inbox.empty(); });
     }
   }
 }
