@@ -86,12 +86,19 @@ int run_model(const std::string& name, const std::vector<int>& threads, const st
     DType type;
     int64_t m, k;
     std::vector<uint8_t> w;
+    size_t group;  // index into model_mats(), for the per-shape breakdown
   };
+  const std::vector<Mat> mats = model_mats(name);
   std::vector<Layer> layers;
   size_t total = 0;
-  for (const Mat& mat : model_mats(name)) {
-    for (int i = 0; i < mat.count; ++i) {
-      layers.push_back({mat.type, mat.m, mat.k, testing::random_weights(mat.type, mat.m, mat.k, rng)});
+  // Interleave the groups like a real forward step (layer by layer), so caches see the same mix.
+  int max_count = 0;
+  for (const Mat& mat : mats) max_count = std::max(max_count, mat.count);
+  for (int i = 0; i < max_count; ++i) {
+    for (size_t g = 0; g < mats.size(); ++g) {
+      const Mat& mat = mats[g];
+      if (i * mat.count / max_count == (i + 1) * mat.count / max_count) continue;
+      layers.push_back({mat.type, mat.m, mat.k, testing::random_weights(mat.type, mat.m, mat.k, rng), g});
       total += layers.back().w.size();
     }
   }
@@ -104,12 +111,27 @@ int run_model(const std::string& name, const std::vector<int>& threads, const st
       ThreadPool pool(th);
       MatmulScratch scratch;
       std::vector<double> times, cpu_times;
+      std::vector<double> group_cpu(mats.size(), 0.0);
       const double t_end = now_s() + 3.0;
       for (int it = 0; it < 200 && (it < 5 || now_s() < t_end); ++it) {
         const double t0 = now_s(), c0 = thread_cpu_s();
-        for (const Layer& l : layers) matmul(isa, l.w.data(), l.type, l.m, l.k, x.data(), n, y.data(), pool, mode, scratch);
+        for (const Layer& l : layers) {
+          const double g0 = th == 1 ? thread_cpu_s() : 0;
+          matmul(isa, l.w.data(), l.type, l.m, l.k, x.data(), n, y.data(), pool, mode, scratch);
+          if (th == 1 && it > 0) group_cpu[l.group] += thread_cpu_s() - g0;
+        }
         times.push_back(now_s() - t0);
         cpu_times.push_back(thread_cpu_s() - c0);
+      }
+      if (th == 1) {
+        for (size_t g = 0; g < mats.size(); ++g) {
+          const double per_step = group_cpu[g] / static_cast<double>(times.size() - 1);
+          const double bytes = static_cast<double>(*kvasir::row_bytes(mats[g].type, mats[g].k)) *
+                               static_cast<double>(mats[g].m) * mats[g].count;
+          std::printf("  %-5s %6lldx%-5lld x%-3d cpu %7.3f ms/step  %6.2f GB/s\n",
+                      std::string(kvasir::dtype_name(mats[g].type)).c_str(), static_cast<long long>(mats[g].m),
+                      static_cast<long long>(mats[g].k), mats[g].count, per_step * 1e3, bytes / per_step / 1e9);
+        }
       }
       times.erase(times.begin());  // warm-up
       cpu_times.erase(cpu_times.begin());
