@@ -540,7 +540,17 @@ StatusOr<Value> binary_op(Interpreter& in, BinOp op, const Value& a, const Value
       }
       if (!nums) return unsupported();
       if (a.as_float() == 0 && b.as_float() < 0) return invalid_argument("0.0 cannot be raised to a negative power");
-      return Value::real(std::pow(a.as_float(), b.as_float()));
+      if (a.as_float() < 0 && std::isfinite(b.as_float()) && b.as_float() != std::floor(b.as_float())) {
+        return unimplemented("a negative number to a fractional power is complex, which is not supported");
+      }
+      {
+        double r = std::pow(a.as_float(), b.as_float());
+        // Python raises OverflowError where C returns inf (only `**` does; `*` overflows to inf).
+        if (std::isinf(r) && std::isfinite(a.as_float()) && std::isfinite(b.as_float())) {
+          return out_of_range("(34, 'Numerical result out of range')");
+        }
+        return Value::real(r);
+      }
   }
   return unsupported();
 }
