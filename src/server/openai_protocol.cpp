@@ -50,6 +50,16 @@ Status parse_common(const Json& body, const SamplingParams& defaults, bool chat,
     KVASIR_RETURN_IF_ERROR(want_bool(*so, "include_usage", &out->include_usage));
     KVASIR_RETURN_IF_ERROR(want_bool(*so, "continuous_usage_stats", &out->continuous_usage_stats));
   }
+  if (const Json* pr = body.find("priority"); pr && !pr->is_null()) {
+    if (!pr->is_int() || pr->as_int() < -(1 << 30) || pr->as_int() > (1 << 30)) {
+      return invalid_argument("'priority' must be an integer in [-2^30, 2^30]");
+    }
+    out->priority = static_cast<int>(pr->as_int());
+  }
+  if (const Json* salt = body.find("cache_salt"); salt && !salt->is_null()) {
+    if (!salt->is_string() || salt->as_string().empty()) return invalid_argument("'cache_salt' must be a non-empty string");
+    out->cache_salt = salt->as_string();
+  }
   if (const Json* b = body.find("best_of"); b && !b->is_null()) {
     if (!b->is_int()) return invalid_argument("'best_of' must be an integer");
     if (b->as_int() != out->params.n) return unimplemented("best_of != n is not supported");

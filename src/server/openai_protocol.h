@@ -49,6 +49,8 @@ struct GenerationRequestBase {
   bool stream = false;
   bool include_usage = false;  // stream_options.include_usage
   bool continuous_usage_stats = false;  // stream_options.continuous_usage_stats (vLLM)
+  int priority = 0;                      // vLLM: lower runs first under --scheduling-policy priority
+  std::optional<std::string> cache_salt;  // vLLM: isolates this request's prefix-cache entries
 };
 
 struct CompletionRequest : GenerationRequestBase {

@@ -28,14 +28,17 @@ GenerationJob::GenerationJob(ServingContext& ctx, std::shared_ptr<http::Reply> r
       streaming_(req.stream),
       include_usage_(req.include_usage),
       continuous_usage_(req.include_usage && req.continuous_usage_stats),
-      n_(std::max(1, req.params.n)) {}
+      n_(std::max(1, req.params.n)) {
+  add_options_.priority = req.priority;
+  add_options_.cache_salt = req.cache_salt;
+}
 
 GenerationJob::~GenerationJob() = default;
 
 Status GenerationJob::add_prompt(std::vector<int32_t> prompt_ids, std::string prompt_text, const SamplingParams& params) {
   Sub s;
   s.engine_id = id_ + "-" + std::to_string(subs_.size());
-  KVASIR_ASSIGN_OR_RETURN(s.stream, ctx_.engine().add_request(s.engine_id, prompt_ids, params));
+  KVASIR_ASSIGN_OR_RETURN(s.stream, ctx_.engine().add_request(s.engine_id, prompt_ids, params, add_options_));
   s.prompt_ids = std::move(prompt_ids);
   s.prompt_text = std::move(prompt_text);
   for (int i = 0; i < n_; ++i) {

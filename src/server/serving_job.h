@@ -79,6 +79,7 @@ class GenerationJob : public PumpTask {
   bool streaming_;
   bool include_usage_;
   bool continuous_usage_;
+  AddRequestOptions add_options_;
   int n_ = 1;
   std::vector<Sub> subs_;
   std::vector<Choice> choices_;
