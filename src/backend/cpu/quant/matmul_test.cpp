@@ -7,6 +7,7 @@
 #include <string>
 #include <vector>
 
+#include "backend/cpu/quant/blocks.h"
 #include "backend/cpu/quant/dequantize.h"
 #include "backend/cpu/quant/kernels.h"
 #include "backend/cpu/quant/quant_test_util.h"
@@ -135,6 +136,33 @@ INSTANTIATE_TEST_SUITE_P(AllTypes, MatmulTest, ::testing::ValuesIn(matmul_types(
                          [](const ::testing::TestParamInfo<DType>& info) {
                            return std::string(dtype_name(info.param));
                          });
+
+// A row's result must not depend on the batch it is computed in (nor on the thread count):
+// requests produce the same tokens alone or batched.
+TEST_P(MatmulTest, RowResultsAreBatchInvariant) {
+  const DType t = GetParam();
+  std::mt19937 rng(static_cast<uint32_t>(t) + 99);
+  const int64_t m = 37, k = block_size(t) == 256 ? 512 : 576, n = 13;
+  const std::vector<uint8_t> w = random_weights(t, m, k, rng);
+  const std::vector<float> x = random_floats(static_cast<size_t>(n * k), rng);
+  ThreadPool pool1(1), pool2(2);
+  MatmulScratch scratch;
+  for (CpuIsa isa : runnable_isas()) {
+    for (ActQuant mode : {ActQuant::kF32, ActQuant::kQ8}) {
+      std::vector<float> batch(static_cast<size_t>(n * m));
+      matmul(isa, w.data(), t, m, k, x.data(), n, batch.data(), pool2, mode, scratch);
+      for (int64_t j = 0; j < n; ++j) {
+        std::vector<float> one(static_cast<size_t>(m));
+        matmul(isa, w.data(), t, m, k, x.data() + j * k, 1, one.data(), j % 2 ? pool1 : pool2, mode, scratch);
+        for (int64_t r = 0; r < m; ++r) {
+          ASSERT_EQ(bits_from_f32(one[r]), bits_from_f32(batch[j * m + r]))
+              << dtype_name(t) << " " << isa_name(isa) << " mode=" << static_cast<int>(mode) << " row " << j
+              << " out " << r;
+        }
+      }
+    }
+  }
+}
 
 TEST(Matmul, RejectsBadShapesAndTypes) {
   EXPECT_FALSE(matmul_supported(DType::kQ4_0, 48).ok());
