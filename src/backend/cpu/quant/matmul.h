@@ -52,6 +52,8 @@ size_t matmul_scratch_bytes(DType wtype, int64_t k, int64_t n, int num_threads, 
 
 // y[j, r] = sum_i x[j, i] * W[r, i]  for r < m, j < n.      x [n, k], y [n, m] (f32, no alignment
 // needed; y must not alias x or w). Runs on all of `pool`'s threads; call from one thread at a time.
+// Batch-invariant: row j of y is bit-identical whatever n, the other rows of x and the thread count
+// are (a request decodes the same tokens alone or batched).
 void matmul(const void* w, DType wtype, int64_t m, int64_t k, const float* x, int64_t n, float* y,
             ThreadPool& pool, ActQuant mode, MatmulScratch& scratch);
 // The same on a named ISA's kernels (tests, benchmarks); falls back to AVX2 where unsupported.
