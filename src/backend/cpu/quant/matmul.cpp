@@ -1,6 +1,7 @@
 #include "backend/cpu/quant/matmul.h"
 
 #include <algorithm>
+#include <atomic>
 #include <cstdlib>
 #include <string>
 
@@ -17,6 +18,8 @@ constexpr int64_t kTileRows = 4;
 constexpr size_t kActChunkBytes = size_t{1} << 20;
 // Below this many multiply-adds a second thread costs more than it saves (~1 us of work).
 constexpr int64_t kMinParallelMacs = int64_t{1} << 16;
+// Dynamic load balancing: runs of row tiles per thread (more = better balance, more atomics).
+constexpr int64_t kRunsPerThread = 8;
 // Quantizing activations is worth a parallel region only for large batches.
 constexpr int64_t kMinParallelQuantElems = int64_t{1} << 16;
 
@@ -121,31 +124,42 @@ void matmul(CpuIsa isa, const void* w, DType wtype, int64_t m, int64_t k, const 
 
   const int64_t num_tiles = (m + kTileRows - 1) / kTileRows;
   const int64_t chunk = std::max<int64_t>(1, static_cast<int64_t>(kActChunkBytes / plan.act_stride));
-  auto body = [&](int tid, int nt) {
-    const int64_t t0 = num_tiles * tid / nt, t1 = num_tiles * (tid + 1) / nt;
+  const bool parallel = num_threads > 1 && num_tiles >= 2 && m * k * n >= kMinParallelMacs;
+  // Row tiles are handed out in runs of `grain` (about kRunsPerThread per thread) to whichever
+  // thread is free: a thread slowed by other load on its core takes fewer runs instead of making
+  // the others wait at the end. Results do not depend on who computes what.
+  const int64_t grain =
+      parallel ? std::max<int64_t>(1, num_tiles / (kRunsPerThread * num_threads)) : num_tiles;
+  std::atomic<int64_t> next_tile{0};
+  auto body = [&](int share, int) {
     TileArgs a;
     a.w_stride = rb;
     a.k = k;
     a.act_stride = plan.act_stride;
-    a.scratch = reinterpret_cast<float*>(base + act_bytes + static_cast<size_t>(tid) * per_thread);
+    a.scratch = reinterpret_cast<float*>(base + act_bytes + static_cast<size_t>(share) * per_thread);
     a.ldy = m;
     a.dequant = plan.dequant;
-    for (int64_t c0 = 0; c0 < n; c0 += chunk) {
-      a.act = act + static_cast<size_t>(c0) * plan.act_stride;
-      a.nc = std::min(chunk, n - c0);
-      for (int64_t t = t0; t < t1; ++t) {
-        const int64_t r0 = t * kTileRows;
-        a.w = static_cast<const uint8_t*>(w) + static_cast<size_t>(r0) * rb;
-        a.nr = static_cast<int>(std::min(kTileRows, m - r0));
-        a.y = y + c0 * m + r0;
-        plan.tile(a);
+    for (;;) {
+      const int64_t t0 = next_tile.fetch_add(grain, std::memory_order_relaxed);
+      if (t0 >= num_tiles) break;
+      const int64_t t1 = std::min(t0 + grain, num_tiles);
+      for (int64_t c0 = 0; c0 < n; c0 += chunk) {
+        a.act = act + static_cast<size_t>(c0) * plan.act_stride;
+        a.nc = std::min(chunk, n - c0);
+        for (int64_t t = t0; t < t1; ++t) {
+          const int64_t r0 = t * kTileRows;
+          a.w = static_cast<const uint8_t*>(w) + static_cast<size_t>(r0) * rb;
+          a.nr = static_cast<int>(std::min(kTileRows, m - r0));
+          a.y = y + c0 * m + r0;
+          plan.tile(a);
+        }
       }
     }
   };
-  if (num_threads == 1 || num_tiles < 2 || m * k * n < kMinParallelMacs) {
-    body(0, 1);
-  } else {
+  if (parallel) {
     pool.run_on_all(body);
+  } else {
+    body(0, 1);
   }
 }
 
