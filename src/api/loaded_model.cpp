@@ -44,6 +44,11 @@ Status load_config_and_tokenizer(LoadedModel& m) {
                      std::to_string(m.config.vocab_size));
   }
   if (m.tokenizer->eos_id() >= 0) m.eos_token_ids.push_back(m.tokenizer->eos_id());
+  // End-of-turn tokens end generation as EOS does (llama.cpp's EOT rule): GGUF files often list
+  // only the document EOS (Gemma: <eos>) while chat turns end with <end_of_turn>.
+  for (const char* eot : {"<end_of_turn>", "<|eot_id|>", "<|im_end|>"}) {
+    if (auto id = m.tokenizer->token_to_id(eot); id && m.tokenizer->is_special(*id)) m.config.eos_token_ids.push_back(*id);
+  }
   for (int64_t id64 : m.config.eos_token_ids) {
     const auto id = static_cast<int32_t>(id64);
     if (std::find(m.eos_token_ids.begin(), m.eos_token_ids.end(), id) == m.eos_token_ids.end()) m.eos_token_ids.push_back(id);
