@@ -13,6 +13,9 @@ protobuf help the tokenizer). torch is NOT required: weights are dequantized wit
 written with safetensors.numpy; the config is rebuilt here from GGUF metadata; the tokenizer is
 converted by transformers' own GGUF tokenizer converter (which is torch-free).
 
+`--f32-gguf PATH` also writes a GGUF whose tensors are all dequantized to F32 (names, layout and
+metadata unchanged), for running an engine at float32 on exactly the golden weights.
+
 `--verify` (needs torch) loads the same GGUF with transformers
 (`AutoModelForCausalLM.from_pretrained(dir, gguf_file=...)`) and checks that every tensor and the
 config match what this script wrote, bit for bit.
@@ -359,6 +362,40 @@ def convert_tokenizer(gguf_path: str, arch: str, reader, out_dir: str):
 
 
 # --------------------------------------------------------------------------------------------
+# Float32 GGUF (same names/layout/metadata as the source, every tensor dequantized to F32)
+# --------------------------------------------------------------------------------------------
+
+
+def write_f32_gguf(reader, dst: str) -> None:
+    """Write a copy of the GGUF with all tensors dequantized to F32 (llama.cpp layout kept: Q/K
+    rows still permuted, Gemma norms still 1+w). Running it in llama.cpp (or any GGUF engine)
+    gives float32 logits of the quantized model, directly comparable with the golden logits."""
+    from gguf import GGUFValueType, GGUFWriter, LlamaFileType, dequantize
+
+    arch = field_value(reader, "general.architecture")
+    w = GGUFWriter(dst, arch)
+    for k, f in reader.fields.items():
+        if k.startswith("GGUF.") or k == "general.architecture":
+            continue
+        if k == "general.file_type":
+            w.add_file_type(LlamaFileType.ALL_F32)
+            continue
+        t = f.types[0]
+        if t == GGUFValueType.ARRAY:
+            w.add_key_value(k, f.contents(), t, sub_type=f.types[-1])
+        else:
+            w.add_key_value(k, f.contents(), t)
+    for t in reader.tensors:
+        shape = tuple(int(x) for x in reversed([int(s) for s in t.shape]))
+        a = np.asarray(dequantize(t.data, t.tensor_type), dtype=np.float32).reshape(shape)
+        w.add_tensor(t.name, np.ascontiguousarray(a))
+    w.write_header_to_file()
+    w.write_kv_data_to_file()
+    w.write_tensors_to_file()
+    w.close()
+
+
+# --------------------------------------------------------------------------------------------
 # Verification against transformers' own GGUF loader (needs torch)
 # --------------------------------------------------------------------------------------------
 
@@ -412,6 +449,8 @@ def main() -> int:
     ap.add_argument("out_dir")
     ap.add_argument("--verify", action="store_true", help="compare with transformers' GGUF loader (needs torch)")
     ap.add_argument("--skip-weights", action="store_true", help="only write config + tokenizer files")
+    ap.add_argument("--f32-gguf", metavar="PATH",
+                    help="also write a GGUF copy with every tensor dequantized to F32 (llama.cpp layout)")
     args = ap.parse_args()
 
     from gguf import GGUFReader
@@ -447,6 +486,10 @@ def main() -> int:
         json.dump({"gguf": os.path.basename(args.gguf), "sha256": sha256_of(args.gguf), "architecture": arch},
                   fh, indent=2)
         fh.write("\n")
+
+    if args.f32_gguf:
+        write_f32_gguf(reader, args.f32_gguf)
+        print(f"[convert] F32 GGUF written: {args.f32_gguf}", flush=True)
 
     if args.verify:
         return 0 if verify(args.gguf, args.out_dir) else 1

@@ -11,6 +11,7 @@
 #   KVASIR_LLAMACPP_DIR  root of the build (default ~/.cache/kvasir/llama.cpp)
 #   LLAMACPP_PY_VERSION  pin a llama-cpp-python version (default: latest sdist)
 #   JOBS                 parallel build jobs (default 2)
+#   KVASIR_LLAMACPP_AMX  1 = allow AMX kernels (see cpu_flags below; default off when AMX present)
 set -euo pipefail
 
 ROOT="${KVASIR_LLAMACPP_DIR:-$HOME/.cache/kvasir/llama.cpp}"
@@ -22,12 +23,48 @@ TARGETS=(llama-bench llama-batched-bench llama-server llama-cli)
 
 log() { echo "[llamacpp.sh] $*" >&2; }
 
+# CPU flags. Default: GGML_NATIVE=ON (-march=native). Exception: when the CPU advertises AMX,
+# -march=native makes ggml use AMX tile kernels, which die with SIGILL on VMs that advertise AMX
+# but do not really support it (seen on this project's Firecracker dev box: `tilezero` ->
+# invalid opcode). There we build with GGML_NATIVE=OFF and turn on every x86 ISA extension the
+# CPU has except AMX. KVASIR_LLAMACPP_AMX=1 keeps plain -march=native.
+cpu_flags() {
+  local flags
+  flags=" $(grep -m1 '^flags' /proc/cpuinfo 2>/dev/null | cut -d: -f2) "
+  if [[ "$(uname -m)" != "x86_64" || "$flags" != *" amx_int8 "* || "${KVASIR_LLAMACPP_AMX:-0}" == "1" ]]; then
+    echo "-DGGML_NATIVE=ON"
+    return
+  fi
+  has() { [[ "$flags" == *" $1 "* ]] && echo ON || echo OFF; }
+  local avx512=OFF
+  if [[ $(has avx512f) == ON && $(has avx512bw) == ON && $(has avx512dq) == ON && $(has avx512vl) == ON && $(has avx512cd) == ON ]]; then
+    avx512=ON
+  fi
+  echo "-DGGML_NATIVE=OFF -DGGML_SSE42=$(has sse4_2) -DGGML_AVX=$(has avx) -DGGML_AVX2=$(has avx2)" \
+    "-DGGML_F16C=$(has f16c) -DGGML_FMA=$(has fma) -DGGML_BMI2=$(has bmi2) -DGGML_AVX_VNNI=$(has avx_vnni)" \
+    "-DGGML_AVX512=$avx512 -DGGML_AVX512_VBMI=$(has avx512vbmi) -DGGML_AVX512_VNNI=$(has avx512_vnni)" \
+    "-DGGML_AVX512_BF16=$(has avx512_bf16) -DGGML_AMX_TILE=OFF -DGGML_AMX_INT8=OFF -DGGML_AMX_BF16=OFF"
+}
+
+CMAKE_ARGS=(
+  -DCMAKE_BUILD_TYPE=Release
+  $(cpu_flags)
+  -DGGML_CUDA=OFF -DGGML_METAL=OFF -DGGML_VULKAN=OFF -DGGML_OPENCL=OFF
+  -DLLAMA_CURL=OFF
+  -DLLAMA_BUILD_TESTS=OFF
+  -DLLAMA_BUILD_EXAMPLES=ON
+  -DLLAMA_BUILD_TOOLS=ON
+  -DLLAMA_BUILD_SERVER=ON
+  -DBUILD_SHARED_LIBS=OFF
+)
+
 built() {
   local t
   for t in "${TARGETS[@]}"; do
     [[ -x "$BIN/$t" ]] || return 1
   done
-  [[ -f "$ROOT/.built" ]]
+  # The stamp holds the cmake arguments: a changed configuration means rebuild.
+  [[ -f "$ROOT/.built" && "$(cat "$ROOT/.built")" == "${CMAKE_ARGS[*]}" ]]
 }
 
 fetch_source() {
@@ -72,19 +109,11 @@ build() {
   local gen=()
   if command -v ninja >/dev/null 2>&1; then gen=(-G Ninja); fi
   log "configuring in $BUILD"
-  cmake -S "$SRC" -B "$BUILD" "${gen[@]}" \
-    -DCMAKE_BUILD_TYPE=Release \
-    -DGGML_NATIVE=ON \
-    -DGGML_CUDA=OFF -DGGML_METAL=OFF -DGGML_VULKAN=OFF -DGGML_OPENCL=OFF \
-    -DLLAMA_CURL=OFF \
-    -DLLAMA_BUILD_TESTS=OFF \
-    -DLLAMA_BUILD_EXAMPLES=ON \
-    -DLLAMA_BUILD_TOOLS=ON \
-    -DLLAMA_BUILD_SERVER=ON \
-    -DBUILD_SHARED_LIBS=OFF >&2
+  log "cmake args: ${CMAKE_ARGS[*]}"
+  cmake -S "$SRC" -B "$BUILD" "${gen[@]}" "${CMAKE_ARGS[@]}" >&2
   log "building ${TARGETS[*]} with -j$JOBS"
   cmake --build "$BUILD" --config Release -j "$JOBS" --target "${TARGETS[@]}" >&2
-  touch "$ROOT/.built"
+  echo "${CMAKE_ARGS[*]}" > "$ROOT/.built"
   log "done: $BIN"
 }
 
