@@ -22,7 +22,7 @@ for pair in "SmolLM2-135M-Instruct.Q4_1.gguf smollm2-hf" "gemma-3-270m-q4_k_m.gg
 done
 
 KVASIR_BUILD_DIR="$root/build" bash scripts/build.sh -DKVASIR_CUDA=OFF
-ctest --test-dir build --output-on-failure -j1 --timeout 1800
+ctest --test-dir build --output-on-failure -j1 --timeout 1800 -LE model-full
 
 if [ -d tests/server ]; then
   KVASIR_BIN="$root/build/tools/kvasir" python3 -m pytest -q tests/server
