@@ -135,7 +135,7 @@ TEST_F(EngineE2ETest, SeededSamplingIsIndependentOfConcurrency) {
 TEST_F(EngineE2ETest, PrefixCachingComputesTenTimesFewerPromptTokens) {
   // A ~1,000-token shared prefix, then a distinct question per request.
   std::string prefix = "You are a helpful assistant. Here is the reference document:\n";
-  for (int i = 0; prefix.size() < 4200; ++i) {
+  for (int i = 0; prefix.size() < 5000; ++i) {
     prefix += "Section " + std::to_string(i) + ": the quick brown fox jumps over the lazy dog while the "
               "engine schedules tokens in blocks of sixteen. ";
   }
