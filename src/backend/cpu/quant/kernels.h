@@ -50,7 +50,7 @@ struct TileArgs {
   const void* act;       // first activation row: f32 [nc, k] or a quantized layout above
   size_t act_stride;     // bytes between activation rows
   int64_t nc;            // activation rows (any count)
-  float* scratch;        // per-thread, kTileScratchFloats(k) floats, 64-byte aligned
+  float* scratch;        // per-thread, tile_scratch_floats(k) floats, 64-byte aligned
   float* y;              // y[c * ldy + r] for r < nr, c < nc
   int64_t ldy;
   DequantFn dequant = nullptr;  // only for the generic dequantize-then-f32 tile
