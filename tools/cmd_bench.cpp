@@ -57,6 +57,8 @@ int bench_latency(const Args& a, const EngineArgs& ea) {
   lo.device = ea.device;
   lo.num_threads = ea.num_threads;
   lo.exact_matmul = ea.exact_matmul;
+  lo.load_format = ea.load_format;
+  lo.enforce_eager = ea.enforce_eager;
   lo.model.max_num_tokens = std::max(B, std::min(B * I, ea.max_num_batched_tokens));
   lo.model.max_num_logits = B;
   auto m = load_model(ea.model.empty() ? default_model_path() : ea.model, lo);
@@ -123,6 +125,7 @@ int bench_latency(const Args& a, const EngineArgs& ea) {
               static_cast<long long>(*iters));
   std::printf("prefill: %.3f s  %.1f tokens/s\n", p, prefill_tps);
   std::printf("decode:  %.3f s  %.1f tokens/s  (%.2f ms per step)\n", d, decode_tps, O > 0 ? d / O * 1e3 : 0.0);
+  if (const std::string st = lm.backend->stats(); !st.empty()) std::printf("%s\n", st.c_str());
   Json j = Json::object();
   j.set("model", lm.path);
   j.set("backend", lm.backend->name());
@@ -175,6 +178,7 @@ int bench_throughput(const Args& a, EngineArgs ea) {
     for (const auto& c : r.outputs) out_tok += static_cast<int64_t>(c.token_ids.size());
   }
   const auto& mt = (*llm)->engine().metrics();
+  if (const std::string st = (*llm)->model().backend->stats(); !st.empty()) std::printf("%s\n", st.c_str());
   std::printf("Throughput: %.2f requests/s, %.1f total tokens/s, %.1f output tokens/s\n", *num / secs,
               (in_tok + out_tok) / secs, out_tok / secs);
   std::printf("requests %lld, input tokens %lld, output tokens %lld, elapsed %.2f s, engine steps %lld, preemptions %lld\n",

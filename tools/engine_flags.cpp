@@ -1,14 +1,16 @@
 #include "engine_flags.h"
 
+#include <cstdlib>
+
 namespace kvasir {
 
 void add_engine_flags(std::set<std::string>& v, std::set<std::string>& b) {
   for (const char* f : {"model", "device", "threads", "max-num-seqs", "max-num-batched-tokens", "block-size",
                         "kv-cache-memory", "max-model-len", "seed", "max-logprobs", "scheduling-policy",
-                        "long-prefill-token-threshold"}) {
+                        "long-prefill-token-threshold", "load-format", "gpu-memory-utilization"}) {
     v.insert(f);
   }
-  for (const char* f : {"enable-prefix-caching", "exact-matmul"}) b.insert(f);
+  for (const char* f : {"enable-prefix-caching", "exact-matmul", "enforce-eager"}) b.insert(f);
 }
 
 std::string engine_flags_help() {
@@ -24,7 +26,10 @@ std::string engine_flags_help() {
          "  --[no-]enable-prefix-caching (default on)\n"
          "  --max-logprobs N             (default 20)\n"
          "  --scheduling-policy fcfs|priority\n"
-         "  --exact-matmul               float32 activations in quantized matmuls (slower, reference accuracy)\n";
+         "  --exact-matmul               float32 activations in quantized matmuls (slower, reference accuracy)\n"
+         "  --load-format auto|dummy     dummy: random weights, --model is an HF config.json (default auto)\n"
+         "  --gpu-memory-utilization F   GPU memory share for weights, activations and KV cache (default 0.9)\n"
+         "  --enforce-eager              CUDA: launch kernels one by one, no CUDA graphs\n";
 }
 
 StatusOr<EngineArgs> engine_args_from(const Args& a) {
@@ -63,6 +68,14 @@ StatusOr<EngineArgs> engine_args_from(const Args& a) {
   e.enable_prefix_caching = a.get_bool("enable-prefix-caching", true);
   e.exact_matmul = a.get_bool("exact-matmul", false);
   e.scheduling_policy = a.get("scheduling-policy", "fcfs");
+  e.load_format = a.get("load-format", "auto");
+  e.enforce_eager = a.get_bool("enforce-eager", false);
+  if (a.has("gpu-memory-utilization")) {
+    const std::string u = a.get("gpu-memory-utilization");
+    char* end = nullptr;
+    e.gpu_memory_utilization = std::strtod(u.c_str(), &end);
+    if (end == u.c_str() || *end != '\0') return invalid_argument("--gpu-memory-utilization must be a number");
+  }
   KVASIR_RETURN_IF_ERROR(e.validate());
   return e;
 }

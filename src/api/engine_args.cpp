@@ -16,6 +16,10 @@ Status EngineArgs::validate() const {
   if (max_model_len && *max_model_len < 1) return invalid_argument("--max-model-len must be >= 1");
   if (num_threads < 0) return invalid_argument("--threads must be >= 0");
   if (max_logprobs < 0) return invalid_argument("--max-logprobs must be >= 0");
+  if (load_format != "auto" && load_format != "dummy") return invalid_argument("--load-format must be auto or dummy");
+  if (!(gpu_memory_utilization > 0.0 && gpu_memory_utilization <= 1.0)) {
+    return invalid_argument("--gpu-memory-utilization must be in (0, 1]");
+  }
   if (scheduling_policy != "fcfs" && scheduling_policy != "priority") {
     return invalid_argument("--scheduling-policy must be fcfs or priority");
   }

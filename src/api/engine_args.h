@@ -25,6 +25,9 @@ struct EngineArgs {
   bool exact_matmul = false;         // CPU: float32 activations in quantized matmuls
   std::string scheduling_policy = "fcfs";  // fcfs | priority
   std::optional<int> long_prefill_token_threshold;
+  std::string load_format = "auto";    // auto | dummy (random weights; --model is a config.json)
+  double gpu_memory_utilization = 0.9; // share of GPU memory for weights, activations and KV cache
+  bool enforce_eager = false;          // CUDA: no graphs
 
   Status validate() const;
 };

@@ -5,13 +5,20 @@
 
 #include <algorithm>
 #include <climits>
+#include <cmath>
 #include <cstdlib>
 
 #include "backend/cpu/cpu_backend.h"
+#include "common/json.h"
 #include "common/log.h"
+#include "common/mapped_file.h"
+#include "loader/dummy_weights.h"
 #include "loader/gguf_file.h"
 #include "tokenizer/gguf_vocab.h"
 #include "tokenizer/hf_loader.h"
+#ifdef KVASIR_HAVE_CUDA
+#include "backend/cuda/cuda_backend.h"
+#endif
 
 namespace kvasir {
 namespace {
@@ -56,6 +63,101 @@ Status load_config_and_tokenizer(LoadedModel& m) {
   return Status();
 }
 
+bool is_dir(const std::string& p) {
+  struct stat st {};
+  return ::stat(p.c_str(), &st) == 0 && S_ISDIR(st.st_mode);
+}
+
+// Token i decodes to "t<i> ": enough for benchmarks on token ids, never for text.
+StatusOr<std::unique_ptr<Tokenizer>> dummy_tokenizer(int64_t vocab_size) {
+  tok::TokenMap vocab;
+  vocab.reserve(static_cast<size_t>(vocab_size));
+  for (int64_t i = 0; i < vocab_size; ++i) vocab.emplace("t" + std::to_string(i), static_cast<int32_t>(i));
+  KVASIR_ASSIGN_OR_RETURN(tok::BpeModel bpe, tok::BpeModel::from_merges(std::move(vocab), {}, tok::BpeOptions{}));
+  TokenizerParts parts;
+  parts.model = std::move(bpe);
+  KVASIR_ASSIGN_OR_RETURN(Tokenizer t, Tokenizer::create(std::move(parts)));
+  return std::make_unique<Tokenizer>(std::move(t));
+}
+
+}  // namespace
+
+std::vector<DummyTensorSpec> dummy_weight_specs(const ModelConfig& c, bool matrices_on_device) {
+  std::vector<DummyTensorSpec> v;
+  const int64_t h = c.hidden_size, qd = c.num_heads * c.head_dim, kvd = c.num_kv_heads * c.head_dim;
+  auto matrix = [&](std::string name, int64_t rows, int64_t cols) {
+    const float scale = 1.0f / std::sqrt(static_cast<float>(cols));
+    v.push_back({std::move(name), DType::kBF16, {rows, cols}, matrices_on_device, 0.0f, scale});
+  };
+  // Norm weights near 1 (minus the offset the model adds back), biases small.
+  const float norm_center = 1.0f - static_cast<float>(c.norm_weight_offset);
+  auto norm = [&](std::string name, int64_t n) { v.push_back({std::move(name), DType::kF32, {n}, false, norm_center, 0.1f}); };
+  auto bias = [&](std::string name, int64_t n) { v.push_back({std::move(name), DType::kF32, {n}, false, 0.0f, 0.02f}); };
+  matrix("model.embed_tokens.weight", c.vocab_size, h);
+  norm("model.norm.weight", h);
+  if (!c.tie_word_embeddings) matrix("lm_head.weight", c.vocab_size, h);
+  for (int64_t i = 0; i < c.num_layers; ++i) {
+    const std::string p = "model.layers." + std::to_string(i) + ".";
+    norm(p + "input_layernorm.weight", h);
+    matrix(p + "self_attn.q_proj.weight", qd, h);
+    matrix(p + "self_attn.k_proj.weight", kvd, h);
+    matrix(p + "self_attn.v_proj.weight", kvd, h);
+    matrix(p + "self_attn.o_proj.weight", h, qd);
+    if (c.attention_bias) {
+      bias(p + "self_attn.q_proj.bias", qd);
+      bias(p + "self_attn.k_proj.bias", kvd);
+      bias(p + "self_attn.v_proj.bias", kvd);
+    }
+    if (c.qk_norm) {
+      norm(p + "self_attn.q_norm.weight", c.head_dim);
+      norm(p + "self_attn.k_norm.weight", c.head_dim);
+    }
+    norm(p + "post_attention_layernorm.weight", h);
+    if (c.post_block_norms) {
+      norm(p + "pre_feedforward_layernorm.weight", h);
+      norm(p + "post_feedforward_layernorm.weight", h);
+    }
+    matrix(p + "mlp.gate_proj.weight", c.intermediate_size, h);
+    matrix(p + "mlp.up_proj.weight", c.intermediate_size, h);
+    matrix(p + "mlp.down_proj.weight", h, c.intermediate_size);
+  }
+  return v;
+}
+
+namespace {
+
+StatusOr<std::unique_ptr<LoadedModel>> load_dummy_config(const std::string& path) {
+  auto m = std::make_unique<LoadedModel>();
+  m->path = path;
+  const std::string file = is_dir(path) ? path + "/config.json" : path;
+  KVASIR_ASSIGN_OR_RETURN(std::string text, read_text_file(file, 16u << 20));
+  auto json = parse_json(text);
+  if (!json.ok()) return invalid_argument(file + ": not valid JSON: " + json.status().message());
+  KVASIR_ASSIGN_OR_RETURN(m->config, ModelConfig::from_hf_json(*json, nullptr));
+  KVASIR_ASSIGN_OR_RETURN(m->tokenizer, dummy_tokenizer(m->config.vocab_size));
+  for (int64_t id : m->config.eos_token_ids) m->eos_token_ids.push_back(static_cast<int32_t>(id));
+  return m;
+}
+
+StatusOr<std::unique_ptr<Backend>> make_backend(const LoadOptions& opts) {
+  if (opts.device != "auto" && opts.device != "cpu" && opts.device != "cuda") {
+    return invalid_argument("unknown --device " + opts.device);
+  }
+#ifdef KVASIR_HAVE_CUDA
+  if (opts.device == "cuda" || (opts.device == "auto" && cuda_device_count() > 0)) {
+    CudaBackendOptions co;
+    co.enable_graphs = !opts.enforce_eager;
+    return create_cuda_backend(co);
+  }
+#else
+  if (opts.device == "cuda") return unimplemented("this build has no CUDA backend");
+#endif
+  CpuBackendOptions bo;
+  bo.num_threads = opts.num_threads;
+  bo.precision = opts.exact_matmul ? MatmulPrecision::kExact : MatmulPrecision::kFast;
+  return std::unique_ptr<Backend>(std::make_unique<CpuBackend>(bo));
+}
+
 }  // namespace
 
 std::string default_model_path() {
@@ -82,13 +184,21 @@ StatusOr<std::unique_ptr<LoadedModel>> load_tokenizer_only(const std::string& pa
 }
 
 StatusOr<std::unique_ptr<LoadedModel>> load_model(const std::string& path, const LoadOptions& opts) {
-  KVASIR_ASSIGN_OR_RETURN(auto m, load_tokenizer_only(path));
-  if (opts.device == "cuda") return unimplemented("this build has no CUDA backend");
-  if (opts.device != "auto" && opts.device != "cpu") return invalid_argument("unknown --device " + opts.device);
-  CpuBackendOptions bo;
-  bo.num_threads = opts.num_threads;
-  bo.precision = opts.exact_matmul ? MatmulPrecision::kExact : MatmulPrecision::kFast;
-  m->backend = std::make_unique<CpuBackend>(bo);
+  if (opts.load_format != "auto" && opts.load_format != "dummy") {
+    return invalid_argument("unknown --load-format " + opts.load_format + " (auto or dummy)");
+  }
+  const bool dummy = opts.load_format == "dummy";
+  std::unique_ptr<LoadedModel> m;
+  if (dummy) {
+    KVASIR_ASSIGN_OR_RETURN(m, load_dummy_config(path));
+  } else {
+    KVASIR_ASSIGN_OR_RETURN(m, load_tokenizer_only(path));
+  }
+  KVASIR_ASSIGN_OR_RETURN(m->backend, make_backend(opts));
+  if (dummy) {
+    const bool on_device = m->backend->device() != Device::kCpu;
+    KVASIR_ASSIGN_OR_RETURN(m->weights, open_dummy_weights(dummy_weight_specs(m->config, on_device), 0x6b76, path));
+  }
   KVASIR_ASSIGN_OR_RETURN(m->model, DecoderModel::create(m->config, *m->weights, *m->backend, opts.model));
   KVASIR_LOG_INFO("loaded %s: %s on %s", path.c_str(), m->config.to_string().c_str(), m->backend->name().c_str());
   return m;

@@ -9,6 +9,7 @@
 
 #include "backend/backend.h"
 #include "config/model_config.h"
+#include "loader/dummy_weights.h"
 #include "loader/weight_source.h"
 #include "model/decoder_model.h"
 #include "tokenizer/tokenizer.h"
@@ -19,6 +20,8 @@ struct LoadOptions {
   std::string device = "auto";  // auto | cpu | cuda
   int num_threads = 0;          // CPU threads; 0 = all
   bool exact_matmul = false;    // CPU: float32 activations in quantized matmuls (accuracy tests)
+  std::string load_format = "auto";  // auto | dummy (random weights from a config.json)
+  bool enforce_eager = false;   // CUDA: no graphs
   ModelOptions model;           // workspace sizes
 };
 
@@ -33,7 +36,12 @@ struct LoadedModel {
   std::vector<int32_t> eos_token_ids;
 };
 
+// With load_format "dummy", `path` is an HF config.json (or a directory holding one) and the
+// weights are deterministic random values (initialised on the device for a GPU backend).
 StatusOr<std::unique_ptr<LoadedModel>> load_model(const std::string& path, const LoadOptions& opts);
+// The tensors DecoderModel binds for an HF checkpoint of `config`, as dummy weights (HF names);
+// matrices_on_device leaves the matrices for the backend to fill.
+std::vector<DummyTensorSpec> dummy_weight_specs(const ModelConfig& config, bool matrices_on_device);
 // Tokenizer and config only (tokenize / detokenize / render-template need no weights bound).
 StatusOr<std::unique_ptr<LoadedModel>> load_tokenizer_only(const std::string& path);
 

@@ -1,7 +1,9 @@
 // Backend: the one op interface every device implements (CPU is the reference and test oracle;
 // CUDA implements the same table and is tested op by op against it). Ops take Tensor views and
 // plain host-side metadata; they never know about requests, blocks' meaning or the scheduler.
-// Must not allocate on the hot path: buffers come from allocate() at start.
+// Must not allocate on the hot path: buffers come from allocate() at start. Host arrays passed
+// to ops (ids, positions, metadata) must stay unchanged until the next read-back (copy_to_host,
+// sample, synchronize): a device backend may stage them lazily and replay the step as a graph.
 #pragma once
 
 #include <cstdint>
@@ -48,6 +50,23 @@ struct RopeParams {
 
 enum class GateActivation { kSilu, kGeluTanh };
 
+// One row of on-device sampling: steps 5-10 of sample/sampler.h (greedy, temperature, min-p,
+// top-k, top-p, the Philox draw). Rows that need logit edits or logprobs use the host Sampler.
+struct DeviceSamplingRow {
+  float temperature = 0.0f;  // 0: greedy
+  float top_p = 1.0f;
+  float min_p = 0.0f;
+  int32_t top_k = 0;         // 0 or >= vocab: off
+  uint64_t rng_key = 0;      // rng_key_for_request (sample/philox.h)
+  uint64_t position = 0;     // num_generated_tokens: the draw's counter
+};
+
+// Device memory as the runtime reports it (zeros on the CPU).
+struct DeviceMemoryInfo {
+  size_t free_bytes = 0;
+  size_t total_bytes = 0;
+};
+
 // How the CPU path treats activations inside quantized matmuls (ignored by dense-only backends).
 enum class MatmulPrecision { kExact, kFast };
 
@@ -61,6 +80,8 @@ class Backend {
 
   virtual StatusOr<std::unique_ptr<Buffer>> allocate(size_t bytes) = 0;
   // Makes a weight usable by this backend: the CPU reads it in place; a GPU copies it over.
+  // A GPU backend may also accept host_weight.data == nullptr (--load-format dummy): it then
+  // fills the tensor with deterministic random values on the device.
   virtual StatusOr<Tensor> upload_weight(const Tensor& host_weight, std::unique_ptr<Buffer>* owner) = 0;
   virtual void copy_to_host(const Tensor& src, void* dst) = 0;
   virtual void synchronize() = 0;
@@ -91,6 +112,16 @@ class Backend {
   virtual void softcap(Tensor& x, float cap) = 0;
   // out[i, :] = src[rows[i], :]                                src [n, d], out [k, d]
   virtual void gather_rows(const Tensor& src, const int32_t* rows, int k, Tensor& out) = 0;
+
+  // Optional on-device sampling: one token per row of float32 logits [num_rows, vocab] that live
+  // on this device; only the token ids come back (out_tokens: host [num_rows]).
+  virtual bool supports_device_sampling() const { return false; }
+  virtual Status sample(const Tensor& logits, const DeviceSamplingRow* rows, int num_rows, int32_t* out_tokens) {
+    return unimplemented(name() + " has no device sampling");
+  }
+  virtual DeviceMemoryInfo memory_info() { return {}; }
+  // One line on device time (busy, idle between steps, graph replays); empty when not measured.
+  virtual std::string stats() const { return {}; }
 };
 
 }  // namespace kvasir

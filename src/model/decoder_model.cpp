@@ -212,11 +212,17 @@ Status DecoderModel::run_layers(const ForwardBatch& batch, KvCache& cache) {
 }
 
 Status DecoderModel::compute_logits(const int32_t* rows, int num_rows, float* logits) {
-  if (num_rows < 0 || num_rows > opts_.max_num_logits) return invalid_argument("too many logits rows");
+  if (num_rows == 0) return Status();
+  KVASIR_ASSIGN_OR_RETURN(Tensor out, compute_logits_on_device(rows, num_rows));
+  backend_.copy_to_host(out, logits);
+  return Status();
+}
+
+StatusOr<Tensor> DecoderModel::compute_logits_on_device(const int32_t* rows, int num_rows) {
+  if (num_rows < 1 || num_rows > opts_.max_num_logits) return invalid_argument("logits rows must be in [1, max_num_logits]");
   for (int i = 0; i < num_rows; ++i) {
     if (rows[i] < 0 || rows[i] >= last_num_tokens_) return invalid_argument("logits row out of range");
   }
-  if (num_rows == 0) return Status();
   Workspace& w = *ws_;
   Tensor x = w.x.slice_rows(0, last_num_tokens_);
   Tensor last = w.last.slice_rows(0, num_rows);
@@ -225,8 +231,7 @@ Status DecoderModel::compute_logits(const int32_t* rows, int num_rows, float* lo
   backend_.rms_norm(last, final_norm_, eps_, last);
   backend_.linear(last, lm_head_, nullptr, out);
   if (config_.final_logit_softcapping) backend_.softcap(out, static_cast<float>(*config_.final_logit_softcapping));
-  backend_.copy_to_host(out, logits);
-  return Status();
+  return out;
 }
 
 }  // namespace kvasir

@@ -40,7 +40,11 @@ class DecoderModel {
   // (at most max_num_logits per call) and may be called several times.
   Status run_layers(const ForwardBatch& batch, KvCache& cache);
   Status compute_logits(const int32_t* rows, int num_rows, float* logits);
+  // The same, leaving the float32 logits [num_rows, vocab_size] on the backend's device (valid
+  // until the next call): for on-device sampling, which reads back only token ids.
+  StatusOr<Tensor> compute_logits_on_device(const int32_t* rows, int num_rows);
   int max_num_logits() const { return opts_.max_num_logits; }
+  Backend& backend() { return backend_; }
 
  private:
   struct Layer;

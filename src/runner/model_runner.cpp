@@ -48,7 +48,40 @@ Status ModelRunner::apply(const SchedulerOutput& so) {
   return Status();
 }
 
-Status ModelRunner::build_batch(const SchedulerOutput& so) {
+namespace {
+
+// Decode batch sizes that get their own CUDA graph: 1, 2, 4, then multiples of 8 (vLLM's buckets).
+int decode_bucket(int n, int max_num_seqs) {
+  int b = n <= 1 ? 1 : (n <= 2 ? 2 : (n <= 4 ? 4 : (n + 7) / 8 * 8));
+  return std::max(n, std::min(b, max_num_seqs));
+}
+
+int next_pow2(int n) {
+  int p = 1;
+  while (p < n) p <<= 1;
+  return p;
+}
+
+bool needs_host_sampler(const SamplingParams& p, int num_generated) {
+  return p.logprobs.has_value() || p.prompt_logprobs.has_value() || !p.logit_bias.empty() ||
+         p.repetition_penalty != 1.0f || p.presence_penalty != 0.0f || p.frequency_penalty != 0.0f ||
+         p.min_tokens > num_generated;
+}
+
+}  // namespace
+
+bool ModelRunner::can_sample_on_device(const SchedulerOutput& so) const {
+  if (!config_.device_sampling || !model_.backend().supports_device_sampling()) return false;
+  for (const auto& [id, n] : so.num_scheduled_tokens) {
+    auto it = requests_.find(id);
+    if (it == requests_.end()) continue;
+    const CachedRequest& r = it->second;
+    if (needs_host_sampler(r.params, static_cast<int>(r.tokens.size()) - r.num_prompt_tokens)) return false;
+  }
+  return true;
+}
+
+Status ModelRunner::build_batch(const SchedulerOutput& so, bool pad_for_device) {
   rows_.clear();
   input_ids_.clear(), positions_.clear(), slot_mapping_.clear(), query_start_loc_.assign(1, 0);
   seq_lens_.clear(), sample_rows_.clear(), prompt_rows_.clear(), prompt_targets_.clear();
@@ -88,9 +121,26 @@ Status ModelRunner::build_batch(const SchedulerOutput& so) {
   for (const auto& nr : so.scheduled_new_reqs) KVASIR_RETURN_IF_ERROR(schedule(nr.req_id));
   for (const auto& cr : so.scheduled_cached_reqs) KVASIR_RETURN_IF_ERROR(schedule(cr.req_id));
 
+  size_t num_seqs = rows_.size();
   size_t max_blocks = 1;
   for (const auto& row : rows_) max_blocks = std::max(max_blocks, row.req->block_ids.size());
-  block_tables_.assign(rows_.size() * max_blocks, 0);
+  if (pad_for_device) {
+    max_blocks = static_cast<size_t>(next_pow2(static_cast<int>(max_blocks)));
+    // Padding sequences: token 0 at position 0 over block 0, written nowhere (slot -1), sampled
+    // greedily and dropped.
+    if (input_ids_.size() == rows_.size() && !rows_.empty()) {
+      num_seqs = static_cast<size_t>(decode_bucket(static_cast<int>(rows_.size()), config_.max_num_seqs));
+      for (size_t i = rows_.size(); i < num_seqs; ++i) {
+        sample_rows_.push_back(static_cast<int32_t>(input_ids_.size()));
+        input_ids_.push_back(0);
+        positions_.push_back(0);
+        slot_mapping_.push_back(-1);
+        query_start_loc_.push_back(static_cast<int32_t>(input_ids_.size()));
+        seq_lens_.push_back(1);
+      }
+    }
+  }
+  block_tables_.assign(num_seqs * max_blocks, 0);
   for (size_t i = 0; i < rows_.size(); ++i) {
     std::copy(rows_[i].req->block_ids.begin(), rows_[i].req->block_ids.end(), block_tables_.begin() + i * max_blocks);
   }
@@ -98,7 +148,7 @@ Status ModelRunner::build_batch(const SchedulerOutput& so) {
   batch_.num_tokens = static_cast<int>(input_ids_.size());
   batch_.input_ids = input_ids_.data();
   batch_.positions = positions_.data();
-  batch_.attn.num_seqs = static_cast<int>(rows_.size());
+  batch_.attn.num_seqs = static_cast<int>(num_seqs);
   batch_.attn.num_tokens = batch_.num_tokens;
   batch_.attn.query_start_loc = query_start_loc_.data();
   batch_.attn.seq_lens = seq_lens_.data();
@@ -134,13 +184,51 @@ static LogprobsLists to_lists(const LogprobsTensors& t, int row_begin, int num_r
   return l;
 }
 
+Status ModelRunner::sample_on_device() {
+  const int n = static_cast<int>(sample_rows_.size());
+  device_rows_.assign(static_cast<size_t>(n), DeviceSamplingRow{});  // padding rows: greedy
+  for (const auto& row : rows_) {
+    if (row.logits_row < 0) continue;
+    const CachedRequest& r = *row.req;
+    DeviceSamplingRow& d = device_rows_[static_cast<size_t>(row.logits_row)];
+    d.temperature = r.params.temperature;
+    d.top_p = r.params.top_p;
+    d.min_p = r.params.min_p;
+    d.top_k = r.params.top_k;
+    d.rng_key = r.rng_key;
+    d.position = r.tokens.size() - static_cast<size_t>(r.num_prompt_tokens);
+  }
+  KVASIR_ASSIGN_OR_RETURN(Tensor logits, model_.compute_logits_on_device(sample_rows_.data(), n));
+  sampler_out_.sampled_token_ids.resize(static_cast<size_t>(n));
+  return model_.backend().sample(logits, device_rows_.data(), n, sampler_out_.sampled_token_ids.data());
+}
+
 StatusOr<ModelRunnerOutput> ModelRunner::execute(const SchedulerOutput& so) {
   KVASIR_RETURN_IF_ERROR(apply(so));
   ModelRunnerOutput result;
   if (so.total_num_scheduled_tokens == 0) return result;
-  KVASIR_RETURN_IF_ERROR(build_batch(so));
+  const bool on_device = can_sample_on_device(so);
+  KVASIR_RETURN_IF_ERROR(build_batch(so, on_device));
   if (batch_.num_tokens == 0) return result;
   KVASIR_RETURN_IF_ERROR(model_.run_layers(batch_, cache_));
+  if (on_device) {
+    // A step that samples nothing still ends here: the backend may hold recorded work that
+    // reads this step's host arrays.
+    if (!sample_rows_.empty()) KVASIR_RETURN_IF_ERROR(sample_on_device());
+    else model_.backend().synchronize();
+    result.outputs.reserve(rows_.size());
+    for (const auto& row : rows_) {
+      RunnerRequestOutput out;
+      out.req_id = *row.req_id;
+      if (row.logits_row >= 0) {
+        const int32_t tok = sampler_out_.sampled_token_ids[static_cast<size_t>(row.logits_row)];
+        out.sampled_token_ids.push_back(tok);
+        row.req->tokens.push_back(tok);
+      }
+      result.outputs.push_back(std::move(out));
+    }
+    return result;
+  }
   KVASIR_RETURN_IF_ERROR(compute_logits(sample_rows_, sample_logits_));
   if (!prompt_rows_.empty()) {
     KVASIR_RETURN_IF_ERROR(compute_logits(prompt_rows_, prompt_logits_));

@@ -21,6 +21,8 @@ struct RunnerConfig {
   int max_model_len = 2048;
   uint64_t seed = 0;  // engine seed for unseeded requests
   std::vector<int32_t> eos_token_ids;
+  int max_num_seqs = 256;       // largest decode batch padded to a CUDA-graph bucket
+  bool device_sampling = true;  // sample on the device when the backend can and no row needs the host
 };
 
 class ModelRunner {
@@ -51,7 +53,11 @@ class ModelRunner {
   };
 
   Status apply(const SchedulerOutput& so);
-  Status build_batch(const SchedulerOutput& so);
+  // pad_for_device: pad pure-decode batches to a bucket size and block tables to a power of two,
+  // so a device backend sees few distinct step shapes (each replayed as one CUDA graph).
+  Status build_batch(const SchedulerOutput& so, bool pad_for_device);
+  bool can_sample_on_device(const SchedulerOutput& so) const;
+  Status sample_on_device();
   Status compute_logits(const std::vector<int32_t>& rows, std::vector<float>& out);
   void fill_prompt_logprobs(const ScheduledRow& r, RunnerRequestOutput& out);
 
@@ -70,6 +76,7 @@ class ModelRunner {
   std::vector<float> sample_logits_, prompt_logits_;
   std::vector<SamplingRequestState> states_;
   SamplerOutput sampler_out_;
+  std::vector<DeviceSamplingRow> device_rows_;
   LogprobsTensors prompt_lp_;
   ForwardBatch batch_;
 };

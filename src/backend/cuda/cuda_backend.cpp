@@ -1,0 +1,220 @@
+// CudaBackend: the Backend op table on one GPU. Ops are recorded into a StepQueue (so a step costs
+// one H2D copy and, for decode, one graph launch) and executed by execute() below. Activations and
+// the KV cache are bf16; norms and biases stay float32; logits are float32.
+#include "backend/cuda/cuda_backend_impl.h"
+
+#include <algorithm>
+#include <cmath>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <vector>
+
+#include "backend/cpu/quant/dequantize.h"
+#include "backend/cuda/cuda_check.h"
+#include "backend/cuda/gemm.h"
+#include "backend/cuda/kernels.h"
+#include "backend/cuda/step_queue.h"
+#include "common/log.h"
+
+namespace kvasir {
+namespace {
+
+class CudaBuffer final : public Buffer {
+ public:
+  CudaBuffer(void* p, size_t n) : p_(p), n_(n) {}
+  ~CudaBuffer() override { cudaFree(p_); }
+  void* data() override { return p_; }
+  size_t size() const override { return n_; }
+
+ private:
+  void* p_;
+  size_t n_;
+};
+
+struct CudaFree {
+  void operator()(void* p) const { cudaFree(p); }
+};
+
+constexpr size_t kGemmWorkspace = size_t{32} << 20;
+constexpr int64_t kConvertChunk = int64_t{1} << 25;  // elements per staging chunk during uploads
+
+}  // namespace
+
+CudaBackend::~CudaBackend() {
+  if (stream_ != nullptr) cudaStreamSynchronize(stream_);
+  queue_.reset();
+  for (void* p : retired_) cudaFree(p);
+  if (partial_ != nullptr) cudaFree(partial_);
+  if (tokens_dev_ != nullptr) cudaFree(tokens_dev_);
+  if (tokens_host_ != nullptr) cudaFreeHost(tokens_host_);
+  if (stream_ != nullptr) cudaStreamDestroy(stream_);
+}
+
+Status CudaBackend::init() {
+  KVASIR_CUDA_RETURN_IF_ERROR(cudaSetDevice(opts_.device));
+  cudaDeviceProp prop{};
+  KVASIR_CUDA_RETURN_IF_ERROR(cudaGetDeviceProperties(&prop, opts_.device));
+  num_sms_ = prop.multiProcessorCount;
+  if (const char* e = std::getenv("KVASIR_CUDA_FUSE"); e != nullptr && e[0] == '0') fuse_ = false;
+  if (const char* e = std::getenv("KVASIR_CUDA_FUSE_NORM"); e != nullptr && e[0] == '1') fuse_norm_ = fuse_;
+  name_ = std::string("cuda(") + prop.name + ", sm_" + std::to_string(prop.major) + std::to_string(prop.minor) +
+          (opts_.enable_graphs ? ", graphs" : ", eager") + ")";
+  KVASIR_CUDA_RETURN_IF_ERROR(cudaStreamCreateWithFlags(&stream_, cudaStreamNonBlocking));
+  KVASIR_RETURN_IF_ERROR(gemm_.init(kGemmWorkspace));
+  cuda::init_attention_kernels();
+  KVASIR_CUDA_RETURN_IF_ERROR(cudaMallocHost(reinterpret_cast<void**>(&tokens_host_), 65536 * sizeof(int32_t)));
+  queue_ = std::make_unique<cuda::StepQueue>(stream_, &CudaBackend::execute_op, this, opts_.enable_graphs, opts_.max_graphs);
+  return Status();
+}
+
+StatusOr<std::unique_ptr<Buffer>> CudaBackend::allocate(size_t bytes) {
+  void* p = nullptr;
+  const size_t n = std::max<size_t>(bytes, 256);
+  const cudaError_t err = cudaMalloc(&p, n);
+  if (err != cudaSuccess) {
+    (void)cudaGetLastError();
+    return resource_exhausted("cudaMalloc of " + std::to_string(bytes) + " bytes failed: " + cudaGetErrorString(err));
+  }
+  // Zeroed once so no kernel ever meets uninitialised bits (padding rows read block 0).
+  KVASIR_CUDA_RETURN_IF_ERROR(cudaMemsetAsync(p, 0, n, stream_));
+  return std::unique_ptr<Buffer>(new CudaBuffer(p, bytes));
+}
+
+Status CudaBackend::upload_matrix(const Tensor& host, void* dst) {
+  const int64_t n = host.numel(), cols = host.cols();
+  if (host.dtype == DType::kBF16) {
+    KVASIR_CUDA_RETURN_IF_ERROR(cudaMemcpyAsync(dst, host.data, static_cast<size_t>(n) * 2, cudaMemcpyHostToDevice, stream_));
+    return Status();
+  }
+  if (host.dtype != DType::kF32 && host.dtype != DType::kF16 && !cpu::dequantize_supported(host.dtype)) {
+    return unimplemented("CUDA backend cannot convert weights of type " + std::string(dtype_name(host.dtype)));
+  }
+  // Row chunks through a float32 (or f16) device staging buffer, converted to bf16 on the device.
+  const int64_t rows = host.rows();
+  const int64_t chunk_rows = std::max<int64_t>(1, kConvertChunk / std::max<int64_t>(cols, 1));
+  void* stage = nullptr;
+  KVASIR_CUDA_RETURN_IF_ERROR(cudaMalloc(&stage, static_cast<size_t>(std::min(rows, chunk_rows) * cols) * 4));
+  std::unique_ptr<void, CudaFree> stage_owner(stage);
+  std::vector<float> host_f32;
+  const size_t rb = host.row_bytes();
+  for (int64_t r0 = 0; r0 < rows; r0 += chunk_rows) {
+    const int64_t nr = std::min(chunk_rows, rows - r0);
+    const int64_t ne = nr * cols;
+    const auto* src = static_cast<const uint8_t*>(host.data) + static_cast<size_t>(r0) * rb;
+    if (host.dtype == DType::kF16) {
+      KVASIR_CUDA_RETURN_IF_ERROR(cudaMemcpyAsync(stage, src, static_cast<size_t>(ne) * 2, cudaMemcpyHostToDevice, stream_));
+      cuda::launch_f16_to_bf16(stage, static_cast<uint16_t*>(dst) + r0 * cols, ne, stream_);
+    } else {
+      const float* f = reinterpret_cast<const float*>(src);
+      if (host.dtype != DType::kF32) {
+        host_f32.resize(static_cast<size_t>(ne));
+        for (int64_t r = 0; r < nr; ++r) {
+          cpu::dequantize_row(host.dtype, src + static_cast<size_t>(r) * rb, host_f32.data() + r * cols, cols);
+        }
+        f = host_f32.data();
+      }
+      KVASIR_CUDA_RETURN_IF_ERROR(cudaMemcpyAsync(stage, f, static_cast<size_t>(ne) * 4, cudaMemcpyHostToDevice, stream_));
+      cuda::launch_f32_to_bf16(static_cast<const float*>(stage), static_cast<uint16_t*>(dst) + r0 * cols, ne, stream_);
+    }
+    KVASIR_CUDA_RETURN_IF_ERROR(cudaStreamSynchronize(stream_));
+  }
+  return Status();
+}
+
+StatusOr<Tensor> CudaBackend::upload_weight(const Tensor& host, std::unique_ptr<Buffer>* owner) {
+  synchronize();
+  const bool matrix = host.ndim >= 2;
+  const DType dt = matrix ? DType::kBF16 : DType::kF32;
+  const int64_t n = host.numel();
+  KVASIR_ASSIGN_OR_RETURN(auto buf, allocate(static_cast<size_t>(n) * (matrix ? 2 : 4)));
+  Tensor t = host;
+  t.data = buf->data();
+  t.dtype = dt;
+  t.device = Device::kCuda;
+  if (host.data == nullptr) {
+    // Dummy weights: uniform in [-1/sqrt(cols), 1/sqrt(cols)] keeps activations O(1) layer to layer.
+    const float scale = matrix ? 1.0f / std::sqrt(static_cast<float>(std::max<int64_t>(host.cols(), 1))) : 1.0f;
+    cuda::launch_fill_random(t.data, n, matrix ? Elem::kBf16 : Elem::kF32, dummy_seed_++, scale, stream_);
+    KVASIR_CUDA_RETURN_IF_ERROR(cudaStreamSynchronize(stream_));
+  } else if (matrix) {
+    KVASIR_RETURN_IF_ERROR(upload_matrix(host, t.data));
+  } else if (host.dtype == DType::kF32) {
+    KVASIR_CUDA_RETURN_IF_ERROR(cudaMemcpyAsync(t.data, host.data, static_cast<size_t>(n) * 4, cudaMemcpyHostToDevice, stream_));
+  } else {
+    if (!cpu::dequantize_supported(host.dtype)) return unimplemented("CUDA backend: unsupported vector weight type");
+    std::vector<float> f(static_cast<size_t>(n));
+    cpu::dequantize_row(host.dtype, host.data, f.data(), n);
+    KVASIR_CUDA_RETURN_IF_ERROR(cudaMemcpyAsync(t.data, f.data(), f.size() * 4, cudaMemcpyHostToDevice, stream_));
+  }
+  // The source may be a temporary of the caller's: the copies must be done before we return.
+  KVASIR_CUDA_RETURN_IF_ERROR(cudaStreamSynchronize(stream_));
+  *owner = std::move(buf);
+  return t;
+}
+
+void CudaBackend::copy_to_host(const Tensor& src, void* dst) {
+  queue_->flush();
+  // Straight into the caller's (pageable) memory: measured faster than a pinned bounce buffer plus
+  // a host memcpy for the logits sizes we read back.
+  KVASIR_CUDA_CHECK(cudaMemcpyAsync(dst, src.data, src.nbytes(), cudaMemcpyDeviceToHost, stream_));
+  queue_->finish();
+  for (void* p : retired_) cudaFree(p);
+  retired_.clear();
+}
+
+void CudaBackend::synchronize() {
+  queue_->flush();
+  queue_->finish();
+  for (void* p : retired_) cudaFree(p);
+  retired_.clear();
+}
+
+void* CudaBackend::device_scratch(void*& ptr, size_t& cap, size_t bytes) {
+  if (bytes > cap) {
+    if (ptr != nullptr) retired_.push_back(ptr);
+    const size_t n = std::max(bytes, cap * 2);
+    KVASIR_CUDA_CHECK(cudaMalloc(&ptr, n));
+    cap = n;
+  }
+  return ptr;
+}
+
+DeviceMemoryInfo CudaBackend::memory_info() {
+  DeviceMemoryInfo info;
+  KVASIR_CUDA_CHECK(cudaMemGetInfo(&info.free_bytes, &info.total_bytes));
+  return info;
+}
+
+std::string CudaBackend::stats() const {
+  const cuda::StepStats& s = queue_->stats();
+  char buf[512];
+  const double busy = s.busy_ms, idle = s.idle_ms;
+  const double gb = s.graph_busy_ms, gi = s.graph_idle_ms;
+  std::snprintf(buf, sizeof(buf),
+                "device steps %lld (graph replays %lld, captures %lld): busy %.1f ms, idle between steps %.1f ms "
+                "(%.2f%%); decode graph steps: busy %.1f ms, idle %.1f ms (%.2f%%)",
+                static_cast<long long>(s.steps), static_cast<long long>(s.graph_steps),
+                static_cast<long long>(s.captures), busy, idle, busy + idle > 0 ? 100.0 * idle / (busy + idle) : 0.0, gb,
+                gi, gb + gi > 0 ? 100.0 * gi / (gb + gi) : 0.0);
+  const std::string prof = queue_->profile_report();
+  return prof.empty() ? std::string(buf) : std::string(buf) + "\n" + prof;
+}
+
+int cuda_device_count() {
+  int n = 0;
+  if (cudaGetDeviceCount(&n) != cudaSuccess) {
+    (void)cudaGetLastError();
+    return 0;
+  }
+  return n;
+}
+
+StatusOr<std::unique_ptr<Backend>> create_cuda_backend(const CudaBackendOptions& opts) {
+  if (cuda_device_count() <= opts.device) return unavailable("no CUDA device " + std::to_string(opts.device));
+  auto b = std::make_unique<CudaBackend>(opts);
+  KVASIR_RETURN_IF_ERROR(b->init());
+  return std::unique_ptr<Backend>(std::move(b));
+}
+
+}  // namespace kvasir

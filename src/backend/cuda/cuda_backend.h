@@ -1,0 +1,24 @@
+// The CUDA backend's public face: is there a GPU, and a factory for the Backend (backend.h) that
+// runs every op in bf16 with float32 accumulation on one device. The implementation (recorded op
+// streams replayed as CUDA graphs, cuBLASLt GEMMs, paged attention) stays in this folder.
+// Must not be included by code that wants to build without CUDA: guard with KVASIR_HAVE_CUDA.
+#pragma once
+
+#include <memory>
+
+#include "backend/backend.h"
+
+namespace kvasir {
+
+struct CudaBackendOptions {
+  int device = 0;
+  bool enable_graphs = true;  // false: --enforce-eager (every step launches kernels one by one)
+  int max_graphs = 64;        // captured step shapes kept; further shapes run eagerly
+};
+
+// Usable CUDA devices; 0 when there is no driver or no GPU (never fails).
+int cuda_device_count();
+
+StatusOr<std::unique_ptr<Backend>> create_cuda_backend(const CudaBackendOptions& opts);
+
+}  // namespace kvasir

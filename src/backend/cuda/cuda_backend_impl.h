@@ -1,0 +1,90 @@
+// CudaBackend's declaration, shared by the files that implement it (cuda_backend.cpp: set-up,
+// memory, uploads, read-backs; cuda_ops.cpp: recording and executing ops). Internal to this
+// folder: everything else reaches the backend through cuda_backend.h.
+#pragma once
+
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "backend/cuda/cuda_backend.h"
+#include "backend/cuda/gemm.h"
+#include "backend/cuda/kernels.h"
+#include "backend/cuda/step_queue.h"
+
+namespace kvasir {
+
+using cuda::Elem;
+using cuda::OpKind;
+using cuda::OpRecord;
+
+inline Elem elem_of(DType t) {
+  KVASIR_CHECK_MSG(t == DType::kBF16 || t == DType::kF32, "CUDA backend tensors are bf16 or f32");
+  return t == DType::kBF16 ? Elem::kBf16 : Elem::kF32;
+}
+
+class CudaBackend final : public Backend {
+ public:
+  explicit CudaBackend(const CudaBackendOptions& opts) : opts_(opts) {}
+  ~CudaBackend() override;
+  Status init();
+
+  Device device() const override { return Device::kCuda; }
+  std::string name() const override { return name_; }
+  DType activation_dtype() const override { return DType::kBF16; }
+
+  StatusOr<std::unique_ptr<Buffer>> allocate(size_t bytes) override;
+  StatusOr<Tensor> upload_weight(const Tensor& host_weight, std::unique_ptr<Buffer>* owner) override;
+  void copy_to_host(const Tensor& src, void* dst) override;
+  void synchronize() override;
+
+  void embedding(const Tensor& table, const int32_t* ids, int n, float scale, Tensor& out) override;
+  void linear(const Tensor& x, const Tensor& w, const Tensor* bias, Tensor& out) override;
+  void rms_norm(const Tensor& x, const Tensor& w, float eps, Tensor& out) override;
+  void add_rms_norm(Tensor& residual, const Tensor& x, const Tensor& w, float eps, Tensor& out) override;
+  void add(Tensor& a, const Tensor& b) override;
+  void rope(Tensor& q, Tensor& k, const int32_t* positions, const RopeParams& p) override;
+  void write_kv(const Tensor& k, const Tensor& v, Tensor& k_cache, Tensor& v_cache, const AttentionMetadata& m) override;
+  void attention(const Tensor& q, const Tensor& k_cache, const Tensor& v_cache, const AttentionMetadata& m,
+                 const AttentionParams& p, Tensor& out) override;
+  void gated_activation(const Tensor& gate, const Tensor& up, GateActivation act, Tensor& out) override;
+  void softcap(Tensor& x, float cap) override;
+  void gather_rows(const Tensor& src, const int32_t* rows, int k, Tensor& out) override;
+
+  bool supports_device_sampling() const override { return true; }
+  Status sample(const Tensor& logits, const DeviceSamplingRow* rows, int num_rows, int32_t* out_tokens) override;
+  DeviceMemoryInfo memory_info() override;
+  std::string stats() const override;
+
+ private:
+  static void execute_op(void* ctx, const OpRecord& op, const uint8_t* arena, cudaStream_t s) {
+    static_cast<CudaBackend*>(ctx)->execute(op, arena, s);
+  }
+  void execute(const OpRecord& op, const uint8_t* arena, cudaStream_t s);
+  void* device_scratch(void*& ptr, size_t& cap, size_t bytes);
+  void exec_attention(const OpRecord& op, const uint8_t* arena, cudaStream_t s);
+  void exec_gemv(const OpRecord& op, cudaStream_t s);
+  Status upload_matrix(const Tensor& host, void* dst);
+
+  CudaBackendOptions opts_;
+  bool fuse_ = true;        // KVASIR_CUDA_FUSE=0: one record per op (for A/B timing)
+  bool fuse_norm_ = false;  // KVASIR_CUDA_FUSE_NORM=1: norms and residual adds folded into GEMVs
+  std::string name_;
+  int num_sms_ = 132;
+  cudaStream_t stream_ = nullptr;
+  cuda::GemmRunner gemm_;
+  std::unique_ptr<cuda::StepQueue> queue_;
+  uint64_t dummy_seed_ = 0x5eed;
+  // Grow-only device scratch; the old block is kept until the step that used it has finished.
+  void* partial_ = nullptr;
+  size_t partial_cap_ = 0;
+  void* tokens_dev_ = nullptr;
+  size_t tokens_cap_ = 0;
+  int32_t* tokens_host_ = nullptr;
+  std::vector<void*> retired_;
+  // Host-built attention schedules, reused.
+  std::vector<int32_t> decode_seqs_;
+  std::vector<cuda::PrefillWork> work_;
+};
+
+}  // namespace kvasir

@@ -1,0 +1,449 @@
+// The backend's small kernels: embedding, RMSNorm (plain and fused with the residual add), add,
+// RoPE, KV-cache writes, gated activations, soft-capping, row gathers, bias, conversions and the
+// random fill behind --load-format dummy. All memory-bound: 16-byte accesses where rows allow,
+// float32 arithmetic, one rounding to bf16 per stored value.
+#include <cuda_fp16.h>
+
+#include <algorithm>
+
+#include "backend/cuda/cuda_common.cuh"
+#include "backend/cuda/kernels.h"
+
+namespace kvasir::cuda {
+namespace {
+
+__device__ __forceinline__ float to_f(bf16 v) { return __bfloat162float(v); }
+__device__ __forceinline__ bf16 to_b(float v) { return __float2bfloat16_rn(v); }
+
+template <bool kVec>
+__global__ void embedding_kernel(const bf16* __restrict__ table, const int32_t* __restrict__ ids, int64_t d,
+                                 int64_t vocab, float scale, bf16* __restrict__ out) {
+  pdl_begin();
+  const int64_t row = blockIdx.x;
+  int64_t id = ids[row];
+  if (id < 0 || id >= vocab) id = 0;  // the model validated ids; never read outside the table
+  const bf16* src = table + id * d;
+  bf16* dst = out + row * d;
+  if constexpr (kVec) {
+    for (int64_t j = threadIdx.x * 8; j < d; j += blockDim.x * 8) {
+      float v[8];
+      load8(src + j, v);
+#pragma unroll
+      for (int i = 0; i < 8; ++i) v[i] *= scale;
+      store8(dst + j, v);
+    }
+  } else {
+    for (int64_t j = threadIdx.x; j < d; j += blockDim.x) dst[j] = to_b(to_f(src[j]) * scale);
+  }
+}
+
+template <bool kVec>
+__global__ void rms_norm_kernel(const bf16* x, const float* __restrict__ w, float eps, int64_t d, bf16* out) {
+  pdl_begin();
+  __shared__ float scratch[32];
+  const bf16* xr = x + blockIdx.x * d;
+  bf16* orow = out + blockIdx.x * d;
+  float ss = 0.0f;
+  if constexpr (kVec) {
+    for (int64_t j = threadIdx.x * 8; j < d; j += blockDim.x * 8) {
+      float v[8];
+      load8(xr + j, v);
+#pragma unroll
+      for (int i = 0; i < 8; ++i) ss += v[i] * v[i];
+    }
+  } else {
+    for (int64_t j = threadIdx.x; j < d; j += blockDim.x) ss += to_f(xr[j]) * to_f(xr[j]);
+  }
+  ss = block_sum(ss, scratch);
+  const float inv = 1.0f / sqrtf(ss / static_cast<float>(d) + eps);
+  if constexpr (kVec) {
+    for (int64_t j = threadIdx.x * 8; j < d; j += blockDim.x * 8) {
+      float v[8];
+      load8(xr + j, v);
+#pragma unroll
+      for (int i = 0; i < 8; ++i) v[i] = v[i] * inv * w[j + i];
+      store8(orow + j, v);
+    }
+  } else {
+    for (int64_t j = threadIdx.x; j < d; j += blockDim.x) orow[j] = to_b(to_f(xr[j]) * inv * w[j]);
+  }
+}
+
+// residual = bf16(residual + x); out = rms_norm(residual). Each thread re-reads only what it wrote.
+template <bool kVec>
+__global__ void add_rms_norm_kernel(bf16* residual, const bf16* __restrict__ x, const float* __restrict__ w, float eps,
+                                    int64_t d, bf16* __restrict__ out) {
+  pdl_begin();
+  __shared__ float scratch[32];
+  bf16* rr = residual + blockIdx.x * d;
+  const bf16* xr = x + blockIdx.x * d;
+  bf16* orow = out + blockIdx.x * d;
+  float ss = 0.0f;
+  if constexpr (kVec) {
+    for (int64_t j = threadIdx.x * 8; j < d; j += blockDim.x * 8) {
+      float a[8], b[8];
+      load8(rr + j, a);
+      load8(xr + j, b);
+#pragma unroll
+      for (int i = 0; i < 8; ++i) a[i] = to_f(to_b(a[i] + b[i]));
+#pragma unroll
+      for (int i = 0; i < 8; ++i) ss += a[i] * a[i];
+      store8(rr + j, a);
+    }
+  } else {
+    for (int64_t j = threadIdx.x; j < d; j += blockDim.x) {
+      const float s = to_f(to_b(to_f(rr[j]) + to_f(xr[j])));
+      rr[j] = to_b(s);
+      ss += s * s;
+    }
+  }
+  ss = block_sum(ss, scratch);
+  const float inv = 1.0f / sqrtf(ss / static_cast<float>(d) + eps);
+  if constexpr (kVec) {
+    for (int64_t j = threadIdx.x * 8; j < d; j += blockDim.x * 8) {
+      float v[8];
+      load8(rr + j, v);
+#pragma unroll
+      for (int i = 0; i < 8; ++i) v[i] = v[i] * inv * w[j + i];
+      store8(orow + j, v);
+    }
+  } else {
+    for (int64_t j = threadIdx.x; j < d; j += blockDim.x) orow[j] = to_b(to_f(rr[j]) * inv * w[j]);
+  }
+}
+
+__global__ void add_bf16_kernel(bf16* a, const bf16* __restrict__ b, int64_t n) {
+  pdl_begin();
+  for (int64_t i = blockIdx.x * int64_t{blockDim.x} + threadIdx.x; i < n; i += int64_t{gridDim.x} * blockDim.x) {
+    a[i] = to_b(to_f(a[i]) + to_f(b[i]));
+  }
+}
+
+__global__ void add_f32_kernel(float* a, const float* __restrict__ b, int64_t n) {
+  pdl_begin();
+  for (int64_t i = blockIdx.x * int64_t{blockDim.x} + threadIdx.x; i < n; i += int64_t{gridDim.x} * blockDim.x) {
+    a[i] += b[i];
+  }
+}
+
+__global__ void rope_kernel(bf16* q, bf16* k, const int32_t* __restrict__ positions, const float* __restrict__ inv_freq,
+                            int heads, int kv_heads, int hd, int rotary_dim, bool neox, float attention_factor) {
+  pdl_begin();
+  const int64_t t = blockIdx.x;
+  const float pos = static_cast<float>(positions[t]);
+  const int half = rotary_dim / 2;
+  const int total = (heads + kv_heads) * half;
+  for (int i = threadIdx.x; i < total; i += blockDim.x) {
+    const int h = i / half, j = i % half;
+    bf16* v = h < heads ? q + (t * heads + h) * hd : k + (t * kv_heads + (h - heads)) * hd;
+    const float theta = pos * inv_freq[j];
+    float s, c;
+    sincosf(theta, &s, &c);
+    c *= attention_factor;
+    s *= attention_factor;
+    const int i0 = neox ? j : 2 * j;
+    const int i1 = neox ? j + half : 2 * j + 1;
+    const float a = to_f(v[i0]), b = to_f(v[i1]);
+    v[i0] = to_b(a * c - b * s);
+    v[i1] = to_b(b * c + a * s);
+  }
+}
+
+// rope_kernel and write_kv_kernel in one: the token's rotated k and its v go to the cache slot.
+__global__ void rope_write_kv_kernel(bf16* q, bf16* k, const bf16* __restrict__ v, bf16* __restrict__ k_cache,
+                                     bf16* __restrict__ v_cache, const int32_t* __restrict__ positions,
+                                     const float* __restrict__ inv_freq, const int64_t* __restrict__ slot_mapping,
+                                     int heads, int kv_heads, int hd, int rotary_dim, bool neox, float attention_factor,
+                                     int64_t num_slots) {
+  pdl_begin();
+  const int64_t t = blockIdx.x;
+  const float pos = static_cast<float>(positions[t]);
+  const int half = rotary_dim / 2;
+  const int total = (heads + kv_heads) * half;
+  for (int i = threadIdx.x; i < total; i += blockDim.x) {
+    const int h = i / half, j = i % half;
+    bf16* x = h < heads ? q + (t * heads + h) * hd : k + (t * kv_heads + (h - heads)) * hd;
+    const float theta = pos * inv_freq[j];
+    float s, c;
+    sincosf(theta, &s, &c);
+    c *= attention_factor;
+    s *= attention_factor;
+    const int i0 = neox ? j : 2 * j;
+    const int i1 = neox ? j + half : 2 * j + 1;
+    const float a = to_f(x[i0]), b = to_f(x[i1]);
+    x[i0] = to_b(a * c - b * s);
+    x[i1] = to_b(b * c + a * s);
+  }
+  __syncthreads();
+  const int64_t slot = slot_mapping[t];
+  if (slot < 0 || slot >= num_slots) return;
+  const int64_t row = int64_t{kv_heads} * hd;
+  const bf16* ks = k + t * row;
+  const bf16* vs = v + t * row;
+  for (int64_t j = threadIdx.x * 8; j < row; j += blockDim.x * 8) {
+    *reinterpret_cast<uint4*>(k_cache + slot * row + j) = *reinterpret_cast<const uint4*>(ks + j);
+    *reinterpret_cast<uint4*>(v_cache + slot * row + j) = *reinterpret_cast<const uint4*>(vs + j);
+  }
+}
+
+template <bool kVec>
+__global__ void write_kv_kernel(const bf16* __restrict__ k, const bf16* __restrict__ v, bf16* k_cache, bf16* v_cache,
+                                const int64_t* __restrict__ slot_mapping, int64_t row, int64_t num_slots) {
+  pdl_begin();
+  const int64_t t = blockIdx.x;
+  const int64_t slot = slot_mapping[t];
+  if (slot < 0 || slot >= num_slots) return;  // padding token (the host checked the range)
+  const bf16* ks = k + t * row;
+  const bf16* vs = v + t * row;
+  bf16* kd = k_cache + slot * row;
+  bf16* vd = v_cache + slot * row;
+  if constexpr (kVec) {
+    for (int64_t j = threadIdx.x * 8; j < row; j += blockDim.x * 8) {
+      *reinterpret_cast<uint4*>(kd + j) = *reinterpret_cast<const uint4*>(ks + j);
+      *reinterpret_cast<uint4*>(vd + j) = *reinterpret_cast<const uint4*>(vs + j);
+    }
+  } else {
+    for (int64_t j = threadIdx.x; j < row; j += blockDim.x) {
+      kd[j] = ks[j];
+      vd[j] = vs[j];
+    }
+  }
+}
+
+__device__ __forceinline__ float gate_fn(float g, bool gelu_tanh) {
+  if (gelu_tanh) {
+    const float kAlpha = 0.7978845608028654f;
+    return 0.5f * g * (1.0f + tanhf(kAlpha * (g + 0.044715f * g * g * g)));
+  }
+  return g / (1.0f + expf(-g));
+}
+
+template <bool kVec>
+__global__ void gated_kernel(const bf16* gate, const bf16* up, bool gelu_tanh, int64_t n, bf16* out) {
+  pdl_begin();
+  const int64_t stride = int64_t{gridDim.x} * blockDim.x;
+  if constexpr (kVec) {
+    for (int64_t i = (blockIdx.x * int64_t{blockDim.x} + threadIdx.x) * 8; i < n; i += stride * 8) {
+      float g[8], u[8];
+      load8(gate + i, g);
+      load8(up + i, u);
+#pragma unroll
+      for (int j = 0; j < 8; ++j) g[j] = gate_fn(g[j], gelu_tanh) * u[j];
+      store8(out + i, g);
+    }
+  } else {
+    for (int64_t i = blockIdx.x * int64_t{blockDim.x} + threadIdx.x; i < n; i += stride) {
+      out[i] = to_b(gate_fn(to_f(gate[i]), gelu_tanh) * to_f(up[i]));
+    }
+  }
+}
+
+__global__ void softcap_f32_kernel(float* x, float cap, int64_t n) {
+  pdl_begin();
+  for (int64_t i = blockIdx.x * int64_t{blockDim.x} + threadIdx.x; i < n; i += int64_t{gridDim.x} * blockDim.x) {
+    x[i] = cap * tanhf(x[i] / cap);
+  }
+}
+
+__global__ void softcap_bf16_kernel(bf16* x, float cap, int64_t n) {
+  pdl_begin();
+  for (int64_t i = blockIdx.x * int64_t{blockDim.x} + threadIdx.x; i < n; i += int64_t{gridDim.x} * blockDim.x) {
+    x[i] = to_b(cap * tanhf(to_f(x[i]) / cap));
+  }
+}
+
+template <typename Word>
+__global__ void gather_kernel(const Word* __restrict__ src, const int32_t* __restrict__ rows, int64_t words,
+                              int64_t src_rows, Word* __restrict__ out) {
+  pdl_begin();
+  int64_t r = rows[blockIdx.x];
+  if (r < 0 || r >= src_rows) r = 0;  // validated on the host
+  const Word* s = src + r * words;
+  Word* d = out + int64_t{blockIdx.x} * words;
+  for (int64_t j = threadIdx.x; j < words; j += blockDim.x) d[j] = s[j];
+}
+
+__global__ void add_bias_bf16_kernel(bf16* out, const float* __restrict__ bias, int64_t rows, int64_t cols) {
+  pdl_begin();
+  const int64_t n = rows * cols;
+  for (int64_t i = blockIdx.x * int64_t{blockDim.x} + threadIdx.x; i < n; i += int64_t{gridDim.x} * blockDim.x) {
+    out[i] = to_b(to_f(out[i]) + bias[i % cols]);
+  }
+}
+
+__global__ void add_bias_f32_kernel(float* out, const float* __restrict__ bias, int64_t rows, int64_t cols) {
+  pdl_begin();
+  const int64_t n = rows * cols;
+  for (int64_t i = blockIdx.x * int64_t{blockDim.x} + threadIdx.x; i < n; i += int64_t{gridDim.x} * blockDim.x) {
+    out[i] += bias[i % cols];
+  }
+}
+
+__global__ void f32_to_bf16_kernel(const float* __restrict__ src, bf16* __restrict__ dst, int64_t n) {
+  pdl_begin();
+  for (int64_t i = blockIdx.x * int64_t{blockDim.x} + threadIdx.x; i < n; i += int64_t{gridDim.x} * blockDim.x) {
+    dst[i] = to_b(src[i]);
+  }
+}
+
+__global__ void f16_to_bf16_kernel(const __half* __restrict__ src, bf16* __restrict__ dst, int64_t n) {
+  pdl_begin();
+  for (int64_t i = blockIdx.x * int64_t{blockDim.x} + threadIdx.x; i < n; i += int64_t{gridDim.x} * blockDim.x) {
+    dst[i] = to_b(__half2float(src[i]));
+  }
+}
+
+__device__ __forceinline__ float hash_uniform(uint64_t seed, uint64_t i) {
+  uint64_t x = seed ^ (i * 0x9E3779B97F4A7C15ull);
+  x = (x ^ (x >> 30)) * 0xBF58476D1CE4E5B9ull;
+  x = (x ^ (x >> 27)) * 0x94D049BB133111EBull;
+  x ^= x >> 31;
+  return static_cast<float>(x >> 40) * (1.0f / 16777216.0f) * 2.0f - 1.0f;  // [-1, 1)
+}
+
+__global__ void fill_random_kernel(void* dst, int64_t n, bool f32, uint64_t seed, float scale) {
+  pdl_begin();
+  for (int64_t i = blockIdx.x * int64_t{blockDim.x} + threadIdx.x; i < n; i += int64_t{gridDim.x} * blockDim.x) {
+    const float v = hash_uniform(seed, static_cast<uint64_t>(i)) * scale;
+    if (f32) static_cast<float*>(dst)[i] = v;
+    else static_cast<bf16*>(dst)[i] = to_b(v);
+  }
+}
+
+constexpr int kThreads = 256;
+
+}  // namespace
+
+void launch_embedding(const void* table, const int32_t* ids, int n, int64_t d, int64_t vocab, float scale, void* out,
+                      cudaStream_t s) {
+  if (n <= 0) return;
+  const bool vec = d % 8 == 0 && aligned16(table) && aligned16(out);
+  if (vec) launch(embedding_kernel<true>, n, kThreads, 0, s, static_cast<const bf16*>(table), ids, d, vocab, scale, static_cast<bf16*>(out));
+  else launch(embedding_kernel<false>, n, kThreads, 0, s, static_cast<const bf16*>(table), ids, d, vocab, scale, static_cast<bf16*>(out));
+  KVASIR_CUDA_LAUNCH_CHECK();
+}
+
+void launch_rms_norm(const void* x, const float* w, float eps, int64_t rows, int64_t d, void* out, cudaStream_t s) {
+  if (rows <= 0) return;
+  const bool vec = d % 8 == 0 && aligned16(x) && aligned16(out);
+  const int threads = d >= 4096 ? 512 : (d >= 1024 ? 256 : 128);
+  if (vec) launch(rms_norm_kernel<true>, static_cast<unsigned>(rows), threads, 0, s, static_cast<const bf16*>(x), w, eps, d, static_cast<bf16*>(out));
+  else launch(rms_norm_kernel<false>, static_cast<unsigned>(rows), threads, 0, s, static_cast<const bf16*>(x), w, eps, d, static_cast<bf16*>(out));
+  KVASIR_CUDA_LAUNCH_CHECK();
+}
+
+void launch_add_rms_norm(void* residual, const void* x, const float* w, float eps, int64_t rows, int64_t d, void* out,
+                         cudaStream_t s) {
+  if (rows <= 0) return;
+  const bool vec = d % 8 == 0 && aligned16(residual) && aligned16(x) && aligned16(out);
+  const int threads = d >= 4096 ? 512 : (d >= 1024 ? 256 : 128);
+  auto* r = static_cast<bf16*>(residual);
+  auto* xi = static_cast<const bf16*>(x);
+  auto* o = static_cast<bf16*>(out);
+  if (vec) launch(add_rms_norm_kernel<true>, static_cast<unsigned>(rows), threads, 0, s, r, xi, w, eps, d, o);
+  else launch(add_rms_norm_kernel<false>, static_cast<unsigned>(rows), threads, 0, s, r, xi, w, eps, d, o);
+  KVASIR_CUDA_LAUNCH_CHECK();
+}
+
+void launch_add(void* a, const void* b, int64_t n, Elem e, cudaStream_t s) {
+  if (n <= 0) return;
+  if (e == Elem::kBf16) launch(add_bf16_kernel, grid_for(n, kThreads), kThreads, 0, s, static_cast<bf16*>(a), static_cast<const bf16*>(b), n);
+  else launch(add_f32_kernel, grid_for(n, kThreads), kThreads, 0, s, static_cast<float*>(a), static_cast<const float*>(b), n);
+  KVASIR_CUDA_LAUNCH_CHECK();
+}
+
+void launch_rope(void* q, void* k, const int32_t* positions, const float* inv_freq, int n, int heads, int kv_heads,
+                 int hd, int rotary_dim, bool neox, float attention_factor, cudaStream_t s) {
+  if (n <= 0 || rotary_dim < 2) return;
+  const int total = (heads + kv_heads) * (rotary_dim / 2);
+  const int threads = total >= 512 ? 512 : ((total + 31) / 32) * 32;
+  launch(rope_kernel, n, threads, 0, s, static_cast<bf16*>(q), static_cast<bf16*>(k), positions, inv_freq, heads, kv_heads,
+                                    hd, rotary_dim, neox, attention_factor);
+  KVASIR_CUDA_LAUNCH_CHECK();
+}
+
+void launch_rope_write_kv(void* q, void* k, const void* v, void* k_cache, void* v_cache, const int32_t* positions,
+                          const float* inv_freq, const int64_t* slot_mapping, int n, int heads, int kv_heads, int hd,
+                          int rotary_dim, bool neox, float attention_factor, int64_t num_slots, cudaStream_t s) {
+  if (n <= 0) return;
+  const int total = (heads + kv_heads) * std::max(rotary_dim / 2, 1);
+  const int threads = total >= 512 ? 512 : std::max(128, ((total + 31) / 32) * 32);
+  launch(rope_write_kv_kernel, n, threads, 0, s, static_cast<bf16*>(q), static_cast<bf16*>(k), static_cast<const bf16*>(v),
+         static_cast<bf16*>(k_cache), static_cast<bf16*>(v_cache), positions, inv_freq, slot_mapping, heads, kv_heads, hd,
+         rotary_dim, neox, attention_factor, num_slots);
+}
+
+void launch_write_kv(const void* k, const void* v, void* k_cache, void* v_cache, const int64_t* slot_mapping, int n,
+                     int64_t row, int64_t num_slots, cudaStream_t s) {
+  if (n <= 0) return;
+  const bool vec = row % 8 == 0 && aligned16(k) && aligned16(v) && aligned16(k_cache) && aligned16(v_cache);
+  const int threads = 128;
+  auto* ks = static_cast<const bf16*>(k);
+  auto* vs = static_cast<const bf16*>(v);
+  auto* kc = static_cast<bf16*>(k_cache);
+  auto* vc = static_cast<bf16*>(v_cache);
+  if (vec) launch(write_kv_kernel<true>, n, threads, 0, s, ks, vs, kc, vc, slot_mapping, row, num_slots);
+  else launch(write_kv_kernel<false>, n, threads, 0, s, ks, vs, kc, vc, slot_mapping, row, num_slots);
+  KVASIR_CUDA_LAUNCH_CHECK();
+}
+
+void launch_gated_activation(const void* gate, const void* up, bool gelu_tanh, int64_t n, void* out, cudaStream_t s) {
+  if (n <= 0) return;
+  auto* g = static_cast<const bf16*>(gate);
+  auto* u = static_cast<const bf16*>(up);
+  auto* o = static_cast<bf16*>(out);
+  if (n % 8 == 0 && aligned16(gate) && aligned16(up) && aligned16(out)) {
+    launch(gated_kernel<true>, grid_for(n / 8, kThreads), kThreads, 0, s, g, u, gelu_tanh, n, o);
+  } else {
+    launch(gated_kernel<false>, grid_for(n, kThreads), kThreads, 0, s, g, u, gelu_tanh, n, o);
+  }
+  KVASIR_CUDA_LAUNCH_CHECK();
+}
+
+void launch_softcap(void* x, float cap, int64_t n, Elem e, cudaStream_t s) {
+  if (n <= 0) return;
+  if (e == Elem::kF32) launch(softcap_f32_kernel, grid_for(n, kThreads), kThreads, 0, s, static_cast<float*>(x), cap, n);
+  else launch(softcap_bf16_kernel, grid_for(n, kThreads), kThreads, 0, s, static_cast<bf16*>(x), cap, n);
+  KVASIR_CUDA_LAUNCH_CHECK();
+}
+
+void launch_gather_rows(const void* src, const int32_t* rows, int k, int64_t row_bytes, int64_t src_rows, void* out,
+                        cudaStream_t s) {
+  if (k <= 0) return;
+  if (row_bytes % 16 == 0 && aligned16(src) && aligned16(out)) {
+    launch(gather_kernel<uint4>, k, 128, 0, s, static_cast<const uint4*>(src), rows, row_bytes / 16, src_rows, static_cast<uint4*>(out));
+  } else if (row_bytes % 4 == 0) {
+    launch(gather_kernel<uint32_t>, k, 128, 0, s, static_cast<const uint32_t*>(src), rows, row_bytes / 4, src_rows, static_cast<uint32_t*>(out));
+  } else {
+    launch(gather_kernel<uint8_t>, k, 128, 0, s, static_cast<const uint8_t*>(src), rows, row_bytes, src_rows, static_cast<uint8_t*>(out));
+  }
+  KVASIR_CUDA_LAUNCH_CHECK();
+}
+
+void launch_add_bias(void* out, const float* bias, int64_t rows, int64_t cols, Elem e, cudaStream_t s) {
+  const int64_t n = rows * cols;
+  if (n <= 0) return;
+  if (e == Elem::kBf16) launch(add_bias_bf16_kernel, grid_for(n, kThreads), kThreads, 0, s, static_cast<bf16*>(out), bias, rows, cols);
+  else launch(add_bias_f32_kernel, grid_for(n, kThreads), kThreads, 0, s, static_cast<float*>(out), bias, rows, cols);
+  KVASIR_CUDA_LAUNCH_CHECK();
+}
+
+void launch_f32_to_bf16(const float* src, void* dst, int64_t n, cudaStream_t s) {
+  if (n <= 0) return;
+  launch(f32_to_bf16_kernel, grid_for(n, kThreads), kThreads, 0, s, src, static_cast<bf16*>(dst), n);
+  KVASIR_CUDA_LAUNCH_CHECK();
+}
+
+void launch_f16_to_bf16(const void* src, void* dst, int64_t n, cudaStream_t s) {
+  if (n <= 0) return;
+  launch(f16_to_bf16_kernel, grid_for(n, kThreads), kThreads, 0, s, static_cast<const __half*>(src), static_cast<bf16*>(dst), n);
+  KVASIR_CUDA_LAUNCH_CHECK();
+}
+
+void launch_fill_random(void* dst, int64_t n, Elem e, uint64_t seed, float scale, cudaStream_t s) {
+  if (n <= 0) return;
+  launch(fill_random_kernel, grid_for(n, kThreads), kThreads, 0, s, dst, n, e == Elem::kF32, seed, scale);
+  KVASIR_CUDA_LAUNCH_CHECK();
+}
+
+}  // namespace kvasir::cuda

@@ -1,0 +1,133 @@
+// Host-side launchers of the CUDA backend's own kernels (the .cu files in this folder). Plain
+// C++ signatures over raw device pointers, so the backend's C++ code needs no CUDA compiler.
+// Activations are bf16 ("kBf16") unless a launcher says otherwise; every pointer is device memory.
+// Must not allocate, synchronize or decide policy: the backend chooses kernels and sizes.
+#pragma once
+
+#include <cuda_runtime_api.h>
+
+#include <cstdint>
+
+namespace kvasir::cuda {
+
+enum class Elem { kBf16, kF32 };
+
+inline bool aligned16(const void* p) { return (reinterpret_cast<uintptr_t>(p) & 15u) == 0; }
+
+// --- elementwise.cu ---------------------------------------------------------------------------
+void launch_embedding(const void* table, const int32_t* ids, int n, int64_t d, int64_t vocab, float scale,
+                      void* out, cudaStream_t s);
+void launch_rms_norm(const void* x, const float* w, float eps, int64_t rows, int64_t d, void* out, cudaStream_t s);
+void launch_add_rms_norm(void* residual, const void* x, const float* w, float eps, int64_t rows, int64_t d,
+                         void* out, cudaStream_t s);
+void launch_add(void* a, const void* b, int64_t n, Elem e, cudaStream_t s);
+// q [n, heads, hd], k [n, kv_heads, hd] in place; inv_freq [rotary_dim / 2].
+void launch_rope(void* q, void* k, const int32_t* positions, const float* inv_freq, int n, int heads, int kv_heads,
+                 int hd, int rotary_dim, bool neox, float attention_factor, cudaStream_t s);
+// k, v [n, row] -> caches [num_slots, row] at slot_mapping[t] (negative: skipped).
+void launch_write_kv(const void* k, const void* v, void* k_cache, void* v_cache, const int64_t* slot_mapping,
+                     int n, int64_t row, int64_t num_slots, cudaStream_t s);
+// rope then write_kv of the rotated k and v, one kernel (row = kv_heads * hd, a multiple of 8).
+void launch_rope_write_kv(void* q, void* k, const void* v, void* k_cache, void* v_cache, const int32_t* positions,
+                          const float* inv_freq, const int64_t* slot_mapping, int n, int heads, int kv_heads, int hd,
+                          int rotary_dim, bool neox, float attention_factor, int64_t num_slots, cudaStream_t s);
+void launch_gated_activation(const void* gate, const void* up, bool gelu_tanh, int64_t n, void* out, cudaStream_t s);
+void launch_softcap(void* x, float cap, int64_t n, Elem e, cudaStream_t s);
+void launch_gather_rows(const void* src, const int32_t* rows, int k, int64_t row_bytes, int64_t src_rows,
+                        void* out, cudaStream_t s);
+// out[r, c] += bias[c]                                            out [rows, cols]
+void launch_add_bias(void* out, const float* bias, int64_t rows, int64_t cols, Elem e, cudaStream_t s);
+void launch_f32_to_bf16(const float* src, void* dst, int64_t n, cudaStream_t s);
+void launch_f16_to_bf16(const void* src, void* dst, int64_t n, cudaStream_t s);
+// Deterministic uniform values in [-scale, scale] from (seed, index).
+void launch_fill_random(void* dst, int64_t n, Elem e, uint64_t seed, float scale, cudaStream_t s);
+
+// --- gemv.cu: y[t, r] = sum_i x[t, i] * w[r, i] (+ bias[r]) for t < n <= kGemvMaxRows --------
+// x [n, k], w [m, k], y [n, m]; k a multiple of 8, x and w 16-byte aligned.
+inline constexpr int kGemvMaxRows = 8;
+inline constexpr int kGemvMaxOutputs = 3;
+// The shared input: x [n, k] bf16, optionally RMS-normalised on the fly (x * norm_w / rms(x));
+// h_out, when set, receives the normalised rows [n, k] (what a separate rms_norm would write).
+struct GemvInput {
+  const void* x;
+  const float* norm_w;  // null: x as is
+  float eps;
+  void* h_out;
+};
+// One projection: y = x · w^T (+ bias). With residual set: residual += bf16(y) (bf16 [n, m]) and
+// y, if not null, still receives bf16(y).
+struct GemvOut {
+  const void* w;
+  const float* bias;  // null: none
+  void* y;
+  int64_t m;
+  void* residual;
+};
+bool gemv_supported(int64_t n, int64_t k);
+void launch_gemv(const void* x, const void* w, const float* bias, int n, int64_t m, int64_t k, void* y, Elem out,
+                 cudaStream_t s);
+// Several projections of the same input in one launch (at most kGemvMaxOutputs).
+void launch_gemv_multi(const GemvInput& in, const GemvOut* outs, int num, int n, int64_t k, Elem out, cudaStream_t s);
+// y = act(x · w_gate^T) * (x · w_up^T), bf16 out; up_out (optional) receives x · w_up^T.   y [n, m]
+void launch_gemv_gated(const GemvInput& in, const void* w_gate, const void* w_up, int n, int64_t m, int64_t k,
+                       bool gelu_tanh, void* y, void* up_out, cudaStream_t s);
+
+// --- attention.cu -----------------------------------------------------------------------------
+struct AttentionArgs {
+  const void* q = nullptr;        // [num_tokens, num_heads, head_dim]
+  const void* k_cache = nullptr;  // [num_blocks, block_size, num_kv_heads, head_dim]
+  const void* v_cache = nullptr;
+  void* out = nullptr;            // [num_tokens, num_heads, head_dim]
+  const int32_t* query_start_loc = nullptr;  // [num_seqs + 1]
+  const int32_t* seq_lens = nullptr;         // [num_seqs]
+  const int32_t* block_tables = nullptr;     // [num_seqs, max_blocks_per_seq]
+  int num_seqs = 0;
+  int max_blocks_per_seq = 0;
+  int block_size = 16;
+  int num_heads = 0;
+  int num_kv_heads = 0;
+  int head_dim = 0;
+  float scale = 1.0f;
+  int sliding_window = 0;
+  float softcap = 0.0f;
+};
+
+bool attention_head_dim_supported(int head_dim);
+
+// Split-KV decode: one query token per listed sequence (decode_seqs == null: every sequence,
+// num_decode_seqs == num_seqs). Launch shape depends only on counts and max_blocks_per_seq, so a
+// captured graph stays valid while sequence lengths grow. partial: scratch from decode_scratch_floats.
+struct DecodeSplit {
+  int num_splits = 1;
+  int partition_tokens = 0;  // keys per split (a multiple of block_size)
+};
+DecodeSplit plan_decode_split(int num_decode_seqs, int num_kv_heads, int max_blocks_per_seq, int block_size,
+                              int num_sms);
+int64_t decode_scratch_floats(int num_decode_seqs, int num_heads, int head_dim, const DecodeSplit& split);
+void launch_decode_attention(const AttentionArgs& a, const int32_t* decode_seqs, int num_decode_seqs,
+                             const DecodeSplit& split, float* partial, cudaStream_t s);
+
+// Prefill / mixed: work items (seq, first query token of a tile) from build_prefill_work (host).
+struct PrefillWork {
+  int32_t seq;
+  int32_t q_begin;  // token row of the tile's first query
+};
+// Query tokens per tile for this head grouping (rows of a CTA = tokens * heads-per-CTA).
+int prefill_tokens_per_tile(int num_heads, int num_kv_heads);
+void launch_prefill_attention(const AttentionArgs& a, const PrefillWork* work, int num_work, cudaStream_t s);
+// Must be called once per device before any launch (raises shared-memory limits).
+void init_attention_kernels();
+
+// --- sampling.cu ------------------------------------------------------------------------------
+struct SamplingRowParams {  // mirrors DeviceSamplingRow (backend.h)
+  float temperature;
+  float top_p;
+  float min_p;
+  int32_t top_k;
+  uint64_t rng_key;
+  uint64_t position;
+};
+void launch_sample(const float* logits, int num_rows, int64_t vocab, const SamplingRowParams* params,
+                   int32_t* out_tokens, cudaStream_t s);
+
+}  // namespace kvasir::cuda

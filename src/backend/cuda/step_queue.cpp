@@ -1,0 +1,232 @@
+#include "backend/cuda/step_queue.h"
+
+#include <algorithm>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+
+#include "backend/cuda/cuda_check.h"
+#include "common/log.h"
+
+namespace kvasir::cuda {
+namespace {
+
+constexpr size_t kInitialArena = size_t{4} << 20;
+constexpr size_t kAlign = 16;
+
+}  // namespace
+
+StepQueue::StepQueue(cudaStream_t stream, ExecuteFn fn, void* ctx, bool enable_graphs, int max_graphs)
+    : stream_(stream), fn_(fn), ctx_(ctx), enable_graphs_(enable_graphs), max_graphs_(max_graphs) {
+  KVASIR_CUDA_CHECK(cudaMallocHost(reinterpret_cast<void**>(&host_arena_), kInitialArena));
+  host_cap_ = kInitialArena;
+  ensure_device_arena(kInitialArena);
+  KVASIR_CUDA_CHECK(cudaEventCreate(&ev_start_));
+  KVASIR_CUDA_CHECK(cudaEventCreate(&ev_end_[0]));
+  KVASIR_CUDA_CHECK(cudaEventCreate(&ev_end_[1]));
+  ops_.reserve(1024);
+  staged_.reserve(64);
+  if (const char* e = std::getenv("KVASIR_CUDA_PROFILE"); e != nullptr && e[0] == '1') profile_ = true;
+}
+
+StepQueue::~StepQueue() {
+  clear_graphs();
+  if (host_arena_ != nullptr) cudaFreeHost(host_arena_);
+  if (dev_arena_ != nullptr) cudaFree(dev_arena_);
+  for (cudaEvent_t e : {ev_start_, ev_end_[0], ev_end_[1]}) {
+    if (e != nullptr) cudaEventDestroy(e);
+  }
+  for (cudaEvent_t e : prof_events_) cudaEventDestroy(e);
+}
+
+void StepQueue::clear_graphs() {
+  for (auto& [sig, list] : graphs_) {
+    for (Graph& g : list) cudaGraphExecDestroy(g.exec);
+  }
+  graphs_.clear();
+  sightings_.clear();
+  num_graphs_ = 0;
+}
+
+void StepQueue::ensure_device_arena(size_t bytes) {
+  if (bytes <= dev_cap_) return;
+  // Captured graphs point into the old arena: they go with it.
+  KVASIR_CUDA_CHECK(cudaStreamSynchronize(stream_));
+  clear_graphs();
+  if (dev_arena_ != nullptr) KVASIR_CUDA_CHECK(cudaFree(dev_arena_));
+  size_t cap = std::max(bytes, dev_cap_ * 2);
+  KVASIR_CUDA_CHECK(cudaMalloc(reinterpret_cast<void**>(&dev_arena_), cap));
+  dev_cap_ = cap;
+}
+
+OpRecord& StepQueue::add(OpKind kind, bool graphable) {
+  ops_.emplace_back();
+  OpRecord& r = ops_.back();
+  std::memset(&r, 0, sizeof(r));
+  r.kind = kind;
+  for (int64_t& s : r.s) s = -1;
+  graphable_ = graphable_ && graphable;
+  return r;
+}
+
+int64_t StepQueue::stage(const void* host, size_t bytes) {
+  for (const Staged& s : staged_) {
+    if (s.host == host && s.bytes == bytes) return s.offset;
+  }
+  const size_t off = (used_ + kAlign - 1) / kAlign * kAlign;
+  if (off + bytes > host_cap_) {
+    // Grow the pinned arena; only happens until the largest step has been seen.
+    size_t cap = std::max(off + bytes, host_cap_ * 2);
+    uint8_t* bigger = nullptr;
+    KVASIR_CUDA_CHECK(cudaMallocHost(reinterpret_cast<void**>(&bigger), cap));
+    std::memcpy(bigger, host_arena_, used_);
+    KVASIR_CUDA_CHECK(cudaFreeHost(host_arena_));
+    host_arena_ = bigger;
+    host_cap_ = cap;
+  }
+  if (bytes > 0) std::memcpy(host_arena_ + off, host, bytes);
+  used_ = off + bytes;
+  staged_.push_back({host, bytes, static_cast<int64_t>(off)});
+  return static_cast<int64_t>(off);
+}
+
+uint64_t StepQueue::signature() const {
+  const auto* w = reinterpret_cast<const uint64_t*>(ops_.data());
+  const size_t words = ops_.size() * sizeof(OpRecord) / sizeof(uint64_t);
+  uint64_t h = 0xcbf29ce484222325ull ^ ops_.size();
+  for (size_t i = 0; i < words; ++i) {
+    h ^= w[i];
+    h *= 0x100000001b3ull;
+    h ^= h >> 29;
+  }
+  return h;
+}
+
+void StepQueue::run_eager(const uint8_t* arena) {
+  if (!profile_) {
+    for (const OpRecord& op : ops_) fn_(ctx_, op, arena, stream_);
+    return;
+  }
+  const size_t base = prof_pending_.size() * 2;
+  while (prof_events_.size() < base + ops_.size() * 2) {
+    cudaEvent_t e;
+    KVASIR_CUDA_CHECK(cudaEventCreate(&e));
+    prof_events_.push_back(e);
+  }
+  for (size_t i = 0; i < ops_.size(); ++i) {
+    KVASIR_CUDA_CHECK(cudaEventRecord(prof_events_[base + 2 * i], stream_));
+    fn_(ctx_, ops_[i], arena, stream_);
+    KVASIR_CUDA_CHECK(cudaEventRecord(prof_events_[base + 2 * i + 1], stream_));
+    prof_pending_.push_back(ops_[i].kind);
+  }
+}
+
+std::string StepQueue::profile_report() const {
+  static const char* kNames[] = {"embedding", "linear(cuBLASLt/gemv)", "gemv(multi)", "gemv(gate/up)", "rms_norm",
+                                 "add_rms_norm", "add", "rope", "write_kv", "rope+write_kv", "attention(decode)",
+                                 "attention(prefill)", "gated_act", "softcap", "gather_rows", "sample"};
+  static_assert(sizeof(kNames) / sizeof(kNames[0]) == static_cast<size_t>(OpKind::kNumKinds), "one name per kind");
+  if (!profile_) return {};
+  std::string out = "profile (device ms, calls):";
+  char buf[128];
+  for (int i = 0; i < static_cast<int>(OpKind::kNumKinds); ++i) {
+    if (prof_count_[i] == 0) continue;
+    std::snprintf(buf, sizeof(buf), " %s=%.1f(%lld)", kNames[i], prof_ms_[i], static_cast<long long>(prof_count_[i]));
+    out += buf;
+  }
+  return out;
+}
+
+bool StepQueue::capture(uint64_t sig, const uint8_t* arena) {
+  KVASIR_CUDA_CHECK(cudaStreamBeginCapture(stream_, cudaStreamCaptureModeThreadLocal));
+  run_eager(arena);
+  cudaGraph_t graph = nullptr;
+  cudaError_t err = cudaStreamEndCapture(stream_, &graph);
+  cudaGraphExec_t exec = nullptr;
+  if (err == cudaSuccess) err = cudaGraphInstantiate(&exec, graph, 0);
+  if (graph != nullptr) cudaGraphDestroy(graph);
+  if (err != cudaSuccess) {
+    (void)cudaGetLastError();
+    KVASIR_LOG_WARN("CUDA graph capture failed (%s); running eagerly from now on", cudaGetErrorString(err));
+    enable_graphs_ = false;
+    return false;
+  }
+  graphs_[sig].push_back(Graph{ops_, exec});
+  ++num_graphs_;
+  ++stats_.captures;
+  KVASIR_CUDA_CHECK(cudaGraphLaunch(exec, stream_));
+  return true;
+}
+
+bool StepQueue::flush() {
+  if (ops_.empty()) return false;
+  ensure_device_arena(std::max<size_t>(used_, 1));
+  KVASIR_CUDA_CHECK(cudaEventRecord(ev_start_, stream_));
+  if (used_ > 0) KVASIR_CUDA_CHECK(cudaMemcpyAsync(dev_arena_, host_arena_, used_, cudaMemcpyHostToDevice, stream_));
+  const uint8_t* arena = dev_arena_;
+  bool ran_graph = false;
+  if (enable_graphs_ && graphable_ && !profile_) {
+    const uint64_t sig = signature();
+    auto it = graphs_.find(sig);
+    if (it != graphs_.end()) {
+      for (const Graph& g : it->second) {
+        if (g.ops.size() == ops_.size() && std::memcmp(g.ops.data(), ops_.data(), ops_.size() * sizeof(OpRecord)) == 0) {
+          KVASIR_CUDA_CHECK(cudaGraphLaunch(g.exec, stream_));
+          ran_graph = true;
+          break;
+        }
+      }
+    }
+    if (!ran_graph) {
+      int& seen = sightings_[sig];
+      ++seen;
+      // The first sighting runs eagerly, so lazily created state (GEMM plans) exists before capture.
+      if (seen >= 2 && num_graphs_ < max_graphs_) ran_graph = capture(sig, arena);
+    }
+  }
+  if (!ran_graph) run_eager(arena);
+  step_open_ = true;
+  step_is_graph_ = ran_graph;
+  ops_.clear();
+  staged_.clear();
+  used_ = 0;
+  graphable_ = true;
+  return true;
+}
+
+void StepQueue::finish() {
+  if (!step_open_) {
+    KVASIR_CUDA_CHECK(cudaStreamSynchronize(stream_));
+    return;
+  }
+  const int cur = cur_end_;
+  KVASIR_CUDA_CHECK(cudaEventRecord(ev_end_[cur], stream_));
+  KVASIR_CUDA_CHECK(cudaStreamSynchronize(stream_));
+  for (size_t i = 0; i < prof_pending_.size(); ++i) {
+    float ms = 0.0f;
+    KVASIR_CUDA_CHECK(cudaEventElapsedTime(&ms, prof_events_[2 * i], prof_events_[2 * i + 1]));
+    prof_ms_[static_cast<int>(prof_pending_[i])] += ms;
+    ++prof_count_[static_cast<int>(prof_pending_[i])];
+  }
+  prof_pending_.clear();
+  float busy = 0.0f;
+  KVASIR_CUDA_CHECK(cudaEventElapsedTime(&busy, ev_start_, ev_end_[cur]));
+  ++stats_.steps;
+  stats_.busy_ms += busy;
+  if (step_is_graph_) {
+    ++stats_.graph_steps;
+    stats_.graph_busy_ms += busy;
+  }
+  if (have_prev_end_) {
+    float idle = 0.0f;
+    KVASIR_CUDA_CHECK(cudaEventElapsedTime(&idle, ev_end_[1 - cur], ev_start_));
+    stats_.idle_ms += idle;
+    if (step_is_graph_ && prev_was_graph_) stats_.graph_idle_ms += idle;
+  }
+  have_prev_end_ = true;
+  prev_was_graph_ = step_is_graph_;
+  cur_end_ = 1 - cur;
+  step_open_ = false;
+}
+
+}  // namespace kvasir::cuda

@@ -1,0 +1,131 @@
+// StepQueue: the CUDA backend's recorded op stream. Backend ops do not launch at once: each one
+// appends a plain OpRecord and copies its host inputs (token ids, positions, block tables, ...)
+// into one pinned staging arena. At a read-back (copy_to_host, sample, synchronize) the queue
+// flushes: one H2D copy of the arena, then either a cached CUDA graph of the very same record
+// sequence or the kernels one by one. Only "graphable" steps (launch shapes independent of the
+// staged values: decode) are captured, on their second sighting. It also times the device: busy
+// time per step and idle time between steps, from events. Must not know what the ops compute.
+#pragma once
+
+#include <cuda_runtime_api.h>
+
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <unordered_map>
+#include <vector>
+
+namespace kvasir::cuda {
+
+enum class OpKind : int32_t {
+  kEmbedding,
+  kLinear,
+  kMultiGemv,
+  kGemvGated,
+  kRmsNorm,
+  kAddRmsNorm,
+  kAdd,
+  kRope,
+  kWriteKv,
+  kRopeWriteKv,
+  kDecodeAttention,
+  kPrefillAttention,
+  kGatedAct,
+  kSoftcap,
+  kGather,
+  kSample,
+  kNumKinds,
+};
+
+// Everything one launch needs; staged host arrays are arena offsets (s[i], -1 = none). Compared
+// bytewise to find a cached graph, so records are zero-filled before use.
+struct OpRecord {
+  OpKind kind;
+  int32_t elem;
+  int64_t n[12];
+  float f[4];
+  const void* p[16];
+  int64_t s[6];
+};
+
+struct StepStats {
+  int64_t steps = 0, graph_steps = 0, captures = 0;
+  double busy_ms = 0, idle_ms = 0;              // all steps
+  double graph_busy_ms = 0, graph_idle_ms = 0;  // graph steps that follow a graph step (decode)
+};
+
+class StepQueue {
+ public:
+  using ExecuteFn = void (*)(void* ctx, const OpRecord& op, const uint8_t* arena, cudaStream_t s);
+
+  StepQueue(cudaStream_t stream, ExecuteFn fn, void* ctx, bool enable_graphs, int max_graphs);
+  ~StepQueue();
+  StepQueue(const StepQueue&) = delete;
+  StepQueue& operator=(const StepQueue&) = delete;
+
+  // A zeroed record at the end of the step. graphable = its launch shape depends only on counts.
+  OpRecord& add(OpKind kind, bool graphable);
+  // Copies host bytes into the arena (once per step per (pointer, size)); returns the offset.
+  int64_t stage(const void* host, size_t bytes);
+  bool empty() const { return ops_.empty(); }
+  // The step's last record, for fusing the next op into it; null when the step is empty.
+  OpRecord* last() { return ops_.empty() ? nullptr : &ops_.back(); }
+
+  // Copies the arena over and runs the step; false when nothing was recorded.
+  bool flush();
+  // After the caller's read-back copies were enqueued: ends the step's timing and waits for it.
+  void finish();
+
+  const StepStats& stats() const { return stats_; }
+  // KVASIR_CUDA_PROFILE=1: every step runs eagerly with an event pair around each op; this is the
+  // device time per op kind so far (empty when not profiling).
+  std::string profile_report() const;
+  void disable_graphs() { enable_graphs_ = false; }
+
+ private:
+  struct Graph {
+    std::vector<OpRecord> ops;
+    cudaGraphExec_t exec = nullptr;
+  };
+  uint64_t signature() const;
+  void run_eager(const uint8_t* arena);
+  bool capture(uint64_t sig, const uint8_t* arena);
+  void ensure_device_arena(size_t bytes);
+  void clear_graphs();
+
+  cudaStream_t stream_;
+  ExecuteFn fn_;
+  void* ctx_;
+  bool enable_graphs_;
+  int max_graphs_;
+
+  std::vector<OpRecord> ops_;
+  bool graphable_ = true;
+  struct Staged {
+    const void* host;
+    size_t bytes;
+    int64_t offset;
+  };
+  std::vector<Staged> staged_;
+  uint8_t* host_arena_ = nullptr;  // pinned
+  size_t host_cap_ = 0, used_ = 0;
+  uint8_t* dev_arena_ = nullptr;
+  size_t dev_cap_ = 0;
+
+  std::unordered_map<uint64_t, std::vector<Graph>> graphs_;
+  std::unordered_map<uint64_t, int> sightings_;
+  int num_graphs_ = 0;
+
+  bool profile_ = false;
+  std::vector<cudaEvent_t> prof_events_;
+  std::vector<OpKind> prof_pending_;
+  double prof_ms_[static_cast<int>(OpKind::kNumKinds)] = {};
+  int64_t prof_count_[static_cast<int>(OpKind::kNumKinds)] = {};
+
+  cudaEvent_t ev_start_ = nullptr, ev_end_[2] = {nullptr, nullptr};
+  int cur_end_ = 0;
+  bool have_prev_end_ = false, prev_was_graph_ = false, step_open_ = false, step_is_graph_ = false;
+  StepStats stats_;
+};
+
+}  // namespace kvasir::cuda
