@@ -102,11 +102,11 @@ TEST_F(EngineE2ETest, BatchedGreedyEqualsOneAtATimeAlsoUnderPreemption) {
   ASSERT_TRUE(probe.ok());
   const ModelConfig& c = (*probe)->config;
   const int64_t block_bytes = 16 * 2 * c.num_layers * c.num_kv_heads * c.head_dim * 4;
-  auto tight = LLM::create(args(32, block_bytes * 96));
+  auto tight = LLM::create(args(32, block_bytes * 48));
   ASSERT_TRUE(tight.ok());
   EXPECT_EQ(run(**tight, prompts, sp), expected);
   const int64_t preemptions = (*tight)->engine().metrics().num_preemptions.load();
-  std::printf("[ metrics ] preemptions with a 96-block KV cache: %lld\n", static_cast<long long>(preemptions));
+  std::printf("[ metrics ] preemptions with a 48-block KV cache: %lld\n", static_cast<long long>(preemptions));
   EXPECT_GT(preemptions, 0);
 }
 
@@ -200,6 +200,7 @@ TEST_F(EngineE2ETest, StopStringsNAndLogprobs) {
   many.temperature = 1.0f;
   many.seed = 7;
   many.max_tokens = 8;
+  many.ignore_eos = true;  // at temperature 1 a sample may draw EOS early; the count check needs 8
   many.logprobs = 2;
   auto nres = (*llm)->generate({PromptInput{"Tell me a story", {}, std::nullopt}}, many);
   ASSERT_TRUE(nres.ok());
