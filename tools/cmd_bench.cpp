@@ -201,7 +201,9 @@ void usage() {
                "usage: kvasir bench latency [--input-len 128] [--output-len 128] [--batch-size 1] [--num-iters 5]\n"
                "                            [--num-iters-warmup 1] [--output-json F] [engine options]\n"
                "       kvasir bench throughput [--num-prompts 64] [--input-len 128] [--output-len 128]\n"
-               "                            [--output-json F] [engine options]\nEngine options:\n%s",
+               "                            [--output-json F] [engine options]\n"
+               "       kvasir bench serve [options]   (load-test an OpenAI-compatible server; see --help)\n"
+               "Engine options:\n%s",
                engine_flags_help().c_str());
 }
 
@@ -213,6 +215,7 @@ int cmd_bench(int argc, char** argv) {
     return 2;
   }
   const std::string which = argv[0];
+  if (which == "serve") return cmd_bench_serve(argc - 1, argv + 1);  // a client: no engine flags
   std::set<std::string> value_flags = {"input-len", "output-len", "batch-size", "num-iters", "num-iters-warmup",
                                        "output-json", "num-prompts"};
   std::set<std::string> bool_flags = {"help"};

@@ -14,7 +14,7 @@ void usage() {
                "  generate     generate text for a prompt or a JSONL file of prompts\n"
                "  tokenize     print the token ids of a text\n"
                "  detokenize   print the text of token ids\n"
-               "  bench        benchmarks: latency, throughput\n"
+               "  bench        benchmarks: latency, throughput, serve (client for a running server)\n"
                "  serve        OpenAI-compatible HTTP server\n"
                "  render-template  print the chat prompt a request renders to\n\n"
                "Run `kvasir <command> --help` for its options.\n");

@@ -1,0 +1,201 @@
+#include "bench_serve/bench_dataset.h"
+
+#include <algorithm>
+#include <cmath>
+#include <random>
+
+#include "common/json.h"
+#include "common/mapped_file.h"
+
+namespace kvasir::bench {
+namespace {
+
+// Common words that most BPE vocabularies hold as one token with their leading
+// space.
+constexpr const char *kWords[] = {
+    "the",   "of",     "and",    "to",    "in",    "is",    "that",  "for",
+    "it",    "as",     "was",    "with",  "be",    "by",    "on",    "not",
+    "he",    "this",   "are",    "or",    "his",   "from",  "at",    "which",
+    "but",   "have",   "an",     "had",   "they",  "you",   "were",  "their",
+    "one",   "all",    "we",     "can",   "her",   "has",   "there", "been",
+    "if",    "more",   "when",   "will",  "would", "who",   "so",    "no",
+    "time",  "people", "year",   "way",   "day",   "man",   "thing", "world",
+    "life",  "hand",   "part",   "child", "eye",   "place", "work",  "week",
+    "case",  "point",  "number", "group", "fact",  "water", "light", "house",
+    "small", "large",  "great",  "good",  "new",   "old",   "long",  "little",
+    "right", "high",   "big",    "city"};
+
+// Token ids that decode to plain ASCII words (letters, an optional leading
+// space): random picks from these re-tokenize almost the same way, so few
+// fix-up rounds are needed.
+std::vector<int32_t> plain_word_ids(const Tokenizer &tok) {
+  std::vector<int32_t> ids;
+  for (size_t i = 0; i < tok.vocab_size(); ++i) {
+    const auto id = static_cast<int32_t>(i);
+    if (tok.is_special(id) || tok.is_byte_fallback_token(id))
+      continue;
+    const int32_t one[1] = {id};
+    const std::string s = tok.decode(one, false);
+    if (s.size() < 3 || s[0] != ' ')
+      continue;
+    if (std::all_of(s.begin() + 1, s.end(), [](char c) {
+          return (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z');
+        })) {
+      ids.push_back(id);
+    }
+  }
+  return ids;
+}
+
+// Text that encodes to exactly n tokens when possible (else as close as a few
+// rounds get).
+std::string text_of_length(const Tokenizer &tok,
+                           const std::vector<int32_t> &pool, int64_t n,
+                           std::mt19937_64 &rng, int64_t *actual) {
+  std::uniform_int_distribution<size_t> pick(0, pool.size() - 1);
+  std::vector<int32_t> ids;
+  for (int64_t i = 0; i < n; ++i)
+    ids.push_back(pool[pick(rng)]);
+  std::string text = tok.decode(ids, false);
+  for (int round = 0; round < 10; ++round) {
+    ids = tok.encode(text, false);
+    if (static_cast<int64_t>(ids.size()) == n)
+      break;
+    if (static_cast<int64_t>(ids.size()) > n) {
+      ids.resize(static_cast<size_t>(n));
+    } else {
+      while (static_cast<int64_t>(ids.size()) < n)
+        ids.push_back(pool[pick(rng)]);
+    }
+    text = tok.decode(ids, false);
+  }
+  *actual = static_cast<int64_t>(tok.encode(text, false).size());
+  return text;
+}
+
+std::string words_of_length(int64_t n, std::mt19937_64 &rng) {
+  std::uniform_int_distribution<size_t> pick(0, std::size(kWords) - 1);
+  std::string text;
+  for (int64_t i = 0; i < n; ++i) {
+    if (i)
+      text += ' ';
+    text += kWords[pick(rng)];
+  }
+  return text;
+}
+
+} // namespace
+
+StatusOr<std::vector<BenchRequest>>
+sample_random_requests(const RandomDatasetOptions &opts, int64_t num_prompts,
+                       uint64_t seed, const Tokenizer *tok) {
+  if (opts.input_len < 1 || opts.output_len < 1 || opts.prefix_len < 0) {
+    return invalid_argument(
+        "--random-input-len and --random-output-len must be >= 1");
+  }
+  if (!(opts.range_ratio >= 0 && opts.range_ratio < 1))
+    return invalid_argument("--random-range-ratio must be in [0, 1)");
+  std::mt19937_64 rng(seed);
+  auto bounds = [&](int64_t len) {
+    const auto lo = std::max<int64_t>(
+        1, static_cast<int64_t>(std::floor(len * (1 - opts.range_ratio))));
+    const auto hi = std::max<int64_t>(
+        lo, static_cast<int64_t>(std::ceil(len * (1 + opts.range_ratio))));
+    return std::uniform_int_distribution<int64_t>(lo, hi);
+  };
+  auto in_dist = bounds(opts.input_len), out_dist = bounds(opts.output_len);
+  std::vector<int32_t> pool;
+  if (tok) {
+    pool = plain_word_ids(*tok);
+    if (pool.size() < 16)
+      return invalid_argument(
+          "the tokenizer has too few plain word tokens for random prompts");
+  }
+  std::string prefix;
+  int64_t prefix_actual = 0;
+  if (opts.prefix_len > 0) {
+    prefix =
+        tok ? text_of_length(*tok, pool, opts.prefix_len, rng, &prefix_actual)
+            : words_of_length(opts.prefix_len, rng);
+    if (!tok)
+      prefix_actual = opts.prefix_len;
+    prefix += ' ';
+  }
+  std::vector<BenchRequest> out;
+  for (int64_t i = 0; i < num_prompts; ++i) {
+    BenchRequest r;
+    const int64_t in_len = in_dist(rng);
+    r.output_len = out_dist(rng);
+    int64_t actual = in_len;
+    r.prompt = prefix + (tok ? text_of_length(*tok, pool, in_len, rng, &actual)
+                             : words_of_length(in_len, rng));
+    r.prompt_len =
+        tok ? static_cast<int64_t>(tok->encode(r.prompt, false).size())
+            : prefix_actual + actual;
+    out.push_back(std::move(r));
+  }
+  return out;
+}
+
+StatusOr<std::vector<BenchRequest>>
+load_prompt_requests(const std::string &path, int64_t num_prompts,
+                     int64_t output_len, uint64_t seed, const Tokenizer *tok) {
+  if (output_len < 1)
+    return invalid_argument("--prompts-output-len must be >= 1");
+  KVASIR_ASSIGN_OR_RETURN(std::string text, read_text_file(path));
+  std::vector<std::string> prompts;
+  size_t pos = 0, line_no = 0;
+  while (pos < text.size()) {
+    size_t nl = text.find('\n', pos);
+    if (nl == std::string::npos)
+      nl = text.size();
+    std::string line = text.substr(pos, nl - pos);
+    pos = nl + 1;
+    ++line_no;
+    if (!line.empty() && line.back() == '\r')
+      line.pop_back();
+    if (line.find_first_not_of(" \t") == std::string::npos)
+      continue;
+    if (line[0] != '{') {
+      prompts.push_back(line);
+      continue;
+    }
+    auto j = parse_json(line);
+    if (!j.ok())
+      return invalid_argument(path + ":" + std::to_string(line_no) + ": " +
+                              j.status().message());
+    std::string p;
+    if (const Json *v = j->find("prompt"); v && v->is_string()) {
+      p = v->as_string();
+    } else if (const Json *t = j->find("text"); t && t->is_string()) {
+      p = t->as_string();
+    } else if (const Json *turns = j->find("turns");
+               turns && turns->is_array() && turns->size() > 0 &&
+               turns->as_array()[0].is_string()) {
+      p = turns->as_array()[0].as_string();
+    } else {
+      return invalid_argument(path + ":" + std::to_string(line_no) +
+                              ": no \"prompt\", \"text\" or \"turns\"");
+    }
+    prompts.push_back(std::move(p));
+  }
+  if (prompts.empty())
+    return invalid_argument(path + " holds no prompts");
+  std::mt19937_64 rng(seed);
+  std::shuffle(prompts.begin(), prompts.end(), rng);
+  std::vector<BenchRequest> out;
+  for (int64_t i = 0; i < num_prompts; ++i) {
+    BenchRequest r;
+    r.prompt = prompts[static_cast<size_t>(i) % prompts.size()];
+    // Without a tokenizer: ~4 bytes per token; the server's usage replaces it
+    // when reported.
+    r.prompt_len =
+        tok ? static_cast<int64_t>(tok->encode(r.prompt, false).size())
+            : static_cast<int64_t>((r.prompt.size() + 3) / 4);
+    r.output_len = output_len;
+    out.push_back(std::move(r));
+  }
+  return out;
+}
+
+} // namespace kvasir::bench
