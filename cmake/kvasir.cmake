@@ -41,8 +41,10 @@ endfunction()
 # links libFuzzer's main. Configure with CC=clang CXX=clang++ -DKVASIR_FUZZ=ON (scripts/fuzz does).
 option(KVASIR_FUZZ "Build libFuzzer targets (needs clang)" OFF)
 if(KVASIR_FUZZ)
-  add_compile_options(-fsanitize=fuzzer-no-link,address,undefined -fno-omit-frame-pointer -g)
-  add_link_options(-fsanitize=address,undefined)
+  # -fno-sanitize-recover: a UBSan report must abort so that libFuzzer records the input.
+  add_compile_options(-fsanitize=fuzzer-no-link,address,undefined -fno-sanitize-recover=undefined
+                      -fno-omit-frame-pointer -g)
+  add_link_options(-fsanitize=address,undefined -fno-sanitize-recover=undefined)
 endif()
 
 function(kvasir_fuzz name)
