@@ -1,6 +1,7 @@
 #include "engine/engine_core.h"
 
 #include <chrono>
+#include <cstdlib>
 
 #include "common/log.h"
 
@@ -8,7 +9,20 @@ namespace kvasir {
 
 EngineCore::EngineCore(const SchedulerConfig& config, std::unique_ptr<ModelRunner> runner, EngineMetrics& metrics,
                        BlockingQueue<EngineCoreOutputs>& outputs)
-    : scheduler_(config), runner_(std::move(runner)), metrics_(metrics), outputs_(outputs) {}
+    : scheduler_(config), runner_(std::move(runner)), metrics_(metrics), outputs_(outputs) {
+  // Read once here (not per step): the switch costs nothing when unset.
+  if (const char* e = std::getenv(kFaultAfterStepsEnv); e != nullptr && *e != '\0') {
+    char* end = nullptr;
+    const long long n = std::strtoll(e, &end, 10);
+    if (end != nullptr && *end == '\0' && n >= 0) {
+      fault_after_steps_ = n;
+      KVASIR_LOG_WARN("%s=%lld: test fault injection is on; the engine will fail after %lld steps",
+                      kFaultAfterStepsEnv, n, n);
+    } else {
+      KVASIR_LOG_WARN("ignoring %s='%s' (not a non-negative integer)", kFaultAfterStepsEnv, e);
+    }
+  }
+}
 
 EngineCore::~EngineCore() { stop(); }
 
@@ -99,6 +113,10 @@ void EngineCore::loop() {
     {
       std::lock_guard<std::mutex> lock(fault_mu_);
       injected.swap(injected_fault_);
+    }
+    if (injected.empty() && fault_after_steps_ >= 0 && num_steps_.load() >= fault_after_steps_) {
+      injected = "injected test fault after " + std::to_string(fault_after_steps_) + " steps (" +
+                 kFaultAfterStepsEnv + ")";
     }
     auto t0 = Clock::now();
     StatusOr<ModelRunnerOutput> ro = injected.empty() ? runner_->execute(so) : StatusOr<ModelRunnerOutput>(internal_error(injected));

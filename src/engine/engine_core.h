@@ -46,6 +46,10 @@ class EngineCore {
 
   // Test-only: the next forward pass fails with this message (fault injection).
   void inject_fault_for_testing(std::string message);
+  // Test-only: with $KVASIR_TEST_FAULT_AFTER_STEPS=N (N >= 0) in the environment at construction,
+  // the forward pass after N successful steps fails as a runner error would: every unfinished
+  // request ends with an error and the core is dead (Engine::dead()). Never set it in production.
+  static constexpr const char* kFaultAfterStepsEnv = "KVASIR_TEST_FAULT_AFTER_STEPS";
 
  private:
   void loop();
@@ -67,6 +71,7 @@ class EngineCore {
   std::atomic<double> execute_s_{0.0};
   std::mutex fault_mu_;
   std::string injected_fault_;
+  int64_t fault_after_steps_ = -1;  // $KVASIR_TEST_FAULT_AFTER_STEPS; -1: off
   std::unordered_set<std::string> live_;  // requests added and not yet finished
   int64_t last_preemptions_ = 0, last_queries_ = 0, last_hits_ = 0;
 };

@@ -69,17 +69,21 @@ struct Conn {
   Clock::time_point linger_until;
 };
 
-// A complete plain-text response for a request we refuse; the connection closes after it.
-std::string error_response(int status) {
-  const std::string body = std::string(status_reason(status)) + "\n";
-  return format_response_head(status, {{"Content-Type", "text/plain"}},
-                              "Content-Length: " + std::to_string(body.size()), false) +
-         body;
+// A complete response for a request we refuse (options.error_page, else plain text); closes after it.
+std::string error_response(const ServerOptions& options, int status) {
+  Response r;
+  if (options.error_page) r = options.error_page(status);
+  if (!options.error_page || r.body.empty()) {
+    r.headers = {{"Content-Type", "text/plain"}};
+    r.body = std::string(status_reason(status)) + "\n";
+  }
+  return format_response_head(status, r.headers, "Content-Length: " + std::to_string(r.body.size()), false) +
+         r.body;
 }
 
 // Answers a socket we will not serve (best effort: it must not block) and closes it.
-void reject_socket(int fd, int status) {
-  const std::string bytes = error_response(status);
+void reject_socket(const ServerOptions& options, int fd, int status) {
+  const std::string bytes = error_response(options, status);
   [[maybe_unused]] const ssize_t n =
       send(fd, bytes.data(), bytes.size(), MSG_NOSIGNAL | MSG_DONTWAIT);
   shutdown(fd, SHUT_WR);
@@ -320,16 +324,21 @@ class IoLoop {
       handler_(std::move(request), exchange);
     } catch (const std::exception& e) {
       KVASIR_LOG_ERROR("http handler threw: %s", e.what());
-      exchange->respond(Response{500, {{"Content-Type", "text/plain"}}, "internal error\n"});
+      exchange->respond(internal_error_response());
     } catch (...) {
       KVASIR_LOG_ERROR("http handler threw");
-      exchange->respond(Response{500, {{"Content-Type", "text/plain"}}, "internal error\n"});
+      exchange->respond(internal_error_response());
     }
+  }
+
+  Response internal_error_response() const {
+    if (options_.error_page) return options_.error_page(500);
+    return Response{500, {{"Content-Type", "text/plain"}}, "internal error\n"};
   }
 
   // Answers a request we refuse (parse error, timeout) and closes after it.
   void fail_request(Conn& c, int status) {
-    c.out += error_response(status);
+    c.out += error_response(options_, status);
     c.have_last = true;
     c.close_after = true;
     c.state = Conn::State::kResponding;
@@ -456,7 +465,7 @@ struct HttpServer::Impl {
           break;
         }
         if (num_connections.load() >= options.max_connections) {
-          reject_socket(fd, 503);
+          reject_socket(options, fd, 503);
           continue;
         }
         num_connections.fetch_add(1);

@@ -27,6 +27,10 @@ struct ServerOptions {
   std::chrono::milliseconds header_timeout{10000};  // whole request must arrive in time -> 408
   std::chrono::milliseconds idle_timeout{60000};    // keep-alive idle connection closed
   size_t max_connections = 4096;           // beyond: accept and close with 503
+  // The body of the answers the transport gives on its own (400/408/413/414/431/501/503 before
+  // any handler runs, 500 when a handler throws). Unset: a text/plain reason phrase. Must not
+  // block or throw; its Content-Length and Connection headers are set by the server.
+  std::function<Response(int status)> error_page;
 };
 
 // A response body written over time (SSE or chunked). Thread-safe; writes after the client

@@ -55,22 +55,18 @@ class CountingReply final : public http::Reply {
   std::atomic<bool> answered_{false};
 };
 
+// Loading, shutting down, or a dead engine: clients and balancers should retry (elsewhere).
 http::Response unavailable_response(const std::string& message) {
-  return error_response({503, message, "server_error", "", "service_unavailable"});
+  http::Response r = error_response({503, message, "server_error", "", "service_unavailable"});
+  r.headers.emplace_back("Retry-After", "1");
+  return r;
 }
 
 }  // namespace
 
-bool constant_time_equals(const std::string& a, const std::string& b) {
-  // Walk the longer string whole so the time does not reveal where they first differ.
-  const size_t n = std::max(a.size(), b.size());
-  unsigned char diff = a.size() == b.size() ? 0 : 1;
-  for (size_t i = 0; i < n; ++i) {
-    const unsigned char x = i < a.size() ? static_cast<unsigned char>(a[i]) : 0;
-    const unsigned char y = i < b.size() ? static_cast<unsigned char>(b[i]) : 0;
-    diff |= static_cast<unsigned char>(x ^ y);
-  }
-  return diff == 0;
+bool constant_time_equals(std::string_view a, std::string_view b) {
+  return detail::constant_time_equals_impl(a.size(), b.size(), [a](size_t i) { return a[i]; },
+                                           [b](size_t i) { return b[i]; });
 }
 
 Router::Router(RouterOptions opts) : opts_(std::move(opts)) {

@@ -8,6 +8,7 @@
 #include <atomic>
 #include <memory>
 #include <string>
+#include <string_view>
 
 #include "server/http_server.h"
 #include "server/serving_context.h"
@@ -47,7 +48,26 @@ class Router {
   std::array<std::array<std::atomic<int64_t>, 5>, kNumRoutes> counts_{};
 };
 
-// Compares two secrets in time that depends only on their lengths.
-bool constant_time_equals(const std::string& a, const std::string& b);
+// Compares two secrets in time that depends only on their lengths: every byte of the longer one
+// is read and folded in, wherever (and whether) they first differ; no early exit.
+bool constant_time_equals(std::string_view a, std::string_view b);
+
+namespace detail {
+// The comparison over any byte source (at_a(i) / at_b(i) give byte i below len_a / len_b), so
+// a test can record which bytes were read. Branch-free in the data.
+template <typename AtA, typename AtB>
+bool constant_time_equals_impl(size_t len_a, size_t len_b, AtA at_a, AtB at_b) {
+  const size_t n = len_a > len_b ? len_a : len_b;
+  unsigned char diff = len_a == len_b ? 0 : 1;
+  for (size_t i = 0; i < n; ++i) {
+    // Past the end of the shorter one, compare with its last byte (or 0) so the loop does the
+    // same work at every index; the length mismatch already made diff non-zero.
+    const unsigned char x = len_a == 0 ? 0 : static_cast<unsigned char>(at_a(i < len_a ? i : len_a - 1));
+    const unsigned char y = len_b == 0 ? 0 : static_cast<unsigned char>(at_b(i < len_b ? i : len_b - 1));
+    diff |= static_cast<unsigned char>(x ^ y);
+  }
+  return diff == 0;
+}
+}  // namespace detail
 
 }  // namespace kvasir::server

@@ -12,6 +12,7 @@
 #include "common/mapped_file.h"
 #include "engine/engine.h"
 #include "kvasir/llm.h"
+#include "server/openai_protocol.h"
 #include "server/routes.h"
 #include "server/serving_chat_template.h"
 #include "server/serving_context.h"
@@ -59,6 +60,28 @@ Status apply_generation_config(const std::string& mode, const std::string& model
   return Status();
 }
 
+// What the transport answers on its own (before routing) also carries OpenAI's error envelope,
+// so clients parse every 4xx/5xx the same way.
+http::Response transport_error_page(int status) {
+  const char* message = "The request was refused.";
+  const char* code = "bad_request";
+  switch (status) {
+    case 400: message = "Malformed HTTP request."; break;
+    case 408: message = "The request did not arrive in time (read timeout)."; code = "request_timeout"; break;
+    case 413: message = "The request body is too large (--max-body-bytes)."; code = "payload_too_large"; break;
+    case 414: message = "The request URI is too long."; code = "uri_too_long"; break;
+    case 431: message = "The request headers are too large (--max-header-bytes)."; code = "headers_too_large"; break;
+    case 501: message = "Unsupported transfer coding."; code = "not_implemented"; break;
+    case 505: message = "HTTP version not supported (HTTP/1.0 and 1.1 only)."; code = "http_version_not_supported"; break;
+    case 503: message = "Too many connections; retry later."; code = "service_unavailable"; break;
+    case 500: message = "internal server error"; code = "internal_error"; break;
+    default: break;
+  }
+  http::Response r = error_response({status, message, status >= 500 ? "server_error" : "invalid_request_error", "", code});
+  if (status == 503) r.headers.emplace_back("Retry-After", "1");
+  return r;
+}
+
 }  // namespace
 
 ServingApp::ServingApp(ServeConfig cfg) : cfg_(std::move(cfg)) {
@@ -71,6 +94,7 @@ ServingApp::~ServingApp() { shutdown(0); }
 
 Status ServingApp::start_http() {
   Router* router = router_.get();
+  if (!cfg_.http.error_page) cfg_.http.error_page = transport_error_page;
   http_ = std::make_unique<http::HttpServer>(
       cfg_.http, [router](http::Request req, std::shared_ptr<http::Reply> reply) { router->handle(std::move(req), std::move(reply)); });
   return http_->start();
