@@ -37,6 +37,7 @@ class Layout:
             self._skip_value(vtype)
             self.kvs[key] = entry
         self.tensors = []  # dict(name, n_dims_at, dims_at, type_at, offset_at)
+        # (the tensor infos end where the aligned data section begins: head_bytes below)
         for _ in range(self.tensor_count):
             name = self._string()
             n_dims_at = self.pos
@@ -49,6 +50,7 @@ class Layout:
             self._u64()
             self.tensors.append({"name": name, "n_dims_at": n_dims_at, "dims": dims, "dims_at": dims_at,
                                  "type_at": type_at, "offset_at": offset_at})
+        self.head_bytes = self.pos
 
     def _read(self, n):
         b = self.data[self.pos:self.pos + n]
@@ -76,9 +78,16 @@ class Layout:
             self.pos += struct.calcsize(_SCALAR[vtype])
 
 
-def write_mutated(src, dst, patches):
-    """Copies src to dst and writes each (offset, bytes) patch over the copy."""
-    shutil.copyfile(src, dst)
+def write_mutated(src, dst, patches, head_bytes=None):
+    """Copies src to dst and writes each (offset, bytes) patch over the copy. With head_bytes,
+    only that prefix is copied and the rest is a hole of zeros (same size, sparse): enough for
+    every check made before tensor data is read, and ~100x faster than a full copy."""
+    if head_bytes is None:
+        shutil.copyfile(src, dst)
+    else:
+        with open(src, "rb") as f, open(dst, "wb") as g:
+            g.write(f.read(head_bytes))
+            g.truncate(os.path.getsize(src))
     with open(dst, "r+b") as f:
         for off, b in patches:
             f.seek(off)

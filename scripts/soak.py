@@ -1,0 +1,422 @@
+#!/usr/bin/env python3
+"""Load and soak test for `kvasir serve` (loopback only, bounded in time and count).
+
+Phase 1 (closed loop): N streaming clients with varied prompt and output lengths for D seconds.
+Phase 2 (open loop): requests arrive at a fixed rate above capacity for O seconds; the server
+must answer the excess only with 429/503 + Retry-After (its --max-num-queued-reqs bound).
+Throughout: /health latency is sampled, resident memory (VmRSS from /proc/PID/status) is
+sampled, and at the end KV usage (/metrics) must fall back to 0 within a second of idle.
+
+Pass criteria (exit 1 when one fails; the JSON summary says which):
+  zero 5xx outside overload, zero connection resets/protocol errors; every stream ends with a
+  finish_reason and [DONE] and its streamed token count equals usage.completion_tokens;
+  overload rejections are 429/503 with Retry-After only; RSS slope after warm-up below
+  --max-rss-slope MiB/min; KV usage 0 within --kv-idle-s of idle; /health p99 < --health-p99-ms.
+
+Either point it at a running server (--base URL --pid PID) or let it start one
+(--kvasir BIN [--model PATH] [--server-arg=...]); it then stops it with SIGTERM and checks exit 0.
+"""
+import argparse
+import asyncio
+import json
+import multiprocessing
+import os
+import random
+import signal
+import socket
+import subprocess
+import sys
+import time
+
+import httpx
+
+WORDS = ("the of and to in is was for on that with as by at from his her an be this are which or "
+         "river mountain engine token stream kernel cache server window garden winter summer ocean "
+         "story history science music number letter market doctor teacher planet forest").split()
+
+
+def percentile(xs, p):
+    if not xs:
+        return 0.0
+    xs = sorted(xs)
+    k = min(len(xs) - 1, max(0, int(round(p / 100.0 * (len(xs) - 1)))))
+    return xs[k]
+
+
+def slope_per_min(samples):
+    """Least-squares slope of (t, v) samples, in v units per minute."""
+    if len(samples) < 3:
+        return 0.0
+    n = len(samples)
+    mt = sum(t for t, _ in samples) / n
+    mv = sum(v for _, v in samples) / n
+    den = sum((t - mt) ** 2 for t, _ in samples)
+    return 0.0 if den == 0 else 60.0 * sum((t - mt) * (v - mv) for t, v in samples) / den
+
+
+def rss_mib(pid):
+    try:
+        with open(f"/proc/{pid}/status") as f:
+            for line in f:
+                if line.startswith("VmRSS:"):
+                    return int(line.split()[1]) / 1024.0
+    except OSError:
+        return None
+    return None
+
+
+def parse_metrics(text):
+    out = {}
+    for line in text.splitlines():
+        if line and not line.startswith("#"):
+            name, _, value = line.rpartition(" ")
+            try:
+                out[name] = float(value)
+            except ValueError:
+                pass
+    return out
+
+
+def msum(m, prefix):
+    return sum(v for k, v in m.items() if k.startswith(prefix))
+
+
+class Stats:
+    def __init__(self):
+        self.requests = 0
+        self.ok = 0
+        self.tokens = 0
+        self.status = {}
+        self.errors = []  # (kind, detail)
+        self.rejections_without_retry_after = 0
+        self.count_mismatches = 0
+        self.missing_done = 0
+        self.missing_finish = 0
+
+    def error(self, kind, detail):
+        if len(self.errors) < 50:
+            self.errors.append((kind, str(detail)[:300]))
+        else:
+            self.errors.append((kind, ""))
+
+
+def make_request(rng, model, max_prompt_words, max_out):
+    n_words = rng.choice([1, 2, 4, 8, 16, 32, 64, max_prompt_words])
+    prompt = " ".join(rng.choice(WORDS) for _ in range(min(n_words, max_prompt_words)))
+    max_tokens = rng.choice([1, 2, 4, 8, 16, 32, max_out])
+    body = {"model": model, "prompt": prompt, "max_tokens": min(max_tokens, max_out), "stream": True,
+            "stream_options": {"include_usage": True}, "logprobs": 0, "temperature": rng.choice([0, 0.7, 1.0]),
+            "seed": rng.randrange(1 << 30), "ignore_eos": rng.random() < 0.5}
+    return body
+
+
+async def one_stream(client, body, stats, overload):
+    """One streaming request, checked event by event."""
+    stats.requests += 1
+    try:
+        async with client.stream("POST", "/v1/completions", json=body) as r:
+            stats.status[r.status_code] = stats.status.get(r.status_code, 0) + 1
+            if r.status_code != 200:
+                await r.aread()
+                if r.status_code in (429, 503) and overload:
+                    if "retry-after" not in r.headers:
+                        stats.rejections_without_retry_after += 1
+                        stats.error("no_retry_after", r.status_code)
+                    return
+                stats.error(f"http_{r.status_code}", r.text[:200])
+                return
+            streamed, finish, usage, done = 0, None, None, False
+            async for line in r.aiter_lines():
+                if not line:
+                    continue
+                if not line.startswith("data: "):
+                    stats.error("bad_sse_line", line[:100])
+                    continue
+                data = line[6:]
+                if data == "[DONE]":
+                    done = True
+                    continue
+                if done:
+                    stats.error("event_after_done", data[:100])
+                obj = json.loads(data)
+                if "error" in obj:
+                    stats.error("sse_error", obj["error"])
+                    continue
+                for ch in obj.get("choices") or []:
+                    lp = ch.get("logprobs")
+                    if lp:
+                        streamed += len(lp.get("tokens") or [])
+                    if ch.get("finish_reason"):
+                        finish = ch["finish_reason"]
+                if obj.get("usage"):
+                    usage = obj["usage"]
+            if not done:
+                stats.missing_done += 1
+                stats.error("missing_done", body["max_tokens"])
+            if finish not in ("stop", "length"):
+                stats.missing_finish += 1
+                stats.error("missing_finish_reason", finish)
+            if usage is None or usage["completion_tokens"] != streamed:
+                stats.count_mismatches += 1
+                stats.error("token_count_mismatch", f"streamed {streamed}, usage {usage}")
+            else:
+                stats.ok += 1
+                stats.tokens += streamed
+    except (httpx.RemoteProtocolError, httpx.ReadError, httpx.WriteError, httpx.ConnectError) as e:
+        stats.error("connection_" + type(e).__name__, repr(e))
+    except httpx.TimeoutException as e:
+        stats.error("timeout", repr(e))
+    except json.JSONDecodeError as e:
+        stats.error("bad_json", repr(e))
+
+
+def health_probe_process(host, port, period_s, stop, out_q):
+    """Runs in its own process so that the client's event loop lag is not counted as server
+    latency: GET /health on one keep-alive connection every period_s."""
+    import http.client
+    lat, codes = [], {}
+    conn = None
+    while not stop.is_set():
+        t0 = time.perf_counter()
+        try:
+            if conn is None:
+                conn = http.client.HTTPConnection(host, port, timeout=10)
+            conn.request("GET", "/health")
+            r = conn.getresponse()
+            r.read()
+            codes[r.status] = codes.get(r.status, 0) + 1
+        except (OSError, http.client.HTTPException):
+            codes[-1] = codes.get(-1, 0) + 1
+            conn = None
+        lat.append((time.perf_counter() - t0) * 1000)
+        time.sleep(period_s)
+    out_q.put((lat, codes))
+
+
+async def rss_sampler(pid, stop, samples, t_start, period_s):
+    while not stop.is_set():
+        v = rss_mib(pid) if pid else None
+        if v is not None:
+            samples.append((time.time() - t_start, v))
+        await asyncio.sleep(period_s)
+
+
+async def closed_loop(args, base, stats, deadline):
+    limits = httpx.Limits(max_connections=args.clients + 8, max_keepalive_connections=args.clients + 8)
+    async with httpx.AsyncClient(base_url=base, timeout=args.request_timeout, limits=limits) as client:
+        async def worker(i):
+            rng = random.Random(args.seed * 100003 + i)
+            while time.time() < deadline and stats.requests < args.max_requests:
+                await one_stream(client, make_request(rng, args.model, args.max_prompt_words, args.max_tokens),
+                                 stats, overload=False)
+
+        await asyncio.gather(*[worker(i) for i in range(args.clients)])
+
+
+async def open_loop(args, base, stats, duration):
+    limits = httpx.Limits(max_connections=args.overload_max_inflight + 8)
+    async with httpx.AsyncClient(base_url=base, timeout=args.request_timeout, limits=limits) as client:
+        rng = random.Random(args.seed + 7)
+        tasks = set()
+        t0 = time.time()
+        i = 0
+        while time.time() - t0 < duration:
+            # Arrivals at a fixed rate whatever the server does (open loop), bounded in flight.
+            target = int((time.time() - t0) * args.overload_rate)
+            while i < target:
+                i += 1
+                if len(tasks) >= args.overload_max_inflight:
+                    stats.error("client_inflight_cap", "raise --overload-max-inflight")
+                    continue
+                t = asyncio.create_task(one_stream(client, make_request(rng, args.model, args.max_prompt_words,
+                                                                        args.max_tokens), stats, overload=True))
+                tasks.add(t)
+                t.add_done_callback(tasks.discard)
+            await asyncio.sleep(0.01)
+        if tasks:
+            await asyncio.gather(*tasks)
+
+
+async def idle_check(base, timeout_s):
+    """Seconds from 'no request in flight' until KV usage and the running set are 0."""
+    t0 = time.time()
+    async with httpx.AsyncClient(base_url=base, timeout=10) as c:
+        while time.time() - t0 < timeout_s:
+            m = parse_metrics((await c.get("/metrics")).text)
+            if (msum(m, "kvasir:kv_cache_usage_perc") == 0 and msum(m, "kvasir:num_requests_running") == 0
+                    and msum(m, "kvasir:num_requests_waiting") == 0):
+                return time.time() - t0, m
+            await asyncio.sleep(0.02)
+    return None, m
+
+
+def free_port():
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def start_server(args):
+    port = free_port()
+    cmd = [args.kvasir, "serve", args.model_path, "--host", "127.0.0.1", "--port", str(port), "--served-model-name",
+           args.model, *args.server_arg]
+    log = open(args.server_log, "wb")
+    proc = subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT)
+    base = f"http://127.0.0.1:{port}"
+    deadline = time.time() + 120
+    while time.time() < deadline:
+        if proc.poll() is not None:
+            raise SystemExit(f"server exited with {proc.returncode}; see {args.server_log}")
+        try:
+            if httpx.get(base + "/health", timeout=2).status_code == 200:
+                return proc, base
+        except httpx.HTTPError:
+            pass
+        time.sleep(0.2)
+    proc.kill()
+    raise SystemExit("server did not become healthy")
+
+
+async def run(args, base, pid):
+    t_start = time.time()
+    closed = Stats()
+    over = Stats()
+    stop = asyncio.Event()
+    rss = []
+    url = httpx.URL(base)
+    probe_stop, probe_q = multiprocessing.Event(), multiprocessing.Queue()
+    probe = multiprocessing.Process(target=health_probe_process,
+                                    args=(url.host, url.port, args.health_period, probe_stop, probe_q), daemon=True)
+    probe.start()
+    samplers = [asyncio.create_task(rss_sampler(pid, stop, rss, t_start, args.rss_period))]
+    await closed_loop(args, base, closed, t_start + args.duration)
+    t_closed = time.time() - t_start
+    kv_idle_closed, _ = await idle_check(base, 30)
+    over_s = 0.0
+    if args.overload_duration > 0:
+        t1 = time.time()
+        await open_loop(args, base, over, args.overload_duration)
+        over_s = time.time() - t1
+    kv_idle_s, m = await idle_check(base, 30)
+    stop.set()
+    await asyncio.gather(*samplers)
+    probe_stop.set()
+    health_ms, health_codes = probe_q.get(timeout=30)
+    probe.join(10)
+    warm = [(t, v) for t, v in rss if t >= args.warmup]
+    summary = {
+        "clients": args.clients,
+        "closed_loop_s": round(t_closed, 1),
+        "overload_s": round(over_s, 1),
+        "closed": {"requests": closed.requests, "ok": closed.ok, "tokens": closed.tokens, "status": closed.status,
+                   "errors": len(closed.errors), "count_mismatches": closed.count_mismatches,
+                   "missing_done": closed.missing_done, "missing_finish": closed.missing_finish,
+                   "tokens_per_s": round(closed.tokens / max(t_closed, 1e-9), 1)},
+        "overload": {"rate_per_s": args.overload_rate, "requests": over.requests, "ok": over.ok,
+                     "status": over.status, "errors": len(over.errors),
+                     "rejections_without_retry_after": over.rejections_without_retry_after},
+        "rss_mib": {"first": round(rss[0][1], 1) if rss else None, "last": round(rss[-1][1], 1) if rss else None,
+                    "max": round(max(v for _, v in rss), 1) if rss else None,
+                    "slope_mib_per_min_after_warmup": round(slope_per_min(warm), 3), "samples": len(rss)},
+        "kv_back_to_zero_s": {"after_closed_loop": None if kv_idle_closed is None else round(kv_idle_closed, 3),
+                              "after_overload": None if kv_idle_s is None else round(kv_idle_s, 3)},
+        "health": {"samples": len(health_ms), "codes": health_codes, "p50_ms": round(percentile(health_ms, 50), 2),
+                   "p99_ms": round(percentile(health_ms, 99), 2), "max_ms": round(max(health_ms, default=0), 2)},
+        "preemptions": msum(m, "kvasir:num_preemptions_total"),
+        "rejected_queue_full": msum(m, "kvasir:server_rejected_queue_full_total"),
+        "first_errors": (closed.errors + over.errors)[:10],
+    }
+    fails = []
+    five = sum(n for s, n in closed.status.items() if s >= 500) + sum(
+        n for s, n in over.status.items() if s >= 500 and s != 503)
+    if five:
+        fails.append(f"{five} 5xx responses")
+    if closed.errors or over.errors:
+        fails.append(f"{len(closed.errors)} closed-loop and {len(over.errors)} overload errors")
+    bad_over = {s: n for s, n in over.status.items() if s not in (200, 429, 503)}
+    if bad_over:
+        fails.append(f"overload answered with {bad_over}")
+    if args.overload_duration > 0 and args.require_rejections and not (over.status.get(429) or over.status.get(503)):
+        fails.append("overload phase saw no 429/503 (rate not above capacity?)")
+    if closed.ok == 0:
+        fails.append("no request succeeded")
+    if abs(summary["rss_mib"]["slope_mib_per_min_after_warmup"]) > args.max_rss_slope and len(warm) >= 10:
+        fails.append(f"RSS slope {summary['rss_mib']['slope_mib_per_min_after_warmup']} MiB/min")
+    for k, v in summary["kv_back_to_zero_s"].items():
+        if v is None or v > args.kv_idle_s:
+            fails.append(f"KV usage not 0 within {args.kv_idle_s}s of idle ({k}: {v})")
+    if summary["health"]["p99_ms"] >= args.health_p99_ms:
+        fails.append(f"/health p99 {summary['health']['p99_ms']} ms")
+    if any(c != 200 for c in health_codes):
+        fails.append(f"/health answered {health_codes}")
+    summary["pass"] = not fails
+    summary["failures"] = fails
+    return summary
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--base", help="URL of a running server (loopback)")
+    ap.add_argument("--pid", type=int, help="its process id (for RSS)")
+    ap.add_argument("--kvasir", help="start this binary instead")
+    ap.add_argument("--model-path", default=os.path.join(os.path.dirname(__file__), "..", "models",
+                                                         "SmolLM2-135M-Instruct.Q4_1.gguf"))
+    ap.add_argument("--server-arg", action="append", default=[], help="extra `kvasir serve` argument (repeat)")
+    ap.add_argument("--server-log", default="/tmp/kvasir_soak_server.log")
+    ap.add_argument("--model", default="smol", help="served model name")
+    ap.add_argument("--clients", type=int, default=32)
+    ap.add_argument("--duration", type=float, default=60, help="closed-loop seconds")
+    ap.add_argument("--max-requests", type=int, default=1_000_000)
+    ap.add_argument("--max-tokens", type=int, default=64)
+    ap.add_argument("--max-prompt-words", type=int, default=120)
+    ap.add_argument("--overload-duration", type=float, default=20)
+    ap.add_argument("--overload-rate", type=float, default=40, help="arrivals per second in the open loop")
+    ap.add_argument("--overload-max-inflight", type=int, default=2000)
+    ap.add_argument("--require-rejections", action="store_true", help="fail unless overload saw 429/503")
+    ap.add_argument("--request-timeout", type=float, default=600)
+    ap.add_argument("--warmup", type=float, default=30, help="seconds of RSS ignored for the slope")
+    ap.add_argument("--max-rss-slope", type=float, default=2.0, help="MiB per minute")
+    ap.add_argument("--kv-idle-s", type=float, default=1.0)
+    ap.add_argument("--health-p99-ms", type=float, default=50)
+    ap.add_argument("--health-period", type=float, default=0.1)
+    ap.add_argument("--rss-period", type=float, default=1.0)
+    ap.add_argument("--seed", type=int, default=1)
+    ap.add_argument("--json", help="write the summary here too")
+    args = ap.parse_args()
+
+    proc = None
+    if args.kvasir:
+        proc, base = start_server(args)
+        pid = proc.pid
+    else:
+        if not args.base:
+            ap.error("--base or --kvasir is required")
+        base, pid = args.base.rstrip("/"), args.pid
+    host = httpx.URL(base).host
+    if host not in ("127.0.0.1", "localhost", "::1"):
+        ap.error("loopback only")
+    try:
+        summary = asyncio.run(run(args, base, pid))
+    finally:
+        if proc is not None:
+            proc.send_signal(signal.SIGTERM)
+            try:
+                rc = proc.wait(120)
+            except subprocess.TimeoutExpired:
+                proc.kill()
+                rc = "killed after 120 s"
+    if proc is not None:
+        summary["server_exit"] = rc
+        if rc != 0:
+            summary["pass"] = False
+            summary["failures"].append(f"server exit {rc}")
+    text = json.dumps(summary, indent=2)
+    print(text)
+    if args.json:
+        with open(args.json, "w") as f:
+            f.write(text + "\n")
+    sys.exit(0 if summary["pass"] else 1)
+
+
+if __name__ == "__main__":
+    main()
