@@ -358,7 +358,7 @@ def test_sigterm_under_load_with_zero_timeout_ends_every_request():
 
 
 def test_injected_engine_fault_errors_in_flight_and_turns_health_503():
-    s = Server(env={"KVASIR_TEST_FAULT_AFTER_STEPS": "12"})
+    s = Server(env={"KVASIR_TEST_FAULT_AFTER_STEPS": "40"})
     try:
         health = []  # (time, status)
         stop = threading.Event()
@@ -391,6 +391,7 @@ def test_injected_engine_fault_errors_in_flight_and_turns_health_503():
         stop.set()
         prober.join(10)
         for text, finish, usage, events, error in out[:4]:
+            assert text, "the stream was decoding when the fault hit"
             assert error is not None and error["code"] == "internal_error", events[-3:]
             assert "KVASIR_TEST_FAULT_AFTER_STEPS" in error["message"]
         for r in out[4:]:
