@@ -4,6 +4,11 @@
 # tests (+ compute-sanitizer memcheck), the end-to-end check and the benchmarks; logs to $OUT and
 # a summary table last. Stages: KVASIR_STAGES="tests memcheck e2e latency throughput peer"
 # (default: all but peer). KVASIR_TP_PROMPTS sets the throughput run's prompt count (1000).
+# Side by side with llama.cpp (stages lcbuild gguf gguf_bench): lcbuild starts building llama.cpp's
+# CUDA variant in the background from the carried .carry/llamacpp-src.tgz (scripts/llamacpp.sh
+# pack; kept in /tmp/lc while the machine stays warm); gguf writes a random Llama-3.1-8B-shaped
+# F16 GGUF to local disk (scripts/cuda_random_gguf.py, gguf wheel from .whl); gguf_bench runs
+# llama-bench / llama-batched-bench and kvasir's benches on that file.
 # Backend knobs for A/B runs (environment): KVASIR_CUDA_PDL=0, KVASIR_CUDA_FUSE=0,
 # KVASIR_CUDA_FUSE_NORM=1, KVASIR_CUDA_ATTN=2, KVASIR_CUDA_PROFILE=1 (per-op device time).
 set -uo pipefail
@@ -29,6 +34,7 @@ if [[ "${1:-}" == "--build" ]]; then
     cp -L "/usr/lib/x86_64-linux-gnu/$l" "$root/.carry/lib/" 2>/dev/null || true
   done
   [[ -f "$root/../shared/peers/hf_llama8b.py" ]] && cp "$root/../shared/peers/hf_llama8b.py" "$root/.carry/"
+  [[ -f "$root/.carry/llamacpp-src.tgz" ]] || bash "$root/scripts/llamacpp.sh" pack "$root/.carry/llamacpp-src.tgz"
   du -sh "$root/.carry"
   exit 0
 fi
@@ -54,11 +60,36 @@ if [[ ! -x "$bin/kvasir" ]]; then
   cp /tmp/kb/tools/kvasir /tmp/kb/src/backend/cuda/cuda_ops_test /tmp/kb/src/backend/cuda/cuda_e2e_test "$bin/" 2>/dev/null
 fi
 
+lc=/tmp/lc
+if has lcbuild && [[ ! -x $lc/build-cuda/bin/llama-bench && ! -f $lc/started ]] && [[ -f .carry/llamacpp-src.tgz ]]; then
+  mkdir -p $lc && tar xzf .carry/llamacpp-src.tgz -C $lc && cp scripts/llamacpp.sh $lc/ && touch $lc/started
+  # Its own session, niced: it outlives this call while the machine stays warm (the next call
+  # finds it running or done), and the GPU stages run meanwhile.
+  setsid nohup bash -c "KVASIR_LLAMACPP_DIR=$lc KVASIR_LLAMACPP_CUDA=1 JOBS=${KVASIR_LC_JOBS:-14} nice -n 19 \
+    bash $lc/llamacpp.sh build >$lc/build.log 2>&1; echo rc=\$? >$lc/done" >/dev/null 2>&1 </dev/null &
+  note "llama.cpp build started ($(cat .carry/llamacpp-src.tgz.SOURCE 2>/dev/null))"
+fi
+lc_wait() {  # up to $1 seconds for the background llama.cpp build
+  [[ -f $lc/started ]] || return 0
+  local t0=$SECONDS
+  while [[ ! -f $lc/done && $((SECONDS - t0)) -lt ${1:-400} ]]; do sleep 5; done
+  cp $lc/build.log "$OUT/llamacpp_build.log" 2>/dev/null
+  note "llama.cpp build: $(cat $lc/done 2>/dev/null || echo 'still running') after waiting $((SECONDS - t0)) s; $(grep -cE '^\[[0-9]+/' $lc/build.log 2>/dev/null) steps logged"
+}
+
 if has tests; then
   timeout 240 "$bin/cuda_ops_test" >"$OUT/ops_test.log" 2>&1
   rc=$?
   grep -E "^\[  (PASSED|FAILED) |FAILED|Failure|rel|Expected" "$OUT/ops_test.log" | head -40
   note "op tests: rc=$rc $(grep -E '^\[  PASSED' "$OUT/ops_test.log" | head -1) $(grep -c '^\[  FAILED  \]' "$OUT/ops_test.log") failed"
+  KVASIR_CUDA_ATTN=1 timeout 120 "$bin/cuda_ops_test" --gtest_filter='CudaAttention.*:CudaDecode*' >"$OUT/ops_test_attn1.log" 2>&1
+  note "op tests, attention v1: rc=$? $(grep -E '^\[  PASSED' "$OUT/ops_test_attn1.log" | head -1)"
+  if command -v cuobjdump >/dev/null; then
+    cuobjdump --dump-resource-usage "$bin/kvasir" 2>/dev/null | grep -A1 -E 'decode_v3|gemv_kernelILi1ELb0|gemv_gated_kernelILi1ELb0' \
+      | grep -oE 'Function [^:]+|REG:[0-9]+|STACK:[0-9]+|LOCAL:[0-9]+' | paste -sd' ' | sed 's/Function /\n/g' \
+      | sed -E 's/_ZN6kvasir4cuda12_GLOBAL__N_1//' | cut -c1-120 >"$OUT/resources.txt"
+    note "resources (v3: HD,KVH,GC): $(grep -E 'decode_v3_kernelILi128ELi8ELi4E|gemv_kernelILi1ELb0' "$OUT/resources.txt" | tr '\n' ';')"
+  fi
 fi
 if has memcheck; then
   if command -v compute-sanitizer >/dev/null; then
@@ -88,21 +119,12 @@ lat() {  # name, extra args
   note "latency $name: rc=$rc $(grep -E '^decode' "$OUT/lat_$name.log")"
 }
 if has latency; then
+  # Default kernels (greedy tokens picked on the device), then A/B: the previous decode attention
+  # kernel, and the host argmax over read-back logits (what the bench did before).
   lat b1 --batch-size 1
-  KVASIR_CUDA_FUSE=0 lat b1_nofuse --batch-size 1
-  lat b1_eager --batch-size 1 --enforce-eager
   lat b64 --batch-size 64
-fi
-if has profile; then
-  # Per-op device time (every step eager, events around each op): decode at batch 1, and
-  # long-context batch 256 (prefill in chunks, then decode) as the throughput run sees it.
-  KVASIR_CUDA_PROFILE=1 lat b1_profile --batch-size 1
-  grep -A1 "device steps" "$OUT/lat_b1_profile.log" | tail -1
-  KVASIR_CUDA_PROFILE=1 timeout 150 "$bin/kvasir" bench latency --model $model --load-format dummy --device cuda \
-    --batch-size 256 --input-len 1024 --output-len 8 --num-iters 1 --num-iters-warmup 0 \
-    --max-num-batched-tokens 8192 >"$OUT/lat_b256_profile.log" 2>&1
-  tail -4 "$OUT/lat_b256_profile.log"
-  note "b256 x 1024 profile: rc=$? $(grep -E '^(prefill|decode)' "$OUT/lat_b256_profile.log" | tr '\n' ' ')"
+  KVASIR_CUDA_ATTN=1 lat b1_attn1 --batch-size 1
+  [[ -n "${KVASIR_LAT_AB_ARGMAX:-}" ]] && KVASIR_BENCH_HOST_ARGMAX=1 lat b1_hostargmax --batch-size 1
 fi
 if has throughput; then
   n=${KVASIR_TP_PROMPTS:-1000}
@@ -113,12 +135,57 @@ if has throughput; then
   note "throughput ($n x 1000/1000): rc=$rc $(grep -E '^Throughput' "$OUT/throughput.log")"
   note "$(grep -E 'device steps' "$OUT/throughput.log" | head -1)"
 fi
+if has profile; then
+  # Per-op device time (every step eager, events around each op) at long-context batch 256
+  # (prefill in chunks, then decode) as the throughput run sees it; default decode attention,
+  # then v1 (KVASIR_CUDA_ATTN=1) for the A/B.
+  for v in 3 1; do
+    KVASIR_CUDA_ATTN=$v KVASIR_CUDA_PROFILE=1 timeout 150 "$bin/kvasir" bench latency --model $model --load-format dummy \
+      --device cuda --batch-size 256 --input-len 1024 --output-len 8 --num-iters 1 --num-iters-warmup 0 \
+      --max-num-batched-tokens 8192 >"$OUT/lat_b256_profile_attn$v.log" 2>&1
+    note "b256 x 1024 profile attn$v: rc=$? $(grep -E '^(prefill|decode)' "$OUT/lat_b256_profile_attn$v.log" | tr '\n' ' ')"
+    note "  $(grep -oE 'attention\((decode|prefill)\)=[0-9.]+\([0-9]+\)|gemv[^ ]*=[0-9.]+\([0-9]+\)|linear[^ ]*=[0-9.]+\([0-9]+\)' "$OUT/lat_b256_profile_attn$v.log" | tr '\n' ' ')"
+  done
+fi
+gguf=/tmp/llama8b-f16.gguf
+if has gguf && [[ ! -f $gguf ]]; then
+  python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target /tmp/site .whl/gguf-*.whl \
+    >"$OUT/gguf.log" 2>&1
+  PYTHONPATH=/tmp/site PYTHONUNBUFFERED=1 timeout 300 python3 scripts/cuda_random_gguf.py $gguf >>"$OUT/gguf.log" 2>&1
+  note "gguf: rc=$? $(tail -1 "$OUT/gguf.log") $(du -h $gguf 2>/dev/null | cut -f1)"
+fi
+if has gguf_bench && [[ -f $gguf ]]; then
+  # kvasir on the GGUF first (its F16 weights become bf16 on the device), then llama.cpp.
+  for B in 1 64; do
+    timeout 150 "$bin/kvasir" bench latency --model $gguf --device cuda --batch-size $B --input-len 128 \
+      --output-len 128 --num-iters 3 >"$OUT/gguf_lat_b$B.log" 2>&1
+    note "kvasir gguf latency b$B: rc=$? $(grep -E '^(prefill|decode)' "$OUT/gguf_lat_b$B.log" | tr '\n' ' ')"
+  done
+  timeout 150 "$bin/kvasir" bench latency --model $gguf --device cuda --batch-size 1 --input-len 512 \
+    --output-len 1 --num-iters 3 >"$OUT/gguf_pp512.log" 2>&1
+  note "kvasir gguf pp512: rc=$? $(grep -E '^prefill' "$OUT/gguf_pp512.log")"
+  lc_wait "${KVASIR_LC_WAIT:-420}"
+  lb=$lc/build-cuda/bin
+  if [[ -x $lb/llama-bench ]]; then
+    timeout 240 $lb/llama-bench -m $gguf -ngl 99 -fa 1 -p 512 -n 128 -r 3 -o md >"$OUT/llama_bench.log" 2>&1
+    note "llama-bench: rc=$? $(grep -E 'pp512|tg128' "$OUT/llama_bench.log" | tr -s ' ' | tr '\n' ' ')"
+    timeout 240 $lb/llama-batched-bench -m $gguf -ngl 99 -fa on -c 20480 -b 2048 -ub 512 -npp 128 -ntg 128 \
+      -npl 1,16,64 >"$OUT/llama_batched.log" 2>&1
+    note "llama-batched-bench: rc=$?"
+    grep -E '^\|' "$OUT/llama_batched.log" | tail -5
+  else
+    note "llama.cpp: no binaries"
+  fi
+fi
 if has peer && [[ -f .carry/hf_llama8b.py ]]; then
   PYTHONUNBUFFERED=1 timeout 240 python3 .carry/hf_llama8b.py >"$OUT/peer.log" 2>&1
   tail -8 "$OUT/peer.log"
   note "peer (HF transformers): $(tail -3 "$OUT/peer.log" | tr '\n' ' ')"
 fi
 
+[[ -f $lc/started && ! -f $lc/done ]] && note "llama.cpp build still running: $(grep -E '^\[[0-9]+/' $lc/build.log | tail -1 | cut -c1-60)"
 echo
 echo "================ summary ================"
 for s in "${summary[@]}"; do echo "$s"; done
+# Only 8 files come back from $OUT: everything in one archive (the summary above is in the reply).
+tar czf /tmp/logs.tgz -C "$OUT" . 2>/dev/null && rm -f "$OUT"/* && mv /tmp/logs.tgz "$OUT/logs.tgz"

@@ -1,9 +1,15 @@
 #!/usr/bin/env bash
-# Builds a reference llama.cpp OUTSIDE the repo (CPU only) from the PyPI sdist of
-# llama-cpp-python (which vendors llama.cpp), and runs llama-bench for comparison.
+# Builds a reference llama.cpp OUTSIDE the repo from the PyPI sdist of llama-cpp-python (which
+# vendors llama.cpp), and runs llama-bench for comparison. Two variants share the source: the CPU
+# build (default) and a CUDA build (KVASIR_LLAMACPP_CUDA=1: sm_90a only, static ggml, libstdc++
+# linked statically, so the binaries run on the H200 device machine next to libcudart/libcublas).
 #
 # Usage:
 #   scripts/llamacpp.sh build                 # idempotent; skips when already built
+#   KVASIR_LLAMACPP_CUDA=1 scripts/llamacpp.sh build   # CUDA variant in $ROOT/build-cuda
+#   scripts/llamacpp.sh pack TARBALL          # the source trimmed to what the build needs (~6 MB
+#                                             # compressed), to build the CUDA variant on the GPU
+#                                             # machine: extract as $KVASIR_LLAMACPP_DIR/src there
 #   scripts/llamacpp.sh bench MODEL THREADS   # llama-bench -p 128 -n 128 -r 5 -o json
 #   scripts/llamacpp.sh path                  # prints the bin dir
 #
@@ -16,10 +22,18 @@ set -euo pipefail
 
 ROOT="${KVASIR_LLAMACPP_DIR:-$HOME/.cache/kvasir/llama.cpp}"
 SRC="$ROOT/src"
-BUILD="$ROOT/build"
+CUDA_MODE="${KVASIR_LLAMACPP_CUDA:-0}"
+if [[ "$CUDA_MODE" == "1" ]]; then
+  BUILD="$ROOT/build-cuda"
+  STAMP="$ROOT/.built-cuda"
+  TARGETS=(llama-bench llama-batched-bench)
+else
+  BUILD="$ROOT/build"
+  STAMP="$ROOT/.built"
+  TARGETS=(llama-bench llama-batched-bench llama-server llama-cli)
+fi
 BIN="$BUILD/bin"
 JOBS="${JOBS:-2}"
-TARGETS=(llama-bench llama-batched-bench llama-server llama-cli)
 
 log() { echo "[llamacpp.sh] $*" >&2; }
 
@@ -46,15 +60,26 @@ cpu_flags() {
     "-DGGML_AVX512_BF16=$(has avx512_bf16) -DGGML_AMX_TILE=OFF -DGGML_AMX_INT8=OFF -DGGML_AMX_BF16=OFF"
 }
 
+if [[ "$CUDA_MODE" == "1" ]]; then
+  # Only Hopper code (sm_90a); no -march=native (the device's CPU differs); no OpenMP runtime to
+  # carry; libstdc++/libgcc static so the Debian-built binary runs on the device's Ubuntu.
+  VARIANT_ARGS=(-DGGML_NATIVE=OFF -DGGML_CUDA=ON -DCMAKE_CUDA_ARCHITECTURES=90a -DGGML_OPENMP=OFF
+    "-DCMAKE_EXE_LINKER_FLAGS=-static-libstdc++ -static-libgcc" -DLLAMA_BUILD_APP=OFF)
+else
+  VARIANT_ARGS=($(cpu_flags) -DGGML_CUDA=OFF)
+fi
+
+EXTRAS=ON  # examples and server: the CPU variant only
+[[ "$CUDA_MODE" == "1" ]] && EXTRAS=OFF
 CMAKE_ARGS=(
   -DCMAKE_BUILD_TYPE=Release
-  $(cpu_flags)
-  -DGGML_CUDA=OFF -DGGML_METAL=OFF -DGGML_VULKAN=OFF -DGGML_OPENCL=OFF
+  "${VARIANT_ARGS[@]}"
+  -DGGML_METAL=OFF -DGGML_VULKAN=OFF -DGGML_OPENCL=OFF
   -DLLAMA_CURL=OFF
   -DLLAMA_BUILD_TESTS=OFF
-  -DLLAMA_BUILD_EXAMPLES=ON
+  -DLLAMA_BUILD_EXAMPLES=$EXTRAS
   -DLLAMA_BUILD_TOOLS=ON
-  -DLLAMA_BUILD_SERVER=ON
+  -DLLAMA_BUILD_SERVER=$EXTRAS
   -DBUILD_SHARED_LIBS=OFF
 )
 
@@ -64,7 +89,7 @@ built() {
     [[ -x "$BIN/$t" ]] || return 1
   done
   # The stamp holds the cmake arguments: a changed configuration means rebuild.
-  [[ -f "$ROOT/.built" && "$(cat "$ROOT/.built")" == "${CMAKE_ARGS[*]}" ]]
+  [[ -f "$STAMP" && "$(cat "$STAMP")" == "${CMAKE_ARGS[*]}" ]]
 }
 
 fetch_source() {
@@ -113,7 +138,7 @@ build() {
   cmake -S "$SRC" -B "$BUILD" "${gen[@]}" "${CMAKE_ARGS[@]}" >&2
   log "building ${TARGETS[*]} with -j$JOBS"
   cmake --build "$BUILD" --config Release -j "$JOBS" --target "${TARGETS[@]}" >&2
-  echo "${CMAKE_ARGS[*]}" > "$ROOT/.built"
+  echo "${CMAKE_ARGS[*]}" > "$STAMP"
   log "done: $BIN"
 }
 
@@ -125,6 +150,16 @@ case "$cmd" in
   path)
     echo "$BIN"
     ;;
+  pack)
+    [[ $# -ge 2 ]] || { echo "usage: $0 pack TARBALL" >&2; exit 2; }
+    fetch_source
+    tar czf "$2" -C "$ROOT" --exclude=src/models --exclude=src/docs --exclude=src/tests --exclude=src/benches \
+      --exclude=src/examples --exclude=src/pocs --exclude=src/tools/ui --exclude=src/tools/server \
+      --exclude=src/.github --exclude='src/ggml/src/ggml-sycl' --exclude='src/ggml/src/ggml-vulkan' \
+      --exclude='src/ggml/src/ggml-opencl' --exclude='src/ggml/src/ggml-hexagon' src
+    cp "$ROOT/SOURCE" "$2.SOURCE" 2>/dev/null || true
+    ls -la "$2" >&2
+    ;;
   bench)
     if [[ $# -lt 3 ]]; then
       echo "usage: $0 bench MODEL THREADS" >&2
@@ -134,7 +169,7 @@ case "$cmd" in
     "$BIN/llama-bench" -m "$2" -t "$3" -p 128 -n 128 -r 5 -o json
     ;;
   *)
-    echo "usage: $0 {build|bench MODEL THREADS|path}" >&2
+    echo "usage: $0 {build|bench MODEL THREADS|path|pack TARBALL}" >&2
     exit 2
     ;;
 esac

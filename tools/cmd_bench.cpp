@@ -3,6 +3,7 @@
 // through the LLM API, as vLLM's benchmark_throughput). Medians over iterations; --output-json.
 #include <algorithm>
 #include <chrono>
+#include <cstdlib>
 #include <cstdio>
 #include <fstream>
 #include <random>
@@ -78,6 +79,9 @@ int bench_latency(const Args& a, const EngineArgs& ea) {
   std::mt19937 rng(1234);
   std::vector<float> logits(static_cast<size_t>(B) * vocab);
   std::vector<double> prefill_s, decode_s;
+  bool device_greedy = lm.backend->name() != "cpu" && std::getenv("KVASIR_BENCH_HOST_ARGMAX") == nullptr;
+  std::vector<DeviceSamplingRow> greedy_rows(static_cast<size_t>(B));  // temperature 0: argmax
+  std::vector<int32_t> next_ids(static_cast<size_t>(B));
   for (int it = 0; it < *warm + *iters; ++it) {
     ContiguousBatch cb(B, I + O + 1, bs);
     std::vector<std::vector<int32_t>> prompts(static_cast<size_t>(B));
@@ -100,12 +104,36 @@ int bench_latency(const Args& a, const EngineArgs& ea) {
     }
     auto t1 = Clock::now();
     std::vector<std::vector<int32_t>> next(static_cast<size_t>(B));
+    for (int s = 0; s < B; ++s) {
+      const float* row = logits.data() + static_cast<size_t>(s) * vocab;
+      next[static_cast<size_t>(s)] = {static_cast<int32_t>(std::max_element(row, row + vocab) - row)};
+    }
     for (int g = 0; g < O; ++g) {
-      for (int s = 0; s < B; ++s) {
-        const float* row = logits.data() + static_cast<size_t>(s) * vocab;
-        next[static_cast<size_t>(s)] = {static_cast<int32_t>(std::max_element(row, row + vocab) - row)};
+      // Greedy next tokens: on the device when the backend samples there (only token ids come
+      // back, as in the engine), else a host argmax over the read-back logits.
+      const ForwardBatch& fb = cb.build(next);
+      Status st;
+      if (device_greedy) {
+        st = lm.model->run_layers(fb, *cache);
+        StatusOr<Tensor> dl = st.ok() ? lm.model->compute_logits_on_device(fb.logits_indices, fb.num_logits)
+                                      : StatusOr<Tensor>(st);
+        if (dl.ok()) st = lm.backend->sample(*dl, greedy_rows.data(), fb.num_logits, next_ids.data());
+        else st = dl.status();
+        if (st.ok()) {
+          for (int s = 0; s < B; ++s) next[static_cast<size_t>(s)] = {next_ids[static_cast<size_t>(s)]};
+        } else if (g == 0 && it == 0 && fb.num_logits == B) {
+          device_greedy = false;  // no device sampling here: redo this step on the host path
+          st = lm.model->compute_logits(fb.logits_indices, fb.num_logits, logits.data());
+        }
+      } else {
+        st = lm.model->forward(fb, *cache, logits.data());
       }
-      Status st = lm.model->forward(cb.build(next), *cache, logits.data());
+      if (st.ok() && !device_greedy) {
+        for (int s = 0; s < B; ++s) {
+          const float* row = logits.data() + static_cast<size_t>(s) * vocab;
+          next[static_cast<size_t>(s)] = {static_cast<int32_t>(std::max_element(row, row + vocab) - row)};
+        }
+      }
       if (!st.ok()) {
         std::fprintf(stderr, "kvasir bench latency: %s\n", st.message().c_str());
         return 1;

@@ -260,6 +260,7 @@ void init_attention_kernels() {
   set_smem_limits<64>();
   set_smem_limits<128>();
   set_smem_limits<256>();
+  init_decode_attention_kernels();
 }
 
 int prefill_tokens_per_tile(int num_heads, int num_kv_heads) {

@@ -21,11 +21,35 @@ using bf16 = __nv_bfloat16;
 // Programmatic dependent launch (Hopper): every kernel opens with pdl_begin(), which waits for the
 // previous kernel's memory before anything is read and lets the next kernel's CTAs be scheduled
 // early (they wait in their own pdl_begin), hiding the launch gap between small kernels.
+// The trigger comes first: a dependent's own wait still covers this grid's completion (and so,
+// transitively, every earlier grid's), and kernels further down the chain can start staging what
+// they read that no earlier kernel writes (weights, host-staged metadata).
 __device__ __forceinline__ void pdl_begin() {
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+  asm volatile("griddepcontrol.launch_dependents;" ::: "memory");
   asm volatile("griddepcontrol.wait;" ::: "memory");
+#endif
+}
+
+// The two halves of pdl_begin(), for kernels that first touch memory no earlier kernel writes
+// (weights): pdl_launch_dependents(), that read, then pdl_wait() before any activation is read.
+__device__ __forceinline__ void pdl_launch_dependents() {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
   asm volatile("griddepcontrol.launch_dependents;" ::: "memory");
 #endif
+}
+__device__ __forceinline__ void pdl_wait() {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+  asm volatile("griddepcontrol.wait;" ::: "memory");
+#endif
+}
+
+// Pulls [p, p + bytes) towards L2, one 128-byte line per lane per step (no registers tied up).
+__device__ __forceinline__ void prefetch_l2_warp(const void* p, int64_t bytes, int lane) {
+  const char* c = static_cast<const char*>(p);
+  for (int64_t o = static_cast<int64_t>(lane) * 128; o < bytes; o += 32 * 128) {
+    asm volatile("prefetch.global.L2 [%0];" ::"l"(c + o));
+  }
 }
 
 // KVASIR_CUDA_PDL=0 turns dependent launches off (for A/B timing).

@@ -49,7 +49,7 @@ void CudaBackend::attention(const Tensor& q, const Tensor& k_cache, const Tensor
     }
   }
   const int nd = pure_decode ? S : static_cast<int>(decode_seqs_.size());
-  const cuda::DecodeSplit split = cuda::plan_decode_split(nd, kv_heads, m.max_blocks_per_seq, m.block_size, num_sms_);
+  const cuda::DecodeSplit split = cuda::plan_decode_split(nd, heads, kv_heads, hd, m.max_blocks_per_seq, m.block_size, num_sms_);
   const int64_t partial_floats = cuda::decode_scratch_floats(nd, heads, hd, split);
   void* partial = partial_floats > 0 ? device_scratch(partial_, partial_cap_, static_cast<size_t>(partial_floats) * 4) : nullptr;
 
@@ -75,6 +75,7 @@ void CudaBackend::attention(const Tensor& q, const Tensor& k_cache, const Tensor
   r.n[8] = static_cast<int64_t>(work_.size());
   r.n[9] = split.num_splits;
   r.n[10] = split.partition_tokens;
+  r.n[11] = split.v3 ? 1 : 0;
   r.f[0] = p.scale;
   r.f[1] = p.softcap;
 }
@@ -145,7 +146,7 @@ void CudaBackend::exec_attention(const OpRecord& op, const uint8_t* arena, cudaS
   const int nd = static_cast<int>(op.n[7]), nw = static_cast<int>(op.n[8]);
   if (nd > 0) {
     const int32_t* seqs = op.s[3] >= 0 ? reinterpret_cast<const int32_t*>(arena + op.s[3]) : nullptr;
-    cuda::DecodeSplit split{static_cast<int>(op.n[9]), static_cast<int>(op.n[10])};
+    cuda::DecodeSplit split{static_cast<int>(op.n[9]), static_cast<int>(op.n[10]), op.n[11] != 0};
     cuda::launch_decode_attention(a, seqs, nd, split, static_cast<float*>(const_cast<void*>(op.p[4])), s);
   }
   if (nw > 0) {

@@ -115,9 +115,12 @@ struct Segments {
   int num;
 };
 
+// Weights are never written by an earlier kernel: each warp starts pulling its row into L2 before
+// it waits for the previous kernel (programmatic dependent launch), so this kernel's ramp-up
+// overlaps the previous one's tail.
 template <int N, bool kNorm>
 __global__ void __launch_bounds__(kWarps * 32) gemv_kernel(GemvInput in, Segments segs, int64_t k, bool f32_out) {
-  pdl_begin();
+  pdl_launch_dependents();
   const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
   int64_t r = int64_t{blockIdx.x} * kWarps + warp;
   // Which projection this row belongs to, without indexing the parameter array at run time
@@ -135,9 +138,12 @@ __global__ void __launch_bounds__(kWarps * 32) gemv_kernel(GemvInput in, Segment
       if (r >= g.m) return;
     }
   }
+  const bf16* wr = static_cast<const bf16*>(g.w) + r * k;
+  prefetch_l2_warp(wr, k * static_cast<int64_t>(sizeof(bf16)), lane);
+  pdl_wait();
   const auto* x = static_cast<const bf16*>(in.x);
   float acc[N], ss[N], inv[N];
-  row_dot<N, kNorm>(x, in.norm_w, static_cast<const bf16*>(g.w) + r * k, k, lane, acc, ss);
+  row_dot<N, kNorm>(x, in.norm_w, wr, k, lane, acc, ss);
   finish_norm<N, kNorm>(in, k, lane, blockIdx.x == 0 && warp == 0, ss, inv);
   if (lane == 0) {
     const float b = g.bias != nullptr ? g.bias[r] : 0.0f;
@@ -163,10 +169,16 @@ __global__ void __launch_bounds__(kWarps * 32) gemv_gated_kernel(GemvInput in, c
                                                                  const bf16* __restrict__ wu, int64_t m, int64_t k,
                                                                  bool gelu_tanh, bf16* __restrict__ y,
                                                                  bf16* __restrict__ up_out) {
-  pdl_begin();
+  pdl_launch_dependents();
   const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
   const int64_t r = int64_t{blockIdx.x} * kWarps + warp;
-  if (r >= m) return;
+  if (r >= m) {
+    pdl_wait();
+    return;
+  }
+  prefetch_l2_warp(wg + r * k, k * static_cast<int64_t>(sizeof(bf16)), lane);
+  prefetch_l2_warp(wu + r * k, k * static_cast<int64_t>(sizeof(bf16)), lane);
+  pdl_wait();
   const auto* x = static_cast<const bf16*>(in.x);
   float g[N], u[N], ss[N], ss2[N], inv[N];
   row_dot<N, kNorm>(x, in.norm_w, wg + r * k, k, lane, g, ss);

@@ -99,10 +99,11 @@ bool attention_head_dim_supported(int head_dim);
 // captured graph stays valid while sequence lengths grow. partial: scratch from decode_scratch_floats.
 struct DecodeSplit {
   int num_splits = 1;
-  int partition_tokens = 0;  // keys per split (a multiple of block_size)
+  int partition_tokens = 0;  // keys per split (a multiple of block_size, or of 32 for v3)
+  bool v3 = false;           // the all-heads pipelined kernel (decode_v3_kernel)
 };
-DecodeSplit plan_decode_split(int num_decode_seqs, int num_kv_heads, int max_blocks_per_seq, int block_size,
-                              int num_sms);
+DecodeSplit plan_decode_split(int num_decode_seqs, int num_heads, int num_kv_heads, int head_dim,
+                              int max_blocks_per_seq, int block_size, int num_sms);
 int64_t decode_scratch_floats(int num_decode_seqs, int num_heads, int head_dim, const DecodeSplit& split);
 void launch_decode_attention(const AttentionArgs& a, const int32_t* decode_seqs, int num_decode_seqs,
                              const DecodeSplit& split, float* partial, cudaStream_t s);
@@ -117,6 +118,7 @@ int prefill_tokens_per_tile(int num_heads, int num_kv_heads);
 void launch_prefill_attention(const AttentionArgs& a, const PrefillWork* work, int num_work, cudaStream_t s);
 // Must be called once per device before any launch (raises shared-memory limits).
 void init_attention_kernels();
+void init_decode_attention_kernels();  // called by init_attention_kernels
 
 // --- sampling.cu ------------------------------------------------------------------------------
 struct SamplingRowParams {  // mirrors DeviceSamplingRow (backend.h)
