@@ -56,8 +56,11 @@ void CpuBackend::embedding(const Tensor& table, const int32_t* ids, int n, float
 void CpuBackend::linear(const Tensor& x, const Tensor& w, const Tensor* bias, Tensor& out) {
   const int64_t n = x.rows(), k = x.cols(), m = w.rows();
   KVASIR_CHECK(w.cols() == k && out.cols() == m && out.rows() == n);
+  // Fast mode: 16-bit activations. 8-bit ones (ActQuant::kQ8, like llama.cpp's Q8_0/Q8_K) were
+  // ~1.3x faster in prefill but flipped greedy continuations against the float32 reference on
+  // 15 of 20 golden prompts (SmolLM2 Q4_1); 16-bit ones agree on 20 of 20 at the same decode speed.
   cpu::matmul(w.data, w.dtype, m, k, x.ptr<float>(), n, out.ptr<float>(), *pool_,
-              precision_ == MatmulPrecision::kExact ? cpu::ActQuant::kF32 : cpu::ActQuant::kQ8, scratch_);
+              precision_ == MatmulPrecision::kExact ? cpu::ActQuant::kF32 : cpu::ActQuant::kQ16, scratch_);
   if (bias != nullptr) {
     KVASIR_CHECK(bias->dtype == DType::kF32 && bias->numel() == m);
     const float* b = bias->ptr<float>();

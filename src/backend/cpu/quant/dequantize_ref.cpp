@@ -313,6 +313,63 @@ void quantize_actk_ref(const float* x, int64_t k, uint8_t* row) {
   for (int64_t g = 0; g < k / 32; ++g) b32[g] = static_cast<int16_t>(b16[2 * g] + b16[2 * g + 1]);
 }
 
+// One block of 16-bit activations as hi/lo int8 planes (kernels.h, ActPlanes); returns d.
+static float quantize_block_planes(const float* x, int n, int8_t* hi, int8_t* lo) {
+  float amax = 0.0f;
+  for (int j = 0; j < n; ++j) amax = std::fmax(amax, std::fabs(x[j]));
+  const float d = amax / kActQ16Max;
+  const float id = d != 0.0f ? 1.0f / d : 0.0f;
+  for (int j = 0; j < n; ++j) {
+    int q = static_cast<int>(round_even(x[j] * id));
+    if ((q & 255) == 128) ++q;
+    const int h = (q + 128) >> 8;
+    hi[j] = static_cast<int8_t>(h);
+    lo[j] = static_cast<int8_t>(q - 256 * h);
+  }
+  return d;
+}
+
+void quantize_act32_planes_ref(const float* x, int64_t k, uint8_t* row) {
+  uint8_t* rows[2] = {row, row + Act32Layout::row_bytes(k)};
+  auto* hi = reinterpret_cast<int8_t*>(rows[0]);
+  auto* lo = reinterpret_cast<int8_t*>(rows[1]);
+  for (int64_t b = 0; b < k / 32; ++b) {
+    const float d = quantize_block_planes(x + 32 * b, 32, hi + 32 * b, lo + 32 * b);
+    int sh = 0, sl = 0;
+    for (int j = 0; j < 32; ++j) {
+      sh += hi[32 * b + j];
+      sl += lo[32 * b + j];
+    }
+    float* ds_hi = reinterpret_cast<float*>(rows[0] + k);
+    float* ds_lo = reinterpret_cast<float*>(rows[1] + k);
+    ds_hi[2 * b] = 256.0f * d;
+    ds_hi[2 * b + 1] = 256.0f * d * static_cast<float>(sh);
+    ds_lo[2 * b] = d;
+    ds_lo[2 * b + 1] = d * static_cast<float>(sl);
+  }
+}
+
+void quantize_actk_planes_ref(const float* x, int64_t k, uint8_t* row) {
+  uint8_t* rows[2] = {row, row + ActKLayout::row_bytes(k)};
+  for (int64_t b = 0; b < k / 256; ++b) {
+    const float d = quantize_block_planes(x + 256 * b, 256, reinterpret_cast<int8_t*>(rows[0]) + 256 * b,
+                                          reinterpret_cast<int8_t*>(rows[1]) + 256 * b);
+    reinterpret_cast<float*>(rows[0] + k)[b] = 256.0f * d;
+    reinterpret_cast<float*>(rows[1] + k)[b] = d;
+  }
+  for (uint8_t* r : rows) {
+    const auto* qs = reinterpret_cast<const int8_t*>(r);
+    auto* b16 = reinterpret_cast<int16_t*>(r + k + 4 * (k / 256));
+    int16_t* b32 = b16 + k / 16;
+    for (int64_t g = 0; g < k / 16; ++g) {
+      int sum = 0;
+      for (int j = 0; j < 16; ++j) sum += qs[16 * g + j];
+      b16[g] = static_cast<int16_t>(sum);
+    }
+    for (int64_t g = 0; g < k / 32; ++g) b32[g] = static_cast<int16_t>(b16[2 * g] + b16[2 * g + 1]);
+  }
+}
+
 void quantize_row_q8_0(const float* x, void* dst, int64_t k) {
   auto* y = static_cast<BlockQ8_0*>(dst);
   for (int64_t b = 0; b < k / 32; ++b) y[b].d = f32_to_fp16(quantize_block(x + 32 * b, 32, y[b].qs));

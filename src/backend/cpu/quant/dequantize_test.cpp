@@ -156,18 +156,55 @@ TEST(QuantizeAct, SimdMatchesReferenceBitForBit) {
     x[40] = 0.5f / 127.0f * 3.0f;                                   // a tie-breaking candidate
     for (CpuIsa isa : runnable_isas()) {
       const KernelSet& ks = kernel_set(isa);
-      for (int fmt = 0; fmt < 2; ++fmt) {
-        const size_t bytes = fmt == 0 ? Act32Layout::row_bytes(k) : ActKLayout::row_bytes(k);
+      // fmt 0/1: int8 Act32/ActK rows; 2/3: the same layouts as 16-bit (hi, lo) plane pairs.
+      for (int fmt = 0; fmt < 4; ++fmt) {
+        const size_t bytes = (fmt % 2 == 0 ? Act32Layout::row_bytes(k) : ActKLayout::row_bytes(k)) * (fmt < 2 ? 1 : 2);
         std::vector<uint8_t> ref(bytes, 0), got(bytes, 0);
         if (fmt == 0) {
           quantize_act32_ref(x.data(), k, ref.data());
           ks.quantize_act32(x.data(), k, got.data());
-        } else {
+        } else if (fmt == 1) {
           quantize_actk_ref(x.data(), k, ref.data());
           ks.quantize_actk(x.data(), k, got.data());
+        } else if (fmt == 2) {
+          quantize_act32_planes_ref(x.data(), k, ref.data());
+          ks.quantize_act32_planes(x.data(), k, got.data());
+        } else {
+          quantize_actk_planes_ref(x.data(), k, ref.data());
+          ks.quantize_actk_planes(x.data(), k, got.data());
         }
         EXPECT_EQ(0, std::memcmp(ref.data(), got.data(), bytes)) << "fmt=" << fmt << " k=" << k << " " << isa_name(isa);
       }
+    }
+  }
+}
+
+// The two int8 planes hold a 16-bit quantization: hi and lo within [-127, 127] (the AVX2 Q8_0
+// kernel relies on it) and d_hi * hi + d_lo * lo within half a step (d_lo) of x, 1.5 steps where
+// the split nudged q by one.
+TEST(QuantizeAct, PlanesReconstructWithin16BitStep) {
+  std::mt19937 rng(12);
+  const int64_t k = 512;
+  std::vector<float> x = random_floats(static_cast<size_t>(k), rng, -3.0f, 3.0f);
+  x[5] = 3.0f;  // the block maximum exactly
+  for (int fmt = 0; fmt < 2; ++fmt) {
+    const size_t rb = fmt == 0 ? Act32Layout::row_bytes(k) : ActKLayout::row_bytes(k);
+    std::vector<uint8_t> row(2 * rb);
+    if (fmt == 0) {
+      quantize_act32_planes_ref(x.data(), k, row.data());
+    } else {
+      quantize_actk_planes_ref(x.data(), k, row.data());
+    }
+    const auto* hi = reinterpret_cast<const int8_t*>(row.data());
+    const auto* lo = reinterpret_cast<const int8_t*>(row.data() + rb);
+    for (int64_t i = 0; i < k; ++i) {
+      const float d_hi = fmt == 0 ? Act32Layout::ds(row.data(), k)[i / 32 * 2] : ActKLayout::d(row.data(), k)[i / 256];
+      const float d_lo =
+          fmt == 0 ? Act32Layout::ds(row.data() + rb, k)[i / 32 * 2] : ActKLayout::d(row.data() + rb, k)[i / 256];
+      ASSERT_EQ(d_hi, 256.0f * d_lo);
+      ASSERT_LE(std::abs(hi[i]), 127);
+      ASSERT_LE(std::abs(lo[i]), 127);
+      EXPECT_NEAR(d_hi * hi[i] + d_lo * lo[i], x[i], 1.51f * d_lo + 1e-6f) << "fmt=" << fmt << " i=" << i;
     }
   }
 }

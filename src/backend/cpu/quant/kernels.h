@@ -37,6 +37,13 @@ struct ActKLayout {
   static const int16_t* bsum32(const uint8_t* row, int64_t k) { return bsum16(row, k) + k / 16; }
 };
 
+// 16-bit activations ("planes" mode): per block, q = round(x / d) with |q| <= kActQ16Max, split
+// as q = 256 hi + lo, hi and lo in [-127, 127]. They are stored as two rows of the layout above,
+// hi (scale 256 d) then lo (scale d), row_bytes(k) apart, so every int8 kernel runs unchanged on
+// them as two activation columns and the tile adds each pair of column results. The int8
+// activation error (~1/254 of a block's max) drops ~256x while weights and dot products stay int8.
+constexpr float kActQ16Max = 32639.0f;
+
 using DequantFn = void (*)(const void* src, float* dst, int64_t k);
 
 enum class ActFormat { kF32, kQ8_32, kQ8_K };
@@ -49,9 +56,10 @@ struct TileArgs {
   int64_t k;             // elements per row
   const void* act;       // first activation row: f32 [nc, k] or a quantized layout above
   size_t act_stride;     // bytes between activation rows
-  int64_t nc;            // activation rows (any count)
+  int64_t nc;            // activation rows (any count; a multiple of `planes`)
+  int planes = 1;        // 2: rows come in (hi, lo) pairs whose results are summed into one y row
   float* scratch;        // per-thread, tile_scratch_floats(k) floats, 64-byte aligned
-  float* y;              // y[c * ldy + r] for r < nr, c < nc
+  float* y;              // y[(c / planes) * ldy + r] for r < nr, c < nc
   int64_t ldy;
   DequantFn dequant = nullptr;  // only for the generic dequantize-then-f32 tile
 };
@@ -70,6 +78,8 @@ struct KernelSet {
   TileFn dequant_f32_tile;           // generic: dequantize rows (reference or fast), f32 dot
   QuantActFn quantize_act32;
   QuantActFn quantize_actk;
+  QuantActFn quantize_act32_planes;  // writes the (hi, lo) pair of rows
+  QuantActFn quantize_actk_planes;
 };
 
 const KernelSet& kernel_set(CpuIsa isa);
@@ -87,5 +97,7 @@ DequantFn ref_dequant_fn(DType t);
 // Scalar references for the activation layouts (the SIMD versions must match them bit for bit).
 void quantize_act32_ref(const float* x, int64_t k, uint8_t* row);
 void quantize_actk_ref(const float* x, int64_t k, uint8_t* row);
+void quantize_act32_planes_ref(const float* x, int64_t k, uint8_t* row);
+void quantize_actk_planes_ref(const float* x, int64_t k, uint8_t* row);
 
 }  // namespace kvasir::cpu

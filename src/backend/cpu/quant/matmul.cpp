@@ -30,6 +30,7 @@ struct Plan {
   ActFormat format = ActFormat::kF32;
   DequantFn dequant = nullptr;  // generic tile only
   size_t act_stride = 0;        // bytes between activation rows as the tile reads them
+  int planes = 1;               // activation rows the tile reads per input row (kQ16: 2)
 };
 
 Plan make_plan(const KernelSet& ks, DType t, int64_t k, ActQuant mode) {
@@ -39,10 +40,11 @@ Plan make_plan(const KernelSet& ks, DType t, int64_t k, ActQuant mode) {
     p.tile = ks.f32_tile(t);
     return p;
   }
-  if (mode == ActQuant::kQ8) {
+  if (mode != ActQuant::kF32) {
     p.tile = ks.q8_tile(t, &p.format);
     if (p.tile != nullptr) {
       p.act_stride = p.format == ActFormat::kQ8_32 ? Act32Layout::row_bytes(k) : ActKLayout::row_bytes(k);
+      p.planes = mode == ActQuant::kQ16 ? 2 : 1;
       return p;
     }
   }
@@ -56,7 +58,7 @@ Plan make_plan(const KernelSet& ks, DType t, int64_t k, ActQuant mode) {
 size_t thread_scratch_bytes(int64_t k) { return align_up(tile_scratch_floats(k) * sizeof(float), 64); }
 
 size_t act_scratch_bytes(const Plan& p, int64_t n) {
-  return p.format == ActFormat::kF32 ? 0 : p.act_stride * static_cast<size_t>(n);
+  return p.format == ActFormat::kF32 ? 0 : p.act_stride * static_cast<size_t>(p.planes * n);
 }
 
 }  // namespace
@@ -110,9 +112,12 @@ void matmul(CpuIsa isa, const void* w, DType wtype, int64_t m, int64_t k, const 
 
   const uint8_t* act = reinterpret_cast<const uint8_t*>(x);
   if (plan.format != ActFormat::kF32) {
-    const QuantActFn quantize = plan.format == ActFormat::kQ8_32 ? ks.quantize_act32 : ks.quantize_actk;
+    const bool k32 = plan.format == ActFormat::kQ8_32;
+    const QuantActFn quantize = plan.planes == 2 ? (k32 ? ks.quantize_act32_planes : ks.quantize_actk_planes)
+                                                 : (k32 ? ks.quantize_act32 : ks.quantize_actk);
+    const size_t in_stride = static_cast<size_t>(plan.planes) * plan.act_stride;
     auto quantize_rows = [&](int64_t b, int64_t e) {
-      for (int64_t j = b; j < e; ++j) quantize(x + j * k, k, base + static_cast<size_t>(j) * plan.act_stride);
+      for (int64_t j = b; j < e; ++j) quantize(x + j * k, k, base + static_cast<size_t>(j) * in_stride);
     };
     if (n > 1 && n * k >= kMinParallelQuantElems) {
       pool.parallel_for(n, quantize_rows);
@@ -123,7 +128,9 @@ void matmul(CpuIsa isa, const void* w, DType wtype, int64_t m, int64_t k, const 
   }
 
   const int64_t num_tiles = (m + kTileRows - 1) / kTileRows;
-  const int64_t chunk = std::max<int64_t>(1, static_cast<int64_t>(kActChunkBytes / plan.act_stride));
+  // Input rows per pass; the tile sees planes * that many activation rows.
+  const int64_t chunk = std::max<int64_t>(1, static_cast<int64_t>(kActChunkBytes / (plan.planes * plan.act_stride)));
+  const size_t in_stride = static_cast<size_t>(plan.planes) * plan.act_stride;
   const bool parallel = num_threads > 1 && num_tiles >= 2 && m * k * n >= kMinParallelMacs;
   // Row tiles are handed out in runs of `grain` (about kRunsPerThread per thread) to whichever
   // thread is free: a thread slowed by other load on its core takes fewer runs instead of making
@@ -139,13 +146,14 @@ void matmul(CpuIsa isa, const void* w, DType wtype, int64_t m, int64_t k, const 
     a.scratch = reinterpret_cast<float*>(base + act_bytes + static_cast<size_t>(share) * per_thread);
     a.ldy = m;
     a.dequant = plan.dequant;
+    a.planes = plan.planes;
     for (;;) {
       const int64_t t0 = next_tile.fetch_add(grain, std::memory_order_relaxed);
       if (t0 >= num_tiles) break;
       const int64_t t1 = std::min(t0 + grain, num_tiles);
       for (int64_t c0 = 0; c0 < n; c0 += chunk) {
-        a.act = act + static_cast<size_t>(c0) * plan.act_stride;
-        a.nc = std::min(chunk, n - c0);
+        a.act = act + static_cast<size_t>(c0) * in_stride;
+        a.nc = std::min(chunk, n - c0) * plan.planes;
         for (int64_t t = t0; t < t1; ++t) {
           const int64_t r0 = t * kTileRows;
           a.w = static_cast<const uint8_t*>(w) + static_cast<size_t>(r0) * rb;

@@ -1,7 +1,7 @@
 // matmul_bench: weight-streaming throughput of cpu::matmul on decode (n=1) and prefill shapes.
 // Reports us per call and GB/s of weight bytes. "cold" cycles through enough copies of the weight
 // matrix (>= 96 MB, like a whole model) that every call streams from L3/DRAM; "hot" reuses one.
-//   matmul_bench [--types q4_1,q8_0] [--threads 1,2] [--n 1,128] [--isa avx2|avx512] [--exact]
+//   matmul_bench [--types q4_1,q8_0] [--threads 1,2] [--n 1,128] [--isa avx2|avx512] [--exact|--q8]
 //                [--shapes 576x576,1536x576]  (m x k)
 //   matmul_bench --model smollm2|gemma3 [--threads 1,2] [--n 1]: every matmul of one forward step of
 //                the model (distinct weights per layer, the GGUF's types), as tokens/s of matmul time.
@@ -25,6 +25,8 @@ namespace {
 using kvasir::DType;
 using kvasir::ThreadPool;
 using namespace kvasir::cpu;
+
+const char* mode_name(ActQuant m) { return m == ActQuant::kQ8 ? "q8" : m == ActQuant::kQ16 ? "q16" : "f32"; }
 
 std::vector<std::string> split(const std::string& s) {
   std::vector<std::string> out;
@@ -103,7 +105,7 @@ int run_model(const std::string& name, const std::vector<int>& threads, const st
     }
   }
   std::printf("model=%s isa=%s mode=%s: %zu matmuls, %.1f MB of weights per step\n", name.c_str(),
-              std::string(isa_name(isa)).c_str(), mode == ActQuant::kQ8 ? "q8" : "f32", layers.size(), total / 1e6);
+              std::string(isa_name(isa)).c_str(), mode_name(mode), layers.size(), total / 1e6);
   for (int64_t n : ns) {
     const std::vector<float> x = testing::random_floats(static_cast<size_t>(n) * 2048, rng);
     std::vector<float> y(static_cast<size_t>(n) * 262144);
@@ -156,7 +158,7 @@ int main(int argc, char** argv) {
   std::vector<int64_t> ns = {1, 128};
   std::vector<std::pair<int64_t, int64_t>> shapes = {{576, 576}, {1536, 576}, {576, 1536}, {49152, 576}};
   CpuIsa isa = active_isa();
-  ActQuant mode = ActQuant::kQ8;
+  ActQuant mode = ActQuant::kQ16;
   std::string model;
   for (int i = 1; i < argc; ++i) {
     const std::string a = argv[i];
@@ -166,6 +168,7 @@ int main(int argc, char** argv) {
     else if (a == "--n") { ns.clear(); for (auto& t : split(v)) ns.push_back(std::stoll(t)); ++i; }
     else if (a == "--isa") { isa = v == "avx2" ? CpuIsa::kAvx2 : CpuIsa::kAvx512; ++i; }
     else if (a == "--exact") { mode = ActQuant::kF32; }
+    else if (a == "--q8") { mode = ActQuant::kQ8; }
     else if (a == "--model") { model = v; ++i; }
     else if (a == "--shapes") {
       shapes.clear();
@@ -175,7 +178,7 @@ int main(int argc, char** argv) {
   }
   if (!cpu_supports(isa)) isa = CpuIsa::kAvx2;
   if (!model.empty()) return run_model(model, threads, ns, isa, mode);
-  std::printf("isa=%s mode=%s\n", std::string(isa_name(isa)).c_str(), mode == ActQuant::kQ8 ? "q8" : "f32");
+  std::printf("isa=%s mode=%s\n", std::string(isa_name(isa)).c_str(), mode_name(mode));
   std::printf("%-6s %6s %6s %5s %3s | %10s %8s | %10s %8s | %10s %8s | %10s %8s\n", "type", "m", "k", "n", "thr",
               "hot us", "GB/s", "cold us", "GB/s", "cpu us", "GB/s", "min us", "GB/s");
   std::mt19937 rng(42);

@@ -35,7 +35,8 @@ std::vector<Shape> shapes_for(DType t) {
 }
 
 // Reference in double over the dequantized weights and the given activations.
-std::vector<double> reference(const std::vector<float>& wf, const std::vector<float>& x, const Shape& s,
+template <typename X>
+std::vector<double> reference(const std::vector<float>& wf, const std::vector<X>& x, const Shape& s,
                               std::vector<double>* abs_sum) {
   std::vector<double> y(static_cast<size_t>(s.n * s.m));
   abs_sum->assign(y.size(), 0.0);
@@ -54,23 +55,36 @@ std::vector<double> reference(const std::vector<float>& wf, const std::vector<fl
   return y;
 }
 
-// x with each row replaced by what the int8 path sees: its quantized-then-dequantized values.
-std::vector<float> fake_quantized(const std::vector<float>& x, const Shape& s, bool k_format) {
-  std::vector<float> out(x.size());
+// x with each row replaced by what the quantized path sees: its quantized-then-dequantized values
+// (kQ16: the sum of both planes, in double).
+std::vector<double> fake_quantized(const std::vector<float>& x, const Shape& s, bool k_format, ActQuant mode) {
+  std::vector<double> out(x.size());
   const size_t bytes = k_format ? ActKLayout::row_bytes(s.k) : Act32Layout::row_bytes(s.k);
   const int64_t block = k_format ? 256 : 32;
-  std::vector<uint8_t> row(bytes);
+  const int planes = mode == ActQuant::kQ16 ? 2 : 1;
+  std::vector<uint8_t> row(bytes * static_cast<size_t>(planes));
   for (int64_t j = 0; j < s.n; ++j) {
     const float* xr = x.data() + j * s.k;
-    if (k_format) {
+    if (planes == 2) {
+      if (k_format) {
+        quantize_actk_planes_ref(xr, s.k, row.data());
+      } else {
+        quantize_act32_planes_ref(xr, s.k, row.data());
+      }
+    } else if (k_format) {
       quantize_actk_ref(xr, s.k, row.data());
     } else {
       quantize_act32_ref(xr, s.k, row.data());
     }
-    const auto* q = reinterpret_cast<const int8_t*>(row.data());
-    const auto* d = reinterpret_cast<const float*>(row.data() + s.k);
-    const int64_t d_stride = k_format ? 1 : 2;  // Act32 interleaves (d, s)
-    for (int64_t i = 0; i < s.k; ++i) out[j * s.k + i] = d[i / block * d_stride] * static_cast<float>(q[i]);
+    for (int p = 0; p < planes; ++p) {
+      const uint8_t* r = row.data() + static_cast<size_t>(p) * bytes;
+      const auto* q = reinterpret_cast<const int8_t*>(r);
+      const auto* d = reinterpret_cast<const float*>(r + s.k);
+      const int64_t d_stride = k_format ? 1 : 2;  // Act32 interleaves (d, s)
+      for (int64_t i = 0; i < s.k; ++i) {
+        out[j * s.k + i] += static_cast<double>(d[i / block * d_stride]) * static_cast<double>(q[i]);
+      }
+    }
   }
   return out;
 }
@@ -95,25 +109,28 @@ TEST_P(MatmulTest, MatchesF32ReferenceOnEveryIsaAndMode) {
     std::vector<float> wf(static_cast<size_t>(s.m * s.k));
     const size_t rb = *row_bytes(t, s.k);
     for (int64_t r = 0; r < s.m; ++r) dequantize_row_ref(t, w.data() + r * rb, wf.data() + r * s.k, s.k);
-    std::vector<double> mag, mag_q;
+    std::vector<double> mag, mag_q8, mag_q16;
     const std::vector<double> ref = reference(wf, x, s, &mag);
     const bool int8 = has_int8_kernel(t);
-    const std::vector<double> ref_q =
-        int8 ? reference(wf, fake_quantized(x, s, block_size(t) == 256), s, &mag_q) : ref;
-    if (!int8) mag_q = mag;
+    const bool k_format = block_size(t) == 256;
+    const std::vector<double> ref_q8 =
+        int8 ? reference(wf, fake_quantized(x, s, k_format, ActQuant::kQ8), s, &mag_q8) : ref;
+    const std::vector<double> ref_q16 =
+        int8 ? reference(wf, fake_quantized(x, s, k_format, ActQuant::kQ16), s, &mag_q16) : ref;
+    if (!int8) mag_q8 = mag_q16 = mag;
 
     for (CpuIsa isa : runnable_isas()) {
-      for (ActQuant mode : {ActQuant::kF32, ActQuant::kQ8}) {
+      for (ActQuant mode : {ActQuant::kF32, ActQuant::kQ8, ActQuant::kQ16}) {
         for (ThreadPool* pool : {&pool1, &pool2}) {
-          const std::string what = std::string(dtype_name(t)) + " " + std::string(isa_name(isa)) +
-                                   (mode == ActQuant::kQ8 ? " q8" : " f32") + " m=" + std::to_string(s.m) +
-                                   " k=" + std::to_string(s.k) + " n=" + std::to_string(s.n) +
-                                   " threads=" + std::to_string(pool->num_threads());
+          const char* mode_name = mode == ActQuant::kQ8 ? " q8" : mode == ActQuant::kQ16 ? " q16" : " f32";
+          const std::string what = std::string(dtype_name(t)) + " " + std::string(isa_name(isa)) + mode_name +
+                                   " m=" + std::to_string(s.m) + " k=" + std::to_string(s.k) +
+                                   " n=" + std::to_string(s.n) + " threads=" + std::to_string(pool->num_threads());
           std::vector<float> y(static_cast<size_t>(s.n * s.m), NAN);
           matmul(isa, w.data(), t, s.m, s.k, x.data(), s.n, y.data(), *pool, mode, scratch);
-          const bool q8 = mode == ActQuant::kQ8 && int8;
-          const std::vector<double>& exact = q8 ? ref_q : ref;
-          const std::vector<double>& bound = q8 ? mag_q : mag;
+          const bool quant = mode != ActQuant::kF32 && int8;
+          const std::vector<double>& exact = !quant ? ref : mode == ActQuant::kQ8 ? ref_q8 : ref_q16;
+          const std::vector<double>& bound = !quant ? mag : mode == ActQuant::kQ8 ? mag_q8 : mag_q16;
           double err2 = 0, ref2 = 0;
           for (size_t i = 0; i < y.size(); ++i) {
             // Per element: only summation order (and, for q8, the int8 rounding already in
@@ -123,9 +140,10 @@ TEST_P(MatmulTest, MatchesF32ReferenceOnEveryIsaAndMode) {
             ref2 += ref[i] * ref[i];
           }
           // Against the true f32 product, int8 activations cost ~0.4% (rms); allow 1%, or 3% when
-          // there are too few outputs for the rms to settle.
+          // there are too few outputs for the rms to settle. 16-bit activations: ~256x less.
           const double q8_bound = y.size() >= 64 ? 1e-2 : 3e-2;
-          EXPECT_LT(std::sqrt(err2 / ref2), mode == ActQuant::kQ8 ? q8_bound : 1e-5) << what;
+          const double bound_rel = !quant ? 1e-5 : mode == ActQuant::kQ8 ? q8_bound : q8_bound / 128;
+          EXPECT_LT(std::sqrt(err2 / ref2), bound_rel) << what;
         }
       }
     }
@@ -148,7 +166,7 @@ TEST_P(MatmulTest, RowResultsAreBatchInvariant) {
   ThreadPool pool1(1), pool2(2);
   MatmulScratch scratch;
   for (CpuIsa isa : runnable_isas()) {
-    for (ActQuant mode : {ActQuant::kF32, ActQuant::kQ8}) {
+    for (ActQuant mode : {ActQuant::kF32, ActQuant::kQ8, ActQuant::kQ16}) {
       std::vector<float> batch(static_cast<size_t>(n * m));
       matmul(isa, w.data(), t, m, k, x.data(), n, batch.data(), pool2, mode, scratch);
       for (int64_t j = 0; j < n; ++j) {
