@@ -252,5 +252,32 @@ TEST_F(EngineE2ETest, BadRequestsAreRejectedAndAbortFreesBlocks) {
   EXPECT_EQ(engine.metrics().num_requests_running.load(), 0);
 }
 
+TEST_F(EngineE2ETest, LockStepOutputProcessingGivesTheSameStreams) {
+  // --disable-async-output-proc only changes when detokenization runs, never what it produces.
+  std::vector<PromptInput> prompts = to_inputs(varied_prompts());
+  prompts.resize(8);
+  SamplingParams sp;
+  sp.temperature = 0;
+  sp.max_tokens = 12;
+  sp.ignore_eos = true;
+  auto overlapped = LLM::create(args(8, int64_t{128} << 20));
+  ASSERT_TRUE(overlapped.ok());
+  auto a = (*overlapped)->generate(prompts, sp);
+  ASSERT_TRUE(a.ok());
+  EXPECT_GT((*overlapped)->engine().output_processing_s(), 0.0);
+  overlapped->reset();
+  EngineArgs ea = args(8, int64_t{128} << 20);
+  ea.disable_async_output_proc = true;
+  auto lock_step = LLM::create(ea);
+  ASSERT_TRUE(lock_step.ok());
+  auto b = (*lock_step)->generate(prompts, sp);
+  ASSERT_TRUE(b.ok());
+  ASSERT_EQ(a->size(), b->size());
+  for (size_t i = 0; i < a->size(); ++i) {
+    EXPECT_EQ((*a)[i].outputs[0].text, (*b)[i].outputs[0].text);
+    EXPECT_EQ((*a)[i].outputs[0].token_ids, (*b)[i].outputs[0].token_ids);
+  }
+}
+
 }  // namespace
 }  // namespace kvasir::testing

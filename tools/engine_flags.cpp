@@ -10,7 +10,7 @@ void add_engine_flags(std::set<std::string>& v, std::set<std::string>& b) {
                         "long-prefill-token-threshold", "load-format", "gpu-memory-utilization"}) {
     v.insert(f);
   }
-  for (const char* f : {"enable-prefix-caching", "exact-matmul", "enforce-eager"}) b.insert(f);
+  for (const char* f : {"enable-prefix-caching", "exact-matmul", "enforce-eager", "disable-async-output-proc"}) b.insert(f);
 }
 
 std::string engine_flags_help() {
@@ -29,7 +29,8 @@ std::string engine_flags_help() {
          "  --exact-matmul               float32 activations in quantized matmuls (slower, reference accuracy)\n"
          "  --load-format auto|dummy     dummy: random weights, --model is an HF config.json (default auto)\n"
          "  --gpu-memory-utilization F   GPU memory share for weights, activations and KV cache (default 0.9)\n"
-         "  --enforce-eager              CUDA: launch kernels one by one, no CUDA graphs\n";
+         "  --enforce-eager              CUDA: launch kernels one by one, no CUDA graphs\n"
+         "  --disable-async-output-proc  detokenize in lock step with the forward pass (measures the overlap)\n";
 }
 
 StatusOr<EngineArgs> engine_args_from(const Args& a) {
@@ -70,6 +71,7 @@ StatusOr<EngineArgs> engine_args_from(const Args& a) {
   e.scheduling_policy = a.get("scheduling-policy", "fcfs");
   e.load_format = a.get("load-format", "auto");
   e.enforce_eager = a.get_bool("enforce-eager", false);
+  e.disable_async_output_proc = a.get_bool("disable-async-output-proc", false);
   if (a.has("gpu-memory-utilization")) {
     const std::string u = a.get("gpu-memory-utilization");
     char* end = nullptr;

@@ -28,6 +28,7 @@ struct EngineArgs {
   std::string load_format = "auto";    // auto | dummy (random weights; --model is a config.json)
   double gpu_memory_utilization = 0.9; // share of GPU memory for weights, activations and KV cache
   bool enforce_eager = false;          // CUDA: no graphs
+  bool disable_async_output_proc = false;  // detokenize in lock step with the engine (for A/B only)
 
   Status validate() const;
 };

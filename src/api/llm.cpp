@@ -96,6 +96,7 @@ StatusOr<std::unique_ptr<LLM>> LLM::create(const EngineArgs& args) {
   eo.scheduler.policy = args.scheduling_policy == "priority" ? SchedulingPolicy::kPriority : SchedulingPolicy::kFcfs;
   KVASIR_RETURN_IF_ERROR(eo.scheduler.validate());
   eo.max_logprobs = args.max_logprobs;
+  eo.async_output_proc = !args.disable_async_output_proc;
   eo.eos_token_ids = llm->model_->eos_token_ids;
 
   RunnerConfig rc;

@@ -5,6 +5,7 @@
 
 #include <chrono>
 #include <condition_variable>
+#include <cstdint>
 #include <deque>
 #include <mutex>
 #include <optional>
@@ -18,6 +19,7 @@ class BlockingQueue {
     {
       std::lock_guard<std::mutex> lock(mu_);
       items_.push_back(std::move(value));
+      ++num_pushed_;
     }
     cv_.notify_one();
   }
@@ -49,6 +51,11 @@ class BlockingQueue {
     std::lock_guard<std::mutex> lock(mu_);
     return closed_;
   }
+  // Items ever pushed (a consumer compares it with what it has finished).
+  uint64_t num_pushed() const {
+    std::lock_guard<std::mutex> lock(mu_);
+    return num_pushed_;
+  }
   size_t size() const {
     std::lock_guard<std::mutex> lock(mu_);
     return items_.size();
@@ -65,6 +72,7 @@ class BlockingQueue {
   std::condition_variable cv_;
   std::deque<T> items_;
   bool closed_ = false;
+  uint64_t num_pushed_ = 0;
 };
 
 }  // namespace kvasir

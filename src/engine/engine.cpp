@@ -9,6 +9,7 @@ Engine::Engine(const EngineOptions& opts, const Tokenizer& tokenizer, int32_t vo
     : opts_(opts), vocab_size_(vocab_size) {
   core_ = std::make_unique<EngineCore>(opts.scheduler, std::move(runner), metrics_, core_outputs_);
   processor_ = std::make_unique<OutputProcessor>(tokenizer, *core_, metrics_, core_outputs_);
+  if (!opts.async_output_proc) core_->set_after_publish([p = processor_.get()] { p->wait_idle(); });
   processor_->start();
   core_->start();
 }

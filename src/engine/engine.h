@@ -20,6 +20,9 @@ struct EngineOptions {
   SchedulerConfig scheduler;
   int max_logprobs = 20;
   std::vector<int32_t> eos_token_ids;  // first is the primary EOS; the rest act as stop tokens
+  // Detokenize step i while step i+1 runs (vLLM's asynchronous output processing); off only to
+  // measure what the overlap buys (--disable-async-output-proc).
+  bool async_output_proc = true;
 };
 
 struct AddRequestOptions {
@@ -47,6 +50,7 @@ class Engine {
   EngineMetrics& metrics() { return metrics_; }
   EngineCore& core() { return *core_; }
   int num_unfinished() const { return processor_->num_tracked(); }
+  double output_processing_s() const { return processor_->busy_s(); }
   const EngineOptions& options() const { return opts_; }
 
   // Stops both threads. Unfinished streams end with finish_reason "abort".

@@ -132,7 +132,10 @@ void EngineCore::loop() {
     for (const auto& o : outs.outputs) {
       if (o.finished()) live_.erase(o.req_id);
     }
-    if (!outs.outputs.empty()) outputs_.push(std::move(outs));
+    if (!outs.outputs.empty()) {
+      outputs_.push(std::move(outs));
+      if (after_publish_) after_publish_();
+    }
   }
   if (dead_) {
     // Answer whatever still arrives so no client waits forever.

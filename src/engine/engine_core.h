@@ -5,6 +5,7 @@
 #pragma once
 
 #include <atomic>
+#include <functional>
 #include <memory>
 #include <string>
 #include <thread>
@@ -37,6 +38,9 @@ class EngineCore {
   // Stops the loop after the current step; unfinished requests stay unfinished.
   void stop();
   void submit(EngineCoreCmd cmd) { inputs_.push(std::move(cmd)); }
+  // Called on the core thread after each step's outputs are pushed; set before start(). With
+  // asynchronous output processing off it waits for the OutputProcessor (no overlap).
+  void set_after_publish(std::function<void()> hook) { after_publish_ = std::move(hook); }
 
   bool dead() const { return dead_.load(); }
   const std::string& fault() const { return fault_; }
@@ -74,6 +78,7 @@ class EngineCore {
   int64_t fault_after_steps_ = -1;  // $KVASIR_TEST_FAULT_AFTER_STEPS; -1: off
   std::unordered_set<std::string> live_;  // requests added and not yet finished
   int64_t last_preemptions_ = 0, last_queries_ = 0, last_hits_ = 0;
+  std::function<void()> after_publish_;
 };
 
 }  // namespace kvasir

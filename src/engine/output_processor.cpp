@@ -59,8 +59,25 @@ void OutputProcessor::add(const std::string& req_id, int index, const std::vecto
 
 void OutputProcessor::loop() {
   while (auto batch = inputs_.pop()) {
+    const auto t0 = std::chrono::steady_clock::now();
     for (auto& out : batch->outputs) process(out);
+    busy_s_ = busy_s_.load() + std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+    {
+      std::lock_guard<std::mutex> lock(done_mu_);
+      ++num_done_;
+    }
+    done_cv_.notify_all();
   }
+  // Closed: release anyone still waiting for batches that will never be processed.
+  std::lock_guard<std::mutex> lock(done_mu_);
+  num_done_ = UINT64_MAX;
+  done_cv_.notify_all();
+}
+
+void OutputProcessor::wait_idle() {
+  const uint64_t target = inputs_.num_pushed();
+  std::unique_lock<std::mutex> lock(done_mu_);
+  done_cv_.wait(lock, [&] { return num_done_ >= target; });
 }
 
 static std::vector<PositionLogprobs> convert_logprobs(const LogprobsLists& l, size_t first_row, size_t num_rows) {

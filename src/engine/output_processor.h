@@ -5,7 +5,9 @@
 // in the engine core through a FinishRequestCmd. Must not touch the scheduler directly.
 #pragma once
 
+#include <atomic>
 #include <chrono>
+#include <condition_variable>
 #include <memory>
 #include <mutex>
 #include <string>
@@ -33,6 +35,11 @@ class OutputProcessor {
   void start();
   void stop();
   int num_tracked() const;
+  // Blocks until every batch pushed to the input queue so far has been processed. Used only when
+  // asynchronous output processing is off (--disable-async-output-proc), to measure the overlap.
+  void wait_idle();
+  // Seconds spent processing batches (what the overlap hides from the engine loop).
+  double busy_s() const { return busy_s_.load(); }
 
  private:
   struct State;
@@ -46,6 +53,10 @@ class OutputProcessor {
   mutable std::mutex mu_;
   std::unordered_map<std::string, std::unique_ptr<State>> states_;
   std::thread thread_;
+  std::mutex done_mu_;
+  std::condition_variable done_cv_;
+  uint64_t num_done_ = 0;  // batches processed
+  std::atomic<double> busy_s_{0.0};
 };
 
 }  // namespace kvasir
