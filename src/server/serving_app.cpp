@@ -72,12 +72,16 @@ http::Response transport_error_page(int status) {
     case 414: message = "The request URI is too long."; code = "uri_too_long"; break;
     case 431: message = "The request headers are too large (--max-header-bytes)."; code = "headers_too_large"; break;
     case 501: message = "Unsupported transfer coding."; code = "not_implemented"; break;
-    case 505: message = "HTTP version not supported (HTTP/1.0 and 1.1 only)."; code = "http_version_not_supported"; break;
+    case 505:
+      message = "HTTP version not supported (HTTP/1.0 and 1.1 only).";
+      code = "http_version_not_supported";
+      break;
     case 503: message = "Too many connections; retry later."; code = "service_unavailable"; break;
     case 500: message = "internal server error"; code = "internal_error"; break;
     default: break;
   }
-  http::Response r = error_response({status, message, status >= 500 ? "server_error" : "invalid_request_error", "", code});
+  const char* type = status >= 500 ? "server_error" : "invalid_request_error";
+  http::Response r = error_response({status, message, type, "", code});
   if (status == 503) r.headers.emplace_back("Retry-After", "1");
   return r;
 }
