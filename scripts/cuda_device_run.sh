@@ -8,7 +8,7 @@
 # CUDA variant in the background from the carried .carry/llamacpp-src.tgz (scripts/llamacpp.sh
 # pack; kept in /tmp/lc while the machine stays warm); gguf writes a random Llama-3.1-8B-shaped
 # F16 GGUF to local disk (scripts/cuda_random_gguf.py, gguf wheel from .whl); gguf_bench runs
-# llama-bench / llama-batched-bench and kvasir's benches on that file.
+# llama-bench / llama-batched-bench and kvasir's benches on that file (stage lconly: llama.cpp only).
 # Backend knobs for A/B runs (environment): KVASIR_CUDA_PDL=0, KVASIR_CUDA_FUSE=0,
 # KVASIR_CUDA_FUSE_NORM=1, KVASIR_CUDA_ATTN=2, KVASIR_CUDA_PROFILE=1 (per-op device time).
 set -uo pipefail
@@ -65,7 +65,7 @@ if has lcbuild && [[ ! -x $lc/build-cuda/bin/llama-bench && ! -f $lc/started ]] 
   mkdir -p $lc && tar xzf .carry/llamacpp-src.tgz -C $lc && cp scripts/llamacpp.sh $lc/ && touch $lc/started
   # Its own session, niced: it outlives this call while the machine stays warm (the next call
   # finds it running or done), and the GPU stages run meanwhile.
-  setsid nohup bash -c "KVASIR_LLAMACPP_DIR=$lc KVASIR_LLAMACPP_CUDA=1 JOBS=${KVASIR_LC_JOBS:-14} nice -n 19 \
+  setsid nohup bash -c "echo \$\$ >$lc/pid; KVASIR_LLAMACPP_DIR=$lc KVASIR_LLAMACPP_CUDA=1 JOBS=${KVASIR_LC_JOBS:-14} nice -n 19 \
     bash $lc/llamacpp.sh build >$lc/build.log 2>&1; echo rc=\$? >$lc/done" >/dev/null 2>&1 </dev/null &
   note "llama.cpp build started ($(cat .carry/llamacpp-src.tgz.SOURCE 2>/dev/null))"
 fi
@@ -82,18 +82,21 @@ if has tests; then
   rc=$?
   grep -E "^\[  (PASSED|FAILED) |FAILED|Failure|rel|Expected" "$OUT/ops_test.log" | head -40
   note "op tests: rc=$rc $(grep -E '^\[  PASSED' "$OUT/ops_test.log" | head -1) $(grep -c '^\[  FAILED  \]' "$OUT/ops_test.log") failed"
-  KVASIR_CUDA_ATTN=1 timeout 120 "$bin/cuda_ops_test" --gtest_filter='CudaAttention.*:CudaDecode*' >"$OUT/ops_test_attn1.log" 2>&1
-  note "op tests, attention v1: rc=$? $(grep -E '^\[  PASSED' "$OUT/ops_test_attn1.log" | head -1)"
+  for v in 1 3; do  # each decode kernel forced for every batch size
+    KVASIR_CUDA_ATTN=$v timeout 120 "$bin/cuda_ops_test" --gtest_filter='CudaAttention.*:CudaOps.Fused*:CudaOps.Decode*' \
+      >"$OUT/ops_test_attn$v.log" 2>&1
+    note "op tests, attention v$v forced: rc=$? $(grep -E '^\[  PASSED' "$OUT/ops_test_attn$v.log" | head -1) $(grep -c '^\[  FAILED  \]' "$OUT/ops_test_attn$v.log") failed"
+  done
   if command -v cuobjdump >/dev/null; then
     cuobjdump --dump-resource-usage "$bin/kvasir" 2>/dev/null | grep -A1 -E 'decode_v3|gemv_kernelILi1ELb0|gemv_gated_kernelILi1ELb0' \
-      | grep -oE 'Function [^:]+|REG:[0-9]+|STACK:[0-9]+|LOCAL:[0-9]+' | paste -sd' ' | sed 's/Function /\n/g' \
-      | sed -E 's/_ZN6kvasir4cuda12_GLOBAL__N_1//' | cut -c1-120 >"$OUT/resources.txt"
+      | paste - - | sed -E 's/.*(decode_v3_kernelILi[0-9]+ELi[0-9]+ELi[0-9]+E|gemv_kernelILi1ELb0E|gemv_gated_kernelILi1ELb0E).*(REG:[0-9]+ STACK:[0-9]+ SHARED:[0-9]+ LOCAL:[0-9]+).*/\1 \2/' \
+      >"$OUT/resources.txt"
     note "resources (v3: HD,KVH,GC): $(grep -E 'decode_v3_kernelILi128ELi8ELi4E|gemv_kernelILi1ELb0' "$OUT/resources.txt" | tr '\n' ';')"
   fi
 fi
 if has memcheck; then
   if command -v compute-sanitizer >/dev/null; then
-    timeout "${KVASIR_MEMCHECK_TIMEOUT:-120}" compute-sanitizer --tool memcheck --leak-check no \
+    KVASIR_CUDA_ATTN=3 timeout "${KVASIR_MEMCHECK_TIMEOUT:-120}" compute-sanitizer --tool memcheck --leak-check no \
       "$bin/cuda_ops_test" --gtest_filter='CudaOps.*:CudaAttention.Decode*:CudaAttention.Chunked*:CudaAttention.Prefill' \
       >"$OUT/memcheck.log" 2>&1
     rc=$?
@@ -122,9 +125,21 @@ if has latency; then
   # Default kernels (greedy tokens picked on the device), then A/B: the previous decode attention
   # kernel, and the host argmax over read-back logits (what the bench did before).
   lat b1 --batch-size 1
-  lat b64 --batch-size 64
-  KVASIR_CUDA_ATTN=1 lat b1_attn1 --batch-size 1
+  if [[ -z "${KVASIR_LAT_B1_ONLY:-}" ]]; then
+    lat b64 --batch-size 64
+    KVASIR_CUDA_ATTN=3 lat b1_attn3 --batch-size 1
+  fi
   [[ -n "${KVASIR_LAT_AB_ARGMAX:-}" ]] && KVASIR_BENCH_HOST_ARGMAX=1 lat b1_hostargmax --batch-size 1
+fi
+gguf=/tmp/llama8b-f16.gguf
+if has gguf && [[ ! -f $gguf ]]; then
+  python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target /tmp/site .whl/gguf-*.whl \
+    >"$OUT/gguf.log" 2>&1
+  PYTHONPATH=/tmp/site PYTHONUNBUFFERED=1 timeout 300 python3 scripts/cuda_random_gguf.py $gguf >>"$OUT/gguf.log" 2>&1
+  note "gguf: rc=$? $(tail -1 "$OUT/gguf.log") $(du -h $gguf 2>/dev/null | cut -f1)"
+fi
+if has lcwait; then
+  lc_wait "${KVASIR_LC_WAIT:-420}"
 fi
 if has throughput; then
   n=${KVASIR_TP_PROMPTS:-1000}
@@ -139,7 +154,7 @@ if has profile; then
   # Per-op device time (every step eager, events around each op) at long-context batch 256
   # (prefill in chunks, then decode) as the throughput run sees it; default decode attention,
   # then v1 (KVASIR_CUDA_ATTN=1) for the A/B.
-  for v in 3 1; do
+  for v in 0 1; do
     KVASIR_CUDA_ATTN=$v KVASIR_CUDA_PROFILE=1 timeout 150 "$bin/kvasir" bench latency --model $model --load-format dummy \
       --device cuda --batch-size 256 --input-len 1024 --output-len 8 --num-iters 1 --num-iters-warmup 0 \
       --max-num-batched-tokens 8192 >"$OUT/lat_b256_profile_attn$v.log" 2>&1
@@ -147,40 +162,42 @@ if has profile; then
     note "  $(grep -oE 'attention\((decode|prefill)\)=[0-9.]+\([0-9]+\)|gemv[^ ]*=[0-9.]+\([0-9]+\)|linear[^ ]*=[0-9.]+\([0-9]+\)' "$OUT/lat_b256_profile_attn$v.log" | tr '\n' ' ')"
   done
 fi
-gguf=/tmp/llama8b-f16.gguf
-if has gguf && [[ ! -f $gguf ]]; then
-  python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target /tmp/site .whl/gguf-*.whl \
-    >"$OUT/gguf.log" 2>&1
-  PYTHONPATH=/tmp/site PYTHONUNBUFFERED=1 timeout 300 python3 scripts/cuda_random_gguf.py $gguf >>"$OUT/gguf.log" 2>&1
-  note "gguf: rc=$? $(tail -1 "$OUT/gguf.log") $(du -h $gguf 2>/dev/null | cut -f1)"
+if has peer && [[ -f .carry/hf_llama8b.py ]]; then
+  # A background llama.cpp build is paused meanwhile: the peer's eager runs are host-bound.
+  lc_running=; [[ -f $lc/pid && ! -f $lc/done ]] && lc_running=$(cat $lc/pid)
+  [[ -n $lc_running ]] && kill -STOP -- -"$lc_running" 2>/dev/null
+  PYTHONUNBUFFERED=1 timeout 240 python3 .carry/hf_llama8b.py >"$OUT/peer.log" 2>&1
+  [[ -n $lc_running ]] && kill -CONT -- -"$lc_running" 2>/dev/null
+  tail -8 "$OUT/peer.log"
+  note "peer (HF transformers): $(tail -3 "$OUT/peer.log" | tr '\n' ' ')"
 fi
 if has gguf_bench && [[ -f $gguf ]]; then
-  # kvasir on the GGUF first (its F16 weights become bf16 on the device), then llama.cpp.
-  for B in 1 64; do
-    timeout 150 "$bin/kvasir" bench latency --model $gguf --device cuda --batch-size $B --input-len 128 \
-      --output-len 128 --num-iters 3 >"$OUT/gguf_lat_b$B.log" 2>&1
-    note "kvasir gguf latency b$B: rc=$? $(grep -E '^(prefill|decode)' "$OUT/gguf_lat_b$B.log" | tr '\n' ' ')"
-  done
-  timeout 150 "$bin/kvasir" bench latency --model $gguf --device cuda --batch-size 1 --input-len 512 \
-    --output-len 1 --num-iters 3 >"$OUT/gguf_pp512.log" 2>&1
-  note "kvasir gguf pp512: rc=$? $(grep -E '^prefill' "$OUT/gguf_pp512.log")"
+  # After the llama.cpp build (so neither engine shares the CPUs with it): kvasir on the GGUF (its
+  # F16 weights become bf16 on the device), then llama.cpp on the same file.
   lc_wait "${KVASIR_LC_WAIT:-420}"
+  if ! has lconly; then
+    # Batch 1 with a 512-token prompt: its prefill is llama-bench's pp512, its 128 decode steps
+    # (at 512-640 tokens of context) stand beside tg128; batch 64 x 128/128 beside batched-bench.
+    timeout 150 "$bin/kvasir" bench latency --model $gguf --device cuda --batch-size 1 --input-len 512 \
+      --output-len 128 --num-iters 3 >"$OUT/gguf_lat_b1.log" 2>&1
+    note "kvasir gguf b1 512/128: rc=$? $(grep -E '^(prefill|decode)' "$OUT/gguf_lat_b1.log" | tr '\n' ' ')"
+    note "  $(grep -E 'device steps' "$OUT/gguf_lat_b1.log" | head -1)"
+    timeout 150 "$bin/kvasir" bench latency --model $gguf --device cuda --batch-size 64 --input-len 128 \
+      --output-len 128 --num-iters 3 >"$OUT/gguf_lat_b64.log" 2>&1
+    note "kvasir gguf b64 128/128: rc=$? $(grep -E '^(prefill|decode)' "$OUT/gguf_lat_b64.log" | tr '\n' ' ')"
+  fi
   lb=$lc/build-cuda/bin
   if [[ -x $lb/llama-bench ]]; then
-    timeout 240 $lb/llama-bench -m $gguf -ngl 99 -fa 1 -p 512 -n 128 -r 3 -o md >"$OUT/llama_bench.log" 2>&1
+    timeout 200 $lb/llama-bench -m $gguf -ngl 99 -fa 1 -p 512 -n 128 -r 3 -o md >"$OUT/llama_bench.log" 2>&1
     note "llama-bench: rc=$? $(grep -E 'pp512|tg128' "$OUT/llama_bench.log" | tr -s ' ' | tr '\n' ' ')"
-    timeout 240 $lb/llama-batched-bench -m $gguf -ngl 99 -fa on -c 20480 -b 2048 -ub 512 -npp 128 -ntg 128 \
+    timeout 200 $lb/llama-batched-bench -m $gguf -ngl 99 -fa on -c 20480 -b 2048 -ub 512 -npp 128 -ntg 128 \
       -npl 1,16,64 >"$OUT/llama_batched.log" 2>&1
     note "llama-batched-bench: rc=$?"
     grep -E '^\|' "$OUT/llama_batched.log" | tail -5
+    for l in $(grep -E '^\|' "$OUT/llama_batched.log" | tail -3 | tr -d ' '); do note "  $l"; done
   else
     note "llama.cpp: no binaries"
   fi
-fi
-if has peer && [[ -f .carry/hf_llama8b.py ]]; then
-  PYTHONUNBUFFERED=1 timeout 240 python3 .carry/hf_llama8b.py >"$OUT/peer.log" 2>&1
-  tail -8 "$OUT/peer.log"
-  note "peer (HF transformers): $(tail -3 "$OUT/peer.log" | tr '\n' ' ')"
 fi
 
 [[ -f $lc/started && ! -f $lc/done ]] && note "llama.cpp build still running: $(grep -E '^\[[0-9]+/' $lc/build.log | tail -1 | cut -c1-60)"

@@ -153,7 +153,7 @@ case "$cmd" in
   pack)
     [[ $# -ge 2 ]] || { echo "usage: $0 pack TARBALL" >&2; exit 2; }
     fetch_source
-    tar czf "$2" -C "$ROOT" --exclude=src/models --exclude=src/docs --exclude=src/tests --exclude=src/benches \
+    tar czf "$2" -C "$ROOT" --anchored --exclude=src/models --exclude=src/docs --exclude=src/tests --exclude=src/benches \
       --exclude=src/examples --exclude=src/pocs --exclude=src/tools/ui --exclude=src/tools/server \
       --exclude=src/.github --exclude='src/ggml/src/ggml-sycl' --exclude='src/ggml/src/ggml-vulkan' \
       --exclude='src/ggml/src/ggml-opencl' --exclude='src/ggml/src/ggml-hexagon' src
