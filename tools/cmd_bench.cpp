@@ -212,8 +212,15 @@ int bench_throughput(const Args& a, EngineArgs ea) {
   std::printf("requests %lld, input tokens %lld, output tokens %lld, elapsed %.2f s, engine steps %lld, preemptions %lld\n",
               static_cast<long long>(*num), static_cast<long long>(in_tok), static_cast<long long>(out_tok), secs,
               static_cast<long long>(mt.num_steps.load()), static_cast<long long>(mt.num_preemptions.load()));
+  // Detokenization and stop-string work of the OutputProcessor: overlapped with the forward
+  // passes by default, on the engine's critical path with --disable-async-output-proc.
+  const double out_proc_s = (*llm)->engine().output_processing_s();
+  std::printf("output processing: %.3f s (%.2f%% of elapsed), %s\n", out_proc_s, 100.0 * out_proc_s / secs,
+              ea.disable_async_output_proc ? "in lock step with the engine" : "overlapped with the forward passes");
   Json j = Json::object();
   j.set("num_requests", *num);
+  j.set("output_processing_s", out_proc_s);
+  j.set("async_output_proc", !ea.disable_async_output_proc);
   j.set("elapsed_time", secs);
   j.set("requests_per_second", *num / secs);
   j.set("tokens_per_second", (in_tok + out_tok) / secs);
