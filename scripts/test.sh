@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # The whole test suite, as CI runs it (.ci/run calls exactly this): installs what is missing,
 # fetches the models, converts them to HF directories, builds (CPU only, ccache), runs every C++
-# test through ctest and the server suite through pytest.
+# test through ctest and the server suite through pytest, then the sanitizer/fuzz stage.
 set -euo pipefail
 root=$(cd "$(dirname "$0")/.." && pwd)
 cd "$root"
@@ -26,4 +26,11 @@ ctest --test-dir build --output-on-failure -j1 --timeout 1800 -LE model-full
 
 if [ -d tests/server ]; then
   KVASIR_BIN="$root/build/tools/kvasir" python3 -m pytest -q tests/server
+fi
+
+# Sanitizer stage (scripts/sanitize.sh): ASan+UBSan build running the unit and server tests, a
+# ThreadSanitizer build running the concurrency tests, and every fuzz target's regression inputs
+# plus a short fuzzing smoke run. KVASIR_SKIP_SANITIZERS=1 skips it (local quick runs only).
+if [ -z "${KVASIR_SKIP_SANITIZERS:-}" ]; then
+  bash scripts/sanitize.sh
 fi
