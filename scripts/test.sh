@@ -28,7 +28,7 @@ if [ -d tests/server ]; then
   KVASIR_BIN="$root/build/tools/kvasir" python3 -m pytest -q tests/server
 fi
 
-# Sanitizer stage (scripts/sanitize.sh): ASan+UBSan build running the unit and server tests, a
+# Sanitizer stage (scripts/sanitize.sh): ASan+UBSan build running the unit tests, a
 # ThreadSanitizer build running the concurrency tests, and every fuzz target's regression inputs
 # plus a short fuzzing smoke run. KVASIR_SKIP_SANITIZERS=1 skips it (local quick runs only).
 if [ -z "${KVASIR_SKIP_SANITIZERS:-}" ]; then
