@@ -12,6 +12,36 @@
 namespace kvasir::cuda {
 namespace {
 
+// The GQA group's query rows (ng of GC live; the rest zero), pre-scaled, 8 dims per lane: shared
+// by the decode kernels so they agree on what a query looks like.
+template <int GC>
+__device__ __forceinline__ void load_group_queries(const bf16* q_row, int head_dim, int ng, float scale,
+                                                   float (&qf)[GC][8]) {
+#pragma unroll
+  for (int g = 0; g < GC; ++g) {
+    if (g < ng) {
+      load8(q_row + g * head_dim, qf[g]);
+#pragma unroll
+      for (int e = 0; e < 8; ++e) qf[g][e] *= scale;
+    } else {
+#pragma unroll
+      for (int e = 0; e < 8; ++e) qf[g][e] = 0.0f;
+    }
+  }
+}
+
+// Online-softmax state of the group: running max, running sum, output accumulator.
+template <int GC>
+__device__ __forceinline__ void init_online_softmax(float (&m)[GC], float (&l)[GC], float (&acc)[GC][8]) {
+#pragma unroll
+  for (int g = 0; g < GC; ++g) {
+    m[g] = -INFINITY;
+    l[g] = 0.0f;
+#pragma unroll
+    for (int e = 0; e < 8; ++e) acc[g][e] = 0.0f;
+  }
+}
+
 constexpr int kDecodeThreads = 128;
 constexpr int kDecodeWarps = kDecodeThreads / 32;
 constexpr int kMaxPartition = 512;
@@ -73,17 +103,7 @@ __global__ void __launch_bounds__(kDecodeThreads) decode_kernel(AttentionArgs a,
   const int kv_heads = a.num_kv_heads;
 
   float qf[GC][8];
-#pragma unroll
-  for (int g = 0; g < GC; ++g) {
-    if (g < ng) {
-      load8(q + (token * num_heads + head0 + g) * HD + d0, qf[g]);
-#pragma unroll
-      for (int e = 0; e < 8; ++e) qf[g][e] *= a.scale;
-    } else {
-#pragma unroll
-      for (int e = 0; e < 8; ++e) qf[g][e] = 0.0f;
-    }
-  }
+  load_group_queries<GC>(q + (token * num_heads + head0) * HD + d0, HD, ng, a.scale, qf);
 
   float* scores = smem;  // [GC][part_tokens]
   // Phase 1: scores, kUnroll keys per row group in flight. Trip counts are uniform per warp so
@@ -252,25 +272,9 @@ __global__ void __launch_bounds__(kDecodeThreads) decode_v2_kernel(AttentionArgs
   const bf16* vc = static_cast<const bf16*>(a.v_cache);
   const int kv_heads = a.num_kv_heads;
   float qf[GC][8];
-#pragma unroll
-  for (int g = 0; g < GC; ++g) {
-    if (g < ng) {
-      load8(q + (token * num_heads + head0 + g) * HD + d0, qf[g]);
-#pragma unroll
-      for (int e = 0; e < 8; ++e) qf[g][e] *= a.scale;
-    } else {
-#pragma unroll
-      for (int e = 0; e < 8; ++e) qf[g][e] = 0.0f;
-    }
-  }
+  load_group_queries<GC>(q + (token * num_heads + head0) * HD + d0, HD, ng, a.scale, qf);
   float m[GC], l[GC], acc[GC][8];
-#pragma unroll
-  for (int g = 0; g < GC; ++g) {
-    m[g] = -INFINITY;
-    l[g] = 0.0f;
-#pragma unroll
-    for (int e = 0; e < 8; ++e) acc[g][e] = 0.0f;
-  }
+  init_online_softmax<GC>(m, l, acc);
   __syncthreads();  // block ids staged
 
   for (int jb = begin + warp * kRowsPerWarp; jb < end; jb += kRows * kUnroll) {
@@ -533,25 +537,9 @@ __global__ void __launch_bounds__(kV3Threads, GC >= 8 ? 1 : 2)
   const float qscale = capped ? a.scale : a.scale * kLog2e;  // scores kept in log2 units
   const bf16* q = static_cast<const bf16*>(a.q);
   float qf[GC][8];
-#pragma unroll
-  for (int g = 0; g < GC; ++g) {
-    if (g < group) {
-      load8(q + (token * num_heads + head0 + g) * HD + d0, qf[g]);
-#pragma unroll
-      for (int e = 0; e < 8; ++e) qf[g][e] *= qscale;
-    } else {
-#pragma unroll
-      for (int e = 0; e < 8; ++e) qf[g][e] = 0.0f;
-    }
-  }
+  load_group_queries<GC>(q + (token * num_heads + head0) * HD + d0, HD, group, qscale, qf);
   float m[GC], l[GC], acc[GC][8];
-#pragma unroll
-  for (int g = 0; g < GC; ++g) {
-    m[g] = -INFINITY;
-    l[g] = 0.0f;
-#pragma unroll
-    for (int e = 0; e < 8; ++e) acc[g][e] = 0.0f;
-  }
+  init_online_softmax<GC>(m, l, acc);
 
   for (int i = 0; i < ntiles; ++i) {
     cp_async_wait<kV3Stages - 2>();
