@@ -1,6 +1,8 @@
-// Which x86 kernel set runs: the AVX2+FMA+F16C baseline, or AVX-512 (F/BW/VL/VNNI) chosen at
-// run time from cpuid. KVASIR_CPU_ISA=avx2 in the environment pins the baseline (read once), so
-// both paths can be exercised on one machine; tests and benchmarks may also name an ISA directly.
+// Which x86 kernel set runs: the AVX2+FMA+F16C baseline, AVX-512 (F/BW/VL/VNNI), or AVX-512 plus
+// AMX-INT8 tiles for batched int8 matmuls, chosen at run time from cpuid (AMX also needs the
+// kernel's per-process permission for tile data, asked for once). KVASIR_CPU_ISA=avx2|avx512|amx
+// in the environment pins one (read once), so every path can be exercised on one machine; tests
+// and benchmarks may also name an ISA directly.
 // Must not be used to change kernels mid-run: the choice is made once per process.
 #pragma once
 
@@ -8,7 +10,8 @@
 
 namespace kvasir::cpu {
 
-enum class CpuIsa { kAvx2, kAvx512 };
+// kAmx computes exactly what kAvx512 does (same y bits); it is only faster on large batches.
+enum class CpuIsa { kAvx2, kAvx512, kAmx };
 
 // True when this CPU and OS can run kernels built for `isa`.
 bool cpu_supports(CpuIsa isa);

@@ -6,7 +6,8 @@
 namespace kvasir::cpu {
 
 const KernelSet& kernel_set(CpuIsa isa) {
-  if (isa == CpuIsa::kAvx512 && cpu_supports(CpuIsa::kAvx512)) return avx512::kernels();
+  // AMX adds tiles for batched matmuls (matmul.cpp) on top of the AVX-512 set.
+  if ((isa == CpuIsa::kAvx512 || isa == CpuIsa::kAmx) && cpu_supports(CpuIsa::kAvx512)) return avx512::kernels();
   return avx2::kernels();
 }
 

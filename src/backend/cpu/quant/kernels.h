@@ -1,6 +1,6 @@
 // Internal contract between the matmul driver and the per-ISA kernel sets (kernels_avx2.cpp,
-// kernels_avx512.cpp): the quantized-activation row layouts kept in scratch, and the tile
-// functions. Not a public header: only cpu/quant includes it.
+// kernels_avx512.cpp, kernels_amx.cpp): the quantized-activation row layouts kept in scratch, and
+// the tile functions. Not a public header: only cpu/quant includes it.
 // Must not hold policy (threading, tiling over n): that is matmul.cpp's.
 #pragma once
 
@@ -48,11 +48,12 @@ using DequantFn = void (*)(const void* src, float* dst, int64_t k);
 
 enum class ActFormat { kF32, kQ8_32, kQ8_K };
 
-// One call computes y for up to 4 consecutive weight rows against `nc` activation rows.
+// One call computes y for up to 4 (AMX tiles: 16) consecutive weight rows against `nc` activation
+// rows.
 struct TileArgs {
   const uint8_t* w;      // first weight row of the tile
   size_t w_stride;       // bytes between weight rows
-  int nr;                // rows in the tile, 1..4
+  int nr;                // rows in the tile, 1..4 (AMX: 1..16)
   int64_t k;             // elements per row
   const void* act;       // first activation row: f32 [nc, k] or a quantized layout above
   size_t act_stride;     // bytes between activation rows
@@ -89,6 +90,20 @@ const KernelSet& kernels();
 }
 namespace avx512 {
 const KernelSet& kernels();
+}
+
+namespace amx {
+// AMX-INT8 tile for the 32-element block type `t` (kQ8_32 activations), or nullptr. Bit-identical
+// to the AVX-512 q8 tile. Takes up to kAmxTileRows weight rows; reads activation rows up to the
+// next multiple of kAmxTileCols input rows (callers pad the buffer), and amx_scratch_bytes(k) of
+// per-thread scratch. Call only where cpu_supports(CpuIsa::kAmx).
+TileFn amx_tile_fn(DType t);
+}  // namespace amx
+constexpr int64_t kAmxTileRows = 16, kAmxTileCols = 16;
+inline size_t amx_scratch_bytes(int64_t k) {
+  // B blocks (512 bytes) + dw, mw (64 bytes each) per block, two stages of int32 results (8
+  // blocks x 2 planes x 1 KiB each), float accumulators (16 inputs x 4 x 64 bytes).
+  return static_cast<size_t>(k / 32) * 640 + 2 * 16384 + 4096 + 64;
 }
 
 // The reference dequantizer of `t` as a plain function pointer (nullptr if unsupported).

@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <atomic>
 #include <cstdlib>
+#include <cstring>
 #include <string>
 
 #include "backend/cpu/quant/dequantize.h"
@@ -22,6 +23,9 @@ constexpr int64_t kMinParallelMacs = int64_t{1} << 16;
 constexpr int64_t kRunsPerThread = 8;
 // Quantizing activations is worth a parallel region only for large batches.
 constexpr int64_t kMinParallelQuantElems = int64_t{1} << 16;
+// Input rows from which the AMX tiles take over from the AVX-512 q8 tiles (same results; the
+// tile unit pays off once a 16-row activation tile is mostly full).
+constexpr int64_t kAmxMinRows = 16;
 
 bool is_dense(DType t) { return t == DType::kF32 || t == DType::kF16 || t == DType::kBF16; }
 
@@ -31,9 +35,10 @@ struct Plan {
   DequantFn dequant = nullptr;  // generic tile only
   size_t act_stride = 0;        // bytes between activation rows as the tile reads them
   int planes = 1;               // activation rows the tile reads per input row (kQ16: 2)
+  TileFn amx_tile = nullptr;    // AMX tile for batches of at least kAmxMinRows input rows
 };
 
-Plan make_plan(const KernelSet& ks, DType t, int64_t k, ActQuant mode) {
+Plan make_plan(CpuIsa isa, const KernelSet& ks, DType t, int64_t k, ActQuant mode) {
   Plan p;
   p.act_stride = static_cast<size_t>(k) * sizeof(float);
   if (is_dense(t)) {
@@ -45,6 +50,9 @@ Plan make_plan(const KernelSet& ks, DType t, int64_t k, ActQuant mode) {
     if (p.tile != nullptr) {
       p.act_stride = p.format == ActFormat::kQ8_32 ? Act32Layout::row_bytes(k) : ActKLayout::row_bytes(k);
       p.planes = mode == ActQuant::kQ16 ? 2 : 1;
+      if (isa == CpuIsa::kAmx && p.format == ActFormat::kQ8_32 && cpu_supports(CpuIsa::kAmx)) {
+        p.amx_tile = amx::amx_tile_fn(t);
+      }
       return p;
     }
   }
@@ -57,8 +65,20 @@ Plan make_plan(const KernelSet& ks, DType t, int64_t k, ActQuant mode) {
 
 size_t thread_scratch_bytes(int64_t k) { return align_up(tile_scratch_floats(k) * sizeof(float), 64); }
 
+bool use_amx(const Plan& p, int64_t n) { return p.amx_tile != nullptr && n >= kAmxMinRows; }
+
+// Input rows the activation buffer holds: AMX tiles read whole 16-row groups.
+int64_t padded_rows(const Plan& p, int64_t n) {
+  return use_amx(p, n) ? (n + kAmxTileCols - 1) / kAmxTileCols * kAmxTileCols : n;
+}
+
 size_t act_scratch_bytes(const Plan& p, int64_t n) {
-  return p.format == ActFormat::kF32 ? 0 : p.act_stride * static_cast<size_t>(p.planes * n);
+  return p.format == ActFormat::kF32 ? 0 : p.act_stride * static_cast<size_t>(p.planes * padded_rows(p, n));
+}
+
+size_t per_thread_bytes(const Plan& p, int64_t k, int64_t n) {
+  const size_t b = thread_scratch_bytes(k);
+  return use_amx(p, n) ? std::max(b, align_up(amx_scratch_bytes(k), 64)) : b;
 }
 
 }  // namespace
@@ -93,8 +113,8 @@ Status matmul_supported(DType wtype, int64_t k) {
 }
 
 size_t matmul_scratch_bytes(DType wtype, int64_t k, int64_t n, int num_threads, ActQuant mode) {
-  const Plan p = make_plan(kernel_set(active_isa()), wtype, k, mode);
-  return act_scratch_bytes(p, n) + static_cast<size_t>(std::max(num_threads, 1)) * thread_scratch_bytes(k);
+  const Plan p = make_plan(active_isa(), kernel_set(active_isa()), wtype, k, mode);
+  return act_scratch_bytes(p, n) + static_cast<size_t>(std::max(num_threads, 1)) * per_thread_bytes(p, k, n);
 }
 
 void matmul(CpuIsa isa, const void* w, DType wtype, int64_t m, int64_t k, const float* x, int64_t n, float* y,
@@ -103,11 +123,12 @@ void matmul(CpuIsa isa, const void* w, DType wtype, int64_t m, int64_t k, const 
   KVASIR_CHECK(m >= 0 && n >= 0);
   if (m == 0 || n == 0) return;
   const KernelSet& ks = kernel_set(isa);
-  const Plan plan = make_plan(ks, wtype, k, mode);
+  const Plan plan = make_plan(isa, ks, wtype, k, mode);
   const size_t rb = *row_bytes(wtype, k);
   const int num_threads = pool.num_threads();
   const size_t act_bytes = act_scratch_bytes(plan, n);
-  const size_t per_thread = thread_scratch_bytes(k);
+  const size_t per_thread = per_thread_bytes(plan, k, n);
+  const bool amx = use_amx(plan, n);
   auto* base = static_cast<uint8_t*>(scratch.get(act_bytes + static_cast<size_t>(num_threads) * per_thread));
 
   const uint8_t* act = reinterpret_cast<const uint8_t*>(x);
@@ -125,11 +146,19 @@ void matmul(CpuIsa isa, const void* w, DType wtype, int64_t m, int64_t k, const 
       quantize_rows(0, n);
     }
     act = base;
+    if (amx) {
+      // The padding rows are read by the tiles, never stored: keep them defined.
+      const size_t used = in_stride * static_cast<size_t>(n);
+      std::memset(base + used, 0, act_bytes - used);
+    }
   }
 
-  const int64_t num_tiles = (m + kTileRows - 1) / kTileRows;
-  // Input rows per pass; the tile sees planes * that many activation rows.
-  const int64_t chunk = std::max<int64_t>(1, static_cast<int64_t>(kActChunkBytes / (plan.planes * plan.act_stride)));
+  const int64_t tile_rows = amx ? kAmxTileRows : kTileRows;
+  const TileFn tile = amx ? plan.amx_tile : plan.tile;
+  const int64_t num_tiles = (m + tile_rows - 1) / tile_rows;
+  // Input rows per pass; the tile sees planes * that many activation rows (AMX: whole 16-row groups).
+  int64_t chunk = std::max<int64_t>(1, static_cast<int64_t>(kActChunkBytes / (plan.planes * plan.act_stride)));
+  if (amx) chunk = std::max(kAmxTileCols, chunk / kAmxTileCols * kAmxTileCols);
   const size_t in_stride = static_cast<size_t>(plan.planes) * plan.act_stride;
   const bool parallel = num_threads > 1 && num_tiles >= 2 && m * k * n >= kMinParallelMacs;
   // Row tiles are handed out in runs of `grain` (about kRunsPerThread per thread) to whichever
@@ -155,11 +184,11 @@ void matmul(CpuIsa isa, const void* w, DType wtype, int64_t m, int64_t k, const 
         a.act = act + static_cast<size_t>(c0) * in_stride;
         a.nc = std::min(chunk, n - c0) * plan.planes;
         for (int64_t t = t0; t < t1; ++t) {
-          const int64_t r0 = t * kTileRows;
+          const int64_t r0 = t * tile_rows;
           a.w = static_cast<const uint8_t*>(w) + static_cast<size_t>(r0) * rb;
-          a.nr = static_cast<int>(std::min(kTileRows, m - r0));
+          a.nr = static_cast<int>(std::min(tile_rows, m - r0));
           a.y = y + c0 * m + r0;
-          plan.tile(a);
+          tile(a);
         }
       }
     }

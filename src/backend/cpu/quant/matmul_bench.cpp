@@ -1,7 +1,7 @@
 // matmul_bench: weight-streaming throughput of cpu::matmul on decode (n=1) and prefill shapes.
 // Reports us per call and GB/s of weight bytes. "cold" cycles through enough copies of the weight
 // matrix (>= 96 MB, like a whole model) that every call streams from L3/DRAM; "hot" reuses one.
-//   matmul_bench [--types q4_1,q8_0] [--threads 1,2] [--n 1,128] [--isa avx2|avx512] [--exact|--q8]
+//   matmul_bench [--types q4_1,q8_0] [--threads 1,2] [--n 1,128] [--isa avx2|avx512|amx] [--exact|--q8]
 //                [--shapes 576x576,1536x576]  (m x k)
 //   matmul_bench --model smollm2|gemma3 [--threads 1,2] [--n 1]: every matmul of one forward step of
 //                the model (distinct weights per layer, the GGUF's types), as tokens/s of matmul time.
@@ -166,7 +166,7 @@ int main(int argc, char** argv) {
     if (a == "--types") { types = split(v); ++i; }
     else if (a == "--threads") { threads.clear(); for (auto& t : split(v)) threads.push_back(std::stoi(t)); ++i; }
     else if (a == "--n") { ns.clear(); for (auto& t : split(v)) ns.push_back(std::stoll(t)); ++i; }
-    else if (a == "--isa") { isa = v == "avx2" ? CpuIsa::kAvx2 : CpuIsa::kAvx512; ++i; }
+    else if (a == "--isa") { isa = v == "avx2" ? CpuIsa::kAvx2 : v == "amx" ? CpuIsa::kAmx : CpuIsa::kAvx512; ++i; }
     else if (a == "--exact") { mode = ActQuant::kF32; }
     else if (a == "--q8") { mode = ActQuant::kQ8; }
     else if (a == "--model") { model = v; ++i; }

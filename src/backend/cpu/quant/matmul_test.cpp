@@ -160,7 +160,7 @@ INSTANTIATE_TEST_SUITE_P(AllTypes, MatmulTest, ::testing::ValuesIn(matmul_types(
 TEST_P(MatmulTest, RowResultsAreBatchInvariant) {
   const DType t = GetParam();
   std::mt19937 rng(static_cast<uint32_t>(t) + 99);
-  const int64_t m = 37, k = block_size(t) == 256 ? 512 : 576, n = 13;
+  const int64_t m = 37, k = block_size(t) == 256 ? 512 : 576, n = 21;  // n >= 16: AMX batches too
   const std::vector<uint8_t> w = random_weights(t, m, k, rng);
   const std::vector<float> x = random_floats(static_cast<size_t>(n * k), rng);
   ThreadPool pool1(1), pool2(2);
@@ -180,6 +180,44 @@ TEST_P(MatmulTest, RowResultsAreBatchInvariant) {
       }
     }
   }
+}
+
+// The AMX tiles (large batches) must give the AVX-512 kernels' bits: a row's result may not
+// depend on the batch size that picked the kernel. Random shapes around the tile edges.
+TEST(Matmul, AmxMatchesAvx512Bitwise) {
+  if (!cpu_supports(CpuIsa::kAmx)) GTEST_SKIP() << "no usable AMX-INT8 on this machine (cpuid or OS permission)";
+  std::mt19937 rng(2024);
+  ThreadPool pool1(1), pool2(2);
+  MatmulScratch scratch;
+  const int64_t ks[] = {32, 64, 96, 128, 160, 576, 1536};
+  int cases = 0;
+  for (DType t : {DType::kQ4_1, DType::kQ8_0, DType::kQ4_0}) {
+    for (int it = 0; it < 14; ++it) {
+      const int64_t k = ks[it % 7];
+      const int64_t m = 1 + static_cast<int64_t>(rng() % 70);
+      const int64_t fixed_n[] = {16, 17, 300, 31, 1, 48};
+      const int64_t n = it < 6 ? fixed_n[it] : 1 + static_cast<int64_t>(rng() % 300);
+      const std::vector<uint8_t> w = random_weights(t, m, k, rng);
+      std::vector<float> x = random_floats(static_cast<size_t>(n * k), rng);
+      // Some rows with large and tiny magnitudes, so block scales vary widely.
+      for (int64_t i = 0; i < k && n > 2; ++i) {
+        x[static_cast<size_t>(k + i)] *= 1000.0f;
+        x[static_cast<size_t>(2 * k + i)] *= 1e-3f;
+      }
+      for (ActQuant mode : {ActQuant::kQ8, ActQuant::kQ16}) {
+        std::vector<float> ya(static_cast<size_t>(n * m)), yb(static_cast<size_t>(n * m));
+        matmul(CpuIsa::kAmx, w.data(), t, m, k, x.data(), n, ya.data(), it % 2 ? pool1 : pool2, mode, scratch);
+        matmul(CpuIsa::kAvx512, w.data(), t, m, k, x.data(), n, yb.data(), pool2, mode, scratch);
+        for (size_t i = 0; i < ya.size(); ++i) {
+          ASSERT_EQ(bits_from_f32(ya[i]), bits_from_f32(yb[i]))
+              << dtype_name(t) << " m=" << m << " k=" << k << " n=" << n << " mode=" << static_cast<int>(mode)
+              << " row " << i / m << " out " << i % m << ": " << ya[i] << " vs " << yb[i];
+        }
+        ++cases;
+      }
+    }
+  }
+  EXPECT_EQ(cases, 84);
 }
 
 TEST(Matmul, RejectsBadShapesAndTypes) {

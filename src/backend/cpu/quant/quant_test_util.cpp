@@ -80,6 +80,7 @@ std::vector<float> random_floats(size_t n, std::mt19937& rng, float lo, float hi
 std::vector<CpuIsa> runnable_isas() {
   std::vector<CpuIsa> isas{CpuIsa::kAvx2};
   if (cpu_supports(CpuIsa::kAvx512)) isas.push_back(CpuIsa::kAvx512);
+  if (cpu_supports(CpuIsa::kAmx)) isas.push_back(CpuIsa::kAmx);
   return isas;
 }
 
