@@ -1,5 +1,6 @@
 #include "tokenizer/hf_loader.h"
 
+#include <algorithm>
 #include <filesystem>
 
 #include "common/json.h"
@@ -10,6 +11,11 @@ namespace {
 
 using tok::AddedToken;
 
+// The tokenizer keeps per-id tables sized by the largest id, so a sparse id (a 1 KB file naming id
+// 49,999,999) would cost gigabytes and seconds. Real vocabularies are dense; this many unused ids
+// is far more than any has, and keeps the tables proportional to the file.
+constexpr int64_t kMaxUnusedIds = 65536;
+
 StatusOr<tok::BpeModel> parse_bpe_model(const Json& m) {
   const std::string type = m.get_string("type", "BPE");
   if (type != "BPE") return unimplemented("tokenizer model '" + type + "' is not supported (only BPE)");
@@ -18,11 +24,17 @@ StatusOr<tok::BpeModel> parse_bpe_model(const Json& m) {
   if (vocab == nullptr || !vocab->is_object()) return invalid_argument("BPE model lacks a vocab object");
   tok::TokenMap map;
   map.reserve(vocab->size());
+  int64_t max_id = -1;
   for (const auto& [token, id] : vocab->as_object()) {
     if (!id.is_int() || id.as_int() < 0 || id.as_int() > INT32_MAX) {
       return invalid_argument("BPE vocab entry '" + token + "' has a bad id");
     }
     map[token] = static_cast<int32_t>(id.as_int());
+    max_id = std::max(max_id, id.as_int());
+  }
+  if (max_id >= static_cast<int64_t>(map.size()) + kMaxUnusedIds) {
+    return invalid_argument("BPE vocab id " + std::to_string(max_id) + " leaves more than " +
+                            std::to_string(kMaxUnusedIds) + " ids unused");
   }
   std::vector<std::pair<std::string, std::string>> pairs;
   if (merges != nullptr && merges->is_array()) {
@@ -129,6 +141,14 @@ StatusOr<Tokenizer> tokenizer_from_hf_json(std::string_view tokenizer_json,
   KVASIR_ASSIGN_OR_RETURN(parts.post_processor, tok::PostProcessor::from_json(field("post_processor")));
   KVASIR_ASSIGN_OR_RETURN(parts.decoder, tok::Decoder::from_json(field("decoder")));
   KVASIR_ASSIGN_OR_RETURN(parts.added_tokens, parse_added_tokens(root));
+  const int64_t id_limit =
+      static_cast<int64_t>(parts.model.vocab_size() + parts.added_tokens.size()) + kMaxUnusedIds;
+  for (const AddedToken& a : parts.added_tokens) {
+    if (a.id >= id_limit) {
+      return invalid_argument("added token id " + std::to_string(a.id) + " leaves more than " +
+                              std::to_string(kMaxUnusedIds) + " ids unused");
+    }
+  }
 
   auto lookup = [&](const std::string& token) -> int32_t {
     if (token.empty()) return -1;
