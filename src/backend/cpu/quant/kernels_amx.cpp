@@ -131,14 +131,13 @@ KVASIR_INLINE void repack_block(const unsigned char* w, long stride, int nr, lon
 }
 
 // Tile ops for blocks b, b+1 (b = b0 + i; b+1 only if i + 1 < nbk) of one 16-input group at x:
-// the int32 block sums of 16 inputs x 16 weight rows into st[i][plane], st[i+1][plane].
+// the int32 block sums of 16 inputs x 16 weight rows, left in tmm0..3 (block b hi, lo; b+1 hi, lo)
+// until tile_pair_store. Split in two so the vector epilogue can run while the tile unit works:
+// stores wait for their dot products, and younger loads wait for those stores.
 template <bool kPairs>
-KVASIR_INLINE void tile_pair(const unsigned char* x, long in_stride, long as, const unsigned char* bbuf, long b0,
-                             long nbk, long i, int* stage) {
-  constexpr long kP = kPairs ? 2 : 1;
+KVASIR_INLINE void tile_pair_compute(const unsigned char* x, long in_stride, long as, const unsigned char* bbuf,
+                                     long b0, long nbk, long i) {
   const long b = b0 + i;
-  int* st = stage + i * kP * kCols * 16;
-  const bool two = i + 1 < nbk;
   _tile_loadd(6, bbuf + b * kBBytes, 64);
   _tile_zero(0);
   _tile_loadd(4, x + 32 * b, in_stride);
@@ -148,7 +147,7 @@ KVASIR_INLINE void tile_pair(const unsigned char* x, long in_stride, long as, co
     _tile_loadd(5, x + as + 32 * b, in_stride);
     _tile_dpbsud(1, 5, 6);
   }
-  if (two) {
+  if (i + 1 < nbk) {
     _tile_loadd(7, bbuf + (b + 1) * kBBytes, 64);
     _tile_zero(2);
     _tile_loadd(4, x + 32 * (b + 1), in_stride);
@@ -159,9 +158,16 @@ KVASIR_INLINE void tile_pair(const unsigned char* x, long in_stride, long as, co
       _tile_dpbsud(3, 5, 7);
     }
   }
+}
+
+// Stores tile_pair_compute's results to stage[i][plane], stage[i+1][plane].
+template <bool kPairs>
+KVASIR_INLINE void tile_pair_store(long nbk, long i, int* stage) {
+  constexpr long kP = kPairs ? 2 : 1;
+  int* st = stage + i * kP * kCols * 16;
   _tile_stored(0, st, 64);
   if constexpr (kPairs) _tile_stored(1, st + kCols * 16, 64);
-  if (two) {
+  if (i + 1 < nbk) {
     _tile_stored(2, st + kP * kCols * 16, 64);
     if constexpr (kPairs) _tile_stored(3, st + kP * kCols * 16 + kCols * 16, 64);
   }
@@ -246,28 +252,36 @@ void tile_impl(const TileArgs& a) {
     }
   }
 
-  // Stages: (16-input group, 8-block chunk) in order, results double-buffered: the tile ops of
-  // stage s + 1 are issued before the float epilogue of stage s, so they can run under it.
+  // Stages: (16-input group, 8-block chunk) in order, results double-buffered. The epilogue of
+  // stage s runs in four parts of 4 inputs; before each part the tile unit starts one block pair
+  // of stage s + 1, whose results are stored after the part.
   const auto* act = static_cast<const unsigned char*>(a.act);
   const long nchunks = (nb + kStageBlocks - 1) / kStageBlocks;
   const long num_stages = (n + kCols - 1) / kCols * nchunks;
+  static_assert(kStageBlocks == 8 && kCols == 16, "four epilogue parts of 4 inputs, four block pairs");
   auto stage_x = [&](long s) { return act + (s / nchunks) * kCols * in_stride; };
   auto stage_b0 = [&](long s) { return (s % nchunks) * kStageBlocks; };
   auto stage_nbk = [&](long s) { return nb - stage_b0(s) < kStageBlocks ? nb - stage_b0(s) : kStageBlocks; };
-  auto issue = [&](long s) {
-    for (long i = 0; i < stage_nbk(s); i += 2) {
-      tile_pair<kPairs>(stage_x(s), in_stride, as, bbuf, stage_b0(s), stage_nbk(s), i, stages[s & 1]);
-    }
-  };
   load_config();
-  issue(0);
+  for (long i = 0; i < stage_nbk(0); i += 2) {
+    tile_pair_compute<kPairs>(stage_x(0), in_stride, as, bbuf, 0, stage_nbk(0), i);
+    tile_pair_store<kPairs>(stage_nbk(0), i, stages[0]);
+  }
   for (long s = 0; s < num_stages; ++s) {
-    if (s + 1 < num_stages) issue(s + 1);
-    const long n0 = s / nchunks * kCols;
+    const long n0 = s / nchunks * kCols, b0 = stage_b0(s), nbk = stage_nbk(s);
+    const unsigned char* x = stage_x(s);
     const int cols = static_cast<int>(n - n0 < kCols ? n - n0 : kCols);
-    for (int u0 = 0; u0 < cols; u0 += 4) {
-      epilogue4<kPairs>(stages[s & 1], stage_nbk(s), stage_b0(s), nb, dw, mw, stage_x(s), in_stride, as, k, u0, cols,
-                        pacc, a.y + n0 * a.ldy, a.ldy, a.nr);
+    const bool next = s + 1 < num_stages;
+    const unsigned char* xn = next ? stage_x(s + 1) : x;
+    const long b0n = next ? stage_b0(s + 1) : 0, nbkn = next ? stage_nbk(s + 1) : 0;
+    for (int q = 0; q < 4; ++q) {
+      const bool pair = 2 * q < nbkn;
+      if (pair) tile_pair_compute<kPairs>(xn, in_stride, as, bbuf, b0n, nbkn, 2 * q);
+      if (4 * q < cols) {
+        epilogue4<kPairs>(stages[s & 1], nbk, b0, nb, dw, mw, x, in_stride, as, k, 4 * q, cols, pacc,
+                          a.y + n0 * a.ldy, a.ldy, a.nr);
+      }
+      if (pair) tile_pair_store<kPairs>(nbkn, 2 * q, stages[(s + 1) & 1]);
     }
   }
   _tile_release();
