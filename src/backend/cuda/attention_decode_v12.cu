@@ -1,0 +1,423 @@
+// Paged decode attention, per-head kernels: a CTA owns (split, kv head, sequence) and every query
+// head of its GQA group, so each key and value is read once per group. v1 scores a split's keys,
+// then runs the softmax, then weights the values (three phases through shared memory); v2 does one
+// online-softmax pass. Used below kV3MinSeqs decode sequences (attention.cu decides).
+#include <algorithm>
+
+#include "backend/cuda/attention_decode.cuh"
+
+namespace kvasir::cuda {
+namespace {
+
+// Arrival counters of the in-kernel split merge, one per (decode sequence, head group): zero at
+// module load and left at zero by the CTA that merges (so graph replays and later layers start
+// clean). Kernels of one stream use them one after another.
+constexpr int kMaxSplitCounters = 1 << 16;
+__device__ unsigned g_split_counters[kMaxSplitCounters];
+
+// After a CTA has written its split's partials (m, l, o of heads head0 .. head0 + ng - 1): the
+// last of the num_splits CTAs to arrive merges every split into the output rows, as
+// decode_combine_kernel would, and resets the counter. Saves the combine launch.
+template <int HD>
+__device__ void merge_splits_if_last(const AttentionArgs& a, const float* partial, int num_decode, int num_splits,
+                                     int di, int64_t token, int head0, int ng) {
+  __shared__ bool last;
+  __threadfence();  // this CTA's partials are visible before its arrival is counted
+  __syncthreads();
+  unsigned* counter = &g_split_counters[di * a.num_heads + head0];
+  if (threadIdx.x == 0) last = atomicAdd(counter, 1u) == static_cast<unsigned>(num_splits - 1);
+  __syncthreads();
+  if (!last) return;
+  __threadfence();
+  const int64_t stride = static_cast<int64_t>(num_decode) * a.num_heads * num_splits;
+  const float* pm = partial;
+  const float* pl = partial + stride;
+  const float* po = pl + stride;
+  for (int idx = threadIdx.x; idx < ng * HD; idx += blockDim.x) {
+    const int h = head0 + idx / HD, d = idx % HD;
+    const int64_t base = (static_cast<int64_t>(di) * a.num_heads + h) * num_splits;
+    float mx = -INFINITY;
+    for (int i = 0; i < num_splits; ++i) mx = fmaxf(mx, __ldcg(pm + base + i));
+    float num = 0.0f, den = 0.0f;
+    if (mx != -INFINITY) {
+      for (int i = 0; i < num_splits; ++i) {
+        const float m = __ldcg(pm + base + i);
+        if (m == -INFINITY) continue;
+        const float w = __ldcg(pl + base + i) * expf(m - mx);
+        num += w * __ldcg(po + (base + i) * HD + d);
+        den += w;
+      }
+    }
+    static_cast<bf16*>(a.out)[(token * a.num_heads + h) * HD + d] = __float2bfloat16_rn(den > 0.0f ? num / den : 0.0f);
+  }
+  if (threadIdx.x == 0) *counter = 0u;
+}
+
+// ---------------------------------------------------------------------------------------------
+// Decode. Lanes of a "row group" (head_dim / 8 lanes, 8 dims each) share one key; a warp works on
+// 32 / lanes keys at once.
+template <int HD, int GC>
+__global__ void __launch_bounds__(kDecodeThreads) decode_kernel(AttentionArgs a, const int32_t* __restrict__ decode_seqs,
+                                                               int num_chunks, int num_splits, int part_tokens,
+                                                               float* __restrict__ partial, bool merge) {
+  // Metadata is host-staged and the cache rows other than the newest token's are older than this
+  // step: the split's keys and values are pulled towards L2 before waiting for the previous kernel
+  // (q, written by it, and everything this kernel writes come after the wait).
+  pdl_launch_dependents();
+  constexpr int kLanes = HD / 8;
+  constexpr int kRowsPerWarp = 32 / kLanes;
+  constexpr int kRows = kDecodeWarps * kRowsPerWarp;
+  extern __shared__ float smem[];
+  __shared__ float stat_m[GC], stat_l[GC];
+
+  const int split = blockIdx.x;
+  const int kvh = blockIdx.y / num_chunks, chunk = blockIdx.y % num_chunks;
+  const int di = blockIdx.z;
+  const int s = decode_seqs != nullptr ? decode_seqs[di] : di;
+  const int group = a.num_heads / a.num_kv_heads;
+  const int g0 = chunk * GC;
+  const int ng = min(GC, group - g0);
+  const int head0 = kvh * group + g0;
+  const int64_t token = a.query_start_loc[s];
+  const int seq_len = a.seq_lens[s];
+  const int pos = seq_len - 1;
+  const int lo = a.sliding_window > 0 ? max(0, pos - a.sliding_window + 1) : 0;
+  const int begin = max(lo, split * part_tokens);
+  const int end = min(seq_len, (split + 1) * part_tokens);
+  const int nt = end - begin;
+  {
+    constexpr int kLines = HD * 2 / 128 > 0 ? HD * 2 / 128 : 1;  // 128-byte lines per key row
+    const int32_t* tb = a.block_tables + static_cast<int64_t>(s) * a.max_blocks_per_seq;
+    for (int c = threadIdx.x; c < nt * kLines; c += blockDim.x) {
+      const int64_t row = slot_of(tb, begin + c / kLines, a.block_size) * a.num_kv_heads + kvh;
+      const int64_t off = row * HD + (c % kLines) * 64;
+      asm volatile("prefetch.global.L2 [%0];" ::"l"(static_cast<const bf16*>(a.k_cache) + off));
+      asm volatile("prefetch.global.L2 [%0];" ::"l"(static_cast<const bf16*>(a.v_cache) + off));
+    }
+  }
+  pdl_wait();
+
+  const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
+  const int rsub = lane / kLanes, li = lane % kLanes;
+  const int row_id = warp * kRowsPerWarp + rsub;
+  const int d0 = li * 8;
+  const int num_heads = a.num_heads;
+  const int64_t part_base = (static_cast<int64_t>(di) * num_heads + head0) * num_splits + split;
+
+  if (nt <= 0) {
+    if (num_splits > 1) {
+      for (int g = threadIdx.x; g < ng; g += blockDim.x) {
+        partial[part_base + static_cast<int64_t>(g) * num_splits] = -INFINITY;  // m
+      }
+      if (merge) merge_splits_if_last<HD>(a, partial, gridDim.z, num_splits, di, token, head0, ng);
+    } else {
+      bf16* o = static_cast<bf16*>(a.out) + (token * num_heads + head0) * HD;
+      for (int i = threadIdx.x; i < ng * HD; i += blockDim.x) o[i] = __float2bfloat16_rn(0.0f);
+    }
+    return;
+  }
+
+  const bf16* q = static_cast<const bf16*>(a.q);
+  const bf16* kc = static_cast<const bf16*>(a.k_cache);
+  const bf16* vc = static_cast<const bf16*>(a.v_cache);
+  const int32_t* table = a.block_tables + static_cast<int64_t>(s) * a.max_blocks_per_seq;
+  const int kv_heads = a.num_kv_heads;
+
+  float qf[GC][8];
+  load_group_queries<GC>(q + (token * num_heads + head0) * HD + d0, HD, ng, a.scale, qf);
+
+  float* scores = smem;  // [GC][part_tokens]
+  // Phase 1: scores, kUnroll keys per row group in flight. Trip counts are uniform per warp so
+  // the shuffles see every lane.
+  for (int jb = begin + warp * kRowsPerWarp; jb < end; jb += kRows * kUnroll) {
+    float kf[kUnroll][8];
+#pragma unroll
+    for (int u = 0; u < kUnroll; ++u) {
+      const int j = jb + rsub + u * kRows;
+      if (j < end) {
+        load8(kc + (slot_of(table, j, a.block_size) * kv_heads + kvh) * HD + d0, kf[u]);
+      } else {
+#pragma unroll
+        for (int e = 0; e < 8; ++e) kf[u][e] = 0.0f;
+      }
+    }
+#pragma unroll
+    for (int u = 0; u < kUnroll; ++u) {
+      const int j = jb + rsub + u * kRows;
+      const bool valid = j < end;
+#pragma unroll
+      for (int g = 0; g < GC; ++g) {
+        float d = 0.0f;
+#pragma unroll
+        for (int e = 0; e < 8; ++e) d = fmaf(qf[g][e], kf[u][e], d);
+#pragma unroll
+        for (int o = kLanes / 2; o > 0; o >>= 1) d += __shfl_xor_sync(0xffffffffu, d, o);
+        if (valid && li == 0 && g < ng) {
+          if (a.softcap > 0.0f) d = a.softcap * tanhf(d / a.softcap);
+          scores[g * part_tokens + (j - begin)] = d;
+        }
+      }
+    }
+  }
+  __syncthreads();
+  // Phase 2: softmax statistics, one warp per head.
+  for (int g = warp; g < ng; g += kDecodeWarps) {
+    float* sc = scores + g * part_tokens;
+    float mx = -INFINITY;
+    for (int t = lane; t < nt; t += 32) mx = fmaxf(mx, sc[t]);
+    mx = warp_max(mx);
+    float sum = 0.0f;
+    for (int t = lane; t < nt; t += 32) {
+      const float e = expf(sc[t] - mx);
+      sc[t] = e;
+      sum += e;
+    }
+    sum = warp_sum(sum);
+    if (lane == 0) {
+      stat_m[g] = mx;
+      stat_l[g] = sum;
+    }
+  }
+  __syncthreads();
+  // Phase 3: weighted values.
+  float acc[GC][8];
+#pragma unroll
+  for (int g = 0; g < GC; ++g) {
+#pragma unroll
+    for (int e = 0; e < 8; ++e) acc[g][e] = 0.0f;
+  }
+  for (int jb = begin + row_id; jb < end; jb += kRows * kUnroll) {
+    float vf[kUnroll][8];
+#pragma unroll
+    for (int u = 0; u < kUnroll; ++u) {
+      const int j = jb + u * kRows;
+      if (j < end) load8(vc + (slot_of(table, j, a.block_size) * kv_heads + kvh) * HD + d0, vf[u]);
+    }
+#pragma unroll
+    for (int u = 0; u < kUnroll; ++u) {
+      const int j = jb + u * kRows;
+      if (j >= end) break;
+#pragma unroll
+      for (int g = 0; g < GC; ++g) {
+        if (g < ng) {
+          const float p = scores[g * part_tokens + (j - begin)];
+#pragma unroll
+          for (int e = 0; e < 8; ++e) acc[g][e] = fmaf(p, vf[u][e], acc[g][e]);
+        }
+      }
+    }
+  }
+  __syncthreads();
+  float* red = smem;  // [kRows][GC][HD], reuses the scores
+#pragma unroll
+  for (int g = 0; g < GC; ++g) {
+#pragma unroll
+    for (int e = 0; e < 8; ++e) red[(row_id * GC + g) * HD + d0 + e] = acc[g][e];
+  }
+  __syncthreads();
+  for (int idx = threadIdx.x; idx < ng * HD; idx += blockDim.x) {
+    const int g = idx / HD, d = idx % HD;
+    float sum = 0.0f;
+#pragma unroll
+    for (int r = 0; r < kRows; ++r) sum += red[(r * GC + g) * HD + d];
+    const float v = sum / stat_l[g];
+    if (num_splits == 1) {
+      static_cast<bf16*>(a.out)[(token * num_heads + head0 + g) * HD + d] = __float2bfloat16_rn(v);
+    } else {
+      const int64_t pi = part_base + static_cast<int64_t>(g) * num_splits;
+      // partial layout: m [nd, H, S], l [nd, H, S], o [nd, H, S, HD] after them.
+      float* pm = partial;
+      float* pl = partial + static_cast<int64_t>(gridDim.z) * num_heads * num_splits;
+      float* po = pl + static_cast<int64_t>(gridDim.z) * num_heads * num_splits;
+      po[pi * HD + d] = v;
+      if (d == 0) {
+        pm[pi] = stat_m[g];
+        pl[pi] = stat_l[g];
+      }
+    }
+  }
+  if (merge && num_splits > 1) merge_splits_if_last<HD>(a, partial, gridDim.z, num_splits, di, token, head0, ng);
+}
+
+// Decode, single pass (flash-decoding inner loop): each row group keeps a running max, sum and
+// weighted value per head, so K and V of kUnroll keys are in flight together and no scores go
+// through shared memory; the split's block ids are staged in shared memory first. Row groups are
+// merged at the end the way splits are merged. Same outputs and partial layout as decode_kernel.
+template <int HD, int GC>
+__global__ void __launch_bounds__(kDecodeThreads) decode_v2_kernel(AttentionArgs a, const int32_t* __restrict__ decode_seqs,
+                                                                  int num_chunks, int num_splits, int part_tokens,
+                                                                  float* __restrict__ partial) {
+  pdl_begin();
+  constexpr int kLanes = HD / 8;
+  constexpr int kRowsPerWarp = 32 / kLanes;
+  constexpr int kRows = kDecodeWarps * kRowsPerWarp;
+  extern __shared__ float red_acc[];  // [kRows][GC][HD]
+  __shared__ float red_m[kRows][GC], red_l[kRows][GC];
+  __shared__ int32_t blocks[kMaxPartition + 2];
+
+  const int split = blockIdx.x;
+  const int kvh = blockIdx.y / num_chunks, chunk = blockIdx.y % num_chunks;
+  const int di = blockIdx.z;
+  const int s = decode_seqs != nullptr ? decode_seqs[di] : di;
+  const int group = a.num_heads / a.num_kv_heads;
+  const int g0 = chunk * GC;
+  const int ng = min(GC, group - g0);
+  const int head0 = kvh * group + g0;
+  const int64_t token = a.query_start_loc[s];
+  const int seq_len = a.seq_lens[s];
+  const int pos = seq_len - 1;
+  const int lo = a.sliding_window > 0 ? max(0, pos - a.sliding_window + 1) : 0;
+  const int begin = max(lo, split * part_tokens);
+  const int end = min(seq_len, (split + 1) * part_tokens);
+  const int num_heads = a.num_heads;
+  const int64_t part_base = (static_cast<int64_t>(di) * num_heads + head0) * num_splits + split;
+  if (end - begin <= 0) {
+    if (num_splits > 1) {
+      for (int g = threadIdx.x; g < ng; g += blockDim.x) partial[part_base + static_cast<int64_t>(g) * num_splits] = -INFINITY;
+    } else {
+      bf16* o = static_cast<bf16*>(a.out) + (token * num_heads + head0) * HD;
+      for (int i = threadIdx.x; i < ng * HD; i += blockDim.x) o[i] = __float2bfloat16_rn(0.0f);
+    }
+    return;
+  }
+  const int bs = a.block_size;
+  const int b0 = begin / bs, nb = (end - 1) / bs - b0 + 1;
+  const int32_t* table = a.block_tables + static_cast<int64_t>(s) * a.max_blocks_per_seq;
+  for (int i = threadIdx.x; i < nb; i += blockDim.x) blocks[i] = table[b0 + i];
+
+  const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
+  const int rsub = lane / kLanes, li = lane % kLanes;
+  const int row_id = warp * kRowsPerWarp + rsub;
+  const int d0 = li * 8;
+  const bf16* q = static_cast<const bf16*>(a.q);
+  const bf16* kc = static_cast<const bf16*>(a.k_cache);
+  const bf16* vc = static_cast<const bf16*>(a.v_cache);
+  const int kv_heads = a.num_kv_heads;
+  float qf[GC][8];
+  load_group_queries<GC>(q + (token * num_heads + head0) * HD + d0, HD, ng, a.scale, qf);
+  float m[GC], l[GC], acc[GC][8];
+  init_online_softmax<GC>(m, l, acc);
+  __syncthreads();  // block ids staged
+
+  for (int jb = begin + warp * kRowsPerWarp; jb < end; jb += kRows * kUnroll) {
+    float kf[kUnroll][8], vf[kUnroll][8];
+#pragma unroll
+    for (int u = 0; u < kUnroll; ++u) {
+      const int j = jb + rsub + u * kRows;
+      if (j < end) {
+        const int64_t off = ((static_cast<int64_t>(blocks[j / bs - b0]) * bs + j % bs) * kv_heads + kvh) * HD + d0;
+        load8(kc + off, kf[u]);
+        load8(vc + off, vf[u]);
+      } else {
+#pragma unroll
+        for (int e = 0; e < 8; ++e) kf[u][e] = vf[u][e] = 0.0f;
+      }
+    }
+#pragma unroll
+    for (int u = 0; u < kUnroll; ++u) {
+      const bool valid = jb + rsub + u * kRows < end;
+#pragma unroll
+      for (int g = 0; g < GC; ++g) {
+        float d = 0.0f;
+#pragma unroll
+        for (int e = 0; e < 8; ++e) d = fmaf(qf[g][e], kf[u][e], d);
+#pragma unroll
+        for (int o = kLanes / 2; o > 0; o >>= 1) d += __shfl_xor_sync(0xffffffffu, d, o);
+        if (valid) {
+          if (a.softcap > 0.0f) d = a.softcap * tanhf(d / a.softcap);
+          const float mn = fmaxf(m[g], d);
+          const float sc = expf(m[g] - mn);
+          const float p = expf(d - mn);
+          l[g] = l[g] * sc + p;
+#pragma unroll
+          for (int e = 0; e < 8; ++e) acc[g][e] = fmaf(p, vf[u][e], acc[g][e] * sc);
+          m[g] = mn;
+        }
+      }
+    }
+  }
+#pragma unroll
+  for (int g = 0; g < GC; ++g) {
+    if (li == 0) {
+      red_m[row_id][g] = m[g];
+      red_l[row_id][g] = l[g];
+    }
+#pragma unroll
+    for (int e = 0; e < 8; ++e) red_acc[(row_id * GC + g) * HD + d0 + e] = acc[g][e];
+  }
+  __syncthreads();
+  for (int idx = threadIdx.x; idx < ng * HD; idx += blockDim.x) {
+    const int g = idx / HD, d = idx % HD;
+    float mx = -INFINITY;
+#pragma unroll
+    for (int r = 0; r < kRows; ++r) mx = fmaxf(mx, red_m[r][g]);
+    float sum = 0.0f, num = 0.0f;
+#pragma unroll
+    for (int r = 0; r < kRows; ++r) {
+      const float w = red_m[r][g] == -INFINITY ? 0.0f : expf(red_m[r][g] - mx);
+      sum += red_l[r][g] * w;
+      num += red_acc[(r * GC + g) * HD + d] * w;
+    }
+    const float v = num / sum;
+    if (num_splits == 1) {
+      static_cast<bf16*>(a.out)[(token * num_heads + head0 + g) * HD + d] = __float2bfloat16_rn(v);
+    } else {
+      const int64_t pi = part_base + static_cast<int64_t>(g) * num_splits;
+      float* pm = partial;
+      float* pl = partial + static_cast<int64_t>(gridDim.z) * num_heads * num_splits;
+      float* po = pl + static_cast<int64_t>(gridDim.z) * num_heads * num_splits;
+      po[pi * HD + d] = v;
+      if (d == 0) {
+        pm[pi] = mx;
+        pl[pi] = sum;
+      }
+    }
+  }
+}
+
+template <int HD, int GC>
+bool launch_decode_t(const AttentionArgs& a, const int32_t* decode_seqs, int nd, const DecodeSplit& sp, float* partial,
+                     cudaStream_t s) {
+  const int group = a.num_heads / a.num_kv_heads;
+  const int chunks = (group + GC - 1) / GC;
+  constexpr int kRows = kDecodeWarps * (32 / (HD / 8));
+  const size_t floats = std::max<size_t>(static_cast<size_t>(GC) * sp.partition_tokens, static_cast<size_t>(kRows) * GC * HD);
+  dim3 grid(sp.num_splits, a.num_kv_heads * chunks, nd);
+  if (decode_kernel_choice() == 2) {
+    launch(decode_v2_kernel<HD, GC>, grid, kDecodeThreads, static_cast<size_t>(kRows) * GC * HD * sizeof(float), s, a,
+           decode_seqs, chunks, sp.num_splits, sp.partition_tokens, partial);
+  } else {
+    const bool merge = sp.num_splits > 1 && static_cast<int64_t>(nd) * a.num_heads <= kMaxSplitCounters;
+    launch(decode_kernel<HD, GC>, grid, kDecodeThreads, floats * sizeof(float), s, a, decode_seqs, chunks, sp.num_splits,
+           sp.partition_tokens, partial, merge);
+    KVASIR_CUDA_LAUNCH_CHECK();
+    return merge;
+  }
+  KVASIR_CUDA_LAUNCH_CHECK();
+  return false;
+}
+
+template <int HD>
+bool launch_decode_hd(const AttentionArgs& a, const int32_t* decode_seqs, int nd, const DecodeSplit& sp, float* partial,
+                      cudaStream_t s) {
+  const int group = a.num_heads / a.num_kv_heads;
+  if (group <= 1) return launch_decode_t<HD, 1>(a, decode_seqs, nd, sp, partial, s);
+  if (group <= 2) return launch_decode_t<HD, 2>(a, decode_seqs, nd, sp, partial, s);
+  if (group <= 4) return launch_decode_t<HD, 4>(a, decode_seqs, nd, sp, partial, s);
+  return launch_decode_t<HD, 8>(a, decode_seqs, nd, sp, partial, s);
+}
+
+}  // namespace
+
+bool launch_decode_per_head(const AttentionArgs& a, const int32_t* decode_seqs, int nd, const DecodeSplit& sp,
+                            float* partial, cudaStream_t s) {
+  switch (a.head_dim) {
+    case 64: return launch_decode_hd<64>(a, decode_seqs, nd, sp, partial, s);
+    case 128: return launch_decode_hd<128>(a, decode_seqs, nd, sp, partial, s);
+    case 256: return launch_decode_hd<256>(a, decode_seqs, nd, sp, partial, s);
+    default: KVASIR_CHECK_MSG(false, "attention: unsupported head_dim");
+  }
+  return false;
+}
+
+}  // namespace kvasir::cuda

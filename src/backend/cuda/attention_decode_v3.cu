@@ -1,0 +1,331 @@
+// Paged decode attention v3 (the default from kV3MinSeqs decode sequences): a CTA owns
+// (split, sequence) and every kv head and streams whole cache rows through a cp.async pipeline.
+// The split plan and the combine of splits are in attention.cu.
+#include <algorithm>
+
+#include "backend/cuda/attention_decode.cuh"
+
+namespace kvasir::cuda {
+namespace {
+
+// Decode v3 (default): a CTA owns (split, sequence) and every kv head, so it streams whole cache
+// rows (kv_heads * head_dim contiguous values per token, whole blocks back to back) instead of one
+// head's 256 bytes at a 2 KB stride. Tiles of kT tokens (K and V) go through a kStages-deep
+// cp.async pipeline in shared memory, so two tiles are in flight while one is consumed. Warp w
+// serves kv head w % KVH (warps w / KVH split that head's tokens); a row group of HD / 8 lanes
+// scores one token against every query head of the group and keeps an online softmax per head,
+// updated once per tile. Row groups are merged at the end, splits by decode_combine_kernel.
+constexpr int kV3Threads = 256;
+constexpr int kV3Warps = kV3Threads / 32;
+constexpr int kV3Stages = 3;
+
+template <int HD, int KVH>
+struct V3Shape {
+  static constexpr int kLanes = HD / 8;                    // lanes per row group
+  static constexpr int kRpw = 32 / kLanes;                 // row groups per warp
+  static constexpr int kWph = kV3Warps / KVH;              // warps per kv head
+  static constexpr int kRow = KVH * HD;                    // values per cache row (token)
+  static constexpr int kByBytes = 16384 / (kRow * 2);      // tokens in 16 KB of K
+  static constexpr int kMinT = kWph * kRpw;                // one token per row group
+  static constexpr int kT = kByBytes > 32 ? 32 : (kByBytes < kMinT ? kMinT : kByBytes);
+  static constexpr int kPerRow = kT / kMinT;               // tokens per row group per tile
+  static constexpr int kChunks = kT * kRow / 8;            // 16-byte chunks per K (or V) tile
+  static constexpr size_t kStageBytes = static_cast<size_t>(2) * kT * kRow * sizeof(bf16);
+  static_assert(kV3Warps % KVH == 0 && kT % kMinT == 0, "v3 decode shape");
+};
+
+template <int HD, int KVH, int GC>
+size_t v3_smem_bytes() {
+  using S = V3Shape<HD, KVH>;
+  const size_t pipe = kV3Stages * S::kStageBytes;
+  const size_t red = static_cast<size_t>(kV3Warps) * S::kRpw * GC * HD * sizeof(float);
+  return std::max(pipe, red);
+}
+
+template <int HD, int KVH, int GC>
+__global__ void __launch_bounds__(kV3Threads, GC >= 8 ? 1 : 2)
+    decode_v3_kernel(AttentionArgs a, const int32_t* __restrict__ decode_seqs, int num_decode, int num_splits,
+                     int part_tokens, float* __restrict__ partial) {
+  using S = V3Shape<HD, KVH>;
+  // Metadata and block tables are host-staged and the cache rows other than the newest token's
+  // are older than this step: all of that is read (or pulled into L2) before waiting for the
+  // previous kernel. Everything written, q, and the cp.async copies come after the wait.
+  pdl_launch_dependents();
+  extern __shared__ __align__(16) unsigned char v3_smem[];
+  __shared__ float red_m[kV3Warps * S::kRpw][GC], red_l[kV3Warps * S::kRpw][GC];
+  __shared__ int32_t blocks[kMaxPartition + 2];
+
+  const int split = blockIdx.x, di = blockIdx.y;
+  const int s = decode_seqs != nullptr ? decode_seqs[di] : di;
+  const int group = a.num_heads / KVH;  // <= GC
+  const int num_heads = a.num_heads;
+  const int64_t token = a.query_start_loc[s];
+  const int seq_len = a.seq_lens[s];
+  const int pos = seq_len - 1;
+  const int lo = a.sliding_window > 0 ? max(0, pos - a.sliding_window + 1) : 0;
+  const int split_begin = split * part_tokens;
+  const int begin = max(lo, split_begin);
+  const int end = min(seq_len, split_begin + part_tokens);
+  const int64_t part_stride = static_cast<int64_t>(num_decode) * num_heads * num_splits;
+  if (end - begin <= 0) {
+    pdl_wait();
+    if (num_splits > 1) {
+      for (int h = threadIdx.x; h < num_heads; h += blockDim.x) {
+        partial[(static_cast<int64_t>(di) * num_heads + h) * num_splits + split] = -INFINITY;
+      }
+    } else {
+      bf16* o = static_cast<bf16*>(a.out) + token * num_heads * HD;
+      for (int i = threadIdx.x; i < num_heads * HD; i += blockDim.x) o[i] = __float2bfloat16_rn(0.0f);
+    }
+    return;
+  }
+  const int bs = a.block_size;
+  const int t0 = split_begin + ((begin - split_begin) / S::kT) * S::kT;  // first tile (part_tokens % kT == 0)
+  const int ntiles = (end - t0 + S::kT - 1) / S::kT;
+  const int b_first = t0 / bs, nb = (end - 1) / bs - b_first + 1;
+  const int32_t* table = a.block_tables + static_cast<int64_t>(s) * a.max_blocks_per_seq;
+  for (int i = threadIdx.x; i < nb; i += blockDim.x) blocks[i] = table[b_first + i];
+  __syncthreads();
+
+  const bf16* kc = static_cast<const bf16*>(a.k_cache);
+  const bf16* vc = static_cast<const bf16*>(a.v_cache);
+  {
+    // The first tiles the pipeline will ask for, towards L2 (one 128-byte line per thread step).
+    constexpr int kLinesPerRow = S::kRow * 2 / 128;
+    const int first = max(begin, t0), last = min(end, t0 + (kV3Stages - 1) * S::kT);
+    for (int c = threadIdx.x; c < (last - first) * kLinesPerRow; c += kV3Threads) {
+      const int j = first + c / kLinesPerRow;
+      const int64_t off = (static_cast<int64_t>(blocks[j / bs - b_first]) * bs + j % bs) * S::kRow +
+                          (c % kLinesPerRow) * 64;
+      asm volatile("prefetch.global.L2 [%0];" ::"l"(kc + off));
+      asm volatile("prefetch.global.L2 [%0];" ::"l"(vc + off));
+    }
+  }
+  pdl_wait();
+  bf16* stage_base = reinterpret_cast<bf16*>(v3_smem);
+  // Tiles start at multiples of kT; when the block size is a multiple of kT too, a tile's rows
+  // are one contiguous run of the cache: one block lookup per tile, no division per chunk.
+  const bool tile_in_block = bs % S::kT == 0;
+  auto load_tile = [&](int tile) {
+    bf16* ks = stage_base + static_cast<size_t>(tile % kV3Stages) * 2 * S::kT * S::kRow;
+    bf16* vs = ks + S::kT * S::kRow;
+    const int tb = t0 + tile * S::kT;
+    constexpr int kChunksPerRow = S::kRow / 8;
+    if (tile_in_block) {
+      const int64_t base = (static_cast<int64_t>(blocks[tb / bs - b_first]) * bs + tb % bs) * S::kRow;
+#pragma unroll 4
+      for (int c = threadIdx.x; c < S::kChunks; c += kV3Threads) {
+        const int j = tb + c / kChunksPerRow;
+        const bool valid = j >= begin && j < end;
+        const int64_t off = valid ? base + static_cast<int64_t>(c) * 8 : 0;
+        cp_async16(ks + c * 8, kc + off, valid);
+        cp_async16(vs + c * 8, vc + off, valid);
+      }
+      return;
+    }
+    for (int c = threadIdx.x; c < S::kChunks; c += kV3Threads) {
+      const int tt = c / kChunksPerRow, ch = c % kChunksPerRow;
+      const int j = tb + tt;
+      const bool valid = j >= begin && j < end;
+      int64_t off = 0;
+      if (valid) off = (static_cast<int64_t>(blocks[j / bs - b_first]) * bs + j % bs) * S::kRow + ch * 8;
+      cp_async16(ks + c * 8, kc + off, valid);
+      cp_async16(vs + c * 8, vc + off, valid);
+    }
+  };
+#pragma unroll
+  for (int i = 0; i < kV3Stages - 1; ++i) {
+    if (i < ntiles) load_tile(i);
+    cp_async_commit();
+  }
+
+  const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
+  const int kvh = warp % KVH, wsub = warp / KVH;
+  const int rsub = lane / S::kLanes, li = lane % S::kLanes;
+  const int row = wsub * S::kRpw + rsub;  // row group within the head: 0 .. kMinT-1
+  const int d0 = li * 8;
+  const int head0 = kvh * group;
+  const bool capped = a.softcap > 0.0f;
+  const float qscale = capped ? a.scale : a.scale * kLog2e;  // scores kept in log2 units
+  const bf16* q = static_cast<const bf16*>(a.q);
+  float qf[GC][8];
+  load_group_queries<GC>(q + (token * num_heads + head0) * HD + d0, HD, group, qscale, qf);
+  float m[GC], l[GC], acc[GC][8];
+  init_online_softmax<GC>(m, l, acc);
+
+  for (int i = 0; i < ntiles; ++i) {
+    cp_async_wait<kV3Stages - 2>();
+    __syncthreads();  // tile i is in for every thread; tile i - 1's stage is free again
+    if (i + kV3Stages - 1 < ntiles) load_tile(i + kV3Stages - 1);
+    cp_async_commit();
+    const bf16* ks = stage_base + static_cast<size_t>(i % kV3Stages) * 2 * S::kT * S::kRow;
+    const bf16* vs = ks + S::kT * S::kRow;
+    const int tb = t0 + i * S::kT;
+    float sc[S::kPerRow][GC];
+#pragma unroll
+    for (int k = 0; k < S::kPerRow; ++k) {
+      const int tt = row + k * S::kMinT;
+      const int j = tb + tt;
+      const bool valid = j >= begin && j < end;
+      float kf[8];
+      load8(ks + tt * S::kRow + kvh * HD + d0, kf);
+#pragma unroll
+      for (int g = 0; g < GC; ++g) {
+        float d = 0.0f;
+#pragma unroll
+        for (int e = 0; e < 8; ++e) d = fmaf(qf[g][e], kf[e], d);
+#pragma unroll
+        for (int o = S::kLanes / 2; o > 0; o >>= 1) d += __shfl_xor_sync(0xffffffffu, d, o);
+        if (capped) d = a.softcap * tanhf(d / a.softcap) * kLog2e;
+        sc[k][g] = valid ? d : -INFINITY;
+      }
+    }
+#pragma unroll
+    for (int g = 0; g < GC; ++g) {
+      float mt = m[g];
+#pragma unroll
+      for (int k = 0; k < S::kPerRow; ++k) mt = fmaxf(mt, sc[k][g]);
+      const float corr = mt == -INFINITY ? 1.0f : exp2f(m[g] - mt);
+      l[g] *= corr;
+#pragma unroll
+      for (int e = 0; e < 8; ++e) acc[g][e] *= corr;
+      m[g] = mt;
+#pragma unroll
+      for (int k = 0; k < S::kPerRow; ++k) {
+        const float p = mt == -INFINITY ? 0.0f : exp2f(sc[k][g] - mt);
+        sc[k][g] = p;
+        l[g] += p;
+      }
+    }
+#pragma unroll
+    for (int k = 0; k < S::kPerRow; ++k) {
+      const int tt = row + k * S::kMinT;
+      float vf[8];
+      load8(vs + tt * S::kRow + kvh * HD + d0, vf);
+#pragma unroll
+      for (int g = 0; g < GC; ++g) {
+#pragma unroll
+        for (int e = 0; e < 8; ++e) acc[g][e] = fmaf(sc[k][g], vf[e], acc[g][e]);
+      }
+    }
+  }
+  cp_async_wait<0>();
+  __syncthreads();  // the pipeline's shared memory becomes the reduction buffer
+
+  float* red_acc = reinterpret_cast<float*>(v3_smem);  // [warp * kRpw + rsub][GC][HD]
+  const int rg = warp * S::kRpw + rsub;
+#pragma unroll
+  for (int g = 0; g < GC; ++g) {
+    if (li == 0) {
+      red_m[rg][g] = m[g];
+      red_l[rg][g] = l[g];
+    }
+#pragma unroll
+    for (int e = 0; e < 8; ++e) red_acc[(rg * GC + g) * HD + d0 + e] = acc[g][e];
+  }
+  __syncthreads();
+  for (int idx = threadIdx.x; idx < num_heads * HD; idx += blockDim.x) {
+    const int h = idx / HD, d = idx % HD;
+    const int hk = h / group, g = h % group;
+    float mx = -INFINITY;
+#pragma unroll
+    for (int w = 0; w < S::kWph; ++w) {
+#pragma unroll
+      for (int r = 0; r < S::kRpw; ++r) mx = fmaxf(mx, red_m[(w * KVH + hk) * S::kRpw + r][g]);
+    }
+    float sum = 0.0f, num = 0.0f;
+#pragma unroll
+    for (int w = 0; w < S::kWph; ++w) {
+#pragma unroll
+      for (int r = 0; r < S::kRpw; ++r) {
+        const int rr = (w * KVH + hk) * S::kRpw + r;
+        const float wt = red_m[rr][g] == -INFINITY ? 0.0f : exp2f(red_m[rr][g] - mx);
+        sum += red_l[rr][g] * wt;
+        num += red_acc[(rr * GC + g) * HD + d] * wt;
+      }
+    }
+    const float v = sum > 0.0f ? num / sum : 0.0f;
+    if (num_splits == 1) {
+      static_cast<bf16*>(a.out)[(token * num_heads + h) * HD + d] = __float2bfloat16_rn(v);
+    } else {
+      const int64_t pi = (static_cast<int64_t>(di) * num_heads + h) * num_splits + split;
+      float* pm = partial;
+      float* pl = partial + part_stride;
+      float* po = pl + part_stride;
+      po[pi * HD + d] = v;
+      if (d == 0) {
+        pm[pi] = mx == -INFINITY ? -INFINITY : mx * 0.6931471805599453f;  // natural-log units for the combine
+        pl[pi] = sum;
+      }
+    }
+  }
+}
+
+template <int HD, int KVH, int GC>
+void launch_v3_t(const AttentionArgs& a, const int32_t* decode_seqs, int nd, const DecodeSplit& sp, float* partial,
+                 cudaStream_t s) {
+  dim3 grid(sp.num_splits, nd);
+  launch(decode_v3_kernel<HD, KVH, GC>, grid, kV3Threads, v3_smem_bytes<HD, KVH, GC>(), s, a, decode_seqs, nd,
+         sp.num_splits, sp.partition_tokens, partial);
+  KVASIR_CUDA_LAUNCH_CHECK();
+}
+
+template <int HD, int KVH>
+void launch_v3_kvh(const AttentionArgs& a, const int32_t* decode_seqs, int nd, const DecodeSplit& sp, float* partial,
+                   cudaStream_t s) {
+  const int group = a.num_heads / KVH;
+  if (group <= 1) launch_v3_t<HD, KVH, 1>(a, decode_seqs, nd, sp, partial, s);
+  else if (group <= 2) launch_v3_t<HD, KVH, 2>(a, decode_seqs, nd, sp, partial, s);
+  else if (group <= 4) launch_v3_t<HD, KVH, 4>(a, decode_seqs, nd, sp, partial, s);
+  else launch_v3_t<HD, KVH, 8>(a, decode_seqs, nd, sp, partial, s);
+}
+
+template <int HD>
+void launch_v3_hd(const AttentionArgs& a, const int32_t* decode_seqs, int nd, const DecodeSplit& sp, float* partial,
+                  cudaStream_t s) {
+  switch (a.num_kv_heads) {
+    case 1: launch_v3_kvh<HD, 1>(a, decode_seqs, nd, sp, partial, s); break;
+    case 2: launch_v3_kvh<HD, 2>(a, decode_seqs, nd, sp, partial, s); break;
+    case 4: launch_v3_kvh<HD, 4>(a, decode_seqs, nd, sp, partial, s); break;
+    default: launch_v3_kvh<HD, 8>(a, decode_seqs, nd, sp, partial, s); break;
+  }
+}
+
+template <int HD, int KVH, int GC>
+void init_v3_t() {
+  KVASIR_CUDA_CHECK(cudaFuncSetAttribute(decode_v3_kernel<HD, KVH, GC>, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                         static_cast<int>(v3_smem_bytes<HD, KVH, GC>())));
+}
+template <int HD, int KVH>
+void init_v3_kvh() {
+  init_v3_t<HD, KVH, 1>();
+  init_v3_t<HD, KVH, 2>();
+  init_v3_t<HD, KVH, 4>();
+  init_v3_t<HD, KVH, 8>();
+}
+template <int HD>
+void init_v3_hd() {
+  init_v3_kvh<HD, 1>();
+  init_v3_kvh<HD, 2>();
+  init_v3_kvh<HD, 4>();
+  init_v3_kvh<HD, 8>();
+}
+
+}  // namespace
+
+void launch_decode_v3(const AttentionArgs& a, const int32_t* decode_seqs, int nd, const DecodeSplit& sp,
+                      float* partial, cudaStream_t s) {
+  switch (a.head_dim) {
+    case 64: launch_v3_hd<64>(a, decode_seqs, nd, sp, partial, s); break;
+    case 128: launch_v3_hd<128>(a, decode_seqs, nd, sp, partial, s); break;
+    default: launch_v3_hd<256>(a, decode_seqs, nd, sp, partial, s); break;
+  }
+}
+
+void init_decode_v3_kernels() {
+  init_v3_hd<64>();
+  init_v3_hd<128>();
+  init_v3_hd<256>();
+}
+
+}  // namespace kvasir::cuda
