@@ -63,6 +63,7 @@ Status CudaBackend::init() {
   KVASIR_CUDA_RETURN_IF_ERROR(cudaStreamCreateWithFlags(&stream_, cudaStreamNonBlocking));
   KVASIR_RETURN_IF_ERROR(gemm_.init(kGemmWorkspace));
   cuda::init_attention_kernels();
+  cuda::init_gemv_kernels();
   KVASIR_CUDA_RETURN_IF_ERROR(cudaMallocHost(reinterpret_cast<void**>(&tokens_host_), 65536 * sizeof(int32_t)));
   queue_ = std::make_unique<cuda::StepQueue>(stream_, &CudaBackend::execute_op, this, opts_.enable_graphs, opts_.max_graphs);
   return Status();

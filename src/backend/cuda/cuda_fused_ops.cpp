@@ -73,7 +73,8 @@ void CudaBackend::linear(const Tensor& x, const Tensor& w, const Tensor* bias, T
   // A norm whose output is this input is folded in: the GEMV reads the un-normed rows and
   // still writes the normed ones.
   if (fuse_norm_ && last != nullptr && last->kind == OpKind::kRmsNorm && last->p[2] == x.data && last->n[0] == n &&
-      last->n[1] == k && last->p[0] != x.data && cuda::aligned16(last->p[0])) {
+      last->n[1] == k && last->p[0] != x.data && cuda::aligned16(last->p[0]) &&
+      n * k * 2 <= cuda::kGemvNormSmemMax) {
     const void* src = last->p[0];
     const void* g = last->p[1];
     const float eps = last->f[0];

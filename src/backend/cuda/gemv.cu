@@ -1,10 +1,10 @@
 // Small-batch GEMV: y[t, r] = x[t, :] · w[r, :] (+ bias[r]) for up to kGemvMaxRows tokens, the
 // decode path where reading the weights once is all that matters. One warp per output row, 16-byte
-// non-caching weight loads, four in flight per lane; x comes from L1/L2. Fusions, so a decode
-// layer is a handful of kernels: up to three projections of the same x in one launch (q/k/v);
-// gate/up with the activation applied; an RMSNorm of the input folded in (each warp sums x^2 while
-// it streams x anyway, and the first warp also writes the normed rows out); and a residual add in
-// the epilogue (residual += bf16(x · w)).
+// non-caching weight loads, four in flight per lane (the first four issued before the kernel waits
+// for the previous one); x comes from L1/L2. Fusions, so a decode layer is a handful of kernels: up
+// to three projections of the same x in one launch (q/k/v); gate/up with the activation applied;
+// an RMSNorm of the input folded in (each CTA normalises the rows once into shared memory, the
+// first CTA also writes them out); and a residual add in the epilogue (residual += bf16(x · w)).
 #include "backend/cuda/cuda_common.cuh"
 #include "backend/cuda/kernels.h"
 
@@ -15,6 +15,26 @@ constexpr int kWarps = 8;
 constexpr int kUnroll = 4;
 constexpr int kStep = 32 * 8;  // elements of a row one warp covers per load
 constexpr int64_t kPrefetchBytes = kUnroll * kStep * 2;
+// KVASIR_GEMV_MINB=5: the single-row kernels are built a second time with their registers cut
+// for five CTAs per SM (48 registers, a few bytes spilled outside the loop), for the A/B of
+// occupancy against the compiler's own choice (50-72 registers, four or three CTAs per SM).
+// KVASIR_GEMV_EARLY=0: the first round goes towards L2 before the wait and into registers after
+// it (the previous behaviour), instead of into registers before it.
+bool gemv_early() {
+  static const bool v = [] {
+    const char* e = std::getenv("KVASIR_GEMV_EARLY");
+    return e == nullptr || e[0] != '0';
+  }();
+  return v;
+}
+
+int gemv_minb() {
+  static const int v = [] {
+    const char* e = std::getenv("KVASIR_GEMV_MINB");
+    return e != nullptr && std::atoi(e) == 5 ? 5 : 1;
+  }();
+  return v;
+}
 
 __device__ __forceinline__ uint4 load_stream(const bf16* p) {
   uint4 r;
@@ -40,74 +60,111 @@ __device__ __forceinline__ void load_g8(const float* g, float (&v)[8]) {
   v[0] = a.x, v[1] = a.y, v[2] = a.z, v[3] = a.w, v[4] = b.x, v[5] = b.y, v[6] = b.z, v[7] = b.w;
 }
 
-template <int N, bool kNorm>
-__device__ __forceinline__ void fma_chunk(const uint4& wv, const bf16* __restrict__ x, const float* __restrict__ g,
-                                          int64_t k, int64_t i, float (&acc)[N], float (&ss)[N]) {
+template <int N>
+__device__ __forceinline__ void fma_chunk(const uint4& wv, const bf16* __restrict__ x, int64_t k, int64_t i,
+                                          float (&acc)[N]) {
   float wf[8];
   unpack8(wv, wf);
-  float gf[8];
-  if constexpr (kNorm) load_g8(g + i, gf);
 #pragma unroll
   for (int t = 0; t < N; ++t) {
     float xf[8];
     load8(x + t * k + i, xf);
 #pragma unroll
-    for (int e = 0; e < 8; ++e) {
-      if constexpr (kNorm) {
-        ss[t] = fmaf(xf[e], xf[e], ss[t]);
-        acc[t] = fmaf(wf[e], xf[e] * gf[e], acc[t]);
-      } else {
-        acc[t] = fmaf(wf[e], xf[e], acc[t]);
+    for (int e = 0; e < 8; ++e) acc[t] = fmaf(wf[e], xf[e], acc[t]);
+  }
+}
+
+// The first round of a row (kUnroll 16-byte loads per lane) can be issued before the kernel
+// waits for the previous one: weights are never written by an earlier kernel, so these loads
+// overlap its tail. They land in the registers the dot product streams through (no extra
+// registers: occupancy, and so the bytes in flight per SM, is what a GEMV lives on).
+struct Round {
+  uint4 w[kUnroll];
+  bool full;  // a whole round was loaded (else the row's tail is left to the one-chunk loop)
+};
+__device__ __forceinline__ void load_round(const bf16* __restrict__ wr, int64_t k, int64_t i, Round& f) {
+  f.full = i + (kUnroll - 1) * kStep < k;
+  if (f.full) {
+#pragma unroll
+    for (int u = 0; u < kUnroll; ++u) f.w[u] = load_stream(wr + i + u * kStep);
+  }
+}
+
+// acc[t] = x[t, :] · wr, summed over the warp, starting from a loaded first round f (consumed).
+// Four 16-byte loads per lane are in flight before any is used. (Measured on the H200: deeper
+// unrolling and interleaving the gate and up rows were both slower, from register pressure.)
+template <int N>
+__device__ __forceinline__ void row_dot(const bf16* __restrict__ x, const bf16* __restrict__ wr, int64_t k, int lane,
+                                        Round& f, float (&acc)[N]) {
+#pragma unroll
+  for (int t = 0; t < N; ++t) acc[t] = 0.0f;
+  int64_t i = lane * 8;
+  while (f.full) {
+#pragma unroll
+    for (int u = 0; u < kUnroll; ++u) fma_chunk<N>(f.w[u], x, k, i + u * kStep, acc);
+    i += kUnroll * kStep;
+    load_round(wr, k, i, f);
+  }
+  for (; i < k; i += kStep) fma_chunk<N>(load_stream(wr + i), x, k, i, acc);
+#pragma unroll
+  for (int t = 0; t < N; ++t) acc[t] = warp_sum(acc[t]);
+}
+
+// With a norm folded in, the CTA normalises its input rows once into shared memory the way
+// rms_norm does (h = bf16(x * inv * g), inv = 1 / rms(x)), and its warps read h from there; the
+// first CTA also writes h out. Returns where the warps read their input.
+template <int N, bool kNorm>
+__device__ __forceinline__ const bf16* stage_input(const GemvInput& in, int64_t k, bf16* hs) {
+  const auto* x = static_cast<const bf16*>(in.x);
+  if constexpr (!kNorm) {
+    return x;
+  } else {
+    __shared__ float red[kWarps][N];
+    const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
+    float ss[N];
+#pragma unroll
+    for (int t = 0; t < N; ++t) ss[t] = 0.0f;
+    for (int64_t i = threadIdx.x * 8; i < k; i += kWarps * 32 * 8) {
+#pragma unroll
+      for (int t = 0; t < N; ++t) {
+        const uint4 u = *reinterpret_cast<const uint4*>(x + t * k + i);
+        *reinterpret_cast<uint4*>(hs + t * k + i) = u;
+        float v[8];
+        unpack8(u, v);
+#pragma unroll
+        for (int e = 0; e < 8; ++e) ss[t] += v[e] * v[e];
       }
     }
-  }
-}
-
-// acc[t] = x[t, :] (* g) · wr, summed over the warp; with kNorm also ss[t] = sum x[t, :]^2.
-// Four 16-byte loads per lane are issued before any is used. (Measured on the H200: deeper
-// unrolling and interleaving the gate and up rows were both slower, from register pressure.)
-template <int N, bool kNorm>
-__device__ __forceinline__ void row_dot(const bf16* __restrict__ x, const float* __restrict__ g,
-                                        const bf16* __restrict__ wr, int64_t k, int lane, float (&acc)[N],
-                                        float (&ss)[N]) {
 #pragma unroll
-  for (int t = 0; t < N; ++t) acc[t] = ss[t] = 0.0f;
-  int64_t i = lane * 8;
-  for (; i + (kUnroll - 1) * kStep < k; i += kUnroll * kStep) {
-    uint4 wv[kUnroll];
+    for (int t = 0; t < N; ++t) {
+      ss[t] = warp_sum(ss[t]);
+      if (lane == 0) red[warp][t] = ss[t];
+    }
+    __syncthreads();
+    float inv[N];
 #pragma unroll
-    for (int u = 0; u < kUnroll; ++u) wv[u] = load_stream(wr + i + u * kStep);
+    for (int t = 0; t < N; ++t) {
+      float sum = 0.0f;
 #pragma unroll
-    for (int u = 0; u < kUnroll; ++u) fma_chunk<N, kNorm>(wv[u], x, g, k, i + u * kStep, acc, ss);
-  }
-  for (; i < k; i += kStep) fma_chunk<N, kNorm>(load_stream(wr + i), x, g, k, i, acc, ss);
-#pragma unroll
-  for (int t = 0; t < N; ++t) {
-    acc[t] = warp_sum(acc[t]);
-    if constexpr (kNorm) ss[t] = warp_sum(ss[t]);
-  }
-}
-
-// inv[t] = 1 / rms(x[t]); the first warp of the grid also writes h = x * inv * g.
-template <int N, bool kNorm>
-__device__ __forceinline__ void finish_norm(const GemvInput& in, int64_t k, int lane, bool writer, const float (&ss)[N],
-                                            float (&inv)[N]) {
-#pragma unroll
-  for (int t = 0; t < N; ++t) inv[t] = kNorm ? 1.0f / sqrtf(ss[t] / static_cast<float>(k) + in.eps) : 1.0f;
-  if (kNorm && writer && in.h_out != nullptr) {
-    const auto* x = static_cast<const bf16*>(in.x);
-    for (int64_t i = lane * 8; i < k; i += kStep) {
+      for (int w = 0; w < kWarps; ++w) sum += red[w][t];
+      inv[t] = 1.0f / sqrtf(sum / static_cast<float>(k) + in.eps);
+    }
+    bf16* h_out = blockIdx.x == 0 ? static_cast<bf16*>(in.h_out) : nullptr;
+    for (int64_t i = threadIdx.x * 8; i < k; i += kWarps * 32 * 8) {
       float gf[8];
       load_g8(in.norm_w + i, gf);
 #pragma unroll
       for (int t = 0; t < N; ++t) {
-        float xf[8];
-        load8(x + t * k + i, xf);
+        float v[8];
+        unpack8(*reinterpret_cast<const uint4*>(hs + t * k + i), v);
 #pragma unroll
-        for (int e = 0; e < 8; ++e) xf[e] = xf[e] * inv[t] * gf[e];
-        store8(static_cast<bf16*>(in.h_out) + t * k + i, xf);
+        for (int e = 0; e < 8; ++e) v[e] = v[e] * inv[t] * gf[e];
+        store8(hs + t * k + i, v);
+        if (h_out != nullptr) store8(h_out + t * k + i, v);
       }
     }
+    __syncthreads();
+    return hs;
   }
 }
 
@@ -116,42 +173,55 @@ struct Segments {
   int num;
 };
 
-// Weights are never written by an earlier kernel: each warp pulls the first round of its row
-// (kPrefetchBytes) into L2 before it waits for the previous kernel (programmatic dependent launch),
-// so this kernel's first loads overlap the previous one's tail. Only the first round: whole rows
-// prefetched by early CTAs overflowed L2 and were read twice (measured: +1.1 ms per batch-1 step).
-template <int N, bool kNorm>
-__global__ void __launch_bounds__(kWarps * 32) gemv_kernel(GemvInput in, Segments segs, int64_t k, bool f32_out) {
+// Rows beyond the first round are pulled towards L2 before the wait up to pf_bytes per row (the
+// host sizes it so a kernel's prefetch stays well inside L2: whole rows prefetched by early CTAs
+// of the 235 MB gate/up overflowed it and were read twice, +1.1 ms per batch-1 step).
+__device__ __forceinline__ void prefetch_rest(const bf16* wr, int64_t k, int64_t pf_bytes, int lane) {
+  const int64_t first = kPrefetchBytes;
+  const int64_t upto = 2 * k < pf_bytes ? 2 * k : pf_bytes;
+  if (upto > first) prefetch_l2_warp(reinterpret_cast<const char*>(wr) + first, upto - first, lane);
+}
+
+template <int N, bool kNorm, int MINB>
+__global__ void __launch_bounds__(kWarps * 32, MINB) gemv_kernel(GemvInput in, Segments segs, int64_t k, bool f32_out,
+                                                         int64_t pf_bytes, bool early_regs) {
   pdl_launch_dependents();
+  extern __shared__ __align__(16) unsigned char gemv_smem[];
   const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
   int64_t r = int64_t{blockIdx.x} * kWarps + warp;
   // Which projection this row belongs to, without indexing the parameter array at run time
-  // (that would copy it to local memory).
+  // (that would copy it to local memory). Warps past the last row still take part in the
+  // CTA's input staging.
   static_assert(kGemvMaxOutputs == 3, "segment selection below is unrolled for three");
   GemvOut g = segs.seg[0];
+  bool live = true;
   if (r >= g.m) {
     r -= g.m;
-    if (segs.num < 2) return;
     g = segs.seg[1];
-    if (r >= g.m) {
-      r -= g.m;
-      if (segs.num < 3) return;
+    if (segs.num < 2 || r >= g.m) {
+      r -= segs.num < 2 ? 0 : g.m;
       g = segs.seg[2];
-      if (r >= g.m) return;
+      if (segs.num < 3 || r >= g.m) live = false;
     }
   }
+  Round f{};
   const bf16* wr = static_cast<const bf16*>(g.w) + r * k;
-  prefetch_l2_warp(wr, (2 * k < kPrefetchBytes ? 2 * k : kPrefetchBytes), lane);
+  if (live) {
+    if (early_regs) load_round(wr, k, lane * 8, f);
+    else prefetch_l2_warp(wr, (2 * k < kPrefetchBytes ? 2 * k : kPrefetchBytes), lane);
+    prefetch_rest(wr, k, pf_bytes, lane);
+  }
   pdl_wait();
-  const auto* x = static_cast<const bf16*>(in.x);
-  float acc[N], ss[N], inv[N];
-  row_dot<N, kNorm>(x, in.norm_w, wr, k, lane, acc, ss);
-  finish_norm<N, kNorm>(in, k, lane, blockIdx.x == 0 && warp == 0, ss, inv);
+  const bf16* x = stage_input<N, kNorm>(in, k, reinterpret_cast<bf16*>(gemv_smem));
+  if (!live) return;
+  if (!early_regs) load_round(wr, k, lane * 8, f);
+  float acc[N];
+  row_dot<N>(x, wr, k, lane, f, acc);
   if (lane == 0) {
     const float b = g.bias != nullptr ? g.bias[r] : 0.0f;
 #pragma unroll
     for (int t = 0; t < N; ++t) {
-      const float v = acc[t] * inv[t] + b;
+      const float v = acc[t] + b;
       if (g.residual != nullptr) {
         const bf16 o = __float2bfloat16_rn(v);
         if (g.y != nullptr) static_cast<bf16*>(g.y)[t * g.m + r] = o;
@@ -166,32 +236,41 @@ __global__ void __launch_bounds__(kWarps * 32) gemv_kernel(GemvInput in, Segment
   }
 }
 
-template <int N, bool kNorm>
-__global__ void __launch_bounds__(kWarps * 32) gemv_gated_kernel(GemvInput in, const bf16* __restrict__ wg,
+template <int N, bool kNorm, int MINB>
+__global__ void __launch_bounds__(kWarps * 32, MINB) gemv_gated_kernel(GemvInput in, const bf16* __restrict__ wg,
                                                                  const bf16* __restrict__ wu, int64_t m, int64_t k,
                                                                  bool gelu_tanh, bf16* __restrict__ y,
-                                                                 bf16* __restrict__ up_out) {
+                                                                 bf16* __restrict__ up_out, int64_t pf_bytes,
+                                                                 bool early_regs) {
   pdl_launch_dependents();
+  extern __shared__ __align__(16) unsigned char gemv_smem[];
   const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
   const int64_t r = int64_t{blockIdx.x} * kWarps + warp;
-  if (r >= m) {
-    pdl_wait();
-    return;
+  const bool live = r < m;
+  // The gate row's first round goes to registers, the up row's towards L2 (two rounds held in
+  // registers would cost occupancy).
+  Round f{};
+  if (live) {
+    if (early_regs) load_round(wg + r * k, k, lane * 8, f);
+    else prefetch_l2_warp(wg + r * k, (2 * k < kPrefetchBytes ? 2 * k : kPrefetchBytes), lane);
+    prefetch_l2_warp(wu + r * k, (2 * k < kPrefetchBytes ? 2 * k : kPrefetchBytes), lane);
+    prefetch_rest(wg + r * k, k, pf_bytes, lane);
+    prefetch_rest(wu + r * k, k, pf_bytes, lane);
   }
-  prefetch_l2_warp(wg + r * k, (2 * k < kPrefetchBytes ? 2 * k : kPrefetchBytes), lane);
-  prefetch_l2_warp(wu + r * k, (2 * k < kPrefetchBytes ? 2 * k : kPrefetchBytes), lane);
   pdl_wait();
-  const auto* x = static_cast<const bf16*>(in.x);
-  float g[N], u[N], ss[N], ss2[N], inv[N];
-  row_dot<N, kNorm>(x, in.norm_w, wg + r * k, k, lane, g, ss);
-  row_dot<N, kNorm>(x, in.norm_w, wu + r * k, k, lane, u, ss2);
-  finish_norm<N, kNorm>(in, k, lane, blockIdx.x == 0 && warp == 0, ss, inv);
+  const bf16* x = stage_input<N, kNorm>(in, k, reinterpret_cast<bf16*>(gemv_smem));
+  if (!live) return;
+  if (!early_regs) load_round(wg + r * k, k, lane * 8, f);
+  float g[N], u[N];
+  row_dot<N>(x, wg + r * k, k, lane, f, g);
+  load_round(wu + r * k, k, lane * 8, f);
+  row_dot<N>(x, wu + r * k, k, lane, f, u);
   if (lane == 0) {
 #pragma unroll
     for (int t = 0; t < N; ++t) {
       // Rounded like the unfused ops: gate and up are bf16 tensors there.
-      const float gv = __bfloat162float(__float2bfloat16_rn(g[t] * inv[t]));
-      const float uv = __bfloat162float(__float2bfloat16_rn(u[t] * inv[t]));
+      const float gv = __bfloat162float(__float2bfloat16_rn(g[t]));
+      const float uv = __bfloat162float(__float2bfloat16_rn(u[t]));
       float a;
       if (gelu_tanh) {
         const float kAlpha = 0.7978845608028654f;
@@ -205,23 +284,86 @@ __global__ void __launch_bounds__(kWarps * 32) gemv_gated_kernel(GemvInput in, c
   }
 }
 
-template <int N>
-void launch_multi_n(const GemvInput& in, const Segments& segs, int64_t rows, int64_t k, Elem out, cudaStream_t s) {
-  const unsigned blocks = static_cast<unsigned>((rows + kWarps - 1) / kWarps);
-  const bool f32 = out == Elem::kF32;
-  if (in.norm_w != nullptr) launch(gemv_kernel<N, true>, blocks, kWarps * 32, 0, s, in, segs, k, f32);
-  else launch(gemv_kernel<N, false>, blocks, kWarps * 32, 0, s, in, segs, k, f32);
+// KVASIR_GEMV_PREFETCH_MB: how much of a GEMV's weights (beyond each row's first round) its CTAs
+// pull towards L2 before waiting for the previous kernel, spread over its rows (default 0).
+int64_t prefetch_per_row(int64_t rows) {
+  static const int64_t budget = [] {
+    const char* e = std::getenv("KVASIR_GEMV_PREFETCH_MB");
+    const long v = e != nullptr ? std::atol(e) : 0;
+    return static_cast<int64_t>(v < 0 || v > 48 ? 0 : v) << 20;
+  }();
+  return budget > 0 && rows > 0 ? budget / rows / 128 * 128 : 0;
 }
 
+size_t norm_smem(bool norm, int n, int64_t k) { return norm ? static_cast<size_t>(n) * k * sizeof(bf16) : 0; }
+
+template <int N, int MINB>
+void launch_multi_nb(const GemvInput& in, const Segments& segs, int64_t rows, int64_t k, Elem out, cudaStream_t s) {
+  const unsigned blocks = static_cast<unsigned>((rows + kWarps - 1) / kWarps);
+  const bool f32 = out == Elem::kF32;
+  const int64_t pf = prefetch_per_row(rows);
+  if (in.norm_w != nullptr) {
+    launch(gemv_kernel<N, true, MINB>, blocks, kWarps * 32, norm_smem(true, N, k), s, in, segs, k, f32, pf,
+           gemv_early());
+  } else {
+    launch(gemv_kernel<N, false, MINB>, blocks, kWarps * 32, 0, s, in, segs, k, f32, pf, gemv_early());
+  }
+}
+template <int N>
+void launch_multi_n(const GemvInput& in, const Segments& segs, int64_t rows, int64_t k, Elem out, cudaStream_t s) {
+  if constexpr (N == 1) {
+    if (gemv_minb() == 5) return launch_multi_nb<1, 5>(in, segs, rows, k, out, s);
+  }
+  launch_multi_nb<N, 1>(in, segs, rows, k, out, s);
+}
+
+template <int N, int MINB>
+void launch_gated_nb(const GemvInput& in, const bf16* wg, const bf16* wu, int64_t m, int64_t k, bool gelu, bf16* y,
+                     bf16* up_out, cudaStream_t s) {
+  const unsigned blocks = static_cast<unsigned>((m + kWarps - 1) / kWarps);
+  const int64_t pf = prefetch_per_row(2 * m);
+  if (in.norm_w != nullptr) {
+    launch(gemv_gated_kernel<N, true, MINB>, blocks, kWarps * 32, norm_smem(true, N, k), s, in, wg, wu, m, k, gelu, y,
+           up_out, pf, gemv_early());
+  } else {
+    launch(gemv_gated_kernel<N, false, MINB>, blocks, kWarps * 32, 0, s, in, wg, wu, m, k, gelu, y, up_out, pf,
+           gemv_early());
+  }
+}
 template <int N>
 void launch_gated_n(const GemvInput& in, const bf16* wg, const bf16* wu, int64_t m, int64_t k, bool gelu, bf16* y,
                     bf16* up_out, cudaStream_t s) {
-  const unsigned blocks = static_cast<unsigned>((m + kWarps - 1) / kWarps);
-  if (in.norm_w != nullptr) launch(gemv_gated_kernel<N, true>, blocks, kWarps * 32, 0, s, in, wg, wu, m, k, gelu, y, up_out);
-  else launch(gemv_gated_kernel<N, false>, blocks, kWarps * 32, 0, s, in, wg, wu, m, k, gelu, y, up_out);
+  if constexpr (N == 1) {
+    if (gemv_minb() == 5) return launch_gated_nb<1, 5>(in, wg, wu, m, k, gelu, y, up_out, s);
+  }
+  launch_gated_nb<N, 1>(in, wg, wu, m, k, gelu, y, up_out, s);
+}
+
+template <int N, int MINB>
+void init_norm_nb() {
+  KVASIR_CUDA_CHECK(cudaFuncSetAttribute(gemv_kernel<N, true, MINB>, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                         static_cast<int>(kGemvNormSmemMax)));
+  KVASIR_CUDA_CHECK(cudaFuncSetAttribute(gemv_gated_kernel<N, true, MINB>, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                         static_cast<int>(kGemvNormSmemMax)));
+}
+template <int N>
+void init_norm_n() {
+  init_norm_nb<N, 1>();
+  if constexpr (N == 1) init_norm_nb<1, 5>();
 }
 
 }  // namespace
+
+void init_gemv_kernels() {
+  init_norm_n<1>();
+  init_norm_n<2>();
+  init_norm_n<3>();
+  init_norm_n<4>();
+  init_norm_n<5>();
+  init_norm_n<6>();
+  init_norm_n<7>();
+  init_norm_n<8>();
+}
 
 bool gemv_supported(int64_t n, int64_t k) { return n >= 1 && n <= kGemvMaxRows && k % 8 == 0; }
 

@@ -64,6 +64,10 @@ struct GemvOut {
   void* residual;
 };
 bool gemv_supported(int64_t n, int64_t k);
+// A folded norm stages the normed rows in shared memory: n * k * 2 bytes at most this.
+inline constexpr int64_t kGemvNormSmemMax = 96 * 1024;
+// Must be called once per device before any launch (raises shared-memory limits).
+void init_gemv_kernels();
 void launch_gemv(const void* x, const void* w, const float* bias, int n, int64_t m, int64_t k, void* y, Elem out,
                  cudaStream_t s);
 // Several projections of the same input in one launch (at most kGemvMaxOutputs).
