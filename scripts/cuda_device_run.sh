@@ -10,7 +10,10 @@
 # F16 GGUF to local disk (scripts/cuda_random_gguf.py, gguf wheel from .whl); gguf_bench runs
 # llama-bench / llama-batched-bench and kvasir's benches on that file (stage lconly: llama.cpp only).
 # Backend knobs for A/B runs (environment): KVASIR_CUDA_PDL=0, KVASIR_CUDA_FUSE=0,
-# KVASIR_CUDA_FUSE_NORM=1, KVASIR_CUDA_ATTN=2, KVASIR_CUDA_PROFILE=1 (per-op device time).
+# KVASIR_CUDA_FUSE_NORM=1, KVASIR_CUDA_ATTN=2, KVASIR_CUDA_PROFILE=1 (per-op device time),
+# KVASIR_GEMV_PREFETCH_MB, KVASIR_CUDA_V3_CTAS / _PART; stage ab runs the batch-1 latency once per
+# KVASIR_AB entry ("name:VAR=v,..."); KVASIR_TP_ARGS adds flags to the throughput run; stage ncu
+# records per-kernel times of decode steps (batch 1, batch 256) and a full ncu report of v3.
 set -uo pipefail
 root=$(cd "$(dirname "$0")/.." && pwd)
 cd "$root"
@@ -82,16 +85,16 @@ if has tests; then
   rc=$?
   grep -E "^\[  (PASSED|FAILED) |FAILED|Failure|rel|Expected" "$OUT/ops_test.log" | head -40
   note "op tests: rc=$rc $(grep -E '^\[  PASSED' "$OUT/ops_test.log" | head -1) $(grep -c '^\[  FAILED  \]' "$OUT/ops_test.log") failed"
-  for v in 1 3; do  # each decode kernel forced for every batch size
+  for v in ${KVASIR_TEST_ATTN:-1 3 5}; do  # each decode kernel forced for every batch size
     KVASIR_CUDA_ATTN=$v timeout 120 "$bin/cuda_ops_test" --gtest_filter='CudaAttention.*:CudaOps.Fused*:CudaOps.Decode*' \
       >"$OUT/ops_test_attn$v.log" 2>&1
     note "op tests, attention v$v forced: rc=$? $(grep -E '^\[  PASSED' "$OUT/ops_test_attn$v.log" | head -1) $(grep -c '^\[  FAILED  \]' "$OUT/ops_test_attn$v.log") failed"
   done
   if command -v cuobjdump >/dev/null; then
-    cuobjdump --dump-resource-usage "$bin/kvasir" 2>/dev/null | grep -A1 -E 'decode_v3|gemv_kernelILi1ELb0|gemv_gated_kernelILi1ELb0' \
-      | paste - - | sed -E 's/.*(decode_v3_kernelILi[0-9]+ELi[0-9]+ELi[0-9]+E|gemv_kernelILi1ELb0E|gemv_gated_kernelILi1ELb0E).*(REG:[0-9]+ STACK:[0-9]+ SHARED:[0-9]+ LOCAL:[0-9]+).*/\1 \2/' \
+    cuobjdump --dump-resource-usage "$bin/kvasir" 2>/dev/null | grep -A1 -E 'decode_v[35]|gemv_kernelILi1ELb|gemv_gated_kernelILi1ELb' \
+      | paste - - | sed -E 's/.*(decode_v3_kernelILi[0-9]+ELi[0-9]+ELi[0-9]+E|decode_v5_kernelILi[0-9]+ELi[0-9]+E|gemv_kernelILi1ELb[01]E|gemv_gated_kernelILi1ELb[01]E).*(REG:[0-9]+ STACK:[0-9]+ SHARED:[0-9]+ LOCAL:[0-9]+).*/\1 \2/' \
       >"$OUT/resources.txt"
-    note "resources (v3: HD,KVH,GC): $(grep -E 'decode_v3_kernelILi128ELi8ELi4E|gemv_kernelILi1ELb0' "$OUT/resources.txt" | tr '\n' ';')"
+    note "resources: $(grep -E 'decode_v3_kernelILi128ELi8ELi4E|decode_v5_kernelILi[36]ELi4E|gemv_kernelILi1ELb|gemv_gated_kernelILi1ELb' "$OUT/resources.txt" | tr '\n' ';')"
   fi
 fi
 if has memcheck; then
@@ -102,6 +105,14 @@ if has memcheck; then
     rc=$?
     tail -5 "$OUT/memcheck.log"
     note "memcheck: rc=$rc $(grep -E 'ERROR SUMMARY' "$OUT/memcheck.log" | tail -1)"
+    # The default kernels (per-head v1 with its in-kernel split merge below 8 sequences, v5 from 8)
+    # and the fused-norm GEMVs, then v5 forced for every batch.
+    timeout 120 compute-sanitizer --tool memcheck --leak-check no "$bin/cuda_ops_test" \
+      --gtest_filter='CudaAttention.Decode*:CudaOps.Decode*:CudaOps.Fused*' >"$OUT/memcheck_default.log" 2>&1
+    note "memcheck, default kernels: rc=$? $(grep -E 'ERROR SUMMARY' "$OUT/memcheck_default.log" | tail -1)"
+    KVASIR_CUDA_ATTN=5 timeout 120 compute-sanitizer --tool memcheck --leak-check no "$bin/cuda_ops_test" \
+      --gtest_filter='CudaAttention.Decode*:CudaOps.Decode*' >"$OUT/memcheck_attn5.log" 2>&1
+    note "memcheck, attention v5 forced: rc=$? $(grep -E 'ERROR SUMMARY' "$OUT/memcheck_attn5.log" | tail -1)"
   else
     note "memcheck: compute-sanitizer not found"
   fi
@@ -131,6 +142,29 @@ if has latency; then
   fi
   [[ -n "${KVASIR_LAT_AB_ARGMAX:-}" ]] && KVASIR_BENCH_HOST_ARGMAX=1 lat b1_hostargmax --batch-size 1
 fi
+if has ab; then
+  # Batch-1 A/B of backend knobs: KVASIR_AB="name:VAR=v,VAR2=w name2:..." (each a latency run).
+  for spec in ${KVASIR_AB:-}; do
+    ( [[ "${spec#*:}" != "$spec" && -n "${spec#*:}" ]] && export $(echo "${spec#*:}" | tr ',' ' '); lat "ab_${spec%%:*}" --batch-size 1 ) >/dev/null
+    note "A/B ${spec}: $(grep -E '^decode' "$OUT/lat_ab_${spec%%:*}.log")"
+  done
+fi
+if has attn_ab; then
+  # Decode attention A/B at batch 256 x 1024-token contexts (per-op device time, eager steps):
+  # KVASIR_ATTN_AB="name:VAR=v,... ..." (default: the default kernel, v5 with 3 stages, v5 with 6).
+  for spec in ${KVASIR_ATTN_AB:-v3: v5:KVASIR_CUDA_ATTN=5 v5s6:KVASIR_CUDA_ATTN=5,KVASIR_CUDA_TMA_STAGES=6}; do
+    n=${spec%%:*}
+    ( [[ "${spec#*:}" != "$spec" && -n "${spec#*:}" ]] && export $(echo "${spec#*:}" | tr ',' ' ');
+      KVASIR_CUDA_PROFILE=1 timeout 150 "$bin/kvasir" bench latency --model $model --load-format dummy --device cuda \
+        --batch-size 256 --input-len 1024 --output-len 8 --num-iters 1 --num-iters-warmup 0 \
+        --max-num-batched-tokens 65536 >"$OUT/attn_ab_$n.log" 2>&1 )
+    t=$(grep -oE 'attention\(decode\)=[0-9.]+' "$OUT/attn_ab_$n.log" | cut -d= -f2)
+    note "attn A/B $spec: $(grep -E '^decode' "$OUT/attn_ab_$n.log") attention(decode)=${t:-none} ms"
+    # The fastest variant (its environment) for a later throughput stage with KVASIR_TP_BEST=1.
+    if [[ -n $t ]] && { [[ -z ${best_t:-} ]] || awk "BEGIN{exit !($t < $best_t)}"; }; then best_t=$t; best_env=${spec#*:}; fi
+  done
+  [[ -n ${best_env:-} ]] && note "attn A/B best: $best_env ($best_t ms)"
+fi
 gguf=/tmp/llama8b-f16.gguf
 if has gguf && [[ ! -f $gguf ]]; then
   python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target /tmp/site .whl/gguf-*.whl \
@@ -143,11 +177,13 @@ if has lcwait; then
 fi
 if has throughput; then
   n=${KVASIR_TP_PROMPTS:-1000}
+  [[ -n ${KVASIR_TP_BEST:-} && -n ${best_env:-} ]] && export $(echo "$best_env" | tr ',' ' ') && note "throughput with $best_env"
   timeout "${KVASIR_TP_TIMEOUT:-300}" "$bin/kvasir" bench throughput --model $model --load-format dummy --device cuda \
-    --num-prompts "$n" --input-len 1000 --output-len 1000 --gpu-memory-utilization 0.9 >"$OUT/throughput.log" 2>&1
+    --num-prompts "$n" --input-len 1000 --output-len 1000 --gpu-memory-utilization 0.9 ${KVASIR_TP_ARGS:-} \
+    >"$OUT/throughput.log" 2>&1
   rc=$?
   tail -6 "$OUT/throughput.log"
-  note "throughput ($n x 1000/1000): rc=$rc $(grep -E '^Throughput' "$OUT/throughput.log")"
+  note "throughput ($n x 1000/1000${KVASIR_TP_ARGS:+, $KVASIR_TP_ARGS}): rc=$rc $(grep -E '^Throughput' "$OUT/throughput.log")"
   note "$(grep -E 'device steps' "$OUT/throughput.log" | head -1)"
 fi
 if has profile; then
@@ -161,6 +197,28 @@ if has profile; then
     note "b256 x 1024 profile attn$v: rc=$? $(grep -E '^(prefill|decode)' "$OUT/lat_b256_profile_attn$v.log" | tr '\n' ' ')"
     note "  $(grep -oE 'attention\((decode|prefill)\)=[0-9.]+\([0-9]+\)|gemv[^ ]*=[0-9.]+\([0-9]+\)|linear[^ ]*=[0-9.]+\([0-9]+\)' "$OUT/lat_b256_profile_attn$v.log" | tr '\n' ' ')"
   done
+fi
+ncu_bin=$(command -v ncu || ls /opt/nvidia/nsight-compute/*/ncu /usr/local/cuda/bin/ncu 2>/dev/null | head -1)
+if has ncu && [[ -n $ncu_bin ]]; then
+  # Per-kernel device time and DRAM bytes of whole decode steps (ncu runs kernels one at a time, so
+  # PDL overlap is gone: the sum over a step is the kernels' own time), at batch 1 and batch 256
+  # x 1024 context, then the full section set on one decode_v3 launch and its combine.
+  nm="gpu__time_duration.sum,dram__bytes_read.sum,dram__bytes_write.sum,launch__grid_size,launch__registers_per_thread"
+  timeout 200 $ncu_bin --clock-control none --cache-control none --metrics $nm --csv --page raw \
+    --launch-skip ${KVASIR_NCU_B1_SKIP:-1600} --launch-count ${KVASIR_NCU_B1_COUNT:-700} "$bin/kvasir" bench latency --model $model \
+    --load-format dummy --device cuda --batch-size 1 --input-len 128 --output-len 16 --num-iters 1 \
+    --num-iters-warmup 0 >"$OUT/ncu_b1.csv" 2>"$OUT/ncu_b1.err"
+  note "ncu b1: rc=$? $(grep -c '^\"' "$OUT/ncu_b1.csv") rows"
+  [[ -n ${KVASIR_NCU_B1_ONLY:-} ]] || timeout 240 $ncu_bin --clock-control none --cache-control none --metrics $nm --csv --page raw \
+    --launch-skip ${KVASIR_NCU_B256_SKIP:-2600} --launch-count 700 "$bin/kvasir" bench latency --model $model \
+    --load-format dummy --device cuda --batch-size 256 --input-len 1024 --output-len 8 --num-iters 1 \
+    --num-iters-warmup 0 --max-num-batched-tokens 65536 >"$OUT/ncu_b256.csv" 2>"$OUT/ncu_b256.err"
+  note "ncu b256: rc=$? $(grep -c '^\"' "$OUT/ncu_b256.csv") rows"
+  [[ -n ${KVASIR_NCU_B1_ONLY:-} ]] || timeout 240 $ncu_bin --clock-control none --set full -k regex:'decode_v[35]|decode_combine' --launch-skip 64 \
+    --launch-count 2 "$bin/kvasir" bench latency --model $model --load-format dummy --device cuda --batch-size 256 \
+    --input-len 1024 --output-len 4 --num-iters 1 --num-iters-warmup 0 --max-num-batched-tokens 65536 \
+    >"$OUT/ncu_v3.txt" 2>&1
+  note "ncu v3 full: rc=$? $(grep -E 'Duration|DRAM Throughput' "$OUT/ncu_v3.txt" | tr -s ' ' | head -4 | tr '\n' ';')"
 fi
 if has peer && [[ -f .carry/hf_llama8b.py ]]; then
   # A background llama.cpp build is paused meanwhile: the peer's eager runs are host-bound.
