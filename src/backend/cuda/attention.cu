@@ -42,8 +42,10 @@ __global__ void decode_combine_kernel(AttentionArgs a, const int32_t* __restrict
 }  // namespace
 
 // KVASIR_CUDA_ATTN=1 selects the three-phase decode kernel, 2 the single-pass per-head one, 3 v3
-// and 5 v5 for every batch (the op tests use them); unset: the v3 plan from kV3MinSeqs sequences
-// where shapes allow, run by v5 where its shape allows when kV5Default.
+// and 5 v5 for every batch (the op tests use them); unset: the v3 plan wherever its shape allows,
+// run by v5 from kV5MinSeqs decode sequences where v5's shape allows (at batch 256 x 1,024-token
+// contexts v5 took 0.30 ms per layer against v3's 0.40: 3.6 vs 2.7 TB/s of KV), else by v3 (at
+// batch 1 v3 measured 4.72 ms per step against 4.89 for v1; H200, 2026-11-29).
 int decode_kernel_choice() {
   static const int v = [] {
     const char* e = std::getenv("KVASIR_CUDA_ATTN");
@@ -76,10 +78,6 @@ void init_decode_attention_kernels() {
 }
 
 namespace {
-// v5 runs the v3 plan where its shape allows: at batch 256 x 1,024-token contexts it took 0.301 ms
-// per layer against v3's 0.406 (3.6 vs 2.7 TB/s of KV; H200, KVASIR_CUDA_PROFILE=1).
-constexpr bool kV5Default = true;
-
 // A/B knobs for the v3 split plan: KVASIR_CUDA_V3_CTAS (CTAs per SM aimed for, default 4) and
 // KVASIR_CUDA_V3_PART (largest split in tokens, default kMaxPartition).
 int env_int(const char* name, int def, int lo, int hi) {
@@ -96,10 +94,8 @@ DecodeSplit plan_decode_split(int num_decode_seqs, int num_heads, int num_kv_hea
   static const int v3_part = env_int("KVASIR_CUDA_V3_PART", kMaxPartition, 32, kMaxPartition) / 32 * 32;
   DecodeSplit sp;
   const int capacity = std::max(1, max_blocks_per_seq * block_size);
-  // v3 streams well but serialises a split's tiles in one CTA: for a handful of sequences the
-  // per-head kernel's many small CTAs finish sooner (batch 1: 5.76 vs 6.11 ms per step).
-  const bool v3_batch = num_decode_seqs >= kV3MinSeqs || decode_kernel_choice() == 3 || decode_kernel_choice() == 5;
-  if (v3_batch && v3_shape_ok(num_heads, num_kv_heads, head_dim)) {
+  // The per-head kernels (v1, v2) only when forced or where v3's shape does not fit.
+  if (v3_shape_ok(num_heads, num_kv_heads, head_dim)) {
     // One CTA per (split, sequence), two resident per SM: aim for four CTAs per SM so the ragged
     // ends of sequences balance out; splits are multiples of 32 tokens (every v3 tile divides 32).
     sp.v3 = true;
@@ -130,19 +126,18 @@ int64_t decode_scratch_floats(int num_decode_seqs, int num_heads, int head_dim, 
 void launch_decode_attention(const AttentionArgs& a, const int32_t* decode_seqs, int nd, const DecodeSplit& sp,
                              float* partial, cudaStream_t s) {
   if (nd <= 0) return;
-  bool merged = false;
   if (sp.v3) {
     KVASIR_CHECK_MSG(v3_shape_ok(a.num_heads, a.num_kv_heads, a.head_dim), "attention: split planned for v3");
-    const bool v5 = decode_kernel_choice() == 5 || (decode_kernel_choice() == 0 && kV5Default);
+    const bool v5 = decode_kernel_choice() == 5 || (decode_kernel_choice() == 0 && nd >= kV5MinSeqs);
     if (v5 && v5_shape_ok(a.num_heads, a.num_kv_heads, a.head_dim)) {
       launch_decode_v5(a, decode_seqs, nd, sp, partial, s);
     } else {
       launch_decode_v3(a, decode_seqs, nd, sp, partial, s);
     }
   } else {
-    merged = launch_decode_per_head(a, decode_seqs, nd, sp, partial, s);
+    launch_decode_per_head(a, decode_seqs, nd, sp, partial, s);
   }
-  if (sp.num_splits > 1 && !merged) launch_decode_combine(a, decode_seqs, nd, sp.num_splits, partial, s);
+  if (sp.num_splits > 1) launch_decode_combine(a, decode_seqs, nd, sp.num_splits, partial, s);
 }
 
 }  // namespace kvasir::cuda

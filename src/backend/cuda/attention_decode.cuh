@@ -13,7 +13,7 @@ constexpr int kDecodeThreads = 128;
 constexpr int kDecodeWarps = kDecodeThreads / 32;
 constexpr int kMaxPartition = 512;
 constexpr int kUnroll = 4;     // keys per row group in flight in the per-head decode kernels
-constexpr int kV3MinSeqs = 8;  // fewer decode sequences: the per-head kernels (see plan_decode_split)
+constexpr int kV5MinSeqs = 8;  // fewer decode sequences: v3 runs the v3 plan (see launch_decode_attention)
 constexpr float kLog2e = 1.4426950408889634f;
 
 // The GQA group's query rows (ng of GC live; the rest zero), pre-scaled, 8 dims per lane: shared
@@ -62,9 +62,8 @@ __device__ __forceinline__ void cp_async_wait() {
 int decode_kernel_choice();
 bool v3_shape_ok(int num_heads, int num_kv_heads, int head_dim);
 
-// Per-head kernels (v1, or v2 when chosen); with num_splits > 1 they leave partials for the combine,
-// unless v1 merged the splits itself (returns true then).
-bool launch_decode_per_head(const AttentionArgs& a, const int32_t* decode_seqs, int nd, const DecodeSplit& sp,
+// Per-head kernels (v1, or v2 when chosen); with num_splits > 1 they leave partials for the combine.
+void launch_decode_per_head(const AttentionArgs& a, const int32_t* decode_seqs, int nd, const DecodeSplit& sp,
                             float* partial, cudaStream_t s);
 // v3 (the all-heads pipelined kernel); needs v3_shape_ok.
 void launch_decode_v3(const AttentionArgs& a, const int32_t* decode_seqs, int nd, const DecodeSplit& sp,

@@ -1,7 +1,8 @@
 // Paged decode attention, per-head kernels: a CTA owns (split, kv head, sequence) and every query
 // head of its GQA group, so each key and value is read once per group. v1 scores a split's keys,
 // then runs the softmax, then weights the values (three phases through shared memory); v2 does one
-// online-softmax pass. Used below kV3MinSeqs decode sequences (attention.cu decides).
+// online-softmax pass. Used when forced (KVASIR_CUDA_ATTN=1, 2) or where v3's shape does not fit
+// (attention.cu decides).
 #include <algorithm>
 
 #include "backend/cuda/attention_decode.cuh"
@@ -9,57 +10,13 @@
 namespace kvasir::cuda {
 namespace {
 
-// Arrival counters of the in-kernel split merge, one per (decode sequence, head group): zero at
-// module load and left at zero by the CTA that merges (so graph replays and later layers start
-// clean). Kernels of one stream use them one after another.
-constexpr int kMaxSplitCounters = 1 << 16;
-__device__ unsigned g_split_counters[kMaxSplitCounters];
-
-// After a CTA has written its split's partials (m, l, o of heads head0 .. head0 + ng - 1): the
-// last of the num_splits CTAs to arrive merges every split into the output rows, as
-// decode_combine_kernel would, and resets the counter. Saves the combine launch.
-template <int HD>
-__device__ void merge_splits_if_last(const AttentionArgs& a, const float* partial, int num_decode, int num_splits,
-                                     int di, int64_t token, int head0, int ng) {
-  __shared__ bool last;
-  __threadfence();  // this CTA's partials are visible before its arrival is counted
-  __syncthreads();
-  unsigned* counter = &g_split_counters[di * a.num_heads + head0];
-  if (threadIdx.x == 0) last = atomicAdd(counter, 1u) == static_cast<unsigned>(num_splits - 1);
-  __syncthreads();
-  if (!last) return;
-  __threadfence();
-  const int64_t stride = static_cast<int64_t>(num_decode) * a.num_heads * num_splits;
-  const float* pm = partial;
-  const float* pl = partial + stride;
-  const float* po = pl + stride;
-  for (int idx = threadIdx.x; idx < ng * HD; idx += blockDim.x) {
-    const int h = head0 + idx / HD, d = idx % HD;
-    const int64_t base = (static_cast<int64_t>(di) * a.num_heads + h) * num_splits;
-    float mx = -INFINITY;
-    for (int i = 0; i < num_splits; ++i) mx = fmaxf(mx, __ldcg(pm + base + i));
-    float num = 0.0f, den = 0.0f;
-    if (mx != -INFINITY) {
-      for (int i = 0; i < num_splits; ++i) {
-        const float m = __ldcg(pm + base + i);
-        if (m == -INFINITY) continue;
-        const float w = __ldcg(pl + base + i) * expf(m - mx);
-        num += w * __ldcg(po + (base + i) * HD + d);
-        den += w;
-      }
-    }
-    static_cast<bf16*>(a.out)[(token * a.num_heads + h) * HD + d] = __float2bfloat16_rn(den > 0.0f ? num / den : 0.0f);
-  }
-  if (threadIdx.x == 0) *counter = 0u;
-}
-
 // ---------------------------------------------------------------------------------------------
 // Decode. Lanes of a "row group" (head_dim / 8 lanes, 8 dims each) share one key; a warp works on
 // 32 / lanes keys at once.
 template <int HD, int GC>
 __global__ void __launch_bounds__(kDecodeThreads) decode_kernel(AttentionArgs a, const int32_t* __restrict__ decode_seqs,
                                                                int num_chunks, int num_splits, int part_tokens,
-                                                               float* __restrict__ partial, bool merge) {
+                                                               float* __restrict__ partial) {
   // Metadata is host-staged and the cache rows other than the newest token's are older than this
   // step: the split's keys and values are pulled towards L2 before waiting for the previous kernel
   // (q, written by it, and everything this kernel writes come after the wait).
@@ -109,7 +66,6 @@ __global__ void __launch_bounds__(kDecodeThreads) decode_kernel(AttentionArgs a,
       for (int g = threadIdx.x; g < ng; g += blockDim.x) {
         partial[part_base + static_cast<int64_t>(g) * num_splits] = -INFINITY;  // m
       }
-      if (merge) merge_splits_if_last<HD>(a, partial, gridDim.z, num_splits, di, token, head0, ng);
     } else {
       bf16* o = static_cast<bf16*>(a.out) + (token * num_heads + head0) * HD;
       for (int i = threadIdx.x; i < ng * HD; i += blockDim.x) o[i] = __float2bfloat16_rn(0.0f);
@@ -236,7 +192,6 @@ __global__ void __launch_bounds__(kDecodeThreads) decode_kernel(AttentionArgs a,
       }
     }
   }
-  if (merge && num_splits > 1) merge_splits_if_last<HD>(a, partial, gridDim.z, num_splits, di, token, head0, ng);
 }
 
 // Decode, single pass (flash-decoding inner loop): each row group keeps a running max, sum and
@@ -376,7 +331,7 @@ __global__ void __launch_bounds__(kDecodeThreads) decode_v2_kernel(AttentionArgs
 }
 
 template <int HD, int GC>
-bool launch_decode_t(const AttentionArgs& a, const int32_t* decode_seqs, int nd, const DecodeSplit& sp, float* partial,
+void launch_decode_t(const AttentionArgs& a, const int32_t* decode_seqs, int nd, const DecodeSplit& sp, float* partial,
                      cudaStream_t s) {
   const int group = a.num_heads / a.num_kv_heads;
   const int chunks = (group + GC - 1) / GC;
@@ -387,37 +342,32 @@ bool launch_decode_t(const AttentionArgs& a, const int32_t* decode_seqs, int nd,
     launch(decode_v2_kernel<HD, GC>, grid, kDecodeThreads, static_cast<size_t>(kRows) * GC * HD * sizeof(float), s, a,
            decode_seqs, chunks, sp.num_splits, sp.partition_tokens, partial);
   } else {
-    const bool merge = sp.num_splits > 1 && static_cast<int64_t>(nd) * a.num_heads <= kMaxSplitCounters;
     launch(decode_kernel<HD, GC>, grid, kDecodeThreads, floats * sizeof(float), s, a, decode_seqs, chunks, sp.num_splits,
-           sp.partition_tokens, partial, merge);
-    KVASIR_CUDA_LAUNCH_CHECK();
-    return merge;
+           sp.partition_tokens, partial);
   }
   KVASIR_CUDA_LAUNCH_CHECK();
-  return false;
 }
 
 template <int HD>
-bool launch_decode_hd(const AttentionArgs& a, const int32_t* decode_seqs, int nd, const DecodeSplit& sp, float* partial,
+void launch_decode_hd(const AttentionArgs& a, const int32_t* decode_seqs, int nd, const DecodeSplit& sp, float* partial,
                       cudaStream_t s) {
   const int group = a.num_heads / a.num_kv_heads;
-  if (group <= 1) return launch_decode_t<HD, 1>(a, decode_seqs, nd, sp, partial, s);
-  if (group <= 2) return launch_decode_t<HD, 2>(a, decode_seqs, nd, sp, partial, s);
-  if (group <= 4) return launch_decode_t<HD, 4>(a, decode_seqs, nd, sp, partial, s);
-  return launch_decode_t<HD, 8>(a, decode_seqs, nd, sp, partial, s);
+  if (group <= 1) launch_decode_t<HD, 1>(a, decode_seqs, nd, sp, partial, s);
+  else if (group <= 2) launch_decode_t<HD, 2>(a, decode_seqs, nd, sp, partial, s);
+  else if (group <= 4) launch_decode_t<HD, 4>(a, decode_seqs, nd, sp, partial, s);
+  else launch_decode_t<HD, 8>(a, decode_seqs, nd, sp, partial, s);
 }
 
 }  // namespace
 
-bool launch_decode_per_head(const AttentionArgs& a, const int32_t* decode_seqs, int nd, const DecodeSplit& sp,
+void launch_decode_per_head(const AttentionArgs& a, const int32_t* decode_seqs, int nd, const DecodeSplit& sp,
                             float* partial, cudaStream_t s) {
   switch (a.head_dim) {
-    case 64: return launch_decode_hd<64>(a, decode_seqs, nd, sp, partial, s);
-    case 128: return launch_decode_hd<128>(a, decode_seqs, nd, sp, partial, s);
-    case 256: return launch_decode_hd<256>(a, decode_seqs, nd, sp, partial, s);
+    case 64: launch_decode_hd<64>(a, decode_seqs, nd, sp, partial, s); break;
+    case 128: launch_decode_hd<128>(a, decode_seqs, nd, sp, partial, s); break;
+    case 256: launch_decode_hd<256>(a, decode_seqs, nd, sp, partial, s); break;
     default: KVASIR_CHECK_MSG(false, "attention: unsupported head_dim");
   }
-  return false;
 }
 
 }  // namespace kvasir::cuda

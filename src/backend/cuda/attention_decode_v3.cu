@@ -1,6 +1,6 @@
-// Paged decode attention v3 (the default from kV3MinSeqs decode sequences): a CTA owns
-// (split, sequence) and every kv head and streams whole cache rows through a cp.async pipeline.
-// The split plan and the combine of splits are in attention.cu.
+// Paged decode attention v3 (the default below kV5MinSeqs decode sequences, or where v5's shape
+// does not fit): a CTA owns (split, sequence) and every kv head and streams whole cache rows
+// through a cp.async pipeline. The split plan and the combine of splits are in attention.cu.
 #include <algorithm>
 
 #include "backend/cuda/attention_decode.cuh"
