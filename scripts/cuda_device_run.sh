@@ -105,8 +105,8 @@ if has memcheck; then
     rc=$?
     tail -5 "$OUT/memcheck.log"
     note "memcheck: rc=$rc $(grep -E 'ERROR SUMMARY' "$OUT/memcheck.log" | tail -1)"
-    # The default kernels (per-head v1 with its in-kernel split merge below 8 sequences, v5 from 8)
-    # and the fused-norm GEMVs, then v5 forced for every batch.
+    # The default kernels (v3 below 8 decode sequences, v5 from 8) and the fused-norm GEMVs, then
+    # v5 forced for every batch.
     timeout 120 compute-sanitizer --tool memcheck --leak-check no "$bin/cuda_ops_test" \
       --gtest_filter='CudaAttention.Decode*:CudaOps.Decode*:CudaOps.Fused*' >"$OUT/memcheck_default.log" 2>&1
     note "memcheck, default kernels: rc=$? $(grep -E 'ERROR SUMMARY' "$OUT/memcheck_default.log" | tail -1)"
@@ -133,12 +133,12 @@ lat() {  # name, extra args
   note "latency $name: rc=$rc $(grep -E '^decode' "$OUT/lat_$name.log")"
 }
 if has latency; then
-  # Default kernels (greedy tokens picked on the device), then A/B: the previous decode attention
-  # kernel, and the host argmax over read-back logits (what the bench did before).
+  # Default kernels (greedy tokens picked on the device), then A/B: the per-head decode attention
+  # kernel (v1), and the host argmax over read-back logits (what the bench did before).
   lat b1 --batch-size 1
   if [[ -z "${KVASIR_LAT_B1_ONLY:-}" ]]; then
     lat b64 --batch-size 64
-    KVASIR_CUDA_ATTN=3 lat b1_attn3 --batch-size 1
+    KVASIR_CUDA_ATTN=1 lat b1_attn1 --batch-size 1
   fi
   [[ -n "${KVASIR_LAT_AB_ARGMAX:-}" ]] && KVASIR_BENCH_HOST_ARGMAX=1 lat b1_hostargmax --batch-size 1
 fi
