@@ -240,15 +240,24 @@ void tile_impl(const TileArgs& a) {
 
   // Weights: values in the B layout, and (dw, mw) per block as 16-lane vectors over the rows.
   for (long b = 0; b < nb; ++b) repack_block<T>(w, ws, a.nr, b, bbuf + b * kBBytes);
-  for (int r = 0; r < kRows; ++r) {
-    const unsigned char* row = w + (r < a.nr ? r : a.nr - 1) * ws;
-    for (long b = 0; b < nb; b += 8) {
-      alignas(64) float f[16];
-      _mm512_store_ps(f, gather_dm16<T>(row + b * T::kBytes, nb - b));
-      for (long j = 0; j < 8 && b + j < nb; ++j) {
-        dw[16 * (b + j) + r] = f[2 * j];
-        mw[16 * (b + j) + r] = f[2 * j + 1];
+  {
+    // One dword gather per block: the fp16 d (and m) of the 16 rows (rows >= nr repeat the last),
+    // converted like gather_dm16 (m = kMFromD * d where the format stores no m).
+    alignas(64) int offs[16];
+    for (int r = 0; r < kRows; ++r) offs[r] = static_cast<int>((r < a.nr ? r : a.nr - 1) * ws);
+    const __m512i idx = _mm512_load_si512(offs);
+    for (long b = 0; b < nb; ++b) {
+      const __m512i g = _mm512_i32gather_epi32(idx, w + b * T::kBytes, 1);
+      const __m512 d = _mm512_cvtph_ps(_mm512_cvtepi32_epi16(g));
+      __m512 m;
+      if constexpr (T::kM == 2) {
+        m = _mm512_cvtph_ps(_mm512_cvtepi32_epi16(_mm512_srli_epi32(g, 16)));
+      } else {
+        static_assert(T::kM < 0, "AMX: (d, m) must be adjacent or m implied");
+        m = _mm512_mul_ps(d, _mm512_set1_ps(T::kMFromD));
       }
+      _mm512_store_ps(dw + 16 * b, d);
+      _mm512_store_ps(mw + 16 * b, m);
     }
   }
 
