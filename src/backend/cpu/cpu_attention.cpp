@@ -1,6 +1,13 @@
 // Paged attention on the CPU: the reference for every device. Each scheduled token attends over
 // its sequence's cached keys through the block table, so prefill, chunked prefill and decode are
-// one code path. Work is split over (token, kv-head) pairs so a GQA group reads each key once.
+// one code path. Work is split over (token, kv-head, key range) units so a GQA group reads each key
+// once and a single decoding sequence still spreads over every thread (flash-decoding); partial
+// results of a token's key ranges are merged afterwards.
+// Batch invariance: how a token's keys are split depends only on its own context length, and the
+// merge runs in a fixed order, so a token's output is bit-identical alone, batched, in a prefill
+// chunk or in a decode step.
+#include <immintrin.h>
+
 #include <algorithm>
 #include <cmath>
 #include <cstring>
@@ -26,10 +33,110 @@ void CpuBackend::write_kv(const Tensor& k, const Tensor& v, Tensor& k_cache, Ten
 
 namespace {
 
+// A token's keys are cut into at most kMaxSplits ranges of at least kMinKeysPerSplit keys: enough
+// units for every thread at batch 1, few enough that merging costs little.
+constexpr int kMaxSplits = 8;
+constexpr int kMinKeysPerSplit = 64;
+constexpr int kMaxGroup = 64;  // query heads per kv head
+
+int num_splits(int32_t ctx) {
+  return std::clamp((ctx + kMinKeysPerSplit - 1) / kMinKeysPerSplit, 1, kMaxSplits);
+}
+
+// Keys and values sit in scattered blocks of the paged cache, far past the hardware prefetcher's
+// reach: fetch the row kPrefetchRows ahead while working on this one.
+constexpr int kPrefetchRows = 8;
+
+void prefetch_row(const float* row, int hd) {
+  for (int d = 0; d < hd; d += 16) _mm_prefetch(reinterpret_cast<const char*>(row + d), _MM_HINT_T0);
+}
+
+float hsum(__m256 v) {
+  __m128 s = _mm_add_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
+  s = _mm_add_ps(s, _mm_movehl_ps(s, s));
+  s = _mm_add_ss(s, _mm_movehdup_ps(s));
+  return _mm_cvtss_f32(s);
+}
+
+float dot(const float* a, const float* b, int n) {
+  __m256 acc0 = _mm256_setzero_ps(), acc1 = _mm256_setzero_ps();
+  int d = 0;
+  for (; d + 16 <= n; d += 16) {
+    acc0 = _mm256_fmadd_ps(_mm256_loadu_ps(a + d), _mm256_loadu_ps(b + d), acc0);
+    acc1 = _mm256_fmadd_ps(_mm256_loadu_ps(a + d + 8), _mm256_loadu_ps(b + d + 8), acc1);
+  }
+  for (; d + 8 <= n; d += 8) acc0 = _mm256_fmadd_ps(_mm256_loadu_ps(a + d), _mm256_loadu_ps(b + d), acc0);
+  float s = hsum(_mm256_add_ps(acc0, acc1));
+  for (; d < n; ++d) s += a[d] * b[d];
+  return s;
+}
+
+// y += w * x
+void axpy(float w, const float* x, float* y, int n) {
+  const __m256 wv = _mm256_set1_ps(w);
+  int d = 0;
+  for (; d + 8 <= n; d += 8) {
+    _mm256_storeu_ps(y + d, _mm256_fmadd_ps(wv, _mm256_loadu_ps(x + d), _mm256_loadu_ps(y + d)));
+  }
+  for (; d < n; ++d) y[d] += w * x[d];
+}
+
+void scale(float s, float* y, int n) {
+  for (int d = 0; d < n; ++d) y[d] *= s;
+}
+
+// o_g = sum_j p[g][j] * v_j for a block of G query heads, v_j = vc + offsets[j]. Each value row is
+// loaded once per 16 columns and the G outputs stay in registers across the keys.
+template <int G>
+void weighted_sum_block(const float* vc, const int64_t* offsets, int32_t len, const float* p, int hd, float* const* o) {
+  for (int d = 0; d < hd; d += 16) {
+    __m256 acc[G][2];
+    for (int g = 0; g < G; ++g) acc[g][0] = acc[g][1] = _mm256_setzero_ps();
+    for (int32_t j = 0; j < len; ++j) {
+      if (d == 0 && j + kPrefetchRows < len) prefetch_row(vc + offsets[j + kPrefetchRows], hd);
+      const float* v = vc + offsets[j] + d;
+      const __m256 v0 = _mm256_loadu_ps(v), v1 = _mm256_loadu_ps(v + 8);
+      for (int g = 0; g < G; ++g) {
+        const __m256 w = _mm256_broadcast_ss(p + static_cast<size_t>(g) * len + j);
+        acc[g][0] = _mm256_fmadd_ps(w, v0, acc[g][0]);
+        acc[g][1] = _mm256_fmadd_ps(w, v1, acc[g][1]);
+      }
+    }
+    for (int g = 0; g < G; ++g) {
+      _mm256_storeu_ps(o[g] + d, acc[g][0]);
+      _mm256_storeu_ps(o[g] + d + 8, acc[g][1]);
+    }
+  }
+}
+
+// o_g = sum_j p[g * len + j] * v_j for every g < group (o_g overwritten).
+void weighted_sum(const float* vc, const int64_t* offsets, int32_t len, const float* p, int group, int hd,
+                  float* const* o) {
+  if (hd % 16 != 0) {
+    for (int g = 0; g < group; ++g) {
+      std::fill(o[g], o[g] + hd, 0.0f);
+      for (int32_t j = 0; j < len; ++j) axpy(p[static_cast<size_t>(g) * len + j], vc + offsets[j], o[g], hd);
+    }
+    return;
+  }
+  for (int g0 = 0; g0 < group; g0 += 4) {
+    const float* pg = p + static_cast<size_t>(g0) * len;
+    switch (std::min(4, group - g0)) {
+      case 1: weighted_sum_block<1>(vc, offsets, len, pg, hd, o + g0); break;
+      case 2: weighted_sum_block<2>(vc, offsets, len, pg, hd, o + g0); break;
+      case 3: weighted_sum_block<3>(vc, offsets, len, pg, hd, o + g0); break;
+      default: weighted_sum_block<4>(vc, offsets, len, pg, hd, o + g0); break;
+    }
+  }
+}
+
 struct AttnTask {
-  int token;      // row in q / out
-  int seq;        // sequence index in the metadata
-  int32_t pos;    // absolute position of the token
+  int token;       // row in q / out
+  int seq;         // sequence index in the metadata
+  int32_t pos;     // absolute position of the token
+  int32_t lo;      // first key position it sees
+  int splits;      // key ranges
+  int64_t unit0;   // its first unit: units unit0 + kvh * splits + s
 };
 
 }  // namespace
@@ -42,67 +149,133 @@ void CpuBackend::attention(const Tensor& q, const Tensor& k_cache, const Tensor&
   const int group = num_heads / kv_heads;
   const int bs = m.block_size;
   KVASIR_CHECK(num_heads % kv_heads == 0 && k_cache.dim(3) == hd && k_cache.dim(1) == bs);
+  KVASIR_CHECK_MSG(group <= kMaxGroup, "attention: more query heads per kv head than supported");
 
   std::vector<AttnTask> tasks;
+  std::vector<int32_t> unit_task;  // unit -> task
   tasks.reserve(static_cast<size_t>(m.num_tokens));
+  int64_t num_units = 0;
+  bool any_split = false;
   for (int s = 0; s < m.num_seqs; ++s) {
     const int q0 = m.query_start_loc[s], q1 = m.query_start_loc[s + 1];
     const int first_pos = m.seq_lens[s] - (q1 - q0);
     KVASIR_CHECK(first_pos >= 0);
-    for (int t = q0; t < q1; ++t) tasks.push_back({t, s, first_pos + (t - q0)});
+    for (int t = q0; t < q1; ++t) {
+      const int32_t pos = first_pos + (t - q0);
+      const int32_t lo = p.sliding_window > 0 ? std::max(0, pos - p.sliding_window + 1) : 0;
+      const int splits = num_splits(pos - lo + 1);
+      any_split |= splits > 1;
+      tasks.push_back({t, s, pos, lo, splits, num_units});
+      num_units += static_cast<int64_t>(kv_heads) * splits;
+    }
   }
-  const int64_t num_items = static_cast<int64_t>(tasks.size()) * kv_heads;
+  unit_task.resize(static_cast<size_t>(num_units));
+  for (size_t i = 0; i < tasks.size(); ++i) {
+    const int64_t n = static_cast<int64_t>(kv_heads) * tasks[i].splits;
+    std::fill_n(unit_task.begin() + tasks[i].unit0, n, static_cast<int32_t>(i));
+  }
+  // A split unit's un-normalized result per query head: o[hd] (sum of exp * v), max, sum of exp.
+  const int64_t partial_stride = hd + 2;
+  if (any_split) attn_partials_.resize(static_cast<size_t>(num_units * group * partial_stride));
+  float* partials = attn_partials_.data();
+
   const float* qp = q.ptr<float>();
   const float* kc = k_cache.ptr<float>();
   const float* vc = v_cache.ptr<float>();
   float* op = out.ptr<float>();
   const int64_t kv_row = static_cast<int64_t>(kv_heads) * hd;
 
-  auto body = [&](int64_t b, int64_t e) {
-    thread_local std::vector<float> scores;  // grows to the longest context once, then reused
-    for (int64_t item = b; item < e; ++item) {
-      const AttnTask& task = tasks[static_cast<size_t>(item / kv_heads)];
-      const int kvh = static_cast<int>(item % kv_heads);
+  auto unit_body = [&](int64_t b, int64_t e) {
+    thread_local std::vector<float> scores;  // grow to the longest key range once, then reused
+    thread_local std::vector<int64_t> offsets;
+    float* outs[kMaxGroup];
+    float sums[kMaxGroup];
+    for (int64_t unit = b; unit < e; ++unit) {
+      const AttnTask& task = tasks[static_cast<size_t>(unit_task[static_cast<size_t>(unit)])];
+      const int64_t local = unit - task.unit0;
+      const int kvh = static_cast<int>(local / task.splits), split = static_cast<int>(local % task.splits);
+      const int32_t ctx = task.pos - task.lo + 1;
+      const int32_t j0 = task.lo + static_cast<int32_t>(static_cast<int64_t>(ctx) * split / task.splits);
+      const int32_t j1 = task.lo + static_cast<int32_t>(static_cast<int64_t>(ctx) * (split + 1) / task.splits);
+      const int32_t len = j1 - j0;
       const int32_t* table = m.block_tables + static_cast<int64_t>(task.seq) * m.max_blocks_per_seq;
-      const int32_t lo = p.sliding_window > 0 ? std::max(0, task.pos - p.sliding_window + 1) : 0;
-      const int32_t ctx = task.pos - lo + 1;
-      scores.resize(static_cast<size_t>(ctx) * group);
-      // Scores for the whole GQA group, reading each key once.
-      for (int32_t j = lo; j <= task.pos; ++j) {
+      const float* qg = qp + (static_cast<int64_t>(task.token) * num_heads + kvh * group) * hd;
+      scores.resize(static_cast<size_t>(len) * group);
+      offsets.resize(static_cast<size_t>(len));
+      for (int32_t j = j0; j < j1; ++j) {
         const int64_t slot = static_cast<int64_t>(table[j / bs]) * bs + j % bs;
-        const float* key = kc + slot * kv_row + static_cast<int64_t>(kvh) * hd;
+        offsets[static_cast<size_t>(j - j0)] = slot * kv_row + static_cast<int64_t>(kvh) * hd;
+      }
+      // Scores for the whole GQA group, reading each key once.
+      for (int32_t j = j0; j < j1; ++j) {
+        if (j + kPrefetchRows < j1) prefetch_row(kc + offsets[static_cast<size_t>(j - j0 + kPrefetchRows)], hd);
+        const float* key = kc + offsets[static_cast<size_t>(j - j0)];
         for (int g = 0; g < group; ++g) {
-          const float* qv = qp + (static_cast<int64_t>(task.token) * num_heads + kvh * group + g) * hd;
-          float dot = 0.0f;
-          for (int d = 0; d < hd; ++d) dot += qv[d] * key[d];
-          float sc = dot * p.scale;
+          float sc = dot(qg + static_cast<int64_t>(g) * hd, key, hd) * p.scale;
           if (p.softcap > 0.0f) sc = p.softcap * std::tanh(sc / p.softcap);
-          scores[static_cast<size_t>(g) * ctx + (j - lo)] = sc;
+          scores[static_cast<size_t>(g) * len + (j - j0)] = sc;
         }
       }
       for (int g = 0; g < group; ++g) {
-        float* sc = scores.data() + static_cast<size_t>(g) * ctx;
+        float* sc = scores.data() + static_cast<size_t>(g) * len;
         float mx = -INFINITY;
-        for (int32_t j = 0; j < ctx; ++j) mx = std::max(mx, sc[j]);
+        for (int32_t j = 0; j < len; ++j) mx = std::max(mx, sc[j]);
         float sum = 0.0f;
-        for (int32_t j = 0; j < ctx; ++j) {
+        for (int32_t j = 0; j < len; ++j) {
           sc[j] = std::exp(sc[j] - mx);
           sum += sc[j];
         }
-        const float inv = 1.0f / sum;
-        float* o = op + (static_cast<int64_t>(task.token) * num_heads + kvh * group + g) * hd;
-        std::fill(o, o + hd, 0.0f);
-        for (int32_t j = lo; j <= task.pos; ++j) {
-          const int64_t slot = static_cast<int64_t>(table[j / bs]) * bs + j % bs;
-          const float* val = vc + slot * kv_row + static_cast<int64_t>(kvh) * hd;
-          const float w = sc[j - lo] * inv;
-          for (int d = 0; d < hd; ++d) o[d] += w * val[d];
+        float* o = task.splits == 1
+                       ? op + (static_cast<int64_t>(task.token) * num_heads + kvh * group + g) * hd
+                       : partials + (unit * group + g) * partial_stride;
+        outs[g] = o;
+        sums[g] = sum;
+        if (task.splits > 1) {
+          o[hd] = mx;
+          o[hd + 1] = sum;
         }
+      }
+      weighted_sum(vc, offsets.data(), len, scores.data(), group, hd, outs);
+      if (task.splits == 1) {
+        for (int g = 0; g < group; ++g) scale(1.0f / sums[g], outs[g], hd);
       }
     }
   };
-  if (num_items < 2) body(0, num_items);
-  else pool_->parallel_for(num_items, body);
+  // Merges a token's key ranges, in range order, for one kv head's query group.
+  auto merge_body = [&](int64_t b, int64_t e) {
+    for (int64_t item = b; item < e; ++item) {
+      const AttnTask& task = tasks[static_cast<size_t>(item / kv_heads)];
+      if (task.splits == 1) continue;
+      const int kvh = static_cast<int>(item % kv_heads);
+      for (int g = 0; g < group; ++g) {
+        const float* first = partials + ((task.unit0 + kvh * task.splits) * group + g) * partial_stride;
+        float mx = -INFINITY;
+        for (int s = 0; s < task.splits; ++s) mx = std::max(mx, first[s * group * partial_stride + hd]);
+        float* o = op + (static_cast<int64_t>(task.token) * num_heads + kvh * group + g) * hd;
+        std::fill(o, o + hd, 0.0f);
+        float sum = 0.0f;
+        for (int s = 0; s < task.splits; ++s) {
+          const float* part = first + s * group * partial_stride;
+          const float w = std::exp(part[hd] - mx);
+          sum += w * part[hd + 1];
+          axpy(w, part, o, hd);
+        }
+        scale(1.0f / sum, o, hd);
+      }
+    }
+  };
+  if (num_units < 2) {
+    unit_body(0, num_units);
+  } else {
+    // Units differ in length (contexts, split remainders): hand them out dynamically.
+    const int64_t grain = std::max<int64_t>(1, num_units / (8 * pool_->num_threads()));
+    pool_->parallel_for_dynamic(num_units, grain, unit_body);
+  }
+  if (any_split) {
+    const int64_t items = static_cast<int64_t>(tasks.size()) * kv_heads;
+    if (items < 2) merge_body(0, items);
+    else pool_->parallel_for(items, merge_body);
+  }
 }
 
 }  // namespace kvasir

@@ -53,6 +53,7 @@ class CpuBackend final : public Backend {
   std::unique_ptr<ThreadPool> pool_;
   MatmulPrecision precision_;
   cpu::MatmulScratch scratch_;
+  std::vector<float> attn_partials_;  // attention: per-unit results of split key ranges
 };
 
 }  // namespace kvasir
