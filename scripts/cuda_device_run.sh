@@ -90,9 +90,16 @@ if has tests; then
       >"$OUT/ops_test_attn$v.log" 2>&1
     note "op tests, attention v$v forced: rc=$? $(grep -E '^\[  PASSED' "$OUT/ops_test_attn$v.log" | head -1) $(grep -c '^\[  FAILED  \]' "$OUT/ops_test_attn$v.log") failed"
   done
+  # The single-token GEMV's split-K variants (KVASIR_GEMV_SPLIT, default 2) and the per-token RoPE
+  # kernel (KVASIR_CUDA_ROPE_HEADS=0) on the linear and fused-decode tests.
+  for v in ${KVASIR_TEST_GEMV:-KVASIR_GEMV_SPLIT=1 KVASIR_GEMV_SPLIT=4 KVASIR_CUDA_ROPE_HEADS=0}; do
+    env "$v" timeout 120 "$bin/cuda_ops_test" --gtest_filter='CudaOps.Linear*:CudaOps.Fused*:CudaOps.Decode*' \
+      >"$OUT/ops_test_${v//=/_}.log" 2>&1
+    note "op tests, $v: rc=$? $(grep -E '^\[  PASSED' "$OUT/ops_test_${v//=/_}.log" | head -1) $(grep -c '^\[  FAILED  \]' "$OUT/ops_test_${v//=/_}.log") failed"
+  done
   if command -v cuobjdump >/dev/null; then
-    cuobjdump --dump-resource-usage "$bin/kvasir" 2>/dev/null | grep -A1 -E 'decode_v[35]|gemv_kernelILi1ELb|gemv_gated_kernelILi1ELb' \
-      | paste - - | sed -E 's/.*(decode_v3_kernelILi[0-9]+ELi[0-9]+ELi[0-9]+E|decode_v5_kernelILi[0-9]+ELi[0-9]+E|gemv_kernelILi1ELb[01]E|gemv_gated_kernelILi1ELb[01]E).*(REG:[0-9]+ STACK:[0-9]+ SHARED:[0-9]+ LOCAL:[0-9]+).*/\1 \2/' \
+    cuobjdump --dump-resource-usage "$bin/kvasir" 2>/dev/null | grep -A1 -E 'decode_v[35]|gemv_kernelILi1ELb|gemv_gated_kernelILi1ELb|rope_write' \
+      | paste - - | sed -E 's/.*(decode_v3_kernelILi[0-9]+ELi[0-9]+ELi[0-9]+E|decode_v5_kernelILi[0-9]+ELi[0-9]+E|gemv_kernelILi1ELb[01]ELi[0-9]+ELi[0-9]+E|gemv_gated_kernelILi1ELb[01]ELi[0-9]+ELi[0-9]+E|rope_write_kv[a-z_]*).*(REG:[0-9]+ STACK:[0-9]+ SHARED:[0-9]+ LOCAL:[0-9]+).*/\1 \2/' \
       >"$OUT/resources.txt"
     note "resources: $(grep -E 'decode_v3_kernelILi128ELi8ELi4E|decode_v5_kernelILi[36]ELi4E|gemv_kernelILi1ELb|gemv_gated_kernelILi1ELb' "$OUT/resources.txt" | tr '\n' ';')"
   fi

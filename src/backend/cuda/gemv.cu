@@ -5,6 +5,8 @@
 // to three projections of the same x in one launch (q/k/v); gate/up with the activation applied;
 // an RMSNorm of the input folded in (each CTA normalises the rows once into shared memory, the
 // first CTA also writes them out); and a residual add in the epilogue (residual += bf16(x · w)).
+// A single token's GEMV up to 512 MB of weights splits each row over 2 or 4 warps of a CTA
+// (partial sums meet in shared memory), so CTAs are short and the last wave's tail small.
 #include "backend/cuda/cuda_common.cuh"
 #include "backend/cuda/kernels.h"
 
@@ -15,7 +17,7 @@ constexpr int kWarps = 8;
 constexpr int kUnroll = 4;
 constexpr int kStep = 32 * 8;  // elements of a row one warp covers per load
 constexpr int64_t kPrefetchBytes = kUnroll * kStep * 2;
-// KVASIR_GEMV_MINB=5: the single-row kernels are built a second time with their registers cut
+// KVASIR_GEMV_MINB=5 (or 4: 64 registers): the single-row kernels are built again with their registers cut
 // for five CTAs per SM (48 registers, a few bytes spilled outside the loop), for the A/B of
 // occupancy against the compiler's own choice (50-72 registers, four or three CTAs per SM).
 // KVASIR_GEMV_EARLY=0: the first round goes towards L2 before the wait and into registers after
@@ -28,10 +30,28 @@ bool gemv_early() {
   return v;
 }
 
+// KVASIR_GEMV_SPLIT=1|2|4: warps per row (split-K inside a CTA) for single-token GEMVs without a
+// folded norm, up to kSplitMaxBytes of weights (lm_head's 1 GB already streams at the copy rate).
+// The split kernels are built for four CTAs per SM (64 registers).
+constexpr int kSplitMinBlocks = 4;
+constexpr int64_t kSplitMaxBytes = int64_t{512} << 20;
+int gemv_split() {
+  static const int v = [] {
+    const char* e = std::getenv("KVASIR_GEMV_SPLIT");
+    const int s = e != nullptr ? std::atoi(e) : 2;
+    return s == 1 || s == 4 ? s : 2;
+  }();
+  return v;
+}
+int split_for(int n, bool norm, int64_t rows, int64_t k) {
+  return n == 1 && !norm && rows * k * 2 <= kSplitMaxBytes ? gemv_split() : 1;
+}
+
 int gemv_minb() {
   static const int v = [] {
     const char* e = std::getenv("KVASIR_GEMV_MINB");
-    return e != nullptr && std::atoi(e) == 5 ? 5 : 1;
+    const int v = e != nullptr ? std::atoi(e) : 1;
+    return v == 4 || v == 5 ? v : 1;
   }();
   return v;
 }
@@ -93,19 +113,21 @@ __device__ __forceinline__ void load_round(const bf16* __restrict__ wr, int64_t 
 // acc[t] = x[t, :] · wr, summed over the warp, starting from a loaded first round f (consumed).
 // Four 16-byte loads per lane are in flight before any is used. (Measured on the H200: deeper
 // unrolling and interleaving the gate and up rows were both slower, from register pressure.)
+// The warp covers columns [kb, ke) of the row (the whole row unless the row is split over warps);
+// x rows are k apart.
 template <int N>
-__device__ __forceinline__ void row_dot(const bf16* __restrict__ x, const bf16* __restrict__ wr, int64_t k, int lane,
-                                        Round& f, float (&acc)[N]) {
+__device__ __forceinline__ void row_dot(const bf16* __restrict__ x, const bf16* __restrict__ wr, int64_t k, int64_t kb,
+                                        int64_t ke, int lane, Round& f, float (&acc)[N]) {
 #pragma unroll
   for (int t = 0; t < N; ++t) acc[t] = 0.0f;
-  int64_t i = lane * 8;
+  int64_t i = kb + lane * 8;
   while (f.full) {
 #pragma unroll
     for (int u = 0; u < kUnroll; ++u) fma_chunk<N>(f.w[u], x, k, i + u * kStep, acc);
     i += kUnroll * kStep;
-    load_round(wr, k, i, f);
+    load_round(wr, ke, i, f);
   }
-  for (; i < k; i += kStep) fma_chunk<N>(load_stream(wr + i), x, k, i, acc);
+  for (; i < ke; i += kStep) fma_chunk<N>(load_stream(wr + i), x, k, i, acc);
 #pragma unroll
   for (int t = 0; t < N; ++t) acc[t] = warp_sum(acc[t]);
 }
@@ -182,13 +204,57 @@ __device__ __forceinline__ void prefetch_rest(const bf16* wr, int64_t k, int64_t
   if (upto > first) prefetch_l2_warp(reinterpret_cast<const char*>(wr) + first, upto - first, lane);
 }
 
-template <int N, bool kNorm, int MINB>
+// Split-K inside a CTA (S > 1): S warps share a row, each covering a run of whole 256-column steps,
+// and their partial sums meet in shared memory. A CTA then owns kWarps / S rows and lives for
+// about one round of loads, so the last wave of CTAs (the tail where the GPU's bytes in flight
+// run down) is S times shorter: the short q/k/v and o GEMVs lost ~3-4 us each to it.
+template <int S>
+__device__ __forceinline__ void split_range(int64_t k, int part, int64_t& kb, int64_t& ke) {
+  if constexpr (S == 1) {
+    kb = 0;
+    ke = k;
+  } else {
+    const int64_t per = ((k + kStep - 1) / kStep + S - 1) / S * kStep;
+    kb = part * per;
+    ke = kb + per < k ? kb + per : k;
+  }
+}
+
+// Sums the S partial results of each row into the row's first warp (lane 0 holds them); every
+// thread of the CTA must call it. Returns whether this warp writes the row.
+template <int S, int N>
+__device__ __forceinline__ bool split_reduce(float (&acc)[N], int warp, int lane, bool live) {
+  if constexpr (S == 1) {
+    return live;
+  } else {
+    __shared__ float part_sums[kWarps][N];
+    if (lane == 0) {
+#pragma unroll
+      for (int t = 0; t < N; ++t) part_sums[warp][t] = acc[t];
+    }
+    __syncthreads();
+    if (!live || warp % S != 0) return false;
+#pragma unroll
+    for (int t = 0; t < N; ++t) {
+      float v = 0.0f;
+#pragma unroll
+      for (int p = 0; p < S; ++p) v += part_sums[warp + p][t];
+      acc[t] = v;
+    }
+    return true;
+  }
+}
+
+template <int N, bool kNorm, int MINB, int S>
 __global__ void __launch_bounds__(kWarps * 32, MINB) gemv_kernel(GemvInput in, Segments segs, int64_t k, bool f32_out,
                                                          int64_t pf_bytes, bool early_regs) {
+  static_assert(kWarps % S == 0, "a CTA holds whole rows");
   pdl_launch_dependents();
   extern __shared__ __align__(16) unsigned char gemv_smem[];
   const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
-  int64_t r = int64_t{blockIdx.x} * kWarps + warp;
+  int64_t r = int64_t{blockIdx.x} * (kWarps / S) + warp / S;
+  int64_t kb, ke;
+  split_range<S>(k, warp % S, kb, ke);
   // Which projection this row belongs to, without indexing the parameter array at run time
   // (that would copy it to local memory). Warps past the last row still take part in the
   // CTA's input staging.
@@ -206,17 +272,24 @@ __global__ void __launch_bounds__(kWarps * 32, MINB) gemv_kernel(GemvInput in, S
   }
   Round f{};
   const bf16* wr = static_cast<const bf16*>(g.w) + r * k;
-  if (live) {
-    if (early_regs) load_round(wr, k, lane * 8, f);
-    else prefetch_l2_warp(wr, (2 * k < kPrefetchBytes ? 2 * k : kPrefetchBytes), lane);
-    prefetch_rest(wr, k, pf_bytes, lane);
+  const int64_t len = ke > kb ? ke - kb : 0;
+  if (live && len > 0) {
+    if (early_regs) load_round(wr, ke, kb + lane * 8, f);
+    else prefetch_l2_warp(wr + kb, (2 * len < kPrefetchBytes ? 2 * len : kPrefetchBytes), lane);
+    prefetch_rest(wr + kb, len, pf_bytes, lane);
   }
   pdl_wait();
   const bf16* x = stage_input<N, kNorm>(in, k, reinterpret_cast<bf16*>(gemv_smem));
-  if (!live) return;
-  if (!early_regs) load_round(wr, k, lane * 8, f);
+  if (S == 1 && !live) return;
   float acc[N];
-  row_dot<N>(x, wr, k, lane, f, acc);
+  if (live) {
+    if (!early_regs) load_round(wr, ke, kb + lane * 8, f);
+    row_dot<N>(x, wr, k, kb, ke, lane, f, acc);
+  } else {
+#pragma unroll
+    for (int t = 0; t < N; ++t) acc[t] = 0.0f;
+  }
+  if (!split_reduce<S, N>(acc, warp, lane, live)) return;
   if (lane == 0) {
     const float b = g.bias != nullptr ? g.bias[r] : 0.0f;
 #pragma unroll
@@ -236,35 +309,53 @@ __global__ void __launch_bounds__(kWarps * 32, MINB) gemv_kernel(GemvInput in, S
   }
 }
 
-template <int N, bool kNorm, int MINB>
+template <int N, bool kNorm, int MINB, int S>
 __global__ void __launch_bounds__(kWarps * 32, MINB) gemv_gated_kernel(GemvInput in, const bf16* __restrict__ wg,
                                                                  const bf16* __restrict__ wu, int64_t m, int64_t k,
                                                                  bool gelu_tanh, bf16* __restrict__ y,
                                                                  bf16* __restrict__ up_out, int64_t pf_bytes,
                                                                  bool early_regs) {
+  static_assert(kWarps % S == 0, "a CTA holds whole rows");
   pdl_launch_dependents();
   extern __shared__ __align__(16) unsigned char gemv_smem[];
   const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
-  const int64_t r = int64_t{blockIdx.x} * kWarps + warp;
+  const int64_t r = int64_t{blockIdx.x} * (kWarps / S) + warp / S;
   const bool live = r < m;
+  int64_t kb, ke;
+  split_range<S>(k, warp % S, kb, ke);
+  const int64_t len = ke > kb ? ke - kb : 0;
   // The gate row's first round goes to registers, the up row's towards L2 (two rounds held in
   // registers would cost occupancy).
   Round f{};
-  if (live) {
-    if (early_regs) load_round(wg + r * k, k, lane * 8, f);
-    else prefetch_l2_warp(wg + r * k, (2 * k < kPrefetchBytes ? 2 * k : kPrefetchBytes), lane);
-    prefetch_l2_warp(wu + r * k, (2 * k < kPrefetchBytes ? 2 * k : kPrefetchBytes), lane);
-    prefetch_rest(wg + r * k, k, pf_bytes, lane);
-    prefetch_rest(wu + r * k, k, pf_bytes, lane);
+  if (live && len > 0) {
+    if (early_regs) load_round(wg + r * k, ke, kb + lane * 8, f);
+    else prefetch_l2_warp(wg + r * k + kb, (2 * len < kPrefetchBytes ? 2 * len : kPrefetchBytes), lane);
+    prefetch_l2_warp(wu + r * k + kb, (2 * len < kPrefetchBytes ? 2 * len : kPrefetchBytes), lane);
+    prefetch_rest(wg + r * k + kb, len, pf_bytes, lane);
+    prefetch_rest(wu + r * k + kb, len, pf_bytes, lane);
   }
   pdl_wait();
   const bf16* x = stage_input<N, kNorm>(in, k, reinterpret_cast<bf16*>(gemv_smem));
-  if (!live) return;
-  if (!early_regs) load_round(wg + r * k, k, lane * 8, f);
+  if (S == 1 && !live) return;
   float g[N], u[N];
-  row_dot<N>(x, wg + r * k, k, lane, f, g);
-  load_round(wu + r * k, k, lane * 8, f);
-  row_dot<N>(x, wu + r * k, k, lane, f, u);
+  if (live) {
+    if (!early_regs) load_round(wg + r * k, ke, kb + lane * 8, f);
+    row_dot<N>(x, wg + r * k, k, kb, ke, lane, f, g);
+    load_round(wu + r * k, ke, kb + lane * 8, f);
+    row_dot<N>(x, wu + r * k, k, kb, ke, lane, f, u);
+  } else {
+#pragma unroll
+    for (int t = 0; t < N; ++t) g[t] = u[t] = 0.0f;
+  }
+  if constexpr (S > 1) {
+    // Gate and up partial sums meet in one pass (one barrier).
+    float gu[2 * N];
+#pragma unroll
+    for (int t = 0; t < N; ++t) gu[t] = g[t], gu[N + t] = u[t];
+    if (!split_reduce<S, 2 * N>(gu, warp, lane, live)) return;
+#pragma unroll
+    for (int t = 0; t < N; ++t) g[t] = gu[t], u[t] = gu[N + t];
+  }
   if (lane == 0) {
 #pragma unroll
     for (int t = 0; t < N; ++t) {
@@ -303,16 +394,29 @@ void launch_multi_nb(const GemvInput& in, const Segments& segs, int64_t rows, in
   const bool f32 = out == Elem::kF32;
   const int64_t pf = prefetch_per_row(rows);
   if (in.norm_w != nullptr) {
-    launch(gemv_kernel<N, true, MINB>, blocks, kWarps * 32, norm_smem(true, N, k), s, in, segs, k, f32, pf,
+    launch(gemv_kernel<N, true, MINB, 1>, blocks, kWarps * 32, norm_smem(true, N, k), s, in, segs, k, f32, pf,
            gemv_early());
   } else {
-    launch(gemv_kernel<N, false, MINB>, blocks, kWarps * 32, 0, s, in, segs, k, f32, pf, gemv_early());
+    launch(gemv_kernel<N, false, MINB, 1>, blocks, kWarps * 32, 0, s, in, segs, k, f32, pf, gemv_early());
   }
+}
+template <int S>
+void launch_multi_split(const GemvInput& in, const Segments& segs, int64_t rows, int64_t k, Elem out, cudaStream_t s) {
+  constexpr int kRows = kWarps / S;
+  const unsigned blocks = static_cast<unsigned>((rows + kRows - 1) / kRows);
+  launch(gemv_kernel<1, false, kSplitMinBlocks, S>, blocks, kWarps * 32, 0, s, in, segs, k, out == Elem::kF32,
+         prefetch_per_row(rows), gemv_early());
 }
 template <int N>
 void launch_multi_n(const GemvInput& in, const Segments& segs, int64_t rows, int64_t k, Elem out, cudaStream_t s) {
   if constexpr (N == 1) {
+    switch (split_for(1, in.norm_w != nullptr, rows, k)) {
+      case 2: return launch_multi_split<2>(in, segs, rows, k, out, s);
+      case 4: return launch_multi_split<4>(in, segs, rows, k, out, s);
+      default: break;
+    }
     if (gemv_minb() == 5) return launch_multi_nb<1, 5>(in, segs, rows, k, out, s);
+    if (gemv_minb() == 4) return launch_multi_nb<1, 4>(in, segs, rows, k, out, s);
   }
   launch_multi_nb<N, 1>(in, segs, rows, k, out, s);
 }
@@ -323,33 +427,51 @@ void launch_gated_nb(const GemvInput& in, const bf16* wg, const bf16* wu, int64_
   const unsigned blocks = static_cast<unsigned>((m + kWarps - 1) / kWarps);
   const int64_t pf = prefetch_per_row(2 * m);
   if (in.norm_w != nullptr) {
-    launch(gemv_gated_kernel<N, true, MINB>, blocks, kWarps * 32, norm_smem(true, N, k), s, in, wg, wu, m, k, gelu, y,
-           up_out, pf, gemv_early());
+    launch(gemv_gated_kernel<N, true, MINB, 1>, blocks, kWarps * 32, norm_smem(true, N, k), s, in, wg, wu, m, k, gelu,
+           y, up_out, pf, gemv_early());
   } else {
-    launch(gemv_gated_kernel<N, false, MINB>, blocks, kWarps * 32, 0, s, in, wg, wu, m, k, gelu, y, up_out, pf,
+    launch(gemv_gated_kernel<N, false, MINB, 1>, blocks, kWarps * 32, 0, s, in, wg, wu, m, k, gelu, y, up_out, pf,
            gemv_early());
   }
+}
+template <int S>
+void launch_gated_split(const GemvInput& in, const bf16* wg, const bf16* wu, int64_t m, int64_t k, bool gelu, bf16* y,
+                        bf16* up_out, cudaStream_t s) {
+  constexpr int kRows = kWarps / S;
+  const unsigned blocks = static_cast<unsigned>((m + kRows - 1) / kRows);
+  launch(gemv_gated_kernel<1, false, kSplitMinBlocks, S>, blocks, kWarps * 32, 0, s, in, wg, wu, m, k, gelu, y, up_out,
+         prefetch_per_row(2 * m), gemv_early());
 }
 template <int N>
 void launch_gated_n(const GemvInput& in, const bf16* wg, const bf16* wu, int64_t m, int64_t k, bool gelu, bf16* y,
                     bf16* up_out, cudaStream_t s) {
   if constexpr (N == 1) {
+    // Gate and up together count against the split's size limit.
+    switch (split_for(1, in.norm_w != nullptr, 2 * m, k)) {
+      case 2: return launch_gated_split<2>(in, wg, wu, m, k, gelu, y, up_out, s);
+      case 4: return launch_gated_split<4>(in, wg, wu, m, k, gelu, y, up_out, s);
+      default: break;
+    }
     if (gemv_minb() == 5) return launch_gated_nb<1, 5>(in, wg, wu, m, k, gelu, y, up_out, s);
+    if (gemv_minb() == 4) return launch_gated_nb<1, 4>(in, wg, wu, m, k, gelu, y, up_out, s);
   }
   launch_gated_nb<N, 1>(in, wg, wu, m, k, gelu, y, up_out, s);
 }
 
 template <int N, int MINB>
 void init_norm_nb() {
-  KVASIR_CUDA_CHECK(cudaFuncSetAttribute(gemv_kernel<N, true, MINB>, cudaFuncAttributeMaxDynamicSharedMemorySize,
+  KVASIR_CUDA_CHECK(cudaFuncSetAttribute(gemv_kernel<N, true, MINB, 1>, cudaFuncAttributeMaxDynamicSharedMemorySize,
                                          static_cast<int>(kGemvNormSmemMax)));
-  KVASIR_CUDA_CHECK(cudaFuncSetAttribute(gemv_gated_kernel<N, true, MINB>, cudaFuncAttributeMaxDynamicSharedMemorySize,
+  KVASIR_CUDA_CHECK(cudaFuncSetAttribute(gemv_gated_kernel<N, true, MINB, 1>, cudaFuncAttributeMaxDynamicSharedMemorySize,
                                          static_cast<int>(kGemvNormSmemMax)));
 }
 template <int N>
 void init_norm_n() {
   init_norm_nb<N, 1>();
-  if constexpr (N == 1) init_norm_nb<1, 5>();
+  if constexpr (N == 1) {
+    init_norm_nb<1, 5>();
+    init_norm_nb<1, 4>();
+  }
 }
 
 }  // namespace
