@@ -28,9 +28,11 @@ if [ -d tests/server ]; then
   KVASIR_BIN="$root/build/tools/kvasir" python3 -m pytest -q tests/server
 fi
 
-# Sanitizer stage (scripts/sanitize.sh): ASan+UBSan build running the unit tests, a
-# ThreadSanitizer build running the concurrency tests, and every fuzz target's regression inputs
-# plus a short fuzzing smoke run. KVASIR_SKIP_SANITIZERS=1 skips it (local quick runs only).
+# Sanitizer stage (scripts/sanitize.sh): an ASan+UBSan build running the unit tests, the engine
+# end to end on the real model and a bounded server-suite subset; a ThreadSanitizer build running
+# the concurrency tests and the engine's threads on the real model; every fuzz target's
+# regression inputs plus a short fuzzing smoke run. KVASIR_SKIP_SANITIZERS=1 skips it (local
+# quick runs only).
 if [ -z "${KVASIR_SKIP_SANITIZERS:-}" ]; then
   bash scripts/sanitize.sh
 fi
