@@ -44,8 +44,10 @@ __global__ void decode_combine_kernel(AttentionArgs a, const int32_t* __restrict
 // KVASIR_CUDA_ATTN=1 selects the three-phase decode kernel, 2 the single-pass per-head one, 3 v3
 // and 5 v5 for every batch (the op tests use them); unset: the v3 plan wherever its shape allows,
 // run by v5 from kV5MinSeqs decode sequences where v5's shape allows (at batch 256 x 1,024-token
-// contexts v5 took 0.30 ms per layer against v3's 0.40: 3.6 vs 2.7 TB/s of KV), else by v3 (at
-// batch 1 v3 measured 4.72 ms per step against 4.89 for v1; H200, 2026-11-29).
+// contexts v5 took 0.30 ms per layer against v3's 0.40: 3.6 vs 2.7 TB/s of KV), else by v3; but
+// below kV5MinSeqs, where v3's plan would launch fewer CTAs than the GPU has SMs (its splits are
+// at least 32 tokens of every kv head), the per-head v1 plan (ncu, batch 1 at 144 tokens: v3 on
+// 5 CTAs 16.0 us + combine 3.9, v1 on 80 CTAs 7.4 + 5.1; H200, 2026-11-29).
 int decode_kernel_choice() {
   static const int v = [] {
     const char* e = std::getenv("KVASIR_CUDA_ATTN");
@@ -92,6 +94,9 @@ DecodeSplit plan_decode_split(int num_decode_seqs, int num_heads, int num_kv_hea
                               int max_blocks_per_seq, int block_size, int num_sms) {
   static const int v3_ctas = env_int("KVASIR_CUDA_V3_CTAS", 4, 1, 64);
   static const int v3_part = env_int("KVASIR_CUDA_V3_PART", kMaxPartition, 32, kMaxPartition) / 32 * 32;
+  // KVASIR_CUDA_V3_MIN_CTAS: below kV5MinSeqs decode sequences, fewer v3 CTAs than this (default:
+  // one per SM) run the per-head plan instead; 0 keeps v3 (the plan of ba094b2).
+  static const int v3_min_ctas = env_int("KVASIR_CUDA_V3_MIN_CTAS", -1, 0, 1 << 20);
   DecodeSplit sp;
   const int capacity = std::max(1, max_blocks_per_seq * block_size);
   // The per-head kernels (v1, v2) only when forced or where v3's shape does not fit.
@@ -105,7 +110,11 @@ DecodeSplit plan_decode_split(int num_decode_seqs, int num_heads, int num_kv_hea
     part = std::min(v3_part, std::max(32, ((part + 31) / 32) * 32));
     sp.partition_tokens = part;
     sp.num_splits = (capacity + part - 1) / part;
-    return sp;
+    const int min_ctas = v3_min_ctas < 0 ? num_sms : v3_min_ctas;
+    const bool starved = decode_kernel_choice() == 0 && num_decode_seqs < kV5MinSeqs &&
+                         static_cast<int64_t>(base) * sp.num_splits < min_ctas;
+    if (!starved) return sp;
+    sp = DecodeSplit{};
   }
   const int base = std::max(1, num_decode_seqs * num_kv_heads);
   const int wanted = std::max(1, (2 * num_sms + base - 1) / base);
