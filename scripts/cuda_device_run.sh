@@ -99,9 +99,9 @@ if has tests; then
   done
   if command -v cuobjdump >/dev/null; then
     cuobjdump --dump-resource-usage "$bin/kvasir" 2>/dev/null | grep -A1 -E 'decode_v[35]|gemv_kernelILi1ELb|gemv_gated_kernelILi1ELb|rope_write' \
-      | paste - - | sed -E 's/.*(decode_v3_kernelILi[0-9]+ELi[0-9]+ELi[0-9]+E|decode_v5_kernelILi[0-9]+ELi[0-9]+E|gemv_kernelILi1ELb[01]ELi[0-9]+ELi[0-9]+E|gemv_gated_kernelILi1ELb[01]ELi[0-9]+ELi[0-9]+E|rope_write_kv[a-z_]*).*(REG:[0-9]+ STACK:[0-9]+ SHARED:[0-9]+ LOCAL:[0-9]+).*/\1 \2/' \
+      | grep -v '^--$' | paste - - | sed -E 's/.*(decode_v3_kernelILi[0-9]+ELi[0-9]+ELi[0-9]+E|decode_v5_kernelILi[0-9]+ELi[0-9]+E|gemv_kernelILi1ELb[01]ELi[0-9]+ELi[0-9]+E|gemv_gated_kernelILi1ELb[01]ELi[0-9]+ELi[0-9]+E|rope_write_kv[a-z_]*).*(REG:[0-9]+ STACK:[0-9]+ SHARED:[0-9]+ LOCAL:[0-9]+).*/\1 \2/' \
       >"$OUT/resources.txt"
-    note "resources: $(grep -E 'decode_v3_kernelILi128ELi8ELi4E|decode_v5_kernelILi[36]ELi4E|gemv_kernelILi1ELb|gemv_gated_kernelILi1ELb' "$OUT/resources.txt" | tr '\n' ';')"
+    note "resources: $(grep -E 'decode_v3_kernelILi128ELi8ELi4E|decode_v5_kernelILi[36]ELi4E|gemv_kernelILi1ELb0|gemv_gated_kernelILi1ELb0' "$OUT/resources.txt" | tr '\n' ';')"
   fi
 fi
 if has memcheck; then

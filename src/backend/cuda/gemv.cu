@@ -17,9 +17,10 @@ constexpr int kWarps = 8;
 constexpr int kUnroll = 4;
 constexpr int kStep = 32 * 8;  // elements of a row one warp covers per load
 constexpr int64_t kPrefetchBytes = kUnroll * kStep * 2;
-// KVASIR_GEMV_MINB=5 (or 4: 64 registers): the single-row kernels are built again with their registers cut
+// KVASIR_GEMV_MINB=5: the single-row kernels are built a second time with their registers cut
 // for five CTAs per SM (48 registers, a few bytes spilled outside the loop), for the A/B of
-// occupancy against the compiler's own choice (50-72 registers, four or three CTAs per SM).
+// occupancy against the compiler's own choice (86 registers, two CTAs per SM); 4: 64 registers
+// (batch 1: 4.69 ms against 4.64 for the compiler's choice, 4.52 for the split; H200, 2026-11-29).
 // KVASIR_GEMV_EARLY=0: the first round goes towards L2 before the wait and into registers after
 // it (the previous behaviour), instead of into registers before it.
 bool gemv_early() {
@@ -32,7 +33,9 @@ bool gemv_early() {
 
 // KVASIR_GEMV_SPLIT=1|2|4: warps per row (split-K inside a CTA) for single-token GEMVs without a
 // folded norm, up to kSplitMaxBytes of weights (lm_head's 1 GB already streams at the copy rate).
-// The split kernels are built for four CTAs per SM (64 registers).
+// The split kernels are built for four CTAs per SM (64 registers). Batch-1 decode, H200,
+// 2026-11-29, one call: 2 warps 4.52-4.56 ms per step, 1 warp 4.64, 4 warps 4.69-4.71 (ncu: gate/up
+// 63.9 -> 59.4 us, 3.95 TB/s; q/k/v and o unchanged at 16.2 and 12.1 us).
 constexpr int kSplitMinBlocks = 4;
 constexpr int64_t kSplitMaxBytes = int64_t{512} << 20;
 int gemv_split() {
@@ -462,7 +465,8 @@ template <int N, int MINB>
 void init_norm_nb() {
   KVASIR_CUDA_CHECK(cudaFuncSetAttribute(gemv_kernel<N, true, MINB, 1>, cudaFuncAttributeMaxDynamicSharedMemorySize,
                                          static_cast<int>(kGemvNormSmemMax)));
-  KVASIR_CUDA_CHECK(cudaFuncSetAttribute(gemv_gated_kernel<N, true, MINB, 1>, cudaFuncAttributeMaxDynamicSharedMemorySize,
+  KVASIR_CUDA_CHECK(cudaFuncSetAttribute(gemv_gated_kernel<N, true, MINB, 1>,
+                                         cudaFuncAttributeMaxDynamicSharedMemorySize,
                                          static_cast<int>(kGemvNormSmemMax)));
 }
 template <int N>
