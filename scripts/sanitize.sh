@@ -68,18 +68,16 @@ full="${KVASIR_SANITIZE_FULL:-0}"
 # (batch invariance over 32 prompts, 50 x 1,000-token prefix caching) add model time, not code:
 # ASan with the fuzzers' coverage instrumentation makes the CPU kernels 10-15x slower.
 asan_e2e_filter='*StopStringsNAndLogprobs*:*BadRequestsAreRejectedAndAbortFreesBlocks*'
-# The server under ASan: every request parser and error path (security catalogue and bad input),
-# streaming, 100 clients that vanish mid-stream, an engine fault on the first step, SIGTERM with
-# a zero drain, broken model files. Left out (model time, not more code): the 1,000-stream and
-# 1,000-victim load tests, KV exhaustion, the long SIGTERM drain, queued cancels under 2 long
-# generations, the fault after 40 steps of 6 streams; soak and bench are long runs anyway.
-asan_server_tests=(tests/server/test_security.py tests/server/test_bad_input.py
-  tests/server/test_api.py::test_completion_stream_matches_non_stream
-  tests/server/test_api.py::test_chat_stream_matches_non_stream
-  tests/server/test_concurrency.py::test_killed_clients_free_the_kv_cache
-  tests/server/test_faults.py::test_sigterm_under_load_with_zero_timeout_ends_every_request
-  tests/server/test_faults.py::test_fault_on_the_first_step_never_hangs
-  tests/server/test_faults.py::test_broken_model_file_fails_fast_with_a_message)
+# The server under ASan: every request parser and error path (security catalogue, bad input,
+# auth), the API incl. streaming, request templates, 100 clients that vanish mid-stream, queued
+# requests cancelled under running ones, injected engine faults, SIGTERM with and without a
+# drain, broken model files. Left out (model time, not more code): the 1,000-stream and
+# 1,000-victim load tests, KV exhaustion and the SIGTERM drain under load; soak and bench are
+# long runs anyway.
+asan_server_tests=(tests/server/test_security.py tests/server/test_bad_input.py tests/server/test_api.py
+  tests/server/test_auth_and_defaults.py tests/server/test_render_template.py tests/server/test_shutdown.py
+  tests/server/test_concurrency.py::test_killed_clients_free_the_kv_cache tests/server/test_faults.py
+  -k 'not thousand and not kv_exhaustion and not drains_everything')
 
 stage_asan() {
   local b="$asan_dir"
