@@ -193,7 +193,11 @@ static void dump_double(std::string& out, double d) {
   std::string res = neg ? "-" : "";
   if (exp < -4 || exp >= 16) {
     res += digits.substr(0, 1);
-    if (digits.size() > 1) res += "." + digits.substr(1);
+    if (digits.size() > 1) {
+      // Appended in two steps: GCC 12 -O3 reports a false -Wrestrict on "." + substr().
+      res += '.';
+      res.append(digits, 1);
+    }
     char eb[16];
     std::snprintf(eb, sizeof(eb), "e%c%02d", exp < 0 ? '-' : '+', exp < 0 ? -exp : exp);
     res += eb;
