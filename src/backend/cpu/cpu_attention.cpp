@@ -152,7 +152,6 @@ void CpuBackend::attention(const Tensor& q, const Tensor& k_cache, const Tensor&
   KVASIR_CHECK_MSG(group <= kMaxGroup, "attention: more query heads per kv head than supported");
 
   std::vector<AttnTask> tasks;
-  std::vector<int32_t> unit_task;  // unit -> task
   tasks.reserve(static_cast<size_t>(m.num_tokens));
   int64_t num_units = 0;
   bool any_split = false;
@@ -168,11 +167,6 @@ void CpuBackend::attention(const Tensor& q, const Tensor& k_cache, const Tensor&
       tasks.push_back({t, s, pos, lo, splits, num_units});
       num_units += static_cast<int64_t>(kv_heads) * splits;
     }
-  }
-  unit_task.resize(static_cast<size_t>(num_units));
-  for (size_t i = 0; i < tasks.size(); ++i) {
-    const int64_t n = static_cast<int64_t>(kv_heads) * tasks[i].splits;
-    std::fill_n(unit_task.begin() + tasks[i].unit0, n, static_cast<int32_t>(i));
   }
   // A split unit's un-normalized result per query head: o[hd] (sum of exp * v), max, sum of exp.
   const int64_t partial_stride = hd + 2;
@@ -191,7 +185,10 @@ void CpuBackend::attention(const Tensor& q, const Tensor& k_cache, const Tensor&
     float* outs[kMaxGroup];
     float sums[kMaxGroup];
     for (int64_t unit = b; unit < e; ++unit) {
-      const AttnTask& task = tasks[static_cast<size_t>(unit_task[static_cast<size_t>(unit)])];
+      // The task owning this unit: the last whose first unit is <= unit (tasks are in unit order).
+      const AttnTask& task = *(std::upper_bound(tasks.begin(), tasks.end(), unit,
+                                                [](int64_t u, const AttnTask& t) { return u < t.unit0; }) -
+                               1);
       const int64_t local = unit - task.unit0;
       const int kvh = static_cast<int>(local / task.splits), split = static_cast<int>(local % task.splits);
       const int32_t ctx = task.pos - task.lo + 1;
