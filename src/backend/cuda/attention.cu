@@ -7,6 +7,7 @@
 #include <cstdlib>
 
 #include "backend/cuda/attention_decode.cuh"
+#include "backend/cuda/env_knob.h"
 
 namespace kvasir::cuda {
 namespace {
@@ -79,16 +80,8 @@ void init_decode_attention_kernels() {
   init_decode_v5_kernels();
 }
 
-namespace {
 // A/B knobs for the v3 split plan: KVASIR_CUDA_V3_CTAS (CTAs per SM aimed for, default 4) and
 // KVASIR_CUDA_V3_PART (largest split in tokens, default kMaxPartition).
-int env_int(const char* name, int def, int lo, int hi) {
-  const char* e = std::getenv(name);
-  if (e == nullptr) return def;
-  const int v = std::atoi(e);
-  return v < lo || v > hi ? def : v;
-}
-}  // namespace
 
 DecodeSplit plan_decode_split(int num_decode_seqs, int num_heads, int num_kv_heads, int head_dim,
                               int max_blocks_per_seq, int block_size, int num_sms) {

@@ -7,9 +7,9 @@
 // eight tokens an ldmatrix reads fall in eight bank groups). Same partial layout as v3; the split
 // plan, the kernel choice and the combine are in attention.cu.
 #include <algorithm>
-#include <cstdlib>
 
 #include "backend/cuda/attention_decode.cuh"
+#include "backend/cuda/env_knob.h"
 
 namespace kvasir::cuda {
 namespace {
@@ -299,10 +299,7 @@ __global__ void __launch_bounds__(kThreads, STAGES <= 3 ? 2 : 1)
 
 // KVASIR_CUDA_TMA_STAGES: pipeline depth (3: two CTAs per SM, default; 6: one CTA per SM).
 int v5_stages() {
-  static const int v = [] {
-    const char* e = std::getenv("KVASIR_CUDA_TMA_STAGES");
-    return e != nullptr && std::atoi(e) == 6 ? 6 : 3;
-  }();
+  static const int v = env_choice("KVASIR_CUDA_TMA_STAGES", 3, {3, 6});
   return v;
 }
 

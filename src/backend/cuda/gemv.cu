@@ -8,6 +8,7 @@
 // A single token's GEMV up to 512 MB of weights splits each row over 2 or 4 warps of a CTA
 // (partial sums meet in shared memory), so CTAs are short and the last wave's tail small.
 #include "backend/cuda/cuda_common.cuh"
+#include "backend/cuda/env_knob.h"
 #include "backend/cuda/kernels.h"
 
 namespace kvasir::cuda {
@@ -24,10 +25,7 @@ constexpr int64_t kPrefetchBytes = kUnroll * kStep * 2;
 // KVASIR_GEMV_EARLY=0: the first round goes towards L2 before the wait and into registers after
 // it (the previous behaviour), instead of into registers before it.
 bool gemv_early() {
-  static const bool v = [] {
-    const char* e = std::getenv("KVASIR_GEMV_EARLY");
-    return e == nullptr || e[0] != '0';
-  }();
+  static const bool v = env_flag("KVASIR_GEMV_EARLY", true);
   return v;
 }
 
@@ -39,11 +37,7 @@ bool gemv_early() {
 constexpr int kSplitMinBlocks = 4;
 constexpr int64_t kSplitMaxBytes = int64_t{512} << 20;
 int gemv_split() {
-  static const int v = [] {
-    const char* e = std::getenv("KVASIR_GEMV_SPLIT");
-    const int s = e != nullptr ? std::atoi(e) : 2;
-    return s == 1 || s == 4 ? s : 2;
-  }();
+  static const int v = env_choice("KVASIR_GEMV_SPLIT", 2, {1, 2, 4});
   return v;
 }
 int split_for(int n, bool norm, int64_t rows, int64_t k) {
@@ -51,11 +45,7 @@ int split_for(int n, bool norm, int64_t rows, int64_t k) {
 }
 
 int gemv_minb() {
-  static const int v = [] {
-    const char* e = std::getenv("KVASIR_GEMV_MINB");
-    const int v = e != nullptr ? std::atoi(e) : 1;
-    return v == 4 || v == 5 ? v : 1;
-  }();
+  static const int v = env_choice("KVASIR_GEMV_MINB", 1, {1, 4, 5});
   return v;
 }
 
@@ -381,11 +371,7 @@ __global__ void __launch_bounds__(kWarps * 32, MINB) gemv_gated_kernel(GemvInput
 // KVASIR_GEMV_PREFETCH_MB: how much of a GEMV's weights (beyond each row's first round) its CTAs
 // pull towards L2 before waiting for the previous kernel, spread over its rows (default 0).
 int64_t prefetch_per_row(int64_t rows) {
-  static const int64_t budget = [] {
-    const char* e = std::getenv("KVASIR_GEMV_PREFETCH_MB");
-    const long v = e != nullptr ? std::atol(e) : 0;
-    return static_cast<int64_t>(v < 0 || v > 48 ? 0 : v) << 20;
-  }();
+  static const int64_t budget = int64_t{env_int("KVASIR_GEMV_PREFETCH_MB", 0, 0, 48)} << 20;
   return budget > 0 && rows > 0 ? budget / rows / 128 * 128 : 0;
 }
 
