@@ -1,4 +1,4 @@
-// Shared by the paged decode-attention kernels (attention_decode_v12.cu, attention_decode_v3.cu)
+// Shared by the paged decode-attention kernels (attention_decode_v12.cu, _v3.cu, _tma.cu)
 // and their dispatcher (attention.cu): the GQA group's query load, the online-softmax state,
 // cp.async helpers, and the internal launchers. Device helpers and declarations only; the split
 // plan and the kernel choice live in attention.cu.
@@ -15,6 +15,44 @@ constexpr int kMaxPartition = 512;
 constexpr int kUnroll = 4;     // keys per row group in flight in the per-head decode kernels
 constexpr int kV5MinSeqs = 8;  // fewer decode sequences: v3 runs the v3 plan (see launch_decode_attention)
 constexpr float kLog2e = 1.4426950408889634f;
+
+// The keys one CTA of the split-KV decode kernels covers: split `split` of decode sequence `di`;
+// keys [begin, end) of that sequence's context, sliding window applied.
+struct SplitKeys {
+  int split, di, s, seq_len, split_begin, begin, end;
+  int64_t token;  // the sequence's query row
+};
+
+__device__ __forceinline__ SplitKeys split_keys(const AttentionArgs& a, const int32_t* decode_seqs,
+                                                int part_tokens, int split, int di) {
+  SplitKeys k;
+  k.split = split;
+  k.di = di;
+  k.s = decode_seqs != nullptr ? decode_seqs[k.di] : k.di;
+  k.token = a.query_start_loc[k.s];
+  k.seq_len = a.seq_lens[k.s];
+  const int pos = k.seq_len - 1;
+  const int lo = a.sliding_window > 0 ? max(0, pos - a.sliding_window + 1) : 0;
+  k.split_begin = k.split * part_tokens;
+  k.begin = max(lo, k.split_begin);
+  k.end = min(k.seq_len, k.split_begin + part_tokens);
+  return k;
+}
+
+// A CTA with no keys (its split lies past the context or before the window): a -inf partial so
+// the combine skips it or, unsplit, a zero output row.
+__device__ __forceinline__ void finish_empty_split(const AttentionArgs& a, const SplitKeys& k, int num_splits,
+                                                   int head_dim, float* partial) {
+  pdl_wait();
+  if (num_splits > 1) {
+    for (int h = threadIdx.x; h < a.num_heads; h += blockDim.x) {
+      partial[(static_cast<int64_t>(k.di) * a.num_heads + h) * num_splits + k.split] = -INFINITY;
+    }
+  } else {
+    bf16* o = static_cast<bf16*>(a.out) + k.token * a.num_heads * head_dim;
+    for (int i = threadIdx.x; i < a.num_heads * head_dim; i += blockDim.x) o[i] = __float2bfloat16_rn(0.0f);
+  }
+}
 
 // The GQA group's query rows (ng of GC live; the rest zero), pre-scaled, 8 dims per lane: shared
 // by the decode kernels so they agree on what a query looks like.

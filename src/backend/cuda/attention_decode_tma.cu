@@ -106,30 +106,17 @@ __global__ void __launch_bounds__(kThreads, STAGES <= 3 ? 2 : 1)
   __shared__ int32_t blocks[kMaxPartition + 2];
   __shared__ __align__(8) uint64_t full[STAGES];
 
-  const int split = blockIdx.x, di = blockIdx.y;
-  const int s = decode_seqs != nullptr ? decode_seqs[di] : di;
   const int group = a.num_heads / KVH;  // <= GC <= 8
-  const int num_heads = a.num_heads;
-  const int64_t token = a.query_start_loc[s];
-  const int seq_len = a.seq_lens[s];
-  const int pos = seq_len - 1;
-  const int lo = a.sliding_window > 0 ? max(0, pos - a.sliding_window + 1) : 0;
-  const int split_begin = split * part_tokens;
-  const int begin = max(lo, split_begin);
-  const int end = min(seq_len, split_begin + part_tokens);
-  const int64_t part_stride = static_cast<int64_t>(num_decode) * num_heads * num_splits;
-  if (end - begin <= 0) {
-    pdl_wait();
-    if (num_splits > 1) {
-      for (int h = threadIdx.x; h < num_heads; h += blockDim.x) {
-        partial[(static_cast<int64_t>(di) * num_heads + h) * num_splits + split] = -INFINITY;
-      }
-    } else {
-      bf16* o = static_cast<bf16*>(a.out) + token * num_heads * HD;
-      for (int i = threadIdx.x; i < num_heads * HD; i += blockDim.x) o[i] = __float2bfloat16_rn(0.0f);
-    }
+  const SplitKeys keys = split_keys(a, decode_seqs, part_tokens, blockIdx.x, blockIdx.y);
+  if (keys.end - keys.begin <= 0) {
+    finish_empty_split(a, keys, num_splits, HD, partial);
     return;
   }
+  const int split = keys.split, di = keys.di, s = keys.s;
+  const int64_t token = keys.token;
+  const int split_begin = keys.split_begin, begin = keys.begin, end = keys.end;
+  const int num_heads = a.num_heads;
+  const int64_t part_stride = static_cast<int64_t>(num_decode) * num_heads * num_splits;
   const int bs = a.block_size;
   const int t0 = split_begin + ((begin - split_begin) / kT) * kT;  // part_tokens % kT == 0
   const int ntiles = (end - t0 + kT - 1) / kT;

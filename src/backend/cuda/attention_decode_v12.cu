@@ -30,17 +30,14 @@ __global__ void __launch_bounds__(kDecodeThreads) decode_kernel(AttentionArgs a,
   const int split = blockIdx.x;
   const int kvh = blockIdx.y / num_chunks, chunk = blockIdx.y % num_chunks;
   const int di = blockIdx.z;
-  const int s = decode_seqs != nullptr ? decode_seqs[di] : di;
+  const SplitKeys keys = split_keys(a, decode_seqs, part_tokens, split, di);
+  const int s = keys.s;
   const int group = a.num_heads / a.num_kv_heads;
   const int g0 = chunk * GC;
   const int ng = min(GC, group - g0);
   const int head0 = kvh * group + g0;
-  const int64_t token = a.query_start_loc[s];
-  const int seq_len = a.seq_lens[s];
-  const int pos = seq_len - 1;
-  const int lo = a.sliding_window > 0 ? max(0, pos - a.sliding_window + 1) : 0;
-  const int begin = max(lo, split * part_tokens);
-  const int end = min(seq_len, (split + 1) * part_tokens);
+  const int64_t token = keys.token;
+  const int begin = keys.begin, end = keys.end;
   const int nt = end - begin;
   {
     constexpr int kLines = HD * 2 / 128 > 0 ? HD * 2 / 128 : 1;  // 128-byte lines per key row
@@ -213,17 +210,14 @@ __global__ void __launch_bounds__(kDecodeThreads) decode_v2_kernel(AttentionArgs
   const int split = blockIdx.x;
   const int kvh = blockIdx.y / num_chunks, chunk = blockIdx.y % num_chunks;
   const int di = blockIdx.z;
-  const int s = decode_seqs != nullptr ? decode_seqs[di] : di;
+  const SplitKeys keys = split_keys(a, decode_seqs, part_tokens, split, di);
+  const int s = keys.s;
   const int group = a.num_heads / a.num_kv_heads;
   const int g0 = chunk * GC;
   const int ng = min(GC, group - g0);
   const int head0 = kvh * group + g0;
-  const int64_t token = a.query_start_loc[s];
-  const int seq_len = a.seq_lens[s];
-  const int pos = seq_len - 1;
-  const int lo = a.sliding_window > 0 ? max(0, pos - a.sliding_window + 1) : 0;
-  const int begin = max(lo, split * part_tokens);
-  const int end = min(seq_len, (split + 1) * part_tokens);
+  const int64_t token = keys.token;
+  const int begin = keys.begin, end = keys.end;
   const int num_heads = a.num_heads;
   const int64_t part_base = (static_cast<int64_t>(di) * num_heads + head0) * num_splits + split;
   if (end - begin <= 0) {
