@@ -216,6 +216,28 @@ TEST_F(EngineE2ETest, StopStringsNAndLogprobs) {
   }
 }
 
+// --kv-cache-dtype: float16 halves a block's bytes (so --kv-cache-memory holds twice the blocks);
+// what the backend cannot hold, and unknown names, are refused before anything loads.
+TEST_F(EngineE2ETest, KvCacheDtypeFlag) {
+  LoadOptions lo;
+  auto f32 = load_model(repo_path(kModel), lo);
+  lo.kv_cache_dtype = "float16";
+  auto f16 = load_model(repo_path(kModel), lo);
+  ASSERT_TRUE(f32.ok() && f16.ok());
+  EXPECT_EQ((*f32)->backend->kv_cache_dtype(), DType::kF32);
+  EXPECT_EQ((*f16)->backend->kv_cache_dtype(), DType::kF16);
+  EXPECT_EQ((*f32)->model->kv_cache_bytes_per_block(16), 2 * (*f16)->model->kv_cache_bytes_per_block(16));
+  lo.kv_cache_dtype = "bfloat16";
+  auto bf16 = load_model(repo_path(kModel), lo);
+  ASSERT_FALSE(bf16.ok());
+  EXPECT_NE(bf16.status().message().find("float32 or float16"), std::string::npos) << bf16.status().message();
+  EngineArgs ea = args(4, int64_t{64} << 20);
+  ea.kv_cache_dtype = "fp8";
+  auto bad = LLM::create(ea);
+  ASSERT_FALSE(bad.ok());
+  EXPECT_NE(bad.status().message().find("--kv-cache-dtype"), std::string::npos) << bad.status().message();
+}
+
 TEST_F(EngineE2ETest, BadRequestsAreRejectedAndAbortFreesBlocks) {
   auto llm = LLM::create(args(8, int64_t{128} << 20));
   ASSERT_TRUE(llm.ok());

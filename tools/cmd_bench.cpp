@@ -54,12 +54,7 @@ int bench_latency(const Args& a, const EngineArgs& ea) {
     }
   }
   const int B = static_cast<int>(*batch), I = static_cast<int>(std::max<int64_t>(1, *in_len)), O = static_cast<int>(*out_len);
-  LoadOptions lo;
-  lo.device = ea.device;
-  lo.num_threads = ea.num_threads;
-  lo.exact_matmul = ea.exact_matmul;
-  lo.load_format = ea.load_format;
-  lo.enforce_eager = ea.enforce_eager;
+  LoadOptions lo = LoadOptions::from(ea);
   lo.model.max_num_tokens = std::max(B, std::min(B * I, ea.max_num_batched_tokens));
   lo.model.max_num_logits = B;
   auto m = load_model(ea.model.empty() ? default_model_path() : ea.model, lo);

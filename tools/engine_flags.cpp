@@ -7,7 +7,7 @@ namespace kvasir {
 void add_engine_flags(std::set<std::string>& v, std::set<std::string>& b) {
   for (const char* f : {"model", "device", "threads", "max-num-seqs", "max-num-batched-tokens", "block-size",
                         "kv-cache-memory", "max-model-len", "seed", "max-logprobs", "scheduling-policy",
-                        "long-prefill-token-threshold", "load-format", "gpu-memory-utilization"}) {
+                        "long-prefill-token-threshold", "load-format", "gpu-memory-utilization", "kv-cache-dtype"}) {
     v.insert(f);
   }
   for (const char* f : {"enable-prefix-caching", "exact-matmul", "enforce-eager", "disable-async-output-proc"}) b.insert(f);
@@ -21,6 +21,9 @@ std::string engine_flags_help() {
          "  --max-num-batched-tokens N   (default 2048)\n"
          "  --block-size N               KV block size in tokens (default 16)\n"
          "  --kv-cache-memory BYTES      KV cache size on the CPU, e.g. 4GiB (default 2GiB)\n"
+         "  --kv-cache-dtype auto|float16|float32|bfloat16\n"
+         "                               KV cache elements (auto: float32 on CPU, bfloat16 on CUDA;\n"
+         "                               float16 on CPU halves KV memory and decode attention traffic)\n"
          "  --max-model-len N            (default: the model's context length)\n"
          "  --seed N                     engine seed for unseeded requests (default 0)\n"
          "  --[no-]enable-prefix-caching (default on)\n"
@@ -68,6 +71,7 @@ StatusOr<EngineArgs> engine_args_from(const Args& a) {
   }
   e.enable_prefix_caching = a.get_bool("enable-prefix-caching", true);
   e.exact_matmul = a.get_bool("exact-matmul", false);
+  e.kv_cache_dtype = a.get("kv-cache-dtype", "auto");
   e.scheduling_policy = a.get("scheduling-policy", "fcfs");
   e.load_format = a.get("load-format", "auto");
   e.enforce_eager = a.get_bool("enforce-eager", false);

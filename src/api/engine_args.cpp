@@ -20,10 +20,20 @@ Status EngineArgs::validate() const {
   if (!(gpu_memory_utilization > 0.0 && gpu_memory_utilization <= 1.0)) {
     return invalid_argument("--gpu-memory-utilization must be in (0, 1]");
   }
+  if (!parse_kv_cache_dtype(kv_cache_dtype).ok()) return parse_kv_cache_dtype(kv_cache_dtype).status();
   if (scheduling_policy != "fcfs" && scheduling_policy != "priority") {
     return invalid_argument("--scheduling-policy must be fcfs or priority");
   }
   return Status();
+}
+
+StatusOr<std::optional<DType>> parse_kv_cache_dtype(const std::string& name) {
+  if (name == "auto") return std::optional<DType>();
+  if (name == "float16" || name == "fp16" || name == "half") return std::optional<DType>(DType::kF16);
+  if (name == "float32" || name == "fp32" || name == "float") return std::optional<DType>(DType::kF32);
+  if (name == "bfloat16" || name == "bf16") return std::optional<DType>(DType::kBF16);
+  return invalid_argument("--kv-cache-dtype must be auto, float16, float32 or bfloat16 (fp8 is not supported), got '" +
+                          name + "'");
 }
 
 StatusOr<int64_t> parse_memory_size(const std::string& text) {

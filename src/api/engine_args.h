@@ -7,6 +7,7 @@
 #include <string>
 
 #include "common/status.h"
+#include "core/dtype.h"
 
 namespace kvasir {
 
@@ -23,6 +24,9 @@ struct EngineArgs {
   bool enable_prefix_caching = true;
   int max_logprobs = 20;
   bool exact_matmul = false;         // CPU: float32 activations in quantized matmuls
+  // KV cache element type: auto (the backend's: float32 on CPU, bfloat16 on CUDA), float16 (CPU:
+  // half the KV memory and decode-attention traffic), float32 (CPU). vLLM's --kv-cache-dtype.
+  std::string kv_cache_dtype = "auto";
   std::string scheduling_policy = "fcfs";  // fcfs | priority
   std::optional<int> long_prefill_token_threshold;
   std::string load_format = "auto";    // auto | dummy (random weights; --model is a config.json)
@@ -32,6 +36,9 @@ struct EngineArgs {
 
   Status validate() const;
 };
+
+// --kv-cache-dtype: nullopt for "auto" (the backend chooses), else the element type asked for.
+StatusOr<std::optional<DType>> parse_kv_cache_dtype(const std::string& name);
 
 // Parses "4GiB", "512MB", "1e9", "2147483648" into bytes.
 StatusOr<int64_t> parse_memory_size(const std::string& text);

@@ -58,14 +58,7 @@ LLM::~LLM() {
 StatusOr<std::unique_ptr<LLM>> LLM::create(const EngineArgs& args) {
   KVASIR_RETURN_IF_ERROR(args.validate());
   std::unique_ptr<LLM> llm(new LLM());
-  LoadOptions lo;
-  lo.device = args.device;
-  lo.num_threads = args.num_threads;
-  lo.exact_matmul = args.exact_matmul;
-  lo.load_format = args.load_format;
-  lo.enforce_eager = args.enforce_eager;
-  lo.model.max_num_tokens = args.max_num_batched_tokens;
-  lo.model.max_num_logits = args.max_num_seqs;
+  const LoadOptions lo = LoadOptions::from(args);
   KVASIR_ASSIGN_OR_RETURN(llm->model_, load_model(args.model.empty() ? default_model_path() : args.model, lo));
   const ModelConfig& cfg = llm->model_->config;
   llm->max_model_len_ = args.max_model_len.value_or(cfg.max_position_embeddings);

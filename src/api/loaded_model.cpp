@@ -143,8 +143,12 @@ StatusOr<std::unique_ptr<Backend>> make_backend(const LoadOptions& opts) {
   if (opts.device != "auto" && opts.device != "cpu" && opts.device != "cuda") {
     return invalid_argument("unknown --device " + opts.device);
   }
+  KVASIR_ASSIGN_OR_RETURN(const std::optional<DType> kv_dtype, parse_kv_cache_dtype(opts.kv_cache_dtype));
 #ifdef KVASIR_HAVE_CUDA
   if (opts.device == "cuda" || (opts.device == "auto" && cuda_device_count() > 0)) {
+    if (kv_dtype && *kv_dtype != DType::kBF16) {
+      return invalid_argument("--kv-cache-dtype " + opts.kv_cache_dtype + ": the CUDA backend keeps K/V in bfloat16 (use auto)");
+    }
     CudaBackendOptions co;
     co.enable_graphs = !opts.enforce_eager;
     return create_cuda_backend(co);
@@ -155,6 +159,10 @@ StatusOr<std::unique_ptr<Backend>> make_backend(const LoadOptions& opts) {
   CpuBackendOptions bo;
   bo.num_threads = opts.num_threads;
   bo.precision = opts.exact_matmul ? MatmulPrecision::kExact : MatmulPrecision::kFast;
+  if (kv_dtype && *kv_dtype != DType::kF32 && *kv_dtype != DType::kF16) {
+    return invalid_argument("--kv-cache-dtype " + opts.kv_cache_dtype + ": the CPU backend keeps K/V in float32 or float16");
+  }
+  bo.kv_cache_dtype = kv_dtype.value_or(DType::kF32);
   return std::unique_ptr<Backend>(std::make_unique<CpuBackend>(bo));
 }
 
@@ -173,6 +181,19 @@ std::string default_model_path() {
     if (file_exists(d + "/" + name)) return d + "/" + name;
   }
   return "models/" + name;
+}
+
+LoadOptions LoadOptions::from(const EngineArgs& args) {
+  LoadOptions lo;
+  lo.device = args.device;
+  lo.num_threads = args.num_threads;
+  lo.exact_matmul = args.exact_matmul;
+  lo.load_format = args.load_format;
+  lo.enforce_eager = args.enforce_eager;
+  lo.kv_cache_dtype = args.kv_cache_dtype;
+  lo.model.max_num_tokens = args.max_num_batched_tokens;
+  lo.model.max_num_logits = args.max_num_seqs;
+  return lo;
 }
 
 StatusOr<std::unique_ptr<LoadedModel>> load_tokenizer_only(const std::string& path) {

@@ -7,6 +7,7 @@
 #include <string>
 #include <vector>
 
+#include "api/engine_args.h"
 #include "backend/backend.h"
 #include "config/model_config.h"
 #include "loader/dummy_weights.h"
@@ -22,7 +23,12 @@ struct LoadOptions {
   bool exact_matmul = false;    // CPU: float32 activations in quantized matmuls (accuracy tests)
   std::string load_format = "auto";  // auto | dummy (random weights from a config.json)
   bool enforce_eager = false;   // CUDA: no graphs
+  std::string kv_cache_dtype = "auto";  // EngineArgs::kv_cache_dtype
   ModelOptions model;           // workspace sizes
+
+  // The load options an engine with these args needs (its workspace sized by the token and
+  // sequence budgets).
+  static LoadOptions from(const EngineArgs& args);
 };
 
 struct LoadedModel {

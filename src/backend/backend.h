@@ -75,8 +75,10 @@ class Backend {
   virtual ~Backend() = default;
   virtual Device device() const = 0;
   virtual std::string name() const = 0;
-  // Activations and KV cache element type this backend computes in (F32 on CPU).
+  // Activation element type this backend computes in (F32 on CPU).
   virtual DType activation_dtype() const = 0;
+  // Element type of the paged KV cache it allocates and attends over (--kv-cache-dtype).
+  virtual DType kv_cache_dtype() const { return activation_dtype(); }
 
   virtual StatusOr<std::unique_ptr<Buffer>> allocate(size_t bytes) = 0;
   // Makes a weight usable by this backend: the CPU reads it in place; a GPU copies it over.

@@ -133,7 +133,7 @@ Status DecoderModel::allocate_workspace() {
 }
 
 size_t DecoderModel::kv_cache_bytes_per_block(int block_size) const {
-  const size_t row = *row_bytes(backend_.activation_dtype(), int64_t{config_.num_kv_heads} * config_.head_dim);
+  const size_t row = *row_bytes(backend_.kv_cache_dtype(), int64_t{config_.num_kv_heads} * config_.head_dim);
   return row * static_cast<size_t>(block_size) * 2 * static_cast<size_t>(config_.num_layers);
 }
 
@@ -142,15 +142,15 @@ StatusOr<KvCache> DecoderModel::allocate_kv_cache(int num_blocks, int block_size
   KvCache c;
   c.num_blocks = num_blocks;
   c.block_size = block_size;
-  const DType act = backend_.activation_dtype();
+  const DType kv_dtype = backend_.kv_cache_dtype();
   const size_t bytes = kv_cache_bytes_per_block(block_size) / 2 / static_cast<size_t>(config_.num_layers) *
                        static_cast<size_t>(num_blocks);
   for (int l = 0; l < config_.num_layers; ++l) {
     for (auto* side : {&c.k, &c.v}) {
       KVASIR_ASSIGN_OR_RETURN(auto buf, backend_.allocate(bytes));
       // Not cleared: attention only reads slots written by write_kv, and untouched pages stay free.
-      side->push_back(Tensor::make(buf->data(), act, {num_blocks, block_size, config_.num_kv_heads, config_.head_dim},
-                                   backend_.device()));
+      side->push_back(Tensor::make(buf->data(), kv_dtype,
+                                   {num_blocks, block_size, config_.num_kv_heads, config_.head_dim}, backend_.device()));
       c.buffers.push_back(std::move(buf));
     }
   }

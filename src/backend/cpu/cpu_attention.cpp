@@ -6,6 +6,8 @@
 // Batch invariance: how a token's keys are split depends only on its own context length, and the
 // merge runs in a fixed order, so a token's output is bit-identical alone, batched, in a prefill
 // chunk or in a decode step.
+// The cache holds float32 or float16 (--kv-cache-dtype float16: K and V rounded to nearest when
+// written, widened to float32 when read; all arithmetic stays float32).
 #include <immintrin.h>
 
 #include <algorithm>
@@ -16,18 +18,39 @@
 #include "backend/cpu/cpu_backend.h"
 
 namespace kvasir {
+namespace {
+
+// float32 -> float16, round to nearest even (F16C).
+void to_f16(const float* x, uint16_t* y, int64_t n) {
+  int64_t i = 0;
+  for (; i + 8 <= n; i += 8) {
+    _mm_storeu_si128(reinterpret_cast<__m128i*>(y + i), _mm256_cvtps_ph(_mm256_loadu_ps(x + i), _MM_FROUND_TO_NEAREST_INT));
+  }
+  for (; i < n; ++i) y[i] = _cvtss_sh(x[i], _MM_FROUND_TO_NEAREST_INT);
+}
+
+}  // namespace
 
 void CpuBackend::write_kv(const Tensor& k, const Tensor& v, Tensor& k_cache, Tensor& v_cache,
                           const AttentionMetadata& m) {
   const int64_t row = k.dim(1) * k.dim(2);  // kv_heads * head_dim
   const int64_t num_slots = k_cache.dim(0) * k_cache.dim(1);
   KVASIR_CHECK(k_cache.dim(2) * k_cache.dim(3) == row && v.numel() == k.numel());
+  const bool f16 = k_cache.dtype == DType::kF16;
+  KVASIR_CHECK((f16 || k_cache.dtype == DType::kF32) && v_cache.dtype == k_cache.dtype);
   for (int t = 0; t < m.num_tokens; ++t) {
     const int64_t slot = m.slot_mapping[t];
     if (slot < 0) continue;  // padding token: nothing to store
     KVASIR_CHECK(slot < num_slots);
-    std::memcpy(k_cache.ptr<float>() + slot * row, k.ptr<float>() + t * row, row * sizeof(float));
-    std::memcpy(v_cache.ptr<float>() + slot * row, v.ptr<float>() + t * row, row * sizeof(float));
+    const float* ks = k.ptr<float>() + t * row;
+    const float* vs = v.ptr<float>() + t * row;
+    if (f16) {
+      to_f16(ks, static_cast<uint16_t*>(k_cache.data) + slot * row, row);
+      to_f16(vs, static_cast<uint16_t*>(v_cache.data) + slot * row, row);
+    } else {
+      std::memcpy(k_cache.ptr<float>() + slot * row, ks, row * sizeof(float));
+      std::memcpy(v_cache.ptr<float>() + slot * row, vs, row * sizeof(float));
+    }
   }
 }
 
@@ -47,9 +70,17 @@ int num_splits(int32_t ctx) {
 // reach: fetch the row kPrefetchRows ahead while working on this one.
 constexpr int kPrefetchRows = 8;
 
-void prefetch_row(const float* row, int hd) {
-  for (int d = 0; d < hd; d += 16) _mm_prefetch(reinterpret_cast<const char*>(row + d), _MM_HINT_T0);
+template <typename T>
+void prefetch_row(const T* row, int hd) {
+  const char* b = reinterpret_cast<const char*>(row);
+  for (size_t off = 0; off < static_cast<size_t>(hd) * sizeof(T); off += 64) _mm_prefetch(b + off, _MM_HINT_T0);
 }
+
+// Cache elements as float32: 8 at a time, or one.
+__m256 load8(const float* p) { return _mm256_loadu_ps(p); }
+__m256 load8(const uint16_t* p) { return _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(p))); }
+float load1(const float* p) { return *p; }
+float load1(const uint16_t* p) { return _cvtsh_ss(*p); }
 
 float hsum(__m256 v) {
   __m128 s = _mm_add_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
@@ -58,27 +89,27 @@ float hsum(__m256 v) {
   return _mm_cvtss_f32(s);
 }
 
-float dot(const float* a, const float* b, int n) {
+template <typename T>
+float dot(const float* a, const T* b, int n) {
   __m256 acc0 = _mm256_setzero_ps(), acc1 = _mm256_setzero_ps();
   int d = 0;
   for (; d + 16 <= n; d += 16) {
-    acc0 = _mm256_fmadd_ps(_mm256_loadu_ps(a + d), _mm256_loadu_ps(b + d), acc0);
-    acc1 = _mm256_fmadd_ps(_mm256_loadu_ps(a + d + 8), _mm256_loadu_ps(b + d + 8), acc1);
+    acc0 = _mm256_fmadd_ps(_mm256_loadu_ps(a + d), load8(b + d), acc0);
+    acc1 = _mm256_fmadd_ps(_mm256_loadu_ps(a + d + 8), load8(b + d + 8), acc1);
   }
-  for (; d + 8 <= n; d += 8) acc0 = _mm256_fmadd_ps(_mm256_loadu_ps(a + d), _mm256_loadu_ps(b + d), acc0);
+  for (; d + 8 <= n; d += 8) acc0 = _mm256_fmadd_ps(_mm256_loadu_ps(a + d), load8(b + d), acc0);
   float s = hsum(_mm256_add_ps(acc0, acc1));
-  for (; d < n; ++d) s += a[d] * b[d];
+  for (; d < n; ++d) s += a[d] * load1(b + d);
   return s;
 }
 
 // y += w * x
-void axpy(float w, const float* x, float* y, int n) {
+template <typename T>
+void axpy(float w, const T* x, float* y, int n) {
   const __m256 wv = _mm256_set1_ps(w);
   int d = 0;
-  for (; d + 8 <= n; d += 8) {
-    _mm256_storeu_ps(y + d, _mm256_fmadd_ps(wv, _mm256_loadu_ps(x + d), _mm256_loadu_ps(y + d)));
-  }
-  for (; d < n; ++d) y[d] += w * x[d];
+  for (; d + 8 <= n; d += 8) _mm256_storeu_ps(y + d, _mm256_fmadd_ps(wv, load8(x + d), _mm256_loadu_ps(y + d)));
+  for (; d < n; ++d) y[d] += w * load1(x + d);
 }
 
 void scale(float s, float* y, int n) {
@@ -87,15 +118,15 @@ void scale(float s, float* y, int n) {
 
 // o_g = sum_j p[g][j] * v_j for a block of G query heads, v_j = vc + offsets[j]. Each value row is
 // loaded once per 16 columns and the G outputs stay in registers across the keys.
-template <int G>
-void weighted_sum_block(const float* vc, const int64_t* offsets, int32_t len, const float* p, int hd, float* const* o) {
+template <int G, typename T>
+void weighted_sum_block(const T* vc, const int64_t* offsets, int32_t len, const float* p, int hd, float* const* o) {
   for (int d = 0; d < hd; d += 16) {
     __m256 acc[G][2];
     for (int g = 0; g < G; ++g) acc[g][0] = acc[g][1] = _mm256_setzero_ps();
     for (int32_t j = 0; j < len; ++j) {
       if (d == 0 && j + kPrefetchRows < len) prefetch_row(vc + offsets[j + kPrefetchRows], hd);
-      const float* v = vc + offsets[j] + d;
-      const __m256 v0 = _mm256_loadu_ps(v), v1 = _mm256_loadu_ps(v + 8);
+      const T* v = vc + offsets[j] + d;
+      const __m256 v0 = load8(v), v1 = load8(v + 8);
       for (int g = 0; g < G; ++g) {
         const __m256 w = _mm256_broadcast_ss(p + static_cast<size_t>(g) * len + j);
         acc[g][0] = _mm256_fmadd_ps(w, v0, acc[g][0]);
@@ -110,7 +141,8 @@ void weighted_sum_block(const float* vc, const int64_t* offsets, int32_t len, co
 }
 
 // o_g = sum_j p[g * len + j] * v_j for every g < group (o_g overwritten).
-void weighted_sum(const float* vc, const int64_t* offsets, int32_t len, const float* p, int group, int hd,
+template <typename T>
+void weighted_sum(const T* vc, const int64_t* offsets, int32_t len, const float* p, int group, int hd,
                   float* const* o) {
   if (hd % 16 != 0) {
     for (int g = 0; g < group; ++g) {
@@ -122,10 +154,10 @@ void weighted_sum(const float* vc, const int64_t* offsets, int32_t len, const fl
   for (int g0 = 0; g0 < group; g0 += 4) {
     const float* pg = p + static_cast<size_t>(g0) * len;
     switch (std::min(4, group - g0)) {
-      case 1: weighted_sum_block<1>(vc, offsets, len, pg, hd, o + g0); break;
-      case 2: weighted_sum_block<2>(vc, offsets, len, pg, hd, o + g0); break;
-      case 3: weighted_sum_block<3>(vc, offsets, len, pg, hd, o + g0); break;
-      default: weighted_sum_block<4>(vc, offsets, len, pg, hd, o + g0); break;
+      case 1: weighted_sum_block<1, T>(vc, offsets, len, pg, hd, o + g0); break;
+      case 2: weighted_sum_block<2, T>(vc, offsets, len, pg, hd, o + g0); break;
+      case 3: weighted_sum_block<3, T>(vc, offsets, len, pg, hd, o + g0); break;
+      default: weighted_sum_block<4, T>(vc, offsets, len, pg, hd, o + g0); break;
     }
   }
 }
@@ -174,70 +206,85 @@ void CpuBackend::attention(const Tensor& q, const Tensor& k_cache, const Tensor&
   float* partials = attn_partials_.data();
 
   const float* qp = q.ptr<float>();
-  const float* kc = k_cache.ptr<float>();
-  const float* vc = v_cache.ptr<float>();
   float* op = out.ptr<float>();
   const int64_t kv_row = static_cast<int64_t>(kv_heads) * hd;
+  const bool f16 = k_cache.dtype == DType::kF16;
+  KVASIR_CHECK((f16 || k_cache.dtype == DType::kF32) && v_cache.dtype == k_cache.dtype);
 
-  auto unit_body = [&](int64_t b, int64_t e) {
-    thread_local std::vector<float> scores;  // grow to the longest key range once, then reused
-    thread_local std::vector<int64_t> offsets;
-    float* outs[kMaxGroup];
-    float sums[kMaxGroup];
-    for (int64_t unit = b; unit < e; ++unit) {
-      // The task owning this unit: the last whose first unit is <= unit (tasks are in unit order).
-      const AttnTask& task = *(std::upper_bound(tasks.begin(), tasks.end(), unit,
-                                                [](int64_t u, const AttnTask& t) { return u < t.unit0; }) -
-                               1);
-      const int64_t local = unit - task.unit0;
-      const int kvh = static_cast<int>(local / task.splits), split = static_cast<int>(local % task.splits);
-      const int32_t ctx = task.pos - task.lo + 1;
-      const int32_t j0 = task.lo + static_cast<int32_t>(static_cast<int64_t>(ctx) * split / task.splits);
-      const int32_t j1 = task.lo + static_cast<int32_t>(static_cast<int64_t>(ctx) * (split + 1) / task.splits);
-      const int32_t len = j1 - j0;
-      const int32_t* table = m.block_tables + static_cast<int64_t>(task.seq) * m.max_blocks_per_seq;
-      const float* qg = qp + (static_cast<int64_t>(task.token) * num_heads + kvh * group) * hd;
-      scores.resize(static_cast<size_t>(len) * group);
-      offsets.resize(static_cast<size_t>(len));
-      for (int32_t j = j0; j < j1; ++j) {
-        const int64_t slot = static_cast<int64_t>(table[j / bs]) * bs + j % bs;
-        offsets[static_cast<size_t>(j - j0)] = slot * kv_row + static_cast<int64_t>(kvh) * hd;
-      }
-      // Scores for the whole GQA group, reading each key once.
-      for (int32_t j = j0; j < j1; ++j) {
-        if (j + kPrefetchRows < j1) prefetch_row(kc + offsets[static_cast<size_t>(j - j0 + kPrefetchRows)], hd);
-        const float* key = kc + offsets[static_cast<size_t>(j - j0)];
+  // The units over a cache of float32 or float16 elements (kc, vc).
+  auto run_units = [&](const auto* kc, const auto* vc) {
+    auto unit_body = [&](int64_t b, int64_t e) {
+      thread_local std::vector<float> scores;  // grow to the longest key range once, then reused
+      thread_local std::vector<int64_t> offsets;
+      float* outs[kMaxGroup];
+      float sums[kMaxGroup];
+      for (int64_t unit = b; unit < e; ++unit) {
+        // The task owning this unit: the last whose first unit is <= unit (tasks are in unit order).
+        const AttnTask& task = *(std::upper_bound(tasks.begin(), tasks.end(), unit,
+                                                  [](int64_t u, const AttnTask& t) { return u < t.unit0; }) -
+                                 1);
+        const int64_t local = unit - task.unit0;
+        const int kvh = static_cast<int>(local / task.splits), split = static_cast<int>(local % task.splits);
+        const int32_t ctx = task.pos - task.lo + 1;
+        const int32_t j0 = task.lo + static_cast<int32_t>(static_cast<int64_t>(ctx) * split / task.splits);
+        const int32_t j1 = task.lo + static_cast<int32_t>(static_cast<int64_t>(ctx) * (split + 1) / task.splits);
+        const int32_t len = j1 - j0;
+        const int32_t* table = m.block_tables + static_cast<int64_t>(task.seq) * m.max_blocks_per_seq;
+        const float* qg = qp + (static_cast<int64_t>(task.token) * num_heads + kvh * group) * hd;
+        scores.resize(static_cast<size_t>(len) * group);
+        offsets.resize(static_cast<size_t>(len));
+        for (int32_t j = j0; j < j1; ++j) {
+          const int64_t slot = static_cast<int64_t>(table[j / bs]) * bs + j % bs;
+          offsets[static_cast<size_t>(j - j0)] = slot * kv_row + static_cast<int64_t>(kvh) * hd;
+        }
+        // Scores for the whole GQA group, reading each key once.
+        for (int32_t j = j0; j < j1; ++j) {
+          if (j + kPrefetchRows < j1) prefetch_row(kc + offsets[static_cast<size_t>(j - j0 + kPrefetchRows)], hd);
+          const auto* key = kc + offsets[static_cast<size_t>(j - j0)];
+          for (int g = 0; g < group; ++g) {
+            float sc = dot(qg + static_cast<int64_t>(g) * hd, key, hd) * p.scale;
+            if (p.softcap > 0.0f) sc = p.softcap * std::tanh(sc / p.softcap);
+            scores[static_cast<size_t>(g) * len + (j - j0)] = sc;
+          }
+        }
         for (int g = 0; g < group; ++g) {
-          float sc = dot(qg + static_cast<int64_t>(g) * hd, key, hd) * p.scale;
-          if (p.softcap > 0.0f) sc = p.softcap * std::tanh(sc / p.softcap);
-          scores[static_cast<size_t>(g) * len + (j - j0)] = sc;
+          float* sc = scores.data() + static_cast<size_t>(g) * len;
+          float mx = -INFINITY;
+          for (int32_t j = 0; j < len; ++j) mx = std::max(mx, sc[j]);
+          float sum = 0.0f;
+          for (int32_t j = 0; j < len; ++j) {
+            sc[j] = std::exp(sc[j] - mx);
+            sum += sc[j];
+          }
+          float* o = task.splits == 1
+                         ? op + (static_cast<int64_t>(task.token) * num_heads + kvh * group + g) * hd
+                         : partials + (unit * group + g) * partial_stride;
+          outs[g] = o;
+          sums[g] = sum;
+          if (task.splits > 1) {
+            o[hd] = mx;
+            o[hd + 1] = sum;
+          }
+        }
+        weighted_sum(vc, offsets.data(), len, scores.data(), group, hd, outs);
+        if (task.splits == 1) {
+          for (int g = 0; g < group; ++g) scale(1.0f / sums[g], outs[g], hd);
         }
       }
-      for (int g = 0; g < group; ++g) {
-        float* sc = scores.data() + static_cast<size_t>(g) * len;
-        float mx = -INFINITY;
-        for (int32_t j = 0; j < len; ++j) mx = std::max(mx, sc[j]);
-        float sum = 0.0f;
-        for (int32_t j = 0; j < len; ++j) {
-          sc[j] = std::exp(sc[j] - mx);
-          sum += sc[j];
-        }
-        float* o = task.splits == 1
-                       ? op + (static_cast<int64_t>(task.token) * num_heads + kvh * group + g) * hd
-                       : partials + (unit * group + g) * partial_stride;
-        outs[g] = o;
-        sums[g] = sum;
-        if (task.splits > 1) {
-          o[hd] = mx;
-          o[hd + 1] = sum;
-        }
-      }
-      weighted_sum(vc, offsets.data(), len, scores.data(), group, hd, outs);
-      if (task.splits == 1) {
-        for (int g = 0; g < group; ++g) scale(1.0f / sums[g], outs[g], hd);
-      }
+    };
+    if (num_units < 2) {
+      unit_body(0, num_units);
+    } else {
+      // Units differ in length (contexts, split remainders): hand them out dynamically.
+      const int64_t grain = std::max<int64_t>(1, num_units / (8 * pool_->num_threads()));
+      pool_->parallel_for_dynamic(num_units, grain, unit_body);
     }
   };
+  if (f16) {
+    run_units(static_cast<const uint16_t*>(k_cache.data), static_cast<const uint16_t*>(v_cache.data));
+  } else {
+    run_units(k_cache.ptr<float>(), v_cache.ptr<float>());
+  }
   // Merges a token's key ranges, in range order, for one kv head's query group.
   auto merge_body = [&](int64_t b, int64_t e) {
     for (int64_t item = b; item < e; ++item) {
@@ -261,13 +308,6 @@ void CpuBackend::attention(const Tensor& q, const Tensor& k_cache, const Tensor&
       }
     }
   };
-  if (num_units < 2) {
-    unit_body(0, num_units);
-  } else {
-    // Units differ in length (contexts, split remainders): hand them out dynamically.
-    const int64_t grain = std::max<int64_t>(1, num_units / (8 * pool_->num_threads()));
-    pool_->parallel_for_dynamic(num_units, grain, unit_body);
-  }
   if (any_split) {
     const int64_t items = static_cast<int64_t>(tasks.size()) * kv_heads;
     if (items < 2) merge_body(0, items);

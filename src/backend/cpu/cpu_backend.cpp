@@ -21,7 +21,8 @@ constexpr int64_t kParallelMinElements = 1 << 14;
 
 }  // namespace
 
-CpuBackend::CpuBackend(const CpuBackendOptions& opts) : precision_(opts.precision) {
+CpuBackend::CpuBackend(const CpuBackendOptions& opts) : precision_(opts.precision), kv_dtype_(opts.kv_cache_dtype) {
+  KVASIR_CHECK_MSG(kv_dtype_ == DType::kF32 || kv_dtype_ == DType::kF16, "CPU KV cache: float32 or float16");
   int n = opts.num_threads > 0 ? opts.num_threads : static_cast<int>(std::thread::hardware_concurrency());
   pool_ = std::make_unique<ThreadPool>(n < 1 ? 1 : n);
 }

@@ -16,6 +16,9 @@ namespace kvasir {
 struct CpuBackendOptions {
   int num_threads = 0;  // 0: all hardware threads
   MatmulPrecision precision = MatmulPrecision::kFast;
+  // KV cache elements: F32 (default) or F16 (half the bytes to hold and to stream each decode
+  // step; K and V rounded to float16 when written).
+  DType kv_cache_dtype = DType::kF32;
 };
 
 class CpuBackend final : public Backend {
@@ -26,6 +29,7 @@ class CpuBackend final : public Backend {
   Device device() const override { return Device::kCpu; }
   std::string name() const override;
   DType activation_dtype() const override { return DType::kF32; }
+  DType kv_cache_dtype() const override { return kv_dtype_; }
   int num_threads() const { return pool_->num_threads(); }
   void set_precision(MatmulPrecision p) { precision_ = p; }
   MatmulPrecision precision() const { return precision_; }
@@ -52,6 +56,7 @@ class CpuBackend final : public Backend {
  private:
   std::unique_ptr<ThreadPool> pool_;
   MatmulPrecision precision_;
+  DType kv_dtype_;
   cpu::MatmulScratch scratch_;
   std::vector<float> attn_partials_;  // attention: per-unit results of split key ranges
 };
