@@ -39,19 +39,79 @@ __device__ __forceinline__ SplitKeys split_keys(const AttentionArgs& a, const in
   return k;
 }
 
-// A CTA with no keys (its split lies past the context or before the window): a -inf partial so
-// the combine skips it or, unsplit, a zero output row.
-__device__ __forceinline__ void finish_empty_split(const AttentionArgs& a, const SplitKeys& k, int num_splits,
-                                                   int head_dim, float* partial) {
-  pdl_wait();
+// What a CTA with no keys (its split lies past the context or before the window) leaves for query
+// heads [head0, head0 + nh): a -inf partial so the combine skips it or, unsplit, a zero output row.
+// The caller has waited for the previous kernel.
+__device__ __forceinline__ void write_empty_split(const AttentionArgs& a, const SplitKeys& k, int num_splits,
+                                                  int head_dim, int head0, int nh, float* partial) {
   if (num_splits > 1) {
-    for (int h = threadIdx.x; h < a.num_heads; h += blockDim.x) {
-      partial[(static_cast<int64_t>(k.di) * a.num_heads + h) * num_splits + k.split] = -INFINITY;
+    for (int h = threadIdx.x; h < nh; h += blockDim.x) {
+      partial[(static_cast<int64_t>(k.di) * a.num_heads + head0 + h) * num_splits + k.split] = -INFINITY;
     }
   } else {
-    bf16* o = static_cast<bf16*>(a.out) + k.token * a.num_heads * head_dim;
-    for (int i = threadIdx.x; i < a.num_heads * head_dim; i += blockDim.x) o[i] = __float2bfloat16_rn(0.0f);
+    bf16* o = static_cast<bf16*>(a.out) + (k.token * a.num_heads + head0) * head_dim;
+    for (int i = threadIdx.x; i < nh * head_dim; i += blockDim.x) o[i] = __float2bfloat16_rn(0.0f);
   }
+}
+
+// A v3 or v5 CTA (it owns every head of the sequence) with no keys: its empty result, after the
+// wait. Returns whether the split was empty, for the caller to return at once (the early return
+// stays in the kernel, where it was: folding it in here changed v5's register allocation).
+__device__ __forceinline__ bool finish_empty_split(const AttentionArgs& a, const SplitKeys& k, int num_splits,
+                                                   int head_dim, float* partial) {
+  if (k.end - k.begin > 0) return false;
+  pdl_wait();
+  write_empty_split(a, k, num_splits, head_dim, 0, a.num_heads, partial);
+  return true;
+}
+
+// One merged output value (query head h, dim d) of a split: straight to the output row when the
+// sequence is not split, else to the partials (m [nd, H, S], l [nd, H, S], o [nd, H, S, HD] after
+// them, part_stride = nd * H * S apart; m in natural-log units, written with l once per head, by
+// d == 0). part_stride comes from the caller's prologue, as before this helper: computed here, it
+// changed v3's register allocation.
+__device__ __forceinline__ void store_split_result(const AttentionArgs& a, const SplitKeys& k, int64_t part_stride,
+                                                   int num_splits, int head_dim, int h, int d, float v, float m,
+                                                   float l, float* partial) {
+  if (num_splits == 1) {
+    static_cast<bf16*>(a.out)[(k.token * a.num_heads + h) * head_dim + d] = __float2bfloat16_rn(v);
+  } else {
+    const int64_t pi = (static_cast<int64_t>(k.di) * a.num_heads + h) * num_splits + k.split;
+    float* pm = partial;
+    float* pl = partial + part_stride;
+    float* po = pl + part_stride;
+    po[pi * head_dim + d] = v;
+    if (d == 0) {
+      pm[pi] = m;
+      pl[pi] = l;
+    }
+  }
+}
+
+// The ids of the cache blocks that hold tokens [first, end) of sequence s, staged in shared
+// memory (blocks[i] is table entry b_first + i); returns b_first. The caller syncs before reading.
+__device__ __forceinline__ int stage_block_ids(const AttentionArgs& a, int s, int first, int end, int32_t* blocks) {
+  const int bs = a.block_size;
+  const int b_first = first / bs, nb = (end - 1) / bs - b_first + 1;
+  const int32_t* table = a.block_tables + static_cast<int64_t>(s) * a.max_blocks_per_seq;
+  for (int i = threadIdx.x; i < nb; i += blockDim.x) blocks[i] = table[b_first + i];
+  return b_first;
+}
+
+// v3 and v5 walk a split's keys in tiles of KT tokens that start at multiples of KT from the
+// split's first key (part_tokens % KT == 0): tile 0 starts at t0 and holds key `begin`, ntiles of
+// them reach `end`. The ids of the blocks those tiles touch go to `blocks` (the caller syncs);
+// blocks[0] is table entry b_first. For a split with keys only.
+struct KeyTiles {
+  int t0, ntiles, b_first;
+};
+template <int KT>
+__device__ __forceinline__ KeyTiles stage_key_tiles(const AttentionArgs& a, const SplitKeys& k, int32_t* blocks) {
+  KeyTiles t;
+  t.t0 = k.split_begin + ((k.begin - k.split_begin) / KT) * KT;
+  t.ntiles = (k.end - t.t0 + KT - 1) / KT;
+  t.b_first = stage_block_ids(a, k.s, t.t0, k.end, blocks);
+  return t;
 }
 
 // The GQA group's query rows (ng of GC live; the rest zero), pre-scaled, 8 dims per lane: shared
@@ -70,6 +130,19 @@ __device__ __forceinline__ void load_group_queries(const bf16* q_row, int head_d
       for (int e = 0; e < 8; ++e) qf[g][e] = 0.0f;
     }
   }
+}
+
+// One key's score against one query row: the row group's lanes (LANES of them, 8 dims each) take
+// their 8-dim partial dot (fmaf in dim order) and sum it by xor shuffles, so every lane of the row
+// group ends with the same sum. All 32 lanes of the warp must call it.
+template <int LANES>
+__device__ __forceinline__ float row_group_dot(const float (&q)[8], const float (&k)[8]) {
+  float d = 0.0f;
+#pragma unroll
+  for (int e = 0; e < 8; ++e) d = fmaf(q[e], k[e], d);
+#pragma unroll
+  for (int o = LANES / 2; o > 0; o >>= 1) d += __shfl_xor_sync(0xffffffffu, d, o);
+  return d;
 }
 
 // Online-softmax state of the group: running max, running sum, output accumulator.

@@ -108,21 +108,13 @@ __global__ void __launch_bounds__(kThreads, STAGES <= 3 ? 2 : 1)
 
   const int group = a.num_heads / KVH;  // <= GC <= 8
   const SplitKeys keys = split_keys(a, decode_seqs, part_tokens, blockIdx.x, blockIdx.y);
-  if (keys.end - keys.begin <= 0) {
-    finish_empty_split(a, keys, num_splits, HD, partial);
-    return;
-  }
-  const int split = keys.split, di = keys.di, s = keys.s;
+  if (finish_empty_split(a, keys, num_splits, HD, partial)) return;
   const int64_t token = keys.token;
-  const int split_begin = keys.split_begin, begin = keys.begin, end = keys.end;
+  const int begin = keys.begin, end = keys.end, bs = a.block_size;
   const int num_heads = a.num_heads;
   const int64_t part_stride = static_cast<int64_t>(num_decode) * num_heads * num_splits;
-  const int bs = a.block_size;
-  const int t0 = split_begin + ((begin - split_begin) / kT) * kT;  // part_tokens % kT == 0
-  const int ntiles = (end - t0 + kT - 1) / kT;
-  const int b_first = t0 / bs, nb = (end - 1) / bs - b_first + 1;
-  const int32_t* table = a.block_tables + static_cast<int64_t>(s) * a.max_blocks_per_seq;
-  for (int i = threadIdx.x; i < nb; i += blockDim.x) blocks[i] = table[b_first + i];
+  const KeyTiles tiles = stage_key_tiles<kT>(a, keys, blocks);
+  const int t0 = tiles.t0, ntiles = tiles.ntiles, b_first = tiles.b_first;
   if (threadIdx.x == 0) {
 #pragma unroll
     for (int i = 0; i < STAGES; ++i) mbar_init(&full[i], 1);
@@ -268,19 +260,9 @@ __global__ void __launch_bounds__(kThreads, STAGES <= 3 ? 2 : 1)
     const float mx = red_m[hk][g];
     const float sum = red_l[hk][g];
     const float v = sum > 0.0f ? red_acc[(hk * GC + g) * HD + d] / sum : 0.0f;
-    if (num_splits == 1) {
-      static_cast<bf16*>(a.out)[(token * num_heads + h) * HD + d] = __float2bfloat16_rn(v);
-    } else {
-      const int64_t pi = (static_cast<int64_t>(di) * num_heads + h) * num_splits + split;
-      float* pm = partial;
-      float* pl = partial + part_stride;
-      float* po = pl + part_stride;
-      po[pi * HD + d] = v;
-      if (d == 0) {
-        pm[pi] = mx == -INFINITY ? -INFINITY : mx * 0.6931471805599453f;  // natural-log units for the combine
-        pl[pi] = sum;
-      }
-    }
+    // natural-log units for the combine
+    const float m_ln = mx == -INFINITY ? -INFINITY : mx * 0.6931471805599453f;
+    store_split_result(a, keys, part_stride, num_splits, HD, h, d, v, m_ln, sum, partial);
   }
 }
 

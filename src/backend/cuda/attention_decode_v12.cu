@@ -11,31 +11,55 @@ namespace kvasir::cuda {
 namespace {
 
 // ---------------------------------------------------------------------------------------------
-// Decode. Lanes of a "row group" (head_dim / 8 lanes, 8 dims each) share one key; a warp works on
-// 32 / lanes keys at once.
+// What v1 and v2 share: a CTA owns split blockIdx.x, kv head kvh with GC query heads of its GQA
+// group from head0 (chunk blockIdx.y % num_chunks; ng of them live) and decode sequence blockIdx.z.
+struct HeadChunk {
+  SplitKeys keys;
+  int kvh, ng, head0;
+};
+template <int GC>
+__device__ __forceinline__ HeadChunk head_chunk(const AttentionArgs& a, const int32_t* decode_seqs, int num_chunks,
+                                                int part_tokens) {
+  HeadChunk c;
+  c.keys = split_keys(a, decode_seqs, part_tokens, blockIdx.x, blockIdx.z);
+  c.kvh = blockIdx.y / num_chunks;
+  const int chunk = blockIdx.y % num_chunks;
+  const int group = a.num_heads / a.num_kv_heads;
+  const int g0 = chunk * GC;
+  c.ng = min(GC, group - g0);
+  c.head0 = c.kvh * group + g0;
+  return c;
+}
+
+// Lanes of a "row group" (head_dim / 8 lanes, 8 dims each from d0) share one key; a warp works on
+// kRowsPerWarp keys at once, the CTA on kRows; row_id is the thread's row group in the CTA.
+template <int HD>
+struct RowGroupLanes {
+  static constexpr int kLanes = HD / 8;
+  static constexpr int kRowsPerWarp = 32 / kLanes;
+  static constexpr int kRows = kDecodeWarps * kRowsPerWarp;
+  int warp, lane, rsub, li, row_id, d0;
+  __device__ __forceinline__ RowGroupLanes()
+      : warp(threadIdx.x >> 5), lane(threadIdx.x & 31), rsub(lane / kLanes), li(lane % kLanes),
+        row_id(warp * kRowsPerWarp + rsub), d0(li * 8) {}
+};
+
+// Decode, three phases.
 template <int HD, int GC>
 __global__ void __launch_bounds__(kDecodeThreads) decode_kernel(AttentionArgs a, const int32_t* __restrict__ decode_seqs,
                                                                int num_chunks, int num_splits, int part_tokens,
                                                                float* __restrict__ partial) {
+  using L = RowGroupLanes<HD>;
+  extern __shared__ float smem[];
+  __shared__ float stat_m[GC], stat_l[GC];
   // Metadata is host-staged and the cache rows other than the newest token's are older than this
   // step: the split's keys and values are pulled towards L2 before waiting for the previous kernel
   // (q, written by it, and everything this kernel writes come after the wait).
   pdl_launch_dependents();
-  constexpr int kLanes = HD / 8;
-  constexpr int kRowsPerWarp = 32 / kLanes;
-  constexpr int kRows = kDecodeWarps * kRowsPerWarp;
-  extern __shared__ float smem[];
-  __shared__ float stat_m[GC], stat_l[GC];
 
-  const int split = blockIdx.x;
-  const int kvh = blockIdx.y / num_chunks, chunk = blockIdx.y % num_chunks;
-  const int di = blockIdx.z;
-  const SplitKeys keys = split_keys(a, decode_seqs, part_tokens, split, di);
-  const int s = keys.s;
-  const int group = a.num_heads / a.num_kv_heads;
-  const int g0 = chunk * GC;
-  const int ng = min(GC, group - g0);
-  const int head0 = kvh * group + g0;
+  const HeadChunk hc = head_chunk<GC>(a, decode_seqs, num_chunks, part_tokens);
+  const SplitKeys& keys = hc.keys;
+  const int s = keys.s, kvh = hc.kvh, ng = hc.ng, head0 = hc.head0;
   const int64_t token = keys.token;
   const int begin = keys.begin, end = keys.end;
   const int nt = end - begin;
@@ -51,22 +75,13 @@ __global__ void __launch_bounds__(kDecodeThreads) decode_kernel(AttentionArgs a,
   }
   pdl_wait();
 
-  const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
-  const int rsub = lane / kLanes, li = lane % kLanes;
-  const int row_id = warp * kRowsPerWarp + rsub;
-  const int d0 = li * 8;
+  const L lanes;
+  const int warp = lanes.warp, lane = lanes.lane, rsub = lanes.rsub, li = lanes.li;
+  const int row_id = lanes.row_id, d0 = lanes.d0;
   const int num_heads = a.num_heads;
-  const int64_t part_base = (static_cast<int64_t>(di) * num_heads + head0) * num_splits + split;
 
   if (nt <= 0) {
-    if (num_splits > 1) {
-      for (int g = threadIdx.x; g < ng; g += blockDim.x) {
-        partial[part_base + static_cast<int64_t>(g) * num_splits] = -INFINITY;  // m
-      }
-    } else {
-      bf16* o = static_cast<bf16*>(a.out) + (token * num_heads + head0) * HD;
-      for (int i = threadIdx.x; i < ng * HD; i += blockDim.x) o[i] = __float2bfloat16_rn(0.0f);
-    }
+    write_empty_split(a, keys, num_splits, HD, head0, ng, partial);
     return;
   }
 
@@ -82,11 +97,11 @@ __global__ void __launch_bounds__(kDecodeThreads) decode_kernel(AttentionArgs a,
   float* scores = smem;  // [GC][part_tokens]
   // Phase 1: scores, kUnroll keys per row group in flight. Trip counts are uniform per warp so
   // the shuffles see every lane.
-  for (int jb = begin + warp * kRowsPerWarp; jb < end; jb += kRows * kUnroll) {
+  for (int jb = begin + warp * L::kRowsPerWarp; jb < end; jb += L::kRows * kUnroll) {
     float kf[kUnroll][8];
 #pragma unroll
     for (int u = 0; u < kUnroll; ++u) {
-      const int j = jb + rsub + u * kRows;
+      const int j = jb + rsub + u * L::kRows;
       if (j < end) {
         load8(kc + (slot_of(table, j, a.block_size) * kv_heads + kvh) * HD + d0, kf[u]);
       } else {
@@ -96,15 +111,11 @@ __global__ void __launch_bounds__(kDecodeThreads) decode_kernel(AttentionArgs a,
     }
 #pragma unroll
     for (int u = 0; u < kUnroll; ++u) {
-      const int j = jb + rsub + u * kRows;
+      const int j = jb + rsub + u * L::kRows;
       const bool valid = j < end;
 #pragma unroll
       for (int g = 0; g < GC; ++g) {
-        float d = 0.0f;
-#pragma unroll
-        for (int e = 0; e < 8; ++e) d = fmaf(qf[g][e], kf[u][e], d);
-#pragma unroll
-        for (int o = kLanes / 2; o > 0; o >>= 1) d += __shfl_xor_sync(0xffffffffu, d, o);
+        float d = row_group_dot<L::kLanes>(qf[g], kf[u]);
         if (valid && li == 0 && g < ng) {
           if (a.softcap > 0.0f) d = a.softcap * tanhf(d / a.softcap);
           scores[g * part_tokens + (j - begin)] = d;
@@ -139,16 +150,16 @@ __global__ void __launch_bounds__(kDecodeThreads) decode_kernel(AttentionArgs a,
 #pragma unroll
     for (int e = 0; e < 8; ++e) acc[g][e] = 0.0f;
   }
-  for (int jb = begin + row_id; jb < end; jb += kRows * kUnroll) {
+  for (int jb = begin + row_id; jb < end; jb += L::kRows * kUnroll) {
     float vf[kUnroll][8];
 #pragma unroll
     for (int u = 0; u < kUnroll; ++u) {
-      const int j = jb + u * kRows;
+      const int j = jb + u * L::kRows;
       if (j < end) load8(vc + (slot_of(table, j, a.block_size) * kv_heads + kvh) * HD + d0, vf[u]);
     }
 #pragma unroll
     for (int u = 0; u < kUnroll; ++u) {
-      const int j = jb + u * kRows;
+      const int j = jb + u * L::kRows;
       if (j >= end) break;
 #pragma unroll
       for (int g = 0; g < GC; ++g) {
@@ -161,7 +172,7 @@ __global__ void __launch_bounds__(kDecodeThreads) decode_kernel(AttentionArgs a,
     }
   }
   __syncthreads();
-  float* red = smem;  // [kRows][GC][HD], reuses the scores
+  float* red = smem;  // [L::kRows][GC][HD], reuses the scores
 #pragma unroll
   for (int g = 0; g < GC; ++g) {
 #pragma unroll
@@ -172,22 +183,10 @@ __global__ void __launch_bounds__(kDecodeThreads) decode_kernel(AttentionArgs a,
     const int g = idx / HD, d = idx % HD;
     float sum = 0.0f;
 #pragma unroll
-    for (int r = 0; r < kRows; ++r) sum += red[(r * GC + g) * HD + d];
+    for (int r = 0; r < L::kRows; ++r) sum += red[(r * GC + g) * HD + d];
     const float v = sum / stat_l[g];
-    if (num_splits == 1) {
-      static_cast<bf16*>(a.out)[(token * num_heads + head0 + g) * HD + d] = __float2bfloat16_rn(v);
-    } else {
-      const int64_t pi = part_base + static_cast<int64_t>(g) * num_splits;
-      // partial layout: m [nd, H, S], l [nd, H, S], o [nd, H, S, HD] after them.
-      float* pm = partial;
-      float* pl = partial + static_cast<int64_t>(gridDim.z) * num_heads * num_splits;
-      float* po = pl + static_cast<int64_t>(gridDim.z) * num_heads * num_splits;
-      po[pi * HD + d] = v;
-      if (d == 0) {
-        pm[pi] = stat_m[g];
-        pl[pi] = stat_l[g];
-      }
-    }
+    store_split_result(a, keys, static_cast<int64_t>(gridDim.z) * num_heads * num_splits, num_splits, HD, head0 + g,
+                       d, v, stat_m[g], stat_l[g], partial);
   }
 }
 
@@ -200,44 +199,26 @@ __global__ void __launch_bounds__(kDecodeThreads) decode_v2_kernel(AttentionArgs
                                                                   int num_chunks, int num_splits, int part_tokens,
                                                                   float* __restrict__ partial) {
   pdl_begin();
-  constexpr int kLanes = HD / 8;
-  constexpr int kRowsPerWarp = 32 / kLanes;
-  constexpr int kRows = kDecodeWarps * kRowsPerWarp;
-  extern __shared__ float red_acc[];  // [kRows][GC][HD]
-  __shared__ float red_m[kRows][GC], red_l[kRows][GC];
+  using L = RowGroupLanes<HD>;
+  extern __shared__ float red_acc[];  // [L::kRows][GC][HD]
+  __shared__ float red_m[L::kRows][GC], red_l[L::kRows][GC];
   __shared__ int32_t blocks[kMaxPartition + 2];
 
-  const int split = blockIdx.x;
-  const int kvh = blockIdx.y / num_chunks, chunk = blockIdx.y % num_chunks;
-  const int di = blockIdx.z;
-  const SplitKeys keys = split_keys(a, decode_seqs, part_tokens, split, di);
-  const int s = keys.s;
-  const int group = a.num_heads / a.num_kv_heads;
-  const int g0 = chunk * GC;
-  const int ng = min(GC, group - g0);
-  const int head0 = kvh * group + g0;
+  const HeadChunk hc = head_chunk<GC>(a, decode_seqs, num_chunks, part_tokens);
+  const SplitKeys& keys = hc.keys;
+  const int kvh = hc.kvh, ng = hc.ng, head0 = hc.head0;
+  if (keys.end - keys.begin <= 0) {
+    write_empty_split(a, keys, num_splits, HD, head0, ng, partial);
+    return;
+  }
   const int64_t token = keys.token;
   const int begin = keys.begin, end = keys.end;
   const int num_heads = a.num_heads;
-  const int64_t part_base = (static_cast<int64_t>(di) * num_heads + head0) * num_splits + split;
-  if (end - begin <= 0) {
-    if (num_splits > 1) {
-      for (int g = threadIdx.x; g < ng; g += blockDim.x) partial[part_base + static_cast<int64_t>(g) * num_splits] = -INFINITY;
-    } else {
-      bf16* o = static_cast<bf16*>(a.out) + (token * num_heads + head0) * HD;
-      for (int i = threadIdx.x; i < ng * HD; i += blockDim.x) o[i] = __float2bfloat16_rn(0.0f);
-    }
-    return;
-  }
   const int bs = a.block_size;
-  const int b0 = begin / bs, nb = (end - 1) / bs - b0 + 1;
-  const int32_t* table = a.block_tables + static_cast<int64_t>(s) * a.max_blocks_per_seq;
-  for (int i = threadIdx.x; i < nb; i += blockDim.x) blocks[i] = table[b0 + i];
+  const int b0 = stage_block_ids(a, keys.s, begin, end, blocks);
 
-  const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
-  const int rsub = lane / kLanes, li = lane % kLanes;
-  const int row_id = warp * kRowsPerWarp + rsub;
-  const int d0 = li * 8;
+  const L lanes;
+  const int warp = lanes.warp, rsub = lanes.rsub, li = lanes.li, row_id = lanes.row_id, d0 = lanes.d0;
   const bf16* q = static_cast<const bf16*>(a.q);
   const bf16* kc = static_cast<const bf16*>(a.k_cache);
   const bf16* vc = static_cast<const bf16*>(a.v_cache);
@@ -248,11 +229,11 @@ __global__ void __launch_bounds__(kDecodeThreads) decode_v2_kernel(AttentionArgs
   init_online_softmax<GC>(m, l, acc);
   __syncthreads();  // block ids staged
 
-  for (int jb = begin + warp * kRowsPerWarp; jb < end; jb += kRows * kUnroll) {
+  for (int jb = begin + warp * L::kRowsPerWarp; jb < end; jb += L::kRows * kUnroll) {
     float kf[kUnroll][8], vf[kUnroll][8];
 #pragma unroll
     for (int u = 0; u < kUnroll; ++u) {
-      const int j = jb + rsub + u * kRows;
+      const int j = jb + rsub + u * L::kRows;
       if (j < end) {
         const int64_t off = ((static_cast<int64_t>(blocks[j / bs - b0]) * bs + j % bs) * kv_heads + kvh) * HD + d0;
         load8(kc + off, kf[u]);
@@ -264,14 +245,10 @@ __global__ void __launch_bounds__(kDecodeThreads) decode_v2_kernel(AttentionArgs
     }
 #pragma unroll
     for (int u = 0; u < kUnroll; ++u) {
-      const bool valid = jb + rsub + u * kRows < end;
+      const bool valid = jb + rsub + u * L::kRows < end;
 #pragma unroll
       for (int g = 0; g < GC; ++g) {
-        float d = 0.0f;
-#pragma unroll
-        for (int e = 0; e < 8; ++e) d = fmaf(qf[g][e], kf[u][e], d);
-#pragma unroll
-        for (int o = kLanes / 2; o > 0; o >>= 1) d += __shfl_xor_sync(0xffffffffu, d, o);
+        float d = row_group_dot<L::kLanes>(qf[g], kf[u]);
         if (valid) {
           if (a.softcap > 0.0f) d = a.softcap * tanhf(d / a.softcap);
           const float mn = fmaxf(m[g], d);
@@ -299,28 +276,17 @@ __global__ void __launch_bounds__(kDecodeThreads) decode_v2_kernel(AttentionArgs
     const int g = idx / HD, d = idx % HD;
     float mx = -INFINITY;
 #pragma unroll
-    for (int r = 0; r < kRows; ++r) mx = fmaxf(mx, red_m[r][g]);
+    for (int r = 0; r < L::kRows; ++r) mx = fmaxf(mx, red_m[r][g]);
     float sum = 0.0f, num = 0.0f;
 #pragma unroll
-    for (int r = 0; r < kRows; ++r) {
+    for (int r = 0; r < L::kRows; ++r) {
       const float w = red_m[r][g] == -INFINITY ? 0.0f : expf(red_m[r][g] - mx);
       sum += red_l[r][g] * w;
       num += red_acc[(r * GC + g) * HD + d] * w;
     }
     const float v = num / sum;
-    if (num_splits == 1) {
-      static_cast<bf16*>(a.out)[(token * num_heads + head0 + g) * HD + d] = __float2bfloat16_rn(v);
-    } else {
-      const int64_t pi = part_base + static_cast<int64_t>(g) * num_splits;
-      float* pm = partial;
-      float* pl = partial + static_cast<int64_t>(gridDim.z) * num_heads * num_splits;
-      float* po = pl + static_cast<int64_t>(gridDim.z) * num_heads * num_splits;
-      po[pi * HD + d] = v;
-      if (d == 0) {
-        pm[pi] = mx;
-        pl[pi] = sum;
-      }
-    }
+    store_split_result(a, keys, static_cast<int64_t>(gridDim.z) * num_heads * num_splits, num_splits, HD, head0 + g,
+                       d, v, mx, sum, partial);
   }
 }
 
@@ -329,7 +295,7 @@ void launch_decode_t(const AttentionArgs& a, const int32_t* decode_seqs, int nd,
                      cudaStream_t s) {
   const int group = a.num_heads / a.num_kv_heads;
   const int chunks = (group + GC - 1) / GC;
-  constexpr int kRows = kDecodeWarps * (32 / (HD / 8));
+  constexpr int kRows = RowGroupLanes<HD>::kRows;
   const size_t floats = std::max<size_t>(static_cast<size_t>(GC) * sp.partition_tokens, static_cast<size_t>(kRows) * GC * HD);
   dim3 grid(sp.num_splits, a.num_kv_heads * chunks, nd);
   if (decode_kernel_choice() == 2) {

@@ -57,21 +57,13 @@ __global__ void __launch_bounds__(kV3Threads, GC >= 8 ? 1 : 2)
 
   const int group = a.num_heads / KVH;  // <= GC
   const SplitKeys keys = split_keys(a, decode_seqs, part_tokens, blockIdx.x, blockIdx.y);
-  if (keys.end - keys.begin <= 0) {
-    finish_empty_split(a, keys, num_splits, HD, partial);
-    return;
-  }
-  const int split = keys.split, di = keys.di, s = keys.s;
+  if (finish_empty_split(a, keys, num_splits, HD, partial)) return;
+  const KeyTiles tiles = stage_key_tiles<S::kT>(a, keys, blocks);
   const int64_t token = keys.token;
-  const int split_begin = keys.split_begin, begin = keys.begin, end = keys.end;
+  const int begin = keys.begin, end = keys.end, bs = a.block_size;
   const int num_heads = a.num_heads;
   const int64_t part_stride = static_cast<int64_t>(num_decode) * num_heads * num_splits;
-  const int bs = a.block_size;
-  const int t0 = split_begin + ((begin - split_begin) / S::kT) * S::kT;  // first tile (part_tokens % kT == 0)
-  const int ntiles = (end - t0 + S::kT - 1) / S::kT;
-  const int b_first = t0 / bs, nb = (end - 1) / bs - b_first + 1;
-  const int32_t* table = a.block_tables + static_cast<int64_t>(s) * a.max_blocks_per_seq;
-  for (int i = threadIdx.x; i < nb; i += blockDim.x) blocks[i] = table[b_first + i];
+  const int t0 = tiles.t0, ntiles = tiles.ntiles, b_first = tiles.b_first;
   __syncthreads();
 
   const bf16* kc = static_cast<const bf16*>(a.k_cache);
@@ -158,11 +150,7 @@ __global__ void __launch_bounds__(kV3Threads, GC >= 8 ? 1 : 2)
       load8(ks + tt * S::kRow + kvh * HD + d0, kf);
 #pragma unroll
       for (int g = 0; g < GC; ++g) {
-        float d = 0.0f;
-#pragma unroll
-        for (int e = 0; e < 8; ++e) d = fmaf(qf[g][e], kf[e], d);
-#pragma unroll
-        for (int o = S::kLanes / 2; o > 0; o >>= 1) d += __shfl_xor_sync(0xffffffffu, d, o);
+        float d = row_group_dot<S::kLanes>(qf[g], kf);
         if (capped) d = a.softcap * tanhf(d / a.softcap) * kLog2e;
         sc[k][g] = valid ? d : -INFINITY;
       }
@@ -232,19 +220,9 @@ __global__ void __launch_bounds__(kV3Threads, GC >= 8 ? 1 : 2)
       }
     }
     const float v = sum > 0.0f ? num / sum : 0.0f;
-    if (num_splits == 1) {
-      static_cast<bf16*>(a.out)[(token * num_heads + h) * HD + d] = __float2bfloat16_rn(v);
-    } else {
-      const int64_t pi = (static_cast<int64_t>(di) * num_heads + h) * num_splits + split;
-      float* pm = partial;
-      float* pl = partial + part_stride;
-      float* po = pl + part_stride;
-      po[pi * HD + d] = v;
-      if (d == 0) {
-        pm[pi] = mx == -INFINITY ? -INFINITY : mx * 0.6931471805599453f;  // natural-log units for the combine
-        pl[pi] = sum;
-      }
-    }
+    // natural-log units for the combine
+    const float m_ln = mx == -INFINITY ? -INFINITY : mx * 0.6931471805599453f;
+    store_split_result(a, keys, part_stride, num_splits, HD, h, d, v, m_ln, sum, partial);
   }
 }
 

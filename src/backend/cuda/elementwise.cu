@@ -154,27 +154,41 @@ __global__ void add_f32_kernel(float* a, const float* __restrict__ b, int64_t n)
   }
 }
 
-__global__ void rope_kernel(bf16* q, bf16* k, const int32_t* __restrict__ positions, const float* __restrict__ inv_freq,
-                            int heads, int kv_heads, int hd, int rotary_dim, bool neox, float attention_factor) {
-  pdl_begin();
-  const int64_t t = blockIdx.x;
+// One RoPE pair of a head's row x: dims (j, j + half) for NeoX, (2j, 2j + 1) otherwise, turned
+// by pos * inv_freq[j] and scaled by attention_factor. Shared by the three RoPE kernels so they
+// agree to the bit (the same operations in the same order in each).
+__device__ __forceinline__ void rope_pair(bf16* x, int j, int half, float pos, const float* __restrict__ inv_freq,
+                                          bool neox, float attention_factor) {
+  const float theta = pos * inv_freq[j];
+  float s, c;
+  sincosf(theta, &s, &c);
+  c *= attention_factor;
+  s *= attention_factor;
+  const int i0 = neox ? j : 2 * j;
+  const int i1 = neox ? j + half : 2 * j + 1;
+  const float a = to_f(x[i0]), b = to_f(x[i1]);
+  x[i0] = to_b(a * c - b * s);
+  x[i1] = to_b(b * c + a * s);
+}
+
+// Every pair of token t's query and key heads, one CTA per token (rope_kernel, rope_write_kv_kernel).
+__device__ __forceinline__ void rope_token(bf16* q, bf16* k, int64_t t, const int32_t* __restrict__ positions,
+                                           const float* __restrict__ inv_freq, int heads, int kv_heads, int hd,
+                                           int rotary_dim, bool neox, float attention_factor) {
   const float pos = static_cast<float>(positions[t]);
   const int half = rotary_dim / 2;
   const int total = (heads + kv_heads) * half;
   for (int i = threadIdx.x; i < total; i += blockDim.x) {
     const int h = i / half, j = i % half;
-    bf16* v = h < heads ? q + (t * heads + h) * hd : k + (t * kv_heads + (h - heads)) * hd;
-    const float theta = pos * inv_freq[j];
-    float s, c;
-    sincosf(theta, &s, &c);
-    c *= attention_factor;
-    s *= attention_factor;
-    const int i0 = neox ? j : 2 * j;
-    const int i1 = neox ? j + half : 2 * j + 1;
-    const float a = to_f(v[i0]), b = to_f(v[i1]);
-    v[i0] = to_b(a * c - b * s);
-    v[i1] = to_b(b * c + a * s);
+    bf16* x = h < heads ? q + (t * heads + h) * hd : k + (t * kv_heads + (h - heads)) * hd;
+    rope_pair(x, j, half, pos, inv_freq, neox, attention_factor);
   }
+}
+
+__global__ void rope_kernel(bf16* q, bf16* k, const int32_t* __restrict__ positions, const float* __restrict__ inv_freq,
+                            int heads, int kv_heads, int hd, int rotary_dim, bool neox, float attention_factor) {
+  pdl_begin();
+  rope_token(q, k, blockIdx.x, positions, inv_freq, heads, kv_heads, hd, rotary_dim, neox, attention_factor);
 }
 
 // rope_kernel and write_kv_kernel in one: the token's rotated k and its v go to the cache slot.
@@ -185,23 +199,7 @@ __global__ void rope_write_kv_kernel(bf16* q, bf16* k, const bf16* __restrict__ 
                                      int64_t num_slots) {
   pdl_begin();
   const int64_t t = blockIdx.x;
-  const float pos = static_cast<float>(positions[t]);
-  const int half = rotary_dim / 2;
-  const int total = (heads + kv_heads) * half;
-  for (int i = threadIdx.x; i < total; i += blockDim.x) {
-    const int h = i / half, j = i % half;
-    bf16* x = h < heads ? q + (t * heads + h) * hd : k + (t * kv_heads + (h - heads)) * hd;
-    const float theta = pos * inv_freq[j];
-    float s, c;
-    sincosf(theta, &s, &c);
-    c *= attention_factor;
-    s *= attention_factor;
-    const int i0 = neox ? j : 2 * j;
-    const int i1 = neox ? j + half : 2 * j + 1;
-    const float a = to_f(x[i0]), b = to_f(x[i1]);
-    x[i0] = to_b(a * c - b * s);
-    x[i1] = to_b(b * c + a * s);
-  }
+  rope_token(q, k, t, positions, inv_freq, heads, kv_heads, hd, rotary_dim, neox, attention_factor);
   __syncthreads();
   const int64_t slot = slot_mapping[t];
   if (slot < 0 || slot >= num_slots) return;
@@ -230,18 +228,7 @@ __global__ void rope_write_kv_head_kernel(bf16* q, bf16* k, const bf16* __restri
   const bool kv = h >= heads;
   const int kh = h - heads;
   bf16* x = kv ? k + (t * kv_heads + kh) * hd : q + (t * heads + h) * hd;
-  for (int j = threadIdx.x; j < half; j += blockDim.x) {
-    const float theta = pos * inv_freq[j];
-    float sn, c;
-    sincosf(theta, &sn, &c);
-    c *= attention_factor;
-    sn *= attention_factor;
-    const int i0 = neox ? j : 2 * j;
-    const int i1 = neox ? j + half : 2 * j + 1;
-    const float a = to_f(x[i0]), b = to_f(x[i1]);
-    x[i0] = to_b(a * c - b * sn);
-    x[i1] = to_b(b * c + a * sn);
-  }
+  for (int j = threadIdx.x; j < half; j += blockDim.x) rope_pair(x, j, half, pos, inv_freq, neox, attention_factor);
   if (!kv) return;  // uniform over the CTA
   __syncthreads();
   const int64_t slot = slot_mapping[t];
