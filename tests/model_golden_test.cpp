@@ -203,9 +203,11 @@ TEST_P(ModelGoldenTest, MixedLengthBatchEqualsOneAtATime) {
 // logits close to the float32 cache's; greedy continuations measured against transformers. The
 // cache does not depend on the weights' format, so the GGUF cases suffice (HF directories skip).
 TEST_P(ModelGoldenTest, Float16KvCache) {
-  // Measured: SmolLM2 Q4_1 5.2e-4 and 19/20 (the math prompt turns at token 4), Gemma-3 Q4_K_M
-  // 5.1e-4 and 20/20; the bar for continuations is the fast path's own.
-  constexpr double kMaxRelL2 = 2e-3;
+  // Measured: SmolLM2 Q4_1 1.3e-3 and 20/20 (5.2e-4 and 19/20 before the SiLU's vector exp; the
+  // math prompt turned at token 4), Gemma-3 Q4_K_M 8.7e-4 and 20/20. float16 rounds each K/V value
+  // by up to 2^-11 relative; 30 layers amplify that to ~1e-3 in the logits. The bar for
+  // continuations is the fast path's own.
+  constexpr double kMaxRelL2 = 5e-3;
   constexpr int kMinAgree = 19;
   if (file_exists(path_ + "/config.json")) GTEST_SKIP() << "the float16 cache is exercised through the GGUF cases";
   const int num = static_cast<int>(std::min<size_t>(10, golden_.prompts.size()));

@@ -6,6 +6,7 @@
 #include <thread>
 
 #include "backend/cpu/quant/dequantize.h"
+#include "backend/cpu/vec_exp.h"
 #include "backend/host_buffer.h"
 
 namespace kvasir {
@@ -142,7 +143,14 @@ void CpuBackend::gated_activation(const Tensor& gate, const Tensor& up, GateActi
   float* o = out.ptr<float>();
   auto body = [&](int64_t b, int64_t e) {
     if (act == GateActivation::kSilu) {
-      for (int64_t i = b; i < e; ++i) o[i] = g[i] / (1.0f + std::exp(-g[i])) * u[i];
+      int64_t i = b;
+      const __m256 one = _mm256_set1_ps(1.0f);
+      for (; i + 8 <= e; i += 8) {
+        const __m256 gv = _mm256_loadu_ps(g + i);
+        const __m256 den = _mm256_add_ps(one, cpu::exp8(_mm256_sub_ps(_mm256_setzero_ps(), gv)));
+        _mm256_storeu_ps(o + i, _mm256_mul_ps(_mm256_div_ps(gv, den), _mm256_loadu_ps(u + i)));
+      }
+      for (; i < e; ++i) o[i] = g[i] / (1.0f + std::exp(-g[i])) * u[i];
     } else {
       for (int64_t i = b; i < e; ++i) o[i] = gelu_tanh(g[i]) * u[i];
     }
