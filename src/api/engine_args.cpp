@@ -20,7 +20,7 @@ Status EngineArgs::validate() const {
   if (!(gpu_memory_utilization > 0.0 && gpu_memory_utilization <= 1.0)) {
     return invalid_argument("--gpu-memory-utilization must be in (0, 1]");
   }
-  if (!parse_kv_cache_dtype(kv_cache_dtype).ok()) return parse_kv_cache_dtype(kv_cache_dtype).status();
+  KVASIR_RETURN_IF_ERROR(parse_kv_cache_dtype(kv_cache_dtype).status());
   if (scheduling_policy != "fcfs" && scheduling_policy != "priority") {
     return invalid_argument("--scheduling-policy must be fcfs or priority");
   }
