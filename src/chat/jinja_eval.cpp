@@ -98,7 +98,8 @@ StatusOr<Value> Interpreter::eval_inner(const Expr& e) {
       std::string out;
       for (const auto& x : e.items) {
         KVASIR_ASSIGN_OR_RETURN(Value v, eval(*x));
-        out += to_str(v);
+        KVASIR_ASSIGN_OR_RETURN(std::string piece, str(v));
+        out += piece;
         KVASIR_RETURN_IF_ERROR(check_size(out.size()));
       }
       KVASIR_RETURN_IF_ERROR(charge_bytes(out.size()));
@@ -147,7 +148,7 @@ static StatusOr<bool> compare_one(Interpreter& in, CmpOp op, const Value& a, con
         if (!a.is_string()) {
           return type_error(std::string("'in <string>' requires string as left operand, not ") + type_name(a));
         }
-        return (b.as_string().find(a.as_string()) != std::string::npos) != neg;
+        return (py::find_sub(b.as_string(), a.as_string()) != std::string::npos) != neg;
       }
       if (b.kind() == Kind::kDict) {
         if (!hashable(a)) return type_error(std::string("unhashable type: '") + type_name(a) + "'");
@@ -157,7 +158,7 @@ static StatusOr<bool> compare_one(Interpreter& in, CmpOp op, const Value& a, con
           b.is_number() || b.is_none()) {
         return type_error(std::string("argument of type '") + type_name(b) + "' is not iterable");
       }
-      KVASIR_ASSIGN_OR_RETURN(ValueList items, iterate(b));
+      KVASIR_ASSIGN_OR_RETURN(ValueList items, in.iterate(b));
       for (const Value& x : items) {
         if (equal(x, a)) return !neg;
       }
@@ -320,7 +321,7 @@ StatusOr<Value> Interpreter::getitem(const Value& obj, const Value& key) {
     if (mk == 1) return make_bound_method(obj, name);
     return Value::undefined("'" + object_type_repr(obj) + "' has no attribute '" + name + "'");
   }
-  return Value::undefined(object_type_repr(obj) + " has no element " + repr(key));
+  return Value::undefined(object_type_repr(obj) + " has no element " + message_repr(key));
 }
 
 StatusOr<Value> Interpreter::slice(const Value& obj, const Expr& s) {
@@ -386,8 +387,10 @@ StatusOr<Value> Interpreter::slice(const Value& obj, const Expr& s) {
 }
 
 static StatusOr<Value> repeat(Interpreter& in, const Value& seq, int64_t times) {
-  if (times < 0) times = 0;
   uint64_t unit = seq.is_string() ? seq.as_string().size() : seq.as_list().size();
+  // An empty sequence stays empty however many times it is repeated; without this, [] * 10**8
+  // would loop 10**8 times while charging nothing.
+  if (times < 0 || unit == 0) times = 0;
   if (unit && static_cast<uint64_t>(times) > in.limits().max_string_bytes / unit) {
     return out_of_range("repetition result is larger than the limit");
   }

@@ -67,6 +67,32 @@ Status Interpreter::charge_bytes(uint64_t bytes) {
   return charge(bytes / 4096);
 }
 
+StatusOr<std::string> Interpreter::str(const Value& v) {
+  if (v.is_string()) return v.as_string();  // within the limit since it was built
+  if (v.is_undefined()) return std::string();
+  return repr(v);
+}
+
+StatusOr<std::string> Interpreter::repr(const Value& v) {
+  std::string out = jinja::repr(v, opts_.limits.max_string_bytes);
+  KVASIR_RETURN_IF_ERROR(check_size(out.size()));
+  KVASIR_RETURN_IF_ERROR(charge_bytes(out.size()));
+  return out;
+}
+
+StatusOr<ValueList> Interpreter::iterate(const Value& v) {
+  uint64_t items = 0;
+  switch (v.kind()) {
+    case Kind::kString: items = v.as_string().size(); break;  // bytes: an upper bound on its chars
+    case Kind::kList: case Kind::kTuple: items = v.as_list().size(); break;
+    case Kind::kDict: items = v.as_dict().size(); break;
+    case Kind::kIterator: items = v.as_iterator().items.size() - v.as_iterator().pos; break;
+    default: break;
+  }
+  KVASIR_RETURN_IF_ERROR(charge(items));
+  return jinja::iterate(v);
+}
+
 Status Interpreter::charge_walk(const Value& v) {
   switch (v.kind()) {
     case Kind::kString: return charge(v.as_string().size() / 64);
@@ -115,6 +141,11 @@ Status Interpreter::emit(std::string_view text) {
   return Status();
 }
 
+Status Interpreter::emit_value(const Value& v) {
+  KVASIR_ASSIGN_OR_RETURN(std::string text, str(v));
+  return emit(text);
+}
+
 Status Interpreter::exec_body(const Body& body) {
   for (const auto& s : body) {
     KVASIR_RETURN_IF_ERROR(exec(*s));
@@ -145,7 +176,7 @@ Status Interpreter::exec(const Stmt& s) {
     case StmtKind::kData: return annotate(emit(s.text), s.line);
     case StmtKind::kPrint: {
       KVASIR_ASSIGN_OR_RETURN(Value v, eval(*s.expr));
-      return annotate(emit(to_str(v)), s.line);
+      return annotate(emit_value(v), s.line);
     }
     case StmtKind::kIf: {
       KVASIR_ASSIGN_OR_RETURN(Value t, eval(*s.test));
@@ -164,7 +195,7 @@ Status Interpreter::exec(const Stmt& s) {
         Swap<Value> in(block_input_, std::move(v));
         KVASIR_ASSIGN_OR_RETURN(v, eval(*s.test));
       }
-      if (s.kind == StmtKind::kFilterBlock) return annotate(emit(to_str(v)), s.line);
+      if (s.kind == StmtKind::kFilterBlock) return annotate(emit_value(v), s.line);
       return annotate(assign(*s.target, std::move(v)), s.line);
     }
     case StmtKind::kMacro:
@@ -178,7 +209,7 @@ Status Interpreter::exec(const Stmt& s) {
       args.kw.emplace_back("caller", make_macro(s, "caller"));
       auto r = call(callee, std::move(args));
       if (!r.ok()) return annotate(r.status(), s.line);
-      return annotate(emit(to_str(*r)), s.line);
+      return annotate(emit_value(*r), s.line);
     }
     case StmtKind::kWith: {
       auto inner = child_of(scope_);
@@ -202,7 +233,6 @@ Status Interpreter::exec(const Stmt& s) {
 Status Interpreter::exec_for(const Stmt& s) {
   KVASIR_ASSIGN_OR_RETURN(Value seq, eval(*s.expr));
   KVASIR_ASSIGN_OR_RETURN(ValueList items, iterate(seq));
-  KVASIR_RETURN_IF_ERROR(charge(items.size()));
   std::shared_ptr<Scope> outer = scope_;
   auto count_iteration = [&]() -> Status {
     if (++iterations_ > opts_.limits.max_loop_iterations) {

@@ -76,7 +76,8 @@ StatusOr<Value> do_indent(Interpreter& in, const Value& v, const CallArgs& args)
   }
   if (v.is_undefined()) return invalid_argument(v.as_string());
   if (!v.is_string()) return type_error(std::string("unsupported operand type(s) for +=: '") + type_name(v) + "' and 'str'");
-  std::vector<std::string> lines = py::splitlines(v.as_string() + "\n", false);
+  std::vector<std::string> lines = py::splitlines(v.as_string() + "\n", false, in.steps_left());
+  KVASIR_RETURN_IF_ERROR(in.charge(lines.size()));
   KVASIR_RETURN_IF_ERROR(in.check_size(v.as_string().size() + lines.size() * ind.size()));
   std::string rv;
   if (is_true(a[2], false)) {
@@ -174,11 +175,15 @@ StatusOr<Value> apply_filter(Interpreter& in, std::string_view name, Value v, Ca
     return Value::integer(n);
   }
   if (name == "tojson") return do_tojson(in, v, args);
-  if (name == "string") return v.is_markup() ? v : Value::string(to_str(v));
+  if (name == "string") {
+    if (v.is_markup()) return v;
+    KVASIR_ASSIGN_OR_RETURN(std::string s, in.str(v));
+    return Value::string(std::move(s));
+  }
   if (name == "upper" || name == "lower" || name == "title" || name == "capitalize" || name == "escape" ||
       name == "e" || name == "forceescape" || name == "safe" || name == "wordcount") {
     KVASIR_RETURN_IF_ERROR(bind({}));
-    std::string s = to_str(v);
+    KVASIR_ASSIGN_OR_RETURN(std::string s, in.str(v));
     // Markup survives the str methods these filters call (soft_str keeps it).
     auto keep = [&](std::string r) { return v.is_markup() ? Value::markup(std::move(r)) : Value::string(std::move(r)); };
     if (name == "upper") return keep(py::upper(s));
@@ -224,15 +229,20 @@ StatusOr<Value> apply_filter(Interpreter& in, std::string_view name, Value v, Ca
   if (name == "trim") {
     KVASIR_RETURN_IF_ERROR(bind({"chars"}));
     std::optional<std::string> chars;
-    if (a[0] && !a[0]->is_none()) chars = to_str(*a[0]);
-    std::string r = py::strip(to_str(v), chars, true, true);
+    if (a[0] && !a[0]->is_none()) {
+      KVASIR_ASSIGN_OR_RETURN(chars, in.str(*a[0]));
+    }
+    KVASIR_ASSIGN_OR_RETURN(std::string s, in.str(v));
+    std::string r = py::strip(s, chars, true, true);
     return v.is_markup() ? Value::markup(std::move(r)) : Value::string(std::move(r));
   }
   if (name == "replace") {
     KVASIR_RETURN_IF_ERROR(bind({"old", "new", "count"}));
     if (!a[0] || !a[1]) return type_error("replace() missing required arguments");
     int64_t count = (a[2] && a[2]->is_int()) ? a[2]->as_int() : -1;
-    std::string s = to_str(v), from = to_str(*a[0]), to = to_str(*a[1]);
+    KVASIR_ASSIGN_OR_RETURN(std::string s, in.str(v));
+    KVASIR_ASSIGN_OR_RETURN(std::string from, in.str(*a[0]));
+    KVASIR_ASSIGN_OR_RETURN(std::string to, in.str(*a[1]));
     if (to.size() > from.size()) {
       uint64_t worst = (s.size() / std::max<size_t>(from.size(), 1) + 2) * to.size() + s.size();
       KVASIR_RETURN_IF_ERROR(in.check_size(worst));
@@ -253,18 +263,24 @@ StatusOr<Value> apply_filter(Interpreter& in, std::string_view name, Value v, Ca
       } else {
         fargs = Value::tuple(args.pos);
       }
-      KVASIR_ASSIGN_OR_RETURN(std::string s, percent_format(in, to_str(v), fargs));
+      KVASIR_ASSIGN_OR_RETURN(std::string fmt, in.str(v));
+      KVASIR_ASSIGN_OR_RETURN(std::string s, percent_format(in, fmt, fargs));
       return Value::string(std::move(s));
     }
     if (name == "center") {
       KVASIR_RETURN_IF_ERROR(bind({"width"}));
       CallArgs m;
       m.pos.push_back(a[0] ? *a[0] : Value::integer(80));
-      return call_method(in, v.is_string() ? v : Value::string(to_str(v)), "center", std::move(m));
+      if (v.is_string()) return call_method(in, v, "center", std::move(m));
+      KVASIR_ASSIGN_OR_RETURN(std::string s, in.str(v));
+      return call_method(in, Value::string(std::move(s)), "center", std::move(m));
     }
     KVASIR_RETURN_IF_ERROR(bind({"length", "killwords", "end", "leeway"}));
     int64_t len = a[0] && a[0]->is_int() ? a[0]->as_int() : 255;
-    std::string end = a[2] ? to_str(*a[2]) : "...";
+    std::string end = "...";
+    if (a[2]) {
+      KVASIR_ASSIGN_OR_RETURN(end, in.str(*a[2]));
+    }
     int64_t leeway = a[3] && a[3]->is_int() ? a[3]->as_int() : 5;
     int64_t end_len = static_cast<int64_t>(py::cp_length(end));
     if (len < end_len || leeway < 0) return invalid_argument("truncate: invalid length or leeway");
@@ -274,7 +290,7 @@ StatusOr<Value> apply_filter(Interpreter& in, std::string_view name, Value v, Ca
     std::vector<uint32_t> cps = py::code_points(v.as_string());
     std::string head;
     for (int64_t i = 0; i < len - end_len; ++i) py::append_cp(head, cps[static_cast<size_t>(i)]);
-    if (!is_true(a[1], false)) head = py::split(head, std::string(" "), 1, true)[0];
+    if (!is_true(a[1], false)) head = py::split(head, std::string(" "), 1, true, 1)[0];
     return Value::string(head + end);
   }
   if (name == "int") return do_int(v, args);
@@ -300,7 +316,10 @@ StatusOr<Value> apply_filter(Interpreter& in, std::string_view name, Value v, Ca
   if (name == "round") {
     KVASIR_RETURN_IF_ERROR(bind({"precision", "method"}));
     int64_t prec = a[0] && a[0]->is_int() ? a[0]->as_int() : 0;
-    std::string method = a[1] ? to_str(*a[1]) : "common";
+    std::string method = "common";
+    if (a[1]) {
+      KVASIR_ASSIGN_OR_RETURN(method, in.str(*a[1]));
+    }
     if (method != "common" && method != "ceil" && method != "floor") {
       return invalid_argument("method must be common, ceil or floor");
     }

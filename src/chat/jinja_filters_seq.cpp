@@ -19,7 +19,9 @@ bool is_true(const Value* v, bool def) { return v ? truthy(*v) : def; }
 StatusOr<Value> get_path(Interpreter& in, Value item, const Value& attr, const Value* dflt) {
   std::vector<Value> parts;
   if (attr.is_string()) {
-    for (auto& p : py::split(attr.as_string(), std::string("."), -1, false)) {
+    std::vector<std::string> names = py::split(attr.as_string(), std::string("."), -1, false, in.steps_left());
+    KVASIR_RETURN_IF_ERROR(in.charge(names.size()));
+    for (auto& p : names) {
       bool digits = !p.empty() && std::all_of(p.begin(), p.end(), [](char c) { return c >= '0' && c <= '9'; });
       if (digits && p.size() < 18) {
         parts.push_back(Value::integer(std::strtoll(p.c_str(), nullptr, 10)));
@@ -74,7 +76,7 @@ StatusOr<Value> select_reject(Interpreter& in, const Value& value, const CallArg
   if (!truthy(value) && value.kind() != Kind::kIterator) return generator({}, fn);
   size_t off = attr ? 1 : 0;
   if (attr && args.pos.empty()) return invalid_argument("Missing parameter for attribute name");
-  KVASIR_ASSIGN_OR_RETURN(ValueList items, iterate(value));
+  KVASIR_ASSIGN_OR_RETURN(ValueList items, in.iterate(value));
   ValueList out;
   for (const Value& item : items) {
     Value x = item;
@@ -99,7 +101,7 @@ StatusOr<Value> select_reject(Interpreter& in, const Value& value, const CallArg
 StatusOr<Value> minmax(Interpreter& in, const Value& v, const CallArgs& args, bool want_max) {
   Args a;
   KVASIR_RETURN_IF_ERROR(bind_args(want_max ? "max" : "min", args, {"case_sensitive", "attribute"}, &a));
-  KVASIR_ASSIGN_OR_RETURN(ValueList items, iterate(v));
+  KVASIR_ASSIGN_OR_RETURN(ValueList items, in.iterate(v));
   if (items.empty()) return Value::undefined("No aggregated item, sequence was empty.");
   size_t best = 0;
   Value best_key;
@@ -137,7 +139,7 @@ StatusOr<Value> apply_seq_filter(Interpreter& in, std::string_view name, const V
       if (it.pos < it.items.size()) return it.items[it.pos++];
       return Value::undefined("No first item, sequence was empty.");
     }
-    KVASIR_ASSIGN_OR_RETURN(ValueList items, iterate(v));
+    KVASIR_ASSIGN_OR_RETURN(ValueList items, in.iterate(v));
     if (items.empty()) return Value::undefined("No first item, sequence was empty.");
     return items.front();
   }
@@ -147,22 +149,26 @@ StatusOr<Value> apply_seq_filter(Interpreter& in, std::string_view name, const V
     if (!v.is_string() && !v.is_sequence() && v.kind() != Kind::kDict) {
       return type_error(std::string("'") + type_name(v) + "' object is not reversible");
     }
-    KVASIR_ASSIGN_OR_RETURN(ValueList items, iterate(v));
+    KVASIR_ASSIGN_OR_RETURN(ValueList items, in.iterate(v));
     if (items.empty()) return Value::undefined("No last item, sequence was empty.");
     return items.back();
   }
   if (name == "join") {
     KVASIR_RETURN_IF_ERROR(bind({"d", "attribute"}));
-    std::string sep = a[0] ? to_str(*a[0]) : "";
-    KVASIR_ASSIGN_OR_RETURN(ValueList items, iterate(v));
+    std::string sep;
+    if (a[0]) {
+      KVASIR_ASSIGN_OR_RETURN(sep, in.str(*a[0]));
+    }
+    KVASIR_ASSIGN_OR_RETURN(ValueList items, in.iterate(v));
     std::string out;
     for (size_t i = 0; i < items.size(); ++i) {
       Value x = items[i];
       if (a[1] && !a[1]->is_none()) {
         KVASIR_ASSIGN_OR_RETURN(x, get_path(in, x, *a[1], nullptr));
       }
+      KVASIR_ASSIGN_OR_RETURN(std::string piece, in.str(x));
       if (i) out += sep;
-      out += to_str(x);
+      out += piece;
       KVASIR_RETURN_IF_ERROR(in.check_size(out.size()));
     }
     KVASIR_RETURN_IF_ERROR(in.charge_bytes(out.size()));
@@ -170,7 +176,7 @@ StatusOr<Value> apply_seq_filter(Interpreter& in, std::string_view name, const V
   }
   if (name == "list") {
     KVASIR_RETURN_IF_ERROR(bind({}));
-    KVASIR_ASSIGN_OR_RETURN(ValueList items, iterate(v));
+    KVASIR_ASSIGN_OR_RETURN(ValueList items, in.iterate(v));
     return Value::list(std::move(items));
   }
   if (name == "items") {
@@ -189,7 +195,7 @@ StatusOr<Value> apply_seq_filter(Interpreter& in, std::string_view name, const V
       for (auto it = cps.rbegin(); it != cps.rend(); ++it) py::append_cp(out, *it);
       return Value::string(std::move(out));
     }
-    KVASIR_ASSIGN_OR_RETURN(ValueList items, iterate(v));
+    KVASIR_ASSIGN_OR_RETURN(ValueList items, in.iterate(v));
     std::reverse(items.begin(), items.end());
     if (v.is_sequence() || v.kind() == Kind::kDict) {
       return Value::iterator(std::move(items), std::string("<") + type_name(v) + "_reverseiterator object>");
@@ -215,12 +221,12 @@ StatusOr<Value> apply_seq_filter(Interpreter& in, std::string_view name, const V
       }
       for (const auto& [k, x] : v.as_dict().entries) items.push_back(Value::tuple({k, x}));
     } else {
-      KVASIR_ASSIGN_OR_RETURN(items, iterate(v));
+      KVASIR_ASSIGN_OR_RETURN(items, in.iterate(v));
     }
     KVASIR_RETURN_IF_ERROR(in.charge(items.size() * 4));
     size_t pos = 0;
     if (is_dictsort && a[1]) {
-      std::string by = to_str(*a[1]);
+      KVASIR_ASSIGN_OR_RETURN(std::string by, in.str(*a[1]));
       if (by != "key" && by != "value") return invalid_argument("You can only sort by either \"key\" or \"value\"");
       pos = by == "value" ? 1 : 0;
     }
@@ -251,7 +257,7 @@ StatusOr<Value> apply_seq_filter(Interpreter& in, std::string_view name, const V
     if (!truthy(v) && v.kind() != Kind::kIterator) return generator({}, "sync_do_map");  // jinja: `if value:`
     if (args.pos.empty() && !args.kw.empty() && args.kw[0].first == "attribute") {
       KVASIR_RETURN_IF_ERROR(bind({"attribute", "default"}));
-      KVASIR_ASSIGN_OR_RETURN(ValueList src, iterate(v));
+      KVASIR_ASSIGN_OR_RETURN(ValueList src, in.iterate(v));
       for (const Value& x : src) {
         KVASIR_ASSIGN_OR_RETURN(Value y, get_path(in, x, *a[0], a[1]));
         items.push_back(std::move(y));
@@ -262,7 +268,7 @@ StatusOr<Value> apply_seq_filter(Interpreter& in, std::string_view name, const V
     if (!args.pos[0].is_string()) return type_error("filter name must be a string");
     std::string fname = args.pos[0].as_string();
     if (!filter_exists(fname)) return invalid_argument("No filter named '" + fname + "'.");
-    KVASIR_ASSIGN_OR_RETURN(ValueList src, iterate(v));
+    KVASIR_ASSIGN_OR_RETURN(ValueList src, in.iterate(v));
     for (const Value& x : src) {
       CallArgs fargs;
       fargs.pos.assign(args.pos.begin() + 1, args.pos.end());
@@ -281,7 +287,7 @@ StatusOr<Value> apply_seq_filter(Interpreter& in, std::string_view name, const V
     KVASIR_RETURN_IF_ERROR(bind({"attribute", "start"}));
     Value acc = a[1] ? *a[1] : Value::integer(0);
     if (acc.is_string()) return type_error("sum() can't sum strings [use ''.join(seq) instead]");
-    KVASIR_ASSIGN_OR_RETURN(ValueList items, iterate(v));
+    KVASIR_ASSIGN_OR_RETURN(ValueList items, in.iterate(v));
     for (const Value& x : items) {
       Value y = x;
       if (a[0] && !a[0]->is_none()) {
@@ -295,7 +301,7 @@ StatusOr<Value> apply_seq_filter(Interpreter& in, std::string_view name, const V
     KVASIR_RETURN_IF_ERROR(bind({"linecount", "fill_with"}));
     if (!a[0] || !a[0]->is_int() || a[0]->as_int() <= 0) return invalid_argument("batch: linecount must be a positive int");
     size_t n = static_cast<size_t>(a[0]->as_int());
-    KVASIR_ASSIGN_OR_RETURN(ValueList items, iterate(v));
+    KVASIR_ASSIGN_OR_RETURN(ValueList items, in.iterate(v));
     ValueList out, cur;
     for (Value& x : items) {
       if (cur.size() == n) {

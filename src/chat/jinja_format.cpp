@@ -32,11 +32,11 @@ std::string pad_to(std::string body, const Spec& sp, bool numeric) {
   return std::string(fill, ' ') + body;
 }
 
-StatusOr<std::string> format_one(char conv, const Spec& sp, const Value& v) {
+StatusOr<std::string> format_one(Interpreter& in, char conv, const Spec& sp, const Value& v) {
   char buf[512];
   switch (conv) {
     case 's': case 'r': case 'a': {
-      std::string s = conv == 's' ? to_str(v) : repr(v);
+      KVASIR_ASSIGN_OR_RETURN(std::string s, conv == 's' ? in.str(v) : in.repr(v));
       if (sp.precision >= 0) {
         std::vector<uint32_t> cps = py::code_points(s);
         if (static_cast<int64_t>(cps.size()) > sp.precision) {
@@ -173,7 +173,7 @@ StatusOr<std::string> percent_format(Interpreter& in, const std::string& fmt, co
         arg = &pos[next++];
       }
     }
-    KVASIR_ASSIGN_OR_RETURN(std::string piece, format_one(conv, sp, *arg));
+    KVASIR_ASSIGN_OR_RETURN(std::string piece, format_one(in, conv, sp, *arg));
     out += piece;
     KVASIR_RETURN_IF_ERROR(in.check_size(out.size()));
   }
@@ -266,8 +266,8 @@ std::string align_to(const std::string& body, size_t sign_len, const FormatSpec&
   return body.substr(0, sign_len) + rep(pad) + body.substr(sign_len);  // '=': after the sign
 }
 
-StatusOr<std::string> format_value(const Value& v, const std::string& spec) {
-  if (spec.empty()) return to_str(v);
+StatusOr<std::string> format_value(Interpreter& in, const Value& v, const std::string& spec) {
+  if (spec.empty()) return in.str(v);
   KVASIR_ASSIGN_OR_RETURN(FormatSpec f, parse_spec(spec));
   if (f.zero && !f.align) {
     f.fill = "0";
@@ -444,8 +444,11 @@ StatusOr<std::string> str_format(Interpreter& in, const std::string& fmt, const 
       KVASIR_ASSIGN_OR_RETURN(spec, str_format(in, spec, args));
     }
     KVASIR_ASSIGN_OR_RETURN(Value v, resolve(field));
-    if (!conv.empty()) v = Value::string(conv == "s" ? to_str(v) : repr(v));
-    KVASIR_ASSIGN_OR_RETURN(std::string piece, format_value(v, spec));
+    if (!conv.empty()) {
+      KVASIR_ASSIGN_OR_RETURN(std::string text, conv == "s" ? in.str(v) : in.repr(v));
+      v = Value::string(std::move(text));
+    }
+    KVASIR_ASSIGN_OR_RETURN(std::string piece, format_value(in, v, spec));
     out += piece;
     KVASIR_RETURN_IF_ERROR(in.check_size(out.size()));
   }

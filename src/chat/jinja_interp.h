@@ -61,6 +61,13 @@ class Interpreter {
   // Spends evaluation steps / bytes built from the render's budgets.
   Status charge(uint64_t steps);
   Status charge_bytes(uint64_t bytes);
+  // Steps still unspent: bounds work whose size is only known while doing it (str.split).
+  uint64_t steps_left() const { return steps_ < opts_.limits.max_steps ? opts_.limits.max_steps - steps_ : 0; }
+  // Python str(v) / repr(v) as the template sees them: refused past max_string_bytes, charged.
+  StatusOr<std::string> str(const Value& v);
+  StatusOr<std::string> repr(const Value& v);
+  // Python iter(v) (see jinja::iterate), charged one step per item before the items are built.
+  StatusOr<ValueList> iterate(const Value& v);
   // Charges what walking `v` costs (its elements, or its bytes for strings).
   Status charge_walk(const Value& v);
   // Refuses strings/lists larger than max_string_bytes (call before building them).
@@ -92,6 +99,7 @@ class Interpreter {
   Status assign(const Expr& target, Value v);
   Status unpack(const Expr& target, const Value& v, Scope& into);
   Status emit(std::string_view text);
+  Status emit_value(const Value& v);  // emit(str(v))
   StatusOr<std::string> capture(const Body& body, std::shared_ptr<Scope> scope);
   Value make_macro(const Stmt& def, std::string name);
   Status annotate(Status s, int line);

@@ -58,7 +58,8 @@ StatusOr<bool> apply_test(Interpreter& in, std::string_view name, const Value& v
   if (name == "escaped") return v.is_markup();
   if (name == "lower" || name == "upper") {
     CallArgs none;
-    KVASIR_ASSIGN_OR_RETURN(Value r, call_method(in, Value::string(to_str(v)), name == "lower" ? "islower" : "isupper",
+    KVASIR_ASSIGN_OR_RETURN(std::string s, in.str(v));
+    KVASIR_ASSIGN_OR_RETURN(Value r, call_method(in, Value::string(std::move(s)), name == "lower" ? "islower" : "isupper",
                                                  std::move(none)));
     return r.as_bool();
   }
@@ -87,7 +88,10 @@ StatusOr<bool> apply_test(Interpreter& in, std::string_view name, const Value& v
     if (k == Kind::kInt) return v.as_int() == o.as_int() && v.as_int() >= -5 && v.as_int() <= 256;  // CPython's small ints
     if (k == Kind::kString) return &v.as_string() == &o.as_string();
     if (k == Kind::kFloat) return false;
-    return equal(v, o) && repr(v) == repr(o) && (k == Kind::kIterator || k == Kind::kNamespace || k == Kind::kCallable);
+    if (!(k == Kind::kIterator || k == Kind::kNamespace || k == Kind::kCallable) || !equal(v, o)) return false;
+    KVASIR_ASSIGN_OR_RETURN(std::string rv, in.repr(v));
+    KVASIR_ASSIGN_OR_RETURN(std::string ro, in.repr(o));
+    return rv == ro;
   }
   KVASIR_RETURN_IF_ERROR(bind_args(fn.c_str(), args, {"other"}, &a));
   if (!a[0]) return type_error(fn + "() missing 1 required positional argument");
@@ -95,10 +99,10 @@ StatusOr<bool> apply_test(Interpreter& in, std::string_view name, const Value& v
   if (name == "in") {
     if (o.is_string()) {
       if (!v.is_string()) return type_error("'in <string>' requires string as left operand");
-      return o.as_string().find(v.as_string()) != std::string::npos;
+      return py::find_sub(o.as_string(), v.as_string()) != std::string::npos;
     }
     if (o.kind() == Kind::kDict) return hashable(v) && o.as_dict().find(v) != nullptr;
-    KVASIR_ASSIGN_OR_RETURN(ValueList items, iterate(o));
+    KVASIR_ASSIGN_OR_RETURN(ValueList items, in.iterate(o));
     for (const Value& x : items) {
       if (equal(x, v)) return true;
     }

@@ -119,7 +119,9 @@ StatusOr<std::optional<std::string>> opt_str(const Value* v, const char* fn) {
   return std::optional<std::string>(std::move(s));
 }
 
-Value str_list(std::vector<std::string> parts) {
+// The parts of a split, charged one step each (the split stopped at steps_left() + 1 parts).
+StatusOr<Value> str_list(Interpreter& in, std::vector<std::string> parts) {
+  KVASIR_RETURN_IF_ERROR(in.charge(parts.size()));
   ValueList out;
   out.reserve(parts.size());
   for (auto& p : parts) out.push_back(Value::string(std::move(p)));
@@ -200,7 +202,7 @@ StatusOr<Value> call_method(Interpreter& in, const Value& self, const std::strin
       if (x.is_string() && !x.is_markup()) x = Value::markup(html_escape(x.as_string()));
     }
     if (name == "join" && !args.pos.empty()) {
-      KVASIR_ASSIGN_OR_RETURN(ValueList items, iterate(args.pos[0]));
+      KVASIR_ASSIGN_OR_RETURN(ValueList items, in.iterate(args.pos[0]));
       for (Value& x : items) {
         if (x.is_string() && !x.is_markup()) x = Value::markup(html_escape(x.as_string()));
       }
@@ -248,7 +250,7 @@ StatusOr<Value> call_method(Interpreter& in, const Value& self, const std::strin
       if (name == "index") return Value::integer(static_cast<int64_t>(i));
       ++n;
     }
-    if (name == "index") return invalid_argument(repr(*a[0]) + " is not in " + type_name(self));
+    if (name == "index") return invalid_argument(message_repr(*a[0]) + " is not in " + type_name(self));
     return Value::integer(n);
   }
   return type_error("'" + name + "' is not callable on " + type_name(self));
@@ -292,11 +294,11 @@ StatusOr<Value> str_method(Interpreter& in, const std::string& s, const std::str
     KVASIR_ASSIGN_OR_RETURN(auto sep, opt_str(a[0], m.c_str()));
     KVASIR_ASSIGN_OR_RETURN(int64_t maxsplit, want_int(a[1], "maxsplit", -1));
     if (sep && sep->empty()) return invalid_argument("empty separator");
-    return str_list(py::split(s, sep, maxsplit, m == "rsplit"));
+    return str_list(in, py::split(s, sep, maxsplit, m == "rsplit", in.steps_left()));
   }
   if (m == "splitlines") {
     KVASIR_RETURN_IF_ERROR(bind_args(m.c_str(), args, {"keepends"}, &a));
-    return str_list(py::splitlines(s, a[0] && truthy(*a[0])));
+    return str_list(in, py::splitlines(s, a[0] && truthy(*a[0]), in.steps_left()));
   }
   if (m == "startswith" || m == "endswith") {
     KVASIR_RETURN_IF_ERROR(bind_args(m.c_str(), args, {"prefix", "start", "end"}, &a));
@@ -320,7 +322,7 @@ StatusOr<Value> str_method(Interpreter& in, const std::string& s, const std::str
     KVASIR_RETURN_IF_ERROR(sub_range(s, a[1], a[2], &b, &e));
     std::string_view view = std::string_view(s).substr(b, e - b);
     if (m == "count") return Value::integer(py::count(view, sub));
-    size_t f = (m[0] == 'r') ? view.rfind(sub) : view.find(sub);
+    size_t f = (m[0] == 'r') ? py::rfind_sub(view, sub) : py::find_sub(view, sub);
     if (f == std::string_view::npos) {
       if (m == "index" || m == "rindex") return invalid_argument("substring not found");
       return Value::integer(-1);
@@ -339,7 +341,7 @@ StatusOr<Value> str_method(Interpreter& in, const std::string& s, const std::str
   if (m == "join") {
     KVASIR_RETURN_IF_ERROR(bind_args(m.c_str(), args, {"iterable"}, &a));
     if (!a[0]) return type_error("join() takes exactly one argument (0 given)");
-    KVASIR_ASSIGN_OR_RETURN(ValueList items, iterate(*a[0]));
+    KVASIR_ASSIGN_OR_RETURN(ValueList items, in.iterate(*a[0]));
     std::string out;
     for (size_t i = 0; i < items.size(); ++i) {
       if (!items[i].is_string()) {
@@ -368,7 +370,7 @@ StatusOr<Value> str_method(Interpreter& in, const std::string& s, const std::str
     KVASIR_RETURN_IF_ERROR(bind_args(m.c_str(), args, {"sep"}, &a));
     KVASIR_ASSIGN_OR_RETURN(std::string sep, want_str(a[0], m.c_str()));
     if (sep.empty()) return invalid_argument("empty separator");
-    size_t f = m == "partition" ? s.find(sep) : s.rfind(sep);
+    size_t f = m == "partition" ? py::find_sub(s, sep) : py::rfind_sub(s, sep);
     if (f == std::string::npos) {
       return m == "partition" ? Value::tuple({Value::string(s), Value::string(""), Value::string("")})
                               : Value::tuple({Value::string(""), Value::string(""), Value::string(s)});
@@ -427,10 +429,9 @@ StatusOr<DictData> build_dict(Interpreter& in, CallArgs& args, const char* fn) {
     if (src.kind() == Kind::kDict) {
       d = src.as_dict();
     } else {
-      KVASIR_ASSIGN_OR_RETURN(ValueList items, iterate(src));
-      KVASIR_RETURN_IF_ERROR(in.charge(items.size()));
+      KVASIR_ASSIGN_OR_RETURN(ValueList items, in.iterate(src));
       for (const Value& it : items) {
-        KVASIR_ASSIGN_OR_RETURN(ValueList kv, iterate(it));
+        KVASIR_ASSIGN_OR_RETURN(ValueList kv, in.iterate(it));
         if (kv.size() != 2) return invalid_argument("dictionary update sequence element has wrong length");
         KVASIR_RETURN_IF_ERROR(d.insert(kv[0], kv[1]));
       }
@@ -460,11 +461,12 @@ StatusOr<Value> fn_namespace(Interpreter& in, CallArgs& args) {
   return Value::ns(std::move(ns));
 }
 
-StatusOr<Value> fn_raise_exception(Interpreter&, CallArgs& args) {
+StatusOr<Value> fn_raise_exception(Interpreter& in, CallArgs& args) {
   std::vector<const Value*> a;
   KVASIR_RETURN_IF_ERROR(bind_args("raise_exception", args, {"message"}, &a));
   if (!a[0]) return type_error("raise_exception() missing 1 required positional argument: 'message'");
-  return invalid_argument(to_str(*a[0]));
+  KVASIR_ASSIGN_OR_RETURN(std::string message, in.str(*a[0]));
+  return invalid_argument(message);
 }
 
 StatusOr<Value> fn_strftime_now(Interpreter& in, CallArgs& args) {

@@ -266,14 +266,56 @@ std::string strip(std::string_view s, const std::optional<std::string>& chars, b
   return std::string(s.substr(b, e - b));
 }
 
+namespace {
+
+// Knuth-Morris-Pratt over positions read through at(i) / pat(j), so that one routine serves both
+// directions (rfind reads both strings back to front). Returns the first match position >= from.
+template <typename Hay, typename Pat>
+size_t kmp_search(size_t n, Hay at, size_t m, Pat pat, size_t from) {
+  std::vector<size_t> fail(m, 0);  // fail[j]: longest proper border of pat[0..j]
+  for (size_t j = 1, k = 0; j < m; ++j) {
+    while (k && pat(j) != pat(k)) k = fail[k - 1];
+    if (pat(j) == pat(k)) ++k;
+    fail[j] = k;
+  }
+  for (size_t i = from, k = 0; i < n; ++i) {
+    while (k && at(i) != pat(k)) k = fail[k - 1];
+    if (at(i) == pat(k)) ++k;
+    if (k == m) return i + 1 - m;
+  }
+  return std::string_view::npos;
+}
+
+// Needles this short make the library's memchr-driven scan at most kShortNeedle x |s|.
+constexpr size_t kShortNeedle = 8;
+
+}  // namespace
+
+size_t find_sub(std::string_view s, std::string_view sub, size_t from) {
+  if (sub.size() <= kShortNeedle || s.size() < sub.size() || from > s.size() - sub.size()) return s.find(sub, from);
+  return kmp_search(s.size(), [&](size_t i) { return s[i]; }, sub.size(), [&](size_t j) { return sub[j]; }, from);
+}
+
+size_t rfind_sub(std::string_view s, std::string_view sub, size_t last_start) {
+  if (sub.size() <= kShortNeedle || s.size() < sub.size()) return s.rfind(sub, last_start);
+  size_t n = s.size(), m = sub.size();
+  size_t last = std::min(last_start, n - m);
+  // A match at p in s is a match at n - m - p in the reversed strings.
+  size_t q = kmp_search(n, [&](size_t i) { return s[n - 1 - i]; }, m, [&](size_t j) { return sub[m - 1 - j]; },
+                        n - m - last);
+  return q == std::string_view::npos ? q : n - m - q;
+}
+
 std::vector<std::string> split(std::string_view s, const std::optional<std::string>& sep, int64_t maxsplit,
-                               bool from_right) {
+                               bool from_right, size_t max_parts) {
   std::vector<std::string> out;
+  if (max_parts < static_cast<size_t>(std::max<int64_t>(maxsplit, 0))) maxsplit = static_cast<int64_t>(max_parts);
+  if (maxsplit < 0) maxsplit = static_cast<int64_t>(max_parts);
   if (sep) {
     if (!from_right) {
       size_t pos = 0;
-      while (maxsplit < 0 || static_cast<int64_t>(out.size()) < maxsplit) {
-        size_t f = s.find(*sep, pos);
+      while (static_cast<int64_t>(out.size()) < maxsplit) {
+        size_t f = find_sub(s, *sep, pos);
         if (f == std::string_view::npos) break;
         out.emplace_back(s.substr(pos, f - pos));
         pos = f + sep->size();
@@ -282,9 +324,9 @@ std::vector<std::string> split(std::string_view s, const std::optional<std::stri
       return out;
     }
     size_t end = s.size();
-    while (maxsplit < 0 || static_cast<int64_t>(out.size()) < maxsplit) {
+    while (static_cast<int64_t>(out.size()) < maxsplit) {
       if (end < sep->size()) break;
-      size_t f = s.rfind(*sep, end - sep->size());
+      size_t f = rfind_sub(s, *sep, end - sep->size());
       if (f == std::string_view::npos) break;
       out.emplace_back(s.substr(f + sep->size(), end - f - sep->size()));
       end = f;
@@ -334,10 +376,10 @@ std::vector<std::string> split(std::string_view s, const std::optional<std::stri
   return out;
 }
 
-std::vector<std::string> splitlines(std::string_view s, bool keepends) {
+std::vector<std::string> splitlines(std::string_view s, bool keepends, size_t max_parts) {
   std::vector<std::string> out;
   size_t start = 0;
-  for (size_t i = 0; i < s.size();) {
+  for (size_t i = 0; i < s.size() && out.size() <= max_parts;) {
     size_t at = i;
     uint32_t c = next_cp(s, &i);
     if (!is_linebreak(c)) continue;
@@ -369,7 +411,7 @@ std::string replace(std::string_view s, std::string_view old, std::string_view w
   size_t pos = 0;
   int64_t done = 0;
   while (count < 0 || done < count) {
-    size_t f = s.find(old, pos);
+    size_t f = find_sub(s, old, pos);
     if (f == std::string_view::npos) break;
     out += s.substr(pos, f - pos);
     out += with;
@@ -383,7 +425,7 @@ std::string replace(std::string_view s, std::string_view old, std::string_view w
 int64_t count(std::string_view s, std::string_view sub) {
   if (sub.empty()) return static_cast<int64_t>(cp_length(s)) + 1;
   int64_t n = 0;
-  for (size_t pos = s.find(sub); pos != std::string_view::npos; pos = s.find(sub, pos + sub.size())) ++n;
+  for (size_t pos = find_sub(s, sub); pos != std::string_view::npos; pos = find_sub(s, sub, pos + sub.size())) ++n;
   return n;
 }
 

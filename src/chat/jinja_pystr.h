@@ -38,10 +38,17 @@ std::string swapcase(std::string_view s);
 
 // str.strip family; chars == nullopt strips whitespace.
 std::string strip(std::string_view s, const std::optional<std::string>& chars, bool left, bool right);
+// Substring search in time linear in |s| + |sub| (Python's is too): the first match at or after
+// `from`, or the last one starting at or before `last_start`; npos when none. std::string_view's
+// own find is |s| x |sub| in the worst case, which a hostile template turns into minutes.
+size_t find_sub(std::string_view s, std::string_view sub, size_t from = 0);
+size_t rfind_sub(std::string_view s, std::string_view sub, size_t last_start = std::string_view::npos);
 // str.split / str.rsplit; sep == nullopt splits on runs of whitespace. maxsplit < 0: no limit.
+// Both splits stop after max_parts + 1 parts, so that the caller's step budget, not the input's
+// length, bounds the work: a result longer than max_parts means "over budget".
 std::vector<std::string> split(std::string_view s, const std::optional<std::string>& sep, int64_t maxsplit,
-                               bool from_right);
-std::vector<std::string> splitlines(std::string_view s, bool keepends);
+                               bool from_right, size_t max_parts);
+std::vector<std::string> splitlines(std::string_view s, bool keepends, size_t max_parts);
 std::string replace(std::string_view s, std::string_view old, std::string_view with, int64_t count);
 int64_t count(std::string_view s, std::string_view sub);
 // Byte offset -> code point offset (for find/index results).

@@ -6,6 +6,7 @@
 #include <chrono>
 #include <string>
 
+#include "chat/jinja_pystr.h"
 #include "chat/jinja_template.h"
 
 namespace kvasir::jinja {
@@ -186,6 +187,72 @@ TEST(JinjaHostile, StepBudgetAndDeadlineStopLongRenders) {
              Json::object(), lim);
   EXPECT_FALSE(r.ok());
   EXPECT_LT(std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count(), 1.0);
+}
+
+// Renders a template that must succeed with `want` within `max_s` seconds (scaled as above).
+void expect_renders_fast(const std::string& text, const std::string& want, double max_s = 2.0) {
+  max_s *= kSlowdown * kDebugSlowdown;
+  auto start = std::chrono::steady_clock::now();
+  auto r = render(text);
+  double s = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+  ASSERT_TRUE(r.ok()) << text.substr(0, 120) << ": " << r.status().to_string();
+  EXPECT_EQ(*r, want) << text.substr(0, 120);
+  EXPECT_LT(s, max_s) << text.substr(0, 120) << " took " << s << " s";
+}
+
+// Work one operation does must be charged before (or while) it is done: these each ran for seconds
+// to hours between two budget checks before (found by jinja_fuzz).
+TEST(JinjaHostile, EveryOperationIsChargedForItsWork) {
+  // Repeating an empty sequence: nothing to build, so nothing to loop over.
+  expect_renders_fast("{{ ([] * 1000000000000)|length }}{{ '' * 1000000000000 }}", "0");
+  // A list shares one 1 MB string 100,000 times: printing it would be 100 GB.
+  const std::string mb = "{% set s = 'x' * 1000000 %}";
+  expect_fails_fast(mb + "{{ [s] * 100000 }}");
+  expect_fails_fast(mb + "{{ ([s] * 100000)|string|length }}");
+  expect_fails_fast(mb + "{{ '%s'|format([s] * 100000) }}");
+  expect_fails_fast(mb + "{{ '{}'.format([s] * 100000) }}");
+  expect_fails_fast(mb + "{{ [[s] * 100000]|join }}");
+  expect_fails_fast(mb + "{{ raise_exception([s] * 100000) }}");
+  // ... and an error message quoting it is cut short.
+  auto r = render(mb + "{{ ([s] * 100000).index(0) }}");
+  ASSERT_FALSE(r.ok());
+  EXPECT_LT(r.status().message().size(), 1000u);
+  // Substring search is linear: a 500 kB needle in a 1 MB haystack of the same letter.
+  const std::string hay = "{% set s = 'a' * 1000000 %}{% set n = 'a' * 500000 + 'b' %}";
+  expect_renders_fast(hay + "{{ n in s }}|{{ n is in s }}|{{ s.find(n) }}|{{ s.rfind(n) }}|{{ s.count(n) }}",
+                      "False|False|-1|-1|0");
+  expect_renders_fast(hay + "{{ s.split(n)|length }}|{{ s.rsplit(n)|length }}|{{ s.replace(n, '')|length }}",
+                      "1|1|1000000");
+  expect_renders_fast(hay + "{{ s.partition(n)[1] == '' }}{{ (s ~ 'b').rpartition(n)[2] == '' }}", "TrueTrue");
+  // Splitting into a million pieces, or listing a million characters, is charged per piece.
+  expect_renders_fast("{{ ('x' * 1000000).split('x')|length }}", "1000001");
+  JinjaLimits lim;
+  lim.max_steps = 10000;
+  for (const char* t : {"{{ ('x' * 1000000).split('x')|length }}", "{{ ('x' * 1000000).rsplit('x')|length }}",
+                        "{{ ('\n' * 1000000).splitlines()|length }}", "{{ ('x' * 1000000)|list|length }}",
+                        "{% for c in 'x' * 1000000 %}{% endfor %}", "{{ ('\n' * 1000000)|indent }}"}) {
+    r = render(t, Json::object(), lim);
+    ASSERT_FALSE(r.ok()) << t;
+    EXPECT_NE(r.status().message().find("step budget"), std::string::npos) << t << ": " << r.status().to_string();
+  }
+}
+
+// find_sub / rfind_sub must agree with the library's quadratic search on every position.
+TEST(JinjaPyStr, LinearSearchMatchesLibrarySearch) {
+  uint32_t seed = 12345;
+  auto next = [&]() { return seed = seed * 1103515245u + 12345u, (seed >> 16) & 0x7fff; };
+  for (int round = 0; round < 2000; ++round) {
+    std::string s, sub;
+    size_t n = next() % 80, m = 9 + next() % 12;  // needles past the short-needle fast path
+    for (size_t i = 0; i < n; ++i) s += static_cast<char>('a' + next() % 2);
+    for (size_t i = 0; i < m; ++i) sub += static_cast<char>('a' + next() % 2);
+    if (round % 3 == 0 && n > m) sub = s.substr(next() % (n - m), m);  // often a real match
+    for (size_t from = 0; from <= n + 1; from += 1 + next() % 7) {
+      ASSERT_EQ(py::find_sub(s, sub, from), std::string_view(s).find(sub, from)) << s << " / " << sub << " @" << from;
+      ASSERT_EQ(py::rfind_sub(s, sub, from), std::string_view(s).rfind(sub, from)) << s << " / " << sub << " @" << from;
+    }
+    ASSERT_EQ(py::rfind_sub(s, sub), std::string_view(s).rfind(sub));
+  }
 }
 
 TEST(JinjaUnsupported, ClearErrors) {

@@ -267,17 +267,20 @@ std::string object_type_repr(const Value& v) {
   return std::string(type_name(v)) + " object";
 }
 
-static void repr_to(const Value& v, std::string& out);
+static void repr_to(const Value& v, std::string& out, size_t max_bytes);
 
-std::string to_str(const Value& v) {
+std::string to_str(const Value& v, size_t max_bytes) {
   switch (v.kind()) {
     case Kind::kUndefined: return "";
     case Kind::kString: return v.as_string();
-    default: return repr(v);
+    default: return repr(v, max_bytes);
   }
 }
 
-static void repr_to(const Value& v, std::string& out) {
+// Every element writes at least one byte, so the work done is bounded by max_bytes plus the
+// largest single string's repr.
+static void repr_to(const Value& v, std::string& out, size_t max_bytes) {
+  if (out.size() > max_bytes) return;
   switch (v.kind()) {
     case Kind::kUndefined: out += "Undefined"; return;
     case Kind::kNone: out += "None"; return;
@@ -295,9 +298,9 @@ static void repr_to(const Value& v, std::string& out) {
       const ValueList& items = v.as_list();
       bool tup = v.kind() == Kind::kTuple;
       out += tup ? '(' : '[';
-      for (size_t i = 0; i < items.size(); ++i) {
+      for (size_t i = 0; i < items.size() && out.size() <= max_bytes; ++i) {
         if (i) out += ", ";
-        repr_to(items[i], out);
+        repr_to(items[i], out, max_bytes);
       }
       if (tup && items.size() == 1) out += ',';
       out += tup ? ')' : ']';
@@ -307,11 +310,12 @@ static void repr_to(const Value& v, std::string& out) {
       out += '{';
       bool first = true;
       for (const auto& [k, x] : v.as_dict().entries) {
+        if (out.size() > max_bytes) break;
         if (!first) out += ", ";
         first = false;
-        repr_to(k, out);
+        repr_to(k, out, max_bytes);
         out += ": ";
-        repr_to(x, out);
+        repr_to(x, out, max_bytes);
       }
       out += '}';
       return;
@@ -321,11 +325,12 @@ static void repr_to(const Value& v, std::string& out) {
       out += "<Namespace {";
       bool first = true;
       for (const auto& [k, x] : v.as_namespace().attrs) {
+        if (out.size() > max_bytes) break;
         if (!first) out += ", ";
         first = false;
         out += py::repr(k);
         out += ": ";
-        repr_to(x, out);
+        repr_to(x, out, max_bytes);
       }
       out += "}>";
       return;
@@ -339,9 +344,21 @@ static void repr_to(const Value& v, std::string& out) {
   }
 }
 
-std::string repr(const Value& v) {
+std::string repr(const Value& v, size_t max_bytes) {
   std::string out;
-  repr_to(v, out);
+  repr_to(v, out, max_bytes);
+  return out;
+}
+
+std::string message_repr(const Value& v) {
+  constexpr size_t kMax = 200;
+  std::string out = repr(v, kMax);
+  if (out.size() > kMax) {
+    out.resize(kMax);
+    while (!out.empty() && (static_cast<unsigned char>(out.back()) & 0xC0) == 0x80) out.pop_back();  // whole chars
+    if (!out.empty() && static_cast<unsigned char>(out.back()) >= 0xC0) out.pop_back();
+    out += "...";
+  }
   return out;
 }
 

@@ -139,8 +139,13 @@ class Callable {
 bool truthy(const Value& v);
 const char* type_name(const Value& v);  // Python's type(v).__name__
 std::string object_type_repr(const Value& v);  // jinja's "dict object", "None"
-std::string to_str(const Value& v);   // Python str(); undefined -> ""
-std::string repr(const Value& v);     // Python repr()
+// Python str() (undefined -> "") and repr(). A container can print far larger than it is ([s] * n
+// shares one s), so both stop writing soon after max_bytes: a result longer than max_bytes is cut
+// short, and callers treat it as over their limit (Interpreter::str/repr) or as a message prefix.
+std::string to_str(const Value& v, size_t max_bytes);
+std::string repr(const Value& v, size_t max_bytes);
+// repr() for an error message: at most a few hundred bytes, a longer one cut and ended with "...".
+std::string message_repr(const Value& v);
 std::string html_escape(std::string_view s);  // markupsafe.escape
 bool equal(const Value& a, const Value& b);  // Python ==
 // Python a < b (and friends through the sign): -1, 0, 1, or a TypeError naming `op`.
