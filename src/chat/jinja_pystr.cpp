@@ -309,8 +309,8 @@ size_t rfind_sub(std::string_view s, std::string_view sub, size_t last_start) {
 std::vector<std::string> split(std::string_view s, const std::optional<std::string>& sep, int64_t maxsplit,
                                bool from_right, size_t max_parts) {
   std::vector<std::string> out;
-  if (max_parts < static_cast<size_t>(std::max<int64_t>(maxsplit, 0))) maxsplit = static_cast<int64_t>(max_parts);
-  if (maxsplit < 0) maxsplit = static_cast<int64_t>(max_parts);
+  int64_t cap = static_cast<int64_t>(std::min<size_t>(max_parts, INT64_MAX));
+  if (maxsplit < 0 || maxsplit > cap) maxsplit = cap;
   if (sep) {
     if (!from_right) {
       size_t pos = 0;
@@ -379,7 +379,7 @@ std::vector<std::string> split(std::string_view s, const std::optional<std::stri
 std::vector<std::string> splitlines(std::string_view s, bool keepends, size_t max_parts) {
   std::vector<std::string> out;
   size_t start = 0;
-  for (size_t i = 0; i < s.size() && out.size() <= max_parts;) {
+  for (size_t i = 0; i < s.size() && out.size() < max_parts;) {
     size_t at = i;
     uint32_t c = next_cp(s, &i);
     if (!is_linebreak(c)) continue;

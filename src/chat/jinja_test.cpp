@@ -255,6 +255,18 @@ TEST(JinjaPyStr, LinearSearchMatchesLibrarySearch) {
   }
 }
 
+// max_parts bounds a split without changing one that fits (an unbounded caller passes SIZE_MAX).
+TEST(JinjaPyStr, SplitStopsAfterMaxParts) {
+  std::optional<std::string> sp = std::string(" ");
+  EXPECT_EQ(py::split("a b c", sp, -1, false, SIZE_MAX), (std::vector<std::string>{"a", "b", "c"}));
+  EXPECT_EQ(py::split("a b c", sp, -1, true, SIZE_MAX), (std::vector<std::string>{"a", "b", "c"}));
+  EXPECT_EQ(py::split("a b c", std::nullopt, -1, false, SIZE_MAX), (std::vector<std::string>{"a", "b", "c"}));
+  EXPECT_EQ(py::split("a b c", sp, 5, false, 1), (std::vector<std::string>{"a", "b c"}));
+  EXPECT_EQ(py::split("a b c", sp, -1, true, 1), (std::vector<std::string>{"a b", "c"}));
+  EXPECT_EQ(py::splitlines("a\nb\nc", false, SIZE_MAX), (std::vector<std::string>{"a", "b", "c"}));
+  EXPECT_EQ(py::splitlines("a\nb\nc\nd", false, 1).size(), 2u);
+}
+
 TEST(JinjaUnsupported, ClearErrors) {
   auto code = [](const std::string& t) { return render(t).status().code(); };
   EXPECT_EQ(code("{% include 'x.jinja' %}"), StatusCode::kUnimplemented);
