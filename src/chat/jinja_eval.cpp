@@ -137,8 +137,8 @@ StatusOr<Value> Interpreter::eval_inner(const Expr& e) {
 }
 
 static StatusOr<bool> compare_one(Interpreter& in, CmpOp op, const Value& a, const Value& b) {
-  KVASIR_RETURN_IF_ERROR(in.charge_walk(a));
-  KVASIR_RETURN_IF_ERROR(in.charge_walk(b));
+  KVASIR_RETURN_IF_ERROR(in.charge_deep(a));
+  KVASIR_RETURN_IF_ERROR(in.charge_deep(b));
   switch (op) {
     case CmpOp::kEq: return equal(a, b);
     case CmpOp::kNe: return !equal(a, b);
@@ -287,6 +287,7 @@ StatusOr<Value> Interpreter::getitem(const Value& obj, const Value& key) {
       int64_t i = key.as_int();
       if (obj.is_string()) {
         const std::string& s = obj.as_string();
+        KVASIR_RETURN_IF_ERROR(charge(s.size() / 64));  // code point indexing scans the string
         if (py::is_ascii(s)) {
           int64_t n = static_cast<int64_t>(s.size());
           if (i < 0) i += n;
@@ -347,6 +348,7 @@ StatusOr<Value> Interpreter::slice(const Value& obj, const Expr& s) {
   int64_t step = parts[2].is_none() ? 1 : parts[2].as_int();
   if (step == 0) return invalid_argument("slice step cannot be zero");
   std::vector<uint32_t> cps;
+  if (is_str) KVASIR_RETURN_IF_ERROR(charge(obj.as_string().size() / 64));  // scanned for code points
   bool ascii = is_str && py::is_ascii(obj.as_string());
   if (is_str && !ascii) cps = py::code_points(obj.as_string());
   int64_t n = is_str ? (ascii ? static_cast<int64_t>(obj.as_string().size()) : static_cast<int64_t>(cps.size()))

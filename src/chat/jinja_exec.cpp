@@ -1,6 +1,8 @@
 // Statement execution: output, if/for/set/macro/call/filter/with blocks, loop controls, scoping,
 // and the render entry point with its budgets.
+#include <algorithm>
 #include <chrono>
+#include <vector>
 
 #include "chat/jinja_interp.h"
 
@@ -54,7 +56,9 @@ Interpreter::Interpreter(const RenderOptions& opts) : opts_(opts) {
 Status Interpreter::charge(uint64_t steps) {
   steps_ += steps;
   if (steps_ > opts_.limits.max_steps) return out_of_range("template exceeded its evaluation step budget");
-  if ((steps_ & 4095) < steps || steps > 4096) {
+  // The clock is read every 16th charge: a step can stand for far more work than its count says
+  // (hashing or lowering a 30 MB string), so a cadence in steps could leave seconds between reads.
+  if (++charges_ % 16 == 0 || steps > 4096) {
     int64_t now = std::chrono::duration_cast<std::chrono::nanoseconds>(Clock::now().time_since_epoch()).count();
     if (now > deadline_ns_) return out_of_range("template rendering took longer than the time limit");
   }
@@ -91,6 +95,44 @@ StatusOr<ValueList> Interpreter::iterate(const Value& v) {
   }
   KVASIR_RETURN_IF_ERROR(charge(items));
   return jinja::iterate(v);
+}
+
+Status Interpreter::charge_deep(const Value& v, uint64_t times) {
+  times = std::max<uint64_t>(times, 1);
+  const uint64_t cap = steps_left() / times + 1;  // a cost past this is over budget
+  uint64_t cost = 0;
+  std::vector<const Value*> todo{&v};
+  auto visit = [&](const Value& x) {
+    ++cost;
+    todo.push_back(&x);
+  };
+  while (!todo.empty() && cost <= cap) {
+    const Value& x = *todo.back();
+    todo.pop_back();
+    ++cost;
+    switch (x.kind()) {
+      case Kind::kString: cost += x.as_string().size() / 64; break;
+      case Kind::kList: case Kind::kTuple:
+        for (size_t i = 0; i < x.as_list().size() && cost <= cap; ++i) visit(x.as_list()[i]);
+        break;
+      case Kind::kDict:
+        for (size_t i = 0; i < x.as_dict().entries.size() && cost <= cap; ++i) {
+          visit(x.as_dict().entries[i].first);
+          visit(x.as_dict().entries[i].second);
+        }
+        break;
+      case Kind::kNamespace:
+        for (size_t i = 0; i < x.as_namespace().attrs.size() && cost <= cap; ++i) visit(x.as_namespace().attrs[i].second);
+        break;
+      case Kind::kIterator:
+        for (size_t i = x.as_iterator().pos; i < x.as_iterator().items.size() && cost <= cap; ++i) {
+          visit(x.as_iterator().items[i]);
+        }
+        break;
+      default: break;
+    }
+  }
+  return charge(cost > cap ? UINT64_MAX / 2 : cost * times);
 }
 
 Status Interpreter::charge_walk(const Value& v) {

@@ -54,6 +54,8 @@ StatusOr<Value> do_tojson(Interpreter& in, const Value& v, const CallArgs& args)
     o.item_sep = a[2]->as_list()[0].as_string();
     o.key_sep = a[2]->as_list()[1].as_string();
   }
+  // The text is about as long as the walk (a shared value prints every time it is reached).
+  KVASIR_RETURN_IF_ERROR(in.charge_deep(v));
   KVASIR_ASSIGN_OR_RETURN(std::string s, dump_json(v, o));
   KVASIR_RETURN_IF_ERROR(in.check_size(s.size()));
   KVASIR_RETURN_IF_ERROR(in.charge_bytes(s.size()));

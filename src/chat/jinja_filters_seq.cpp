@@ -110,6 +110,7 @@ StatusOr<Value> minmax(Interpreter& in, const Value& v, const CallArgs& args, bo
     if (a[1]) {
       KVASIR_ASSIGN_OR_RETURN(k, get_path(in, items[i], *a[1], nullptr));
     }
+    KVASIR_RETURN_IF_ERROR(in.charge_deep(k, 2));  // lowering it and one comparison
     if (!is_true(a[0], false)) k = lowered(k);
     if (i == 0) {
       best_key = k;
@@ -230,12 +231,17 @@ StatusOr<Value> apply_seq_filter(Interpreter& in, std::string_view name, const V
       if (by != "key" && by != "value") return invalid_argument("You can only sort by either \"key\" or \"value\"");
       pos = by == "value" ? 1 : 0;
     }
+    // A sort compares each key about 2 log2(n) times (introsort's depth bound); the key is lowered
+    // once first. Charged per key, before the work, since one key can be a whole megabyte.
+    uint64_t rounds = 3;
+    for (size_t n = items.size(); n > 1; n >>= 1) rounds += 2;
     ValueList keys;
     for (const Value& item : items) {
       Value k = is_dictsort ? item.as_list()[pos] : item;
       if (attribute && !attribute->is_none()) {
         KVASIR_ASSIGN_OR_RETURN(k, get_path(in, item, *attribute, nullptr));
       }
+      KVASIR_RETURN_IF_ERROR(in.charge_deep(k, name == "unique" ? 2 : rounds));
       keys.push_back(case_sensitive ? k : lowered(k));
     }
     if (name == "unique") {
@@ -243,6 +249,7 @@ StatusOr<Value> apply_seq_filter(Interpreter& in, std::string_view name, const V
       KVASIR_RETURN_IF_ERROR(in.charge(items.size() * items.size() / 16));
       for (size_t i = 0; i < items.size(); ++i) {
         if (!hashable(keys[i])) return type_error(std::string("unhashable type: '") + type_name(keys[i]) + "'");
+        KVASIR_RETURN_IF_ERROR(in.charge_deep(keys[i], seen.size()));  // compared with each kept key
         if (std::any_of(seen.begin(), seen.end(), [&](const Value& s) { return equal(s, keys[i]); })) continue;
         seen.push_back(keys[i]);
         out.push_back(items[i]);

@@ -70,6 +70,10 @@ class Interpreter {
   StatusOr<ValueList> iterate(const Value& v);
   // Charges what walking `v` costs (its elements, or its bytes for strings).
   Status charge_walk(const Value& v);
+  // Charges `times` walks of all of `v` (every nested element, string bytes / 64), for operations
+  // that compare, sort or serialise whole values. A shared value counts each time it is reached,
+  // since that is what the walk costs; counting stops as soon as the budget is exceeded.
+  Status charge_deep(const Value& v, uint64_t times = 1);
   // Refuses strings/lists larger than max_string_bytes (call before building them).
   Status check_size(uint64_t n) const;
 
@@ -112,6 +116,7 @@ class Interpreter {
   Value block_input_;                             // input of a filter chain in set/filter blocks
   enum class Ctrl { kNone, kBreak, kContinue } ctrl_ = Ctrl::kNone;
   uint64_t steps_ = 0;
+  uint64_t charges_ = 0;  // charge() calls, for the deadline check's cadence
   uint64_t bytes_built_ = 0;
   uint64_t iterations_ = 0;
   int depth_ = 0;

@@ -96,6 +96,9 @@ StatusOr<bool> apply_test(Interpreter& in, std::string_view name, const Value& v
   KVASIR_RETURN_IF_ERROR(bind_args(fn.c_str(), args, {"other"}, &a));
   if (!a[0]) return type_error(fn + "() missing 1 required positional argument");
   const Value& o = *a[0];
+  // Comparing walks both values (the shallow charge above only paid for their top level).
+  KVASIR_RETURN_IF_ERROR(in.charge_deep(v));
+  KVASIR_RETURN_IF_ERROR(in.charge_deep(o));
   if (name == "in") {
     if (o.is_string()) {
       if (!v.is_string()) return type_error("'in <string>' requires string as left operand");

@@ -243,7 +243,7 @@ StatusOr<Value> call_method(Interpreter& in, const Value& self, const std::strin
     if (name == "copy") return self;
     KVASIR_RETURN_IF_ERROR(bind_args(name.c_str(), args, {"value"}, &a));
     if (!a[0]) return type_error(name + "() takes exactly one argument (0 given)");
-    KVASIR_RETURN_IF_ERROR(in.charge(items.size() / 8));
+    KVASIR_RETURN_IF_ERROR(in.charge_deep(self));  // each equal() walks at most its item
     int64_t n = 0;
     for (size_t i = 0; i < items.size(); ++i) {
       if (!equal(items[i], *a[0])) continue;

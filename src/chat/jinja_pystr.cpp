@@ -176,7 +176,17 @@ static void append_lower(std::string& out, const std::vector<uint32_t>& cps, siz
   }
 }
 
+// ASCII text (most of any prompt) maps byte for byte: no code point decoding, no context rules.
+static std::string ascii_case(std::string_view s, char from_lo, char from_hi) {
+  std::string out(s);
+  for (char& c : out) {
+    if (c >= from_lo && c <= from_hi) c = static_cast<char>(c ^ 0x20);
+  }
+  return out;
+}
+
 std::string upper(std::string_view s) {
+  if (is_ascii(s)) return ascii_case(s, 'a', 'z');
   std::string out;
   out.reserve(s.size());
   for (size_t i = 0; i < s.size();) append_upper(out, next_cp(s, &i));
@@ -184,6 +194,7 @@ std::string upper(std::string_view s) {
 }
 
 std::string lower(std::string_view s) {
+  if (is_ascii(s)) return ascii_case(s, 'A', 'Z');
   std::vector<uint32_t> cps = code_points(s);
   std::string out;
   out.reserve(s.size());

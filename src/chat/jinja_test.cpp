@@ -224,6 +224,18 @@ TEST(JinjaHostile, EveryOperationIsChargedForItsWork) {
   expect_renders_fast(hay + "{{ s.split(n)|length }}|{{ s.rsplit(n)|length }}|{{ s.replace(n, '')|length }}",
                       "1|1|1000000");
   expect_renders_fast(hay + "{{ s.partition(n)[1] == '' }}{{ (s ~ 'b').rpartition(n)[2] == '' }}", "TrueTrue");
+  // Comparing, sorting and serialising walk whole values: a list sharing one 1 MB string 100,000
+  // times is 100 GB to lower, compare or print, and is refused before the walk.
+  const std::string two = mb + "{% set t = s ~ '' %}{% set l = [s] * 100000 %}";
+  for (const char* op : {"{{ l|sort|length }}", "{{ l|unique|list|length }}", "{{ l|max|length }}",
+                         "{{ l|min(attribute='0')|length }}", "{{ l|tojson|length }}", "{{ [t] * 100000 == l }}",
+                         "{{ [t] * 100000 < l }}", "{{ l.count(t) }}", "{{ l is eq([t] * 100000) }}",
+                         "{{ t in l + [t] }}", "{{ dict(a=l, b=[t] * 100000)|dictsort(by='value')|length }}",
+                         "{{ l|map(attribute='0')|list|length }}", "{% for x in l %}{{ x[-1] }}{% endfor %}",
+                         "{% for x in l %}{{ x[1:2] }}{% endfor %}"}) {
+    expect_fails_fast(two + op);
+  }
+  expect_renders_fast("{{ ['b', 'a', 'C']|sort|join }}{{ ['a', 'A', 'b']|unique|join }}{{ [2, 3, 1]|max }}", "abCab3");
   // Splitting into a million pieces, or listing a million characters, is charged per piece.
   expect_renders_fast("{{ ('x' * 1000000).split('x')|length }}", "1000001");
   JinjaLimits lim;

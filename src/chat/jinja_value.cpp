@@ -370,10 +370,11 @@ bool equal(const Value& a, const Value& b) {
   if (a.kind() != b.kind()) return false;
   switch (a.kind()) {
     case Kind::kUndefined: case Kind::kNone: return true;
-    case Kind::kString: return a.as_string() == b.as_string();
+    case Kind::kString: return &a.as_string() == &b.as_string() || a.as_string() == b.as_string();
     case Kind::kList: case Kind::kTuple: {
       const ValueList& x = a.as_list();
       const ValueList& y = b.as_list();
+      if (&x == &y) return true;  // one shared list ([l] * n): no need to walk it
       if (x.size() != y.size()) return false;
       for (size_t i = 0; i < x.size(); ++i) {
         if (!equal(x[i], y[i])) return false;
@@ -410,6 +411,7 @@ StatusOr<int> compare(const Value& a, const Value& b, const char* op) {
     return x < y ? -1 : (x > y ? 1 : 0);
   }
   if (a.is_string() && b.is_string()) {
+    if (&a.as_string() == &b.as_string()) return 0;
     int c = a.as_string().compare(b.as_string());
     return c < 0 ? -1 : (c > 0 ? 1 : 0);
   }
