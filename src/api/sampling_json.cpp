@@ -13,14 +13,21 @@ Status want_number(const Json& v, const char* name, double* out) {
   return Status();
 }
 
+Status out_of_range_int(const char* name, int64_t lo, int64_t hi) {
+  return invalid_argument(std::string("'") + name + "' must be in [" + std::to_string(lo) + ", " + std::to_string(hi) + "]");
+}
+
 Status want_int(const Json& v, const char* name, int64_t lo, int64_t hi, int64_t* out) {
   if (!v.is_number()) return invalid_argument(std::string("'") + name + "' must be an integer");
   double d = v.as_double();
   if (!std::isfinite(d) || std::floor(d) != d) return invalid_argument(std::string("'") + name + "' must be an integer");
-  if (d < static_cast<double>(lo) || d > static_cast<double>(hi)) {
-    return invalid_argument(std::string("'") + name + "' must be in [" + std::to_string(lo) + ", " + std::to_string(hi) + "]");
-  }
-  *out = v.is_int() ? v.as_int() : static_cast<int64_t>(d);
+  // As a double, INT64_MAX rounds up to 2^63, which does not convert back to int64 (UB): doubles
+  // are range-checked against 2^63 first, and the converted integer against [lo, hi].
+  constexpr double kTwo63 = 9223372036854775808.0;
+  if (!v.is_int() && !(d >= -kTwo63 && d < kTwo63)) return out_of_range_int(name, lo, hi);
+  const int64_t n = v.is_int() ? v.as_int() : static_cast<int64_t>(d);
+  if (n < lo || n > hi) return out_of_range_int(name, lo, hi);
+  *out = n;
   return Status();
 }
 

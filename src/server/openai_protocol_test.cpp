@@ -59,6 +59,25 @@ TEST(OpenAIProtocol, CompletionRejectsBadInput) {
   EXPECT_NE(s.message().find("suffix"), std::string::npos);
 }
 
+// Integers past int64 arrive as doubles; 2^63 once reached a double -> int64 conversion (UB,
+// found by sampling_json_fuzz). Every such value must be a clear range error.
+TEST(OpenAIProtocol, IntegerParametersAtTheInt64Edges) {
+  CompletionRequest r;
+  ASSERT_TRUE(completion(R"({"prompt": "x", "seed": 9223372036854775807})", &r).ok());
+  EXPECT_EQ(r.params.seed, static_cast<uint64_t>(std::numeric_limits<int64_t>::max()));
+  ASSERT_TRUE(completion(R"({"prompt": "x", "seed": -9223372036854775808})", &r).ok());
+  ASSERT_TRUE(completion(R"({"prompt": "x", "seed": 4611686018427387904.0})", &r).ok());
+  EXPECT_EQ(r.params.seed, 4611686018427387904u);
+  for (const char* big : {"9223372036854775808", "9223372036854775808.0", "1e19", "-9223372036854777856",
+                          "-1e300", "1e300"}) {
+    Status st = completion(std::string(R"({"prompt": "x", "seed": )") + big + "}", &r);
+    EXPECT_FALSE(st.ok()) << big;
+    EXPECT_NE(st.message().find("'seed' must be in"), std::string::npos) << big << ": " << st.message();
+  }
+  EXPECT_FALSE(completion(R"({"prompt": "x", "max_tokens": 9223372036854775808})", &r).ok());
+  EXPECT_FALSE(completion(R"({"prompt": "x", "max_tokens": 2147483648})", &r).ok());
+}
+
 TEST(OpenAIProtocol, EchoWithLogprobsAsksForPromptLogprobs) {
   CompletionRequest r;
   ASSERT_TRUE(completion(R"({"prompt": "x", "echo": true, "logprobs": 2})", &r).ok());
