@@ -73,15 +73,17 @@ Status Interpreter::charge_bytes(uint64_t bytes) {
 
 StatusOr<std::string> Interpreter::str(const Value& v) {
   if (v.is_string()) return v.as_string();  // within the limit since it was built
-  if (v.is_undefined()) return std::string();
-  return repr(v);
+  return printed(jinja::to_str(v, opts_.limits.max_string_bytes));
 }
 
 StatusOr<std::string> Interpreter::repr(const Value& v) {
-  std::string out = jinja::repr(v, opts_.limits.max_string_bytes);
-  KVASIR_RETURN_IF_ERROR(check_size(out.size()));
-  KVASIR_RETURN_IF_ERROR(charge_bytes(out.size()));
-  return out;
+  return printed(jinja::repr(v, opts_.limits.max_string_bytes));
+}
+
+StatusOr<std::string> Interpreter::printed(std::string text) {
+  KVASIR_RETURN_IF_ERROR(check_size(text.size()));  // a text cut short at the cap is over it
+  KVASIR_RETURN_IF_ERROR(charge_bytes(text.size()));
+  return text;
 }
 
 StatusOr<ValueList> Interpreter::iterate(const Value& v) {

@@ -104,6 +104,7 @@ class Interpreter {
   Status unpack(const Expr& target, const Value& v, Scope& into);
   Status emit(std::string_view text);
   Status emit_value(const Value& v);  // emit(str(v))
+  StatusOr<std::string> printed(std::string text);  // str/repr's text: size-checked, charged
   StatusOr<std::string> capture(const Body& body, std::shared_ptr<Scope> scope);
   Value make_macro(const Stmt& def, std::string name);
   Status annotate(Status s, int line);

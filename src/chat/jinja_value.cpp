@@ -6,6 +6,7 @@
 
 #include "chat/jinja_pystr.h"
 #include "common/check.h"
+#include "common/utf8.h"
 
 namespace kvasir::jinja {
 
@@ -354,9 +355,7 @@ std::string message_repr(const Value& v) {
   constexpr size_t kMax = 200;
   std::string out = repr(v, kMax);
   if (out.size() > kMax) {
-    out.resize(kMax);
-    while (!out.empty() && (static_cast<unsigned char>(out.back()) & 0xC0) == 0x80) out.pop_back();  // whole chars
-    if (!out.empty() && static_cast<unsigned char>(out.back()) >= 0xC0) out.pop_back();
+    out.resize(utf8_complete_prefix(std::string_view(out).substr(0, kMax)));  // whole characters
     out += "...";
   }
   return out;
