@@ -8,7 +8,7 @@
 #include <cstdio>
 #include <thread>
 
-#include "api/loaded_model.h"
+#include "setup/loaded_model.h"
 #include "common/json.h"
 #include "common/mapped_file.h"
 #include "engine/engine.h"

@@ -7,7 +7,7 @@
 #include <algorithm>
 #include <cstdio>
 
-#include "api/loaded_model.h"
+#include "setup/loaded_model.h"
 #include "golden.h"
 #include "kvasir/llm.h"
 #include "runner/contiguous_batch.h"

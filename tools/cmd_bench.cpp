@@ -10,7 +10,7 @@
 #include <string>
 #include <vector>
 
-#include "api/loaded_model.h"
+#include "setup/loaded_model.h"
 #include "args.h"
 #include "commands.h"
 #include "common/json.h"

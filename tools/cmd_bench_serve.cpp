@@ -15,7 +15,7 @@
 #include <sstream>
 #include <thread>
 
-#include "api/loaded_model.h"
+#include "setup/loaded_model.h"
 #include "args.h"
 #include "bench_serve/bench_dataset.h"
 #include "bench_serve/bench_report.h"

@@ -3,7 +3,7 @@
 #include <cstdio>
 #include <string>
 
-#include "api/loaded_model.h"
+#include "setup/loaded_model.h"
 #include "args.h"
 #include "commands.h"
 #include "common/json.h"

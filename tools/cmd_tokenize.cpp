@@ -5,19 +5,46 @@
 #include <string>
 #include <vector>
 
-#include "api/loaded_model.h"
+#include "setup/loaded_model.h"
 #include "args.h"
 #include "commands.h"
+#include "common/json.h"
 #include "common/mapped_file.h"
+#include "tokenizer/vocab_spec.h"
 
 namespace kvasir {
 
+namespace {
+
+// {"<pre name>": [regex, ...], ...}: the split regexes a GGUF "gpt2" vocabulary gets for each
+// tokenizer.ggml.pre name (scripts/gen_pretokenizer_golden.py runs HF `tokenizers` on them).
+void print_pre_tokenizers() {
+  Json out = Json::object();
+  for (const std::string& name : bpe_pre_tokenizer_names()) {
+    Json regexes = Json::array();
+    StatusOr<std::vector<std::string>> list = bpe_pre_tokenizer_regexes(name);
+    for (std::string& r : *list) regexes.push_back(Json(std::move(r)));
+    out.set(name, std::move(regexes));
+  }
+  std::printf("%s\n", out.dump().c_str());
+}
+
+}  // namespace
+
 int cmd_tokenize(int argc, char** argv) {
-  auto args = Args::parse(argc, argv, {"model", "text", "file"}, {"add-special", "help"});
+  auto args = Args::parse(argc, argv, {"model", "text", "file"}, {"add-special", "list-pre-tokenizers", "help"});
   if (!args.ok() || args->get_bool("help", false)) {
-    std::fprintf(stderr, "%s\nusage: kvasir tokenize [--model PATH] (--text TEXT | --file F) [--add-special]\n",
+    std::fprintf(stderr,
+                 "%s\nusage: kvasir tokenize [--model PATH] (--text TEXT | --file F) [--add-special]\n"
+                 "       kvasir tokenize --list-pre-tokenizers   (GGUF pre-tokenizer names and regexes, JSON)\n"
+                 "--model may be any GGUF holding tokenizer.ggml.* keys (a vocabulary-only file of any\n"
+                 "architecture) or an HF directory with tokenizer.json.\n",
                  args.ok() ? "" : args.status().message().c_str());
     return args.ok() ? 0 : 2;
+  }
+  if (args->get_bool("list-pre-tokenizers", false)) {
+    print_pre_tokenizers();
+    return 0;
   }
   std::string text;
   if (args->has("text")) {

@@ -5,7 +5,7 @@
 #include <set>
 #include <string>
 
-#include "api/engine_args.h"
+#include "setup/engine_args.h"
 #include "args.h"
 
 namespace kvasir {

@@ -8,7 +8,7 @@
 #include <string>
 #include <vector>
 
-#include "api/engine_args.h"
+#include "setup/engine_args.h"
 #include "common/status.h"
 #include "core/sampling_params.h"
 #include "engine/request_output.h"

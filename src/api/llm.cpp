@@ -2,7 +2,7 @@
 
 #include <algorithm>
 
-#include "api/loaded_model.h"
+#include "setup/loaded_model.h"
 #include "common/log.h"
 #include "engine/engine.h"
 #include "runner/contiguous_batch.h"

@@ -6,7 +6,7 @@
 #include <chrono>
 #include <thread>
 
-#include "api/loaded_model.h"
+#include "setup/loaded_model.h"
 #include "api/sampling_json.h"
 #include "common/log.h"
 #include "common/mapped_file.h"

@@ -10,7 +10,7 @@
 #include <string>
 #include <vector>
 
-#include "api/engine_args.h"
+#include "setup/engine_args.h"
 #include "common/status.h"
 #include "server/http_server.h"
 

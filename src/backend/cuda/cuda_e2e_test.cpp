@@ -7,7 +7,7 @@
 #include <algorithm>
 #include <random>
 
-#include "api/loaded_model.h"
+#include "setup/loaded_model.h"
 #include "backend/cpu/cpu_backend.h"
 #include "backend/cuda/cuda_backend.h"
 #include "common/json.h"

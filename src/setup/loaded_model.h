@@ -7,7 +7,7 @@
 #include <string>
 #include <vector>
 
-#include "api/engine_args.h"
+#include "setup/engine_args.h"
 #include "backend/backend.h"
 #include "config/model_config.h"
 #include "loader/dummy_weights.h"
@@ -48,7 +48,9 @@ StatusOr<std::unique_ptr<LoadedModel>> load_model(const std::string& path, const
 // The tensors DecoderModel binds for an HF checkpoint of `config`, as dummy weights (HF names);
 // matrices_on_device leaves the matrices for the backend to fill.
 std::vector<DummyTensorSpec> dummy_weight_specs(const ModelConfig& config, bool matrices_on_device);
-// Tokenizer and config only (tokenize / detokenize / render-template need no weights bound).
+// Tokenizer and config only (tokenize / detokenize / render-template need no weights bound). Only
+// the tokenizer is required: where the file holds no config we can use (a vocabulary-only GGUF of
+// an unknown architecture), `config` is left default and `weights` may be null.
 StatusOr<std::unique_ptr<LoadedModel>> load_tokenizer_only(const std::string& path);
 
 // The default model: $KVASIR_MODEL, else SmolLM2-135M-Instruct.Q4_1.gguf under $KVASIR_MODELS_DIR,

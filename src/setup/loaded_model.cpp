@@ -1,4 +1,4 @@
-#include "api/loaded_model.h"
+#include "setup/loaded_model.h"
 
 #include <sys/stat.h>
 #include <unistd.h>
@@ -14,6 +14,7 @@
 #include "common/mapped_file.h"
 #include "loader/dummy_weights.h"
 #include "loader/gguf_file.h"
+#include "model/registry.h"
 #include "tokenizer/gguf_vocab.h"
 #include "tokenizer/hf_loader.h"
 #ifdef KVASIR_HAVE_CUDA
@@ -83,45 +84,10 @@ StatusOr<std::unique_ptr<Tokenizer>> dummy_tokenizer(int64_t vocab_size) {
 }  // namespace
 
 std::vector<DummyTensorSpec> dummy_weight_specs(const ModelConfig& c, bool matrices_on_device) {
-  std::vector<DummyTensorSpec> v;
-  const int64_t h = c.hidden_size, qd = c.num_heads * c.head_dim, kvd = c.num_kv_heads * c.head_dim;
-  auto matrix = [&](std::string name, int64_t rows, int64_t cols) {
-    const float scale = 1.0f / std::sqrt(static_cast<float>(cols));
-    v.push_back({std::move(name), DType::kBF16, {rows, cols}, matrices_on_device, 0.0f, scale});
-  };
-  // Norm weights near 1 (minus the offset the model adds back), biases small.
-  const float norm_center = 1.0f - static_cast<float>(c.norm_weight_offset);
-  auto norm = [&](std::string name, int64_t n) { v.push_back({std::move(name), DType::kF32, {n}, false, norm_center, 0.1f}); };
-  auto bias = [&](std::string name, int64_t n) { v.push_back({std::move(name), DType::kF32, {n}, false, 0.0f, 0.02f}); };
-  matrix("model.embed_tokens.weight", c.vocab_size, h);
-  norm("model.norm.weight", h);
-  if (!c.tie_word_embeddings) matrix("lm_head.weight", c.vocab_size, h);
-  for (int64_t i = 0; i < c.num_layers; ++i) {
-    const std::string p = "model.layers." + std::to_string(i) + ".";
-    norm(p + "input_layernorm.weight", h);
-    matrix(p + "self_attn.q_proj.weight", qd, h);
-    matrix(p + "self_attn.k_proj.weight", kvd, h);
-    matrix(p + "self_attn.v_proj.weight", kvd, h);
-    matrix(p + "self_attn.o_proj.weight", h, qd);
-    if (c.attention_bias) {
-      bias(p + "self_attn.q_proj.bias", qd);
-      bias(p + "self_attn.k_proj.bias", kvd);
-      bias(p + "self_attn.v_proj.bias", kvd);
-    }
-    if (c.qk_norm) {
-      norm(p + "self_attn.q_norm.weight", c.head_dim);
-      norm(p + "self_attn.k_norm.weight", c.head_dim);
-    }
-    norm(p + "post_attention_layernorm.weight", h);
-    if (c.post_block_norms) {
-      norm(p + "pre_feedforward_layernorm.weight", h);
-      norm(p + "post_feedforward_layernorm.weight", h);
-    }
-    matrix(p + "mlp.gate_proj.weight", c.intermediate_size, h);
-    matrix(p + "mlp.up_proj.weight", c.intermediate_size, h);
-    matrix(p + "mlp.down_proj.weight", h, c.intermediate_size);
-  }
-  return v;
+  // The family's weight manifest lists them (model/registry.h); `c` came through the registry.
+  auto specs = dummy_weight_specs_for(c, matrices_on_device);
+  KVASIR_CHECK_MSG(specs.ok(), specs.status().to_string().c_str());
+  return std::move(specs).value();
 }
 
 namespace {
@@ -196,11 +162,40 @@ LoadOptions LoadOptions::from(const EngineArgs& args) {
   return lo;
 }
 
-StatusOr<std::unique_ptr<LoadedModel>> load_tokenizer_only(const std::string& path) {
+namespace {
+
+// Tokenizer and config, both required: what a model that is going to run needs.
+StatusOr<std::unique_ptr<LoadedModel>> load_tokenizer_and_config(const std::string& path) {
   auto m = std::make_unique<LoadedModel>();
   m->path = path;
   KVASIR_ASSIGN_OR_RETURN(m->weights, open_weights(path));
   KVASIR_RETURN_IF_ERROR(load_config_and_tokenizer(*m));
+  return m;
+}
+
+}  // namespace
+
+StatusOr<std::unique_ptr<LoadedModel>> load_tokenizer_only(const std::string& path) {
+  auto m = std::make_unique<LoadedModel>();
+  m->path = path;
+  // Tokenizing needs only the tokenizer's own fields: a vocabulary-only GGUF of an architecture
+  // the model code cannot run, or an HF directory with tokenizer files but no weights or no
+  // usable config.json, still tokenizes. Then the config stays empty and eos comes from the
+  // tokenizer alone.
+  auto weights = open_weights(path);
+  if (!weights.ok() && !is_dir(path)) return weights.status();
+  if (weights.ok()) m->weights = std::move(*weights);
+  if (m->weights && load_config_and_tokenizer(*m).ok()) return m;
+  m->config = ModelConfig();
+  m->eos_token_ids.clear();
+  if (const GgufFile* gguf = m->weights ? m->weights->gguf() : nullptr) {
+    KVASIR_ASSIGN_OR_RETURN(Tokenizer tok, tokenizer_from_gguf(*gguf));
+    m->tokenizer = std::make_unique<Tokenizer>(std::move(tok));
+  } else {
+    KVASIR_ASSIGN_OR_RETURN(Tokenizer tok, load_hf_tokenizer(path));
+    m->tokenizer = std::make_unique<Tokenizer>(std::move(tok));
+  }
+  if (m->tokenizer->eos_id() >= 0) m->eos_token_ids.push_back(m->tokenizer->eos_id());
   return m;
 }
 
@@ -213,7 +208,7 @@ StatusOr<std::unique_ptr<LoadedModel>> load_model(const std::string& path, const
   if (dummy) {
     KVASIR_ASSIGN_OR_RETURN(m, load_dummy_config(path));
   } else {
-    KVASIR_ASSIGN_OR_RETURN(m, load_tokenizer_only(path));
+    KVASIR_ASSIGN_OR_RETURN(m, load_tokenizer_and_config(path));
   }
   KVASIR_ASSIGN_OR_RETURN(m->backend, make_backend(opts));
   if (dummy) {

@@ -1,4 +1,4 @@
-#include "api/engine_args.h"
+#include "setup/engine_args.h"
 
 #include <cctype>
 #include <cmath>
