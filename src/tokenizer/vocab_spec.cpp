@@ -18,8 +18,8 @@ constexpr const char* kGpt4o =
     R"([^\r\n\p{L}\p{N}]?[\p{Lu}\p{Lt}\p{Lm}\p{Lo}\p{M}]*[\p{Ll}\p{Lm}\p{Lo}\p{M}]+(?i:'s|'t|'re|'ve|'m|'ll|'d)?|[^\r\n\p{L}\p{N}]?[\p{Lu}\p{Lt}\p{Lm}\p{Lo}\p{M}]+[\p{Ll}\p{Lm}\p{Lo}\p{M}]*(?i:'s|'t|'re|'ve|'m|'ll|'d)?|\p{N}{1,3}| ?[^\s\p{L}\p{N}]+[\r\n/]*|\s*[\r\n]+|\s+(?!\S)|\s+)";
 constexpr const char* kTekken =
     R"([^\r\n\p{L}\p{N}]?[\p{Lu}\p{Lt}\p{Lm}\p{Lo}\p{M}]*[\p{Ll}\p{Lm}\p{Lo}\p{M}]+|[^\r\n\p{L}\p{N}]?[\p{Lu}\p{Lt}\p{Lm}\p{Lo}\p{M}]+[\p{Ll}\p{Lm}\p{Lo}\p{M}]*|\p{N}| ?[^\s\p{L}\p{N}]+[\r\n/]*|\s*[\r\n]+|\s+(?!\S)|\s+)";
-constexpr const char* kBloom = R"( ?[^(\s|.,!?…。，、।۔،)]+)";
-constexpr const char* kDeepseekCjk = "[一-龥ࠀ-一가-퟿]+";
+constexpr const char* kBloom = R"( ?[^(\s|.,!?\x{2026}\x{3002}\x{FF0C}\x{3001}\x{964}\x{6D4}\x{60C})]+)";
+constexpr const char* kDeepseekCjk = R"([\x{4E00}-\x{9FA5}\x{800}-\x{4E00}\x{AC00}-\x{D7FF}]+)";
 
 bool is_one_of(const std::string& s, std::initializer_list<const char*> names) {
   for (const char* n : names) {
@@ -128,42 +128,57 @@ Status build_llama(const VocabSpec& spec, const std::vector<std::string>& tokens
   return Status();
 }
 
+// One row per family of `pre` names that share their split regexes.
+struct PreFamily {
+  std::vector<std::string> names;
+  std::vector<std::string> regexes;
+};
+
+const std::vector<PreFamily>& pre_families() {
+  // Non-ASCII characters are written as \x{...}: an editor or tool that normalizes the source
+  // (NFC folds U+1F7D into U+03CE, U+212A into 'K') would otherwise turn ranges backwards or wide.
+  static const std::vector<PreFamily> kFamilies = {
+      {{"default"}, {R"([\p{P}\$\+<=>\^~\|]+)", kGpt2, R"(\p{N}+)", "[0-9][0-9][0-9]"}},
+      {{"llama3", "llama-v3", "llama-bpe", "falcon3", "falcon-h1", "dbrx", "smaug-bpe", "chatglm-bpe", "pixtral",
+        "midm-2.0", "lfm2"},
+       {kLlama3}},
+      {{"qwen2", "stablelm2", "deepseek-r1-qwen", "megrez", "hunyuan"}, {kQwen2}},
+      {{"gpt-2", "mpt", "olmo", "jais", "phi-2", "roberta-bpe", "gigachat", "jina-es", "jina-de", "jina-v1-en",
+        "jina-v2-es", "jina-v2-de", "jina-v2-code", "trillion"},
+       {kGpt2}},
+      {{"starcoder", "refact", "command-r", "smollm", "codeshell", "exaone", "minerva-7b"}, {R"(\p{N})", kGpt2}},
+      {{"falcon"}, {R"([\p{P}\$\+<=>\^~\|`]+)", kGpt2, "[0-9][0-9][0-9]"}},
+      {{"deepseek-coder"}, {"[\r\n]", R"(\s?\p{L}+)", R"(\s?\p{P}+)", kDeepseekCjk, R"(\p{N})"}},
+      {{"deepseek-llm"},
+       {"[\r\n]",
+        R"(\s?[A-Za-z\x{B5}\x{C0}-\x{D6}\x{D8}-\x{F6}\x{F8}-\x{1BA}\x{1BC}-\x{1BF}\x{1C4}-\x{293}\x{295}-\x{2AF}\x{370}-\x{373}\x{376}\x{377}\x{37B}-\x{37D}\x{37F}\x{386}\x{388}-\x{38A}\x{38C}\x{38E}-\x{3A1}\x{3A3}-\x{3F5}\x{3F7}-\x{481}\x{48A}-\x{52F}\x{531}-\x{556}\x{10A0}-\x{10C5}\x{13A0}-\x{13F5}\x{13F8}-\x{13FD}\x{1C90}-\x{1CBA}\x{1CBD}-\x{1CBF}\x{1D00}-\x{1D2B}\x{1D6B}-\x{1D77}\x{1D79}-\x{1D9A}\x{1E00}-\x{1F15}\x{1F18}-\x{1F1D}\x{1F20}-\x{1F45}\x{1F48}-\x{1F4D}\x{1F50}-\x{1F57}\x{1F59}\x{1F5B}\x{1F5D}\x{1F5F}-\x{1F7D}\x{1F80}-\x{1FB4}\x{1FB6}-\x{1FBC}\x{1FBE}\x{1FC2}-\x{1FC4}\x{1FC6}-\x{1FCC}\x{1FD0}-\x{1FD3}\x{1FD6}-\x{1FDB}\x{1FE0}-\x{1FEC}\x{1FF2}-\x{1FF4}\x{1FF6}-\x{1FFC}\x{2102}\x{2107}\x{210A}-\x{2113}\x{2115}\x{2119}-\x{211D}\x{2124}\x{2126}\x{2128}\x{212A}-\x{212D}\x{212F}-\x{2134}\x{2139}\x{213C}-\x{213F}\x{2145}-\x{2149}\x{214E}\x{2183}\x{2184}\x{2C00}-\x{2C7B}\x{2C7E}-\x{2CE4}\x{2CEB}-\x{2CEE}\x{2CF2}\x{2CF3}\x{A640}-\x{A66D}\x{A680}-\x{A69B}\x{A722}-\x{A76F}\x{A771}-\x{A787}\x{A78B}-\x{A78E}\x{AB70}-\x{ABBF}\x{FB00}-\x{FB06}\x{FB13}-\x{FB17}\x{FF21}-\x{FF3A}\x{FF41}-\x{FF5A}\x{10400}-\x{1044F}\x{104B0}-\x{104D3}\x{104D8}-\x{104FB}\x{10C80}-\x{10CB2}\x{10CC0}-\x{10CF2}\x{118A0}-\x{118DF}\x{1E900}-\x{1E943}]+)",
+        R"(\s?[!-/:-~\x{FF01}-\x{FF0F}\x{FF1A}-\x{FF5E}\x{2018}-\x{201F}\x{3000}-\x{3002}]+)", R"(\s+$)", kDeepseekCjk, R"(\p{N}+)"}},
+      {{"deepseek-v3"},
+       {R"(\p{N}{1,3})", R"([\x{4E00}-\x{9FA5}\x{3040}-\x{309F}\x{30A0}-\x{30FF}]+)",
+        R"([!"#$%&'()*+,\-./:;<=>?@\[\\\]^_`{|}~][A-Za-z]+|[^\r\n\p{L}\p{P}\p{S}]?[\p{L}\p{M}]+| ?[\p{P}\p{S}]+[\r\n]*|\s*[\r\n]+|\s+(?!\S)|\s+)"}},
+      {{"poro-chat", "bloom", "gpt3-finnish"}, {kBloom}},
+      {{"viking"}, {kBloom, R"(\p{N})"}},
+      {{"tekken"}, {kTekken}},
+      {{"gpt-4o", "llama4", "kimi-k2"}, {kGpt4o}},
+  };
+  return kFamilies;
+}
+
 }  // namespace
 
+std::vector<std::string> bpe_pre_tokenizer_names() {
+  std::vector<std::string> out;
+  for (const PreFamily& f : pre_families()) out.insert(out.end(), f.names.begin(), f.names.end());
+  return out;
+}
+
 StatusOr<std::vector<std::string>> bpe_pre_tokenizer_regexes(const std::string& pre) {
-  using V = std::vector<std::string>;
-  if (pre.empty() || pre == "default") {
-    return V{R"([\p{P}\$\+<=>\^~\|]+)", kGpt2, R"(\p{N}+)", "[0-9][0-9][0-9]"};
+  const std::string name = pre.empty() ? "default" : pre;
+  for (const PreFamily& f : pre_families()) {
+    for (const std::string& n : f.names) {
+      if (n == name) return f.regexes;
+    }
   }
-  if (is_one_of(pre, {"llama3", "llama-v3", "llama-bpe", "falcon3", "falcon-h1", "dbrx", "smaug-bpe",
-                      "chatglm-bpe", "pixtral", "midm-2.0", "lfm2"})) {
-    return V{kLlama3};
-  }
-  if (is_one_of(pre, {"qwen2", "stablelm2", "deepseek-r1-qwen", "megrez", "hunyuan"})) return V{kQwen2};
-  if (is_one_of(pre, {"gpt-2", "mpt", "olmo", "jais", "phi-2", "roberta-bpe", "gigachat", "jina-es",
-                      "jina-de", "jina-v1-en", "jina-v2-es", "jina-v2-de", "jina-v2-code", "trillion"})) {
-    return V{kGpt2};
-  }
-  if (is_one_of(pre, {"starcoder", "refact", "command-r", "smollm", "codeshell", "exaone", "minerva-7b"})) {
-    return V{R"(\p{N})", kGpt2};
-  }
-  if (pre == "falcon") return V{R"([\p{P}\$\+<=>\^~\|`]+)", kGpt2, "[0-9][0-9][0-9]"};
-  if (pre == "deepseek-coder") {
-    return V{"[\r\n]", R"(\s?\p{L}+)", R"(\s?\p{P}+)", kDeepseekCjk, R"(\p{N})"};
-  }
-  if (pre == "deepseek-llm") {
-    return V{"[\r\n]",
-             "\\s?[A-Za-zµÀ-ÖØ-öø-ƺƼ-ƿǄ-ʓʕ-ʯͰ-ͳͶͷͻ-ͽͿΆΈ-ΊΌΎ-ΡΣ-ϵϷ-ҁҊ-ԯԱ-ՖႠ-ჅᎠ-Ᏽᏸ-ᏽᲐ-ᲺᲽ-Ჿᴀ-ᴫᵫ-ᵷᵹ-ᶚḀ-ἕἘ-Ἕἠ-ὅὈ-Ὅὐ-ὗὙὛὝὟ-ώᾀ-ᾴᾶ-ᾼιῂ-ῄῆ-ῌῐ-ΐῖ-Ίῠ-Ῥῲ-ῴῶ-ῼℂℇℊ-ℓℕℙ-ℝℤΩℨK-ℭℯ-ℴℹℼ-ℿⅅ-ⅉⅎↃↄⰀ-ⱻⱾ-ⳤⳫ-ⳮⳲⳳꙀ-ꙭꚀ-ꚛꜢ-ꝯꝱ-ꞇꞋ-ꞎꭰ-ꮿﬀ-ﬆﬓ-ﬗＡ-Ｚａ-ｚ𐐀-𐑏𐒰-𐓓𐓘-𐓻𐲀-𐲲𐳀-𐳲𑢠-𑣟𞤀-𞥃]+",
-             "\\s?[!-/:-~！-／：-～‘-‟　-。]+", R"(\s+$)", kDeepseekCjk, R"(\p{N}+)"};
-  }
-  if (pre == "deepseek-v3") {
-    return V{R"(\p{N}{1,3})", "[一-龥぀-ゟ゠-ヿ]+",
-             R"([!"#$%&'()*+,\-./:;<=>?@\[\\\]^_`{|}~][A-Za-z]+|[^\r\n\p{L}\p{P}\p{S}]?[\p{L}\p{M}]+| ?[\p{P}\p{S}]+[\r\n]*|\s*[\r\n]+|\s+(?!\S)|\s+)"};
-  }
-  if (is_one_of(pre, {"poro-chat", "bloom", "gpt3-finnish"})) return V{kBloom};
-  if (pre == "viking") return V{kBloom, R"(\p{N})"};
-  if (pre == "tekken") return V{kTekken};
-  if (is_one_of(pre, {"gpt-4o", "llama4", "kimi-k2"})) return V{kGpt4o};
   return unimplemented("GGUF pre-tokenizer '" + pre + "' is not supported");
 }
 

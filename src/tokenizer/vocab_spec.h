@@ -49,5 +49,7 @@ StatusOr<Tokenizer> tokenizer_from_vocab_spec(const VocabSpec& spec);
 // The pre-tokenizer regexes (applied in order, each isolating its matches) for a "gpt2"
 // vocabulary's `pre` name; Unimplemented for names we do not know.
 StatusOr<std::vector<std::string>> bpe_pre_tokenizer_regexes(const std::string& pre);
+// Every `pre` name bpe_pre_tokenizer_regexes knows ("" means "default"), in table order.
+std::vector<std::string> bpe_pre_tokenizer_names();
 
 }  // namespace kvasir
