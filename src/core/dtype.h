@@ -1,7 +1,7 @@
 // DType: element and block formats of weights and activations, numbered exactly as GGML's
 // ggml_type so GGUF tensor types map 1:1. Quantized types are stored in blocks along the last
 // (contiguous) dimension: a row of K elements is K / block_size blocks of type_size bytes.
-// Must not hold kernels: (de)quantization lives in backend/cpu.
+// Must not hold kernels: block layouts and (de)quantization live in src/quant.
 #pragma once
 
 #include <cstddef>

@@ -2,8 +2,8 @@
 
 #include <cstring>
 
-#include "backend/cpu/quant/dequantize.h"
 #include "backend/host_buffer.h"
+#include "quant/dequantize.h"
 
 namespace kvasir {
 
@@ -44,7 +44,7 @@ StatusOr<Tensor> WeightBinder::to_f32_vector(const WeightTensor& w, float offset
   std::vector<float> host(static_cast<size_t>(n));
   // Dequantize through an aligned copy: the source may be unaligned (safetensors).
   std::vector<uint8_t> raw(w.data, w.data + w.nbytes);
-  cpu::dequantize_row(w.dtype, raw.data(), host.data(), n);
+  quant::dequantize_row(w.dtype, raw.data(), host.data(), n);
   for (float& f : host) f += offset;
   Tensor t = Tensor::make(host.data(), DType::kF32, {n});
   KVASIR_ASSIGN_OR_RETURN(auto buf, allocate_host_buffer(static_cast<size_t>(n) * sizeof(float)));

@@ -10,12 +10,12 @@
 #include <cstring>
 #include <vector>
 
-#include "backend/cpu/quant/dequantize.h"
 #include "backend/cuda/cuda_check.h"
 #include "backend/cuda/gemm.h"
 #include "backend/cuda/kernels.h"
 #include "backend/cuda/step_queue.h"
 #include "common/log.h"
+#include "quant/dequantize.h"
 
 namespace kvasir {
 namespace {
@@ -88,7 +88,7 @@ Status CudaBackend::upload_matrix(const Tensor& host, void* dst) {
     KVASIR_CUDA_RETURN_IF_ERROR(cudaMemcpyAsync(dst, host.data, static_cast<size_t>(n) * 2, cudaMemcpyHostToDevice, stream_));
     return Status();
   }
-  if (host.dtype != DType::kF32 && host.dtype != DType::kF16 && !cpu::dequantize_supported(host.dtype)) {
+  if (host.dtype != DType::kF32 && host.dtype != DType::kF16 && !quant::dequantize_supported(host.dtype)) {
     return unimplemented("CUDA backend cannot convert weights of type " + std::string(dtype_name(host.dtype)));
   }
   // Row chunks through a float32 (or f16) device staging buffer, converted to bf16 on the device.
@@ -111,7 +111,7 @@ Status CudaBackend::upload_matrix(const Tensor& host, void* dst) {
       if (host.dtype != DType::kF32) {
         host_f32.resize(static_cast<size_t>(ne));
         for (int64_t r = 0; r < nr; ++r) {
-          cpu::dequantize_row(host.dtype, src + static_cast<size_t>(r) * rb, host_f32.data() + r * cols, cols);
+          quant::dequantize_row(host.dtype, src + static_cast<size_t>(r) * rb, host_f32.data() + r * cols, cols);
         }
         f = host_f32.data();
       }
@@ -143,9 +143,9 @@ StatusOr<Tensor> CudaBackend::upload_weight(const Tensor& host, std::unique_ptr<
   } else if (host.dtype == DType::kF32) {
     KVASIR_CUDA_RETURN_IF_ERROR(cudaMemcpyAsync(t.data, host.data, static_cast<size_t>(n) * 4, cudaMemcpyHostToDevice, stream_));
   } else {
-    if (!cpu::dequantize_supported(host.dtype)) return unimplemented("CUDA backend: unsupported vector weight type");
+    if (!quant::dequantize_supported(host.dtype)) return unimplemented("CUDA backend: unsupported vector weight type");
     std::vector<float> f(static_cast<size_t>(n));
-    cpu::dequantize_row(host.dtype, host.data, f.data(), n);
+    quant::dequantize_row(host.dtype, host.data, f.data(), n);
     KVASIR_CUDA_RETURN_IF_ERROR(cudaMemcpyAsync(t.data, f.data(), f.size() * 4, cudaMemcpyHostToDevice, stream_));
   }
   // The source may be a temporary of the caller's: the copies must be done before we return.

@@ -2,6 +2,7 @@
 
 #include "backend/cpu/quant/kernels.h"
 #include "common/check.h"
+#include "quant/dequantize.h"
 
 namespace kvasir::cpu {
 
@@ -12,11 +13,11 @@ const KernelSet& kernel_set(CpuIsa isa) {
 }
 
 void dequantize_row(CpuIsa isa, DType t, const void* src, float* dst, int64_t k) {
-  KVASIR_CHECK_MSG(dequantize_supported(t), "dequantize_row: unsupported dtype");
+  KVASIR_CHECK_MSG(quant::dequantize_supported(t), "dequantize_row: unsupported dtype");
   if (DequantFn f = kernel_set(isa).dequant(t)) {
     f(src, dst, k);
   } else {
-    dequantize_row_ref(t, src, dst, k);
+    quant::dequantize_row(t, src, dst, k);
   }
 }
 

@@ -9,6 +9,7 @@
 #include "backend/cpu/quant/dequantize.h"
 #include "backend/cpu/quant/kernels.h"
 #include "common/check.h"
+#include "quant/dequantize.h"
 
 namespace kvasir::cpu {
 namespace {
@@ -102,7 +103,7 @@ void* MatmulScratch::get(size_t bytes) {
 
 Status matmul_supported(DType wtype, int64_t k) {
   if (k <= 0) return invalid_argument("matmul: k must be positive, got " + std::to_string(k));
-  if (!dequantize_supported(wtype) || wtype == DType::kQ8_1 || wtype == DType::kQ8_K) {
+  if (!quant::dequantize_supported(wtype) || wtype == DType::kQ8_1 || wtype == DType::kQ8_K) {
     return unimplemented("matmul: weight type " + std::string(dtype_name(wtype)) + " is not supported");
   }
   if (!row_bytes(wtype, k)) {

@@ -7,14 +7,16 @@
 #include <string>
 #include <vector>
 
-#include "backend/cpu/quant/blocks.h"
 #include "backend/cpu/quant/dequantize.h"
 #include "backend/cpu/quant/kernels.h"
 #include "backend/cpu/quant/quant_test_util.h"
+#include "quant/block_formats.h"
+#include "quant/dequantize.h"
 
 namespace kvasir::cpu {
 namespace {
 
+using quant::bits_from_f32;
 using testing::block_size;
 using testing::matmul_types;
 using testing::random_floats;
@@ -108,7 +110,7 @@ TEST_P(MatmulTest, MatchesF32ReferenceOnEveryIsaAndMode) {
     const std::vector<float> x = random_floats(static_cast<size_t>(s.n * s.k), rng);
     std::vector<float> wf(static_cast<size_t>(s.m * s.k));
     const size_t rb = *row_bytes(t, s.k);
-    for (int64_t r = 0; r < s.m; ++r) dequantize_row_ref(t, w.data() + r * rb, wf.data() + r * s.k, s.k);
+    for (int64_t r = 0; r < s.m; ++r) quant::dequantize_row(t, w.data() + r * rb, wf.data() + r * s.k, s.k);
     std::vector<double> mag, mag_q8, mag_q16;
     const std::vector<double> ref = reference(wf, x, s, &mag);
     const bool int8 = has_int8_kernel(t);

@@ -2,10 +2,14 @@
 
 #include <cstring>
 
-#include "backend/cpu/quant/blocks.h"
+#include "quant/block_formats.h"
 
 namespace kvasir::cpu::testing {
 namespace {
+
+using quant::bits_from_f32;
+using quant::f32_to_fp16;
+using quant::fp16_t;
 
 void put_fp16(uint8_t* p, float v) {
   const fp16_t h = f32_to_fp16(v);
