@@ -2,54 +2,15 @@
 
 #include <algorithm>
 
-#include "setup/loaded_model.h"
-#include "common/log.h"
 #include "engine/engine.h"
-#include "runner/contiguous_batch.h"
+#include "setup/kv_cache_sizing.h"
+#include "setup/loaded_model.h"
 
 namespace kvasir {
 
 struct LLM::KvHolder {
   KvCache cache;
 };
-
-namespace {
-
-// GPU memory for the KV cache: a profile forward of one max_num_batched_tokens-token sequence
-// (plus the logits of max_num_seqs rows) settles every activation buffer, GEMM plan and staging
-// area; what is left of gpu_memory_utilization * total, minus headroom for CUDA graphs and
-// decode scratch, goes to the cache.
-StatusOr<int64_t> device_kv_cache_bytes(LoadedModel& lm, const EngineArgs& args) {
-  constexpr int64_t kHeadroom = int64_t{1} << 30;
-  DecoderModel& model = *lm.model;
-  const int T = args.max_num_batched_tokens, bs = args.block_size;
-  const int blocks = (T + bs - 1) / bs + 1;
-  int64_t tmp_bytes = 0;
-  {
-    KVASIR_ASSIGN_OR_RETURN(KvCache tmp, model.allocate_kv_cache(blocks, bs));
-    tmp_bytes = static_cast<int64_t>(model.kv_cache_bytes_per_block(bs)) * blocks;
-    ContiguousBatch cb(1, T, bs);
-    std::vector<std::vector<int32_t>> toks(1, std::vector<int32_t>(static_cast<size_t>(T), 0));
-    KVASIR_RETURN_IF_ERROR(model.run_layers(cb.build(toks), tmp));
-    const int n = std::min(model.max_num_logits(), T);
-    std::vector<int32_t> rows(static_cast<size_t>(n), T - 1);
-    KVASIR_ASSIGN_OR_RETURN(Tensor logits, model.compute_logits_on_device(rows.data(), n));
-    (void)logits;
-    lm.backend->synchronize();
-    const DeviceMemoryInfo mi = lm.backend->memory_info();
-    const int64_t used = static_cast<int64_t>(mi.total_bytes - mi.free_bytes) - tmp_bytes;
-    const int64_t budget = static_cast<int64_t>(args.gpu_memory_utilization * static_cast<double>(mi.total_bytes));
-    KVASIR_LOG_INFO("profile forward (%d tokens): %.2f GiB in use of %.2f GiB; KV cache gets %.2f GiB", T,
-                    static_cast<double>(used) / (1 << 30), static_cast<double>(mi.total_bytes) / (1 << 30),
-                    static_cast<double>(budget - used - kHeadroom) / (1 << 30));
-    if (budget - used - kHeadroom <= 0) {
-      return resource_exhausted("no GPU memory left for the KV cache under --gpu-memory-utilization");
-    }
-    return budget - used - kHeadroom;
-  }
-}
-
-}  // namespace
 
 LLM::~LLM() {
   if (engine_) engine_->shutdown();
@@ -61,20 +22,8 @@ StatusOr<std::unique_ptr<LLM>> LLM::create(const EngineArgs& args) {
   const LoadOptions lo = LoadOptions::from(args);
   KVASIR_ASSIGN_OR_RETURN(llm->model_, load_model(args.model.empty() ? default_model_path() : args.model, lo));
   const ModelConfig& cfg = llm->model_->config;
-  llm->max_model_len_ = args.max_model_len.value_or(cfg.max_position_embeddings);
-  if (llm->max_model_len_ > cfg.max_position_embeddings && !args.max_model_len) llm->max_model_len_ = cfg.max_position_embeddings;
-
-  const size_t per_block = llm->model_->model->kv_cache_bytes_per_block(args.block_size);
-  int64_t kv_bytes = args.kv_cache_memory;
-  if (llm->model_->backend->device() != Device::kCpu) {
-    KVASIR_ASSIGN_OR_RETURN(kv_bytes, device_kv_cache_bytes(*llm->model_, args));
-  }
-  const int64_t num_blocks = kv_bytes / static_cast<int64_t>(per_block);
-  if (num_blocks < 2) {
-    return invalid_argument("the KV cache budget of " + std::to_string(kv_bytes) + " bytes holds fewer than 2 blocks of " +
-                            std::to_string(per_block) + " bytes");
-  }
-  llm->num_kv_blocks_ = static_cast<int>(std::min<int64_t>(num_blocks, 1 << 24));
+  llm->max_model_len_ = resolve_max_model_len(args, cfg);
+  KVASIR_ASSIGN_OR_RETURN(llm->num_kv_blocks_, plan_num_kv_blocks(*llm->model_, args));
   llm->kv_ = std::make_unique<KvHolder>();
   KVASIR_ASSIGN_OR_RETURN(llm->kv_->cache, llm->model_->model->allocate_kv_cache(llm->num_kv_blocks_, args.block_size));
 

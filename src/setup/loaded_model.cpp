@@ -12,6 +12,7 @@
 #include "common/json.h"
 #include "common/log.h"
 #include "common/mapped_file.h"
+#include "config/config_readers.h"
 #include "loader/dummy_weights.h"
 #include "loader/gguf_file.h"
 #include "model/registry.h"
@@ -37,13 +38,28 @@ std::string exe_dir() {
   return p.substr(0, p.find_last_of('/'));
 }
 
+// config.json and generation_config.json, each read once: the config (its eos ids from the
+// generation config, which wins) and the model's sampling defaults.
+Status read_hf_config_and_defaults(LoadedModel& m) {
+  KVASIR_ASSIGN_OR_RETURN(HfConfigFiles files, read_hf_config_files(m.path));
+  const Json* gen = files.generation_config ? &*files.generation_config : nullptr;
+  auto config = ModelConfig::from_hf_json(files.config, gen);
+  if (!config.ok()) return Status(config.status().code(), m.path + ": " + config.status().message());
+  m.config = std::move(config).value();
+  if (gen) {
+    KVASIR_ASSIGN_OR_RETURN(m.generation_defaults,
+                            generation_defaults_from_json(*gen, m.path + "/generation_config.json"));
+  }
+  return Status();
+}
+
 Status load_config_and_tokenizer(LoadedModel& m) {
   if (const GgufFile* gguf = m.weights->gguf()) {
     KVASIR_ASSIGN_OR_RETURN(m.config, ModelConfig::from_gguf(*gguf));
     KVASIR_ASSIGN_OR_RETURN(Tokenizer tok, tokenizer_from_gguf(*gguf));
     m.tokenizer = std::make_unique<Tokenizer>(std::move(tok));
   } else {
-    KVASIR_ASSIGN_OR_RETURN(m.config, ModelConfig::from_hf_dir(m.path));
+    KVASIR_RETURN_IF_ERROR(read_hf_config_and_defaults(m));
     KVASIR_ASSIGN_OR_RETURN(Tokenizer tok, load_hf_tokenizer(m.path));
     m.tokenizer = std::make_unique<Tokenizer>(std::move(tok));
   }
@@ -95,11 +111,20 @@ namespace {
 StatusOr<std::unique_ptr<LoadedModel>> load_dummy_config(const std::string& path) {
   auto m = std::make_unique<LoadedModel>();
   m->path = path;
-  const std::string file = is_dir(path) ? path + "/config.json" : path;
+  const bool dir = is_dir(path);
+  const std::string file = dir ? path + "/config.json" : path;
   KVASIR_ASSIGN_OR_RETURN(std::string text, read_text_file(file, 16u << 20));
   auto json = parse_json(text);
   if (!json.ok()) return invalid_argument(file + ": not valid JSON: " + json.status().message());
-  KVASIR_ASSIGN_OR_RETURN(m->config, ModelConfig::from_hf_json(*json, nullptr));
+  // A directory is a model's folder: its generation_config.json counts as for real weights.
+  std::optional<Json> gen;
+  if (dir) {
+    KVASIR_ASSIGN_OR_RETURN(gen, read_generation_config(path));
+  }
+  KVASIR_ASSIGN_OR_RETURN(m->config, ModelConfig::from_hf_json(*json, gen ? &*gen : nullptr));
+  if (gen) {
+    KVASIR_ASSIGN_OR_RETURN(m->generation_defaults, generation_defaults_from_json(*gen, path + "/generation_config.json"));
+  }
   KVASIR_ASSIGN_OR_RETURN(m->tokenizer, dummy_tokenizer(m->config.vocab_size));
   for (int64_t id : m->config.eos_token_ids) m->eos_token_ids.push_back(static_cast<int32_t>(id));
   return m;

@@ -1,18 +1,20 @@
 // LoadedModel: everything one model needs to run, opened from a .gguf file or an HF directory:
-// the weight source (mmap), the validated ModelConfig, the tokenizer, a backend and the model
-// bound to it. Also finds the default model when no path is given. Must not run the engine.
+// the weight source (mmap), the validated ModelConfig, the tokenizer, the model's sampling
+// defaults (generation_config.json, read once here), a backend and the model bound to it. Also
+// finds the default model when no path is given. Must not size the KV cache or run the engine.
 #pragma once
 
 #include <memory>
 #include <string>
 #include <vector>
 
-#include "setup/engine_args.h"
 #include "backend/backend.h"
 #include "config/model_config.h"
 #include "loader/dummy_weights.h"
 #include "loader/weight_source.h"
 #include "model/decoder_model.h"
+#include "setup/engine_args.h"
+#include "setup/generation_defaults.h"
 #include "tokenizer/tokenizer.h"
 
 namespace kvasir {
@@ -40,6 +42,8 @@ struct LoadedModel {
   std::unique_ptr<DecoderModel> model;
   // EOS ids: the tokenizer's, then generation_config.json's extra ones (e.g. <end_of_turn>).
   std::vector<int32_t> eos_token_ids;
+  // generation_config.json's sampling defaults (HF directories; empty for GGUF files).
+  GenerationDefaults generation_defaults;
 };
 
 // With load_format "dummy", `path` is an HF config.json (or a directory holding one) and the

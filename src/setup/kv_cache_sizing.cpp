@@ -1,0 +1,63 @@
+#include "setup/kv_cache_sizing.h"
+
+#include <algorithm>
+#include <vector>
+
+#include "common/log.h"
+#include "runner/contiguous_batch.h"
+#include "setup/loaded_model.h"
+
+namespace kvasir {
+
+int resolve_max_model_len(const EngineArgs& args, const ModelConfig& config) {
+  return args.max_model_len.value_or(static_cast<int>(config.max_position_embeddings));
+}
+
+StatusOr<int> num_kv_blocks_for_budget(int64_t kv_bytes, int64_t bytes_per_block) {
+  KVASIR_CHECK(bytes_per_block > 0);
+  const int64_t num_blocks = kv_bytes / bytes_per_block;
+  if (num_blocks < 2) {
+    return invalid_argument("the KV cache budget of " + std::to_string(kv_bytes) + " bytes holds fewer than 2 blocks of " +
+                            std::to_string(bytes_per_block) + " bytes");
+  }
+  return static_cast<int>(std::min<int64_t>(num_blocks, 1 << 24));
+}
+
+StatusOr<int64_t> device_kv_cache_bytes(LoadedModel& lm, const EngineArgs& args) {
+  constexpr int64_t kHeadroom = int64_t{1} << 30;
+  DecoderModel& model = *lm.model;
+  const int T = args.max_num_batched_tokens, bs = args.block_size;
+  const int blocks = (T + bs - 1) / bs + 1;
+  KVASIR_ASSIGN_OR_RETURN(KvCache tmp, model.allocate_kv_cache(blocks, bs));
+  const int64_t tmp_bytes = static_cast<int64_t>(model.kv_cache_bytes_per_block(bs)) * blocks;
+  ContiguousBatch cb(1, T, bs);
+  std::vector<std::vector<int32_t>> toks(1, std::vector<int32_t>(static_cast<size_t>(T), 0));
+  KVASIR_RETURN_IF_ERROR(model.run_layers(cb.build(toks), tmp));
+  const int n = std::min(model.max_num_logits(), T);
+  std::vector<int32_t> rows(static_cast<size_t>(n), T - 1);
+  KVASIR_ASSIGN_OR_RETURN(Tensor logits, model.compute_logits_on_device(rows.data(), n));
+  (void)logits;
+  lm.backend->synchronize();
+  const DeviceMemoryInfo mi = lm.backend->memory_info();
+  // The profile's own KV blocks are freed with `tmp`: they do not count as activation memory.
+  const int64_t used = static_cast<int64_t>(mi.total_bytes - mi.free_bytes) - tmp_bytes;
+  const int64_t budget = static_cast<int64_t>(args.gpu_memory_utilization * static_cast<double>(mi.total_bytes));
+  KVASIR_LOG_INFO("profile forward (%d tokens): %.2f GiB in use of %.2f GiB; KV cache gets %.2f GiB", T,
+                  static_cast<double>(used) / (1 << 30), static_cast<double>(mi.total_bytes) / (1 << 30),
+                  static_cast<double>(budget - used - kHeadroom) / (1 << 30));
+  if (budget - used - kHeadroom <= 0) {
+    return resource_exhausted("no GPU memory left for the KV cache under --gpu-memory-utilization");
+  }
+  return budget - used - kHeadroom;
+}
+
+StatusOr<int> plan_num_kv_blocks(LoadedModel& lm, const EngineArgs& args) {
+  const auto per_block = static_cast<int64_t>(lm.model->kv_cache_bytes_per_block(args.block_size));
+  int64_t kv_bytes = args.kv_cache_memory;
+  if (lm.backend->device() != Device::kCpu) {
+    KVASIR_ASSIGN_OR_RETURN(kv_bytes, device_kv_cache_bytes(lm, args));
+  }
+  return num_kv_blocks_for_budget(kv_bytes, per_block);
+}
+
+}  // namespace kvasir

@@ -1,0 +1,33 @@
+// KV cache sizing: how long a sequence may be (max_model_len) and how many KV blocks the cache
+// gets, from the engine args and the loaded model. On the CPU the budget is --kv-cache-memory; on
+// a GPU a profile forward measures what the activations need and the rest (up to
+// --gpu-memory-utilization) goes to the cache. Must not allocate the cache or start an engine.
+#pragma once
+
+#include <cstdint>
+
+#include "common/status.h"
+#include "config/model_config.h"
+#include "setup/engine_args.h"
+
+namespace kvasir {
+
+struct LoadedModel;
+
+// --max-model-len when given, else the model's max_position_embeddings.
+int resolve_max_model_len(const EngineArgs& args, const ModelConfig& config);
+
+// The blocks a budget of kv_bytes holds, capped at 2^24; InvalidArgument below 2 blocks (the
+// pool keeps one null block, so one block would leave no room for any request).
+StatusOr<int> num_kv_blocks_for_budget(int64_t kv_bytes, int64_t bytes_per_block);
+
+// GPU memory for the KV cache: a profile forward of one max_num_batched_tokens-token sequence
+// (plus the logits of max_num_seqs rows) settles every activation buffer, GEMM plan and staging
+// area; what is left of gpu_memory_utilization * total, minus headroom for CUDA graphs and decode
+// scratch, goes to the cache. ResourceExhausted when nothing is left.
+StatusOr<int64_t> device_kv_cache_bytes(LoadedModel& model, const EngineArgs& args);
+
+// The number of KV blocks for `model` under `args`: the CPU budget, or the device's measured one.
+StatusOr<int> plan_num_kv_blocks(LoadedModel& model, const EngineArgs& args);
+
+}  // namespace kvasir
