@@ -7,7 +7,7 @@
 #include <string>
 #include <vector>
 
-#include "api/sampling_json.h"
+#include "server/sampling_json.h"
 #include "args.h"
 #include "commands.h"
 #include "common/json.h"

@@ -3,7 +3,7 @@
 #include <cctype>
 #include <limits>
 
-#include "api/sampling_json.h"
+#include "server/sampling_json.h"
 #include "server/openai_response.h"
 
 namespace kvasir::server {

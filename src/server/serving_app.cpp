@@ -7,7 +7,7 @@
 #include <thread>
 
 #include "setup/loaded_model.h"
-#include "api/sampling_json.h"
+#include "server/sampling_json.h"
 #include "common/log.h"
 #include "common/mapped_file.h"
 #include "engine/engine.h"

@@ -1,6 +1,7 @@
 // Reads vLLM/OpenAI-named sampling fields from a JSON object into SamplingParams, type-checking
 // each one (a string where a number belongs is a clear error naming the field). Shared by the
-// JSONL offline input and the HTTP server. Range checks stay in SamplingParams::validate().
+// HTTP server and `kvasir generate`'s JSONL input (its own small library, kvasir_sampling_json).
+// Range and vocabulary checks are the engine's RequestValidator's, not this file's.
 #pragma once
 
 #include "common/json.h"

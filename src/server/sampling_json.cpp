@@ -1,4 +1,4 @@
-#include "api/sampling_json.h"
+#include "server/sampling_json.h"
 
 #include <cmath>
 #include <limits>
