@@ -9,8 +9,9 @@ Writes tests/data/tokenizer/pretokenizer_golden.json:
     the pieces HF's Split(Regex, "isolated") sequence cuts each corpus text into;
   - "builtin": the same for HF's ByteLevel(use_regex=True) and Whitespace pre-tokenizers, which
     src/tokenizer/pre_tokenizers.cpp emulates with its own regexes;
-  - "encode": for every byte-level BPE GGUF vocabulary in ../shared/testdata/tokenizer, the ids a
-    full HF tokenizer (that vocabulary, its regexes, ByteLevel) gives each corpus text. Before
+  - "encode": for every byte-level BPE and BERT WordPiece GGUF vocabulary in
+    ../shared/testdata/tokenizer, the ids a full HF tokenizer (that vocabulary, its regexes and
+    ByteLevel, or BertNormalizer/BertPreTokenizer/WordPiece) gives each corpus text. Before
     writing, the same HF tokenizer must reproduce llama.cpp's expected ids (.inp/.out) there, so
     the regexes are checked against the real tokenizers, not only against themselves.
 
@@ -23,7 +24,7 @@ import os
 import subprocess
 import sys
 
-from tokenizers import AddedToken, Regex, Tokenizer, decoders, models, pre_tokenizers
+from tokenizers import AddedToken, Regex, Tokenizer, decoders, models, normalizers, pre_tokenizers
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 OUT = os.path.join(ROOT, "tests", "data", "tokenizer", "pretokenizer_golden.json")
@@ -139,6 +140,20 @@ def hf_bpe_tokenizer(tokens, merges, types, regexes):
     return tok
 
 
+def hf_bert_tokenizer(tokens, types):
+    """BERT WordPiece from llama.cpp's respelling (word starts marked with U+2581, continuations
+    bare) back to HF's ("##" continuations), with HF's BERT normalizer and pre-tokenizer."""
+    vocab = {}
+    for i, (t, k) in enumerate(zip(tokens, types)):
+        vocab.setdefault(t if k == 3 else t[1:] if t.startswith("\u2581") else "##" + t, i)
+    tok = Tokenizer(models.WordPiece(vocab, unk_token="[UNK]"))
+    tok.normalizer = normalizers.BertNormalizer(lowercase=True)
+    tok.pre_tokenizer = pre_tokenizers.BertPreTokenizer()
+    tok.decoder = decoders.WordPiece()
+    tok.add_special_tokens([AddedToken(t, special=True, normalized=False) for t, k in zip(tokens, types) if k == 3])
+    return tok
+
+
 def read_expected(base):
     with open(base + ".out", encoding="utf-8") as f:
         outputs = [[int(x) for x in line.split()] for line in f.read().split("\n")[:-1]]
@@ -181,9 +196,12 @@ def main():
             continue
         path = os.path.join(args.testdata, fname)
         model, pre, tokens, merges, types = read_gguf_vocab(path)
-        if model != "gpt2":
-            continue  # SentencePiece and WordPiece vocabularies have no split regexes
-        tok = hf_bpe_tokenizer(tokens, merges, types, by_name[pre or "default"])
+        if model == "gpt2":
+            tok = hf_bpe_tokenizer(tokens, merges, types, by_name[pre or "default"])
+        elif model == "bert":
+            tok = hf_bert_tokenizer(tokens, types)
+        else:
+            continue  # SentencePiece: no split regexes; tokenizer_golden_test covers it
         inputs, outputs = read_expected(path)
         got = [tok.encode(t, add_special_tokens=False).ids for t in inputs]
         bad = [i for i, (g, w) in enumerate(zip(got, outputs)) if g != w]

@@ -6,7 +6,7 @@ namespace kvasir {
 
 Engine::Engine(const EngineOptions& opts, const Tokenizer& tokenizer, int32_t vocab_size,
                std::unique_ptr<ModelRunner> runner)
-    : opts_(opts), vocab_size_(vocab_size) {
+    : opts_(opts), validator_(RequestLimits{vocab_size, opts.scheduler.max_model_len, opts.max_logprobs}) {
   core_ = std::make_unique<EngineCore>(opts.scheduler, std::move(runner), metrics_, core_outputs_);
   processor_ = std::make_unique<OutputProcessor>(tokenizer, *core_, metrics_, core_outputs_);
   if (!opts.async_output_proc) core_->set_after_publish([p = processor_.get()] { p->wait_idle(); });
@@ -42,22 +42,7 @@ StatusOr<std::shared_ptr<RequestStream>> Engine::add_request(const std::string& 
                                                              const SamplingParams& params,
                                                              const AddRequestOptions& options) {
   if (shut_down_ || core_->dead()) return unavailable("engine is not running" + (core_->dead() ? ": " + core_->fault() : std::string()));
-  KVASIR_RETURN_IF_ERROR(params.validate(vocab_size_, opts_.max_logprobs));
-  if (prompt_token_ids.empty()) return invalid_argument("prompt must contain at least one token");
-  for (int32_t id : prompt_token_ids) {
-    if (id < 0 || id >= vocab_size_) {
-      return invalid_argument("prompt token id " + std::to_string(id) + " is outside the vocabulary [0, " +
-                              std::to_string(vocab_size_) + ")");
-    }
-  }
-  const int max_len = opts_.scheduler.max_model_len;
-  if (static_cast<int64_t>(prompt_token_ids.size()) + params.max_tokens > max_len) {
-    return invalid_argument("This model's maximum context length is " + std::to_string(max_len) +
-                            " tokens. However, you requested " +
-                            std::to_string(prompt_token_ids.size() + static_cast<size_t>(params.max_tokens)) + " tokens (" +
-                            std::to_string(prompt_token_ids.size()) + " in the messages, " +
-                            std::to_string(params.max_tokens) + " in the completion). Please reduce the length of the messages or completion.");
-  }
+  KVASIR_RETURN_IF_ERROR(validator_.check(prompt_token_ids, params));
   const int n = params.n;
   std::vector<std::string> child_ids;
   auto stream = std::make_shared<RequestStream>(request_id, n);

@@ -13,6 +13,7 @@
 #include "engine/metrics.h"
 #include "engine/output_processor.h"
 #include "engine/request_stream.h"
+#include "engine/request_validator.h"
 
 namespace kvasir {
 
@@ -36,8 +37,8 @@ class Engine {
          std::unique_ptr<ModelRunner> runner);
   ~Engine();
 
-  // Validates (sampling params, token ids, max_model_len) and queues the request. Errors are
-  // Status (bad input); on success the stream delivers every delta.
+  // Checks the request with validator() and queues it. Errors are Status (bad input); on
+  // success the stream delivers every delta.
   StatusOr<std::shared_ptr<RequestStream>> add_request(const std::string& request_id,
                                                        std::vector<int32_t> prompt_token_ids,
                                                        const SamplingParams& params,
@@ -52,13 +53,16 @@ class Engine {
   int num_unfinished() const { return processor_->num_tracked(); }
   double output_processing_s() const { return processor_->busy_s(); }
   const EngineOptions& options() const { return opts_; }
+  // The request rules this engine enforces; callers that answer before add_request (the server)
+  // check with the same one.
+  const RequestValidator& validator() const { return validator_; }
 
   // Stops both threads. Unfinished streams end with finish_reason "abort".
   void shutdown();
 
  private:
   EngineOptions opts_;
-  int32_t vocab_size_;
+  RequestValidator validator_;
   EngineMetrics metrics_;
   BlockingQueue<EngineCoreOutputs> core_outputs_;
   std::unique_ptr<EngineCore> core_;

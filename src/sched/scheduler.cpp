@@ -17,26 +17,24 @@ Scheduler::Scheduler(const SchedulerConfig& config)
 }
 
 Status Scheduler::add_request(std::unique_ptr<Request> request) {
-  if (request == nullptr) return invalid_argument("null request");
+  KVASIR_CHECK(request != nullptr);
   const std::string& id = request->req_id();
+  // An engine child id ("0_x" of request "x" with n = 2) can meet a caller's own "0_x".
   if (requests_.find(std::string_view(id)) != requests_.end()) {
     return invalid_argument("request id '" + id + "' is already in use");
   }
+  // The engine's RequestValidator checked the request's rules (prompt, max_tokens, max_model_len)
+  // before it got here: a request that breaks them now is a bug upstream, not bad input.
   const int prompt_len = request->num_prompt_tokens();
-  if (prompt_len == 0) return invalid_argument("request '" + id + "' has an empty prompt");
-  if (request->num_output_tokens() != 0 || request->status() != RequestStatus::kWaiting) {
-    return invalid_argument("request '" + id + "' is not a fresh request");
-  }
-  for (TokenId t : request->prompt_token_ids()) {
-    if (t < 0) return invalid_argument("request '" + id + "' has a negative token id");
-  }
+  KVASIR_CHECK_MSG(prompt_len > 0, "an empty prompt reached the scheduler");
+  KVASIR_CHECK_MSG(request->num_output_tokens() == 0 && request->status() == RequestStatus::kWaiting,
+                   "a request that is not fresh was added");
+  for (TokenId t : request->prompt_token_ids()) KVASIR_CHECK_MSG(t >= 0, "a negative prompt token id");
   const int max_tokens = request->max_tokens();
-  if (max_tokens < 1) return invalid_argument("max_tokens must be at least 1");
-  if (static_cast<int64_t>(prompt_len) + max_tokens > config_.max_model_len) {
-    return out_of_range("prompt (" + std::to_string(prompt_len) + " tokens) + max_tokens (" +
-                        std::to_string(max_tokens) + ") exceeds max_model_len (" +
-                        std::to_string(config_.max_model_len) + ")");
-  }
+  KVASIR_CHECK_MSG(max_tokens >= 1, "max_tokens < 1 reached the scheduler");
+  KVASIR_CHECK_MSG(static_cast<int64_t>(prompt_len) + max_tokens <= config_.max_model_len,
+                   "prompt + max_tokens past max_model_len reached the scheduler");
+  // Not a request rule but this cache's size: the scheduler is the one that knows it.
   const int usable_blocks = config_.num_blocks - 1;
   if (kv_.num_blocks_for(prompt_len) > usable_blocks) {
     return out_of_range("prompt (" + std::to_string(prompt_len) +

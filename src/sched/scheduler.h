@@ -26,8 +26,9 @@ class Scheduler {
   // config must pass validate().
   explicit Scheduler(const SchedulerConfig& config);
 
-  // Queues a request. Bad input (duplicate id, empty prompt, prompt + max_tokens past
-  // max_model_len, a prompt larger than the whole KV cache) is a Status; nothing is queued then.
+  // Queues a request the engine's RequestValidator passed: an empty prompt, max_tokens < 1 or
+  // prompt + max_tokens past max_model_len abort (KVASIR_CHECK). A duplicate id or a prompt larger
+  // than the whole KV cache is a Status; nothing is queued then.
   // Assigns the request's idx. sampling_params.n is not looked at: the engine fans n > 1 out
   // into n requests.
   Status add_request(std::unique_ptr<Request> request);

@@ -151,15 +151,20 @@ TEST(Scheduler, AdmissionRejectsBadRequests) {
   Harness h(small_config(5));  // 4 blocks of 4 tokens
   ASSERT_TRUE(h.add("a", tokens(4), 4).ok());
   EXPECT_EQ(h.add("a", tokens(4), 4).code(), StatusCode::kInvalidArgument);
-  EXPECT_EQ(h.add("empty", {}, 4).code(), StatusCode::kInvalidArgument);
-  EXPECT_EQ(h.add("neg", {1, -1}, 4).code(), StatusCode::kInvalidArgument);
-  EXPECT_EQ(h.add("zero", tokens(4), 0).code(), StatusCode::kInvalidArgument);
-  EXPECT_EQ(h.add("toolong", tokens(500), 13).code(), StatusCode::kOutOfRange);
   const Status big = h.add("big", tokens(17), 1);
   EXPECT_EQ(big.code(), StatusCode::kOutOfRange);
   EXPECT_NE(big.message().find("KV blocks"), std::string::npos) << big.message();
   EXPECT_EQ(h.sched.num_waiting_reqs(), 1);
   h.run_to_completion();
+}
+
+// The request rules are the engine's RequestValidator's; past it they are invariants.
+TEST(SchedulerDeathTest, RequestsThatBreakTheValidatorsRulesAbort) {
+  Harness h(small_config(5));
+  EXPECT_DEATH((void)h.add("empty", {}, 4), "empty prompt");
+  EXPECT_DEATH((void)h.add("neg", {1, -1}, 4), "negative prompt token id");
+  EXPECT_DEATH((void)h.add("zero", tokens(4), 0), "max_tokens < 1");
+  EXPECT_DEATH((void)h.add("toolong", tokens(500), 13), "max_model_len");
 }
 
 TEST(Scheduler, PrefixHitsAreCappedBelowTheLastPromptToken) {

@@ -41,6 +41,8 @@ class ServingContext {
 
   Engine& engine() { return engine_; }
   const EngineOptions& engine_options() const { return engine_.options(); }
+  // The engine's request rules (prompt, vocabulary, ranges, max_model_len).
+  const RequestValidator& validator() const { return engine_.validator(); }
   const Tokenizer& tokenizer() const { return tokenizer_; }
   int32_t vocab_size() const { return vocab_size_; }
   int max_model_len() const { return max_model_len_; }

@@ -198,33 +198,16 @@ void GenerationJob::end() {
 
 StatusOr<SamplingParams> params_for_prompt(const ServingContext& ctx, const GenerationRequestBase& req,
                                            const std::vector<int32_t>& prompt_ids) {
-  const int32_t vocab = ctx.vocab_size();
-  for (int32_t id : prompt_ids) {
-    if (id < 0 || id >= vocab) {
-      return invalid_argument("Token id " + std::to_string(id) + " in the prompt is out of vocabulary [0, " +
-                              std::to_string(vocab) + ").");
-    }
-  }
-  if (prompt_ids.empty()) return invalid_argument("The prompt is empty: it must contain at least one token.");
-  const int64_t len = static_cast<int64_t>(prompt_ids.size());
-  const int max_len = ctx.max_model_len();
-  if (len >= max_len) {
-    return invalid_argument("This model's maximum context length is " + std::to_string(max_len) +
-                            " tokens. However, your request has " + std::to_string(len) +
-                            " input tokens. Please reduce the length of the input messages.");
-  }
+  // The engine's own validator: the same rules and messages add_request applies, answered here
+  // as a 400 before anything is launched.
+  const RequestValidator& validator = ctx.validator();
+  KVASIR_RETURN_IF_ERROR(validator.check_prompt(prompt_ids));
   SamplingParams p = req.params;
   if (!req.max_tokens_set) {
-    p.max_tokens = static_cast<int>(max_len - len);
+    p.max_tokens = validator.limits().max_model_len - static_cast<int>(prompt_ids.size());
     if (ctx.options().default_max_tokens) p.max_tokens = std::min(p.max_tokens, *ctx.options().default_max_tokens);
   }
-  KVASIR_RETURN_IF_ERROR(p.validate(vocab, ctx.engine_options().max_logprobs));
-  if (len + p.max_tokens > max_len) {
-    return invalid_argument("This model's maximum context length is " + std::to_string(max_len) +
-                            " tokens. However, you requested " + std::to_string(len + p.max_tokens) + " tokens (" +
-                            std::to_string(len) + " in the messages, " + std::to_string(p.max_tokens) +
-                            " in the completion). Please reduce the length of the messages or completion.");
-  }
+  KVASIR_RETURN_IF_ERROR(validator.check(prompt_ids, p));
   return p;
 }
 

@@ -105,9 +105,9 @@ struct PreparedPrompt {
   SamplingParams params;
 };
 
-// Prompt checks both generation endpoints share: token ids inside the vocabulary, the prompt
-// shorter than max_model_len, max_tokens defaulting to what is left of the context (capped by
-// generation_config's max_new_tokens), then SamplingParams::validate.
+// The sampling parameters of one prompt of a generation request: the prompt checked by the
+// engine's RequestValidator, max_tokens defaulting to what is left of the context (capped by
+// generation_config's max_new_tokens), then the whole request checked by the same validator.
 StatusOr<SamplingParams> params_for_prompt(const ServingContext& ctx, const GenerationRequestBase& req,
                                            const std::vector<int32_t>& prompt_ids);
 

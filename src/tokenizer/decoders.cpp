@@ -85,6 +85,16 @@ void strip(std::vector<std::string>& tokens, const std::string& content, int sta
   }
 }
 
+// HF's cleanup of BERT-style spacing around punctuation and English contractions.
+void cleanup(std::string& t) {
+  static const std::pair<const char*, const char*> kRules[] = {
+      {" .", "."}, {" ?", "?"}, {" !", "!"}, {" ,", ","}, {" ' ", "'"}, {" n't", "n't"},
+      {" 'm", "'m"}, {" do not", " don't"}, {" 's", "'s"}, {" 've", "'ve"}, {" 're", "'re"}};
+  for (const auto& [from, to] : kRules) {
+    if (t.find(from) != std::string::npos) t = Pattern::literal(from).replace_all(t, to);
+  }
+}
+
 }  // namespace
 
 StatusOr<Decoder> Decoder::from_json(const Json& j) {
@@ -123,6 +133,11 @@ void Decoder::add_strip(std::string content, int start, int stop) {
   s.start = start;
   s.stop = stop;
   steps_.push_back(std::move(s));
+}
+
+void Decoder::add_cleanup() {
+  configured_ = true;
+  steps_.push_back(Step{Kind::kCleanup, Pattern{}, ""});
 }
 
 Status Decoder::add_from_json(const Json& j) {
@@ -203,6 +218,9 @@ std::string Decoder::decode(std::vector<std::string> tokens, bool continuation) 
       }
       case Kind::kStrip:
         strip(tokens, step.content, step.start, step.stop, continuation && joined);
+        break;
+      case Kind::kCleanup:
+        for (std::string& t : tokens) cleanup(t);
         break;
       case Kind::kMetaspace:
         for (size_t k = 0; k < tokens.size(); ++k) {

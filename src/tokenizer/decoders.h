@@ -1,8 +1,9 @@
 // Decoder: turns token strings back into text with HF `tokenizers` decode_chain semantics:
-// Sequence, ByteLevel, Replace, ByteFallback, Fuse, Strip, Metaspace. `continuation` decodes a
-// slice that follows already-decoded text: start-of-text rules (Metaspace dropping the first
-// token's marker, Strip on the fused text's start) are skipped, which is what the incremental
-// detokenizer needs. Must not map ids to strings (the Tokenizer does that).
+// Sequence, ByteLevel, Replace, ByteFallback, Fuse, Strip, Metaspace, WordPiece's cleanup.
+// `continuation` decodes a slice that follows already-decoded text: start-of-text rules
+// (Metaspace dropping the first token's marker, Strip on the fused text's start) are skipped,
+// which is what the incremental detokenizer needs. Must not map ids to strings (the Tokenizer
+// does that).
 #pragma once
 
 #include <string>
@@ -24,12 +25,14 @@ class Decoder {
   void add_byte_fallback();
   void add_fuse();
   void add_strip(std::string content, int start, int stop);
+  // HF WordPiece decoder's `cleanup` on each token: " ." -> ".", " n't" -> "n't", ...
+  void add_cleanup();
 
   bool has_byte_fallback() const { return has_byte_fallback_; }
   std::string decode(std::vector<std::string> tokens, bool continuation) const;
 
  private:
-  enum class Kind { kByteLevel, kReplace, kByteFallback, kFuse, kStrip, kMetaspace };
+  enum class Kind { kByteLevel, kReplace, kByteFallback, kFuse, kStrip, kMetaspace, kCleanup };
   struct Step {
     Kind kind;
     Pattern pattern;      // kReplace

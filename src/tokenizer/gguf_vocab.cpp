@@ -44,6 +44,10 @@ StatusOr<VocabSpec> vocab_spec_from_gguf(const GgufFile& f) {
   KVASIR_RETURN_IF_ERROR(read_id(f, "tokenizer.ggml.eos_token_id", &spec.eos_id));
   KVASIR_RETURN_IF_ERROR(read_id(f, "tokenizer.ggml.unknown_token_id", &spec.unk_id));
   KVASIR_RETURN_IF_ERROR(read_id(f, "tokenizer.ggml.padding_token_id", &spec.pad_id));
+  // BERT vocabularies name their begin and end tokens cls and sep (llama.cpp spells it
+  // "seperator"); llama.cpp uses them as bos and eos.
+  if (spec.bos_id < 0) KVASIR_RETURN_IF_ERROR(read_id(f, "tokenizer.ggml.cls_token_id", &spec.bos_id));
+  if (spec.eos_id < 0) KVASIR_RETURN_IF_ERROR(read_id(f, "tokenizer.ggml.seperator_token_id", &spec.eos_id));
   KVASIR_ASSIGN_OR_RETURN(spec.add_bos, optional_key(f.get_bool("tokenizer.ggml.add_bos_token")));
   KVASIR_ASSIGN_OR_RETURN(spec.add_eos, optional_key(f.get_bool("tokenizer.ggml.add_eos_token")));
   KVASIR_ASSIGN_OR_RETURN(spec.add_space_prefix, optional_key(f.get_bool("tokenizer.ggml.add_space_prefix")));

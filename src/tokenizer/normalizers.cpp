@@ -29,6 +29,46 @@ bool all_ascii(const std::string& s) {
   return true;
 }
 
+// What HF's BertNormalizer drops as control: Cc, Cf, Co and Cs except \t \n \r. Unassigned
+// code points (Cn) are kept, as HF keeps them (golden: U+3040, U+D7FF).
+bool is_bert_control(uint32_t cp) {
+  if (cp == '\t' || cp == '\n' || cp == '\r') return false;
+  switch (utf8proc_category(static_cast<utf8proc_int32_t>(cp))) {
+    case UTF8PROC_CATEGORY_CC: case UTF8PROC_CATEGORY_CF: case UTF8PROC_CATEGORY_CS:
+    case UTF8PROC_CATEGORY_CO:
+      return true;
+    default:
+      return false;
+  }
+}
+
+// HF BertNormalizer's whitespace: \t \n \r and the space separators (Zs).
+bool is_bert_whitespace(uint32_t cp) {
+  return cp == '\t' || cp == '\n' || cp == '\r' || cp == ' ' ||
+         utf8proc_category(static_cast<utf8proc_int32_t>(cp)) == UTF8PROC_CATEGORY_ZS;
+}
+
+// The CJK Unified Ideographs blocks BERT pads with spaces (not kana, not Hangul).
+bool is_cjk_ideograph(uint32_t cp) {
+  return (cp >= 0x4E00 && cp <= 0x9FFF) || (cp >= 0x3400 && cp <= 0x4DBF) || (cp >= 0x20000 && cp <= 0x2A6DF) ||
+         (cp >= 0x2A700 && cp <= 0x2B73F) || (cp >= 0x2B740 && cp <= 0x2B81F) || (cp >= 0x2B920 && cp <= 0x2CEAF) ||
+         (cp >= 0xF900 && cp <= 0xFAFF) || (cp >= 0x2F800 && cp <= 0x2FA1F);
+}
+
+// Rewrites s code point by code point; `f` appends the replacement of one code point.
+template <typename F>
+void map_code_points(std::string& s, F f) {
+  std::string out;
+  out.reserve(s.size() + 8);
+  for (size_t i = 0; i < s.size();) {
+    size_t n = 0;
+    const uint32_t cp = first_code_point(std::string_view(s).substr(i), &n);
+    f(out, cp, std::string_view(s).substr(i, n));
+    i += n;
+  }
+  s = std::move(out);
+}
+
 }  // namespace
 
 StatusOr<Normalizer> Normalizer::from_json(const Json& j) {
@@ -43,6 +83,17 @@ void Normalizer::add_replace(Pattern pattern, std::string content) {
 
 void Normalizer::add_prepend(std::string prefix) {
   steps_.push_back(Step{Kind::kPrepend, Pattern::literal(""), std::move(prefix)});
+}
+
+void Normalizer::add_bert(bool clean_text, bool handle_chinese_chars, bool strip_accents, bool lowercase) {
+  auto add = [&](Kind k) { steps_.push_back(Step{k, Pattern::literal(""), ""}); };
+  if (clean_text) add(Kind::kBertCleanText);
+  if (handle_chinese_chars) add(Kind::kBertChineseChars);
+  if (strip_accents) {
+    add(Kind::kNfd);
+    add(Kind::kStripAccents);
+  }
+  if (lowercase) add(Kind::kLowercase);
 }
 
 Status Normalizer::add_from_json(const Json& j) {
@@ -63,6 +114,14 @@ Status Normalizer::add_from_json(const Json& j) {
   if (type == "NFKC") return simple(Kind::kNfkc);
   if (type == "NFKD") return simple(Kind::kNfkd);
   if (type == "Lowercase") return simple(Kind::kLowercase);
+  if (type == "StripAccents") return simple(Kind::kStripAccents);
+  if (type == "BertNormalizer") {
+    const bool lowercase = j.get_bool("lowercase", true);
+    const Json* strip = j.find("strip_accents");
+    const bool strip_accents = strip != nullptr && strip->is_bool() ? strip->as_bool() : lowercase;  // null: as lowercase
+    add_bert(j.get_bool("clean_text", true), j.get_bool("handle_chinese_chars", true), strip_accents, lowercase);
+    return Status();
+  }
   if (type == "Strip") {
     Step s{Kind::kStrip, Pattern::literal(""), ""};
     s.left = j.get_bool("strip_left", true);
@@ -136,6 +195,30 @@ void Normalizer::apply(const Step& step, std::string& s) {
       return;
     case Kind::kAppend:
       if (!s.empty()) s.append(step.content);
+      return;
+    case Kind::kStripAccents:  // drops nonspacing marks (Mn)
+      if (all_ascii(s)) return;
+      map_code_points(s, [](std::string& out, uint32_t cp, std::string_view bytes) {
+        if (utf8proc_category(static_cast<utf8proc_int32_t>(cp)) != UTF8PROC_CATEGORY_MN) out.append(bytes);
+      });
+      return;
+    case Kind::kBertCleanText:
+      map_code_points(s, [](std::string& out, uint32_t cp, std::string_view bytes) {
+        if (cp == 0 || cp == 0xFFFD || is_bert_control(cp)) return;
+        if (is_bert_whitespace(cp)) {
+          out += ' ';
+        } else {
+          out.append(bytes);
+        }
+      });
+      return;
+    case Kind::kBertChineseChars:
+      if (all_ascii(s)) return;
+      map_code_points(s, [](std::string& out, uint32_t cp, std::string_view bytes) {
+        if (is_cjk_ideograph(cp)) out += ' ';
+        out.append(bytes);
+        if (is_cjk_ideograph(cp)) out += ' ';
+      });
       return;
   }
 }

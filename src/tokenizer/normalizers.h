@@ -1,7 +1,8 @@
 // Normalizer: the text rewriting HF `tokenizers` applies to each piece of input between added
 // tokens, before pre-tokenization: Sequence, NFC/NFD/NFKC/NFKD, Lowercase, Strip, Replace,
-// Prepend. Offsets are not tracked (we never report character spans), which keeps this a plain
-// string -> string function. Must not know about vocabularies or models.
+// Prepend, StripAccents, BertNormalizer. Offsets are not tracked (we never report character
+// spans), which keeps this a plain string -> string function. Must not know about vocabularies
+// or models.
 #pragma once
 
 #include <string>
@@ -21,12 +22,18 @@ class Normalizer {
 
   void add_replace(Pattern pattern, std::string content);
   void add_prepend(std::string prefix);
+  // HF BertNormalizer: drop control characters and turn whitespace into ' ' (clean_text), put
+  // spaces around CJK ideographs, NFD and drop nonspacing marks (strip_accents), lowercase.
+  void add_bert(bool clean_text, bool handle_chinese_chars, bool strip_accents, bool lowercase);
 
   bool empty() const { return steps_.empty(); }
   std::string normalize(std::string_view text) const;
 
  private:
-  enum class Kind { kNfc, kNfd, kNfkc, kNfkd, kLowercase, kStrip, kReplace, kPrepend, kAppend };
+  enum class Kind {
+    kNfc, kNfd, kNfkc, kNfkd, kLowercase, kStrip, kReplace, kPrepend, kAppend,
+    kStripAccents, kBertCleanText, kBertChineseChars
+  };
   struct Step {
     Kind kind;
     Pattern pattern;      // kReplace

@@ -200,6 +200,13 @@ Status PreTokenizer::add_from_json(const Json& j) {
     add_split(whitespace_pattern(), SplitBehavior::kRemoved, /*invert=*/true);
     return Status();
   }
+  if (type == "BertPreTokenizer") {  // split at whitespace (dropped), then isolate punctuation
+    steps_.push_back(Step{Kind::kWhitespaceSplit, Pattern{}});
+    Step s{Kind::kPunctuation, Pattern{}};
+    s.behavior = SplitBehavior::kIsolated;
+    steps_.push_back(std::move(s));
+    return Status();
+  }
   if (type == "WhitespaceSplit") {
     steps_.push_back(Step{Kind::kWhitespaceSplit, Pattern{}});
     return Status();

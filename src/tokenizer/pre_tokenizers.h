@@ -1,7 +1,7 @@
 // PreTokenizer: splits normalized text into the words the model encodes one at a time, with the
 // semantics of HF `tokenizers`: Sequence, Split (pattern, behavior, invert), ByteLevel (prefix
 // space, GPT-2 regex, byte -> unicode alphabet), Metaspace, Digits, Punctuation, Whitespace,
-// WhitespaceSplit. Must not look words up in a vocabulary (that is the model's job).
+// WhitespaceSplit, BertPreTokenizer. Must not look words up in a vocabulary (that is the model's job).
 #pragma once
 
 #include <string>

@@ -12,6 +12,7 @@ StatusOr<Tokenizer> Tokenizer::create(TokenizerParts parts) {
   t.normalizer_ = std::move(parts.normalizer);
   t.pre_tokenizer_ = std::move(parts.pre_tokenizer);
   t.model_ = std::move(parts.model);
+  t.word_piece_ = std::move(parts.word_piece);
   t.post_ = std::move(parts.post_processor);
   t.decoder_ = std::move(parts.decoder);
   t.info_ = std::move(parts.info);
@@ -61,7 +62,13 @@ void Tokenizer::encode_text(std::string_view text, bool at_origin, tok::BpeScrat
   std::vector<tok::PreToken> words;
   words.push_back(tok::PreToken{std::string(text), at_origin});
   pre_tokenizer_.pre_tokenize(&words);
-  for (const tok::PreToken& w : words) model_.encode(w.text, scratch, ids);
+  for (const tok::PreToken& w : words) {
+    if (word_piece_) {
+      word_piece_->encode(w.text, model_, ids);
+    } else {
+      model_.encode(w.text, scratch, ids);
+    }
+  }
 }
 
 std::vector<int32_t> Tokenizer::encode(std::string_view text, bool add_special_tokens) const {

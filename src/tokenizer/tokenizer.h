@@ -1,7 +1,8 @@
 // Tokenizer: text <-> token ids for one model, token for token what HF `tokenizers` produces.
 // The pipeline is HF's: added/special tokens are cut out first (raw, then normalized), each piece
 // between them is normalized, pre-tokenized into words, and each word BPE-encoded; the post
-// processor adds bos/eos when asked. Built by a loader (hf_loader.h: tokenizer.json,
+// processor adds bos/eos when asked. Words are BPE-encoded, or WordPiece-encoded (BERT) when the
+// parts carry a WordPiece rule; the BpeModel is then the vocabulary only. Built by a loader (hf_loader.h: tokenizer.json,
 // gguf_vocab.h: GGUF metadata), immutable afterwards and safe to share between threads.
 // Must not render chat templates or know about requests (chat/ and engine/ do).
 #pragma once
@@ -20,6 +21,7 @@
 #include "tokenizer/normalizers.h"
 #include "tokenizer/post_processor.h"
 #include "tokenizer/pre_tokenizers.h"
+#include "tokenizer/word_piece.h"
 
 namespace kvasir {
 
@@ -39,6 +41,7 @@ struct TokenizerParts {
   tok::Normalizer normalizer;
   tok::PreTokenizer pre_tokenizer;
   tok::BpeModel model;
+  std::optional<tok::WordPiece> word_piece;  // set: words are encoded by WordPiece over `model`'s vocabulary
   tok::PostProcessor post_processor;
   tok::Decoder decoder;
   std::vector<tok::AddedToken> added_tokens;
@@ -90,6 +93,7 @@ class Tokenizer {
   tok::Normalizer normalizer_;
   tok::PreTokenizer pre_tokenizer_;
   tok::BpeModel model_;
+  std::optional<tok::WordPiece> word_piece_;
   tok::PostProcessor post_;
   tok::Decoder decoder_;
   tok::AddedVocab added_;

@@ -1,6 +1,6 @@
 // llama.cpp's tokenizer test vectors (/work/shared/testdata/tokenizer, see its MANIFEST.md): each
 // vocab-only GGUF must encode every .inp string to the ids in .out (HF's encode with
-// add_special_tokens=False) and decode them back. llama-bpe and qwen2 come without a GGUF: their
+// add_special_tokens=False) and, except BERT's lowercasing WordPiece, decode them back. llama-bpe and qwen2 come without a GGUF: their
 // .out ids are checked against the real vocabularies when a tokenizer.json for them is present.
 #include <gtest/gtest.h>
 
@@ -99,21 +99,31 @@ TEST_P(VocabTest, EncodesLikeHuggingFace) {
 INSTANTIATE_TEST_SUITE_P(LlamaCppVocabs, VocabTest,
                          ::testing::Values(Case{"llama-spm", true}, Case{"phi-3", true}, Case{"gpt-2", true},
                                            Case{"falcon", true}, Case{"deepseek-coder", true},
-                                           Case{"mpt", true}),
+                                           Case{"mpt", true}, Case{"bert-bge", false}),
                          [](const auto& info) {
                            std::string n = info.param.name;
                            for (char& ch : n) ch = std::isalnum(static_cast<unsigned char>(ch)) ? ch : '_';
                            return n;
                          });
 
-TEST(VocabFiles, BertWordPieceIsReportedUnsupported) {
+// BERT lowercases and drops accents, so its decode is not the input; it is HF's decode: the
+// words joined by spaces, with HF's cleanup of spaces before punctuation.
+TEST(VocabFiles, BertWordPieceDecodesAndAddsClsSep) {
   const std::string path = kDir + "ggml-vocab-bert-bge.gguf";
   if (!std::filesystem::exists(path)) GTEST_SKIP();
   auto file = GgufFile::open(path);
   ASSERT_TRUE(file.ok());
   auto tok = tokenizer_from_gguf(**file);
-  ASSERT_FALSE(tok.ok());
-  EXPECT_EQ(tok.status().code(), StatusCode::kUnimplemented);
+  ASSERT_TRUE(tok.ok()) << tok.status().to_string();
+  const std::vector<int32_t> ids = tok->encode("Hello, World! Don't stop unbelievably", false);
+  // HF's WordPiece decoder gives exactly this (its cleanup works token by token, so "don ' t"
+  // keeps its spaces).
+  EXPECT_EQ(tok->decode(ids, false), "hello, world! don ' t stop unbelievably");
+  const std::vector<int32_t> with_special = tok->encode("Hello", true);
+  ASSERT_EQ(with_special.size(), 3u);
+  EXPECT_EQ(with_special.front(), 101);  // [CLS]
+  EXPECT_EQ(with_special.back(), 102);   // [SEP]
+  EXPECT_EQ(tok->decode(with_special, true), "hello");
 }
 
 // The same vocabulary as GGUF metadata would give it: tokens by id, "a b" merges, a pre name.

@@ -2,6 +2,8 @@
 
 #include <initializer_list>
 
+#include "common/json.h"
+
 #include "tokenizer/unicode_util.h"
 
 namespace kvasir {
@@ -128,6 +130,32 @@ Status build_llama(const VocabSpec& spec, const std::vector<std::string>& tokens
   return Status();
 }
 
+// BERT's WordPiece as llama.cpp's GGUF converter writes it: word-start pieces carry U+2581,
+// continuations ("##x" in HF) are bare. HF's pipeline for these vocabularies: BertNormalizer
+// (lowercase, strip accents), BertPreTokenizer, WordPiece, [CLS] ... [SEP].
+Status build_bert(const VocabSpec& spec, TokenizerParts* parts) {
+  tok::TokenMap vocab;
+  vocab.reserve(spec.tokens.size());
+  for (size_t i = 0; i < spec.tokens.size(); ++i) vocab.emplace(spec.tokens[i], static_cast<int32_t>(i));
+  KVASIR_ASSIGN_OR_RETURN(parts->model, tok::BpeModel::from_merges(std::move(vocab), {}, tok::BpeOptions{}));
+  const std::string kSpace = "\xE2\x96\x81";
+  tok::WordPieceOptions wp;
+  wp.word_prefix = kSpace;
+  wp.continuing_subword_prefix = "";
+  wp.unk_id = spec.unk_id >= 0 && static_cast<size_t>(spec.unk_id) < spec.tokens.size() ? spec.unk_id : -1;
+  parts->word_piece = tok::WordPiece(std::move(wp));
+  parts->normalizer.add_bert(/*clean_text=*/true, /*handle_chinese_chars=*/true, /*strip_accents=*/true,
+                             /*lowercase=*/true);
+  Json bert_pre = Json::object();
+  bert_pre.set("type", "BertPreTokenizer");
+  KVASIR_ASSIGN_OR_RETURN(parts->pre_tokenizer, tok::PreTokenizer::from_json(bert_pre));
+  parts->decoder.add_replace(tok::Pattern::literal(kSpace), " ");
+  parts->decoder.add_cleanup();
+  parts->decoder.add_fuse();
+  parts->decoder.add_strip(" ", 1, 0);
+  return Status();
+}
+
 // One row per family of `pre` names that share their split regexes.
 struct PreFamily {
   std::vector<std::string> names;
@@ -189,6 +217,7 @@ StatusOr<Tokenizer> tokenizer_from_vocab_spec(const VocabSpec& spec) {
   }
   TokenizerParts parts;
   bool default_add_bos = false;
+  bool default_add_eos = false;
   std::vector<std::string> tokens = spec.tokens;
   if (spec.model == "gpt2") {
     default_add_bos = llama3_family(spec.pre) && spec.pre != "tekken";
@@ -201,8 +230,12 @@ StatusOr<Tokenizer> tokenizer_from_vocab_spec(const VocabSpec& spec) {
       }
     }
     KVASIR_RETURN_IF_ERROR(build_llama(spec, tokens, &parts, spec.add_space_prefix.value_or(true)));
+  } else if (spec.model == "bert") {
+    default_add_bos = true;  // [CLS] text [SEP]
+    default_add_eos = true;
+    KVASIR_RETURN_IF_ERROR(build_bert(spec, &parts));
   } else {
-    return unimplemented("GGUF tokenizer model '" + spec.model + "' is not supported (gpt2, llama)");
+    return unimplemented("GGUF tokenizer model '" + spec.model + "' is not supported (gpt2, llama, bert)");
   }
   parts.added_tokens = added_tokens_of(spec, tokens);
   const int32_t n = static_cast<int32_t>(spec.tokens.size());
@@ -217,7 +250,7 @@ StatusOr<Tokenizer> tokenizer_from_vocab_spec(const VocabSpec& spec) {
   info.chat_template = spec.chat_template;
   std::vector<int32_t> pre, suf;
   if (spec.add_bos.value_or(default_add_bos) && info.bos_id >= 0) pre.push_back(info.bos_id);
-  if (spec.add_eos.value_or(false) && info.eos_id >= 0) suf.push_back(info.eos_id);
+  if (spec.add_eos.value_or(default_add_eos) && info.eos_id >= 0) suf.push_back(info.eos_id);
   parts.post_processor = tok::PostProcessor::wrap(std::move(pre), std::move(suf));
   return Tokenizer::create(std::move(parts));
 }

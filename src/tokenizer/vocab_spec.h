@@ -2,7 +2,8 @@
 // function that turns it into a Tokenizer with the HF-equivalent pipeline: "gpt2" = byte-level
 // BPE whose pre-tokenizer regexes are chosen by the `pre` name (as llama.cpp does), "llama" =
 // SentencePiece BPE merging by piece score with <0xNN> byte fallback and an optional space
-// prefix. Must not read files (gguf_vocab.h fills a VocabSpec from a GgufFile).
+// prefix, "bert" = WordPiece as llama.cpp writes it (word starts marked with U+2581). Must not
+// read files (gguf_vocab.h fills a VocabSpec from a GgufFile).
 #pragma once
 
 #include <cstdint>
@@ -28,7 +29,7 @@ enum class GgufTokenType : int32_t {
 
 struct VocabSpec {
   std::string architecture;          // general.architecture (gemma* needs its own merge order)
-  std::string model;                 // tokenizer.ggml.model: "gpt2" or "llama"
+  std::string model;                 // tokenizer.ggml.model: "gpt2", "llama" or "bert"
   std::string pre;                   // tokenizer.ggml.pre ("" = default)
   std::vector<std::string> tokens;   // id -> text
   std::vector<float> scores;         // "llama": id -> score (empty: all 0)
