@@ -10,10 +10,12 @@
 #include "server/sampling_json.h"
 #include "args.h"
 #include "commands.h"
+#include "common/check.h"
 #include "common/json.h"
 #include "common/mapped_file.h"
 #include "engine_flags.h"
 #include "kvasir/llm.h"
+#include "setup/loaded_model.h"
 
 namespace kvasir {
 namespace {
@@ -23,20 +25,28 @@ void print_usage() {
                "usage: kvasir generate [--model PATH] (--prompt TEXT | --input prompts.jsonl --output out.jsonl)\n"
                "  --max-tokens N (default 64)  --temperature T (default 0 = greedy)  --top-p P  --top-k K\n"
                "  --min-p P  --request-seed N  --ignore-eos  --logprobs N\n"
+               "An HF model's generation_config.json replaces those defaults (temperature, top_p, top_k, min_p,\n"
+               "repetition_penalty; max_new_tokens for --max-tokens), as kvasir serve does; flags given win.\n"
                "Each input line: {\"prompt\": \"...\"} or {\"prompt_token_ids\": [...]} with optional sampling\n"
-               "fields (temperature, top_p, top_k, min_p, max_tokens, seed, n, stop, stop_token_ids, logprobs, ...).\n"
+               "fields (temperature, top_p, top_k, min_p, max_tokens, seed, n, stop, stop_token_ids, logprobs, ...),\n"
+               "which win over both.\n"
                "Engine options:\n%s",
                engine_flags_help().c_str());
 }
 
-Status sampling_from_flags(const Args& a, SamplingParams* p) {
+// The sampling defaults of every prompt, in rising precedence: kvasir generate's own (greedy, 64
+// tokens), the model's generation_config.json (vLLM's --generation-config auto, as kvasir serve
+// applies it), the flags given. A JSONL line's own fields win over all three.
+Status sampling_from_flags(const Args& a, const GenerationDefaults& model, SamplingParams* p) {
   p->max_tokens = 64;
   p->temperature = 0.0f;
-  KVASIR_ASSIGN_OR_RETURN(int64_t max_tokens, a.get_int("max-tokens", 64));
-  KVASIR_ASSIGN_OR_RETURN(double temperature, a.get_double("temperature", 0.0));
-  KVASIR_ASSIGN_OR_RETURN(double top_p, a.get_double("top-p", 1.0));
-  KVASIR_ASSIGN_OR_RETURN(int64_t top_k, a.get_int("top-k", 0));
-  KVASIR_ASSIGN_OR_RETURN(double min_p, a.get_double("min-p", 0.0));
+  model.apply_to(p);
+  if (model.max_new_tokens) p->max_tokens = *model.max_new_tokens;
+  KVASIR_ASSIGN_OR_RETURN(int64_t max_tokens, a.get_int("max-tokens", p->max_tokens));
+  KVASIR_ASSIGN_OR_RETURN(double temperature, a.get_double("temperature", p->temperature));
+  KVASIR_ASSIGN_OR_RETURN(double top_p, a.get_double("top-p", p->top_p));
+  KVASIR_ASSIGN_OR_RETURN(int64_t top_k, a.get_int("top-k", p->top_k));
+  KVASIR_ASSIGN_OR_RETURN(double min_p, a.get_double("min-p", p->min_p));
   if (max_tokens < 1 || max_tokens > 1 << 24 || top_k < -1 || top_k > 1 << 24) return invalid_argument("--max-tokens/--top-k out of range");
   p->max_tokens = static_cast<int>(max_tokens);
   p->temperature = static_cast<float>(temperature);
@@ -209,8 +219,10 @@ int cmd_generate(int argc, char** argv) {
     std::fprintf(stderr, "kvasir generate: --input needs --output\n");
     return 2;
   }
+  // The flags are checked before the model loads (a typo costs no load); the model's defaults
+  // are only known after.
   SamplingParams sp;
-  Status st = sampling_from_flags(*args, &sp);
+  Status st = sampling_from_flags(*args, GenerationDefaults(), &sp);
   if (!st.ok()) {
     std::fprintf(stderr, "kvasir generate: %s\n", st.message().c_str());
     return 2;
@@ -225,6 +237,8 @@ int cmd_generate(int argc, char** argv) {
     std::fprintf(stderr, "kvasir generate: %s\n", llm.status().message().c_str());
     return 1;
   }
+  st = sampling_from_flags(*args, (*llm)->model().generation_defaults, &sp);
+  KVASIR_CHECK_MSG(st.ok(), "flags that parsed once parse again");
   if (jsonl) return run_jsonl(**llm, *args, sp);
   PromptInput p;
   p.text = args->get("prompt");

@@ -7,7 +7,6 @@
 #include <thread>
 
 #include "setup/loaded_model.h"
-#include "server/sampling_json.h"
 #include "common/log.h"
 #include "common/mapped_file.h"
 #include "engine/engine.h"
@@ -25,37 +24,24 @@ bool is_dir(const std::string& p) {
   return ::stat(p.c_str(), &st) == 0 && S_ISDIR(st.st_mode);
 }
 
-// vLLM's --generation-config: "auto" takes the sampling defaults of the model's
-// generation_config.json (when it has one), "vllm" ignores it, a folder names another file.
-Status apply_generation_config(const std::string& mode, const std::string& model_path, ServingOptions* opts) {
-  std::string dir;
+// vLLM's --generation-config: "auto" takes the model's own sampling defaults (its
+// generation_config.json, read once with the model), "vllm" ignores them, a folder names another
+// generation_config.json.
+Status apply_generation_config(const std::string& mode, const LoadedModel& model, ServingOptions* opts) {
   if (mode == "vllm") return Status();
-  if (mode == "auto") {
-    if (!is_dir(model_path)) return Status();  // GGUF files carry no generation config
-    dir = model_path;
-  } else {
+  GenerationDefaults defaults = model.generation_defaults;
+  std::string path = model.path + "/generation_config.json";
+  if (mode != "auto") {
     if (!is_dir(mode)) return invalid_argument("--generation-config must be auto, vllm or a folder, got '" + mode + "'");
-    dir = mode;
+    path = mode + "/generation_config.json";
+    KVASIR_ASSIGN_OR_RETURN(std::optional<Json> gen, read_generation_config(mode));
+    if (!gen) return not_found(path + " not found");
+    KVASIR_ASSIGN_OR_RETURN(defaults, generation_defaults_from_json(*gen, path));
   }
-  const std::string path = dir + "/generation_config.json";
-  struct stat st {};
-  if (::stat(path.c_str(), &st) != 0) {
-    if (mode != "auto") return not_found(path + " not found");
-    return Status();
-  }
-  KVASIR_ASSIGN_OR_RETURN(std::string text, read_text_file(path, 1u << 20));
-  auto j = parse_json(text);
-  if (!j.ok() || !j->is_object()) return invalid_argument(path + ": not a JSON object");
-  Json picked = Json::object();
-  for (const char* key : {"temperature", "top_p", "top_k", "min_p", "repetition_penalty"}) {
-    if (const Json* v = j->find(key); v && !v->is_null()) picked.set(key, *v);
-  }
-  KVASIR_RETURN_IF_ERROR(apply_sampling_json(picked, &opts->default_params));
-  if (const Json* m = j->find("max_new_tokens"); m && m->is_int() && m->as_int() > 0) {
-    opts->default_max_tokens = static_cast<int>(std::min<int64_t>(m->as_int(), 1 << 30));
-  }
-  if (picked.size() > 0 || opts->default_max_tokens) {
-    KVASIR_LOG_INFO("default sampling parameters from %s: %s", path.c_str(), picked.dump().c_str());
+  defaults.apply_to(&opts->default_params);
+  opts->default_max_tokens = defaults.max_new_tokens;
+  if (!defaults.empty()) {
+    KVASIR_LOG_INFO("default sampling parameters from %s: %s", path.c_str(), defaults.to_json().dump().c_str());
   }
   return Status();
 }
@@ -118,7 +104,7 @@ Status ServingApp::load() {
   so.trust_request_chat_template = cfg_.trust_request_chat_template;
   so.max_num_queued_reqs = cfg_.max_num_queued_reqs;
   so.num_pump_threads = std::clamp(static_cast<int>(std::thread::hardware_concurrency()) / 8, 1, 4);
-  KVASIR_RETURN_IF_ERROR(apply_generation_config(cfg_.generation_config, cfg_.engine.model, &so));
+  KVASIR_RETURN_IF_ERROR(apply_generation_config(cfg_.generation_config, m, &so));
 
   std::optional<ChatTemplate> tmpl;
   std::string tmpl_error;
@@ -153,18 +139,18 @@ void ServingApp::shutdown(double timeout_s, const std::function<bool()>& interru
   if (http_) http_->stop_accepting();
   if (ctx_) {
     ctx_->begin_shutdown();
-    const auto deadline = Clock::now() + std::chrono::duration<double>(std::max(0.0, timeout_s));
-    while (ctx_->num_inflight() > 0 && Clock::now() < deadline && !(interrupted && interrupted())) {
-      std::this_thread::sleep_for(std::chrono::milliseconds(20));
+    const auto deadline = Clock::now() + std::chrono::duration_cast<Clock::duration>(
+                                             std::chrono::duration<double>(std::max(0.0, timeout_s)));
+    // The last job to finish wakes the drain at once; the 20 ms slices only look for a second
+    // Ctrl-C.
+    while (!ctx_->wait_idle_until(std::min(deadline, Clock::now() + std::chrono::milliseconds(20))) &&
+           Clock::now() < deadline && !(interrupted && interrupted())) {
     }
     if (ctx_->num_inflight() > 0) {
       KVASIR_LOG_INFO("aborting %zu in-flight requests", ctx_->num_inflight());
       ctx_->abort_all();
       // The aborts reach every job within an engine step; give them a moment to tell clients.
-      const auto flush_deadline = Clock::now() + std::chrono::seconds(5);
-      while (ctx_->num_inflight() > 0 && Clock::now() < flush_deadline) {
-        std::this_thread::sleep_for(std::chrono::milliseconds(10));
-      }
+      ctx_->wait_idle_until(Clock::now() + std::chrono::seconds(5));
     }
   }
   if (http_) http_->stop();
