@@ -1,14 +1,18 @@
 // RequestStream: the per-request channel from the output processor to one client (an HTTP
 // handler or the offline API). Deltas queue up in order; the last one has finished = true.
-// Thread-safe; the consumer may block, poll, or wait with a time-out.
+// Thread-safe; the consumer may block, wait with a time-out, or take without waiting and ask
+// to be told (a token pushed onto its queue) when the next delta is there.
 #pragma once
 
 #include <chrono>
 #include <condition_variable>
+#include <cstdint>
 #include <deque>
+#include <memory>
 #include <mutex>
 #include <string>
 
+#include "common/blocking_queue.h"
 #include "engine/request_output.h"
 
 namespace kvasir {
@@ -30,6 +34,28 @@ class RequestStream {
     items_.pop_front();
     return true;
   }
+  // Takes the next delta if there is one; never waits (no futex call, no timer).
+  bool try_next(RequestOutput* out) {
+    std::lock_guard<std::mutex> lock(mu_);
+    if (items_.empty()) return false;
+    *out = std::move(items_.front());
+    items_.pop_front();
+    return true;
+  }
+  // Pushes `token` onto `ready` whenever the stream goes from nothing to take to something (at
+  // once if it already has something), so one thread can wait on many streams without polling.
+  // Coalesced: a consumer that takes everything per wake-up gets one token per batch of deltas.
+  // One watcher; a later call replaces it.
+  void notify_on_ready(std::shared_ptr<BlockingQueue<uint64_t>> ready, uint64_t token) {
+    bool now = false;
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      ready_ = ready;
+      ready_token_ = token;
+      now = !items_.empty();
+    }
+    if (now) ready->push(token);
+  }
   // Every child sent its last delta (the consumer may not have taken them yet).
   bool all_finished() const {
     std::lock_guard<std::mutex> lock(mu_);
@@ -42,12 +68,19 @@ class RequestStream {
 
   // Producer side (output processor).
   void push(RequestOutput out) {
+    std::shared_ptr<BlockingQueue<uint64_t>> ring;
+    uint64_t token = 0;
     {
       std::lock_guard<std::mutex> lock(mu_);
       if (out.finished) --num_open_;
+      if (items_.empty() && ready_) {
+        ring = ready_;
+        token = ready_token_;
+      }
       items_.push_back(std::move(out));
     }
     cv_.notify_all();
+    if (ring) ring->push(token);
   }
 
  private:
@@ -56,6 +89,8 @@ class RequestStream {
   std::condition_variable cv_;
   std::deque<RequestOutput> items_;
   int num_open_;
+  std::shared_ptr<BlockingQueue<uint64_t>> ready_;  // notify_on_ready's watcher
+  uint64_t ready_token_ = 0;
 };
 
 }  // namespace kvasir

@@ -39,6 +39,13 @@ class Exchange final : public Reply, public Stream, public std::enable_shared_fr
     return shared_from_this();
   }
   bool client_gone() const override { return conn_->closed.load(); }
+  void notify_when_gone(std::shared_ptr<BlockingQueue<uint64_t>> queue, uint64_t token) override {
+    std::lock_guard<std::mutex> lock(mu_);
+    if (phase_ == Phase::kDone) return;  // answered: the connection is the next request's
+    watch_token_ = token;
+    watching_ = true;
+    conn_->watch(std::move(queue), token);
+  }
 
   bool start(int status, const Headers& headers) override {
     std::lock_guard<std::mutex> lock(mu_);
@@ -74,6 +81,7 @@ class Exchange final : public Reply, public Stream, public std::enable_shared_fr
 
   void respond_locked(const Response& r) {
     phase_ = Phase::kDone;
+    unwatch_locked();
     const bool no_body = (r.status >= 100 && r.status < 200) || r.status == 204 || r.status == 304;
     const std::string framing = no_body ? "" : "Content-Length: " + std::to_string(r.body.size());
     std::string bytes = format_response_head(r.status, r.headers, framing, keep_alive_);
@@ -82,12 +90,20 @@ class Exchange final : public Reply, public Stream, public std::enable_shared_fr
   }
   void finish_locked() {
     phase_ = Phase::kDone;
+    unwatch_locked();
     conn_->push(chunked_ && !head_ ? "0\r\n\r\n" : "", true, !keep_alive_);
+  }
+
+  void unwatch_locked() {
+    if (watching_) conn_->unwatch(watch_token_);
+    watching_ = false;
   }
 
   std::mutex mu_;
   const std::shared_ptr<Outbox> conn_;
   Phase phase_ = Phase::kNew;
+  bool watching_ = false;
+  uint64_t watch_token_ = 0;
   bool keep_alive_;
   const bool head_;
   const bool chunked_;
@@ -119,6 +135,36 @@ bool Outbox::push(std::string_view bytes, bool done, bool close_conn) {
   }
   mailbox->post([this](Mailbox& m) { m.ready.push_back(conn_id); });
   return true;
+}
+
+void Outbox::close() {
+  std::shared_ptr<BlockingQueue<uint64_t>> queue;
+  {
+    std::lock_guard<std::mutex> lock(mu);
+    closed.store(true);
+    out.clear();
+    queue = std::move(gone_queue);
+    gone_queue.reset();
+  }
+  // After `closed` is set: whoever wakes on the token sees client_gone().
+  if (queue) queue->push(gone_token);
+}
+
+void Outbox::watch(std::shared_ptr<BlockingQueue<uint64_t>> queue, uint64_t token) {
+  {
+    std::lock_guard<std::mutex> lock(mu);
+    if (!closed.load()) {
+      gone_queue = std::move(queue);
+      gone_token = token;
+      return;
+    }
+  }
+  queue->push(token);
+}
+
+void Outbox::unwatch(uint64_t token) {
+  std::lock_guard<std::mutex> lock(mu);
+  if (gone_queue && gone_token == token) gone_queue.reset();
 }
 
 std::shared_ptr<Reply> make_reply(std::shared_ptr<Outbox> outbox, bool keep_alive, bool head,

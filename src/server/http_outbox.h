@@ -1,7 +1,9 @@
 // Outbox: the one path by which response bytes travel from any thread to the I/O thread that
-// owns a connection. The handler's Reply/Stream append to the connection's Outbox under its
-// lock and wake the owner through its Mailbox (an eventfd); only that I/O thread touches the
-// socket. Must not do socket I/O or know about epoll.
+// owns a connection, and by which news of a hang-up travels back. The handler's Reply/Stream
+// append to the connection's Outbox under its lock and wake the owner through its Mailbox (an
+// eventfd, one write per batch); only that I/O thread touches the socket. When it closes the
+// connection it rings the queue a request's watcher named. Must not do socket I/O or know
+// about epoll.
 #pragma once
 
 #include <atomic>
@@ -48,6 +50,12 @@ struct Outbox {
   // Queues bytes of the current response (`done`: they end it; `close_conn`: close after it)
   // and wakes the I/O thread; false, dropping them, once the connection is closed.
   bool push(std::string_view bytes, bool done, bool close_conn);
+  // I/O thread: the connection is gone. Drops unsent bytes and rings the watcher, if any.
+  void close();
+  // Rings `queue` with `token` on close (at once when already closed); unwatch(token) forgets
+  // it (only if it is still this token's, so a newer request's watcher stays).
+  void watch(std::shared_ptr<BlockingQueue<uint64_t>> queue, uint64_t token);
+  void unwatch(uint64_t token);
 
   uint64_t conn_id = 0;
   std::shared_ptr<Mailbox> mailbox;
@@ -57,6 +65,8 @@ struct Outbox {
   bool response_done = false;  // the last byte of the current response is in `out`
   bool close_after = false;    // close once the current response is sent
   bool wake_queued = false;    // conn_id already posted to the mailbox
+  std::shared_ptr<BlockingQueue<uint64_t>> gone_queue;  // rung by close(), see watch()
+  uint64_t gone_token = 0;
 };
 
 // The Reply (which hands out itself as the Stream) of one request. `keep_alive` decides the

@@ -235,11 +235,7 @@ class IoLoop {
   void close_conn(Conn& c) {
     if (c.dead) return;
     c.dead = true;
-    {
-      std::lock_guard<std::mutex> lock(c.outbox->mu);
-      c.outbox->closed.store(true);
-      c.outbox->out.clear();
-    }
+    c.outbox->close();  // rings a job waiting to hear of the hang-up
     epoll_ctl(epoll_fd_, EPOLL_CTL_DEL, c.fd, nullptr);
     close(c.fd);
     num_connections_.fetch_sub(1);

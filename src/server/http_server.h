@@ -7,10 +7,12 @@
 #pragma once
 
 #include <chrono>
+#include <cstdint>
 #include <functional>
 #include <memory>
 #include <string>
 
+#include "common/blocking_queue.h"
 #include "common/status.h"
 #include "server/http_types.h"
 
@@ -57,6 +59,10 @@ class Reply {
   virtual std::shared_ptr<Stream> stream() = 0;
   // True once the client disconnected (while the request was queued or being processed).
   virtual bool client_gone() const = 0;
+  // Pushes `token` onto `queue` when the client disconnects (at once if it already has), from
+  // the I/O thread that notices, so whoever waits on the queue learns of it without polling.
+  // One watcher per request (a later call replaces it); it lapses once the answer is complete.
+  virtual void notify_when_gone(std::shared_ptr<BlockingQueue<uint64_t>> queue, uint64_t token) = 0;
 };
 
 using Handler = std::function<void(Request request, std::shared_ptr<Reply> reply)>;

@@ -10,6 +10,7 @@
 #include <atomic>
 #include <map>
 #include <mutex>
+#include <optional>
 #include <thread>
 #include <vector>
 
@@ -336,6 +337,46 @@ TEST_F(ServerTest, QueuedRequestSeesClientGone) {
   EXPECT_TRUE(wait_for([&] { return held->client_gone(); }, 100ms));
   held->respond(Response{200, {}, "too late"});  // dropped, not a crash
   EXPECT_TRUE(wait_for([&] { return server_->num_connections() == 0; }, 1000ms));
+}
+
+// The hang-up is pushed to the watcher's queue (no one polls client_gone()); a watcher that
+// arrives after the hang-up is rung at once; an answered request's watcher lapses.
+TEST_F(ServerTest, HangUpRingsTheWatcherQueue) {
+  auto queue = std::make_shared<BlockingQueue<uint64_t>>();
+  std::mutex mu;
+  std::vector<std::shared_ptr<Reply>> held;
+  start([&](Request req, std::shared_ptr<Reply> reply) {
+    if (req.path == "/answered") {
+      reply->notify_when_gone(queue, 9);
+      return reply->respond(Response{200, {}, "ok"});
+    }
+    reply->notify_when_gone(queue, 7);
+    std::lock_guard<std::mutex> lock(mu);
+    held.push_back(std::move(reply));
+  });
+  auto c = std::make_unique<Client>(port_);
+  c->send_all(post("/v1/completions", "{}"));
+  ASSERT_TRUE(wait_for(
+      [&] {
+        std::lock_guard<std::mutex> l(mu);
+        return !held.empty();
+      },
+      1000ms));
+  EXPECT_FALSE(queue->try_pop().has_value());
+  c.reset();
+  const std::optional<uint64_t> token = queue->pop_for(5s);
+  ASSERT_TRUE(token.has_value());
+  EXPECT_EQ(*token, 7u);
+  EXPECT_TRUE(held[0]->client_gone());  // set before the ring
+  held[0]->notify_when_gone(queue, 8);  // too late: rung at once
+  EXPECT_EQ(queue->pop_for(1s).value_or(0), 8u);
+
+  auto c2 = std::make_unique<Client>(port_);
+  c2->send_all(get("/answered"));
+  EXPECT_EQ(c2->read_line(), "HTTP/1.1 200 OK");
+  c2.reset();
+  ASSERT_TRUE(wait_for([&] { return server_->num_connections() == 0; }, 1000ms));
+  EXPECT_FALSE(queue->try_pop().has_value());  // the answered request's watcher lapsed
 }
 
 TEST_F(ServerTest, DroppedReplyAndThrowingHandlerGive500) {

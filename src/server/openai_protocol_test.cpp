@@ -150,6 +150,7 @@ class FakeReply : public http::Reply {
   void respond(http::Response r) override { response = std::move(r); }
   std::shared_ptr<http::Stream> stream() override { return nullptr; }
   bool client_gone() const override { return false; }
+  void notify_when_gone(std::shared_ptr<BlockingQueue<uint64_t>>, uint64_t) override {}
   http::Response response{0, {}, ""};
 };
 

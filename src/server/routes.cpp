@@ -46,6 +46,9 @@ class CountingReply final : public http::Reply {
     return inner_->stream();
   }
   bool client_gone() const override { return inner_->client_gone(); }
+  void notify_when_gone(std::shared_ptr<BlockingQueue<uint64_t>> queue, uint64_t token) override {
+    inner_->notify_when_gone(std::move(queue), token);
+  }
   bool answered() const { return answered_; }
 
  private:

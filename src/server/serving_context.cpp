@@ -55,8 +55,18 @@ void ServingContext::start_job(std::shared_ptr<GenerationJob> job) {
 }
 
 void ServingContext::finish_job(GenerationJob* job) {
-  std::lock_guard<std::mutex> lock(jobs_mu_);
-  jobs_.erase(job);
+  bool idle = false;
+  {
+    std::lock_guard<std::mutex> lock(jobs_mu_);
+    jobs_.erase(job);
+    idle = jobs_.empty();
+  }
+  if (idle) idle_cv_.notify_all();
+}
+
+bool ServingContext::wait_idle_until(std::chrono::steady_clock::time_point until) const {
+  std::unique_lock<std::mutex> lock(jobs_mu_);
+  return idle_cv_.wait_until(lock, until, [&] { return jobs_.empty(); });
 }
 
 size_t ServingContext::num_inflight() const {

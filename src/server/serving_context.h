@@ -5,6 +5,8 @@
 #pragma once
 
 #include <atomic>
+#include <chrono>
+#include <condition_variable>
 #include <memory>
 #include <mutex>
 #include <optional>
@@ -63,6 +65,9 @@ class ServingContext {
   void start_job(std::shared_ptr<GenerationJob> job);
   void finish_job(GenerationJob* job);
   size_t num_inflight() const;
+  // Waits (woken by finish_job, no polling) until no job is in flight or `until` passes; true
+  // when none is.
+  bool wait_idle_until(std::chrono::steady_clock::time_point until) const;
   // Shutdown: jobs still running end with an error event / 503 instead of their result.
   void begin_shutdown() { shutting_down_ = true; }
   bool shutting_down() const { return shutting_down_.load(); }
@@ -84,6 +89,7 @@ class ServingContext {
   std::atomic<int64_t> waiting_{0};
   std::atomic<bool> shutting_down_{false};
   mutable std::mutex jobs_mu_;
+  mutable std::condition_variable idle_cv_;  // jobs_ became empty
   std::unordered_map<GenerationJob*, std::shared_ptr<GenerationJob>> jobs_;
   ServingPump pump_;  // last: its threads stop before the rest goes away
 };

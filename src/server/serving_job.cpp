@@ -5,18 +5,6 @@
 
 namespace kvasir::server {
 
-namespace {
-
-// Takes the next delta without waiting. A deadline far in the past (not a zero timeout) lets the
-// condition-variable wait give up before any futex call: a zero timeout costs a syscall that
-// the kernel's timer slack stretches to ~70 us, which over 1,000 idle streams turns one pump
-// sweep into 70 ms. (A RequestStream::try_next() in engine/ would say this directly.)
-bool try_next(RequestStream& stream, RequestOutput* out) {
-  return stream.next_for(out, std::chrono::hours(-24 * 365 * 100));
-}
-
-}  // namespace
-
 GenerationJob::GenerationJob(ServingContext& ctx, std::shared_ptr<http::Reply> reply, std::string id,
                              const GenerationRequestBase& req)
     : ctx_(ctx),
@@ -67,6 +55,11 @@ void GenerationJob::abort_engine_requests() {
   for (const Sub& s : subs_) ctx_.engine().abort(s.engine_id);
 }
 
+void GenerationJob::attach(const PumpBell& bell) {
+  for (const Sub& s : subs_) s.stream->notify_on_ready(bell.queue, bell.token);
+  reply_->notify_when_gone(bell.queue, bell.token);
+}
+
 bool GenerationJob::client_gone() const { return (stream_ && stream_->closed()) || reply_->client_gone(); }
 
 PumpTask::Progress GenerationJob::poll() {
@@ -83,13 +76,9 @@ PumpTask::Progress GenerationJob::poll() {
     end();
     return Progress::kDone;
   }
-  bool busy = false;
   for (size_t s = 0; s < subs_.size() && !failed_; ++s) {
     RequestOutput d;
-    while (!failed_ && try_next(*subs_[s].stream, &d)) {
-      busy = true;
-      handle_delta(s, d);
-    }
+    while (!failed_ && subs_[s].stream->try_next(&d)) handle_delta(s, d);
   }
   if (failed_) {
     fail(failure_);
@@ -100,7 +89,7 @@ PumpTask::Progress GenerationJob::poll() {
     complete();
     return Progress::kDone;
   }
-  return busy ? Progress::kBusy : Progress::kIdle;
+  return Progress::kWaiting;  // the next delta or a hang-up rings the pump
 }
 
 void GenerationJob::handle_delta(size_t sub, RequestOutput& d) {

@@ -1,8 +1,9 @@
 // GenerationJob: one /v1/completions or /v1/chat/completions request in flight. Holds the engine
 // requests of its prompts (n choices each), drains their RequestStreams without blocking when the
-// pump polls it, and either streams SSE chunks as deltas arrive or answers once with the whole
-// result. A vanished client aborts the engine requests so their KV blocks free within a step.
-// Subclasses only shape the JSON of a choice; they must not block or touch the pump.
+// pump polls it (each stream and the client's hang-up ring the pump), and either streams SSE
+// chunks as deltas arrive or answers once with the whole result. A vanished client aborts the
+// engine requests so their KV blocks free within a step. Subclasses only shape the JSON of a
+// choice; they must not block or touch the pump.
 #pragma once
 
 #include <memory>
@@ -34,6 +35,7 @@ class GenerationJob : public PumpTask {
   // Ends every engine request of this job (client gone, shutdown, a failed sibling). Any thread.
   void abort_engine_requests();
 
+  void attach(const PumpBell& bell) override;
   Progress poll() override;
 
  protected:

@@ -1,9 +1,17 @@
 #include "server/serving_pump.h"
 
 #include <algorithm>
-#include <chrono>
+#include <optional>
+#include <unordered_map>
 
 namespace kvasir::server {
+namespace {
+
+// Tokens taken per sweep at most, so a flood of rings cannot keep one sweep going forever; the
+// rest wait in the queue for the next sweep (no ring is dropped).
+constexpr size_t kMaxTokensPerSweep = 4096;
+
+}  // namespace
 
 ServingPump::ServingPump(int num_threads) {
   const int n = std::max(1, num_threads);
@@ -17,52 +25,53 @@ ServingPump::ServingPump(int num_threads) {
 ServingPump::~ServingPump() { stop(); }
 
 void ServingPump::add(std::shared_ptr<PumpTask> task) {
-  Worker& w = *workers_[next_.fetch_add(1) % workers_.size()];
+  const uint64_t token = next_token_.fetch_add(1);
+  Worker& w = *workers_[token % workers_.size()];
+  const PumpBell bell{w.ready, token};
+  task->attach(bell);
   {
     std::lock_guard<std::mutex> lock(w.mu);
-    w.inbox.push_back(std::move(task));
+    w.inbox.emplace_back(token, std::move(task));
   }
-  w.cv.notify_one();
+  // The first poll. The thread takes its inbox after draining the queue, so this ring (or one
+  // from attach) finds the task there, whichever sweep it lands in.
+  bell.ring();
 }
 
 void ServingPump::stop() {
   if (stop_.exchange(true)) return;
-  for (auto& w : workers_) {
-    { std::lock_guard<std::mutex> lock(w->mu); }
-    w->cv.notify_all();
-  }
+  for (auto& w : workers_) w->ready->close();
   for (auto& w : workers_) {
     if (w->thread.joinable()) w->thread.join();
   }
 }
 
 void ServingPump::run(Worker& w) {
-  std::vector<std::shared_ptr<PumpTask>> active;
-  while (!stop_.load()) {
+  std::unordered_map<uint64_t, std::shared_ptr<PumpTask>> active;
+  std::vector<uint64_t> due;
+  while (true) {
+    // Untimed: only a ring or stop() ends the wait. The queue's own lock orders every push
+    // against this check, so a ring between a sweep and the wait is still in the queue.
+    std::optional<uint64_t> first = w.ready->pop();
+    if (!first || stop_.load()) return;
+    num_wakeups_.fetch_add(1, std::memory_order_relaxed);
+    due.assign(1, *first);
+    while (due.size() < kMaxTokensPerSweep) {
+      std::optional<uint64_t> t = w.ready->try_pop();
+      if (!t) break;
+      due.push_back(*t);
+    }
     {
-      std::unique_lock<std::mutex> lock(w.mu);
-      if (active.empty()) w.cv.wait(lock, [&] { return stop_.load() || !w.inbox.empty(); });
-      for (auto& t : w.inbox) active.push_back(std::move(t));
+      std::lock_guard<std::mutex> lock(w.mu);
+      for (auto& [token, task] : w.inbox) active.emplace(token, std::move(task));
       w.inbox.clear();
     }
-    bool busy = false;
-    for (size_t i = 0; i < active.size();) {
-      PumpTask::Progress p = active[i]->poll();
-      if (p == PumpTask::Progress::kDone) {
-        active[i] = std::move(active.back());
-        active.pop_back();
-        busy = true;  // a finished task may have freed room others wait for
-        continue;
-      }
-      if (p == PumpTask::Progress::kBusy) busy = true;
-      ++i;
-    }
-    if (!active.empty()) {
-      // Deltas arrive once per engine step, so sweeping back to back only burns CPU: nap a
-      // little after a sweep that moved something, longer after an idle one (new tasks wake us).
-      const auto nap = busy ? std::chrono::microseconds(200) : std::chrono::microseconds(1000);
-      std::unique_lock<std::mutex> lock(w.mu);
-      w.cv.wait_for(lock, nap, [&] { return stop_.load() || !w.inbox.empty(); });
+    std::sort(due.begin(), due.end());
+    due.erase(std::unique(due.begin(), due.end()), due.end());
+    for (uint64_t token : due) {
+      auto it = active.find(token);
+      if (it == active.end()) continue;  // finished already; a late ring is harmless
+      if (it->second->poll() == PumpTask::Progress::kDone) active.erase(it);
     }
   }
 }

@@ -1,24 +1,41 @@
 // ServingPump: a few threads that move engine output to HTTP clients for every request in
-// flight. Each thread sweeps its tasks with non-blocking polls (drain the RequestStream, write
-// SSE chunks, notice a vanished client) and naps between sweeps (0.2 ms after a busy one, 1 ms
-// after an idle one), so thousands of open streams cost a handful of threads, not one each.
-// Must not block inside a poll.
+// flight. A thread sleeps, untimed, on its ready queue and polls only the tasks whose token was
+// pushed there: by the output processor when a RequestStream gets its next delta, by an I/O
+// thread when a client hangs up, by ServingPump::add for a task's first poll. No task waits on a
+// timer, and thousands of idle streams cost nothing between their deltas. Must not block
+// inside a poll, and must not touch a task from any thread but its pump thread.
 #pragma once
 
 #include <atomic>
-#include <condition_variable>
+#include <cstdint>
 #include <memory>
 #include <mutex>
 #include <thread>
+#include <utility>
 #include <vector>
+
+#include "common/blocking_queue.h"
 
 namespace kvasir::server {
 
+// What a producer pushes to get a task polled: the task's token onto its pump thread's queue.
+// Rings coalesce: tokens that pile up while the thread works buy one poll each sweep.
+struct PumpBell {
+  std::shared_ptr<BlockingQueue<uint64_t>> queue;
+  uint64_t token = 0;
+  void ring() const { queue->push(token); }
+};
+
 class PumpTask {
  public:
-  enum class Progress { kIdle, kBusy, kDone };
+  enum class Progress { kWaiting, kDone };
   virtual ~PumpTask() = default;
-  // Makes what progress it can without blocking. kDone: the task is finished and dropped.
+  // Called once by ServingPump::add (on the adding thread), before the first poll: the task
+  // arranges for `bell` to ring whenever it may progress (a delta, a hang-up). A ring that
+  // comes before the task reaches its thread is not lost: add() rings once more after.
+  virtual void attach(const PumpBell& bell) = 0;
+  // Makes what progress it can without blocking, taking everything that is ready (the next
+  // poll comes only with the next ring). kDone: the task is finished and dropped.
   virtual Progress poll() = 0;
 };
 
@@ -32,18 +49,21 @@ class ServingPump {
   void add(std::shared_ptr<PumpTask> task);
   // Joins the threads; tasks still active are dropped unpolled.
   void stop();
+  // Times a pump thread came out of its wait (every one answers at least one ring).
+  uint64_t num_wakeups() const { return num_wakeups_.load(std::memory_order_relaxed); }
 
  private:
   struct Worker {
-    std::mutex mu;
-    std::condition_variable cv;
-    std::vector<std::shared_ptr<PumpTask>> inbox;
+    std::shared_ptr<BlockingQueue<uint64_t>> ready = std::make_shared<BlockingQueue<uint64_t>>();
+    std::mutex mu;  // guards inbox
+    std::vector<std::pair<uint64_t, std::shared_ptr<PumpTask>>> inbox;
     std::thread thread;
   };
   void run(Worker& w);
 
   std::vector<std::unique_ptr<Worker>> workers_;
-  std::atomic<size_t> next_{0};
+  std::atomic<uint64_t> next_token_{1};
+  std::atomic<uint64_t> num_wakeups_{0};
   std::atomic<bool> stop_{false};
 };
 
