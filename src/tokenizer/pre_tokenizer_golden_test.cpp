@@ -5,6 +5,7 @@
 // vocabularies in ../shared/testdata/tokenizer. A regex that does not compile fails here.
 #include <gtest/gtest.h>
 
+#include <cstdlib>
 #include <filesystem>
 #include <set>
 
@@ -22,9 +23,15 @@ namespace {
 
 const std::string kRoot = std::string(KVASIR_SOURCE_DIR) + "/";
 
-// shared/ sits beside the checkout (CI) or inside it.
+// shared/ sits beside the checkout (or where $KVASIR_SHARED_TESTDATA says).
 std::string find_testdata_dir() {
-  for (const std::string& d : {kRoot + "../shared/testdata/tokenizer/", kRoot + "shared/testdata/tokenizer/"}) {
+  std::vector<std::string> dirs;
+  if (const char* env = std::getenv("KVASIR_SHARED_TESTDATA"); env != nullptr && *env) {
+    dirs.push_back(std::string(env) + "/tokenizer/");
+  }
+  dirs.push_back(kRoot + "../shared/testdata/tokenizer/");
+  dirs.push_back(kRoot + "shared/testdata/tokenizer/");
+  for (const std::string& d : dirs) {
     if (std::filesystem::exists(d + "MANIFEST.md")) return d;
   }
   return "";

@@ -39,8 +39,10 @@ def run(binary, *args):
 
 
 def testdata_dir():
-    for d in (os.path.join(ROOT, "..", "shared", "testdata", "tokenizer"),
-              os.path.join(ROOT, "shared", "testdata", "tokenizer")):
+    env = os.environ.get("KVASIR_SHARED_TESTDATA")
+    for d in ([os.path.join(env, "tokenizer")] if env else []) + [
+              os.path.join(ROOT, "..", "shared", "testdata", "tokenizer"),
+              os.path.join(ROOT, "shared", "testdata", "tokenizer")]:
         if os.path.exists(os.path.join(d, "MANIFEST.md")):
             return d
     return None

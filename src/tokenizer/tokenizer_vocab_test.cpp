@@ -1,9 +1,10 @@
-// llama.cpp's tokenizer test vectors (/work/shared/testdata/tokenizer, see its MANIFEST.md): each
+// llama.cpp's tokenizer test vectors (shared/testdata/tokenizer, see its MANIFEST.md): each
 // vocab-only GGUF must encode every .inp string to the ids in .out (HF's encode with
 // add_special_tokens=False) and, except BERT's lowercasing WordPiece, decode them back. llama-bpe and qwen2 come without a GGUF: their
 // .out ids are checked against the real vocabularies when a tokenizer.json for them is present.
 #include <gtest/gtest.h>
 
+#include <cstdlib>
 #include <filesystem>
 #include <fstream>
 #include <sstream>
@@ -19,14 +20,19 @@
 namespace kvasir {
 namespace {
 
-// shared/ sits beside the checkout (CI) or at /work/shared (development machines).
+// shared/ sits beside the checkout (or where $KVASIR_SHARED_TESTDATA says); a missing directory
+// skips the GGUF cases.
 std::string find_test_dir() {
-  for (std::string d : {std::string(KVASIR_SOURCE_DIR) + "/../shared/testdata/tokenizer/",
-                        std::string(KVASIR_SOURCE_DIR) + "/shared/testdata/tokenizer/",
-                        std::string("/work/shared/testdata/tokenizer/")}) {
+  std::vector<std::string> dirs;
+  if (const char* env = std::getenv("KVASIR_SHARED_TESTDATA"); env != nullptr && *env) {
+    dirs.push_back(std::string(env) + "/tokenizer/");
+  }
+  dirs.push_back(std::string(KVASIR_SOURCE_DIR) + "/../shared/testdata/tokenizer/");
+  dirs.push_back(std::string(KVASIR_SOURCE_DIR) + "/shared/testdata/tokenizer/");
+  for (const std::string& d : dirs) {
     if (std::filesystem::exists(d + "MANIFEST.md")) return d;
   }
-  return "/work/shared/testdata/tokenizer/";
+  return dirs.back();
 }
 const std::string kDir = find_test_dir();
 
