@@ -7,46 +7,9 @@
 namespace kvasir {
 
 ModelRunner::ModelRunner(DecoderModel& model, KvCache& cache, const RunnerConfig& config)
-    : model_(model), cache_(cache), config_(config), sampler_(model.config().vocab_size, 1) {}
+    : model_(model), cache_(cache), config_(config), sampler_(model.config().vocab_size, 1), input_batch_(config.block_size) {}
 
 ModelRunner::~ModelRunner() = default;
-
-Status ModelRunner::apply(const SchedulerOutput& so) {
-  for (const auto& id : so.finished_req_ids) requests_.erase(id);
-  for (const auto& id : so.preempted_req_ids) {
-    // Keep tokens and params: a resumed request recomputes from them into new blocks.
-    if (auto it = requests_.find(id); it != requests_.end()) {
-      it->second.block_ids.clear();
-      it->second.num_computed_tokens = 0;
-    }
-  }
-  for (const auto& nr : so.scheduled_new_reqs) {
-    CachedRequest r;
-    r.tokens.assign(nr.prompt_token_ids.begin(), nr.prompt_token_ids.end());
-    r.num_prompt_tokens = static_cast<int32_t>(nr.prompt_token_ids.size());
-    r.params = nr.sampling_params;
-    r.block_ids.assign(nr.block_ids.begin(), nr.block_ids.end());
-    r.num_computed_tokens = nr.num_computed_tokens;
-    r.rng_key = rng_key_for_request(r.params.seed, config_.seed, next_request_index_++);
-    requests_[nr.req_id] = std::move(r);
-  }
-  for (const auto& cr : so.scheduled_cached_reqs) {
-    auto it = requests_.find(cr.req_id);
-    if (it == requests_.end()) return internal_error("runner has no state for request " + cr.req_id);
-    CachedRequest& r = it->second;
-    if (cr.resumed_from_preemption) {
-      r.block_ids.assign(cr.new_block_ids.begin(), cr.new_block_ids.end());
-      if (!cr.resumed_token_ids.empty()) {
-        if (cr.resumed_token_ids.size() < r.tokens.size()) return internal_error("resumed request lost tokens");
-        r.tokens.assign(cr.resumed_token_ids.begin(), cr.resumed_token_ids.end());
-      }
-    } else {
-      r.block_ids.insert(r.block_ids.end(), cr.new_block_ids.begin(), cr.new_block_ids.end());
-    }
-    r.num_computed_tokens = cr.num_computed_tokens;
-  }
-  return Status();
-}
 
 namespace {
 
@@ -70,30 +33,23 @@ bool needs_host_sampler(const SamplingParams& p, int num_generated) {
 
 }  // namespace
 
-bool ModelRunner::can_sample_on_device(const SchedulerOutput& so) const {
+bool ModelRunner::can_sample_on_device() const {
   if (!config_.device_sampling || !model_.backend().supports_device_sampling()) return false;
-  for (const auto& [id, n] : so.num_scheduled_tokens) {
-    auto it = requests_.find(id);
-    if (it == requests_.end()) continue;
-    const CachedRequest& r = it->second;
-    if (needs_host_sampler(r.params, static_cast<int>(r.tokens.size()) - r.num_prompt_tokens)) return false;
+  for (const ScheduledRequest& s : scheduled_) {
+    if (needs_host_sampler(s.state->params, s.state->num_output_tokens())) return false;
   }
   return true;
 }
 
-Status ModelRunner::build_batch(const SchedulerOutput& so, bool pad_for_device) {
+Status ModelRunner::build_batch(bool pad_for_device) {
   rows_.clear();
   input_ids_.clear(), positions_.clear(), slot_mapping_.clear(), query_start_loc_.assign(1, 0);
   seq_lens_.clear(), sample_rows_.clear(), prompt_rows_.clear(), prompt_targets_.clear();
-  auto schedule = [&](const std::string& id) -> Status {
-    auto n_it = so.num_scheduled_tokens.find(id);
-    if (n_it == so.num_scheduled_tokens.end() || n_it->second <= 0) return Status();
-    CachedRequest& r = requests_.at(id);
-    const int32_t n = n_it->second, start = r.num_computed_tokens;
-    if (start + n > static_cast<int32_t>(r.tokens.size())) return internal_error("scheduled past the known tokens of " + id);
-    const int bs = config_.block_size;
-    if ((start + n + bs - 1) / bs > static_cast<int32_t>(r.block_ids.size())) return internal_error("block table too short for " + id);
-    ScheduledRow row{&id, &r, n, static_cast<int32_t>(input_ids_.size())};
+  const int bs = config_.block_size;
+  for (const ScheduledRequest& s : scheduled_) {
+    CachedRequestState& r = *s.state;
+    const int32_t n = s.num_tokens, start = s.start;
+    ScheduledRow row{s.req_id, &r, n, static_cast<int32_t>(input_ids_.size())};
     for (int32_t p = start; p < start + n; ++p) {
       input_ids_.push_back(r.tokens[static_cast<size_t>(p)]);
       positions_.push_back(p);
@@ -109,17 +65,15 @@ Status ModelRunner::build_batch(const SchedulerOutput& so, bool pad_for_device) 
       }
       row.num_prompt_rows = end - start;
     }
-    if (start + n == static_cast<int32_t>(r.tokens.size())) {
+    if (s.samples) {
       row.logits_row = static_cast<int>(sample_rows_.size());
+      row.rng_key = rng_key_for_request(r.params.seed, config_.seed, r.arrival_index);
       sample_rows_.push_back(row.first_token_row + n - 1);
     }
     query_start_loc_.push_back(static_cast<int32_t>(input_ids_.size()));
     seq_lens_.push_back(start + n);
     rows_.push_back(row);
-    return Status();
-  };
-  for (const auto& nr : so.scheduled_new_reqs) KVASIR_RETURN_IF_ERROR(schedule(nr.req_id));
-  for (const auto& cr : so.scheduled_cached_reqs) KVASIR_RETURN_IF_ERROR(schedule(cr.req_id));
+  }
 
   size_t num_seqs = rows_.size();
   size_t max_blocks = 1;
@@ -189,13 +143,13 @@ Status ModelRunner::sample_on_device() {
   device_rows_.assign(static_cast<size_t>(n), DeviceSamplingRow{});  // padding rows: greedy
   for (const auto& row : rows_) {
     if (row.logits_row < 0) continue;
-    const CachedRequest& r = *row.req;
+    const CachedRequestState& r = *row.req;
     DeviceSamplingRow& d = device_rows_[static_cast<size_t>(row.logits_row)];
     d.temperature = r.params.temperature;
     d.top_p = r.params.top_p;
     d.min_p = r.params.min_p;
     d.top_k = r.params.top_k;
-    d.rng_key = r.rng_key;
+    d.rng_key = row.rng_key;
     d.position = r.tokens.size() - static_cast<size_t>(r.num_prompt_tokens);
   }
   KVASIR_ASSIGN_OR_RETURN(Tensor logits, model_.compute_logits_on_device(sample_rows_.data(), n));
@@ -204,11 +158,11 @@ Status ModelRunner::sample_on_device() {
 }
 
 StatusOr<ModelRunnerOutput> ModelRunner::execute(const SchedulerOutput& so) {
-  KVASIR_RETURN_IF_ERROR(apply(so));
+  KVASIR_RETURN_IF_ERROR(input_batch_.apply(so, &scheduled_));
   ModelRunnerOutput result;
-  if (so.total_num_scheduled_tokens == 0) return result;
-  const bool on_device = can_sample_on_device(so);
-  KVASIR_RETURN_IF_ERROR(build_batch(so, on_device));
+  if (scheduled_.empty()) return result;
+  const bool on_device = can_sample_on_device();
+  KVASIR_RETURN_IF_ERROR(build_batch(on_device));
   if (batch_.num_tokens == 0) return result;
   KVASIR_RETURN_IF_ERROR(model_.run_layers(batch_, cache_));
   if (on_device) {
@@ -223,7 +177,7 @@ StatusOr<ModelRunnerOutput> ModelRunner::execute(const SchedulerOutput& so) {
       if (row.logits_row >= 0) {
         const int32_t tok = sampler_out_.sampled_token_ids[static_cast<size_t>(row.logits_row)];
         out.sampled_token_ids.push_back(tok);
-        row.req->tokens.push_back(tok);
+        InputBatch::append_sampled(*row.req, tok);
       }
       result.outputs.push_back(std::move(out));
     }
@@ -242,7 +196,7 @@ StatusOr<ModelRunnerOutput> ModelRunner::execute(const SchedulerOutput& so) {
   states_.clear();
   for (const auto& row : rows_) {
     if (row.logits_row < 0) continue;
-    const CachedRequest& r = *row.req;
+    const CachedRequestState& r = *row.req;
     SamplingRequestState st;
     st.params = &r.params;
     st.prompt_token_ids = std::span<const int32_t>(r.tokens.data(), static_cast<size_t>(r.num_prompt_tokens));
@@ -250,7 +204,7 @@ StatusOr<ModelRunnerOutput> ModelRunner::execute(const SchedulerOutput& so) {
                                                    r.tokens.size() - static_cast<size_t>(r.num_prompt_tokens));
     st.num_generated_tokens = static_cast<int>(st.output_token_ids.size());
     st.eos_token_ids = config_.eos_token_ids;
-    st.rng_key = r.rng_key;
+    st.rng_key = row.rng_key;
     states_.push_back(st);
   }
   if (!states_.empty()) sampler_.sample(sample_logits_, states_, &sampler_out_);
@@ -265,7 +219,7 @@ StatusOr<ModelRunnerOutput> ModelRunner::execute(const SchedulerOutput& so) {
     if (row.logits_row >= 0) {
       const int32_t tok = sampler_out_.sampled_token_ids[static_cast<size_t>(row.logits_row)];
       out.sampled_token_ids.push_back(tok);
-      row.req->tokens.push_back(tok);
+      InputBatch::append_sampled(*row.req, tok);
       if (row.req->params.logprobs.has_value()) out.logprobs = to_lists(sampler_out_.logprobs, row.logits_row, 1);
     }
     result.outputs.push_back(std::move(out));

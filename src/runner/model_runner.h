@@ -1,16 +1,17 @@
 // ModelRunner: turns one SchedulerOutput into one flattened ForwardBatch, runs the model, samples
-// and answers with a ModelRunnerOutput. It keeps a persistent per-request state (token ids,
-// block table, sampling params, RNG key) updated from the diff-encoded scheduler output, and
-// reuses its host arrays every step. Must not decide anything the scheduler decides.
+// and answers with a ModelRunnerOutput. Its per-request state (token ids, block table, sampling
+// params) is an InputBatch updated from the diff-encoded scheduler output; it reuses its host
+// arrays every step. Runs on one thread (the executor's worker), steps strictly in order: a step
+// may compute a token that the step before sampled. Must not decide anything the scheduler decides.
 #pragma once
 
 #include <cstdint>
 #include <memory>
 #include <string>
-#include <unordered_map>
 #include <vector>
 
 #include "model/decoder_model.h"
+#include "runner/input_batch.h"
 #include "sample/sampler.h"
 #include "sched/scheduler_output.h"
 
@@ -31,32 +32,24 @@ class ModelRunner {
   ~ModelRunner();
 
   StatusOr<ModelRunnerOutput> execute(const SchedulerOutput& so);
-  int num_cached_requests() const { return static_cast<int>(requests_.size()); }
+  int num_cached_requests() const { return static_cast<int>(input_batch_.size()); }
 
  private:
-  struct CachedRequest {
-    std::vector<int32_t> tokens;     // prompt then output
-    int32_t num_prompt_tokens = 0;
-    SamplingParams params;
-    std::vector<int32_t> block_ids;
-    int32_t num_computed_tokens = 0;
-    uint64_t rng_key = 0;
-  };
   struct ScheduledRow {
     const std::string* req_id;
-    CachedRequest* req;
+    CachedRequestState* req;
     int32_t num_tokens;
     int32_t first_token_row;
+    uint64_t rng_key = 0;
     int logits_row = -1;       // row in the sampling logits, -1 when this step samples nothing
     int prompt_row_begin = -1; // first row of prompt-logprob logits, -1 when none
     int num_prompt_rows = 0;
   };
 
-  Status apply(const SchedulerOutput& so);
   // pad_for_device: pad pure-decode batches to a bucket size and block tables to a power of two,
   // so a device backend sees few distinct step shapes (each replayed as one CUDA graph).
-  Status build_batch(const SchedulerOutput& so, bool pad_for_device);
-  bool can_sample_on_device(const SchedulerOutput& so) const;
+  Status build_batch(bool pad_for_device);
+  bool can_sample_on_device() const;
   Status sample_on_device();
   Status compute_logits(const std::vector<int32_t>& rows, std::vector<float>& out);
   void fill_prompt_logprobs(const ScheduledRow& r, RunnerRequestOutput& out);
@@ -65,8 +58,8 @@ class ModelRunner {
   KvCache& cache_;
   RunnerConfig config_;
   Sampler sampler_;
-  uint64_t next_request_index_ = 0;
-  std::unordered_map<std::string, CachedRequest> requests_;
+  InputBatch input_batch_;
+  std::vector<ScheduledRequest> scheduled_;  // this step's requests, in batch order
 
   // Per-step host arrays, reused (they only grow).
   std::vector<ScheduledRow> rows_;
