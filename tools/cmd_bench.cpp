@@ -216,6 +216,7 @@ int bench_throughput(const Args& a, EngineArgs ea) {
   j.set("num_requests", *num);
   j.set("output_processing_s", out_proc_s);
   j.set("async_output_proc", !ea.disable_async_output_proc);
+  j.set("async_scheduling", ea.async_scheduling);
   j.set("elapsed_time", secs);
   j.set("requests_per_second", *num / secs);
   j.set("tokens_per_second", (in_tok + out_tok) / secs);

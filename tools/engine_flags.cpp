@@ -10,7 +10,10 @@ void add_engine_flags(std::set<std::string>& v, std::set<std::string>& b) {
                         "long-prefill-token-threshold", "load-format", "gpu-memory-utilization", "kv-cache-dtype"}) {
     v.insert(f);
   }
-  for (const char* f : {"enable-prefix-caching", "exact-matmul", "enforce-eager", "disable-async-output-proc"}) b.insert(f);
+  for (const char* f : {"enable-prefix-caching", "exact-matmul", "enforce-eager", "disable-async-output-proc",
+                        "async-scheduling"}) {
+    b.insert(f);
+  }
 }
 
 std::string engine_flags_help() {
@@ -33,7 +36,8 @@ std::string engine_flags_help() {
          "  --load-format auto|dummy     dummy: random weights, --model is an HF config.json (default auto)\n"
          "  --gpu-memory-utilization F   GPU memory share for weights, activations and KV cache (default 0.9)\n"
          "  --enforce-eager              CUDA: launch kernels one by one, no CUDA graphs\n"
-         "  --disable-async-output-proc  detokenize in lock step with the forward pass (measures the overlap)\n";
+         "  --disable-async-output-proc  detokenize in lock step with the forward pass (measures the overlap)\n"
+         "  --async-scheduling           schedule the next step while the current one runs (default off)\n";
 }
 
 StatusOr<EngineArgs> engine_args_from(const Args& a) {
@@ -76,6 +80,7 @@ StatusOr<EngineArgs> engine_args_from(const Args& a) {
   e.load_format = a.get("load-format", "auto");
   e.enforce_eager = a.get_bool("enforce-eager", false);
   e.disable_async_output_proc = a.get_bool("disable-async-output-proc", false);
+  e.async_scheduling = a.get_bool("async-scheduling", false);
   if (a.has("gpu-memory-utilization")) {
     const std::string u = a.get("gpu-memory-utilization");
     char* end = nullptr;

@@ -36,6 +36,7 @@ StatusOr<std::unique_ptr<LLM>> LLM::create(const EngineArgs& args) {
   eo.scheduler.enable_prefix_caching = args.enable_prefix_caching;
   eo.scheduler.long_prefill_token_threshold = args.long_prefill_token_threshold;
   eo.scheduler.policy = args.scheduling_policy == "priority" ? SchedulingPolicy::kPriority : SchedulingPolicy::kFcfs;
+  eo.scheduler.async_scheduling = args.async_scheduling;
   KVASIR_RETURN_IF_ERROR(eo.scheduler.validate());
   eo.max_logprobs = args.max_logprobs;
   eo.async_output_proc = !args.disable_async_output_proc;

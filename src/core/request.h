@@ -83,6 +83,10 @@ class Request {
   int num_cached_tokens() const { return num_cached_tokens_; }
   void set_num_cached_tokens(int n) { num_cached_tokens_ = n; }
 
+  // Async scheduling: tokens being sampled by steps in flight, not yet appended (vLLM's name).
+  int num_output_placeholders() const { return num_output_placeholders_; }
+  void set_num_output_placeholders(int n) { num_output_placeholders_ = n; }
+
   int num_preemptions() const { return num_preemptions_; }
   void count_preemption() { ++num_preemptions_; }
 
@@ -110,6 +114,7 @@ class Request {
   RequestStatus status_ = RequestStatus::kWaiting;
   int num_computed_tokens_ = 0;
   int num_cached_tokens_ = -1;
+  int num_output_placeholders_ = 0;
   int num_preemptions_ = 0;
   bool ever_scheduled_ = false;
   std::vector<BlockHash> block_hashes_;

@@ -5,9 +5,9 @@
 namespace kvasir {
 
 Engine::Engine(const EngineOptions& opts, const Tokenizer& tokenizer, int32_t vocab_size,
-               std::unique_ptr<ModelRunner> runner)
+               std::unique_ptr<Executor> executor)
     : opts_(opts), validator_(RequestLimits{vocab_size, opts.scheduler.max_model_len, opts.max_logprobs}) {
-  core_ = std::make_unique<EngineCore>(opts.scheduler, std::move(runner), metrics_, core_outputs_);
+  core_ = std::make_unique<EngineCore>(opts.scheduler, std::move(executor), metrics_, core_outputs_);
   processor_ = std::make_unique<OutputProcessor>(tokenizer, *core_, metrics_, core_outputs_);
   if (!opts.async_output_proc) core_->set_after_publish([p = processor_.get()] { p->wait_idle(); });
   processor_->start();

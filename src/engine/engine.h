@@ -14,6 +14,7 @@
 #include "engine/output_processor.h"
 #include "engine/request_stream.h"
 #include "engine/request_validator.h"
+#include "executor/in_process_executor.h"
 
 namespace kvasir {
 
@@ -33,8 +34,13 @@ struct AddRequestOptions {
 
 class Engine {
  public:
+  // opts.scheduler.async_scheduling picks the step loop (EngineCore).
   Engine(const EngineOptions& opts, const Tokenizer& tokenizer, int32_t vocab_size,
-         std::unique_ptr<ModelRunner> runner);
+         std::unique_ptr<Executor> executor);
+  // The runner on its own worker thread (InProcessExecutor).
+  Engine(const EngineOptions& opts, const Tokenizer& tokenizer, int32_t vocab_size,
+         std::unique_ptr<ModelRunner> runner)
+      : Engine(opts, tokenizer, vocab_size, std::make_unique<InProcessExecutor>(std::move(runner))) {}
   ~Engine();
 
   // Checks the request with validator() and queues it. Errors are Status (bad input); on

@@ -1,28 +1,20 @@
 #include "engine/engine_core.h"
 
 #include <chrono>
-#include <cstdlib>
+#include <utility>
 
 #include "common/log.h"
+#include "executor/fault_injecting_executor.h"
 
 namespace kvasir {
 
-EngineCore::EngineCore(const SchedulerConfig& config, std::unique_ptr<ModelRunner> runner, EngineMetrics& metrics,
+EngineCore::EngineCore(const SchedulerConfig& config, std::unique_ptr<Executor> executor, EngineMetrics& metrics,
                        BlockingQueue<EngineCoreOutputs>& outputs)
-    : scheduler_(config), runner_(std::move(runner)), metrics_(metrics), outputs_(outputs) {
-  // Read once here (not per step): the switch costs nothing when unset.
-  if (const char* e = std::getenv(kFaultAfterStepsEnv); e != nullptr && *e != '\0') {
-    char* end = nullptr;
-    const long long n = std::strtoll(e, &end, 10);
-    if (end != nullptr && *end == '\0' && n >= 0) {
-      fault_after_steps_ = n;
-      KVASIR_LOG_WARN("%s=%lld: test fault injection is on; the engine will fail after %lld steps",
-                      kFaultAfterStepsEnv, n, n);
-    } else {
-      KVASIR_LOG_WARN("ignoring %s='%s' (not a non-negative integer)", kFaultAfterStepsEnv, e);
-    }
-  }
-}
+    : scheduler_(config),
+      executor_(wrap_fault_injection_from_env(std::move(executor))),
+      async_scheduling_(config.async_scheduling),
+      metrics_(metrics),
+      outputs_(outputs) {}
 
 EngineCore::~EngineCore() { stop(); }
 
@@ -32,11 +24,6 @@ void EngineCore::stop() {
   stop_ = true;
   inputs_.close();
   if (thread_.joinable()) thread_.join();
-}
-
-void EngineCore::inject_fault_for_testing(std::string message) {
-  std::lock_guard<std::mutex> lock(fault_mu_);
-  injected_fault_ = std::move(message);
 }
 
 void EngineCore::handle(EngineCoreCmd& cmd, EngineCoreOutputs& early) {
@@ -100,43 +87,59 @@ void EngineCore::fail_everything(const std::string& message) {
   outputs_.push(std::move(outs));
 }
 
-void EngineCore::loop() {
+EngineCore::InFlight EngineCore::submit_step() {
+  auto so = std::make_shared<const SchedulerOutput>(scheduler_.schedule());
+  StepFuture result = executor_->execute(so);
+  return InFlight{std::move(so), std::move(result)};
+}
+
+bool EngineCore::finish_step(InFlight& step) {
   using Clock = std::chrono::steady_clock;
-  while (!stop_) {
-    if (!drain_inputs(/*block=*/!scheduler_.has_unfinished_requests())) break;
-    if (!scheduler_.has_unfinished_requests()) {
-      publish_stats(scheduler_.make_stats());
-      continue;
-    }
-    SchedulerOutput so = scheduler_.schedule();
-    std::string injected;
-    {
-      std::lock_guard<std::mutex> lock(fault_mu_);
-      injected.swap(injected_fault_);
-    }
-    if (injected.empty() && fault_after_steps_ >= 0 && num_steps_.load() >= fault_after_steps_) {
-      injected = "injected test fault after " + std::to_string(fault_after_steps_) + " steps (" +
-                 kFaultAfterStepsEnv + ")";
-    }
-    auto t0 = Clock::now();
-    StatusOr<ModelRunnerOutput> ro = injected.empty() ? runner_->execute(so) : StatusOr<ModelRunnerOutput>(internal_error(injected));
-    execute_s_ = execute_s_.load() + std::chrono::duration<double>(Clock::now() - t0).count();
-    if (!ro.ok()) {
-      fail_everything(ro.status().message());
-      break;
-    }
-    EngineCoreOutputs outs = scheduler_.update_from_output(so, *ro);
-    ++num_steps_;
-    ++metrics_.num_steps;
-    publish_stats(outs.stats);
-    for (const auto& o : outs.outputs) {
-      if (o.finished()) live_.erase(o.req_id);
-    }
-    if (!outs.outputs.empty()) {
-      outputs_.push(std::move(outs));
-      if (after_publish_) after_publish_();
-    }
+  const auto t0 = Clock::now();
+  StepResult ro = step.result.get();
+  execute_s_ = execute_s_.load() + std::chrono::duration<double>(Clock::now() - t0).count();
+  if (!ro.ok()) {
+    fail_everything(ro.status().message());
+    return false;
   }
+  EngineCoreOutputs outs = scheduler_.update_from_output(*step.so, *ro);
+  ++num_steps_;
+  ++metrics_.num_steps;
+  publish_stats(outs.stats);
+  for (const auto& o : outs.outputs) {
+    if (o.finished()) live_.erase(o.req_id);
+  }
+  if (!outs.outputs.empty()) {
+    outputs_.push(std::move(outs));
+    if (after_publish_) after_publish_();
+  }
+  return true;
+}
+
+void EngineCore::loop() {
+  // Async scheduling keeps one step in flight: step N+1 is scheduled (from the requests as step N
+  // left them, its sampled tokens counted as placeholders) and submitted before step N is folded
+  // back, so the scheduler's work and the output push overlap the device's step.
+  InFlight in_flight;  // async only, between iterations: the step the executor is running
+  while (!stop_) {
+    const bool idle = !scheduler_.has_unfinished_requests() && !in_flight.so;
+    if (!drain_inputs(/*block=*/idle)) break;
+    InFlight next;
+    if (scheduler_.has_unfinished_requests()) next = submit_step();
+    if (!async_scheduling_) std::swap(in_flight, next);  // fold the step just submitted
+    if (in_flight.so) {
+      const bool ok = finish_step(in_flight);
+      in_flight = InFlight{};
+      if (!ok) {
+        if (next.so) next.result.wait();  // let the executor finish with it before the loop ends
+        break;
+      }
+    }
+    in_flight = std::move(next);
+    if (!in_flight.so && !scheduler_.has_unfinished_requests()) publish_stats(scheduler_.make_stats());
+  }
+  // Stopped with a step in flight: its results are dropped (the requests stay unfinished).
+  if (in_flight.so) in_flight.result.wait();
   if (dead_) {
     // Answer whatever still arrives so no client waits forever.
     while (auto cmd = inputs_.pop()) {

@@ -1,6 +1,7 @@
 // EngineCore: the step loop on its own thread: take new requests and aborts from the input
-// queue, schedule, execute on the runner, fold the results back, push EngineCoreOutputs to the
-// output queue. It alone owns the Scheduler (and through it the KV manager) and the runner.
+// queue, schedule, hand the step to the Executor, fold the results back, push EngineCoreOutputs
+// to the output queue. It alone owns the Scheduler (and through it the KV manager); the executor
+// owns the device. With async scheduling it schedules step N+1 before folding step N back.
 // Must not detokenize or talk to clients: the OutputProcessor does that on its own thread.
 #pragma once
 
@@ -14,7 +15,7 @@
 
 #include "common/blocking_queue.h"
 #include "engine/metrics.h"
-#include "runner/model_runner.h"
+#include "executor/executor.h"
 #include "sched/scheduler.h"
 
 namespace kvasir {
@@ -30,7 +31,9 @@ using EngineCoreCmd = std::variant<AddRequestCmd, FinishRequestCmd>;
 
 class EngineCore {
  public:
-  EngineCore(const SchedulerConfig& config, std::unique_ptr<ModelRunner> runner, EngineMetrics& metrics,
+  // Wraps the executor in the fault decorator when $KVASIR_TEST_FAULT_AFTER_STEPS is set
+  // (executor/fault_injecting_executor.h; test-only, never set it in production).
+  EngineCore(const SchedulerConfig& config, std::unique_ptr<Executor> executor, EngineMetrics& metrics,
              BlockingQueue<EngineCoreOutputs>& outputs);
   ~EngineCore();
 
@@ -45,25 +48,27 @@ class EngineCore {
   bool dead() const { return dead_.load(); }
   const std::string& fault() const { return fault_; }
   int64_t num_steps() const { return num_steps_.load(); }
-  // Seconds the loop spent inside runner.execute and in total while it had work (overlap report).
+  // Seconds the loop spent waiting for the executor's results (overlap report).
   double busy_execute_s() const { return execute_s_.load(); }
 
-  // Test-only: the next forward pass fails with this message (fault injection).
-  void inject_fault_for_testing(std::string message);
-  // Test-only: with $KVASIR_TEST_FAULT_AFTER_STEPS=N (N >= 0) in the environment at construction,
-  // the forward pass after N successful steps fails as a runner error would: every unfinished
-  // request ends with an error and the core is dead (Engine::dead()). Never set it in production.
-  static constexpr const char* kFaultAfterStepsEnv = "KVASIR_TEST_FAULT_AFTER_STEPS";
-
  private:
+  // A step handed to the executor and not yet folded back; none when so is null.
+  struct InFlight {
+    std::shared_ptr<const SchedulerOutput> so;
+    StepFuture result;
+  };
   void loop();
+  InFlight submit_step();
+  // Waits for the step and folds it back; false when it failed (the core is then dead).
+  bool finish_step(InFlight& step);
   bool drain_inputs(bool block);
   void handle(EngineCoreCmd& cmd, EngineCoreOutputs& early);
   void publish_stats(const SchedulerStats& stats);
   void fail_everything(const std::string& message);
 
   Scheduler scheduler_;
-  std::unique_ptr<ModelRunner> runner_;
+  std::unique_ptr<Executor> executor_;
+  const bool async_scheduling_;
   EngineMetrics& metrics_;
   BlockingQueue<EngineCoreCmd> inputs_;
   BlockingQueue<EngineCoreOutputs>& outputs_;
@@ -73,9 +78,6 @@ class EngineCore {
   std::string fault_;
   std::atomic<int64_t> num_steps_{0};
   std::atomic<double> execute_s_{0.0};
-  std::mutex fault_mu_;
-  std::string injected_fault_;
-  int64_t fault_after_steps_ = -1;  // $KVASIR_TEST_FAULT_AFTER_STEPS; -1: off
   std::unordered_set<std::string> live_;  // requests added and not yet finished
   int64_t last_preemptions_ = 0, last_queries_ = 0, last_hits_ = 0;
   std::function<void()> after_publish_;

@@ -148,7 +148,7 @@ Scheduler::AllocResult Scheduler::allocate_or_preempt(Request* request, int num_
     }
     // The back of the running list has not been scheduled yet this step (or is `request`).
     Request* victim = running_.back();
-    const bool victim_decodes = victim->num_tokens() - victim->num_computed_tokens() == 1;
+    const bool victim_decodes = num_tokens_to_compute(*victim) == 1;
     if (victim != request && victim_decodes) --pending_decodes;
     preempt(victim, plan);
     if (victim == request) return AllocResult::kPreemptedSelf;
@@ -156,7 +156,7 @@ Scheduler::AllocResult Scheduler::allocate_or_preempt(Request* request, int num_
 }
 
 void Scheduler::schedule_running(StepPlan& plan) {
-  auto is_decode = [](const Request* r) { return r->num_tokens() - r->num_computed_tokens() == 1; };
+  auto is_decode = [](const Request* r) { return num_tokens_to_compute(*r) == 1; };
   // Decodes not yet visited: a prefill chunk leaves budget for them, so a long prompt never
   // stalls running decodes.
   int pending_decodes =
@@ -164,14 +164,17 @@ void Scheduler::schedule_running(StepPlan& plan) {
   size_t i = 0;
   while (i < running_.size() && plan.token_budget > 0) {
     Request* r = running_[i];
-    const int remaining = r->num_tokens() - r->num_computed_tokens();
+    const int remaining = num_tokens_to_compute(*r);
     const bool decode = remaining == 1;
     if (decode) --pending_decodes;
     int n = remaining;
     if (config_.long_prefill_token_threshold)
       n = std::min(n, *config_.long_prefill_token_threshold);
     n = std::min(n, plan.token_budget - (decode ? 0 : pending_decodes));
-    if (n <= 0) {
+    // Async: wait for the tokens in flight when they end the request by length (one more step
+    // would be thrown away) or when this step could never fit (failing it now would drop them).
+    if (n <= 0 || certain_to_finish(*r) ||
+        (r->num_output_placeholders() > 0 && !fits_in_cache(r->num_computed_tokens() + n))) {
       ++i;
       continue;
     }
@@ -190,6 +193,8 @@ void Scheduler::schedule_waiting(StepPlan& plan) {
   while (!waiting_.empty() && plan.token_budget > 0 &&
          static_cast<int>(running_.size()) < config_.max_num_seqs) {
     Request* r = waiting_.front();
+    // The engine folds a step's result before the next schedule() can resume what it preempted.
+    KVASIR_CHECK_MSG(r->num_output_placeholders() == 0, "a waiting request has tokens in flight");
     KvCacheManager::ComputedBlocks hit;
     int num_computed = r->num_computed_tokens();  // non-zero only for a forked request
     if (num_computed == 0) {
@@ -273,6 +278,10 @@ SchedulerOutput Scheduler::encode(StepPlan& plan) {
     // The KV of these tokens is in flight: the next schedule() treats them as computed.
     req->set_num_computed_tokens(req->num_computed_tokens() + n);
     req->mark_scheduled();
+    // Async: this step samples a token nobody knows yet; the next schedule() may already compute it.
+    if (config_.async_scheduling && req->num_computed_tokens() == num_tokens_with_placeholders(*req)) {
+      req->set_num_output_placeholders(req->num_output_placeholders() + 1);
+    }
   }
   for (Request* r : plan.preempted) out.preempted_req_ids.push_back(r->req_id());
   out.finished_req_ids = std::move(finished_since_last_);

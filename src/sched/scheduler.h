@@ -85,6 +85,15 @@ class Scheduler {
     std::vector<std::pair<Request*, int>> num_tokens;  // scheduled tokens, in decision order
   };
 
+  // Known tokens plus those steps in flight are sampling (async scheduling; else known tokens).
+  static int num_tokens_with_placeholders(const Request& r) { return r.num_tokens() + r.num_output_placeholders(); }
+  static int num_tokens_to_compute(const Request& r) { return num_tokens_with_placeholders(r) - r.num_computed_tokens(); }
+  // Async: the tokens in flight reach max_tokens or max_model_len, so the request ends when they
+  // are folded in whatever they are. Never true without placeholders.
+  bool certain_to_finish(const Request& r) const {
+    const int p = r.num_output_placeholders();
+    return p > 0 && (r.num_output_tokens() + p >= r.max_tokens() || r.num_tokens() + p >= config_.max_model_len);
+  }
   void schedule_running(StepPlan& plan);
   void schedule_waiting(StepPlan& plan);
   SchedulerOutput encode(StepPlan& plan);

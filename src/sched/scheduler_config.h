@@ -24,6 +24,9 @@ struct SchedulerConfig {
   std::optional<int> long_prefill_token_threshold;
   bool enable_prefix_caching = true;
   SchedulingPolicy policy = SchedulingPolicy::kFcfs;
+  // vLLM's --async-scheduling: schedule step N+1 while step N runs. A decode scheduled before its
+  // input token is known counts it as an output placeholder until the step's result is folded in.
+  bool async_scheduling = false;
 
   Status validate() const;
 };

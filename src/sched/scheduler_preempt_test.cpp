@@ -180,5 +180,28 @@ TEST(SchedulerPreempt, RandomizedTinyPoolMatchesUnconstrainedRun) {
   }
 }
 
+// Async scheduling (one step always in flight, its tokens counted as placeholders): the same
+// tokens as the synchronous roomy run, with constant preemption, prefix hits and chunking, and
+// every invariant checked after each schedule and each fold.
+TEST(SchedulerPreempt, AsyncSchedulingTinyPoolMatchesUnconstrainedRun) {
+  for (uint32_t seed : {1u, 2u, 3u, 4u}) {
+    const std::vector<Arrival> work = random_workload(seed, 40);
+    SchedulerConfig tiny = small_config(20);
+    tiny.max_num_batched_tokens = 24;
+    tiny.long_prefill_token_threshold = seed % 2 == 0 ? std::optional<int>(8) : std::nullopt;
+    tiny.policy = seed % 2 == 0 ? SchedulingPolicy::kPriority : SchedulingPolicy::kFcfs;
+    tiny.async_scheduling = true;
+    int64_t preemptions = 0;
+    const auto constrained = run_workload(tiny, work, true, &preemptions);
+    EXPECT_GT(preemptions, 0) << "seed " << seed << " should exercise preemption";
+    SchedulerConfig roomy = small_config(1024);
+    roomy.enable_prefix_caching = false;
+    const auto reference = run_workload(roomy, work, false, nullptr);
+    for (const auto& [id, toks] : constrained) {
+      EXPECT_EQ(toks, reference.at(id)) << "seed " << seed << " request " << id;
+    }
+  }
+}
+
 }  // namespace
 }  // namespace kvasir

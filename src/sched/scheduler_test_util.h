@@ -8,10 +8,13 @@
 #include <functional>
 #include <map>
 #include <memory>
+#include <optional>
+#include <utility>
 #include <set>
 #include <string>
 #include <vector>
 
+#include "runner/input_batch.h"
 #include "sched/scheduler.h"
 
 namespace kvasir::testing {
@@ -26,89 +29,64 @@ inline TokenId default_sample(const std::string& req_id, const std::vector<Token
   return static_cast<TokenId>(10 + (h >> 33) % 50);
 }
 
+// The diff protocol itself (new, cached, finished, preempted, resumed) is runner/input_batch, the
+// same code the real ModelRunner runs; this adds the simulated KV store and the sampler.
 class FakeRunner {
  public:
   FakeRunner(int num_blocks, int block_size)
-      : block_size_(block_size), kv_(static_cast<size_t>(num_blocks * block_size), -1) {}
+      : block_size_(block_size), batch_(block_size), kv_(static_cast<size_t>(num_blocks * block_size), -1) {}
 
   std::function<TokenId(const std::string&, const std::vector<TokenId>&)> sample = default_sample;
 
   ModelRunnerOutput execute(const SchedulerOutput& so) {
-    for (const auto& id : so.finished_req_ids) states_.erase(id);
-    for (const auto& id : so.preempted_req_ids) {
-      EXPECT_TRUE(states_.count(id)) << "preempted a request the runner does not hold: " << id;
-      states_.erase(id);
-    }
-    for (const NewRequestData& d : so.scheduled_new_reqs) {
-      EXPECT_FALSE(states_.count(d.req_id)) << "new request already known: " << d.req_id;
-      states_[d.req_id] = {d.prompt_token_ids, d.block_ids, d.num_computed_tokens};
-    }
-    for (const CachedRequestData& d : so.scheduled_cached_reqs) {
-      if (d.resumed_from_preemption) {
-        EXPECT_FALSE(states_.count(d.req_id)) << "resumed request still held: " << d.req_id;
-        states_[d.req_id] = {d.resumed_token_ids, d.new_block_ids, d.num_computed_tokens};
-        continue;
-      }
-      auto it = states_.find(d.req_id);
-      EXPECT_NE(it, states_.end()) << "cached request unknown: " << d.req_id;
-      if (it == states_.end()) continue;
-      EXPECT_EQ(it->second.num_computed, d.num_computed_tokens) << d.req_id;
-      it->second.blocks.insert(it->second.blocks.end(), d.new_block_ids.begin(),
-                               d.new_block_ids.end());
-    }
     ModelRunnerOutput out;
-    int total = 0;
-    for (const auto& [id, n] : so.num_scheduled_tokens) {
-      total += n;
-      State& st = states_.at(id);
-      EXPECT_GT(n, 0);
-      EXPECT_LE(st.num_computed + n, static_cast<int>(st.tokens.size())) << id;
-      EXPECT_GE(static_cast<int>(st.blocks.size()) * block_size_, st.num_computed + n) << id;
-      std::set<BlockId> uniq(st.blocks.begin(), st.blocks.end());
-      EXPECT_EQ(uniq.size(), st.blocks.size()) << "block listed twice in " << id;
+    const Status applied = batch_.apply(so, &scheduled_);
+    EXPECT_TRUE(applied.ok()) << applied.message();
+    if (!applied.ok()) return out;
+    for (const ScheduledRequest& s : scheduled_) {
+      const std::string& id = *s.req_id;
+      CachedRequestState& st = *s.state;
+      std::set<BlockId> uniq(st.block_ids.begin(), st.block_ids.end());
+      EXPECT_EQ(uniq.size(), st.block_ids.size()) << "block listed twice in " << id;
       EXPECT_FALSE(uniq.count(kNullBlockId)) << "null block handed to " << id;
       // Write this step's KV, then "attend" over the whole prefix: every slot must hold our token.
-      for (int p = st.num_computed; p < st.num_computed + n; ++p) slot(st, p) = st.tokens[p];
-      for (int p = 0; p < st.num_computed + n; ++p) {
-        if (slot(st, p) != st.tokens[p]) {
+      const int end = s.start + s.num_tokens;
+      for (int p = s.start; p < end; ++p) slot(st, p) = st.tokens[static_cast<size_t>(p)];
+      for (int p = 0; p < end; ++p) {
+        if (slot(st, p) != st.tokens[static_cast<size_t>(p)]) {
           ADD_FAILURE() << id << " reads wrong KV at position " << p;
           break;
         }
       }
-      st.num_computed += n;
       RunnerRequestOutput ro;
       ro.req_id = id;
-      if (st.num_computed == static_cast<int>(st.tokens.size())) {
+      if (s.samples) {
         const TokenId t = sample(id, st.tokens);
-        st.tokens.push_back(t);
+        InputBatch::append_sampled(st, t);
         ro.sampled_token_ids.push_back(t);
       }
       out.outputs.push_back(std::move(ro));
     }
-    EXPECT_EQ(total, so.total_num_scheduled_tokens);
     return out;
   }
 
+  // The block table of a request the runner holds unpreempted, else nullptr.
   const std::vector<BlockId>* table(const std::string& id) const {
-    auto it = states_.find(id);
-    return it == states_.end() ? nullptr : &it->second.blocks;
+    const CachedRequestState* st = batch_.find(id);
+    return st == nullptr || st->preempted ? nullptr : &st->block_ids;
   }
-  size_t num_held() const { return states_.size(); }
+  size_t num_held() const { return batch_.size(); }
 
  private:
-  struct State {
-    std::vector<TokenId> tokens;
-    std::vector<BlockId> blocks;
-    int num_computed = 0;
-  };
-  TokenId& slot(const State& st, int pos) {
-    const BlockId b = st.blocks[static_cast<size_t>(pos / block_size_)];
+  TokenId& slot(const CachedRequestState& st, int pos) {
+    const BlockId b = st.block_ids[static_cast<size_t>(pos / block_size_)];
     return kv_[static_cast<size_t>(b * block_size_ + pos % block_size_)];
   }
 
   int block_size_;
+  InputBatch batch_;
+  std::vector<ScheduledRequest> scheduled_;
   std::vector<TokenId> kv_;  // [num_blocks * block_size] token whose KV a slot holds
-  std::map<std::string, State> states_;
 };
 
 struct Harness {
@@ -121,20 +99,18 @@ struct Harness {
     return sched.add_request(std::make_unique<Request>(id, std::move(prompt), sp, std::move(opt)));
   }
 
-  // One engine step; checks invariants and that runner and scheduler agree on block tables.
+  // One engine step; checks invariants and that runner and scheduler agree on block tables. With
+  // config.async_scheduling it schedules and runs this step, then folds the previous one back
+  // (the order the engine loop uses), so the scheduler always has one step in flight.
   SchedulerOutput step() {
     SchedulerOutput so = sched.schedule();
     sched.check_invariants();
-    const ModelRunnerOutput ro = runner.execute(so);
-    EngineCoreOutputs outs = sched.update_from_output(so, ro);
-    sched.check_invariants();
-    for (EngineCoreOutput& o : outs.outputs) {
-      auto& toks = outputs[o.req_id];
-      toks.insert(toks.end(), o.new_token_ids.begin(), o.new_token_ids.end());
-      if (o.finished()) {
-        EXPECT_FALSE(finals.count(o.req_id)) << "finished twice: " << o.req_id;
-        finals[o.req_id] = o;
-      }
+    ModelRunnerOutput ro = runner.execute(so);
+    if (!config.async_scheduling) {
+      fold(so, ro);
+    } else {
+      if (in_flight) fold(in_flight->first, in_flight->second);
+      in_flight.emplace(so, std::move(ro));
     }
     for (const Request* r : sched.running()) {
       const std::vector<BlockId>* t = runner.table(r->req_id());
@@ -142,7 +118,6 @@ struct Harness {
       EXPECT_TRUE(t != nullptr && std::equal(kv.begin(), kv.end(), t->begin(), t->end()))
           << "runner and scheduler disagree on " << r->req_id() << "'s block table";
     }
-    last_stats = outs.stats;
     ++num_steps;
     return so;
   }
@@ -154,8 +129,29 @@ struct Harness {
       step();
     }
     step();  // lets the runner see the last finished ids
+    if (in_flight) {
+      fold(in_flight->first, in_flight->second);
+      in_flight.reset();
+      step();
+      fold(in_flight->first, in_flight->second);
+      in_flight.reset();
+    }
     EXPECT_EQ(runner.num_held(), 0u);
     EXPECT_EQ(sched.kv_cache_manager().get_num_free_blocks(), config.num_blocks - 1) << "leak";
+  }
+
+  void fold(const SchedulerOutput& so, const ModelRunnerOutput& ro) {
+    EngineCoreOutputs outs = sched.update_from_output(so, ro);
+    sched.check_invariants();
+    for (EngineCoreOutput& o : outs.outputs) {
+      auto& toks = outputs[o.req_id];
+      toks.insert(toks.end(), o.new_token_ids.begin(), o.new_token_ids.end());
+      if (o.finished()) {
+        EXPECT_FALSE(finals.count(o.req_id)) << "finished twice: " << o.req_id;
+        finals[o.req_id] = o;
+      }
+    }
+    last_stats = outs.stats;
   }
 
   SchedulerConfig config;
@@ -165,6 +161,7 @@ struct Harness {
   std::map<std::string, EngineCoreOutput> finals;
   SchedulerStats last_stats;
   int num_steps = 0;
+  std::optional<std::pair<SchedulerOutput, ModelRunnerOutput>> in_flight;  // async only
 };
 
 inline std::vector<TokenId> tokens(int n, int start = 100) {

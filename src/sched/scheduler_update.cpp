@@ -34,14 +34,19 @@ EngineCoreOutputs Scheduler::update_from_output(const SchedulerOutput& scheduler
   for (const RunnerRequestOutput& o : runner_output.outputs) by_id.emplace(o.req_id, &o);
 
   std::vector<Request*> finished;
-  auto process = [&](const std::string& req_id) {
+  // computed_through: the tokens with KV once this step ran (with async scheduling, a later step
+  // may already be scheduled past it).
+  auto process = [&](const std::string& req_id, int computed_through) {
     Request* r = find(req_id);
     // Finished or aborted since schedule(): the runner's work for it is dropped.
-    if (r == nullptr || r->status() != RequestStatus::kRunning) return;
+    if (r == nullptr || r->finished()) return;
+    // Async only: preempted by a schedule() after this step's; its sampled token still counts.
+    const bool running = r->status() == RequestStatus::kRunning;
+    KVASIR_CHECK(running || (config_.async_scheduling && r->status() == RequestStatus::kPreempted));
     const auto found = by_id.find(req_id);
     const RunnerRequestOutput* ro = found == by_id.end() ? nullptr : found->second;
     // The step has written these tokens' KV: full blocks among them become shareable.
-    kv_.cache_blocks(*r, r->num_computed_tokens());
+    if (running) kv_.cache_blocks(*r, computed_through);
 
     EngineCoreOutput out;
     bool emit = false;
@@ -49,12 +54,17 @@ EngineCoreOutputs Scheduler::update_from_output(const SchedulerOutput& scheduler
       out.new_prompt_logprobs = *ro->prompt_logprobs;
       emit = true;
     }
-    if (r->num_computed_tokens() < r->num_tokens()) {
+    KVASIR_CHECK(computed_through <= r->num_tokens());
+    if (computed_through < r->num_tokens()) {
       KVASIR_CHECK_MSG(ro == nullptr || ro->sampled_token_ids.empty(),
                        "the runner sampled a token for a prefill chunk short of the prompt's end");
     } else {
       KVASIR_CHECK_MSG(ro != nullptr && !ro->sampled_token_ids.empty(),
                        "the runner sampled nothing for a request that reached its last token");
+      if (config_.async_scheduling) {
+        KVASIR_CHECK_MSG(r->num_output_placeholders() > 0, "a sampled token had no placeholder");
+        r->set_num_output_placeholders(r->num_output_placeholders() - 1);
+      }
       int kept = 0;
       for (TokenId t : ro->sampled_token_ids) {
         r->append_output_token(t);
@@ -69,6 +79,7 @@ EngineCoreOutputs Scheduler::update_from_output(const SchedulerOutput& scheduler
       out.finish_reason = finish_reason_of(r->status());
       out.stop_token_id = r->stop_token_id();
       finished.push_back(r);
+      if (!running) KVASIR_CHECK(waiting_.remove(r));
     }
     if (!emit) return;
     out.req_id = r->req_id();
@@ -76,8 +87,16 @@ EngineCoreOutputs Scheduler::update_from_output(const SchedulerOutput& scheduler
     out.num_cached_tokens = std::max(0, r->num_cached_tokens());
     result.outputs.push_back(std::move(out));
   };
-  for (const NewRequestData& d : scheduler_output.scheduled_new_reqs) process(d.req_id);
-  for (const CachedRequestData& d : scheduler_output.scheduled_cached_reqs) process(d.req_id);
+  auto num_scheduled = [&](const std::string& req_id) {
+    const auto it = scheduler_output.num_scheduled_tokens.find(req_id);
+    return it == scheduler_output.num_scheduled_tokens.end() ? 0 : it->second;
+  };
+  for (const NewRequestData& d : scheduler_output.scheduled_new_reqs) {
+    process(d.req_id, d.num_computed_tokens + num_scheduled(d.req_id));
+  }
+  for (const CachedRequestData& d : scheduler_output.scheduled_cached_reqs) {
+    process(d.req_id, d.num_computed_tokens + num_scheduled(d.req_id));
+  }
 
   if (!finished.empty()) {
     std::erase_if(running_, [](const Request* r) { return r->finished(); });
@@ -107,7 +126,8 @@ void Scheduler::check_invariants() const {
     const Request* r = running_[i];
     KVASIR_CHECK(r->status() == RequestStatus::kRunning);
     KVASIR_CHECK(find(r->req_id()) == r);
-    KVASIR_CHECK(r->num_computed_tokens() <= r->num_tokens());
+    KVASIR_CHECK(r->num_computed_tokens() <= num_tokens_with_placeholders(*r));
+    KVASIR_CHECK(config_.async_scheduling || r->num_output_placeholders() == 0);
     KVASIR_CHECK_MSG(static_cast<int>(kv_.get_block_ids(*r).size()) >=
                          kv_.num_blocks_for(r->num_computed_tokens()),
                      "a running request's computed tokens lack blocks");

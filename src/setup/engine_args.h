@@ -33,6 +33,7 @@ struct EngineArgs {
   double gpu_memory_utilization = 0.9; // share of GPU memory for weights, activations and KV cache
   bool enforce_eager = false;          // CUDA: no graphs
   bool disable_async_output_proc = false;  // detokenize in lock step with the engine (for A/B only)
+  bool async_scheduling = false;           // schedule step N+1 while step N runs (vLLM's flag)
 
   Status validate() const;
 };

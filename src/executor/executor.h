@@ -1,0 +1,43 @@
+// Executor: the seam between the engine loop and the device. The engine hands it one
+// SchedulerOutput per step and gets a future of the step's ModelRunnerOutput (or the Status that
+// ended it), so the loop may schedule step N+1 while step N runs (async scheduling). Steps run
+// strictly in submission order: a step may compute a token that the step before it sampled.
+// Must not schedule, touch requests' text, or throw: failures are Status values in the future.
+//
+// Implementations: InProcessExecutor (one worker thread owns the runner and the device) and the
+// FaultInjectingExecutor decorator for tests. Tensor parallelism attaches here without touching
+// the engine: a TP executor broadcasts each SchedulerOutput (plain data, so it serializes for
+// workers in other processes or on other hosts) to one Worker per GPU; every worker applies the
+// same diff to its own InputBatch and runs its shard of the model (collectives inside the
+// forward pass); all ranks sample the same tokens, and the executor answers with rank 0's output.
+#pragma once
+
+#include <future>
+#include <memory>
+
+#include "common/status.h"
+#include "sched/scheduler_output.h"
+
+namespace kvasir {
+
+using StepResult = StatusOr<ModelRunnerOutput>;
+using StepFuture = std::future<StepResult>;
+
+class Executor {
+ public:
+  virtual ~Executor() = default;
+  // Queues one step and returns at once. The SchedulerOutput is shared, not copied: the caller
+  // keeps it (to fold the result back) and must not change it. The future is always satisfied.
+  // After a step fails, every later step fails with the same Status without running.
+  virtual StepFuture execute(std::shared_ptr<const SchedulerOutput> so) = 0;
+};
+
+// What runs a step on one device: the ModelRunner (RunnerWorker) or a test's fake. Called from
+// the executor's thread only, one step at a time, in order.
+class Worker {
+ public:
+  virtual ~Worker() = default;
+  virtual StepResult execute_model(const SchedulerOutput& so) = 0;
+};
+
+}  // namespace kvasir

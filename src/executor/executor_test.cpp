@@ -1,0 +1,150 @@
+// Executors: steps run in submission order on the worker thread while the caller goes on; a
+// failed step fails every later one without running it; the fault decorator fails exactly the
+// step it is told to, through the same future a real failure would use.
+#include <gtest/gtest.h>
+
+#include <chrono>
+#include <condition_variable>
+#include <cstdlib>
+#include <mutex>
+#include <thread>
+#include <vector>
+
+#include "executor/fault_injecting_executor.h"
+#include "executor/in_process_executor.h"
+
+namespace kvasir {
+namespace {
+
+// Answers each step with one output named after the step's first new request; can be held
+// closed to prove that execute() does not wait for the step.
+class FakeWorker : public Worker {
+ public:
+  struct Shared {
+    std::mutex mu;
+    std::condition_variable cv;
+    bool open = true;
+    std::vector<std::string> ran;
+    std::thread::id thread;
+    std::string fail_on;
+  };
+  explicit FakeWorker(Shared* s) : s_(s) {}
+  StepResult execute_model(const SchedulerOutput& so) override {
+    std::unique_lock<std::mutex> lock(s_->mu);
+    s_->cv.wait(lock, [&] { return s_->open; });
+    const std::string id = so.scheduled_new_reqs.empty() ? "" : so.scheduled_new_reqs[0].req_id;
+    s_->ran.push_back(id);
+    s_->thread = std::this_thread::get_id();
+    if (id == s_->fail_on) return internal_error("device fell over at " + id);
+    ModelRunnerOutput out;
+    out.outputs.push_back(RunnerRequestOutput{id, {static_cast<TokenId>(s_->ran.size())}, {}, {}});
+    return out;
+  }
+
+ private:
+  Shared* s_;
+};
+
+std::shared_ptr<const SchedulerOutput> step(const std::string& id) {
+  auto so = std::make_shared<SchedulerOutput>();
+  NewRequestData d;
+  d.req_id = id;
+  so->scheduled_new_reqs.push_back(d);
+  return so;
+}
+
+TEST(InProcessExecutorTest, RunsStepsInOrderOnItsOwnThreadWithoutBlockingTheCaller) {
+  FakeWorker::Shared s;
+  s.open = false;
+  InProcessExecutor ex(std::make_unique<FakeWorker>(&s));
+  StepFuture a = ex.execute(step("a"));
+  StepFuture b = ex.execute(step("b"));  // queued behind a; the caller was not held
+  EXPECT_EQ(b.wait_for(std::chrono::milliseconds(20)), std::future_status::timeout);
+  {
+    std::lock_guard<std::mutex> lock(s.mu);
+    s.open = true;
+  }
+  s.cv.notify_all();
+  StepResult rb = b.get();
+  StepResult ra = a.get();
+  ASSERT_TRUE(ra.ok() && rb.ok());
+  EXPECT_EQ(ra->outputs[0].req_id, "a");
+  EXPECT_EQ(ra->outputs[0].sampled_token_ids[0], 1);
+  EXPECT_EQ(rb->outputs[0].sampled_token_ids[0], 2);
+  EXPECT_EQ(s.ran, (std::vector<std::string>{"a", "b"}));
+  EXPECT_NE(s.thread, std::this_thread::get_id());
+}
+
+TEST(InProcessExecutorTest, AFailedStepFailsEveryLaterStepWithoutRunningIt) {
+  FakeWorker::Shared s;
+  s.fail_on = "b";
+  InProcessExecutor ex(std::make_unique<FakeWorker>(&s));
+  StepFuture a = ex.execute(step("a"));
+  StepFuture b = ex.execute(step("b"));
+  StepFuture c = ex.execute(step("c"));
+  EXPECT_TRUE(a.get().ok());
+  StepResult rb = b.get();
+  StepResult rc = c.get();
+  ASSERT_FALSE(rb.ok());
+  ASSERT_FALSE(rc.ok());
+  EXPECT_EQ(rc.status().message(), rb.status().message());
+  EXPECT_EQ(s.ran, (std::vector<std::string>{"a", "b"}));
+}
+
+TEST(InProcessExecutorTest, DestructionRunsTheStepsStillQueued) {
+  FakeWorker::Shared s;
+  StepFuture last;
+  {
+    InProcessExecutor ex(std::make_unique<FakeWorker>(&s));
+    for (const char* id : {"a", "b", "c"}) last = ex.execute(step(id));
+  }
+  EXPECT_TRUE(last.get().ok());
+  EXPECT_EQ(s.ran.size(), 3u);
+}
+
+TEST(FaultInjectingExecutorTest, FailsTheStepAfterNAndEveryLaterOne) {
+  FakeWorker::Shared s;
+  FaultInjectingExecutor ex(std::make_unique<InProcessExecutor>(std::make_unique<FakeWorker>(&s)), 2);
+  StepFuture a = ex.execute(step("a"));
+  StepFuture b = ex.execute(step("b"));
+  StepFuture c = ex.execute(step("c"));
+  StepFuture d = ex.execute(step("d"));
+  EXPECT_TRUE(a.get().ok());
+  EXPECT_TRUE(b.get().ok());
+  StepResult rc = c.get();
+  ASSERT_FALSE(rc.ok());
+  EXPECT_NE(rc.status().message().find(kFaultAfterStepsEnv), std::string::npos) << rc.status().message();
+  EXPECT_FALSE(d.get().ok());
+  EXPECT_EQ(s.ran, (std::vector<std::string>{"a", "b"}));  // the faulty steps never reached the worker
+}
+
+TEST(FaultInjectingExecutorTest, InjectNextFailsTheNextStepWithTheMessage) {
+  FakeWorker::Shared s;
+  FaultInjectingExecutor ex(std::make_unique<InProcessExecutor>(std::make_unique<FakeWorker>(&s)));
+  EXPECT_TRUE(ex.execute(step("a")).get().ok());
+  ex.inject_next("gpu on fire");
+  StepResult r = ex.execute(step("b")).get();
+  ASSERT_FALSE(r.ok());
+  EXPECT_EQ(r.status().message(), "gpu on fire");
+  EXPECT_EQ(ex.num_submitted(), 2);
+}
+
+TEST(FaultInjectingExecutorTest, EnvSwitchWrapsOnlyForANonNegativeInteger) {
+  FakeWorker::Shared s;
+  auto make = [&] { return std::make_unique<InProcessExecutor>(std::make_unique<FakeWorker>(&s)); };
+  ::unsetenv(kFaultAfterStepsEnv);
+  EXPECT_EQ(dynamic_cast<FaultInjectingExecutor*>(wrap_fault_injection_from_env(make()).get()), nullptr);
+  ::setenv(kFaultAfterStepsEnv, "-3", 1);
+  EXPECT_EQ(dynamic_cast<FaultInjectingExecutor*>(wrap_fault_injection_from_env(make()).get()), nullptr);
+  ::setenv(kFaultAfterStepsEnv, "1x", 1);
+  EXPECT_EQ(dynamic_cast<FaultInjectingExecutor*>(wrap_fault_injection_from_env(make()).get()), nullptr);
+  ::setenv(kFaultAfterStepsEnv, "0", 1);
+  auto wrapped = wrap_fault_injection_from_env(make());
+  ::unsetenv(kFaultAfterStepsEnv);
+  ASSERT_NE(dynamic_cast<FaultInjectingExecutor*>(wrapped.get()), nullptr);
+  EXPECT_FALSE(wrapped->execute(step("a")).get().ok());
+  EXPECT_TRUE(s.ran.empty());
+}
+
+}  // namespace
+}  // namespace kvasir
