@@ -1,48 +1,14 @@
 #include "config/model_config.h"
 
-#include <sys/stat.h>
-
 #include <algorithm>
 #include <cmath>
 #include <cstdio>
 
 #include "config/model_config_internal.h"
-#include "loader/gguf_file.h"
-#include "loader/weight_source.h"
 
 namespace kvasir {
 
 namespace config_detail {
-
-namespace {
-
-// clang-format off
-constexpr ArchTraits kArchs[] = {
-    // family    activation            gemma  post   qknorm bias   tie    period rope                  27B
-    {"llama", Activation::kSilu, false, false, false, false, false, 0, RopeStyle::kInterleaved, 0},
-    {"mistral", Activation::kSilu, false, false, false, false, false, 0, RopeStyle::kInterleaved, 0},
-    {"qwen2", Activation::kSilu, false, false, false, true, false, 0, RopeStyle::kNeox, 0},
-    {"qwen3", Activation::kSilu, false, false, true, false, false, 0, RopeStyle::kNeox, 0},
-    {"gemma", Activation::kGeluTanh, true, false, false, false, true, 0, RopeStyle::kNeox, 0},
-    {"gemma2", Activation::kGeluTanh, true, true, false, false, true, 2, RopeStyle::kNeox, 46},
-    {"gemma3", Activation::kGeluTanh, true, true, true, false, true, 6, RopeStyle::kNeox, 62},
-};
-// clang-format on
-
-}  // namespace
-
-const ArchTraits* find_arch(std::string_view family) {
-  for (const auto& a : kArchs) {
-    if (a.family == family) return &a;
-  }
-  return nullptr;
-}
-
-std::string supported_families() {
-  std::string s;
-  for (const auto& a : kArchs) s += (s.empty() ? "" : ", ") + std::string(a.family);
-  return s;
-}
 
 std::vector<bool> periodic_sliding(int64_t num_layers, int64_t period) {
   std::vector<bool> v(static_cast<size_t>(std::max<int64_t>(num_layers, 0)), true);
@@ -97,11 +63,8 @@ Status check_basic_sizes(const ModelConfig& c) {
 }  // namespace config_detail
 
 Status ModelConfig::validate() const {
-  if (config_detail::find_arch(architecture) == nullptr) {
-    return unimplemented("model config: architecture '" + architecture +
-                         "' is not supported (supported: " + config_detail::supported_families() +
-                         ")");
-  }
+  // Whether the family is one we run is the model registry's question (model/registry.h).
+  if (architecture.empty()) return invalid_argument("model config: architecture is empty");
   KVASIR_RETURN_IF_ERROR(check_range("vocab_size", vocab_size, kMaxVocab));
   KVASIR_RETURN_IF_ERROR(check_range("hidden_size", hidden_size, kMaxHidden));
   KVASIR_RETURN_IF_ERROR(check_range("intermediate_size", intermediate_size, kMaxIntermediate));
@@ -137,7 +100,8 @@ Status ModelConfig::validate() const {
   if (rs.type != RopeScalingType::kNone) {
     KVASIR_RETURN_IF_ERROR(check_positive("rope_scaling.factor", rs.factor));
   }
-  if (rs.type == RopeScalingType::kLlama3 || rs.type == RopeScalingType::kYarn) {
+  if (rs.type == RopeScalingType::kLlama3 || rs.type == RopeScalingType::kYarn ||
+      rs.type == RopeScalingType::kLongrope) {
     KVASIR_RETURN_IF_ERROR(check_range("rope_scaling.original_max_position_embeddings",
                                        rs.original_max_position_embeddings, kMaxPositions));
   }
@@ -148,6 +112,20 @@ Status ModelConfig::validate() const {
   }
   if (rs.type == RopeScalingType::kYarn && !(rs.beta_fast > rs.beta_slow && rs.beta_slow > 0)) {
     return invalid_argument("model config: yarn rope scaling needs 0 < beta_slow < beta_fast");
+  }
+  if (rs.type == RopeScalingType::kLongrope) {
+    const size_t half = static_cast<size_t>(rotary_dim / 2);
+    for (const auto* f : {&rs.short_factor, &rs.long_factor}) {
+      if (f->size() != half) {
+        return invalid_argument("model config: longrope short_factor and long_factor need " +
+                                std::to_string(half) + " entries (rotary_dim / 2), not " +
+                                std::to_string(f->size()));
+      }
+      for (double x : *f) KVASIR_RETURN_IF_ERROR(check_positive("rope_scaling factor entry", x));
+    }
+    if (rs.attention_factor < 0 || !std::isfinite(rs.attention_factor)) {
+      return invalid_argument("model config: rope_scaling.attention_factor must be >= 0");
+    }
   }
   if (sliding_window < 0) return invalid_argument("model config: sliding_window is negative");
   if (layer_is_sliding.size() != static_cast<size_t>(num_layers)) {
@@ -181,6 +159,8 @@ std::string_view rope_scaling_type_name(RopeScalingType t) {
       return "llama3";
     case RopeScalingType::kYarn:
       return "yarn";
+    case RopeScalingType::kLongrope:
+      return "longrope";
   }
   return "unknown";
 }
@@ -202,17 +182,6 @@ std::string ModelConfig::to_string() const {
       static_cast<long long>(sliding_window), static_cast<long long>(num_sliding),
       static_cast<long long>(max_position_embeddings), tie_word_embeddings ? 1 : 0, rms_norm_eps);
   return buf;
-}
-
-StatusOr<ModelConfig> load_model_config(const WeightSource& source) {
-  if (const GgufFile* g = source.gguf()) return ModelConfig::from_gguf(*g);
-  std::string dir = source.path();
-  struct stat st {};
-  if (::stat(dir.c_str(), &st) == 0 && !S_ISDIR(st.st_mode)) {
-    const size_t slash = dir.rfind('/');
-    dir = slash == std::string::npos ? "." : dir.substr(0, slash);
-  }
-  return ModelConfig::from_hf_dir(dir);
 }
 
 }  // namespace kvasir

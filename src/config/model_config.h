@@ -1,8 +1,8 @@
-// ModelConfig: the hyperparameters of a decoder-only transformer (llama, mistral, qwen2, qwen3,
-// gemma, gemma2, gemma3), read once from GGUF metadata or an HF config.json (+
-// generation_config.json) and validated, so the model code can trust every field. Format quirks are
-// resolved here, not in the model: GGUF-vs-HF norm weight offsets, rope pairing, Gemma's implicit
-// constants. Must not touch tensor data or tokenizer vocabularies.
+// ModelConfig: the hyperparameters of a decoder-only transformer, read once from GGUF metadata or
+// an HF config.json (+ generation_config.json) and validated, so the model code can trust every
+// field. Format quirks are resolved when reading, not in the forward pass: GGUF-vs-HF norm weight
+// offsets, rope pairing, a family's implicit constants (stated by the family as ConfigTraits, see
+// config_readers.h). Must not name a model family or touch tensor data or vocabularies.
 #pragma once
 
 #include <cstdint>
@@ -16,19 +16,24 @@ namespace kvasir {
 
 class GgufFile;
 class Json;
-class WeightSource;
 
-enum class RopeScalingType { kNone, kLinear, kLlama3, kYarn };
+enum class RopeScalingType { kNone, kLinear, kLlama3, kYarn, kLongrope };
 
 struct RopeScaling {
   RopeScalingType type = RopeScalingType::kNone;
-  double factor = 1.0;                           // linear, llama3, yarn
-  int64_t original_max_position_embeddings = 0;  // llama3, yarn
+  double factor = 1.0;                           // linear, llama3, yarn, longrope
+  int64_t original_max_position_embeddings = 0;  // llama3, yarn, longrope
   double low_freq_factor = 1.0;                  // llama3
   double high_freq_factor = 4.0;                 // llama3
   double beta_fast = 32.0;                       // yarn
   double beta_slow = 1.0;                        // yarn
   double attention_factor = 0.0;                 // yarn; 0: derive as 0.1 * ln(factor) + 1
+  // longrope (HF "longrope", formerly "su"): per-dimension divisors [rotary_dim / 2] of the
+  // inverse frequencies; a sequence longer than original_max_position_embeddings uses
+  // long_factor, a shorter one short_factor (transformers' rule, per sequence). cos/sin are scaled
+  // by attention_factor (derived when 0: sqrt(1 + ln(factor) / ln(original)), 1 if factor <= 1).
+  std::vector<double> short_factor;
+  std::vector<double> long_factor;
   // GGUF llama3-style files carry no scaling metadata: llama.cpp's converter precomputes the
   // per-dimension divisors into the tensor "rope_freqs.weight" [rotary_dim / 2]; divide each
   // inverse frequency by it.
@@ -43,8 +48,7 @@ enum class RopeStyle { kNeox, kInterleaved };
 enum class Activation { kSilu, kGeluTanh };  // gated MLP: act(gate) * up
 
 struct ModelConfig {
-  // Family name: "llama", "mistral", "qwen2", "qwen3", "gemma", "gemma2", "gemma3" (HF
-  // "gemma3_text" and the multimodal "gemma3" text part both map to "gemma3").
+  // The model family's registry name (model/registry.h): "llama", "qwen2", "gemma3", ...
   std::string architecture;
   int64_t vocab_size = 0;
   int64_t hidden_size = 0;
@@ -81,6 +85,9 @@ struct ModelConfig {
   std::vector<int64_t> eos_token_ids;  // generation stops on any of these
   int64_t pad_token_id = -1;
 
+  // The three entry points find the file's family in the model registry, so they are DEFINED in
+  // src/model/registry.cpp (link kvasir_model); config/ itself names no family. Unknown families
+  // are refused with the list of supported ones.
   // From GGUF metadata (`general.architecture`, `<arch>.block_count`, ...); tensors are consulted
   // for what the metadata leaves implicit (output.weight absent => tied, rope_freqs.weight).
   static StatusOr<ModelConfig> from_gguf(const GgufFile& file);
@@ -94,9 +101,6 @@ struct ModelConfig {
   double attention_scale() const;  // 1 / sqrt(query_pre_attn_scalar)
   std::string to_string() const;   // one line for logs
 };
-
-// GGUF source: from_gguf(*source.gguf()); safetensors source: from_hf_dir(its directory).
-StatusOr<ModelConfig> load_model_config(const WeightSource& source);
 
 std::string_view rope_scaling_type_name(RopeScalingType t);
 

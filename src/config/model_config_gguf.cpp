@@ -1,11 +1,12 @@
 // ModelConfig from GGUF metadata. Keys follow llama.cpp's names (`<arch>.block_count`, ...). What
 // llama.cpp hard-codes per architecture instead of storing (gemma3's local rope base of 10000 and
-// 5:1 local/global pattern, Gemma's embedding scale) is filled in here from the family traits.
+// 5:1 local/global pattern, Gemma's embedding scale) comes from the family's ConfigTraits.
 #include <algorithm>
 #include <cmath>
 #include <limits>
 
-#include "config/model_config.h"
+#include "config/config_readers.h"
+#include "config/gguf_keys.h"
 #include "config/model_config_internal.h"
 #include "loader/gguf_file.h"
 
@@ -13,60 +14,7 @@ namespace kvasir {
 
 namespace {
 
-using config_detail::ArchTraits;
-
-// Reads `<arch>.<suffix>` keys, turning absent keys into defaults and everything else into
-// errors that name the key.
-class GgufKeys {
- public:
-  GgufKeys(const GgufFile& f, std::string arch) : f_(f), prefix_(std::move(arch) + ".") {}
-
-  std::string key(std::string_view suffix) const { return prefix_ + std::string(suffix); }
-  bool has(std::string_view suffix) const { return f_.has(key(suffix)); }
-
-  // An integer that must fit in int64; per-layer arrays are accepted when all entries agree.
-  StatusOr<int64_t> integer(std::string_view suffix) const {
-    const std::string k = key(suffix);
-    const GgufValue* v = f_.find(k);
-    if (v == nullptr) return not_found("GGUF: required key '" + k + "' is missing");
-    if (v->type == GgufType::kArray) return uniform_array(k, *v);
-    auto r = f_.get_i64(k);
-    if (!r.ok()) return r.status();
-    return *r;
-  }
-  StatusOr<int64_t> integer_or(std::string_view suffix, int64_t def) const {
-    return has(suffix) ? integer(suffix) : StatusOr<int64_t>(def);
-  }
-  StatusOr<double> number_or(std::string_view suffix, double def) const {
-    return has(suffix) ? f_.get_f64(key(suffix)) : StatusOr<double>(def);
-  }
-
- private:
-  StatusOr<int64_t> uniform_array(const std::string& k, const GgufValue& v) const {
-    KVASIR_ASSIGN_OR_RETURN(std::vector<int32_t> values, f_.get_i32_array(k));
-    if (values.empty()) return invalid_argument("GGUF: key '" + k + "' is an empty array");
-    for (int32_t x : values) {
-      if (x != values[0]) {
-        return unimplemented("GGUF: key '" + k +
-                             "' differs between layers; per-layer sizes are not supported");
-      }
-    }
-    return int64_t{values[0]};
-  }
-
-  const GgufFile& f_;
-  std::string prefix_;
-};
-
 // llama.cpp spells families as GGUF architectures; only the ones we run are accepted.
-const ArchTraits* gguf_family(std::string_view arch) {
-  if (arch == "llama" || arch == "qwen2" || arch == "qwen3" || arch == "gemma" ||
-      arch == "gemma2" || arch == "gemma3") {
-    return config_detail::find_arch(arch);
-  }
-  return nullptr;
-}
-
 Status read_rope_scaling(const GgufFile& f, const GgufKeys& k, ModelConfig& c) {
   RopeScaling& rs = c.rope_scaling;
   if (k.has("rope.scaling.type")) {
@@ -101,7 +49,8 @@ Status read_rope_scaling(const GgufFile& f, const GgufKeys& k, ModelConfig& c) {
 
 // Which layers use the sliding window: `<arch>.attention.sliding_window_pattern` when present (a
 // period, or one bool per layer), else the family's built-in period, else every layer.
-Status read_sliding(const GgufFile& f, const GgufKeys& k, const ArchTraits& arch, ModelConfig& c) {
+Status read_sliding(const GgufFile& f, const GgufKeys& k, const ConfigTraits& arch,
+                    ModelConfig& c) {
   KVASIR_ASSIGN_OR_RETURN(c.sliding_window, k.integer_or("attention.sliding_window", 0));
   if (c.sliding_window <= 0) {
     c.sliding_window = 0;
@@ -120,7 +69,7 @@ Status read_sliding(const GgufFile& f, const GgufKeys& k, const ArchTraits& arch
     for (const GgufValue& item : items) c.layer_is_sliding.push_back(f.bytes()[item.offset] != 0);
     return Status();
   }
-  int64_t period = arch.sliding_period;
+  int64_t period = arch.sliding == SlidingLayers::kPeriodic ? arch.sliding_period : 0;
   if (pattern != nullptr) {
     KVASIR_ASSIGN_OR_RETURN(period, k.integer("attention.sliding_window_pattern"));
   }
@@ -163,13 +112,10 @@ Status check_tensor_shape(const GgufFile& f, const char* name, std::vector<int64
 
 }  // namespace
 
-StatusOr<ModelConfig> ModelConfig::from_gguf(const GgufFile& f) {
+StatusOr<ModelConfig> read_gguf_config(const GgufFile& f, const ConfigTraits& traits) {
+  const ConfigTraits* arch = &traits;
   const std::string arch_name(f.architecture());
   if (arch_name.empty()) return invalid_argument("GGUF: general.architecture is missing");
-  const ArchTraits* arch = gguf_family(arch_name);
-  if (arch == nullptr) {
-    return unimplemented("GGUF: architecture '" + arch_name + "' is not supported");
-  }
   const GgufKeys k(f, arch_name);
   ModelConfig c;
   c.architecture = std::string(arch->family);
@@ -219,7 +165,7 @@ StatusOr<ModelConfig> ModelConfig::from_gguf(const GgufFile& f) {
   KVASIR_ASSIGN_OR_RETURN(c.rope_theta, k.number_or("rope.freq_base", 10000.0));
   // llama.cpp hard-codes gemma3's local base (rope_freq_base_train_swa = 10000); newer files
   // may store it as rope.freq_base_swa.
-  const double local_default = arch->family == "gemma3" ? 10000.0 : c.rope_theta;
+  const double local_default = arch->rope_theta_local.value_or(c.rope_theta);
   KVASIR_ASSIGN_OR_RETURN(c.rope_theta_local, k.number_or("rope.freq_base_swa", local_default));
   KVASIR_RETURN_IF_ERROR(read_rope_scaling(f, k, c));
   c.rope_style = arch->gguf_rope_style;
@@ -241,12 +187,14 @@ StatusOr<ModelConfig> ModelConfig::from_gguf(const GgufFile& f) {
   c.post_block_norms = arch->post_block_norms;
   c.attention_bias = f.find_tensor("blk.0.attn_q.bias") != nullptr;
   c.tie_word_embeddings = f.find_tensor("output.weight") == nullptr;
-  c.embedding_scale = arch->gemma ? std::sqrt(static_cast<double>(c.hidden_size)) : 1.0;
+  c.embedding_scale = arch->scale_embeddings ? std::sqrt(static_cast<double>(c.hidden_size)) : 1.0;
   c.norm_weight_offset = 0.0;  // llama.cpp's converter already added Gemma's +1 to *norm.weight
   c.activation = arch->activation;
   KVASIR_RETURN_IF_ERROR(read_token_ids(f, c));
+  return c;
+}
 
-  KVASIR_RETURN_IF_ERROR(c.validate());
+Status check_gguf_tensor_shapes(const GgufFile& f, const ModelConfig& c) {
   KVASIR_RETURN_IF_ERROR(check_tensor_shape(f, "token_embd.weight", {c.vocab_size, c.hidden_size}));
   KVASIR_RETURN_IF_ERROR(
       check_tensor_shape(f, "blk.0.attn_q.weight", {c.num_heads * c.head_dim, c.hidden_size}));
@@ -254,7 +202,7 @@ StatusOr<ModelConfig> ModelConfig::from_gguf(const GgufFile& f) {
       check_tensor_shape(f, "blk.0.attn_k.weight", {c.num_kv_heads * c.head_dim, c.hidden_size}));
   KVASIR_RETURN_IF_ERROR(
       check_tensor_shape(f, "blk.0.ffn_up.weight", {c.intermediate_size, c.hidden_size}));
-  return c;
+  return Status();
 }
 
 }  // namespace kvasir

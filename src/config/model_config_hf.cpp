@@ -8,118 +8,17 @@
 
 #include "common/json.h"
 #include "common/mapped_file.h"
-#include "config/model_config.h"
+#include "config/config_readers.h"
+#include "config/hf_keys.h"
 #include "config/model_config_internal.h"
 
 namespace kvasir {
 
 namespace {
 
-using config_detail::ArchTraits;
-
-// Typed access to one JSON object; null counts as absent (HF writes "rope_scaling": null).
-class HfKeys {
- public:
-  HfKeys(const Json& j, std::string where) : j_(j), where_(std::move(where)) {}
-
-  const Json* find(std::string_view key) const {
-    const Json* v = j_.find(key);
-    return v == nullptr || v->is_null() ? nullptr : v;
-  }
-  Status type_error(std::string_view key, const char* want) const {
-    return invalid_argument(where_ + ": '" + std::string(key) + "' must be " + want);
-  }
-  StatusOr<std::optional<int64_t>> opt_int(std::string_view key) const {
-    const Json* v = find(key);
-    if (v == nullptr) return std::optional<int64_t>();
-    auto i = as_integer(*v);
-    if (!i) return type_error(key, "an integer");
-    return i;
-  }
-  StatusOr<int64_t> int_or(std::string_view key, int64_t def) const {
-    KVASIR_ASSIGN_OR_RETURN(std::optional<int64_t> v, opt_int(key));
-    return v.value_or(def);
-  }
-  StatusOr<int64_t> req_int(std::string_view key) const {
-    KVASIR_ASSIGN_OR_RETURN(std::optional<int64_t> v, opt_int(key));
-    if (!v)
-      return invalid_argument(where_ + ": required key '" + std::string(key) + "' is missing");
-    return *v;
-  }
-  StatusOr<std::optional<double>> opt_num(std::string_view key) const {
-    const Json* v = find(key);
-    if (v == nullptr) return std::optional<double>();
-    if (!v->is_number()) return type_error(key, "a number");
-    return std::optional<double>(v->as_double());
-  }
-  StatusOr<double> num_or(std::string_view key, double def) const {
-    KVASIR_ASSIGN_OR_RETURN(std::optional<double> v, opt_num(key));
-    return v.value_or(def);
-  }
-  StatusOr<bool> bool_or(std::string_view key, bool def) const {
-    const Json* v = find(key);
-    if (v == nullptr) return def;
-    if (!v->is_bool()) return type_error(key, "true or false");
-    return v->as_bool();
-  }
-  StatusOr<std::string> str_or(std::string_view key, const std::string& def) const {
-    const Json* v = find(key);
-    if (v == nullptr) return def;
-    if (!v->is_string()) return type_error(key, "a string");
-    return v->as_string();
-  }
-  // An id or a list of ids (eos_token_id may be either); absent => empty.
-  StatusOr<std::vector<int64_t>> ids(std::string_view key) const {
-    const Json* v = find(key);
-    std::vector<int64_t> out;
-    if (v == nullptr) return out;
-    if (!v->is_array()) {
-      auto i = as_integer(*v);
-      if (!i) return type_error(key, "an integer or a list of integers");
-      out.push_back(*i);
-      return out;
-    }
-    for (const Json& e : v->as_array()) {
-      auto i = as_integer(e);
-      if (!i) return type_error(key, "an integer or a list of integers");
-      out.push_back(*i);
-    }
-    return out;
-  }
-  const std::string& where() const { return where_; }
-
-  // Integers, and doubles with an integral value that fits (Json::as_int would not check).
-  static std::optional<int64_t> as_integer(const Json& v) {
-    if (v.is_int()) return v.as_int();
-    if (v.is_number()) {
-      const double d = v.as_double();
-      if (std::isfinite(d) && d == std::floor(d) && std::fabs(d) < 9.0e15) {
-        return static_cast<int64_t>(d);
-      }
-    }
-    return std::nullopt;
-  }
-
- private:
-  const Json& j_;
-  std::string where_;
-};
-
-StatusOr<const ArchTraits*> hf_family(const std::string& model_type) {
-  std::string family = model_type;
-  if (family == "gemma3_text") family = "gemma3";
-  const ArchTraits* a = config_detail::find_arch(family);
-  if (a == nullptr) {
-    return unimplemented("config.json: model_type '" + model_type +
-                         "' is not supported (supported: " + config_detail::supported_families() +
-                         ", gemma3_text)");
-  }
-  return a;
-}
-
 // One rope description: {"rope_type"|"type": ..., "factor": ..., "rope_theta": ...}.
 Status parse_rope(const Json& obj, const std::string& where, int64_t max_pos, RopeScaling* rs,
-                  std::optional<double>* theta) {
+                  std::optional<double>* theta, std::optional<double>* partial = nullptr) {
   if (!obj.is_object()) return invalid_argument(where + " must be an object");
   HfKeys k(obj, where);
   KVASIR_ASSIGN_OR_RETURN(std::string type, k.str_or("rope_type", ""));
@@ -127,6 +26,9 @@ Status parse_rope(const Json& obj, const std::string& where, int64_t max_pos, Ro
     KVASIR_ASSIGN_OR_RETURN(type, k.str_or("type", "default"));
   }
   KVASIR_ASSIGN_OR_RETURN(*theta, k.opt_num("rope_theta"));
+  if (partial != nullptr) {  // transformers 5.x keeps partial_rotary_factor here
+    KVASIR_ASSIGN_OR_RETURN(*partial, k.opt_num("partial_rotary_factor"));
+  }
   *rs = RopeScaling();
   if (type == "default") return Status();
   KVASIR_ASSIGN_OR_RETURN(rs->factor, k.num_or("factor", 1.0));
@@ -145,15 +47,24 @@ Status parse_rope(const Json& obj, const std::string& where, int64_t max_pos, Ro
     KVASIR_ASSIGN_OR_RETURN(rs->beta_fast, k.num_or("beta_fast", 32.0));
     KVASIR_ASSIGN_OR_RETURN(rs->beta_slow, k.num_or("beta_slow", 1.0));
     KVASIR_ASSIGN_OR_RETURN(rs->attention_factor, k.num_or("attention_factor", 0.0));
+  } else if (type == "longrope" || type == "su") {
+    rs->type = RopeScalingType::kLongrope;
+    KVASIR_ASSIGN_OR_RETURN(rs->short_factor, k.numbers("short_factor"));
+    KVASIR_ASSIGN_OR_RETURN(rs->long_factor, k.numbers("long_factor"));
+    // 0 until read_rope knows the original length: factor and attention_factor derive from it.
+    KVASIR_ASSIGN_OR_RETURN(rs->original_max_position_embeddings,
+                            k.int_or("original_max_position_embeddings", 0));
+    KVASIR_ASSIGN_OR_RETURN(rs->factor, k.num_or("factor", 0.0));
+    KVASIR_ASSIGN_OR_RETURN(rs->attention_factor, k.num_or("attention_factor", 0.0));
   } else {
     return unimplemented(where + ": rope type '" + type + "' is not supported");
   }
   return Status();
 }
 
-Status read_rope(const HfKeys& k, const ArchTraits& arch, ModelConfig& c) {
-  const bool gemma3 = arch.family == "gemma3";
-  std::optional<double> theta, theta_local;
+Status read_rope(const HfKeys& k, const ConfigTraits& arch, ModelConfig& c) {
+  const bool own_local = arch.rope_theta_local.has_value();
+  std::optional<double> theta, theta_local, partial;
   if (const Json* rp = k.find("rope_parameters")) {  // transformers 5.x
     const Json* full = rp->find("full_attention");
     const Json* sliding = rp->find("sliding_attention");
@@ -170,32 +81,55 @@ Status read_rope(const HfKeys& k, const ArchTraits& arch, ModelConfig& c) {
       }
     } else {
       KVASIR_RETURN_IF_ERROR(parse_rope(*rp, k.where() + ": rope_parameters",
-                                        c.max_position_embeddings, &c.rope_scaling, &theta));
+                                        c.max_position_embeddings, &c.rope_scaling, &theta,
+                                        &partial));
     }
   } else if (const Json* rs = k.find("rope_scaling")) {  // transformers 4.x
     std::optional<double> ignored;
     KVASIR_RETURN_IF_ERROR(parse_rope(*rs, k.where() + ": rope_scaling", c.max_position_embeddings,
                                       &c.rope_scaling, &ignored));
   }
+  if (c.rope_scaling.type == RopeScalingType::kLongrope) {
+    // transformers: a top-level original_max_position_embeddings wins over the rope dict's; the
+    // factor defaults to max / original positions, the magnitude scaling to the paper's formula.
+    RopeScaling& s = c.rope_scaling;
+    KVASIR_ASSIGN_OR_RETURN(std::optional<int64_t> top, k.opt_int("original_max_position_embeddings"));
+    if (top) s.original_max_position_embeddings = *top;
+    if (s.original_max_position_embeddings <= 0) s.original_max_position_embeddings = c.max_position_embeddings;
+    if (s.factor == 0.0) {
+      s.factor = static_cast<double>(c.max_position_embeddings) /
+                 static_cast<double>(s.original_max_position_embeddings);
+    }
+    if (s.attention_factor == 0.0) {
+      s.attention_factor =
+          s.factor <= 1.0 ? 1.0
+                          : std::sqrt(1.0 + std::log(s.factor) /
+                                                std::log(static_cast<double>(
+                                                    s.original_max_position_embeddings)));
+    }
+  }
   if (!theta) {
     KVASIR_ASSIGN_OR_RETURN(theta, k.opt_num("rope_theta"));
   }
-  c.rope_theta = theta.value_or(gemma3 ? 1000000.0 : 10000.0);
-  if (!theta_local && gemma3) {
+  c.rope_theta = theta.value_or(arch.rope_theta);
+  if (!theta_local && own_local) {
     KVASIR_ASSIGN_OR_RETURN(theta_local, k.opt_num("rope_local_base_freq"));
   }
-  c.rope_theta_local = theta_local.value_or(gemma3 ? 10000.0 : c.rope_theta);
-  KVASIR_ASSIGN_OR_RETURN(double partial, k.num_or("partial_rotary_factor", 1.0));
-  const double rotary = partial * static_cast<double>(c.head_dim);
-  if (!(partial > 0 && partial <= 1) || rotary != std::floor(rotary)) {
-    return invalid_argument(k.where() + ": partial_rotary_factor " + std::to_string(partial) +
+  c.rope_theta_local = theta_local.value_or(own_local ? *arch.rope_theta_local : c.rope_theta);
+  if (!partial) {
+    KVASIR_ASSIGN_OR_RETURN(partial, k.opt_num("partial_rotary_factor"));
+  }
+  const double part = partial.value_or(1.0);
+  const double rotary = part * static_cast<double>(c.head_dim);
+  if (!(part > 0 && part <= 1) || rotary != std::floor(rotary)) {
+    return invalid_argument(k.where() + ": partial_rotary_factor " + std::to_string(part) +
                             " does not give a whole number of dimensions");
   }
   c.rotary_dim = static_cast<int64_t>(rotary);
   return Status();
 }
 
-Status read_sliding(const HfKeys& k, const ArchTraits& arch, ModelConfig& c) {
+Status read_sliding(const HfKeys& k, const ConfigTraits& arch, ModelConfig& c) {
   KVASIR_ASSIGN_OR_RETURN(c.sliding_window, k.int_or("sliding_window", 0));
   const size_t n = static_cast<size_t>(c.num_layers);
   if (const Json* types = k.find("layer_types")) {
@@ -211,16 +145,16 @@ Status read_sliding(const HfKeys& k, const ArchTraits& arch, ModelConfig& c) {
       }
       c.layer_is_sliding.push_back(s == "sliding_attention");
     }
-  } else if (arch.sliding_period != 0) {  // gemma2 (period 2, fixed), gemma3 (period 6)
+  } else if (arch.sliding == SlidingLayers::kPeriodic) {  // gemma2 (2, fixed), gemma3 (6)
     int64_t period = arch.sliding_period;
-    if (arch.family == "gemma3") {
+    if (arch.sliding_period_in_config) {
       KVASIR_ASSIGN_OR_RETURN(period, k.int_or("_sliding_window_pattern", period));
       KVASIR_ASSIGN_OR_RETURN(period, k.int_or("sliding_window_pattern", period));
     }
     c.layer_is_sliding = config_detail::periodic_sliding(c.num_layers, period);
-  } else if (arch.family == "mistral") {
+  } else if (arch.sliding == SlidingLayers::kAll) {
     c.layer_is_sliding.assign(n, c.sliding_window > 0);
-  } else if (arch.family == "qwen2" || arch.family == "qwen3") {
+  } else if (arch.sliding == SlidingLayers::kAfterMaxWindowLayer) {
     KVASIR_ASSIGN_OR_RETURN(bool use, k.bool_or("use_sliding_window", false));
     KVASIR_ASSIGN_OR_RETURN(int64_t first, k.int_or("max_window_layers", c.num_layers));
     c.layer_is_sliding.assign(n, false);
@@ -236,19 +170,38 @@ Status read_sliding(const HfKeys& k, const ArchTraits& arch, ModelConfig& c) {
 
 }  // namespace
 
-StatusOr<ModelConfig> ModelConfig::from_hf_json(const Json& config, const Json* generation) {
-  if (!config.is_object()) return invalid_argument("config.json: not a JSON object");
+const Json& hf_text_config(const Json& config) {
   const Json* text = config.find("text_config");
-  const Json& cfg = text != nullptr && text->is_object() ? *text : config;
-  HfKeys k(cfg, "config.json");
-  KVASIR_ASSIGN_OR_RETURN(std::string model_type,
-                          HfKeys(config, "config.json").str_or("model_type", ""));
-  if (&cfg != &config) {
-    KVASIR_ASSIGN_OR_RETURN(model_type, k.str_or("model_type", model_type));
-  }
-  if (model_type.empty()) return invalid_argument("config.json: model_type is missing");
-  KVASIR_ASSIGN_OR_RETURN(const ArchTraits* arch, hf_family(model_type));
+  return text != nullptr && text->is_object() ? *text : config;
+}
 
+StatusOr<HfModelId> hf_model_id(const Json& config) {
+  if (!config.is_object()) return invalid_argument("config.json: not a JSON object");
+  const Json& cfg = hf_text_config(config);
+  HfModelId id;
+  KVASIR_ASSIGN_OR_RETURN(id.model_type, HfKeys(config, "config.json").str_or("model_type", ""));
+  if (&cfg != &config) {
+    KVASIR_ASSIGN_OR_RETURN(id.model_type, HfKeys(cfg, "config.json").str_or("model_type", id.model_type));
+  }
+  for (const Json* obj : {&cfg, &config}) {
+    const Json* a = obj->find("architectures");
+    if (a == nullptr || !a->is_array() || !id.architectures.empty()) continue;
+    for (const Json& name : a->as_array()) {
+      if (name.is_string()) id.architectures.push_back(name.as_string());
+    }
+  }
+  if (id.model_type.empty() && id.architectures.empty()) {
+    return invalid_argument("config.json: model_type is missing");
+  }
+  return id;
+}
+
+StatusOr<ModelConfig> read_hf_config(const Json& config, const Json* generation,
+                                     const ConfigTraits& traits) {
+  if (!config.is_object()) return invalid_argument("config.json: not a JSON object");
+  const ConfigTraits* arch = &traits;
+  const Json& cfg = hf_text_config(config);
+  HfKeys k(cfg, "config.json");
   ModelConfig c;
   c.architecture = std::string(arch->family);
   KVASIR_ASSIGN_OR_RETURN(c.vocab_size, k.req_int("vocab_size"));
@@ -282,7 +235,7 @@ StatusOr<ModelConfig> ModelConfig::from_hf_json(const Json& config, const Json* 
   c.qk_norm = arch->qk_norm;
   c.post_block_norms = arch->post_block_norms;
   KVASIR_ASSIGN_OR_RETURN(c.attention_bias, k.bool_or("attention_bias", arch->attention_bias));
-  if (arch->family == "qwen2") c.attention_bias = true;  // Qwen2 hard-codes q/k/v biases
+  if (arch->attention_bias_always) c.attention_bias = true;  // Qwen2 hard-codes q/k/v biases
   KVASIR_ASSIGN_OR_RETURN(
       c.tie_word_embeddings,
       HfKeys(config, "config.json").bool_or("tie_word_embeddings", arch->tie_embeddings));
@@ -290,18 +243,19 @@ StatusOr<ModelConfig> ModelConfig::from_hf_json(const Json& config, const Json* 
                           k.bool_or("tie_word_embeddings", c.tie_word_embeddings));
   // HF Gemma multiplies by sqrt(hidden) rounded to the activation dtype (25.25 in bf16 for 640);
   // we keep the exact value and let the model round if it wants bit-parity.
-  c.embedding_scale = arch->gemma ? std::sqrt(static_cast<double>(c.hidden_size)) : 1.0;
-  c.norm_weight_offset = arch->gemma ? 1.0 : 0.0;  // HF Gemma RMSNorm: x * (1 + w)
+  c.embedding_scale = arch->scale_embeddings ? std::sqrt(static_cast<double>(c.hidden_size)) : 1.0;
+  c.norm_weight_offset = arch->hf_norm_plus_one ? 1.0 : 0.0;  // HF Gemma RMSNorm: x * (1 + w)
 
   KVASIR_ASSIGN_OR_RETURN(std::string act, k.str_or("hidden_activation", ""));
   if (act.empty()) {
-    KVASIR_ASSIGN_OR_RETURN(act,
-                            k.str_or("hidden_act", arch->gemma ? "gelu_pytorch_tanh" : "silu"));
+    KVASIR_ASSIGN_OR_RETURN(act, k.str_or("hidden_act", arch->activation == Activation::kGeluTanh
+                                                             ? "gelu_pytorch_tanh"
+                                                             : "silu"));
   }
   if (act == "silu" || act == "swish") {
     c.activation = Activation::kSilu;
   } else if (act == "gelu_pytorch_tanh" || act == "gelu_tanh" || act == "gelu_new" ||
-             (arch->gemma && act == "gelu")) {  // HF Gemma overrides exact gelu with the tanh form
+             (arch->gelu_means_tanh && act == "gelu")) {  // HF Gemma overrides exact gelu with the tanh form
     c.activation = Activation::kGeluTanh;
   } else {
     return unimplemented("config.json: activation '" + act + "' is not supported");
@@ -326,30 +280,28 @@ StatusOr<ModelConfig> ModelConfig::from_hf_json(const Json& config, const Json* 
   }
   c.bos_token_id = bos.empty() ? -1 : bos[0];
   c.pad_token_id = pad.empty() ? -1 : pad[0];
-  KVASIR_RETURN_IF_ERROR(c.validate());
   return c;
 }
 
-StatusOr<ModelConfig> ModelConfig::from_hf_dir(const std::string& dir) {
+StatusOr<HfConfigFiles> read_hf_config_files(const std::string& dir) {
   const std::string config_path = dir + "/config.json";
   KVASIR_ASSIGN_OR_RETURN(std::string text, read_text_file(config_path, 16u << 20));
   auto config = parse_json(text);
   if (!config.ok()) {
     return invalid_argument(config_path + ": not valid JSON: " + config.status().message());
   }
+  HfConfigFiles files;
+  files.config = std::move(config).value();
   const std::string gen_path = dir + "/generation_config.json";
-  std::optional<Json> generation;
   struct stat st {};
   if (::stat(gen_path.c_str(), &st) == 0) {
     KVASIR_ASSIGN_OR_RETURN(std::string gen_text, read_text_file(gen_path, 16u << 20));
     auto gen = parse_json(gen_text);
     if (!gen.ok())
       return invalid_argument(gen_path + ": not valid JSON: " + gen.status().message());
-    generation = std::move(gen).value();
+    files.generation_config = std::move(gen).value();
   }
-  auto c = from_hf_json(*config, generation ? &*generation : nullptr);
-  if (!c.ok()) return Status(c.status().code(), dir + ": " + c.status().message());
-  return c;
+  return files;
 }
 
 }  // namespace kvasir

@@ -15,7 +15,19 @@ RopeTable make_rope_table(double theta, int rotary_dim, const RopeScaling& s,
     const float expo = static_cast<float>(2 * i) / static_cast<float>(rotary_dim);
     t.inv_freq[static_cast<size_t>(i)] = 1.0f / std::pow(static_cast<float>(theta), expo);
   }
-  if (freq_factors != nullptr) {
+  if (s.type == RopeScalingType::kLongrope) {
+    // transformers: inv_freq = 1 / (ext_factor[i] * theta^(2i/d)), in float32.
+    t.long_inv_freq.resize(t.inv_freq.size());
+    for (int i = 0; i < half; ++i) {
+      const float expo = static_cast<float>(2 * i) / static_cast<float>(rotary_dim);
+      const float base = std::pow(static_cast<float>(theta), expo);
+      const size_t u = static_cast<size_t>(i);
+      t.inv_freq[u] = 1.0f / (static_cast<float>(s.short_factor[u]) * base);
+      t.long_inv_freq[u] = 1.0f / (static_cast<float>(s.long_factor[u]) * base);
+    }
+    t.long_after = s.original_max_position_embeddings;
+    t.attention_factor = static_cast<float>(s.attention_factor);
+  } else if (freq_factors != nullptr) {
     for (size_t i = 0; i < t.inv_freq.size() && i < freq_factors->size(); ++i) t.inv_freq[i] /= (*freq_factors)[i];
   } else if (s.type == RopeScalingType::kLinear) {
     for (float& f : t.inv_freq) f = static_cast<float>(f / s.factor);

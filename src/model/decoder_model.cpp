@@ -4,17 +4,18 @@
 #include <cstdio>
 #include <cstring>
 
+#include "model/registry.h"
 #include "model/weight_binding.h"
 
 namespace kvasir {
 
 struct DecoderModel::Layer {
-  Tensor attn_norm, wq, wk, wv, wo, bq, bk, bv;
-  Tensor q_norm, k_norm;        // QK-norm (Gemma 3, Qwen3); empty when absent
+  Tensor attn_norm;
   Tensor post_attn_norm;        // Gemma: norm of the attention output before the residual add
-  Tensor ffn_norm, w_gate, w_up, w_down;
+  Tensor ffn_norm;
   Tensor post_ffn_norm;         // Gemma: norm of the MLP output before the residual add
-  bool sliding = false;
+  std::unique_ptr<AttentionBlock> attn;
+  std::unique_ptr<MlpBlock> mlp;
 };
 
 // Activation buffers sized once for opts.max_num_tokens rows (the hot path allocates nothing).
@@ -32,15 +33,17 @@ struct DecoderModel::Workspace {
 };
 
 DecoderModel::DecoderModel(const ModelConfig& config, Backend& backend, const ModelOptions& opts)
-    : config_(config), backend_(backend), opts_(opts), eps_(static_cast<float>(config.rms_norm_eps)) {}
+    : config_(config), backend_(backend), opts_(opts), rope_(std::make_unique<RopeTables>()),
+      eps_(static_cast<float>(config.rms_norm_eps)) {}
 
 DecoderModel::~DecoderModel() = default;
 
 StatusOr<std::unique_ptr<DecoderModel>> DecoderModel::create(const ModelConfig& config, const WeightSource& weights,
                                                              Backend& backend, const ModelOptions& opts) {
   if (opts.max_num_tokens < 1 || opts.max_num_logits < 1) return invalid_argument("model options must be positive");
+  KVASIR_ASSIGN_OR_RETURN(const ModelFamily* family, family_of(config));
   std::unique_ptr<DecoderModel> m(new DecoderModel(config, backend, opts));
-  KVASIR_RETURN_IF_ERROR(m->bind_weights(weights));
+  KVASIR_RETURN_IF_ERROR(m->bind_weights(weights, *family));
   KVASIR_RETURN_IF_ERROR(m->allocate_workspace());
   std::vector<float> freq_factors;
   if (config.rope_scaling.freq_factors_tensor) {
@@ -50,57 +53,45 @@ StatusOr<std::unique_ptr<DecoderModel>> DecoderModel::create(const ModelConfig& 
     std::memcpy(freq_factors.data(), f.data, f.nbytes);
   }
   const int rd = static_cast<int>(config.rotary_dim);
-  m->rope_tables_.push_back(make_rope_table(config.rope_theta, rd, config.rope_scaling,
-                                            freq_factors.empty() ? nullptr : &freq_factors));
-  // Sliding layers: Gemma 3 gives them their own base frequency and no scaling.
-  const bool own_local = config.architecture == "gemma3";
-  m->rope_tables_.push_back(make_rope_table(config.rope_theta_local, rd, own_local ? RopeScaling{} : config.rope_scaling,
-                                            freq_factors.empty() || own_local ? nullptr : &freq_factors));
+  m->rope_->global = make_rope_table(config.rope_theta, rd, config.rope_scaling,
+                                     freq_factors.empty() ? nullptr : &freq_factors);
+  // Sliding layers: a family with their own base frequency (Gemma 3) does not scale them.
+  const bool own_local = family->config_traits().rope_theta_local.has_value();
+  m->rope_->sliding = make_rope_table(config.rope_theta_local, rd, own_local ? RopeScaling{} : config.rope_scaling,
+                                      freq_factors.empty() || own_local ? nullptr : &freq_factors);
   return m;
 }
 
-Status DecoderModel::bind_weights(const WeightSource& src) {
+Status DecoderModel::bind_weights(const WeightSource& src, const ModelFamily& family) {
+  const WeightManifest manifest = family.manifest(config_);
+  if (manifest.layers.size() != static_cast<size_t>(config_.num_layers)) return data_loss("layer count mismatch");
   WeightBinder b(src, backend_, config_, owned_);
-  KVASIR_ASSIGN_OR_RETURN(embed_, b.matrix("token_embd.weight", "model.embed_tokens.weight"));
-  KVASIR_ASSIGN_OR_RETURN(final_norm_, b.norm("output_norm.weight", "model.norm.weight"));
-  if (config_.tie_word_embeddings || (!src.has_tensor("output.weight") && !src.has_tensor("lm_head.weight"))) {
-    lm_head_ = embed_;
-  } else {
-    KVASIR_ASSIGN_OR_RETURN(lm_head_, b.matrix("output.weight", "lm_head.weight"));
-  }
+  KVASIR_ASSIGN_OR_RETURN(LayerWeights top, b.bind(manifest.model));
+  embed_ = top.get("token_embd.weight");
+  final_norm_ = top.get("output_norm.weight");
+  lm_head_ = top.get("output.weight");
+  if (embed_.data == nullptr || final_norm_.data == nullptr) return data_loss("embedding or final norm not bound");
+  if (lm_head_.data == nullptr) lm_head_ = embed_;  // tied, or a checkpoint that ties without saying so
   layers_.resize(static_cast<size_t>(config_.num_layers));
   for (int i = 0; i < config_.num_layers; ++i) {
     Layer& L = layers_[static_cast<size_t>(i)];
-    auto g = [i](const char* fmt) {
-      char buf[128];
-      std::snprintf(buf, sizeof(buf), fmt, i);
-      return std::string(buf);
-    };
-    L.sliding = config_.layer_is_sliding[static_cast<size_t>(i)];
-    KVASIR_ASSIGN_OR_RETURN(L.attn_norm, b.norm(g("blk.%d.attn_norm.weight"), g("model.layers.%d.input_layernorm.weight")));
-    KVASIR_ASSIGN_OR_RETURN(L.wq, b.matrix(g("blk.%d.attn_q.weight"), g("model.layers.%d.self_attn.q_proj.weight")));
-    KVASIR_ASSIGN_OR_RETURN(L.wk, b.matrix(g("blk.%d.attn_k.weight"), g("model.layers.%d.self_attn.k_proj.weight")));
-    KVASIR_ASSIGN_OR_RETURN(L.wv, b.matrix(g("blk.%d.attn_v.weight"), g("model.layers.%d.self_attn.v_proj.weight")));
-    KVASIR_ASSIGN_OR_RETURN(L.wo, b.matrix(g("blk.%d.attn_output.weight"), g("model.layers.%d.self_attn.o_proj.weight")));
-    KVASIR_ASSIGN_OR_RETURN(L.bq, b.optional_vector(g("blk.%d.attn_q.bias"), g("model.layers.%d.self_attn.q_proj.bias")));
-    KVASIR_ASSIGN_OR_RETURN(L.bk, b.optional_vector(g("blk.%d.attn_k.bias"), g("model.layers.%d.self_attn.k_proj.bias")));
-    KVASIR_ASSIGN_OR_RETURN(L.bv, b.optional_vector(g("blk.%d.attn_v.bias"), g("model.layers.%d.self_attn.v_proj.bias")));
-    if (config_.qk_norm) {
-      KVASIR_ASSIGN_OR_RETURN(L.q_norm, b.norm(g("blk.%d.attn_q_norm.weight"), g("model.layers.%d.self_attn.q_norm.weight")));
-      KVASIR_ASSIGN_OR_RETURN(L.k_norm, b.norm(g("blk.%d.attn_k_norm.weight"), g("model.layers.%d.self_attn.k_norm.weight")));
+    KVASIR_ASSIGN_OR_RETURN(LayerWeights w, b.bind(manifest.layers[static_cast<size_t>(i)]));
+    L.attn_norm = w.get("attn_norm.weight");
+    L.ffn_norm = w.get("ffn_norm.weight");
+    L.post_attn_norm = w.get("post_attention_norm.weight");
+    L.post_ffn_norm = w.get("post_ffw_norm.weight");
+    if (L.attn_norm.data == nullptr || L.ffn_norm.data == nullptr) {
+      return data_loss("layer " + std::to_string(i) + ": attention or MLP norm not bound");
     }
-    if (config_.post_block_norms) {
-      KVASIR_ASSIGN_OR_RETURN(L.post_attn_norm, b.norm(g("blk.%d.post_attention_norm.weight"), g("model.layers.%d.post_attention_layernorm.weight")));
-      KVASIR_ASSIGN_OR_RETURN(L.ffn_norm, b.norm(g("blk.%d.ffn_norm.weight"), g("model.layers.%d.pre_feedforward_layernorm.weight")));
-      KVASIR_ASSIGN_OR_RETURN(L.post_ffn_norm, b.norm(g("blk.%d.post_ffw_norm.weight"), g("model.layers.%d.post_feedforward_layernorm.weight")));
-    } else {
-      KVASIR_ASSIGN_OR_RETURN(L.ffn_norm, b.norm(g("blk.%d.ffn_norm.weight"), g("model.layers.%d.post_attention_layernorm.weight")));
-    }
-    KVASIR_ASSIGN_OR_RETURN(L.w_gate, b.matrix(g("blk.%d.ffn_gate.weight"), g("model.layers.%d.mlp.gate_proj.weight")));
-    KVASIR_ASSIGN_OR_RETURN(L.w_up, b.matrix(g("blk.%d.ffn_up.weight"), g("model.layers.%d.mlp.up_proj.weight")));
-    KVASIR_ASSIGN_OR_RETURN(L.w_down, b.matrix(g("blk.%d.ffn_down.weight"), g("model.layers.%d.mlp.down_proj.weight")));
+    BlockInit init{config_, w, i, config_.layer_is_sliding[static_cast<size_t>(i)], rope_.get(), &backend_,
+                   opts_.max_num_tokens};
+    KVASIR_ASSIGN_OR_RETURN(L.attn, family.make_attention(init));
+    KVASIR_ASSIGN_OR_RETURN(L.mlp, family.make_mlp(init));
   }
-  return b.check_shapes(embed_, lm_head_, layers_.size());
+  if (lm_head_.dim(0) != config_.vocab_size || lm_head_.dim(1) != config_.hidden_size) {
+    return data_loss("output projection shape does not match vocab_size x hidden_size");
+  }
+  return Status();
 }
 
 Status DecoderModel::allocate_workspace() {
@@ -170,40 +161,19 @@ Status DecoderModel::run_layers(const ForwardBatch& batch, KvCache& cache) {
   for (int i = 0; i < T; ++i) {
     if (batch.input_ids[i] < 0 || batch.input_ids[i] >= config_.vocab_size) return invalid_argument("token id out of range");
   }
-  const int64_t heads = config_.num_heads, kvh = config_.num_kv_heads, hd = config_.head_dim;
   Workspace& w = *ws_;
   Tensor x = w.x.slice_rows(0, T), h = w.h.slice_rows(0, T), o = w.o.slice_rows(0, T);
-  Tensor q = w.q.slice_rows(0, T), k = w.k.slice_rows(0, T), v = w.v.slice_rows(0, T);
-  Tensor attn = w.attn.slice_rows(0, T), gate = w.gate.slice_rows(0, T), up = w.up.slice_rows(0, T);
-  Tensor q3 = q.reshape({T, heads, hd}), k3 = k.reshape({T, kvh, hd}), v3 = v.reshape({T, kvh, hd});
-  Tensor attn3 = attn.reshape({T, heads, hd});
+  BlockScratch scratch{w.q.slice_rows(0, T),    w.k.slice_rows(0, T),    w.v.slice_rows(0, T),
+                       w.attn.slice_rows(0, T), w.gate.slice_rows(0, T), w.up.slice_rows(0, T)};
 
   backend_.embedding(embed_, batch.input_ids, T, static_cast<float>(config_.embedding_scale), x);
   for (size_t l = 0; l < layers_.size(); ++l) {
-    const Layer& L = layers_[l];
+    Layer& L = layers_[l];
     backend_.rms_norm(x, L.attn_norm, eps_, h);
-    backend_.linear(h, L.wq, L.bq.data ? &L.bq : nullptr, q);
-    backend_.linear(h, L.wk, L.bk.data ? &L.bk : nullptr, k);
-    backend_.linear(h, L.wv, L.bv.data ? &L.bv : nullptr, v);
-    if (L.q_norm.data != nullptr) {
-      Tensor qh = q.reshape({T * heads, hd}), kh = k.reshape({T * kvh, hd});
-      backend_.rms_norm(qh, L.q_norm, eps_, qh);
-      backend_.rms_norm(kh, L.k_norm, eps_, kh);
-    }
-    const RopeTable& rt = rope_tables_[L.sliding ? 1 : 0];
-    RopeParams rp{static_cast<int>(config_.rotary_dim), config_.rope_style == RopeStyle::kNeox, rt.inv_freq.data(), rt.attention_factor};
-    backend_.rope(q3, k3, batch.positions, rp);
-    backend_.write_kv(k3, v3, cache.k[l], cache.v[l], batch.attn);
-    AttentionParams ap{static_cast<float>(config_.attention_scale()), L.sliding ? static_cast<int>(config_.sliding_window) : 0,
-                       static_cast<float>(config_.attn_logit_softcapping.value_or(0.0))};
-    backend_.attention(q3, cache.k[l], cache.v[l], batch.attn, ap, attn3);
-    backend_.linear(attn, L.wo, nullptr, o);
+    L.attn->forward(backend_, h, batch, cache.k[l], cache.v[l], scratch, o);
     if (L.post_attn_norm.data != nullptr) backend_.rms_norm(o, L.post_attn_norm, eps_, o);
     backend_.add_rms_norm(x, o, L.ffn_norm, eps_, h);
-    backend_.linear(h, L.w_gate, nullptr, gate);
-    backend_.linear(h, L.w_up, nullptr, up);
-    backend_.gated_activation(gate, up, config_.activation == Activation::kSilu ? GateActivation::kSilu : GateActivation::kGeluTanh, gate);
-    backend_.linear(gate, L.w_down, nullptr, o);
+    L.mlp->forward(backend_, h, scratch, o);
     if (L.post_ffn_norm.data != nullptr) backend_.rms_norm(o, L.post_ffn_norm, eps_, o);
     backend_.add(x, o);
   }

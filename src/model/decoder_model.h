@@ -1,8 +1,9 @@
-// DecoderModel: the one generic decoder-only transformer. Llama 2/3, Mistral, Qwen2, SmolLM2 and
-// Gemma 3 differ only by ModelConfig (GQA, biases, QK-norm, extra norms, sliding layers, RoPE
-// variants, soft-capping, embedding scaling). forward() runs a flattened batch of several
-// sequences through the backend ops, reading and writing K/V via block tables and a slot mapping.
-// Must not know about requests, scheduling or sampling.
+// DecoderModel: the one generic decoder-only transformer that every family configures (registry.h):
+// the family's manifest says which weights to bind, its blocks (blocks.h) run attention and the
+// MLP of each layer, and ModelConfig says the rest (norms, sliding layers, RoPE variants,
+// soft-capping, embedding scaling). forward() runs a flattened batch of several sequences through
+// the backend ops, reading and writing K/V via block tables and a slot mapping. Must not know
+// about requests, scheduling or sampling, nor test a family by name.
 #pragma once
 
 #include <memory>
@@ -13,10 +14,13 @@
 #include "config/model_config.h"
 #include "layers/rope_table.h"
 #include "loader/weight_source.h"
+#include "model/blocks.h"
 #include "model/forward_batch.h"
 #include "model/kv_cache.h"
 
 namespace kvasir {
+
+class ModelFamily;
 
 struct ModelOptions {
   int max_num_tokens = 2048;  // rows in one forward (max_num_batched_tokens)
@@ -49,7 +53,7 @@ class DecoderModel {
  private:
   struct Layer;
   DecoderModel(const ModelConfig& config, Backend& backend, const ModelOptions& opts);
-  Status bind_weights(const WeightSource& weights);
+  Status bind_weights(const WeightSource& weights, const ModelFamily& family);
   Status allocate_workspace();
 
   ModelConfig config_;
@@ -57,7 +61,7 @@ class DecoderModel {
   ModelOptions opts_;
   std::vector<Layer> layers_;
   Tensor embed_, final_norm_, lm_head_;
-  std::vector<RopeTable> rope_tables_;  // [0]: global layers, [1]: sliding layers
+  std::unique_ptr<RopeTables> rope_;  // stable address: blocks keep a pointer
   std::vector<std::unique_ptr<Buffer>> owned_;  // uploaded weights and converted norm vectors
   struct Workspace;
   std::unique_ptr<Workspace> ws_;

@@ -1,5 +1,5 @@
-#include "config/model_config.h"
-
+// ModelConfig as read through the model registry: each family's traits applied to real and
+// hand-written GGUF metadata and HF config.json files.
 #include <gtest/gtest.h>
 #include <sys/stat.h>
 
@@ -11,6 +11,7 @@
 #include "loader/gguf_file.h"
 #include "loader/test_writers.h"
 #include "loader/weight_source.h"
+#include "model/registry.h"
 
 namespace kvasir {
 namespace {
@@ -249,6 +250,35 @@ TEST(ModelConfig, RopeScalingVariants) {
       "original_max_position_embeddings");
   expect_error(from_hf(with(kSmolConfig, "rope_scaling", R"({"type": "linear", "factor": -2})")),
                "factor");
+}
+
+TEST(ModelConfig, LongropeFollowsTransformersDefaults) {
+  // transformers 5.x spelling: rope_parameters holds the factors and partial_rotary_factor.
+  Json j = parse(kSmolConfig);
+  j.set("rope_theta", Json());
+  j.set("original_max_position_embeddings", 4096);
+  j.set("rope_parameters", parse(R"({"rope_type": "longrope", "rope_theta": 10000.0,
+      "partial_rotary_factor": 0.75, "short_factor": [1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1,
+      1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1], "long_factor": [2, 2, 2, 2, 2, 2, 2, 2, 2, 2, 2, 2,
+      2, 2, 2, 2, 2, 2, 2, 2, 2, 2, 2, 2]})"));
+  auto c = ModelConfig::from_hf_json(j, nullptr);
+  ASSERT_TRUE(c.ok()) << c.status().to_string();
+  EXPECT_EQ(c->rope_scaling.type, RopeScalingType::kLongrope);
+  EXPECT_EQ(c->rotary_dim, 48);  // 0.75 * 64
+  EXPECT_EQ(c->rope_scaling.original_max_position_embeddings, 4096);
+  EXPECT_DOUBLE_EQ(c->rope_scaling.factor, 2.0);  // max 8192 / original 4096
+  EXPECT_DOUBLE_EQ(c->rope_scaling.attention_factor, std::sqrt(1 + std::log(2.0) / std::log(4096.0)));
+  // transformers 4.x spelling ("su"), explicit attention_factor; factors must cover rotary_dim / 2.
+  Json old = parse(kSmolConfig);
+  old.set("rope_scaling", parse(R"({"type": "su", "attention_factor": 1.5, "short_factor": [1, 2],
+                                    "long_factor": [3, 4]})"));
+  expect_error(ModelConfig::from_hf_json(old, nullptr), "short_factor");
+  old.set("head_dim", 4);
+  old.set("num_attention_heads", 9);
+  auto su = ModelConfig::from_hf_json(old, nullptr);
+  ASSERT_TRUE(su.ok()) << su.status().to_string();
+  EXPECT_DOUBLE_EQ(su->rope_scaling.attention_factor, 1.5);
+  EXPECT_EQ(su->rope_scaling.long_factor, (std::vector<double>{3, 4}));
 }
 
 TEST(ModelConfig, OtherFamilies) {

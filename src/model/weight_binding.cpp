@@ -7,10 +7,86 @@
 
 namespace kvasir {
 
-StatusOr<WeightTensor> WeightBinder::find(const std::string& gguf_name, const std::string& hf_name) const {
-  if (src_.has_tensor(gguf_name)) return src_.tensor(gguf_name);
-  if (src_.has_tensor(hf_name)) return src_.tensor(hf_name);
-  return not_found("model weight missing: " + gguf_name + " (HF name " + hf_name + ")");
+namespace {
+
+std::string shape_text(const std::vector<int64_t>& shape) {
+  std::string s;
+  for (int64_t d : shape) s += (s.empty() ? "" : ", ") + std::to_string(d);
+  return "[" + s + "]";
+}
+
+}  // namespace
+
+const WeightName* WeightBinder::locate(const WeightSpec& spec) const {
+  if (src_.has_tensor(spec.gguf.name)) return &spec.gguf;
+  if (src_.has_tensor(spec.hf.name)) return &spec.hf;
+  return nullptr;
+}
+
+StatusOr<LayerWeights> WeightBinder::bind(const std::vector<WeightSpec>& specs) {
+  LayerWeights out;
+  for (const WeightSpec& spec : specs) {
+    if (spec.optional && locate(spec) == nullptr) continue;
+    KVASIR_ASSIGN_OR_RETURN(Tensor t, bind_one(spec));
+    out.tensors[spec.role] = t;
+  }
+  return out;
+}
+
+StatusOr<Tensor> WeightBinder::bind_one(const WeightSpec& spec) {
+  const WeightName* name = locate(spec);
+  if (name == nullptr) {
+    return not_found("model weight missing: " + spec.gguf.name + " (HF name " + spec.hf.name + ")");
+  }
+  if (name->fused()) return fused_rows(spec, *name);
+  KVASIR_ASSIGN_OR_RETURN(WeightTensor w, src_.tensor(name->name));
+  if (w.shape != spec.shape) {
+    return data_loss("weight " + w.name + " has shape " + shape_text(w.shape) + ", expected " +
+                     shape_text(spec.shape));
+  }
+  switch (spec.kind) {
+    case WeightKind::kMatrix:
+      return upload(w);
+    case WeightKind::kNorm:
+      // GGUF Gemma files store (1 + w) (offset 0); HF files store w and add 1 in the forward pass.
+      return to_f32_vector(w, static_cast<float>(config_.norm_weight_offset));
+    case WeightKind::kVector:
+      return to_f32_vector(w, 0.0f);
+  }
+  return internal_error("unknown weight kind");
+}
+
+// A row range of a fused matrix: a view into the fused tensor, uploaded once, so every backend's
+// linear runs on it unchanged. Rows whose start would be misaligned for the kernels are copied out.
+StatusOr<Tensor> WeightBinder::fused_rows(const WeightSpec& spec, const WeightName& name) {
+  if (spec.kind != WeightKind::kMatrix || spec.shape.size() != 2) {
+    return internal_error("fused weight " + spec.role + " must be a matrix");
+  }
+  const std::vector<int64_t> fused_shape = {name.fused_rows, spec.shape[1]};
+  if (name.row_begin + spec.shape[0] > name.fused_rows) {
+    return internal_error("fused weight " + spec.role + ": rows outside " + name.name);
+  }
+  auto it = fused_.find(name.name);
+  if (it == fused_.end()) {
+    KVASIR_ASSIGN_OR_RETURN(WeightTensor w, src_.tensor(name.name));
+    if (w.shape != fused_shape) {
+      return data_loss("weight " + w.name + " has shape " + shape_text(w.shape) + ", expected " +
+                       shape_text(fused_shape));
+    }
+    KVASIR_ASSIGN_OR_RETURN(Tensor t, upload(w));
+    it = fused_.emplace(name.name, t).first;
+  }
+  Tensor view = it->second.slice_rows(name.row_begin, spec.shape[0]);
+  if (view.data == nullptr || reinterpret_cast<uintptr_t>(view.data) % 32 == 0 ||
+      backend_.device() != Device::kCpu) {
+    return view;
+  }
+  KVASIR_ASSIGN_OR_RETURN(WeightTensor w, src_.tensor(name.name));
+  WeightTensor rows = w;
+  rows.shape = spec.shape;
+  rows.nbytes = view.nbytes();
+  rows.data = w.data + static_cast<size_t>(name.row_begin) * view.row_bytes();
+  return upload(rows);
 }
 
 StatusOr<Tensor> WeightBinder::upload(const WeightTensor& w) {
@@ -33,12 +109,6 @@ StatusOr<Tensor> WeightBinder::upload(const WeightTensor& w) {
   return t;
 }
 
-StatusOr<Tensor> WeightBinder::matrix(const std::string& gguf_name, const std::string& hf_name) {
-  KVASIR_ASSIGN_OR_RETURN(WeightTensor w, find(gguf_name, hf_name));
-  if (w.shape.size() != 2) return data_loss("weight " + w.name + " must be 2-D");
-  return upload(w);
-}
-
 StatusOr<Tensor> WeightBinder::to_f32_vector(const WeightTensor& w, float offset) {
   const int64_t n = w.num_elements();
   std::vector<float> host(static_cast<size_t>(n));
@@ -55,29 +125,6 @@ StatusOr<Tensor> WeightBinder::to_f32_vector(const WeightTensor& w, float offset
   KVASIR_ASSIGN_OR_RETURN(Tensor dev, backend_.upload_weight(t, &owner));
   if (owner) owned_.push_back(std::move(owner));
   return dev;
-}
-
-StatusOr<Tensor> WeightBinder::norm(const std::string& gguf_name, const std::string& hf_name) {
-  KVASIR_ASSIGN_OR_RETURN(WeightTensor w, find(gguf_name, hf_name));
-  if (w.shape.size() != 1) return data_loss("norm weight " + w.name + " must be 1-D");
-  // GGUF Gemma files store (1 + w) (offset 0); HF files store w and add 1 in the forward pass.
-  return to_f32_vector(w, static_cast<float>(config_.norm_weight_offset));
-}
-
-StatusOr<Tensor> WeightBinder::optional_vector(const std::string& gguf_name, const std::string& hf_name) {
-  if (!src_.has_tensor(gguf_name) && !src_.has_tensor(hf_name)) return Tensor{};
-  KVASIR_ASSIGN_OR_RETURN(WeightTensor w, find(gguf_name, hf_name));
-  return to_f32_vector(w, 0.0f);
-}
-
-Status WeightBinder::check_shapes(const Tensor& embed, const Tensor& lm_head, size_t num_layers) const {
-  if (embed.dim(0) != config_.vocab_size || embed.dim(1) != config_.hidden_size) {
-    return data_loss("token embedding shape does not match vocab_size x hidden_size");
-  }
-  if (lm_head.dim(0) != config_.vocab_size || lm_head.dim(1) != config_.hidden_size) {
-    return data_loss("output projection shape does not match vocab_size x hidden_size");
-  }
-  return num_layers == static_cast<size_t>(config_.num_layers) ? Status() : data_loss("layer count mismatch");
 }
 
 }  // namespace kvasir

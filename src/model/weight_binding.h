@@ -1,8 +1,10 @@
-// WeightBinder: finds a model's weights in a WeightSource under their GGUF or HF name, checks
-// shapes and types, and makes them backend tensors (in place on the CPU, uploaded on a GPU).
-// Norm vectors become float32 (with Gemma's +1 applied for HF files). Must not run any op.
+// WeightBinder: binds the weights a WeightManifest lists, finding each in a WeightSource under its
+// GGUF or HF name (a fused tensor's row range becomes a row-slice view of it), checking shapes and
+// types, and making them backend tensors (in place on the CPU, uploaded on a GPU). Norm vectors
+// become float32 (with Gemma's +1 applied for HF files). Must not run any op.
 #pragma once
 
+#include <map>
 #include <memory>
 #include <string>
 #include <vector>
@@ -10,6 +12,8 @@
 #include "backend/backend.h"
 #include "config/model_config.h"
 #include "loader/weight_source.h"
+#include "model/blocks.h"
+#include "model/weight_manifest.h"
 
 namespace kvasir {
 
@@ -19,16 +23,15 @@ class WeightBinder {
                std::vector<std::unique_ptr<Buffer>>& owned)
       : src_(src), backend_(backend), config_(config), owned_(owned) {}
 
-  // A 2-D weight [out, in] in any supported dtype.
-  StatusOr<Tensor> matrix(const std::string& gguf_name, const std::string& hf_name);
-  // A 1-D norm weight as float32.
-  StatusOr<Tensor> norm(const std::string& gguf_name, const std::string& hf_name);
-  // A 1-D float32 vector (bias), or an empty Tensor when absent.
-  StatusOr<Tensor> optional_vector(const std::string& gguf_name, const std::string& hf_name);
-  Status check_shapes(const Tensor& embed, const Tensor& lm_head, size_t num_layers) const;
+  // Every weight of `specs` by role; an optional weight that is absent is left out. NotFound
+  // names the first required weight missing, DataLoss the first with the wrong shape.
+  StatusOr<LayerWeights> bind(const std::vector<WeightSpec>& specs);
 
  private:
-  StatusOr<WeightTensor> find(const std::string& gguf_name, const std::string& hf_name) const;
+  StatusOr<Tensor> bind_one(const WeightSpec& spec);
+  // The spec's name in this source (GGUF first), or nullptr when neither is present.
+  const WeightName* locate(const WeightSpec& spec) const;
+  StatusOr<Tensor> fused_rows(const WeightSpec& spec, const WeightName& name);
   StatusOr<Tensor> to_f32_vector(const WeightTensor& w, float offset);
   StatusOr<Tensor> upload(const WeightTensor& w);
 
@@ -36,6 +39,7 @@ class WeightBinder {
   Backend& backend_;
   const ModelConfig& config_;
   std::vector<std::unique_ptr<Buffer>>& owned_;
+  std::map<std::string, Tensor> fused_;  // fused tensors uploaded once, by name
 };
 
 }  // namespace kvasir

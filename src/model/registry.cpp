@@ -1,0 +1,139 @@
+#include "model/registry.h"
+
+#include <sys/stat.h>
+
+#include "loader/gguf_file.h"
+
+namespace kvasir {
+
+// Each family's file defines its accessor. Registering a family = one line here and one below.
+const ModelFamily& llama_family();
+const ModelFamily& mistral_family();
+const ModelFamily& qwen2_family();
+const ModelFamily& qwen3_family();
+const ModelFamily& gemma_family();
+const ModelFamily& gemma2_family();
+const ModelFamily& gemma3_family();
+
+const std::vector<const ModelFamily*>& model_families() {
+  static const std::vector<const ModelFamily*> kFamilies = {
+      &llama_family(), &mistral_family(), &qwen2_family(),  &qwen3_family(),
+      &gemma_family(), &gemma2_family(),  &gemma3_family(),
+  };
+  return kFamilies;
+}
+
+namespace {
+
+bool contains(const std::vector<std::string>& names, std::string_view s) {
+  for (const std::string& n : names) {
+    if (n == s) return true;
+  }
+  return false;
+}
+
+}  // namespace
+
+const ModelFamily* find_family(std::string_view name) {
+  for (const ModelFamily* f : model_families()) {
+    if (f->name() == name) return f;
+  }
+  return nullptr;
+}
+
+const ModelFamily* find_family_by_gguf(std::string_view arch) {
+  for (const ModelFamily* f : model_families()) {
+    if (contains(f->gguf_architectures(), arch)) return f;
+  }
+  return nullptr;
+}
+
+const ModelFamily* find_family_by_hf(const HfModelId& id) {
+  // model_type decides when present (a contradicting architectures list does not override it).
+  if (!id.model_type.empty()) {
+    for (const ModelFamily* f : model_families()) {
+      if (contains(f->hf_model_types(), id.model_type)) return f;
+    }
+    return nullptr;
+  }
+  for (const std::string& a : id.architectures) {
+    for (const ModelFamily* f : model_families()) {
+      if (contains(f->hf_architectures(), a)) return f;
+    }
+  }
+  return nullptr;
+}
+
+std::string supported_families() {
+  std::string s;
+  for (const ModelFamily* f : model_families()) s += (s.empty() ? "" : ", ") + std::string(f->name());
+  return s;
+}
+
+StatusOr<const ModelFamily*> family_of(const ModelConfig& config) {
+  const ModelFamily* f = find_family(config.architecture);
+  if (f == nullptr) {
+    return unimplemented("model config: architecture '" + config.architecture +
+                         "' is not supported (supported: " + supported_families() + ")");
+  }
+  return f;
+}
+
+StatusOr<ModelConfig> ModelConfig::from_gguf(const GgufFile& file) {
+  const std::string arch(file.architecture());
+  if (arch.empty()) return invalid_argument("GGUF: general.architecture is missing");
+  const ModelFamily* f = find_family_by_gguf(arch);
+  if (f == nullptr) {
+    return unimplemented("GGUF: architecture '" + arch + "' is not supported (supported: " +
+                         supported_families() + ")");
+  }
+  KVASIR_ASSIGN_OR_RETURN(ModelConfig c, read_gguf_config(file, f->config_traits()));
+  KVASIR_RETURN_IF_ERROR(f->read_gguf_extras(GgufKeys(file, arch), c));
+  KVASIR_RETURN_IF_ERROR(c.validate());
+  KVASIR_RETURN_IF_ERROR(check_gguf_tensor_shapes(file, c));
+  return c;
+}
+
+StatusOr<ModelConfig> ModelConfig::from_hf_json(const Json& config, const Json* generation) {
+  KVASIR_ASSIGN_OR_RETURN(HfModelId id, hf_model_id(config));
+  const ModelFamily* f = find_family_by_hf(id);
+  if (f == nullptr) {
+    std::string what = "model_type '" + id.model_type + "'";
+    if (id.model_type.empty()) {
+      what = "architectures";
+      for (const std::string& a : id.architectures) what += " '" + a + "'";
+    }
+    return unimplemented("config.json: " + what + " is not supported (supported: " +
+                         supported_families() + ")");
+  }
+  KVASIR_ASSIGN_OR_RETURN(ModelConfig c, read_hf_config(config, generation, f->config_traits()));
+  KVASIR_RETURN_IF_ERROR(f->read_hf_extras(HfKeys(hf_text_config(config), "config.json"), c));
+  KVASIR_RETURN_IF_ERROR(c.validate());
+  return c;
+}
+
+StatusOr<ModelConfig> ModelConfig::from_hf_dir(const std::string& dir) {
+  KVASIR_ASSIGN_OR_RETURN(HfConfigFiles files, read_hf_config_files(dir));
+  auto c = from_hf_json(files.config, files.generation_config ? &*files.generation_config : nullptr);
+  if (!c.ok()) return Status(c.status().code(), dir + ": " + c.status().message());
+  return c;
+}
+
+StatusOr<ModelConfig> load_model_config(const WeightSource& source) {
+  if (const GgufFile* g = source.gguf()) return ModelConfig::from_gguf(*g);
+  std::string dir = source.path();
+  struct stat st {};
+  if (::stat(dir.c_str(), &st) == 0 && !S_ISDIR(st.st_mode)) {
+    const size_t slash = dir.rfind('/');
+    dir = slash == std::string::npos ? "." : dir.substr(0, slash);
+  }
+  return ModelConfig::from_hf_dir(dir);
+}
+
+StatusOr<std::vector<DummyTensorSpec>> dummy_weight_specs_for(const ModelConfig& config,
+                                                              bool matrices_on_device) {
+  KVASIR_ASSIGN_OR_RETURN(const ModelFamily* f, family_of(config));
+  return dummy_weight_specs(f->manifest(config), config, matrices_on_device);
+}
+
+}  // namespace kvasir

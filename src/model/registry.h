@@ -1,0 +1,42 @@
+// The model registry: the list of families we run (model/families/*) and the lookups that map a
+// file to one (GGUF general.architecture; HF model_type, or architectures without one), plus the
+// config entry points that need the family (ModelConfig::from_gguf / from_hf_json / from_hf_dir
+// are defined in registry.cpp). Adding a family = its file + one line in registry.cpp. Must not
+// build models or bind weights.
+#pragma once
+
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "config/config_readers.h"
+#include "config/model_config.h"
+#include "loader/weight_source.h"
+#include "model/model_family.h"
+
+namespace kvasir {
+
+// Every registered family, in registry order.
+const std::vector<const ModelFamily*>& model_families();
+
+// nullptr when no family has that name / GGUF architecture / HF id.
+const ModelFamily* find_family(std::string_view name);
+const ModelFamily* find_family_by_gguf(std::string_view gguf_architecture);
+const ModelFamily* find_family_by_hf(const HfModelId& id);
+
+// The family of `config.architecture`; Unimplemented naming the supported families otherwise.
+StatusOr<const ModelFamily*> family_of(const ModelConfig& config);
+
+// "gemma, gemma2, ..." (registry names), for error messages.
+std::string supported_families();
+
+// GGUF source: ModelConfig::from_gguf(*source.gguf()); safetensors source: from_hf_dir(its
+// directory, or the directory of the single file).
+StatusOr<ModelConfig> load_model_config(const WeightSource& source);
+
+// The dummy weights (--load-format dummy) a model of `config` binds: its family's manifest, HF
+// names. matrices_on_device leaves the matrices for the backend to fill.
+StatusOr<std::vector<DummyTensorSpec>> dummy_weight_specs_for(const ModelConfig& config,
+                                                              bool matrices_on_device);
+
+}  // namespace kvasir
