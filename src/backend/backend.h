@@ -6,6 +6,7 @@
 // sample, synchronize): a device backend may stage them lazily and replay the step as a graph.
 #pragma once
 
+#include <algorithm>
 #include <cstdint>
 #include <memory>
 #include <string>
@@ -67,6 +68,28 @@ struct DeviceMemoryInfo {
   size_t total_bytes = 0;
 };
 
+// What a backend does beyond the op table, so that device policy is read from the backend rather
+// than decided by its callers (plain data; Backend::capabilities()).
+struct BackendCapabilities {
+  DType activation_dtype = DType::kF32;  // what activations are computed in
+  DType kv_cache_dtype = DType::kF32;    // element type of the paged KV cache
+  bool device_sampling = false;          // sample() works: token ids come back, not logits
+  // Steps of an identical op sequence replay a captured graph (CUDA graphs): callers that can pad
+  // pure-decode batches (the device-sampling path) pad them to decode_bucket() sizes and block
+  // tables to a power of two, so few distinct step shapes exist.
+  bool decode_batch_buckets = false;
+  bool graph_replay = false;  // graphs are actually captured (false under --enforce-eager)
+  int max_graphs = 0;         // captured step shapes kept; further shapes run eagerly
+
+  // The padded size of a pure-decode batch of n sequences: n itself without buckets; else 1, 2,
+  // 4, then multiples of 8 (vLLM's capture sizes), capped at max_num_seqs but never below n.
+  int decode_bucket(int n, int max_num_seqs) const {
+    if (!decode_batch_buckets) return n;
+    const int b = n <= 1 ? 1 : (n <= 2 ? 2 : (n <= 4 ? 4 : (n + 7) / 8 * 8));
+    return std::max(n, std::min(b, max_num_seqs));
+  }
+};
+
 // How the CPU path treats activations inside quantized matmuls (ignored by dense-only backends).
 enum class MatmulPrecision { kExact, kFast };
 
@@ -120,6 +143,14 @@ class Backend {
   virtual bool supports_device_sampling() const { return false; }
   virtual Status sample(const Tensor& logits, const DeviceSamplingRow* rows, int num_rows, int32_t* out_tokens) {
     return unimplemented(name() + " has no device sampling");
+  }
+  // Everything above in one plain struct; devices with more to say override it.
+  virtual BackendCapabilities capabilities() const {
+    BackendCapabilities c;
+    c.activation_dtype = activation_dtype();
+    c.kv_cache_dtype = kv_cache_dtype();
+    c.device_sampling = supports_device_sampling();
+    return c;
   }
   virtual DeviceMemoryInfo memory_info() { return {}; }
   // One line on device time (busy, idle between steps, graph replays); empty when not measured.
