@@ -13,7 +13,9 @@
 # KVASIR_CUDA_FUSE_NORM=1, KVASIR_CUDA_ATTN=2, KVASIR_CUDA_PROFILE=1 (per-op device time),
 # KVASIR_GEMV_PREFETCH_MB, KVASIR_CUDA_V3_CTAS / _PART; stage ab runs the batch-1 latency once per
 # KVASIR_AB entry ("name:VAR=v,..."); KVASIR_TP_ARGS adds flags to the throughput run; stage ncu
-# records per-kernel times of decode steps (batch 1, batch 256) and a full ncu report of v3.
+# records per-kernel times of decode steps (batch 1, batch 256) and a full ncu report of the all-heads
+# decode kernel. KVASIR_CUDA_ATTN takes per_head_phased|per_head_online|all_heads|mma_bulk or the
+# digits 1|2|3|5 used below (cuda_tuning.h).
 set -uo pipefail
 root=$(cd "$(dirname "$0")/.." && pwd)
 cd "$root"
@@ -98,10 +100,10 @@ if has tests; then
     note "op tests, $v: rc=$? $(grep -E '^\[  PASSED' "$OUT/ops_test_${v//=/_}.log" | head -1) $(grep -c '^\[  FAILED  \]' "$OUT/ops_test_${v//=/_}.log") failed"
   done
   if command -v cuobjdump >/dev/null; then
-    cuobjdump --dump-resource-usage "$bin/kvasir" 2>/dev/null | grep -A1 -E 'decode_v[35]|gemv_kernelILi1ELb|gemv_gated_kernelILi1ELb|rope_write' \
-      | grep -v '^--$' | paste - - | sed -E 's/.*(decode_v3_kernelILi[0-9]+ELi[0-9]+ELi[0-9]+E|decode_v5_kernelILi[0-9]+ELi[0-9]+E|gemv_kernelILi1ELb[01]ELi[0-9]+ELi[0-9]+E|gemv_gated_kernelILi1ELb[01]ELi[0-9]+ELi[0-9]+E|rope_write_kv[a-z_]*).*(REG:[0-9]+ STACK:[0-9]+ SHARED:[0-9]+ LOCAL:[0-9]+).*/\1 \2/' \
+    cuobjdump --dump-resource-usage "$bin/kvasir" 2>/dev/null | grep -A1 -E 'decode_(all_heads|mma_bulk)_kernel|gemv_kernelILi1ELb|gemv_gated_kernelILi1ELb|rope_write' \
+      | grep -v '^--$' | paste - - | sed -E 's/.*(decode_all_heads_kernelILi[0-9]+ELi[0-9]+ELi[0-9]+E|decode_mma_bulk_kernelILi[0-9]+ELi[0-9]+E|gemv_kernelILi1ELb[01]ELi[0-9]+ELi[0-9]+E|gemv_gated_kernelILi1ELb[01]ELi[0-9]+ELi[0-9]+E|rope_write_kv[a-z_]*).*(REG:[0-9]+ STACK:[0-9]+ SHARED:[0-9]+ LOCAL:[0-9]+).*/\1 \2/' \
       >"$OUT/resources.txt"
-    note "resources: $(grep -E 'decode_v3_kernelILi128ELi8ELi4E|decode_v5_kernelILi[36]ELi4E|gemv_kernelILi1ELb0|gemv_gated_kernelILi1ELb0' "$OUT/resources.txt" | tr '\n' ';')"
+    note "resources: $(grep -E 'decode_all_heads_kernelILi128ELi8ELi4E|decode_mma_bulk_kernelILi[36]ELi4E|gemv_kernelILi1ELb0|gemv_gated_kernelILi1ELb0' "$OUT/resources.txt" | tr '\n' ';')"
   fi
 fi
 if has memcheck; then
@@ -112,8 +114,8 @@ if has memcheck; then
     rc=$?
     tail -5 "$OUT/memcheck.log"
     note "memcheck: rc=$rc $(grep -E 'ERROR SUMMARY' "$OUT/memcheck.log" | tail -1)"
-    # The default kernels (v3 below 8 decode sequences, v5 from 8) and the fused-norm GEMVs, then
-    # v5 forced for every batch.
+    # The default kernels (all_heads below 8 decode sequences, mma_bulk from 8) and the fused-norm
+    # GEMVs, then mma_bulk (5) forced for every batch.
     timeout 120 compute-sanitizer --tool memcheck --leak-check no "$bin/cuda_ops_test" \
       --gtest_filter='CudaAttention.Decode*:CudaOps.Decode*:CudaOps.Fused*' >"$OUT/memcheck_default.log" 2>&1
     note "memcheck, default kernels: rc=$? $(grep -E 'ERROR SUMMARY' "$OUT/memcheck_default.log" | tail -1)"
@@ -209,7 +211,7 @@ ncu_bin=$(command -v ncu || ls /opt/nvidia/nsight-compute/*/ncu /usr/local/cuda/
 if has ncu && [[ -n $ncu_bin ]]; then
   # Per-kernel device time and DRAM bytes of whole decode steps (ncu runs kernels one at a time, so
   # PDL overlap is gone: the sum over a step is the kernels' own time), at batch 1 and batch 256
-  # x 1024 context, then the full section set on one decode_v3 launch and its combine.
+  # x 1024 context, then the full section set on one all-heads decode launch and its combine.
   nm="gpu__time_duration.sum,dram__bytes_read.sum,dram__bytes_write.sum,launch__grid_size,launch__registers_per_thread"
   timeout 200 $ncu_bin --clock-control none --cache-control none --metrics $nm --csv --page raw \
     --launch-skip ${KVASIR_NCU_B1_SKIP:-1600} --launch-count ${KVASIR_NCU_B1_COUNT:-700} "$bin/kvasir" bench latency --model $model \
@@ -221,7 +223,7 @@ if has ncu && [[ -n $ncu_bin ]]; then
     --load-format dummy --device cuda --batch-size 256 --input-len 1024 --output-len 8 --num-iters 1 \
     --num-iters-warmup 0 --max-num-batched-tokens 65536 >"$OUT/ncu_b256.csv" 2>"$OUT/ncu_b256.err"
   note "ncu b256: rc=$? $(grep -c '^\"' "$OUT/ncu_b256.csv") rows"
-  [[ -n ${KVASIR_NCU_B1_ONLY:-} ]] || timeout 240 $ncu_bin --clock-control none --set full -k regex:'decode_v[35]|decode_combine' --launch-skip 64 \
+  [[ -n ${KVASIR_NCU_B1_ONLY:-} ]] || timeout 240 $ncu_bin --clock-control none --set full -k regex:'decode_(all_heads|mma_bulk)_kernel|decode_combine' --launch-skip 64 \
     --launch-count 2 "$bin/kvasir" bench latency --model $model --load-format dummy --device cuda --batch-size 256 \
     --input-len 1024 --output-len 4 --num-iters 1 --num-iters-warmup 0 --max-num-batched-tokens 65536 \
     >"$OUT/ncu_v3.txt" 2>&1

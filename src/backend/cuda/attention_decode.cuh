@@ -1,4 +1,5 @@
-// Shared by the paged decode-attention kernels (attention_decode_v12.cu, _v3.cu, _tma.cu)
+// Shared by the paged decode-attention kernels (attention_decode_per_head.cu, _all_heads.cu,
+// _mma_bulk.cu)
 // and their dispatcher (attention.cu): the GQA group's query load, the online-softmax state,
 // cp.async helpers, and the internal launchers. Device helpers and declarations only; the split
 // plan and the kernel choice live in attention.cu.
@@ -11,9 +12,9 @@ namespace kvasir::cuda {
 
 constexpr int kDecodeThreads = 128;
 constexpr int kDecodeWarps = kDecodeThreads / 32;
-constexpr int kMaxPartition = 512;
+constexpr int kMaxPartition = kMaxDecodePartition;  // cuda_tuning.h
 constexpr int kUnroll = 4;     // keys per row group in flight in the per-head decode kernels
-constexpr int kV5MinSeqs = 8;  // fewer decode sequences: v3 runs the v3 plan (see launch_decode_attention)
+constexpr int kMmaBulkMinSeqs = 8;  // fewer decode sequences: all_heads runs the all-heads plan
 constexpr float kLog2e = 1.4426950408889634f;
 
 // The keys one CTA of the split-KV decode kernels covers: split `split` of decode sequence `di`;
@@ -54,9 +55,9 @@ __device__ __forceinline__ void write_empty_split(const AttentionArgs& a, const 
   }
 }
 
-// A v3 or v5 CTA (it owns every head of the sequence) with no keys: its empty result, after the
+// An all_heads or mma_bulk CTA (it owns every head of the sequence) with no keys: its empty result, after the
 // wait. Returns whether the split was empty, for the caller to return at once (the early return
-// stays in the kernel, where it was: folding it in here changed v5's register allocation).
+// stays in the kernel, where it was: folding it in here changed mma_bulk's register allocation).
 __device__ __forceinline__ bool finish_empty_split(const AttentionArgs& a, const SplitKeys& k, int num_splits,
                                                    int head_dim, float* partial) {
   if (k.end - k.begin > 0) return false;
@@ -69,7 +70,7 @@ __device__ __forceinline__ bool finish_empty_split(const AttentionArgs& a, const
 // sequence is not split, else to the partials (m [nd, H, S], l [nd, H, S], o [nd, H, S, HD] after
 // them, part_stride = nd * H * S apart; m in natural-log units, written with l once per head, by
 // d == 0). part_stride comes from the caller's prologue, as before this helper: computed here, it
-// changed v3's register allocation.
+// changed all_heads' register allocation.
 __device__ __forceinline__ void store_split_result(const AttentionArgs& a, const SplitKeys& k, int64_t part_stride,
                                                    int num_splits, int head_dim, int h, int d, float v, float m,
                                                    float l, float* partial) {
@@ -98,7 +99,7 @@ __device__ __forceinline__ int stage_block_ids(const AttentionArgs& a, int s, in
   return b_first;
 }
 
-// v3 and v5 walk a split's keys in tiles of KT tokens that start at multiples of KT from the
+// all_heads and mma_bulk walk a split's keys in tiles of KT tokens that start at multiples of KT from the
 // split's first key (part_tokens % KT == 0): tile 0 starts at t0 and holds key `begin`, ntiles of
 // them reach `end`. The ids of the blocks those tiles touch go to `blocks` (the caller syncs);
 // blocks[0] is table entry b_first. For a split with keys only.
@@ -168,24 +169,24 @@ __device__ __forceinline__ void cp_async_wait() {
   asm volatile("cp.async.wait_group %0;\n" ::"n"(N) : "memory");
 }
 
-// KVASIR_CUDA_ATTN: 1 the three-phase per-head kernel, 2 the single-pass per-head one, 3 v3 for
-// every batch, 5 v5 for every batch (where its shape allows, else v3); 0 (unset) the default.
-int decode_kernel_choice();
-bool v3_shape_ok(int num_heads, int num_kv_heads, int head_dim);
+// KVASIR_CUDA_ATTN (cuda_tuning.h): the kernel forced for every batch (mma_bulk only where its
+// shape allows, else all_heads); kAuto (unset) the default plan.
+DecodeAttentionKernel decode_kernel_choice();
+bool all_heads_shape_ok(int num_heads, int num_kv_heads, int head_dim);
 
-// Per-head kernels (v1, or v2 when chosen); with num_splits > 1 they leave partials for the combine.
+// Per-head kernels (phased, or online when chosen); with num_splits > 1 they leave partials for the combine.
 void launch_decode_per_head(const AttentionArgs& a, const int32_t* decode_seqs, int nd, const DecodeSplit& sp,
                             float* partial, cudaStream_t s);
-// v3 (the all-heads pipelined kernel); needs v3_shape_ok.
-void launch_decode_v3(const AttentionArgs& a, const int32_t* decode_seqs, int nd, const DecodeSplit& sp,
+// The all-heads pipelined kernel; needs all_heads_shape_ok.
+void launch_decode_all_heads(const AttentionArgs& a, const int32_t* decode_seqs, int nd, const DecodeSplit& sp,
                       float* partial, cudaStream_t s);
-void init_decode_v3_kernels();
-// v5 (attention_decode_tma.cu): v3's split plan and partials, tensor cores and bulk copies; takes
+void init_decode_all_heads_kernels();
+// mma_bulk (attention_decode_mma_bulk.cu): the all-heads split plan and partials, tensor cores and bulk copies; takes
 // 8 kv heads of 128 dims only.
-bool v5_shape_ok(int num_heads, int num_kv_heads, int head_dim);
-void launch_decode_v5(const AttentionArgs& a, const int32_t* decode_seqs, int nd, const DecodeSplit& sp,
+bool mma_bulk_shape_ok(int num_heads, int num_kv_heads, int head_dim);
+void launch_decode_mma_bulk(const AttentionArgs& a, const int32_t* decode_seqs, int nd, const DecodeSplit& sp,
                       float* partial, cudaStream_t s);
-void init_decode_v5_kernels();
+void init_decode_mma_bulk_kernels();
 // Merges the splits' partials (m, l, o) into the output rows.
 void launch_decode_combine(const AttentionArgs& a, const int32_t* decode_seqs, int nd, int num_splits,
                            const float* partial, cudaStream_t s);

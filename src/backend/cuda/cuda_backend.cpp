@@ -56,8 +56,12 @@ Status CudaBackend::init() {
   cudaDeviceProp prop{};
   KVASIR_CUDA_RETURN_IF_ERROR(cudaGetDeviceProperties(&prop, opts_.device));
   num_sms_ = prop.multiProcessorCount;
-  if (const char* e = std::getenv("KVASIR_CUDA_FUSE"); e != nullptr && e[0] == '0') fuse_ = false;
-  if (const char* e = std::getenv("KVASIR_CUDA_FUSE_NORM"); e != nullptr && e[0] == '1') fuse_norm_ = fuse_;
+  // Every tuning knob, read here once (the kernel knobs once per process) and logged.
+  tuning_.recording = cuda::read_cuda_tuning().recording;
+  tuning_.kernels = cuda::kernel_tuning();
+  fuse_ = tuning_.recording.fuse;
+  fuse_norm_ = tuning_.recording.fuse_norm;
+  KVASIR_LOG_INFO("CUDA tuning: %s", cuda::describe(tuning_).c_str());
   name_ = std::string("cuda(") + prop.name + ", sm_" + std::to_string(prop.major) + std::to_string(prop.minor) +
           (opts_.enable_graphs ? ", graphs" : ", eager") + ")";
   KVASIR_CUDA_RETURN_IF_ERROR(cudaStreamCreateWithFlags(&stream_, cudaStreamNonBlocking));
@@ -65,7 +69,8 @@ Status CudaBackend::init() {
   cuda::init_attention_kernels();
   cuda::init_gemv_kernels();
   KVASIR_CUDA_RETURN_IF_ERROR(cudaMallocHost(reinterpret_cast<void**>(&tokens_host_), 65536 * sizeof(int32_t)));
-  queue_ = std::make_unique<cuda::StepQueue>(stream_, &CudaBackend::execute_op, this, opts_.enable_graphs, opts_.max_graphs);
+  queue_ = std::make_unique<cuda::StepQueue>(stream_, &CudaBackend::execute_op, this, opts_.enable_graphs, opts_.max_graphs,
+                                               tuning_.recording.profile);
   return Status();
 }
 
@@ -179,6 +184,19 @@ void* CudaBackend::device_scratch(void*& ptr, size_t& cap, size_t bytes) {
     cap = n;
   }
   return ptr;
+}
+
+BackendCapabilities CudaBackend::capabilities() const {
+  BackendCapabilities c;
+  c.activation_dtype = activation_dtype();
+  c.kv_cache_dtype = kv_cache_dtype();
+  c.device_sampling = supports_device_sampling();
+  // Decode batches are bucketed even under --enforce-eager (as before the capabilities query):
+  // the same padded shapes keep eager and graph runs computing the same batches.
+  c.decode_batch_buckets = true;
+  c.graph_replay = opts_.enable_graphs;
+  c.max_graphs = opts_.max_graphs;
+  return c;
 }
 
 DeviceMemoryInfo CudaBackend::memory_info() {

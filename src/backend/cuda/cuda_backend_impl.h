@@ -8,6 +8,7 @@
 #include <vector>
 
 #include "backend/cuda/cuda_backend.h"
+#include "backend/cuda/cuda_tuning.h"
 #include "backend/cuda/gemm.h"
 #include "backend/cuda/kernels.h"
 #include "backend/cuda/step_queue.h"
@@ -52,6 +53,7 @@ class CudaBackend final : public Backend {
   void gather_rows(const Tensor& src, const int32_t* rows, int k, Tensor& out) override;
 
   bool supports_device_sampling() const override { return true; }
+  BackendCapabilities capabilities() const override;
   Status sample(const Tensor& logits, const DeviceSamplingRow* rows, int num_rows, int32_t* out_tokens) override;
   DeviceMemoryInfo memory_info() override;
   std::string stats() const override;
@@ -62,13 +64,15 @@ class CudaBackend final : public Backend {
   }
   void execute(const OpRecord& op, const uint8_t* arena, cudaStream_t s);
   void* device_scratch(void*& ptr, size_t& cap, size_t bytes);
-  void exec_attention(const OpRecord& op, const uint8_t* arena, cudaStream_t s);
-  void exec_gemv(const OpRecord& op, cudaStream_t s);
+  void exec_attention(const cuda::AttentionOp& op, const uint8_t* arena, cudaStream_t s);
+  void exec_multi_gemv(const cuda::MultiGemvOp& op, Elem elem, cudaStream_t s);
+  void exec_gemv_gated(const cuda::GemvGatedOp& op, cudaStream_t s);
   Status upload_matrix(const Tensor& host, void* dst);
 
   CudaBackendOptions opts_;
-  bool fuse_ = true;        // KVASIR_CUDA_FUSE=0: one record per op (for A/B timing)
-  bool fuse_norm_ = false;  // KVASIR_CUDA_FUSE_NORM=1: norms and residual adds folded into GEMVs
+  cuda::CudaTuning tuning_;  // the knobs in force (cuda_tuning.h), read in init()
+  bool fuse_ = true;         // tuning_.recording.fuse
+  bool fuse_norm_ = false;   // tuning_.recording.fuse_norm
   std::string name_;
   int num_sms_ = 132;
   cudaStream_t stream_ = nullptr;

@@ -10,6 +10,7 @@
 #include <utility>
 
 #include "backend/cuda/cuda_check.h"
+#include "backend/cuda/cuda_tuning.h"
 
 namespace kvasir::cuda {
 
@@ -53,13 +54,7 @@ __device__ __forceinline__ void prefetch_l2_warp(const void* p, int64_t bytes, i
 }
 
 // KVASIR_CUDA_PDL=0 turns dependent launches off (for A/B timing).
-inline bool pdl_enabled() {
-  static const bool on = [] {
-    const char* e = std::getenv("KVASIR_CUDA_PDL");
-    return e == nullptr || e[0] != '0';
-  }();
-  return on;
-}
+inline bool pdl_enabled() { return kernel_tuning().pdl; }
 
 template <typename... KArgs, typename... Args>
 void launch(void (*kernel)(KArgs...), dim3 grid, dim3 block, size_t smem, cudaStream_t s, Args&&... args) {

@@ -17,14 +17,14 @@ bool is_dev(const Tensor& t) { return t.device == Device::kCuda; }
 void CudaBackend::embedding(const Tensor& table, const int32_t* ids, int n, float scale, Tensor& out) {
   KVASIR_CHECK(is_dev(table) && is_dev(out) && table.dtype == DType::kBF16 && out.dtype == DType::kBF16);
   KVASIR_CHECK(out.cols() == table.cols() && out.rows() >= n);
-  OpRecord& r = queue_->add(OpKind::kEmbedding, true);
-  r.p[0] = table.data;
-  r.p[1] = out.data;
-  r.s[0] = queue_->stage(ids, static_cast<size_t>(n) * sizeof(int32_t));
-  r.n[0] = n;
-  r.n[1] = table.cols();
-  r.n[2] = table.rows();
-  r.f[0] = scale;
+  cuda::EmbeddingOp& r = queue_->add(OpKind::kEmbedding, true).embedding;
+  r.table = table.data;
+  r.out = out.data;
+  r.ids = queue_->stage(ids, static_cast<size_t>(n) * sizeof(int32_t));
+  r.num_tokens = n;
+  r.hidden = table.cols();
+  r.vocab = table.rows();
+  r.scale = scale;
 }
 
 void CudaBackend::attention(const Tensor& q, const Tensor& k_cache, const Tensor& v_cache, const AttentionMetadata& m,
@@ -53,52 +53,55 @@ void CudaBackend::attention(const Tensor& q, const Tensor& k_cache, const Tensor
   const int64_t partial_floats = cuda::decode_scratch_floats(nd, heads, hd, split);
   void* partial = partial_floats > 0 ? device_scratch(partial_, partial_cap_, static_cast<size_t>(partial_floats) * 4) : nullptr;
 
-  OpRecord& r = queue_->add(work_.empty() ? OpKind::kDecodeAttention : OpKind::kPrefillAttention, work_.empty());
-  r.p[0] = q.data;
-  r.p[1] = k_cache.data;
-  r.p[2] = v_cache.data;
-  r.p[3] = out.data;
-  r.p[4] = partial;
-  r.s[0] = queue_->stage(m.query_start_loc, static_cast<size_t>(S + 1) * sizeof(int32_t));
-  r.s[1] = queue_->stage(m.seq_lens, static_cast<size_t>(S) * sizeof(int32_t));
-  r.s[2] = queue_->stage(m.block_tables, static_cast<size_t>(S) * m.max_blocks_per_seq * sizeof(int32_t));
-  if (!decode_seqs_.empty()) r.s[3] = queue_->stage(decode_seqs_.data(), decode_seqs_.size() * sizeof(int32_t));
-  if (!work_.empty()) r.s[4] = queue_->stage(work_.data(), work_.size() * sizeof(cuda::PrefillWork));
-  r.n[0] = S;
-  r.n[1] = m.max_blocks_per_seq;
-  r.n[2] = m.block_size;
-  r.n[3] = heads;
-  r.n[4] = kv_heads;
-  r.n[5] = hd;
-  r.n[6] = p.sliding_window;
-  r.n[7] = nd;
-  r.n[8] = static_cast<int64_t>(work_.size());
-  r.n[9] = split.num_splits;
-  r.n[10] = split.partition_tokens;
-  r.n[11] = split.v3 ? 1 : 0;
-  r.f[0] = p.scale;
-  r.f[1] = p.softcap;
+  cuda::AttentionOp& r =
+      queue_->add(work_.empty() ? OpKind::kDecodeAttention : OpKind::kPrefillAttention, work_.empty()).attention;
+  r.q = q.data;
+  r.k_cache = k_cache.data;
+  r.v_cache = v_cache.data;
+  r.out = out.data;
+  r.partial = static_cast<float*>(partial);
+  r.query_start_loc = queue_->stage(m.query_start_loc, static_cast<size_t>(S + 1) * sizeof(int32_t));
+  r.seq_lens = queue_->stage(m.seq_lens, static_cast<size_t>(S) * sizeof(int32_t));
+  r.block_tables = queue_->stage(m.block_tables, static_cast<size_t>(S) * m.max_blocks_per_seq * sizeof(int32_t));
+  r.decode_seqs = decode_seqs_.empty() ? cuda::kNotStaged
+                                       : queue_->stage(decode_seqs_.data(), decode_seqs_.size() * sizeof(int32_t));
+  r.prefill_work =
+      work_.empty() ? cuda::kNotStaged : queue_->stage(work_.data(), work_.size() * sizeof(cuda::PrefillWork));
+  r.num_seqs = S;
+  r.max_blocks_per_seq = m.max_blocks_per_seq;
+  r.block_size = m.block_size;
+  r.num_heads = heads;
+  r.num_kv_heads = kv_heads;
+  r.head_dim = hd;
+  r.sliding_window = p.sliding_window;
+  r.num_decode = nd;
+  r.num_work = static_cast<int64_t>(work_.size());
+  r.num_splits = split.num_splits;
+  r.partition_tokens = split.partition_tokens;
+  r.all_heads = split.all_heads ? 1 : 0;
+  r.scale = p.scale;
+  r.softcap = p.softcap;
 }
 
 void CudaBackend::softcap(Tensor& x, float cap) {
-  OpRecord& r = queue_->add(OpKind::kSoftcap, true);
-  r.elem = static_cast<int32_t>(elem_of(x.dtype));
-  r.p[0] = x.data;
-  r.n[0] = x.numel();
-  r.f[0] = cap;
+  OpRecord& rec = queue_->add(OpKind::kSoftcap, true);
+  rec.elem = static_cast<int32_t>(elem_of(x.dtype));
+  rec.softcap.x = x.data;
+  rec.softcap.numel = x.numel();
+  rec.softcap.cap = cap;
 }
 
 void CudaBackend::gather_rows(const Tensor& src, const int32_t* rows, int k, Tensor& out) {
   const size_t rb = src.row_bytes();
   KVASIR_CHECK(out.row_bytes() == rb && out.rows() >= k);
   for (int i = 0; i < k; ++i) KVASIR_CHECK(rows[i] >= 0 && rows[i] < src.rows());
-  OpRecord& r = queue_->add(OpKind::kGather, true);
-  r.p[0] = src.data;
-  r.p[1] = out.data;
-  r.s[0] = queue_->stage(rows, static_cast<size_t>(k) * sizeof(int32_t));
-  r.n[0] = k;
-  r.n[1] = static_cast<int64_t>(rb);
-  r.n[2] = src.rows();
+  cuda::GatherOp& r = queue_->add(OpKind::kGather, true).gather;
+  r.src = src.data;
+  r.out = out.data;
+  r.rows = queue_->stage(rows, static_cast<size_t>(k) * sizeof(int32_t));
+  r.num_rows = k;
+  r.row_bytes = static_cast<int64_t>(rb);
+  r.src_rows = src.rows();
 }
 
 Status CudaBackend::sample(const Tensor& logits, const DeviceSamplingRow* rows, int num_rows, int32_t* out_tokens) {
@@ -109,12 +112,12 @@ Status CudaBackend::sample(const Tensor& logits, const DeviceSamplingRow* rows, 
   if (num_rows < 0 || num_rows > 65536) return invalid_argument("device sampling: too many rows");
   if (num_rows == 0) return Status();
   void* tokens = device_scratch(tokens_dev_, tokens_cap_, static_cast<size_t>(num_rows) * sizeof(int32_t));
-  OpRecord& r = queue_->add(OpKind::kSample, true);
-  r.p[0] = logits.data;
-  r.p[1] = tokens;
-  r.s[0] = queue_->stage(rows, static_cast<size_t>(num_rows) * sizeof(DeviceSamplingRow));
-  r.n[0] = num_rows;
-  r.n[1] = logits.cols();
+  cuda::SampleOp& r = queue_->add(OpKind::kSample, true).sample;
+  r.logits = static_cast<const float*>(logits.data);
+  r.tokens = static_cast<int32_t*>(tokens);
+  r.params = queue_->stage(rows, static_cast<size_t>(num_rows) * sizeof(DeviceSamplingRow));
+  r.num_rows = num_rows;
+  r.vocab = logits.cols();
   queue_->flush();
   KVASIR_CUDA_CHECK(cudaMemcpyAsync(tokens_host_, tokens, static_cast<size_t>(num_rows) * sizeof(int32_t),
                                     cudaMemcpyDeviceToHost, stream_));
@@ -125,106 +128,127 @@ Status CudaBackend::sample(const Tensor& logits, const DeviceSamplingRow* rows, 
   return Status();
 }
 
-void CudaBackend::exec_attention(const OpRecord& op, const uint8_t* arena, cudaStream_t s) {
+void CudaBackend::exec_attention(const cuda::AttentionOp& op, const uint8_t* arena, cudaStream_t s) {
   cuda::AttentionArgs a;
-  a.q = op.p[0];
-  a.k_cache = op.p[1];
-  a.v_cache = op.p[2];
-  a.out = const_cast<void*>(op.p[3]);
-  a.query_start_loc = reinterpret_cast<const int32_t*>(arena + op.s[0]);
-  a.seq_lens = reinterpret_cast<const int32_t*>(arena + op.s[1]);
-  a.block_tables = reinterpret_cast<const int32_t*>(arena + op.s[2]);
-  a.num_seqs = static_cast<int>(op.n[0]);
-  a.max_blocks_per_seq = static_cast<int>(op.n[1]);
-  a.block_size = static_cast<int>(op.n[2]);
-  a.num_heads = static_cast<int>(op.n[3]);
-  a.num_kv_heads = static_cast<int>(op.n[4]);
-  a.head_dim = static_cast<int>(op.n[5]);
-  a.sliding_window = static_cast<int>(op.n[6]);
-  a.scale = op.f[0];
-  a.softcap = op.f[1];
-  const int nd = static_cast<int>(op.n[7]), nw = static_cast<int>(op.n[8]);
+  a.q = op.q;
+  a.k_cache = op.k_cache;
+  a.v_cache = op.v_cache;
+  a.out = op.out;
+  a.query_start_loc = reinterpret_cast<const int32_t*>(arena + op.query_start_loc);
+  a.seq_lens = reinterpret_cast<const int32_t*>(arena + op.seq_lens);
+  a.block_tables = reinterpret_cast<const int32_t*>(arena + op.block_tables);
+  a.num_seqs = static_cast<int>(op.num_seqs);
+  a.max_blocks_per_seq = static_cast<int>(op.max_blocks_per_seq);
+  a.block_size = static_cast<int>(op.block_size);
+  a.num_heads = static_cast<int>(op.num_heads);
+  a.num_kv_heads = static_cast<int>(op.num_kv_heads);
+  a.head_dim = static_cast<int>(op.head_dim);
+  a.sliding_window = static_cast<int>(op.sliding_window);
+  a.scale = op.scale;
+  a.softcap = op.softcap;
+  const int nd = static_cast<int>(op.num_decode), nw = static_cast<int>(op.num_work);
   if (nd > 0) {
-    const int32_t* seqs = op.s[3] >= 0 ? reinterpret_cast<const int32_t*>(arena + op.s[3]) : nullptr;
-    cuda::DecodeSplit split{static_cast<int>(op.n[9]), static_cast<int>(op.n[10]), op.n[11] != 0};
-    cuda::launch_decode_attention(a, seqs, nd, split, static_cast<float*>(const_cast<void*>(op.p[4])), s);
+    const int32_t* seqs =
+        op.decode_seqs != cuda::kNotStaged ? reinterpret_cast<const int32_t*>(arena + op.decode_seqs) : nullptr;
+    cuda::DecodeSplit split{static_cast<int>(op.num_splits), static_cast<int>(op.partition_tokens), op.all_heads != 0};
+    cuda::launch_decode_attention(a, seqs, nd, split, op.partial, s);
   }
   if (nw > 0) {
-    cuda::launch_prefill_attention(a, reinterpret_cast<const cuda::PrefillWork*>(arena + op.s[4]), nw, s);
+    cuda::launch_prefill_attention(a, reinterpret_cast<const cuda::PrefillWork*>(arena + op.prefill_work), nw, s);
   }
 }
 
 void CudaBackend::execute(const OpRecord& op, const uint8_t* arena, cudaStream_t s) {
-  auto staged_i32 = [&](int i) { return reinterpret_cast<const int32_t*>(arena + op.s[i]); };
-  auto mut = [](const void* p) { return const_cast<void*>(p); };
+  auto at = [arena](cuda::ArenaOffset off) { return arena + off; };
+  auto i32 = [&](cuda::ArenaOffset off) { return reinterpret_cast<const int32_t*>(at(off)); };
   const Elem elem = static_cast<Elem>(op.elem);
   switch (op.kind) {
-    case OpKind::kEmbedding:
-      cuda::launch_embedding(op.p[0], staged_i32(0), static_cast<int>(op.n[0]), op.n[1], op.n[2], op.f[0], mut(op.p[1]), s);
+    case OpKind::kEmbedding: {
+      const cuda::EmbeddingOp& r = op.embedding;
+      cuda::launch_embedding(r.table, i32(r.ids), static_cast<int>(r.num_tokens), r.hidden, r.vocab, r.scale, r.out, s);
       break;
+    }
     case OpKind::kLinear: {
-      const int64_t n = op.n[0], m = op.n[1], k = op.n[2];
-      const auto* bias = static_cast<const float*>(op.p[2]);
-      const bool aligned = cuda::aligned16(op.p[0]) && cuda::aligned16(op.p[1]);
+      const cuda::LinearOp& r = op.linear;
+      const int64_t n = r.rows, m = r.out_features, k = r.in_features;
+      const bool aligned = cuda::aligned16(r.x) && cuda::aligned16(r.w);
       if (aligned && cuda::gemv_supported(n, k)) {
-        cuda::launch_gemv(op.p[0], op.p[1], bias, static_cast<int>(n), m, k, mut(op.p[3]), elem, s);
+        cuda::launch_gemv(r.x, r.w, r.bias, static_cast<int>(n), m, k, r.out, elem, s);
       } else {
-        gemm_.run(op.p[0], op.p[1], mut(op.p[3]), n, m, k, elem, s);
-        if (bias != nullptr) cuda::launch_add_bias(mut(op.p[3]), bias, n, m, elem, s);
+        gemm_.run(r.x, r.w, r.out, n, m, k, elem, s);
+        if (r.bias != nullptr) cuda::launch_add_bias(r.out, r.bias, n, m, elem, s);
       }
       break;
     }
     case OpKind::kMultiGemv:
+      exec_multi_gemv(op.gemv, elem, s);
+      break;
     case OpKind::kGemvGated:
-      exec_gemv(op, s);
+      exec_gemv_gated(op.gemv_gated, s);
       break;
-    case OpKind::kRmsNorm:
-      cuda::launch_rms_norm(op.p[0], static_cast<const float*>(op.p[1]), op.f[0], op.n[0], op.n[1], mut(op.p[2]), s);
+    case OpKind::kRmsNorm: {
+      const cuda::RmsNormOp& r = op.rms_norm;
+      cuda::launch_rms_norm(r.x, r.weight, r.eps, r.rows, r.cols, r.out, s);
       break;
-    case OpKind::kAddRmsNorm:
-      cuda::launch_add_rms_norm(mut(op.p[0]), op.p[1], static_cast<const float*>(op.p[2]), op.f[0], op.n[0], op.n[1],
-                                mut(op.p[3]), s);
+    }
+    case OpKind::kAddRmsNorm: {
+      const cuda::AddRmsNormOp& r = op.add_rms_norm;
+      cuda::launch_add_rms_norm(r.residual, r.x, r.weight, r.eps, r.rows, r.cols, r.out, s);
       break;
+    }
     case OpKind::kAdd:
-      cuda::launch_add(mut(op.p[0]), op.p[1], op.n[0], elem, s);
+      cuda::launch_add(op.add.a, op.add.b, op.add.numel, elem, s);
       break;
-    case OpKind::kRopeWriteKv:
-      cuda::launch_rope_write_kv(mut(op.p[0]), mut(op.p[1]), op.p[2], mut(op.p[3]), mut(op.p[4]), staged_i32(0),
-                                 reinterpret_cast<const float*>(arena + op.s[1]),
-                                 reinterpret_cast<const int64_t*>(arena + op.s[2]), static_cast<int>(op.n[0]),
-                                 static_cast<int>(op.n[1]), static_cast<int>(op.n[2]), static_cast<int>(op.n[3]),
-                                 static_cast<int>(op.n[4]), op.n[5] != 0, op.f[0], op.n[7], s);
+    case OpKind::kRopeWriteKv: {
+      const cuda::RopeOp& r = op.rope;
+      cuda::launch_rope_write_kv(r.q, r.k, r.v, r.k_cache, r.v_cache, i32(r.positions),
+                                 reinterpret_cast<const float*>(at(r.inv_freq)),
+                                 reinterpret_cast<const int64_t*>(at(r.slot_mapping)), static_cast<int>(r.num_tokens),
+                                 static_cast<int>(r.num_heads), static_cast<int>(r.num_kv_heads),
+                                 static_cast<int>(r.head_dim), static_cast<int>(r.rotary_dim), r.neox != 0,
+                                 r.attention_factor, r.num_slots, s);
       break;
-    case OpKind::kRope:
-      cuda::launch_rope(mut(op.p[0]), mut(op.p[1]), staged_i32(0), reinterpret_cast<const float*>(arena + op.s[1]),
-                        static_cast<int>(op.n[0]), static_cast<int>(op.n[1]), static_cast<int>(op.n[2]),
-                        static_cast<int>(op.n[3]), static_cast<int>(op.n[4]), op.n[5] != 0, op.f[0], s);
+    }
+    case OpKind::kRope: {
+      const cuda::RopeOp& r = op.rope;
+      cuda::launch_rope(r.q, r.k, i32(r.positions), reinterpret_cast<const float*>(at(r.inv_freq)),
+                        static_cast<int>(r.num_tokens), static_cast<int>(r.num_heads), static_cast<int>(r.num_kv_heads),
+                        static_cast<int>(r.head_dim), static_cast<int>(r.rotary_dim), r.neox != 0, r.attention_factor,
+                        s);
       break;
-    case OpKind::kWriteKv:
-      cuda::launch_write_kv(op.p[0], op.p[1], mut(op.p[2]), mut(op.p[3]), reinterpret_cast<const int64_t*>(arena + op.s[0]),
-                            static_cast<int>(op.n[0]), op.n[1], op.n[2], s);
+    }
+    case OpKind::kWriteKv: {
+      const cuda::WriteKvOp& r = op.write_kv;
+      cuda::launch_write_kv(r.k, r.v, r.k_cache, r.v_cache, reinterpret_cast<const int64_t*>(at(r.slot_mapping)),
+                            static_cast<int>(r.num_tokens), r.row, r.num_slots, s);
       break;
+    }
     case OpKind::kDecodeAttention:
     case OpKind::kPrefillAttention:
-      exec_attention(op, arena, s);
+      exec_attention(op.attention, arena, s);
       break;
-    case OpKind::kGatedAct:
-      cuda::launch_gated_activation(op.p[0], op.p[1], op.n[1] != 0, op.n[0], mut(op.p[2]), s);
+    case OpKind::kGatedAct: {
+      const cuda::GatedActOp& r = op.gated_act;
+      cuda::launch_gated_activation(r.gate, r.up, r.gelu_tanh != 0, r.numel, r.out, s);
       break;
+    }
     case OpKind::kSoftcap:
-      cuda::launch_softcap(mut(op.p[0]), op.f[0], op.n[0], elem, s);
+      cuda::launch_softcap(op.softcap.x, op.softcap.cap, op.softcap.numel, elem, s);
       break;
-    case OpKind::kGather:
-      cuda::launch_gather_rows(op.p[0], staged_i32(0), static_cast<int>(op.n[0]), op.n[1], op.n[2], mut(op.p[1]), s);
+    case OpKind::kGather: {
+      const cuda::GatherOp& r = op.gather;
+      cuda::launch_gather_rows(r.src, i32(r.rows), static_cast<int>(r.num_rows), r.row_bytes, r.src_rows, r.out, s);
       break;
+    }
     case OpKind::kNumKinds:
       KVASIR_CHECK_MSG(false, "not an op");
       break;
-    case OpKind::kSample:
-      cuda::launch_sample(static_cast<const float*>(op.p[0]), static_cast<int>(op.n[0]), op.n[1],
-                          reinterpret_cast<const cuda::SamplingRowParams*>(arena + op.s[0]),
-                          static_cast<int32_t*>(mut(op.p[1])), s);
+    case OpKind::kSample: {
+      const cuda::SampleOp& r = op.sample;
+      cuda::launch_sample(r.logits, static_cast<int>(r.num_rows), r.vocab,
+                          reinterpret_cast<const cuda::SamplingRowParams*>(at(r.params)), r.tokens, s);
       break;
+    }
   }
 }
 

@@ -7,7 +7,6 @@
 #include <algorithm>
 
 #include "backend/cuda/cuda_common.cuh"
-#include "backend/cuda/env_knob.h"
 #include "backend/cuda/kernels.h"
 
 namespace kvasir::cuda {
@@ -428,7 +427,7 @@ void launch_rope_write_kv(void* q, void* k, const void* v, void* k_cache, void* 
                           const float* inv_freq, const int64_t* slot_mapping, int n, int heads, int kv_heads, int hd,
                           int rotary_dim, bool neox, float attention_factor, int64_t num_slots, cudaStream_t s) {
   if (n <= 0) return;
-  static const bool per_head = env_flag("KVASIR_CUDA_ROPE_HEADS", true);
+  const bool per_head = kernel_tuning().rope_per_head;
   if (per_head && n <= 64) {
     const int threads = std::min(256, std::max(32, ((rotary_dim / 2 + 31) / 32) * 32));
     launch(rope_write_kv_head_kernel, dim3(static_cast<unsigned>(n), static_cast<unsigned>(heads + kv_heads)), threads,

@@ -8,7 +8,6 @@
 // A single token's GEMV up to 512 MB of weights splits each row over 2 or 4 warps of a CTA
 // (partial sums meet in shared memory), so CTAs are short and the last wave's tail small.
 #include "backend/cuda/cuda_common.cuh"
-#include "backend/cuda/env_knob.h"
 #include "backend/cuda/kernels.h"
 
 namespace kvasir::cuda {
@@ -24,10 +23,7 @@ constexpr int64_t kPrefetchBytes = kUnroll * kStep * 2;
 // (batch 1: 4.69 ms against 4.64 for the compiler's choice, 4.52 for the split; H200, 2026-11-29).
 // KVASIR_GEMV_EARLY=0: the first round goes towards L2 before the wait and into registers after
 // it (the previous behaviour), instead of into registers before it.
-bool gemv_early() {
-  static const bool v = env_flag("KVASIR_GEMV_EARLY", true);
-  return v;
-}
+bool gemv_early() { return kernel_tuning().gemv_early; }
 
 // KVASIR_GEMV_SPLIT=1|2|4: warps per row (split-K inside a CTA) for single-token GEMVs without a
 // folded norm, up to kSplitMaxBytes of weights (lm_head's 1 GB already streams at the copy rate).
@@ -36,18 +32,12 @@ bool gemv_early() {
 // 63.9 -> 59.4 us, 3.95 TB/s; q/k/v and o unchanged at 16.2 and 12.1 us).
 constexpr int kSplitMinBlocks = 4;
 constexpr int64_t kSplitMaxBytes = int64_t{512} << 20;
-int gemv_split() {
-  static const int v = env_choice("KVASIR_GEMV_SPLIT", 2, {1, 2, 4});
-  return v;
-}
+int gemv_split() { return kernel_tuning().gemv_split; }
 int split_for(int n, bool norm, int64_t rows, int64_t k) {
   return n == 1 && !norm && rows * k * 2 <= kSplitMaxBytes ? gemv_split() : 1;
 }
 
-int gemv_minb() {
-  static const int v = env_choice("KVASIR_GEMV_MINB", 1, {1, 4, 5});
-  return v;
-}
+int gemv_minb() { return kernel_tuning().gemv_min_blocks; }
 
 __device__ __forceinline__ uint4 load_stream(const bf16* p) {
   uint4 r;
@@ -371,7 +361,7 @@ __global__ void __launch_bounds__(kWarps * 32, MINB) gemv_gated_kernel(GemvInput
 // KVASIR_GEMV_PREFETCH_MB: how much of a GEMV's weights (beyond each row's first round) its CTAs
 // pull towards L2 before waiting for the previous kernel, spread over its rows (default 0).
 int64_t prefetch_per_row(int64_t rows) {
-  static const int64_t budget = int64_t{env_int("KVASIR_GEMV_PREFETCH_MB", 0, 0, 48)} << 20;
+  static const int64_t budget = int64_t{kernel_tuning().gemv_prefetch_mb} << 20;
   return budget > 0 && rows > 0 ? budget / rows / 128 * 128 : 0;
 }
 

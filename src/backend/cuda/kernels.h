@@ -103,8 +103,8 @@ bool attention_head_dim_supported(int head_dim);
 // captured graph stays valid while sequence lengths grow. partial: scratch from decode_scratch_floats.
 struct DecodeSplit {
   int num_splits = 1;
-  int partition_tokens = 0;  // keys per split (a multiple of block_size, or of 32 for v3)
-  bool v3 = false;           // the all-heads pipelined kernel (decode_v3_kernel)
+  int partition_tokens = 0;  // keys per split (a multiple of block_size, or of 32 for all_heads)
+  bool all_heads = false;    // the all-heads plan (decode_all_heads_kernel or decode_mma_bulk_kernel)
 };
 DecodeSplit plan_decode_split(int num_decode_seqs, int num_heads, int num_kv_heads, int head_dim,
                               int max_blocks_per_seq, int block_size, int num_sms);

@@ -16,8 +16,8 @@ constexpr size_t kAlign = 16;
 
 }  // namespace
 
-StepQueue::StepQueue(cudaStream_t stream, ExecuteFn fn, void* ctx, bool enable_graphs, int max_graphs)
-    : stream_(stream), fn_(fn), ctx_(ctx), enable_graphs_(enable_graphs), max_graphs_(max_graphs) {
+StepQueue::StepQueue(cudaStream_t stream, ExecuteFn fn, void* ctx, bool enable_graphs, int max_graphs, bool profile)
+    : stream_(stream), fn_(fn), ctx_(ctx), enable_graphs_(enable_graphs), max_graphs_(max_graphs), profile_(profile) {
   KVASIR_CUDA_CHECK(cudaMallocHost(reinterpret_cast<void**>(&host_arena_), kInitialArena));
   host_cap_ = kInitialArena;
   ensure_device_arena(kInitialArena);
@@ -26,7 +26,6 @@ StepQueue::StepQueue(cudaStream_t stream, ExecuteFn fn, void* ctx, bool enable_g
   KVASIR_CUDA_CHECK(cudaEventCreate(&ev_end_[1]));
   ops_.reserve(1024);
   staged_.reserve(64);
-  if (const char* e = std::getenv("KVASIR_CUDA_PROFILE"); e != nullptr && e[0] == '1') profile_ = true;
 }
 
 StepQueue::~StepQueue() {
@@ -64,7 +63,6 @@ OpRecord& StepQueue::add(OpKind kind, bool graphable) {
   OpRecord& r = ops_.back();
   std::memset(&r, 0, sizeof(r));
   r.kind = kind;
-  for (int64_t& s : r.s) s = -1;
   graphable_ = graphable_ && graphable;
   return r;
 }

@@ -1,5 +1,5 @@
 // StepQueue: the CUDA backend's recorded op stream. Backend ops do not launch at once: each one
-// appends a plain OpRecord and copies its host inputs (token ids, positions, block tables, ...)
+// appends a plain OpRecord (op_records.h) and copies its host inputs (token ids, positions, block tables, ...)
 // into one pinned staging arena. At a read-back (copy_to_host, sample, synchronize) the queue
 // flushes: one H2D copy of the arena, then either a cached CUDA graph of the very same record
 // sequence or the kernels one by one. Only "graphable" steps (launch shapes independent of the
@@ -15,38 +15,9 @@
 #include <unordered_map>
 #include <vector>
 
+#include "backend/cuda/op_records.h"
+
 namespace kvasir::cuda {
-
-enum class OpKind : int32_t {
-  kEmbedding,
-  kLinear,
-  kMultiGemv,
-  kGemvGated,
-  kRmsNorm,
-  kAddRmsNorm,
-  kAdd,
-  kRope,
-  kWriteKv,
-  kRopeWriteKv,
-  kDecodeAttention,
-  kPrefillAttention,
-  kGatedAct,
-  kSoftcap,
-  kGather,
-  kSample,
-  kNumKinds,
-};
-
-// Everything one launch needs; staged host arrays are arena offsets (s[i], -1 = none). Compared
-// bytewise to find a cached graph, so records are zero-filled before use.
-struct OpRecord {
-  OpKind kind;
-  int32_t elem;
-  int64_t n[12];
-  float f[4];
-  const void* p[16];
-  int64_t s[6];
-};
 
 struct StepStats {
   int64_t steps = 0, graph_steps = 0, captures = 0;
@@ -58,7 +29,8 @@ class StepQueue {
  public:
   using ExecuteFn = void (*)(void* ctx, const OpRecord& op, const uint8_t* arena, cudaStream_t s);
 
-  StepQueue(cudaStream_t stream, ExecuteFn fn, void* ctx, bool enable_graphs, int max_graphs);
+  // profile: every step runs eagerly with an event pair around each op (KVASIR_CUDA_PROFILE).
+  StepQueue(cudaStream_t stream, ExecuteFn fn, void* ctx, bool enable_graphs, int max_graphs, bool profile);
   ~StepQueue();
   StepQueue(const StepQueue&) = delete;
   StepQueue& operator=(const StepQueue&) = delete;
@@ -77,8 +49,7 @@ class StepQueue {
   void finish();
 
   const StepStats& stats() const { return stats_; }
-  // KVASIR_CUDA_PROFILE=1: every step runs eagerly with an event pair around each op; this is the
-  // device time per op kind so far (empty when not profiling).
+  // When profiling: the device time per op kind so far (empty otherwise).
   std::string profile_report() const;
   void disable_graphs() { enable_graphs_ = false; }
 

@@ -1,7 +1,8 @@
 // Paged decode attention, per-head kernels: a CTA owns (split, kv head, sequence) and every query
-// head of its GQA group, so each key and value is read once per group. v1 scores a split's keys,
-// then runs the softmax, then weights the values (three phases through shared memory); v2 does one
-// online-softmax pass. Used when forced (KVASIR_CUDA_ATTN=1, 2) or where v3's shape does not fit
+// head of its GQA group, so each key and value is read once per group. The phased kernel scores a
+// split's keys, then runs the softmax, then weights the values (three phases through shared
+// memory); the online kernel does one online-softmax pass. Used when forced (KVASIR_CUDA_ATTN=
+// per_head_phased, per_head_online) or where the all-heads shape does not fit
 // (attention.cu decides).
 #include <algorithm>
 
@@ -11,7 +12,7 @@ namespace kvasir::cuda {
 namespace {
 
 // ---------------------------------------------------------------------------------------------
-// What v1 and v2 share: a CTA owns split blockIdx.x, kv head kvh with GC query heads of its GQA
+// What the phased and online kernels share: a CTA owns split blockIdx.x, kv head kvh with GC query heads of its GQA
 // group from head0 (chunk blockIdx.y % num_chunks; ng of them live) and decode sequence blockIdx.z.
 struct HeadChunk {
   SplitKeys keys;
@@ -46,7 +47,7 @@ struct RowGroupLanes {
 
 // Decode, three phases.
 template <int HD, int GC>
-__global__ void __launch_bounds__(kDecodeThreads) decode_kernel(AttentionArgs a, const int32_t* __restrict__ decode_seqs,
+__global__ void __launch_bounds__(kDecodeThreads) decode_per_head_phased_kernel(AttentionArgs a, const int32_t* __restrict__ decode_seqs,
                                                                int num_chunks, int num_splits, int part_tokens,
                                                                float* __restrict__ partial) {
   using L = RowGroupLanes<HD>;
@@ -193,9 +194,9 @@ __global__ void __launch_bounds__(kDecodeThreads) decode_kernel(AttentionArgs a,
 // Decode, single pass (flash-decoding inner loop): each row group keeps a running max, sum and
 // weighted value per head, so K and V of kUnroll keys are in flight together and no scores go
 // through shared memory; the split's block ids are staged in shared memory first. Row groups are
-// merged at the end the way splits are merged. Same outputs and partial layout as decode_kernel.
+// merged at the end the way splits are merged. Same outputs and partial layout as decode_per_head_phased_kernel.
 template <int HD, int GC>
-__global__ void __launch_bounds__(kDecodeThreads) decode_v2_kernel(AttentionArgs a, const int32_t* __restrict__ decode_seqs,
+__global__ void __launch_bounds__(kDecodeThreads) decode_per_head_online_kernel(AttentionArgs a, const int32_t* __restrict__ decode_seqs,
                                                                   int num_chunks, int num_splits, int part_tokens,
                                                                   float* __restrict__ partial) {
   pdl_begin();
@@ -298,11 +299,11 @@ void launch_decode_t(const AttentionArgs& a, const int32_t* decode_seqs, int nd,
   constexpr int kRows = RowGroupLanes<HD>::kRows;
   const size_t floats = std::max<size_t>(static_cast<size_t>(GC) * sp.partition_tokens, static_cast<size_t>(kRows) * GC * HD);
   dim3 grid(sp.num_splits, a.num_kv_heads * chunks, nd);
-  if (decode_kernel_choice() == 2) {
-    launch(decode_v2_kernel<HD, GC>, grid, kDecodeThreads, static_cast<size_t>(kRows) * GC * HD * sizeof(float), s, a,
+  if (decode_kernel_choice() == DecodeAttentionKernel::kPerHeadOnline) {
+    launch(decode_per_head_online_kernel<HD, GC>, grid, kDecodeThreads, static_cast<size_t>(kRows) * GC * HD * sizeof(float), s, a,
            decode_seqs, chunks, sp.num_splits, sp.partition_tokens, partial);
   } else {
-    launch(decode_kernel<HD, GC>, grid, kDecodeThreads, floats * sizeof(float), s, a, decode_seqs, chunks, sp.num_splits,
+    launch(decode_per_head_phased_kernel<HD, GC>, grid, kDecodeThreads, floats * sizeof(float), s, a, decode_seqs, chunks, sp.num_splits,
            sp.partition_tokens, partial);
   }
   KVASIR_CUDA_LAUNCH_CHECK();

@@ -1,5 +1,5 @@
-// Paged decode attention v3 (the default below kV5MinSeqs decode sequences, or where v5's shape
-// does not fit): a CTA owns (split, sequence) and every kv head and streams whole cache rows
+// Paged decode attention, all heads per CTA (the default below kMmaBulkMinSeqs decode sequences,
+// or where mma_bulk's shape does not fit): a CTA owns (split, sequence) and every kv head and streams whole cache rows
 // through a cp.async pipeline. The split plan and the combine of splits are in attention.cu.
 #include <algorithm>
 
@@ -8,22 +8,22 @@
 namespace kvasir::cuda {
 namespace {
 
-// Decode v3 (default): a CTA owns (split, sequence) and every kv head, so it streams whole cache
+// All-heads decode (default): a CTA owns (split, sequence) and every kv head, so it streams whole cache
 // rows (kv_heads * head_dim contiguous values per token, whole blocks back to back) instead of one
 // head's 256 bytes at a 2 KB stride. Tiles of kT tokens (K and V) go through a kStages-deep
 // cp.async pipeline in shared memory, so two tiles are in flight while one is consumed. Warp w
 // serves kv head w % KVH (warps w / KVH split that head's tokens); a row group of HD / 8 lanes
 // scores one token against every query head of the group and keeps an online softmax per head,
 // updated once per tile. Row groups are merged at the end, splits by decode_combine_kernel.
-constexpr int kV3Threads = 256;
-constexpr int kV3Warps = kV3Threads / 32;
-constexpr int kV3Stages = 3;
+constexpr int kAllHeadsThreads = 256;
+constexpr int kAllHeadsWarps = kAllHeadsThreads / 32;
+constexpr int kAllHeadsStages = 3;
 
 template <int HD, int KVH>
-struct V3Shape {
+struct AllHeadsShape {
   static constexpr int kLanes = HD / 8;                    // lanes per row group
   static constexpr int kRpw = 32 / kLanes;                 // row groups per warp
-  static constexpr int kWph = kV3Warps / KVH;              // warps per kv head
+  static constexpr int kWph = kAllHeadsWarps / KVH;              // warps per kv head
   static constexpr int kRow = KVH * HD;                    // values per cache row (token)
   static constexpr int kByBytes = 16384 / (kRow * 2);      // tokens in 16 KB of K
   static constexpr int kMinT = kWph * kRpw;                // one token per row group
@@ -31,28 +31,28 @@ struct V3Shape {
   static constexpr int kPerRow = kT / kMinT;               // tokens per row group per tile
   static constexpr int kChunks = kT * kRow / 8;            // 16-byte chunks per K (or V) tile
   static constexpr size_t kStageBytes = static_cast<size_t>(2) * kT * kRow * sizeof(bf16);
-  static_assert(kV3Warps % KVH == 0 && kT % kMinT == 0, "v3 decode shape");
+  static_assert(kAllHeadsWarps % KVH == 0 && kT % kMinT == 0, "all-heads decode shape");
 };
 
 template <int HD, int KVH, int GC>
-size_t v3_smem_bytes() {
-  using S = V3Shape<HD, KVH>;
-  const size_t pipe = kV3Stages * S::kStageBytes;
-  const size_t red = static_cast<size_t>(kV3Warps) * S::kRpw * GC * HD * sizeof(float);
+size_t all_heads_smem_bytes() {
+  using S = AllHeadsShape<HD, KVH>;
+  const size_t pipe = kAllHeadsStages * S::kStageBytes;
+  const size_t red = static_cast<size_t>(kAllHeadsWarps) * S::kRpw * GC * HD * sizeof(float);
   return std::max(pipe, red);
 }
 
 template <int HD, int KVH, int GC>
-__global__ void __launch_bounds__(kV3Threads, GC >= 8 ? 1 : 2)
-    decode_v3_kernel(AttentionArgs a, const int32_t* __restrict__ decode_seqs, int num_decode, int num_splits,
+__global__ void __launch_bounds__(kAllHeadsThreads, GC >= 8 ? 1 : 2)
+    decode_all_heads_kernel(AttentionArgs a, const int32_t* __restrict__ decode_seqs, int num_decode, int num_splits,
                      int part_tokens, float* __restrict__ partial) {
-  using S = V3Shape<HD, KVH>;
+  using S = AllHeadsShape<HD, KVH>;
   // Metadata and block tables are host-staged and the cache rows other than the newest token's
   // are older than this step: all of that is read (or pulled into L2) before waiting for the
   // previous kernel. Everything written, q, and the cp.async copies come after the wait.
   pdl_launch_dependents();
-  extern __shared__ __align__(16) unsigned char v3_smem[];
-  __shared__ float red_m[kV3Warps * S::kRpw][GC], red_l[kV3Warps * S::kRpw][GC];
+  extern __shared__ __align__(16) unsigned char all_heads_smem[];
+  __shared__ float red_m[kAllHeadsWarps * S::kRpw][GC], red_l[kAllHeadsWarps * S::kRpw][GC];
   __shared__ int32_t blocks[kMaxPartition + 2];
 
   const int group = a.num_heads / KVH;  // <= GC
@@ -71,8 +71,8 @@ __global__ void __launch_bounds__(kV3Threads, GC >= 8 ? 1 : 2)
   {
     // The first tiles the pipeline will ask for, towards L2 (one 128-byte line per thread step).
     constexpr int kLinesPerRow = S::kRow * 2 / 128;
-    const int first = max(begin, t0), last = min(end, t0 + (kV3Stages - 1) * S::kT);
-    for (int c = threadIdx.x; c < (last - first) * kLinesPerRow; c += kV3Threads) {
+    const int first = max(begin, t0), last = min(end, t0 + (kAllHeadsStages - 1) * S::kT);
+    for (int c = threadIdx.x; c < (last - first) * kLinesPerRow; c += kAllHeadsThreads) {
       const int j = first + c / kLinesPerRow;
       const int64_t off = (static_cast<int64_t>(blocks[j / bs - b_first]) * bs + j % bs) * S::kRow +
                           (c % kLinesPerRow) * 64;
@@ -81,19 +81,19 @@ __global__ void __launch_bounds__(kV3Threads, GC >= 8 ? 1 : 2)
     }
   }
   pdl_wait();
-  bf16* stage_base = reinterpret_cast<bf16*>(v3_smem);
+  bf16* stage_base = reinterpret_cast<bf16*>(all_heads_smem);
   // Tiles start at multiples of kT; when the block size is a multiple of kT too, a tile's rows
   // are one contiguous run of the cache: one block lookup per tile, no division per chunk.
   const bool tile_in_block = bs % S::kT == 0;
   auto load_tile = [&](int tile) {
-    bf16* ks = stage_base + static_cast<size_t>(tile % kV3Stages) * 2 * S::kT * S::kRow;
+    bf16* ks = stage_base + static_cast<size_t>(tile % kAllHeadsStages) * 2 * S::kT * S::kRow;
     bf16* vs = ks + S::kT * S::kRow;
     const int tb = t0 + tile * S::kT;
     constexpr int kChunksPerRow = S::kRow / 8;
     if (tile_in_block) {
       const int64_t base = (static_cast<int64_t>(blocks[tb / bs - b_first]) * bs + tb % bs) * S::kRow;
 #pragma unroll 4
-      for (int c = threadIdx.x; c < S::kChunks; c += kV3Threads) {
+      for (int c = threadIdx.x; c < S::kChunks; c += kAllHeadsThreads) {
         const int j = tb + c / kChunksPerRow;
         const bool valid = j >= begin && j < end;
         const int64_t off = valid ? base + static_cast<int64_t>(c) * 8 : 0;
@@ -102,7 +102,7 @@ __global__ void __launch_bounds__(kV3Threads, GC >= 8 ? 1 : 2)
       }
       return;
     }
-    for (int c = threadIdx.x; c < S::kChunks; c += kV3Threads) {
+    for (int c = threadIdx.x; c < S::kChunks; c += kAllHeadsThreads) {
       const int tt = c / kChunksPerRow, ch = c % kChunksPerRow;
       const int j = tb + tt;
       const bool valid = j >= begin && j < end;
@@ -113,7 +113,7 @@ __global__ void __launch_bounds__(kV3Threads, GC >= 8 ? 1 : 2)
     }
   };
 #pragma unroll
-  for (int i = 0; i < kV3Stages - 1; ++i) {
+  for (int i = 0; i < kAllHeadsStages - 1; ++i) {
     if (i < ntiles) load_tile(i);
     cp_async_commit();
   }
@@ -133,11 +133,11 @@ __global__ void __launch_bounds__(kV3Threads, GC >= 8 ? 1 : 2)
   init_online_softmax<GC>(m, l, acc);
 
   for (int i = 0; i < ntiles; ++i) {
-    cp_async_wait<kV3Stages - 2>();
+    cp_async_wait<kAllHeadsStages - 2>();
     __syncthreads();  // tile i is in for every thread; tile i - 1's stage is free again
-    if (i + kV3Stages - 1 < ntiles) load_tile(i + kV3Stages - 1);
+    if (i + kAllHeadsStages - 1 < ntiles) load_tile(i + kAllHeadsStages - 1);
     cp_async_commit();
-    const bf16* ks = stage_base + static_cast<size_t>(i % kV3Stages) * 2 * S::kT * S::kRow;
+    const bf16* ks = stage_base + static_cast<size_t>(i % kAllHeadsStages) * 2 * S::kT * S::kRow;
     const bf16* vs = ks + S::kT * S::kRow;
     const int tb = t0 + i * S::kT;
     float sc[S::kPerRow][GC];
@@ -187,7 +187,7 @@ __global__ void __launch_bounds__(kV3Threads, GC >= 8 ? 1 : 2)
   cp_async_wait<0>();
   __syncthreads();  // the pipeline's shared memory becomes the reduction buffer
 
-  float* red_acc = reinterpret_cast<float*>(v3_smem);  // [warp * kRpw + rsub][GC][HD]
+  float* red_acc = reinterpret_cast<float*>(all_heads_smem);  // [warp * kRpw + rsub][GC][HD]
   const int rg = warp * S::kRpw + rsub;
 #pragma unroll
   for (int g = 0; g < GC; ++g) {
@@ -227,70 +227,70 @@ __global__ void __launch_bounds__(kV3Threads, GC >= 8 ? 1 : 2)
 }
 
 template <int HD, int KVH, int GC>
-void launch_v3_t(const AttentionArgs& a, const int32_t* decode_seqs, int nd, const DecodeSplit& sp, float* partial,
+void launch_all_heads_t(const AttentionArgs& a, const int32_t* decode_seqs, int nd, const DecodeSplit& sp, float* partial,
                  cudaStream_t s) {
   dim3 grid(sp.num_splits, nd);
-  launch(decode_v3_kernel<HD, KVH, GC>, grid, kV3Threads, v3_smem_bytes<HD, KVH, GC>(), s, a, decode_seqs, nd,
+  launch(decode_all_heads_kernel<HD, KVH, GC>, grid, kAllHeadsThreads, all_heads_smem_bytes<HD, KVH, GC>(), s, a, decode_seqs, nd,
          sp.num_splits, sp.partition_tokens, partial);
   KVASIR_CUDA_LAUNCH_CHECK();
 }
 
 template <int HD, int KVH>
-void launch_v3_kvh(const AttentionArgs& a, const int32_t* decode_seqs, int nd, const DecodeSplit& sp, float* partial,
+void launch_all_heads_kvh(const AttentionArgs& a, const int32_t* decode_seqs, int nd, const DecodeSplit& sp, float* partial,
                    cudaStream_t s) {
   const int group = a.num_heads / KVH;
-  if (group <= 1) launch_v3_t<HD, KVH, 1>(a, decode_seqs, nd, sp, partial, s);
-  else if (group <= 2) launch_v3_t<HD, KVH, 2>(a, decode_seqs, nd, sp, partial, s);
-  else if (group <= 4) launch_v3_t<HD, KVH, 4>(a, decode_seqs, nd, sp, partial, s);
-  else launch_v3_t<HD, KVH, 8>(a, decode_seqs, nd, sp, partial, s);
+  if (group <= 1) launch_all_heads_t<HD, KVH, 1>(a, decode_seqs, nd, sp, partial, s);
+  else if (group <= 2) launch_all_heads_t<HD, KVH, 2>(a, decode_seqs, nd, sp, partial, s);
+  else if (group <= 4) launch_all_heads_t<HD, KVH, 4>(a, decode_seqs, nd, sp, partial, s);
+  else launch_all_heads_t<HD, KVH, 8>(a, decode_seqs, nd, sp, partial, s);
 }
 
 template <int HD>
-void launch_v3_hd(const AttentionArgs& a, const int32_t* decode_seqs, int nd, const DecodeSplit& sp, float* partial,
+void launch_all_heads_hd(const AttentionArgs& a, const int32_t* decode_seqs, int nd, const DecodeSplit& sp, float* partial,
                   cudaStream_t s) {
   switch (a.num_kv_heads) {
-    case 1: launch_v3_kvh<HD, 1>(a, decode_seqs, nd, sp, partial, s); break;
-    case 2: launch_v3_kvh<HD, 2>(a, decode_seqs, nd, sp, partial, s); break;
-    case 4: launch_v3_kvh<HD, 4>(a, decode_seqs, nd, sp, partial, s); break;
-    default: launch_v3_kvh<HD, 8>(a, decode_seqs, nd, sp, partial, s); break;
+    case 1: launch_all_heads_kvh<HD, 1>(a, decode_seqs, nd, sp, partial, s); break;
+    case 2: launch_all_heads_kvh<HD, 2>(a, decode_seqs, nd, sp, partial, s); break;
+    case 4: launch_all_heads_kvh<HD, 4>(a, decode_seqs, nd, sp, partial, s); break;
+    default: launch_all_heads_kvh<HD, 8>(a, decode_seqs, nd, sp, partial, s); break;
   }
 }
 
 template <int HD, int KVH, int GC>
-void init_v3_t() {
-  KVASIR_CUDA_CHECK(cudaFuncSetAttribute(decode_v3_kernel<HD, KVH, GC>, cudaFuncAttributeMaxDynamicSharedMemorySize,
-                                         static_cast<int>(v3_smem_bytes<HD, KVH, GC>())));
+void init_all_heads_t() {
+  KVASIR_CUDA_CHECK(cudaFuncSetAttribute(decode_all_heads_kernel<HD, KVH, GC>, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                         static_cast<int>(all_heads_smem_bytes<HD, KVH, GC>())));
 }
 template <int HD, int KVH>
-void init_v3_kvh() {
-  init_v3_t<HD, KVH, 1>();
-  init_v3_t<HD, KVH, 2>();
-  init_v3_t<HD, KVH, 4>();
-  init_v3_t<HD, KVH, 8>();
+void init_all_heads_kvh() {
+  init_all_heads_t<HD, KVH, 1>();
+  init_all_heads_t<HD, KVH, 2>();
+  init_all_heads_t<HD, KVH, 4>();
+  init_all_heads_t<HD, KVH, 8>();
 }
 template <int HD>
-void init_v3_hd() {
-  init_v3_kvh<HD, 1>();
-  init_v3_kvh<HD, 2>();
-  init_v3_kvh<HD, 4>();
-  init_v3_kvh<HD, 8>();
+void init_all_heads_hd() {
+  init_all_heads_kvh<HD, 1>();
+  init_all_heads_kvh<HD, 2>();
+  init_all_heads_kvh<HD, 4>();
+  init_all_heads_kvh<HD, 8>();
 }
 
 }  // namespace
 
-void launch_decode_v3(const AttentionArgs& a, const int32_t* decode_seqs, int nd, const DecodeSplit& sp,
+void launch_decode_all_heads(const AttentionArgs& a, const int32_t* decode_seqs, int nd, const DecodeSplit& sp,
                       float* partial, cudaStream_t s) {
   switch (a.head_dim) {
-    case 64: launch_v3_hd<64>(a, decode_seqs, nd, sp, partial, s); break;
-    case 128: launch_v3_hd<128>(a, decode_seqs, nd, sp, partial, s); break;
-    default: launch_v3_hd<256>(a, decode_seqs, nd, sp, partial, s); break;
+    case 64: launch_all_heads_hd<64>(a, decode_seqs, nd, sp, partial, s); break;
+    case 128: launch_all_heads_hd<128>(a, decode_seqs, nd, sp, partial, s); break;
+    default: launch_all_heads_hd<256>(a, decode_seqs, nd, sp, partial, s); break;
   }
 }
 
-void init_decode_v3_kernels() {
-  init_v3_hd<64>();
-  init_v3_hd<128>();
-  init_v3_hd<256>();
+void init_decode_all_heads_kernels() {
+  init_all_heads_hd<64>();
+  init_all_heads_hd<128>();
+  init_all_heads_hd<256>();
 }
 
 }  // namespace kvasir::cuda

@@ -1,15 +1,14 @@
-// Paged decode attention v5: v3's CTA shape (a CTA owns (split, sequence) and every kv head) with
+// Paged decode attention on tensor cores with bulk copies ("mma_bulk"): the all-heads CTA shape (a CTA owns (split, sequence) and every kv head) with
 // the GQA group on the tensor cores and the cache rows brought in by the bulk-copy engine. The
 // query heads sharing a kv head are the rows of an mma.sync tile (padded to 16), so QK^T and PV are
 // m16n8k16 / m16n8k8 bf16 with fp32 accumulators; each tile's token rows (every kv head, K and V)
 // arrive as one cp.async.bulk per row, completing on the stage's mbarrier, so a CTA keeps whole
 // tiles in flight without tying up its threads. Rows are padded by 16 bytes in shared memory (the
-// eight tokens an ldmatrix reads fall in eight bank groups). Same partial layout as v3; the split
+// eight tokens an ldmatrix reads fall in eight bank groups). Same partial layout as all_heads; the split
 // plan, the kernel choice and the combine are in attention.cu.
 #include <algorithm>
 
 #include "backend/cuda/attention_decode.cuh"
-#include "backend/cuda/env_knob.h"
 
 namespace kvasir::cuda {
 namespace {
@@ -25,7 +24,7 @@ constexpr int kRowBytes = kRow * 2;
 constexpr size_t kStageBytes = static_cast<size_t>(2) * kT * kRowPad * sizeof(bf16);
 
 template <int STAGES, int GC>
-size_t v5_smem_bytes() {
+size_t mma_bulk_smem_bytes() {
   const size_t pipe = STAGES * kStageBytes;
   const size_t red = static_cast<size_t>(kWarps) * GC * kHeadDim * sizeof(float);
   return std::max(pipe, red);
@@ -97,11 +96,11 @@ __device__ __forceinline__ uint32_t pack2(float lo, float hi) {
 // and output dims n * 8 + tig * 2, +1 of every n8 tile.
 template <int STAGES, int GC>
 __global__ void __launch_bounds__(kThreads, STAGES <= 3 ? 2 : 1)
-    decode_v5_kernel(AttentionArgs a, const int32_t* __restrict__ decode_seqs, int num_decode, int num_splits,
+    decode_mma_bulk_kernel(AttentionArgs a, const int32_t* __restrict__ decode_seqs, int num_decode, int num_splits,
                      int part_tokens, float* __restrict__ partial) {
   constexpr int HD = kHeadDim, KVH = kKvHeads;
   pdl_launch_dependents();
-  extern __shared__ __align__(128) unsigned char v5_smem[];
+  extern __shared__ __align__(128) unsigned char mma_bulk_smem[];
   __shared__ float red_m[kWarps][GC], red_l[kWarps][GC];
   __shared__ int32_t blocks[kMaxPartition + 2];
   __shared__ __align__(8) uint64_t full[STAGES];
@@ -124,7 +123,7 @@ __global__ void __launch_bounds__(kThreads, STAGES <= 3 ? 2 : 1)
 
   const bf16* kc = static_cast<const bf16*>(a.k_cache);
   const bf16* vc = static_cast<const bf16*>(a.v_cache);
-  bf16* stage_base = reinterpret_cast<bf16*>(v5_smem);
+  bf16* stage_base = reinterpret_cast<bf16*>(mma_bulk_smem);
   const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
   // Warp 0 issues a tile: lane 0 arms the stage's barrier with the tile's byte count, then lanes
   // 0..kT-1 copy one token's K row and V row each. Rows outside [begin, end) are not copied.
@@ -243,7 +242,7 @@ __global__ void __launch_bounds__(kThreads, STAGES <= 3 ? 2 : 1)
   l += __shfl_xor_sync(0xffffffffu, l, 2);
   __syncthreads();  // every tile consumed: the pipeline's shared memory becomes the reduction buffer
 
-  float* red_acc = reinterpret_cast<float*>(v5_smem);  // [warp][GC][HD]
+  float* red_acc = reinterpret_cast<float*>(mma_bulk_smem);  // [warp][GC][HD]
   if (gid < group) {
     if (tig == 0) {
       red_m[warp][gid] = m;
@@ -267,15 +266,14 @@ __global__ void __launch_bounds__(kThreads, STAGES <= 3 ? 2 : 1)
 }
 
 // KVASIR_CUDA_TMA_STAGES: pipeline depth (3: two CTAs per SM, default; 6: one CTA per SM).
-int v5_stages() {
-  static const int v = env_choice("KVASIR_CUDA_TMA_STAGES", 3, {3, 6});
-  return v;
+int mma_bulk_stages() {
+  return kernel_tuning().mma_bulk_stages;
 }
 
 template <int STAGES, int GC>
 void launch_t(const AttentionArgs& a, const int32_t* decode_seqs, int nd, const DecodeSplit& sp, float* partial,
               cudaStream_t s) {
-  launch(decode_v5_kernel<STAGES, GC>, dim3(sp.num_splits, nd), kThreads, v5_smem_bytes<STAGES, GC>(), s, a,
+  launch(decode_mma_bulk_kernel<STAGES, GC>, dim3(sp.num_splits, nd), kThreads, mma_bulk_smem_bytes<STAGES, GC>(), s, a,
          decode_seqs, nd, sp.num_splits, sp.partition_tokens, partial);
   KVASIR_CUDA_LAUNCH_CHECK();
 }
@@ -290,8 +288,8 @@ void launch_stages(const AttentionArgs& a, const int32_t* decode_seqs, int nd, c
 }
 template <int STAGES, int GC>
 void init_t() {
-  KVASIR_CUDA_CHECK(cudaFuncSetAttribute(decode_v5_kernel<STAGES, GC>, cudaFuncAttributeMaxDynamicSharedMemorySize,
-                                         static_cast<int>(v5_smem_bytes<STAGES, GC>())));
+  KVASIR_CUDA_CHECK(cudaFuncSetAttribute(decode_mma_bulk_kernel<STAGES, GC>, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                         static_cast<int>(mma_bulk_smem_bytes<STAGES, GC>())));
 }
 template <int STAGES>
 void init_stages() {
@@ -303,18 +301,18 @@ void init_stages() {
 
 }  // namespace
 
-bool v5_shape_ok(int num_heads, int num_kv_heads, int head_dim) {
+bool mma_bulk_shape_ok(int num_heads, int num_kv_heads, int head_dim) {
   return num_kv_heads == kKvHeads && head_dim == kHeadDim && num_heads % num_kv_heads == 0 &&
          num_heads / num_kv_heads >= 1 && num_heads / num_kv_heads <= 8;
 }
 
-void launch_decode_v5(const AttentionArgs& a, const int32_t* decode_seqs, int nd, const DecodeSplit& sp,
+void launch_decode_mma_bulk(const AttentionArgs& a, const int32_t* decode_seqs, int nd, const DecodeSplit& sp,
                       float* partial, cudaStream_t s) {
-  if (v5_stages() == 6) launch_stages<6>(a, decode_seqs, nd, sp, partial, s);
+  if (mma_bulk_stages() == 6) launch_stages<6>(a, decode_seqs, nd, sp, partial, s);
   else launch_stages<3>(a, decode_seqs, nd, sp, partial, s);
 }
 
-void init_decode_v5_kernels() {
+void init_decode_mma_bulk_kernels() {
   init_stages<3>();
   init_stages<6>();
 }

@@ -1,0 +1,108 @@
+#include "backend/cuda/cuda_tuning.h"
+
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <initializer_list>
+
+namespace kvasir::cuda {
+namespace {
+
+// The integer value of `name` when it lies in [lo, hi], else `def`.
+int env_int(const char* name, int def, int lo, int hi) {
+  const char* e = std::getenv(name);
+  if (e == nullptr) return def;
+  const int v = std::atoi(e);
+  return v < lo || v > hi ? def : v;
+}
+
+// The integer value of `name` when it is one of `allowed`, else `def`.
+int env_choice(const char* name, int def, std::initializer_list<int> allowed) {
+  const char* e = std::getenv(name);
+  if (e == nullptr) return def;
+  const int v = std::atoi(e);
+  for (int a : allowed) {
+    if (v == a) return v;
+  }
+  return def;
+}
+
+// An on/off switch: unset gives `def`; a default-on switch turns off only on a leading '0', a
+// default-off one turns on only on a leading '1'.
+bool env_flag(const char* name, bool def) {
+  const char* e = std::getenv(name);
+  if (e == nullptr) return def;
+  return def ? e[0] != '0' : e[0] == '1';
+}
+
+constexpr DecodeAttentionKernel kKernels[] = {DecodeAttentionKernel::kPerHeadPhased, DecodeAttentionKernel::kPerHeadOnline,
+                                              DecodeAttentionKernel::kAllHeads, DecodeAttentionKernel::kMmaBulk};
+
+// A name, or (as before the names) a leading digit 1, 2, 3 or 5; anything else: kAuto.
+DecodeAttentionKernel env_decode_attention() {
+  const char* e = std::getenv("KVASIR_CUDA_ATTN");
+  if (e == nullptr) return DecodeAttentionKernel::kAuto;
+  for (DecodeAttentionKernel k : kKernels) {
+    if (std::strcmp(e, decode_attention_kernel_name(k)) == 0) return k;
+  }
+  for (DecodeAttentionKernel k : kKernels) {
+    if (e[0] == '0' + static_cast<int>(k)) return k;
+  }
+  return DecodeAttentionKernel::kAuto;
+}
+
+}  // namespace
+
+const char* decode_attention_kernel_name(DecodeAttentionKernel k) {
+  switch (k) {
+    case DecodeAttentionKernel::kAuto: return "auto";
+    case DecodeAttentionKernel::kPerHeadPhased: return "per_head_phased";
+    case DecodeAttentionKernel::kPerHeadOnline: return "per_head_online";
+    case DecodeAttentionKernel::kAllHeads: return "all_heads";
+    case DecodeAttentionKernel::kMmaBulk: return "mma_bulk";
+  }
+  return "?";
+}
+
+CudaTuning read_cuda_tuning() {
+  CudaTuning t;
+  t.recording.fuse = env_flag("KVASIR_CUDA_FUSE", true);
+  t.recording.fuse_norm = t.recording.fuse && env_flag("KVASIR_CUDA_FUSE_NORM", false);
+  t.recording.profile = env_flag("KVASIR_CUDA_PROFILE", false);
+  KernelTuning& k = t.kernels;
+  k.decode_attention = env_decode_attention();
+  k.all_heads_ctas_per_sm = env_int("KVASIR_CUDA_V3_CTAS", 4, 1, 64);
+  k.all_heads_max_partition =
+      env_int("KVASIR_CUDA_V3_PART", kMaxDecodePartition, 32, kMaxDecodePartition) / 32 * 32;
+  k.all_heads_min_ctas = env_int("KVASIR_CUDA_V3_MIN_CTAS", -1, 0, 1 << 20);
+  k.mma_bulk_stages = env_choice("KVASIR_CUDA_TMA_STAGES", 3, {3, 6});
+  k.rope_per_head = env_flag("KVASIR_CUDA_ROPE_HEADS", true);
+  k.gemv_early = env_flag("KVASIR_GEMV_EARLY", true);
+  k.gemv_split = env_choice("KVASIR_GEMV_SPLIT", 2, {1, 2, 4});
+  k.gemv_min_blocks = env_choice("KVASIR_GEMV_MINB", 1, {1, 4, 5});
+  k.gemv_prefetch_mb = env_int("KVASIR_GEMV_PREFETCH_MB", 0, 0, 48);
+  k.pdl = env_flag("KVASIR_CUDA_PDL", true);
+  return t;
+}
+
+const KernelTuning& kernel_tuning() {
+  static const KernelTuning k = read_cuda_tuning().kernels;
+  return k;
+}
+
+std::string describe(const CudaTuning& t) {
+  const RecordingTuning& r = t.recording;
+  const KernelTuning& k = t.kernels;
+  char buf[512];
+  std::snprintf(buf, sizeof(buf),
+                "KVASIR_CUDA_FUSE=%d KVASIR_CUDA_FUSE_NORM=%d KVASIR_CUDA_PROFILE=%d KVASIR_CUDA_ATTN=%s "
+                "KVASIR_CUDA_V3_CTAS=%d KVASIR_CUDA_V3_PART=%d KVASIR_CUDA_V3_MIN_CTAS=%d KVASIR_CUDA_TMA_STAGES=%d "
+                "KVASIR_CUDA_ROPE_HEADS=%d KVASIR_GEMV_EARLY=%d KVASIR_GEMV_SPLIT=%d KVASIR_GEMV_MINB=%d "
+                "KVASIR_GEMV_PREFETCH_MB=%d KVASIR_CUDA_PDL=%d",
+                r.fuse, r.fuse_norm, r.profile, decode_attention_kernel_name(k.decode_attention),
+                k.all_heads_ctas_per_sm, k.all_heads_max_partition, k.all_heads_min_ctas, k.mma_bulk_stages,
+                k.rope_per_head, k.gemv_early, k.gemv_split, k.gemv_min_blocks, k.gemv_prefetch_mb, k.pdl);
+  return buf;
+}
+
+}  // namespace kvasir::cuda

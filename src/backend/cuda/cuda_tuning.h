@@ -1,0 +1,62 @@
+// Every environment tuning knob of the CUDA backend, in one struct: the A/B switches that choose
+// between equivalent kernels, fusions and launch shapes. Read from the environment once (kernel
+// knobs once per process, recording knobs once per backend at start) and logged there; the code
+// they steer reads the struct, never the environment. Unset or out-of-range values give the
+// default, as listed below.
+// Must not hold anything that changes results beyond rounding-order differences between the
+// equivalent kernels, and must not be re-read mid-run (captured graphs bake the choices in).
+#pragma once
+
+#include <string>
+
+namespace kvasir::cuda {
+
+// Longest split of a decode sequence's keys, in tokens (also the cap of the all-heads plan).
+inline constexpr int kMaxDecodePartition = 512;
+
+// KVASIR_CUDA_ATTN: which decode-attention kernel runs every decode batch. The digits are the
+// historical values scripts use; the names say the same.
+enum class DecodeAttentionKernel {
+  kAuto = 0,           // unset: the plan of attention.cu (all-heads, mma+bulk copy from 8 seqs)
+  kPerHeadPhased = 1,  // "per_head_phased" / 1: per-head, scores -> softmax -> values
+  kPerHeadOnline = 2,  // "per_head_online" / 2: per-head, one online-softmax pass
+  kAllHeads = 3,       // "all_heads" / 3: a CTA per (split, sequence), cp.async pipeline
+  kMmaBulk = 5,        // "mma_bulk" / 5: all-heads on tensor cores with bulk copies, where it fits
+};
+const char* decode_attention_kernel_name(DecodeAttentionKernel k);
+
+// Read by the kernels' launchers; one snapshot per process (the launchers are process-wide).
+struct KernelTuning {
+  DecodeAttentionKernel decode_attention = DecodeAttentionKernel::kAuto;  // KVASIR_CUDA_ATTN
+  int all_heads_ctas_per_sm = 4;      // KVASIR_CUDA_V3_CTAS [1, 64]: CTAs per SM the plan aims for
+  int all_heads_max_partition = kMaxDecodePartition;  // KVASIR_CUDA_V3_PART [32, 512], multiple of 32
+  int all_heads_min_ctas = -1;        // KVASIR_CUDA_V3_MIN_CTAS [0, 2^20]; -1: one per SM (see attention.cu)
+  int mma_bulk_stages = 3;            // KVASIR_CUDA_TMA_STAGES 3|6: bulk-copy pipeline depth
+  bool rope_per_head = true;          // KVASIR_CUDA_ROPE_HEADS=0: token-per-CTA rope+write_kv kernel
+  bool gemv_early = true;             // KVASIR_GEMV_EARLY=0: first weight round to L2 before the wait
+  int gemv_split = 2;                 // KVASIR_GEMV_SPLIT 1|2|4: warps per row of single-token GEMVs
+  int gemv_min_blocks = 1;            // KVASIR_GEMV_MINB 1|4|5: register-capped GEMV builds (A/B)
+  int gemv_prefetch_mb = 0;           // KVASIR_GEMV_PREFETCH_MB [0, 48]: weights pulled to L2 early
+  bool pdl = true;                    // KVASIR_CUDA_PDL=0: no programmatic dependent launches
+};
+
+// Read by CudaBackend when it starts (each backend reads its own; the op tests build two).
+struct RecordingTuning {
+  bool fuse = true;        // KVASIR_CUDA_FUSE=0: one record per op (for A/B timing)
+  bool fuse_norm = false;  // KVASIR_CUDA_FUSE_NORM=1: norms and residual adds folded into GEMVs
+  bool profile = false;    // KVASIR_CUDA_PROFILE=1: eager steps with per-op device time
+};
+
+struct CudaTuning {
+  RecordingTuning recording;
+  KernelTuning kernels;
+};
+
+// Every knob as the environment sets it now.
+CudaTuning read_cuda_tuning();
+// The kernel knobs in force for this process: read_cuda_tuning().kernels on first use, then fixed.
+const KernelTuning& kernel_tuning();
+// "KVASIR_CUDA_FUSE=1 ..." for the start-up log line.
+std::string describe(const CudaTuning& t);
+
+}  // namespace kvasir::cuda

@@ -1,0 +1,220 @@
+// The CUDA backend's recorded ops: one named plain-data record per op kind. A Backend call appends
+// an OpRecord (kind + the record of that kind) to the step's StepQueue; cuda_ops.cpp and
+// cuda_fused_ops.cpp fill them (fusions rewrite the step's last record), execute() turns them
+// into launches at flush time, eagerly or under graph capture.
+// Must hold only device pointers, counts, scalars and arena offsets: a step's records are compared
+// bytewise to find its cached CUDA graph, so records are zero-filled by StepQueue::add() and then
+// written field by field (never assign a whole sub-record from a temporary: its padding is not zero).
+#pragma once
+
+#include <cstdint>
+
+#include "backend/cuda/kernels.h"
+
+namespace kvasir::cuda {
+
+enum class OpKind : int32_t {
+  kEmbedding,
+  kLinear,
+  kMultiGemv,
+  kGemvGated,
+  kRmsNorm,
+  kAddRmsNorm,
+  kAdd,
+  kRope,
+  kWriteKv,
+  kRopeWriteKv,
+  kDecodeAttention,
+  kPrefillAttention,
+  kGatedAct,
+  kSoftcap,
+  kGather,
+  kSample,
+  kNumKinds,
+};
+
+// Byte offset of a staged host array in the step's arena (StepQueue::stage); the device copy of
+// the arena is what the kernels read.
+using ArenaOffset = int64_t;
+constexpr ArenaOffset kNotStaged = -1;
+
+struct EmbeddingOp {
+  const void* table;      // [vocab, hidden] bf16
+  void* out;              // [num_tokens, hidden] bf16
+  ArenaOffset ids;        // int32 [num_tokens]
+  int64_t num_tokens, hidden, vocab;
+  float scale, unused;
+};
+
+// x · w^T (+ bias) through cuBLASLt, or the plain GEMV for decode-sized batches.
+struct LinearOp {
+  const void* x;          // [rows, in_features]
+  const void* w;          // [out_features, in_features] bf16
+  const float* bias;      // [out_features] or null
+  void* out;              // [rows, out_features]
+  int64_t rows, out_features, in_features;
+};
+
+// One projection of a MultiGemvOp: y = x · w^T (+ bias); residual (optional) += bf16(y).
+struct GemvProjection {
+  const void* w;          // [out_features, in_features] bf16
+  const float* bias;      // [out_features] or null
+  void* y;                // [rows, out_features]
+  void* residual;         // [rows, out_features] or null (folded residual add)
+  int64_t out_features;
+};
+
+// Up to kGemvMaxOutputs projections of one input (q/k/v, gate/up), optionally with the preceding
+// rms_norm folded in (norm_weight set: `input` holds the un-normed rows, `normed_out` receives the
+// normed ones the norm op would have written).
+struct MultiGemvOp {
+  const void* input;        // [rows, in_features] what the kernel reads
+  const float* norm_weight; // [in_features] or null
+  void* normed_out;         // [rows, in_features] or null
+  const void* named_input;  // the input tensor the linear calls named (normed_out when folded)
+  GemvProjection proj[kGemvMaxOutputs];
+  int64_t rows, in_features, num_proj;
+  float eps, unused;
+};
+
+// out = act(x · w_gate^T) * (x · w_up^T); up_out still receives x · w_up^T.
+struct GemvGatedOp {
+  const void* input;        // [rows, in_features]
+  const float* norm_weight; // as in MultiGemvOp
+  void* normed_out;
+  const void* w_gate;       // [out_features, in_features]
+  const void* w_up;
+  void* out;                // [rows, out_features]
+  void* up_out;             // [rows, out_features]
+  int64_t rows, out_features, in_features, gelu_tanh;
+  float eps, unused;
+};
+
+struct RmsNormOp {
+  const void* x;          // [rows, cols] bf16
+  const float* weight;    // [cols]
+  void* out;              // [rows, cols] bf16
+  int64_t rows, cols;
+  float eps, unused;
+};
+
+// residual += x; out = rms_norm(residual).
+struct AddRmsNormOp {
+  void* residual;         // [rows, cols] bf16
+  const void* x;          // [rows, cols] bf16
+  const float* weight;    // [cols]
+  void* out;              // [rows, cols] bf16
+  int64_t rows, cols;
+  float eps, unused;
+};
+
+// a += b.
+struct AddOp {
+  void* a;
+  const void* b;
+  int64_t numel;
+};
+
+// RoPE on q and k in place. As kRopeWriteKv (write_kv fused in) it also writes the rotated k and
+// v to the caches through the slot mapping: the fields after `attention_factor`.
+struct RopeOp {
+  void* q;                      // [num_tokens, num_heads, head_dim]
+  void* k;                      // [num_tokens, num_kv_heads, head_dim]
+  ArenaOffset positions;        // int32 [num_tokens]
+  ArenaOffset inv_freq;         // float [rotary_dim / 2]
+  int64_t num_tokens, num_heads, num_kv_heads, head_dim, rotary_dim, neox;
+  float attention_factor, unused;
+  // kRopeWriteKv only:
+  const void* v;                // [num_tokens, kv_row]
+  void* k_cache;                // [num_slots, kv_row]
+  void* v_cache;
+  ArenaOffset slot_mapping;     // int64 [num_tokens]
+  int64_t kv_row, num_slots;
+};
+
+struct WriteKvOp {
+  const void* k;                // [num_tokens, row]
+  const void* v;
+  void* k_cache;                // [num_slots, row]
+  void* v_cache;
+  ArenaOffset slot_mapping;     // int64 [num_tokens]
+  int64_t num_tokens, row, num_slots;
+};
+
+// Paged attention, decode (kDecodeAttention: one query per sequence) or mixed (kPrefillAttention:
+// the decode rows listed in decode_seqs plus prefill tiles listed in prefill_work).
+struct AttentionOp {
+  const void* q;                // [num_tokens, num_heads, head_dim]
+  const void* k_cache;          // [num_blocks, block_size, num_kv_heads, head_dim]
+  const void* v_cache;
+  void* out;                    // [num_tokens, num_heads, head_dim]
+  float* partial;               // split-KV scratch (decode_scratch_floats) or null
+  ArenaOffset query_start_loc;  // int32 [num_seqs + 1]
+  ArenaOffset seq_lens;         // int32 [num_seqs]
+  ArenaOffset block_tables;     // int32 [num_seqs, max_blocks_per_seq]
+  ArenaOffset decode_seqs;      // int32 [num_decode] or kNotStaged (every sequence decodes)
+  ArenaOffset prefill_work;     // PrefillWork [num_work] or kNotStaged
+  int64_t num_seqs, max_blocks_per_seq, block_size, num_heads, num_kv_heads, head_dim, sliding_window;
+  int64_t num_decode, num_work;
+  int64_t num_splits, partition_tokens, all_heads;  // the DecodeSplit planned at record time
+  float scale, softcap;
+};
+
+struct GatedActOp {
+  const void* gate;             // [numel] bf16
+  const void* up;
+  void* out;
+  int64_t numel, gelu_tanh;
+};
+
+struct SoftcapOp {
+  void* x;
+  int64_t numel;
+  float cap, unused;
+};
+
+struct GatherOp {
+  const void* src;              // [src_rows, row_bytes]
+  void* out;                    // [num_rows, row_bytes]
+  ArenaOffset rows;             // int32 [num_rows]
+  int64_t num_rows, row_bytes, src_rows;
+};
+
+struct SampleOp {
+  const float* logits;          // [num_rows, vocab]
+  int32_t* tokens;              // [num_rows] device
+  ArenaOffset params;           // SamplingRowParams [num_rows]
+  int64_t num_rows, vocab;
+};
+
+// What StepQueue stores: the kind, the element type where the op has one (Elem), and the record
+// of that kind (the other union members stay zero).
+struct OpRecord {
+  OpKind kind;
+  int32_t elem;
+  union {
+    EmbeddingOp embedding;
+    LinearOp linear;
+    MultiGemvOp gemv;
+    GemvGatedOp gemv_gated;
+    RmsNormOp rms_norm;
+    AddRmsNormOp add_rms_norm;
+    AddOp add;
+    RopeOp rope;
+    WriteKvOp write_kv;
+    AttentionOp attention;
+    GatedActOp gated_act;
+    SoftcapOp softcap;
+    GatherOp gather;
+    SampleOp sample;
+  };
+};
+
+// Padding would break the bytewise graph lookup only if written; these sizes keep every record
+// free of it (pointers and int64 first, floats in pairs).
+static_assert(sizeof(EmbeddingOp) == 56 && sizeof(LinearOp) == 56 && sizeof(GemvProjection) == 40);
+static_assert(sizeof(MultiGemvOp) == 4 * 8 + kGemvMaxOutputs * 40 + 3 * 8 + 8);
+static_assert(sizeof(GemvGatedOp) == 7 * 8 + 4 * 8 + 8 && sizeof(RopeOp) == 4 * 8 + 6 * 8 + 8 + 6 * 8);
+static_assert(sizeof(AttentionOp) == 10 * 8 + 12 * 8 + 8 && sizeof(OpRecord) == 8 + sizeof(AttentionOp));
+
+}  // namespace kvasir::cuda
