@@ -8,6 +8,7 @@
 #include <fstream>
 
 #include "common/json.h"
+#include "common/mapped_file.h"
 #include "loader/gguf_file.h"
 #include "loader/test_writers.h"
 #include "loader/weight_source.h"
@@ -279,6 +280,36 @@ TEST(ModelConfig, LongropeFollowsTransformersDefaults) {
   ASSERT_TRUE(su.ok()) << su.status().to_string();
   EXPECT_DOUBLE_EQ(su->rope_scaling.attention_factor, 1.5);
   EXPECT_EQ(su->rope_scaling.long_factor, (std::vector<double>{3, 4}));
+}
+
+TEST(ModelConfig, Phi3LongropeUsesPhi3Defaults) {
+  const std::string dir = std::string(KVASIR_SOURCE_DIR) + "/tests/data/tiny/phi3_longrope";
+  auto c = ModelConfig::from_hf_dir(dir);
+  ASSERT_TRUE(c.ok()) << c.status().to_string();
+  EXPECT_EQ(c->architecture, "phi3");
+  EXPECT_EQ(c->rotary_dim, 12);  // head_dim 16 * partial_rotary_factor 0.75
+  EXPECT_EQ(c->rope_scaling.original_max_position_embeddings, 16);
+  EXPECT_DOUBLE_EQ(c->rope_scaling.factor, 4.0);  // 64 / 16
+  EXPECT_DOUBLE_EQ(c->rope_scaling.attention_factor, std::sqrt(1.5));  // 1 + ln 4 / ln 16
+
+  // Phi3Config's own default original length (4096) when the file gives none.
+  auto text = read_text_file(dir + "/config.json", 1 << 20);
+  ASSERT_TRUE(text.ok());
+  Json j = parse(*text);
+  j.set("original_max_position_embeddings", Json());
+  Json rp = *j.find("rope_parameters");
+  rp.set("original_max_position_embeddings", Json());
+  j.set("rope_parameters", rp);
+  j.set("max_position_embeddings", 131072);
+  auto d = ModelConfig::from_hf_json(j, nullptr);
+  ASSERT_TRUE(d.ok()) << d.status().to_string();
+  EXPECT_EQ(d->rope_scaling.original_max_position_embeddings, 4096);
+  EXPECT_DOUBLE_EQ(d->rope_scaling.factor, 32.0);
+  EXPECT_DOUBLE_EQ(d->rope_scaling.attention_factor, std::sqrt(1 + std::log(32.0) / std::log(4096.0)));
+
+  rp.set("rope_type", "yarn");
+  j.set("rope_parameters", rp);
+  expect_error(ModelConfig::from_hf_json(j, nullptr), "yarn");
 }
 
 TEST(ModelConfig, OtherFamilies) {
