@@ -6,6 +6,7 @@
 #pragma once
 
 #include <cstdint>
+#include <map>
 #include <optional>
 #include <string>
 #include <vector>
@@ -84,6 +85,10 @@ struct ModelConfig {
   int64_t bos_token_id = -1;           // -1: none
   std::vector<int64_t> eos_token_ids;  // generation stops on any of these
   int64_t pad_token_id = -1;
+  // Numbers only one family's own code reads (a MoE family's "num_experts" and
+  // "num_experts_per_tok", an MLA family's ranks), set by its read_hf_extras / read_gguf_extras
+  // hook (model/model_family.h), so that adding a family needs no new field here.
+  std::map<std::string, double> family_params;
 
   // The three entry points find the file's family in the model registry, so they are DEFINED in
   // src/model/registry.cpp (link kvasir_model); config/ itself names no family. Unknown families
