@@ -13,12 +13,6 @@ ModelRunner::~ModelRunner() = default;
 
 namespace {
 
-// Decode batch sizes that get their own CUDA graph: 1, 2, 4, then multiples of 8 (vLLM's buckets).
-int decode_bucket(int n, int max_num_seqs) {
-  int b = n <= 1 ? 1 : (n <= 2 ? 2 : (n <= 4 ? 4 : (n + 7) / 8 * 8));
-  return std::max(n, std::min(b, max_num_seqs));
-}
-
 int next_pow2(int n) {
   int p = 1;
   while (p < n) p <<= 1;
@@ -34,7 +28,7 @@ bool needs_host_sampler(const SamplingParams& p, int num_generated) {
 }  // namespace
 
 bool ModelRunner::can_sample_on_device() const {
-  if (!config_.device_sampling || !model_.backend().supports_device_sampling()) return false;
+  if (!config_.device_sampling || !model_.backend().capabilities().device_sampling) return false;
   for (const ScheduledRequest& s : scheduled_) {
     if (needs_host_sampler(s.state->params, s.state->num_output_tokens())) return false;
   }
@@ -83,7 +77,8 @@ Status ModelRunner::build_batch(bool pad_for_device) {
     // Padding sequences: token 0 at position 0 over block 0, written nowhere (slot -1), sampled
     // greedily and dropped.
     if (input_ids_.size() == rows_.size() && !rows_.empty()) {
-      num_seqs = static_cast<size_t>(decode_bucket(static_cast<int>(rows_.size()), config_.max_num_seqs));
+      num_seqs = static_cast<size_t>(
+          model_.backend().capabilities().decode_bucket(static_cast<int>(rows_.size()), config_.max_num_seqs));
       for (size_t i = rows_.size(); i < num_seqs; ++i) {
         sample_rows_.push_back(static_cast<int32_t>(input_ids_.size()));
         input_ids_.push_back(0);
@@ -162,7 +157,8 @@ StatusOr<ModelRunnerOutput> ModelRunner::execute(const SchedulerOutput& so) {
   ModelRunnerOutput result;
   if (scheduled_.empty()) return result;
   const bool on_device = can_sample_on_device();
-  KVASIR_RETURN_IF_ERROR(build_batch(on_device));
+  // Bucket padding needs the device-sampling path (padding rows are sampled there and dropped).
+  KVASIR_RETURN_IF_ERROR(build_batch(on_device && model_.backend().capabilities().decode_batch_buckets));
   if (batch_.num_tokens == 0) return result;
   KVASIR_RETURN_IF_ERROR(model_.run_layers(batch_, cache_));
   if (on_device) {
