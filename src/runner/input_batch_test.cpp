@@ -205,17 +205,26 @@ TEST(InputBatchTest, FinishedIdsDropStateAndUnknownOnesAreIgnored) {
 
 TEST(InputBatchTest, AsyncStepComputesTheTokenTheStepBeforeSampled) {
   // With async scheduling the scheduler schedules a decode before it knows the token; the runner
-  // applies steps in order and has appended it by then.
-  InputBatch b(4);
-  std::vector<ScheduledRequest> s;
+  // applies steps in order and has appended it by then. Without it the step is refused.
   SchedulerOutput so1;
   so1.scheduled_new_reqs.push_back(new_req("a", {1, 2}, {1}));
   schedule(so1, "a", 2);
-  ASSERT_TRUE(b.apply(so1, &s).ok());
   SchedulerOutput so2;
   so2.scheduled_cached_reqs.push_back(cached("a", 2));
   schedule(so2, "a", 1);
-  EXPECT_FALSE(b.apply(so2, &s).ok()) << "token 2 is not known until step 1 sampled it";
+  std::vector<ScheduledRequest> s;
+  {
+    InputBatch b(4);
+    ASSERT_TRUE(b.apply(so1, &s).ok());
+    EXPECT_FALSE(b.apply(so2, &s).ok()) << "position 2 is not known until step 1 sampled it";
+  }
+  InputBatch b(4);
+  ASSERT_TRUE(b.apply(so1, &s).ok());
+  InputBatch::append_sampled(*s[0].state, 77);
+  ASSERT_TRUE(b.apply(so2, &s).ok());
+  EXPECT_EQ(s[0].start, 2);
+  EXPECT_EQ(s[0].state->tokens[2], 77);
+  EXPECT_TRUE(s[0].samples);
 }
 
 }  // namespace
