@@ -139,15 +139,17 @@ bool Outbox::push(std::string_view bytes, bool done, bool close_conn) {
 
 void Outbox::close() {
   std::shared_ptr<BlockingQueue<uint64_t>> queue;
+  uint64_t token = 0;
   {
     std::lock_guard<std::mutex> lock(mu);
     closed.store(true);
     out.clear();
     queue = std::move(gone_queue);
     gone_queue.reset();
+    token = gone_token;
   }
   // After `closed` is set: whoever wakes on the token sees client_gone().
-  if (queue) queue->push(gone_token);
+  if (queue) queue->push(token);
 }
 
 void Outbox::watch(std::shared_ptr<BlockingQueue<uint64_t>> queue, uint64_t token) {
