@@ -9,8 +9,10 @@
 #         scheduler queues, HTTP server: acceptor, I/O threads, outbox, serving pump) and the
 #         engine's threads (front, EngineCore, OutputProcessor) on the real model: an abort
 #         mid-generation, n > 1, and overlapped vs lock-step output processing
-#   fuzz  every libFuzzer target, built in the same ASan build: replay of fuzz/regressions/, then
-#         $KVASIR_FUZZ_SMOKE_SECONDS (default 10) of fuzzing each (scripts/fuzz --smoke)
+#   fuzz  every libFuzzer target, built in the same ASan build (scripts/fuzz --ci): replay of every
+#         regression and seed input, then a fuzz run with a fixed seed and a fixed number of runs
+#         per target, so running the stage twice on one commit gives the same result (long,
+#         random fuzzing is scripts/fuzz TARGET SECONDS, see FUZZING.md)
 # KVASIR_SANITIZE_FULL=1 runs the whole model suites instead of the subsets (every golden and e2e
 # case and the whole server suite under ASan; the e2e suite and the server's concurrency and
 # shutdown suites under TSan): hours on 2 cores, for a quiet machine, not CI.
@@ -21,8 +23,8 @@ set -euo pipefail
 root=$(cd "$(dirname "$0")/.." && pwd)
 cd "$root"
 jobs="${KVASIR_JOBS:-2}"
-shared="$(cd "$root/.." && pwd)/shared/testdata"
-[ -d "$shared" ] || shared="${KVASIR_SHARED_TESTDATA:-/work/shared/testdata}"
+# Third-party test data: $KVASIR_SHARED_TESTDATA, else shared/testdata beside the checkout.
+shared="${KVASIR_SHARED_TESTDATA:-$(cd "$root/.." && pwd)/shared/testdata}"
 export KVASIR_SHARED_TESTDATA="$shared"
 export KVASIR_CHAT_TEMPLATES="${KVASIR_CHAT_TEMPLATES:-$shared/chat_templates}"
 supp="$root/fuzz/sanitizer"
@@ -158,7 +160,7 @@ stage_tsan() {
 stage_fuzz() {
   asan_configure
   unset ASAN_OPTIONS UBSAN_OPTIONS LSAN_OPTIONS  # scripts/fuzz sets its own
-  KVASIR_FUZZ_BUILD_DIR="$asan_dir" bash "$root/scripts/fuzz" --smoke "${KVASIR_FUZZ_SMOKE_SECONDS:-10}"
+  KVASIR_FUZZ_BUILD_DIR="$asan_dir" bash "$root/scripts/fuzz" --ci
 }
 
 [ $# -gt 0 ] || set -- asan tsan fuzz

@@ -1,6 +1,7 @@
 #!/usr/bin/env python3
 """Writes the small, hand-shaped seed inputs under fuzz/seeds/<target>/ (committed; rerun only to
-change them). Larger real inputs come from /work/shared/testdata at run time (see scripts/fuzz).
+change them). Larger real inputs come from the shared test data beside the checkout
+(../shared/testdata) at run time (see scripts/fuzz).
 Uses only the standard library plus, for tokenizer.json seeds, the `tokenizers` package."""
 import json
 import os
@@ -145,6 +146,12 @@ def tokenizer_seeds():
     t.train_from_iterator(text, trainers.BpeTrainer(vocab_size=80, special_tokens=["[UNK]", "[CLS]", "[SEP]"]))
     t.post_processor = processors.BertProcessing(("[SEP]", 2), ("[CLS]", 1))
     save("split_digits_bert.json", t)
+
+    t = Tokenizer(models.BPE(unk_token="[UNK]"))
+    t.normalizer = normalizers.Sequence([normalizers.BertNormalizer(lowercase=True), normalizers.StripAccents()])
+    t.pre_tokenizer = pre_tokenizers.BertPreTokenizer()
+    t.train_from_iterator(text, trainers.BpeTrainer(vocab_size=80, special_tokens=["[UNK]", "[CLS]", "[SEP]"]))
+    save("bert_normalizer.json", t)
 
     t = Tokenizer(models.BPE())
     t.normalizer = normalizers.NFD()
