@@ -37,10 +37,14 @@ class Engine {
   // opts.scheduler.async_scheduling picks the step loop (EngineCore).
   Engine(const EngineOptions& opts, const Tokenizer& tokenizer, int32_t vocab_size,
          std::unique_ptr<Executor> executor);
-  // The runner on its own worker thread (InProcessExecutor).
+  // The runner in this process (InProcessExecutor): on its own worker thread with async
+  // scheduling, else inline on the engine thread.
   Engine(const EngineOptions& opts, const Tokenizer& tokenizer, int32_t vocab_size,
          std::unique_ptr<ModelRunner> runner)
-      : Engine(opts, tokenizer, vocab_size, std::make_unique<InProcessExecutor>(std::move(runner))) {}
+      : Engine(opts, tokenizer, vocab_size,
+               std::make_unique<InProcessExecutor>(std::move(runner), opts.scheduler.async_scheduling
+                                                                          ? InProcessExecutor::Mode::kWorkerThread
+                                                                          : InProcessExecutor::Mode::kInline)) {}
   ~Engine();
 
   // Checks the request with validator() and queues it. Errors are Status (bad input); on

@@ -91,6 +91,22 @@ TEST(InProcessExecutorTest, AFailedStepFailsEveryLaterStepWithoutRunningIt) {
   EXPECT_EQ(s.ran, (std::vector<std::string>{"a", "b"}));
 }
 
+TEST(InProcessExecutorTest, InlineRunsEachStepOnTheCallersThreadBeforeReturning) {
+  FakeWorker::Shared s;
+  s.fail_on = "b";
+  InProcessExecutor ex(std::make_unique<FakeWorker>(&s), InProcessExecutor::Mode::kInline);
+  StepFuture a = ex.execute(step("a"));
+  EXPECT_EQ(a.wait_for(std::chrono::seconds(0)), std::future_status::ready);
+  EXPECT_EQ(s.thread, std::this_thread::get_id());
+  EXPECT_TRUE(a.get().ok());
+  StepResult rb = ex.execute(step("b")).get();
+  StepResult rc = ex.execute(step("c")).get();
+  ASSERT_FALSE(rb.ok());
+  ASSERT_FALSE(rc.ok());
+  EXPECT_EQ(rc.status().message(), rb.status().message());
+  EXPECT_EQ(s.ran, (std::vector<std::string>{"a", "b"}));  // c never reached the worker
+}
+
 TEST(InProcessExecutorTest, DestructionRunsTheStepsStillQueued) {
   FakeWorker::Shared s;
   StepFuture last;

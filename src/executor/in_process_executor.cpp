@@ -2,8 +2,8 @@
 
 namespace kvasir {
 
-InProcessExecutor::InProcessExecutor(std::unique_ptr<Worker> worker) : worker_(std::move(worker)) {
-  thread_ = std::thread([this] { loop(); });
+InProcessExecutor::InProcessExecutor(std::unique_ptr<Worker> worker, Mode mode) : worker_(std::move(worker)) {
+  if (mode == Mode::kWorkerThread) thread_ = std::thread([this] { loop(); });
 }
 
 InProcessExecutor::~InProcessExecutor() {
@@ -14,22 +14,24 @@ InProcessExecutor::~InProcessExecutor() {
 StepFuture InProcessExecutor::execute(std::shared_ptr<const SchedulerOutput> so) {
   Job job{std::move(so), {}};
   StepFuture f = job.result.get_future();
+  if (!thread_.joinable()) {
+    job.result.set_value(run(*job.so));
+    return f;
+  }
   jobs_.push(std::move(job));
   return f;
 }
 
+// A failed step may leave the runner's state half-applied: later steps must not run on it.
+StepResult InProcessExecutor::run(const SchedulerOutput& so) {
+  if (!failed_.ok()) return failed_;
+  StepResult r = worker_->execute_model(so);
+  if (!r.ok()) failed_ = r.status();
+  return r;
+}
+
 void InProcessExecutor::loop() {
-  // A failed step may leave the runner's state half-applied: later steps must not run on it.
-  Status failed;
-  while (auto job = jobs_.pop()) {
-    if (!failed.ok()) {
-      job->result.set_value(failed);
-      continue;
-    }
-    StepResult r = worker_->execute_model(*job->so);
-    if (!r.ok()) failed = r.status();
-    job->result.set_value(std::move(r));
-  }
+  while (auto job = jobs_.pop()) job->result.set_value(run(*job->so));
 }
 
 }  // namespace kvasir
