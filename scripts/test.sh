@@ -31,7 +31,8 @@ fi
 # Sanitizer stage (scripts/sanitize.sh): an ASan+UBSan build running the unit tests, the engine
 # end to end on the real model and a bounded server-suite subset; a ThreadSanitizer build running
 # the concurrency tests and the engine's threads on the real model; every fuzz target's
-# regression inputs plus a short fuzzing smoke run. KVASIR_SKIP_SANITIZERS=1 skips it (local
+# regression and seed inputs replayed, then a deterministic fuzz run (fixed seed, fixed run count,
+# scripts/fuzz --ci) so the same commit always gives the same result. KVASIR_SKIP_SANITIZERS=1 skips it (local
 # quick runs only).
 if [ -z "${KVASIR_SKIP_SANITIZERS:-}" ]; then
   bash scripts/sanitize.sh
