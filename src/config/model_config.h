@@ -90,16 +90,8 @@ struct ModelConfig {
   // hook (model/model_family.h), so that adding a family needs no new field here.
   std::map<std::string, double> family_params;
 
-  // The three entry points find the file's family in the model registry, so they are DEFINED in
-  // src/model/registry.cpp (link kvasir_model); config/ itself names no family. Unknown families
-  // are refused with the list of supported ones.
-  // From GGUF metadata (`general.architecture`, `<arch>.block_count`, ...); tensors are consulted
-  // for what the metadata leaves implicit (output.weight absent => tied, rope_freqs.weight).
-  static StatusOr<ModelConfig> from_gguf(const GgufFile& file);
-  // From a parsed config.json and, if present, generation_config.json (its eos ids win).
-  static StatusOr<ModelConfig> from_hf_json(const Json& config, const Json* generation_config);
-  // Reads <dir>/config.json and the optional <dir>/generation_config.json.
-  static StatusOr<ModelConfig> from_hf_dir(const std::string& dir);
+  // Built by the model registry (model/registry.h: model_config_from_gguf / _from_hf_json /
+  // _from_hf_dir), which finds the file's family first; config/ itself names no family.
 
   // InvalidArgument naming the first inconsistent field.
   Status validate() const;

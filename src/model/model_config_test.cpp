@@ -67,9 +67,9 @@ std::string with(const char* base, const std::string& key, const std::string& va
 
 StatusOr<ModelConfig> from_hf(const std::string& config, const char* generation = nullptr) {
   Json c = parse(config);
-  if (generation == nullptr) return ModelConfig::from_hf_json(c, nullptr);
+  if (generation == nullptr) return model_config_from_hf_json(c, nullptr);
   Json g = parse(generation);
-  return ModelConfig::from_hf_json(c, &g);
+  return model_config_from_hf_json(c, &g);
 }
 
 void expect_error(const StatusOr<ModelConfig>& c, const char* word) {
@@ -87,7 +87,7 @@ TEST(ModelConfig, SmolLM2FromGguf) {
   if (!exists(kSmol)) GTEST_SKIP() << kSmol << " missing";
   auto f = GgufFile::open(kSmol);
   ASSERT_TRUE(f.ok()) << f.status().to_string();
-  auto c = ModelConfig::from_gguf(**f);
+  auto c = model_config_from_gguf(**f);
   ASSERT_TRUE(c.ok()) << c.status().to_string();
   EXPECT_EQ(c->architecture, "llama");
   EXPECT_EQ(c->vocab_size, 49152);
@@ -181,7 +181,7 @@ TEST(ModelConfig, HfConfigsAgreeWithTheirGgufConversions) {
     if (!exists(path)) continue;
     auto f = GgufFile::open(path);
     ASSERT_TRUE(f.ok());
-    auto g = ModelConfig::from_gguf(**f);
+    auto g = model_config_from_gguf(**f);
     ASSERT_TRUE(g.ok());
     const ModelConfig& h = path == kSmol ? *smol : *gemma;
     EXPECT_EQ(g->vocab_size, h.vocab_size);
@@ -209,7 +209,7 @@ TEST(ModelConfig, TransformersFiveRopeParametersAndTextConfig) {
   Json j = parse(v5);
   j.set("rope_theta", Json());
   j.set("rope_local_base_freq", Json());
-  auto c = ModelConfig::from_hf_json(j, nullptr);
+  auto c = model_config_from_hf_json(j, nullptr);
   ASSERT_TRUE(c.ok()) << c.status().to_string();
   EXPECT_DOUBLE_EQ(c->rope_theta, 1e6);
   EXPECT_DOUBLE_EQ(c->rope_theta_local, 1e4);
@@ -220,14 +220,14 @@ TEST(ModelConfig, TransformersFiveRopeParametersAndTextConfig) {
   Json outer = Json::object();
   outer.set("model_type", "gemma3");
   outer.set("text_config", parse(kGemmaConfig));
-  auto mm = ModelConfig::from_hf_json(outer, nullptr);
+  auto mm = model_config_from_hf_json(outer, nullptr);
   ASSERT_TRUE(mm.ok()) << mm.status().to_string();
   EXPECT_EQ(mm->hidden_size, 640);
 
   // Without layer_types the gemma3 period of 6 applies.
   Json old = parse(kGemmaConfig);
   old.set("layer_types", Json());
-  auto p = ModelConfig::from_hf_json(old, nullptr);
+  auto p = model_config_from_hf_json(old, nullptr);
   ASSERT_TRUE(p.ok()) << p.status().to_string();
   EXPECT_EQ(p->layer_is_sliding, gemma3_270m_pattern());
 }
@@ -262,7 +262,7 @@ TEST(ModelConfig, LongropeFollowsTransformersDefaults) {
       "partial_rotary_factor": 0.75, "short_factor": [1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1,
       1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1], "long_factor": [2, 2, 2, 2, 2, 2, 2, 2, 2, 2, 2, 2,
       2, 2, 2, 2, 2, 2, 2, 2, 2, 2, 2, 2]})"));
-  auto c = ModelConfig::from_hf_json(j, nullptr);
+  auto c = model_config_from_hf_json(j, nullptr);
   ASSERT_TRUE(c.ok()) << c.status().to_string();
   EXPECT_EQ(c->rope_scaling.type, RopeScalingType::kLongrope);
   EXPECT_EQ(c->rotary_dim, 48);  // 0.75 * 64
@@ -273,10 +273,10 @@ TEST(ModelConfig, LongropeFollowsTransformersDefaults) {
   Json old = parse(kSmolConfig);
   old.set("rope_scaling", parse(R"({"type": "su", "attention_factor": 1.5, "short_factor": [1, 2],
                                     "long_factor": [3, 4]})"));
-  expect_error(ModelConfig::from_hf_json(old, nullptr), "short_factor");
+  expect_error(model_config_from_hf_json(old, nullptr), "short_factor");
   old.set("head_dim", 4);
   old.set("num_attention_heads", 9);
-  auto su = ModelConfig::from_hf_json(old, nullptr);
+  auto su = model_config_from_hf_json(old, nullptr);
   ASSERT_TRUE(su.ok()) << su.status().to_string();
   EXPECT_DOUBLE_EQ(su->rope_scaling.attention_factor, 1.5);
   EXPECT_EQ(su->rope_scaling.long_factor, (std::vector<double>{3, 4}));
@@ -284,7 +284,7 @@ TEST(ModelConfig, LongropeFollowsTransformersDefaults) {
 
 TEST(ModelConfig, Phi3LongropeUsesPhi3Defaults) {
   const std::string dir = std::string(KVASIR_SOURCE_DIR) + "/tests/data/tiny/phi3_longrope";
-  auto c = ModelConfig::from_hf_dir(dir);
+  auto c = model_config_from_hf_dir(dir);
   ASSERT_TRUE(c.ok()) << c.status().to_string();
   EXPECT_EQ(c->architecture, "phi3");
   EXPECT_EQ(c->rotary_dim, 12);  // head_dim 16 * partial_rotary_factor 0.75
@@ -301,7 +301,7 @@ TEST(ModelConfig, Phi3LongropeUsesPhi3Defaults) {
   rp.set("original_max_position_embeddings", Json());
   j.set("rope_parameters", rp);
   j.set("max_position_embeddings", 131072);
-  auto d = ModelConfig::from_hf_json(j, nullptr);
+  auto d = model_config_from_hf_json(j, nullptr);
   ASSERT_TRUE(d.ok()) << d.status().to_string();
   EXPECT_EQ(d->rope_scaling.original_max_position_embeddings, 4096);
   EXPECT_DOUBLE_EQ(d->rope_scaling.factor, 32.0);
@@ -309,7 +309,7 @@ TEST(ModelConfig, Phi3LongropeUsesPhi3Defaults) {
 
   rp.set("rope_type", "yarn");
   j.set("rope_parameters", rp);
-  expect_error(ModelConfig::from_hf_json(j, nullptr), "yarn");
+  expect_error(model_config_from_hf_json(j, nullptr), "yarn");
 }
 
 TEST(ModelConfig, OtherFamilies) {
@@ -329,7 +329,7 @@ TEST(ModelConfig, OtherFamilies) {
   j.set("layer_types", Json());
   j.set("attn_logit_softcapping", 50.0);
   j.set("final_logit_softcapping", 30.0);
-  auto g = ModelConfig::from_hf_json(j, nullptr);
+  auto g = model_config_from_hf_json(j, nullptr);
   ASSERT_TRUE(g.ok()) << g.status().to_string();
   EXPECT_EQ(*g->attn_logit_softcapping, 50.0);
   EXPECT_EQ(*g->final_logit_softcapping, 30.0);
@@ -356,7 +356,7 @@ TEST(ModelConfig, InvalidHfConfigsNameTheField) {
   expect_error(from_hf(with(kSmolConfig, "partial_rotary_factor", "0.3")), "partial_rotary_factor");
   expect_error(from_hf(with(kGemmaConfig, "layer_types", R"(["full_attention"])")), "layer_types");
   expect_error(from_hf(with(kGemmaConfig, "sliding_window", "null")), "sliding_window");
-  expect_error(ModelConfig::from_hf_json(parse("[1]"), nullptr), "object");
+  expect_error(model_config_from_hf_json(parse("[1]"), nullptr), "object");
   expect_error(from_hf(R"({"model_type": "llama"})"), "vocab_size");
 }
 
@@ -378,7 +378,7 @@ testing::GgufWriter llama_gguf(uint32_t layers = 2, uint32_t heads = 4) {
 StatusOr<ModelConfig> from_gguf_bytes(const testing::Bytes& b) {
   auto f = GgufFile::parse(b);
   if (!f.ok()) return f.status();
-  return ModelConfig::from_gguf(**f);
+  return model_config_from_gguf(**f);
 }
 
 TEST(ModelConfig, GgufMetadataErrors) {
@@ -412,13 +412,13 @@ TEST(ModelConfig, LoadsFromHfDirectory) {
   std::filesystem::create_directories(dir);
   std::ofstream(dir + "/config.json") << kGemmaConfig;
   std::ofstream(dir + "/generation_config.json") << kGemmaGeneration;
-  auto c = ModelConfig::from_hf_dir(dir);
+  auto c = model_config_from_hf_dir(dir);
   ASSERT_TRUE(c.ok()) << c.status().to_string();
   EXPECT_EQ(c->eos_token_ids, (std::vector<int64_t>{1, 106}));
   std::ofstream(dir + "/generation_config.json") << "{bad";
-  expect_error(ModelConfig::from_hf_dir(dir), "generation_config.json");
+  expect_error(model_config_from_hf_dir(dir), "generation_config.json");
   std::filesystem::remove_all(dir);
-  EXPECT_EQ(ModelConfig::from_hf_dir(dir).status().code(), StatusCode::kNotFound);
+  EXPECT_EQ(model_config_from_hf_dir(dir).status().code(), StatusCode::kNotFound);
 }
 
 }  // namespace

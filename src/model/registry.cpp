@@ -80,7 +80,7 @@ StatusOr<const ModelFamily*> family_of(const ModelConfig& config) {
   return f;
 }
 
-StatusOr<ModelConfig> ModelConfig::from_gguf(const GgufFile& file) {
+StatusOr<ModelConfig> model_config_from_gguf(const GgufFile& file) {
   const std::string arch(file.architecture());
   if (arch.empty()) return invalid_argument("GGUF: general.architecture is missing");
   const ModelFamily* f = find_family_by_gguf(arch);
@@ -95,7 +95,7 @@ StatusOr<ModelConfig> ModelConfig::from_gguf(const GgufFile& file) {
   return c;
 }
 
-StatusOr<ModelConfig> ModelConfig::from_hf_json(const Json& config, const Json* generation) {
+StatusOr<ModelConfig> model_config_from_hf_json(const Json& config, const Json* generation) {
   KVASIR_ASSIGN_OR_RETURN(HfModelId id, hf_model_id(config));
   const ModelFamily* f = find_family_by_hf(id);
   if (f == nullptr) {
@@ -113,22 +113,22 @@ StatusOr<ModelConfig> ModelConfig::from_hf_json(const Json& config, const Json* 
   return c;
 }
 
-StatusOr<ModelConfig> ModelConfig::from_hf_dir(const std::string& dir) {
+StatusOr<ModelConfig> model_config_from_hf_dir(const std::string& dir) {
   KVASIR_ASSIGN_OR_RETURN(HfConfigFiles files, read_hf_config_files(dir));
-  auto c = from_hf_json(files.config, files.generation_config ? &*files.generation_config : nullptr);
+  auto c = model_config_from_hf_json(files.config, files.generation_config ? &*files.generation_config : nullptr);
   if (!c.ok()) return Status(c.status().code(), dir + ": " + c.status().message());
   return c;
 }
 
 StatusOr<ModelConfig> load_model_config(const WeightSource& source) {
-  if (const GgufFile* g = source.gguf()) return ModelConfig::from_gguf(*g);
+  if (const GgufFile* g = source.gguf()) return model_config_from_gguf(*g);
   std::string dir = source.path();
   struct stat st {};
   if (::stat(dir.c_str(), &st) == 0 && !S_ISDIR(st.st_mode)) {
     const size_t slash = dir.rfind('/');
     dir = slash == std::string::npos ? "." : dir.substr(0, slash);
   }
-  return ModelConfig::from_hf_dir(dir);
+  return model_config_from_hf_dir(dir);
 }
 
 StatusOr<std::vector<DummyTensorSpec>> dummy_weight_specs_for(const ModelConfig& config,

@@ -1,7 +1,6 @@
 // The model registry: the list of families we run (model/families/*) and the lookups that map a
 // file to one (GGUF general.architecture; HF model_type, or architectures without one), plus the
-// config entry points that need the family (ModelConfig::from_gguf / from_hf_json / from_hf_dir
-// are defined in registry.cpp). Adding a family = its file + one line in registry.cpp. Must not
+// ModelConfig entry points, which need the family (config/ names none). Adding a family = its file + one line in registry.cpp. Must not
 // build models or bind weights.
 #pragma once
 
@@ -30,7 +29,15 @@ StatusOr<const ModelFamily*> family_of(const ModelConfig& config);
 // "gemma, gemma2, ..." (registry names), for error messages.
 std::string supported_families();
 
-// GGUF source: ModelConfig::from_gguf(*source.gguf()); safetensors source: from_hf_dir(its
+// From GGUF metadata (`general.architecture`, `<arch>.block_count`, ...); tensors are consulted
+// for what the metadata leaves implicit (output.weight absent => tied, rope_freqs.weight).
+StatusOr<ModelConfig> model_config_from_gguf(const GgufFile& file);
+// From a parsed config.json and, if present, generation_config.json (its eos ids win).
+StatusOr<ModelConfig> model_config_from_hf_json(const Json& config, const Json* generation_config);
+// Reads <dir>/config.json and the optional <dir>/generation_config.json.
+StatusOr<ModelConfig> model_config_from_hf_dir(const std::string& dir);
+
+// GGUF source: model_config_from_gguf(*source.gguf()); safetensors source: from_hf_dir(its
 // directory, or the directory of the single file).
 StatusOr<ModelConfig> load_model_config(const WeightSource& source);
 

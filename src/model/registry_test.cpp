@@ -50,7 +50,7 @@ TEST(ModelRegistry, FindsFamiliesByEveryName) {
 }
 
 TEST(ModelRegistry, UnknownArchitectureIsRefusedWithTheSupportedList) {
-  auto c = ModelConfig::from_hf_json(tiny_config("mamba"), nullptr);
+  auto c = model_config_from_hf_json(tiny_config("mamba"), nullptr);
   ASSERT_FALSE(c.ok());
   EXPECT_EQ(c.status().code(), StatusCode::kUnimplemented);
   EXPECT_NE(c.status().message().find("'mamba'"), std::string::npos) << c.status().message();
@@ -58,7 +58,7 @@ TEST(ModelRegistry, UnknownArchitectureIsRefusedWithTheSupportedList) {
   EXPECT_NE(supported_families().find("llama, "), std::string::npos);
   EXPECT_NE(supported_families().find("gemma3"), std::string::npos);
 
-  ModelConfig bad = *ModelConfig::from_hf_json(tiny_config("llama"), nullptr);
+  ModelConfig bad = *model_config_from_hf_json(tiny_config("llama"), nullptr);
   bad.architecture = "rwkv6";
   auto f = family_of(bad);
   ASSERT_FALSE(f.ok());
@@ -74,7 +74,7 @@ TEST(ModelRegistry, UnknownArchitectureIsRefusedWithTheSupportedList) {
 
 TEST(ModelRegistry, DummySpecsFollowTheManifestInTheirHistoricalOrder) {
   // The order seeds the dummy values: it must stay the order dummy weights always had.
-  auto c = ModelConfig::from_hf_json(tiny_config("qwen2"), nullptr);
+  auto c = model_config_from_hf_json(tiny_config("qwen2"), nullptr);
   ASSERT_TRUE(c.ok()) << c.status().to_string();
   auto specs = dummy_weight_specs_for(*c, false);
   ASSERT_TRUE(specs.ok());
@@ -93,7 +93,7 @@ TEST(ModelRegistry, DummySpecsFollowTheManifestInTheirHistoricalOrder) {
   EXPECT_EQ((*specs)[1].dtype, DType::kF32);
   EXPECT_FLOAT_EQ((*specs)[0].scale, 1.0f / 8.0f);  // 1 / sqrt(hidden)
 
-  auto g = ModelConfig::from_hf_json(tiny_config("gemma3_text"), nullptr);
+  auto g = model_config_from_hf_json(tiny_config("gemma3_text"), nullptr);
   ASSERT_TRUE(g.ok()) << g.status().to_string();
   auto gs = dummy_weight_specs_for(*g, false);
   ASSERT_TRUE(gs.ok());
@@ -139,7 +139,7 @@ struct OneSequence {
 TEST(ModelRegistry, EveryFamilyBindsExactlyItsDummyWeightsAndRuns) {
   for (const ModelFamily* f : model_families()) {
     const std::string type = f->hf_model_types().front();
-    auto c = ModelConfig::from_hf_json(tiny_config(type), nullptr);
+    auto c = model_config_from_hf_json(tiny_config(type), nullptr);
     ASSERT_TRUE(c.ok()) << type << ": " << c.status().to_string();
     EXPECT_EQ(c->architecture, f->name());
     auto specs = dummy_weight_specs_for(*c, false);
@@ -173,7 +173,7 @@ TEST(ModelRegistry, EveryFamilyBindsExactlyItsDummyWeightsAndRuns) {
 }
 
 TEST(ModelRegistry, WrongWeightShapeIsRefused) {
-  auto c = ModelConfig::from_hf_json(tiny_config("llama"), nullptr);
+  auto c = model_config_from_hf_json(tiny_config("llama"), nullptr);
   ASSERT_TRUE(c.ok());
   auto specs = *dummy_weight_specs_for(*c, false);
   for (auto& s : specs) {

@@ -43,7 +43,7 @@ std::string exe_dir() {
 Status read_hf_config_and_defaults(LoadedModel& m) {
   KVASIR_ASSIGN_OR_RETURN(HfConfigFiles files, read_hf_config_files(m.path));
   const Json* gen = files.generation_config ? &*files.generation_config : nullptr;
-  auto config = ModelConfig::from_hf_json(files.config, gen);
+  auto config = model_config_from_hf_json(files.config, gen);
   if (!config.ok()) return Status(config.status().code(), m.path + ": " + config.status().message());
   m.config = std::move(config).value();
   if (gen) {
@@ -55,7 +55,7 @@ Status read_hf_config_and_defaults(LoadedModel& m) {
 
 Status load_config_and_tokenizer(LoadedModel& m) {
   if (const GgufFile* gguf = m.weights->gguf()) {
-    KVASIR_ASSIGN_OR_RETURN(m.config, ModelConfig::from_gguf(*gguf));
+    KVASIR_ASSIGN_OR_RETURN(m.config, model_config_from_gguf(*gguf));
     KVASIR_ASSIGN_OR_RETURN(Tokenizer tok, tokenizer_from_gguf(*gguf));
     m.tokenizer = std::make_unique<Tokenizer>(std::move(tok));
   } else {
@@ -121,7 +121,7 @@ StatusOr<std::unique_ptr<LoadedModel>> load_dummy_config(const std::string& path
   if (dir) {
     KVASIR_ASSIGN_OR_RETURN(gen, read_generation_config(path));
   }
-  KVASIR_ASSIGN_OR_RETURN(m->config, ModelConfig::from_hf_json(*json, gen ? &*gen : nullptr));
+  KVASIR_ASSIGN_OR_RETURN(m->config, model_config_from_hf_json(*json, gen ? &*gen : nullptr));
   if (gen) {
     KVASIR_ASSIGN_OR_RETURN(m->generation_defaults, generation_defaults_from_json(*gen, path + "/generation_config.json"));
   }

@@ -12,6 +12,7 @@
 #include "backend/cuda/cuda_backend.h"
 #include "common/json.h"
 #include "kvasir/llm.h"
+#include "model/registry.h"
 #include "runner/contiguous_batch.h"
 
 namespace kvasir {
@@ -43,7 +44,7 @@ void compare_models(const char* config_text) {
   if (cuda_device_count() == 0) GTEST_SKIP() << "no CUDA device";
   auto json = parse_json(config_text);
   ASSERT_TRUE(json.ok());
-  auto cfg = ModelConfig::from_hf_json(*json, nullptr);
+  auto cfg = model_config_from_hf_json(*json, nullptr);
   ASSERT_TRUE(cfg.ok()) << cfg.status().message();
   auto weights = open_dummy_weights(dummy_weight_specs(*cfg, false), 77, "tiny");
   ASSERT_TRUE(weights.ok());
