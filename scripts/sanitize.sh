@@ -6,9 +6,10 @@
 #         subset (tests/server: security catalogue, bad input, streaming, disconnects, faults)
 #         against the ASan `kvasir` binary
 #   tsan  clang ThreadSanitizer build (-DKVASIR_TSAN=ON): the concurrency tests (thread pool,
-#         scheduler queues, HTTP server: acceptor, I/O threads, outbox, serving pump) and the
-#         engine's threads (front, EngineCore, OutputProcessor) on the real model: an abort
-#         mid-generation, n > 1, and overlapped vs lock-step output processing
+#         scheduler queues, executor worker, engine core loop, HTTP server: acceptor, I/O
+#         threads, outbox, serving pump) and the engine's threads (front, EngineCore, executor,
+#         OutputProcessor) on the real model: an abort mid-generation, n > 1, overlapped vs
+#         lock-step output processing, and async scheduling
 #   fuzz  every libFuzzer target, built in the same ASan build (scripts/fuzz --ci): replay of every
 #         regression and seed input, then a fuzz run with a fixed seed and a fixed number of runs
 #         per target, so running the stage twice on one commit gives the same result (long,
@@ -131,16 +132,17 @@ tsan_run() {
   grep -E '^\[  PASSED  \]' "$tsan_log" || true
 }
 
-# The engine threads under TSan on the real model: an abort mid-generation, n > 1 children, and
-# 8 requests with overlapped and with lock-step output processing. Seeded sampling over 32
+# The engine threads under TSan on the real model: an abort mid-generation, n > 1 children,
+# 8 requests with overlapped and with lock-step output processing, and async scheduling (the
+# executor's worker thread running step N while the engine thread schedules N+1). Seeded sampling over 32
 # prompts (32 solo runs) and the other model-heavy cases add model time, not concurrency.
-tsan_e2e_filter='*StopStringsNAndLogprobs*:*BadRequestsAreRejectedAndAbortFreesBlocks*:*LockStepOutputProcessing*'
+tsan_e2e_filter='*StopStringsNAndLogprobs*:*BadRequestsAreRejectedAndAbortFreesBlocks*:*LockStepOutputProcessing*:*AsyncScheduling*'
 
 stage_tsan() {
   tsan_log=$(mktemp)
   local b="${KVASIR_TSAN_BUILD_DIR:-$root/build-tsan}"
   configure "$b" -DKVASIR_TSAN=ON
-  local tests=(common_test thread_pool_test sched_test http_server_test openai_server_test)
+  local tests=(common_test thread_pool_test sched_test executor_test engine_core_test http_server_test openai_server_test)
   timed ninja -C "$b" -j"$jobs" "${tests[@]}" engine_e2e_test $([ "$full" = 1 ] && echo kvasir)
   export TSAN_OPTIONS="halt_on_error=1:second_deadlock_stack=1:exitcode=66:suppressions=$supp/tsan.supp"
   local t
