@@ -639,7 +639,7 @@ def build_snippet_cases():
 
 def main():
     ap = argparse.ArgumentParser()
-    ap.add_argument("--templates", default="/work/shared/testdata/chat_templates")
+    ap.add_argument("--templates", default=os.path.join(ROOT, "..", "shared", "testdata", "chat_templates"))
     ap.add_argument("--out", default=os.path.join(ROOT, "tests/data/chat/golden.json"))
     args = ap.parse_args()
 

@@ -7,8 +7,7 @@ root=$(cd "$(dirname "$0")/.." && pwd)
 cd "$root"
 export KVASIR_JOBS="${KVASIR_JOBS:-2}"
 # Third-party test data sits beside the checkout (shared/, see its MANIFEST.md).
-shared="$(cd "$root/.." && pwd)/shared/testdata"
-[ -d "$shared" ] || shared=/work/shared/testdata
+shared="${KVASIR_SHARED_TESTDATA:-$(cd "$root/.." && pwd)/shared/testdata}"
 export KVASIR_CHAT_TEMPLATES="${KVASIR_CHAT_TEMPLATES:-$shared/chat_templates}"
 export KVASIR_SHARED_TESTDATA="$shared"
 

@@ -35,7 +35,7 @@ const Json& golden() {
 
 std::string templates_dir() {
   const char* env = std::getenv("KVASIR_CHAT_TEMPLATES");
-  return env ? env : "/work/shared/testdata/chat_templates";
+  return env ? env : std::string(KVASIR_SOURCE_DIR) + "/../shared/testdata/chat_templates";  // shared/ beside the checkout
 }
 
 // The generator's FIXED_NOW: 2025-01-15 10:30:00, a Wednesday.

@@ -4,6 +4,7 @@
 #include <sys/stat.h>
 
 #include <cmath>
+#include <cstdlib>
 #include <fstream>
 #include <random>
 #include <set>
@@ -144,7 +145,10 @@ TEST(GgufFile, CustomAlignmentIsHonoured) {
 }
 
 TEST(GgufFile, VocabOnlyFilesFromLlamaCppParse) {
-  const std::string dir = "/work/shared/testdata/tokenizer/";
+  // shared/ sits beside the checkout, or where $KVASIR_SHARED_TESTDATA says.
+  const char* env = std::getenv("KVASIR_SHARED_TESTDATA");
+  const std::string dir =
+      (env != nullptr && *env ? std::string(env) : std::string(KVASIR_SOURCE_DIR) + "/../shared/testdata") + "/tokenizer/";
   int parsed = 0;
   for (const char* name : {"ggml-vocab-llama-spm.gguf", "ggml-vocab-gpt-2.gguf",
                            "ggml-vocab-bert-bge.gguf", "ggml-vocab-phi-3.gguf"}) {

@@ -8,7 +8,10 @@ import pytest
 
 from conftest import MODEL, MODEL_NAME, kvasir_bin
 
-PROMPTS = "/work/shared/testdata/prompts/vicuna_bench_questions.jsonl"
+# shared/ sits beside the checkout, or where $KVASIR_SHARED_TESTDATA says (scripts/test.sh sets it).
+_SHARED = os.environ.get("KVASIR_SHARED_TESTDATA") or os.path.join(
+    os.path.dirname(os.path.abspath(__file__)), "..", "..", "..", "shared", "testdata")
+PROMPTS = os.path.join(_SHARED, "prompts", "vicuna_bench_questions.jsonl")
 
 
 def run_bench(server, tmp_path, *extra):
@@ -32,7 +35,14 @@ def test_random_completions_counts_exact_tokens(server, tmp_path):
     # With --tokenizer the random prompts are exactly --random-input-len tokens (the server's usage).
     assert res["input_lens"] == [24] * 6 and res["total_input_tokens"] == 6 * 24
     assert res["max_concurrency"] == 3 and res["request_rate"] == "inf"
-    assert all(len(itl) == 7 for itl in res["itls"])  # one chunk per token: 8 tokens, 7 gaps
+    # One chunk per token (8 tokens, 7 gaps), except that a token ending inside a multi-byte
+    # character adds no text until the character completes, so non-ASCII output (sampled, so it
+    # varies run to run) may arrive in fewer chunks.
+    for itl, text in zip(res["itls"], res["generated_texts"]):
+        if text.isascii():
+            assert len(itl) == 7, (itl, text)
+        else:
+            assert 1 <= len(itl) <= 7, (itl, text)
     for metric in ("ttft", "tpot", "itl", "e2el"):
         for stat in ("mean", "median", "p90", "p99"):
             assert res[f"{stat}_{metric}_ms"] > 0, (metric, stat)

@@ -1,7 +1,7 @@
 // The benchmark's prompts: `random` (text of a controlled token length, lengths
 // drawn uniformly around --random-input-len / --random-output-len as vLLM's
 // RandomDataset does) and `prompts` (a JSONL file of real prompts, e.g.
-// /work/shared/testdata/prompts). With a tokenizer the random lengths are
+// shared/testdata/prompts beside the checkout). With a tokenizer the random lengths are
 // exact; without one they are word counts (about one token each). Deterministic
 // for a seed. Must not send anything.
 #pragma once

@@ -3,7 +3,7 @@
 // allocation is a bug; errors are fine. Not built by CMake. Build and run, from the repo root:
 //   clang++ -std=c++20 -g -O1 -fsanitize=fuzzer,address,undefined -Isrc src/chat/fuzz/jinja_fuzz.cpp \
 //     $(ls src/chat/*.cpp | grep -v _test.cpp) src/common/{json,status,utf8,log}.cpp -lutf8proc -o jinja_fuzz
-//   ./jinja_fuzz -max_len=4096 -timeout=5 /work/shared/testdata/chat_templates
+//   ./jinja_fuzz -max_len=4096 -timeout=5 ../shared/testdata/chat_templates
 #include <cstddef>
 #include <cstdint>
 #include <string_view>

@@ -5,7 +5,7 @@
 //     src/loader/fuzz/gguf_fuzz.cpp src/loader/gguf_file.cpp src/loader/gguf_metadata.cpp \
 //     src/core/dtype.cpp src/common/mapped_file.cpp src/common/status.cpp -o gguf_fuzz
 //   ./gguf_fuzz -max_len=65536 corpus_dir/   (seed the corpus with small .gguf files, e.g.
-//   /work/shared/testdata/tokenizer/*.gguf)
+//   ../shared/testdata/tokenizer/*.gguf)
 #include <cstddef>
 #include <cstdint>
 #include <span>
