@@ -45,6 +45,14 @@ int write_json(const Args& a, const Json& j) {
 }
 
 int bench_latency(const Args& a, const EngineArgs& ea) {
+  // The latency bench drives the model step by step without the engine loop, so a flag of the
+  // engine loop would be accepted and do nothing: refuse it instead.
+  if (ea.async_scheduling || ea.disable_async_output_proc) {
+    std::fprintf(stderr, "kvasir bench latency: %s is not supported here (this bench runs the model without the "
+                         "engine loop); use bench throughput\n",
+                 ea.async_scheduling ? "--async-scheduling" : "--disable-async-output-proc");
+    return 2;
+  }
   auto in_len = a.get_int("input-len", 128), out_len = a.get_int("output-len", 128);
   auto batch = a.get_int("batch-size", 1), iters = a.get_int("num-iters", 5), warm = a.get_int("num-iters-warmup", 1);
   for (auto* v : {&in_len, &out_len, &batch, &iters, &warm}) {
