@@ -7,7 +7,12 @@
 namespace kvasir {
 
 ModelRunner::ModelRunner(DecoderModel& model, KvCache& cache, const RunnerConfig& config)
-    : model_(model), cache_(cache), config_(config), sampler_(model.config().vocab_size, 1), input_batch_(config.block_size) {}
+    : model_(model),
+      cache_(cache),
+      config_(config),
+      caps_(model.backend().capabilities()),
+      sampler_(model.config().vocab_size, 1),
+      input_batch_(config.block_size) {}
 
 ModelRunner::~ModelRunner() = default;
 
@@ -28,7 +33,7 @@ bool needs_host_sampler(const SamplingParams& p, int num_generated) {
 }  // namespace
 
 bool ModelRunner::can_sample_on_device() const {
-  if (!config_.device_sampling || !model_.backend().capabilities().device_sampling) return false;
+  if (!config_.device_sampling || !caps_.device_sampling) return false;
   for (const ScheduledRequest& s : scheduled_) {
     if (needs_host_sampler(s.state->params, s.state->num_output_tokens())) return false;
   }
@@ -78,7 +83,7 @@ Status ModelRunner::build_batch(bool pad_for_device) {
     // greedily and dropped.
     if (input_ids_.size() == rows_.size() && !rows_.empty()) {
       num_seqs = static_cast<size_t>(
-          model_.backend().capabilities().decode_bucket(static_cast<int>(rows_.size()), config_.max_num_seqs));
+          caps_.decode_bucket(static_cast<int>(rows_.size()), config_.max_num_seqs));
       for (size_t i = rows_.size(); i < num_seqs; ++i) {
         sample_rows_.push_back(static_cast<int32_t>(input_ids_.size()));
         input_ids_.push_back(0);
@@ -158,7 +163,7 @@ StatusOr<ModelRunnerOutput> ModelRunner::execute(const SchedulerOutput& so) {
   if (scheduled_.empty()) return result;
   const bool on_device = can_sample_on_device();
   // Bucket padding needs the device-sampling path (padding rows are sampled there and dropped).
-  KVASIR_RETURN_IF_ERROR(build_batch(on_device && model_.backend().capabilities().decode_batch_buckets));
+  KVASIR_RETURN_IF_ERROR(build_batch(on_device && caps_.decode_batch_buckets));
   if (batch_.num_tokens == 0) return result;
   KVASIR_RETURN_IF_ERROR(model_.run_layers(batch_, cache_));
   if (on_device) {

@@ -57,6 +57,7 @@ class ModelRunner {
   DecoderModel& model_;
   KvCache& cache_;
   RunnerConfig config_;
+  BackendCapabilities caps_;  // read once: a backend's capabilities do not change while it runs
   Sampler sampler_;
   InputBatch input_batch_;
   std::vector<ScheduledRequest> scheduled_;  // this step's requests, in batch order
