@@ -105,3 +105,19 @@ Status SamplingParams::validate(int32_t vocab_size, int max_logprobs) const {
 }
 
 }  // namespace kvasir
+
+namespace kvasir {
+
+const char* structured_output_kind_name(StructuredOutputSpec::Kind kind) {
+  switch (kind) {
+    case StructuredOutputSpec::Kind::kJsonSchema: return "json";
+    case StructuredOutputSpec::Kind::kJsonObject: return "json_object";
+    case StructuredOutputSpec::Kind::kRegex: return "regex";
+    case StructuredOutputSpec::Kind::kChoice: return "choice";
+    case StructuredOutputSpec::Kind::kGrammar: return "grammar";
+    case StructuredOutputSpec::Kind::kStructuralTag: return "structural_tag";
+  }
+  return "unknown";
+}
+
+}  // namespace kvasir

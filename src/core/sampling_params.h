@@ -10,6 +10,7 @@
 #include <vector>
 
 #include "common/status.h"
+#include "core/structured_output_spec.h"
 
 namespace kvasir {
 
@@ -35,6 +36,9 @@ struct SamplingParams {
 
   std::optional<int> logprobs;         // top-N logprobs of each generated token
   std::optional<int> prompt_logprobs;  // top-N logprobs of each prompt token
+
+  // Constrains the output to a grammar (vLLM: structured_outputs); compiled by structured/.
+  std::optional<StructuredOutputSpec> structured_outputs;
 
   bool greedy() const { return temperature == 0.0f; }
 
