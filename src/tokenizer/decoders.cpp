@@ -235,4 +235,61 @@ std::string Decoder::decode(std::vector<std::string> tokens, bool continuation) 
   return out;
 }
 
+std::string Decoder::token_bytes(std::string token) const {
+  bool joined = false;
+  for (const Step& step : steps_) {
+    switch (step.kind) {
+      case Kind::kByteLevel: {
+        std::string bytes;
+        for (size_t i = 0; i < token.size();) {
+          size_t n = 0;
+          int b = unicode_to_byte(first_code_point(std::string_view(token).substr(i), &n));
+          if (b < 0) {  // not a byte-level token: its text as is (as byte_level() does)
+            bytes = token;
+            break;
+          }
+          bytes += static_cast<char>(b);
+          i += n;
+        }
+        token = std::move(bytes);
+        joined = true;
+        break;
+      }
+      case Kind::kReplace:
+        token = step.pattern.replace_all(token, step.content);
+        break;
+      case Kind::kByteFallback:
+        if (int b = parse_byte_token(token); b >= 0) token.assign(1, static_cast<char>(b));
+        break;
+      case Kind::kFuse:
+        joined = true;
+        break;
+      case Kind::kStrip: {
+        std::vector<std::string> one{std::move(token)};
+        strip(one, step.content, step.start, step.stop, /*keep_first_start=*/joined);
+        token = std::move(one[0]);
+        break;
+      }
+      case Kind::kCleanup:
+        cleanup(token);
+        break;
+      case Kind::kMetaspace:
+        token = Pattern::literal(step.content).replace_all(token, " ");
+        break;
+    }
+  }
+  return token;
+}
+
+bool Decoder::per_token() const {
+  if (!configured_) return false;
+  bool joined = false;
+  for (const Step& step : steps_) {
+    if (step.kind == Kind::kCleanup) return false;
+    if (step.kind == Kind::kStrip && joined && step.stop > 0) return false;
+    if (step.kind == Kind::kByteLevel || step.kind == Kind::kFuse) joined = true;
+  }
+  return true;
+}
+
 }  // namespace kvasir::tok

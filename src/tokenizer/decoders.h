@@ -31,6 +31,15 @@ class Decoder {
   bool has_byte_fallback() const { return has_byte_fallback_; }
   std::string decode(std::vector<std::string> tokens, bool continuation) const;
 
+  // The bytes one token adds to decoded text that it continues: decode({token}, true) without
+  // the lossy UTF-8 repair (a byte-level or <0xNN> token holding part of a character gives those
+  // bytes, not U+FFFD). What a grammar engine matches tokens against.
+  std::string token_bytes(std::string token) const;
+  // Whether decode(tokens, true) is the concatenation of each token's token_bytes (then valid
+  // UTF-8): false for WordPiece cleanup, a Strip of the text's end after a join, and no decoder
+  // (tokens joined with spaces).
+  bool per_token() const;
+
  private:
   enum class Kind { kByteLevel, kReplace, kByteFallback, kFuse, kStrip, kMetaspace, kCleanup };
   struct Step {

@@ -146,6 +146,12 @@ std::optional<std::string_view> Tokenizer::id_to_token(int32_t id) const {
   return std::nullopt;
 }
 
+std::optional<std::string> Tokenizer::token_bytes(int32_t id) const {
+  std::optional<std::string_view> token = id_to_token(id);
+  if (!token) return std::nullopt;
+  return decoder_.token_bytes(std::string(*token));
+}
+
 std::optional<int32_t> Tokenizer::token_to_id(std::string_view token) const {
   if (auto it = added_ids_.find(token); it != added_ids_.end()) return it->second;
   int32_t id = model_.token_to_id(token);

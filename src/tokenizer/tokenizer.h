@@ -81,6 +81,12 @@ class Tokenizer {
   // A <0xNN> byte token that the decoder fuses with its neighbours.
   bool is_byte_fallback_token(int32_t id) const;
   bool decoder_has_byte_fallback() const { return decoder_.has_byte_fallback(); }
+  // The bytes `id` adds to decoded text that it continues, raw (a token holding part of a UTF-8
+  // character gives those bytes); nullopt outside the vocabulary. Exact when
+  // decoder_is_per_token(): then decode_continuation(ids) is the concatenation of these. What
+  // grammar engines (structured/) match tokens against.
+  std::optional<std::string> token_bytes(int32_t id) const;
+  bool decoder_is_per_token() const { return decoder_.per_token(); }
   const std::vector<tok::AddedToken>& added_tokens() const { return added_.tokens(); }
 
  private:
