@@ -74,6 +74,7 @@ struct BackendCapabilities {
   DType activation_dtype = DType::kF32;  // what activations are computed in
   DType kv_cache_dtype = DType::kF32;    // element type of the paged KV cache
   bool device_sampling = false;          // sample() works: token ids come back, not logits
+  bool device_token_bitmask = false;     // apply_token_bitmask() works on device logits
   // Steps of an identical op sequence replay a captured graph (CUDA graphs): callers that can pad
   // pure-decode batches (the device-sampling path) pad them to decode_bucket() sizes and block
   // tables to a power of two, so few distinct step shapes exist.
@@ -144,12 +145,21 @@ class Backend {
   virtual Status sample(const Tensor& logits, const DeviceSamplingRow* rows, int num_rows, int32_t* out_tokens) {
     return unimplemented(name() + " has no device sampling");
   }
+  // Optional, with device sampling: grammar masks on device logits before sample(). Row i of
+  // `words` ([num_rows, words_per_row], host, XGrammar's layout) applies to logits row
+  // logits_rows[i]; a clear bit sets that logit to -inf. Recorded into the step like any op.
+  virtual bool supports_device_token_bitmask() const { return false; }
+  virtual Status apply_token_bitmask(Tensor& logits, const int32_t* words, int words_per_row,
+                                     const int32_t* logits_rows, int num_rows) {
+    return unimplemented(name() + " has no device token bitmask");
+  }
   // Everything above in one plain struct; devices with more to say override it.
   virtual BackendCapabilities capabilities() const {
     BackendCapabilities c;
     c.activation_dtype = activation_dtype();
     c.kv_cache_dtype = kv_cache_dtype();
     c.device_sampling = supports_device_sampling();
+    c.device_token_bitmask = supports_device_token_bitmask();
     return c;
   }
   virtual DeviceMemoryInfo memory_info() { return {}; }

@@ -3,6 +3,7 @@
 // full KV blocks. Owned by the scheduler; must not know about blocks, tensors or text.
 #pragma once
 
+#include <memory>
 #include <optional>
 #include <span>
 #include <string>
@@ -12,6 +13,9 @@
 #include "core/sampling_params.h"
 
 namespace kvasir {
+namespace structured {
+class CompiledGrammar;  // structured/grammar_compiler.h; opaque here
+}
 
 enum class RequestStatus {
   kWaiting,
@@ -39,6 +43,12 @@ struct RequestOptions {
   std::optional<std::string> cache_salt;  // isolates prefix-cache hits between tenants
   std::optional<int64_t> adapter_id;      // LoRA adapter; different adapters never share KV
   std::optional<TokenId> eos_token_id;    // from the tokenizer / generation config
+  // The compiled form of sampling_params.structured_outputs (the engine compiles it before the
+  // request reaches the core); null when the output is free.
+  std::shared_ptr<const structured::CompiledGrammar> grammar;
+  // With a reasoning parser: the grammar applies only after the output contains these tokens
+  // (e.g. the id of "</think>"); empty = from the first output token.
+  std::vector<TokenId> grammar_starts_after;
 };
 
 class Request {
@@ -56,6 +66,8 @@ class Request {
   const std::optional<std::string>& cache_salt() const { return options_.cache_salt; }
   std::optional<int64_t> adapter_id() const { return options_.adapter_id; }
   std::optional<TokenId> eos_token_id() const { return options_.eos_token_id; }
+  const std::shared_ptr<const structured::CompiledGrammar>& grammar() const { return options_.grammar; }
+  const std::vector<TokenId>& grammar_starts_after() const { return options_.grammar_starts_after; }
   int max_tokens() const { return sampling_params_.max_tokens; }
 
   // Tokens: one append-only vector, prompt first, so KV positions index it directly.

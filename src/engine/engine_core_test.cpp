@@ -37,7 +37,7 @@ class FakeWorker : public Worker {
   };
   FakeWorker(const SchedulerConfig& c, Gate* gate) : runner_(c.num_blocks, c.block_size), gate_(gate) {}
 
-  StepResult execute_model(const SchedulerOutput& so) override {
+  StepResult execute_model(const SchedulerOutput& so, const GrammarBitmaskFuture&) override {
     std::unique_lock<std::mutex> lock(gate_->mu);
     ++gate_->num_received;
     gate_->cv.notify_all();

@@ -16,6 +16,7 @@
 #include <memory>
 
 #include "common/status.h"
+#include "sched/grammar_bitmask.h"
 #include "sched/scheduler_output.h"
 
 namespace kvasir {
@@ -29,7 +30,8 @@ class Executor {
   // Queues one step and returns at once. The SchedulerOutput is shared, not copied: the caller
   // keeps it (to fold the result back) and must not change it. The future is always satisfied.
   // After a step fails, every later step fails with the same Status without running.
-  virtual StepFuture execute(std::shared_ptr<const SchedulerOutput> so) = 0;
+  virtual StepFuture execute(std::shared_ptr<const SchedulerOutput> so, GrammarBitmaskFuture bitmask) = 0;
+  StepFuture execute(std::shared_ptr<const SchedulerOutput> so) { return execute(std::move(so), {}); }
 };
 
 // What runs a step on one device: the ModelRunner (RunnerWorker) or a test's fake. Called from
@@ -37,7 +39,7 @@ class Executor {
 class Worker {
  public:
   virtual ~Worker() = default;
-  virtual StepResult execute_model(const SchedulerOutput& so) = 0;
+  virtual StepResult execute_model(const SchedulerOutput& so, const GrammarBitmaskFuture& bitmask) = 0;
 };
 
 }  // namespace kvasir

@@ -29,7 +29,7 @@ class FakeWorker : public Worker {
     std::string fail_on;
   };
   explicit FakeWorker(Shared* s) : s_(s) {}
-  StepResult execute_model(const SchedulerOutput& so) override {
+  StepResult execute_model(const SchedulerOutput& so, const GrammarBitmaskFuture&) override {
     std::unique_lock<std::mutex> lock(s_->mu);
     s_->cv.wait(lock, [&] { return s_->open; });
     const std::string id = so.scheduled_new_reqs.empty() ? "" : so.scheduled_new_reqs[0].req_id;

@@ -14,7 +14,7 @@ void FaultInjectingExecutor::inject_next(std::string message) {
   fault_ = std::move(message);
 }
 
-StepFuture FaultInjectingExecutor::execute(std::shared_ptr<const SchedulerOutput> so) {
+StepFuture FaultInjectingExecutor::execute(std::shared_ptr<const SchedulerOutput> so, GrammarBitmaskFuture bitmask) {
   const int64_t n = num_submitted_.fetch_add(1);
   std::string fault;
   {
@@ -24,7 +24,7 @@ StepFuture FaultInjectingExecutor::execute(std::shared_ptr<const SchedulerOutput
     }
     fault = fault_;
   }
-  if (fault.empty()) return inner_->execute(std::move(so));
+  if (fault.empty()) return inner_->execute(std::move(so), std::move(bitmask));
   // Steps already queued on the inner executor still finish first: the caller waits for futures
   // in submission order, so the failure lands where a device failure in this step would.
   std::promise<StepResult> failed;

@@ -27,7 +27,8 @@ class FaultInjectingExecutor : public Executor {
   // The next step submitted fails with this message, and so does every later one. Any thread.
   void inject_next(std::string message);
 
-  StepFuture execute(std::shared_ptr<const SchedulerOutput> so) override;
+  using Executor::execute;
+  StepFuture execute(std::shared_ptr<const SchedulerOutput> so, GrammarBitmaskFuture bitmask) override;
   int64_t num_submitted() const { return num_submitted_.load(); }
 
  private:

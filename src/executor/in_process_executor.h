@@ -19,7 +19,9 @@ namespace kvasir {
 class RunnerWorker : public Worker {
  public:
   explicit RunnerWorker(std::unique_ptr<ModelRunner> runner) : runner_(std::move(runner)) {}
-  StepResult execute_model(const SchedulerOutput& so) override { return runner_->execute(so); }
+  StepResult execute_model(const SchedulerOutput& so, const GrammarBitmaskFuture& bitmask) override {
+    return runner_->execute(so, bitmask);
+  }
 
  private:
   std::unique_ptr<ModelRunner> runner_;
@@ -34,15 +36,17 @@ class InProcessExecutor : public Executor {
   // Runs the steps still queued, then stops the thread.
   ~InProcessExecutor() override;
 
-  StepFuture execute(std::shared_ptr<const SchedulerOutput> so) override;
+  using Executor::execute;
+  StepFuture execute(std::shared_ptr<const SchedulerOutput> so, GrammarBitmaskFuture bitmask) override;
 
  private:
   struct Job {
     std::shared_ptr<const SchedulerOutput> so;
+    GrammarBitmaskFuture bitmask;
     std::promise<StepResult> result;
   };
   void loop();
-  StepResult run(const SchedulerOutput& so);
+  StepResult run(const Job& job);
 
   std::unique_ptr<Worker> worker_;
   Status failed_;  // the first failed step's Status; later steps fail with it without running

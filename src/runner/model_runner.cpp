@@ -3,6 +3,7 @@
 #include <algorithm>
 
 #include "sample/philox.h"
+#include "sample/token_bitmask.h"
 
 namespace kvasir {
 
@@ -32,8 +33,9 @@ bool needs_host_sampler(const SamplingParams& p, int num_generated) {
 
 }  // namespace
 
-bool ModelRunner::can_sample_on_device() const {
+bool ModelRunner::can_sample_on_device(const SchedulerOutput& so) const {
   if (!config_.device_sampling || !caps_.device_sampling) return false;
+  if (!so.structured_output_req_ids.empty() && !caps_.device_token_bitmask) return false;
   for (const ScheduledRequest& s : scheduled_) {
     if (needs_host_sampler(s.state->params, s.state->num_output_tokens())) return false;
   }
@@ -138,7 +140,31 @@ static LogprobsLists to_lists(const LogprobsTensors& t, int row_begin, int num_r
   return l;
 }
 
-Status ModelRunner::sample_on_device() {
+Status ModelRunner::collect_bitmask_rows(const GrammarBitmaskFuture& bitmask) {
+  bitmask_.reset();
+  bitmask_logits_rows_.clear();
+  if (!bitmask.valid()) return Status();
+  bitmask_ = bitmask.get();
+  if (!bitmask_ || bitmask_->req_ids.empty()) return Status();
+  const GrammarBitmask& m = *bitmask_;
+  if (m.words_per_row < token_bitmask_words(model_.config().vocab_size) ||
+      m.words.size() != m.req_ids.size() * static_cast<size_t>(m.words_per_row)) {
+    return internal_error("grammar bitmask has the wrong shape for the model's vocabulary");
+  }
+  bitmask_logits_rows_.assign(m.req_ids.size(), -1);
+  // Few grammar rows per step: a scan of the step's rows per mask row beats building a map.
+  for (size_t i = 0; i < m.req_ids.size(); ++i) {
+    for (const auto& row : rows_) {
+      if (row.logits_row >= 0 && *row.req_id == m.req_ids[i]) {
+        bitmask_logits_rows_[i] = row.logits_row;
+        break;
+      }
+    }
+  }
+  return Status();
+}
+
+Status ModelRunner::sample_on_device(const GrammarBitmaskFuture& bitmask) {
   const int n = static_cast<int>(sample_rows_.size());
   device_rows_.assign(static_cast<size_t>(n), DeviceSamplingRow{});  // padding rows: greedy
   for (const auto& row : rows_) {
@@ -153,15 +179,21 @@ Status ModelRunner::sample_on_device() {
     d.position = r.tokens.size() - static_cast<size_t>(r.num_prompt_tokens);
   }
   KVASIR_ASSIGN_OR_RETURN(Tensor logits, model_.compute_logits_on_device(sample_rows_.data(), n));
+  KVASIR_RETURN_IF_ERROR(collect_bitmask_rows(bitmask));
+  if (bitmask_ && !bitmask_logits_rows_.empty()) {
+    KVASIR_RETURN_IF_ERROR(model_.backend().apply_token_bitmask(
+        logits, bitmask_->words.data(), bitmask_->words_per_row, bitmask_logits_rows_.data(),
+        static_cast<int>(bitmask_logits_rows_.size())));
+  }
   sampler_out_.sampled_token_ids.resize(static_cast<size_t>(n));
   return model_.backend().sample(logits, device_rows_.data(), n, sampler_out_.sampled_token_ids.data());
 }
 
-StatusOr<ModelRunnerOutput> ModelRunner::execute(const SchedulerOutput& so) {
+StatusOr<ModelRunnerOutput> ModelRunner::execute(const SchedulerOutput& so, const GrammarBitmaskFuture& bitmask) {
   KVASIR_RETURN_IF_ERROR(input_batch_.apply(so, &scheduled_));
   ModelRunnerOutput result;
   if (scheduled_.empty()) return result;
-  const bool on_device = can_sample_on_device();
+  const bool on_device = can_sample_on_device(so);
   // Bucket padding needs the device-sampling path (padding rows are sampled there and dropped).
   KVASIR_RETURN_IF_ERROR(build_batch(on_device && caps_.decode_batch_buckets));
   if (batch_.num_tokens == 0) return result;
@@ -169,7 +201,7 @@ StatusOr<ModelRunnerOutput> ModelRunner::execute(const SchedulerOutput& so) {
   if (on_device) {
     // A step that samples nothing still ends here: the backend may hold recorded work that
     // reads this step's host arrays.
-    if (!sample_rows_.empty()) KVASIR_RETURN_IF_ERROR(sample_on_device());
+    if (!sample_rows_.empty()) KVASIR_RETURN_IF_ERROR(sample_on_device(bitmask));
     else model_.backend().synchronize();
     result.outputs.reserve(rows_.size());
     for (const auto& row : rows_) {
@@ -207,6 +239,17 @@ StatusOr<ModelRunnerOutput> ModelRunner::execute(const SchedulerOutput& so) {
     st.eos_token_ids = config_.eos_token_ids;
     st.rng_key = row.rng_key;
     states_.push_back(st);
+  }
+  KVASIR_RETURN_IF_ERROR(collect_bitmask_rows(bitmask));
+  if (bitmask_) {
+    const size_t vocab = static_cast<size_t>(model_.config().vocab_size);
+    const size_t w = static_cast<size_t>(bitmask_->words_per_row);
+    for (size_t i = 0; i < bitmask_logits_rows_.size(); ++i) {
+      const int r = bitmask_logits_rows_[i];
+      if (r < 0) continue;
+      apply_token_bitmask(std::span<float>(sample_logits_.data() + static_cast<size_t>(r) * vocab, vocab),
+                          std::span<const int32_t>(bitmask_->words.data() + i * w, w));
+    }
   }
   if (!states_.empty()) sampler_.sample(sample_logits_, states_, &sampler_out_);
 

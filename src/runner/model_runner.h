@@ -13,6 +13,7 @@
 #include "model/decoder_model.h"
 #include "runner/input_batch.h"
 #include "sample/sampler.h"
+#include "sched/grammar_bitmask.h"
 #include "sched/scheduler_output.h"
 
 namespace kvasir {
@@ -31,7 +32,9 @@ class ModelRunner {
   ModelRunner(DecoderModel& model, KvCache& cache, const RunnerConfig& config);
   ~ModelRunner();
 
-  StatusOr<ModelRunnerOutput> execute(const SchedulerOutput& so);
+  // `bitmask`: the grammar rows of so.structured_output_req_ids, awaited right before sampling
+  // (the forward pass runs meanwhile); invalid when no row of the step has a grammar.
+  StatusOr<ModelRunnerOutput> execute(const SchedulerOutput& so, const GrammarBitmaskFuture& bitmask = {});
   int num_cached_requests() const { return static_cast<int>(input_batch_.size()); }
 
  private:
@@ -49,8 +52,10 @@ class ModelRunner {
   // pad_for_device: pad pure-decode batches to a bucket size and block tables to a power of two,
   // so a device backend sees few distinct step shapes (each replayed as one CUDA graph).
   Status build_batch(bool pad_for_device);
-  bool can_sample_on_device() const;
-  Status sample_on_device();
+  bool can_sample_on_device(const SchedulerOutput& so) const;
+  Status sample_on_device(const GrammarBitmaskFuture& bitmask);
+  // Waits for the step's bitmask and lists, per grammar row, the sampling-logits row it masks.
+  Status collect_bitmask_rows(const GrammarBitmaskFuture& bitmask);
   Status compute_logits(const std::vector<int32_t>& rows, std::vector<float>& out);
   void fill_prompt_logprobs(const ScheduledRow& r, RunnerRequestOutput& out);
 
@@ -72,6 +77,8 @@ class ModelRunner {
   SamplerOutput sampler_out_;
   std::vector<DeviceSamplingRow> device_rows_;
   LogprobsTensors prompt_lp_;
+  std::shared_ptr<const GrammarBitmask> bitmask_;  // this step's, while it samples
+  std::vector<int32_t> bitmask_logits_rows_;       // [bitmask row] -> sampling-logits row, -1: none
   ForwardBatch batch_;
 };
 

@@ -278,8 +278,11 @@ SchedulerOutput Scheduler::encode(StepPlan& plan) {
     // The KV of these tokens is in flight: the next schedule() treats them as computed.
     req->set_num_computed_tokens(req->num_computed_tokens() + n);
     req->mark_scheduled();
+    // Samples when its computed tokens reach every known (or in-flight) token.
+    const bool samples = req->num_computed_tokens() == num_tokens_with_placeholders(*req);
+    if (samples && req->grammar()) out.structured_output_req_ids.push_back(req->req_id());
     // Async: this step samples a token nobody knows yet; the next schedule() may already compute it.
-    if (config_.async_scheduling && req->num_computed_tokens() == num_tokens_with_placeholders(*req)) {
+    if (config_.async_scheduling && samples) {
       req->set_num_output_placeholders(req->num_output_placeholders() + 1);
     }
   }

@@ -53,7 +53,11 @@ struct SchedulerOutput {
   std::vector<std::string> finished_req_ids;
   // Preempted this step: their blocks are gone; drop them from the batch until resumed.
   std::vector<std::string> preempted_req_ids;
+  // Requests with a grammar that sample this step (vLLM's structured_output_request_ids): the
+  // engine fills a GrammarBitmask row for each while the step's forward pass runs.
+  std::vector<std::string> structured_output_req_ids;
 };
+
 
 // ---- runner -> scheduler -------------------------------------------------------------------
 

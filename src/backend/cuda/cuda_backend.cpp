@@ -191,6 +191,7 @@ BackendCapabilities CudaBackend::capabilities() const {
   c.activation_dtype = activation_dtype();
   c.kv_cache_dtype = kv_cache_dtype();
   c.device_sampling = supports_device_sampling();
+  c.device_token_bitmask = supports_device_token_bitmask();
   // Decode batches are bucketed even under --enforce-eager (as before the capabilities query):
   // the same padded shapes keep eager and graph runs computing the same batches.
   c.decode_batch_buckets = true;

@@ -55,6 +55,9 @@ class CudaBackend final : public Backend {
   bool supports_device_sampling() const override { return true; }
   BackendCapabilities capabilities() const override;
   Status sample(const Tensor& logits, const DeviceSamplingRow* rows, int num_rows, int32_t* out_tokens) override;
+  bool supports_device_token_bitmask() const override { return true; }
+  Status apply_token_bitmask(Tensor& logits, const int32_t* words, int words_per_row, const int32_t* logits_rows,
+                             int num_rows) override;
   DeviceMemoryInfo memory_info() override;
   std::string stats() const override;
 

@@ -128,6 +128,24 @@ Status CudaBackend::sample(const Tensor& logits, const DeviceSamplingRow* rows, 
   return Status();
 }
 
+Status CudaBackend::apply_token_bitmask(Tensor& logits, const int32_t* words, int words_per_row,
+                                       const int32_t* logits_rows, int num_rows) {
+  if (logits.dtype != DType::kF32 || !is_dev(logits)) return invalid_argument("token bitmask needs float32 device logits");
+  if (num_rows < 0 || num_rows > 65535 || words_per_row <= 0) return invalid_argument("token bitmask: bad shape");
+  if (num_rows == 0) return Status();
+  for (int i = 0; i < num_rows; ++i) {
+    if (logits_rows[i] >= logits.rows()) return invalid_argument("token bitmask: row out of range");
+  }
+  cuda::TokenBitmaskOp& r = queue_->add(OpKind::kTokenBitmask, true).token_bitmask;
+  r.logits = static_cast<float*>(logits.data);
+  r.words = queue_->stage(words, static_cast<size_t>(num_rows) * static_cast<size_t>(words_per_row) * sizeof(int32_t));
+  r.logits_rows = queue_->stage(logits_rows, static_cast<size_t>(num_rows) * sizeof(int32_t));
+  r.num_rows = num_rows;
+  r.words_per_row = words_per_row;
+  r.vocab = logits.cols();
+  return Status();
+}
+
 void CudaBackend::exec_attention(const cuda::AttentionOp& op, const uint8_t* arena, cudaStream_t s) {
   cuda::AttentionArgs a;
   a.q = op.q;
@@ -243,6 +261,12 @@ void CudaBackend::execute(const OpRecord& op, const uint8_t* arena, cudaStream_t
     case OpKind::kNumKinds:
       KVASIR_CHECK_MSG(false, "not an op");
       break;
+    case OpKind::kTokenBitmask: {
+      const cuda::TokenBitmaskOp& r = op.token_bitmask;
+      cuda::launch_token_bitmask(r.logits, r.vocab, i32(r.words), static_cast<int>(r.words_per_row), i32(r.logits_rows),
+                                 static_cast<int>(r.num_rows), s);
+      break;
+    }
     case OpKind::kSample: {
       const cuda::SampleOp& r = op.sample;
       cuda::launch_sample(r.logits, static_cast<int>(r.num_rows), r.vocab,

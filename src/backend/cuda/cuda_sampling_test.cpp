@@ -10,6 +10,7 @@
 #include "backend/cuda/cuda_test_util.h"
 #include "sample/philox.h"
 #include "sample/sampler.h"
+#include "sample/token_bitmask.h"
 
 namespace kvasir {
 namespace {
@@ -72,6 +73,45 @@ TEST(CudaSampling, MatchesHostSampler) {
     }
     EXPECT_EQ(dev[0], 5) << "ties go to the lowest id";
     EXPECT_LE(mismatches, std::max(1, sampled / 50)) << "vocab " << vocab << ": " << mismatches << " of " << sampled;
+  }
+}
+
+// Grammar masks on device logits: every row sampled after the mask lands on an allowed token,
+// rows the mask names nothing for are untouched, and the masked logits equal the host twin's.
+TEST(CudaSampling, TokenBitmaskMatchesHost) {
+  if (cuda_device_count() == 0) GTEST_SKIP() << "no CUDA device";
+  auto be = create_cuda_backend(CudaBackendOptions{});
+  ASSERT_TRUE(be.ok()) << be.status().message();
+  Backend& gpu = **be;
+  ASSERT_TRUE(gpu.supports_device_token_bitmask());
+  const int vocab = 49200, rows = 6, words = token_bitmask_words(vocab);
+  std::mt19937 rng(5);
+  std::vector<float> logits(static_cast<size_t>(rows) * vocab);
+  std::normal_distribution<float> nd(0.0f, 3.0f);
+  for (auto& x : logits) x = nd(rng);
+  // Mask rows for logits rows 4, 1 and 3 (row 3 allows only a handful of tokens); -1 is skipped.
+  const std::vector<int32_t> mask_rows{4, 1, 3, -1};
+  std::vector<int32_t> bits(mask_rows.size() * static_cast<size_t>(words));
+  for (auto& w : bits) w = static_cast<int32_t>(rng());
+  for (int w = 0; w < words; ++w) bits[2 * static_cast<size_t>(words) + w] = 0;
+  for (int t : {7, 4000, 49199}) bits[2 * static_cast<size_t>(words) + t / 32] |= 1 << (t % 32);
+  cuda_test::DeviceTensor lg(DType::kF32, {rows, vocab});
+  lg.set(logits);
+  ASSERT_TRUE(gpu.apply_token_bitmask(lg.t, bits.data(), words, mask_rows.data(), static_cast<int>(mask_rows.size())).ok());
+  std::vector<DeviceSamplingRow> drows(static_cast<size_t>(rows));
+  for (int r = 0; r < rows; ++r) drows[static_cast<size_t>(r)] = {1.0f, 1.0f, 0.0f, 0, static_cast<uint64_t>(r), 0};
+  std::vector<int32_t> dev(static_cast<size_t>(rows), -1);
+  ASSERT_TRUE(gpu.sample(lg.t, drows.data(), rows, dev.data()).ok());
+  std::vector<float> expect = logits;
+  for (size_t i = 0; i + 1 < mask_rows.size(); ++i) {
+    apply_token_bitmask(std::span<float>(expect.data() + static_cast<size_t>(mask_rows[i]) * vocab, vocab),
+                        std::span<const int32_t>(bits.data() + i * words, static_cast<size_t>(words)));
+  }
+  EXPECT_EQ(cuda_test::read_back(gpu, lg.t), expect);
+  for (size_t i = 0; i + 1 < mask_rows.size(); ++i) {
+    const int tok = dev[static_cast<size_t>(mask_rows[i])];
+    ASSERT_GE(tok, 0);
+    EXPECT_TRUE((static_cast<uint32_t>(bits[i * words + tok / 32]) >> (tok % 32)) & 1u) << "row " << mask_rows[i];
   }
 }
 

@@ -135,5 +135,8 @@ struct SamplingRowParams {  // mirrors DeviceSamplingRow (backend.h)
 };
 void launch_sample(const float* logits, int num_rows, int64_t vocab, const SamplingRowParams* params,
                    int32_t* out_tokens, cudaStream_t s);
+// logits[logits_rows[i], t] = -inf where bit t of mask row i is clear; rows < 0 are skipped.
+void launch_token_bitmask(float* logits, int64_t vocab, const int32_t* words, int words_per_row,
+                          const int32_t* logits_rows, int num_rows, cudaStream_t s);
 
 }  // namespace kvasir::cuda

@@ -30,6 +30,7 @@ enum class OpKind : int32_t {
   kSoftcap,
   kGather,
   kSample,
+  kTokenBitmask,
   kNumKinds,
 };
 
@@ -187,6 +188,13 @@ struct SampleOp {
   int64_t num_rows, vocab;
 };
 
+struct TokenBitmaskOp {
+  float* logits;                // [*, vocab]
+  ArenaOffset words;            // int32 [num_rows, words_per_row]
+  ArenaOffset logits_rows;      // int32 [num_rows]
+  int64_t num_rows, words_per_row, vocab;
+};
+
 // What StepQueue stores: the kind, the element type where the op has one (Elem), and the record
 // of that kind (the other union members stay zero).
 struct OpRecord {
@@ -207,6 +215,7 @@ struct OpRecord {
     SoftcapOp softcap;
     GatherOp gather;
     SampleOp sample;
+    TokenBitmaskOp token_bitmask;
   };
 };
 
