@@ -8,6 +8,7 @@
 #include <vector>
 
 #include "server/sampling_json.h"
+#include "server/structured_outputs_json.h"
 #include "args.h"
 #include "commands.h"
 #include "common/check.h"
@@ -139,6 +140,7 @@ int run_jsonl(LLM& llm, const Args& a, const SamplingParams& defaults) {
     }
     SamplingParams sp = defaults;
     Status st = apply_sampling_json(*j, &sp);
+    if (st.ok()) st = apply_structured_outputs_json(*j, &sp);  // vLLM's structured_outputs / guided_*
     if (!st.ok()) {
       std::fprintf(stderr, "kvasir generate: %s%s\n", where.c_str(), st.message().c_str());
       return 2;

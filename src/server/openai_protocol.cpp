@@ -4,6 +4,7 @@
 #include <limits>
 
 #include "server/sampling_json.h"
+#include "server/structured_outputs_json.h"
 #include "server/openai_response.h"
 
 namespace kvasir::server {
@@ -67,17 +68,7 @@ Status parse_common(const Json& body, const SamplingParams& defaults, bool chat,
   bool beam = false;
   KVASIR_RETURN_IF_ERROR(want_bool(body, "use_beam_search", &beam));
   if (beam) return unimplemented("beam search is not supported");
-  if (const Json* rf = body.find("response_format"); rf && !rf->is_null()) {
-    const Json* type = rf->is_object() ? rf->find("type") : nullptr;
-    if (!type || !type->is_string()) return invalid_argument("'response_format' must be an object with a string 'type'");
-    if (type->as_string() != "text") {
-      return unimplemented("response_format type '" + type->as_string() + "' is not supported (no structured output yet)");
-    }
-  }
-  for (const char* key : {"guided_json", "guided_regex", "guided_choice", "guided_grammar", "structured_outputs"}) {
-    if (present(body, key)) return unimplemented(std::string("'") + key + "' is not supported (no structured output yet)");
-  }
-  return Status();
+  return apply_structured_outputs_json(body, &out->params);
 }
 
 Status parse_int_token(const Json& t, const char* field, int32_t* out) {
@@ -214,12 +205,25 @@ Status parse_token_list(const Json& v, const char* field, std::vector<int32_t>* 
 }
 
 Status parse_completion_request(const Json& body, const SamplingParams& defaults, CompletionRequest* out) {
-  KVASIR_RETURN_IF_ERROR(parse_common(body, defaults, /*chat=*/false, out));
+  bool echo = false;
+  KVASIR_RETURN_IF_ERROR(want_bool(body, "echo", &echo));
+  const Json* mt = body.find("max_tokens");
+  if (echo && mt && mt->is_int() && mt->as_int() == 0) {
+    // vLLM's scoring path: run the prompt, answer with it and its logprobs, generate nothing.
+    Json one = body;
+    one.set("max_tokens", 1);
+    KVASIR_RETURN_IF_ERROR(parse_common(one, defaults, /*chat=*/false, out));
+    out->score_prompt_only = true;
+    if (out->params.structured_outputs) return invalid_argument("max_tokens 0 generates nothing to constrain: drop the structured output fields");
+  } else {
+    KVASIR_RETURN_IF_ERROR(parse_common(body, defaults, /*chat=*/false, out));
+  }
   if (present(body, "suffix")) return invalid_argument("suffix is not currently supported");
   if (present(body, "prompt_embeds")) return unimplemented("prompt_embeds is not supported");
   KVASIR_RETURN_IF_ERROR(parse_prompt(body.find("prompt"), &out->prompts));
   KVASIR_RETURN_IF_ERROR(want_bool(body, "echo", &out->echo));
   KVASIR_RETURN_IF_ERROR(want_bool(body, "add_special_tokens", &out->add_special_tokens));
+  out->prompt_logprobs_asked = out->params.prompt_logprobs.has_value();
   if (out->echo && out->params.logprobs && !out->params.prompt_logprobs) {
     out->params.prompt_logprobs = out->params.logprobs;  // echo shows the prompt's logprobs too
   }

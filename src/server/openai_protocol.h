@@ -57,6 +57,10 @@ struct CompletionRequest : GenerationRequestBase {
   std::vector<PromptSpec> prompts;
   bool echo = false;
   bool add_special_tokens = true;
+  // echo with max_tokens 0 (how scoring harnesses read prompt logprobs): the engine runs the
+  // prompt with one sampled token that the answer drops; text and logprobs are the prompt's.
+  bool score_prompt_only = false;
+  bool prompt_logprobs_asked = false;  // the client set prompt_logprobs (not only echo's implied one)
 };
 
 struct ChatRequest : GenerationRequestBase {

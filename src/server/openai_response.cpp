@@ -121,6 +121,29 @@ Json chat_logprobs_json(const Tokenizer& tok, const std::vector<PositionLogprobs
   return o;
 }
 
+Json prompt_logprobs_json(const Tokenizer& tok, const std::vector<PositionLogprobs>& lps, int num_top) {
+  Json out = Json::array();
+  out.push_back(Json());
+  auto entry = [&](const TokenLogprob& t) {
+    Json e = Json::object();
+    e.set("logprob", json_logprob(t.logprob));
+    e.set("rank", t.rank);
+    e.set("decoded_token", token_text(tok, t.token_id));
+    return e;
+  };
+  for (const PositionLogprobs& p : lps) {
+    Json pos = Json::object();
+    int shown = 0;
+    for (const TokenLogprob& alt : p.top) {
+      if (shown++ >= num_top) break;
+      pos.set(std::to_string(alt.token_id), entry(alt));
+    }
+    pos.set(std::to_string(p.chosen.token_id), entry(p.chosen));
+    out.push_back(std::move(pos));
+  }
+  return out;
+}
+
 Json response_envelope(const std::string& id, const char* object, int64_t created, const std::string& model,
                        Json choices, Json usage) {
   Json o = Json::object();

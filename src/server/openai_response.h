@@ -47,6 +47,11 @@ class CompletionLogprobs {
 // `num_top` top alternatives per position (OpenAI's top_logprobs).
 Json chat_logprobs_json(const Tokenizer& tok, const std::vector<PositionLogprobs>& lps, int num_top);
 
+// vLLM's `prompt_logprobs`: one entry per prompt token, null for the first (nothing predicts
+// it), then {"<token id>": {"logprob", "rank", "decoded_token"}} holding the prompt token and the
+// top alternatives (at most num_top of them).
+Json prompt_logprobs_json(const Tokenizer& tok, const std::vector<PositionLogprobs>& lps, int num_top);
+
 // {"id", "object", "created", "model", "choices": [...]} (+ "usage" when not null).
 Json response_envelope(const std::string& id, const char* object, int64_t created, const std::string& model,
                        Json choices, Json usage = Json());

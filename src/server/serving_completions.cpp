@@ -11,13 +11,29 @@ class CompletionJob final : public GenerationJob {
   CompletionJob(ServingContext& ctx, std::shared_ptr<http::Reply> reply, const CompletionRequest& req)
       : GenerationJob(ctx, std::move(reply), make_request_id("cmpl-"), req),
         echo_(req.echo),
-        want_logprobs_(req.params.logprobs.has_value()) {}
+        score_only_(req.score_prompt_only),
+        num_prompt_top_(req.prompt_logprobs_asked ? req.params.prompt_logprobs.value_or(-1) : -1),
+        want_logprobs_(req.params.logprobs.has_value()) {
+    if (score_only_) count_output_tokens_ = false;
+  }
 
  protected:
   const char* object_name() const override { return "text_completion"; }
   const char* chunk_object_name() const override { return "text_completion"; }
 
   Json chunk_choice(int index, Choice& c, const RequestOutput& d) override {
+    if (score_only_) {
+      // Only the prompt goes out, once, when the request ends; the sampled token is dropped.
+      if (!d.finished) return Json();
+      Json lp;
+      if (want_logprobs_) {
+        add_prompt_logprobs(c.stream_logprobs, c);
+        lp = c.stream_logprobs.take();
+      }
+      Json o = make_choice(index, subs_[c.sub].prompt_text, std::move(lp), Json("length"), Json());
+      add_prompt_logprobs_field(o, c);
+      return o;
+    }
     std::string text;
     if (!c.sent_first && echo_) {
       // Prompt logprobs may arrive over several prefill steps: echo once generation starts.
@@ -32,11 +48,24 @@ class CompletionJob final : public GenerationJob {
       if (!c.stream_logprobs.empty()) lp = c.stream_logprobs.take();
     }
     if (text.empty() && lp.is_null() && !d.finished) return Json();
-    return make_choice(index, std::move(text), std::move(lp), d.finished ? Json(c.finish_reason) : Json(),
-                       d.finished ? c.stop_reason : Json());
+    Json o = make_choice(index, std::move(text), std::move(lp), d.finished ? Json(c.finish_reason) : Json(),
+                         d.finished ? c.stop_reason : Json());
+    if (!c.sent_first) add_prompt_logprobs_field(o, c);
+    return o;
   }
 
   Json final_choice(int index, Choice& c) override {
+    if (score_only_) {
+      Json lp;
+      if (want_logprobs_) {
+        CompletionLogprobs b;
+        add_prompt_logprobs(b, c);
+        lp = b.take();
+      }
+      Json o = make_choice(index, subs_[c.sub].prompt_text, std::move(lp), Json("length"), Json());
+      add_prompt_logprobs_field(o, c);
+      return o;
+    }
     std::string text = echo_ ? subs_[c.sub].prompt_text + c.text : c.text;
     Json lp;
     if (want_logprobs_) {
@@ -45,10 +74,18 @@ class CompletionJob final : public GenerationJob {
       for (const PositionLogprobs& p : c.logprobs) b.add(tok_, p);
       lp = b.take();
     }
-    return make_choice(index, std::move(text), std::move(lp), Json(c.finish_reason), c.stop_reason);
+    Json o = make_choice(index, std::move(text), std::move(lp), Json(c.finish_reason), c.stop_reason);
+    add_prompt_logprobs_field(o, c);
+    return o;
   }
 
  private:
+  // vLLM sends prompt_logprobs with a choice's first content (streaming) or in its final object.
+  void add_prompt_logprobs_field(Json& choice, const Choice& c) const {
+    if (num_prompt_top_ < 0) return;
+    choice.set("prompt_logprobs", prompt_logprobs_json(tok_, c.prompt_logprobs, num_prompt_top_));
+  }
+
   static Json make_choice(int index, std::string text, Json logprobs, Json finish_reason, Json stop_reason) {
     Json o = Json::object();
     o.set("index", index);
@@ -69,6 +106,8 @@ class CompletionJob final : public GenerationJob {
   }
 
   bool echo_;
+  bool score_only_;
+  int num_prompt_top_;  // -1: prompt_logprobs not asked
   bool want_logprobs_;
 };
 

@@ -103,7 +103,7 @@ void GenerationJob::handle_delta(size_t sub, RequestOutput& d) {
       ctx_.release_waiting(1);
     }
   }
-  c.num_output_tokens = std::max(c.num_output_tokens, d.num_output_tokens);
+  if (count_output_tokens_) c.num_output_tokens = std::max(c.num_output_tokens, d.num_output_tokens);
   c.prompt_logprobs.insert(c.prompt_logprobs.end(), d.prompt_logprobs.begin(), d.prompt_logprobs.end());
   if (d.finished) {
     if (d.finish_reason == "error") {

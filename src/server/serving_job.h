@@ -82,6 +82,7 @@ class GenerationJob : public PumpTask {
   bool include_usage_;
   bool continuous_usage_;
   AddRequestOptions add_options_;
+  bool count_output_tokens_ = true;  // false: usage reports no completion tokens (prompt scoring)
   int n_ = 1;
   std::vector<Sub> subs_;
   std::vector<Choice> choices_;
