@@ -7,7 +7,8 @@ namespace kvasir {
 void add_engine_flags(std::set<std::string>& v, std::set<std::string>& b) {
   for (const char* f : {"model", "device", "threads", "max-num-seqs", "max-num-batched-tokens", "block-size",
                         "kv-cache-memory", "max-model-len", "seed", "max-logprobs", "scheduling-policy",
-                        "long-prefill-token-threshold", "load-format", "gpu-memory-utilization", "kv-cache-dtype"}) {
+                        "long-prefill-token-threshold", "load-format", "gpu-memory-utilization", "kv-cache-dtype",
+                        "tokenizer"}) {
     v.insert(f);
   }
   for (const char* f : {"enable-prefix-caching", "exact-matmul", "enforce-eager", "disable-async-output-proc",
@@ -18,6 +19,8 @@ void add_engine_flags(std::set<std::string>& v, std::set<std::string>& b) {
 
 std::string engine_flags_help() {
   return "  --model PATH                 .gguf file or HF directory (default: SmolLM2-135M-Instruct Q4_1)\n"
+         "  --tokenizer PATH             tokenizer from another .gguf / HF directory (e.g. a real\n"
+         "                               vocabulary for --load-format dummy; default: the model's)\n"
          "  --device auto|cpu|cuda       (default auto)\n"
          "  --threads N                  CPU threads (default: all cores)\n"
          "  --max-num-seqs N             (default 256)\n"
@@ -78,6 +81,7 @@ StatusOr<EngineArgs> engine_args_from(const Args& a) {
   e.kv_cache_dtype = a.get("kv-cache-dtype", "auto");
   e.scheduling_policy = a.get("scheduling-policy", "fcfs");
   e.load_format = a.get("load-format", "auto");
+  e.tokenizer = a.get("tokenizer");
   e.enforce_eager = a.get_bool("enforce-eager", false);
   e.disable_async_output_proc = a.get_bool("disable-async-output-proc", false);
   e.async_scheduling = a.get_bool("async-scheduling", false);

@@ -13,6 +13,7 @@ namespace kvasir {
 
 struct EngineArgs {
   std::string model;                 // path to .gguf or HF directory; empty = default model
+  std::string tokenizer;             // vLLM's --tokenizer: another .gguf / HF dir; empty = the model's
   std::string device = "auto";
   int num_threads = 0;               // CPU threads; 0 = all cores
   int max_num_seqs = 256;

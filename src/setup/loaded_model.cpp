@@ -180,6 +180,7 @@ LoadOptions LoadOptions::from(const EngineArgs& args) {
   lo.num_threads = args.num_threads;
   lo.exact_matmul = args.exact_matmul;
   lo.load_format = args.load_format;
+  lo.tokenizer = args.tokenizer;
   lo.enforce_eager = args.enforce_eager;
   lo.kv_cache_dtype = args.kv_cache_dtype;
   lo.model.max_num_tokens = args.max_num_batched_tokens;
@@ -234,6 +235,18 @@ StatusOr<std::unique_ptr<LoadedModel>> load_model(const std::string& path, const
     KVASIR_ASSIGN_OR_RETURN(m, load_dummy_config(path));
   } else {
     KVASIR_ASSIGN_OR_RETURN(m, load_tokenizer_and_config(path));
+  }
+  if (!opts.tokenizer.empty()) {
+    KVASIR_ASSIGN_OR_RETURN(auto other, load_tokenizer_only(opts.tokenizer));
+    if (other->tokenizer->vocab_size() > static_cast<size_t>(m->config.vocab_size)) {
+      return invalid_argument("--tokenizer " + opts.tokenizer + " has " + std::to_string(other->tokenizer->vocab_size()) +
+                              " tokens, more than the model's vocabulary of " + std::to_string(m->config.vocab_size));
+    }
+    m->tokenizer = std::move(other->tokenizer);
+    // End-of-sequence ids the new vocabulary cannot produce (a placeholder config's) give way to its own.
+    bool eos_in_vocab = !m->eos_token_ids.empty();
+    for (int32_t id : m->eos_token_ids) eos_in_vocab = eos_in_vocab && static_cast<size_t>(id) < m->tokenizer->vocab_size();
+    if (!eos_in_vocab) m->eos_token_ids = other->eos_token_ids;
   }
   KVASIR_ASSIGN_OR_RETURN(m->backend, make_backend(opts));
   if (dummy) {

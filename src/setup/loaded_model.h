@@ -24,6 +24,9 @@ struct LoadOptions {
   int num_threads = 0;          // CPU threads; 0 = all
   bool exact_matmul = false;    // CPU: float32 activations in quantized matmuls (accuracy tests)
   std::string load_format = "auto";  // auto | dummy (random weights from a config.json)
+  // Tokenizer from another file (its vocabulary must fit the model's); empty: the model's own.
+  // With dummy weights it replaces the placeholder vocabulary, so text and grammars are real.
+  std::string tokenizer;
   bool enforce_eager = false;   // CUDA: no graphs
   std::string kv_cache_dtype = "auto";  // EngineArgs::kv_cache_dtype
   ModelOptions model;           // workspace sizes
