@@ -53,4 +53,4 @@ def test_create_with_completion_returns_the_raw_response(server):
         model=MODEL_NAME, response_model=User, messages=MESSAGES, max_tokens=200, temperature=0, max_retries=0)
     assert isinstance(user, User)
     assert completion.choices[0].finish_reason == "stop"
-    assert User.model_validate_json(completion.choices[0].message.content) == user
+    assert User.model_validate_json(completion.choices[0].message.content).model_dump() == user.model_dump()

@@ -21,8 +21,9 @@ class Movie(BaseModel):
 
 def chat_model(server, **kw):
     kw.setdefault("use_responses_api", False)
+    kw.setdefault("max_tokens", 200)
     return langchain_openai.ChatOpenAI(base_url=server.base + "/v1", api_key="unused", model=MODEL_NAME,
-                                       temperature=0, max_tokens=200, max_retries=0, timeout=300, **kw)
+                                       temperature=0, max_retries=0, timeout=300, **kw)
 
 
 PROMPT = "Tell me about a famous movie."
