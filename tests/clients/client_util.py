@@ -19,6 +19,7 @@ Server = _server_conftest.Server
 MODEL = _server_conftest.MODEL
 MODEL_NAME = _server_conftest.MODEL_NAME
 assert_error_envelope = _server_conftest.assert_error_envelope
+kvasir_bin = _server_conftest.kvasir_bin
 
 # shared/ sits beside the checkout, or where $KVASIR_SHARED_TESTDATA says (scripts/test.sh sets it).
 SHARED = os.environ.get("KVASIR_SHARED_TESTDATA") or os.path.join(REPO, "..", "shared", "testdata")

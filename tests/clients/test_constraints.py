@@ -131,7 +131,8 @@ def test_grammar_constrains_generation(http, name):
                 json.loads(out)
         else:
             assert finish == "length"
-            assert grammar.is_prefix(out), (name, out)
+            # A cut inside a multi-byte character may end in U+FFFD: the bytes so far, not a char.
+            assert grammar.is_prefix(out.rstrip("\ufffd")), (name, out)
 
 
 def test_grammar_on_chat_endpoint(http):
