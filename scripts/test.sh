@@ -30,8 +30,9 @@ fi
 # serve`: structured outputs, tool calling, the Responses API, prompt scoring, and the
 # structured-output acceptance (JSON-Schema-Test-Suite subset, regex, choice, every GBNF grammar).
 # The full schema sweep is scripts/structured_output_sweep.sh (not run here).
+# Each request is bounded (180 s), and the whole stage too.
 if [ -d tests/clients ]; then
-  KVASIR_BIN="$root/build/tools/kvasir" python3 -m pytest -q tests/clients
+  KVASIR_BIN="$root/build/tools/kvasir" timeout -k 30 2400 python3 -m pytest -q tests/clients
 fi
 
 # Sanitizer stage (scripts/sanitize.sh): an ASan+UBSan build running the unit tests, the engine

@@ -28,6 +28,8 @@ CHAT_TEMPLATES = os.environ.get("KVASIR_CHAT_TEMPLATES") or os.path.join(SHARED,
 TOOL_TEMPLATE = os.path.join(CHAT_TEMPLATES, "Qwen-Qwen2.5-7B-Instruct.jinja")
 
 # The tool template's system prompt plus a few tool schemas is ~400 tokens; leave room to answer.
+# One request's bound: a hung server fails a test in minutes, not hours.
+REQUEST_TIMEOUT_S = 180
 COMMON_ARGS = ("--max-model-len", "4096", "--kv-cache-memory", "512MiB", "--max-num-seqs", "64")
 
 
@@ -51,7 +53,7 @@ def tool_server_args(parser="hermes"):
 def openai_client(server, async_=False):
     import openai
     cls = openai.AsyncOpenAI if async_ else openai.OpenAI
-    return cls(base_url=server.base + "/v1", api_key="unused", max_retries=0, timeout=300)
+    return cls(base_url=server.base + "/v1", api_key="unused", max_retries=0, timeout=REQUEST_TIMEOUT_S)
 
 
 # ---------------------------------------------------------------- tools

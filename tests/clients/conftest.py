@@ -16,7 +16,7 @@ import os
 import httpx
 import pytest
 
-from client_util import openai_client, start_server, tool_server_args
+from client_util import REQUEST_TIMEOUT_S, openai_client, start_server, tool_server_args
 
 
 def pytest_configure(config):
@@ -63,13 +63,13 @@ def tool_client(tool_server):
 
 @pytest.fixture(scope="session")
 def http(server):
-    with httpx.Client(base_url=server.base, timeout=300) as c:
+    with httpx.Client(base_url=server.base, timeout=REQUEST_TIMEOUT_S) as c:
         yield c
 
 
 @pytest.fixture(scope="session")
 def tool_http(tool_server):
-    with httpx.Client(base_url=tool_server.base, timeout=300) as c:
+    with httpx.Client(base_url=tool_server.base, timeout=REQUEST_TIMEOUT_S) as c:
         yield c
 
 

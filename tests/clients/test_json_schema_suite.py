@@ -4,14 +4,20 @@ validated with `jsonschema`; cut samples never count valid). CI runs schema_swee
 sweep is marked `sweep` and runs with KVASIR_SCHEMA_SWEEP=1 (scripts/structured_output_sweep.sh).
 The summary table is printed at the end of the run and written to $KVASIR_SWEEP_REPORT
 (default build/json_schema_sweep.md)."""
-import os
-
+import httpx
 import pytest
 
 import schema_sweep
 from client_util import MODEL_NAME
 
 RESULTS = []  # read by conftest.pytest_terminal_summary
+
+
+@pytest.fixture(scope="module")
+def sweep_http(server):
+    # n=20 samples of up to 1,024 tokens on 2 CPU cores: longer than one ordinary request.
+    with httpx.Client(base_url=server.base, timeout=900) as c:
+        yield c
 
 try:
     ALL = schema_sweep.load_cases()
@@ -35,14 +41,14 @@ def test_subset_is_complete():
 
 
 @pytest.mark.parametrize("case_id", SUBSET_IDS)
-def test_schema_subset(http, case_id):
-    _run(http, case_id)
+def test_schema_subset(sweep_http, case_id):
+    _run(sweep_http, case_id)
 
 
 @pytest.mark.sweep
 @pytest.mark.parametrize("case_id", [c.id for c in ALL])
-def test_schema_sweep(http, case_id):
-    _run(http, case_id)
+def test_schema_sweep(sweep_http, case_id):
+    _run(sweep_http, case_id)
 
 
 # ---------------------------------------------------------------- the judge itself (no server)

@@ -7,7 +7,7 @@ import jsonschema
 import pytest
 from pydantic import BaseModel, Field
 
-from client_util import MODEL_NAME, WEATHER_PARAMS
+from client_util import MODEL_NAME, REQUEST_TIMEOUT_S, WEATHER_PARAMS
 
 langchain_openai = pytest.importorskip("langchain_openai")
 
@@ -23,7 +23,7 @@ def chat_model(server, **kw):
     kw.setdefault("use_responses_api", False)
     kw.setdefault("max_tokens", 200)
     return langchain_openai.ChatOpenAI(base_url=server.base + "/v1", api_key="unused", model=MODEL_NAME,
-                                       temperature=0, max_retries=0, timeout=300, **kw)
+                                       temperature=0, max_retries=0, timeout=REQUEST_TIMEOUT_S, **kw)
 
 
 PROMPT = "Tell me about a famous movie."
