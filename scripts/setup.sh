@@ -27,4 +27,29 @@ fi
 
 # The sanitizer variants (asan, tsan) are built when a sanitizer build is first configured.
 bash "$root/scripts/fetch_xgrammar.sh" plain
+
+# The real-client suite (tests/clients) drives these clients unchanged; pinned so every machine
+# tests the same client code. instructor 1.17.0 wants jiter < 0.15, and every openai from 3.4 on
+# wants jiter >= 0.16, so openai stays at 3.3.0 (tests/server passes on it too).
+# jsonschema's format-nongpl extra lets the schema sweep assert time, uri and hostname formats
+# (rfc3339-validator is one of its packages, pinned so the check below notices a missing extra).
+client_pkgs=(openai==3.3.0 langchain-openai==1.7.4 instructor==1.17.0 openai-agents==0.24.0
+             "jsonschema[format-nongpl]==4.26.0" rfc3339-validator==0.1.4)
+if ! python3 - "${client_pkgs[@]}" <<'EOF'
+import sys
+from importlib.metadata import PackageNotFoundError, version
+for spec in sys.argv[1:]:
+    name, want = spec.split("==")
+    name = name.split("[")[0]
+    try:
+        if version(name) != want:
+            sys.exit(1)
+    except PackageNotFoundError:
+        sys.exit(1)
+EOF
+then
+  python3 -m pip install -q "${client_pkgs[@]}" 2>/dev/null ||
+    python3 -m pip install -q --break-system-packages "${client_pkgs[@]}"
+fi
+
 bash "$root/scripts/fetch_models.sh"

@@ -26,6 +26,14 @@ ctest --test-dir build --output-on-failure -j1 --timeout 1800 -LE model-full
 if [ -d tests/server ]; then
   KVASIR_BIN="$root/build/tools/kvasir" python3 -m pytest -q tests/server
 fi
+# Real clients unchanged (openai, langchain-openai, instructor, openai-agents) against `kvasir
+# serve`: structured outputs, tool calling, the Responses API, prompt scoring, and the
+# structured-output acceptance (JSON-Schema-Test-Suite subset, regex, choice, every GBNF grammar).
+# The full schema sweep is scripts/structured_output_sweep.sh (not run here).
+# Each request is bounded (180 s), and the whole stage too.
+if [ -d tests/clients ]; then
+  KVASIR_BIN="$root/build/tools/kvasir" timeout -k 30 2400 python3 -m pytest -q tests/clients
+fi
 
 # Sanitizer stage (scripts/sanitize.sh): an ASan+UBSan build running the unit tests, the engine
 # end to end on the real model and a bounded server-suite subset; a ThreadSanitizer build running

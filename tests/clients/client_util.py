@@ -1,0 +1,124 @@
+"""What the real-client tests share: the `kvasir serve` wrapper from tests/server/conftest.py, the
+paths to the shared test data, the tool definitions and small validation helpers. Imported by
+conftest.py and by the test modules (pytest puts this folder on sys.path)."""
+import importlib.util
+import json
+import os
+
+import jsonschema
+import pytest
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+REPO = os.path.abspath(os.path.join(HERE, "..", ".."))
+
+_spec = importlib.util.spec_from_file_location("kvasir_server_conftest",
+                                               os.path.join(REPO, "tests", "server", "conftest.py"))
+_server_conftest = importlib.util.module_from_spec(_spec)
+_spec.loader.exec_module(_server_conftest)
+Server = _server_conftest.Server
+MODEL = _server_conftest.MODEL
+MODEL_NAME = _server_conftest.MODEL_NAME
+assert_error_envelope = _server_conftest.assert_error_envelope
+kvasir_bin = _server_conftest.kvasir_bin
+
+# shared/ sits beside the checkout, or where $KVASIR_SHARED_TESTDATA says (scripts/test.sh sets it).
+SHARED = os.environ.get("KVASIR_SHARED_TESTDATA") or os.path.join(REPO, "..", "shared", "testdata")
+CHAT_TEMPLATES = os.environ.get("KVASIR_CHAT_TEMPLATES") or os.path.join(SHARED, "chat_templates")
+# Qwen2.5's template (Apache-2.0) renders `tools` and asks for Hermes-style <tool_call> JSON blocks.
+TOOL_TEMPLATE = os.path.join(CHAT_TEMPLATES, "Qwen-Qwen2.5-7B-Instruct.jinja")
+
+# The tool template's system prompt plus a few tool schemas is ~400 tokens; leave room to answer.
+# One request's bound: a hung server fails a test in minutes, not hours.
+REQUEST_TIMEOUT_S = 180
+COMMON_ARGS = ("--max-model-len", "4096", "--kv-cache-memory", "512MiB", "--max-num-seqs", "64")
+
+
+def shared_path(*parts):
+    path = os.path.join(SHARED, *parts)
+    if not os.path.exists(path):
+        pytest.skip(f"{path} not present (set KVASIR_SHARED_TESTDATA)")
+    return path
+
+
+def start_server(*extra):
+    return Server(*COMMON_ARGS, *extra)
+
+
+def tool_server_args(parser="hermes"):
+    if not os.path.exists(TOOL_TEMPLATE):
+        pytest.skip(f"{TOOL_TEMPLATE} not present (set KVASIR_SHARED_TESTDATA)")
+    return ("--chat-template", TOOL_TEMPLATE, "--enable-auto-tool-choice", "--tool-call-parser", parser)
+
+
+def openai_client(server, async_=False):
+    import openai
+    cls = openai.AsyncOpenAI if async_ else openai.OpenAI
+    return cls(base_url=server.base + "/v1", api_key="unused", max_retries=0, timeout=REQUEST_TIMEOUT_S)
+
+
+# ---------------------------------------------------------------- tools
+
+WEATHER_PARAMS = {
+    "type": "object",
+    "properties": {
+        "city": {"type": "string", "description": "The city name, e.g. Paris"},
+        "unit": {"type": "string", "enum": ["celsius", "fahrenheit"]},
+    },
+    "required": ["city"],
+}
+TIME_PARAMS = {
+    "type": "object",
+    "properties": {"timezone": {"type": "string", "description": "An IANA time zone, e.g. Europe/Paris"}},
+    "required": ["timezone"],
+}
+TOOLS = [
+    {"type": "function", "function": {"name": "get_weather", "description": "Get the current weather in a city.",
+                                      "parameters": WEATHER_PARAMS}},
+    {"type": "function", "function": {"name": "get_time", "description": "Get the current time in a time zone.",
+                                      "parameters": TIME_PARAMS}},
+]
+TOOL_PARAMS = {t["function"]["name"]: t["function"]["parameters"] for t in TOOLS}
+WEATHER_MESSAGES = [
+    {"role": "system", "content": "You are a helpful assistant. Use the tools when they help."},
+    {"role": "user", "content": "What is the weather in Paris?"},
+]
+
+
+def check_tool_call(name, arguments, params=None):
+    """A tool call names a declared tool and its arguments are a JSON object valid for its schema.
+    Returns the parsed arguments."""
+    params = params or TOOL_PARAMS
+    assert name in params, f"unknown tool {name!r}"
+    assert isinstance(arguments, str), arguments
+    args = json.loads(arguments)
+    assert isinstance(args, dict), arguments
+    jsonschema.validate(args, params[name])
+    return args
+
+
+def reassemble_tool_calls(chunks):
+    """OpenAI's streamed tool calls, put together by index: the first delta of a call carries its
+    id, type and function name; later ones append to function.arguments. Returns
+    ({index: {"id", "type", "name", "arguments"}}, content text, finish_reason)."""
+    calls, content, finish = {}, "", None
+    for chunk in chunks:
+        if not chunk.choices:
+            continue
+        choice = chunk.choices[0]
+        delta = choice.delta
+        if delta.content:
+            content += delta.content
+        for tc in delta.tool_calls or []:
+            call = calls.setdefault(tc.index, {"id": None, "type": None, "name": "", "arguments": ""})
+            if tc.id:
+                assert call["id"] is None, "a tool call id is sent once, on its first delta"
+                call["id"] = tc.id
+            if tc.type:
+                call["type"] = tc.type
+            if tc.function and tc.function.name:
+                call["name"] += tc.function.name
+            if tc.function and tc.function.arguments:
+                call["arguments"] += tc.function.arguments
+        if choice.finish_reason:
+            finish = choice.finish_reason
+    return calls, content, finish
