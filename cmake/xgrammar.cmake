@@ -1,6 +1,7 @@
 # XGrammar (Apache-2.0), the grammar engine under src/structured/: never committed, built from its
 # pinned PyPI sdist by scripts/fetch_xgrammar.sh into a cache outside the repository
-# (KVASIR_XGRAMMAR_DIR, default ~/.cache/kvasir/xgrammar-0.2.9), one static library per variant:
+# (KVASIR_XGRAMMAR_DIR, default ~/.cache/kvasir/xgrammar-0.2.9) with scripts/xgrammar-patches/
+# applied, one static library per variant:
 # the sanitizer and fuzz builds link an instrumented one (asan, tsan), the others plain.
 # Configuring runs the script, which returns at once when the variant is already built, so a fresh
 # build directory (or CI clone with a warm cache) needs nothing else. Defines the imported target
@@ -20,7 +21,8 @@ else()
 endif()
 
 set(kvasir_xgrammar_script ${PROJECT_SOURCE_DIR}/scripts/fetch_xgrammar.sh)
-set_property(DIRECTORY APPEND PROPERTY CMAKE_CONFIGURE_DEPENDS ${kvasir_xgrammar_script})
+file(GLOB kvasir_xgrammar_patches ${PROJECT_SOURCE_DIR}/scripts/xgrammar-patches/*.patch)
+set_property(DIRECTORY APPEND PROPERTY CMAKE_CONFIGURE_DEPENDS ${kvasir_xgrammar_script} ${kvasir_xgrammar_patches})
 execute_process(
   COMMAND ${CMAKE_COMMAND} -E env KVASIR_XGRAMMAR_DIR=${KVASIR_XGRAMMAR_DIR}
           bash ${kvasir_xgrammar_script} ${kvasir_xgrammar_variant}

@@ -10,7 +10,8 @@
 #          (so the fuzz targets see XGrammar's parsers and ASan checks its memory accesses)
 #   tsan   clang, ThreadSanitizer: what -DKVASIR_TSAN=ON links (uninstrumented code hides the
 #          happens-before edges of its atomics and futures from TSan: false reports)
-# Kvasir's CMake (cmake/xgrammar.cmake) runs this at configure time for the variant it needs;
+# scripts/xgrammar-patches/*.patch are applied to the unpacked sdist (fixes that keep generated
+# JSON valid; each patch says why). Kvasir's CMake (cmake/xgrammar.cmake) runs this at configure time for the variant it needs;
 # scripts/setup.sh runs it for plain. Idempotent: a variant whose stamp (flags, compiler) matches
 # is not rebuilt, and the sdist is downloaded once. Concurrent runs serialize on a lock file.
 set -euo pipefail
@@ -19,6 +20,8 @@ version=0.2.9
 url="https://files.pythonhosted.org/packages/3a/2f/5bf8e8fa6619cff534932f79b0abc81a417d354bc5093252c1a6081d0a93/xgrammar-${version}.tar.gz"
 sha=87b466bca2475e29bb0323abc62c6c33cbcbcff47e5fb800a3e2099ac9620b90
 dir="${KVASIR_XGRAMMAR_DIR:-$HOME/.cache/kvasir/xgrammar-$version}"
+patches_dir="$(cd "$(dirname "$0")" && pwd)/xgrammar-patches"
+patches_sha=$(cat "$patches_dir"/*.patch 2>/dev/null | sha256sum | cut -d' ' -f1)
 jobs="${KVASIR_JOBS:-2}"
 
 [ $# -gt 0 ] || set -- plain
@@ -34,7 +37,7 @@ exec 9>"$dir/.lock"
 flock 9
 
 fetch_source() {
-  [ -f "$dir/src/.kvasir-unpacked" ] && return 0
+  [ "$(cat "$dir/src/.kvasir-unpacked" 2>/dev/null)" = "$patches_sha" ] && return 0
   local tarball="$dir/xgrammar-$version.tar.gz" got
   if [ ! -f "$tarball" ] || [ "$(sha256sum "$tarball" | cut -d' ' -f1)" != "$sha" ]; then
     echo "fetch_xgrammar: downloading xgrammar $version sdist" >&2
@@ -51,7 +54,13 @@ fetch_source() {
   rm -rf "$dir/src" "$dir/src.tmp"
   mkdir -p "$dir/src.tmp"
   tar -xzf "$tarball" -C "$dir/src.tmp" --strip-components=1
-  touch "$dir/src.tmp/.kvasir-unpacked"
+  local p
+  for p in "$patches_dir"/*.patch; do
+    [ -f "$p" ] || continue
+    patch -d "$dir/src.tmp" -p1 --forward --batch --quiet <"$p" ||
+      { echo "fetch_xgrammar: $(basename "$p") does not apply" >&2; exit 1; }
+  done
+  echo "$patches_sha" >"$dir/src.tmp/.kvasir-unpacked"
   mv "$dir/src.tmp" "$dir/src"
 }
 
@@ -76,7 +85,7 @@ build_variant() {
   local v=$1 b="$dir/build-$1" cxx flags stamp launcher=()
   cxx=$(compiler_for "$v")
   flags=$(flags_for "$v")
-  stamp="xgrammar $version | $v | $(command -v "$cxx") $("$cxx" --version | head -n 1) | $flags"
+  stamp="xgrammar $version | patches $patches_sha | $v | $(command -v "$cxx") $("$cxx" --version | head -n 1) | $flags"
   if [ -f "$b/libxgrammar.a" ] && [ "$(cat "$b/.kvasir-stamp" 2>/dev/null)" = "$stamp" ]; then
     return 0
   fi

@@ -1,0 +1,178 @@
+// No widening, measured on JSON-Schema-Test-Suite (shared/testdata/json_schema, draft 2020-12 and
+// the optional format tests): for every test group whose schema compiles, the grammar must reject
+// the JSON text of every instance the suite marks invalid. Rejecting a valid instance is a
+// narrowing (XGrammar fixes property order, full-matches patterns, writes integers without a
+// fraction...), which is allowed and only counted; the summary printed per file is the data behind
+// docs/STRUCTURED_OUTPUTS.md. Most of the suite's schemas have no "type" (then their keywords only
+// constrain one kind of value, which XGrammar cannot express), so each such group also runs as a
+// typed variant: the schema plus the "type" its keywords are about, where an instance of another
+// type is invalid and one of that type keeps the suite's verdict.
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <cmath>
+#include <cstdlib>
+#include <filesystem>
+#include <map>
+
+#include "common/json.h"
+#include "structured/structured_test_util.h"
+
+namespace kvasir::structured {
+namespace {
+
+using testing::make_compiler;
+using testing::shared_testdata;
+using testing::slurp;
+using testing::tiny_tokenizer;
+
+bool all_finite(const Json& v) {
+  if (v.type() == Json::Type::kDouble) return std::isfinite(v.as_double());
+  if (v.is_array()) {
+    for (const Json& e : v.as_array()) {
+      if (!all_finite(e)) return false;
+    }
+  }
+  if (v.is_object()) {
+    for (const auto& [k, e] : v.as_object()) {
+      if (!all_finite(e)) return false;
+    }
+  }
+  return true;
+}
+
+// "string", "number", "array" or "object" when every assertion keyword of a schema without a
+// type constrains that one kind of value; "" otherwise.
+std::string implied_type(const Json& schema) {
+  static const std::vector<std::pair<std::string, std::vector<std::string>>> kVocab = {
+      {"string", {"minLength", "maxLength", "pattern", "format"}},
+      {"number", {"minimum", "maximum", "exclusiveMinimum", "exclusiveMaximum", "multipleOf"}},
+      {"array", {"items", "prefixItems", "minItems", "maxItems", "uniqueItems", "contains", "minContains",
+                 "maxContains", "unevaluatedItems"}},
+      {"object", {"properties", "required", "additionalProperties", "patternProperties", "propertyNames",
+                  "minProperties", "maxProperties", "dependentRequired", "dependentSchemas",
+                  "unevaluatedProperties"}},
+  };
+  if (!schema.is_object() || schema.contains("type")) return "";
+  std::string found;
+  for (const auto& [key, value] : schema.as_object()) {
+    for (const auto& [type, keys] : kVocab) {
+      if (std::find(keys.begin(), keys.end(), key) == keys.end()) continue;
+      if (!found.empty() && found != type) return "";
+      found = type;
+    }
+    for (const char* other : {"$ref", "const", "enum", "anyOf", "oneOf", "allOf", "not", "if"}) {
+      if (key == other) return "";
+    }
+  }
+  return found;
+}
+
+bool has_type(const Json& v, const std::string& type) {
+  if (type == "string") return v.is_string();
+  if (type == "number") return v.is_number();
+  if (type == "array") return v.is_array();
+  return v.is_object();
+}
+
+struct FileStats {
+  int groups = 0, compiled = 0, refused = 0, invalid = 0;
+  int valid_accepted = 0, valid_rejected = 0, invalid_rejected = 0, widened = 0;
+};
+
+bool accepts(const CompiledGrammarPtr& g, const std::string& text) {
+  GrammarMatcher m(g);
+  return m.accept_string(text) && m.is_completed();
+}
+
+void run_group(GrammarCompiler& compiler, const std::filesystem::path& path, const Json& group,
+               const Json* schema, const std::string& forced_type, FileStats* st) {
+    const Json* tests = group.find("tests");
+    ASSERT_TRUE(schema != nullptr && tests != nullptr);
+    ++st->groups;
+    StructuredOutputSpec spec;
+    spec.kind = StructuredOutputSpec::Kind::kJsonSchema;
+    spec.text = schema->dump();
+    CompileResult r = compiler.compile(spec);
+    if (!r.ok()) {
+      if (std::getenv("KVASIR_SUITE_VERBOSE") != nullptr) {
+        std::printf("  %s | %s\n    %s\n", path.filename().c_str(), group.get_string("description").c_str(),
+                    r.status().to_string().c_str());
+      }
+      if (r.status().code() == StatusCode::kUnimplemented) {
+        ++st->refused;
+      } else {
+        ++st->invalid;
+      }
+      return;
+    }
+    ++st->compiled;
+    for (const Json& t : tests->as_array()) {
+      const Json& data = *t.find("data");
+      if (!all_finite(data)) continue;
+      bool valid = t.find("valid")->as_bool();
+      if (!forced_type.empty() && !has_type(data, forced_type)) valid = false;
+      bool ok = accepts(*r, data.dump());
+      if (valid) {
+        ++(ok ? st->valid_accepted : st->valid_rejected);
+      } else if (ok) {
+        ++st->widened;
+        ADD_FAILURE() << "widening: " << path.filename() << " group '" << group.get_string("description")
+                      << "' accepts the invalid instance " << data.dump() << " (" << t.get_string("description")
+                      << ")\n  schema: " << spec.text;
+      } else {
+        ++st->invalid_rejected;
+      }
+    }
+}
+
+void run_file(GrammarCompiler& compiler, const std::filesystem::path& path, FileStats* plain, FileStats* typed) {
+  auto doc = parse_json(slurp(path.string()));
+  ASSERT_TRUE(doc.ok()) << path;
+  for (const Json& group : doc->as_array()) {
+    const Json* schema = group.find("schema");
+    run_group(compiler, path, group, schema, "", plain);
+    std::string type = schema == nullptr ? "" : implied_type(*schema);
+    if (type.empty()) continue;
+    Json variant = *schema;
+    variant.set("type", type);
+    run_group(compiler, path, group, &variant, type, typed);
+  }
+}
+
+TEST(JsonSchemaSuite, EveryCompiledSchemaRejectsEveryInvalidInstance) {
+  const std::filesystem::path root = shared_testdata() + "/json_schema/draft2020-12";
+  if (!std::filesystem::exists(root)) GTEST_SKIP() << "shared test data missing: " << root;
+  auto compiler = make_compiler(tiny_tokenizer());
+  ASSERT_NE(compiler, nullptr);
+  std::map<std::string, FileStats> stats;
+  for (const auto& entry : std::filesystem::recursive_directory_iterator(root)) {
+    if (entry.path().extension() != ".json") continue;
+    std::string name = std::filesystem::relative(entry.path(), root).string();
+    run_file(*compiler, entry.path(), &stats[name], &stats[name + " (typed)"]);
+  }
+  ASSERT_GT(stats.size(), 20u);
+  FileStats total;
+  std::printf("%-32s %6s %8s %7s %7s | %9s %9s %9s\n", "file", "groups", "compiled", "refused", "invalid",
+              "valid ok", "narrowed", "invalid x");
+  for (const auto& [name, s] : stats) {
+    if (s.groups == 0) continue;
+    std::printf("%-32s %6d %8d %7d %7d | %9d %9d %9d\n", name.c_str(), s.groups, s.compiled, s.refused,
+                s.invalid, s.valid_accepted, s.valid_rejected, s.invalid_rejected);
+    total.groups += s.groups;
+    total.compiled += s.compiled;
+    total.refused += s.refused;
+    total.invalid += s.invalid;
+    total.valid_accepted += s.valid_accepted;
+    total.valid_rejected += s.valid_rejected;
+    total.invalid_rejected += s.invalid_rejected;
+    total.widened += s.widened;
+  }
+  std::printf("%-32s %6d %8d %7d %7d | %9d %9d %9d\n", "total", total.groups, total.compiled, total.refused,
+              total.invalid, total.valid_accepted, total.valid_rejected, total.invalid_rejected);
+  EXPECT_EQ(total.widened, 0);
+  EXPECT_GT(total.compiled, total.groups / 2);
+}
+
+}  // namespace
+}  // namespace kvasir::structured
