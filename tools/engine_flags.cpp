@@ -8,7 +8,7 @@ void add_engine_flags(std::set<std::string>& v, std::set<std::string>& b) {
   for (const char* f : {"model", "device", "threads", "max-num-seqs", "max-num-batched-tokens", "block-size",
                         "kv-cache-memory", "max-model-len", "seed", "max-logprobs", "scheduling-policy",
                         "long-prefill-token-threshold", "load-format", "gpu-memory-utilization", "kv-cache-dtype",
-                        "tokenizer"}) {
+                        "tokenizer", "structured-outputs-config"}) {
     v.insert(f);
   }
   for (const char* f : {"enable-prefix-caching", "exact-matmul", "enforce-eager", "disable-async-output-proc",
@@ -40,7 +40,10 @@ std::string engine_flags_help() {
          "  --gpu-memory-utilization F   GPU memory share for weights, activations and KV cache (default 0.9)\n"
          "  --enforce-eager              CUDA: launch kernels one by one, no CUDA graphs\n"
          "  --disable-async-output-proc  detokenize in lock step with the forward pass (measures the overlap)\n"
-         "  --async-scheduling           schedule the next step while the current one runs (default off)\n";
+         "  --async-scheduling           schedule the next step while the current one runs (default off)\n"
+         "  --structured-outputs-config JSON\n"
+         "                               {\"backend\": \"xgrammar\"|\"auto\", \"disable_any_whitespace\": bool,\n"
+         "                               \"disable_additional_properties\": bool, \"enable_in_reasoning\": bool}\n";
 }
 
 StatusOr<EngineArgs> engine_args_from(const Args& a) {
@@ -85,6 +88,9 @@ StatusOr<EngineArgs> engine_args_from(const Args& a) {
   e.enforce_eager = a.get_bool("enforce-eager", false);
   e.disable_async_output_proc = a.get_bool("disable-async-output-proc", false);
   e.async_scheduling = a.get_bool("async-scheduling", false);
+  if (a.has("structured-outputs-config")) {
+    KVASIR_ASSIGN_OR_RETURN(e.structured_outputs, parse_structured_outputs_config(a.get("structured-outputs-config")));
+  }
   if (a.has("gpu-memory-utilization")) {
     const std::string u = a.get("gpu-memory-utilization");
     char* end = nullptr;

@@ -41,6 +41,8 @@ StatusOr<std::unique_ptr<LLM>> LLM::create(const EngineArgs& args) {
   eo.max_logprobs = args.max_logprobs;
   eo.async_output_proc = !args.disable_async_output_proc;
   eo.eos_token_ids = llm->model_->eos_token_ids;
+  eo.grammar_json_any_whitespace = !args.structured_outputs.disable_any_whitespace;
+  eo.grammar_in_reasoning = args.structured_outputs.enable_in_reasoning;
 
   RunnerConfig rc;
   rc.block_size = args.block_size;

@@ -2,12 +2,17 @@
 
 #include <chrono>
 
+#include "structured/grammar_compiler.h"
+
 namespace kvasir {
 
 Engine::Engine(const EngineOptions& opts, const Tokenizer& tokenizer, int32_t vocab_size,
                std::unique_ptr<Executor> executor)
-    : opts_(opts), validator_(RequestLimits{vocab_size, opts.scheduler.max_model_len, opts.max_logprobs}) {
-  core_ = std::make_unique<EngineCore>(opts.scheduler, std::move(executor), metrics_, core_outputs_);
+    : opts_(opts),
+      tokenizer_(tokenizer),
+      vocab_size_(vocab_size),
+      validator_(RequestLimits{vocab_size, opts.scheduler.max_model_len, opts.max_logprobs}) {
+  core_ = std::make_unique<EngineCore>(opts.scheduler, std::move(executor), metrics_, core_outputs_, vocab_size);
   processor_ = std::make_unique<OutputProcessor>(tokenizer, *core_, metrics_, core_outputs_);
   if (!opts.async_output_proc) core_->set_after_publish([p = processor_.get()] { p->wait_idle(); });
   processor_->start();
@@ -15,6 +20,22 @@ Engine::Engine(const EngineOptions& opts, const Tokenizer& tokenizer, int32_t vo
 }
 
 Engine::~Engine() { shutdown(); }
+
+structured::GrammarCompilerOptions Engine::grammar_options() const {
+  structured::GrammarCompilerOptions o;
+  o.json_any_whitespace = opts_.grammar_json_any_whitespace;
+  o.json_strict = opts_.grammar_json_strict;
+  return o;
+}
+
+StatusOr<structured::GrammarCompiler*> Engine::grammar_compiler() {
+  std::lock_guard<std::mutex> lock(grammar_mu_);
+  if (!grammar_compiler_) {
+    KVASIR_ASSIGN_OR_RETURN(grammar_compiler_,
+                            structured::GrammarCompiler::create(tokenizer_, vocab_size_, opts_.eos_token_ids, grammar_options()));
+  }
+  return grammar_compiler_.get();
+}
 
 void Engine::shutdown() {
   if (shut_down_.exchange(true)) return;
@@ -43,6 +64,11 @@ StatusOr<std::shared_ptr<RequestStream>> Engine::add_request(const std::string& 
                                                              const AddRequestOptions& options) {
   if (shut_down_ || core_->dead()) return unavailable("engine is not running" + (core_->dead() ? ": " + core_->fault() : std::string()));
   KVASIR_RETURN_IF_ERROR(validator_.check(prompt_token_ids, params));
+  std::shared_ptr<const structured::CompiledGrammar> grammar;
+  if (params.structured_outputs) {
+    KVASIR_ASSIGN_OR_RETURN(structured::GrammarCompiler * compiler, grammar_compiler());
+    KVASIR_ASSIGN_OR_RETURN(grammar, compiler->compile(*params.structured_outputs));
+  }
   const int n = params.n;
   std::vector<std::string> child_ids;
   auto stream = std::make_shared<RequestStream>(request_id, n);
@@ -70,6 +96,8 @@ StatusOr<std::shared_ptr<RequestStream>> Engine::add_request(const std::string& 
     ro.priority = options.priority;
     ro.arrival_time = arrival;
     ro.cache_salt = options.cache_salt;
+    ro.grammar = grammar;
+    if (grammar && !opts_.grammar_in_reasoning) ro.grammar_starts_after = options.grammar_starts_after;
     if (!opts_.eos_token_ids.empty()) ro.eos_token_id = opts_.eos_token_ids[0];
     processor_->add(child_ids[static_cast<size_t>(i)], i, prompt_token_ids, child, stream);
     core_->submit(AddRequestCmd{std::make_unique<Request>(child_ids[static_cast<size_t>(i)], prompt_token_ids, child, ro)});

@@ -16,6 +16,11 @@
 #include "engine/request_validator.h"
 #include "executor/in_process_executor.h"
 
+namespace kvasir::structured {
+class GrammarCompiler;
+struct GrammarCompilerOptions;
+}
+
 namespace kvasir {
 
 struct EngineOptions {
@@ -25,11 +30,20 @@ struct EngineOptions {
   // Detokenize step i while step i+1 runs (vLLM's asynchronous output processing); off only to
   // measure what the overlap buys (--disable-async-output-proc).
   bool async_output_proc = true;
+  // Grammar compilation (--structured-outputs-config): JSON whitespace and open objects.
+  bool grammar_json_any_whitespace = true;
+  // Objects closed and arrays bounded where a schema leaves them open (XGrammar's strict mode,
+  // vLLM's default): narrower than the schema, never wider.
+  bool grammar_json_strict = true;
+  bool grammar_in_reasoning = false;  // constrain reasoning too (the server reads it)
 };
 
 struct AddRequestOptions {
   int priority = 0;
   std::optional<std::string> cache_salt;
+  // With a reasoning parser: params.structured_outputs applies only after these output tokens
+  // (the end of reasoning, e.g. "</think>"); empty = from the first output token.
+  std::vector<int32_t> grammar_starts_after;
 };
 
 class Engine {
@@ -48,7 +62,9 @@ class Engine {
   ~Engine();
 
   // Checks the request with validator() and queues it. Errors are Status (bad input); on
-  // success the stream delivers every delta.
+  // success the stream delivers every delta. params.structured_outputs is compiled here, on the
+  // caller's thread (through the compiler's cache), never on the engine's: a schema, regex or
+  // grammar that does not compile is an invalid_argument / unimplemented naming the problem.
   StatusOr<std::shared_ptr<RequestStream>> add_request(const std::string& request_id,
                                                        std::vector<int32_t> prompt_token_ids,
                                                        const SamplingParams& params,
@@ -66,13 +82,20 @@ class Engine {
   // The request rules this engine enforces; callers that answer before add_request (the server)
   // check with the same one.
   const RequestValidator& validator() const { return validator_; }
+  // The grammar compiler for this engine's tokenizer, made on first use (thread-safe).
+  StatusOr<structured::GrammarCompiler*> grammar_compiler();
 
   // Stops both threads. Unfinished streams end with finish_reason "abort".
   void shutdown();
 
  private:
   EngineOptions opts_;
+  const Tokenizer& tokenizer_;
+  const int32_t vocab_size_;
   RequestValidator validator_;
+  std::mutex grammar_mu_;
+  std::unique_ptr<structured::GrammarCompiler> grammar_compiler_;
+  structured::GrammarCompilerOptions grammar_options() const;
   EngineMetrics metrics_;
   BlockingQueue<EngineCoreOutputs> core_outputs_;
   std::unique_ptr<EngineCore> core_;

@@ -9,8 +9,9 @@
 namespace kvasir {
 
 EngineCore::EngineCore(const SchedulerConfig& config, std::unique_ptr<Executor> executor, EngineMetrics& metrics,
-                       BlockingQueue<EngineCoreOutputs>& outputs)
+                       BlockingQueue<EngineCoreOutputs>& outputs, int32_t vocab_size)
     : scheduler_(config),
+      vocab_size_(vocab_size),
       executor_(wrap_fault_injection_from_env(std::move(executor))),
       async_scheduling_(config.async_scheduling),
       metrics_(metrics),
@@ -30,8 +31,18 @@ void EngineCore::handle(EngineCoreCmd& cmd, EngineCoreOutputs& early) {
   if (auto* add = std::get_if<AddRequestCmd>(&cmd)) {
     std::string id = add->request->req_id();
     const int num_prompt = add->request->num_prompt_tokens();
-    Status s = scheduler_.add_request(std::move(add->request));
+    Status s;
+    if (add->request->grammar()) {
+      if (vocab_size_ <= 0) {
+        s = unimplemented("this engine was built without grammar support");
+      } else {
+        if (!structured_) structured_ = std::make_unique<StructuredOutputManager>(vocab_size_);
+        structured_->add_request(*add->request);
+      }
+    }
+    if (s.ok()) s = scheduler_.add_request(std::move(add->request));
     if (s.ok()) live_.insert(id);
+    if (!s.ok() && structured_) structured_->remove_request(id);
     if (!s.ok()) {
       EngineCoreOutput out;
       out.req_id = id;
@@ -43,6 +54,7 @@ void EngineCore::handle(EngineCoreCmd& cmd, EngineCoreOutputs& early) {
   } else if (auto* fin = std::get_if<FinishRequestCmd>(&cmd)) {
     scheduler_.finish_request(fin->req_id, fin->status);
     live_.erase(fin->req_id);
+    if (structured_) structured_->remove_request(fin->req_id);
   }
 }
 
@@ -87,9 +99,11 @@ void EngineCore::fail_everything(const std::string& message) {
   outputs_.push(std::move(outs));
 }
 
-EngineCore::InFlight EngineCore::submit_step() {
+EngineCore::InFlight EngineCore::submit_step(std::shared_future<void> folded) {
   auto so = std::make_shared<const SchedulerOutput>(scheduler_.schedule());
-  StepFuture result = executor_->execute(so);
+  GrammarBitmaskFuture bitmask;
+  if (structured_ && !so->structured_output_req_ids.empty()) bitmask = structured_->fill_async(*so, std::move(folded));
+  StepFuture result = executor_->execute(so, std::move(bitmask));
   return InFlight{std::move(so), std::move(result)};
 }
 
@@ -103,6 +117,7 @@ bool EngineCore::finish_step(InFlight& step) {
     return false;
   }
   EngineCoreOutputs outs = scheduler_.update_from_output(*step.so, *ro);
+  if (structured_) structured_->accept_outputs(outs);
   ++num_steps_;
   ++metrics_.num_steps;
   publish_stats(outs.stats);
@@ -125,10 +140,17 @@ void EngineCore::loop() {
     const bool idle = !scheduler_.has_unfinished_requests() && !in_flight.so;
     if (!drain_inputs(/*block=*/idle)) break;
     InFlight next;
-    if (scheduler_.has_unfinished_requests()) next = submit_step();
+    // Async: the step in flight is folded after the next is submitted; grammar masks of the next
+    // step wait for that fold (a broken promise, when the fold fails, releases them too).
+    std::promise<void> folded;
+    std::shared_future<void> folded_future;
+    if (in_flight.so) folded_future = folded.get_future().share();
+    if (scheduler_.has_unfinished_requests()) next = submit_step(folded_future);
     if (!async_scheduling_) std::swap(in_flight, next);  // fold the step just submitted
     if (in_flight.so) {
       const bool ok = finish_step(in_flight);
+      // Released even when the fold failed: the next step's fill must not hold its runner.
+      if (folded_future.valid()) folded.set_value();
       in_flight = InFlight{};
       if (!ok) {
         if (next.so) next.result.wait();  // let the executor finish with it before the loop ends

@@ -15,6 +15,7 @@
 
 #include "common/blocking_queue.h"
 #include "engine/metrics.h"
+#include "engine/structured_output_manager.h"
 #include "executor/executor.h"
 #include "sched/scheduler.h"
 
@@ -33,8 +34,9 @@ class EngineCore {
  public:
   // Wraps the executor in the fault decorator when $KVASIR_TEST_FAULT_AFTER_STEPS is set
   // (executor/fault_injecting_executor.h; test-only, never set it in production).
+  // vocab_size: the logits width, for grammar masks (0: requests with a grammar are refused).
   EngineCore(const SchedulerConfig& config, std::unique_ptr<Executor> executor, EngineMetrics& metrics,
-             BlockingQueue<EngineCoreOutputs>& outputs);
+             BlockingQueue<EngineCoreOutputs>& outputs, int32_t vocab_size = 0);
   ~EngineCore();
 
   void start();
@@ -58,7 +60,9 @@ class EngineCore {
     StepFuture result;
   };
   void loop();
-  InFlight submit_step();
+  // `folded`: satisfied once the step before is folded back (async scheduling), so grammar
+  // masks of this step see its tokens; invalid when nothing is pending.
+  InFlight submit_step(std::shared_future<void> folded);
   // Waits for the step and folds it back; false when it failed (the core is then dead).
   bool finish_step(InFlight& step);
   bool drain_inputs(bool block);
@@ -67,6 +71,8 @@ class EngineCore {
   void fail_everything(const std::string& message);
 
   Scheduler scheduler_;
+  const int32_t vocab_size_;
+  std::unique_ptr<StructuredOutputManager> structured_;  // made at the first request with a grammar
   std::unique_ptr<Executor> executor_;
   const bool async_scheduling_;
   EngineMetrics& metrics_;

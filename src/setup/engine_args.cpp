@@ -4,6 +4,8 @@
 #include <cmath>
 #include <cstdlib>
 
+#include "common/json.h"
+
 namespace kvasir {
 
 Status EngineArgs::validate() const {
@@ -25,6 +27,43 @@ Status EngineArgs::validate() const {
     return invalid_argument("--scheduling-policy must be fcfs or priority");
   }
   return Status();
+}
+
+StatusOr<StructuredOutputsConfig> parse_structured_outputs_config(const std::string& text) {
+  auto j = parse_json(text);
+  if (!j.ok() || !j->is_object()) return invalid_argument("--structured-outputs-config must be a JSON object");
+  StructuredOutputsConfig c;
+  for (const auto& [key, v] : j->as_object()) {
+    auto flag = [&](bool* out) -> Status {
+      if (!v.is_bool()) return invalid_argument("--structured-outputs-config: '" + key + "' must be true or false");
+      *out = v.as_bool();
+      return Status();
+    };
+    if (key == "backend") {
+      if (!v.is_string() || (v.as_string() != "xgrammar" && v.as_string() != "auto")) {
+        return invalid_argument("--structured-outputs-config: backend must be \"xgrammar\" or \"auto\" (the one grammar backend here)");
+      }
+    } else if (key == "disable_fallback") {
+      bool unused = false;
+      KVASIR_RETURN_IF_ERROR(flag(&unused));  // no fallback backend exists to disable
+    } else if (key == "disable_any_whitespace") {
+      KVASIR_RETURN_IF_ERROR(flag(&c.disable_any_whitespace));
+    } else if (key == "disable_additional_properties") {
+      bool closed = true;
+      KVASIR_RETURN_IF_ERROR(flag(&closed));
+      if (!closed) {
+        return invalid_argument("--structured-outputs-config: disable_additional_properties false is not supported "
+                                "(objects a schema leaves open are always closed, as in vLLM with XGrammar)");
+      }
+    } else if (key == "enable_in_reasoning") {
+      KVASIR_RETURN_IF_ERROR(flag(&c.enable_in_reasoning));
+    } else {
+      return invalid_argument("--structured-outputs-config: '" + key +
+                              "' is not supported (backend, disable_fallback, disable_any_whitespace, "
+                              "disable_additional_properties, enable_in_reasoning)");
+    }
+  }
+  return c;
 }
 
 StatusOr<std::optional<DType>> parse_kv_cache_dtype(const std::string& name) {

@@ -11,6 +11,16 @@
 
 namespace kvasir {
 
+// vLLM's --structured-outputs-config, a JSON object. One grammar backend exists (XGrammar), so
+// "backend" may only name it ("xgrammar" or "auto").
+struct StructuredOutputsConfig {
+  bool disable_any_whitespace = false;         // JSON without whitespace between tokens
+  // Objects closed where a schema leaves them open: always so here (XGrammar's strict mode, as
+  // in vLLM); accepted for vLLM's flag, refused when false would be asked to widen that.
+  bool enable_in_reasoning = false;            // constrain the reasoning too (default: after it)
+};
+StatusOr<StructuredOutputsConfig> parse_structured_outputs_config(const std::string& json);
+
 struct EngineArgs {
   std::string model;                 // path to .gguf or HF directory; empty = default model
   std::string tokenizer;             // vLLM's --tokenizer: another .gguf / HF dir; empty = the model's
@@ -35,6 +45,7 @@ struct EngineArgs {
   bool enforce_eager = false;          // CUDA: no graphs
   bool disable_async_output_proc = false;  // detokenize in lock step with the engine (for A/B only)
   bool async_scheduling = false;           // schedule step N+1 while step N runs (vLLM's flag)
+  StructuredOutputsConfig structured_outputs;
 
   Status validate() const;
 };

@@ -1,0 +1,73 @@
+// StructuredOutputManager: the engine side of grammar-constrained decoding (vLLM's
+// StructuredOutputManager). Holds one GrammarMatcher per constrained request, advances it with
+// every token the step loop folds back, and fills each step's GrammarBitmask on its own worker
+// thread, so the masks are computed while the step's forward pass runs and never block the loop.
+// Runs on the EngineCore thread except the fill, which touches only the matchers handed to it;
+// the futures order the two (a fill waits for the fold before it, the fold for the step's result,
+// which waits for the fill). Must not touch tensors or the scheduler's state.
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <thread>
+#include <unordered_map>
+#include <vector>
+
+#include "common/blocking_queue.h"
+#include "core/request.h"
+#include "sched/grammar_bitmask.h"
+#include "sched/scheduler_output.h"
+
+namespace kvasir {
+namespace structured {
+class GrammarMatcher;
+}
+
+class StructuredOutputManager {
+ public:
+  // vocab_size: the logits row width the masks cover.
+  explicit StructuredOutputManager(int32_t vocab_size);
+  ~StructuredOutputManager();
+  StructuredOutputManager(const StructuredOutputManager&) = delete;
+  StructuredOutputManager& operator=(const StructuredOutputManager&) = delete;
+
+  // A request entering the core: gets a matcher when it carries a grammar.
+  void add_request(const Request& request);
+  void remove_request(const std::string& req_id);
+  bool empty() const { return entries_.empty(); }
+
+  // Folds a step's new tokens into the matchers; finished requests drop theirs.
+  void accept_outputs(const EngineCoreOutputs& outs);
+
+  // Fills the rows of so.structured_output_req_ids on the worker, once `ready` is satisfied (the
+  // fold of the step before, under async scheduling; invalid = now). Rows of requests whose
+  // grammar has not started yet (still reasoning) are left out.
+  GrammarBitmaskFuture fill_async(const SchedulerOutput& so, std::shared_future<void> ready);
+
+  // Tokens a matcher refused since start (the mask should make this impossible; for tests).
+  int64_t num_rejected_tokens() const { return num_rejected_; }
+
+ private:
+  struct Entry {
+    std::shared_ptr<structured::GrammarMatcher> matcher;
+    std::vector<TokenId> starts_after;  // empty: active from the first output token
+    std::vector<TokenId> tail;          // the last output tokens, while waiting for starts_after
+    bool active = true;
+  };
+  struct Task {
+    std::shared_future<void> ready;
+    std::vector<std::pair<std::string, std::shared_ptr<structured::GrammarMatcher>>> rows;
+    std::promise<std::shared_ptr<const GrammarBitmask>> result;
+  };
+  void loop();
+  static bool ends_with(const std::vector<TokenId>& seq, const std::vector<TokenId>& suffix);
+
+  const int32_t words_per_row_;
+  std::unordered_map<std::string, Entry> entries_;
+  int64_t num_rejected_ = 0;
+  BlockingQueue<Task> tasks_;
+  std::thread worker_;
+};
+
+}  // namespace kvasir
