@@ -1,9 +1,7 @@
-// Tool-call parsers: what vLLM's `--tool-call-parser NAME` does. A parser turns a model's raw
-// output text (hermes <tool_call> blocks, Llama JSON, Mistral [TOOL_CALLS], Python call lists,
-// DeepSeek markers) into OpenAI's `content` + `tool_calls`, either all at once (parse_complete)
-// or while the text streams (feed/finish, giving deltas shaped as OpenAI streams them).
-// Pure text in, plain data out: no engine, tokenizer or server types, no I/O. Malformed model
-// output never fails: what does not parse as a tool call is content.
+// Tool-call parsers (vLLM's `--tool-call-parser NAME`): a model's raw output text -> OpenAI's
+// `content` + `tool_calls`, all at once (parse_complete) or as the text streams (feed/finish,
+// deltas shaped as OpenAI streams them). Pure text in, plain data out: no engine, tokenizer or
+// server types, no I/O; malformed model output never fails, it is content.
 //
 // Streaming contract (per request: one parser object, fed in order, then finish() once):
 //  - text that could still be the start of a tool-call marker is held back until it is decided;
