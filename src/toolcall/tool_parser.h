@@ -16,6 +16,8 @@
 // streams; pythonic calls are converted, Python's json.dumps spacing), so streamed and complete
 // results are byte-identical.
 //
+// When the text breaks a format's syntax before a call of that tool-call section began, the
+// section's text and everything after it (later markers included) are content, in both modes.
 // One divergence is unavoidable: a call whose arguments turn out malformed after they began to
 // stream (or that generation cuts off) cannot be taken back from a stream. The stream then ends
 // that call where the valid text ends and passes the rest through as content (stream_broken()
