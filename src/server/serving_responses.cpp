@@ -73,6 +73,8 @@ class ResponsesJob final : public GenerationJob {
   static const char* status_of(const Choice& c) { return c.finish_reason == "length" ? "incomplete" : "completed"; }
 
   ResponseState state(const char* status, Json output) const {
+    // The item generation stopped in was cut short too (OpenAI marks it so).
+    if (std::string(status) == "incomplete" && output.size() > 0) output.as_array().back().set("status", "incomplete");
     ResponseState s;
     s.id = id_;
     s.created_at = created_;
