@@ -1,0 +1,197 @@
+// mistral: Mistral models mark calls with the [TOOL_CALLS] special token, in three generations:
+//   [TOOL_CALLS] [{"name": "add", "arguments": {"a": 1}}, {...}]      v3 tokenizer (7B v0.3; Nemo
+//                                                                    adds a 9-character "id")
+//   [TOOL_CALLS]add{"a": 1}[TOOL_CALLS]mul{"b": 2}                    v11 (Small 3.1), as text
+//   [TOOL_CALLS]add[ARGS]{"a": 1}, [TOOL_CALLS]add[CALL_ID]x[ARGS]{}   v11+/v13 control tokens
+// Content may precede the first [TOOL_CALLS]. Ids are 9 alphanumerics (mistral_common refuses
+// any other id when the conversation comes back); an id the model wrote is ignored, as in vLLM.
+#include <memory>
+#include <string>
+
+#include "toolcall/json_scanner.h"
+#include "toolcall/parsers.h"
+#include "toolcall/stream_tool_parser.h"
+#include "toolcall/text_match.h"
+
+namespace kvasir::toolcall {
+namespace {
+
+constexpr std::string_view kToolCalls = "[TOOL_CALLS]";
+constexpr std::string_view kArgs = "[ARGS]";
+constexpr std::string_view kCallId = "[CALL_ID]";
+constexpr size_t kMaxNameBytes = 256;
+constexpr size_t kMaxCallIdBytes = 64;
+
+const JsonCallKeys kKeys{{"arguments"}, false, true, {}};
+
+bool is_name_char(char c) {
+  return (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9') || c == '_' || c == '-' ||
+         c == '.';
+}
+
+class MistralToolParser final : public StreamToolParser {
+ public:
+  explicit MistralToolParser(uint64_t seed) : StreamToolParser(ToolCallIdStyle::kMistral, seed) {}
+  const ToolParserInfo& info() const override {
+    static const ToolParserInfo kInfo{"mistral", true, true, false};
+    return kInfo;
+  }
+
+ private:
+  enum class State {
+    kContent, kAfterMarker,                          // [TOOL_CALLS], then '[' or a name
+    kArrayItem, kArrayObject, kArrayAfter,           // the JSON array form
+    kName, kAfterName, kCallId, kArgsStart, kArgs,   // the name{args} forms
+  };
+
+  std::unique_ptr<StreamToolParser> fresh(uint64_t seed) const override {
+    return std::make_unique<MistralToolParser>(seed);
+  }
+
+  void start_args() {
+    begin_call(name_);
+    scanner_.reset();
+    state_ = State::kArgs;
+  }
+
+  void parse() override {
+    while (true) {
+      switch (state_) {
+        case State::kContent: {
+          MarkerFind f = find_marker(rest(), {kToolCalls}, at_eof());
+          emit_content(f.content_end);
+          if (f.which < 0) return;
+          open_section();
+          consume(kToolCalls.size());
+          state_ = State::kAfterMarker;
+          break;
+        }
+        case State::kAfterMarker:
+          skip_spaces();
+          if (rest().empty()) return;
+          if (rest()[0] == '[') {
+            consume(1);
+            state_ = State::kArrayItem;
+          } else if (is_name_char(rest()[0])) {
+            name_.clear();
+            state_ = State::kName;
+          } else {
+            return fail();
+          }
+          break;
+        case State::kArrayItem:
+          skip_spaces();
+          if (rest().empty()) return;
+          if (rest()[0] == '{') {
+            reader_.reset();
+            state_ = State::kArrayObject;
+          } else if (rest()[0] == ']' && section_calls() > 0) {  // after a trailing comma
+            consume(1);
+            close_section();
+            state_ = State::kContent;
+          } else {
+            return fail();
+          }
+          break;
+        case State::kArrayObject: {
+          JsonCallReader::State s = read_call(reader_);
+          if (s == JsonCallReader::State::kError) return fail();
+          if (s == JsonCallReader::State::kMore) return;
+          state_ = State::kArrayAfter;
+          break;
+        }
+        case State::kArrayAfter:
+          skip_spaces();
+          if (rest().empty()) return;
+          if (rest()[0] == ',') {
+            consume(1);
+            state_ = State::kArrayItem;
+          } else if (rest()[0] == ']') {
+            consume(1);
+            close_section();
+            state_ = State::kContent;
+          } else {
+            return fail();
+          }
+          break;
+        case State::kName: {
+          std::string_view in = rest();
+          size_t n = 0;
+          while (n < in.size() && is_name_char(in[n])) ++n;
+          name_.append(in.substr(0, n));
+          consume(n);
+          if (name_.size() > kMaxNameBytes) return fail();
+          if (n == in.size()) return;  // the name may go on
+          state_ = State::kAfterName;
+          break;
+        }
+        case State::kAfterName: {
+          skip_spaces();
+          std::string_view in = rest();
+          if (in.empty()) return;
+          if (in[0] == '{') {
+            start_args();
+            break;
+          }
+          Prefix args = match_prefix(in, kArgs, at_eof());
+          Prefix id = match_prefix(in, kCallId, at_eof());
+          if (args == Prefix::kFull) {
+            consume(kArgs.size());
+            state_ = State::kArgsStart;
+          } else if (id == Prefix::kFull) {
+            consume(kCallId.size());
+            state_ = State::kCallId;
+          } else if (args == Prefix::kPartial || id == Prefix::kPartial) {
+            return;
+          } else {
+            return fail();
+          }
+          break;
+        }
+        case State::kCallId: {
+          MarkerFind f = find_marker(rest(), {kArgs}, at_eof());
+          consume(f.content_end);  // the model's own id: ours replaces it
+          call_id_bytes_ += f.content_end;
+          if (call_id_bytes_ > kMaxCallIdBytes) return fail();
+          if (f.which < 0) return;
+          consume(kArgs.size());
+          state_ = State::kArgsStart;
+          break;
+        }
+        case State::kArgsStart:
+          skip_spaces();
+          if (rest().empty()) return;
+          if (rest()[0] != '{') return fail();
+          start_args();
+          break;
+        case State::kArgs: {
+          size_t n = 0;
+          JsonScanner::State s = scanner_.feed(rest(), &n);
+          call_arguments(rest().substr(0, n));
+          consume(n);
+          if (s == JsonScanner::State::kError) return fail();
+          if (s == JsonScanner::State::kMore) return;
+          end_call();
+          close_section();
+          call_id_bytes_ = 0;
+          state_ = State::kContent;
+          break;
+        }
+      }
+    }
+  }
+
+  State state_ = State::kContent;
+  JsonCallReader reader_{&kKeys};
+  JsonScanner scanner_;
+  std::string name_;
+  size_t call_id_bytes_ = 0;
+};
+
+}  // namespace
+
+std::unique_ptr<ToolParser> make_mistral_tool_parser(uint64_t seed) {
+  return std::make_unique<MistralToolParser>(seed);
+}
+
+}  // namespace kvasir::toolcall

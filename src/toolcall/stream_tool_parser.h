@@ -1,0 +1,80 @@
+// StreamToolParser: the machinery every format shares, so a format file only says how its text is
+// shaped. It buffers input (never showing a parser half a UTF-8 character), keeps the raw text of
+// a tool-call section until its first call begins (so a section that turns out not to be a call
+// goes back to content verbatim), switches to pass-through after a failure, resolves what is left
+// at finish(), and builds parse_complete from the stream (see tool_parser.h for the divergence).
+//
+// A format implements parse(): consume as much of rest() as can be decided now, calling
+// emit_content / open_section / begin_call / call_arguments / end_call / close_section / fail.
+// It returns when it needs more text; at_eof() means no more will come.
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <string_view>
+
+#include "toolcall/delta_builder.h"
+#include "toolcall/json_call_reader.h"
+#include "toolcall/tool_parser.h"
+
+namespace kvasir::toolcall {
+
+class StreamToolParser : public ToolParser {
+ public:
+  StreamDelta feed(std::string_view delta) final;
+  StreamDelta finish() final;
+  size_t num_tool_calls() const final { return out_.num_calls(); }
+  bool stream_broken() const final { return broken_; }
+  ParsedToolCalls parse_complete(std::string_view model_output) final;
+
+ protected:
+  StreamToolParser(ToolCallIdStyle style, uint64_t seed) : out_(style, seed), seeds_(style, seed ^ 0x5EED) {}
+  // A parser of the same format in its initial state.
+  virtual std::unique_ptr<StreamToolParser> fresh(uint64_t seed) const = 0;
+  virtual void parse() = 0;
+
+  std::string_view rest() const { return std::string_view(buf_).substr(pos_, avail_ - pos_); }
+  bool at_eof() const { return eof_; }
+  void consume(size_t n);
+  void skip_spaces();                // consumes leading whitespace of rest()
+  void emit_content(size_t n);       // rest()[0, n) is content (outside any section)
+  void open_section();               // a tool-call section starts at the cursor
+  void close_section();              // it ended (without calls: its text was content after all)
+  void begin_call(std::string_view name);
+  void call_arguments(std::string_view piece) { out_.arguments(piece); }
+  void end_call() { in_call_ = false; }
+  // Applies a JsonCallReader's events (after consume()-ing the bytes it read).
+  void apply(const JsonCallReader::Events& ev);
+  // Feeds rest() to a JsonCallReader positioned in an object and applies what it read. Returns its
+  // state; on kError the caller must fail() and return.
+  JsonCallReader::State read_call(JsonCallReader& reader);
+  // The text stopped making sense. Before the section's first call: the section's text is content.
+  // After it: the stream is broken there. Either way the rest of the output is content; parse()
+  // must return right after.
+  void fail();
+  bool in_section() const { return in_section_; }
+  size_t section_calls() const { return section_calls_; }
+
+ private:
+  void run();
+
+  DeltaBuilder out_;
+  ToolCallIdGenerator seeds_;  // seeds for parse_complete's fresh parsers
+  std::string buf_;
+  size_t pos_ = 0;             // consumed bytes of buf_
+  size_t avail_ = 0;           // bytes of buf_ the parser may see (complete UTF-8 characters)
+  uint64_t offset_ = 0;        // stream offset of buf_[0]
+  bool eof_ = false;
+  bool finished_ = false;
+  bool passthrough_ = false;
+  bool in_section_ = false;
+  bool in_call_ = false;
+  size_t section_calls_ = 0;
+  uint64_t section_offset_ = 0;
+  std::string section_raw_;    // the section's text until its first call begins
+  bool broken_ = false;
+  uint64_t broken_offset_ = 0;  // where the broken section began
+};
+
+}  // namespace kvasir::toolcall
