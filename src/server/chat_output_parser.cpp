@@ -1,16 +1,8 @@
 #include "server/chat_output_parser.h"
 
-#include "server/openai_response.h"
 #include "server/output_parser_adapters.h"
 
 namespace kvasir::server {
-namespace {
-
-// Forced calls get ids in OpenAI's "call_" shape, like the tool parsers' calls.
-constexpr const char* kForcedCallIdPrefix = "call_";
-
-}  // namespace
-
 Status check_output_parser_config(const OutputParserConfig& config) {
   if (config.enable_auto_tool_choice && config.tool_call_parser.empty()) {
     return invalid_argument("--enable-auto-tool-choice requires --tool-call-parser");
@@ -48,10 +40,10 @@ StatusOr<std::unique_ptr<ChatOutputParser>> ChatOutputParser::create(const Outpu
     }
     case ToolChoice::Mode::kNamed:
       p->named_ = tools.choice.name;
-      p->forced_ = std::make_unique<ForcedToolCallStream>(p->named_, kForcedCallIdPrefix);
+      p->forced_ = std::make_unique<ForcedToolCallStream>(p->named_);
       break;
     case ToolChoice::Mode::kRequired:
-      p->forced_ = std::make_unique<ForcedToolCallStream>("", kForcedCallIdPrefix);
+      p->forced_ = std::make_unique<ForcedToolCallStream>("");
       break;
   }
   if (!config.reasoning_parser.empty()) {
@@ -109,10 +101,10 @@ ParsedOutput ChatOutputParser::parse(std::string_view text) {
       break;
     case ToolChoice::Mode::kNamed:
       // The grammar made the whole output the function's arguments (vLLM passes it on as is).
-      out.tool_calls.push_back(ToolCall{make_request_id(kForcedCallIdPrefix), named_, body});
+      out.tool_calls.push_back(ToolCall{make_tool_call_id(), named_, body});
       break;
     case ToolChoice::Mode::kRequired: {
-      auto calls = parse_required_calls(body, kForcedCallIdPrefix);
+      auto calls = parse_required_calls(body);
       if (calls) {
         out.tool_calls = std::move(*calls);
       } else {

@@ -191,7 +191,7 @@ TEST(ChatTools, AssistantToolCallArgumentsReachTemplatesAsObjects) {
 TEST(ForcedToolCalls, RequiredOutputParsesIntoCallsWithRawArguments) {
   const std::string text = R"( [{"name": "get_weather", "parameters": {"city": "Paris"}},
                                 {"parameters": {}, "name": "get_time"}] )";
-  auto calls = parse_required_calls(text, "call_");
+  auto calls = parse_required_calls(text);
   ASSERT_TRUE(calls.has_value());
   ASSERT_EQ(calls->size(), 2u);
   EXPECT_EQ((*calls)[0].name, "get_weather");
@@ -201,15 +201,15 @@ TEST(ForcedToolCalls, RequiredOutputParsesIntoCallsWithRawArguments) {
   EXPECT_EQ((*calls)[0].id.rfind("call_", 0), 0u);
   EXPECT_NE((*calls)[0].id, (*calls)[1].id);
 
-  EXPECT_FALSE(parse_required_calls("Sure! Here you go", "call_").has_value());
-  EXPECT_FALSE(parse_required_calls(R"([{"name": "f", "parameters": {"a": )", "call_").has_value());  // cut off
-  EXPECT_FALSE(parse_required_calls("[]", "call_").has_value());
-  EXPECT_FALSE(parse_required_calls(R"([{"name": "f", "parameters": {"a": tru}}])", "call_").has_value());
+  EXPECT_FALSE(parse_required_calls("Sure! Here you go").has_value());
+  EXPECT_FALSE(parse_required_calls(R"([{"name": "f", "parameters": {"a": )").has_value());  // cut off
+  EXPECT_FALSE(parse_required_calls("[]").has_value());
+  EXPECT_FALSE(parse_required_calls(R"([{"name": "f", "parameters": {"a": tru}}])").has_value());
 }
 
 // Streams `text` in pieces of `step` bytes; returns the reassembled calls.
 std::vector<ToolCall> stream_forced(const std::string& named, const std::string& text, size_t step, std::string* content) {
-  ForcedToolCallStream s(named, "call_");
+  ForcedToolCallStream s(named);
   std::vector<ToolCall> calls;
   for (size_t i = 0; i < text.size(); i += step) {
     for (const ToolCallDelta& d : s.add(std::string_view(text).substr(i, step), content)) {
@@ -226,7 +226,7 @@ std::vector<ToolCall> stream_forced(const std::string& named, const std::string&
 
 TEST(ForcedToolCalls, StreamedArgumentsConcatenateToTheWholeParse) {
   const std::string text = R"([{"name": "get_weather", "parameters": {"city": "Pa\"ris", "days": [1, 2]}}, {"name": "get_time", "parameters": {"tz": 12}}])";
-  auto whole = parse_required_calls(text, "call_");
+  auto whole = parse_required_calls(text);
   ASSERT_TRUE(whole.has_value());
   for (size_t step : {1u, 2u, 7u, 1000u}) {
     std::string content;
@@ -288,6 +288,48 @@ TEST(ChatOutputParser, RequiredOutputThatIsNotCallsStaysContent) {
   EXPECT_TRUE(out.tool_calls.empty());
   EXPECT_EQ(out.content.value_or(""), "I cannot call tools.");
   EXPECT_EQ((*p)->finish_reason("stop"), "stop");
+}
+
+TEST(ChatOutputParser, AutoRunsTheToolParserWholeAndStreamed) {
+  OutputParserConfig c;
+  c.enable_auto_tool_choice = true;
+  c.tool_call_parser = "hermes";
+  ASSERT_TRUE(check_output_parser_config(c).ok());
+  ChatTools tools = chat_tools(tools_body(""));
+  ASSERT_TRUE(output_needs_parsing(c, tools));
+  const std::string text =
+      "Let me check.\n<tool_call>\n{\"name\": \"get_weather\", \"arguments\": {\"city\": \"Paris\"}}\n</tool_call>";
+  auto whole = ChatOutputParser::create(c, tools);
+  ASSERT_TRUE(whole.ok());
+  ParsedOutput out = (*whole)->parse(text);
+  ASSERT_EQ(out.tool_calls.size(), 1u);
+  EXPECT_EQ(out.tool_calls[0].name, "get_weather");
+  EXPECT_EQ(out.tool_calls[0].arguments, R"({"city": "Paris"})");
+  EXPECT_EQ(out.content.value_or(""), "Let me check.");
+  EXPECT_EQ((*whole)->finish_reason("stop"), "tool_calls");
+
+  auto streamed = ChatOutputParser::create(c, tools);
+  ASSERT_TRUE(streamed.ok());
+  std::string content, args, name;
+  for (size_t i = 0; i < text.size(); i += 3) {
+    OutputDelta d = (*streamed)->add(std::string_view(text).substr(i, 3), i + 3 >= text.size());
+    content += d.content;
+    for (const ToolCallDelta& t : d.tool_calls) {
+      if (!t.name.empty()) name = t.name;
+      args += t.arguments;
+    }
+  }
+  EXPECT_EQ(content, "Let me check.");
+  EXPECT_EQ(name, "get_weather");
+  EXPECT_EQ(args, R"({"city": "Paris"})");
+  EXPECT_EQ((*streamed)->finish_reason("stop"), "tool_calls");
+
+  auto plain = ChatOutputParser::create(c, tools);
+  ASSERT_TRUE(plain.ok());
+  ParsedOutput no_calls = (*plain)->parse("Just text.");
+  EXPECT_TRUE(no_calls.tool_calls.empty());
+  EXPECT_EQ(no_calls.content.value_or(""), "Just text.");
+  EXPECT_EQ((*plain)->finish_reason("stop"), "stop");
 }
 
 TEST(ChatOutputParser, ServeFlagsAreCheckedAtStartup) {

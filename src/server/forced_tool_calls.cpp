@@ -3,7 +3,7 @@
 #include <cctype>
 
 #include "common/json.h"
-#include "server/openai_response.h"
+#include "toolcall/tool_call_id.h"
 
 namespace kvasir::server {
 namespace {
@@ -67,31 +67,6 @@ std::string decode_string(std::string_view literal) {
 }
 
 }  // namespace
-
-Json ToolCallDelta::to_json() const {
-  Json fn = Json::object();
-  if (!id.empty()) fn.set("name", name);
-  fn.set("arguments", arguments);
-  Json o = Json::object();
-  o.set("index", index);
-  if (!id.empty()) {
-    o.set("id", id);
-    o.set("type", "function");
-  }
-  o.set("function", std::move(fn));
-  return o;
-}
-
-Json ToolCall::to_json() const {
-  Json fn = Json::object();
-  fn.set("name", name);
-  fn.set("arguments", arguments);
-  Json o = Json::object();
-  o.set("id", id);
-  o.set("type", "function");
-  o.set("function", std::move(fn));
-  return o;
-}
 
 RequiredCallsScan scan_required_calls(std::string_view t) {
   RequiredCallsScan s;
@@ -184,7 +159,12 @@ RequiredCallsScan scan_required_calls(std::string_view t) {
   return s;
 }
 
-std::optional<std::vector<ToolCall>> parse_required_calls(std::string_view text, const std::string& id_prefix) {
+std::string make_tool_call_id() {
+  toolcall::ToolCallIdGenerator ids(toolcall::ToolCallIdStyle::kOpenAI, toolcall::random_seed());
+  return ids.next();
+}
+
+std::optional<std::vector<ToolCall>> parse_required_calls(std::string_view text) {
   RequiredCallsScan s = scan_required_calls(text);
   if (!s.valid || !s.closed || s.calls.empty()) return std::nullopt;
   std::vector<ToolCall> calls;
@@ -196,13 +176,12 @@ std::optional<std::vector<ToolCall>> parse_required_calls(std::string_view text,
       args = std::string(text.substr(c.args_begin, c.args_end - c.args_begin));
       if (!parse_json(args).ok()) return std::nullopt;
     }
-    calls.push_back(ToolCall{make_request_id(id_prefix), c.name, std::move(args)});
+    calls.push_back(ToolCall{make_tool_call_id(), c.name, std::move(args)});
   }
   return calls;
 }
 
-ForcedToolCallStream::ForcedToolCallStream(std::string named_function, std::string id_prefix)
-    : named_(std::move(named_function)), id_prefix_(std::move(id_prefix)) {}
+ForcedToolCallStream::ForcedToolCallStream(std::string named_function) : named_(std::move(named_function)) {}
 
 std::vector<ToolCallDelta> ForcedToolCallStream::add(std::string_view delta, std::string* fallback_content) {
   std::vector<ToolCallDelta> out;
@@ -217,7 +196,7 @@ std::vector<ToolCallDelta> ForcedToolCallStream::add(std::string_view delta, std
     d.index = 0;
     if (announced_.empty()) {
       announced_.push_back(true);
-      ids_.push_back(make_request_id(id_prefix_));
+      ids_.push_back(make_tool_call_id());
       d.id = ids_[0];
       d.name = named_;
     }
@@ -239,7 +218,7 @@ std::vector<ToolCallDelta> ForcedToolCallStream::add(std::string_view delta, std
     if (i == announced_.size()) {
       if (!c.name_done) break;  // calls are announced in order, once named
       announced_.push_back(true);
-      ids_.push_back(make_request_id(id_prefix_));
+      ids_.push_back(make_tool_call_id());
       sent_.push_back(0);
       ToolCallDelta d;
       d.index = static_cast<int>(i);

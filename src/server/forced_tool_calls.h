@@ -11,26 +11,9 @@
 #include <string_view>
 #include <vector>
 
-#include "common/json.h"
+#include "toolcall/tool_parser.h"
 
 namespace kvasir::server {
-
-// One entry of an OpenAI "tool_calls" delta: id and name only on a call's first entry.
-struct ToolCallDelta {
-  int index = 0;
-  std::string id;
-  std::string name;
-  std::string arguments;  // the next piece of the arguments JSON text
-  Json to_json() const;
-};
-
-// A finished tool call; arguments is JSON text.
-struct ToolCall {
-  std::string id;
-  std::string name;
-  std::string arguments;
-  Json to_json() const;
-};
 
 // What a scan of "required" output found so far.
 struct RequiredCallsScan {
@@ -48,9 +31,11 @@ struct RequiredCallsScan {
 };
 RequiredCallsScan scan_required_calls(std::string_view text);
 
-// The whole "required" output as calls (ids from `id_prefix`); nullopt when it is not a complete
-// array of calls with JSON arguments (a grammar-less engine, or a cut-off output).
-std::optional<std::vector<ToolCall>> parse_required_calls(std::string_view text, const std::string& id_prefix);
+// The whole "required" output as calls (ids in OpenAI's "call_" shape, as the tool parsers make
+// them); nullopt when it is not a complete array of calls with JSON arguments (a grammar-less
+// engine, or a cut-off output).
+std::optional<std::vector<ToolCall>> parse_required_calls(std::string_view text);
+std::string make_tool_call_id();
 
 // Streaming side of both forced modes. Feed each text delta; it returns the tool-call deltas
 // that text completes. When "required" output turns out not to be calls at all, the text so far
@@ -58,14 +43,13 @@ std::optional<std::vector<ToolCall>> parse_required_calls(std::string_view text,
 class ForcedToolCallStream {
  public:
   // named: the function every delta belongs to (named mode); empty: "required" mode.
-  ForcedToolCallStream(std::string named_function, std::string id_prefix);
+  explicit ForcedToolCallStream(std::string named_function);
 
   std::vector<ToolCallDelta> add(std::string_view delta, std::string* fallback_content);
   int num_calls() const { return static_cast<int>(announced_.size()); }
 
  private:
   std::string named_;
-  std::string id_prefix_;
   std::string text_;
   std::vector<std::string> ids_;
   std::vector<bool> announced_;
