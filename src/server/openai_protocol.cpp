@@ -307,6 +307,8 @@ StatusOr<Json> normalize_chat_messages_for_template(const Json& messages) {
       }
       msg.set(key, Json(std::move(text)));
     }
+    // vLLM renders a message without content (an assistant turn of tool calls) with content "".
+    if (!msg.contains("content")) msg.set("content", Json(""));
     out.push_back(std::move(msg));
   }
   return out;

@@ -370,12 +370,22 @@ Status parse_responses_request(const Json& body, const SamplingParams& defaults,
   if (const Json* t = body.find("text"); t && !t->is_null()) KVASIR_RETURN_IF_ERROR(parse_text_config(*t, out));
   const Json* tc = body.find("tool_choice");
   e.set("tool_choice", tc && !tc->is_null() ? *tc : Json("auto"));
-  const Json* tools = body.find("tools");
-  e.set("tools", tools && !tools->is_null() ? *tools : Json::array());
+  // The tools as OpenAI echoes them: parameters and strict always present (null when not given).
+  Json tools = Json::array();
+  if (const Json* t = body.find("tools"); t && t->is_array()) {
+    for (const Json& tool : t->as_array()) {
+      Json echoed = tool;
+      for (const char* k : {"parameters", "strict"}) {
+        if (!echoed.contains(k)) echoed.set(k, Json());
+      }
+      tools.push_back(std::move(echoed));
+    }
+  }
+  e.set("tools", std::move(tools));
   e.set("top_logprobs", 0);
   e.set("top_p", static_cast<double>(out->params.top_p));
   e.set("truncation", truncation);
-  e.set("user", present(body, "user") ? *body.find("user") : Json());
+  if (present(body, "user")) e.set("user", *body.find("user"));  // the spec has no null user
   if (const Json* md = body.find("metadata"); md && !md->is_null()) {
     if (!md->is_object()) return invalid_argument("'metadata' must be an object of strings");
     for (const auto& [k, v] : md->as_object()) {
@@ -450,6 +460,7 @@ Json output_items(const ParsedOutput& out) {
 Json response_usage_json(const ResponseUsage& u) {
   Json in = Json::object();
   in.set("cached_tokens", u.cached_tokens);
+  in.set("cache_write_tokens", 0);  // the spec requires it; the prefix cache has no billed writes
   Json outd = Json::object();
   outd.set("reasoning_tokens", u.reasoning_tokens);
   Json o = Json::object();
@@ -479,7 +490,7 @@ Json response_object(const ResponseState& s, const Json& echo) {
   o.set("model", s.model);
   o.set("output", s.output);
   for (const auto& [k, v] : echo.as_object()) o.set(k, v);
-  o.set("usage", s.usage);
+  if (!s.usage.is_null()) o.set("usage", s.usage);  // the spec has no null usage (in progress: absent)
   return o;
 }
 

@@ -63,7 +63,7 @@ struct ResponseUsage {
 Json response_usage_json(const ResponseUsage& u);
 
 // The response object: `echo` (ResponsesRequest::echo) plus id, object, created_at, model,
-// status ("in_progress" | "completed" | "incomplete" | "failed"), output, usage (null while in
+// status ("in_progress" | "completed" | "incomplete" | "failed"), output, usage (absent while in
 // progress), error, incomplete_details (reason max_output_tokens when incomplete).
 struct ResponseState {
   std::string id;
