@@ -15,7 +15,7 @@ void DeltaBuilder::content(std::string_view text) {
     // Text resumes after a call: keep the whitespace between it and earlier text, so the two do not
     // run together; right after a call with nothing before, drop it.
     after_call_ = false;
-    if (any_content_) delta_.content += space_after_call_;
+    if (any_content_) put_content(space_after_call_);
     space_after_call_.clear();
   }
   size_t end = trim_end(text);
@@ -23,8 +23,8 @@ void DeltaBuilder::content(std::string_view text) {
     held_space_.append(text);
     return;
   }
-  delta_.content += held_space_;
-  delta_.content.append(text.substr(0, end));
+  put_content(held_space_);
+  put_content(text.substr(0, end));
   held_space_.assign(text.substr(end));
   any_content_ = true;
 }
@@ -52,8 +52,15 @@ void DeltaBuilder::arguments(std::string_view piece) {
   delta_.tool_calls.back().arguments.append(piece);
 }
 
+void DeltaBuilder::put_content(std::string_view text) {
+  // Text after a call in this delta waits for the next one, so a delta's content always comes
+  // before its tool calls.
+  (delta_.tool_calls.empty() ? delta_.content : deferred_content_).append(text);
+}
+
 void DeltaBuilder::finish() {
-  delta_.content += held_space_;  // empty when the output ended with a call
+  finished_ = true;
+  put_content(held_space_);  // empty when the output ended with a call
   held_space_.clear();
   space_after_call_.clear();
 }
@@ -61,6 +68,12 @@ void DeltaBuilder::finish() {
 StreamDelta DeltaBuilder::take() {
   StreamDelta out = std::move(delta_);
   delta_ = StreamDelta();
+  delta_.content = std::move(deferred_content_);
+  deferred_content_.clear();
+  if (finished_) {  // no next delta: the last one carries it (order then loose, see tool_parser.h)
+    out.content += delta_.content;
+    delta_.content.clear();
+  }
   return out;
 }
 

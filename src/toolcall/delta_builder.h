@@ -2,7 +2,9 @@
 // the rules every format shares: whitespace next to a tool call is not content (trailing
 // whitespace is held until non-space text follows; whitespace after a call is dropped, unless it
 // separates text before the call from text after it),
-// a call's first delta carries its id and name, and arguments pieces of one call merge.
+// a call's first delta carries its id and name, arguments pieces of one call merge, and content
+// that follows a call within one feed moves to the next delta (a delta's content always precedes
+// its tool calls, so a caller can send them in that order).
 // It knows nothing of any format.
 #pragma once
 
@@ -27,12 +29,16 @@ class DeltaBuilder {
   // End of output: held whitespace is content after all.
   void finish();
 
-  StreamDelta take();
+  StreamDelta take();  // what accumulated since the last take
   size_t num_calls() const { return num_calls_; }
 
  private:
+  void put_content(std::string_view text);
+
   ToolCallIdGenerator ids_;
   StreamDelta delta_;
+  std::string deferred_content_;  // content that came after a tool call of delta_
+  bool finished_ = false;
   std::string held_space_;        // trailing whitespace of the content so far
   std::string space_after_call_;  // whitespace since the last call ended
   bool after_call_ = false;

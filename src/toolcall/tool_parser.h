@@ -7,8 +7,9 @@
 //
 // Streaming contract (per request: one parser object, fed in order, then finish() once):
 //  - text that could still be the start of a tool-call marker is held back until it is decided;
-//  - whitespace right before or after a tool call is not content (content is otherwise verbatim:
-//    an output without tool calls comes back byte for byte);
+//  - whitespace next to a tool call is not content (except what separates text before a call from
+//    text after it); content is otherwise verbatim: an output without calls comes back byte for
+//    byte;
 //  - a call's first delta carries index, id, type "function" and function {name, arguments}
 //    (arguments "" or its first piece); later deltas carry index and an arguments piece only;
 //    indexes count 0, 1, ... in order; the pieces of a call concatenate to its arguments text;
@@ -61,7 +62,9 @@ struct ToolCallDelta {
   Json to_json() const;
 };
 
-// What one feed()/finish() produced. When both are set, send the content first.
+// What one feed()/finish() produced. A delta's content came before its tool calls (text that
+// follows a call within one feed is held for the next delta), so send the content first. Only the
+// last delta, from finish(), may carry content that came after its calls.
 struct StreamDelta {
   std::string content;
   std::vector<ToolCallDelta> tool_calls;  // at most one entry per index, in index order

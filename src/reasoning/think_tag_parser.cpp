@@ -1,0 +1,175 @@
+#include "reasoning/think_tag_parser.h"
+
+#include <algorithm>
+#include <utility>
+
+#include "common/check.h"
+#include "common/utf8.h"
+
+namespace kvasir::reasoning {
+namespace {
+
+bool is_space(char c) { return c == ' ' || c == '\t' || c == '\n' || c == '\r'; }
+size_t count_spaces(std::string_view s) {
+  size_t i = 0;
+  while (i < s.size() && is_space(s[i])) ++i;
+  return i;
+}
+size_t trim_end(std::string_view s) {
+  size_t n = s.size();
+  while (n > 0 && is_space(s[n - 1])) --n;
+  return n;
+}
+bool ends_with(std::string_view s, std::string_view tail) {
+  return s.size() >= tail.size() && s.substr(s.size() - tail.size()) == tail;
+}
+// Whether `s` starts with `tag`; kPartial: `s` is a proper prefix of it and more text may come.
+enum class Prefix { kNo, kPartial, kFull };
+Prefix match_prefix(std::string_view s, std::string_view tag, bool eof) {
+  if (s.size() >= tag.size()) return s.substr(0, tag.size()) == tag ? Prefix::kFull : Prefix::kNo;
+  return !eof && tag.substr(0, s.size()) == s ? Prefix::kPartial : Prefix::kNo;
+}
+// Where `tag` starts in `s`, or (unless eof) where a tail of `s` that may begin it starts; else
+// s.size(). *found says whether it is the whole tag.
+size_t find_tag(std::string_view s, std::string_view tag, bool eof, bool* found) {
+  size_t p = s.find(tag);
+  *found = p != std::string_view::npos;
+  if (*found) return p;
+  if (!eof) {
+    for (size_t k = std::min(tag.size() - 1, s.size()); k > 0; --k) {
+      if (s.substr(s.size() - k) == tag.substr(0, k)) return s.size() - k;
+    }
+  }
+  return s.size();
+}
+
+}  // namespace
+
+ThinkTagParser::ThinkTagParser(const ThinkTagConfig& config, const ReasoningParserOptions& options)
+    : ThinkTagParser(config, Initial::kOpen) {
+  std::string_view prompt = options.prompt.substr(0, trim_end(options.prompt));
+  if (config.honours_enable_thinking && !options.enable_thinking) {
+    initial_ = Initial::kContent;
+  } else if (ends_with(prompt, config.close)) {
+    initial_ = Initial::kContent;
+  } else if (ends_with(prompt, config.open) || config.starts_in_reasoning) {
+    initial_ = Initial::kReasoning;
+  }
+  state_ = initial_ == Initial::kOpen ? State::kOpen
+           : initial_ == Initial::kReasoning ? State::kReasoningStart
+                                             : State::kContent;
+}
+
+ThinkTagParser::ThinkTagParser(const ThinkTagConfig& config, Initial initial)
+    : config_(config),
+      initial_(initial),
+      state_(initial == Initial::kOpen        ? State::kOpen
+             : initial == Initial::kReasoning ? State::kReasoningStart
+                                              : State::kContent) {}
+
+ReasoningDelta ThinkTagParser::feed(std::string_view delta) {
+  KVASIR_CHECK_MSG(!finished_, "ReasoningParser::feed after finish");
+  buf_.append(delta);
+  avail_ = utf8_complete_prefix(buf_);
+  run();
+  return std::exchange(out_, ReasoningDelta());
+}
+
+ReasoningDelta ThinkTagParser::finish() {
+  KVASIR_CHECK_MSG(!finished_, "ReasoningParser::finish called twice");
+  finished_ = true;
+  eof_ = true;
+  avail_ = buf_.size();
+  run();
+  held_space_.clear();  // reasoning cut off by the end: its trailing whitespace goes too
+  return std::exchange(out_, ReasoningDelta());
+}
+
+void ThinkTagParser::reasoning_text(std::string_view text) {
+  size_t end = trim_end(text);
+  if (end == 0) {
+    held_space_.append(text);
+    return;
+  }
+  out_.reasoning += held_space_;
+  out_.reasoning.append(text.substr(0, end));
+  held_space_.assign(text.substr(end));
+}
+
+void ThinkTagParser::run() {
+  auto drop = [this](size_t n) {
+    buf_.erase(0, n);
+    avail_ -= n;
+  };
+  while (true) {
+    std::string_view in(buf_.data(), avail_);
+    switch (state_) {
+      case State::kOpen: {
+        size_t ws = count_spaces(in);
+        if (ws == in.size() && !eof_) return;
+        Prefix p = match_prefix(in.substr(ws), config_.open, eof_);
+        if (p == Prefix::kPartial) return;
+        if (p == Prefix::kFull) {
+          drop(ws + config_.open.size());
+          state_ = State::kReasoningStart;
+        } else {
+          state_ = State::kContent;  // no reasoning: the held whitespace is content
+        }
+        break;
+      }
+      case State::kReasoningStart: {
+        size_t ws = count_spaces(in);
+        drop(ws);
+        in.remove_prefix(ws);
+        if (in.empty()) return;
+        Prefix p = match_prefix(in, config_.open, eof_);
+        if (p == Prefix::kPartial) return;
+        if (p == Prefix::kFull) {
+          drop(config_.open.size());  // the opener, when the prompt or the format already opened one
+        } else {
+          state_ = State::kReasoning;
+        }
+        break;
+      }
+      case State::kReasoning: {
+        bool found = false;
+        size_t at = find_tag(in, config_.close, eof_, &found);
+        reasoning_text(in.substr(0, at));
+        if (!found) {
+          drop(at);
+          return;
+        }
+        drop(at + config_.close.size());
+        held_space_.clear();
+        state_ = State::kContentStart;
+        break;
+      }
+      case State::kContentStart: {
+        size_t ws = count_spaces(in);
+        drop(ws);
+        if (avail_ == 0) return;
+        state_ = State::kContent;
+        break;
+      }
+      case State::kContent:
+        out_.content.append(in);
+        drop(in.size());
+        return;
+    }
+  }
+}
+
+ReasoningResult ThinkTagParser::parse_complete(std::string_view model_output) const {
+  ThinkTagParser p(config_, initial_);
+  ReasoningDelta a = p.feed(model_output);
+  ReasoningDelta b = p.finish();
+  return ReasoningResult{a.reasoning + b.reasoning, a.content + b.content};
+}
+
+bool ThinkTagParser::is_reasoning_end(std::string_view output_so_far) const {
+  ThinkTagParser p(config_, initial_);
+  (void)p.feed(output_so_far);
+  return p.reasoning_ended();
+}
+
+}  // namespace kvasir::reasoning
