@@ -12,7 +12,7 @@ Status check_output_parser_config(const OutputParserConfig& config) {
     if (!p.ok()) return invalid_argument("--tool-call-parser: " + p.status().message());
   }
   if (!config.reasoning_parser.empty()) {
-    auto p = make_reasoning_splitter(config.reasoning_parser);
+    auto p = make_reasoning_splitter(config.reasoning_parser, ReasoningContext());
     if (!p.ok()) return invalid_argument("--reasoning-parser: " + p.status().message());
   }
   return Status();
@@ -24,8 +24,18 @@ bool output_needs_parsing(const OutputParserConfig& config, const ChatTools& too
 
 ChatOutputParser::~ChatOutputParser() = default;
 
+ReasoningContext ReasoningContext::of(const Json& chat_template_kwargs, std::string_view prompt) {
+  ReasoningContext c;
+  if (chat_template_kwargs.is_object()) c.enable_thinking = chat_template_kwargs.get_bool("enable_thinking", true);
+  // Enough to see a trailing "<think>\n" or "</think>\n\n" after the template's own whitespace.
+  constexpr size_t kTail = 64;
+  c.prompt_tail = std::string(prompt.substr(prompt.size() > kTail ? prompt.size() - kTail : 0));
+  return c;
+}
+
 StatusOr<std::unique_ptr<ChatOutputParser>> ChatOutputParser::create(const OutputParserConfig& config,
-                                                                     const ChatTools& tools) {
+                                                                     const ChatTools& tools,
+                                                                     const ReasoningContext& reasoning) {
   std::unique_ptr<ChatOutputParser> p(new ChatOutputParser());
   p->mode_ = tools.has_tools() ? tools.choice.mode : ToolChoice::Mode::kNone;
   switch (p->mode_) {
@@ -47,7 +57,7 @@ StatusOr<std::unique_ptr<ChatOutputParser>> ChatOutputParser::create(const Outpu
       break;
   }
   if (!config.reasoning_parser.empty()) {
-    KVASIR_ASSIGN_OR_RETURN(p->reasoning_, make_reasoning_splitter(config.reasoning_parser));
+    KVASIR_ASSIGN_OR_RETURN(p->reasoning_, make_reasoning_splitter(config.reasoning_parser, reasoning));
   }
   return p;
 }

@@ -50,13 +50,24 @@ struct OutputParserConfig {
 // --tool-call-parser, as `vllm serve` does at startup.
 Status check_output_parser_config(const OutputParserConfig& config);
 
+// What a reasoning parser needs to know of the request: whether the template's thinking is on
+// (chat_template_kwargs.enable_thinking) and how the rendered prompt ends (a prompt that opened or
+// closed a <think> block decides where the output starts).
+struct ReasoningContext {
+  bool enable_thinking = true;
+  std::string prompt_tail;
+  // Reads enable_thinking from chat_template_kwargs (null or an object) and keeps the prompt's end.
+  static ReasoningContext of(const Json& chat_template_kwargs, std::string_view prompt);
+};
+
 // Whether a request's output goes through a ChatOutputParser at all (else it is plain content).
 bool output_needs_parsing(const OutputParserConfig& config, const ChatTools& tools);
 
 class ChatOutputParser {
  public:
   // `tools` is the request's (mode "auto" needs config.auto_tools(): check_tool_choice_supported).
-  static StatusOr<std::unique_ptr<ChatOutputParser>> create(const OutputParserConfig& config, const ChatTools& tools);
+  static StatusOr<std::unique_ptr<ChatOutputParser>> create(const OutputParserConfig& config, const ChatTools& tools,
+                                                            const ReasoningContext& reasoning = {});
   ~ChatOutputParser();
 
   // Streaming: the next text delta of the choice; `finished` on its last one (flushes what a

@@ -332,6 +332,66 @@ TEST(ChatOutputParser, AutoRunsTheToolParserWholeAndStreamed) {
   EXPECT_EQ((*plain)->finish_reason("stop"), "stop");
 }
 
+TEST(ChatOutputParser, ReasoningIsSplitOffBeforeToolCalls) {
+  OutputParserConfig c;
+  c.enable_auto_tool_choice = true;
+  c.tool_call_parser = "hermes";
+  c.reasoning_parser = "deepseek_r1";
+  ASSERT_TRUE(check_output_parser_config(c).ok());
+  ChatTools tools = chat_tools(tools_body(""));
+  const std::string text =
+      "I should look it up.</think>\n\n<tool_call>\n{\"name\": \"get_time\", \"arguments\": {\"tz\": \"UTC\"}}\n</tool_call>";
+  auto whole = ChatOutputParser::create(c, tools);
+  ASSERT_TRUE(whole.ok());
+  ASSERT_TRUE((*whole)->has_reasoning_parser());
+  ParsedOutput out = (*whole)->parse(text);
+  EXPECT_EQ(out.reasoning.value_or(""), "I should look it up.");
+  ASSERT_EQ(out.tool_calls.size(), 1u);
+  EXPECT_EQ(out.tool_calls[0].arguments, R"({"tz": "UTC"})");
+  EXPECT_FALSE(out.content.has_value());
+
+  auto streamed = ChatOutputParser::create(c, tools);
+  ASSERT_TRUE(streamed.ok());
+  std::string reasoning, content, args;
+  for (size_t i = 0; i < text.size(); i += 5) {
+    OutputDelta d = (*streamed)->add(std::string_view(text).substr(i, 5), i + 5 >= text.size());
+    reasoning += d.reasoning;
+    content += d.content;
+    for (const ToolCallDelta& t : d.tool_calls) args += t.arguments;
+  }
+  EXPECT_EQ(reasoning, "I should look it up.");
+  EXPECT_EQ(content, "");
+  EXPECT_EQ(args, R"({"tz": "UTC"})");
+  EXPECT_EQ((*streamed)->finish_reason("stop"), "tool_calls");
+
+  // All reasoning (no closing tag): content is null, as vLLM answers.
+  auto open = ChatOutputParser::create(c, chat_tools("{}"));
+  ASSERT_TRUE(open.ok());
+  ParsedOutput all = (*open)->parse("still thinking");
+  EXPECT_EQ(all.reasoning.value_or(""), "still thinking");
+  EXPECT_FALSE(all.content.has_value());
+}
+
+TEST(ChatOutputParser, Qwen3WithoutThinkTagsIsAllContent) {
+  OutputParserConfig c;
+  c.reasoning_parser = "qwen3";
+  auto p = ChatOutputParser::create(c, chat_tools("{}"));
+  ASSERT_TRUE(p.ok());
+  ParsedOutput out = (*p)->parse("Hello.");
+  EXPECT_FALSE(out.reasoning.has_value());
+  EXPECT_EQ(out.content.value_or(""), "Hello.");
+  auto q = ChatOutputParser::create(c, chat_tools("{}"));
+  ParsedOutput think = (*q)->parse("<think>\nhm\n</think>\n\nHi");
+  EXPECT_EQ(think.reasoning.value_or(""), "hm");
+  EXPECT_EQ(think.content.value_or(""), "Hi");
+  // enable_thinking false: no reasoning at all.
+  Json kwargs = Json::object();
+  kwargs.set("enable_thinking", false);
+  auto off = ChatOutputParser::create(c, chat_tools("{}"), ReasoningContext::of(kwargs, "<|im_start|>assistant\n"));
+  ASSERT_TRUE(off.ok());
+  EXPECT_FALSE((*off)->parse("<think>x</think>y").reasoning.has_value());
+}
+
 TEST(ChatOutputParser, ServeFlagsAreCheckedAtStartup) {
   OutputParserConfig c;
   EXPECT_TRUE(check_output_parser_config(c).ok());

@@ -1,5 +1,6 @@
 #include "server/output_parser_adapters.h"
 
+#include "reasoning/reasoning_parser.h"
 #include "toolcall/tool_parser.h"
 
 namespace kvasir::server {
@@ -33,6 +34,36 @@ class ToolParserAdapter final : public AutoToolCalls {
   std::unique_ptr<ToolParser> p_;
 };
 
+class ReasoningParserAdapter final : public ReasoningSplitter {
+ public:
+  explicit ReasoningParserAdapter(std::unique_ptr<ReasoningParser> p) : p_(std::move(p)) {}
+
+  std::string feed(std::string_view text, bool finished, std::string* reasoning) override {
+    std::string content;
+    auto take = [&](ReasoningDelta d) {
+      *reasoning += d.reasoning;
+      content += d.content;
+    };
+    if (!text.empty()) take(p_->feed(text));
+    if (finished) take(p_->finish());
+    return content;
+  }
+
+  // vLLM: reasoning null when there is none; content null when the output was all reasoning.
+  void parse(std::string_view text, std::optional<std::string>* reasoning,
+             std::optional<std::string>* content) override {
+    ReasoningResult r = p_->parse_complete(text);
+    const bool had_reasoning = !r.reasoning.empty();
+    *reasoning = had_reasoning ? std::optional<std::string>(std::move(r.reasoning)) : std::nullopt;
+    *content = (had_reasoning && r.content.empty()) ? std::nullopt : std::optional<std::string>(std::move(r.content));
+  }
+
+  bool needs_special_tokens() const override { return false; }
+
+ private:
+  std::unique_ptr<ReasoningParser> p_;
+};
+
 }  // namespace
 
 StatusOr<std::unique_ptr<AutoToolCalls>> make_auto_tool_calls(const std::string& name) {
@@ -40,9 +71,13 @@ StatusOr<std::unique_ptr<AutoToolCalls>> make_auto_tool_calls(const std::string&
   return std::unique_ptr<AutoToolCalls>(new ToolParserAdapter(std::move(p)));
 }
 
-// Until the reasoning/ library is merged no reasoning parser name is known.
-StatusOr<std::unique_ptr<ReasoningSplitter>> make_reasoning_splitter(const std::string& name) {
-  return invalid_argument("unknown reasoning parser '" + name + "'");
+StatusOr<std::unique_ptr<ReasoningSplitter>> make_reasoning_splitter(const std::string& name,
+                                                                      const ReasoningContext& context) {
+  ReasoningParserOptions options;
+  options.enable_thinking = context.enable_thinking;
+  options.prompt = context.prompt_tail;
+  KVASIR_ASSIGN_OR_RETURN(std::unique_ptr<ReasoningParser> p, make_reasoning_parser(name, options));
+  return std::unique_ptr<ReasoningSplitter>(new ReasoningParserAdapter(std::move(p)));
 }
 
 }  // namespace kvasir::server

@@ -40,6 +40,7 @@ class ReasoningSplitter {
 
 // Unknown names are invalid_argument listing the known ones.
 StatusOr<std::unique_ptr<AutoToolCalls>> make_auto_tool_calls(const std::string& name);
-StatusOr<std::unique_ptr<ReasoningSplitter>> make_reasoning_splitter(const std::string& name);
+StatusOr<std::unique_ptr<ReasoningSplitter>> make_reasoning_splitter(const std::string& name,
+                                                                      const ReasoningContext& context);
 
 }  // namespace kvasir::server

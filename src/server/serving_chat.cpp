@@ -13,11 +13,12 @@ namespace {
 
 class ChatJob final : public GenerationJob {
  public:
-  ChatJob(ServingContext& ctx, std::shared_ptr<http::Reply> reply, const ChatRequest& req)
+  ChatJob(ServingContext& ctx, std::shared_ptr<http::Reply> reply, const ChatRequest& req, ReasoningContext reasoning)
       : GenerationJob(ctx, std::move(reply), make_request_id("chatcmpl-"), req),
         logprobs_(req.logprobs),
         num_top_(req.params.logprobs.value_or(0)),
         tools_(req.tools),
+        reasoning_(std::move(reasoning)),
         parse_output_(output_needs_parsing(ctx.options().output_parsers, req.tools)) {}
 
  protected:
@@ -108,7 +109,7 @@ class ChatJob final : public GenerationJob {
   }
 
   std::unique_ptr<ChatOutputParser> make_parser() const {
-    auto p = ChatOutputParser::create(ctx_.options().output_parsers, tools_);
+    auto p = ChatOutputParser::create(ctx_.options().output_parsers, tools_, reasoning_);
     // The handler built one from the same inputs before launching.
     KVASIR_CHECK_MSG(p.ok(), p.status().message().c_str());
     return std::move(*p);
@@ -123,6 +124,7 @@ class ChatJob final : public GenerationJob {
   bool logprobs_;
   int num_top_;
   ChatTools tools_;
+  ReasoningContext reasoning_;
   bool parse_output_;
   std::map<int, std::unique_ptr<ChatOutputParser>> stream_parsers_;  // per choice
 };
@@ -190,7 +192,7 @@ void serve_chat_completions(ServingContext& ctx, const http::Request& hreq, std:
   p.params = std::move(*params);
   std::vector<PreparedPrompt> prompts;
   prompts.push_back(std::move(p));
-  auto job = std::make_shared<ChatJob>(ctx, reply, req);
+  auto job = std::make_shared<ChatJob>(ctx, reply, req, ReasoningContext::of(req.chat_template_kwargs, *prompt));
   launch_generation(ctx, job, std::move(prompts), *reply);
 }
 

@@ -15,11 +15,13 @@ namespace {
 
 class ResponsesJob final : public GenerationJob {
  public:
-  ResponsesJob(ServingContext& ctx, std::shared_ptr<http::Reply> reply, const ResponsesRequest& req, Json conversation)
+  ResponsesJob(ServingContext& ctx, std::shared_ptr<http::Reply> reply, const ResponsesRequest& req, Json conversation,
+               ReasoningContext reasoning)
       : GenerationJob(ctx, std::move(reply), make_request_id("resp_"), req),
         echo_(req.echo),
         store_(req.store),
         tools_(req.tools),
+        reasoning_(std::move(reasoning)),
         conversation_(std::move(conversation)),
         parser_(make_parser()) {}
 
@@ -63,7 +65,7 @@ class ResponsesJob final : public GenerationJob {
 
  private:
   std::unique_ptr<ChatOutputParser> make_parser() const {
-    auto p = ChatOutputParser::create(ctx_.options().output_parsers, tools_);
+    auto p = ChatOutputParser::create(ctx_.options().output_parsers, tools_, reasoning_);
     // serve_responses built one from the same inputs before launching.
     KVASIR_CHECK_MSG(p.ok(), p.status().message().c_str());
     return std::move(*p);
@@ -103,6 +105,7 @@ class ResponsesJob final : public GenerationJob {
   Json echo_;
   bool store_;
   ChatTools tools_;
+  ReasoningContext reasoning_;
   Json conversation_;  // the messages before this response, for a later previous_response_id
   std::unique_ptr<ChatOutputParser> parser_;
   ResponseEventStream events_;
@@ -165,7 +168,8 @@ void serve_responses(ServingContext& ctx, const http::Request& hreq, std::shared
   p.params = std::move(*params);
   std::vector<PreparedPrompt> prompts;
   prompts.push_back(std::move(p));
-  auto job = std::make_shared<ResponsesJob>(ctx, reply, req, std::move(conversation));
+  auto job = std::make_shared<ResponsesJob>(ctx, reply, req, std::move(conversation),
+                                            ReasoningContext::of(req.chat_template_kwargs, *prompt));
   launch_generation(ctx, job, std::move(prompts), *reply);
 }
 
