@@ -452,7 +452,11 @@ Json output_items(const ParsedOutput& out) {
     items.push_back(reasoning_item(make_request_id("rs_"), *out.reasoning, "completed"));
   }
   const std::string text = out.content.value_or("");
-  if (!text.empty() || out.tool_calls.empty()) items.push_back(message_item(make_request_id("msg_"), text, "completed"));
+  // vLLM: a message only when there is text, except that an output of nothing at all is an
+  // empty message (clients look for one).
+  if (!text.empty() || items.size() + out.tool_calls.size() == 0) {
+    items.push_back(message_item(make_request_id("msg_"), text, "completed"));
+  }
   for (const ToolCall& c : out.tool_calls) items.push_back(function_call_item(make_request_id("fc_"), c, "completed"));
   return items;
 }

@@ -51,7 +51,8 @@ Json reasoning_item(const std::string& id, const std::string& text, const char* 
 Json output_text_part(const std::string& text);
 Json message_item(const std::string& id, const std::string& text, const char* status);
 Json function_call_item(const std::string& id, const ToolCall& call, const char* status);
-// A whole output as items: reasoning, then the message (when there is text), then the calls.
+// A whole output as items: reasoning, then the message (when there is text, or when there is
+// nothing else), then the calls.
 Json output_items(const ParsedOutput& out);
 
 struct ResponseUsage {

@@ -214,3 +214,35 @@ def test_text_format_json_schema(client, server):
     require_grammar(server)
     data = json.loads(r.output_text)
     assert set(data) == {"city", "population"} and isinstance(data["population"], int)
+
+
+def test_reasoning_becomes_a_reasoning_item():
+    """deepseek_r1 reads SmolLM2's whole answer as reasoning (it never closes a think block)."""
+    from conftest import Server
+    s = Server("--reasoning-parser", "deepseek_r1")
+    try:
+        c = openai.OpenAI(base_url=s.base + "/v1", api_key="unused", max_retries=0, timeout=120)
+        kw = dict(model=MODEL_NAME, input="Hi", max_output_tokens=6, temperature=0)
+        r = c.responses.create(**kw)
+        assert [o.type for o in r.output] == ["reasoning"]
+        text = r.output[0].content[0].text
+        assert text and r.output[0].content[0].type == "reasoning_text"
+        assert r.usage.output_tokens_details.reasoning_tokens > 0
+        validate(r.model_dump(exclude_unset=True), "Response")
+        events = list(c.responses.create(stream=True, **kw))
+        assert "".join(e.delta for e in events if e.type == "response.reasoning_text.delta") == text
+        done = [e for e in events if e.type == "response.reasoning_text.done"]
+        assert len(done) == 1 and done[0].text == text
+        assert [o.type for o in events[-1].response.output] == ["reasoning"]
+        with httpx.stream("POST", s.base + "/v1/responses", json={**kw, "stream": True}, timeout=60) as resp:
+            body = resp.read().decode()
+        schema_of = {"response.reasoning_text.delta": "ResponseReasoningTextDeltaEvent",
+                     "response.reasoning_text.done": "ResponseReasoningTextDoneEvent",
+                     "response.content_part.added": "ResponseContentPartAddedEvent",
+                     "response.output_item.done": "ResponseOutputItemDoneEvent"}
+        for frame in (f for f in body.split("\n\n") if f.strip()):
+            data = json.loads(frame.split("\n")[1][len("data: "):])
+            if data["type"] in schema_of:
+                validate(data, schema_of[data["type"]])
+    finally:
+        assert s.stop() == 0
