@@ -29,6 +29,12 @@ void print_usage() {
                "  --trust-request-chat-template  allow a per-request chat_template\n"
                "  --generation-config auto|vllm|DIR  sampling defaults from generation_config.json (default auto)\n"
                "  --max-num-queued-reqs N        429 once N sequences wait for their first token (default 8192)\n"
+               "  --enable-auto-tool-choice      tool_choice \"auto\": parse tool calls out of the output\n"
+               "  --tool-call-parser NAME        the model's tool-call format (hermes, llama3_json, mistral,\n"
+               "                                 pythonic, deepseek_v3)\n"
+               "  --reasoning-parser NAME        split reasoning into reasoning_content (deepseek_r1, qwen3)\n"
+               "  --exclude-tools-when-tool-choice-none  do not render tools into the prompt for tool_choice \"none\"\n"
+               "  --max-stored-responses N       /v1/responses kept for previous_response_id, LRU (default 1000; 0: none)\n"
                "  --shutdown-timeout S           seconds to drain on SIGTERM/SIGINT; 0 aborts at once (default 30)\n"
                "  --max-header-bytes N  --max-body-bytes N   HTTP limits (431 / 413)\n"
                "  --http-threads N               HTTP I/O threads (default 2)\n"
@@ -67,6 +73,14 @@ StatusOr<server::ServeConfig> config_from(const Args& a) {
   KVASIR_ASSIGN_OR_RETURN(int64_t queued, a.get_int("max-num-queued-reqs", c.max_num_queued_reqs));
   if (queued < 1 || queued > (int64_t{1} << 30)) return invalid_argument("--max-num-queued-reqs must be in [1, 2^30]");
   c.max_num_queued_reqs = queued;
+  c.output_parsers.enable_auto_tool_choice = a.get_bool("enable-auto-tool-choice", false);
+  c.output_parsers.tool_call_parser = a.get("tool-call-parser");
+  c.output_parsers.reasoning_parser = a.get("reasoning-parser");
+  KVASIR_RETURN_IF_ERROR(server::check_output_parser_config(c.output_parsers));
+  c.exclude_tools_when_tool_choice_none = a.get_bool("exclude-tools-when-tool-choice-none", false);
+  KVASIR_ASSIGN_OR_RETURN(int64_t stored, a.get_int("max-stored-responses", c.max_stored_responses));
+  if (stored < 0 || stored > (int64_t{1} << 24)) return invalid_argument("--max-stored-responses must be in [0, 2^24]");
+  c.max_stored_responses = stored;
   return c;
 }
 
@@ -81,8 +95,10 @@ bool take_signal(const sigset_t& set, int timeout_ms) {
 int cmd_serve(int argc, char** argv) {
   std::set<std::string> value_flags = {"host",           "port",          "api-key",           "served-model-name",
                                        "chat-template",  "generation-config", "max-num-queued-reqs", "shutdown-timeout",
-                                       "max-header-bytes", "max-body-bytes", "http-threads"};
-  std::set<std::string> bool_flags = {"trust-request-chat-template", "help"};
+                                       "max-header-bytes", "max-body-bytes", "http-threads",
+                                       "tool-call-parser", "reasoning-parser", "max-stored-responses"};
+  std::set<std::string> bool_flags = {"trust-request-chat-template", "enable-auto-tool-choice",
+                                      "exclude-tools-when-tool-choice-none", "help"};
   add_engine_flags(value_flags, bool_flags);
   auto args = Args::parse(argc, argv, value_flags, bool_flags);
   if (!args.ok() || args->get_bool("help", false)) {

@@ -125,6 +125,38 @@ Status parse_prompt(const Json* p, std::vector<PromptSpec>* out) {
   return Status();
 }
 
+// vLLM (and transformers' tool-use templates) want an assistant's tool call arguments as an
+// object, while OpenAI clients send the JSON text: parse it; missing or empty becomes {}.
+StatusOr<Json> tool_calls_for_template(const Json& calls) {
+  Json out = Json::array();
+  for (const Json& call : calls.as_array()) {
+    const Json* fn = call.is_object() ? call.find("function") : nullptr;
+    if (!fn || !fn->is_object()) {
+      return invalid_argument("each entry of an assistant message's 'tool_calls' needs a 'function' object");
+    }
+    const Json* args = fn->find("arguments");
+    if (args && !args->is_null() && !args->is_string() && !args->is_object()) {
+      return invalid_argument("a tool call's 'function.arguments' must be a JSON string");
+    }
+    Json parsed = Json::object();
+    if (args && args->is_object()) {
+      parsed = *args;
+    } else if (args && args->is_string() && !args->as_string().empty()) {
+      auto j = parse_json(args->as_string());
+      if (!j.ok()) {
+        return invalid_argument("a tool call's 'function.arguments' is not valid JSON: " + j.status().message());
+      }
+      parsed = std::move(*j);
+    }
+    Json f = *fn;
+    f.set("arguments", std::move(parsed));
+    Json c = call;
+    c.set("function", std::move(f));
+    out.push_back(std::move(c));
+  }
+  return out;
+}
+
 }  // namespace
 
 ApiError api_error_from_status(const Status& s) {
@@ -240,6 +272,11 @@ StatusOr<Json> normalize_chat_messages_for_template(const Json& messages) {
     if (!role || !role->is_string()) return invalid_argument("each message needs a string 'role'");
     Json msg = Json::object();
     for (const auto& [key, value] : m.as_object()) {
+      if (key == "tool_calls" && role->as_string() == "assistant" && value.is_array()) {
+        KVASIR_ASSIGN_OR_RETURN(Json calls, tool_calls_for_template(value));
+        msg.set(key, std::move(calls));
+        continue;
+      }
       if (key != "content" || value.is_string()) {
         msg.set(key, value);
         continue;
@@ -274,6 +311,8 @@ StatusOr<Json> normalize_chat_messages_for_template(const Json& messages) {
       }
       msg.set(key, Json(std::move(text)));
     }
+    // vLLM renders a message without content (an assistant turn of tool calls) with content "".
+    if (!msg.contains("content")) msg.set("content", Json(""));
     out.push_back(std::move(msg));
   }
   return out;
@@ -284,18 +323,7 @@ Status parse_chat_request(const Json& body, const SamplingParams& defaults, Chat
   const Json* msgs = body.find("messages");
   if (!msgs || msgs->is_null()) return invalid_argument("'messages' is required");
   KVASIR_ASSIGN_OR_RETURN(out->messages, normalize_chat_messages_for_template(*msgs));
-  if (const Json* t = body.find("tools"); t && !t->is_null()) {
-    if (!t->is_array()) return invalid_argument("'tools' must be a list of tool objects");
-    for (const Json& tool : t->as_array()) {
-      if (!tool.is_object()) return invalid_argument("'tools' must be a list of tool objects");
-    }
-    out->tools = *t;
-  }
-  if (const Json* tc = body.find("tool_choice"); tc && !tc->is_null()) {
-    if (!tc->is_string() || (tc->as_string() != "none" && tc->as_string() != "auto")) {
-      return unimplemented("tool_choice other than \"auto\" or \"none\" is not supported");
-    }
-  }
+  KVASIR_RETURN_IF_ERROR(parse_chat_tools(body, &out->tools));
   KVASIR_RETURN_IF_ERROR(want_bool(body, "add_generation_prompt", &out->add_generation_prompt));
   KVASIR_RETURN_IF_ERROR(want_bool(body, "continue_final_message", &out->continue_final_message));
   if (out->continue_final_message && out->add_generation_prompt) {

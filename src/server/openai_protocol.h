@@ -12,6 +12,7 @@
 #include "common/json.h"
 #include "common/status.h"
 #include "core/sampling_params.h"
+#include "server/chat_tools.h"
 #include "server/http_types.h"
 
 namespace kvasir::server {
@@ -64,8 +65,8 @@ struct CompletionRequest : GenerationRequestBase {
 };
 
 struct ChatRequest : GenerationRequestBase {
-  Json messages;  // content-part lists already joined into strings
-  Json tools;     // null or an array
+  Json messages;    // content-part lists already joined into strings
+  ChatTools tools;  // tools, tool_choice, parallel_tool_calls
   bool add_generation_prompt = true;
   bool continue_final_message = false;
   bool add_special_tokens = false;
@@ -82,7 +83,9 @@ Status parse_chat_request(const Json& body, const SamplingParams& defaults, Chat
 
 // OpenAI messages -> what chat templates expect: each message an object with a string role;
 // content a string, null (rendered as ""), or a list of parts whose text parts are joined with
-// "\n" (vLLM's "string" content format). Non-text parts are refused. Other keys pass through.
+// "\n" (vLLM's "string" content format). Non-text parts are refused. An assistant message's
+// tool_calls get their arguments parsed from JSON text into objects, as vLLM hands them to
+// templates. Other keys pass through.
 StatusOr<Json> normalize_chat_messages_for_template(const Json& messages);
 
 // Reads an "ids" field that must be a list of integer token ids (range-checked later).

@@ -25,10 +25,15 @@ constexpr RouteSpec kRoutes[] = {
     {"/v1/chat/completions", "POST", Router::kChat},
     {"/tokenize", "POST", Router::kTokenize},
     {"/detokenize", "POST", Router::kDetokenize},
+    {"/v1/responses", "POST", Router::kResponses},
 };
 
-constexpr const char* kRouteNames[] = {"/health",   "/metrics",   "/version", "/v1/models", "/v1/completions",
-                                       "/v1/chat/completions", "/tokenize", "/detokenize", "other"};
+constexpr const char* kRouteNames[] = {"/health",     "/metrics",     "/version",     "/v1/models",
+                                       "/v1/completions", "/v1/chat/completions", "/tokenize", "/detokenize",
+                                       "/v1/responses", "/v1/responses/{id}", "other"};
+static_assert(sizeof(kRouteNames) / sizeof(kRouteNames[0]) == Router::kNumRoutes);
+
+constexpr size_t kResponsesPrefixLen = 14;  // "/v1/responses/"
 
 // Counts the status a handler answers with, whenever and from whichever thread it answers.
 class CountingReply final : public http::Reply {
@@ -105,6 +110,11 @@ void Router::handle(http::Request req, std::shared_ptr<http::Reply> reply) {
     allow = "GET";
     if (req.method == "GET") route = kModels;
   }
+  if (!path_known && req.path.rfind("/v1/responses/", 0) == 0 && req.path.size() > kResponsesPrefixLen) {
+    path_known = true;
+    allow = "GET, DELETE";
+    if (req.method == "GET" || req.method == "DELETE") route = kResponseById;
+  }
   auto counted = std::make_shared<CountingReply>(std::move(reply), this, route);
   if (path_known && route == kOther) {
     http::Response r = error_response({405, "Method " + req.method + " is not allowed on " + req.path + "; use " + allow + ".",
@@ -166,6 +176,10 @@ void Router::dispatch(int route, const http::Request& req, const std::shared_ptr
       return serve_tokenize(*ctx, req, *reply);
     case kDetokenize:
       return serve_detokenize(*ctx, req, *reply);
+    case kResponses:
+      return serve_responses(*ctx, req, reply);
+    case kResponseById:
+      return reply->respond(serve_stored_response(*ctx, req.method, req.path.substr(kResponsesPrefixLen)));
     default:
       return reply->respond(error_response({404, "Not Found: " + req.path, "invalid_request_error", "", "not_found"}));
   }

@@ -34,7 +34,10 @@ class Router {
   // Prometheus text of the HTTP counters and server gauges.
   std::string render_metrics(const std::string& model_name) const;
 
-  enum Route : int { kHealth, kMetrics, kVersion, kModels, kCompletions, kChat, kTokenize, kDetokenize, kOther, kNumRoutes };
+  enum Route : int {
+    kHealth, kMetrics, kVersion, kModels, kCompletions, kChat, kTokenize, kDetokenize, kResponses, kResponseById,
+    kOther, kNumRoutes
+  };
   void count(int route, int status);
 
  private:

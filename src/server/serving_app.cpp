@@ -103,6 +103,10 @@ Status ServingApp::load() {
   so.model_root = cfg_.engine.model;
   so.trust_request_chat_template = cfg_.trust_request_chat_template;
   so.max_num_queued_reqs = cfg_.max_num_queued_reqs;
+  KVASIR_RETURN_IF_ERROR(check_output_parser_config(cfg_.output_parsers));
+  so.output_parsers = cfg_.output_parsers;
+  so.exclude_tools_when_tool_choice_none = cfg_.exclude_tools_when_tool_choice_none;
+  so.max_stored_responses = static_cast<size_t>(std::max<int64_t>(0, cfg_.max_stored_responses));
   so.num_pump_threads = std::clamp(static_cast<int>(std::thread::hardware_concurrency()) / 8, 1, 4);
   KVASIR_RETURN_IF_ERROR(apply_generation_config(cfg_.generation_config, m, &so));
 

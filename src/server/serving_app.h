@@ -12,6 +12,7 @@
 
 #include "setup/engine_args.h"
 #include "common/status.h"
+#include "server/chat_output_parser.h"
 #include "server/http_server.h"
 
 namespace kvasir {
@@ -32,6 +33,9 @@ struct ServeConfig {
   std::string generation_config = "auto";       // auto | vllm | a folder with generation_config.json
   bool trust_request_chat_template = false;
   int64_t max_num_queued_reqs = 8192;
+  OutputParserConfig output_parsers;  // --enable-auto-tool-choice, --tool-call-parser, --reasoning-parser
+  bool exclude_tools_when_tool_choice_none = false;
+  int64_t max_stored_responses = 1000;  // /v1/responses kept for previous_response_id (LRU)
 };
 
 class ServingApp {

@@ -16,6 +16,7 @@ ServingContext::ServingContext(Engine& engine, const Tokenizer& tokenizer, int32
       chat_template_(std::move(chat_template)),
       chat_template_error_(std::move(chat_template_error)),
       opts_(std::move(opts)),
+      response_store_(opts_.max_stored_responses, opts_.max_stored_response_bytes),
       pump_(opts_.num_pump_threads) {
   if (opts_.served_model_names.empty()) opts_.served_model_names.push_back(opts_.model_root);
 }

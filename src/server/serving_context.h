@@ -1,7 +1,8 @@
 // ServingContext: what every OpenAI handler shares once the model is loaded: the engine, the
 // tokenizer, the served model names, the chat template, sampling defaults, bounded admission
-// (sequences waiting for their first token) and the registry of in-flight generation jobs that
-// shutdown drains or aborts. Thread-safe. Must not parse requests or format responses.
+// (sequences waiting for their first token), the registry of in-flight generation jobs that
+// shutdown drains or aborts, and the stored /v1/responses results. Thread-safe. Must not parse
+// requests or format responses.
 #pragma once
 
 #include <atomic>
@@ -17,6 +18,8 @@
 #include "chat/chat_template.h"
 #include "core/sampling_params.h"
 #include "engine/engine.h"
+#include "server/chat_output_parser.h"
+#include "server/response_store.h"
 #include "server/serving_pump.h"
 #include "tokenizer/tokenizer.h"
 
@@ -32,6 +35,12 @@ struct ServingOptions {
   SamplingParams default_params;                // generation_config.json defaults (or vLLM's)
   std::optional<int> default_max_tokens;        // generation_config.json max_new_tokens
   int num_pump_threads = 1;
+  // Tool calling and reasoning (vLLM's flags): which parsers shape chat and responses output.
+  OutputParserConfig output_parsers;
+  bool exclude_tools_when_tool_choice_none = false;
+  // /v1/responses kept for previous_response_id and GET: an LRU bounded by count and bytes.
+  size_t max_stored_responses = 1000;
+  size_t max_stored_response_bytes = size_t{256} << 20;
 };
 
 class ServingContext {
@@ -54,6 +63,7 @@ class ServingContext {
   Status check_model(const std::string& name) const;
   const ChatTemplate* chat_template() const { return chat_template_ ? &*chat_template_ : nullptr; }
   const std::string& chat_template_error() const { return chat_template_error_; }
+  ResponseStore& response_store() { return response_store_; }
 
   // Bounded admission: false (-> 429) while max_num_queued_reqs sequences already wait.
   bool try_admit(int64_t num_sequences);
@@ -91,6 +101,7 @@ class ServingContext {
   mutable std::mutex jobs_mu_;
   mutable std::condition_variable idle_cv_;  // jobs_ became empty
   std::unordered_map<GenerationJob*, std::shared_ptr<GenerationJob>> jobs_;
+  ResponseStore response_store_;
   ServingPump pump_;  // last: its threads stop before the rest goes away
 };
 

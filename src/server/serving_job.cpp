@@ -104,6 +104,7 @@ void GenerationJob::handle_delta(size_t sub, RequestOutput& d) {
     }
   }
   if (count_output_tokens_) c.num_output_tokens = std::max(c.num_output_tokens, d.num_output_tokens);
+  c.num_cached_tokens = std::max(c.num_cached_tokens, d.num_cached_tokens);
   c.prompt_logprobs.insert(c.prompt_logprobs.end(), d.prompt_logprobs.begin(), d.prompt_logprobs.end());
   if (d.finished) {
     if (d.finish_reason == "error") {
@@ -127,17 +128,37 @@ void GenerationJob::handle_delta(size_t sub, RequestOutput& d) {
     }
   }
   if (streaming_) {
-    Json choice = chunk_choice(static_cast<int>(ci), c, d);
-    if (!choice.is_null()) {
-      Json arr = Json::array();
-      arr.push_back(std::move(choice));
-      send_chunk(std::move(arr), continuous_usage_ ? usage_so_far() : Json());
-      c.sent_first = true;
-    }
+    stream_delta(static_cast<int>(ci), c, d);
   } else {
     c.text += d.text;
     c.logprobs.insert(c.logprobs.end(), d.logprobs.begin(), d.logprobs.end());
   }
+}
+
+void GenerationJob::stream_delta(int index, Choice& c, const RequestOutput& d) {
+  Json choice = chunk_choice(index, c, d);
+  if (choice.is_null()) return;
+  Json arr = Json::array();
+  arr.push_back(std::move(choice));
+  send_chunk(std::move(arr), continuous_usage_ ? usage_so_far() : Json());
+  c.sent_first = true;
+}
+
+void GenerationJob::stream_complete() {
+  if (include_usage_) send_chunk(Json::array(), usage_so_far());
+  stream_->write(kSseDone);
+}
+
+void GenerationJob::stream_fail(const ApiError& e) {
+  // Headers already went out with 200: the error travels as an event, as vLLM does.
+  stream_->write(sse_event(error_body(e)));
+  stream_->write(kSseDone);
+}
+
+Json GenerationJob::final_body() {
+  Json choices = Json::array();
+  for (size_t i = 0; i < choices_.size(); ++i) choices.push_back(final_choice(static_cast<int>(i), choices_[i]));
+  return response_envelope(id_, object_name(), created_, model_, std::move(choices), usage_so_far());
 }
 
 void GenerationJob::send_chunk(Json choices, Json usage) {
@@ -153,13 +174,10 @@ Json GenerationJob::usage_so_far() const {
 
 void GenerationJob::complete() {
   if (streaming_) {
-    if (include_usage_) send_chunk(Json::array(), usage_so_far());
-    stream_->write(kSseDone);
+    stream_complete();
     stream_->finish();
   } else {
-    Json choices = Json::array();
-    for (size_t i = 0; i < choices_.size(); ++i) choices.push_back(final_choice(static_cast<int>(i), choices_[i]));
-    reply_->respond(json_response(200, response_envelope(id_, object_name(), created_, model_, std::move(choices), usage_so_far())));
+    reply_->respond(json_response(200, final_body()));
   }
   end();
 }
@@ -167,9 +185,7 @@ void GenerationJob::complete() {
 void GenerationJob::fail(const ApiError& e) {
   abort_engine_requests();
   if (streaming_) {
-    // Headers already went out with 200: the error travels as an event, as vLLM does.
-    stream_->write(sse_event(error_body(e)));
-    stream_->write(kSseDone);
+    stream_fail(e);
     stream_->finish();
   } else {
     reply_->respond(error_response(e));

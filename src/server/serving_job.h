@@ -1,9 +1,9 @@
-// GenerationJob: one /v1/completions or /v1/chat/completions request in flight. Holds the engine
-// requests of its prompts (n choices each), drains their RequestStreams without blocking when the
-// pump polls it (each stream and the client's hang-up ring the pump), and either streams SSE
-// chunks as deltas arrive or answers once with the whole result. A vanished client aborts the
-// engine requests so their KV blocks free within a step. Subclasses only shape the JSON of a
-// choice; they must not block or touch the pump.
+// GenerationJob: one /v1/completions, /v1/chat/completions or /v1/responses request in flight.
+// Holds the engine requests of its prompts (n choices each), drains their RequestStreams without
+// blocking when the pump polls it (each stream and the client's hang-up ring the pump), and either
+// streams SSE events as deltas arrive or answers once with the whole result. A vanished client
+// aborts the engine requests so their KV blocks free within a step. Subclasses only shape the
+// JSON (of a choice, or of the stream's framing); they must not block or touch the pump.
 #pragma once
 
 #include <memory>
@@ -54,18 +54,29 @@ class GenerationJob : public PumpTask {
     std::string finish_reason;           // empty while running
     Json stop_reason;                    // null, a token id or the stop string
     int32_t num_output_tokens = 0;
+    int32_t num_cached_tokens = 0;
     bool started = false;     // got its first delta (no longer waiting for admission)
     bool sent_first = false;  // streaming: its first content chunk went out
   };
 
-  virtual const char* object_name() const = 0;        // "text_completion" | "chat.completion"
-  virtual const char* chunk_object_name() const = 0;  // "text_completion" | "chat.completion.chunk"
+  virtual const char* object_name() const { return ""; }        // "text_completion" | "chat.completion"
+  virtual const char* chunk_object_name() const { return ""; }  // "text_completion" | "chat.completion.chunk"
   // Streaming: chunks sent right after the stream opens (chat: the role of every choice).
   virtual void on_stream_open() {}
   // Streaming: the choice object for one delta, or null to send nothing for it.
-  virtual Json chunk_choice(int index, Choice& c, const RequestOutput& d) = 0;
+  virtual Json chunk_choice(int /*index*/, Choice& /*c*/, const RequestOutput& /*d*/) { return Json(); }
   // Non-streaming: the finished choice.
-  virtual Json final_choice(int index, Choice& c) = 0;
+  virtual Json final_choice(int /*index*/, Choice& /*c*/) { return Json(); }
+
+  // The framing, for endpoints whose stream is not chat-completion chunks (/v1/responses):
+  // Streaming: what one delta sends (default: chunk_choice's choice in a chunk).
+  virtual void stream_delta(int index, Choice& c, const RequestOutput& d);
+  // Streaming: how a completed stream ends (default: the usage chunk when asked, [DONE]).
+  virtual void stream_complete();
+  // Streaming: how a failed stream ends; headers went out with 200 (default: an error event, [DONE]).
+  virtual void stream_fail(const ApiError& e);
+  // Non-streaming: the 200 body (default: every final_choice in a response envelope with usage).
+  virtual Json final_body();
 
   // Sends one chunk with these choices (and usage when not null).
   void send_chunk(Json choices, Json usage = Json());
