@@ -17,7 +17,7 @@ if [ ${#missing[@]} -gt 0 ]; then
 fi
 
 # Python test tools (light: no torch; golden data is committed).
-py_pkgs=(pytest jinja2 openai jsonschema numpy)
+py_pkgs=(pytest jinja2 openai jsonschema numpy regex)
 need_py=0
 for p in "${py_pkgs[@]}"; do python3 -c "import ${p}" >/dev/null 2>&1 || need_py=1; done
 if [ $need_py = 1 ]; then

@@ -25,6 +25,7 @@ structured::GrammarCompilerOptions Engine::grammar_options() const {
   structured::GrammarCompilerOptions o;
   o.json_any_whitespace = opts_.grammar_json_any_whitespace;
   o.json_strict = opts_.grammar_json_strict;
+  o.json_max_whitespace = opts_.grammar_json_max_whitespace;
   return o;
 }
 

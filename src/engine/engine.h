@@ -36,6 +36,10 @@ struct EngineOptions {
   // vLLM's default): narrower than the schema, never wider.
   bool grammar_json_strict = true;
   bool grammar_in_reasoning = false;  // constrain reasoning too (the server reads it)
+  // Whitespace characters allowed in a row between JSON tokens (0: unbounded). Any JSON value
+  // stays expressible (pretty-printed to depth 5 included); what it stops is the small-model
+  // failure of looping on newlines inside "{" until max_tokens.
+  int grammar_json_max_whitespace = 24;
 };
 
 struct AddRequestOptions {

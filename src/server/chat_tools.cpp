@@ -274,6 +274,7 @@ StatusOr<std::optional<StructuredOutputSpec>> tool_choice_structured_output(cons
     props.set("name", std::move(name_schema));
     props.set("parameters", std::move(params));
     Json one = Json::object();
+    one.set("type", "object");
     one.set("properties", std::move(props));
     Json required = Json::array();
     required.push_back("name");
@@ -281,8 +282,9 @@ StatusOr<std::optional<StructuredOutputSpec>> tool_choice_structured_output(cons
     one.set("required", std::move(required));
     any_of.push_back(std::move(one));
   }
+  // "type" inside each branch, not beside anyOf: XGrammar reads only anyOf where both appear (the
+  // grammar compiler refuses such a schema rather than drop the type).
   Json items = Json::object();
-  items.set("type", "object");
   items.set("anyOf", std::move(any_of));
   Json schema = Json::object();
   schema.set("type", "array");

@@ -122,3 +122,17 @@ def reassemble_tool_calls(chunks):
         if choice.finish_reason:
             finish = choice.finish_reason
     return calls, content, finish
+
+
+_JSON_GRAMMAR = None
+
+
+def is_json_prefix(text):
+    """Whether `text` can still be completed into JSON (an output cut by max_tokens under a JSON
+    constraint must be one), checked with the shared json.gbnf grammar, not the server's engine."""
+    global _JSON_GRAMMAR
+    if _JSON_GRAMMAR is None:
+        from gbnf import Grammar
+        with open(os.path.join(SHARED, "grammars", "json.gbnf"), encoding="utf-8") as f:
+            _JSON_GRAMMAR = Grammar(f.read())
+    return _JSON_GRAMMAR.is_prefix(text)

@@ -7,7 +7,7 @@ import jsonschema
 import pytest
 from pydantic import BaseModel
 
-from client_util import MODEL_NAME
+from client_util import MODEL_NAME, is_json_prefix
 
 PERSON_SCHEMA = {
     "type": "object",
@@ -29,12 +29,19 @@ def schema_format(schema, name="person", strict=True):
 
 
 def test_json_object_is_a_json_object(client):
+    # Any object is allowed, so the 135M model may ramble past max_tokens: a cut output must still
+    # be the start of JSON, a finished one an object, and some samples must finish.
     r = client.chat.completions.create(
         model=MODEL_NAME, messages=[{"role": "user", "content": "Give me a JSON object describing a cat."}],
-        response_format={"type": "json_object"}, max_tokens=256, temperature=0)
-    c = r.choices[0]
-    assert c.finish_reason == "stop", (c.finish_reason, c.message.content)
-    assert isinstance(json.loads(c.message.content), dict), c.message.content
+        response_format={"type": "json_object"}, max_tokens=256, temperature=1.0, seed=5, n=4)
+    finished = 0
+    for c in r.choices:
+        if c.finish_reason == "stop":
+            finished += 1
+            assert isinstance(json.loads(c.message.content), dict), c.message.content
+        else:
+            assert c.finish_reason == "length" and is_json_prefix(c.message.content), c.message.content
+    assert finished >= 1
 
 
 def test_json_schema_output_validates(client):
