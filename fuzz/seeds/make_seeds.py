@@ -234,11 +234,64 @@ def openai_seeds():
         out("json_fuzz", "edge%d.json" % i, e)
 
 
+# ---- model output (tool-call and reasoning parsers) ----
+def model_output_seeds():
+    """Byte 0 picks the parser (tool_parser_fuzz: index into deepseek_v3, hermes, llama3_json,
+    mistral, pythonic; reasoning_parser_fuzz: bit 0 qwen3, bit 1 thinking off, bits 2+ the
+    prompt's end), byte 1 seeds the stream's cuts (0: one piece)."""
+    def dsk(n):
+        return "<\uff5ctool\u2581%s\uff5c>" % n
+    calls_begin, calls_end = dsk("calls\u2581begin"), dsk("calls\u2581end")
+    call_begin, call_end, sep = dsk("call\u2581begin"), dsk("call\u2581end"), dsk("sep")
+    tools = {
+        "deepseek_v3": [
+            "Checking.\n" + calls_begin + call_begin + "function" + sep + "get_weather\n```json\n"
+            '{"city": "\u4e0a\u6d77", "days": [1, 2]}\n```' + call_end + calls_end,
+            calls_begin + call_begin + "get_time" + sep + '{"tz": "CET"}' + call_end + calls_end + "\nDone.",
+        ],
+        "hermes": [
+            'Sure.\n<tool_call>\n{"name": "get_weather", "arguments": {"city": "Z\u00fcrich", "n": [1, 2.5e3, null]}}\n'
+            '</tool_call>\n<tool_call>\n{"arguments": {"q": "\\u00e9\\n"}, "name": "search"}\n</tool_call>',
+            '<tool_call>{"name": "f", "arguments": {"a": True}}</tool_call> tail',
+        ],
+        "llama3_json": [
+            '<|python_tag|>{"name": "search", "parameters": {"query": "x"}}; {"name": "g", "arguments": {}}',
+            '{"type": "function", "name": "f", "parameters": {"a": {"b": [1]}}}\nText after.',
+        ],
+        "mistral": [
+            'Let me.[TOOL_CALLS][{"name": "add", "arguments": {"a": 3.5, "b": 4}, "id": "bYXqMNvcA"}]',
+            '[TOOL_CALLS]get_weather[CALL_ID]a1B2c3D4e[ARGS]{"city": "Krak\u00f3w"}[TOOL_CALLS]f{}',
+        ],
+        "pythonic": [
+            "[get_weather(city='San Francisco', unit=\"c\"), f(x=[1, (2,)], y={'k': None}, z=r'\\d', w='''a\nb''')]",
+            "<|python_start|>[g(a=-1.5e3, b=0x1F, c=True)]<|python_end|> trailing",
+        ],
+    }
+    names = ["deepseek_v3", "hermes", "llama3_json", "mistral", "pythonic"]
+    for name, texts in tools.items():
+        for i, text in enumerate(texts):
+            for cut in (0, 7):
+                out("tool_parser_fuzz", "%s_%d_%d.txt" % (name, i, cut),
+                    bytes([names.index(name), cut]) + text.encode())
+    reasoning = [
+        (1, "<think>\nThe user says hi.\n</think>\n\nHello! \U0001F600"),
+        (0, "Okay, 2+2 is 4.\n</think>\n\nThe answer is **4**."),
+        (1 | 4, "Reasoning after a prompt that opened it.\n</think>\n\nAnswer"),
+        (1 | 2, "<think>x</think> thinking is off"),
+        (0 | 8, "Prompt closed the block: </think> is text"),
+        (0, "<think>\nnever closed"),
+    ]
+    for i, (opts, text) in enumerate(reasoning):
+        for cut in (0, 5):
+            out("reasoning_parser_fuzz", "r%d_%d.txt" % (i, cut), bytes([opts, cut]) + text.encode())
+
+
 if __name__ == "__main__":
     gguf_seeds()
     safetensors_seeds()
     http_seeds()
     openai_seeds()
+    model_output_seeds()
     try:
         tokenizer_seeds()
     except ImportError:

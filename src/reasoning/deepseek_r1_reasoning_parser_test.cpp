@@ -25,6 +25,8 @@ TEST(DeepSeekR1ReasoningParser, NoClosingTagMeansEverythingIsReasoning) {
 
 TEST(DeepSeekR1ReasoningParser, ALaterThinkTagIsJustText) {
   expect_split("deepseek_r1", "a <think> b </think> c </think> d", {"a <think> b", "c </think> d"});
+  // Found by reasoning_parser_fuzz: leading whitespace, then text that is followed by <think>.
+  expect_split("deepseek_r1", "\r\r\x03\x05<think>x</think>y", {"\x03\x05<think>x", "y"});
 }
 
 TEST(DeepSeekR1ReasoningParser, APromptThatClosedTheThinkBlockMeansAllContent) {

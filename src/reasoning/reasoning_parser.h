@@ -1,8 +1,7 @@
-// Reasoning parsers: what vLLM's `--reasoning-parser NAME` does. A parser splits a reasoning
-// model's output into `reasoning_content` (the <think> ... </think> part) and `content` (the
-// answer), all at once or while the text streams, and says when reasoning is over so a caller can
-// start structured-output constraints (and tool-call parsing) there. Pure text in, plain data
-// out: no tokenizer, engine or server types.
+// Reasoning parsers (vLLM's `--reasoning-parser NAME`): a reasoning model's output -> the
+// `reasoning_content` (<think> ... </think>) and the `content`, all at once or as the text
+// streams, and where reasoning ends (structured-output constraints start there). Pure text in,
+// plain data out: no tokenizer, engine or server types.
 //
 // Whitespace at the edges of the reasoning and right after </think> is dropped (Qwen's own
 // example parsing strips those newlines); content is otherwise verbatim, and an output without

@@ -118,9 +118,8 @@ void ThinkTagParser::run() {
         break;
       }
       case State::kReasoningStart: {
-        size_t ws = count_spaces(in);
-        drop(ws);
-        in.remove_prefix(ws);
+        drop(count_spaces(in));
+        in = std::string_view(buf_.data(), avail_);  // drop() moved the bytes
         if (in.empty()) return;
         Prefix p = match_prefix(in, config_.open, eof_);
         if (p == Prefix::kPartial) return;

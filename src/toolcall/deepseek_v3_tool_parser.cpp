@@ -45,6 +45,7 @@ class DeepSeekV3ToolParser final : public StreamToolParser {
     kName,       // after the separator: the name up to "\n" (V3) or '{' (V3.1)
     kFence,      // "```json" before the arguments
     kFenceLang,  // the fence's language tag
+    kArgsOpen,   // whitespace, then the arguments' '{'
     kArgs,
     kAfterArgs,  // closing fence, then call-end
     kCallEnd,
@@ -163,12 +164,15 @@ class DeepSeekV3ToolParser final : public StreamToolParser {
           while (n < in.size() && n < 16 && ((in[n] >= 'a' && in[n] <= 'z') || (in[n] >= 'A' && in[n] <= 'Z'))) ++n;
           if (n == in.size() && !at_eof()) return;  // "json" may still be arriving
           consume(n);
+          state_ = State::kArgsOpen;
+          break;
+        }
+        case State::kArgsOpen:
           skip_spaces();
           if (rest().empty()) return;
           if (rest()[0] != '{') return fail();
           start_args();
           break;
-        }
         case State::kArgs: {
           size_t n = 0;
           JsonScanner::State s = scanner_.feed(rest(), &n);

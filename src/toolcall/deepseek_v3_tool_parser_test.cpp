@@ -44,6 +44,8 @@ TEST(DeepSeekV3ToolParser, MalformedBlocksAreContent) {
       kCallsBegin + kCallsEnd,
       "Mentioning <｜tool▁calls but no block.",
       kCallsBegin + kCallBegin + "function" + kSep + "f\n```json\n[1, 2]\n```" + kCallEnd,
+      // Found by tool_parser_fuzz: the fence's language tag must not go on after a newline.
+      kCallsBegin + kCallBegin + "function" + kSep + "f\n```jso\nn{}\n```" + kCallEnd,
   };
   for (const std::string& text : texts) expect_parses("deepseek_v3", text, content_only(text));
 }

@@ -23,7 +23,9 @@ class HermesToolParser final : public StreamToolParser {
  public:
   explicit HermesToolParser(uint64_t seed) : StreamToolParser(ToolCallIdStyle::kOpenAI, seed) {}
   const ToolParserInfo& info() const override {
-    static const ToolParserInfo kInfo{"hermes", true, false, false};
+    // Some Hermes-format models mark <tool_call> special; skipping it would hide every call (vLLM
+    // keeps special tokens for hermes too).
+    static const ToolParserInfo kInfo{"hermes", true, true, false};
     return kInfo;
   }
 

@@ -1,7 +1,6 @@
 #include "toolcall/tool_parser.h"
 
 #include <algorithm>
-#include <functional>
 #include <utility>
 
 #include "toolcall/parsers.h"

@@ -1,9 +1,7 @@
-// Tool-call parsers: what vLLM's `--tool-call-parser NAME` does. A parser turns a model's raw
-// output text (hermes <tool_call> blocks, Llama JSON, Mistral [TOOL_CALLS], Python call lists,
-// DeepSeek markers) into OpenAI's `content` + `tool_calls`, either all at once (parse_complete)
-// or while the text streams (feed/finish, giving deltas shaped as OpenAI streams them).
-// Pure text in, plain data out: no engine, tokenizer or server types, no I/O. Malformed model
-// output never fails: what does not parse as a tool call is content.
+// Tool-call parsers (vLLM's `--tool-call-parser NAME`): a model's raw output text -> OpenAI's
+// `content` + `tool_calls`, all at once (parse_complete) or as the text streams (feed/finish,
+// deltas shaped as OpenAI streams them). Pure text in, plain data out: no engine, tokenizer or
+// server types, no I/O; malformed model output never fails, it is content.
 //
 // Streaming contract (per request: one parser object, fed in order, then finish() once):
 //  - text that could still be the start of a tool-call marker is held back until it is decided;
@@ -18,6 +16,8 @@
 // streams; pythonic calls are converted, Python's json.dumps spacing), so streamed and complete
 // results are byte-identical.
 //
+// When the text breaks a format's syntax before a call of that tool-call section began, the
+// section's text and everything after it (later markers included) are content, in both modes.
 // One divergence is unavoidable: a call whose arguments turn out malformed after they began to
 // stream (or that generation cuts off) cannot be taken back from a stream. The stream then ends
 // that call where the valid text ends and passes the rest through as content (stream_broken()

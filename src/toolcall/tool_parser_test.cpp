@@ -29,7 +29,8 @@ TEST(ToolParserRegistry, InfoSaysWhoTakesContentBeforeCallsAndWhoNeedsSpecialTok
   EXPECT_FALSE(make("llama3_json")->info().content_before_calls);
   EXPECT_FALSE(make("pythonic")->info().content_before_calls);
   EXPECT_TRUE(make("mistral")->info().needs_special_tokens);
-  EXPECT_FALSE(make("hermes")->info().needs_special_tokens);
+  EXPECT_TRUE(make("hermes")->info().needs_special_tokens);
+  EXPECT_FALSE(make("pythonic")->info().needs_special_tokens);  // the list parses without Llama 4's tags
 }
 
 TEST(ToolCallJson, HasOpenAIsShapes) {
