@@ -172,6 +172,41 @@ TEST_F(EngineE2ETest, PrefixCachingComputesTenTimesFewerPromptTokens) {
   EXPECT_EQ((*uncached)->engine().metrics().prefix_cache_hits.load(), 0);
 }
 
+TEST_F(EngineE2ETest, TheStopTokenIsNotTextEvenWithSpecialTokensKept) {
+  // vLLM: the EOS or stop_token_ids token that ended a request is left out of its text unless
+  // include_stop_str_in_output, also when special tokens are kept (tool parsers keep them).
+  auto llm = LLM::create(args(4, int64_t{64} << 20));
+  ASSERT_TRUE(llm.ok());
+  auto run = [&](const SamplingParams& sp) {
+    auto r = (*llm)->generate({PromptInput{"The capital of France is", {}, std::nullopt}}, sp);
+    EXPECT_TRUE(r.ok());
+    return (*r)[0].outputs[0];
+  };
+  SamplingParams sp;
+  sp.temperature = 0;
+  sp.max_tokens = 8;
+  sp.skip_special_tokens = false;
+  const auto full = run(sp);
+  ASSERT_GE(full.token_ids.size(), 4u);
+  const int32_t stop_id = full.token_ids[3];
+  size_t first = 0;
+  while (full.token_ids[first] != stop_id) ++first;  // where greedy decoding first emits it
+  SamplingParams prefix = sp;
+  prefix.max_tokens = static_cast<int>(first);
+  const std::string before = first == 0 ? std::string() : run(prefix).text;
+  prefix.max_tokens = static_cast<int>(first) + 1;
+  const std::string through = run(prefix).text;
+
+  SamplingParams stop = sp;
+  stop.stop_token_ids = {stop_id};
+  const auto o = run(stop);
+  EXPECT_EQ(o.finish_reason, "stop");
+  EXPECT_EQ(o.token_ids.size(), first + 1);
+  EXPECT_EQ(o.text, before);
+  stop.include_stop_str_in_output = true;
+  EXPECT_EQ(run(stop).text, through);
+}
+
 TEST_F(EngineE2ETest, StopStringsNAndLogprobs) {
   auto llm = LLM::create(args(8, int64_t{128} << 20));
   ASSERT_TRUE(llm.ok());

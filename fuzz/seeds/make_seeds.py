@@ -206,6 +206,24 @@ def openai_seeds():
             "continue_final_message": True, "chat_template_kwargs": {"enable_thinking": False},
             "skip_special_tokens": False, "include_stop_str_in_output": True},
         "chat_min.json": {"messages": [{"role": "user", "content": "x"}]},
+        "chat_required.json": {"messages": [{"role": "user", "content": "x"}], "tool_choice": "required",
+                               "parallel_tool_calls": False, "tools": [
+            {"type": "function", "function": {"name": "f", "parameters": {
+                "type": "object", "$defs": {"P": {"type": "string"}}, "properties": {"p": {"$ref": "#/$defs/P"}}}}},
+            {"type": "function", "function": {"name": "g"}}]},
+        "responses.json": {"model": "m", "instructions": "be brief", "max_output_tokens": 8, "stream": True,
+                           "previous_response_id": "resp_1", "store": False, "metadata": {"k": "v"},
+                           "reasoning": {"effort": "low"}, "input": [
+            {"role": "developer", "content": "rules"},
+            {"type": "message", "role": "user", "content": [{"type": "input_text", "text": "hi"}]},
+            {"type": "reasoning", "id": "rs_1", "summary": [], "content": [{"type": "reasoning_text", "text": "t"}]},
+            {"type": "function_call", "call_id": "c1", "name": "f", "arguments": "{\"a\": 1}"},
+            {"type": "function_call_output", "call_id": "c1", "output": "42"},
+            {"role": "assistant", "content": [{"type": "output_text", "text": "ok"}]}],
+            "tools": [{"type": "function", "name": "f", "parameters": {"type": "object"}, "strict": True}],
+            "tool_choice": {"type": "function", "name": "f"},
+            "text": {"format": {"type": "json_schema", "name": "s", "schema": {"type": "object"}}}},
+        "responses_min.json": {"input": "hi"},
     }
     for name, b in bodies.items():
         for target in ("sampling_json_fuzz", "openai_request_fuzz"):

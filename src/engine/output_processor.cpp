@@ -118,7 +118,13 @@ void OutputProcessor::process(EngineCoreOutput& out) {
   if (out.num_prompt_tokens > 0) st->num_prompt_tokens = out.num_prompt_tokens;
   st->num_output_tokens += static_cast<int32_t>(out.new_token_ids.size());
   const size_t before = st->text.size();
-  for (int32_t id : out.new_token_ids) st->text += st->detok->step(id);
+  // vLLM: the EOS / stop_token_ids token that ended the request is not part of the text unless
+  // include_stop_str_in_output (it would show once special tokens are kept, as tool parsers ask).
+  // A stop from the core is always such a token: stop strings end requests here, not there.
+  const bool drop_stop_token = out.finish_reason == FinishReason::kStop && !out.new_token_ids.empty() &&
+                               !st->params.include_stop_str_in_output;
+  const size_t num_detok = out.new_token_ids.size() - (drop_stop_token ? 1 : 0);
+  for (size_t i = 0; i < num_detok; ++i) st->text += st->detok->step(out.new_token_ids[i]);
   if (out.finished()) st->text += st->detok->flush();
 
   std::optional<std::string> stop_str;

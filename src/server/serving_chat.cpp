@@ -1,5 +1,7 @@
 // POST /v1/chat/completions: messages -> chat template -> one prompt -> n "chat.completion"
-// choices; streaming sends each choice's role first, then content deltas, then its finish.
+// choices; streaming sends each choice's role first, then content deltas, then its finish. With
+// tools or a reasoning parser each choice's text goes through a ChatOutputParser into reasoning,
+// content and tool_calls (deltas when streaming).
 #include <map>
 
 #include "common/check.h"
