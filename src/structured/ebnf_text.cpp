@@ -13,8 +13,7 @@ struct Token {
 };
 
 bool is_ident_char(char c) {
-  return (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9') || c == '-' ||
-         c == '_';
+  return (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9') || c == '-' || c == '_';
 }
 
 // Ends a quoted span (string or class) at the unescaped `close`, or at the end of the text.
@@ -56,8 +55,11 @@ std::vector<Token> lex(std::string_view s) {
       kind = Tok::kDefine;
     } else {
       ++i;
-      kind = c == '|' ? Tok::kBar : c == '(' ? Tok::kLParen : c == ')' ? Tok::kRParen
-                                                                  : c == '.' ? Tok::kDot : Tok::kOther;
+      kind = c == '|'   ? Tok::kBar
+             : c == '(' ? Tok::kLParen
+             : c == ')' ? Tok::kRParen
+             : c == '.' ? Tok::kDot
+                        : Tok::kOther;
     }
     out.push_back({kind, s.substr(start, i - start)});
   }

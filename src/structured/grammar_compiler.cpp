@@ -32,11 +32,13 @@ struct GrammarCompiler::Impl {
     std::list<std::string>::iterator lru;
   };
 
-  Impl(GrammarCompilerOptions opts, std::shared_ptr<const VocabFacts> vocab_facts,
-       const xgrammar::TokenizerInfo& info)
+  Impl(GrammarCompilerOptions opts, std::shared_ptr<const VocabFacts> vocab_facts, const xgrammar::TokenizerInfo& info)
       : options(opts),
         vocab(std::move(vocab_facts)),
-        xg(info, std::max(1, opts.compile_threads), /*cache_enabled=*/false) {
+        // XGrammar's own cache shares compiled rules (JSON strings, numbers...) between grammars: a
+        // several-fold faster compile. Its whole-grammar entries are the same objects as ours.
+        xg(info, std::max(1, opts.compile_threads), /*cache_enabled=*/true,
+           static_cast<int64_t>(opts.max_cache_bytes)) {
     settings.json_any_whitespace = opts.json_any_whitespace;
     settings.json_max_whitespace = opts.json_max_whitespace;
     settings.json_strict = opts.json_strict;
@@ -89,8 +91,7 @@ struct GrammarCompiler::Impl {
   }
 
   void evict_locked() {
-    while ((cache.size() > options.max_cache_entries || cache_bytes > options.max_cache_bytes) &&
-           cache.size() > 1) {
+    while ((cache.size() > options.max_cache_entries || cache_bytes > options.max_cache_bytes) && cache.size() > 1) {
       auto it = cache.find(lru.back());
       cache_bytes -= it->second.bytes;
       cache.erase(it);
@@ -142,8 +143,7 @@ struct GrammarCompiler::Impl {
   uint64_t misses = 0;
 };
 
-StatusOr<std::unique_ptr<GrammarCompiler>> GrammarCompiler::create(const Tokenizer& tokenizer,
-                                                                   int32_t model_vocab_size,
+StatusOr<std::unique_ptr<GrammarCompiler>> GrammarCompiler::create(const Tokenizer& tokenizer, int32_t model_vocab_size,
                                                                    std::vector<int32_t> stop_token_ids,
                                                                    GrammarCompilerOptions options) {
   const auto tokenizer_vocab_size = static_cast<int32_t>(tokenizer.vocab_size());
@@ -173,8 +173,8 @@ StatusOr<std::unique_ptr<GrammarCompiler>> GrammarCompiler::create(const Tokeniz
 
   try {
     // RAW: the strings are already the bytes each token writes; "" marks a special token.
-    xgrammar::TokenizerInfo info(token_vocab.token_bytes, xgrammar::VocabType::RAW, model_vocab_size,
-                                 stop_token_ids, /*add_prefix_space=*/false);
+    xgrammar::TokenizerInfo info(token_vocab.token_bytes, xgrammar::VocabType::RAW, model_vocab_size, stop_token_ids,
+                                 /*add_prefix_space=*/false);
     auto impl = std::make_unique<Impl>(options, std::move(facts), info);
     impl->start_workers();
     return std::unique_ptr<GrammarCompiler>(new GrammarCompiler(std::move(impl)));
@@ -206,9 +206,15 @@ std::shared_future<CompileResult> GrammarCompiler::compile_async(const Structure
   return future;
 }
 
-int32_t GrammarCompiler::model_vocab_size() const { return impl_->vocab->model_vocab_size; }
-int32_t GrammarCompiler::tokenizer_vocab_size() const { return impl_->vocab->tokenizer_vocab_size; }
-const std::vector<int32_t>& GrammarCompiler::stop_token_ids() const { return impl_->vocab->stop_token_ids; }
+int32_t GrammarCompiler::model_vocab_size() const {
+  return impl_->vocab->model_vocab_size;
+}
+int32_t GrammarCompiler::tokenizer_vocab_size() const {
+  return impl_->vocab->tokenizer_vocab_size;
+}
+const std::vector<int32_t>& GrammarCompiler::stop_token_ids() const {
+  return impl_->vocab->stop_token_ids;
+}
 
 GrammarCompiler::CacheStats GrammarCompiler::cache_stats() const {
   std::lock_guard<std::mutex> lock(impl_->mu);

@@ -25,11 +25,11 @@ using CompiledGrammarPtr = std::shared_ptr<const CompiledGrammar>;
 using CompileResult = StatusOr<CompiledGrammarPtr>;
 
 struct GrammarCompilerOptions {
-  int32_t num_threads = 2;                  // compile_async workers
-  int32_t compile_threads = 1;              // XGrammar's own threads inside one compile
-  size_t max_cache_entries = 512;           // LRU over specs (failed compiles are cached too)
+  int32_t num_threads = 2;                   // compile_async workers
+  int32_t compile_threads = 1;               // XGrammar's own threads inside one compile
+  size_t max_cache_entries = 512;            // LRU over specs (failed compiles are cached too)
   size_t max_cache_bytes = size_t{1} << 30;  // compiled grammars' memory, LRU-evicted past this
-  size_t max_spec_bytes = size_t{1} << 20;  // larger schema/regex/grammar text is refused
+  size_t max_spec_bytes = size_t{1} << 20;   // larger schema/regex/grammar text is refused
   // JSON schemas: any whitespace between JSON tokens (JSON's own rule), or none at all.
   bool json_any_whitespace = true;
   int32_t json_max_whitespace = 0;  // > 0: at most this many in a row (stops newline loops)
@@ -43,8 +43,7 @@ class GrammarCompiler {
   // `model_vocab_size`: the logits width, at least tokenizer.vocab_size(); ids past the
   // tokenizer's are never allowed. `stop_token_ids`: the tokens that end the output (allowed
   // once the grammar is complete), non-empty.
-  static StatusOr<std::unique_ptr<GrammarCompiler>> create(const Tokenizer& tokenizer,
-                                                           int32_t model_vocab_size,
+  static StatusOr<std::unique_ptr<GrammarCompiler>> create(const Tokenizer& tokenizer, int32_t model_vocab_size,
                                                            std::vector<int32_t> stop_token_ids,
                                                            GrammarCompilerOptions options = {});
   ~GrammarCompiler();

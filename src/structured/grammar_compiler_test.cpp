@@ -108,10 +108,12 @@ TEST(GrammarCompiler, BadInputIsAStatusNamingTheProblem) {
   expect_error(*c, spec_of(Kind::kStructuralTag, R"({"type":"structural_tag"})"), SC::kInvalidArgument, "format");
   expect_error(*c, spec_of(Kind::kStructuralTag, R"({"type":"structural_tag","format":{"type":"nope"}})"),
                SC::kInvalidArgument, "nope");
-  expect_error(*c,
-               spec_of(Kind::kStructuralTag,
-                       R"({"structures":[{"begin":"<a>","schema":{"type":"array","contains":{}},"end":"</a>"}],"triggers":["<a>"]})"),
-               SC::kUnimplemented, "contains");
+  expect_error(
+      *c,
+      spec_of(
+          Kind::kStructuralTag,
+          R"({"structures":[{"begin":"<a>","schema":{"type":"array","contains":{}},"end":"</a>"}],"triggers":["<a>"]})"),
+      SC::kUnimplemented, "contains");
   expect_error(*c,
                spec_of(Kind::kStructuralTag,
                        R"({"format":{"type":"json_schema","json_schema":{"type":"object"},"style":"qwen_xml"}})"),
@@ -162,8 +164,8 @@ TEST(GrammarCompiler, ConcurrentCompilesShareOneResultPerSpec) {
     threads.emplace_back([&, t] {
       for (int k = 0; k < kSpecs; ++k) {
         int i = (k + t) % kSpecs;
-        auto spec = spec_of(Kind::kJsonSchema, R"({"type":"array","items":{"type":"integer","maximum":)" +
-                                                   std::to_string(i * 10) + "}}");
+        auto spec = spec_of(Kind::kJsonSchema,
+                            R"({"type":"array","items":{"type":"integer","maximum":)" + std::to_string(i * 10) + "}}");
         CompileResult r = t % 2 == 0 ? c->compile(spec) : c->compile_async(spec).get();
         if (!r.ok()) {
           ++failures;

@@ -42,7 +42,9 @@ GrammarMatcher::~GrammarMatcher() = default;
 GrammarMatcher::GrammarMatcher(GrammarMatcher&&) noexcept = default;
 GrammarMatcher& GrammarMatcher::operator=(GrammarMatcher&&) noexcept = default;
 
-int32_t GrammarMatcher::model_vocab_size() const { return grammar_->vocab().model_vocab_size; }
+int32_t GrammarMatcher::model_vocab_size() const {
+  return grammar_->vocab().model_vocab_size;
+}
 
 bool GrammarMatcher::accept_token(int32_t token_id) {
   const VocabFacts& vocab = grammar_->vocab();
@@ -120,7 +122,11 @@ void GrammarMatcher::reset() {
   num_accepted_ = 0;
 }
 
-bool GrammarMatcher::is_terminated() const { return impl_->matcher.IsTerminated(); }
-bool GrammarMatcher::is_completed() const { return impl_->matcher.IsCompleted(); }
+bool GrammarMatcher::is_terminated() const {
+  return impl_->matcher.IsTerminated();
+}
+bool GrammarMatcher::is_completed() const {
+  return impl_->matcher.IsCompleted();
+}
 
 }  // namespace kvasir::structured

@@ -33,8 +33,8 @@ size_t utf8_length(const std::string& s) {
 
 // Walks `n` seeds; at least half must terminate, and each terminated output must pass `valid`.
 template <typename Valid>
-void walk_and_check(const Tokenizer& tok, GrammarCompiler& c, const StructuredOutputSpec& spec, int n,
-                    int max_tokens, Valid valid) {
+void walk_and_check(const Tokenizer& tok, GrammarCompiler& c, const StructuredOutputSpec& spec, int n, int max_tokens,
+                    Valid valid) {
   CompileResult g = c.compile(spec);
   ASSERT_TRUE(g.ok()) << g.status().to_string();
   int terminated = 0;
@@ -65,9 +65,15 @@ TEST(GrammarMatcher, RandomWalksOverAJsonSchemaGiveJsonOfThatShape) {
     const Json* kind = j->find("kind");
     const Json* when = j->find("when");
     if (id == nullptr || !id->is_int() || id->as_int() < -5 || id->as_int() > 500) return false;
-    if (kind == nullptr || !(kind->is_null() || (kind->is_string() && (kind->as_string() == "cat" || kind->as_string() == "dog")))) return false;
-    if (when == nullptr || !when->is_string() || !std::regex_match(when->as_string(), std::regex("\\d{4}-\\d{2}-\\d{2}"))) return false;
-    if (const Json* name = j->find("name"); name != nullptr && (!name->is_string() || utf8_length(name->as_string()) > 6)) return false;
+    if (kind == nullptr ||
+        !(kind->is_null() || (kind->is_string() && (kind->as_string() == "cat" || kind->as_string() == "dog"))))
+      return false;
+    if (when == nullptr || !when->is_string() ||
+        !std::regex_match(when->as_string(), std::regex("\\d{4}-\\d{2}-\\d{2}")))
+      return false;
+    if (const Json* name = j->find("name");
+        name != nullptr && (!name->is_string() || utf8_length(name->as_string()) > 6))
+      return false;
     if (const Json* ok = j->find("ok"); ok != nullptr && !ok->is_bool()) return false;
     if (const Json* tags = j->find("tags")) {
       if (!tags->is_array() || tags->size() > 3) return false;
@@ -162,9 +168,9 @@ TEST(GrammarMatcher, BitmaskNeverAllowsPaddingOrSpecialIdsAndStopsOnlyWhenComple
     EXPECT_NE(id, tok.eos_id());
   }
   EXPECT_FALSE(m.accept_token(tok.eos_id()));  // not complete yet
-  EXPECT_FALSE(m.accept_token(1));              // <s>, special
-  EXPECT_FALSE(m.accept_token(vocab - 1));      // padding
-  EXPECT_FALSE(m.accept_token(vocab + 7));      // out of range
+  EXPECT_FALSE(m.accept_token(1));             // <s>, special
+  EXPECT_FALSE(m.accept_token(vocab - 1));     // padding
+  EXPECT_FALSE(m.accept_token(vocab + 7));     // out of range
   EXPECT_FALSE(m.accept_token(-3));
   ASSERT_TRUE(m.accept_token(*tok.token_to_id("ab")));
   EXPECT_TRUE(m.is_completed());
@@ -181,7 +187,8 @@ TEST(GrammarMatcher, BitmaskNeverAllowsPaddingOrSpecialIdsAndStopsOnlyWhenComple
 TEST(GrammarMatcher, RollbackRestoresTheExactState) {
   const Tokenizer& tok = tiny_tokenizer();
   auto c = make_compiler(tok);
-  auto g = c->compile(spec_of(Kind::kJsonSchema, R"({"type":"object","properties":{"a":{"type":"array","items":{"type":"integer"}}}})"));
+  auto g = c->compile(spec_of(Kind::kJsonSchema,
+                              R"({"type":"object","properties":{"a":{"type":"array","items":{"type":"integer"}}}})"));
   ASSERT_TRUE(g.ok());
   GrammarMatcher m(*g);
   const std::vector<int32_t> prefix = tok.encode("{\"a\":[1", false);

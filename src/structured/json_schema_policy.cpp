@@ -14,41 +14,39 @@
 namespace kvasir::structured {
 namespace {
 
-// Which instances a keyword constrains (JSON Schema's per-type vocabularies); kNone: all.
+// What a keyword is: an annotation, a container of subschemas, one XGrammar dispatches on, one of
+// the per-type vocabularies (it constrains only instances of that type), never enforced, unknown.
 enum class Vocab { kAnnotation, kContainer, kDispatch, kNumeric, kString, kArray, kObject, kNever, kUnknown };
 
 Vocab vocab_of(std::string_view k) {
-  static const std::pair<const char*, Vocab> kTable[] = {
-      {"title", Vocab::kAnnotation}, {"description", Vocab::kAnnotation}, {"default", Vocab::kAnnotation},
-      {"examples", Vocab::kAnnotation}, {"deprecated", Vocab::kAnnotation}, {"readOnly", Vocab::kAnnotation},
-      {"writeOnly", Vocab::kAnnotation}, {"$comment", Vocab::kAnnotation}, {"$schema", Vocab::kAnnotation},
-      {"$anchor", Vocab::kAnnotation}, {"$dynamicAnchor", Vocab::kAnnotation},
-      // OpenAPI's discriminator only names the property that tells oneOf branches apart.
-      {"discriminator", Vocab::kAnnotation},
-      {"$defs", Vocab::kContainer}, {"definitions", Vocab::kContainer}, {"$id", Vocab::kContainer},
-      {"$ref", Vocab::kDispatch}, {"const", Vocab::kDispatch}, {"enum", Vocab::kDispatch},
-      {"anyOf", Vocab::kDispatch}, {"oneOf", Vocab::kDispatch}, {"allOf", Vocab::kDispatch},
-      {"type", Vocab::kDispatch},
-      {"minimum", Vocab::kNumeric}, {"maximum", Vocab::kNumeric}, {"exclusiveMinimum", Vocab::kNumeric},
-      {"exclusiveMaximum", Vocab::kNumeric}, {"multipleOf", Vocab::kNumeric},
-      {"minLength", Vocab::kString}, {"maxLength", Vocab::kString}, {"pattern", Vocab::kString},
-      {"format", Vocab::kString}, {"contentEncoding", Vocab::kString}, {"contentMediaType", Vocab::kString},
-      {"contentSchema", Vocab::kString},
-      {"items", Vocab::kArray}, {"prefixItems", Vocab::kArray}, {"unevaluatedItems", Vocab::kArray},
-      {"minItems", Vocab::kArray}, {"maxItems", Vocab::kArray}, {"uniqueItems", Vocab::kArray},
-      {"contains", Vocab::kArray}, {"minContains", Vocab::kArray}, {"maxContains", Vocab::kArray},
-      {"additionalItems", Vocab::kArray},
-      {"properties", Vocab::kObject}, {"required", Vocab::kObject}, {"patternProperties", Vocab::kObject},
-      {"propertyNames", Vocab::kObject}, {"additionalProperties", Vocab::kObject},
-      {"unevaluatedProperties", Vocab::kObject}, {"minProperties", Vocab::kObject},
-      {"maxProperties", Vocab::kObject}, {"dependentRequired", Vocab::kObject},
-      {"dependentSchemas", Vocab::kObject}, {"dependencies", Vocab::kObject},
-      {"not", Vocab::kNever}, {"if", Vocab::kNever}, {"then", Vocab::kNever}, {"else", Vocab::kNever},
-      {"$dynamicRef", Vocab::kNever}, {"$recursiveRef", Vocab::kNever}, {"$recursiveAnchor", Vocab::kNever},
-      {"$vocabulary", Vocab::kNever},
+  struct Group {
+    Vocab vocab;
+    std::vector<std::string_view> names;
   };
-  for (const auto& [name, vocab] : kTable) {
-    if (k == name) return vocab;
+  static const Group kGroups[] = {
+      // OpenAPI's discriminator only names the property that tells oneOf branches apart.
+      {Vocab::kAnnotation,
+       {"title", "description", "default", "examples", "deprecated", "readOnly", "writeOnly", "$comment", "$schema",
+        "$anchor", "$dynamicAnchor", "discriminator"}},
+      {Vocab::kContainer, {"$defs", "definitions", "$id"}},
+      {Vocab::kDispatch, {"$ref", "const", "enum", "anyOf", "oneOf", "allOf", "type"}},
+      {Vocab::kNumeric, {"minimum", "maximum", "exclusiveMinimum", "exclusiveMaximum", "multipleOf"}},
+      {Vocab::kString,
+       {"minLength", "maxLength", "pattern", "format", "contentEncoding", "contentMediaType", "contentSchema"}},
+      {Vocab::kArray,
+       {"items", "prefixItems", "unevaluatedItems", "minItems", "maxItems", "uniqueItems", "contains", "minContains",
+        "maxContains", "additionalItems"}},
+      {Vocab::kObject,
+       {"properties", "required", "patternProperties", "propertyNames", "additionalProperties",
+        "unevaluatedProperties", "minProperties", "maxProperties", "dependentRequired", "dependentSchemas",
+        "dependencies"}},
+      {Vocab::kNever,
+       {"not", "if", "then", "else", "$dynamicRef", "$recursiveRef", "$recursiveAnchor", "$vocabulary"}},
+  };
+  for (const Group& g : kGroups) {
+    for (std::string_view name : g.names) {
+      if (k == name) return g.vocab;
+    }
   }
   if (k.substr(0, 2) == "x-") return Vocab::kAnnotation;  // vendor extensions
   return Vocab::kUnknown;
@@ -70,8 +68,8 @@ uint8_t vocab_types(Vocab v) {
 // against their RFCs. hostname is refused (no label or total length limits, no IDNA checks), as
 // is uri-template (unverified).
 bool builtin_format(std::string_view f) {
-  static const char* const kFormats[] = {"email", "ipv4", "ipv6", "uuid", "uri", "uri-reference",
-                                         "duration", "json-pointer", "relative-json-pointer"};
+  static const char* const kFormats[] = {
+      "email", "ipv4", "ipv6", "uuid", "uri", "uri-reference", "duration", "json-pointer", "relative-json-pointer"};
   for (const char* name : kFormats) {
     if (f == name) return true;
   }
@@ -107,7 +105,9 @@ std::string pointer_escape(std::string_view s) {
   return out;
 }
 
-std::string where(const std::string& path) { return path.empty() ? "the schema root" : path; }
+std::string where(const std::string& path) {
+  return path.empty() ? "the schema root" : path;
+}
 
 Status refuse(std::string_view keyword, const std::string& path, std::string_view why);
 
@@ -150,10 +150,8 @@ class Walker {
     const Json::Object& obj = s.as_object();
     for (const auto& [key, value] : obj) {
       switch (vocab_of(key)) {
-        case Vocab::kNever:
-          return refuse(key, path, "XGrammar does not enforce it");
-        case Vocab::kUnknown:
-          return refuse(key, path, "unknown keyword");
+        case Vocab::kNever: return refuse(key, path, "XGrammar does not enforce it");
+        case Vocab::kUnknown: return refuse(key, path, "unknown keyword");
         case Vocab::kContainer:
           if (key == "$id" && !path.empty()) return refuse(key, path, "only at the schema root");
           if (key != "$id" && value.is_object()) {
@@ -162,8 +160,7 @@ class Walker {
             }
           }
           break;
-        default:
-          break;
+        default: break;
       }
     }
     if (property_name) return check_property_names(s, path);
@@ -180,8 +177,7 @@ class Walker {
       for (const auto& [key, value] : s.as_object()) {
         Vocab v = vocab_of(key);
         if (key == branch || v == Vocab::kAnnotation || v == Vocab::kContainer) continue;
-        if (std::string_view(branch) == "const" && key == "enum" &&
-            json_in(*s.find("const"), value)) {
+        if (std::string_view(branch) == "const" && key == "enum" && json_in(*s.find("const"), value)) {
           continue;
         }
         if ((std::string_view(branch) == "const" || std::string_view(branch) == "enum") && key == "type" &&
@@ -215,8 +211,7 @@ class Walker {
     if (const Json* t = s.find("type")) {
       types = type_mask(*t);
       if (types == 0) return Status();  // a malformed or unknown type: XGrammar reports it
-    } else if (s.contains("properties") || s.contains("additionalProperties") ||
-               s.contains("unevaluatedProperties")) {
+    } else if (s.contains("properties") || s.contains("additionalProperties") || s.contains("unevaluatedProperties")) {
       types = kTypeObject;  // XGrammar reads it as an object: a narrowing
     } else if (s.contains("items") || s.contains("prefixItems") || s.contains("unevaluatedItems")) {
       types = kTypeArray;
@@ -267,8 +262,7 @@ class Walker {
     return Status();
   }
 
-  Status check_typed(const Json& s, const std::string& key, const Json& value, uint8_t types,
-                     const std::string& path) {
+  Status check_typed(const Json& s, const std::string& key, const Json& value, uint8_t types, const std::string& path) {
     const std::string at = path + "/" + key;
     // Numbers.
     if (key == "multipleOf") return check_multiple_of(s, types, path);
@@ -316,7 +310,8 @@ class Walker {
     }
     std::string target_path;
     const Json* target = resolve_ref(root_, uri, &target_path);
-    if (target == nullptr) return invalid_argument("JSON schema $ref '" + uri + "' at " + where(path) + " cannot be resolved");
+    if (target == nullptr)
+      return invalid_argument("JSON schema $ref '" + uri + "' at " + where(path) + " cannot be resolved");
     return walk(*target, target_path);
   }
 
@@ -371,10 +366,12 @@ class Walker {
   Status check_pattern_properties(const Json& s, const Json& pp, const std::string& path) {
     if (!pp.is_object()) return Status();
     if (has_named_properties(s)) {
-      return refuse("patternProperties", path, "not together with 'properties' (a listed key matching a pattern must satisfy both)");
+      return refuse("patternProperties", path,
+                    "not together with 'properties' (a listed key matching a pattern must satisfy both)");
     }
     if (s.contains("propertyNames")) return refuse("patternProperties", path, "not together with 'propertyNames'");
-    if (pp.size() > 1) return refuse("patternProperties", path, "only one pattern (keys matching several must satisfy all)");
+    if (pp.size() > 1)
+      return refuse("patternProperties", path, "only one pattern (keys matching several must satisfy all)");
     for (const auto& [pattern, sub] : pp.as_object()) {
       StatusOr<std::string> p = json_schema_pattern_to_xgrammar(pattern);
       if (!p.ok()) return pattern_error("patternProperties", path, p.status());
@@ -416,7 +413,10 @@ class Walker {
       } else if (key == "pattern" || key == "format" || key == "minLength" || key == "maxLength") {
         ok = !s.contains("const") && !s.contains("enum");
       }
-      if (!ok) return refuse(key, path, "in 'propertyNames' only type string, pattern, format, minLength, maxLength and string const/enum are enforced");
+      if (!ok)
+        return refuse(key, path,
+                      "in 'propertyNames' only type string, pattern, format, minLength, maxLength and string "
+                      "const/enum are enforced");
     }
     return check_string_keywords(s, path);
   }

@@ -27,8 +27,8 @@ struct SchemaEdit {
   enum class Op { kSet, kDrop, kRename };
   Op op;
   std::string key;
-  Json value;            // kSet
-  std::string new_key;   // kRename
+  Json value;           // kSet
+  std::string new_key;  // kRename
 };
 // Keyed by the object they change (nodes of the checked document, which must outlive the map).
 using SchemaEdits = std::unordered_map<const Json*, std::vector<SchemaEdit>>;

@@ -53,8 +53,8 @@ TEST(JsonSchemaPolicy, RefusesKeywordsXGrammarDoesNotEnforceNamingThemAndTheirPa
   expect_refused(R"({"type":"object","properties":{"a":{}},"patternProperties":{"^b":{}}})", "patternProperties",
                  "properties");
   expect_refused(R"({"type":"object","patternProperties":{"^a":{},"^b":{}}})", "patternProperties", "one pattern");
-  expect_refused(R"({"type":"object","propertyNames":{"pattern":"^a"},"additionalProperties":false})",
-                 "propertyNames", "additional");
+  expect_refused(R"({"type":"object","propertyNames":{"pattern":"^a"},"additionalProperties":false})", "propertyNames",
+                 "additional");
   expect_refused(R"({"type":"object","propertyNames":{"enum":["a",1]}})", "enum", "propertyNames");
   expect_refused(R"({"$ref":"https://example.com/s.json"})", "$ref", "local");
   expect_refused(R"({"type":"object","properties":{"a":{"$id":"x","type":"string"}}})", "$id", "root");
@@ -161,7 +161,8 @@ TEST(JsonSchemaShape, OneOfDisjointnessIsSound) {
   EXPECT_TRUE(disjoint(R"([{"type":"object","properties":{"k":{"enum":["a","b"]}},"required":["k"]},
                             {"type":"object","properties":{"k":{"const":"c"}},"required":["k"]}])"));
   EXPECT_FALSE(disjoint(R"([{}, {"type":"string"}])"));
-  EXPECT_TRUE(json_equal(*parse_json(R"({"a":[1,{"b":null}],"c":2})"), *parse_json(R"({"c":2.0,"a":[1.0,{"b":null}]})")));
+  EXPECT_TRUE(
+      json_equal(*parse_json(R"({"a":[1,{"b":null}],"c":2})"), *parse_json(R"({"c":2.0,"a":[1.0,{"b":null}]})")));
 }
 
 }  // namespace

@@ -98,8 +98,7 @@ Shape shape_of(const Json& root, const Json& branch) {
   if (const Json* t = s->find("type")) {
     uint8_t m = type_mask(*t);
     if (m != 0) shape.types = m;
-  } else if (s->contains("properties") || s->contains("additionalProperties") ||
-             s->contains("unevaluatedProperties")) {
+  } else if (s->contains("properties") || s->contains("additionalProperties") || s->contains("unevaluatedProperties")) {
     shape.types = kTypeObject;
   } else if (s->contains("items") || s->contains("prefixItems") || s->contains("unevaluatedItems")) {
     shape.types = kTypeArray;

@@ -14,8 +14,8 @@
 namespace kvasir::structured {
 
 // JSON types as bits; a number with a fractional part is kTypeFraction, a whole one kTypeInteger.
-inline constexpr uint8_t kTypeNull = 1, kTypeBoolean = 2, kTypeInteger = 4, kTypeFraction = 8,
-                         kTypeString = 16, kTypeArray = 32, kTypeObject = 64;
+inline constexpr uint8_t kTypeNull = 1, kTypeBoolean = 2, kTypeInteger = 4, kTypeFraction = 8, kTypeString = 16,
+                         kTypeArray = 32, kTypeObject = 64;
 
 // The types a "type" value names ("number" is integer and fraction); 0 when malformed or unknown.
 uint8_t type_mask(const Json& type);

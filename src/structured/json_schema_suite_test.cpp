@@ -47,11 +47,12 @@ std::string implied_type(const Json& schema) {
   static const std::vector<std::pair<std::string, std::vector<std::string>>> kVocab = {
       {"string", {"minLength", "maxLength", "pattern", "format"}},
       {"number", {"minimum", "maximum", "exclusiveMinimum", "exclusiveMaximum", "multipleOf"}},
-      {"array", {"items", "prefixItems", "minItems", "maxItems", "uniqueItems", "contains", "minContains",
-                 "maxContains", "unevaluatedItems"}},
-      {"object", {"properties", "required", "additionalProperties", "patternProperties", "propertyNames",
-                  "minProperties", "maxProperties", "dependentRequired", "dependentSchemas",
-                  "unevaluatedProperties"}},
+      {"array",
+       {"items", "prefixItems", "minItems", "maxItems", "uniqueItems", "contains", "minContains", "maxContains",
+        "unevaluatedItems"}},
+      {"object",
+       {"properties", "required", "additionalProperties", "patternProperties", "propertyNames", "minProperties",
+        "maxProperties", "dependentRequired", "dependentSchemas", "unevaluatedProperties"}},
   };
   if (!schema.is_object() || schema.contains("type")) return "";
   std::string found;
@@ -85,45 +86,45 @@ bool accepts(const CompiledGrammarPtr& g, const std::string& text) {
   return m.accept_string(text) && m.is_completed();
 }
 
-void run_group(GrammarCompiler& compiler, const std::filesystem::path& path, const Json& group,
-               const Json* schema, const std::string& forced_type, FileStats* st) {
-    const Json* tests = group.find("tests");
-    ASSERT_TRUE(schema != nullptr && tests != nullptr);
-    ++st->groups;
-    StructuredOutputSpec spec;
-    spec.kind = StructuredOutputSpec::Kind::kJsonSchema;
-    spec.text = schema->dump();
-    CompileResult r = compiler.compile(spec);
-    if (!r.ok()) {
-      if (std::getenv("KVASIR_SUITE_VERBOSE") != nullptr) {
-        std::printf("  %s | %s\n    %s\n", path.filename().c_str(), group.get_string("description").c_str(),
-                    r.status().to_string().c_str());
-      }
-      if (r.status().code() == StatusCode::kUnimplemented) {
-        ++st->refused;
-      } else {
-        ++st->invalid;
-      }
-      return;
+void run_group(GrammarCompiler& compiler, const std::filesystem::path& path, const Json& group, const Json* schema,
+               const std::string& forced_type, FileStats* st) {
+  const Json* tests = group.find("tests");
+  ASSERT_TRUE(schema != nullptr && tests != nullptr);
+  ++st->groups;
+  StructuredOutputSpec spec;
+  spec.kind = StructuredOutputSpec::Kind::kJsonSchema;
+  spec.text = schema->dump();
+  CompileResult r = compiler.compile(spec);
+  if (!r.ok()) {
+    if (std::getenv("KVASIR_SUITE_VERBOSE") != nullptr) {
+      std::printf("  %s | %s\n    %s\n", path.filename().c_str(), group.get_string("description").c_str(),
+                  r.status().to_string().c_str());
     }
-    ++st->compiled;
-    for (const Json& t : tests->as_array()) {
-      const Json& data = *t.find("data");
-      if (!all_finite(data)) continue;
-      bool valid = t.find("valid")->as_bool();
-      if (!forced_type.empty() && !has_type(data, forced_type)) valid = false;
-      bool ok = accepts(*r, data.dump());
-      if (valid) {
-        ++(ok ? st->valid_accepted : st->valid_rejected);
-      } else if (ok) {
-        ++st->widened;
-        ADD_FAILURE() << "widening: " << path.filename() << " group '" << group.get_string("description")
-                      << "' accepts the invalid instance " << data.dump() << " (" << t.get_string("description")
-                      << ")\n  schema: " << spec.text;
-      } else {
-        ++st->invalid_rejected;
-      }
+    if (r.status().code() == StatusCode::kUnimplemented) {
+      ++st->refused;
+    } else {
+      ++st->invalid;
     }
+    return;
+  }
+  ++st->compiled;
+  for (const Json& t : tests->as_array()) {
+    const Json& data = *t.find("data");
+    if (!all_finite(data)) continue;
+    bool valid = t.find("valid")->as_bool();
+    if (!forced_type.empty() && !has_type(data, forced_type)) valid = false;
+    bool ok = accepts(*r, data.dump());
+    if (valid) {
+      ++(ok ? st->valid_accepted : st->valid_rejected);
+    } else if (ok) {
+      ++st->widened;
+      ADD_FAILURE() << "widening: " << path.filename() << " group '" << group.get_string("description")
+                    << "' accepts the invalid instance " << data.dump() << " (" << t.get_string("description")
+                    << ")\n  schema: " << spec.text;
+    } else {
+      ++st->invalid_rejected;
+    }
+  }
 }
 
 void run_file(GrammarCompiler& compiler, const std::filesystem::path& path, FileStats* plain, FileStats* typed) {
@@ -153,12 +154,12 @@ TEST(JsonSchemaSuite, EveryCompiledSchemaRejectsEveryInvalidInstance) {
   }
   ASSERT_GT(stats.size(), 20u);
   FileStats total;
-  std::printf("%-32s %6s %8s %7s %7s | %9s %9s %9s\n", "file", "groups", "compiled", "refused", "invalid",
-              "valid ok", "narrowed", "invalid x");
+  std::printf("%-32s %6s %8s %7s %7s | %9s %9s %9s\n", "file", "groups", "compiled", "refused", "invalid", "valid ok",
+              "narrowed", "invalid x");
   for (const auto& [name, s] : stats) {
     if (s.groups == 0) continue;
-    std::printf("%-32s %6d %8d %7d %7d | %9d %9d %9d\n", name.c_str(), s.groups, s.compiled, s.refused,
-                s.invalid, s.valid_accepted, s.valid_rejected, s.invalid_rejected);
+    std::printf("%-32s %6d %8d %7d %7d | %9d %9d %9d\n", name.c_str(), s.groups, s.compiled, s.refused, s.invalid,
+                s.valid_accepted, s.valid_rejected, s.invalid_rejected);
     total.groups += s.groups;
     total.compiled += s.compiled;
     total.refused += s.refused;

@@ -40,7 +40,8 @@ class Scanner {
         if (depth_ > 0) --depth_;
         out_ += ')';
       } else if (c == '^') {
-        if (!(out_.empty() || top_level_bar_at_end())) return refuse("'^' other than at the start of the pattern or of a top-level alternative");
+        if (!(out_.empty() || top_level_bar_at_end()))
+          return refuse("'^' other than at the start of the pattern or of a top-level alternative");
         out_ += '^';
       } else if (c == '$') {
         bool ends = i_ == re_.size() || (depth_ == 0 && re_[i_] == '|');
@@ -71,8 +72,8 @@ class Scanner {
   bool top_level_bar_at_end() const { return top_level_bar_ == out_.size(); }
 
   Status refuse(std::string_view what) const {
-    return unimplemented(std::string(json_ ? "pattern" : "regex") + " '" + std::string(re_) + "': " +
-                         std::string(what) + " is not supported by the grammar engine");
+    return unimplemented(std::string(json_ ? "pattern" : "regex") + " '" + std::string(re_) +
+                         "': " + std::string(what) + " is not supported by the grammar engine");
   }
 
   void literal(uint32_t c) {
@@ -127,7 +128,8 @@ class Scanner {
         literal(c);
       }
     }
-    return invalid_argument(std::string(json_ ? "pattern" : "regex") + " '" + std::string(re_) + "' has an unclosed '['");
+    return invalid_argument(std::string(json_ ? "pattern" : "regex") + " '" + std::string(re_) +
+                            "' has an unclosed '['");
   }
 
   Status group() {

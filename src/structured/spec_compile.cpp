@@ -79,8 +79,7 @@ Status check_text(std::string_view label, std::string_view text, const CompileSe
   }
   if (!utf8_valid(text)) return invalid_argument(std::string(label) + " is not valid UTF-8");
   if (nesting_depth(text) > kMaxNesting) {
-    return invalid_argument(std::string(label) + " nests deeper than " + std::to_string(kMaxNesting) +
-                            " levels");
+    return invalid_argument(std::string(label) + " nests deeper than " + std::to_string(kMaxNesting) + " levels");
   }
   return Status();
 }
@@ -100,19 +99,16 @@ xgrammar::CompiledGrammar compile_xgrammar(xgrammar::GrammarCompiler& xg, const 
   using Kind = StructuredOutputSpec::Kind;
   switch (spec.kind) {
     case Kind::kJsonSchema:
-      return xg.CompileJSONSchema(text, settings.json_any_whitespace, std::nullopt, std::nullopt,
-                                  settings.json_strict, max_ws);
+      return xg.CompileJSONSchema(text, settings.json_any_whitespace, std::nullopt, std::nullopt, settings.json_strict,
+                                  max_ws);
     case Kind::kJsonObject:
       // Any object: strict mode would leave only {} of {"type": "object"}.
-      return xg.CompileJSONSchema(R"({"type": "object"})", settings.json_any_whitespace, std::nullopt,
-                                  std::nullopt, /*strict_mode=*/false, max_ws);
-    case Kind::kRegex:
-      return xg.CompileRegex(text);
+      return xg.CompileJSONSchema(R"({"type": "object"})", settings.json_any_whitespace, std::nullopt, std::nullopt,
+                                  /*strict_mode=*/false, max_ws);
+    case Kind::kRegex: return xg.CompileRegex(text);
     case Kind::kChoice:
-    case Kind::kGrammar:
-      return xg.CompileGrammar(text, "root");
-    case Kind::kStructuralTag:
-      return xg.CompileStructuralTag(text);
+    case Kind::kGrammar: return xg.CompileGrammar(text, "root");
+    case Kind::kStructuralTag: return xg.CompileStructuralTag(text);
   }
   throw std::invalid_argument("unknown structured output kind");
 }
@@ -122,8 +118,7 @@ StatusOr<std::string> prepare(const StructuredOutputSpec& spec, const CompileSet
   using Kind = StructuredOutputSpec::Kind;
   const char* label = kind_label(spec.kind);
   switch (spec.kind) {
-    case Kind::kJsonObject:
-      return std::string();
+    case Kind::kJsonObject: return std::string();
     case Kind::kJsonSchema: {
       KVASIR_RETURN_IF_ERROR(check_text(label, spec.text, settings));
       KVASIR_ASSIGN_OR_RETURN(Json schema, parse_spec_json(label, spec.text));

@@ -7,7 +7,9 @@
 namespace kvasir::structured {
 namespace {
 
-bool is_legacy(const Json& tag) { return tag.is_object() && tag.contains("structures") && !tag.contains("format"); }
+bool is_legacy(const Json& tag) {
+  return tag.is_object() && tag.contains("structures") && !tag.contains("format");
+}
 
 StatusOr<Json> from_legacy(const Json& tag) {
   const Json* structures = tag.find("structures");
@@ -59,9 +61,14 @@ Status check_schemas(const Json& node, const std::string& path, const JsonSchema
                          " is not supported: the JSON-schema policy covers JSON output only");
   }
   if (const Json* schema = node.find("json_schema")) {
-    if (const Json* style = node.find("style"); style != nullptr && !(style->is_string() && style->as_string() == "json")) {
+    if (const Json* style = node.find("style");
+        style != nullptr && !(style->is_string() && style->as_string() == "json")) {
       return unimplemented("structural tag json_schema style " + style->dump() + " at " + path +
                            " is not supported: the JSON-schema policy covers JSON output only");
+    }
+    if (node.contains("excludes")) {
+      // XGrammar drops string length limits inside a schema format with excludes.
+      return unimplemented("structural tag json_schema 'excludes' at " + path + " is not supported");
     }
     Status s = check_json_schema(*schema, policy, edits);
     if (!s.ok()) {

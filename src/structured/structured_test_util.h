@@ -113,8 +113,8 @@ inline StructuredOutputSpec spec_of(StructuredOutputSpec::Kind kind, std::string
 }
 
 struct Walk {
-  std::string text;          // the bytes of the accepted tokens, stop token excluded
-  bool terminated = false;   // ended by a stop token
+  std::string text;         // the bytes of the accepted tokens, stop token excluded
+  bool terminated = false;  // ended by a stop token
   int32_t num_tokens = 0;
 };
 

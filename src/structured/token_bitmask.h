@@ -10,7 +10,9 @@
 namespace kvasir::structured {
 
 // Words in one row for a vocabulary (logits width) of `vocab_size` tokens.
-constexpr int32_t bitmask_words(int32_t vocab_size) { return (vocab_size + 31) / 32; }
+constexpr int32_t bitmask_words(int32_t vocab_size) {
+  return (vocab_size + 31) / 32;
+}
 
 inline bool bitmask_allows(std::span<const int32_t> row, int32_t token_id) {
   return (static_cast<uint32_t>(row[token_id / 32]) >> (token_id % 32)) & 1u;
