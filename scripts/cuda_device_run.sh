@@ -25,9 +25,9 @@ if [[ "${1:-}" == "--build" ]]; then
   build=${KVASIR_BUILD_DIR:-$root/build-cuda}
   cmake -S "$root" -B "$build" -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo -DKVASIR_CUDA=ON \
         -DKVASIR_STATIC_RUNTIME=ON >/dev/null
-  ninja -C "$build" -j"${KVASIR_JOBS:-2}" kvasir cuda_ops_test cuda_e2e_test
+  ninja -C "$build" -j"${KVASIR_JOBS:-2}" kvasir cuda_ops_test cuda_e2e_test grammar_bench
   mkdir -p "$root/.carry/bin" "$root/.carry/lib"
-  for b in kvasir src/backend/cuda/cuda_ops_test src/backend/cuda/cuda_e2e_test; do
+  for b in kvasir src/backend/cuda/cuda_ops_test src/backend/cuda/cuda_e2e_test src/structured/grammar_bench; do
     cp "$build/tools/$b" "$root/.carry/bin/" 2>/dev/null || cp "$build/$b" "$root/.carry/bin/"
   done
   strip "$root/.carry/bin/"* 2>/dev/null || true
@@ -39,6 +39,12 @@ if [[ "${1:-}" == "--build" ]]; then
     cp -L "/usr/lib/x86_64-linux-gnu/$l" "$root/.carry/lib/" 2>/dev/null || true
   done
   [[ -f "$root/../shared/peers/hf_llama8b.py" ]] && cp "$root/../shared/peers/hf_llama8b.py" "$root/.carry/"
+  # The structured stage: a real byte-level vocabulary over the dummy weights, vLLM's benchmark
+  # schema and the JSON-Schema-Test-Suite copy for grammar_bench (shared test data, not committed).
+  shared=${KVASIR_SHARED_TESTDATA:-$root/../shared/testdata}
+  cp "$shared/tokenizer/ggml-vocab-gpt-2.gguf" "$root/.carry/vocab.gguf" 2>/dev/null || true
+  cp "$shared/json_schema/realistic/vllm-structured_schema_1.json" "$root/.carry/structured_schema.json" 2>/dev/null || true
+  rm -rf "$root/.carry/json_schema" && cp -r "$shared/json_schema" "$root/.carry/json_schema" 2>/dev/null || true
   [[ -f "$root/.carry/llamacpp-src.tgz" ]] || bash "$root/scripts/llamacpp.sh" pack "$root/.carry/llamacpp-src.tgz"
   du -sh "$root/.carry"
   exit 0
@@ -228,6 +234,46 @@ if has ncu && [[ -n $ncu_bin ]]; then
     --input-len 1024 --output-len 4 --num-iters 1 --num-iters-warmup 0 --max-num-batched-tokens 65536 \
     >"$OUT/ncu_v3.txt" 2>&1
   note "ncu v3 full: rc=$? $(grep -E 'Duration|DRAM Throughput' "$OUT/ncu_v3.txt" | tr -s ' ' | head -4 | tr '\n' ';')"
+fi
+if has structured; then
+  # Structured outputs on the device: 64 concurrent requests under vLLM's structured-output
+  # benchmark schema against the same load unconstrained, interleaved rounds, one server (dummy
+  # Llama-3.1-8B weights with GPT-2's real byte-level vocabulary, carried as .carry/vocab.gguf, so
+  # the grammar and its masks are real). Then the grammar library's own timings on this host.
+  vocab=$root/.carry/vocab.gguf schema=$root/.carry/structured_schema.json port=18300
+  "$bin/kvasir" serve --model $model --load-format dummy --device cuda --tokenizer "$vocab" --port $port \
+    --max-num-seqs 256 --gpu-memory-utilization 0.9 >"$OUT/structured_serve.log" 2>&1 &
+  spid=$!
+  for _ in $(seq 1 180); do curl -sf localhost:$port/health >/dev/null 2>&1 && break; sleep 1; done
+  extra=$(python3 -c "import json,sys; print(json.dumps({'response_format': {'type': 'json_schema', 'json_schema': {'name': 'rpg', 'schema': json.load(open(sys.argv[1]))}}}))" "$schema")
+  for r in ${KVASIR_SO_ROUNDS:-1 2 3}; do
+    for mode in free schema; do
+      args=(); [[ $mode == schema ]] && args=(--extra-body "$extra")
+      timeout 240 "$bin/kvasir" bench serve --port $port --num-prompts ${KVASIR_SO_PROMPTS:-256} --max-concurrency 64 \
+        --random-input-len 256 --random-output-len 512 --tokenizer "$vocab" --temperature 1 --seed $r \
+        --output-json "$OUT/so_${mode}_$r.json" --save-detailed "${args[@]}" >"$OUT/so_${mode}_$r.log" 2>&1
+      note "structured $mode round $r: rc=$? $(grep -E '^Output token throughput' "$OUT/so_${mode}_$r.log")"
+    done
+  done
+  kill $spid 2>/dev/null; wait $spid 2>/dev/null
+  grep -E 'grammar|mask' "$OUT/structured_serve.log" | tail -3
+  # Finished schema outputs must parse as JSON (the device image may lack jsonschema: parse only).
+  note "structured outputs parsed: $(python3 - "$OUT" <<'PY'
+import glob, json, sys
+ok = cut = bad = 0
+for f in glob.glob(sys.argv[1] + "/so_schema_*.json"):
+    d = json.load(open(f))
+    for t, n in zip(d.get("generated_texts", []), d.get("output_lens", [])):
+        if n >= 512: cut += 1; continue
+        try: json.loads(t); ok += 1
+        except Exception: bad += 1
+print(f"{ok} valid JSON, {bad} invalid, {cut} cut by max_tokens")
+PY
+)"
+  if [[ -x "$bin/grammar_bench" ]]; then
+    timeout 120 "$bin/grammar_bench" "$vocab" "$root/.carry/json_schema" >"$OUT/grammar_bench.log" 2>&1
+    note "grammar bench (host CPU of the GPU machine): rc=$? $(tail -3 "$OUT/grammar_bench.log" | tr '\n' ' ')"
+  fi
 fi
 if has peer && [[ -f .carry/hf_llama8b.py ]]; then
   # A background llama.cpp build is paused meanwhile: the peer's eager runs are host-bound.

@@ -6,14 +6,15 @@ from typing import Literal
 
 import jsonschema
 import pytest
-from pydantic import BaseModel
+from pydantic import BaseModel, Field
 
 from client_util import MODEL_NAME, WEATHER_PARAMS, check_tool_call
 
 
 class City(BaseModel):
-    name: str
-    country: str
+    # Bounded strings: a greedy 135M model can otherwise repeat a name until max_output_tokens.
+    name: str = Field(max_length=24)
+    country: str = Field(max_length=24)
     size: Literal["small", "medium", "large"]
 
 
@@ -49,7 +50,10 @@ def test_instructions_and_message_input(client):
     check_response_shape(r, 16)
     plain = client.responses.create(model=MODEL_NAME, input=[{"role": "user", "content": "What color is the sky?"}],
                                     max_output_tokens=16, temperature=0)
-    assert plain.usage.input_tokens < r.usage.input_tokens  # the instructions reached the prompt
+    # The instructions replaced the template's default system prompt (SmolLM2 has one), so the
+    # prompts differ; the response echoes them as OpenAI's does.
+    assert plain.usage.input_tokens != r.usage.input_tokens
+    assert r.instructions == "Answer in one word."
 
 
 def test_same_answer_as_chat_completions(client):

@@ -7,6 +7,8 @@ turn that text into `tool_calls` with finish_reason "tool_calls" and no leftover
 
 vLLM refuses to start the mistral and deepseek_v3 parsers on a tokenizer without their special
 tokens (SmolLM2 has none); a server that does the same is skipped here, with its reason shown.
+Forced outputs may take more tokens than the text's own tokenization (a constrained greedy model can
+spell a marker byte by byte), so max_tokens leaves room for that.
 One server per parser, started and stopped per module parameter."""
 import json
 
@@ -48,7 +50,7 @@ def forced(parser):
 def test_parser_extracts_the_forced_call(parser_server):
     parser, s = parser_server
     r = openai_client(s).chat.completions.create(model=MODEL_NAME, messages=WEATHER_MESSAGES, tools=TOOLS,
-                                                 tool_choice="auto", max_tokens=128, temperature=0,
+                                                 tool_choice="auto", max_tokens=320, temperature=0,
                                                  extra_body=forced(parser))
     c = r.choices[0]
     assert c.message.tool_calls, (parser, c.message)
@@ -64,7 +66,7 @@ def test_parser_extracts_the_forced_call(parser_server):
 def test_parser_extracts_the_forced_call_streamed(parser_server):
     parser, s = parser_server
     stream = openai_client(s).chat.completions.create(model=MODEL_NAME, messages=WEATHER_MESSAGES, tools=TOOLS,
-                                                      tool_choice="auto", max_tokens=128, temperature=0,
+                                                      tool_choice="auto", max_tokens=320, temperature=0,
                                                       stream=True, extra_body=forced(parser))
     calls, content, finish = reassemble_tool_calls(list(stream))
     assert list(calls) == [0], (parser, calls, content)
