@@ -240,39 +240,13 @@ if has structured; then
   # benchmark schema against the same load unconstrained, interleaved rounds, one server (dummy
   # Llama-3.1-8B weights with GPT-2's real byte-level vocabulary, carried as .carry/vocab.gguf, so
   # the grammar and its masks are real). Then the grammar library's own timings on this host.
-  vocab=$root/.carry/vocab.gguf schema=$root/.carry/structured_schema.json port=18300
-  "$bin/kvasir" serve --model $model --load-format dummy --device cuda --tokenizer "$vocab" --port $port \
-    --max-num-seqs 256 --gpu-memory-utilization 0.9 >"$OUT/structured_serve.log" 2>&1 &
-  spid=$!
-  for _ in $(seq 1 180); do curl -sf localhost:$port/health >/dev/null 2>&1 && break; sleep 1; done
-  extra=$(python3 -c "import json,sys; print(json.dumps({'response_format': {'type': 'json_schema', 'json_schema': {'name': 'rpg', 'schema': json.load(open(sys.argv[1]))}}}))" "$schema")
-  for r in ${KVASIR_SO_ROUNDS:-1 2 3}; do
-    for mode in free schema; do
-      args=(); [[ $mode == schema ]] && args=(--extra-body "$extra")
-      timeout 240 "$bin/kvasir" bench serve --port $port --num-prompts ${KVASIR_SO_PROMPTS:-256} --max-concurrency 64 \
-        --random-input-len 256 --random-output-len 512 --tokenizer "$vocab" --temperature 1 --seed $r \
-        --output-json "$OUT/so_${mode}_$r.json" --save-detailed "${args[@]}" >"$OUT/so_${mode}_$r.log" 2>&1
-      note "structured $mode round $r: rc=$? $(grep -E '^Output token throughput' "$OUT/so_${mode}_$r.log")"
-    done
-  done
-  kill $spid 2>/dev/null; wait $spid 2>/dev/null
-  grep -E 'grammar|mask' "$OUT/structured_serve.log" | tail -3
-  # Finished schema outputs must parse as JSON (the device image may lack jsonschema: parse only).
-  note "structured outputs parsed: $(python3 - "$OUT" <<'PY'
-import glob, json, sys
-ok = cut = bad = 0
-for f in glob.glob(sys.argv[1] + "/so_schema_*.json"):
-    d = json.load(open(f))
-    for t, n in zip(d.get("generated_texts", []), d.get("output_lens", [])):
-        if n >= 512: cut += 1; continue
-        try: json.loads(t); ok += 1
-        except Exception: bad += 1
-print(f"{ok} valid JSON, {bad} invalid, {cut} cut by max_tokens")
-PY
-)"
+  KVASIR_BIN="$bin/kvasir" SO_SCHEMA="$root/.carry/structured_schema.json" SO_TOKENIZER="$root/.carry/vocab.gguf" \
+    timeout 560 bash scripts/bench_structured.sh "$OUT/structured" --model $model --load-format dummy --device cuda \
+    --tokenizer "$root/.carry/vocab.gguf" --max-num-seqs 256 --gpu-memory-utilization 0.9 >"$OUT/structured.log" 2>&1
+  note "structured: rc=$? $(tail -8 "$OUT/structured.log" | tr '\n' ';')"
   if [[ -x "$bin/grammar_bench" ]]; then
-    timeout 120 "$bin/grammar_bench" "$vocab" "$root/.carry/json_schema" >"$OUT/grammar_bench.log" 2>&1
-    note "grammar bench (host CPU of the GPU machine): rc=$? $(tail -3 "$OUT/grammar_bench.log" | tr '\n' ' ')"
+    timeout 120 "$bin/grammar_bench" "$root/.carry/vocab.gguf" "$root/.carry/json_schema" >"$OUT/grammar_bench.log" 2>&1
+    note "grammar bench (host CPU of the GPU machine): rc=$? $(tail -6 "$OUT/grammar_bench.log" | tr '\n' ' ')"
   fi
 fi
 if has peer && [[ -f .carry/hf_llama8b.py ]]; then
