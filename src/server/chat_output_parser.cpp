@@ -1,5 +1,7 @@
 #include "server/chat_output_parser.h"
 
+#include <algorithm>
+
 #include "server/output_parser_adapters.h"
 
 namespace kvasir::server {
@@ -38,6 +40,7 @@ StatusOr<std::unique_ptr<ChatOutputParser>> ChatOutputParser::create(const Outpu
                                                                      const ReasoningContext& reasoning) {
   std::unique_ptr<ChatOutputParser> p(new ChatOutputParser());
   p->mode_ = tools.has_tools() ? tools.choice.mode : ToolChoice::Mode::kNone;
+  p->parallel_tool_calls_ = tools.parallel_tool_calls;
   switch (p->mode_) {
     case ToolChoice::Mode::kNone:
       break;
@@ -73,6 +76,11 @@ OutputDelta ChatOutputParser::add(std::string_view text, bool finished) {
     route_content(content, finished, &out);
   } else {
     route_content(text, finished, &out);
+  }
+  if (!parallel_tool_calls_) {
+    // vLLM: later calls are generated (nothing stops them) but not sent.
+    std::erase_if(out.tool_calls, [](const ToolCallDelta& d) { return d.index > 0; });
+    num_calls_ = std::min<size_t>(num_calls_, 1);
   }
   return out;
 }
@@ -123,6 +131,7 @@ ParsedOutput ChatOutputParser::parse(std::string_view text) {
       break;
     }
   }
+  if (!parallel_tool_calls_ && out.tool_calls.size() > 1) out.tool_calls.resize(1);
   num_calls_ = out.tool_calls.size();
   return out;
 }

@@ -1,7 +1,8 @@
 // ChatOutputParser: turns a choice's generated text into what OpenAI clients see, the way vLLM's
 // chat and responses servers do: reasoning split off first (--reasoning-parser), then tool calls
 // read out of the rest: by the --tool-call-parser for tool_choice "auto", from the grammar-forced
-// JSON for "required" and a named function, not at all for "none". Streaming, text deltas go in
+// JSON for "required" and a named function, not at all for "none"; with parallel_tool_calls false
+// only the first call is kept. Streaming, text deltas go in
 // and content / reasoning / tool-call deltas come out; whole, the finished text is parsed once.
 // Used by /v1/chat/completions and /v1/responses; must not know their JSON shapes or HTTP.
 #pragma once
@@ -89,6 +90,7 @@ class ChatOutputParser {
   void route_content(std::string_view content, bool finished, OutputDelta* out);
 
   ToolChoice::Mode mode_ = ToolChoice::Mode::kNone;
+  bool parallel_tool_calls_ = true;  // false: calls after the first are dropped (vLLM)
   std::string named_;
   std::unique_ptr<ReasoningSplitter> reasoning_;
   std::unique_ptr<AutoToolCalls> auto_;

@@ -4,6 +4,8 @@
 // for chat templates.
 #include <gtest/gtest.h>
 
+#include <set>
+
 #include "server/chat_output_parser.h"
 #include "server/chat_tools.h"
 #include "server/forced_tool_calls.h"
@@ -390,6 +392,31 @@ TEST(ChatOutputParser, Qwen3WithoutThinkTagsIsAllContent) {
   auto off = ChatOutputParser::create(c, chat_tools("{}"), ReasoningContext::of(kwargs, "<|im_start|>assistant\n"));
   ASSERT_TRUE(off.ok());
   EXPECT_FALSE((*off)->parse("<think>x</think>y").reasoning.has_value());
+}
+
+TEST(ChatOutputParser, ParallelToolCallsFalseKeepsTheFirstCall) {
+  OutputParserConfig c;
+  c.enable_auto_tool_choice = true;
+  c.tool_call_parser = "hermes";
+  ChatTools tools = chat_tools(tools_body(R"("parallel_tool_calls": false)"));
+  const std::string text =
+      "<tool_call>\n{\"name\": \"get_time\", \"arguments\": {}}\n</tool_call>\n"
+      "<tool_call>\n{\"name\": \"get_weather\", \"arguments\": {\"city\": \"X\"}}\n</tool_call>";
+  auto whole = ChatOutputParser::create(c, tools);
+  ASSERT_TRUE(whole.ok());
+  ParsedOutput out = (*whole)->parse(text);
+  ASSERT_EQ(out.tool_calls.size(), 1u);
+  EXPECT_EQ(out.tool_calls[0].name, "get_time");
+  auto streamed = ChatOutputParser::create(c, tools);
+  ASSERT_TRUE(streamed.ok());
+  std::set<int> indexes;
+  for (size_t i = 0; i < text.size(); i += 4) {
+    for (const ToolCallDelta& d : (*streamed)->add(std::string_view(text).substr(i, 4), i + 4 >= text.size()).tool_calls) {
+      indexes.insert(d.index);
+    }
+  }
+  EXPECT_EQ(indexes, std::set<int>{0});
+  EXPECT_EQ((*streamed)->finish_reason("stop"), "tool_calls");
 }
 
 TEST(ChatOutputParser, ServeFlagsAreCheckedAtStartup) {
