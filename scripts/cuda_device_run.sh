@@ -236,14 +236,16 @@ if has ncu && [[ -n $ncu_bin ]]; then
   note "ncu v3 full: rc=$? $(grep -E 'Duration|DRAM Throughput' "$OUT/ncu_v3.txt" | tr -s ' ' | head -4 | tr '\n' ';')"
 fi
 if has structured; then
-  # Structured outputs on the device: 64 concurrent requests under vLLM's structured-output
-  # benchmark schema against the same load unconstrained, interleaved rounds, one server (dummy
+  # Structured outputs on the device: 64 concurrent requests under a long JSON schema
+  # (scripts/bench_structured.sh) against the same load unconstrained, interleaved rounds, one server (dummy
   # Llama-3.1-8B weights with GPT-2's real byte-level vocabulary, carried as .carry/vocab.gguf, so
   # the grammar and its masks are real). Then the grammar library's own timings on this host.
-  KVASIR_BIN="$bin/kvasir" SO_SCHEMA="$root/.carry/structured_schema.json" SO_TOKENIZER="$root/.carry/vocab.gguf" \
+  KVASIR_BIN="$bin/kvasir" SO_TOKENIZER="$root/.carry/vocab.gguf" \
     timeout 560 bash scripts/bench_structured.sh "$OUT/structured" --model $model --load-format dummy --device cuda \
-    --tokenizer "$root/.carry/vocab.gguf" --max-num-seqs 256 --gpu-memory-utilization 0.9 >"$OUT/structured.log" 2>&1
-  note "structured: rc=$? $(tail -8 "$OUT/structured.log" | tr '\n' ';')"
+    --tokenizer "$root/.carry/vocab.gguf" --max-num-seqs 256 --gpu-memory-utilization 0.9 ${KVASIR_SO_ARGS:-} \
+    >"$OUT/structured.log" 2>&1
+  note "structured${KVASIR_SO_ARGS:+ ($KVASIR_SO_ARGS)}: rc=$? $(tail -8 "$OUT/structured.log" | tr '\n' ';')"
+  note "  $(grep -hE 'grammar masks|device steps' "$OUT/structured/serve.log" | tr '\n' ';')"
   if [[ -x "$bin/grammar_bench" ]]; then
     timeout 120 "$bin/grammar_bench" "$root/.carry/vocab.gguf" "$root/.carry/json_schema" >"$OUT/grammar_bench.log" 2>&1
     note "grammar bench (host CPU of the GPU machine): rc=$? $(tail -6 "$OUT/grammar_bench.log" | tr '\n' ' ')"

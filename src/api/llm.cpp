@@ -1,5 +1,7 @@
 #include "kvasir/llm.h"
 
+#include "common/log.h"
+
 #include <algorithm>
 
 #include "engine/engine.h"
@@ -14,6 +16,10 @@ struct LLM::KvHolder {
 
 LLM::~LLM() {
   if (engine_) engine_->shutdown();
+  // Device time (busy, idle between steps, graph replays) for a server's or a script's log.
+  if (model_ && model_->backend) {
+    if (const std::string st = model_->backend->stats(); !st.empty()) KVASIR_LOG_INFO("%s", st.c_str());
+  }
 }
 
 StatusOr<std::unique_ptr<LLM>> LLM::create(const EngineArgs& args) {

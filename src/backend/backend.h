@@ -111,6 +111,10 @@ class Backend {
   virtual StatusOr<Tensor> upload_weight(const Tensor& host_weight, std::unique_ptr<Buffer>* owner) = 0;
   virtual void copy_to_host(const Tensor& src, void* dst) = 0;
   virtual void synchronize() = 0;
+  // Starts the device on the work recorded so far without waiting for it, for a caller about to
+  // wait on host work of its own (grammar masks) before recording the rest of the step. Backends
+  // that launch every op at once have nothing to do.
+  virtual void submit() {}
 
   // out[i, :] = scale * table[ids[i], :]                      table [vocab, hidden], out [n, hidden]
   virtual void embedding(const Tensor& table, const int32_t* ids, int n, float scale, Tensor& out) = 0;

@@ -7,7 +7,9 @@
 // which waits for the fill). Must not touch tensors or the scheduler's state.
 #pragma once
 
+#include <atomic>
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <string>
 #include <thread>
@@ -47,6 +49,9 @@ class StructuredOutputManager {
 
   // Tokens a matcher refused since start (the mask should make this impossible; for tests).
   int64_t num_rejected_tokens() const { return num_rejected_; }
+  // Steps whose masks were filled, and the wall time the fills took (logged at destruction).
+  int64_t num_fills() const { return num_fills_.load(); }
+  double fill_ms() const { return fill_us_.load() / 1000.0; }
 
  private:
   struct Entry {
@@ -61,13 +66,19 @@ class StructuredOutputManager {
     std::promise<std::shared_ptr<const GrammarBitmask>> result;
   };
   void loop();
+  void fill_rows(Task& task, GrammarBitmask& mask, size_t begin, size_t end);
   static bool ends_with(const std::vector<TokenId>& seq, const std::vector<TokenId>& suffix);
 
   const int32_t words_per_row_;
   std::unordered_map<std::string, Entry> entries_;
   int64_t num_rejected_ = 0;
+  std::atomic<int64_t> num_fills_{0}, fill_us_{0}, max_fill_us_{0};
   BlockingQueue<Task> tasks_;
   std::thread worker_;
+  // Rows of a large step are split over helpers (hosts with cores to spare: a quarter of them, at
+  // most 3), so a batch of long masks still fits inside one forward pass.
+  BlockingQueue<std::function<void()>> helper_jobs_;
+  std::vector<std::thread> helpers_;
 };
 
 }  // namespace kvasir

@@ -1,6 +1,9 @@
 #include "runner/model_runner.h"
 
 #include <algorithm>
+#include <chrono>
+
+#include "common/log.h"
 
 #include "sample/philox.h"
 #include "sample/token_bitmask.h"
@@ -15,7 +18,12 @@ ModelRunner::ModelRunner(DecoderModel& model, KvCache& cache, const RunnerConfig
       sampler_(model.config().vocab_size, 1),
       input_batch_(config.block_size) {}
 
-ModelRunner::~ModelRunner() = default;
+ModelRunner::~ModelRunner() {
+  if (bitmask_steps_ > 0) {
+    KVASIR_LOG_INFO("grammar masks: the runner waited %.3f ms per step on average over %lld steps",
+                    bitmask_wait_us_ / 1000.0 / static_cast<double>(bitmask_steps_), static_cast<long long>(bitmask_steps_));
+  }
+}
 
 namespace {
 
@@ -144,7 +152,10 @@ Status ModelRunner::collect_bitmask_rows(const GrammarBitmaskFuture& bitmask) {
   bitmask_.reset();
   bitmask_logits_rows_.clear();
   if (!bitmask.valid()) return Status();
+  const auto t0 = std::chrono::steady_clock::now();
   bitmask_ = bitmask.get();
+  ++bitmask_steps_;
+  bitmask_wait_us_ += std::chrono::duration_cast<std::chrono::microseconds>(std::chrono::steady_clock::now() - t0).count();
   if (!bitmask_ || bitmask_->req_ids.empty()) return Status();
   const GrammarBitmask& m = *bitmask_;
   if (m.words_per_row < token_bitmask_words(model_.config().vocab_size) ||
@@ -179,6 +190,9 @@ Status ModelRunner::sample_on_device(const GrammarBitmaskFuture& bitmask) {
     d.position = r.tokens.size() - static_cast<size_t>(r.num_prompt_tokens);
   }
   KVASIR_ASSIGN_OR_RETURN(Tensor logits, model_.compute_logits_on_device(sample_rows_.data(), n));
+  // The masks may still be filling on the engine's side: start the forward pass first, so the
+  // device computes while this thread waits.
+  if (bitmask.valid()) model_.backend().submit();
   KVASIR_RETURN_IF_ERROR(collect_bitmask_rows(bitmask));
   if (bitmask_ && !bitmask_logits_rows_.empty()) {
     KVASIR_RETURN_IF_ERROR(model_.backend().apply_token_bitmask(

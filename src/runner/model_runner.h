@@ -79,6 +79,7 @@ class ModelRunner {
   LogprobsTensors prompt_lp_;
   std::shared_ptr<const GrammarBitmask> bitmask_;  // this step's, while it samples
   std::vector<int32_t> bitmask_logits_rows_;       // [bitmask row] -> sampling-logits row, -1: none
+  int64_t bitmask_steps_ = 0, bitmask_wait_us_ = 0;  // steps with masks, time spent waiting for them
   ForwardBatch batch_;
 };
 

@@ -169,6 +169,8 @@ void CudaBackend::copy_to_host(const Tensor& src, void* dst) {
   retired_.clear();
 }
 
+void CudaBackend::submit() { queue_->submit(); }
+
 void CudaBackend::synchronize() {
   queue_->flush();
   queue_->finish();

@@ -38,6 +38,7 @@ class CudaBackend final : public Backend {
   StatusOr<Tensor> upload_weight(const Tensor& host_weight, std::unique_ptr<Buffer>* owner) override;
   void copy_to_host(const Tensor& src, void* dst) override;
   void synchronize() override;
+  void submit() override;
 
   void embedding(const Tensor& table, const int32_t* ids, int n, float scale, Tensor& out) override;
   void linear(const Tensor& x, const Tensor& w, const Tensor* bias, Tensor& out) override;

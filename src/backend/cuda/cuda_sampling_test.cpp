@@ -97,6 +97,12 @@ TEST(CudaSampling, TokenBitmaskMatchesHost) {
   for (int t : {7, 4000, 49199}) bits[2 * static_cast<size_t>(words) + t / 32] |= 1 << (t % 32);
   cuda_test::DeviceTensor lg(DType::kF32, {rows, vocab});
   lg.set(logits);
+  // As the runner does while the masks are filled: an op recorded and submitted first, then the
+  // mask and the sampling recorded after it in the same step.
+  cuda_test::DeviceTensor zero(DType::kF32, {rows, vocab});
+  zero.set(std::vector<float>(logits.size(), 0.0f));
+  gpu.add(lg.t, zero.t);
+  gpu.submit();
   ASSERT_TRUE(gpu.apply_token_bitmask(lg.t, bits.data(), words, mask_rows.data(), static_cast<int>(mask_rows.size())).ok());
   std::vector<DeviceSamplingRow> drows(static_cast<size_t>(rows));
   for (int r = 0; r < rows; ++r) drows[static_cast<size_t>(r)] = {1.0f, 1.0f, 0.0f, 0, static_cast<uint64_t>(r), 0};

@@ -77,6 +77,8 @@ int64_t StepQueue::stage(const void* host, size_t bytes) {
     size_t cap = std::max(off + bytes, host_cap_ * 2);
     uint8_t* bigger = nullptr;
     KVASIR_CUDA_CHECK(cudaMallocHost(reinterpret_cast<void**>(&bigger), cap));
+    // A submitted part of this step may still be copying out of the old arena.
+    if (copied_ > 0) KVASIR_CUDA_CHECK(cudaStreamSynchronize(stream_));
     std::memcpy(bigger, host_arena_, used_);
     KVASIR_CUDA_CHECK(cudaFreeHost(host_arena_));
     host_arena_ = bigger;
@@ -156,11 +158,22 @@ bool StepQueue::capture(uint64_t sig, const uint8_t* arena) {
   return true;
 }
 
-bool StepQueue::flush() {
-  if (ops_.empty()) return false;
+bool StepQueue::flush() { return launch(/*end_of_step=*/true); }
+bool StepQueue::submit() { return launch(/*end_of_step=*/false); }
+
+bool StepQueue::launch(bool end_of_step) {
+  if (ops_.empty()) {
+    if (end_of_step) used_ = copied_ = 0, staged_.clear();
+    return false;
+  }
+  const size_t cap_before = dev_cap_;
   ensure_device_arena(std::max<size_t>(used_, 1));
-  KVASIR_CUDA_CHECK(cudaEventRecord(ev_start_, stream_));
-  if (used_ > 0) KVASIR_CUDA_CHECK(cudaMemcpyAsync(dev_arena_, host_arena_, used_, cudaMemcpyHostToDevice, stream_));
+  if (dev_cap_ != cap_before) copied_ = 0;  // a new device arena holds nothing yet
+  if (!step_open_) KVASIR_CUDA_CHECK(cudaEventRecord(ev_start_, stream_));
+  if (used_ > copied_) {
+    KVASIR_CUDA_CHECK(cudaMemcpyAsync(dev_arena_ + copied_, host_arena_ + copied_, used_ - copied_,
+                                      cudaMemcpyHostToDevice, stream_));
+  }
   const uint8_t* arena = dev_arena_;
   bool ran_graph = false;
   if (enable_graphs_ && graphable_ && !profile_) {
@@ -183,12 +196,16 @@ bool StepQueue::flush() {
     }
   }
   if (!ran_graph) run_eager(arena);
+  step_is_graph_ = (step_open_ ? step_is_graph_ : true) && ran_graph;
   step_open_ = true;
-  step_is_graph_ = ran_graph;
   ops_.clear();
-  staged_.clear();
-  used_ = 0;
   graphable_ = true;
+  if (end_of_step) {
+    staged_.clear();
+    used_ = copied_ = 0;
+  } else {
+    copied_ = used_;  // staged offsets stay valid: the rest of the step may still refer to them
+  }
   return true;
 }
 

@@ -45,6 +45,11 @@ class StepQueue {
 
   // Copies the arena over and runs the step; false when nothing was recorded.
   bool flush();
+  // Starts the ops recorded so far without ending the step: what is recorded next runs at the
+  // next flush(), after them. For a step that waits on host work (grammar masks) between its
+  // forward pass and its sampling, so the device runs meanwhile. The arena keeps growing within
+  // the step, so nothing the device may still be reading is overwritten.
+  bool submit();
   // After the caller's read-back copies were enqueued: ends the step's timing and waits for it.
   void finish();
 
@@ -80,6 +85,8 @@ class StepQueue {
   std::vector<Staged> staged_;
   uint8_t* host_arena_ = nullptr;  // pinned
   size_t host_cap_ = 0, used_ = 0;
+  size_t copied_ = 0;  // arena bytes already copied to the device this step (submit())
+  bool launch(bool end_of_step);
   uint8_t* dev_arena_ = nullptr;
   size_t dev_cap_ = 0;
 
