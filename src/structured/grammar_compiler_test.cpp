@@ -116,6 +116,8 @@ TEST(GrammarCompiler, BadInputIsAStatusNamingTheProblem) {
           Kind::kStructuralTag,
           R"({"structures":[{"begin":"<a>","schema":{"type":"array","contains":{}},"end":"</a>"}],"triggers":["<a>"]})"),
       SC::kUnimplemented, "contains");
+  expect_error(*c, spec_of(Kind::kStructuralTag, R"x({"format":{"type":"regex","pattern":"a(?!b)"}})x"),
+               SC::kUnimplemented, "lookaround");
   expect_error(*c,
                spec_of(Kind::kStructuralTag,
                        R"({"format":{"type":"json_schema","json_schema":{"type":"object"},"style":"qwen_xml"}})"),
