@@ -2,7 +2,8 @@
 # pinned PyPI sdist by scripts/fetch_xgrammar.sh into a cache outside the repository
 # (KVASIR_XGRAMMAR_DIR, default ~/.cache/kvasir/xgrammar-0.2.9) with scripts/xgrammar-patches/
 # applied, one static library per variant:
-# the sanitizer and fuzz builds link an instrumented one (asan, tsan), the others plain.
+# the sanitizer and fuzz builds link an instrumented one (asan, tsan; -gcc with GCC), the others
+# plain.
 # Configuring runs the script, which returns at once when the variant is already built, so a fresh
 # build directory (or CI clone with a warm cache) needs nothing else. Defines the imported target
 # kvasir_xgrammar; only structured/ may link it (its headers stay out of our public headers).
@@ -18,6 +19,11 @@ elseif(KVASIR_SANITIZE OR KVASIR_FUZZ)
   set(kvasir_xgrammar_variant asan)
 else()
   set(kvasir_xgrammar_variant plain)
+endif()
+# A sanitizer runtime must come from the compiler that instrumented the code: GCC sanitizer
+# builds (scripts/build.sh -DKVASIR_SANITIZE=ON with the default compiler) get g++ variants.
+if(NOT kvasir_xgrammar_variant STREQUAL "plain" AND CMAKE_CXX_COMPILER_ID STREQUAL "GNU")
+  set(kvasir_xgrammar_variant ${kvasir_xgrammar_variant}-gcc)
 endif()
 
 set(kvasir_xgrammar_script ${PROJECT_SOURCE_DIR}/scripts/fetch_xgrammar.sh)

@@ -4,12 +4,14 @@
 # that nothing of it is committed and a fresh CI clone reuses the cache:
 #   $KVASIR_XGRAMMAR_DIR (default ~/.cache/kvasir/xgrammar-0.2.9)/src              the unpacked sdist
 #   $KVASIR_XGRAMMAR_DIR/build-<variant>/libxgrammar.a                             one per variant
-# Usage: scripts/fetch_xgrammar.sh [plain|asan|tsan]...   (no argument: plain)
+# Usage: scripts/fetch_xgrammar.sh [plain|asan|tsan|asan-gcc|tsan-gcc]...   (no argument: plain)
 #   plain  the default compiler, Release: what scripts/build.sh links
 #   asan   clang, ASan+UBSan and libFuzzer coverage: what -DKVASIR_SANITIZE=ON / -DKVASIR_FUZZ=ON link
 #          (so the fuzz targets see XGrammar's parsers and ASan checks its memory accesses)
 #   tsan   clang, ThreadSanitizer: what -DKVASIR_TSAN=ON links (uninstrumented code hides the
 #          happens-before edges of its atomics and futures from TSan: false reports)
+#   asan-gcc, tsan-gcc  the same with g++ (no fuzzer coverage), for sanitizer builds made with GCC:
+#          a sanitizer runtime must come from the compiler that instrumented the code
 # scripts/xgrammar-patches/*.patch are applied to the unpacked sdist (fixes that keep generated
 # JSON valid; each patch says why). Kvasir's CMake (cmake/xgrammar.cmake) runs this at configure time for the variant it needs;
 # scripts/setup.sh runs it for plain. Idempotent: a variant whose stamp (flags, compiler) matches
@@ -27,8 +29,8 @@ jobs="${KVASIR_JOBS:-2}"
 [ $# -gt 0 ] || set -- plain
 for v in "$@"; do
   case "$v" in
-    plain | asan | tsan) ;;
-    *) echo "usage: scripts/fetch_xgrammar.sh [plain|asan|tsan]..." >&2; exit 2 ;;
+    plain | asan | tsan | asan-gcc | tsan-gcc) ;;
+    *) echo "usage: scripts/fetch_xgrammar.sh [plain|asan|tsan|asan-gcc|tsan-gcc]..." >&2; exit 2 ;;
   esac
 done
 
@@ -71,12 +73,14 @@ flags_for() {
   case "$1" in
     plain) echo "$base" ;;
     asan) echo "$base -g -fno-omit-frame-pointer -fsanitize=fuzzer-no-link,address,undefined -fno-sanitize-recover=undefined" ;;
-    tsan) echo "$base -g -fno-omit-frame-pointer -fsanitize=thread" ;;
+    asan-gcc) echo "$base -g -fno-omit-frame-pointer -fsanitize=address,undefined -fno-sanitize-recover=undefined" ;;
+    tsan | tsan-gcc) echo "$base -g -fno-omit-frame-pointer -fsanitize=thread" ;;
   esac
 }
 compiler_for() {
   case "$1" in
     plain) echo "${KVASIR_XGRAMMAR_CXX:-c++}" ;;
+    *-gcc) echo g++ ;;
     *) echo clang++ ;;
   esac
 }

@@ -72,6 +72,34 @@ size_t next_solid(const std::vector<Token>& t, size_t i) {
   return i;
 }
 
+bool is_hex(char c) {
+  return (c >= '0' && c <= '9') || (c >= 'a' && c <= 'f') || (c >= 'A' && c <= 'F');
+}
+
+// GBNF's \xHH has exactly two digits; XGrammar's \x takes every hex digit that follows ("\x41BC"
+// would be U+41BC, not "ABC"), so each becomes the unambiguous \u00HH.
+std::string two_digit_hex_escapes(std::string_view lit) {
+  std::string out;
+  out.reserve(lit.size());
+  for (size_t i = 0; i < lit.size(); ++i) {
+    if (lit[i] != '\\' || i + 1 >= lit.size()) {
+      out += lit[i];
+      continue;
+    }
+    if (lit[i + 1] == 'x' && i + 3 < lit.size() && is_hex(lit[i + 2]) && is_hex(lit[i + 3])) {
+      out += "\\u00";
+      out += lit[i + 2];
+      out += lit[i + 3];
+      i += 3;
+    } else {
+      out += lit[i];
+      out += lit[i + 1];
+      ++i;
+    }
+  }
+  return out;
+}
+
 }  // namespace
 
 std::string gbnf_to_ebnf(std::string_view gbnf) {
@@ -82,6 +110,10 @@ std::string gbnf_to_ebnf(std::string_view gbnf) {
     const Token& tok = t[i];
     if (tok.kind == Tok::kDot) {
       out += "[\\u0000-\\U0010FFFF]";
+      continue;
+    }
+    if (tok.kind == Tok::kString || tok.kind == Tok::kClass) {
+      out += two_digit_hex_escapes(tok.text);
       continue;
     }
     out += tok.text;

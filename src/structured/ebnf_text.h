@@ -1,8 +1,9 @@
 // EBNF text for XGrammar: llama.cpp's GBNF normalized to XGrammar's EBNF dialect, and the grammar
 // of a list of choices. The two dialects agree on rules (`name ::= ...`, root rule `root`),
 // literals, character classes, grouping, `* + ? {m,n}` and `#` comments; XGrammar lacks GBNF's
-// empty alternative (`ws ::= | " "`) and `.` (any character), which are rewritten here. Text only:
-// nothing here parses the grammar or reports its errors (XGrammar does).
+// empty alternative (`ws ::= | " "`) and `.` (any character), and reads `\x` with any number of
+// digits where GBNF takes two: those are rewritten here. Text only: nothing here parses the
+// grammar or reports its errors (XGrammar does).
 #pragma once
 
 #include <string>

@@ -154,7 +154,8 @@ int main(int argc, char** argv) {
   std::vector<Case> cases = load_cases(dir);
   Series compile_ms, cached_ms, fill_us, accept_us;
   int compiled = 0, refused = 0, invalid = 0, walks = 0, rejected_walks = 0, masked = 0;
-  double realistic_compile = 0;
+  double realistic_compile = 0, worst_fill = 0, worst_compile = 0;
+  std::string worst_fill_schema, worst_compile_schema;
   Series realistic_fill;
   std::vector<int32_t> row(bitmask_words((*compiler)->model_vocab_size()));
   for (size_t ci = 0; ci < cases.size(); ++ci) {
@@ -171,6 +172,10 @@ int main(int argc, char** argv) {
     }
     ++compiled;
     compile_ms.v.push_back(b - a);
+    if (b - a > worst_compile) {
+      worst_compile = b - a;
+      worst_compile_schema = c.schema;
+    }
     (void)(*compiler)->compile(spec);
     cached_ms.v.push_back(cpu_ms() - b);
     bool realistic = ci + 1 == cases.size();
@@ -189,6 +194,10 @@ int main(int argc, char** argv) {
         bool ok = m.accept_token(id);
         double f2 = cpu_ms();
         fill_us.v.push_back((f1 - f0) * 1e3);
+        if (f1 - f0 > worst_fill) {
+          worst_fill = f1 - f0;
+          worst_fill_schema = c.schema;
+        }
         accept_us.v.push_back((f2 - f1) * 1e3);
         if (realistic) realistic_fill.v.push_back((f1 - f0) * 1e3);
         if (!ok) {  // the model's tokenization needs a token boundary the grammar does not allow
@@ -211,6 +220,8 @@ int main(int argc, char** argv) {
               walks, fill_us.v.size(), rejected_walks, masked);
   std::printf("mask fill (us/token):    median %.1f  p99 %.1f  max %.1f\n", fill_us.pct(0.5), fill_us.pct(0.99),
               fill_us.pct(1.0));
+  std::printf("slowest compile: %s\nslowest mask fill: %s\n", worst_compile_schema.substr(0, 160).c_str(),
+              worst_fill_schema.substr(0, 160).c_str());
   std::printf("accept (us/token):       median %.1f  p99 %.1f\n", accept_us.pct(0.5), accept_us.pct(0.99));
   return 0;
 }

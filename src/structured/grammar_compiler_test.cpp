@@ -63,6 +63,8 @@ TEST(GrammarCompiler, GbnfEmptyAlternativesAndDotBecomeXGrammarEbnf) {
   EXPECT_EQ(gbnf_to_ebnf("ws ::= | \" \" | \"\\n\" [ \\t]{0,20}"), "ws ::= \"\" | \" \" | \"\\n\" [ \\t]{0,20}");
   EXPECT_EQ(gbnf_to_ebnf("a ::= \"x\" |\nb ::= (| \"y\" )"), "a ::= \"x\" | \"\"\nb ::= ( \"\"| \"y\" )");
   EXPECT_EQ(gbnf_to_ebnf("a ::=\n"), "a ::= \"\"\n");
+  // GBNF's \x takes two digits: "\x41BC" is "ABC".
+  EXPECT_EQ(gbnf_to_ebnf("r ::= \"\\x41BC\\\\x41\" [\\x0b-\\x0c]"), "r ::= \"\\u0041BC\\\\x41\" [\\u000b-\\u000c]");
   EXPECT_EQ(gbnf_to_ebnf("root ::= . \"|\" [.|]"), "root ::= [\\u0000-\\U0010FFFF] \"|\" [.|]");
   EXPECT_EQ(choice_ebnf({"a\"b", "c\\d\n\x01"}), "root ::= \"a\\\"b\" | \"c\\\\d\\n\\x01\"\n");
 }
@@ -114,6 +116,8 @@ TEST(GrammarCompiler, BadInputIsAStatusNamingTheProblem) {
           Kind::kStructuralTag,
           R"({"structures":[{"begin":"<a>","schema":{"type":"array","contains":{}},"end":"</a>"}],"triggers":["<a>"]})"),
       SC::kUnimplemented, "contains");
+  expect_error(*c, spec_of(Kind::kStructuralTag, R"x({"format":{"type":"regex","pattern":"a(?!b)"}})x"),
+               SC::kUnimplemented, "lookaround");
   expect_error(*c,
                spec_of(Kind::kStructuralTag,
                        R"({"format":{"type":"json_schema","json_schema":{"type":"object"},"style":"qwen_xml"}})"),

@@ -37,11 +37,9 @@ Vocab vocab_of(std::string_view k) {
        {"items", "prefixItems", "unevaluatedItems", "minItems", "maxItems", "uniqueItems", "contains", "minContains",
         "maxContains", "additionalItems"}},
       {Vocab::kObject,
-       {"properties", "required", "patternProperties", "propertyNames", "additionalProperties",
-        "unevaluatedProperties", "minProperties", "maxProperties", "dependentRequired", "dependentSchemas",
-        "dependencies"}},
-      {Vocab::kNever,
-       {"not", "if", "then", "else", "$dynamicRef", "$recursiveRef", "$recursiveAnchor", "$vocabulary"}},
+       {"properties", "required", "patternProperties", "propertyNames", "additionalProperties", "unevaluatedProperties",
+        "minProperties", "maxProperties", "dependentRequired", "dependentSchemas", "dependencies"}},
+      {Vocab::kNever, {"not", "if", "then", "else", "$dynamicRef", "$recursiveRef", "$recursiveAnchor", "$vocabulary"}},
   };
   for (const Group& g : kGroups) {
     for (std::string_view name : g.names) {
@@ -209,6 +207,9 @@ class Walker {
     }
     uint8_t types = 0;
     if (const Json* t = s.find("type")) {
+      // XGrammar reads an empty list as no type at all and drops the other keywords with it.
+      if (t->is_array() && t->size() == 0)
+        return invalid_argument("JSON schema 'type' at " + where(path) + " is an empty list");
       types = type_mask(*t);
       if (types == 0) return Status();  // a malformed or unknown type: XGrammar reports it
     } else if (s.contains("properties") || s.contains("additionalProperties") || s.contains("unevaluatedProperties")) {

@@ -113,6 +113,7 @@ TEST(JsonSchemaPolicy, DuplicateKeysAndDanglingRefsAreInvalid) {
   EXPECT_EQ(check(R"({"type":"object","properties":{"a":{"$ref":"#/$defs/missing"}}})").code(),
             StatusCode::kInvalidArgument);
   EXPECT_EQ(check(R"({"enum":[{"a":1,"a":2}]})").code(), StatusCode::kInvalidArgument);
+  EXPECT_EQ(check(R"({"type":[],"minLength":3})").code(), StatusCode::kInvalidArgument);
 }
 
 TEST(JsonSchemaPolicy, RefTargetsAreChecked) {
@@ -146,6 +147,9 @@ TEST(JsonSchemaPolicy, PatternsAreRewrittenForXGrammarsJsonStringAutomaton) {
   EXPECT_TRUE(check_output_regex("^(a|b)+$").ok());
   EXPECT_FALSE(check_output_regex("a(?=b)").ok());
   EXPECT_FALSE(check_output_regex("a$b").ok());
+  EXPECT_EQ(check_output_regex("\\uXYZW").code(), StatusCode::kInvalidArgument);
+  EXPECT_EQ(check_output_regex("\\x4").code(), StatusCode::kInvalidArgument);
+  EXPECT_TRUE(check_output_regex("\\u00e9\\u{1F600}\\x41\\cJ").ok());
 }
 
 TEST(JsonSchemaShape, OneOfDisjointnessIsSound) {

@@ -14,6 +14,7 @@
 #include <cstdlib>
 #include <filesystem>
 #include <map>
+#include <random>
 
 #include "common/json.h"
 #include "structured/structured_test_util.h"
@@ -173,6 +174,54 @@ TEST(JsonSchemaSuite, EveryCompiledSchemaRejectsEveryInvalidInstance) {
               total.invalid, total.valid_accepted, total.valid_rejected, total.invalid_rejected);
   EXPECT_EQ(total.widened, 0);
   EXPECT_GT(total.compiled, total.groups / 2);
+}
+
+}  // namespace
+}  // namespace kvasir::structured
+
+namespace kvasir::structured {
+namespace {
+
+// XGrammar writes numeric bounds as digit-range grammars: every number they accept must lie in
+// the range (a narrowing, such as no exponent form, is allowed).
+TEST(JsonSchemaNumbers, BoundedNumbersAcceptOnlyValuesInRange) {
+  auto compiler = testing::make_compiler(testing::tiny_tokenizer());
+  struct Range {
+    const char* schema;
+    double lo, hi;
+    bool lo_excl, hi_excl;
+  };
+  const Range ranges[] = {
+      {R"({"type":"number","minimum":-1.5,"maximum":2.25})", -1.5, 2.25, false, false},
+      {R"({"type":"number","exclusiveMinimum":0,"exclusiveMaximum":1})", 0, 1, true, true},
+      {R"({"type":"number","minimum":0.1,"maximum":0.3})", 0.1, 0.3, false, false},
+      {R"({"type":"number","exclusiveMinimum":-10.05,"maximum":99.5})", -10.05, 99.5, true, false},
+      {R"({"type":"integer","minimum":-7,"exclusiveMaximum":120})", -7, 120, false, true},
+      {R"({"type":"integer","exclusiveMinimum":-1000,"maximum":-3})", -1000, -3, true, false},
+  };
+  std::mt19937 rng(7);
+  for (const Range& r : ranges) {
+    CompileResult g = compiler->compile(testing::spec_of(StructuredOutputSpec::Kind::kJsonSchema, r.schema));
+    ASSERT_TRUE(g.ok()) << r.schema << ": " << g.status().to_string();
+    int accepted = 0;
+    for (int i = 0; i < 3000; ++i) {
+      int whole = std::uniform_int_distribution<int>(-1100, 1100)(rng) / (i % 3 == 0 ? 1 : 100);
+      int digits = std::uniform_int_distribution<int>(0, 4)(rng);
+      std::string text = std::to_string(whole);
+      if (whole == 0 && i % 2 == 0) text = "-0";
+      if (digits > 0) {
+        text += '.';
+        for (int d = 0; d < digits; ++d) text += static_cast<char>('0' + rng() % 10);
+      }
+      double v = std::strtod(text.c_str(), nullptr);
+      bool in = (r.lo_excl ? v > r.lo : v >= r.lo) && (r.hi_excl ? v < r.hi : v <= r.hi);
+      if (accepts(*g, text)) {
+        ++accepted;
+        EXPECT_TRUE(in) << r.schema << " accepts " << text;
+      }
+    }
+    EXPECT_GT(accepted, 10) << r.schema;
+  }
 }
 
 }  // namespace

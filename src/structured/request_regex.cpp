@@ -1,5 +1,6 @@
 #include "structured/request_regex.h"
 
+#include <cctype>
 #include <cstdio>
 #include <vector>
 
@@ -102,6 +103,29 @@ class Scanner {
     static const std::string_view kKnown = "dDwWsSnrtfv0xuc";
     bool known = kKnown.find(static_cast<char>(c)) != std::string_view::npos || (in_class && c == 'b');
     if (!known) return refuse(std::string("the escape \\") + static_cast<char>(c));
+    // XGrammar's regex parser reads a malformed \x, \u or \c as the letter itself.
+    auto hex_run = [&](size_t at) {
+      size_t n = 0;
+      while (at + n < re_.size() && std::isxdigit(static_cast<unsigned char>(re_[at + n]))) ++n;
+      return n;
+    };
+    bool well_formed = true;
+    if (c == 'x') {
+      well_formed = hex_run(i_) >= 2;
+    } else if (c == 'u') {
+      if (i_ < re_.size() && re_[i_] == '{') {
+        size_t n = hex_run(i_ + 1);
+        well_formed = n >= 1 && n <= 6 && i_ + 1 + n < re_.size() && re_[i_ + 1 + n] == '}';
+      } else {
+        well_formed = hex_run(i_) >= 4;
+      }
+    } else if (c == 'c') {
+      well_formed = i_ < re_.size() && std::isalpha(static_cast<unsigned char>(re_[i_]));
+    }
+    if (!well_formed) {
+      return invalid_argument(std::string(json_ ? "pattern" : "regex") + " '" + std::string(re_) +
+                              "' has a malformed \\" + static_cast<char>(c) + " escape");
+    }
     out_ += '\\';
     out_ += static_cast<char>(c);
     return Status();

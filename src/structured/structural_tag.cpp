@@ -3,6 +3,7 @@
 #include <utility>
 
 #include "structured/json_schema_shape.h"
+#include "structured/request_regex.h"
 
 namespace kvasir::structured {
 namespace {
@@ -59,6 +60,12 @@ Status check_schemas(const Json& node, const std::string& path, const JsonSchema
   if (const Json* t = node.find("type"); t != nullptr && t->is_string() && t->as_string() == "qwen_xml_parameter") {
     return unimplemented("structural tag format 'qwen_xml_parameter' at " + path +
                          " is not supported: the JSON-schema policy covers JSON output only");
+  }
+  if (const Json* t = node.find("type"); t != nullptr && t->is_string() && t->as_string() == "regex") {
+    if (const Json* pattern = node.find("pattern"); pattern != nullptr && pattern->is_string()) {
+      Status s = check_output_regex(pattern->as_string());
+      if (!s.ok()) return Status(s.code(), "structural tag regex at " + path + ": " + s.message());
+    }
   }
   if (const Json* schema = node.find("json_schema")) {
     if (const Json* style = node.find("style");

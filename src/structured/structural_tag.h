@@ -2,7 +2,8 @@
 // {"type": "structural_tag", "format": {...}}, passes through; the older form that vLLM also
 // accepts, {"structures": [{"begin", "schema", "end"}...], "triggers": [...]}, becomes a
 // triggered_tags format, as XGrammar's Python binding converts it. Every JSON schema inside goes
-// through the keyword policy (json_schema_policy.h) first. Must not call XGrammar.
+// through the keyword policy (json_schema_policy.h) first, every regex format through the regex
+// checks (request_regex.h). Must not call XGrammar.
 #pragma once
 
 #include <string>

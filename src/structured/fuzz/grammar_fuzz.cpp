@@ -59,6 +59,7 @@ GrammarCompiler& compiler() {
     options.num_threads = 1;
     options.max_cache_entries = 4;
     options.max_spec_bytes = 64 * 1024;
+    options.max_cache_bytes = 32 << 20;  // XGrammar's rule cache too: the fuzzer makes many grammars
     const kvasir::Tokenizer& tok = tokenizer();
     auto c = GrammarCompiler::create(tok, static_cast<int32_t>(tok.vocab_size()) + 7, {tok.eos_id()}, options);
     return std::move(c).value();
