@@ -30,7 +30,9 @@ extra=$(python3 -c "import json,sys; print(json.dumps({'response_format': {'type
 tok=(); [[ -n ${SO_TOKENIZER:-} ]] && tok=(--tokenizer "$SO_TOKENIZER")
 for r in $(seq 1 "${SO_ROUNDS:-3}"); do
   for mode in free schema; do
-    args=(); [[ $mode == schema ]] && args=(--extra-body "$extra")
+    # Free runs ignore EOS so both runs generate max_tokens per request (the schema cannot end
+    # sooner): output tokens/s then compares the same work, not shorter answers.
+    args=(--ignore-eos); [[ $mode == schema ]] && args=(--extra-body "$extra")
     "$bin" bench serve --port "$port" --endpoint "${SO_ENDPOINT:-/v1/completions}" --num-prompts "${SO_PROMPTS:-256}" \
       --max-concurrency "${SO_CONCURRENCY:-64}" --random-input-len "${SO_INPUT_LEN:-256}" --random-output-len "$out_len" \
       --temperature 1 --seed "$r" "${tok[@]}" --output-json "$out/${mode}_$r.json" --save-detailed "${args[@]}" \

@@ -197,6 +197,37 @@ TEST_F(StructuredE2ETest, AsyncMasksWaitForTheFold) {
   EXPECT_EQ(out[0], out[1]);
 }
 
+// A reasoning parser's end marker gates the grammar: tokens before it are free, the grammar
+// applies from the first token after it, and a prompt that already holds it constrains at once.
+TEST_F(StructuredE2ETest, GrammarStartsAfterTheEndOfReasoning) {
+  auto llm = LLM::create(args());
+  ASSERT_TRUE(llm.ok());
+  Engine& engine = (*llm)->engine();
+  const Tokenizer& tok = *(*llm)->model().tokenizer;
+  SamplingParams sp;
+  sp.temperature = 0;
+  sp.max_tokens = 12;
+  sp.ignore_eos = true;
+  sp.structured_outputs = spec(Kind::kRegex, "[0-9]{12}");
+  auto run = [&](const std::string& id, const std::string& prompt, const std::string& marker) {
+    AddRequestOptions opts;
+    opts.grammar_starts_after = tok.encode(marker, false);
+    auto stream = engine.add_request(id, tok.encode(prompt, true), sp, opts);
+    EXPECT_TRUE(stream.ok());
+    std::string text;
+    RequestOutput d;
+    while (stream.ok() && (*stream)->next(&d)) text += d.text;
+    return text;
+  };
+  // The marker is in the prompt: digits from the first token.
+  // (At the prompt's start "</think>" tokenizes as on its own; reasoning models have one special token.)
+  const std::string closed = run("closed", "</think> The number:", "</think>");
+  EXPECT_TRUE(std::regex_match(closed, std::regex("[0-9]{1,12}"))) << closed;
+  // The marker never comes: the greedy model writes its own words, unconstrained.
+  const std::string open = run("open", "Write a sentence about cats.", "</think>");
+  EXPECT_FALSE(std::regex_match(open, std::regex("[0-9]*"))) << open;
+}
+
 TEST_F(StructuredE2ETest, BadGrammarFailsOnlyItsRequest) {
   auto llm = LLM::create(args());
   ASSERT_TRUE(llm.ok());

@@ -19,6 +19,12 @@ GenerationJob::GenerationJob(ServingContext& ctx, std::shared_ptr<http::Reply> r
       n_(std::max(1, req.params.n)) {
   add_options_.priority = req.priority;
   add_options_.cache_salt = req.cache_salt;
+  if (!ctx.options().output_parsers.reasoning_parser.empty()) {
+    // As vLLM: with a reasoning parser a grammar (structured output, forced tool calls) applies
+    // after the reasoning, from the tokens of "</think>" (the end marker of every parser here), or
+    // at once when the prompt already closed it (a template with thinking off).
+    add_options_.grammar_starts_after = ctx.tokenizer().encode("</think>", /*add_special_tokens=*/false);
+  }
 }
 
 GenerationJob::~GenerationJob() = default;
