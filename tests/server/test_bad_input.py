@@ -86,7 +86,7 @@ JSON_CASES = [
     ("missing_prompt", C, {"model": MODEL_NAME}, 400, "prompt"),
     ("suffix", C, good(suffix="end"), 400, None),
     ("both_generation_flags", CH, chat(add_generation_prompt=True, continue_final_message=True), 400, None),
-    ("json_schema_format", CH, chat(response_format={"type": "json_object"}), 400, None),
+    ("json_schema_without_schema", CH, chat(response_format={"type": "json_schema", "json_schema": {"name": "x"}}), 400, None),
 ]
 
 

@@ -205,10 +205,12 @@ def test_required_function_tool_is_called(client, server):
 
 
 def test_text_format_json_schema(client, server):
-    schema = {"type": "object", "properties": {"city": {"type": "string"}, "population": {"type": "integer"}},
+    # Bounded values: greedy SmolLM2 would otherwise write digits or a name until max_output_tokens.
+    schema = {"type": "object", "properties": {"city": {"type": "string", "maxLength": 24},
+                                               "population": {"type": "integer", "minimum": 0, "maximum": 99999999}},
               "required": ["city", "population"], "additionalProperties": False}
     fmt = {"format": {"type": "json_schema", "name": "city_info", "schema": schema, "strict": True}}
-    r = client.responses.create(model=MODEL_NAME, input="Describe Paris as JSON.", text=fmt, max_output_tokens=60,
+    r = client.responses.create(model=MODEL_NAME, input="Describe Paris as JSON.", text=fmt, max_output_tokens=120,
                                 temperature=0)
     assert r.text.format.type == "json_schema" and r.text.format.name == "city_info"
     require_grammar(server)

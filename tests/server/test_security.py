@@ -371,7 +371,7 @@ PARAMS = [
     ("best_of_below_n", C, good(n=2, best_of=1), None),
     ("beam_search", C, good(use_beam_search=True), None),
     ("prompt_embeds", C, good(prompt_embeds="AAAA"), None),
-    ("guided_regex", C, good(guided_regex="a+"), "guided_regex"),
+    ("guided_whitespace_pattern", C, good(guided_whitespace_pattern=" "), "guided_whitespace_pattern"),
     ("response_format_unknown", CH, chat(response_format={"type": "bogus"}), None),
     ("token_list_200k", C, good(prompt=[1] * 200000), None),
     ("untrusted_request_chat_template", CH, chat(chat_template="{{ 'x' }}"), None),
