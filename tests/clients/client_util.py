@@ -4,6 +4,7 @@ conftest.py and by the test modules (pytest puts this folder on sys.path)."""
 import importlib.util
 import json
 import os
+import re
 
 import jsonschema
 import pytest
@@ -124,15 +125,130 @@ def reassemble_tool_calls(chunks):
     return calls, content, finish
 
 
-_JSON_GRAMMAR = None
-
-
 def is_json_prefix(text):
-    """Whether `text` can still be completed into JSON (an output cut by max_tokens under a JSON
-    constraint must be one), checked with the shared json.gbnf grammar, not the server's engine."""
-    global _JSON_GRAMMAR
-    if _JSON_GRAMMAR is None:
-        from gbnf import Grammar
-        with open(os.path.join(SHARED, "grammars", "json.gbnf"), encoding="utf-8") as f:
-            _JSON_GRAMMAR = Grammar(f.read())
-    return _JSON_GRAMMAR.is_prefix(text)
+    """Whether `text` can still be completed into one JSON value (RFC 8259, any whitespace): what
+    an output cut by max_tokens under a JSON constraint must be. A scanner of its own, sharing
+    nothing with the server's grammar engine."""
+    stack = []          # "{" or "[" per open container
+    expect = "value"    # value | key | colon | comma_or_end | end | key_or_end | value_or_end
+    i, n = 0, len(text)
+    ws = " \t\n\r"
+    while i < n:
+        c = text[i]
+        if c in ws:
+            i += 1
+            continue
+        if expect in ("value", "value_or_end"):
+            if expect == "value_or_end" and c == "]":
+                stack.pop()
+                expect = "comma_or_end" if stack else "end"
+                i += 1
+                continue
+            if c == "{":
+                stack.append("{")
+                expect = "key_or_end"
+                i += 1
+                continue
+            if c == "[":
+                stack.append("[")
+                expect = "value_or_end"
+                i += 1
+                continue
+            if c == '"':
+                j = _scan_string(text, i)
+                if j is None:
+                    return False
+                if j == n:
+                    return True  # inside the string
+                i = j
+                expect = "comma_or_end" if stack else "end"
+                continue
+            m = re.match(r"-?(0|[1-9][0-9]*)(\.[0-9]+)?([eE][+-]?[0-9]+)?", text[i:])
+            if c in "-0123456789":
+                tail = text[i:]
+                end = len(m.group(0)) if m and m.group(0) not in ("", "-") else 0
+                if i + end == n or (end == 0 and tail == "-"):
+                    return True
+                # A number that stops early may still be a prefix of one (1. / 1e / 1e+).
+                if re.fullmatch(r"-?(0|[1-9][0-9]*)(\.[0-9]*)?([eE][+-]?[0-9]*)?", tail):
+                    return True
+                if end == 0:
+                    return False
+                i += end
+                expect = "comma_or_end" if stack else "end"
+                continue
+            for lit in ("true", "false", "null"):
+                if text[i:i + len(lit)] == lit:
+                    i += len(lit)
+                    break
+                if lit.startswith(text[i:]):
+                    return True
+            else:
+                return False
+            expect = "comma_or_end" if stack else "end"
+            continue
+        if expect in ("key", "key_or_end"):
+            if expect == "key_or_end" and c == "}":
+                stack.pop()
+                expect = "comma_or_end" if stack else "end"
+                i += 1
+                continue
+            if c != '"':
+                return False
+            j = _scan_string(text, i)
+            if j is None:
+                return False
+            if j == n:
+                return True
+            i = j
+            expect = "colon"
+            continue
+        if expect == "colon":
+            if c != ":":
+                return False
+            expect = "value"
+            i += 1
+            continue
+        if expect == "comma_or_end":
+            top = stack[-1]
+            if c == ",":
+                expect = "key" if top == "{" else "value"
+            elif (c == "}" and top == "{") or (c == "]" and top == "["):
+                stack.pop()
+                expect = "comma_or_end" if stack else "end"
+            else:
+                return False
+            i += 1
+            continue
+        return False  # text after a complete value
+    return True
+
+
+def _scan_string(text, i):
+    """From the opening quote at i: the index after the closing quote, len(text) when the string
+    is still open at the end, None when it breaks JSON's string rules."""
+    j, n = i + 1, len(text)
+    while j < n:
+        c = text[j]
+        if c == '"':
+            return j + 1
+        if c == "\\":
+            if j + 1 >= n:
+                return n
+            e = text[j + 1]
+            if e in '"\\/bfnrt':
+                j += 2
+                continue
+            if e == "u":
+                hexpart = text[j + 2:j + 6]
+                if not re.fullmatch(r"[0-9a-fA-F]*", hexpart):
+                    return None
+                if len(hexpart) < 4:
+                    return n if j + 2 + len(hexpart) == n else None
+                j += 6
+                continue
+            return None
+        if ord(c) < 0x20:
+            return None
+        j += 1
+    return n
