@@ -33,7 +33,10 @@ StatusOr<StructuredOutputsConfig> parse_structured_outputs_config(const std::str
   auto j = parse_json(text);
   if (!j.ok() || !j->is_object()) return invalid_argument("--structured-outputs-config must be a JSON object");
   StructuredOutputsConfig c;
-  for (const auto& [key, v] : j->as_object()) {
+  for (const auto& [key_, v_] : j->as_object()) {
+    // Named copies of the bindings: clang before 16 cannot capture structured bindings.
+    const std::string& key = key_;
+    const Json& v = v_;
     auto flag = [&](bool* out) -> Status {
       if (!v.is_bool()) return invalid_argument("--structured-outputs-config: '" + key + "' must be true or false");
       *out = v.as_bool();
