@@ -320,6 +320,10 @@ StatusOr<Json> normalize_chat_messages_for_template(const Json& messages) {
 
 Status parse_chat_request(const Json& body, const SamplingParams& defaults, ChatRequest* out) {
   KVASIR_RETURN_IF_ERROR(parse_common(body, defaults, /*chat=*/true, out));
+  // Chat answers do not carry prompt logprobs yet: refused rather than computed and dropped.
+  if (present(body, "prompt_logprobs")) {
+    return unimplemented("'prompt_logprobs' is not supported on chat completions (use /v1/completions)");
+  }
   const Json* msgs = body.find("messages");
   if (!msgs || msgs->is_null()) return invalid_argument("'messages' is required");
   KVASIR_ASSIGN_OR_RETURN(out->messages, normalize_chat_messages_for_template(*msgs));
