@@ -245,7 +245,7 @@ if has structured; then
     --tokenizer "$root/.carry/vocab.gguf" --max-num-seqs 256 --gpu-memory-utilization 0.9 ${KVASIR_SO_ARGS:-} \
     >"$OUT/structured.log" 2>&1
   note "structured${KVASIR_SO_ARGS:+ ($KVASIR_SO_ARGS)}: rc=$? $(tail -8 "$OUT/structured.log" | tr '\n' ';')"
-  note "  $(grep -hE 'grammar masks|device steps' "$OUT/structured/serve.log" | tr '\n' ';')"
+  note "  $(grep -hE 'grammar masks|device steps|engine loop|runner, host' "$OUT/structured/serve.log" | tr '\n' ';')"
   if [[ -x "$bin/grammar_bench" ]]; then
     timeout 120 "$bin/grammar_bench" "$root/.carry/vocab.gguf" "$root/.carry/json_schema" >"$OUT/grammar_bench.log" 2>&1
     note "grammar bench (host CPU of the GPU machine): rc=$? $(tail -6 "$OUT/grammar_bench.log" | tr '\n' ' ')"

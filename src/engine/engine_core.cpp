@@ -99,25 +99,43 @@ void EngineCore::fail_everything(const std::string& message) {
   outputs_.push(std::move(outs));
 }
 
+namespace {
+using Clock = std::chrono::steady_clock;
+double us_since(Clock::time_point t0) { return std::chrono::duration<double, std::micro>(Clock::now() - t0).count(); }
+}  // namespace
+
 EngineCore::InFlight EngineCore::submit_step(std::shared_future<void> folded) {
+  const auto t0 = Clock::now();
   auto so = std::make_shared<const SchedulerOutput>(scheduler_.schedule());
+  LoopTimes& times = times_[constrained(*so)];
+  times.schedule_us += us_since(t0);
+  const auto t1 = Clock::now();
   GrammarBitmaskFuture bitmask;
-  if (structured_ && !so->structured_output_req_ids.empty()) bitmask = structured_->fill_async(*so, std::move(folded));
+  if (structured_ && constrained(*so)) bitmask = structured_->fill_async(*so, std::move(folded));
   StepFuture result = executor_->execute(so, std::move(bitmask));
+  times.hand_off_us += us_since(t1);
   return InFlight{std::move(so), std::move(result)};
 }
 
 bool EngineCore::finish_step(InFlight& step) {
-  using Clock = std::chrono::steady_clock;
   const auto t0 = Clock::now();
   StepResult ro = step.result.get();
-  execute_s_ = execute_s_.load() + std::chrono::duration<double>(Clock::now() - t0).count();
+  LoopTimes& times = times_[constrained(*step.so)];
+  const double waited_us = us_since(t0);
+  execute_s_ = execute_s_.load() + waited_us / 1e6;
+  times.wait_us += waited_us;
+  ++times.steps;
+  const auto t1 = Clock::now();
   if (!ro.ok()) {
     fail_everything(ro.status().message());
     return false;
   }
   EngineCoreOutputs outs = scheduler_.update_from_output(*step.so, *ro);
-  if (structured_) structured_->accept_outputs(outs);
+  if (structured_) {
+    const auto t2 = Clock::now();
+    structured_->accept_outputs(outs);
+    times.grammar_accept_us += us_since(t2);
+  }
   ++num_steps_;
   ++metrics_.num_steps;
   publish_stats(outs.stats);
@@ -128,6 +146,7 @@ bool EngineCore::finish_step(InFlight& step) {
     outputs_.push(std::move(outs));
     if (after_publish_) after_publish_();
   }
+  times.fold_us += us_since(t1);
   return true;
 }
 
@@ -162,6 +181,15 @@ void EngineCore::loop() {
   }
   // Stopped with a step in flight: its results are dropped (the requests stay unfinished).
   if (in_flight.so) in_flight.result.wait();
+  for (int c = 0; c < 2; ++c) {
+    const LoopTimes& t = times_[c];
+    if (t.steps == 0) continue;
+    const double n = static_cast<double>(t.steps);
+    KVASIR_LOG_INFO("engine loop, host ms per %s step over %lld: schedule %.3f, hand-off %.3f, waited for the "
+                    "executor %.3f, fold %.3f (grammar tokens queued %.3f)",
+                    c ? "constrained" : "free", static_cast<long long>(t.steps), t.schedule_us / n / 1e3,
+                    t.hand_off_us / n / 1e3, t.wait_us / n / 1e3, t.fold_us / n / 1e3, t.grammar_accept_us / n / 1e3);
+  }
   if (dead_) {
     // Answer whatever still arrives so no client waits forever.
     while (auto cmd = inputs_.pop()) {

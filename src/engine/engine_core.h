@@ -84,6 +84,14 @@ class EngineCore {
   std::string fault_;
   std::atomic<int64_t> num_steps_{0};
   std::atomic<double> execute_s_{0.0};
+  // Host time per phase of the loop, summed over steps and logged when the loop ends: where the
+  // device idles between steps of a synchronous loop (engine thread only). [0]: steps without
+  // grammar rows, [1]: steps with them.
+  struct LoopTimes {
+    int64_t steps = 0;
+    double fold_us = 0, grammar_accept_us = 0, schedule_us = 0, hand_off_us = 0, wait_us = 0;
+  } times_[2];
+  static bool constrained(const SchedulerOutput& so) { return !so.structured_output_req_ids.empty(); }
   std::unordered_set<std::string> live_;  // requests added and not yet finished
   int64_t last_preemptions_ = 0, last_queries_ = 0, last_hits_ = 0;
   std::function<void()> after_publish_;

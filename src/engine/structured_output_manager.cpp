@@ -41,7 +41,9 @@ bool StructuredOutputManager::ends_with(const std::vector<TokenId>& seq, const s
 void StructuredOutputManager::add_request(const Request& request) {
   if (!request.grammar()) return;
   Entry e;
-  e.matcher = std::make_shared<structured::GrammarMatcher>(request.grammar());
+  e.row = std::make_shared<Row>();
+  e.row->req_id = request.req_id();
+  e.row->matcher = std::make_unique<structured::GrammarMatcher>(request.grammar());
   e.starts_after = request.grammar_starts_after();
   if (!e.starts_after.empty()) {
     // As vLLM: a prompt that already holds the end of reasoning (a template that closes an empty
@@ -74,10 +76,7 @@ void StructuredOutputManager::accept_outputs(const EngineCoreOutputs& outs) {
         }
         continue;
       }
-      if (!e.matcher->accept_token(t)) {
-        ++num_rejected_;
-        KVASIR_LOG_WARN("grammar of request %s refused token %d", o.req_id.c_str(), t);
-      }
+      e.row->pending.push_back(t);
     }
   }
 }
@@ -88,7 +87,7 @@ GrammarBitmaskFuture StructuredOutputManager::fill_async(const SchedulerOutput& 
   for (const std::string& id : so.structured_output_req_ids) {
     auto it = entries_.find(id);
     if (it == entries_.end() || !it->second.active) continue;
-    task.rows.emplace_back(id, it->second.matcher);
+    task.rows.push_back(it->second.row);
   }
   if (task.rows.empty()) return {};
   GrammarBitmaskFuture f = task.result.get_future().share();
@@ -99,7 +98,15 @@ GrammarBitmaskFuture StructuredOutputManager::fill_async(const SchedulerOutput& 
 void StructuredOutputManager::fill_rows(Task& task, GrammarBitmask& mask, size_t begin, size_t end) {
   const size_t w = static_cast<size_t>(words_per_row_);
   for (size_t i = begin; i < end; ++i) {
-    task.rows[i].second->fill_bitmask(std::span<int32_t>(mask.words.data() + i * w, w));
+    Row& row = *task.rows[i];
+    for (TokenId t : row.pending) {
+      if (!row.matcher->accept_token(t)) {
+        ++num_rejected_;
+        KVASIR_LOG_WARN("grammar of request %s refused token %d", row.req_id.c_str(), t);
+      }
+    }
+    row.pending.clear();
+    row.matcher->fill_bitmask(std::span<int32_t>(mask.words.data() + i * w, w));
   }
 }
 
@@ -114,7 +121,7 @@ void StructuredOutputManager::loop() {
     mask->words_per_row = words_per_row_;
     mask->words.assign(n * static_cast<size_t>(words_per_row_), 0);
     mask->req_ids.reserve(n);
-    for (const auto& row : task->rows) mask->req_ids.push_back(row.first);
+    for (const auto& row : task->rows) mask->req_ids.push_back(row->req_id);
     const size_t parts = std::min(helpers_.size() + 1, std::max<size_t>(1, n / kRowsPerHelper));
     if (parts <= 1) {
       fill_rows(*task, *mask, 0, n);

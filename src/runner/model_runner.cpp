@@ -19,6 +19,14 @@ ModelRunner::ModelRunner(DecoderModel& model, KvCache& cache, const RunnerConfig
       input_batch_(config.block_size) {}
 
 ModelRunner::~ModelRunner() {
+  for (int c = 0; c < 2; ++c) {
+    const StepTimes& t = device_times_[c];
+    if (t.steps == 0) continue;
+    const double n = static_cast<double>(t.steps);
+    KVASIR_LOG_INFO("runner, host ms per device-sampled %s step over %lld: recording %.3f, sample call %.3f, after %.3f",
+                    c ? "constrained" : "free", static_cast<long long>(t.steps), t.record_us / n / 1e3,
+                    t.sample_us / n / 1e3, t.after_us / n / 1e3);
+  }
   if (bitmask_steps_ > 0) {
     KVASIR_LOG_INFO("grammar masks: the runner waited %.3f ms per step on average over %lld steps",
                     bitmask_wait_us_ / 1000.0 / static_cast<double>(bitmask_steps_), static_cast<long long>(bitmask_steps_));
@@ -26,6 +34,9 @@ ModelRunner::~ModelRunner() {
 }
 
 namespace {
+
+using Clock = std::chrono::steady_clock;
+double us_since(Clock::time_point t0) { return std::chrono::duration<double, std::micro>(Clock::now() - t0).count(); }
 
 int next_pow2(int n) {
   int p = 1;
@@ -193,6 +204,7 @@ Status ModelRunner::sample_on_device(const GrammarBitmaskFuture& bitmask) {
   // The masks may still be filling on the engine's side: start the forward pass first, so the
   // device computes while this thread waits.
   if (bitmask.valid()) model_.backend().submit();
+  t_submitted_ = Clock::now();
   KVASIR_RETURN_IF_ERROR(collect_bitmask_rows(bitmask));
   if (bitmask_ && !bitmask_logits_rows_.empty()) {
     KVASIR_RETURN_IF_ERROR(model_.backend().apply_token_bitmask(
@@ -204,6 +216,7 @@ Status ModelRunner::sample_on_device(const GrammarBitmaskFuture& bitmask) {
 }
 
 StatusOr<ModelRunnerOutput> ModelRunner::execute(const SchedulerOutput& so, const GrammarBitmaskFuture& bitmask) {
+  const auto t_enter = Clock::now();
   KVASIR_RETURN_IF_ERROR(input_batch_.apply(so, &scheduled_));
   ModelRunnerOutput result;
   if (scheduled_.empty()) return result;
@@ -217,6 +230,7 @@ StatusOr<ModelRunnerOutput> ModelRunner::execute(const SchedulerOutput& so, cons
     // reads this step's host arrays.
     if (!sample_rows_.empty()) KVASIR_RETURN_IF_ERROR(sample_on_device(bitmask));
     else model_.backend().synchronize();
+    const auto t_sampled = Clock::now();
     result.outputs.reserve(rows_.size());
     for (const auto& row : rows_) {
       RunnerRequestOutput out;
@@ -227,6 +241,13 @@ StatusOr<ModelRunnerOutput> ModelRunner::execute(const SchedulerOutput& so, cons
         InputBatch::append_sampled(*row.req, tok);
       }
       result.outputs.push_back(std::move(out));
+    }
+    if (!sample_rows_.empty()) {
+      StepTimes& t = device_times_[bitmask.valid()];
+      ++t.steps;
+      t.after_us += us_since(t_sampled);
+      t.record_us += std::chrono::duration<double, std::micro>(t_submitted_ - t_enter).count();
+      t.sample_us += std::chrono::duration<double, std::micro>(t_sampled - t_submitted_).count();
     }
     return result;
   }

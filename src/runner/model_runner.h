@@ -5,6 +5,7 @@
 // may compute a token that the step before sampled. Must not decide anything the scheduler decides.
 #pragma once
 
+#include <chrono>
 #include <cstdint>
 #include <memory>
 #include <string>
@@ -80,6 +81,15 @@ class ModelRunner {
   std::shared_ptr<const GrammarBitmask> bitmask_;  // this step's, while it samples
   std::vector<int32_t> bitmask_logits_rows_;       // [bitmask row] -> sampling-logits row, -1: none
   int64_t bitmask_steps_ = 0, bitmask_wait_us_ = 0;  // steps with masks, time spent waiting for them
+  // Device-sampled steps: host time recording the step (entry until its forward pass is handed to
+  // the backend), in the backend's sample call (the device's step and the read-back), and after
+  // it (logged at destruction; the sync loop's device idles through the first and the last).
+  // [0]: steps without grammar masks, [1]: with.
+  struct StepTimes {
+    int64_t steps = 0;
+    double record_us = 0, sample_us = 0, after_us = 0;
+  } device_times_[2];
+  std::chrono::steady_clock::time_point t_submitted_;
   ForwardBatch batch_;
 };
 
