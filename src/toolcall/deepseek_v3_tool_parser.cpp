@@ -11,7 +11,7 @@
 #include "toolcall/json_scanner.h"
 #include "toolcall/parsers.h"
 #include "toolcall/stream_tool_parser.h"
-#include "toolcall/text_match.h"
+#include "common/text_match.h"
 
 namespace kvasir::toolcall {
 namespace {
@@ -83,19 +83,15 @@ class DeepSeekV3ToolParser final : public StreamToolParser {
     while (true) {
       switch (state_) {
         case State::kContent: {
-          MarkerFind f = find_marker(rest(), {kCallsBegin, kCallBegin}, at_eof());
-          emit_content(f.content_end);
-          if (f.which < 0) return;
-          open_section();
-          consume(f.which == 0 ? kCallsBegin.size() : kCallBegin.size());
+          int which = open_section_at({kCallsBegin, kCallBegin});
+          if (which < 0) return;
           type_.clear();
-          state_ = f.which == 0 ? State::kBetween : State::kType;
+          state_ = which == 0 ? State::kBetween : State::kType;
           break;
         }
         case State::kBetween: {
-          skip_spaces();
+          if (!skip_spaces()) return;
           std::string_view in = rest();
-          if (in.empty()) return;
           Prefix call = match_prefix(in, kCallBegin, at_eof());
           Prefix end = match_prefix(in, kCallsEnd, at_eof());
           if (call == Prefix::kFull) {
@@ -144,9 +140,8 @@ class DeepSeekV3ToolParser final : public StreamToolParser {
           break;
         }
         case State::kFence: {
-          skip_spaces();
+          if (!skip_spaces()) return;
           std::string_view in = rest();
-          if (in.empty()) return;
           if (in[0] == '{') {  // no fence: tolerated
             start_args();
             break;
@@ -168,26 +163,17 @@ class DeepSeekV3ToolParser final : public StreamToolParser {
           break;
         }
         case State::kArgsOpen:
-          skip_spaces();
-          if (rest().empty()) return;
-          if (rest()[0] != '{') return fail();
+          if (!expect('{')) return;
           start_args();
           break;
-        case State::kArgs: {
-          size_t n = 0;
-          JsonScanner::State s = scanner_.feed(rest(), &n);
-          call_arguments(rest().substr(0, n));
-          consume(n);
-          if (s == JsonScanner::State::kError) return fail();
-          if (s == JsonScanner::State::kMore) return;
+        case State::kArgs:
+          if (!read_arguments(scanner_)) return;
           end_call();
           state_ = State::kAfterArgs;
           break;
-        }
         case State::kAfterArgs: {
-          skip_spaces();
+          if (!skip_spaces()) return;
           std::string_view in = rest();
-          if (in.empty()) return;
           Prefix p = match_prefix(in, kFence, at_eof());
           if (p == Prefix::kPartial) return;
           if (p == Prefix::kFull) consume(kFence.size());
@@ -195,9 +181,8 @@ class DeepSeekV3ToolParser final : public StreamToolParser {
           break;
         }
         case State::kCallEnd: {
-          skip_spaces();
+          if (!skip_spaces()) return;
           std::string_view in = rest();
-          if (in.empty()) return;
           Prefix p = match_prefix(in, kCallEnd, at_eof());
           if (p == Prefix::kPartial) return;
           if (p == Prefix::kFull) {

@@ -9,7 +9,7 @@
 
 #include "toolcall/parsers.h"
 #include "toolcall/stream_tool_parser.h"
-#include "toolcall/text_match.h"
+#include "common/text_match.h"
 
 namespace kvasir::toolcall {
 namespace {
@@ -39,33 +39,22 @@ class HermesToolParser final : public StreamToolParser {
   void parse() override {
     while (true) {
       switch (state_) {
-        case State::kContent: {
-          MarkerFind f = find_marker(rest(), {kStart}, at_eof());
-          emit_content(f.content_end);
-          if (f.which < 0) return;
-          open_section();
-          consume(kStart.size());
+        case State::kContent:
+          if (open_section_at({kStart}) < 0) return;
           state_ = State::kObjectStart;
           break;
-        }
         case State::kObjectStart:
-          skip_spaces();
-          if (rest().empty()) return;
-          if (rest()[0] != '{') return fail();
+          if (!expect('{')) return;
           reader_.reset();
           state_ = State::kObject;
           break;
-        case State::kObject: {
-          JsonCallReader::State s = read_call(reader_);
-          if (s == JsonCallReader::State::kError) return fail();
-          if (s == JsonCallReader::State::kMore) return;
+        case State::kObject:
+          if (!read_call(reader_)) return;
           state_ = State::kAfterObject;
           break;
-        }
         case State::kAfterObject: {
-          skip_spaces();
+          if (!skip_spaces()) return;  // at the end finish() closes the block
           std::string_view in = rest();
-          if (in.empty()) return;  // at the end finish() closes the block
           Prefix p = match_prefix(in, kEnd, at_eof());
           if (p == Prefix::kPartial) return;
           if (p == Prefix::kFull || (at_eof() && kEnd.substr(0, in.size()) == in)) {

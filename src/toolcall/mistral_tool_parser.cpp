@@ -11,7 +11,7 @@
 #include "toolcall/json_scanner.h"
 #include "toolcall/parsers.h"
 #include "toolcall/stream_tool_parser.h"
-#include "toolcall/text_match.h"
+#include "common/text_match.h"
 
 namespace kvasir::toolcall {
 namespace {
@@ -57,18 +57,12 @@ class MistralToolParser final : public StreamToolParser {
   void parse() override {
     while (true) {
       switch (state_) {
-        case State::kContent: {
-          MarkerFind f = find_marker(rest(), {kToolCalls}, at_eof());
-          emit_content(f.content_end);
-          if (f.which < 0) return;
-          open_section();
-          consume(kToolCalls.size());
+        case State::kContent:
+          if (open_section_at({kToolCalls}) < 0) return;
           state_ = State::kAfterMarker;
           break;
-        }
         case State::kAfterMarker:
-          skip_spaces();
-          if (rest().empty()) return;
+          if (!skip_spaces()) return;
           if (rest()[0] == '[') {
             consume(1);
             state_ = State::kArrayItem;
@@ -80,8 +74,7 @@ class MistralToolParser final : public StreamToolParser {
           }
           break;
         case State::kArrayItem:
-          skip_spaces();
-          if (rest().empty()) return;
+          if (!skip_spaces()) return;
           if (rest()[0] == '{') {
             reader_.reset();
             state_ = State::kArrayObject;
@@ -93,16 +86,12 @@ class MistralToolParser final : public StreamToolParser {
             return fail();
           }
           break;
-        case State::kArrayObject: {
-          JsonCallReader::State s = read_call(reader_);
-          if (s == JsonCallReader::State::kError) return fail();
-          if (s == JsonCallReader::State::kMore) return;
+        case State::kArrayObject:
+          if (!read_call(reader_)) return;
           state_ = State::kArrayAfter;
           break;
-        }
         case State::kArrayAfter:
-          skip_spaces();
-          if (rest().empty()) return;
+          if (!skip_spaces()) return;
           if (rest()[0] == ',') {
             consume(1);
             state_ = State::kArrayItem;
@@ -126,9 +115,8 @@ class MistralToolParser final : public StreamToolParser {
           break;
         }
         case State::kAfterName: {
-          skip_spaces();
+          if (!skip_spaces()) return;
           std::string_view in = rest();
-          if (in.empty()) return;
           if (in[0] == '{') {
             start_args();
             break;
@@ -159,24 +147,16 @@ class MistralToolParser final : public StreamToolParser {
           break;
         }
         case State::kArgsStart:
-          skip_spaces();
-          if (rest().empty()) return;
-          if (rest()[0] != '{') return fail();
+          if (!expect('{')) return;
           start_args();
           break;
-        case State::kArgs: {
-          size_t n = 0;
-          JsonScanner::State s = scanner_.feed(rest(), &n);
-          call_arguments(rest().substr(0, n));
-          consume(n);
-          if (s == JsonScanner::State::kError) return fail();
-          if (s == JsonScanner::State::kMore) return;
+        case State::kArgs:
+          if (!read_arguments(scanner_)) return;
           end_call();
           close_section();
           call_id_bytes_ = 0;
           state_ = State::kContent;
           break;
-        }
       }
     }
   }
