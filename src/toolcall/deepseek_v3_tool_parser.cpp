@@ -29,13 +29,11 @@ std::string_view trim(std::string_view s) {
   return s.substr(0, trim_end(s));
 }
 
+constexpr ToolParserInfo kInfo{"deepseek_v3", true, true, false};
+
 class DeepSeekV3ToolParser final : public StreamToolParser {
  public:
-  explicit DeepSeekV3ToolParser(uint64_t seed) : StreamToolParser(ToolCallIdStyle::kOpenAI, seed) {}
-  const ToolParserInfo& info() const override {
-    static const ToolParserInfo kInfo{"deepseek_v3", true, true, false};
-    return kInfo;
-  }
+  explicit DeepSeekV3ToolParser(uint64_t seed) : StreamToolParser(kInfo, ToolCallIdStyle::kOpenAI, seed) {}
 
  private:
   enum class State {

@@ -19,15 +19,13 @@ constexpr std::string_view kEnd = "</tool_call>";
 
 const JsonCallKeys kKeys{{"arguments", "parameters"}, false, true, {}};
 
+// Some Hermes-format models mark <tool_call> special; skipping it would hide every call (vLLM keeps
+// special tokens for hermes too).
+constexpr ToolParserInfo kInfo{"hermes", true, true, false};
+
 class HermesToolParser final : public StreamToolParser {
  public:
-  explicit HermesToolParser(uint64_t seed) : StreamToolParser(ToolCallIdStyle::kOpenAI, seed) {}
-  const ToolParserInfo& info() const override {
-    // Some Hermes-format models mark <tool_call> special; skipping it would hide every call (vLLM
-    // keeps special tokens for hermes too).
-    static const ToolParserInfo kInfo{"hermes", true, true, false};
-    return kInfo;
-  }
+  explicit HermesToolParser(uint64_t seed) : StreamToolParser(kInfo, ToolCallIdStyle::kOpenAI, seed) {}
 
  private:
   enum class State { kContent, kObjectStart, kObject, kAfterObject };

@@ -17,13 +17,11 @@ constexpr std::string_view kPythonTag = "<|python_tag|>";
 
 const JsonCallKeys kKeys{{"parameters", "arguments"}, true, false, {"type"}};
 
+constexpr ToolParserInfo kInfo{"llama3_json", false, true, false};
+
 class Llama3JsonToolParser final : public StreamToolParser {
  public:
-  explicit Llama3JsonToolParser(uint64_t seed) : StreamToolParser(ToolCallIdStyle::kOpenAI, seed) {}
-  const ToolParserInfo& info() const override {
-    static const ToolParserInfo kInfo{"llama3_json", false, true, false};
-    return kInfo;
-  }
+  explicit Llama3JsonToolParser(uint64_t seed) : StreamToolParser(kInfo, ToolCallIdStyle::kOpenAI, seed) {}
 
  private:
   enum class State { kStart, kObjectStart, kObject, kAfterObject, kTrailing };

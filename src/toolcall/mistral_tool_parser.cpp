@@ -29,13 +29,11 @@ bool is_name_char(char c) {
          c == '.';
 }
 
+constexpr ToolParserInfo kInfo{"mistral", true, true, false};
+
 class MistralToolParser final : public StreamToolParser {
  public:
-  explicit MistralToolParser(uint64_t seed) : StreamToolParser(ToolCallIdStyle::kMistral, seed) {}
-  const ToolParserInfo& info() const override {
-    static const ToolParserInfo kInfo{"mistral", true, true, false};
-    return kInfo;
-  }
+  explicit MistralToolParser(uint64_t seed) : StreamToolParser(kInfo, ToolCallIdStyle::kMistral, seed) {}
 
  private:
   enum class State {

@@ -24,13 +24,11 @@ constexpr size_t kMaxNameBytes = 256;
 bool is_ident_start(char c) { return (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || c == '_'; }
 bool is_ident(char c) { return is_ident_start(c) || (c >= '0' && c <= '9'); }
 
+constexpr ToolParserInfo kInfo{"pythonic", false, false, false};
+
 class PythonicToolParser final : public StreamToolParser {
  public:
-  explicit PythonicToolParser(uint64_t seed) : StreamToolParser(ToolCallIdStyle::kOpenAI, seed) {}
-  const ToolParserInfo& info() const override {
-    static const ToolParserInfo kInfo{"pythonic", false, false, false};
-    return kInfo;
-  }
+  explicit PythonicToolParser(uint64_t seed) : StreamToolParser(kInfo, ToolCallIdStyle::kOpenAI, seed) {}
 
  private:
   enum class State {

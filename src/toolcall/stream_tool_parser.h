@@ -25,6 +25,7 @@ namespace kvasir::toolcall {
 
 class StreamToolParser : public ToolParser {
  public:
+  const ToolParserInfo& info() const final { return info_; }
   StreamDelta feed(std::string_view delta) final;
   StreamDelta finish() final;
   size_t num_tool_calls() const final { return out_.num_calls(); }
@@ -32,7 +33,9 @@ class StreamToolParser : public ToolParser {
   ParsedToolCalls parse_complete(std::string_view model_output) final;
 
  protected:
-  StreamToolParser(ToolCallIdStyle style, uint64_t seed) : out_(style, seed), seeds_(style, seed ^ 0x5EED) {}
+  // `info` is the format's constant (static storage: it is kept by reference).
+  StreamToolParser(const ToolParserInfo& info, ToolCallIdStyle style, uint64_t seed)
+      : info_(info), out_(style, seed), seeds_(style, seed ^ 0x5EED) {}
   // A parser of the same format in its initial state.
   virtual std::unique_ptr<StreamToolParser> fresh(uint64_t seed) const = 0;
   virtual void parse() = 0;
@@ -78,6 +81,7 @@ class StreamToolParser : public ToolParser {
  private:
   void run();
 
+  const ToolParserInfo& info_;
   DeltaBuilder out_;
   ToolCallIdGenerator seeds_;  // seeds for parse_complete's fresh parsers
   std::string buf_;
