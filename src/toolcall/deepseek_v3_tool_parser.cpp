@@ -43,8 +43,7 @@ class DeepSeekV3ToolParser final : public StreamToolParser {
     kName,       // after the separator: the name up to "\n" (V3) or '{' (V3.1)
     kFence,      // "```json" before the arguments
     kFenceLang,  // the fence's language tag
-    kArgsOpen,   // whitespace, then the arguments' '{'
-    kArgs,
+    kArgs,       // whitespace, then the arguments object
     kAfterArgs,  // closing fence, then call-end
     kCallEnd,
   };
@@ -62,12 +61,6 @@ class DeepSeekV3ToolParser final : public StreamToolParser {
     if (f.which < 0 || *failed) return false;
     consume(stop.size());
     return true;
-  }
-
-  void start_args() {
-    begin_call(name_);
-    scanner_.reset();
-    state_ = State::kArgs;
   }
 
   // After a complete call, text that is not the format's next token ends the block (lenient).
@@ -125,7 +118,7 @@ class DeepSeekV3ToolParser final : public StreamToolParser {
             name_ = std::string(trim(type_));
             skip_spaces();
             if (name_.empty() || name_.find('\n') != std::string::npos) return fail();
-            start_args();
+            state_ = State::kArgs;
             break;
           }
           if (!read_until("\n", &name_, &failed)) {
@@ -141,7 +134,7 @@ class DeepSeekV3ToolParser final : public StreamToolParser {
           if (!skip_spaces()) return;
           std::string_view in = rest();
           if (in[0] == '{') {  // no fence: tolerated
-            start_args();
+            state_ = State::kArgs;
             break;
           }
           Prefix p = match_prefix(in, kFence, at_eof());
@@ -157,15 +150,11 @@ class DeepSeekV3ToolParser final : public StreamToolParser {
           while (n < in.size() && n < 16 && ((in[n] >= 'a' && in[n] <= 'z') || (in[n] >= 'A' && in[n] <= 'Z'))) ++n;
           if (n == in.size() && !at_eof()) return;  // "json" may still be arriving
           consume(n);
-          state_ = State::kArgsOpen;
+          state_ = State::kArgs;
           break;
         }
-        case State::kArgsOpen:
-          if (!expect('{')) return;
-          start_args();
-          break;
         case State::kArgs:
-          if (!read_arguments(scanner_)) return;
+          if (!read_call_arguments(name_, scanner_)) return;
           end_call();
           state_ = State::kAfterArgs;
           break;

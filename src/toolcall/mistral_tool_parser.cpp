@@ -39,17 +39,11 @@ class MistralToolParser final : public StreamToolParser {
   enum class State {
     kContent, kAfterMarker,                          // [TOOL_CALLS], then '[' or a name
     kArrayItem, kArrayObject, kArrayAfter,           // the JSON array form
-    kName, kAfterName, kCallId, kArgsStart, kArgs,   // the name{args} forms
+    kName, kAfterName, kCallId, kArgs,               // the name{args} forms
   };
 
   std::unique_ptr<StreamToolParser> fresh(uint64_t seed) const override {
     return std::make_unique<MistralToolParser>(seed);
-  }
-
-  void start_args() {
-    begin_call(name_);
-    scanner_.reset();
-    state_ = State::kArgs;
   }
 
   void parse() override {
@@ -116,14 +110,14 @@ class MistralToolParser final : public StreamToolParser {
           if (!skip_spaces()) return;
           std::string_view in = rest();
           if (in[0] == '{') {
-            start_args();
+            state_ = State::kArgs;
             break;
           }
           Prefix args = match_prefix(in, kArgs, at_eof());
           Prefix id = match_prefix(in, kCallId, at_eof());
           if (args == Prefix::kFull) {
             consume(kArgs.size());
-            state_ = State::kArgsStart;
+            state_ = State::kArgs;
           } else if (id == Prefix::kFull) {
             consume(kCallId.size());
             state_ = State::kCallId;
@@ -141,15 +135,11 @@ class MistralToolParser final : public StreamToolParser {
           if (call_id_bytes_ > kMaxCallIdBytes) return fail();
           if (f.which < 0) return;
           consume(kArgs.size());
-          state_ = State::kArgsStart;
+          state_ = State::kArgs;
           break;
         }
-        case State::kArgsStart:
-          if (!expect('{')) return;
-          start_args();
-          break;
         case State::kArgs:
-          if (!read_arguments(scanner_)) return;
+          if (!read_call_arguments(name_, scanner_)) return;
           end_call();
           close_section();
           call_id_bytes_ = 0;

@@ -126,7 +126,12 @@ bool StreamToolParser::read_call(JsonCallReader& reader) {
   return s == JsonCallReader::State::kDone;
 }
 
-bool StreamToolParser::read_arguments(JsonScanner& scanner) {
+bool StreamToolParser::read_call_arguments(std::string_view name, JsonScanner& scanner) {
+  if (!in_call_) {
+    if (!expect('{')) return false;
+    begin_call(name);
+    scanner.reset();
+  }
   size_t n = 0;
   JsonScanner::State s = scanner.feed(rest(), &n);
   call_arguments(rest().substr(0, n));

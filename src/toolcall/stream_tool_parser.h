@@ -6,7 +6,7 @@
 //
 // A format implements parse(): consume as much of rest() as can be decided now, calling
 // emit_content / open_section / begin_call / call_arguments / end_call / close_section / fail, or
-// the shared steps built on them (open_section_at, expect, read_call, read_arguments, ...).
+// the shared steps built on them (open_section_at, expect, read_call, read_call_arguments, ...).
 // It returns when it needs more text; at_eof() means no more will come.
 #pragma once
 
@@ -72,9 +72,10 @@ class StreamToolParser : public ToolParser {
   // Feeds rest() to `reader` (positioned in a call object) and applies the call events it read.
   // True once the object is complete.
   bool read_call(JsonCallReader& reader);
-  // Streams rest() through `scanner` as the current call's arguments (from their '{' on). True once
-  // the arguments object is complete; the call is still open.
-  bool read_arguments(JsonScanner& scanner);
+  // A call named `name` whose arguments are a bare JSON object: after whitespace a '{' must come,
+  // the call begins there, and its arguments stream through `scanner`. True once the arguments
+  // object is complete (the call is still open: end_call() it).
+  bool read_call_arguments(std::string_view name, JsonScanner& scanner);
   bool in_section() const { return in_section_; }
   size_t section_calls() const { return section_calls_; }
 
