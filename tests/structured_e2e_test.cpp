@@ -1,8 +1,8 @@
 // Grammar-constrained generation end to end on SmolLM2 (CPU): JSON schema, JSON object, regex and
 // choice outputs are valid when the model stops; a grammar row leaves unconstrained rows of the
 // same batch untouched; seeded constrained outputs are the same with async scheduling and under
-// preemption (the matcher state survives recompute); a schema that cannot compile fails only its
-// own request.
+// preemption (the matcher state survives recompute); bare integer and number schemas end within
+// 16 digits; a schema that cannot compile fails only its own request.
 #include <gtest/gtest.h>
 
 #include <regex>
@@ -226,6 +226,34 @@ TEST_F(StructuredE2ETest, GrammarStartsAfterTheEndOfReasoning) {
   // The marker never comes: the greedy model writes its own words, unconstrained.
   const std::string open = run("open", "Write a sentence about cats.", "</think>");
   EXPECT_FALSE(std::regex_match(open, std::regex("[0-9]*"))) << open;
+}
+
+// A bare integer or number schema lets greedy SmolLM2 write digits until max_tokens unless the
+// grammar bounds them (json_schema_policy.cpp: ±(2^53-1), at most 16 integer digits).
+TEST_F(StructuredE2ETest, BareIntegerAndNumberSchemasEndWithinSixteenDigits) {
+  auto llm = LLM::create(args());
+  ASSERT_TRUE(llm.ok());
+  for (const char* schema : {R"({"type": "integer"})", R"({"type": "number"})"}) {
+    SamplingParams sp;
+    sp.temperature = 0;
+    sp.max_tokens = 64;
+    sp.structured_outputs = spec(Kind::kJsonSchema, schema);
+    auto res = (*llm)->generate(prompts(sp, 8), SamplingParams{});
+    ASSERT_TRUE(res.ok());
+    for (const auto& r : *res) {
+      ASSERT_TRUE(r.error.empty()) << r.error;
+      const auto& o = r.outputs[0];
+      EXPECT_EQ(o.finish_reason, "stop") << schema << ": " << o.text;
+      auto j = parse_json(o.text);
+      ASSERT_TRUE(j.ok() && j->is_number()) << schema << ": " << o.text;
+      size_t int_digits = 0;
+      for (char c : o.text) {
+        if (c == '.' || c == 'e' || c == 'E') break;
+        if (c >= '0' && c <= '9') ++int_digits;
+      }
+      EXPECT_LE(int_digits, 16u) << schema << ": " << o.text;
+    }
+  }
 }
 
 TEST_F(StructuredE2ETest, BadGrammarFailsOnlyItsRequest) {

@@ -1,13 +1,13 @@
 // Test-only: a recorded output must give the expected split whole and streamed in any pieces
-// (1 byte, random sizes, every split point in two: inside tags and UTF-8 characters too).
+// (common/stream_splits_test_util.h: 1 byte, random sizes, every split point in two).
 #pragma once
 
 #include <gtest/gtest.h>
 
-#include <random>
 #include <string>
 #include <vector>
 
+#include "common/stream_splits_test_util.h"
 #include "common/utf8.h"
 #include "reasoning/reasoning_parser.h"
 
@@ -19,29 +19,13 @@ inline std::unique_ptr<ReasoningParser> make(std::string_view name, const Reason
   return std::move(p).value();
 }
 
-inline std::vector<std::vector<size_t>> splits_for(std::string_view text) {
-  std::vector<std::vector<size_t>> all;
-  all.push_back({});
-  std::vector<size_t> bytes;
-  for (size_t i = 1; i < text.size(); ++i) bytes.push_back(i);
-  all.push_back(bytes);
-  for (uint32_t seed = 1; seed <= 8; ++seed) {
-    std::mt19937 rng(seed);
-    std::vector<size_t> cuts;
-    for (size_t at = 1 + rng() % 7; at < text.size(); at += 1 + rng() % 7) cuts.push_back(at);
-    all.push_back(cuts);
-  }
-  for (size_t i = 1; i < text.size(); ++i) all.push_back({i});
-  return all;
-}
-
 inline void expect_split(std::string_view name, std::string_view text, const ReasoningResult& want,
                          const ReasoningParserOptions& options = {}) {
   auto p = make(name, options);
   ReasoningResult whole = p->parse_complete(text);
   EXPECT_EQ(whole.reasoning, want.reasoning) << "complete: " << text;
   EXPECT_EQ(whole.content, want.content) << "complete: " << text;
-  for (const auto& cuts : splits_for(text)) {
+  for (const auto& cuts : stream_splits(text)) {
     auto s = make(name, options);
     ReasoningResult got;
     size_t prev = 0;

@@ -1,46 +1,16 @@
 #include "reasoning/think_tag_parser.h"
 
-#include <algorithm>
 #include <utility>
 
 #include "common/check.h"
+#include "common/text_match.h"
 #include "common/utf8.h"
 
 namespace kvasir::reasoning {
 namespace {
 
-bool is_space(char c) { return c == ' ' || c == '\t' || c == '\n' || c == '\r'; }
-size_t count_spaces(std::string_view s) {
-  size_t i = 0;
-  while (i < s.size() && is_space(s[i])) ++i;
-  return i;
-}
-size_t trim_end(std::string_view s) {
-  size_t n = s.size();
-  while (n > 0 && is_space(s[n - 1])) --n;
-  return n;
-}
 bool ends_with(std::string_view s, std::string_view tail) {
   return s.size() >= tail.size() && s.substr(s.size() - tail.size()) == tail;
-}
-// Whether `s` starts with `tag`; kPartial: `s` is a proper prefix of it and more text may come.
-enum class Prefix { kNo, kPartial, kFull };
-Prefix match_prefix(std::string_view s, std::string_view tag, bool eof) {
-  if (s.size() >= tag.size()) return s.substr(0, tag.size()) == tag ? Prefix::kFull : Prefix::kNo;
-  return !eof && tag.substr(0, s.size()) == s ? Prefix::kPartial : Prefix::kNo;
-}
-// Where `tag` starts in `s`, or (unless eof) where a tail of `s` that may begin it starts; else
-// s.size(). *found says whether it is the whole tag.
-size_t find_tag(std::string_view s, std::string_view tag, bool eof, bool* found) {
-  size_t p = s.find(tag);
-  *found = p != std::string_view::npos;
-  if (*found) return p;
-  if (!eof) {
-    for (size_t k = std::min(tag.size() - 1, s.size()); k > 0; --k) {
-      if (s.substr(s.size() - k) == tag.substr(0, k)) return s.size() - k;
-    }
-  }
-  return s.size();
 }
 
 }  // namespace
@@ -131,14 +101,13 @@ void ThinkTagParser::run() {
         break;
       }
       case State::kReasoning: {
-        bool found = false;
-        size_t at = find_tag(in, config_.close, eof_, &found);
-        reasoning_text(in.substr(0, at));
-        if (!found) {
-          drop(at);
+        MarkerFind f = find_marker(in, {config_.close}, eof_);
+        reasoning_text(in.substr(0, f.content_end));
+        if (f.which < 0) {
+          drop(f.content_end);
           return;
         }
-        drop(at + config_.close.size());
+        drop(f.content_end + config_.close.size());
         held_space_.clear();
         state_ = State::kContentStart;
         break;

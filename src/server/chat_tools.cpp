@@ -14,6 +14,12 @@ const char* const kBuiltinToolTypes[] = {
 
 std::string at(const char* field, size_t i) { return std::string(field) + "[" + std::to_string(i) + "]"; }
 
+// obj[key] when it is there and not null (null means absent in these APIs).
+const Json* given(const Json& obj, const char* key) {
+  const Json* v = obj.find(key);
+  return v && !v->is_null() ? v : nullptr;
+}
+
 // The function object's own fields: name (non-empty string), description (string), parameters
 // (an object: the JSON schema of the arguments), strict (bool). `where` names it in messages.
 Status check_function(const Json& fn, const std::string& where) {
@@ -21,13 +27,13 @@ Status check_function(const Json& fn, const std::string& where) {
   if (!name || !name->is_string() || name->as_string().empty()) {
     return invalid_argument("'" + where + ".name' must be a non-empty string");
   }
-  if (const Json* d = fn.find("description"); d && !d->is_null() && !d->is_string()) {
+  if (const Json* d = given(fn, "description"); d && !d->is_string()) {
     return invalid_argument("'" + where + ".description' must be a string");
   }
-  if (const Json* p = fn.find("parameters"); p && !p->is_null() && !p->is_object()) {
+  if (const Json* p = given(fn, "parameters"); p && !p->is_object()) {
     return invalid_argument("'" + where + ".parameters' must be an object (a JSON schema)");
   }
-  if (const Json* s = fn.find("strict"); s && !s->is_null() && !s->is_bool()) {
+  if (const Json* s = given(fn, "strict"); s && !s->is_bool()) {
     return invalid_argument("'" + where + ".strict' must be a boolean");
   }
   return Status();
@@ -86,8 +92,8 @@ Status settle_choice(bool choice_given, bool tools_given, ChatTools* out) {
 }
 
 Status want_parallel(const Json& body, ChatTools* out) {
-  const Json* p = body.find("parallel_tool_calls");
-  if (!p || p->is_null()) return Status();
+  const Json* p = given(body, "parallel_tool_calls");
+  if (!p) return Status();
   if (!p->is_bool()) return invalid_argument("'parallel_tool_calls' must be a boolean");
   out->parallel_tool_calls = p->as_bool();
   return Status();
@@ -122,113 +128,130 @@ Json empty_object_schema() {
   return s;
 }
 
+// The chat shape every tool takes here: {"type": "function", "function": fn}.
+Json function_tool(Json fn) {
+  Json tool = Json::object();
+  tool.set("type", "function");
+  tool.set("function", std::move(fn));
+  return tool;
+}
+
+// A /v1/chat/completions tool: {"type": "function", "function": {...}}; vLLM defaults a missing
+// type to "function".
+StatusOr<Json> chat_tool(const Json& tool, size_t i) {
+  if (const Json* type = given(tool, "type")) {
+    if (!type->is_string()) return invalid_argument("'" + at("tools", i) + ".type' must be a string");
+    if (type->as_string() != "function") return unsupported_tool_type(type->as_string());
+  }
+  const Json* fn = tool.find("function");
+  if (!fn || !fn->is_object()) return invalid_argument("'" + at("tools", i) + ".function' must be an object");
+  KVASIR_RETURN_IF_ERROR(check_function(*fn, at("tools", i) + ".function"));
+  return function_tool(*fn);
+}
+
+// A /v1/responses tool: the function's fields flat beside "type": "function".
+StatusOr<Json> responses_tool(const Json& tool, size_t i) {
+  const Json* type = tool.find("type");
+  if (!type || !type->is_string()) return invalid_argument("'" + at("tools", i) + ".type' must be a string");
+  if (type->as_string() != "function") return unsupported_tool_type(type->as_string());
+  KVASIR_RETURN_IF_ERROR(check_function(tool, at("tools", i)));
+  // The chat shape the templates know: the flat fields move under "function".
+  Json fn = Json::object();
+  for (const auto& [k, v] : tool.as_object()) {
+    if (k != "type") fn.set(k, v);
+  }
+  return function_tool(std::move(fn));
+}
+
+// Reads body.tools into out->tools, each entry checked and put in chat shape by `to_chat_tool`.
+// *tools_given: the field was there (an empty list counts).
+Status read_tools(const Json& body, StatusOr<Json> (*to_chat_tool)(const Json& tool, size_t i), ChatTools* out,
+                  bool* tools_given) {
+  const Json* t = given(body, "tools");
+  *tools_given = t != nullptr;
+  if (!t) return Status();
+  if (!t->is_array()) return invalid_argument("'tools' must be a list of tool objects");
+  Json tools = Json::array();
+  for (size_t i = 0; i < t->size(); ++i) {
+    const Json& tool = t->as_array()[i];
+    if (!tool.is_object()) return invalid_argument("'tools' must be a list of tool objects");
+    KVASIR_ASSIGN_OR_RETURN(Json chat_shape, to_chat_tool(tool, i));
+    tools.push_back(std::move(chat_shape));
+  }
+  out->tools = std::move(tools);
+  return Status();
+}
+
+// Chat's tool_choice: "none" | "auto" | "required" | {"type": "function", "function": {"name"}}.
+Status chat_tool_choice(const Json& tc, ToolChoice* out) {
+  static const char* kUsage = "Correct usage: `{\"type\": \"function\", \"function\": {\"name\": \"my_function\"}}`";
+  if (tc.is_string()) {
+    if (!mode_from_string(tc.as_string(), out)) {
+      return invalid_argument("Invalid value for `tool_choice`: " + tc.as_string() +
+                              "! Only named tools, \"none\", \"auto\" or \"required\" are supported.");
+    }
+    return Status();
+  }
+  if (!tc.is_object()) {
+    return invalid_argument("'tool_choice' must be \"none\", \"auto\", \"required\" or a named function object");
+  }
+  if (const Json* type = tc.find("type"); type && !(type->is_string() && type->as_string() == "function")) {
+    return invalid_argument(std::string("'tool_choice.type' must be \"function\". ") + kUsage);
+  }
+  const Json* fn = tc.find("function");
+  if (!fn || !fn->is_object()) return invalid_argument(std::string("Invalid value for `function` in `tool_choice`! ") + kUsage);
+  const Json* name = fn->find("name");
+  if (!name || !name->is_string() || name->as_string().empty()) {
+    return invalid_argument(std::string("Expected a non-empty string `name` in `function` in `tool_choice`! ") + kUsage);
+  }
+  out->mode = ToolChoice::Mode::kNamed;
+  out->name = name->as_string();
+  return Status();
+}
+
+// The Responses API's tool_choice: "none" | "auto" | "required" | {"type": "function", "name"}.
+Status responses_tool_choice(const Json& tc, ToolChoice* out) {
+  if (tc.is_string()) {
+    if (!mode_from_string(tc.as_string(), out)) {
+      return invalid_argument("'tool_choice' must be \"none\", \"auto\", \"required\" or {\"type\": \"function\", \"name\": ...}");
+    }
+    return Status();
+  }
+  if (!tc.is_object()) return invalid_argument("'tool_choice' must be a string or an object");
+  const Json* type = tc.find("type");
+  if (!type || !type->is_string()) return invalid_argument("'tool_choice.type' must be a string");
+  if (type->as_string() != "function") {
+    return unimplemented("tool_choice type '" + type->as_string() + "' is not supported; use \"none\", \"auto\", \"required\" or a function");
+  }
+  const Json* name = tc.find("name");
+  if (!name || !name->is_string() || name->as_string().empty()) {
+    return invalid_argument("'tool_choice.name' must be a non-empty string");
+  }
+  out->mode = ToolChoice::Mode::kNamed;
+  out->name = name->as_string();
+  return Status();
+}
+
 }  // namespace
 
 Status parse_chat_tools(const Json& body, ChatTools* out) {
-  const Json* t = body.find("tools");
-  const bool tools_given = t && !t->is_null();
-  if (tools_given) {
-    if (!t->is_array()) return invalid_argument("'tools' must be a list of tool objects");
-    Json tools = Json::array();
-    for (size_t i = 0; i < t->size(); ++i) {
-      const Json& tool = t->as_array()[i];
-      if (!tool.is_object()) return invalid_argument("'tools' must be a list of tool objects");
-      // vLLM defaults a missing type to "function".
-      if (const Json* type = tool.find("type"); type && !type->is_null()) {
-        if (!type->is_string()) return invalid_argument("'" + at("tools", i) + ".type' must be a string");
-        if (type->as_string() != "function") return unsupported_tool_type(type->as_string());
-      }
-      const Json* fn = tool.find("function");
-      if (!fn || !fn->is_object()) return invalid_argument("'" + at("tools", i) + ".function' must be an object");
-      KVASIR_RETURN_IF_ERROR(check_function(*fn, at("tools", i) + ".function"));
-      Json norm = Json::object();
-      norm.set("type", "function");
-      norm.set("function", *fn);
-      tools.push_back(std::move(norm));
-    }
-    out->tools = std::move(tools);
-  }
+  bool tools_given = false;
+  KVASIR_RETURN_IF_ERROR(read_tools(body, chat_tool, out, &tools_given));
   KVASIR_RETURN_IF_ERROR(want_parallel(body, out));
-  const Json* tc = body.find("tool_choice");
-  const bool choice_given = tc && !tc->is_null();
-  if (choice_given) {
-    static const char* kUsage = "Correct usage: `{\"type\": \"function\", \"function\": {\"name\": \"my_function\"}}`";
-    if (tc->is_string()) {
-      if (!mode_from_string(tc->as_string(), &out->choice)) {
-        return invalid_argument("Invalid value for `tool_choice`: " + tc->as_string() +
-                                "! Only named tools, \"none\", \"auto\" or \"required\" are supported.");
-      }
-    } else if (tc->is_object()) {
-      if (const Json* type = tc->find("type"); type && !(type->is_string() && type->as_string() == "function")) {
-        return invalid_argument(std::string("'tool_choice.type' must be \"function\". ") + kUsage);
-      }
-      const Json* fn = tc->find("function");
-      if (!fn || !fn->is_object()) return invalid_argument(std::string("Invalid value for `function` in `tool_choice`! ") + kUsage);
-      const Json* name = fn->find("name");
-      if (!name || !name->is_string() || name->as_string().empty()) {
-        return invalid_argument(std::string("Expected a non-empty string `name` in `function` in `tool_choice`! ") + kUsage);
-      }
-      out->choice.mode = ToolChoice::Mode::kNamed;
-      out->choice.name = name->as_string();
-    } else {
-      return invalid_argument("'tool_choice' must be \"none\", \"auto\", \"required\" or a named function object");
-    }
-  }
-  return settle_choice(choice_given, tools_given, out);
+  const Json* tc = given(body, "tool_choice");
+  if (tc) KVASIR_RETURN_IF_ERROR(chat_tool_choice(*tc, &out->choice));
+  return settle_choice(tc != nullptr, tools_given, out);
 }
 
 Status parse_responses_tools(const Json& body, ChatTools* out) {
-  const Json* t = body.find("tools");
-  const bool tools_given = t && !t->is_null();
-  if (tools_given) {
-    if (!t->is_array()) return invalid_argument("'tools' must be a list of tool objects");
-    Json tools = Json::array();
-    for (size_t i = 0; i < t->size(); ++i) {
-      const Json& tool = t->as_array()[i];
-      if (!tool.is_object()) return invalid_argument("'tools' must be a list of tool objects");
-      const Json* type = tool.find("type");
-      if (!type || !type->is_string()) return invalid_argument("'" + at("tools", i) + ".type' must be a string");
-      if (type->as_string() != "function") return unsupported_tool_type(type->as_string());
-      KVASIR_RETURN_IF_ERROR(check_function(tool, at("tools", i)));
-      // The chat shape the templates know: the flat fields move under "function".
-      Json fn = Json::object();
-      for (const auto& [k, v] : tool.as_object()) {
-        if (k != "type") fn.set(k, v);
-      }
-      Json norm = Json::object();
-      norm.set("type", "function");
-      norm.set("function", std::move(fn));
-      tools.push_back(std::move(norm));
-    }
-    out->tools = std::move(tools);
-  }
+  bool tools_given = false;
+  KVASIR_RETURN_IF_ERROR(read_tools(body, responses_tool, out, &tools_given));
   KVASIR_RETURN_IF_ERROR(want_parallel(body, out));
-  const Json* tc = body.find("tool_choice");
-  bool choice_given = tc && !tc->is_null();
-  if (choice_given) {
-    if (tc->is_string()) {
-      if (!mode_from_string(tc->as_string(), &out->choice)) {
-        return invalid_argument("'tool_choice' must be \"none\", \"auto\", \"required\" or {\"type\": \"function\", \"name\": ...}");
-      }
-    } else if (tc->is_object()) {
-      const Json* type = tc->find("type");
-      if (!type || !type->is_string()) return invalid_argument("'tool_choice.type' must be a string");
-      if (type->as_string() != "function") {
-        return unimplemented("tool_choice type '" + type->as_string() + "' is not supported; use \"none\", \"auto\", \"required\" or a function");
-      }
-      const Json* name = tc->find("name");
-      if (!name || !name->is_string() || name->as_string().empty()) {
-        return invalid_argument("'tool_choice.name' must be a non-empty string");
-      }
-      out->choice.mode = ToolChoice::Mode::kNamed;
-      out->choice.name = name->as_string();
-    } else {
-      return invalid_argument("'tool_choice' must be a string or an object");
-    }
-    // The Responses API's default is "auto" whether or not tools are given: without tools it
-    // asks for nothing.
-    if (!out->has_tools() && out->choice.mode == ToolChoice::Mode::kAuto) choice_given = false;
-  }
+  const Json* tc = given(body, "tool_choice");
+  if (tc) KVASIR_RETURN_IF_ERROR(responses_tool_choice(*tc, &out->choice));
+  // The Responses API's default is "auto" whether or not tools are given: without tools it asks
+  // for nothing.
+  const bool choice_given = tc && !(out->choice.mode == ToolChoice::Mode::kAuto && !out->has_tools());
   return settle_choice(choice_given, tools_given, out);
 }
 

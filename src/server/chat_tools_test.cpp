@@ -10,15 +10,12 @@
 #include "server/chat_tools.h"
 #include "server/forced_tool_calls.h"
 #include "server/openai_protocol.h"
+#include "server/protocol_test_util.h"
 
 namespace kvasir::server {
 namespace {
 
-Json parse(const std::string& s) {
-  auto j = parse_json(s);
-  EXPECT_TRUE(j.ok()) << s;
-  return j.ok() ? *j : Json();
-}
+using test_util::parse;
 
 const char* kWeather =
     R"({"type": "function", "function": {"name": "get_weather", "description": "Weather now",
@@ -283,6 +280,26 @@ TEST(ChatOutputParser, FinishReasonFollowsVllm) {
   EXPECT_FALSE(output_needs_parsing(none, chat_tools(tools_body(R"("tool_choice": "none")"))));
 }
 
+// What a stream's deltas carried, joined (the last call's name).
+struct Streamed {
+  std::string reasoning, content, name, arguments;
+};
+
+// Feeds `text` in pieces of `step` bytes, the last one marked final.
+Streamed stream_in_pieces(ChatOutputParser& p, std::string_view text, size_t step) {
+  Streamed got;
+  for (size_t i = 0; i < text.size(); i += step) {
+    OutputDelta d = p.add(text.substr(i, step), i + step >= text.size());
+    got.reasoning += d.reasoning;
+    got.content += d.content;
+    for (const ToolCallDelta& t : d.tool_calls) {
+      if (!t.name.empty()) got.name = t.name;
+      got.arguments += t.arguments;
+    }
+  }
+  return got;
+}
+
 TEST(ChatOutputParser, RequiredOutputThatIsNotCallsStaysContent) {
   auto p = ChatOutputParser::create(OutputParserConfig(), chat_tools(tools_body(R"("tool_choice": "required")")));
   ASSERT_TRUE(p.ok());
@@ -312,18 +329,10 @@ TEST(ChatOutputParser, AutoRunsTheToolParserWholeAndStreamed) {
 
   auto streamed = ChatOutputParser::create(c, tools);
   ASSERT_TRUE(streamed.ok());
-  std::string content, args, name;
-  for (size_t i = 0; i < text.size(); i += 3) {
-    OutputDelta d = (*streamed)->add(std::string_view(text).substr(i, 3), i + 3 >= text.size());
-    content += d.content;
-    for (const ToolCallDelta& t : d.tool_calls) {
-      if (!t.name.empty()) name = t.name;
-      args += t.arguments;
-    }
-  }
-  EXPECT_EQ(content, "Let me check.");
-  EXPECT_EQ(name, "get_weather");
-  EXPECT_EQ(args, R"({"city": "Paris"})");
+  Streamed got = stream_in_pieces(**streamed, text, 3);
+  EXPECT_EQ(got.content, "Let me check.");
+  EXPECT_EQ(got.name, "get_weather");
+  EXPECT_EQ(got.arguments, R"({"city": "Paris"})");
   EXPECT_EQ((*streamed)->finish_reason("stop"), "tool_calls");
 
   auto plain = ChatOutputParser::create(c, tools);
@@ -354,16 +363,11 @@ TEST(ChatOutputParser, ReasoningIsSplitOffBeforeToolCalls) {
 
   auto streamed = ChatOutputParser::create(c, tools);
   ASSERT_TRUE(streamed.ok());
-  std::string reasoning, content, args;
-  for (size_t i = 0; i < text.size(); i += 5) {
-    OutputDelta d = (*streamed)->add(std::string_view(text).substr(i, 5), i + 5 >= text.size());
-    reasoning += d.reasoning;
-    content += d.content;
-    for (const ToolCallDelta& t : d.tool_calls) args += t.arguments;
-  }
-  EXPECT_EQ(reasoning, "I should look it up.");
-  EXPECT_EQ(content, "");
-  EXPECT_EQ(args, R"({"tz": "UTC"})");
+  Streamed got = stream_in_pieces(**streamed, text, 5);
+  EXPECT_EQ(got.reasoning, "I should look it up.");
+  EXPECT_EQ(got.content, "");
+  EXPECT_EQ(got.name, "get_time");
+  EXPECT_EQ(got.arguments, R"({"tz": "UTC"})");
   EXPECT_EQ((*streamed)->finish_reason("stop"), "tool_calls");
 
   // All reasoning (no closing tag): content is null, as vLLM answers.

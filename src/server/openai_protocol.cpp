@@ -51,6 +51,20 @@ Status parse_common(const Json& body, const SamplingParams& defaults, bool chat,
     KVASIR_RETURN_IF_ERROR(want_bool(*so, "include_usage", &out->include_usage));
     KVASIR_RETURN_IF_ERROR(want_bool(*so, "continuous_usage_stats", &out->continuous_usage_stats));
   }
+  KVASIR_RETURN_IF_ERROR(parse_scheduling_fields(body, out));
+  if (const Json* b = body.find("best_of"); b && !b->is_null()) {
+    if (!b->is_int()) return invalid_argument("'best_of' must be an integer");
+    if (b->as_int() != out->params.n) return unimplemented("best_of != n is not supported");
+  }
+  bool beam = false;
+  KVASIR_RETURN_IF_ERROR(want_bool(body, "use_beam_search", &beam));
+  if (beam) return unimplemented("beam search is not supported");
+  return apply_structured_outputs_json(body, &out->params);
+}
+
+}  // namespace
+
+Status parse_scheduling_fields(const Json& body, GenerationRequestBase* out) {
   if (const Json* pr = body.find("priority"); pr && !pr->is_null()) {
     if (!pr->is_int() || pr->as_int() < -(1 << 30) || pr->as_int() > (1 << 30)) {
       return invalid_argument("'priority' must be an integer in [-2^30, 2^30]");
@@ -61,15 +75,10 @@ Status parse_common(const Json& body, const SamplingParams& defaults, bool chat,
     if (!salt->is_string() || salt->as_string().empty()) return invalid_argument("'cache_salt' must be a non-empty string");
     out->cache_salt = salt->as_string();
   }
-  if (const Json* b = body.find("best_of"); b && !b->is_null()) {
-    if (!b->is_int()) return invalid_argument("'best_of' must be an integer");
-    if (b->as_int() != out->params.n) return unimplemented("best_of != n is not supported");
-  }
-  bool beam = false;
-  KVASIR_RETURN_IF_ERROR(want_bool(body, "use_beam_search", &beam));
-  if (beam) return unimplemented("beam search is not supported");
-  return apply_structured_outputs_json(body, &out->params);
+  return Status();
 }
+
+namespace {
 
 Status parse_int_token(const Json& t, const char* field, int32_t* out) {
   if (!t.is_int()) return invalid_argument(std::string("'") + field + "' must contain only integer token ids");

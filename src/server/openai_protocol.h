@@ -77,6 +77,9 @@ struct ChatRequest : GenerationRequestBase {
 
 constexpr size_t kMaxPromptsPerRequest = 1024;
 
+// vLLM's scheduling fields every generation request takes: priority and cache_salt.
+Status parse_scheduling_fields(const Json& body, GenerationRequestBase* out);
+
 // `defaults` are the server's sampling defaults (generation config) that fields override.
 Status parse_completion_request(const Json& body, const SamplingParams& defaults, CompletionRequest* out);
 Status parse_chat_request(const Json& body, const SamplingParams& defaults, ChatRequest* out);

@@ -6,16 +6,13 @@
 
 #include "server/openai_protocol.h"
 #include "server/openai_response.h"
+#include "server/protocol_test_util.h"
 #include "server/routes.h"
 
 namespace kvasir::server {
 namespace {
 
-Json parse(const std::string& s) {
-  auto j = parse_json(s);
-  EXPECT_TRUE(j.ok()) << s;
-  return j.ok() ? *j : Json();
-}
+using test_util::parse;
 
 Status completion(const std::string& body, CompletionRequest* out) {
   return parse_completion_request(parse(body), SamplingParams(), out);

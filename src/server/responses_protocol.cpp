@@ -336,16 +336,7 @@ Status parse_responses_request(const Json& body, const SamplingParams& defaults,
   if (const Json* mtc = body.find("max_tool_calls"); mtc && !mtc->is_null() && !mtc->is_int()) {
     return invalid_argument("'max_tool_calls' must be an integer");  // bounds built-in tools: there are none
   }
-  if (const Json* pr = body.find("priority"); pr && !pr->is_null()) {
-    if (!pr->is_int() || pr->as_int() < -(1 << 30) || pr->as_int() > (1 << 30)) {
-      return invalid_argument("'priority' must be an integer in [-2^30, 2^30]");
-    }
-    out->priority = static_cast<int>(pr->as_int());
-  }
-  if (const Json* salt = body.find("cache_salt"); salt && !salt->is_null()) {
-    if (!salt->is_string() || salt->as_string().empty()) return invalid_argument("'cache_salt' must be a non-empty string");
-    out->cache_salt = salt->as_string();
-  }
+  KVASIR_RETURN_IF_ERROR(parse_scheduling_fields(body, out));
 
   // What the response object repeats, in OpenAI's order.
   Json& e = out->echo;

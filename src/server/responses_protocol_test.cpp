@@ -3,6 +3,7 @@
 // the typed event stream, and the bounded response store.
 #include <gtest/gtest.h>
 
+#include "server/protocol_test_util.h"
 #include "server/response_store.h"
 #include "server/responses_protocol.h"
 #include "server/responses_stream.h"
@@ -10,11 +11,7 @@
 namespace kvasir::server {
 namespace {
 
-Json parse(const std::string& s) {
-  auto j = parse_json(s);
-  EXPECT_TRUE(j.ok()) << s;
-  return j.ok() ? *j : Json();
-}
+using test_util::parse;
 
 Status request(const std::string& body, ResponsesRequest* out) {
   return parse_responses_request(parse(body), SamplingParams(), out);

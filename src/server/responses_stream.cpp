@@ -21,6 +21,19 @@ Json ResponseEventStream::event(const char* type) {
   return e;
 }
 
+Json ResponseEventStream::item_event(const char* type) {
+  Json e = event(type);
+  e.set("item_id", item_id_);
+  e.set("output_index", output_index_);
+  return e;
+}
+
+Json ResponseEventStream::part_event(const char* type) {
+  Json e = item_event(type);
+  e.set("content_index", 0);
+  return e;
+}
+
 void ResponseEventStream::emit(std::string* out, const Json& e) const { *out += sse_typed_event(e); }
 
 std::string ResponseEventStream::begin(const Json& response) {
@@ -56,10 +69,7 @@ std::string ResponseEventStream::open(Kind kind, std::string* out) {
   added.set("item", std::move(item));
   emit(out, added);
   if (kind != Kind::kCall) {
-    Json part_added = event("response.content_part.added");
-    part_added.set("item_id", item_id_);
-    part_added.set("output_index", output_index_);
-    part_added.set("content_index", 0);
+    Json part_added = part_event("response.content_part.added");
     if (kind == Kind::kMessage) {
       part_added.set("part", output_text_part(""));
     } else {
@@ -78,27 +88,19 @@ std::string ResponseEventStream::close_item() {
   if (kind_ == Kind::kNone) return out;
   Json item;
   if (kind_ == Kind::kCall) {
-    Json done = event("response.function_call_arguments.done");
-    done.set("item_id", item_id_);
-    done.set("output_index", output_index_);
+    Json done = item_event("response.function_call_arguments.done");
     done.set("name", call_name_);
     done.set("arguments", text_);
     emit(&out, done);
     item = function_call_item(item_id_, ToolCall{call_id_, call_name_, text_}, "completed");
   } else {
     const bool msg = kind_ == Kind::kMessage;
-    Json text_done = event(msg ? "response.output_text.done" : "response.reasoning_text.done");
-    text_done.set("item_id", item_id_);
-    text_done.set("output_index", output_index_);
-    text_done.set("content_index", 0);
+    Json text_done = part_event(msg ? "response.output_text.done" : "response.reasoning_text.done");
     text_done.set("text", text_);
     if (msg) text_done.set("logprobs", Json::array());
     emit(&out, text_done);
     item = msg ? message_item(item_id_, text_, "completed") : reasoning_item(item_id_, text_, "completed");
-    Json part_done = event("response.content_part.done");
-    part_done.set("item_id", item_id_);
-    part_done.set("output_index", output_index_);
-    part_done.set("content_index", 0);
+    Json part_done = part_event("response.content_part.done");
     part_done.set("part", item.find("content")->as_array()[0]);
     emit(&out, part_done);
   }
@@ -120,10 +122,7 @@ std::string ResponseEventStream::add(const OutputDelta& d) {
     }
     text_ += d.reasoning;
     reasoning_ += d.reasoning;
-    Json e = event("response.reasoning_text.delta");
-    e.set("item_id", item_id_);
-    e.set("output_index", output_index_);
-    e.set("content_index", 0);
+    Json e = part_event("response.reasoning_text.delta");
     e.set("delta", d.reasoning);
     emit(&out, e);
   }
@@ -133,10 +132,7 @@ std::string ResponseEventStream::add(const OutputDelta& d) {
       open(Kind::kMessage, &out);
     }
     text_ += d.content;
-    Json e = event("response.output_text.delta");
-    e.set("item_id", item_id_);
-    e.set("output_index", output_index_);
-    e.set("content_index", 0);
+    Json e = part_event("response.output_text.delta");
     e.set("delta", d.content);
     e.set("logprobs", Json::array());
     emit(&out, e);
@@ -151,9 +147,7 @@ std::string ResponseEventStream::add(const OutputDelta& d) {
     }
     if (c.arguments.empty()) continue;
     text_ += c.arguments;
-    Json e = event("response.function_call_arguments.delta");
-    e.set("item_id", item_id_);
-    e.set("output_index", output_index_);
+    Json e = item_event("response.function_call_arguments.delta");
     e.set("delta", c.arguments);
     emit(&out, e);
   }

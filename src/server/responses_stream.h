@@ -34,6 +34,8 @@ class ResponseEventStream {
  private:
   enum class Kind { kNone, kReasoning, kMessage, kCall };
   Json event(const char* type);
+  Json item_event(const char* type);  // about the open item: its item_id and output_index too
+  Json part_event(const char* type);  // about the open item's one content part: content_index 0
   std::string open(Kind kind, std::string* out);
   std::string close_item();
   void emit(std::string* out, const Json& e) const;

@@ -23,12 +23,14 @@
 #include "loader/gguf_file.h"
 #include "structured/grammar_compiler.h"
 #include "structured/grammar_matcher.h"
+#include "structured/json_schema_suite_test_util.h"
 #include "tokenizer/gguf_vocab.h"
 
 namespace {
 
 using namespace kvasir;
 using namespace kvasir::structured;
+using kvasir::structured::testing::implied_type;
 
 double cpu_ms() {
   timespec ts{};
@@ -52,27 +54,6 @@ struct Series {
     return v[std::min(i, v.size() - 1)];
   }
 };
-
-std::string implied_type(const Json& schema) {
-  static const std::vector<std::pair<std::string, std::vector<std::string>>> kVocab = {
-      {"string", {"minLength", "maxLength", "pattern", "format"}},
-      {"number", {"minimum", "maximum", "exclusiveMinimum", "exclusiveMaximum", "multipleOf"}},
-      {"array", {"items", "prefixItems", "minItems", "maxItems", "uniqueItems"}},
-      {"object",
-       {"properties", "required", "additionalProperties", "patternProperties", "propertyNames", "minProperties",
-        "maxProperties"}},
-  };
-  if (!schema.is_object() || schema.contains("type")) return "";
-  std::string found;
-  for (const auto& [key, value] : schema.as_object()) {
-    for (const auto& [type, keys] : kVocab) {
-      if (std::find(keys.begin(), keys.end(), key) == keys.end()) continue;
-      if (!found.empty() && found != type) return "";
-      found = type;
-    }
-  }
-  return found;
-}
 
 struct Case {
   std::string schema;

@@ -120,6 +120,9 @@ Status refuse(std::string_view keyword, const std::string& path, std::string_vie
   return unimplemented(std::move(m));
 }
 
+// 2^53 - 1: the largest integer every JSON implementation reads exactly (RFC 8259 §6).
+constexpr int64_t kMaxSafeInteger = 9007199254740991;
+
 bool is_whole(const Json& v, int64_t* out) {
   if (v.is_int()) {
     *out = v.as_int();
@@ -225,8 +228,37 @@ class Walker {
       if (vocab_of(key) == Vocab::kString) continue;
       KVASIR_RETURN_IF_ERROR(check_typed(s, key, value, types, path));
     }
+    if (types & (kTypeInteger | kTypeFraction)) bound_numbers(s);
     if (types & kTypeString) return check_string_keywords(s, path);
     return Status();
+  }
+
+  // XGrammar writes a number without bounds as an unbounded run of digits, and a small model can
+  // emit digits until max_tokens. Given both bounds it writes a range grammar instead, so the
+  // sides a schema leaves open get ±(2^53-1), the integers JSON numbers interoperate in (RFC 8259
+  // §6): at most 16 integer digits (a number's range form also has at most 6 fraction digits and
+  // no exponent). Only a narrowing. Left alone: multipleOf (XGrammar drops it beside a range that
+  // wide) and a side the other bound reaches or lies beyond (the range could be empty).
+  void bound_numbers(const Json& s) {
+    if (s.contains("multipleOf")) return;
+    auto beyond = [&](const char* inclusive, const char* exclusive, double limit, bool below) {
+      for (const char* k : {inclusive, exclusive}) {
+        const Json* b = s.find(k);
+        if (b == nullptr) continue;
+        if (!b->is_number()) return true;  // XGrammar reports it
+        double v = b->as_double();
+        if (below ? v <= limit : v >= limit) return true;
+      }
+      return false;
+    };
+    const bool has_lo = s.contains("minimum") || s.contains("exclusiveMinimum");
+    const bool has_hi = s.contains("maximum") || s.contains("exclusiveMaximum");
+    if (!has_lo && !beyond("maximum", "exclusiveMaximum", -kMaxSafeInteger, /*below=*/true)) {
+      edit(s, {SchemaEdit::Op::kSet, "minimum", Json(-kMaxSafeInteger), ""});
+    }
+    if (!has_hi && !beyond("minimum", "exclusiveMinimum", kMaxSafeInteger, /*below=*/false)) {
+      edit(s, {SchemaEdit::Op::kSet, "maximum", Json(kMaxSafeInteger), ""});
+    }
   }
 
   // minLength, maxLength, pattern and format, which XGrammar reads as one string rule.

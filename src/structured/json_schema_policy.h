@@ -3,7 +3,8 @@
 // accepts output that the schema rejects. Narrowing is allowed (XGrammar fixes the property order
 // and full-matches `pattern`); widening never is. A few keywords are rewritten into ones XGrammar
 // enforces exactly (format date/time/date-time become patterns, patterns become XGrammar's regex
-// dialect): the edits come back for dump_with_edits. The table of what is enforced, and why, is
+// dialect), and integers and numbers get the bounds ±(2^53-1) where the schema leaves a side open
+// (so their digits are bounded): the edits come back for dump_with_edits. The table of what is enforced, and why, is
 // docs/STRUCTURED_OUTPUTS.md; it mirrors XGrammar 0.2.9's json_schema_converter.cc and must be
 // re-read when XGrammar is upgraded. Must not call XGrammar (it checks, it does not compile).
 #pragma once

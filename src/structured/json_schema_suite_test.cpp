@@ -17,11 +17,13 @@
 #include <random>
 
 #include "common/json.h"
+#include "structured/json_schema_suite_test_util.h"
 #include "structured/structured_test_util.h"
 
 namespace kvasir::structured {
 namespace {
 
+using testing::implied_type;
 using testing::make_compiler;
 using testing::shared_testdata;
 using testing::slurp;
@@ -40,34 +42,6 @@ bool all_finite(const Json& v) {
     }
   }
   return true;
-}
-
-// "string", "number", "array" or "object" when every assertion keyword of a schema without a
-// type constrains that one kind of value; "" otherwise.
-std::string implied_type(const Json& schema) {
-  static const std::vector<std::pair<std::string, std::vector<std::string>>> kVocab = {
-      {"string", {"minLength", "maxLength", "pattern", "format"}},
-      {"number", {"minimum", "maximum", "exclusiveMinimum", "exclusiveMaximum", "multipleOf"}},
-      {"array",
-       {"items", "prefixItems", "minItems", "maxItems", "uniqueItems", "contains", "minContains", "maxContains",
-        "unevaluatedItems"}},
-      {"object",
-       {"properties", "required", "additionalProperties", "patternProperties", "propertyNames", "minProperties",
-        "maxProperties", "dependentRequired", "dependentSchemas", "unevaluatedProperties"}},
-  };
-  if (!schema.is_object() || schema.contains("type")) return "";
-  std::string found;
-  for (const auto& [key, value] : schema.as_object()) {
-    for (const auto& [type, keys] : kVocab) {
-      if (std::find(keys.begin(), keys.end(), key) == keys.end()) continue;
-      if (!found.empty() && found != type) return "";
-      found = type;
-    }
-    for (const char* other : {"$ref", "const", "enum", "anyOf", "oneOf", "allOf", "not", "if"}) {
-      if (key == other) return "";
-    }
-  }
-  return found;
 }
 
 bool has_type(const Json& v, const std::string& type) {

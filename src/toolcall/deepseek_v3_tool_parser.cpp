@@ -11,7 +11,7 @@
 #include "toolcall/json_scanner.h"
 #include "toolcall/parsers.h"
 #include "toolcall/stream_tool_parser.h"
-#include "toolcall/text_match.h"
+#include "common/text_match.h"
 
 namespace kvasir::toolcall {
 namespace {
@@ -29,13 +29,11 @@ std::string_view trim(std::string_view s) {
   return s.substr(0, trim_end(s));
 }
 
+constexpr ToolParserInfo kInfo{"deepseek_v3", true, true, false};
+
 class DeepSeekV3ToolParser final : public StreamToolParser {
  public:
-  explicit DeepSeekV3ToolParser(uint64_t seed) : StreamToolParser(ToolCallIdStyle::kOpenAI, seed) {}
-  const ToolParserInfo& info() const override {
-    static const ToolParserInfo kInfo{"deepseek_v3", true, true, false};
-    return kInfo;
-  }
+  explicit DeepSeekV3ToolParser(uint64_t seed) : StreamToolParser(kInfo, ToolCallIdStyle::kOpenAI, seed) {}
 
  private:
   enum class State {
@@ -45,8 +43,7 @@ class DeepSeekV3ToolParser final : public StreamToolParser {
     kName,       // after the separator: the name up to "\n" (V3) or '{' (V3.1)
     kFence,      // "```json" before the arguments
     kFenceLang,  // the fence's language tag
-    kArgsOpen,   // whitespace, then the arguments' '{'
-    kArgs,
+    kArgs,       // whitespace, then the arguments object
     kAfterArgs,  // closing fence, then call-end
     kCallEnd,
   };
@@ -66,12 +63,6 @@ class DeepSeekV3ToolParser final : public StreamToolParser {
     return true;
   }
 
-  void start_args() {
-    begin_call(name_);
-    scanner_.reset();
-    state_ = State::kArgs;
-  }
-
   // After a complete call, text that is not the format's next token ends the block (lenient).
   void end_block_leniently() {
     close_section();
@@ -83,19 +74,15 @@ class DeepSeekV3ToolParser final : public StreamToolParser {
     while (true) {
       switch (state_) {
         case State::kContent: {
-          MarkerFind f = find_marker(rest(), {kCallsBegin, kCallBegin}, at_eof());
-          emit_content(f.content_end);
-          if (f.which < 0) return;
-          open_section();
-          consume(f.which == 0 ? kCallsBegin.size() : kCallBegin.size());
+          int which = open_section_at({kCallsBegin, kCallBegin});
+          if (which < 0) return;
           type_.clear();
-          state_ = f.which == 0 ? State::kBetween : State::kType;
+          state_ = which == 0 ? State::kBetween : State::kType;
           break;
         }
         case State::kBetween: {
-          skip_spaces();
+          if (!skip_spaces()) return;
           std::string_view in = rest();
-          if (in.empty()) return;
           Prefix call = match_prefix(in, kCallBegin, at_eof());
           Prefix end = match_prefix(in, kCallsEnd, at_eof());
           if (call == Prefix::kFull) {
@@ -131,7 +118,7 @@ class DeepSeekV3ToolParser final : public StreamToolParser {
             name_ = std::string(trim(type_));
             skip_spaces();
             if (name_.empty() || name_.find('\n') != std::string::npos) return fail();
-            start_args();
+            state_ = State::kArgs;
             break;
           }
           if (!read_until("\n", &name_, &failed)) {
@@ -144,11 +131,10 @@ class DeepSeekV3ToolParser final : public StreamToolParser {
           break;
         }
         case State::kFence: {
-          skip_spaces();
+          if (!skip_spaces()) return;
           std::string_view in = rest();
-          if (in.empty()) return;
           if (in[0] == '{') {  // no fence: tolerated
-            start_args();
+            state_ = State::kArgs;
             break;
           }
           Prefix p = match_prefix(in, kFence, at_eof());
@@ -164,30 +150,17 @@ class DeepSeekV3ToolParser final : public StreamToolParser {
           while (n < in.size() && n < 16 && ((in[n] >= 'a' && in[n] <= 'z') || (in[n] >= 'A' && in[n] <= 'Z'))) ++n;
           if (n == in.size() && !at_eof()) return;  // "json" may still be arriving
           consume(n);
-          state_ = State::kArgsOpen;
+          state_ = State::kArgs;
           break;
         }
-        case State::kArgsOpen:
-          skip_spaces();
-          if (rest().empty()) return;
-          if (rest()[0] != '{') return fail();
-          start_args();
-          break;
-        case State::kArgs: {
-          size_t n = 0;
-          JsonScanner::State s = scanner_.feed(rest(), &n);
-          call_arguments(rest().substr(0, n));
-          consume(n);
-          if (s == JsonScanner::State::kError) return fail();
-          if (s == JsonScanner::State::kMore) return;
+        case State::kArgs:
+          if (!read_call_arguments(name_, scanner_)) return;
           end_call();
           state_ = State::kAfterArgs;
           break;
-        }
         case State::kAfterArgs: {
-          skip_spaces();
+          if (!skip_spaces()) return;
           std::string_view in = rest();
-          if (in.empty()) return;
           Prefix p = match_prefix(in, kFence, at_eof());
           if (p == Prefix::kPartial) return;
           if (p == Prefix::kFull) consume(kFence.size());
@@ -195,9 +168,8 @@ class DeepSeekV3ToolParser final : public StreamToolParser {
           break;
         }
         case State::kCallEnd: {
-          skip_spaces();
+          if (!skip_spaces()) return;
           std::string_view in = rest();
-          if (in.empty()) return;
           Prefix p = match_prefix(in, kCallEnd, at_eof());
           if (p == Prefix::kPartial) return;
           if (p == Prefix::kFull) {

@@ -2,7 +2,7 @@
 
 #include <utility>
 
-#include "toolcall/text_match.h"
+#include "common/text_match.h"
 
 namespace kvasir::toolcall {
 

@@ -9,7 +9,7 @@
 
 #include "toolcall/parsers.h"
 #include "toolcall/stream_tool_parser.h"
-#include "toolcall/text_match.h"
+#include "common/text_match.h"
 
 namespace kvasir::toolcall {
 namespace {
@@ -19,15 +19,13 @@ constexpr std::string_view kEnd = "</tool_call>";
 
 const JsonCallKeys kKeys{{"arguments", "parameters"}, false, true, {}};
 
+// Some Hermes-format models mark <tool_call> special; skipping it would hide every call (vLLM keeps
+// special tokens for hermes too).
+constexpr ToolParserInfo kInfo{"hermes", true, true, false};
+
 class HermesToolParser final : public StreamToolParser {
  public:
-  explicit HermesToolParser(uint64_t seed) : StreamToolParser(ToolCallIdStyle::kOpenAI, seed) {}
-  const ToolParserInfo& info() const override {
-    // Some Hermes-format models mark <tool_call> special; skipping it would hide every call (vLLM
-    // keeps special tokens for hermes too).
-    static const ToolParserInfo kInfo{"hermes", true, true, false};
-    return kInfo;
-  }
+  explicit HermesToolParser(uint64_t seed) : StreamToolParser(kInfo, ToolCallIdStyle::kOpenAI, seed) {}
 
  private:
   enum class State { kContent, kObjectStart, kObject, kAfterObject };
@@ -39,33 +37,22 @@ class HermesToolParser final : public StreamToolParser {
   void parse() override {
     while (true) {
       switch (state_) {
-        case State::kContent: {
-          MarkerFind f = find_marker(rest(), {kStart}, at_eof());
-          emit_content(f.content_end);
-          if (f.which < 0) return;
-          open_section();
-          consume(kStart.size());
+        case State::kContent:
+          if (open_section_at({kStart}) < 0) return;
           state_ = State::kObjectStart;
           break;
-        }
         case State::kObjectStart:
-          skip_spaces();
-          if (rest().empty()) return;
-          if (rest()[0] != '{') return fail();
+          if (!expect('{')) return;
           reader_.reset();
           state_ = State::kObject;
           break;
-        case State::kObject: {
-          JsonCallReader::State s = read_call(reader_);
-          if (s == JsonCallReader::State::kError) return fail();
-          if (s == JsonCallReader::State::kMore) return;
+        case State::kObject:
+          if (!read_call(reader_)) return;
           state_ = State::kAfterObject;
           break;
-        }
         case State::kAfterObject: {
-          skip_spaces();
+          if (!skip_spaces()) return;  // at the end finish() closes the block
           std::string_view in = rest();
-          if (in.empty()) return;  // at the end finish() closes the block
           Prefix p = match_prefix(in, kEnd, at_eof());
           if (p == Prefix::kPartial) return;
           if (p == Prefix::kFull || (at_eof() && kEnd.substr(0, in.size()) == in)) {

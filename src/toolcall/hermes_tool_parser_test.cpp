@@ -114,7 +114,7 @@ TEST(HermesToolParser, ArgumentsThatBreakAfterStreamingBeganAreContentWhenParsed
       EXPECT_FALSE(whole.tools_called());
       EXPECT_EQ(whole.content, text);
     }
-    for (const auto& cuts : splits_for(text)) {
+    for (const auto& cuts : stream_splits(text)) {
       bool broken = false;
       ParsedToolCalls s = stream_split("hermes", text, cuts, &broken);
       EXPECT_TRUE(broken);

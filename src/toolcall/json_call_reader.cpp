@@ -3,7 +3,7 @@
 #include <algorithm>
 
 #include "common/json.h"
-#include "toolcall/text_match.h"
+#include "common/text_match.h"
 
 namespace kvasir::toolcall {
 namespace {

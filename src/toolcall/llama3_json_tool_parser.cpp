@@ -9,7 +9,6 @@
 
 #include "toolcall/parsers.h"
 #include "toolcall/stream_tool_parser.h"
-#include "toolcall/text_match.h"
 
 namespace kvasir::toolcall {
 namespace {
@@ -18,13 +17,11 @@ constexpr std::string_view kPythonTag = "<|python_tag|>";
 
 const JsonCallKeys kKeys{{"parameters", "arguments"}, true, false, {"type"}};
 
+constexpr ToolParserInfo kInfo{"llama3_json", false, true, false};
+
 class Llama3JsonToolParser final : public StreamToolParser {
  public:
-  explicit Llama3JsonToolParser(uint64_t seed) : StreamToolParser(ToolCallIdStyle::kOpenAI, seed) {}
-  const ToolParserInfo& info() const override {
-    static const ToolParserInfo kInfo{"llama3_json", false, true, false};
-    return kInfo;
-  }
+  explicit Llama3JsonToolParser(uint64_t seed) : StreamToolParser(kInfo, ToolCallIdStyle::kOpenAI, seed) {}
 
  private:
   enum class State { kStart, kObjectStart, kObject, kAfterObject, kTrailing };
@@ -36,35 +33,21 @@ class Llama3JsonToolParser final : public StreamToolParser {
   void parse() override {
     while (true) {
       switch (state_) {
-        case State::kStart: {
-          emit_content(count_spaces(rest()));  // held: dropped if a call follows
-          std::string_view in = rest();
-          if (in.empty()) return;
-          Prefix p = match_prefix(in, kPythonTag, at_eof());
-          if (p == Prefix::kPartial) return;
-          if (p == Prefix::kNo && in[0] != '{') return fail();  // not a call: all content
-          open_section();
-          if (p == Prefix::kFull) consume(kPythonTag.size());
+        case State::kStart:
+          if (!open_leading_section(kPythonTag, '{')) return;
           state_ = State::kObjectStart;
           break;
-        }
         case State::kObjectStart:
-          skip_spaces();
-          if (rest().empty()) return;
-          if (rest()[0] != '{') return fail();
+          if (!expect('{')) return;
           reader_.reset();
           state_ = State::kObject;
           break;
-        case State::kObject: {
-          JsonCallReader::State s = read_call(reader_);
-          if (s == JsonCallReader::State::kError) return fail();
-          if (s == JsonCallReader::State::kMore) return;
+        case State::kObject:
+          if (!read_call(reader_)) return;
           state_ = State::kAfterObject;
           break;
-        }
         case State::kAfterObject:
-          skip_spaces();
-          if (rest().empty()) return;
+          if (!skip_spaces()) return;
           if (rest()[0] == ';') {
             consume(1);
             state_ = State::kObjectStart;

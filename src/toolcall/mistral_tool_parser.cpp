@@ -11,7 +11,7 @@
 #include "toolcall/json_scanner.h"
 #include "toolcall/parsers.h"
 #include "toolcall/stream_tool_parser.h"
-#include "toolcall/text_match.h"
+#include "common/text_match.h"
 
 namespace kvasir::toolcall {
 namespace {
@@ -29,46 +29,32 @@ bool is_name_char(char c) {
          c == '.';
 }
 
+constexpr ToolParserInfo kInfo{"mistral", true, true, false};
+
 class MistralToolParser final : public StreamToolParser {
  public:
-  explicit MistralToolParser(uint64_t seed) : StreamToolParser(ToolCallIdStyle::kMistral, seed) {}
-  const ToolParserInfo& info() const override {
-    static const ToolParserInfo kInfo{"mistral", true, true, false};
-    return kInfo;
-  }
+  explicit MistralToolParser(uint64_t seed) : StreamToolParser(kInfo, ToolCallIdStyle::kMistral, seed) {}
 
  private:
   enum class State {
     kContent, kAfterMarker,                          // [TOOL_CALLS], then '[' or a name
     kArrayItem, kArrayObject, kArrayAfter,           // the JSON array form
-    kName, kAfterName, kCallId, kArgsStart, kArgs,   // the name{args} forms
+    kName, kAfterName, kCallId, kArgs,               // the name{args} forms
   };
 
   std::unique_ptr<StreamToolParser> fresh(uint64_t seed) const override {
     return std::make_unique<MistralToolParser>(seed);
   }
 
-  void start_args() {
-    begin_call(name_);
-    scanner_.reset();
-    state_ = State::kArgs;
-  }
-
   void parse() override {
     while (true) {
       switch (state_) {
-        case State::kContent: {
-          MarkerFind f = find_marker(rest(), {kToolCalls}, at_eof());
-          emit_content(f.content_end);
-          if (f.which < 0) return;
-          open_section();
-          consume(kToolCalls.size());
+        case State::kContent:
+          if (open_section_at({kToolCalls}) < 0) return;
           state_ = State::kAfterMarker;
           break;
-        }
         case State::kAfterMarker:
-          skip_spaces();
-          if (rest().empty()) return;
+          if (!skip_spaces()) return;
           if (rest()[0] == '[') {
             consume(1);
             state_ = State::kArrayItem;
@@ -80,8 +66,7 @@ class MistralToolParser final : public StreamToolParser {
           }
           break;
         case State::kArrayItem:
-          skip_spaces();
-          if (rest().empty()) return;
+          if (!skip_spaces()) return;
           if (rest()[0] == '{') {
             reader_.reset();
             state_ = State::kArrayObject;
@@ -93,16 +78,12 @@ class MistralToolParser final : public StreamToolParser {
             return fail();
           }
           break;
-        case State::kArrayObject: {
-          JsonCallReader::State s = read_call(reader_);
-          if (s == JsonCallReader::State::kError) return fail();
-          if (s == JsonCallReader::State::kMore) return;
+        case State::kArrayObject:
+          if (!read_call(reader_)) return;
           state_ = State::kArrayAfter;
           break;
-        }
         case State::kArrayAfter:
-          skip_spaces();
-          if (rest().empty()) return;
+          if (!skip_spaces()) return;
           if (rest()[0] == ',') {
             consume(1);
             state_ = State::kArrayItem;
@@ -126,18 +107,17 @@ class MistralToolParser final : public StreamToolParser {
           break;
         }
         case State::kAfterName: {
-          skip_spaces();
+          if (!skip_spaces()) return;
           std::string_view in = rest();
-          if (in.empty()) return;
           if (in[0] == '{') {
-            start_args();
+            state_ = State::kArgs;
             break;
           }
           Prefix args = match_prefix(in, kArgs, at_eof());
           Prefix id = match_prefix(in, kCallId, at_eof());
           if (args == Prefix::kFull) {
             consume(kArgs.size());
-            state_ = State::kArgsStart;
+            state_ = State::kArgs;
           } else if (id == Prefix::kFull) {
             consume(kCallId.size());
             state_ = State::kCallId;
@@ -155,28 +135,16 @@ class MistralToolParser final : public StreamToolParser {
           if (call_id_bytes_ > kMaxCallIdBytes) return fail();
           if (f.which < 0) return;
           consume(kArgs.size());
-          state_ = State::kArgsStart;
+          state_ = State::kArgs;
           break;
         }
-        case State::kArgsStart:
-          skip_spaces();
-          if (rest().empty()) return;
-          if (rest()[0] != '{') return fail();
-          start_args();
-          break;
-        case State::kArgs: {
-          size_t n = 0;
-          JsonScanner::State s = scanner_.feed(rest(), &n);
-          call_arguments(rest().substr(0, n));
-          consume(n);
-          if (s == JsonScanner::State::kError) return fail();
-          if (s == JsonScanner::State::kMore) return;
+        case State::kArgs:
+          if (!read_call_arguments(name_, scanner_)) return;
           end_call();
           close_section();
           call_id_bytes_ = 0;
           state_ = State::kContent;
           break;
-        }
       }
     }
   }

@@ -12,7 +12,7 @@
 #include "toolcall/parsers.h"
 #include "toolcall/python_literal.h"
 #include "toolcall/stream_tool_parser.h"
-#include "toolcall/text_match.h"
+#include "common/text_match.h"
 
 namespace kvasir::toolcall {
 namespace {
@@ -24,13 +24,11 @@ constexpr size_t kMaxNameBytes = 256;
 bool is_ident_start(char c) { return (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || c == '_'; }
 bool is_ident(char c) { return is_ident_start(c) || (c >= '0' && c <= '9'); }
 
+constexpr ToolParserInfo kInfo{"pythonic", false, false, false};
+
 class PythonicToolParser final : public StreamToolParser {
  public:
-  explicit PythonicToolParser(uint64_t seed) : StreamToolParser(ToolCallIdStyle::kOpenAI, seed) {}
-  const ToolParserInfo& info() const override {
-    static const ToolParserInfo kInfo{"pythonic", false, false, false};
-    return kInfo;
-  }
+  explicit PythonicToolParser(uint64_t seed) : StreamToolParser(kInfo, ToolCallIdStyle::kOpenAI, seed) {}
 
  private:
   enum class State {
@@ -84,28 +82,17 @@ class PythonicToolParser final : public StreamToolParser {
   void parse() override {
     while (true) {
       switch (state_) {
-        case State::kStart: {
-          emit_content(count_spaces(rest()));  // held: dropped if a call follows
-          std::string_view in = rest();
-          if (in.empty()) return;
-          Prefix p = match_prefix(in, kPythonStart, at_eof());
-          if (p == Prefix::kPartial) return;
-          if (p == Prefix::kNo && in[0] != '[') return fail();  // not a call list: all content
-          open_section();
-          if (p == Prefix::kFull) consume(kPythonStart.size());
+        case State::kStart:
+          if (!open_leading_section(kPythonStart, '[')) return;
           state_ = State::kListOpen;
           break;
-        }
         case State::kListOpen:
-          skip_spaces();
-          if (rest().empty()) return;
-          if (rest()[0] != '[') return fail();
+          if (!expect('[')) return;
           consume(1);
           state_ = State::kCallName;
           break;
         case State::kCallName: {
-          skip_spaces();
-          if (rest().empty()) return;
+          if (!skip_spaces()) return;
           if (rest()[0] == ']' && section_calls() > 0) {  // after a trailing comma
             consume(1);
             close_section();
@@ -119,16 +106,13 @@ class PythonicToolParser final : public StreamToolParser {
           break;
         }
         case State::kAfterName:
-          skip_spaces();
-          if (rest().empty()) return;
-          if (rest()[0] != '(') return fail();
+          if (!expect('(')) return;
           consume(1);
           arg_names_.clear();
           state_ = State::kArgName;
           break;
         case State::kArgName: {
-          skip_spaces();
-          if (rest().empty()) return;
+          if (!skip_spaces()) return;
           if (rest()[0] == ')') {
             close_call();
             break;
@@ -140,9 +124,7 @@ class PythonicToolParser final : public StreamToolParser {
           break;
         }
         case State::kAfterArgName:
-          skip_spaces();
-          if (rest().empty()) return;
-          if (rest()[0] != '=') return fail();
+          if (!expect('=')) return;
           consume(1);
           value_.clear();
           end_ = PyLiteralEnd();
@@ -162,8 +144,7 @@ class PythonicToolParser final : public StreamToolParser {
           break;
         }
         case State::kAfterArg:
-          skip_spaces();
-          if (rest().empty()) return;
+          if (!skip_spaces()) return;
           if (rest()[0] == ',') {
             consume(1);
             state_ = State::kArgName;
@@ -174,8 +155,7 @@ class PythonicToolParser final : public StreamToolParser {
           }
           break;
         case State::kAfterCall:
-          skip_spaces();
-          if (rest().empty()) return;
+          if (!skip_spaces()) return;
           if (rest()[0] == ',') {
             consume(1);
             state_ = State::kCallName;

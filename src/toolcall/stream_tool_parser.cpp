@@ -2,7 +2,7 @@
 
 #include "common/check.h"
 #include "common/utf8.h"
-#include "toolcall/text_match.h"
+#include "common/text_match.h"
 
 namespace kvasir::toolcall {
 
@@ -46,7 +46,10 @@ void StreamToolParser::consume(size_t n) {
   pos_ += n;
 }
 
-void StreamToolParser::skip_spaces() { consume(count_spaces(rest())); }
+bool StreamToolParser::skip_spaces() {
+  consume(count_spaces(rest()));
+  return !rest().empty();
+}
 
 void StreamToolParser::emit_content(size_t n) {
   out_.content(rest().substr(0, n));
@@ -80,19 +83,61 @@ void StreamToolParser::begin_call(std::string_view name) {
   section_raw_.clear();
 }
 
-void StreamToolParser::apply(const JsonCallReader::Events& ev) {
-  if (ev.begin) begin_call(ev.name);
-  call_arguments(ev.args);
-  if (ev.end) end_call();
+int StreamToolParser::open_section_at(std::initializer_list<std::string_view> markers) {
+  MarkerFind f = find_marker(rest(), markers, at_eof());
+  emit_content(f.content_end);
+  if (f.which < 0) return -1;
+  open_section();
+  consume(markers.begin()[f.which].size());
+  return f.which;
 }
 
-JsonCallReader::State StreamToolParser::read_call(JsonCallReader& reader) {
+bool StreamToolParser::open_leading_section(std::string_view start_tag, char open) {
+  emit_content(count_spaces(rest()));
+  std::string_view in = rest();
+  if (in.empty()) return false;
+  Prefix p = match_prefix(in, start_tag, at_eof());
+  if (p == Prefix::kPartial) return false;
+  if (p == Prefix::kNo && in[0] != open) {  // not a call: all content
+    fail();
+    return false;
+  }
+  open_section();
+  if (p == Prefix::kFull) consume(start_tag.size());
+  return true;
+}
+
+bool StreamToolParser::expect(char c) {
+  if (!skip_spaces()) return false;
+  if (rest()[0] == c) return true;
+  fail();
+  return false;
+}
+
+bool StreamToolParser::read_call(JsonCallReader& reader) {
   JsonCallReader::Events ev;
   size_t n = 0;
   JsonCallReader::State s = reader.feed(rest(), &n, &ev);
   consume(n);
-  apply(ev);
-  return s;
+  if (ev.begin) begin_call(ev.name);
+  call_arguments(ev.args);
+  if (ev.end) end_call();
+  if (s == JsonCallReader::State::kError) fail();
+  return s == JsonCallReader::State::kDone;
+}
+
+bool StreamToolParser::read_call_arguments(std::string_view name, JsonScanner& scanner) {
+  if (!in_call_) {
+    if (!expect('{')) return false;
+    begin_call(name);
+    scanner.reset();
+  }
+  size_t n = 0;
+  JsonScanner::State s = scanner.feed(rest(), &n);
+  call_arguments(rest().substr(0, n));
+  consume(n);
+  if (s == JsonScanner::State::kError) fail();
+  return s == JsonScanner::State::kDone;
 }
 
 void StreamToolParser::fail() {

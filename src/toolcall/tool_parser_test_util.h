@@ -1,13 +1,11 @@
 // Test-only helpers for the tool-call parser tests: the expected OpenAI result of a recorded model
 // output, and the check every format shares - parse_complete gives it, and streaming the same text
-// in many splits (1 byte, random sizes under several seeds, every split point in two, so inside
-// UTF-8 characters and markers too) reassembles to the same thing through deltas shaped as
-// OpenAI's.
+// in many splits (common/stream_splits_test_util.h) reassembles to the same thing through deltas
+// shaped as OpenAI's.
 #pragma once
 
 #include <gtest/gtest.h>
 
-#include <random>
 #include <set>
 #include <string>
 #include <string_view>
@@ -15,6 +13,7 @@
 #include <vector>
 
 #include "common/json.h"
+#include "common/stream_splits_test_util.h"
 #include "common/utf8.h"
 #include "toolcall/tool_parser.h"
 
@@ -116,31 +115,11 @@ inline ParsedToolCalls stream_split(std::string_view parser, std::string_view te
   return r;
 }
 
-// The splits every test streams with.
-inline std::vector<std::vector<size_t>> splits_for(std::string_view text) {
-  std::vector<std::vector<size_t>> all;
-  all.push_back({});
-  std::vector<size_t> bytes;
-  for (size_t i = 1; i < text.size(); ++i) bytes.push_back(i);
-  all.push_back(bytes);
-  for (uint32_t seed = 1; seed <= 12; ++seed) {
-    std::mt19937 rng(seed);
-    size_t max_chunk = seed <= 6 ? 6 : 40;
-    std::vector<size_t> cuts;
-    for (size_t at = 1 + rng() % max_chunk; at < text.size(); at += 1 + rng() % max_chunk) cuts.push_back(at);
-    all.push_back(cuts);
-  }
-  if (text.size() <= 600) {
-    for (size_t i = 1; i < text.size(); ++i) all.push_back({i});
-  }
-  return all;
-}
-
 // parse_complete gives `want`, and so does every streamed split.
 inline void expect_parses(std::string_view parser, std::string_view text, const Expected& want) {
   auto p = make(parser);
   expect_result(p->parse_complete(text), want, std::string(parser) + " complete");
-  for (const auto& cuts : splits_for(text)) {
+  for (const auto& cuts : stream_splits(text)) {
     std::string where = std::string(parser) + " streamed in " + std::to_string(cuts.size() + 1) + " pieces";
     if (!cuts.empty()) where += " (first cut at " + std::to_string(cuts[0]) + ")";
     bool broken = true;

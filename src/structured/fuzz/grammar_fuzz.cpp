@@ -6,7 +6,6 @@
 // from the text, so raw schemas and .gbnf files seed it as they are.
 #include <cstddef>
 #include <cstdint>
-#include <cstdio>
 #include <memory>
 #include <string>
 #include <string_view>
@@ -14,7 +13,7 @@
 
 #include "structured/grammar_compiler.h"
 #include "structured/grammar_matcher.h"
-#include "tokenizer/vocab_spec.h"
+#include "structured/tiny_vocab_test_util.h"
 
 namespace {
 
@@ -22,34 +21,10 @@ using kvasir::StructuredOutputSpec;
 using kvasir::structured::GrammarCompiler;
 using kvasir::structured::GrammarMatcher;
 
-// A SentencePiece vocabulary of the 256 byte tokens, printable ASCII and a few JSON pieces: the
-// grammar sees every byte, and compiles stay fast.
+// tiny_vocab_spec(): the grammar sees every byte, and compiles stay fast.
 const kvasir::Tokenizer& tokenizer() {
-  static const kvasir::Tokenizer tok = [] {
-    kvasir::VocabSpec v;
-    v.model = "llama";
-    v.add_space_prefix = false;
-    v.tokens = {"<unk>", "<s>", "</s>"};
-    v.token_types = {2, 3, 3};
-    for (int b = 0; b < 256; ++b) {
-      char buf[8];
-      std::snprintf(buf, sizeof buf, "<0x%02X>", b);
-      v.tokens.push_back(buf);
-      v.token_types.push_back(6);
-    }
-    for (char c = 0x21; c < 0x7F; ++c) {
-      v.tokens.push_back(std::string(1, c));
-      v.token_types.push_back(1);
-    }
-    for (const char* piece : {"\xE2\x96\x81", "true", "null", "{\"", "\":", "\","}) {
-      v.tokens.push_back(piece);
-      v.token_types.push_back(1);
-    }
-    v.scores.assign(v.tokens.size(), 0.0f);
-    v.eos_id = 2;
-    v.unk_id = 0;
-    return std::move(*kvasir::tokenizer_from_vocab_spec(v));
-  }();
+  static const kvasir::Tokenizer tok =
+      std::move(*kvasir::tokenizer_from_vocab_spec(kvasir::structured::testing::tiny_vocab_spec()));
   return tok;
 }
 

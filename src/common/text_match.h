@@ -1,12 +1,13 @@
-// Small text helpers the tool-call parsers share: whitespace, marker prefixes and marker search
-// that says how much of a buffer is surely not the start of a marker (the rest is held back).
+// Small text helpers the streaming output parsers (tool calls, reasoning) share: JSON whitespace,
+// marker prefixes and marker search that says how much of a buffer is surely not the start of a
+// marker (the rest is held back until more text comes).
 #pragma once
 
 #include <cstddef>
 #include <initializer_list>
 #include <string_view>
 
-namespace kvasir::toolcall {
+namespace kvasir {
 
 inline bool is_space(char c) { return c == ' ' || c == '\t' || c == '\n' || c == '\r'; }
 // Number of whitespace bytes `s` starts with.
@@ -28,4 +29,4 @@ struct MarkerFind {
 // of `s` begins.
 MarkerFind find_marker(std::string_view s, std::initializer_list<std::string_view> markers, bool eof);
 
-}  // namespace kvasir::toolcall
+}  // namespace kvasir

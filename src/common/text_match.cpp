@@ -1,8 +1,8 @@
-#include "toolcall/text_match.h"
+#include "common/text_match.h"
 
 #include <algorithm>
 
-namespace kvasir::toolcall {
+namespace kvasir {
 
 size_t count_spaces(std::string_view s) {
   size_t i = 0;
@@ -43,4 +43,4 @@ MarkerFind find_marker(std::string_view s, std::initializer_list<std::string_vie
   return best;
 }
 
-}  // namespace kvasir::toolcall
+}  // namespace kvasir
