@@ -18,7 +18,9 @@ namespace kvasir::server {
 
 struct HandlerPoolOptions {
   int num_threads = 2;
-  size_t max_tasks = 256;               // queued + running
+  // Queued + running. A connection has one request in flight at a time, so the server's
+  // connection bound (4,096) bounds this already; the bytes are the bound that matters.
+  size_t max_tasks = 4096;
   size_t max_bytes = size_t{96} << 20;  // request bytes held by queued + running tasks
   // Added to the threads' nice value: on a busy machine preparing a new request yields the CPU
   // to the engine and the I/O threads, which serve requests already running.

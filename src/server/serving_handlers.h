@@ -1,4 +1,4 @@
-// The OpenAI-compatible endpoint handlers. Each runs on an HTTP I/O thread: parse, validate,
+// The OpenAI-compatible endpoint handlers. Those that read a body run on a HandlerPool thread: parse, validate,
 // tokenize and enqueue, then return; generation results flow through the pump. Every handler
 // answers its Reply exactly once (or hands it to a job that will). Routing and auth are
 // routes.cpp's; these must not look at paths or headers beyond the body.
