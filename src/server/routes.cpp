@@ -1,6 +1,7 @@
 #include "server/routes.h"
 
 #include <algorithm>
+#include <cctype>
 #include <exception>
 #include <optional>
 #include <string_view>
@@ -56,11 +57,10 @@ bool method_matches(const std::string& method, std::string_view route_method) {
 std::optional<std::string> unsupported_content_encoding(const http::Request& req) {
   const std::string* enc = req.header("content-encoding");
   if (enc == nullptr || req.body.empty()) return std::nullopt;
-  std::string_view v = *enc;
-  while (!v.empty() && (v.front() == ' ' || v.front() == '\t')) v.remove_prefix(1);
-  while (!v.empty() && (v.back() == ' ' || v.back() == '\t')) v.remove_suffix(1);
-  if (v.size() == 8 && (v == "identity" || v == "Identity" || v == "IDENTITY")) return std::nullopt;
-  return std::string(v.substr(0, 64));
+  std::string lower = *enc;  // the parser trimmed the value
+  for (char& c : lower) c = static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
+  if (lower == "identity") return std::nullopt;
+  return enc->substr(0, 64);
 }
 
 // Loading, shutting down, or a dead engine: clients and balancers should retry (elsewhere).
