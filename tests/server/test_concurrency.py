@@ -87,7 +87,7 @@ def test_killed_clients_free_the_kv_cache(server):
 
 BIG_BODY_BYTES = 30 << 20
 # Resident memory a request being prepared may add, in multiples of its body (README "Limits").
-RSS_PER_REQUEST_BODIES = 4
+RSS_PER_REQUEST_BODIES = 5
 
 
 def _vm_rss_bytes(pid):
