@@ -347,6 +347,9 @@ void RequestParser::on_headers_done() {
   if (other_coding) return fail(501, "unsupported transfer coding");
   if (length_invalid) return fail(400, "invalid Content-Length");
   if (length_conflict) return fail(400, "conflicting Content-Length values");
+  // RFC 9112 3.2: an HTTP/1.1 request without Host must be refused (after the framing checks,
+  // so a smuggling attempt is still named as such).
+  if (http11 && num_host == 0) return fail(400, "missing Host header");
   expect_continue_ = expect_continue_ && http11;
   if (chunked) {
     phase_ = Phase::kChunkSize;

@@ -64,14 +64,14 @@ TEST(HttpParser, ParsesSimpleGet) {
 }
 
 TEST(HttpParser, AbsoluteFormLosesSchemeAndAuthority) {
-  const auto o = parse("GET http://example.com:8/a/b?q HTTP/1.1\r\n\r\n");
+  const auto o = parse("GET http://example.com:8/a/b?q HTTP/1.1\r\nHost: a\r\n\r\n");
   ASSERT_EQ(o.requests.size(), 1u);
   EXPECT_EQ(o.requests[0].path, "/a/b");
   EXPECT_EQ(o.requests[0].query, "q");
 }
 
 TEST(HttpParser, ContentLengthBodyAtEveryChunking) {
-  const std::string in = "POST /p HTTP/1.1\r\nContent-Length: 11\r\n\r\nhello world";
+  const std::string in = "POST /p HTTP/1.1\r\nHost: a\r\nContent-Length: 11\r\n\r\nhello world";
   for (size_t piece = 1; piece <= in.size(); ++piece) {
     const auto o = parse(in, {}, piece);
     ASSERT_EQ(o.requests.size(), 1u) << piece;
@@ -81,7 +81,7 @@ TEST(HttpParser, ContentLengthBodyAtEveryChunking) {
 
 TEST(HttpParser, ChunkedBodySplitAtEveryPairOfBoundaries) {
   const std::string in =
-      "POST /c HTTP/1.1\r\nTransfer-Encoding: chunked\r\n\r\n"
+      "POST /c HTTP/1.1\r\nHost: a\r\nTransfer-Encoding: chunked\r\n\r\n"
       "5;name=value\r\nhello\r\n1\r\n \r\nA ; q=\"x y\"\r\n0123456789\r\n0\r\nX-Trailer: t\r\n\r\n";
   for (size_t i = 0; i <= in.size(); ++i) {
     for (size_t j = i; j <= in.size(); ++j) {
@@ -106,16 +106,16 @@ TEST(HttpParser, ChunkedBodySplitAtEveryPairOfBoundaries) {
 }
 
 TEST(HttpParser, TrailersAreNotHeaders) {
-  const auto o = parse("POST / HTTP/1.1\r\nTransfer-Encoding: chunked\r\n\r\n0\r\nX-T: 1\r\n\r\n");
+  const auto o = parse("POST / HTTP/1.1\r\nHost: a\r\nTransfer-Encoding: chunked\r\n\r\n0\r\nX-T: 1\r\n\r\n");
   ASSERT_EQ(o.requests.size(), 1u);
   EXPECT_EQ(o.requests[0].header("x-t"), nullptr);
 }
 
 TEST(HttpParser, PipelinedRequestsComeOutInOrder) {
   const std::string in =
-      "GET /1 HTTP/1.1\r\n\r\n"
-      "POST /2 HTTP/1.1\r\nContent-Length: 3\r\n\r\nabc"
-      "POST /3 HTTP/1.1\r\nTransfer-Encoding: chunked\r\n\r\n2\r\nxy\r\n0\r\n\r\n"
+      "GET /1 HTTP/1.1\r\nHost: a\r\n\r\n"
+      "POST /2 HTTP/1.1\r\nHost: a\r\nContent-Length: 3\r\n\r\nabc"
+      "POST /3 HTTP/1.1\r\nHost: a\r\nTransfer-Encoding: chunked\r\n\r\n2\r\nxy\r\n0\r\n\r\n"
       "GET /4 HTTP/1.0\r\n\r\n";
   for (size_t piece : {0, 1, 7}) {
     const auto o = parse(in, {}, piece);
@@ -131,7 +131,7 @@ TEST(HttpParser, PipelinedRequestsComeOutInOrder) {
 TEST(HttpParser, StopsExactlyAtTheEndOfARequest) {
   RequestParser parser;
   size_t used = 0;
-  const std::string in = "GET / HTTP/1.1\r\n\r\nGET /next";
+  const std::string in = "GET / HTTP/1.1\r\nHost: a\r\n\r\nGET /next";
   EXPECT_EQ(parser.feed(in, &used), RequestParser::Result::kComplete);
   EXPECT_EQ(used, in.size() - 9);
   EXPECT_EQ(parser.feed("more", &used), RequestParser::Result::kComplete);
@@ -139,9 +139,9 @@ TEST(HttpParser, StopsExactlyAtTheEndOfARequest) {
 }
 
 TEST(HttpParser, KeepAliveDefaultsAndConnectionHeader) {
-  EXPECT_TRUE(parse("GET / HTTP/1.1\r\n\r\n").keep_alive.at(0));
-  EXPECT_FALSE(parse("GET / HTTP/1.1\r\nConnection: close\r\n\r\n").keep_alive.at(0));
-  EXPECT_FALSE(parse("GET / HTTP/1.1\r\nConnection: Upgrade, CLOSE\r\n\r\n").keep_alive.at(0));
+  EXPECT_TRUE(parse("GET / HTTP/1.1\r\nHost: a\r\n\r\n").keep_alive.at(0));
+  EXPECT_FALSE(parse("GET / HTTP/1.1\r\nHost: a\r\nConnection: close\r\n\r\n").keep_alive.at(0));
+  EXPECT_FALSE(parse("GET / HTTP/1.1\r\nHost: a\r\nConnection: Upgrade, CLOSE\r\n\r\n").keep_alive.at(0));
   EXPECT_FALSE(parse("GET / HTTP/1.0\r\n\r\n").keep_alive.at(0));
   EXPECT_TRUE(parse("GET / HTTP/1.0\r\nConnection: Keep-Alive\r\n\r\n").keep_alive.at(0));
   EXPECT_FALSE(parse("GET / HTTP/1.0\r\nConnection: keep-alive, close\r\n\r\n").keep_alive.at(0));
@@ -151,7 +151,7 @@ TEST(HttpParser, ExpectContinueOnlyWhileBodyPending) {
   RequestParser parser;
   size_t used = 0;
   EXPECT_FALSE(parser.started());
-  EXPECT_EQ(parser.feed("POST / HTTP/1.1\r\nExpect: 100-Continue\r\nContent-Length: 2\r\n", &used),
+  EXPECT_EQ(parser.feed("POST / HTTP/1.1\r\nHost: a\r\nExpect: 100-Continue\r\nContent-Length: 2\r\n", &used),
             RequestParser::Result::kNeedMore);
   EXPECT_TRUE(parser.started());
   EXPECT_FALSE(parser.expects_continue());
@@ -166,7 +166,7 @@ TEST(HttpParser, ExpectContinueOnlyWhileBodyPending) {
 }
 
 TEST(HttpParser, IgnoresEmptyLinesBeforeARequest) {
-  const auto o = parse("\r\n\r\nGET / HTTP/1.1\r\n\r\n");
+  const auto o = parse("\r\n\r\nGET / HTTP/1.1\r\nHost: a\r\n\r\n");
   EXPECT_EQ(o.error, 0);
   EXPECT_EQ(o.requests.size(), 1u);
 }
@@ -224,6 +224,14 @@ TEST(HttpParser, MalformedInputIs400) {
             400);
 }
 
+TEST(HttpParser, Http11WithoutHostIs400) {
+  EXPECT_EQ(status_of("GET / HTTP/1.1\r\n\r\n"), 400);
+  EXPECT_EQ(status_of("POST / HTTP/1.1\r\nContent-Length: 2\r\n\r\nok"), 400);
+  EXPECT_EQ(parse("GET / HTTP/1.1\r\nHOST: a\r\n\r\n").requests.size(), 1u);
+  EXPECT_EQ(parse("GET / HTTP/1.1\r\nHost:\r\n\r\n").requests.size(), 1u);  // empty is allowed
+  EXPECT_EQ(parse("GET / HTTP/1.0\r\n\r\n").requests.size(), 1u);            // HTTP/1.0 may omit it
+}
+
 TEST(HttpParser, NothingIsConsumedAfterAnError) {
   RequestParser parser;
   size_t used = 0;
@@ -231,28 +239,28 @@ TEST(HttpParser, NothingIsConsumedAfterAnError) {
   EXPECT_EQ(parser.feed("GET / HTTP/1.1\r\n\r\n", &used), RequestParser::Result::kError);
   EXPECT_EQ(used, 0u);
   parser.reset();
-  EXPECT_EQ(parser.feed("GET / HTTP/1.1\r\n\r\n", &used), RequestParser::Result::kComplete);
+  EXPECT_EQ(parser.feed("GET / HTTP/1.1\r\nHost: a\r\n\r\n", &used), RequestParser::Result::kComplete);
 }
 
 TEST(HttpParser, DuplicateContentLengthsThatAgreeAreAccepted) {
-  const auto a = parse("POST / HTTP/1.1\r\nContent-Length: 3\r\nContent-Length: 003\r\n\r\nabc");
+  const auto a = parse("POST / HTTP/1.1\r\nHost: a\r\nContent-Length: 3\r\nContent-Length: 003\r\n\r\nabc");
   ASSERT_EQ(a.requests.size(), 1u);
   EXPECT_EQ(a.requests[0].body, "abc");
-  const auto b = parse("POST / HTTP/1.1\r\nContent-Length: 3, 3\r\n\r\nabc");
+  const auto b = parse("POST / HTTP/1.1\r\nHost: a\r\nContent-Length: 3, 3\r\n\r\nabc");
   ASSERT_EQ(b.requests.size(), 1u);
 }
 
 TEST(HttpParser, BodyLimitIs413ExactlyOnePastIt) {
   ParserLimits limits;
   limits.max_body_bytes = 10;
-  const std::string at = "POST / HTTP/1.1\r\nContent-Length: 10\r\n\r\n0123456789";
+  const std::string at = "POST / HTTP/1.1\r\nHost: a\r\nContent-Length: 10\r\n\r\n0123456789";
   EXPECT_EQ(parse(at, limits).requests.size(), 1u);
-  EXPECT_EQ(status_of("POST / HTTP/1.1\r\nContent-Length: 11\r\n\r\n", limits), 413);
+  EXPECT_EQ(status_of("POST / HTTP/1.1\r\nHost: a\r\nContent-Length: 11\r\n\r\n", limits), 413);
   EXPECT_EQ(
-      status_of("POST / HTTP/1.1\r\nContent-Length: 99999999999999999999999999999\r\n\r\n", limits),
+      status_of("POST / HTTP/1.1\r\nHost: a\r\nContent-Length: 99999999999999999999999999999\r\n\r\n", limits),
       413);
-  EXPECT_EQ(status_of("POST / HTTP/1.1\r\nContent-Length: 18446744073709551616\r\n\r\n"), 413);
-  const std::string chunked = "POST / HTTP/1.1\r\nTransfer-Encoding: chunked\r\n\r\n";
+  EXPECT_EQ(status_of("POST / HTTP/1.1\r\nHost: a\r\nContent-Length: 18446744073709551616\r\n\r\n"), 413);
+  const std::string chunked = "POST / HTTP/1.1\r\nHost: a\r\nTransfer-Encoding: chunked\r\n\r\n";
   EXPECT_EQ(parse(chunked + "6\r\n012345\r\n4\r\n6789\r\n0\r\n\r\n", limits).requests.size(), 1u);
   EXPECT_EQ(status_of(chunked + "6\r\n012345\r\n5\r\n", limits), 413);
   EXPECT_EQ(status_of(chunked + "fffffffffffffffffffffffff\r\n", limits), 413);
@@ -262,7 +270,7 @@ TEST(HttpParser, UriLimitIs414ExactlyOnePastIt) {
   ParserLimits limits;
   limits.max_uri_bytes = 64;
   const std::string at = "/" + std::string(63, 'a');
-  EXPECT_EQ(parse("GET " + at + " HTTP/1.1\r\n\r\n", limits).requests.size(), 1u);
+  EXPECT_EQ(parse("GET " + at + " HTTP/1.1\r\nHost: a\r\n\r\n", limits).requests.size(), 1u);
   EXPECT_EQ(status_of("GET " + at + "b HTTP/1.1\r\n\r\n", limits), 414);
   // A target that never ends is refused before the line does.
   EXPECT_EQ(status_of("GET /" + std::string(200, 'a'), limits), 414);
@@ -272,17 +280,17 @@ TEST(HttpParser, UriLimitIs414ExactlyOnePastIt) {
 TEST(HttpParser, HeaderBytesLimitIs431ExactlyOnePastIt) {
   ParserLimits limits;
   limits.max_header_bytes = 100;
-  const std::string start = "GET / HTTP/1.1\r\nX: ";  // 19 bytes
-  const std::string at = start + std::string(100 - 19 - 4, 'v') + "\r\n\r\n";
+  const std::string start = "GET / HTTP/1.1\r\nHost: a\r\nX: ";  // 28 bytes
+  const std::string at = start + std::string(100 - 28 - 4, 'v') + "\r\n\r\n";
   ASSERT_EQ(at.size(), 100u);
   EXPECT_EQ(parse(at, limits).requests.size(), 1u);
   for (size_t piece : {0, 1, 13}) {
-    EXPECT_EQ(parse(start + std::string(100 - 19 - 3, 'v') + "\r\n\r\n", limits, piece).error, 431);
+    EXPECT_EQ(parse(start + std::string(100 - 28 - 3, 'v') + "\r\n\r\n", limits, piece).error, 431);
   }
   EXPECT_EQ(status_of(start + std::string(500, 'v'), limits), 431);  // never-ending header
   // Trailers share the header budget.
-  limits.max_header_bytes = 60;
-  const std::string chunked = "POST / HTTP/1.1\r\nTransfer-Encoding: chunked\r\n\r\n";  // 47 bytes
+  limits.max_header_bytes = 69;
+  const std::string chunked = "POST / HTTP/1.1\r\nHost: a\r\nTransfer-Encoding: chunked\r\n\r\n";  // 56 bytes
   EXPECT_EQ(parse(chunked + "0\r\nT: 123456\r\n\r\n", limits).requests.size(), 1u);
   EXPECT_EQ(status_of(chunked + "0\r\nT: 1234567\r\n\r\n", limits), 431);
 }
@@ -290,17 +298,17 @@ TEST(HttpParser, HeaderBytesLimitIs431ExactlyOnePastIt) {
 TEST(HttpParser, HeaderCountLimitIs431ExactlyOnePastIt) {
   ParserLimits limits;
   limits.max_header_count = 5;
-  std::string at = "GET / HTTP/1.1\r\n";
-  for (int i = 0; i < 5; ++i) at += "H" + std::to_string(i) + ": v\r\n";
+  std::string at = "GET / HTTP/1.1\r\nHost: a\r\n";
+  for (int i = 0; i < 4; ++i) at += "H" + std::to_string(i) + ": v\r\n";
   EXPECT_EQ(parse(at + "\r\n", limits).requests.size(), 1u);
-  EXPECT_EQ(status_of(at + "H5: v\r\n\r\n", limits), 431);
+  EXPECT_EQ(status_of(at + "H4: v\r\n\r\n", limits), 431);
 }
 
 TEST(HttpParser, UnsupportedTransferCodingIs501) {
   EXPECT_EQ(status_of("POST / HTTP/1.1\r\nTransfer-Encoding: gzip\r\n\r\n"), 501);
   EXPECT_EQ(status_of("POST / HTTP/1.1\r\nTransfer-Encoding: gzip, chunked\r\n\r\n"), 501);
   EXPECT_EQ(status_of("POST / HTTP/1.1\r\nTransfer-Encoding: identity\r\n\r\n"), 501);
-  EXPECT_EQ(parse("POST / HTTP/1.1\r\nTransfer-Encoding: CHUNKED\r\n\r\n0\r\n\r\n").requests.size(),
+  EXPECT_EQ(parse("POST / HTTP/1.1\r\nHost: a\r\nTransfer-Encoding: CHUNKED\r\n\r\n0\r\n\r\n").requests.size(),
             1u);
 }
 

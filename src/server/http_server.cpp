@@ -2,7 +2,9 @@
 // loop owns its connections outright (level-triggered epoll, non-blocking sockets); other
 // threads reach a connection only through its Outbox (http_outbox.h). A connection serves one
 // request at a time: while a response is pending it keeps reading (to notice a hang-up) and
-// buffers pipelined bytes, parsing them once the response has been sent.
+// buffers pipelined bytes, parsing them once the response has been sent. A peer that half-closes
+// (shutdown(SHUT_WR) after its request, as curl and proxies may) still gets its answer; only a
+// reset or a failed write ends a request early.
 #include "server/http_server.h"
 
 #include <arpa/inet.h>
@@ -60,7 +62,11 @@ struct Conn {
   bool response_sent = false;  // ... and it has left: the connection may move on
   bool close_after = false;
   bool sent_continue = false;
-  bool reading = true;    // EPOLLIN registered
+  bool reading = true;    // EPOLLIN wanted (registered unless input_ended)
+  bool peer_done = false;    // the peer sent FIN: it may still read, but sends nothing more
+  bool input_ended = false;  // ... and every byte before the FIN has been read
+  bool answer_begun = false;  // bytes of the current response came from the outbox
+  int version_minor = 1;      // of the request being answered
   bool want_out = false;  // EPOLLOUT registered
   bool dead = false;
   bool request_timing = false;
@@ -225,9 +231,12 @@ class IoLoop {
     c.want_out = on;
     update_interest(c);
   }
+  // EPOLLIN and EPOLLRDHUP are level-triggered: once the peer's FIN is seen they would fire
+  // forever, so they go (a reset still arrives as EPOLLERR / EPOLLHUP, which need no interest).
   void update_interest(Conn& c) {
     epoll_event ev{};
-    ev.events = EPOLLRDHUP | (c.reading ? EPOLLIN : 0u) | (c.want_out ? EPOLLOUT : 0u);
+    ev.events = (c.peer_done ? 0u : EPOLLRDHUP) | (c.reading && !c.input_ended ? EPOLLIN : 0u) |
+                (c.want_out ? EPOLLOUT : 0u);
     ev.data.u64 = c.id;
     epoll_ctl(epoll_fd_, EPOLL_CTL_MOD, c.fd, &ev);
   }
@@ -243,11 +252,14 @@ class IoLoop {
   }
 
   void on_event(Conn& c, uint32_t events) {
-    if (events & (EPOLLERR | EPOLLHUP)) return close_conn(c);
-    if ((events & EPOLLRDHUP) && !c.reading) return close_conn(c);
+    if (events & (EPOLLERR | EPOLLHUP)) return close_conn(c);  // reset: the client is gone
+    if ((events & EPOLLRDHUP) && !(events & EPOLLIN)) return on_peer_done(c);
     if (events & EPOLLIN) {
       const ssize_t n = recv(c.fd, read_buf_.data(), read_buf_.size(), 0);
-      if (n == 0) return close_conn(c);  // the client went away: in-flight work is abandoned
+      if (n == 0) {
+        c.input_ended = true;
+        return on_peer_done(c);
+      }
       if (n < 0) {
         if (errno != EAGAIN && errno != EWOULDBLOCK && errno != EINTR) return close_conn(c);
       } else if (c.state == Conn::State::kLingering) {
@@ -264,6 +276,26 @@ class IoLoop {
     if ((events & EPOLLOUT) && !c.dead && flush(c)) drive(c);
   }
 
+  // The peer sent FIN (seen as EPOLLRDHUP, or as the end of input). HTTP allows a half-close, so
+  // a request in flight is still answered; a request not complete yet never will be.
+  void on_peer_done(Conn& c) {
+    c.peer_done = true;
+    update_interest(c);
+    if (c.state == Conn::State::kLingering) return close_conn(c);
+    if (c.state == Conn::State::kReading) {
+      if (c.input_ended) close_conn(c);
+      return;
+    }
+    // kResponding. A client that closed outright (not just its sending side) answers any byte
+    // with a reset, which ends the request at once instead of after its whole generation. An
+    // interim 100 is such a byte that HTTP/1.1 clients must accept before the final response
+    // (RFC 9110 15.2); HTTP/1.0 clients get none, and a response already under way needs none.
+    if (c.version_minor == 1 && !c.answer_begun && c.out_pos == c.out.size()) {
+      c.out += "HTTP/1.1 100 Continue\r\n\r\n";
+      flush(c);
+    }
+  }
+
   // Advances the connection as far as it can go without blocking.
   void drive(Conn& c) {
     while (!c.dead) {
@@ -277,7 +309,10 @@ class IoLoop {
         c.sent_continue = false;
         set_reading(c, true);
       }
-      if (c.in_pos == c.in.size()) return;
+      if (c.in_pos == c.in.size()) {
+        if (c.input_ended) close_conn(c);  // answered everything the peer sent before its FIN
+        return;
+      }
       size_t used = 0;
       const auto result = c.parser.feed(std::string_view(c.in).substr(c.in_pos), &used);
       c.in_pos += used;
@@ -302,6 +337,7 @@ class IoLoop {
           c.out += "HTTP/1.1 100 Continue\r\n\r\n";
           flush(c);
         }
+        if (c.input_ended) close_conn(c);  // the rest of this request will never come
         return;
       }
     }
@@ -314,6 +350,8 @@ class IoLoop {
     c.state = Conn::State::kResponding;
     c.request_timing = false;
     c.close_after = !keep_alive;
+    c.answer_begun = false;
+    c.version_minor = request.version_minor;
     const bool head = request.method == "HEAD";
     std::shared_ptr<Reply> exchange = make_reply(c.outbox, keep_alive, head, request.version_minor);
     try {
@@ -343,7 +381,7 @@ class IoLoop {
 
   // Half-closes, then drains input until the client closes or kLingerTime passes.
   void finish_close(Conn& c) {
-    if (!c.parser.started() && c.in_pos == c.in.size()) return close_conn(c);
+    if (c.input_ended || (!c.parser.started() && c.in_pos == c.in.size())) return close_conn(c);
     shutdown(c.fd, SHUT_WR);
     c.state = Conn::State::kLingering;
     c.linger_until = Clock::now() + kLingerTime;
@@ -362,6 +400,7 @@ class IoLoop {
         std::lock_guard<std::mutex> lock(c.outbox->mu);
         c.out.swap(c.outbox->out);
         c.outbox->wake_queued = false;
+        if (!c.out.empty()) c.answer_begun = true;
         if (c.outbox->response_done) {
           c.have_last = true;
           c.close_after |= c.outbox->close_after;

@@ -44,6 +44,7 @@ class Client {
   }
   ~Client() { close_now(); }
   bool connected() const { return connected_; }
+  void shutdown_sending() { shutdown(fd_, SHUT_WR); }
   void close_now() {
     if (fd_ >= 0) close(fd_);
     fd_ = -1;
@@ -87,7 +88,13 @@ class Client {
 
   ClientResponse read_response(bool head = false) {
     ClientResponse r;
-    const std::string status_line = read_line();
+    std::string status_line = read_line();
+    // Interim 1xx responses (clients must accept them at any time) come before the answer.
+    while (status_line.rfind("HTTP/1.1 1", 0) == 0) {
+      while (!read_line().empty()) {
+      }
+      status_line = read_line();
+    }
     if (status_line.rfind("HTTP/1.1 ", 0) != 0) return r;
     r.status = std::stoi(status_line.substr(9, 3));
     for (std::string line = read_line(); !line.empty() && line != "<eof>"; line = read_line()) {
@@ -218,7 +225,7 @@ TEST_F(ServerTest, PipelinedRequestsAnsweredInOrderEvenWhenAnsweredLater) {
   });
   Client c(port_);
   c.send_all(get("/1") + post("/2", "xx") + get("/3") +
-             "GET /4 HTTP/1.1\r\nConnection: close\r\n\r\n");
+             "GET /4 HTTP/1.1\r\nHost: t\r\nConnection: close\r\n\r\n");
   for (const char* path : {"/1", "/2", "/3", "/4"}) EXPECT_EQ(c.read_response().body, path);
   EXPECT_TRUE(c.at_eof());
 }
@@ -226,7 +233,7 @@ TEST_F(ServerTest, PipelinedRequestsAnsweredInOrderEvenWhenAnsweredLater) {
 TEST_F(ServerTest, ChunkedRequestBodyArrivingInPieces) {
   start(echo);
   Client c(port_);
-  for (const char* piece : {"POST /c HTTP/1.1\r\nTransfer-Encoding: chunked\r\n\r\n4\r", "\nab",
+  for (const char* piece : {"POST /c HTTP/1.1\r\nHost: t\r\nTransfer-Encoding: chunked\r\n\r\n4\r", "\nab",
                             "cd\r\n3;x=1\r\nefg", "\r\n0\r\n", "\r\n"}) {
     c.send_all(piece);
     std::this_thread::sleep_for(2ms);
@@ -264,7 +271,7 @@ TEST_F(ServerTest, Http10StreamEndsByClosing) {
 TEST_F(ServerTest, HeadHasLengthButNoBody) {
   start(echo);
   Client c(port_);
-  c.send_all("HEAD /h HTTP/1.1\r\n\r\n");
+  c.send_all("HEAD /h HTTP/1.1\r\nHost: t\r\n\r\n");
   auto r = c.read_response(/*head=*/true);
   EXPECT_EQ(r.headers["content-length"], "8");
   EXPECT_EQ(c.request(get("/after")).body, "GET /after ");  // no stray body bytes in between
@@ -379,6 +386,33 @@ TEST_F(ServerTest, HangUpRingsTheWatcherQueue) {
   EXPECT_FALSE(queue->try_pop().has_value());  // the answered request's watcher lapsed
 }
 
+// HTTP allows a half-close: a client that shuts down its sending side after its requests still
+// gets every answer, answered after the FIN arrived; then the server closes.
+TEST_F(ServerTest, HalfClosedClientStillGetsItsAnswers) {
+  start([this](Request req, std::shared_ptr<Reply> reply) {
+    spawn([req = std::move(req), reply] {
+      std::this_thread::sleep_for(50ms);
+      echo(req, reply);
+    });
+  });
+  Client c(port_);
+  c.send_all(post("/a", "1") + post("/b", "2"));
+  c.shutdown_sending();
+  EXPECT_EQ(c.read_response().body, "POST /a 1");
+  EXPECT_EQ(c.read_response().body, "POST /b 2");
+  EXPECT_TRUE(c.at_eof());
+  EXPECT_TRUE(wait_for([&] { return server_->num_connections() == 0; }, 1000ms));
+}
+
+TEST_F(ServerTest, HalfClosedPartialRequestIsClosedWithoutAnswer) {
+  start(echo);
+  Client c(port_);
+  c.send_all("POST /p HTTP/1.1\r\nHost: t\r\nContent-Length: 10\r\n\r\nabc");
+  c.shutdown_sending();
+  EXPECT_TRUE(c.at_eof());
+  EXPECT_TRUE(wait_for([&] { return server_->num_connections() == 0; }, 1000ms));
+}
+
 TEST_F(ServerTest, DroppedReplyAndThrowingHandlerGive500) {
   start([](Request req, std::shared_ptr<Reply>) {
     if (req.path == "/throw") throw std::runtime_error("boom");
@@ -435,8 +469,8 @@ TEST_F(ServerTest, OversizedRequestsGetPreciseStatuses) {
   for (int i = 0; i < 11; ++i) many += "H" + std::to_string(i) + ": v\r\n";
   EXPECT_EQ(status(many + "\r\n"), 431);
   EXPECT_EQ(status("GET /" + std::string(300, 'u') + " HTTP/1.1\r\n\r\n"), 414);
-  EXPECT_EQ(status("POST / HTTP/1.1\r\nContent-Length: 1001\r\n\r\n"), 413);
-  EXPECT_EQ(status("POST / HTTP/1.1\r\nTransfer-Encoding: chunked\r\n\r\n3e9\r\n"), 413);
+  EXPECT_EQ(status("POST / HTTP/1.1\r\nHost: t\r\nContent-Length: 1001\r\n\r\n"), 413);
+  EXPECT_EQ(status("POST / HTTP/1.1\r\nHost: t\r\nTransfer-Encoding: chunked\r\n\r\n3e9\r\n"), 413);
   EXPECT_EQ(status(post("/", std::string(1000, 'b'))), 200);
   EXPECT_EQ(status("GET / HTTP/3.0\r\n\r\n"), 505);
   EXPECT_EQ(status("POST / HTTP/1.1\r\nTransfer-Encoding: br\r\n\r\n"), 501);
@@ -446,7 +480,7 @@ TEST_F(ServerTest, OversizedRequestsGetPreciseStatuses) {
 TEST_F(ServerTest, ExpectContinueGets100BeforeTheBody) {
   start(echo);
   Client c(port_);
-  c.send_all("POST /e HTTP/1.1\r\nExpect: 100-continue\r\nContent-Length: 4\r\n\r\n");
+  c.send_all("POST /e HTTP/1.1\r\nHost: t\r\nExpect: 100-continue\r\nContent-Length: 4\r\n\r\n");
   EXPECT_EQ(c.read_line(), "HTTP/1.1 100 Continue");
   EXPECT_EQ(c.read_line(), "");
   c.send_all("body");

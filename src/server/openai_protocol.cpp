@@ -204,9 +204,17 @@ ApiError api_error_from_status(const Status& s) {
   return e;
 }
 
+std::string capped_error_message(std::string_view message) {
+  if (message.size() <= kMaxErrorMessageBytes) return std::string(message);
+  size_t cut = kMaxErrorMessageBytes;
+  while (cut > 0 && (static_cast<unsigned char>(message[cut]) & 0xC0) == 0x80) --cut;
+  return std::string(message.substr(0, cut)) + "... [error message truncated; " + std::to_string(message.size()) +
+         " bytes in all]";
+}
+
 Json error_body(const ApiError& e) {
   Json err = Json::object();
-  err.set("message", e.message);
+  err.set("message", capped_error_message(e.message));
   err.set("type", e.type);
   err.set("param", e.param.empty() ? Json() : Json(e.param));
   err.set("code", e.code.empty() ? Json() : Json(e.code));

@@ -7,6 +7,7 @@
 #include <cstdint>
 #include <optional>
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include "common/json.h"
@@ -29,7 +30,13 @@ struct ApiError {
 // Maps a Status to its HTTP status and OpenAI error type; guesses `param` from messages that
 // name their field ("'top_p' must be ..." or "top_p must be ...").
 ApiError api_error_from_status(const Status& status);
+// The envelope's body. Its message is capped_error_message(e.message).
 Json error_body(const ApiError& e);
+// Error text can quote what a client sent (a template's raise_exception(), a path); an answer must
+// not grow with it: past kMaxErrorMessageBytes the text is cut (at a UTF-8 character boundary)
+// and says so. Every error the server writes goes through this.
+constexpr size_t kMaxErrorMessageBytes = 1024;
+std::string capped_error_message(std::string_view message);
 http::Response error_response(const ApiError& e);
 http::Response json_response(int status, const Json& body);
 

@@ -18,6 +18,24 @@ Status completion(const std::string& body, CompletionRequest* out) {
   return parse_completion_request(parse(body), SamplingParams(), out);
 }
 
+TEST(OpenAIProtocol, ErrorMessagesAreCappedAtACharacterBoundary) {
+  const std::string short_text(kMaxErrorMessageBytes, 'x');
+  EXPECT_EQ(capped_error_message(short_text), short_text);
+  const std::string huge(30'000'000, 'x');
+  const Json body = error_body({400, huge});
+  const std::string& m = body.find("error")->find("message")->as_string();
+  EXPECT_LT(m.size(), kMaxErrorMessageBytes + 100);
+  EXPECT_NE(m.find("truncated; 30000000 bytes"), std::string::npos) << m.substr(kMaxErrorMessageBytes);
+  // A two-byte character straddling the cut is left out whole.
+  const std::string accents = "x" + [] {
+    std::string s;
+    for (int i = 0; i < 1000; ++i) s += "\xc3\xa9";
+    return s;
+  }();
+  const std::string cut = capped_error_message(accents);
+  EXPECT_EQ(cut.find("... [error"), kMaxErrorMessageBytes - 1);
+}
+
 TEST(OpenAIProtocol, CompletionPromptShapes) {
   CompletionRequest r;
   ASSERT_TRUE(completion(R"({"prompt": "hi", "max_tokens": 3})", &r).ok());
@@ -165,10 +183,19 @@ http::Response route(Router& router, const std::string& method, const std::strin
 
 TEST(Router, StatusesBeforeTheModelIsLoaded) {
   Router router(RouterOptions{"secret", "0.1.0"});
-  EXPECT_EQ(route(router, "GET", "/nope").status, 404);
-  EXPECT_EQ(route(router, "GET", "/v1/completions").status, 405);
+  const std::vector<std::pair<std::string, std::string>> key = {{"authorization", "Bearer secret"}};
+  // One rule: every path but the probes needs the key, before it learns whether the path exists.
+  EXPECT_EQ(route(router, "GET", "/nope").status, 401);
+  EXPECT_EQ(route(router, "GET", "/nope", key).status, 404);
+  EXPECT_EQ(route(router, "GET", "/v1/completions").status, 401);
+  EXPECT_EQ(route(router, "GET", "/v1/completions", key).status, 405);
+  EXPECT_EQ(route(router, "POST", "/tokenize").status, 401);
+  EXPECT_EQ(route(router, "POST", "/detokenize").status, 401);
+  EXPECT_EQ(route(router, "POST", "/tokenize", key).status, 503);
   EXPECT_EQ(route(router, "GET", "/version").status, 200);
+  EXPECT_EQ(route(router, "HEAD", "/version").status, 200);
   EXPECT_EQ(route(router, "GET", "/health").status, 503);
+  EXPECT_EQ(route(router, "HEAD", "/health").status, 503);
   EXPECT_EQ(route(router, "GET", "/v1/models").status, 401);
   EXPECT_EQ(route(router, "GET", "/v1/models", {{"authorization", "Bearer wrong"}}).status, 401);
   EXPECT_EQ(route(router, "GET", "/v1/models", {{"authorization", "Bearer secret"}}).status, 503);

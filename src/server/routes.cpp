@@ -1,7 +1,10 @@
 #include "server/routes.h"
 
 #include <algorithm>
+#include <cctype>
 #include <exception>
+#include <optional>
+#include <string_view>
 
 #include "common/log.h"
 #include "server/openai_protocol.h"
@@ -35,6 +38,40 @@ static_assert(sizeof(kRouteNames) / sizeof(kRouteNames[0]) == Router::kNumRoutes
 
 constexpr size_t kResponsesPrefixLen = 14;  // "/v1/responses/"
 
+// What a probe or scraper reads without a key (vLLM's exceptions); every other path needs it.
+bool is_public_path(const std::string& path) {
+  return path == "/health" || path == "/metrics" || path == "/version";
+}
+
+// The routes whose handler reads the body: they run on the HandlerPool, off the I/O threads.
+bool reads_body(int route) {
+  return route == Router::kCompletions || route == Router::kChat || route == Router::kResponses ||
+         route == Router::kTokenize || route == Router::kDetokenize;
+}
+
+bool method_matches(const std::string& method, std::string_view route_method) {
+  return method == route_method || (method == "HEAD" && route_method == "GET");
+}
+
+// A compressed body would reach the JSON parser as binary; say what is wrong instead.
+std::optional<std::string> unsupported_content_encoding(const http::Request& req) {
+  const std::string* enc = req.header("content-encoding");
+  if (enc == nullptr || req.body.empty()) return std::nullopt;
+  std::string lower = *enc;  // the parser trimmed the value
+  for (char& c : lower) c = static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
+  if (lower == "identity") return std::nullopt;
+  return enc->substr(0, 64);
+}
+
+// Loading, shutting down, or a dead engine: clients and balancers should retry (elsewhere).
+http::Response unavailable_response(const std::string& message) {
+  http::Response r = error_response({503, message, "server_error", "", "service_unavailable"});
+  r.headers.emplace_back("Retry-After", "1");
+  return r;
+}
+
+}  // namespace
+
 // Counts the status a handler answers with, whenever and from whichever thread it answers.
 class CountingReply final : public http::Reply {
  public:
@@ -63,21 +100,12 @@ class CountingReply final : public http::Reply {
   std::atomic<bool> answered_{false};
 };
 
-// Loading, shutting down, or a dead engine: clients and balancers should retry (elsewhere).
-http::Response unavailable_response(const std::string& message) {
-  http::Response r = error_response({503, message, "server_error", "", "service_unavailable"});
-  r.headers.emplace_back("Retry-After", "1");
-  return r;
-}
-
-}  // namespace
-
 bool constant_time_equals(std::string_view a, std::string_view b) {
   return detail::constant_time_equals_impl(a.size(), b.size(), [a](size_t i) { return a[i]; },
                                            [b](size_t i) { return b[i]; });
 }
 
-Router::Router(RouterOptions opts) : opts_(std::move(opts)) {
+Router::Router(RouterOptions opts) : opts_(std::move(opts)), pool_(opts_.handler_pool) {
   for (auto& row : counts_) {
     for (auto& c : row) c.store(0);
   }
@@ -102,26 +130,53 @@ void Router::handle(http::Request req, std::shared_ptr<http::Reply> reply) {
   for (const RouteSpec& r : kRoutes) {
     if (req.path != r.path) continue;
     path_known = true;
-    allow = r.method;
-    if (req.method == r.method) route = r.route;
+    allow = std::string_view(r.method) == "GET" ? "GET, HEAD" : r.method;
+    if (method_matches(req.method, r.method)) route = r.route;
   }
   if (!path_known && req.path.rfind("/v1/models/", 0) == 0 && req.path.size() > 11) {
     path_known = true;
-    allow = "GET";
-    if (req.method == "GET") route = kModels;
+    allow = "GET, HEAD";
+    if (method_matches(req.method, "GET")) route = kModels;
   }
   if (!path_known && req.path.rfind("/v1/responses/", 0) == 0 && req.path.size() > kResponsesPrefixLen) {
     path_known = true;
-    allow = "GET, DELETE";
-    if (req.method == "GET" || req.method == "DELETE") route = kResponseById;
+    allow = "GET, HEAD, DELETE";
+    if (method_matches(req.method, "GET") || req.method == "DELETE") route = kResponseById;
   }
   auto counted = std::make_shared<CountingReply>(std::move(reply), this, route);
+  // One rule for the key, before anything else: unknown paths and wrong methods learn nothing.
+  if (!is_public_path(req.path) && !authorized(req)) {
+    return counted->respond(error_response({401, "Incorrect API key provided.", "invalid_request_error", "", "invalid_api_key"}));
+  }
   if (path_known && route == kOther) {
     http::Response r = error_response({405, "Method " + req.method + " is not allowed on " + req.path + "; use " + allow + ".",
                                        "invalid_request_error", "", "method_not_allowed"});
     r.headers.emplace_back("Allow", allow);
     return counted->respond(std::move(r));
   }
+  if (auto enc = unsupported_content_encoding(req)) {
+    return counted->respond(error_response({415, "Content-Encoding '" + *enc + "' is not supported; send the body uncompressed.",
+                                            "invalid_request_error", "", "unsupported_media_type"}));
+  }
+  if (!reads_body(route) || ctx_.load() == nullptr || shutting_down_) return run(route, req, counted);
+  const size_t bytes = req.body.size();
+  const bool taken = pool_.try_submit(bytes, [this, route, req = std::move(req), counted] {
+    if (counted->client_gone()) {  // gave up while queued: do not prepare a prompt for no one
+      if (ServingContext* ctx = ctx_.load()) ctx->num_aborted_by_client.fetch_add(1);
+      return;
+    }
+    run(route, req, counted);
+  });
+  if (!taken) {
+    num_rejected_busy_.fetch_add(1);
+    http::Response r = error_response({429, "The server is busy preparing other requests; retry later.", "rate_limit_error", "",
+                                       "rate_limit_exceeded"});
+    r.headers.emplace_back("Retry-After", "1");
+    counted->respond(std::move(r));
+  }
+}
+
+void Router::run(int route, const http::Request& req, const std::shared_ptr<CountingReply>& counted) {
   try {
     dispatch(route, req, counted);
   } catch (const std::exception& e) {
@@ -158,9 +213,6 @@ void Router::dispatch(int route, const http::Request& req, const std::shared_ptr
       return reply->respond(http::Response{200, {{"Content-Type", "text/plain"}}, ""});
     default:
       break;
-  }
-  if (req.path.rfind("/v1/", 0) == 0 && !authorized(req)) {
-    return reply->respond(error_response({401, "Incorrect API key provided.", "invalid_request_error", "", "invalid_api_key"}));
   }
   if (shutting_down_) return reply->respond(unavailable_response("The server is shutting down."));
   if (!ctx) return reply->respond(unavailable_response("The model is still loading."));
@@ -210,6 +262,10 @@ std::string Router::render_metrics(const std::string& model_name) const {
           ctx->num_rejected_queue_full.load());
     gauge("server_client_aborts_total", "Requests aborted because the client went away.", "counter",
           ctx->num_aborted_by_client.load());
+    gauge("server_preparing_requests", "Requests queued or running on the handler pool (parse, template, tokenize).",
+          "gauge", static_cast<int64_t>(pool_.num_tasks()));
+    gauge("server_rejected_busy_total", "Requests refused with 429 because the handler pool was full.", "counter",
+          num_rejected_busy_.load());
   }
   return o;
 }

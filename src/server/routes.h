@@ -1,7 +1,9 @@
-// Router: the HttpServer's handler for the OpenAI-compatible API. Matches method and path,
-// checks the API key (constant-time) on /v1 routes, answers 503 while the model loads or the
-// server shuts down, counts requests per route and status class for /metrics, and dispatches to
-// the serving_* handlers. Must not parse bodies or touch the engine itself.
+// Router: the HttpServer's handler for the OpenAI-compatible API. Matches method and path (HEAD
+// wherever GET is), checks the API key (constant-time) on every path but /health, /metrics and
+// /version, refuses compressed bodies (415), answers 503 while the model loads or the server
+// shuts down, counts requests per route and status class for /metrics, and dispatches to the
+// serving_* handlers: those that read a body run on its HandlerPool (429 when it is full), the
+// rest at once on the I/O thread. Must not parse bodies or touch the engine itself.
 #pragma once
 
 #include <array>
@@ -10,14 +12,18 @@
 #include <string>
 #include <string_view>
 
+#include "server/handler_pool.h"
 #include "server/http_server.h"
 #include "server/serving_context.h"
 
 namespace kvasir::server {
 
+class CountingReply;
+
 struct RouterOptions {
   std::string api_key;  // empty: no authentication
   std::string version = "0.1.0";
+  HandlerPoolOptions handler_pool;
 };
 
 class Router {
@@ -28,6 +34,8 @@ class Router {
   void set_context(ServingContext* ctx) { ctx_.store(ctx); }
   // New requests get 503 from now on (in-flight ones continue).
   void begin_shutdown() { shutting_down_ = true; }
+  // After begin_shutdown: lets the handlers already queued answer, then joins their threads.
+  void stop_handlers() { pool_.stop(); }
 
   void handle(http::Request req, std::shared_ptr<http::Reply> reply);
 
@@ -41,6 +49,8 @@ class Router {
   void count(int route, int status);
 
  private:
+  // Runs the route's handler; a throwing handler gives 500.
+  void run(int route, const http::Request& req, const std::shared_ptr<CountingReply>& reply);
   void dispatch(int route, const http::Request& req, const std::shared_ptr<http::Reply>& reply);
   bool authorized(const http::Request& req) const;
 
@@ -49,6 +59,8 @@ class Router {
   std::atomic<bool> shutting_down_{false};
   // [route][status / 100 - 1]: 1xx..5xx
   std::array<std::array<std::atomic<int64_t>, 5>, kNumRoutes> counts_{};
+  std::atomic<int64_t> num_rejected_busy_{0};
+  HandlerPool pool_;  // last: its threads (which use the rest) stop first
 };
 
 // Compares two secrets in time that depends only on their lengths: every byte of the longer one

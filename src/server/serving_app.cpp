@@ -77,6 +77,11 @@ http::Response transport_error_page(int status) {
 ServingApp::ServingApp(ServeConfig cfg) : cfg_(std::move(cfg)) {
   RouterOptions ro;
   ro.api_key = cfg_.api_key;
+  // Preparing a request is CPU work (JSON, templates, tokenizer, grammars) of at most one body
+  // each; enough threads to keep prompts from queueing behind one big one, and room for three
+  // maximal bodies at once before clients get 429.
+  ro.handler_pool.num_threads = std::clamp(static_cast<int>(std::thread::hardware_concurrency()) / 4, 2, 8);
+  ro.handler_pool.max_bytes = 3 * std::max<size_t>(cfg_.http.max_body_bytes, size_t{1} << 20);
   router_ = std::make_unique<Router>(ro);
 }
 
@@ -141,6 +146,8 @@ void ServingApp::shutdown(double timeout_s, const std::function<bool()>& interru
   using Clock = std::chrono::steady_clock;
   router_->begin_shutdown();
   if (http_) http_->stop_accepting();
+  // Requests still being prepared launch (or get 503) before the drain counts the jobs.
+  router_->stop_handlers();
   if (ctx_) {
     ctx_->begin_shutdown();
     const auto deadline = Clock::now() + std::chrono::duration_cast<Clock::duration>(

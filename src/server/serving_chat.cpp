@@ -153,7 +153,19 @@ ApiError model_not_found_error(const Status& s) {
   return e;
 }
 
+Status check_messages_fit(const ServingContext& ctx, const Json& messages) {
+  size_t num_bytes = 0;
+  if (messages.is_array()) {
+    for (const Json& m : messages.as_array()) {
+      const Json* content = m.is_object() ? m.find("content") : nullptr;
+      if (content != nullptr && content->is_string()) num_bytes += content->as_string().size();
+    }
+  }
+  return ctx.check_prompt_bytes(num_bytes);
+}
+
 StatusOr<std::string> render_chat_request(const ServingContext& ctx, const ChatRequest& req) {
+  KVASIR_RETURN_IF_ERROR(check_messages_fit(ctx, req.messages));
   const ChatTemplate* tmpl = ctx.chat_template();
   std::optional<ChatTemplate> own;
   if (req.chat_template) {
@@ -187,8 +199,10 @@ void serve_chat_completions(ServingContext& ctx, const http::Request& hreq, std:
   if (Status st = prepare_tool_output(ctx, req.tools, &req.params); !st.ok()) return fail(st);
   auto prompt = render_chat_request(ctx, req);
   if (!prompt.ok()) return fail(prompt.status());
+  auto ids = ctx.tokenize_prompt(*prompt, req.add_special_tokens);
+  if (!ids.ok()) return fail(ids.status());
   PreparedPrompt p;
-  p.token_ids = ctx.tokenizer().encode(*prompt, req.add_special_tokens);
+  p.token_ids = std::move(*ids);
   auto params = params_for_prompt(ctx, req, p.token_ids);
   if (!params.ok()) return fail(params.status());
   p.params = std::move(*params);

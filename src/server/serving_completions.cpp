@@ -129,7 +129,9 @@ void serve_completions(ServingContext& ctx, const http::Request& hreq, std::shar
     if (spec.is_tokens) {
       p.token_ids = std::move(spec.token_ids);
     } else {
-      p.token_ids = tok.encode(spec.text, req.add_special_tokens);
+      auto ids = ctx.tokenize_prompt(spec.text, req.add_special_tokens);
+      if (!ids.ok()) return fail(ids.status());
+      p.token_ids = std::move(*ids);
     }
     auto params = params_for_prompt(ctx, req, p.token_ids);
     if (!params.ok()) return fail(params.status());

@@ -5,6 +5,19 @@
 #include "server/serving_job.h"
 
 namespace kvasir::server {
+namespace {
+
+// The most text one token stands for: its vocabulary string is at least as long as the bytes it
+// covers (byte-level and metaspace alphabets only lengthen text, <0xNN> stands for one byte).
+size_t longest_token_bytes(const Tokenizer& tok) {
+  size_t longest = 1;
+  for (size_t id = 0; id < tok.vocab_size(); ++id) {
+    if (auto t = tok.id_to_token(static_cast<int32_t>(id))) longest = std::max(longest, t->size());
+  }
+  return longest;
+}
+
+}  // namespace
 
 ServingContext::ServingContext(Engine& engine, const Tokenizer& tokenizer, int32_t vocab_size, int max_model_len,
                                std::optional<ChatTemplate> chat_template, std::string chat_template_error,
@@ -13,6 +26,7 @@ ServingContext::ServingContext(Engine& engine, const Tokenizer& tokenizer, int32
       tokenizer_(tokenizer),
       vocab_size_(vocab_size),
       max_model_len_(max_model_len),
+      max_prompt_bytes_(static_cast<size_t>(std::max(1, max_model_len)) * longest_token_bytes(tokenizer)),
       chat_template_(std::move(chat_template)),
       chat_template_error_(std::move(chat_template_error)),
       opts_(std::move(opts)),
@@ -25,6 +39,18 @@ ServingContext::~ServingContext() {
   pump_.stop();
   std::lock_guard<std::mutex> lock(jobs_mu_);
   jobs_.clear();
+}
+
+Status ServingContext::check_prompt_bytes(size_t num_bytes) const {
+  if (num_bytes <= max_prompt_bytes_) return Status();
+  return invalid_argument("The prompt is " + std::to_string(num_bytes) + " bytes long; at most " +
+                          std::to_string(max_prompt_bytes_) + " bytes can fit in this model's context of " +
+                          std::to_string(max_model_len_) + " tokens.");
+}
+
+StatusOr<std::vector<int32_t>> ServingContext::tokenize_prompt(std::string_view text, bool add_special_tokens) const {
+  KVASIR_RETURN_IF_ERROR(check_prompt_bytes(text.size()));
+  return tokenizer_.encode(text, add_special_tokens);
 }
 
 Status ServingContext::check_model(const std::string& name) const {

@@ -12,6 +12,7 @@
 #include <mutex>
 #include <optional>
 #include <string>
+#include <string_view>
 #include <unordered_map>
 #include <vector>
 
@@ -55,6 +56,15 @@ class ServingContext {
   // The engine's request rules (prompt, vocabulary, ranges, max_model_len).
   const RequestValidator& validator() const { return engine_.validator(); }
   const Tokenizer& tokenizer() const { return tokenizer_; }
+  // The prompt text of every route goes through here: text longer than max_prompt_bytes() is
+  // refused (400) before the tokenizer builds anything for it, which bounds a request's memory.
+  StatusOr<std::vector<int32_t>> tokenize_prompt(std::string_view text, bool add_special_tokens) const;
+  // The same bound on prompt material before it becomes a prompt (the messages' text, which a
+  // chat template copies into the prompt): refused before the template renders it.
+  Status check_prompt_bytes(size_t num_bytes) const;
+  // max_model_len x the longest token in bytes: no BPE vocabulary covers more text with
+  // max_model_len tokens, so a longer prompt could never fit the context anyway.
+  size_t max_prompt_bytes() const { return max_prompt_bytes_; }
   int32_t vocab_size() const { return vocab_size_; }
   int max_model_len() const { return max_model_len_; }
   const ServingOptions& options() const { return opts_; }
@@ -93,6 +103,7 @@ class ServingContext {
   const Tokenizer& tokenizer_;
   int32_t vocab_size_;
   int max_model_len_;
+  size_t max_prompt_bytes_;
   std::optional<ChatTemplate> chat_template_;
   std::string chat_template_error_;
   ServingOptions opts_;

@@ -1,4 +1,4 @@
-// The OpenAI-compatible endpoint handlers. Each runs on an HTTP I/O thread: parse, validate,
+// The OpenAI-compatible endpoint handlers. Those that read a body run on a HandlerPool thread: parse, validate,
 // tokenize and enqueue, then return; generation results flow through the pump. Every handler
 // answers its Reply exactly once (or hands it to a job that will). Routing and auth are
 // routes.cpp's; these must not look at paths or headers beyond the body.
@@ -25,6 +25,9 @@ http::Response serve_models(const ServingContext& ctx, const std::string& model_
 // The chat prompt of a request: picks the template (per-request ones only when trusted) and
 // renders it. Shared by chat completions and /tokenize.
 StatusOr<std::string> render_chat_request(const ServingContext& ctx, const ChatRequest& req);
+// The messages' text (string contents) checked against ctx.check_prompt_bytes before a template
+// copies it around: an oversized chat is refused without rendering it.
+Status check_messages_fit(const ServingContext& ctx, const Json& messages);
 // The tool-calling half of a chat or responses request before it launches: the 400 for "auto"
 // without a tool parser, the grammar that forces "required" / named calls (set on `params`), and
 // special tokens kept when the tool parser reads them.

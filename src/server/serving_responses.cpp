@@ -48,7 +48,7 @@ class ResponsesJob final : public GenerationJob {
     ResponseState s = state("failed", events_.output());
     Json err = Json::object();
     err.set("code", e.status == 429 ? "rate_limit_exceeded" : "server_error");
-    err.set("message", e.message);
+    err.set("message", capped_error_message(e.message));
     s.error = std::move(err);
     stream_->write(events_.end(response(s)));
   }
@@ -152,6 +152,7 @@ void serve_responses(ServingContext& ctx, const http::Request& hreq, std::shared
     return fail(invalid_argument("This server has no usable chat template (" + ctx.chat_template_error() +
                                  "); start it with --chat-template or use /v1/completions."));
   }
+  if (Status st = check_messages_fit(ctx, messages); !st.ok()) return fail(st);
   ChatRenderInput in;
   auto normalized = normalize_chat_messages_for_template(messages);
   if (!normalized.ok()) return fail(normalized.status());
@@ -161,8 +162,10 @@ void serve_responses(ServingContext& ctx, const http::Request& hreq, std::shared
   auto prompt = render_chat_prompt(*tmpl, ctx.tokenizer(), in);
   if (!prompt.ok()) return fail(prompt.status());
 
+  auto ids = ctx.tokenize_prompt(*prompt, /*add_special_tokens=*/false);
+  if (!ids.ok()) return fail(ids.status());
   PreparedPrompt p;
-  p.token_ids = ctx.tokenizer().encode(*prompt, /*add_special_tokens=*/false);
+  p.token_ids = std::move(*ids);
   auto params = params_for_prompt(ctx, req, p.token_ids);
   if (!params.ok()) return fail(params.status());
   p.params = std::move(*params);

@@ -20,6 +20,32 @@ Json model_card(const ServingContext& ctx, const std::string& name) {
   return m;
 }
 
+// The answer is written straight into the body: a Json value per token would cost several
+// times the ids themselves on a long prompt.
+std::string tokenize_body(const ServingContext& ctx, const std::vector<int32_t>& ids, bool want_strs) {
+  const Tokenizer& tok = ctx.tokenizer();
+  std::string out = "{\"count\":" + std::to_string(ids.size()) + ",\"max_model_len\":" + std::to_string(ctx.max_model_len()) +
+                    ",\"tokens\":[";
+  out.reserve(out.size() + ids.size() * 7 + 32);
+  for (size_t i = 0; i < ids.size(); ++i) {
+    if (i > 0) out += ',';
+    out += std::to_string(ids[i]);
+  }
+  out += "],\"token_strs\":";
+  if (!want_strs) {
+    out += "null}";
+    return out;
+  }
+  out += '[';
+  for (size_t i = 0; i < ids.size(); ++i) {
+    if (i > 0) out += ',';
+    auto piece = tok.id_to_token(ids[i]);
+    out += dump_json_utf8(piece ? Json(std::string(*piece)) : Json(token_text(tok, ids[i])));
+  }
+  out += "]}";
+  return out;
+}
+
 }  // namespace
 
 void serve_tokenize(ServingContext& ctx, const http::Request& hreq, http::Reply& reply) {
@@ -33,13 +59,15 @@ void serve_tokenize(ServingContext& ctx, const http::Request& hreq, http::Reply&
     }
   }
   bool add_special = true;
-  std::string text;
+  std::string rendered;
+  std::string_view text;  // the prompt inside the body, or the rendered chat
   if (const Json* msgs = body->find("messages"); msgs && !msgs->is_null()) {
     ChatRequest req;
     if (Status st = parse_chat_request(*body, SamplingParams(), &req); !st.ok()) return fail(reply, st);
     auto prompt = render_chat_request(ctx, req);
     if (!prompt.ok()) return fail(reply, prompt.status());
-    text = std::move(*prompt);
+    rendered = std::move(*prompt);
+    text = rendered;
     add_special = req.add_special_tokens;
   } else {
     const Json* p = body->find("prompt");
@@ -55,23 +83,12 @@ void serve_tokenize(ServingContext& ctx, const http::Request& hreq, http::Reply&
     if (!r->is_bool()) return fail(reply, invalid_argument("'return_token_strs' must be a boolean"));
     want_strs = r->as_bool();
   }
-  const Tokenizer& tok = ctx.tokenizer();
-  std::vector<int32_t> ids = tok.encode(text, add_special);
-  Json tokens = Json::array();
-  Json strs = want_strs ? Json::array() : Json();
-  for (int32_t id : ids) {
-    tokens.push_back(id);
-    if (want_strs) {
-      auto piece = tok.id_to_token(id);
-      strs.push_back(piece ? Json(std::string(*piece)) : Json(token_text(tok, id)));
-    }
-  }
-  Json out = Json::object();
-  out.set("count", static_cast<int64_t>(ids.size()));
-  out.set("max_model_len", ctx.max_model_len());
-  out.set("tokens", std::move(tokens));
-  out.set("token_strs", std::move(strs));
-  reply.respond(json_response(200, out));
+  auto ids = ctx.tokenize_prompt(text, add_special);
+  if (!ids.ok()) return fail(reply, ids.status());
+  http::Response r;
+  r.headers.emplace_back("Content-Type", "application/json");
+  r.body = tokenize_body(ctx, *ids, want_strs);
+  reply.respond(std::move(r));
 }
 
 void serve_detokenize(ServingContext& ctx, const http::Request& hreq, http::Reply& reply) {

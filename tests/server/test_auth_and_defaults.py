@@ -67,7 +67,41 @@ def test_trusted_request_chat_template(keyed):
             "chat_template": "{% for m in messages %}<<{{ m.content }}>>{% endfor %}"}
     r = httpx.post(keyed.base + "/v1/chat/completions", json=body, headers=headers, timeout=60)
     assert r.status_code == 200, r.text
-    t = httpx.post(keyed.base + "/tokenize", json={"prompt": "<<hello there>>", "add_special_tokens": False}).json()
+    t = httpx.post(keyed.base + "/tokenize", json={"prompt": "<<hello there>>", "add_special_tokens": False},
+                   headers=headers).json()
     assert r.json()["usage"]["prompt_tokens"] == t["count"]
-    tok = httpx.post(keyed.base + "/tokenize", json={k: v for k, v in body.items() if k != "max_tokens"}).json()
+    tok = httpx.post(keyed.base + "/tokenize", json={k: v for k, v in body.items() if k != "max_tokens"},
+                     headers=headers).json()
     assert tok["tokens"] == t["tokens"]
+
+
+# One rule for the key: every path but the probes (/health, /metrics, /version) needs it, as in
+# vLLM; /tokenize and /detokenize do work and are no exception.
+KEYED_ROUTES = [
+    ("POST", "/tokenize", {"prompt": "hi"}),
+    ("POST", "/detokenize", {"tokens": [1, 2]}),
+    ("POST", "/v1/completions", {"model": MODEL_NAME, "prompt": "hi", "max_tokens": 1}),
+    ("POST", "/v1/chat/completions", {"model": MODEL_NAME, "messages": [{"role": "user", "content": "hi"}],
+                                      "max_tokens": 1}),
+    ("POST", "/v1/responses", {"model": MODEL_NAME, "input": "hi", "max_output_tokens": 1}),
+    ("GET", "/v1/models", None),
+    ("HEAD", "/v1/models", None),
+    ("GET", "/v1/responses/resp_nothing", None),
+    ("GET", "/no/such/path", None),
+]
+
+
+@pytest.mark.parametrize("method,path,body", KEYED_ROUTES, ids=[f"{c[0]} {c[1]}" for c in KEYED_ROUTES])
+def test_every_route_but_the_probes_needs_the_key(keyed, method, path, body):
+    r = httpx.request(method, keyed.base + path, json=body, timeout=60)
+    assert r.status_code == 401, r.text
+    if method != "HEAD":
+        assert_error_envelope(r, 401)
+    ok = httpx.request(method, keyed.base + path, json=body, headers={"Authorization": "Bearer s3cret"}, timeout=60)
+    assert ok.status_code != 401, ok.text
+
+
+@pytest.mark.parametrize("path", ["/health", "/metrics", "/version"])
+def test_probes_need_no_key(keyed, path):
+    assert httpx.get(keyed.base + path, timeout=10).status_code == 200
+    assert httpx.head(keyed.base + path, timeout=10).status_code == 200

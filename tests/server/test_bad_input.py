@@ -147,3 +147,34 @@ def test_oversized_body(server, still_healthy):
         assert r.status_code == 413
     except httpx.HTTPError:
         pass  # the server may close before the client finished sending; what matters is it stays up
+
+
+# A prompt longer than max_model_len x the longest token (in bytes) cannot fit the context: it is
+# refused before the tokenizer builds anything for it (the test server: max_model_len 512, a
+# 1 MiB body limit), on every route that tokenizes, /tokenize included.
+TOO_LONG = "lorem ipsum " * 80000  # 960,000 bytes
+
+TOO_LONG_CASES = [
+    ("tokenize", "/tokenize", {"prompt": TOO_LONG}),
+    ("tokenize_messages", "/tokenize", {"messages": [{"role": "user", "content": TOO_LONG}]}),
+    ("completions", C, good(prompt=TOO_LONG)),
+    ("completions_second_prompt", C, good(prompt=["hi", TOO_LONG])),
+    ("chat", CH, chat(messages=[{"role": "user", "content": TOO_LONG}])),
+    ("responses", "/v1/responses", {"model": MODEL_NAME, "input": TOO_LONG, "max_output_tokens": 2}),
+]
+
+
+@pytest.mark.parametrize("name,path,body", TOO_LONG_CASES, ids=[c[0] for c in TOO_LONG_CASES])
+def test_prompt_too_long_for_any_context_is_refused_before_tokenizing(http, still_healthy, name, path, body):
+    err = assert_error_envelope(http.post(path, json=body), 400)
+    assert "bytes can fit in this model's context of 512 tokens" in err["message"], err
+
+
+def test_long_prompt_within_the_byte_bound_is_tokenized(http):
+    r = http.post("/tokenize", json={"prompt": "lorem ipsum " * 1000, "add_special_tokens": False})
+    assert r.status_code == 200, r.text
+    body = r.json()
+    assert body["count"] == len(body["tokens"]) > 512 and body["token_strs"] is None
+    assert body["max_model_len"] == 512
+    strs = http.post("/tokenize", json={"prompt": "lorem ipsum", "return_token_strs": True}).json()
+    assert len(strs["token_strs"]) == strs["count"] and all(isinstance(t, str) for t in strs["token_strs"])

@@ -118,6 +118,9 @@ FRAMING_ERRORS = [
     ("whitespace_before_first_header", b"GET /health HTTP/1.1\r\n Host: x\r\n\r\n", 400),
     ("nul_in_header_value", b"GET /health HTTP/1.1\r\nHost: x\r\nX: a\x00b\r\n\r\n", 400),
     ("two_host_headers", b"GET /health HTTP/1.1\r\nHost: a\r\nHost: b\r\n\r\n", 400),
+    ("http_1_1_without_host", b"GET /health HTTP/1.1\r\n\r\n", 400),
+    ("http_1_1_post_without_host", b"POST /v1/completions HTTP/1.1\r\nContent-Length: %d\r\n\r\n" % len(GOOD_RAW) +
+     GOOD_RAW, 400),
     ("header_block_too_large", b"GET /health HTTP/1.1\r\nHost: x\r\nX-Big: " + b"a" * 65536 + b"\r\n\r\n", 431),
     ("too_many_headers", b"GET /health HTTP/1.1\r\nHost: x\r\n" + b"".join(b"X-%d: y\r\n" % i for i in range(200)) +
      b"\r\n", 431),
@@ -189,6 +192,101 @@ def test_pipelined_requests_answered_in_order(server):
         assert read_response(s)[0] == 200
         assert read_response(s)[0] == 200
         check_envelope(*read_response(s), 404)
+
+
+@pytest.mark.parametrize("path", [b"/health", b"/v1/models", b"/v1/models/" + MODEL_NAME.encode(), b"/version",
+                                  b"/metrics"])
+def test_head_answers_like_get_without_a_body(server, path):
+    with socket.create_connection(("127.0.0.1", server.port), timeout=30) as s:
+        # HEAD then GET on one connection: a body sent for the HEAD would be read as the next answer.
+        s.sendall(b"HEAD " + path + b" HTTP/1.1\r\nHost: x\r\n\r\nGET " + path + b" HTTP/1.1\r\nHost: x\r\n\r\n")
+        s.settimeout(30)
+        data = b""
+        while data.count(b"\r\n\r\n") < 2:
+            chunk = s.recv(65536)
+            assert chunk, data
+            data += chunk
+        head_part, _, rest = data.partition(b"\r\n\r\n")
+        assert head_part.startswith(b"HTTP/1.1 200 "), head_part
+        assert rest.startswith(b"HTTP/1.1 200 "), rest[:200]  # no body bytes between the two
+        _PENDING[id(s)] = rest
+        status, headers, body = read_response(s)
+        assert status == 200
+        if path != b"/metrics":  # metrics change between the two requests
+            head_len = [l for l in head_part.split(b"\r\n") if l.lower().startswith(b"content-length:")]
+            assert head_len == [b"Content-Length: %d" % len(body)], (head_len, len(body))
+
+
+def test_head_on_a_post_route_is_405_naming_the_methods(server):
+    with socket.create_connection(("127.0.0.1", server.port), timeout=30) as s:
+        s.sendall(b"HEAD /v1/completions HTTP/1.1\r\nHost: x\r\n\r\n")
+        data = b""
+        while b"\r\n\r\n" not in data:
+            data += s.recv(65536)
+    assert data.startswith(b"HTTP/1.1 405 ") and b"\r\nAllow: POST\r\n" in data, data
+    status, headers, _ = raw_exchange(server.port, b"DELETE /health HTTP/1.1\r\nHost: x\r\n\r\n")
+    assert status == 405 and headers.get("allow") == "GET, HEAD", (status, headers)
+
+
+@pytest.mark.parametrize("encoding", [b"gzip", b"deflate", b"br", b"gzip, identity"])
+def test_compressed_body_is_415(server, still_healthy, encoding):
+    import gzip
+    data = post(b"/v1/completions", gzip.compress(GOOD_RAW), b"Content-Encoding: " + encoding + b"\r\n")
+    err = check_envelope(*raw_exchange(server.port, data), 415)
+    assert err["code"] == "unsupported_media_type" and "Content-Encoding" in err["message"], err
+
+
+def test_identity_content_encoding_is_accepted(server):
+    status, _, body = raw_exchange(server.port, post(b"/v1/completions", GOOD_RAW, b"Content-Encoding: identity\r\n"))
+    assert status == 200, body[:300]
+
+
+def read_final_response(sock, deadline_s=60):
+    """read_response, skipping interim 1xx answers (a server may send them at any time)."""
+    while True:
+        status, headers, body = read_response(sock, deadline_s)
+        if status is None or status >= 200:
+            return status, headers, body
+
+
+@pytest.mark.parametrize("stream", [False, True])
+def test_half_closed_client_gets_its_answer(server, stream):
+    # curl and proxies may shutdown(SHUT_WR) once the request is sent: HTTP allows it.
+    aborts = server.metric("kvasir:server_client_aborts_total")
+    with socket.create_connection(("127.0.0.1", server.port), timeout=60) as s:
+        s.sendall(post(b"/v1/completions", json.dumps(good(max_tokens=3, stream=stream)).encode()))
+        s.shutdown(socket.SHUT_WR)
+        status, headers, body = read_final_response(s)
+        assert status == 200, body[:300]
+        if stream:
+            assert headers.get("transfer-encoding") == "chunked"
+            body = _PENDING.pop(id(s), b"")
+            while b"0\r\n\r\n" not in body and b"[DONE]" not in body:
+                chunk = s.recv(65536)
+                assert chunk, body
+                body += chunk
+            assert b"data: [DONE]" in body
+        else:
+            assert json.loads(body)["usage"]["completion_tokens"] >= 1
+        s.settimeout(10)
+        while s.recv(65536):  # then the server closes: nothing more can come from this client
+            pass
+    assert server.metric("kvasir:server_client_aborts_total") == aborts
+
+
+def test_client_that_closed_outright_is_still_aborted(server, still_healthy):
+    # A full close looks like a half-close until a byte is sent: the server's probe draws a reset.
+    aborts = server.metric("kvasir:server_client_aborts_total")
+    body = json.dumps(good(max_tokens=400, ignore_eos=True)).encode()
+    for _ in range(3):
+        s = socket.create_connection(("127.0.0.1", server.port), timeout=30)
+        s.sendall(post(b"/v1/completions", body))
+        time.sleep(0.2)
+        s.close()
+    deadline = time.time() + 30
+    while time.time() < deadline and server.metric("kvasir:server_client_aborts_total") < aborts + 3:
+        time.sleep(0.1)
+    assert server.metric("kvasir:server_client_aborts_total") >= aborts + 3
 
 
 def test_oversized_body_gets_413_envelope(server, still_healthy):
@@ -462,6 +560,16 @@ TEMPLATES = [
 ]
 
 
+def test_huge_template_error_text_is_capped(keyed):
+    r = keyed_post(keyed, CH, chat(chat_template="{{ raise_exception('x' * 30000000) }}", max_tokens=1))
+    err = assert_error_envelope(r, 400)
+    assert len(r.content) < 4096, len(r.content)
+    assert "truncated" in err["message"], err["message"][-200:]
+    # Streamed errors too (the same cap on every error the server writes).
+    r = keyed_post(keyed, CH, chat(chat_template="{{ raise_exception('y' * 3000000) }}", max_tokens=1, stream=True))
+    assert r.status_code == 400 and len(r.content) < 4096
+
+
 @pytest.mark.parametrize("name,template", TEMPLATES, ids=[c[0] for c in TEMPLATES])
 def test_hostile_request_chat_template(keyed, name, template):
     t0 = time.time()
@@ -480,7 +588,8 @@ def test_hostile_request_chat_template(keyed, name, template):
 def test_template_that_is_a_path_is_literal_text(keyed):
     r = keyed_post(keyed, CH, chat(chat_template="/etc/passwd", max_tokens=1))
     assert r.status_code == 200, r.text
-    n = httpx.post(keyed.base + "/tokenize", json={"prompt": "/etc/passwd", "add_special_tokens": False}).json()
+    n = httpx.post(keyed.base + "/tokenize", json={"prompt": "/etc/passwd", "add_special_tokens": False},
+                   headers={"Authorization": f"Bearer {KEY}"}).json()
     assert r.json()["usage"]["prompt_tokens"] == n["count"]  # the path itself, not the file
 
 
