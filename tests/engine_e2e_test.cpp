@@ -273,6 +273,35 @@ TEST_F(EngineE2ETest, KvCacheDtypeFlag) {
   EXPECT_NE(bad.status().message().find("--kv-cache-dtype"), std::string::npos) << bad.status().message();
 }
 
+// A sequence longer than the whole KV cache could never finish: max_model_len is capped to the
+// cache at start (an explicit --max-model-len past it refuses to start), so such a request is
+// refused when added instead of running until the cache runs out and then failing.
+TEST_F(EngineE2ETest, MaxModelLenIsCappedToWhatTheKvCacheHolds) {
+  EngineArgs ea = args(4, int64_t{8} << 20);  // a few blocks, far below the model's 8192 tokens
+  auto llm = LLM::create(ea);
+  ASSERT_TRUE(llm.ok()) << llm.status().message();
+  const int capacity = ((*llm)->num_kv_blocks() - 1) * ea.block_size;
+  ASSERT_LT(capacity, 8192);
+  EXPECT_EQ((*llm)->max_model_len(), capacity);
+  SamplingParams past_the_cache;
+  past_the_cache.max_tokens = capacity;  // with a 3-token prompt: 3 tokens more than the cache
+  past_the_cache.ignore_eos = true;
+  const auto refused = (*llm)->engine().add_request("past-the-cache", {1, 2, 3}, past_the_cache);
+  ASSERT_FALSE(refused.ok());
+  EXPECT_EQ(refused.status().code(), StatusCode::kInvalidArgument);
+  EXPECT_NE(refused.status().message().find("maximum context length is " + std::to_string(capacity)), std::string::npos)
+      << refused.status().message();
+  llm->reset();
+
+  ea.max_model_len = 8192;
+  auto explicit_too_long = LLM::create(ea);
+  ASSERT_FALSE(explicit_too_long.ok());
+  EXPECT_NE(explicit_too_long.status().message().find("max_model_len 8192 is larger than the maximum number of tokens "
+                                                      "that can be stored in KV cache (" + std::to_string(capacity)),
+            std::string::npos)
+      << explicit_too_long.status().message();
+}
+
 TEST_F(EngineE2ETest, BadRequestsAreRejectedAndAbortFreesBlocks) {
   auto llm = LLM::create(args(8, int64_t{128} << 20));
   ASSERT_TRUE(llm.ok());

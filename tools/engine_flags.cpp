@@ -30,7 +30,7 @@ std::string engine_flags_help() {
          "  --kv-cache-dtype auto|float16|float32|bfloat16\n"
          "                               KV cache elements (auto: float32 on CPU, bfloat16 on CUDA;\n"
          "                               float16 on CPU halves KV memory and decode attention traffic)\n"
-         "  --max-model-len N            (default: the model's context length)\n"
+         "  --max-model-len N            (default: the model's context length, capped to the KV cache)\n"
          "  --seed N                     engine seed for unseeded requests (default 0)\n"
          "  --[no-]enable-prefix-caching (default on)\n"
          "  --max-logprobs N             (default 20)\n"
@@ -71,7 +71,7 @@ StatusOr<EngineArgs> engine_args_from(const Args& a) {
   }
   if (a.has("max-model-len")) {
     KVASIR_ASSIGN_OR_RETURN(int64_t mml, a.get_int("max-model-len", 0));
-    if (mml < 1 || mml > 1 << 24) return invalid_argument("--max-model-len out of range");
+    if (mml < 1 || mml > kMaxModelLenLimit) return invalid_argument("--max-model-len out of range");
     e.max_model_len = static_cast<int>(mml);
   }
   if (a.has("long-prefill-token-threshold")) {

@@ -30,6 +30,10 @@ StatusOr<std::unique_ptr<LLM>> LLM::create(const EngineArgs& args) {
   const ModelConfig& cfg = llm->model_->config;
   llm->max_model_len_ = resolve_max_model_len(args, cfg);
   KVASIR_ASSIGN_OR_RETURN(llm->num_kv_blocks_, plan_num_kv_blocks(*llm->model_, args));
+  // Before anything is sized by it: a max_model_len past the cache would admit requests that
+  // can never finish.
+  KVASIR_ASSIGN_OR_RETURN(llm->max_model_len_,
+                          fit_max_model_len_to_kv_cache(args, llm->max_model_len_, llm->num_kv_blocks_));
   llm->kv_ = std::make_unique<KvHolder>();
   KVASIR_ASSIGN_OR_RETURN(llm->kv_->cache, llm->model_->model->allocate_kv_cache(llm->num_kv_blocks_, args.block_size));
 

@@ -30,6 +30,7 @@ ServingContext::ServingContext(Engine& engine, const Tokenizer& tokenizer, int32
       chat_template_(std::move(chat_template)),
       chat_template_error_(std::move(chat_template_error)),
       opts_(std::move(opts)),
+      admission_(opts_.max_num_queued_reqs),
       response_store_(opts_.max_stored_responses, opts_.max_stored_response_bytes),
       pump_(opts_.num_pump_threads) {
   if (opts_.served_model_names.empty()) opts_.served_model_names.push_back(opts_.model_root);
@@ -60,18 +61,11 @@ Status ServingContext::check_model(const std::string& name) const {
   return not_found("The model `" + name + "` does not exist.");
 }
 
-bool ServingContext::try_admit(int64_t num_sequences) {
-  int64_t cur = waiting_.load();
-  do {
-    if (cur >= opts_.max_num_queued_reqs) {
-      num_rejected_queue_full.fetch_add(1);
-      return false;
-    }
-  } while (!waiting_.compare_exchange_weak(cur, cur + num_sequences));
-  return true;
+Status ServingContext::try_admit(int64_t num_sequences) {
+  Status st = admission_.try_admit(num_sequences);
+  if (st.code() == StatusCode::kResourceExhausted) num_rejected_queue_full.fetch_add(1);
+  return st;
 }
-
-void ServingContext::release_waiting(int64_t num_sequences) { waiting_.fetch_sub(num_sequences); }
 
 void ServingContext::start_job(std::shared_ptr<GenerationJob> job) {
   {

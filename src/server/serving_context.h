@@ -19,6 +19,7 @@
 #include "chat/chat_template.h"
 #include "core/sampling_params.h"
 #include "engine/engine.h"
+#include "server/admission_bound.h"
 #include "server/chat_output_parser.h"
 #include "server/response_store.h"
 #include "server/serving_pump.h"
@@ -32,7 +33,7 @@ struct ServingOptions {
   std::vector<std::string> served_model_names;  // the first is the name responses carry
   std::string model_root;                       // the model path, shown by /v1/models
   bool trust_request_chat_template = false;
-  int64_t max_num_queued_reqs = 8192;           // sequences waiting for a first token -> 429 past it
+  int64_t max_num_queued_reqs = 8192;           // sequences (prompts x n) waiting for a first token
   SamplingParams default_params;                // generation_config.json defaults (or vLLM's)
   std::optional<int> default_max_tokens;        // generation_config.json max_new_tokens
   int num_pump_threads = 1;
@@ -75,10 +76,11 @@ class ServingContext {
   const std::string& chat_template_error() const { return chat_template_error_; }
   ResponseStore& response_store() { return response_store_; }
 
-  // Bounded admission: false (-> 429) while max_num_queued_reqs sequences already wait.
-  bool try_admit(int64_t num_sequences);
-  void release_waiting(int64_t num_sequences);
-  int64_t num_waiting() const { return waiting_.load(); }
+  // Bounded admission in sequences (AdmissionBound): ResourceExhausted (-> 429) when they do not
+  // fit beside those already waiting, InvalidArgument (-> 400) when more than the whole bound.
+  Status try_admit(int64_t num_sequences);
+  void release_waiting(int64_t num_sequences) { admission_.release(num_sequences); }
+  int64_t num_waiting() const { return admission_.num_waiting(); }
 
   // In-flight generation jobs: start_job hands a launched job to the pump; the job calls
   // finish_job when it answered its client.
@@ -107,7 +109,7 @@ class ServingContext {
   std::optional<ChatTemplate> chat_template_;
   std::string chat_template_error_;
   ServingOptions opts_;
-  std::atomic<int64_t> waiting_{0};
+  AdmissionBound admission_;
   std::atomic<bool> shutting_down_{false};
   mutable std::mutex jobs_mu_;
   mutable std::condition_variable idle_cv_;  // jobs_ became empty

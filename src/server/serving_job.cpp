@@ -226,12 +226,11 @@ void launch_generation(ServingContext& ctx, const std::shared_ptr<GenerationJob>
                        std::vector<PreparedPrompt> prompts, http::Reply& reply) {
   int64_t num_sequences = 0;
   for (const PreparedPrompt& p : prompts) num_sequences += std::max(1, p.params.n);
-  if (!ctx.try_admit(num_sequences)) {
-    http::Response r = error_response({429,
-                                       "Too many requests are waiting (--max-num-queued-reqs " +
-                                           std::to_string(ctx.options().max_num_queued_reqs) + "); retry later.",
-                                       "rate_limit_error", "", "rate_limit_exceeded"});
-    r.headers.emplace_back("Retry-After", "1");
+  // Every sequence counts (prompts x n; best_of must equal n), so the bound holds whatever shape
+  // the request has: 429 while the queue lacks room, 400 when the request alone exceeds it.
+  if (Status st = ctx.try_admit(num_sequences); !st.ok()) {
+    http::Response r = error_response(api_error_from_status(st));
+    if (st.code() == StatusCode::kResourceExhausted) r.headers.emplace_back("Retry-After", "1");
     reply.respond(std::move(r));
     return;
   }

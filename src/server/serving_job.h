@@ -125,7 +125,8 @@ struct PreparedPrompt {
 StatusOr<SamplingParams> params_for_prompt(const ServingContext& ctx, const GenerationRequestBase& req,
                                            const std::vector<int32_t>& prompt_ids);
 
-// Admits (429 when the queue is full), queues every prompt and launches the job; answers the
+// Admits every sequence of the request (429 when the queue lacks room for them, 400 when they
+// exceed the whole bound), queues every prompt and launches the job; answers the
 // client itself on any error, so the caller is done after this.
 void launch_generation(ServingContext& ctx, const std::shared_ptr<GenerationJob>& job,
                        std::vector<PreparedPrompt> prompts, http::Reply& reply);

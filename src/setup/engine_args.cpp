@@ -3,6 +3,7 @@
 #include <cctype>
 #include <cmath>
 #include <cstdlib>
+#include <string>
 
 #include "common/json.h"
 
@@ -15,7 +16,9 @@ Status EngineArgs::validate() const {
     return invalid_argument("--block-size must be a power of two in [1, 1024]");
   }
   if (kv_cache_memory < 1) return invalid_argument("--kv-cache-memory must be positive");
-  if (max_model_len && *max_model_len < 1) return invalid_argument("--max-model-len must be >= 1");
+  if (max_model_len && (*max_model_len < 1 || *max_model_len > kMaxModelLenLimit)) {
+    return invalid_argument("--max-model-len must be in [1, " + std::to_string(kMaxModelLenLimit) + "]");
+  }
   if (num_threads < 0) return invalid_argument("--threads must be >= 0");
   if (max_logprobs < 0) return invalid_argument("--max-logprobs must be >= 0");
   if (load_format != "auto" && load_format != "dummy") return invalid_argument("--load-format must be auto or dummy");

@@ -21,6 +21,9 @@ struct StructuredOutputsConfig {
 };
 StatusOr<StructuredOutputsConfig> parse_structured_outputs_config(const std::string& json);
 
+// The largest max_model_len: --max-model-len's bound, and the cap on a model's declared length.
+constexpr int kMaxModelLenLimit = 1 << 24;
+
 struct EngineArgs {
   std::string model;                 // path to .gguf or HF directory; empty = default model
   std::string tokenizer;             // vLLM's --tokenizer: another .gguf / HF dir; empty = the model's

@@ -1,6 +1,7 @@
 #include "setup/kv_cache_sizing.h"
 
 #include <algorithm>
+#include <string>
 #include <vector>
 
 #include "common/log.h"
@@ -10,7 +11,35 @@
 namespace kvasir {
 
 int resolve_max_model_len(const EngineArgs& args, const ModelConfig& config) {
-  return args.max_model_len.value_or(static_cast<int>(config.max_position_embeddings));
+  if (args.max_model_len) return *args.max_model_len;
+  if (config.max_position_embeddings > kMaxModelLenLimit) {
+    KVASIR_LOG_INFO("max_model_len capped from the model's %lld to %d (the largest --max-model-len accepts)",
+                    static_cast<long long>(config.max_position_embeddings), kMaxModelLenLimit);
+    return kMaxModelLenLimit;
+  }
+  return static_cast<int>(config.max_position_embeddings);
+}
+
+int64_t kv_cache_capacity_tokens(int num_kv_blocks, int block_size) {
+  KVASIR_CHECK(num_kv_blocks >= 2 && block_size >= 1);
+  return static_cast<int64_t>(num_kv_blocks - 1) * block_size;
+}
+
+StatusOr<int> fit_max_model_len_to_kv_cache(const EngineArgs& args, int max_model_len, int num_kv_blocks) {
+  const int64_t capacity = kv_cache_capacity_tokens(num_kv_blocks, args.block_size);
+  if (max_model_len <= capacity) return max_model_len;
+  const std::string cache =
+      std::to_string(num_kv_blocks - 1) + " usable blocks of " + std::to_string(args.block_size) + " tokens";
+  if (args.max_model_len) {
+    return invalid_argument("max_model_len " + std::to_string(max_model_len) +
+                            " is larger than the maximum number of tokens that can be stored in KV cache (" +
+                            std::to_string(capacity) + "; " + cache +
+                            "): raise --kv-cache-memory (on a GPU: --gpu-memory-utilization) or lower --max-model-len");
+  }
+  KVASIR_LOG_INFO("max_model_len capped from %d to %lld, the tokens the KV cache holds (%s); raise --kv-cache-memory "
+                  "(on a GPU: --gpu-memory-utilization) for longer sequences",
+                  max_model_len, static_cast<long long>(capacity), cache.c_str());
+  return static_cast<int>(capacity);
 }
 
 StatusOr<int> num_kv_blocks_for_budget(int64_t kv_bytes, int64_t bytes_per_block) {

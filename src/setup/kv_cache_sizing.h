@@ -14,8 +14,19 @@ namespace kvasir {
 
 struct LoadedModel;
 
-// --max-model-len when given, else the model's max_position_embeddings.
+// --max-model-len when given, else the model's max_position_embeddings capped at the flag's own
+// limit (kMaxModelLenLimit): a file may declare any length, and it must not size more than a
+// flag could ask for.
 int resolve_max_model_len(const EngineArgs& args, const ModelConfig& config);
+
+// The most tokens one sequence can hold in a pool of num_kv_blocks: every block but the null one.
+int64_t kv_cache_capacity_tokens(int num_kv_blocks, int block_size);
+
+// max_model_len fitted to the KV cache, as vLLM does: a sequence longer than the whole cache would
+// be admitted, run for a while and then fail. Without --max-model-len the length is capped to the
+// cache (and the log says why); an explicit --max-model-len past it is an InvalidArgument naming
+// both numbers, since silently serving less than was asked would hide a misconfiguration.
+StatusOr<int> fit_max_model_len_to_kv_cache(const EngineArgs& args, int max_model_len, int num_kv_blocks);
 
 // The blocks a budget of kv_bytes holds, capped at 2^24; InvalidArgument below 2 blocks (the
 // pool keeps one null block, so one block would leave no room for any request).

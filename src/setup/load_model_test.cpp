@@ -108,6 +108,45 @@ TEST(KvCacheSizing, MaxModelLenDefaultsToTheModels) {
   EXPECT_EQ(resolve_max_model_len(a, c), 16384);
 }
 
+TEST(KvCacheSizing, AModelsDeclaredLengthIsCappedLikeTheFlag) {
+  ModelConfig c;
+  c.max_position_embeddings = (int64_t{1} << 31) - 1;  // a GGUF may declare anything
+  EXPECT_EQ(resolve_max_model_len(EngineArgs{}, c), kMaxModelLenLimit);
+  EngineArgs a;
+  a.max_model_len = kMaxModelLenLimit + 1;
+  EXPECT_EQ(a.validate().code(), StatusCode::kInvalidArgument);
+  a.max_model_len = kMaxModelLenLimit;
+  EXPECT_TRUE(a.validate().ok());
+}
+
+TEST(KvCacheSizing, CapacityLeavesOutTheNullBlock) {
+  EXPECT_EQ(kv_cache_capacity_tokens(92, 16), 91 * 16);
+  EXPECT_EQ(kv_cache_capacity_tokens(2, 16), 16);
+  EXPECT_EQ(kv_cache_capacity_tokens(1 << 24, 1024), ((int64_t{1} << 24) - 1) * 1024);  // no int overflow
+}
+
+TEST(KvCacheSizing, TheModelsLengthIsCappedToWhatTheCacheHolds) {
+  EngineArgs a;  // no --max-model-len: the model's 8192 over a 92-block cache
+  EXPECT_EQ(*fit_max_model_len_to_kv_cache(a, 8192, 92), 1456);
+  EXPECT_EQ(*fit_max_model_len_to_kv_cache(a, 512, 92), 512);    // fits: unchanged
+  EXPECT_EQ(*fit_max_model_len_to_kv_cache(a, 1456, 92), 1456);  // exactly the cache
+  EXPECT_EQ(*fit_max_model_len_to_kv_cache(a, kMaxModelLenLimit, 1 << 24), kMaxModelLenLimit);
+}
+
+TEST(KvCacheSizing, AnExplicitMaxModelLenPastTheCacheIsRefused) {
+  EngineArgs a;
+  a.max_model_len = 8192;
+  const auto too_long = fit_max_model_len_to_kv_cache(a, 8192, 92);
+  ASSERT_FALSE(too_long.ok());
+  EXPECT_EQ(too_long.status().code(), StatusCode::kInvalidArgument);
+  EXPECT_NE(too_long.status().message().find(
+                "max_model_len 8192 is larger than the maximum number of tokens that can be stored in KV cache (1456"),
+            std::string::npos)
+      << too_long.status().message();
+  a.max_model_len = 1456;
+  EXPECT_EQ(*fit_max_model_len_to_kv_cache(a, 1456, 92), 1456);
+}
+
 TEST(KvCacheSizing, CpuBudgetIsKvCacheMemory) {
   ScratchDir dir("kvasir_setup_kv");
   dir.write("config.json", kTinyLlama);

@@ -42,11 +42,13 @@ def free_port():
 class Server:
     """A `kvasir serve` child process."""
 
-    def __init__(self, *extra_args, env=None):
+    def __init__(self, *extra_args, env=None, max_model_len=512):
+        """max_model_len=None leaves --max-model-len out (the server derives it)."""
         self.port = free_port()
         self.base = f"http://127.0.0.1:{self.port}"
+        mml = ["--max-model-len", str(max_model_len)] if max_model_len is not None else []
         args = [kvasir_bin(), "serve", MODEL, "--port", str(self.port), "--served-model-name", MODEL_NAME,
-                "--kv-cache-memory", "256MiB", "--max-model-len", "512", "--max-num-seqs", "256",
+                "--kv-cache-memory", "256MiB", *mml, "--max-num-seqs", "256",
                 "--max-num-batched-tokens", "2048", "--max-body-bytes", str(1 << 20), *extra_args]
         self.log_path = f"/tmp/kvasir_serve_test_{self.port}.log"
         self.log = open(self.log_path, "wb")
