@@ -1,5 +1,6 @@
 #include "structured/json_schema_policy.h"
 
+#include <algorithm>
 #include <cmath>
 #include <optional>
 #include <set>
@@ -114,6 +115,25 @@ Status pattern_error(std::string_view keyword, const std::string& path, const St
   return Status(s.code(), "JSON schema keyword '" + std::string(keyword) + "' at " + where(path) + ": " + s.message());
 }
 
+// The keyword whose value holds the subschema at `path`, so a refusal names it: "/anyOf/1" ->
+// anyOf, "/properties/a" -> properties, "/$defs/b" -> $defs, "/items" -> items. A schema-array
+// keyword counts only before an index, so a property named "anyOf" is not taken for one.
+std::string holding_keyword(const std::string& path) {
+  const size_t last = path.rfind('/');
+  if (last == std::string::npos) return path;
+  const std::string tail = path.substr(last + 1);
+  const size_t before = last == 0 ? std::string::npos : path.rfind('/', last - 1);
+  if (before != std::string::npos) {
+    const std::string parent = path.substr(before + 1, last - before - 1);
+    const bool index = !tail.empty() && std::all_of(tail.begin(), tail.end(), [](char c) { return c >= '0' && c <= '9'; });
+    const bool holds_names = parent == "properties" || parent == "patternProperties" || parent == "$defs" ||
+                             parent == "definitions" || parent == "dependentSchemas";
+    const bool holds_list = parent == "anyOf" || parent == "oneOf" || parent == "allOf" || parent == "prefixItems";
+    if (holds_names || (holds_list && index)) return parent;
+  }
+  return tail;
+}
+
 Status refuse(std::string_view keyword, const std::string& path, std::string_view why) {
   std::string m = "JSON schema keyword '" + std::string(keyword) + "' at " + where(path) + " is not supported";
   if (!why.empty()) m += ": " + std::string(why);
@@ -143,8 +163,8 @@ class Walker {
   Status walk(const Json& s, const std::string& path, bool property_name = false) {
     if (s.is_bool()) {
       if (s.as_bool() || path.empty()) return Status();  // false at the root: XGrammar reports it
-      return unimplemented("JSON schema 'false' at " + path +
-                           " is not supported (XGrammar cannot express a value that must be absent)");
+      return refuse(holding_keyword(path), path,
+                    "its subschema 'false' (no value allowed) cannot be expressed by XGrammar");
     }
     if (!s.is_object()) return invalid_argument("JSON schema at " + where(path) + " must be an object or a boolean");
     if (!visited_.insert({&s, property_name}).second) return Status();
@@ -190,6 +210,10 @@ class Walker {
       std::string at = path + "/" + branch;
       const Json& v = *s.find(branch);
       if (std::string_view(branch) == "$ref") return check_ref(v, path);
+      if (std::string_view(branch) == "enum" && v.is_array() && v.size() == 0) {
+        return invalid_argument("JSON schema keyword 'enum' at " + where(path) +
+                                " is an empty list: no value satisfies the schema, so no output could");
+      }
       if (std::string_view(branch) == "anyOf" || std::string_view(branch) == "oneOf" ||
           std::string_view(branch) == "allOf") {
         if (!v.is_array()) return Status();  // XGrammar reports it

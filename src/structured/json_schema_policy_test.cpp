@@ -68,7 +68,19 @@ TEST(JsonSchemaPolicy, RefusesKeywordsXGrammarDoesNotEnforceNamingThemAndTheirPa
   expect_refused(R"({"type":"string","pattern":"a^b"})", "pattern", "'^'");
   expect_refused(R"({"type":"string","pattern":"\\Aabc"})", "pattern", "\\A");
   expect_refused(R"({"type":"string","pattern":"\\p{L}+"})", "pattern", "\\p");
-  expect_refused(R"({"type":"object","properties":{"a":false}})", "false", "/properties/a");
+  // A 'false' subschema is refused naming the keyword that holds it.
+  expect_refused(R"({"type":"object","properties":{"a":false}})", "properties", "/properties/a");
+  expect_refused(R"({"anyOf":[{"type":"string"},false]})", "anyOf", "/anyOf/1");
+  expect_refused(R"({"$ref":"#/$defs/b","$defs":{"b":false}})", "$defs", "/$defs/b");
+  expect_refused(R"({"type":"object","properties":{"anyOf":{"type":"object","properties":{"x":false}}}})",
+                 "properties", "/properties/anyOf/properties/x");
+}
+
+TEST(JsonSchemaPolicy, AnEmptyEnumIsABadRequestNamingIt) {
+  Status s = check(R"({"type":"object","properties":{"a":{"enum":[]}}})");
+  EXPECT_EQ(s.code(), StatusCode::kInvalidArgument) << s.to_string();
+  EXPECT_NE(s.message().find("'enum'"), std::string::npos) << s.message();
+  EXPECT_NE(s.message().find("/properties/a"), std::string::npos) << s.message();
 }
 
 TEST(JsonSchemaPolicy, AcceptsWhatXGrammarEnforces) {
