@@ -22,6 +22,7 @@ import json
 import multiprocessing
 import os
 import random
+import secrets
 import signal
 import socket
 import subprocess
@@ -29,6 +30,8 @@ import sys
 import time
 
 import httpx
+
+import soak_hostile
 
 WORDS = ("the of and to in is was for on that with as by at from his her an be this are which or "
          "river mountain engine token stream kernel cache server window garden winter summer ocean "
@@ -92,6 +95,8 @@ class Stats:
         self.count_mismatches = 0
         self.missing_done = 0
         self.missing_finish = 0
+        self.retried_429 = 0
+        self.answer_mismatches = 0  # hostile phase: answers that differ from the undisturbed run
 
     def error(self, kind, detail):
         if len(self.errors) < 50:
@@ -110,69 +115,87 @@ def make_request(rng, model, max_prompt_words, max_out):
     return body
 
 
-async def one_stream(client, body, stats, overload):
-    """One streaming request, checked event by event."""
+async def one_stream(client, body, stats, overload, retry_429=False):
+    """One streaming request, checked event by event. Returns (text, tokens, finish_reason) when
+    the stream was complete and consistent, else None (and the reason is in stats). retry_429: a
+    429 with Retry-After is the documented answer to a full queue; wait and send again."""
     stats.requests += 1
     try:
-        async with client.stream("POST", "/v1/completions", json=body) as r:
-            stats.status[r.status_code] = stats.status.get(r.status_code, 0) + 1
-            if r.status_code != 200:
-                await r.aread()
-                if r.status_code in (429, 503) and overload:
-                    if "retry-after" not in r.headers:
-                        stats.rejections_without_retry_after += 1
-                        stats.error("no_retry_after", r.status_code)
-                    return
-                stats.error(f"http_{r.status_code}", r.text[:200])
-                return
-            streamed, finish, usage, done = 0, None, None, False
-            async for line in r.aiter_lines():
-                if not line:
+        for _ in range(6):
+            async with client.stream("POST", "/v1/completions", json=body) as r:
+                stats.status[r.status_code] = stats.status.get(r.status_code, 0) + 1
+                if r.status_code == 429 and retry_429 and "retry-after" in r.headers:
+                    await r.aread()
+                    stats.retried_429 += 1
+                    await asyncio.sleep(float(r.headers["retry-after"]))
                     continue
-                if not line.startswith("data: "):
-                    stats.error("bad_sse_line", line[:100])
-                    continue
-                data = line[6:]
-                if data == "[DONE]":
-                    done = True
-                    continue
-                if done:
-                    stats.error("event_after_done", data[:100])
-                obj = json.loads(data)
-                if "error" in obj:
-                    stats.error("sse_error", obj["error"])
-                    continue
-                for ch in obj.get("choices") or []:
-                    lp = ch.get("logprobs")
-                    if lp:
-                        streamed += len(lp.get("tokens") or [])
-                    if ch.get("finish_reason"):
-                        finish = ch["finish_reason"]
-                if obj.get("usage"):
-                    usage = obj["usage"]
-            if not done:
-                stats.missing_done += 1
-                stats.error("missing_done", body["max_tokens"])
-            if finish not in ("stop", "length"):
-                stats.missing_finish += 1
-                stats.error("missing_finish_reason", finish)
-            if usage is None or usage["completion_tokens"] != streamed:
-                stats.count_mismatches += 1
-                stats.error("token_count_mismatch", f"streamed {streamed}, usage {usage}")
-            else:
-                stats.ok += 1
-                stats.tokens += streamed
+                if r.status_code != 200:
+                    await r.aread()
+                    if r.status_code in (429, 503) and overload:
+                        if "retry-after" not in r.headers:
+                            stats.rejections_without_retry_after += 1
+                            stats.error("no_retry_after", r.status_code)
+                        return None
+                    stats.error(f"http_{r.status_code}", r.text[:200])
+                    return None
+                return await check_stream(r, body, stats)
+        stats.error("still_429", "after 5 retries")
     except (httpx.RemoteProtocolError, httpx.ReadError, httpx.WriteError, httpx.ConnectError) as e:
         stats.error("connection_" + type(e).__name__, repr(e))
     except httpx.TimeoutException as e:
         stats.error("timeout", repr(e))
     except json.JSONDecodeError as e:
         stats.error("bad_json", repr(e))
+    return None
+
+
+async def check_stream(r, body, stats):
+    text, tokens, finish, usage, done = [], [], None, None, False
+    async for line in r.aiter_lines():
+        if not line:
+            continue
+        if not line.startswith("data: "):
+            stats.error("bad_sse_line", line[:100])
+            continue
+        data = line[6:]
+        if data == "[DONE]":
+            done = True
+            continue
+        if done:
+            stats.error("event_after_done", data[:100])
+        obj = json.loads(data)
+        if "error" in obj:
+            stats.error("sse_error", obj["error"])
+            continue
+        for ch in obj.get("choices") or []:
+            text.append(ch.get("text") or "")
+            lp = ch.get("logprobs")
+            if lp:
+                tokens += lp.get("tokens") or []
+            if ch.get("finish_reason"):
+                finish = ch["finish_reason"]
+        if obj.get("usage"):
+            usage = obj["usage"]
+    if not done:
+        stats.missing_done += 1
+        stats.error("missing_done", body["max_tokens"])
+    if finish not in ("stop", "length"):
+        stats.missing_finish += 1
+        stats.error("missing_finish_reason", finish)
+    if usage is None or usage["completion_tokens"] != len(tokens):
+        stats.count_mismatches += 1
+        stats.error("token_count_mismatch", f"streamed {len(tokens)}, usage {usage}")
+        return None
+    if not done or finish not in ("stop", "length"):
+        return None
+    stats.ok += 1
+    stats.tokens += len(tokens)
+    return "".join(text), tokens, finish
 
 
 def health_probe_process(host, port, period_s, stop, out_q):
     """Runs in its own process so that the client's event loop lag is not counted as server
-    latency: GET /health on one keep-alive connection every period_s."""
+    latency: GET /health on one keep-alive connection every period_s. Reports (time, ms) pairs."""
     import http.client
     lat, codes = [], {}
     conn = None
@@ -188,22 +211,28 @@ def health_probe_process(host, port, period_s, stop, out_q):
         except (OSError, http.client.HTTPException):
             codes[-1] = codes.get(-1, 0) + 1
             conn = None
-        lat.append((time.perf_counter() - t0) * 1000)
+        lat.append((time.time(), (time.perf_counter() - t0) * 1000))
         time.sleep(period_s)
     out_q.put((lat, codes))
 
 
-async def rss_sampler(pid, stop, samples, t_start, period_s):
+async def rss_sampler(pid, stop, samples, period_s):
+    """Appends (time, MiB) every period_s."""
     while not stop.is_set():
         v = rss_mib(pid) if pid else None
         if v is not None:
-            samples.append((time.time() - t_start, v))
+            samples.append((time.time(), v))
         await asyncio.sleep(period_s)
+
+
+def auth_headers(args):
+    return {"Authorization": f"Bearer {args.api_key}"} if args.api_key else {}
 
 
 async def closed_loop(args, base, stats, deadline):
     limits = httpx.Limits(max_connections=args.clients + 8, max_keepalive_connections=args.clients + 8)
-    async with httpx.AsyncClient(base_url=base, timeout=args.request_timeout, limits=limits) as client:
+    async with httpx.AsyncClient(base_url=base, timeout=args.request_timeout, limits=limits,
+                                 headers=auth_headers(args)) as client:
         async def worker(i):
             rng = random.Random(args.seed * 100003 + i)
             while time.time() < deadline and stats.requests < args.max_requests:
@@ -215,7 +244,8 @@ async def closed_loop(args, base, stats, deadline):
 
 async def open_loop(args, base, stats, duration):
     limits = httpx.Limits(max_connections=args.overload_max_inflight + 8)
-    async with httpx.AsyncClient(base_url=base, timeout=args.request_timeout, limits=limits) as client:
+    async with httpx.AsyncClient(base_url=base, timeout=args.request_timeout, limits=limits,
+                                 headers=auth_headers(args)) as client:
         rng = random.Random(args.seed + 7)
         tasks = set()
         t0 = time.time()
@@ -259,7 +289,7 @@ def free_port():
 def start_server(args):
     port = free_port()
     cmd = [args.kvasir, "serve", args.model_path, "--host", "127.0.0.1", "--port", str(port), "--served-model-name",
-           args.model, *args.server_arg]
+           args.model, "--api-key", args.api_key, *args.server_arg]
     log = open(args.server_log, "wb")
     proc = subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT)
     base = f"http://127.0.0.1:{port}"
@@ -277,6 +307,117 @@ def start_server(args):
     raise SystemExit("server did not become healthy")
 
 
+def server_arg_value(args, flag, default):
+    """The value given to `kvasir serve` for `flag` in --server-arg ('--flag=V' or '--flag', 'V')."""
+    for i, a in enumerate(args.server_arg):
+        if a.startswith(flag + "="):
+            return a.split("=", 1)[1]
+        if a == flag and i + 1 < len(args.server_arg):
+            return args.server_arg[i + 1]
+    return default
+
+
+def metric_total(base, name):
+    return msum(parse_metrics(httpx.get(base + "/metrics", timeout=10).text), name)
+
+
+async def hostile_target(args, base):
+    async with httpx.AsyncClient(base_url=base, timeout=30, headers=auth_headers(args)) as c:
+        r = await c.post("/tokenize", json={"model": args.model, "prompt": "hi"})
+        r.raise_for_status()
+        max_model_len = r.json()["max_model_len"]
+    url = httpx.URL(base)
+    queue_bound = args.queue_bound or int(server_arg_value(args, "--max-num-queued-reqs", 8192))
+    max_body_bytes = args.max_body_bytes or int(server_arg_value(args, "--max-body-bytes", 32 << 20))
+    return soak_hostile.Target(url.host, url.port, args.model, args.api_key, max_model_len, queue_bound,
+                               max_body_bytes, int(args.upload_mib * (1 << 20)), args.request_timeout)
+
+
+async def hostile_phase(args, base, normal, hostile, outcomes):
+    """Phase 3: normal streams replay a fixed pool of requests while hostile clients run beside
+    them. The pool runs once first, undisturbed, for reference answers: decoding is batch
+    invariant on this engine (greedy and seeded sampling alike), so a different answer under
+    hostile load is the hostile clients' doing. Returns the phase's (start, end) times."""
+    rng = random.Random(args.seed + 13)
+    pool = [make_request(rng, args.model, args.max_prompt_words, args.max_tokens) for _ in range(args.hostile_pool)]
+    limits = httpx.Limits(max_connections=args.hostile_normal_clients + 8,
+                          max_keepalive_connections=args.hostile_normal_clients + 8)
+    async with httpx.AsyncClient(base_url=base, timeout=args.request_timeout, limits=limits,
+                                 headers=auth_headers(args)) as client:
+        slots = asyncio.Semaphore(args.hostile_normal_clients)
+
+        async def undisturbed(body):
+            async with slots:
+                return await one_stream(client, body, normal, overload=False, retry_429=True)
+
+        reference = await asyncio.gather(*[undisturbed(body) for body in pool])
+        t0 = time.time()
+        deadline = t0 + args.hostile_duration
+
+        async def normal_worker(i):
+            wrng = random.Random(args.seed * 7919 + i)
+            while time.time() < deadline and normal.requests < args.max_requests:
+                k = wrng.randrange(len(pool))
+                got = await one_stream(client, pool[k], normal, overload=False, retry_429=True)
+                if got is not None and reference[k] is not None and got != reference[k]:
+                    normal.answer_mismatches += 1
+                    normal.error("answer_changed", f"pool[{k}] {got[0][:100]!r}, undisturbed {reference[k][0][:100]!r}")
+
+        counter = [0]
+        await asyncio.gather(*[normal_worker(i) for i in range(args.hostile_normal_clients)],
+                             *[hostile.worker(deadline, counter, args.hostile_max_requests, args.hostile_gap, outcomes)
+                               for _ in range(args.hostile_clients)])
+    return t0, time.time()
+
+
+def hostile_summary(args, normal, hostile, outcomes, window, aborts, health, rss):
+    """The hostile phase's part of the summary, and its failures."""
+    by_kind = {}
+    for o in outcomes:
+        k = by_kind.setdefault(o.kind, {"sent": 0, "as_expected": 0, "expected": {}, "status": {}, "retried_429": 0})
+        k["sent"] += 1
+        k["expected"][o.expected] = k["expected"].get(o.expected, 0) + 1
+        k["as_expected"] += o.ok
+        k["status"][o.status] = k["status"].get(o.status, 0) + 1
+        k["retried_429"] += o.retried_429
+    bad = [o for o in outcomes if not o.ok]
+    in_window = lambda t: window[0] <= t <= window[1]
+    h_ms = [ms for t, ms in health if in_window(t)]
+    h_rss = [(t, v) for t, v in rss if in_window(t)]
+    out = {
+        "duration_s": round(window[1] - window[0], 1),
+        "normal": {"clients": args.hostile_normal_clients, "pool": args.hostile_pool, "requests": normal.requests,
+                   "ok": normal.ok, "tokens": normal.tokens, "status": normal.status, "errors": len(normal.errors),
+                   "answer_mismatches": normal.answer_mismatches, "retried_429": normal.retried_429},
+        "hostile": {"clients": args.hostile_clients, "requests": len(outcomes), "mismatches": len(bad),
+                    "by_kind": by_kind,
+                    "first_mismatches": [f"{o.kind} {o.variant}: expected {o.expected}, got {o.status}: {o.detail}"
+                                         for o in bad[:10]]},
+        "streams_cut": hostile.num_cuts, "client_aborts": aborts,
+        "health_p99_ms": round(percentile(h_ms, 99), 2), "health_max_ms": round(max(h_ms, default=0), 2),
+        "rss_mib": {"first": round(h_rss[0][1], 1) if h_rss else None, "last": round(h_rss[-1][1], 1) if h_rss else None,
+                    "max": round(max(v for _, v in h_rss), 1) if h_rss else None},
+    }
+    fails = []
+    five = sum(n for s, n in normal.status.items() if s >= 500) + sum(1 for o in outcomes if (o.status or 0) >= 500)
+    if five:
+        fails.append(f"hostile phase: {five} 5xx responses")
+    if bad:
+        fails.append(f"hostile phase: {len(bad)} hostile requests not answered as expected")
+    if normal.errors:
+        fails.append(f"hostile phase: {len(normal.errors)} normal-stream errors ({normal.answer_mismatches} changed answers)")
+    if normal.ok == 0:
+        fails.append("hostile phase: no normal stream succeeded")
+    never = [k for k in hostile.kinds() if k not in by_kind]
+    if never:
+        fails.append(f"hostile phase: kinds never run {never}")
+    if aborts != hostile.num_cuts:
+        fails.append(f"hostile phase: {hostile.num_cuts} streams cut but {aborts} client aborts counted")
+    if h_ms and out["health_p99_ms"] >= args.health_p99_ms:
+        fails.append(f"hostile phase: /health p99 {out['health_p99_ms']} ms")
+    return out, fails
+
+
 async def run(args, base, pid):
     t_start = time.time()
     closed = Stats()
@@ -288,22 +429,34 @@ async def run(args, base, pid):
     probe = multiprocessing.Process(target=health_probe_process,
                                     args=(url.host, url.port, args.health_period, probe_stop, probe_q), daemon=True)
     probe.start()
-    samplers = [asyncio.create_task(rss_sampler(pid, stop, rss, t_start, args.rss_period))]
+    samplers = [asyncio.create_task(rss_sampler(pid, stop, rss, args.rss_period))]
     await closed_loop(args, base, closed, t_start + args.duration)
     t_closed = time.time() - t_start
-    kv_idle_closed, _ = await idle_check(base, 30)
+    kv_idle = {"after_closed_loop": (await idle_check(base, 30))[0]}
     over_s = 0.0
     if args.overload_duration > 0:
         t1 = time.time()
         await open_loop(args, base, over, args.overload_duration)
         over_s = time.time() - t1
-    kv_idle_s, m = await idle_check(base, 30)
+        kv_idle["after_overload"] = (await idle_check(base, 30))[0]
+    hostile_run = None
+    if args.hostile_duration > 0:
+        normal, outcomes = Stats(), []
+        hostile = soak_hostile.HostileClients(await hostile_target(args, base))
+        aborts_before = metric_total(base, "kvasir:server_client_aborts_total")
+        window = await hostile_phase(args, base, normal, hostile, outcomes)
+        kv_idle["after_hostile"] = (await idle_check(base, 30))[0]
+        aborts = metric_total(base, "kvasir:server_client_aborts_total") - aborts_before
+        hostile_run = (normal, hostile, outcomes, window, aborts)
+    _, m = await idle_check(base, 30)
     stop.set()
     await asyncio.gather(*samplers)
     probe_stop.set()
-    health_ms, health_codes = probe_q.get(timeout=30)
+    health, health_codes = probe_q.get(timeout=30)
     probe.join(10)
-    warm = [(t, v) for t, v in rss if t >= args.warmup]
+    health_ms = [ms for _, ms in health]
+    rss_rel = [(t - t_start, v) for t, v in rss]
+    warm = [(t, v) for t, v in rss_rel if t >= args.warmup]
     summary = {
         "clients": args.clients,
         "closed_loop_s": round(t_closed, 1),
@@ -318,15 +471,14 @@ async def run(args, base, pid):
         "rss_mib": {"first": round(rss[0][1], 1) if rss else None, "last": round(rss[-1][1], 1) if rss else None,
                     "max": round(max(v for _, v in rss), 1) if rss else None,
                     "slope_mib_per_min_after_warmup": round(slope_per_min(warm), 3), "samples": len(rss),
-                    "slope_mib_per_min_last_half": round(slope_per_min(rss[len(rss) // 2:]), 3),
-                    "series": [(round(t), round(v, 1)) for t, v in rss[::max(1, len(rss) // 40)]]},
-        "kv_back_to_zero_s": {"after_closed_loop": None if kv_idle_closed is None else round(kv_idle_closed, 3),
-                              "after_overload": None if kv_idle_s is None else round(kv_idle_s, 3)},
+                    "slope_mib_per_min_last_half": round(slope_per_min(rss_rel[len(rss) // 2:]), 3),
+                    "series": [(round(t), round(v, 1)) for t, v in rss_rel[::max(1, len(rss) // 40)]]},
+        "kv_back_to_zero_s": {k: None if v is None else round(v, 3) for k, v in kv_idle.items()},
         "health": {"samples": len(health_ms), "codes": health_codes, "p50_ms": round(percentile(health_ms, 50), 2),
                    "p99_ms": round(percentile(health_ms, 99), 2), "max_ms": round(max(health_ms, default=0), 2)},
         "preemptions": msum(m, "kvasir:num_preemptions_total"),
         "rejected_queue_full": msum(m, "kvasir:server_rejected_queue_full_total"),
-        "first_errors": (closed.errors + over.errors)[:10],
+        "first_errors": (closed.errors + over.errors + (hostile_run[0].errors if hostile_run else []))[:10],
     }
     fails = []
     five = sum(n for s, n in closed.status.items() if s >= 500) + sum(
@@ -340,8 +492,11 @@ async def run(args, base, pid):
         fails.append(f"overload answered with {bad_over}")
     if args.overload_duration > 0 and args.require_rejections and not (over.status.get(429) or over.status.get(503)):
         fails.append("overload phase saw no 429/503 (rate not above capacity?)")
-    if closed.ok == 0:
+    if closed.ok == 0 and args.duration > 0:
         fails.append("no request succeeded")
+    if hostile_run:
+        summary["hostile_phase"], hostile_fails = hostile_summary(args, *hostile_run, health, rss)
+        fails += hostile_fails
     if abs(summary["rss_mib"]["slope_mib_per_min_after_warmup"]) > args.max_rss_slope and len(warm) >= 10:
         fails.append(f"RSS slope {summary['rss_mib']['slope_mib_per_min_after_warmup']} MiB/min")
     for k, v in summary["kv_back_to_zero_s"].items():
@@ -375,6 +530,19 @@ def main():
     ap.add_argument("--overload-rate", type=float, default=40, help="arrivals per second in the open loop")
     ap.add_argument("--overload-max-inflight", type=int, default=2000)
     ap.add_argument("--require-rejections", action="store_true", help="fail unless overload saw 429/503")
+    ap.add_argument("--hostile-duration", type=float, default=20,
+                    help="seconds of phase 3, hostile clients among normal streams (0: skip it)")
+    ap.add_argument("--hostile-clients", type=int, default=4, help="hostile clients at once")
+    ap.add_argument("--hostile-normal-clients", type=int, default=8, help="normal streaming clients in phase 3")
+    ap.add_argument("--hostile-pool", type=int, default=8, help="distinct requests the phase-3 normal clients replay")
+    ap.add_argument("--hostile-max-requests", type=int, default=20000, help="hostile requests at most")
+    ap.add_argument("--hostile-gap", type=float, default=0.05, help="seconds a hostile client waits between requests")
+    ap.add_argument("--upload-mib", type=float, default=3, help="size of the large-upload prompts")
+    ap.add_argument("--api-key", help="the server's --api-key (default: a random one given to the server started here)")
+    ap.add_argument("--queue-bound", type=int, help="the server's --max-num-queued-reqs (default: from --server-arg, "
+                                                     "else 8192)")
+    ap.add_argument("--max-body-bytes", type=int, help="the server's --max-body-bytes (default: from --server-arg, "
+                                                       "else 32 MiB)")
     ap.add_argument("--request-timeout", type=float, default=600)
     ap.add_argument("--warmup", type=float, default=30, help="seconds of RSS ignored for the slope")
     ap.add_argument("--max-rss-slope", type=float, default=2.0, help="MiB per minute")
@@ -388,6 +556,7 @@ def main():
 
     proc = None
     if args.kvasir:
+        args.api_key = args.api_key or secrets.token_hex(16)
         proc, base = start_server(args)
         pid = proc.pid
     else:
