@@ -4,17 +4,36 @@
 Phase 1 (closed loop): N streaming clients with varied prompt and output lengths for D seconds.
 Phase 2 (open loop): requests arrive at a fixed rate above capacity for O seconds; the server
 must answer the excess only with 429/503 + Retry-After (its --max-num-queued-reqs bound).
+Phase 3 (hostile mix, --hostile-duration H seconds, at least one round of every kind): normal
+streaming clients replay a fixed pool of requests, first once undisturbed for reference answers,
+while --hostile-clients clients (scripts/soak_hostile.py) run, round robin, issue 14's findings,
+each with its expected answer: few-MB prompts on /v1/completions, /v1/chat/completions and
+/tokenize (400: longer than max_model_len x the longest token) and ~2x max_model_len tokens (400;
+/tokenize counts them, 200), a body over --max-body-bytes (413 from Content-Length), prompts x n
+over the queue bound (400), prompt + max_tokens over max_model_len (400), half-closed clients
+(shutdown(SHUT_WR) after the request: 200 and the whole answer), streams cut after their first
+event by a close or a reset (each one client abort; its KV freed), slow readers (a 4 KiB window
+read at 8 KiB/s: 200 and the whole stream), HEAD on /health and /v1/models (200, the GET's
+Content-Length, no body), HTTP/1.1 without Host (400), a gzip body (415), malformed JSON (400)
+and, when the server has an API key, requests without it or with a wrong one (401). A refusal
+counts only with OpenAI's error envelope and a message naming its reason.
 Throughout: /health latency is sampled, resident memory (VmRSS from /proc/PID/status) is
-sampled, and at the end KV usage (/metrics) must fall back to 0 within a second of idle.
+sampled, and after each phase KV usage (/metrics) must fall back to 0 within a second of idle.
 
 Pass criteria (exit 1 when one fails; the JSON summary says which):
   zero 5xx outside overload, zero connection resets/protocol errors; every stream ends with a
   finish_reason and [DONE] and its streamed token count equals usage.completion_tokens;
   overload rejections are 429/503 with Retry-After only; RSS slope after warm-up below
-  --max-rss-slope MiB/min; KV usage 0 within --kv-idle-s of idle; /health p99 < --health-p99-ms.
+  --max-rss-slope MiB/min; KV usage 0 within --kv-idle-s of idle; /health p99 < --health-p99-ms
+  (over the run and within phase 3). Phase 3 also: every hostile request answered as expected,
+  every kind run, every normal stream complete with the same text and tokens as undisturbed
+  (decoding is batch invariant here), exactly one client abort per cut stream. A 429 with
+  Retry-After in phase 3 (queue full) is waited out and the request sent again (counted as
+  retried_429); size the clients below the queue bound to see none.
 
-Either point it at a running server (--base URL --pid PID) or let it start one
-(--kvasir BIN [--model PATH] [--server-arg=...]); it then stops it with SIGTERM and checks exit 0.
+Either point it at a running server (--base URL --pid PID [--api-key KEY]) or let it start one
+(--kvasir BIN [--model PATH] [--server-arg=...]); it gives that one a random --api-key (normal
+traffic sends it), then stops it with SIGTERM and checks exit 0.
 """
 import argparse
 import asyncio
@@ -330,7 +349,7 @@ async def hostile_target(args, base):
     queue_bound = args.queue_bound or int(server_arg_value(args, "--max-num-queued-reqs", 8192))
     max_body_bytes = args.max_body_bytes or int(server_arg_value(args, "--max-body-bytes", 32 << 20))
     return soak_hostile.Target(url.host, url.port, args.model, args.api_key, max_model_len, queue_bound,
-                               max_body_bytes, int(args.upload_mib * (1 << 20)), args.request_timeout)
+                               max_body_bytes, min(int(args.upload_mib * (1 << 20)), max_body_bytes - 4096))
 
 
 async def hostile_phase(args, base, normal, hostile, outcomes):
@@ -396,7 +415,8 @@ def hostile_summary(args, normal, hostile, outcomes, window, aborts, health, rss
         "streams_cut": hostile.num_cuts, "client_aborts": aborts,
         "health_p99_ms": round(percentile(h_ms, 99), 2), "health_max_ms": round(max(h_ms, default=0), 2),
         "rss_mib": {"first": round(h_rss[0][1], 1) if h_rss else None, "last": round(h_rss[-1][1], 1) if h_rss else None,
-                    "max": round(max(v for _, v in h_rss), 1) if h_rss else None},
+                    "max": round(max(v for _, v in h_rss), 1) if h_rss else None,
+                    "slope_mib_per_min_last_half": round(slope_per_min(h_rss[len(h_rss) // 2:]), 3)},
     }
     fails = []
     five = sum(n for s, n in normal.status.items() if s >= 500) + sum(1 for o in outcomes if (o.status or 0) >= 500)
@@ -537,7 +557,8 @@ def main():
     ap.add_argument("--hostile-pool", type=int, default=8, help="distinct requests the phase-3 normal clients replay")
     ap.add_argument("--hostile-max-requests", type=int, default=20000, help="hostile requests at most")
     ap.add_argument("--hostile-gap", type=float, default=0.05, help="seconds a hostile client waits between requests")
-    ap.add_argument("--upload-mib", type=float, default=3, help="size of the large-upload prompts")
+    ap.add_argument("--upload-mib", type=float, default=3,
+                    help="size of the large-upload prompts (kept under the server's --max-body-bytes)")
     ap.add_argument("--api-key", help="the server's --api-key (default: a random one given to the server started here)")
     ap.add_argument("--queue-bound", type=int, help="the server's --max-num-queued-reqs (default: from --server-arg, "
                                                      "else 8192)")

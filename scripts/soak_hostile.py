@@ -28,6 +28,7 @@ REASON_AUTH = ("API key",)
 REASON_BODY_SIZE = ("--max-body-bytes",)
 
 MAX_429_RETRIES = 5
+REQUEST_TIMEOUT_S = 60  # a hostile request unanswered for this long is a stall (the slowest takes ~4 s)
 
 
 class ProtocolError(Exception):
@@ -45,7 +46,6 @@ class Target:
     queue_bound: int
     max_body_bytes: int
     upload_bytes: int
-    timeout_s: float
 
 
 @dataclass
@@ -321,10 +321,12 @@ class HostileClients:
             return Plan(200, "reset" if reset else "close", post("/v1/completions", obj), check_cut,
                         {"cut_when": lambda got: b"data: {" in got, "cut_with_reset": reset}, parse="cut")
         if kind == "slow_reader":
-            obj = self.completion(stream=True, ignore_eos=True, max_tokens=min(32, t.max_model_len - 16), logprobs=5,
+            # ~28 KB of events (20 logprobs a token), produced at ~50 KB/s unloaded, read through a
+            # 4 KiB window at 8 KiB/s: the server must hold the rest without stalling anyone else.
+            obj = self.completion(stream=True, ignore_eos=True, max_tokens=min(32, t.max_model_len - 16), logprobs=20,
                                   stream_options={"include_usage": True})
-            return Plan(200, "20KiB/s", post("/v1/completions", obj), check_sse_answer,
-                        {"rcvbuf": 4096, "read_size": 512, "read_gap_s": 0.025})
+            return Plan(200, "8KiB/s", post("/v1/completions", obj), check_sse_answer,
+                        {"rcvbuf": 4096, "read_size": 1024, "read_gap_s": 0.125})
         if kind == "head_probe":
             # HEAD then GET on one connection: a body sent for the HEAD would be read as the GET's answer.
             path = ("/health", "/v1/models")[i % 2]
@@ -367,9 +369,9 @@ class HostileClients:
 
     async def send(self, kind, plan):
         if kind != "large_upload":
-            return await asyncio.wait_for(exchange(self.t, plan.data, **plan.options), self.t.timeout_s)
+            return await asyncio.wait_for(exchange(self.t, plan.data, **plan.options), REQUEST_TIMEOUT_S)
         async with self.upload_slot:
-            return await asyncio.wait_for(exchange(self.t, plan.data, **plan.options), self.t.timeout_s)
+            return await asyncio.wait_for(exchange(self.t, plan.data, **plan.options), REQUEST_TIMEOUT_S)
 
     async def run_one(self, kind, i):
         plan = self.plan(kind, i)
@@ -399,10 +401,10 @@ class HostileClients:
 
     async def worker(self, deadline, counter, max_requests, gap_s, outcomes):
         """Takes the next request number from `counter` (shared by the workers: [next]) and runs
-        kinds round robin, so that every kind runs about as often, until the deadline or
-        max_requests."""
+        kinds round robin, so that every kind runs about as often, until the deadline (but at
+        least one round of every kind) or max_requests."""
         kinds = self.kinds()
-        while time.time() < deadline and counter[0] < max_requests:
+        while (time.time() < deadline or counter[0] < len(kinds)) and counter[0] < max_requests:
             i = counter[0]
             counter[0] += 1
             outcomes.append(await self.run_one(kinds[i % len(kinds)], i // len(kinds)))
