@@ -67,7 +67,7 @@ def request_bytes(t, method, path, body=None, *, host=True, auth=True, authoriza
     """One request; with Connection: close (the default) its answer ends where the connection does."""
     lines = [f"{method} {path} HTTP/1.1"]
     if host:
-        lines.append(f"Host: {t.host}:{t.port}")
+        lines.append(f"Host: [{t.host}]:{t.port}" if ":" in t.host else f"Host: {t.host}:{t.port}")
     if authorization is not None:
         lines.append(f"Authorization: {authorization}")
     elif auth and t.api_key:
@@ -89,7 +89,7 @@ async def exchange(t, data, *, half_close=False, rcvbuf=None, read_size=65536, r
     """Sends `data` on a new connection and returns every byte read until the server closes.
     half_close: shutdown(SHUT_WR) once sent. rcvbuf/read_size/read_gap_s: a slow reader with a
     small window. cut_when(bytes read so far) -> True: close there (with a reset if asked)."""
-    sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+    sock = socket.socket(socket.AF_INET6 if ":" in t.host else socket.AF_INET, socket.SOCK_STREAM)
     if rcvbuf:
         sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, rcvbuf)
     sock.setblocking(False)
