@@ -21,7 +21,7 @@ from dataclasses import dataclass, field
 REASON_PROMPT_TOO_LONG = ("bytes can fit in this model's context", "maximum context length")
 REASON_QUEUE_BOUND = ("--max-num-queued-reqs",)
 REASON_CONTEXT = ("maximum context length",)
-REASON_HOST = ("Host", "Malformed HTTP request")  # the transport's 400 does not name the field
+REASON_HOST = ("missing Host header",)
 REASON_ENCODING = ("Content-Encoding",)
 REASON_JSON = ("Malformed JSON body",)
 REASON_AUTH = ("API key",)

@@ -76,9 +76,9 @@ struct Conn {
 };
 
 // A complete response for a request we refuse (options.error_page, else plain text); closes after it.
-std::string error_response(const ServerOptions& options, int status) {
+std::string error_response(const ServerOptions& options, int status, std::string_view detail = {}) {
   Response r;
-  if (options.error_page) r = options.error_page(status);
+  if (options.error_page) r = options.error_page(status, detail);
   if (!options.error_page || r.body.empty()) {
     r.headers = {{"Content-Type", "text/plain"}};
     r.body = std::string(status_reason(status)) + "\n";
@@ -328,7 +328,7 @@ class IoLoop {
         c.request_start = Clock::now();
       }
       if (result == RequestParser::Result::kError) {
-        fail_request(c, c.parser.error_status());
+        fail_request(c, c.parser.error_status(), c.parser.error_message());
       } else if (result == RequestParser::Result::kComplete) {
         dispatch(c);
       } else {
@@ -366,13 +366,13 @@ class IoLoop {
   }
 
   Response internal_error_response() const {
-    if (options_.error_page) return options_.error_page(500);
+    if (options_.error_page) return options_.error_page(500, {});
     return Response{500, {{"Content-Type", "text/plain"}}, "internal error\n"};
   }
 
   // Answers a request we refuse (parse error, timeout) and closes after it.
-  void fail_request(Conn& c, int status) {
-    c.out += error_response(options_, status);
+  void fail_request(Conn& c, int status, std::string_view detail = {}) {
+    c.out += error_response(options_, status, detail);
     c.have_last = true;
     c.close_after = true;
     c.state = Conn::State::kResponding;

@@ -11,6 +11,7 @@
 #include <functional>
 #include <memory>
 #include <string>
+#include <string_view>
 
 #include "common/blocking_queue.h"
 #include "common/status.h"
@@ -30,9 +31,11 @@ struct ServerOptions {
   std::chrono::milliseconds idle_timeout{60000};    // keep-alive idle connection closed
   size_t max_connections = 4096;           // beyond: accept and close with 503
   // The body of the answers the transport gives on its own (400/408/413/414/431/501/503 before
-  // any handler runs, 500 when a handler throws). Unset: a text/plain reason phrase. Must not
-  // block or throw; its Content-Length and Connection headers are set by the server.
-  std::function<Response(int status)> error_page;
+  // any handler runs, 500 when a handler throws). `detail` is the parser's reason for a refused
+  // request ("missing Host header"; our own fixed text, never client bytes), else empty. Unset: a
+  // text/plain reason phrase. Must not block or throw; its Content-Length and Connection headers
+  // are set by the server.
+  std::function<Response(int status, std::string_view detail)> error_page;
 };
 
 // A response body written over time (SSE or chunked). Thread-safe; writes after the client

@@ -48,7 +48,7 @@ Status apply_generation_config(const std::string& mode, const LoadedModel& model
 
 // What the transport answers on its own (before routing) also carries OpenAI's error envelope,
 // so clients parse every 4xx/5xx the same way.
-http::Response transport_error_page(int status) {
+http::Response transport_error_page(int status, std::string_view detail) {
   const char* message = "The request was refused.";
   const char* code = "bad_request";
   switch (status) {
@@ -67,7 +67,9 @@ http::Response transport_error_page(int status) {
     default: break;
   }
   const char* type = status >= 500 ? "server_error" : "invalid_request_error";
-  http::Response r = error_response({status, message, type, "", code});
+  std::string text = message;
+  if (!detail.empty()) text += " (" + std::string(detail) + ")";
+  http::Response r = error_response({status, text, type, "", code});
   if (status == 503) r.headers.emplace_back("Retry-After", "1");
   return r;
 }

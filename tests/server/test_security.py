@@ -158,6 +158,8 @@ def test_framing_errors(server, still_healthy, name, data, status):
     err = check_envelope(*got, status)
     assert got[1].get("connection") == "close", got[1]  # a refused request never keeps the connection
     assert err["code"]
+    if "without_host" in name:  # the message says what was wrong, not only "malformed"
+        assert "missing Host header" in err["message"], err
 
 
 FRAMING_OK = [
