@@ -5,6 +5,7 @@
 #include <cmath>
 #include <limits>
 
+#include "common/quoted_text.h"
 #include "config/config_readers.h"
 #include "config/gguf_keys.h"
 #include "config/model_config_internal.h"
@@ -26,7 +27,7 @@ Status read_rope_scaling(const GgufFile& f, const GgufKeys& k, ModelConfig& c) {
     } else if (type == "yarn") {
       rs.type = RopeScalingType::kYarn;
     } else {
-      return unimplemented("GGUF: rope scaling type '" + std::string(type) + "' is not supported");
+      return unimplemented("GGUF: rope scaling type '" + quoted_text(type) + "' is not supported");
     }
     KVASIR_ASSIGN_OR_RETURN(rs.factor, k.number_or("rope.scaling.factor", 1.0));
   } else if (k.has("rope.scale_linear")) {  // older files

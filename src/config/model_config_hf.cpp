@@ -8,6 +8,7 @@
 
 #include "common/json.h"
 #include "common/mapped_file.h"
+#include "common/quoted_text.h"
 #include "config/config_readers.h"
 #include "config/hf_keys.h"
 #include "config/model_config_internal.h"
@@ -57,7 +58,7 @@ Status parse_rope(const Json& obj, const std::string& where, int64_t max_pos, Ro
     KVASIR_ASSIGN_OR_RETURN(rs->factor, k.num_or("factor", 0.0));
     KVASIR_ASSIGN_OR_RETURN(rs->attention_factor, k.num_or("attention_factor", 0.0));
   } else {
-    return unimplemented(where + ": rope type '" + type + "' is not supported");
+    return unimplemented(where + ": rope type '" + quoted_text(type) + "' is not supported");
   }
   return Status();
 }
@@ -141,7 +142,7 @@ Status read_sliding(const HfKeys& k, const ConfigTraits& arch, ModelConfig& c) {
     for (const Json& t : types->as_array()) {
       const std::string s = t.is_string() ? t.as_string() : "";
       if (s != "sliding_attention" && s != "full_attention") {
-        return unimplemented(k.where() + ": layer type '" + s + "' is not supported");
+        return unimplemented(k.where() + ": layer type '" + quoted_text(s) + "' is not supported");
       }
       c.layer_is_sliding.push_back(s == "sliding_attention");
     }
@@ -258,7 +259,7 @@ StatusOr<ModelConfig> read_hf_config(const Json& config, const Json* generation,
              (arch->gelu_means_tanh && act == "gelu")) {  // HF Gemma overrides exact gelu with the tanh form
     c.activation = Activation::kGeluTanh;
   } else {
-    return unimplemented("config.json: activation '" + act + "' is not supported");
+    return unimplemented("config.json: activation '" + quoted_text(act) + "' is not supported");
   }
 
   KVASIR_ASSIGN_OR_RETURN(std::vector<int64_t> bos, k.ids("bos_token_id"));

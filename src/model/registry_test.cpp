@@ -7,10 +7,13 @@
 
 #include <cmath>
 #include <set>
+#include <span>
 
 #include "backend/cpu/cpu_backend.h"
 #include "common/json.h"
 #include "loader/dummy_weights.h"
+#include "loader/gguf_file.h"
+#include "loader/test_writers.h"
 #include "model/decoder_model.h"
 
 namespace kvasir {
@@ -70,6 +73,30 @@ TEST(ModelRegistry, UnknownArchitectureIsRefusedWithTheSupportedList) {
   auto m = DecoderModel::create(bad, **src, backend, ModelOptions{});
   ASSERT_FALSE(m.ok());
   EXPECT_NE(m.status().message().find("rwkv6"), std::string::npos);
+}
+
+TEST(ModelRegistry, NamesFromTheFileAreQuotedEscaped) {
+  // config.json's model_type and architectures, and a GGUF's general.architecture, are file
+  // bytes: a CR or an escape sequence in them must not reach the `kvasir serve:` line raw.
+  Json j = tiny_config("ll\rama\x1b[2J");
+  auto c = model_config_from_hf_json(j, nullptr);
+  ASSERT_FALSE(c.ok());
+  EXPECT_NE(c.status().message().find("model_type 'll\\rama\\x1B[2J'"), std::string::npos)
+      << c.status().message();
+  Json arch = parse(R"({"architectures": ["Foo\nBar"], "hidden_size": 64})");
+  auto a = model_config_from_hf_json(arch, nullptr);
+  ASSERT_FALSE(a.ok());
+  EXPECT_NE(a.status().message().find("architectures 'Foo\\nBar'"), std::string::npos)
+      << a.status().message();
+  testing::GgufWriter w;
+  w.add_string("general.architecture", "ll\rama");
+  const testing::Bytes b = w.build();
+  auto f = GgufFile::parse(std::span<const uint8_t>(b.data(), b.size()));
+  ASSERT_TRUE(f.ok()) << f.status().to_string();
+  auto g = model_config_from_gguf(**f);
+  ASSERT_FALSE(g.ok());
+  EXPECT_NE(g.status().message().find("architecture 'll\\rama'"), std::string::npos)
+      << g.status().message();
 }
 
 TEST(ModelRegistry, DummySpecsFollowTheManifestInTheirHistoricalOrder) {
