@@ -15,6 +15,7 @@
 #include "loader/gguf_file.h"
 #include "loader/test_writers.h"
 #include "model/decoder_model.h"
+#include "model/one_sequence_batch.h"
 
 namespace kvasir {
 namespace {
@@ -131,37 +132,6 @@ TEST(ModelRegistry, DummySpecsFollowTheManifestInTheirHistoricalOrder) {
   EXPECT_FALSE(gnames.count("model.layers.1.self_attn.q_proj.bias"));
   EXPECT_FLOAT_EQ((*gs)[1].offset, 0.0f);  // HF Gemma norms: 1 + w, so w near 0
 }
-
-// ForwardBatch of one sequence of `ids` at positions 0.. (blocks 0, 1, ... of 16 slots).
-struct OneSequence {
-  explicit OneSequence(std::vector<int32_t> token_ids) : ids(std::move(token_ids)) {
-    const int n = static_cast<int>(ids.size());
-    for (int i = 0; i < n; ++i) {
-      positions.push_back(i);
-      slots.push_back(i);
-    }
-    for (int b = 0; b * 16 < n; ++b) blocks.push_back(b);
-    qsl = {0, n};
-    seq_lens = {n};
-    last = {n - 1};
-    batch.num_tokens = n;
-    batch.input_ids = ids.data();
-    batch.positions = positions.data();
-    batch.attn.num_seqs = 1;
-    batch.attn.num_tokens = n;
-    batch.attn.query_start_loc = qsl.data();
-    batch.attn.seq_lens = seq_lens.data();
-    batch.attn.block_tables = blocks.data();
-    batch.attn.max_blocks_per_seq = static_cast<int>(blocks.size());
-    batch.attn.slot_mapping = slots.data();
-    batch.attn.block_size = 16;
-    batch.num_logits = 1;
-    batch.logits_indices = last.data();
-  }
-  std::vector<int32_t> ids, positions, qsl, seq_lens, blocks, last;
-  std::vector<int64_t> slots;
-  ForwardBatch batch;
-};
 
 TEST(ModelRegistry, EveryFamilyBindsExactlyItsDummyWeightsAndRuns) {
   for (const ModelFamily* f : model_families()) {
