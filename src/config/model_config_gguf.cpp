@@ -73,6 +73,8 @@ Status read_sliding(const GgufFile& f, const GgufKeys& k, const ConfigTraits& ar
   int64_t period = arch.sliding == SlidingLayers::kPeriodic ? arch.sliding_period : 0;
   if (pattern != nullptr) {
     KVASIR_ASSIGN_OR_RETURN(period, k.integer("attention.sliding_window_pattern"));
+    // Below 1, periodic_sliding would make every layer slide: no file means that.
+    if (period < 1) return invalid_argument("GGUF: '" + pk + "' must be >= 1, not " + std::to_string(period));
   }
   c.layer_is_sliding = config_detail::periodic_sliding(c.num_layers, period);
   return Status();
