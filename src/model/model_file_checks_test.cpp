@@ -12,6 +12,7 @@
 #include "backend/cpu/cpu_backend.h"
 #include "backend/cpu/quant/matmul.h"
 #include "common/json.h"
+#include "common/mapped_file.h"
 #include "loader/dummy_weights.h"
 #include "loader/gguf_file.h"
 #include "loader/test_writers.h"
@@ -103,7 +104,7 @@ Status load_and_run(const Bytes& bytes, Backend& backend) {
   KVASIR_ASSIGN_OR_RETURN(std::unique_ptr<DecoderModel> model,
                           DecoderModel::create(config, *src, backend, mo));
   KVASIR_ASSIGN_OR_RETURN(KvCache cache, model->allocate_kv_cache(2, 16));
-  OneSequence seq({1, 7, 30});
+  OneSequence seq({0, 1, static_cast<int32_t>(config.vocab_size - 1)});
   std::vector<float> logits(static_cast<size_t>(config.vocab_size));
   KVASIR_RETURN_IF_ERROR(model->forward(seq.batch, cache, logits.data()));
   for (float x : logits) {
@@ -157,6 +158,33 @@ TEST(ModelFileChecks, IntegerNormAndEmbeddingTypesNameTheWeightAndTheType) {
   EXPECT_NE(q8k.message().find("weight blk.0.ffn_up.weight: matmul: weight type q8_K"),
             std::string::npos)
       << q8k.to_string();
+}
+
+// gguf_fuzz's model seeds (fuzz/seeds/make_seeds.py) must reach what they are for: the valid
+// ones a forward pass, the faulty ones the check that refuses them.
+TEST(ModelFileChecks, FuzzSeedModelsLoadOrAreRefusedWhereTheyShouldBe) {
+  CpuBackend backend(CpuBackendOptions{.num_threads = 1});
+  const std::string dir = std::string(KVASIR_SOURCE_DIR) + "/fuzz/seeds/gguf_fuzz/";
+  const std::vector<std::pair<std::string, std::string>> seeds = {
+      {"model_llama.gguf", ""},
+      {"model_context_2_31.gguf", ""},  // a length, not a fault: setup caps max_model_len
+      {"model_norm_i8.gguf", "weight blk.0.attn_norm.weight (a norm weight) has type i8"},
+      {"model_output_norm_i16.gguf", "weight output_norm.weight (a norm weight) has type i16"},
+      {"model_embedding_i32.gguf", "weight token_embd.weight (a matrix) has type i32"},
+      {"model_bias_i32.gguf", "weight blk.0.attn_q.bias (a bias) has type i32"},
+      {"model_arch_control_bytes.gguf", "architecture 'l\\r\\x1B[m'"},
+      {"model_fewer_blocks.gguf", "blk.1.attn_norm.weight is in the checkpoint"},
+      {"model_sliding_period_0.gguf", "sliding_window_pattern' must be >= 1"}};
+  for (const auto& [name, error] : seeds) {
+    auto bytes = read_text_file(dir + name, 1u << 20);
+    ASSERT_TRUE(bytes.ok()) << bytes.status().to_string();
+    const Status s = load_and_run(Bytes(bytes->begin(), bytes->end()), backend);
+    if (error.empty()) {
+      EXPECT_TRUE(s.ok()) << name << ": " << s.to_string();
+    } else {
+      EXPECT_NE(s.message().find(error), std::string::npos) << name << ": " << s.to_string();
+    }
+  }
 }
 
 Json parse(const std::string& s) {

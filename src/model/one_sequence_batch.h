@@ -1,5 +1,6 @@
 // Test-only: the ForwardBatch of one sequence at positions 0.. (KV blocks 0, 1, ... of 16
-// slots), for model tests that run a forward pass without a runner. Must not be used outside tests.
+// slots), for model tests and fuzz targets that run a forward pass without a runner. Must not be
+// used by the engine: the runner builds real batches.
 #pragma once
 
 #include <cstdint>
