@@ -87,6 +87,53 @@ def gguf_seeds():
     out("gguf_fuzz", "align64.gguf", gguf(3, [("general.alignment", 4, 64)], tensors, align=64))
 
 
+def gguf_model_seeds():
+    """Whole tiny models (gguf_fuzz goes on to the config, the binder and a forward pass), valid
+    and with the model-file faults of issue 14: an integer type on a norm, a bias and the
+    embedding, a CR and an escape in the architecture, fewer layers in the metadata than in the
+    tensors, a context of 2^31 - 1, a bad sliding-window period."""
+    h, ffn, vocab, heads, kv_heads, hd = 32, 32, 16, 2, 1, 16
+
+    def f32(n, v=0.02):
+        return struct.pack("<%df" % n, *[v * ((i * 7) % 5 - 2) for i in range(n)])
+
+    def model(arch="llama", blocks=1, context=128, types=None, extra_kvs=(), file_blocks=1):
+        types = types or {}
+        kvs = [("general.architecture", 8, arch), (arch + ".block_count", 4, blocks),
+               (arch + ".context_length", 4, context), (arch + ".embedding_length", 4, h),
+               (arch + ".feed_forward_length", 4, ffn), (arch + ".attention.head_count", 4, heads),
+               (arch + ".attention.head_count_kv", 4, kv_heads), (arch + ".vocab_size", 4, vocab),
+               (arch + ".attention.layer_norm_rms_epsilon", 6, 1e-5), *extra_kvs]
+        shapes = [("token_embd.weight", [h, vocab]), ("output_norm.weight", [h])]
+        for i in range(file_blocks):
+            b = "blk.%d." % i
+            shapes += [(b + "attn_norm.weight", [h]), (b + "attn_q.weight", [h, heads * hd]),
+                       (b + "attn_k.weight", [h, kv_heads * hd]), (b + "attn_v.weight", [h, kv_heads * hd]),
+                       (b + "attn_q.bias", [heads * hd]), (b + "attn_output.weight", [heads * hd, h]),
+                       (b + "ffn_norm.weight", [h]), (b + "ffn_gate.weight", [h, ffn]),
+                       (b + "ffn_up.weight", [h, ffn]), (b + "ffn_down.weight", [ffn, h])]
+        tensors = []
+        for name, dims in shapes:
+            n = 1
+            for d in dims:
+                n *= d
+            ty = types.get(name, 0)
+            # Norms near 1, the rest small; an integer type keeps the f32 bytes (it fits them).
+            tensors.append((name, dims, ty, f32(n, 1.0 if "norm" in name else 0.02)))
+        return gguf(3, kvs, tensors)
+
+    out("gguf_fuzz", "model_llama.gguf", model())
+    out("gguf_fuzz", "model_norm_i8.gguf", model(types={"blk.0.attn_norm.weight": 24}))
+    out("gguf_fuzz", "model_output_norm_i16.gguf", model(types={"output_norm.weight": 25}))
+    out("gguf_fuzz", "model_embedding_i32.gguf", model(types={"token_embd.weight": 26}))
+    out("gguf_fuzz", "model_bias_i32.gguf", model(types={"blk.0.attn_q.bias": 26}))
+    out("gguf_fuzz", "model_arch_control_bytes.gguf", model(arch="l\r\x1b[m"))
+    out("gguf_fuzz", "model_fewer_blocks.gguf", model(blocks=1, file_blocks=2))
+    out("gguf_fuzz", "model_context_2_31.gguf", model(context=(1 << 31) - 1))
+    out("gguf_fuzz", "model_sliding_period_0.gguf",
+        model(extra_kvs=[("llama.attention.sliding_window", 4, 8), ("llama.attention.sliding_window_pattern", 4, 0)]))
+
+
 # ---- safetensors ----
 def safetensors(header, data):
     h = json.dumps(header).encode()
@@ -288,6 +335,7 @@ def model_output_seeds():
 
 if __name__ == "__main__":
     gguf_seeds()
+    gguf_model_seeds()
     safetensors_seeds()
     http_seeds()
     openai_seeds()

@@ -107,7 +107,8 @@ class Backend {
   virtual StatusOr<std::unique_ptr<Buffer>> allocate(size_t bytes) = 0;
   // Makes a weight usable by this backend: the CPU reads it in place; a GPU copies it over.
   // A GPU backend may also accept host_weight.data == nullptr (--load-format dummy): it then
-  // fills the tensor with deterministic random values on the device.
+  // fills the tensor with deterministic random values on the device. Unimplemented when no
+  // kernel of this backend reads the weight's type (checked at load, so no op ever meets it).
   virtual StatusOr<Tensor> upload_weight(const Tensor& host_weight, std::unique_ptr<Buffer>* owner) = 0;
   virtual void copy_to_host(const Tensor& src, void* dst) = 0;
   virtual void synchronize() = 0;

@@ -4,6 +4,7 @@
 #pragma once
 
 #include <cmath>
+#include <cstdio>
 #include <optional>
 #include <string>
 #include <string_view>
@@ -42,6 +43,26 @@ class HfKeys {
     if (!v)
       return invalid_argument(where_ + ": required key '" + std::string(key) + "' is missing");
     return *v;
+  }
+  // A size or count: absent => `def`; present, it must be an integer >= 1 (HF writes no 0 or
+  // negative sizes, and one would only fail later, far from the key that caused it).
+  StatusOr<int64_t> positive_int_or(std::string_view key, int64_t def) const {
+    KVASIR_ASSIGN_OR_RETURN(std::optional<int64_t> v, opt_int(key));
+    if (v && *v < 1) return out_of_range(key, std::to_string(*v), "a positive integer");
+    return v.value_or(def);
+  }
+  StatusOr<int64_t> req_positive_int(std::string_view key) const {
+    KVASIR_ASSIGN_OR_RETURN(int64_t v, req_int(key));
+    if (v < 1) return out_of_range(key, std::to_string(v), "a positive integer");
+    return v;
+  }
+  static std::string number_text(double v) {
+    char buf[32];
+    std::snprintf(buf, sizeof(buf), "%g", v);
+    return buf;
+  }
+  Status out_of_range(std::string_view key, const std::string& got, const std::string& want) const {
+    return invalid_argument(where_ + ": '" + std::string(key) + "' is " + got + ", must be " + want);
   }
   StatusOr<std::optional<double>> opt_num(std::string_view key) const {
     const Json* v = find(key);

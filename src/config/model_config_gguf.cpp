@@ -5,6 +5,7 @@
 #include <cmath>
 #include <limits>
 
+#include "common/quoted_text.h"
 #include "config/config_readers.h"
 #include "config/gguf_keys.h"
 #include "config/model_config_internal.h"
@@ -26,7 +27,7 @@ Status read_rope_scaling(const GgufFile& f, const GgufKeys& k, ModelConfig& c) {
     } else if (type == "yarn") {
       rs.type = RopeScalingType::kYarn;
     } else {
-      return unimplemented("GGUF: rope scaling type '" + std::string(type) + "' is not supported");
+      return unimplemented("GGUF: rope scaling type '" + quoted_text(type) + "' is not supported");
     }
     KVASIR_ASSIGN_OR_RETURN(rs.factor, k.number_or("rope.scaling.factor", 1.0));
   } else if (k.has("rope.scale_linear")) {  // older files
@@ -72,6 +73,8 @@ Status read_sliding(const GgufFile& f, const GgufKeys& k, const ConfigTraits& ar
   int64_t period = arch.sliding == SlidingLayers::kPeriodic ? arch.sliding_period : 0;
   if (pattern != nullptr) {
     KVASIR_ASSIGN_OR_RETURN(period, k.integer("attention.sliding_window_pattern"));
+    // Below 1, periodic_sliding would make every layer slide: no file means that.
+    if (period < 1) return invalid_argument("GGUF: '" + pk + "' must be >= 1, not " + std::to_string(period));
   }
   c.layer_is_sliding = config_detail::periodic_sliding(c.num_layers, period);
   return Status();

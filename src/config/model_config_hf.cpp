@@ -8,6 +8,7 @@
 
 #include "common/json.h"
 #include "common/mapped_file.h"
+#include "common/quoted_text.h"
 #include "config/config_readers.h"
 #include "config/hf_keys.h"
 #include "config/model_config_internal.h"
@@ -31,7 +32,13 @@ Status parse_rope(const Json& obj, const std::string& where, int64_t max_pos, Ro
   }
   *rs = RopeScaling();
   if (type == "default") return Status();
-  KVASIR_ASSIGN_OR_RETURN(rs->factor, k.num_or("factor", 1.0));
+  // A factor the file gives must scale: 0 (longrope would take it for "derive it"), a negative
+  // number or an infinity never is one.
+  KVASIR_ASSIGN_OR_RETURN(std::optional<double> factor, k.opt_num("factor"));
+  if (factor && !(*factor > 0 && std::isfinite(*factor))) {
+    return k.out_of_range("factor", HfKeys::number_text(*factor), "a positive finite number");
+  }
+  rs->factor = factor.value_or(1.0);
   if (type == "linear") {
     rs->type = RopeScalingType::kLinear;
   } else if (type == "llama3") {
@@ -54,12 +61,29 @@ Status parse_rope(const Json& obj, const std::string& where, int64_t max_pos, Ro
     // 0 until read_rope knows the original length: factor and attention_factor derive from it.
     KVASIR_ASSIGN_OR_RETURN(rs->original_max_position_embeddings,
                             k.int_or("original_max_position_embeddings", 0));
-    KVASIR_ASSIGN_OR_RETURN(rs->factor, k.num_or("factor", 0.0));
+    rs->factor = factor.value_or(0.0);
     KVASIR_ASSIGN_OR_RETURN(rs->attention_factor, k.num_or("attention_factor", 0.0));
   } else {
-    return unimplemented(where + ": rope type '" + type + "' is not supported");
+    return unimplemented(where + ": rope type '" + quoted_text(type) + "' is not supported");
   }
   return Status();
+}
+
+// Older LLaMA conversions write "pad_token_id": -1 for "no padding token"; transformers takes it.
+// No other id may be negative, and none may lie outside the vocabulary.
+constexpr int64_t kNoPadToken = -1;
+
+// The ids of `key` (one or a list), each checked against the vocabulary, naming file and key.
+StatusOr<std::vector<int64_t>> token_ids(const HfKeys& k, std::string_view key, int64_t vocab_size) {
+  KVASIR_ASSIGN_OR_RETURN(std::vector<int64_t> ids, k.ids(key));
+  for (int64_t id : ids) {
+    if (key == "pad_token_id" && id == kNoPadToken) continue;
+    if (id < 0 || id >= vocab_size) {
+      return k.out_of_range(key, std::to_string(id),
+                            "a token id in [0, vocab_size " + std::to_string(vocab_size) + ")");
+    }
+  }
+  return ids;
 }
 
 Status read_rope(const HfKeys& k, const ConfigTraits& arch, ModelConfig& c) {
@@ -95,7 +119,11 @@ Status read_rope(const HfKeys& k, const ConfigTraits& arch, ModelConfig& c) {
     RopeScaling& s = c.rope_scaling;
     KVASIR_ASSIGN_OR_RETURN(std::optional<int64_t> top, k.opt_int("original_max_position_embeddings"));
     if (top) s.original_max_position_embeddings = *top;
-    if (s.original_max_position_embeddings <= 0) s.original_max_position_embeddings = c.max_position_embeddings;
+    if (s.original_max_position_embeddings < 0 || (top && *top == 0)) {
+      return k.out_of_range("original_max_position_embeddings",
+                            std::to_string(s.original_max_position_embeddings), "a positive integer");
+    }
+    if (s.original_max_position_embeddings == 0) s.original_max_position_embeddings = c.max_position_embeddings;
     if (s.factor == 0.0) {
       s.factor = static_cast<double>(c.max_position_embeddings) /
                  static_cast<double>(s.original_max_position_embeddings);
@@ -131,6 +159,9 @@ Status read_rope(const HfKeys& k, const ConfigTraits& arch, ModelConfig& c) {
 
 Status read_sliding(const HfKeys& k, const ConfigTraits& arch, ModelConfig& c) {
   KVASIR_ASSIGN_OR_RETURN(c.sliding_window, k.int_or("sliding_window", 0));
+  if (c.sliding_window < 0) {  // null means none; a negative window is no window size at all
+    return k.out_of_range("sliding_window", std::to_string(c.sliding_window), ">= 0 (or null)");
+  }
   const size_t n = static_cast<size_t>(c.num_layers);
   if (const Json* types = k.find("layer_types")) {
     if (!types->is_array() || types->size() != n) {
@@ -141,15 +172,16 @@ Status read_sliding(const HfKeys& k, const ConfigTraits& arch, ModelConfig& c) {
     for (const Json& t : types->as_array()) {
       const std::string s = t.is_string() ? t.as_string() : "";
       if (s != "sliding_attention" && s != "full_attention") {
-        return unimplemented(k.where() + ": layer type '" + s + "' is not supported");
+        return unimplemented(k.where() + ": layer type '" + quoted_text(s) + "' is not supported");
       }
       c.layer_is_sliding.push_back(s == "sliding_attention");
     }
   } else if (arch.sliding == SlidingLayers::kPeriodic) {  // gemma2 (2, fixed), gemma3 (6)
     int64_t period = arch.sliding_period;
     if (arch.sliding_period_in_config) {
-      KVASIR_ASSIGN_OR_RETURN(period, k.int_or("_sliding_window_pattern", period));
-      KVASIR_ASSIGN_OR_RETURN(period, k.int_or("sliding_window_pattern", period));
+      // A period below 1 would make every layer slide (periodic_sliding's "no global layer").
+      KVASIR_ASSIGN_OR_RETURN(period, k.positive_int_or("_sliding_window_pattern", period));
+      KVASIR_ASSIGN_OR_RETURN(period, k.positive_int_or("sliding_window_pattern", period));
     }
     c.layer_is_sliding = config_detail::periodic_sliding(c.num_layers, period);
   } else if (arch.sliding == SlidingLayers::kAll) {
@@ -157,6 +189,7 @@ Status read_sliding(const HfKeys& k, const ConfigTraits& arch, ModelConfig& c) {
   } else if (arch.sliding == SlidingLayers::kAfterMaxWindowLayer) {
     KVASIR_ASSIGN_OR_RETURN(bool use, k.bool_or("use_sliding_window", false));
     KVASIR_ASSIGN_OR_RETURN(int64_t first, k.int_or("max_window_layers", c.num_layers));
+    if (first < 0) return k.out_of_range("max_window_layers", std::to_string(first), ">= 0");
     c.layer_is_sliding.assign(n, false);
     for (int64_t i = 0; use && i < c.num_layers; ++i) c.layer_is_sliding[i] = i >= first;
   } else {
@@ -204,17 +237,19 @@ StatusOr<ModelConfig> read_hf_config(const Json& config, const Json* generation,
   HfKeys k(cfg, "config.json");
   ModelConfig c;
   c.architecture = std::string(arch->family);
-  KVASIR_ASSIGN_OR_RETURN(c.vocab_size, k.req_int("vocab_size"));
-  KVASIR_ASSIGN_OR_RETURN(c.hidden_size, k.req_int("hidden_size"));
-  KVASIR_ASSIGN_OR_RETURN(c.intermediate_size, k.req_int("intermediate_size"));
-  KVASIR_ASSIGN_OR_RETURN(c.num_layers, k.req_int("num_hidden_layers"));
-  KVASIR_ASSIGN_OR_RETURN(c.num_heads, k.req_int("num_attention_heads"));
-  KVASIR_ASSIGN_OR_RETURN(c.num_kv_heads, k.int_or("num_key_value_heads", c.num_heads));
-  KVASIR_ASSIGN_OR_RETURN(c.max_position_embeddings, k.req_int("max_position_embeddings"));
+  // Sizes are checked here, by their config.json names; their upper bounds in validate().
+  KVASIR_ASSIGN_OR_RETURN(c.vocab_size, k.req_positive_int("vocab_size"));
+  KVASIR_ASSIGN_OR_RETURN(c.hidden_size, k.req_positive_int("hidden_size"));
+  KVASIR_ASSIGN_OR_RETURN(c.intermediate_size, k.req_positive_int("intermediate_size"));
+  KVASIR_ASSIGN_OR_RETURN(c.num_layers, k.req_positive_int("num_hidden_layers"));
+  KVASIR_ASSIGN_OR_RETURN(c.num_heads, k.req_positive_int("num_attention_heads"));
+  KVASIR_ASSIGN_OR_RETURN(c.num_kv_heads, k.positive_int_or("num_key_value_heads", c.num_heads));
+  KVASIR_ASSIGN_OR_RETURN(c.max_position_embeddings, k.req_positive_int("max_position_embeddings"));
   KVASIR_ASSIGN_OR_RETURN(c.rms_norm_eps, k.num_or("rms_norm_eps", 1e-6));
   KVASIR_RETURN_IF_ERROR(config_detail::check_basic_sizes(c));
   KVASIR_ASSIGN_OR_RETURN(std::optional<int64_t> head_dim, k.opt_int("head_dim"));
   if (head_dim) {
+    if (*head_dim < 1) return k.out_of_range("head_dim", std::to_string(*head_dim), "a positive integer");
     c.head_dim = *head_dim;
   } else {
     c.head_dim = c.hidden_size / c.num_heads;
@@ -258,28 +293,27 @@ StatusOr<ModelConfig> read_hf_config(const Json& config, const Json* generation,
              (arch->gelu_means_tanh && act == "gelu")) {  // HF Gemma overrides exact gelu with the tanh form
     c.activation = Activation::kGeluTanh;
   } else {
-    return unimplemented("config.json: activation '" + act + "' is not supported");
+    return unimplemented("config.json: activation '" + quoted_text(act) + "' is not supported");
   }
 
-  KVASIR_ASSIGN_OR_RETURN(std::vector<int64_t> bos, k.ids("bos_token_id"));
-  KVASIR_ASSIGN_OR_RETURN(std::vector<int64_t> pad, k.ids("pad_token_id"));
-  KVASIR_ASSIGN_OR_RETURN(c.eos_token_ids, k.ids("eos_token_id"));
+  KVASIR_ASSIGN_OR_RETURN(std::vector<int64_t> bos, token_ids(k, "bos_token_id", c.vocab_size));
+  KVASIR_ASSIGN_OR_RETURN(std::vector<int64_t> pad, token_ids(k, "pad_token_id", c.vocab_size));
+  KVASIR_ASSIGN_OR_RETURN(c.eos_token_ids, token_ids(k, "eos_token_id", c.vocab_size));
   if (generation != nullptr && generation->is_object()) {
+    // Every id of both files is checked, also one the other file overrides: either is wrong.
     HfKeys g(*generation, "generation_config.json");
-    KVASIR_ASSIGN_OR_RETURN(std::vector<int64_t> geos, g.ids("eos_token_id"));
+    KVASIR_ASSIGN_OR_RETURN(std::vector<int64_t> geos, token_ids(g, "eos_token_id", c.vocab_size));
+    KVASIR_ASSIGN_OR_RETURN(std::vector<int64_t> gbos, token_ids(g, "bos_token_id", c.vocab_size));
+    KVASIR_ASSIGN_OR_RETURN(std::vector<int64_t> gpad, token_ids(g, "pad_token_id", c.vocab_size));
     if (!geos.empty()) c.eos_token_ids = geos;
-    if (bos.empty()) {
-      KVASIR_ASSIGN_OR_RETURN(bos, g.ids("bos_token_id"));
-    }
-    if (pad.empty()) {
-      KVASIR_ASSIGN_OR_RETURN(pad, g.ids("pad_token_id"));
-    }
+    if (bos.empty()) bos = gbos;
+    if (pad.empty()) pad = gpad;
   }
   if (bos.size() > 1 || pad.size() > 1) {
     return invalid_argument("config.json: bos_token_id and pad_token_id must be single ids");
   }
   c.bos_token_id = bos.empty() ? -1 : bos[0];
-  c.pad_token_id = pad.empty() ? -1 : pad[0];
+  c.pad_token_id = pad.empty() || pad[0] == kNoPadToken ? -1 : pad[0];
   return c;
 }
 

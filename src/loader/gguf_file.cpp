@@ -9,6 +9,7 @@
 #include <limits>
 #include <numeric>
 
+#include "common/quoted_text.h"
 #include "loader/checked_math.h"
 #include "loader/gguf_internal.h"
 
@@ -198,7 +199,7 @@ class GgufFile::Parser {
           read_string(&kv.key, "key", "metadata entry " + std::to_string(i), kMaxKeyBytes));
       if (kv.key.empty())
         return bad("metadata entry " + std::to_string(i) + " has an empty key", at);
-      const std::string ctx = "metadata '" + std::string(kv.key) + "'";
+      const std::string ctx = "metadata '" + quoted_text(kv.key) + "'";
       uint32_t type = 0;
       const size_t type_at = cur_.pos();
       KVASIR_RETURN_IF_ERROR(read(&type, "type", ctx));
@@ -207,7 +208,7 @@ class GgufFile::Parser {
       }
       KVASIR_RETURN_IF_ERROR(parse_value(static_cast<GgufType>(type), 0, ctx, &kv.value));
       if (!f_.kv_index_.emplace(kv.key, f_.kvs_.size()).second) {
-        return bad("duplicate metadata key '" + std::string(kv.key) + "'", at);
+        return bad("duplicate metadata key '" + quoted_text(kv.key) + "'", at);
       }
       f_.kvs_.push_back(kv);
     }
@@ -313,7 +314,7 @@ class GgufFile::Parser {
       const std::string idx = "tensor #" + std::to_string(i);
       KVASIR_RETURN_IF_ERROR(read_string(&t.name, "name", idx, kMaxTensorNameBytes));
       if (t.name.empty()) return bad(idx + " has an empty name", at);
-      const std::string ctx = "tensor '" + std::string(t.name) + "'";
+      const std::string ctx = "tensor '" + quoted_text(t.name) + "'";
       KVASIR_RETURN_IF_ERROR(read(&t.n_dims, "n_dims", ctx));
       if (t.n_dims > 4) {
         return bad(ctx + " has n_dims " + std::to_string(t.n_dims) + " (at most 4)", at);
@@ -360,7 +361,7 @@ class GgufFile::Parser {
       t.nbytes = nbytes;
       KVASIR_RETURN_IF_ERROR(read(&t.offset, "data offset", ctx));
       if (!f_.tensor_index_.emplace(t.name, f_.tensors_.size()).second) {
-        return bad("duplicate tensor name '" + std::string(t.name) + "'", at);
+        return bad("duplicate tensor name '" + quoted_text(t.name) + "'", at);
       }
       f_.tensors_.push_back(t);
     }
@@ -380,7 +381,7 @@ class GgufFile::Parser {
     }
     const uint64_t data_bytes = cur_.size() - data;
     for (const GgufTensorInfo& t : f_.tensors_) {
-      const std::string ctx = "tensor '" + std::string(t.name) + "'";
+      const std::string ctx = "tensor '" + quoted_text(t.name) + "'";
       if (t.offset % f_.alignment_ != 0) {
         return invalid_argument("GGUF: " + ctx + " data offset " + std::to_string(t.offset) +
                                 " is not a multiple of the alignment " +
@@ -400,8 +401,8 @@ class GgufFile::Parser {
       const GgufTensorInfo& prev = f_.tensors_[order[i - 1]];
       const GgufTensorInfo& cur = f_.tensors_[order[i]];
       if (cur.offset < prev.offset + prev.nbytes) {  // no overflow: both ranges fit in the file
-        return invalid_argument("GGUF: tensor '" + std::string(cur.name) + "' overlaps tensor '" +
-                                std::string(prev.name) + "'");
+        return invalid_argument("GGUF: tensor '" + quoted_text(cur.name) + "' overlaps tensor '" +
+                                quoted_text(prev.name) + "'");
       }
     }
     return Status();
@@ -445,7 +446,7 @@ const GgufTensorInfo* GgufFile::find_tensor(std::string_view name) const {
 
 StatusOr<WeightTensor> GgufFile::tensor(std::string_view name) const {
   const GgufTensorInfo* info = find_tensor(name);
-  if (info == nullptr) return not_found("GGUF: no tensor named '" + std::string(name) + "'");
+  if (info == nullptr) return not_found("GGUF: no tensor named '" + quoted_text(name) + "'");
   return tensor(*info);
 }
 

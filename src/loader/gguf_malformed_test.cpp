@@ -58,6 +58,14 @@ Status parse_and_touch(const Bytes& bytes) {
   return Status();
 }
 
+// No byte from the file reaches a message raw (common/quoted_text.h): one line, no escapes.
+bool printable(const std::string& s) {
+  for (unsigned char c : s) {
+    if (c < 0x20 || c == 0x7F) return false;
+  }
+  return true;
+}
+
 // Expects a non-ok Status whose message mentions every one of `words`.
 void expect_error(const Bytes& bytes, std::initializer_list<const char*> words) {
   Status s = parse_and_touch(bytes);
@@ -66,6 +74,7 @@ void expect_error(const Bytes& bytes, std::initializer_list<const char*> words) 
   for (const char* w : words) {
     EXPECT_NE(s.message().find(w), std::string::npos) << "message: " << s.message();
   }
+  EXPECT_TRUE(printable(s.message())) << s.message();
 }
 
 TEST(GgufMalformed, EveryTruncationFails) {
@@ -92,6 +101,7 @@ TEST(GgufMalformed, BitFlipsNeverCrash) {
       if (!s.ok()) {
         ++failures;
         EXPECT_FALSE(s.message().empty());
+        EXPECT_TRUE(printable(s.message())) << s.message();
       }
     }
   }
@@ -121,6 +131,7 @@ TEST(GgufMalformed, RandomMultiByteCorruptionNeverCrashes) {
     Status s = parse_and_touch(b);
     if (!s.ok()) {
       EXPECT_FALSE(s.message().empty());
+      EXPECT_TRUE(printable(s.message())) << s.message();
     }
   }
 }
@@ -294,6 +305,35 @@ TEST(GgufMalformed, BadDataOffsets) {
   Bytes c = w2.build();
   c.resize(w2.field("data") - 1);
   expect_error(c, {"data section"});
+}
+
+TEST(GgufMalformed, FileBytesInMessagesAreEscaped) {
+  // A key, a tensor name and an architecture holding a CR, an ANSI escape and invalid UTF-8:
+  // each error quotes them escaped (issue 14: a CR split the `kvasir serve:` line).
+  GgufWriter dup_key;
+  dup_key.add_u32("key\r\x1b[2J\xff", 1);
+  dup_key.add_u32("key\r\x1b[2J\xff", 2);
+  expect_error(dup_key.build(), {"duplicate metadata key 'key\\r\\x1B[2J\\xFF'"});
+  GgufWriter dup_tensor;
+  dup_tensor.add_tensor("w\n0", DType::kF32, {4}, testing::iota_bytes(16));
+  dup_tensor.add_tensor("w\n0", DType::kF32, {4}, testing::iota_bytes(16));
+  expect_error(dup_tensor.build(), {"duplicate tensor name 'w\\n0'"});
+  GgufWriter bad_type;
+  bad_type.add_tensor("t\x07", static_cast<DType>(250), {4}, testing::iota_bytes(4));
+  expect_error(bad_type.build(), {"tensor 't\\x07' has unsupported ggml type 250"});
+  GgufWriter overlap;
+  overlap.add_tensor("a\r", DType::kF32, {8}, testing::iota_bytes(32));
+  overlap.add_tensor("b\r", DType::kF32, {8}, testing::iota_bytes(32));
+  Bytes b = overlap.build();
+  patch<uint64_t>(b, overlap.field("tensor:b\r:offset"), 0);
+  expect_error(b, {"'a\\r'", "'b\\r'", "overlaps"});
+  // describe() (what tools print) escapes string values the same way.
+  GgufWriter value;
+  value.add_string("general.name", "x\r\ny");
+  Bytes vb = value.build();
+  auto f = GgufFile::parse(std::span<const uint8_t>(vb.data(), vb.size()));
+  ASSERT_TRUE(f.ok());
+  EXPECT_EQ((*f)->describe((*f)->metadata()[0].value), "\"x\\r\\ny\"");
 }
 
 }  // namespace

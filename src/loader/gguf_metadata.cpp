@@ -7,6 +7,7 @@
 #include <cstring>
 #include <limits>
 
+#include "common/quoted_text.h"
 #include "loader/checked_math.h"
 #include "loader/gguf_file.h"
 #include "loader/gguf_internal.h"
@@ -120,7 +121,7 @@ double load_float(const uint8_t* p, GgufType t) {
 Status type_mismatch(std::string_view key, const GgufValue& v, std::string_view want) {
   std::string got(gguf_type_name(v.type));
   if (v.type == GgufType::kArray) got += " of " + std::string(gguf_type_name(v.elem_type));
-  return invalid_argument("GGUF key '" + std::string(key) + "' has type " + got + ", expected " +
+  return invalid_argument("GGUF key '" + quoted_text(key) + "' has type " + got + ", expected " +
                           std::string(want));
 }
 
@@ -205,12 +206,12 @@ namespace {
 // Looks a key up or returns NotFound naming it.
 StatusOr<const GgufValue*> lookup(const GgufFile& f, std::string_view key) {
   const GgufValue* v = f.find(key);
-  if (v == nullptr) return not_found("GGUF key '" + std::string(key) + "' not found");
+  if (v == nullptr) return not_found("GGUF key '" + quoted_text(key) + "' not found");
   return v;
 }
 
 Status out_of_type_range(std::string_view key, std::string_view want) {
-  return invalid_argument("GGUF key '" + std::string(key) + "' value does not fit in " +
+  return invalid_argument("GGUF key '" + quoted_text(key) + "' value does not fit in " +
                           std::string(want));
 }
 
@@ -307,7 +308,7 @@ StatusOr<std::vector<int32_t>> GgufFile::get_i32_array(std::string_view key) con
     WideInt w = load_int(p, v->elem_type);
     if (!fits_i64(w) || to_i64(w) < std::numeric_limits<int32_t>::min() ||
         to_i64(w) > std::numeric_limits<int32_t>::max()) {
-      return invalid_argument("GGUF key '" + std::string(key) + "' element " + std::to_string(i) +
+      return invalid_argument("GGUF key '" + quoted_text(key) + "' element " + std::to_string(i) +
                               " does not fit in i32");
     }
     out[i] = static_cast<int32_t>(to_i64(w));
@@ -341,8 +342,7 @@ std::string GgufFile::describe(const GgufValue& v) const {
     case GgufType::kString: {
       auto s = value_string(v);
       if (!s.ok()) return "<bad string>";
-      std::string out = "\"" + std::string(s->substr(0, 60)) + (s->size() > 60 ? "...\"" : "\"");
-      return out;
+      return "\"" + quoted_text(*s, 60) + "\"";
     }
     case GgufType::kArray:
       return "[" + std::to_string(v.count) + " x " + std::string(gguf_type_name(v.elem_type)) + "]";

@@ -9,6 +9,7 @@
 #include <unordered_set>
 
 #include "common/json.h"
+#include "common/quoted_text.h"
 #include "loader/checked_math.h"
 
 namespace kvasir {
@@ -131,14 +132,14 @@ Status SafetensorsFile::parse_header(std::string_view header) {
       if (!desc.is_object()) return invalid_argument("safetensors: __metadata__ is not an object");
       for (const auto& [k, v] : desc.as_object()) {
         if (!v.is_string()) {
-          return invalid_argument("safetensors: __metadata__ value of '" + k + "' is not a string");
+          return invalid_argument("safetensors: __metadata__ value of '" + quoted_text(k) + "' is not a string");
         }
         metadata_.emplace_back(k, v.as_string());
       }
       continue;
     }
     if (!seen.insert(name).second) {
-      return invalid_argument("safetensors: duplicate tensor name '" + name + "'");
+      return invalid_argument("safetensors: duplicate tensor name '" + quoted_text(name) + "'");
     }
     KVASIR_RETURN_IF_ERROR(add_tensor(name, desc));
   }
@@ -147,8 +148,8 @@ Status SafetensorsFile::parse_header(std::string_view header) {
   });
   for (size_t i = 1; i < tensors_.size(); ++i) {
     if (tensors_[i].begin < tensors_[i - 1].end) {
-      return invalid_argument("safetensors: tensor '" + tensors_[i].name + "' overlaps tensor '" +
-                              tensors_[i - 1].name + "'");
+      return invalid_argument("safetensors: tensor '" + quoted_text(tensors_[i].name) +
+                              "' overlaps tensor '" + quoted_text(tensors_[i - 1].name) + "'");
     }
   }
   for (size_t i = 0; i < tensors_.size(); ++i) index_.emplace(tensors_[i].name, i);
@@ -156,7 +157,7 @@ Status SafetensorsFile::parse_header(std::string_view header) {
 }
 
 Status SafetensorsFile::add_tensor(const std::string& name, const Json& desc) {
-  const std::string ctx = "safetensors: tensor '" + name + "'";
+  const std::string ctx = "safetensors: tensor '" + quoted_text(name) + "'";
   if (name.empty()) return invalid_argument("safetensors: a tensor has an empty name");
   if (!desc.is_object()) return invalid_argument(ctx + " is not described by a JSON object");
   SafetensorsTensorInfo t;
@@ -167,7 +168,7 @@ Status SafetensorsFile::add_tensor(const std::string& name, const Json& desc) {
     return invalid_argument(ctx + " has no dtype string");
   const StDTypeEntry* entry = find_st_dtype(dtype->as_string());
   if (entry == nullptr) {
-    return unimplemented(ctx + " has unknown dtype '" + dtype->as_string().substr(0, 32) + "'");
+    return unimplemented(ctx + " has unknown dtype '" + quoted_text(dtype->as_string(), 32) + "'");
   }
   t.dtype = entry->type;
 
@@ -237,14 +238,14 @@ std::span<const uint8_t> SafetensorsFile::raw_bytes(const SafetensorsTensorInfo&
 
 StatusOr<WeightTensor> SafetensorsFile::tensor(std::string_view name) const {
   const SafetensorsTensorInfo* info = find_tensor(name);
-  if (info == nullptr) return not_found("safetensors: no tensor named '" + std::string(name) + "'");
+  if (info == nullptr) return not_found("safetensors: no tensor named '" + quoted_text(name) + "'");
   return tensor(*info);
 }
 
 StatusOr<WeightTensor> SafetensorsFile::tensor(const SafetensorsTensorInfo& info) const {
   auto dtype = to_dtype(info.dtype);
   if (!dtype.ok()) {
-    return Status(dtype.status().code(), "tensor '" + info.name + "': " + dtype.status().message());
+    return Status(dtype.status().code(), "tensor '" + quoted_text(info.name) + "': " + dtype.status().message());
   }
   WeightTensor t;
   t.name = info.name;
@@ -294,14 +295,14 @@ Status SafetensorsShards::open_index(const std::string& index_path) {
   std::unordered_map<std::string, size_t> shard_index;  // file name -> index into shards_
   for (const auto& [name, shard] : weight_map->as_object()) {
     if (!shard.is_string()) {
-      return invalid_argument(index_path + ": weight_map entry '" + name + "' is not a string");
+      return invalid_argument(index_path + ": weight_map entry '" + quoted_text(name) + "' is not a string");
     }
     const std::string& file = shard.as_string();
     // Shards must sit beside the index: a path could point anywhere on disk.
     if (file.empty() || file == "." || file == ".." ||
         file.find_first_of(std::string_view("/\\\0", 3)) != std::string::npos) {
-      return invalid_argument(index_path + ": weight_map entry '" + name +
-                              "' names an invalid shard file '" + file + "'");
+      return invalid_argument(index_path + ": weight_map entry '" + quoted_text(name) +
+                              "' names an invalid shard file '" + quoted_text(file) + "'");
     }
     auto it = shard_index.find(file);
     if (it == shard_index.end()) {
@@ -311,11 +312,11 @@ Status SafetensorsShards::open_index(const std::string& index_path) {
       shards_.push_back(std::move(f));
     }
     if (shards_[it->second]->find_tensor(name) == nullptr) {
-      return data_loss(index_path + ": weight_map puts '" + name + "' in " + file +
+      return data_loss(index_path + ": weight_map puts '" + quoted_text(name) + "' in " + quoted_text(file) +
                        ", which has no such tensor");
     }
     if (!shard_of_.emplace(name, it->second).second) {
-      return invalid_argument(index_path + ": weight_map lists '" + name + "' twice");
+      return invalid_argument(index_path + ": weight_map lists '" + quoted_text(name) + "' twice");
     }
   }
   return Status();
@@ -340,7 +341,7 @@ const SafetensorsTensorInfo* SafetensorsShards::find_tensor(std::string_view nam
 StatusOr<WeightTensor> SafetensorsShards::tensor(std::string_view name) const {
   const SafetensorsFile* file = nullptr;
   const SafetensorsTensorInfo* info = find_tensor(name, &file);
-  if (info == nullptr) return not_found("safetensors: no tensor named '" + std::string(name) + "'");
+  if (info == nullptr) return not_found("safetensors: no tensor named '" + quoted_text(name) + "'");
   return file->tensor(*info);
 }
 

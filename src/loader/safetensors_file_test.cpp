@@ -206,6 +206,23 @@ TEST(SafetensorsMalformed, OverlapsDuplicatesAndMetadata) {
   EXPECT_TRUE(parse_and_touch(safetensors_bytes("{}", {})).ok());
 }
 
+TEST(SafetensorsMalformed, FileBytesInMessagesAreEscaped) {
+  // JSON escapes put a CR, an ESC and a bidi override into names and dtypes; errors quote them
+  // escaped, so a message stays one plain line.
+  const Bytes d8 = testing::iota_bytes(8);
+  const std::string a = R"("a\r\u001b[2J": {"dtype":"F32","shape":[1],"data_offsets":[0,4]})";
+  expect_header_error("{" + a + "," + a + "}", d8, {"duplicate tensor name 'a\\r\\x1B[2J'"});
+  expect_header_error(R"({"w": {"dtype":"F\r32\u202e","shape":[1],"data_offsets":[0,4]}})", d8,
+                      {"unknown dtype 'F\\r32\\u202E'"});
+  expect_header_error("{" + a + R"(, "__metadata__": {"k\n": 1}})", d8, {"'k\\n'"});
+  for (const std::string& header :
+       {"{" + a + "," + a + "}",
+        std::string(R"({"w": {"dtype":"F\r32","shape":[1],"data_offsets":[0,4]}})")}) {
+    const Status s = parse_and_touch(safetensors_bytes(header, d8));
+    for (unsigned char c : s.message()) EXPECT_TRUE(c >= 0x20 && c != 0x7F) << s.message();
+  }
+}
+
 // A scratch directory removed at the end of the test.
 class TempDir {
  public:

@@ -62,6 +62,10 @@ bool ends_with(std::string_view s, std::string_view suffix) {
 
 }  // namespace
 
+std::unique_ptr<WeightSource> gguf_weight_source(std::unique_ptr<GgufFile> file) {
+  return std::make_unique<GgufWeightSource>(std::move(file));
+}
+
 StatusOr<std::unique_ptr<WeightSource>> open_gguf_weights(const std::string& path) {
   KVASIR_ASSIGN_OR_RETURN(std::unique_ptr<GgufFile> file, GgufFile::open(path));
   return std::unique_ptr<WeightSource>(new GgufWeightSource(std::move(file)));

@@ -38,6 +38,8 @@ class WeightSource {
 StatusOr<std::unique_ptr<WeightSource>> open_weights(const std::string& path);
 
 StatusOr<std::unique_ptr<WeightSource>> open_gguf_weights(const std::string& path);
+// A GGUF file already parsed (GgufFile::parse of bytes in memory: tests and fuzz targets).
+std::unique_ptr<WeightSource> gguf_weight_source(std::unique_ptr<GgufFile> file);
 StatusOr<std::unique_ptr<WeightSource>> open_safetensors_weights(const std::string& dir_or_file);
 
 }  // namespace kvasir

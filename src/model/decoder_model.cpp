@@ -91,6 +91,17 @@ Status DecoderModel::bind_weights(const WeightSource& src, const ModelFamily& fa
   if (lm_head_.dim(0) != config_.vocab_size || lm_head_.dim(1) != config_.hidden_size) {
     return data_loss("output projection shape does not match vocab_size x hidden_size");
   }
+  // Fewer layers in the config than in the checkpoint would run a truncated model without a
+  // word: the layer after the last must be absent (asked of the family's own manifest).
+  ModelConfig one_more = config_;
+  one_more.num_layers += 1;
+  one_more.layer_is_sliding.push_back(false);
+  const WeightManifest more = family.manifest(one_more);
+  if (more.layers.size() == layers_.size() + 1) {
+    KVASIR_RETURN_IF_ERROR(b.expect_absent(
+        more.layers.back(), "the config says the model has " + std::to_string(config_.num_layers) +
+                                " layers (num_hidden_layers / block_count)"));
+  }
   return Status();
 }
 

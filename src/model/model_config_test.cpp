@@ -360,6 +360,54 @@ TEST(ModelConfig, InvalidHfConfigsNameTheField) {
   expect_error(from_hf(R"({"model_type": "llama"})"), "vocab_size");
 }
 
+// config.json values get the checks GGUF metadata gets, each error naming the file and its key
+// (issue 14: these were accepted, or silently replaced by generation_config.json's).
+TEST(ModelConfig, HfValuesAreCheckedAndNamedByTheirKey) {
+  // Token ids: in [0, vocab_size), in either file, even where the other file overrides them.
+  expect_error(from_hf(with(kSmolConfig, "eos_token_id", "49152"), R"({"eos_token_id": 2})"),
+               "config.json: 'eos_token_id' is 49152");
+  expect_error(from_hf(kSmolConfig, R"({"eos_token_id": [2, 49152]})"),
+               "generation_config.json: 'eos_token_id' is 49152");
+  expect_error(from_hf(with(kSmolConfig, "eos_token_id", "-1")), "'eos_token_id' is -1");
+  expect_error(from_hf(with(kSmolConfig, "bos_token_id", "-1")), "'bos_token_id' is -1");
+  expect_error(from_hf(kSmolConfig, R"({"bos_token_id": 49152})"), "'bos_token_id' is 49152");
+  expect_error(from_hf(with(kSmolConfig, "pad_token_id", "-2")), "'pad_token_id' is -2");
+  expect_error(from_hf(with(kSmolConfig, "pad_token_id", "49152")), "'pad_token_id' is 49152");
+  // -1 is how older LLaMA conversions say "no padding token": accepted as none.
+  auto no_pad = from_hf(with(kSmolConfig, "pad_token_id", "-1"));
+  ASSERT_TRUE(no_pad.ok()) << no_pad.status().to_string();
+  EXPECT_EQ(no_pad->pad_token_id, -1);
+  // Sizes: positive, named as config.json names them.
+  for (const char* key : {"vocab_size", "hidden_size", "intermediate_size", "num_hidden_layers",
+                          "num_attention_heads", "num_key_value_heads", "head_dim",
+                          "max_position_embeddings"}) {
+    for (const char* v : {"0", "-1"}) {
+      expect_error(from_hf(with(kSmolConfig, key, v)),
+                   ("'" + std::string(key) + "' is " + v + ", must be a positive integer").c_str());
+    }
+  }
+  // RoPE scaling: a factor the file gives must scale (linear, llama3, yarn and longrope alike).
+  for (const char* type : {"linear", "llama3", "yarn", "longrope"}) {
+    for (const char* f : {"0", "-2"}) {
+      const std::string rope = std::string(R"({"rope_type": ")") + type + R"(", "factor": )" + f +
+                               R"(, "original_max_position_embeddings": 8192})";
+      expect_error(from_hf(with(kSmolConfig, "rope_scaling", rope)),
+                   ("rope_scaling: 'factor' is " + std::string(f)).c_str());
+    }
+  }
+  // Sliding windows: no negative window, no period below 1, no negative first sliding layer.
+  expect_error(from_hf(with(kSmolConfig, "sliding_window", "-5")), "'sliding_window' is -5");
+  const std::string periodic = with(kGemmaConfig, "layer_types", "null");  // the period decides
+  ASSERT_TRUE(from_hf(periodic).ok());
+  expect_error(from_hf(with(periodic.c_str(), "_sliding_window_pattern", "0")),
+               "'_sliding_window_pattern' is 0");
+  std::string qwen = with(kSmolConfig, "model_type", R"("qwen2")");
+  qwen = with(qwen.c_str(), "use_sliding_window", "true");
+  qwen = with(qwen.c_str(), "sliding_window", "4096");
+  expect_error(from_hf(with(qwen.c_str(), "max_window_layers", "-1")), "'max_window_layers' is -1");
+  ASSERT_TRUE(from_hf(with(qwen.c_str(), "max_window_layers", "28")).ok());
+}
+
 // A GGUF with llama metadata built in the test, to corrupt one key at a time.
 testing::GgufWriter llama_gguf(uint32_t layers = 2, uint32_t heads = 4) {
   testing::GgufWriter w;
@@ -405,6 +453,10 @@ TEST(ModelConfig, GgufMetadataErrors) {
   testing::GgufWriter vl = llama_gguf();
   vl.add_u32("llama.attention.value_length", 8);
   expect_error(from_gguf_bytes(vl.build()), "value_length");
+  testing::GgufWriter period = llama_gguf();  // a period of 0 would make every layer slide
+  period.add_u32("llama.attention.sliding_window", 8);
+  period.add_u32("llama.attention.sliding_window_pattern", 0);
+  expect_error(from_gguf_bytes(period.build()), "sliding_window_pattern' must be >= 1");
 }
 
 TEST(ModelConfig, LoadsFromHfDirectory) {

@@ -2,6 +2,7 @@
 
 #include <sys/stat.h>
 
+#include "common/quoted_text.h"
 #include "loader/gguf_file.h"
 
 namespace kvasir {
@@ -85,7 +86,7 @@ StatusOr<ModelConfig> model_config_from_gguf(const GgufFile& file) {
   if (arch.empty()) return invalid_argument("GGUF: general.architecture is missing");
   const ModelFamily* f = find_family_by_gguf(arch);
   if (f == nullptr) {
-    return unimplemented("GGUF: architecture '" + arch + "' is not supported (supported: " +
+    return unimplemented("GGUF: architecture '" + quoted_text(arch) + "' is not supported (supported: " +
                          supported_families() + ")");
   }
   KVASIR_ASSIGN_OR_RETURN(ModelConfig c, read_gguf_config(file, f->config_traits()));
@@ -99,10 +100,10 @@ StatusOr<ModelConfig> model_config_from_hf_json(const Json& config, const Json* 
   KVASIR_ASSIGN_OR_RETURN(HfModelId id, hf_model_id(config));
   const ModelFamily* f = find_family_by_hf(id);
   if (f == nullptr) {
-    std::string what = "model_type '" + id.model_type + "'";
+    std::string what = "model_type '" + quoted_text(id.model_type) + "'";
     if (id.model_type.empty()) {
       what = "architectures";
-      for (const std::string& a : id.architectures) what += " '" + a + "'";
+      for (const std::string& a : id.architectures) what += " '" + quoted_text(a) + "'";
     }
     return unimplemented("config.json: " + what + " is not supported (supported: " +
                          supported_families() + ")");

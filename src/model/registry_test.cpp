@@ -7,11 +7,15 @@
 
 #include <cmath>
 #include <set>
+#include <span>
 
 #include "backend/cpu/cpu_backend.h"
 #include "common/json.h"
 #include "loader/dummy_weights.h"
+#include "loader/gguf_file.h"
+#include "loader/test_writers.h"
 #include "model/decoder_model.h"
+#include "model/one_sequence_batch.h"
 
 namespace kvasir {
 namespace {
@@ -72,6 +76,30 @@ TEST(ModelRegistry, UnknownArchitectureIsRefusedWithTheSupportedList) {
   EXPECT_NE(m.status().message().find("rwkv6"), std::string::npos);
 }
 
+TEST(ModelRegistry, NamesFromTheFileAreQuotedEscaped) {
+  // config.json's model_type and architectures, and a GGUF's general.architecture, are file
+  // bytes: a CR or an escape sequence in them must not reach the `kvasir serve:` line raw.
+  Json j = tiny_config("ll\rama\x1b[2J");
+  auto c = model_config_from_hf_json(j, nullptr);
+  ASSERT_FALSE(c.ok());
+  EXPECT_NE(c.status().message().find("model_type 'll\\rama\\x1B[2J'"), std::string::npos)
+      << c.status().message();
+  Json arch = parse(R"({"architectures": ["Foo\nBar"], "hidden_size": 64})");
+  auto a = model_config_from_hf_json(arch, nullptr);
+  ASSERT_FALSE(a.ok());
+  EXPECT_NE(a.status().message().find("architectures 'Foo\\nBar'"), std::string::npos)
+      << a.status().message();
+  testing::GgufWriter w;
+  w.add_string("general.architecture", "ll\rama");
+  const testing::Bytes b = w.build();
+  auto f = GgufFile::parse(std::span<const uint8_t>(b.data(), b.size()));
+  ASSERT_TRUE(f.ok()) << f.status().to_string();
+  auto g = model_config_from_gguf(**f);
+  ASSERT_FALSE(g.ok());
+  EXPECT_NE(g.status().message().find("architecture 'll\\rama'"), std::string::npos)
+      << g.status().message();
+}
+
 TEST(ModelRegistry, DummySpecsFollowTheManifestInTheirHistoricalOrder) {
   // The order seeds the dummy values: it must stay the order dummy weights always had.
   auto c = model_config_from_hf_json(tiny_config("qwen2"), nullptr);
@@ -104,37 +132,6 @@ TEST(ModelRegistry, DummySpecsFollowTheManifestInTheirHistoricalOrder) {
   EXPECT_FALSE(gnames.count("model.layers.1.self_attn.q_proj.bias"));
   EXPECT_FLOAT_EQ((*gs)[1].offset, 0.0f);  // HF Gemma norms: 1 + w, so w near 0
 }
-
-// ForwardBatch of one sequence of `ids` at positions 0.. (blocks 0, 1, ... of 16 slots).
-struct OneSequence {
-  explicit OneSequence(std::vector<int32_t> token_ids) : ids(std::move(token_ids)) {
-    const int n = static_cast<int>(ids.size());
-    for (int i = 0; i < n; ++i) {
-      positions.push_back(i);
-      slots.push_back(i);
-    }
-    for (int b = 0; b * 16 < n; ++b) blocks.push_back(b);
-    qsl = {0, n};
-    seq_lens = {n};
-    last = {n - 1};
-    batch.num_tokens = n;
-    batch.input_ids = ids.data();
-    batch.positions = positions.data();
-    batch.attn.num_seqs = 1;
-    batch.attn.num_tokens = n;
-    batch.attn.query_start_loc = qsl.data();
-    batch.attn.seq_lens = seq_lens.data();
-    batch.attn.block_tables = blocks.data();
-    batch.attn.max_blocks_per_seq = static_cast<int>(blocks.size());
-    batch.attn.slot_mapping = slots.data();
-    batch.attn.block_size = 16;
-    batch.num_logits = 1;
-    batch.logits_indices = last.data();
-  }
-  std::vector<int32_t> ids, positions, qsl, seq_lens, blocks, last;
-  std::vector<int64_t> slots;
-  ForwardBatch batch;
-};
 
 TEST(ModelRegistry, EveryFamilyBindsExactlyItsDummyWeightsAndRuns) {
   for (const ModelFamily* f : model_families()) {

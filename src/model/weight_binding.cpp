@@ -15,6 +15,36 @@ std::string shape_text(const std::vector<int64_t>& shape) {
   return "[" + s + "]";
 }
 
+const char* kind_name(WeightKind kind) {
+  switch (kind) {
+    case WeightKind::kMatrix:
+      return "a matrix";
+    case WeightKind::kNorm:
+      return "a norm weight";
+    case WeightKind::kVector:
+      return "a bias";
+  }
+  return "a weight";
+}
+
+// The types every weight may have: those the reference dequantizer reads. Norms and biases are
+// made float32 by it here, on the host; matrices are read by the backend's kernels in the same
+// block formats (a GPU converts them with it at upload), and the backend's upload_weight refuses
+// the few a kernel lacks (the CPU matmul reads neither Q8_1 nor Q8_K). Integer types (I8..I64)
+// and F64 are never weights: a file that gives one is refused here, at load, for every role.
+Status check_weight_type(const WeightSpec& spec, const WeightTensor& w) {
+  if (quant::dequantize_supported(w.dtype)) return Status();
+  std::string allowed;
+  for (uint32_t id = 0; id < 64; ++id) {
+    const DType t = static_cast<DType>(id);
+    if (dtype_info(id) && quant::dequantize_supported(t)) {
+      allowed += (allowed.empty() ? "" : ", ") + std::string(dtype_name(t));
+    }
+  }
+  return unimplemented("weight " + w.name + " (" + kind_name(spec.kind) + ") has type " +
+                       std::string(dtype_name(w.dtype)) + "; weights must be one of " + allowed);
+}
+
 }  // namespace
 
 const WeightName* WeightBinder::locate(const WeightSpec& spec) const {
@@ -33,6 +63,16 @@ StatusOr<LayerWeights> WeightBinder::bind(const std::vector<WeightSpec>& specs) 
   return out;
 }
 
+Status WeightBinder::expect_absent(const std::vector<WeightSpec>& specs,
+                                   const std::string& why) const {
+  for (const WeightSpec& spec : specs) {
+    if (const WeightName* name = locate(spec)) {
+      return data_loss("weight " + name->name + " is in the checkpoint, but " + why);
+    }
+  }
+  return Status();
+}
+
 StatusOr<Tensor> WeightBinder::bind_one(const WeightSpec& spec) {
   const WeightName* name = locate(spec);
   if (name == nullptr) {
@@ -44,6 +84,7 @@ StatusOr<Tensor> WeightBinder::bind_one(const WeightSpec& spec) {
     return data_loss("weight " + w.name + " has shape " + shape_text(w.shape) + ", expected " +
                      shape_text(spec.shape));
   }
+  KVASIR_RETURN_IF_ERROR(check_weight_type(spec, w));
   switch (spec.kind) {
     case WeightKind::kMatrix:
       return upload(w);
@@ -73,6 +114,7 @@ StatusOr<Tensor> WeightBinder::fused_rows(const WeightSpec& spec, const WeightNa
       return data_loss("weight " + w.name + " has shape " + shape_text(w.shape) + ", expected " +
                        shape_text(fused_shape));
     }
+    KVASIR_RETURN_IF_ERROR(check_weight_type(spec, w));
     KVASIR_ASSIGN_OR_RETURN(Tensor t, upload(w));
     it = fused_.emplace(name.name, t).first;
   }
@@ -104,7 +146,8 @@ StatusOr<Tensor> WeightBinder::upload(const WeightTensor& w) {
     owned_.push_back(std::move(buf));
   }
   std::unique_ptr<Buffer> owner;
-  KVASIR_ASSIGN_OR_RETURN(Tensor t, backend_.upload_weight(host, &owner));
+  auto t = backend_.upload_weight(host, &owner);
+  if (!t.ok()) return Status(t.status().code(), "weight " + w.name + ": " + t.status().message());
   if (owner) owned_.push_back(std::move(owner));
   return t;
 }

@@ -26,6 +26,10 @@ class WeightBinder {
   // Every weight of `specs` by role; an optional weight that is absent is left out. NotFound
   // names the first required weight missing, DataLoss the first with the wrong shape.
   StatusOr<LayerWeights> bind(const std::vector<WeightSpec>& specs);
+  // DataLoss naming the first weight of `specs` that the source holds: for weights the config
+  // says the model does not have (the layer after its last), which a config that disagrees with
+  // its checkpoint would otherwise leave unread.
+  Status expect_absent(const std::vector<WeightSpec>& specs, const std::string& why) const;
 
  private:
   StatusOr<Tensor> bind_one(const WeightSpec& spec);

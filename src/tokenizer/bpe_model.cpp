@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <cstdio>
 
+#include "common/quoted_text.h"
 #include "tokenizer/unicode_util.h"
 
 namespace kvasir::tok {
@@ -31,7 +32,7 @@ StatusOr<BpeModel> BpeModel::from_merges(TokenMap vocab,
   m.token_to_id_ = std::move(vocab);
   int32_t max_id = -1;
   for (const auto& [tok, id] : m.token_to_id_) {
-    if (id < 0) return invalid_argument("BPE vocabulary has a negative id for '" + tok + "'");
+    if (id < 0) return invalid_argument("BPE vocabulary has a negative id for '" + quoted_text(tok) + "'");
     max_id = std::max(max_id, id);
   }
   m.id_to_token_.assign(static_cast<size_t>(max_id + 1), std::string());
@@ -55,7 +56,7 @@ StatusOr<BpeModel> BpeModel::from_merges(TokenMap vocab,
     }
     int32_t new_id = m.token_to_id(merged);
     if (a_id < 0 || b_id < 0 || new_id < 0) {
-      return invalid_argument("BPE merge '" + a + " " + b + "' uses a token outside the vocabulary");
+      return invalid_argument("BPE merge '" + quoted_text(a + " " + b) + "' uses a token outside the vocabulary");
     }
     entries.emplace_back(pair_key(a_id, b_id), Merge{static_cast<int32_t>(rank), new_id});
   }

@@ -1,5 +1,6 @@
 #include "tokenizer/decoders.h"
 
+#include "common/quoted_text.h"
 #include "tokenizer/unicode_util.h"
 
 namespace kvasir::tok {
@@ -183,7 +184,7 @@ Status Decoder::add_from_json(const Json& j) {
     steps_.push_back(std::move(s));
     return Status();
   }
-  return unimplemented("tokenizer decoder '" + type + "' is not supported");
+  return unimplemented("tokenizer decoder '" + quoted_text(type) + "' is not supported");
 }
 
 std::string Decoder::decode(std::vector<std::string> tokens, bool continuation) const {

@@ -5,6 +5,7 @@
 
 #include "common/json.h"
 #include "common/mapped_file.h"
+#include "common/quoted_text.h"
 
 namespace kvasir {
 namespace {
@@ -18,7 +19,7 @@ constexpr int64_t kMaxUnusedIds = 65536;
 
 StatusOr<tok::BpeModel> parse_bpe_model(const Json& m) {
   const std::string type = m.get_string("type", "BPE");
-  if (type != "BPE") return unimplemented("tokenizer model '" + type + "' is not supported (only BPE)");
+  if (type != "BPE") return unimplemented("tokenizer model '" + quoted_text(type) + "' is not supported (only BPE)");
   const Json* vocab = m.find("vocab");
   const Json* merges = m.find("merges");
   if (vocab == nullptr || !vocab->is_object()) return invalid_argument("BPE model lacks a vocab object");
@@ -27,7 +28,7 @@ StatusOr<tok::BpeModel> parse_bpe_model(const Json& m) {
   int64_t max_id = -1;
   for (const auto& [token, id] : vocab->as_object()) {
     if (!id.is_int() || id.as_int() < 0 || id.as_int() > INT32_MAX) {
-      return invalid_argument("BPE vocab entry '" + token + "' has a bad id");
+      return invalid_argument("BPE vocab entry '" + quoted_text(token) + "' has a bad id");
     }
     map[token] = static_cast<int32_t>(id.as_int());
     max_id = std::max(max_id, id.as_int());
@@ -43,7 +44,7 @@ StatusOr<tok::BpeModel> parse_bpe_model(const Json& m) {
       if (item.is_string()) {  // "a b" (older files)
         const std::string& s = item.as_string();
         size_t sp = s.find(' ');
-        if (sp == std::string::npos) return invalid_argument("BPE merge '" + s + "' has no space");
+        if (sp == std::string::npos) return invalid_argument("BPE merge '" + quoted_text(s) + "' has no space");
         pairs.emplace_back(s.substr(0, sp), s.substr(sp + 1));
       } else if (item.is_array() && item.size() == 2 && item.as_array()[0].is_string() &&
                  item.as_array()[1].is_string()) {
@@ -61,7 +62,7 @@ StatusOr<tok::BpeModel> parse_bpe_model(const Json& m) {
   opts.end_of_word_suffix = m.get_string("end_of_word_suffix");
   if (const Json* unk = m.find("unk_token"); unk != nullptr && unk->is_string()) {
     auto it = map.find(unk->as_string());
-    if (it == map.end()) return invalid_argument("BPE unk_token '" + unk->as_string() + "' is not in the vocab");
+    if (it == map.end()) return invalid_argument("BPE unk_token '" + quoted_text(unk->as_string()) + "' is not in the vocab");
     opts.unk_id = it->second;
   }
   return tok::BpeModel::from_merges(std::move(map), pairs, std::move(opts));

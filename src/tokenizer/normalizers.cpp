@@ -4,6 +4,7 @@
 
 #include <cstdlib>
 
+#include "common/quoted_text.h"
 #include "common/utf8.h"
 #include "tokenizer/unicode_util.h"
 
@@ -144,7 +145,7 @@ Status Normalizer::add_from_json(const Json& j) {
     steps_.push_back(Step{Kind::kAppend, Pattern::literal(""), j.get_string("append")});
     return Status();
   }
-  return unimplemented("tokenizer normalizer '" + type + "' is not supported");
+  return unimplemented("tokenizer normalizer '" + quoted_text(type) + "' is not supported");
 }
 
 void Normalizer::apply(const Step& step, std::string& s) {

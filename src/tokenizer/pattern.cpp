@@ -3,6 +3,7 @@
 #define PCRE2_CODE_UNIT_WIDTH 8
 #include <pcre2.h>
 
+#include "common/quoted_text.h"
 #include "tokenizer/unicode_util.h"
 
 namespace kvasir::tok {
@@ -127,7 +128,7 @@ StatusOr<Pattern> Pattern::regex(std::string_view onig_expr) {
   if (code == nullptr) {
     PCRE2_UCHAR msg[256];
     pcre2_get_error_message(err, msg, sizeof(msg));
-    return invalid_argument("tokenizer regex '" + std::string(onig_expr) + "' does not compile at offset " +
+    return invalid_argument("tokenizer regex '" + quoted_text(onig_expr) + "' does not compile at offset " +
                             std::to_string(err_off) + ": " + reinterpret_cast<const char*>(msg));
   }
   pcre2_jit_compile(code, PCRE2_JIT_COMPLETE);  // best effort: the interpreter is the fallback

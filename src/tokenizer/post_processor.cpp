@@ -2,6 +2,8 @@
 
 #include <string>
 
+#include "common/quoted_text.h"
+
 namespace kvasir::tok {
 namespace {
 
@@ -70,7 +72,7 @@ Status PostProcessor::add_from_json(const Json& j) {
       const Json* entry = specials != nullptr ? specials->find(name) : nullptr;
       const Json* ids = entry != nullptr ? entry->find("ids") : nullptr;
       if (ids == nullptr || !ids->is_array()) {
-        return invalid_argument("TemplateProcessing: special token '" + name + "' has no ids");
+        return invalid_argument("TemplateProcessing: special token '" + quoted_text(name) + "' has no ids");
       }
       for (const Json& id : ids->as_array()) {
         if (!id.is_int()) return invalid_argument("TemplateProcessing: non-integer id");
@@ -81,7 +83,7 @@ Status PostProcessor::add_from_json(const Json& j) {
     wrap_more(pre, suf);
     return Status();
   }
-  return unimplemented("tokenizer post_processor '" + type + "' is not supported");
+  return unimplemented("tokenizer post_processor '" + quoted_text(type) + "' is not supported");
 }
 
 }  // namespace kvasir::tok

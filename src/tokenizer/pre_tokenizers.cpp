@@ -2,6 +2,7 @@
 
 #include <algorithm>
 
+#include "common/quoted_text.h"
 #include "tokenizer/unicode_util.h"
 
 namespace kvasir::tok {
@@ -51,7 +52,7 @@ StatusOr<SplitBehavior> parse_behavior(const std::string& s) {
   if (s == "MergedWithPrevious") return SplitBehavior::kMergedWithPrevious;
   if (s == "MergedWithNext") return SplitBehavior::kMergedWithNext;
   if (s == "Contiguous") return SplitBehavior::kContiguous;
-  return invalid_argument("unknown split behavior '" + s + "'");
+  return invalid_argument("unknown split behavior '" + quoted_text(s) + "'");
 }
 
 }  // namespace
@@ -221,7 +222,7 @@ Status PreTokenizer::add_from_json(const Json& j) {
       } else if (v == "never") {
         scheme = PrependScheme::kNever;
       } else if (v != "always") {
-        return invalid_argument("unknown Metaspace prepend_scheme '" + v + "'");
+        return invalid_argument("unknown Metaspace prepend_scheme '" + quoted_text(v) + "'");
       }
     } else if (!j.get_bool("add_prefix_space", true)) {  // files written before prepend_scheme
       scheme = PrependScheme::kNever;
@@ -229,7 +230,7 @@ Status PreTokenizer::add_from_json(const Json& j) {
     add_metaspace(std::move(rep), scheme, j.get_bool("split", true));
     return Status();
   }
-  return unimplemented("tokenizer pre_tokenizer '" + type + "' is not supported");
+  return unimplemented("tokenizer pre_tokenizer '" + quoted_text(type) + "' is not supported");
 }
 
 void PreTokenizer::apply(const Step& step, const PreToken& in, std::vector<PreToken>* out) const {

@@ -2,6 +2,7 @@
 
 #include <algorithm>
 
+#include "common/quoted_text.h"
 #include "common/utf8.h"
 #include "tokenizer/unicode_util.h"
 
@@ -19,7 +20,7 @@ StatusOr<Tokenizer> Tokenizer::create(TokenizerParts parts) {
 
   size_t size = t.model_.vocab_size();
   for (const tok::AddedToken& a : parts.added_tokens) {
-    if (a.id < 0) return invalid_argument("added token '" + a.content + "' has a negative id");
+    if (a.id < 0) return invalid_argument("added token '" + quoted_text(a.content) + "' has a negative id");
     if (a.content.empty()) return invalid_argument("added token with id " + std::to_string(a.id) + " is empty");
     size = std::max(size, static_cast<size_t>(a.id) + 1);
   }

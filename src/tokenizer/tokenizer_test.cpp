@@ -157,6 +157,11 @@ TEST(TokenizerLoader, RejectsUnsupportedModels) {
   EXPECT_EQ(t.status().code(), StatusCode::kUnimplemented);
   auto bad = tokenizer_from_hf_json("{", "");
   EXPECT_FALSE(bad.ok());
+  // Names from the file are quoted escaped (common/quoted_text.h): one plain line.
+  auto cr = tokenizer_from_hf_json(R"({"model": {"type": "Word\rPiece\u001b[31m", "vocab": {}}})", "");
+  ASSERT_FALSE(cr.ok());
+  EXPECT_NE(cr.status().message().find("'Word\\rPiece\\x1B[31m'"), std::string::npos)
+      << cr.status().message();
 }
 
 TEST(TokenizerEncode, InvalidUtf8IsReplacedNotFatal) {

@@ -3,7 +3,7 @@
 #include <initializer_list>
 
 #include "common/json.h"
-
+#include "common/quoted_text.h"
 #include "tokenizer/unicode_util.h"
 
 namespace kvasir {
@@ -84,7 +84,7 @@ Status build_gpt2(const VocabSpec& spec, TokenizerParts* parts) {
   merges.reserve(spec.merges.size());
   for (const std::string& m : spec.merges) {
     size_t sp = m.find(' ', 1);  // a merge may start with a space-like token; never split at 0
-    if (sp == std::string::npos) return invalid_argument("GGUF merge '" + m + "' has no space");
+    if (sp == std::string::npos) return invalid_argument("GGUF merge '" + quoted_text(m) + "' has no space");
     merges.emplace_back(m.substr(0, sp), m.substr(sp + 1));
   }
   tok::BpeOptions opts;
@@ -207,7 +207,7 @@ StatusOr<std::vector<std::string>> bpe_pre_tokenizer_regexes(const std::string& 
       if (n == name) return f.regexes;
     }
   }
-  return unimplemented("GGUF pre-tokenizer '" + pre + "' is not supported");
+  return unimplemented("GGUF pre-tokenizer '" + quoted_text(pre) + "' is not supported");
 }
 
 StatusOr<Tokenizer> tokenizer_from_vocab_spec(const VocabSpec& spec) {
@@ -235,7 +235,7 @@ StatusOr<Tokenizer> tokenizer_from_vocab_spec(const VocabSpec& spec) {
     default_add_eos = true;
     KVASIR_RETURN_IF_ERROR(build_bert(spec, &parts));
   } else {
-    return unimplemented("GGUF tokenizer model '" + spec.model + "' is not supported (gpt2, llama, bert)");
+    return unimplemented("GGUF tokenizer model '" + quoted_text(spec.model) + "' is not supported (gpt2, llama, bert)");
   }
   parts.added_tokens = added_tokens_of(spec, tokens);
   const int32_t n = static_cast<int32_t>(spec.tokens.size());

@@ -155,6 +155,37 @@ def mutations(layout):
         out["vocab_size_mismatch"] = [(kv[voc]["value_at"], scalar(kv[voc], 10))]
     if "tokenizer.ggml.model" in kv:
         out["tokenizer_model_unknown"] = [(kv["tokenizer.ggml.model"]["value_at"] + 8, b"zz")]
+    # File bytes quoted in the error must come out escaped: a CR and an ANSI escape in the name.
+    out["architecture_with_control_bytes"] = [(arch["value_at"] + 8, b"l\r\x1b[m"[:5])]
+    if blk is not None:  # fewer layers than the file holds: the extra layer's weights name it
+        out["block_count_below_the_weights"] = [(kv[blk]["value_at"], scalar(kv[blk], 1))]
+    out.update(role_type_mutations(layout))
+    return out
+
+
+# Bytes per element of the GGML types a model file holds, and of the integer types (for the
+# role sweep below: a mutation that fits the tensor's own bytes reaches the loader's role check,
+# not its range or overlap checks).
+_BYTES_PER_ELEMENT = {0: 4, 1: 2, 2: 18 / 32, 3: 20 / 32, 6: 22 / 32, 7: 24 / 32, 8: 34 / 32, 10: 84 / 256,
+                      11: 110 / 256, 12: 144 / 256, 13: 176 / 256, 14: 210 / 256, 30: 2}
+INTEGER_TYPES = {"i8": (24, 1), "i16": (25, 2), "i32": (26, 4)}
+
+
+def role_type_mutations(layout):
+    """"type_<t>_<tensor>" -> patches giving one tensor of every role in layer 0 (and the model's
+    own tensors) an integer type, where it fits in the tensor's bytes. No weight may have one:
+    each must be refused at load naming the tensor (issue 14: a norm or embedding of these
+    types loaded and then aborted the server in dequantization)."""
+    out = {}
+    for t in layout.tensors:
+        if t["name"].startswith("blk.") and not t["name"].startswith("blk.0."):
+            continue
+        old = struct.unpack_from("<I", layout.data, t["type_at"])[0]
+        if old not in _BYTES_PER_ELEMENT:
+            continue
+        for tname, (tid, size) in INTEGER_TYPES.items():
+            if size <= _BYTES_PER_ELEMENT[old]:
+                out[f"type_{tname}_{t['name']}"] = [(t["type_at"], u32(tid))]
     return out
 
 

@@ -5,6 +5,7 @@ slow clients, auth, JSON, parameters, Unicode, request chat templates (sandbox),
 requests, malformed GGUF files at startup. test_bad_input.py holds the simpler body cases."""
 import json
 import os
+import re
 import socket
 import subprocess
 import threading
@@ -14,7 +15,7 @@ import httpx
 import pytest
 
 import gguf_mutate
-from conftest import MODEL, MODEL_NAME, Server, assert_error_envelope, kvasir_bin
+from conftest import MODEL, MODEL_NAME, Server, assert_error_envelope, free_port, kvasir_bin
 
 C = "/v1/completions"
 CH = "/v1/chat/completions"
@@ -633,4 +634,85 @@ def test_malformed_gguf_refused_at_startup(mutant_dir, name, patches):
     out = p.stdout.decode(errors="replace")
     assert p.returncode == 1, f"{name}: exit {p.returncode}\n{out[-2000:]}"
     msg = out[out.rindex("kvasir serve:"):].strip()
-    assert "GGUF" in msg or "model config" in msg or "tokenizer" in msg, msg
+    assert "GGUF" in msg or "model config" in msg or "tokenizer" in msg or "weight" in msg, msg
+    # One plain line: bytes from the file are quoted escaped (common/quoted_text.h).
+    assert not re.search(r"[\x00-\x1f\x7f]", msg), repr(msg)
+    if name.startswith("type_"):  # type_<t>_<tensor>: the weight and its type are named
+        _, tname, tensor = name.split("_", 2)
+        assert f"weight {tensor}" in msg and f"has type {tname}" in msg, msg
+    if name == "architecture_with_control_bytes":
+        assert "'l\\r\\x1B[m'" in msg, msg
+    if name == "block_count_below_the_weights":
+        assert "blk.1." in msg and "1 layers" in msg, msg
+
+
+def test_gguf_context_length_beyond_the_limit_is_served_at_the_limit(mutant_dir):
+    # --max-model-len is bounded at 2^24; a file's context of 2^31 - 1 was served at 2^31 - 1.
+    ctx = next(k for k in _LAYOUT.kvs if k.endswith(".context_length"))
+    path = str(mutant_dir / "context_2_31.gguf")
+    gguf_mutate.write_mutated(MODEL, path, [(_LAYOUT.kvs[ctx]["value_at"], gguf_mutate.scalar(_LAYOUT.kvs[ctx], (1 << 31) - 1))],
+                              head_bytes=_LAYOUT.head_bytes + 4096)  # zero weights: enough to start and answer
+    port = free_port()
+    log = mutant_dir / "context_2_31.log"
+    with open(log, "wb") as f:
+        proc = subprocess.Popen([kvasir_bin(), "serve", path, "--port", str(port), "--kv-cache-memory", "64MiB"],
+                                stdout=f, stderr=subprocess.STDOUT)
+    try:
+        deadline, healthy = time.time() + 60, False
+        while time.time() < deadline and proc.poll() is None and not healthy:
+            try:
+                healthy = httpx.get(f"http://127.0.0.1:{port}/health", timeout=2).status_code == 200
+            except httpx.HTTPError:
+                pass
+            time.sleep(0.1)
+        assert healthy, log.read_text(errors="replace")[-2000:]
+        cards = httpx.get(f"http://127.0.0.1:{port}/v1/models", timeout=10).json()
+        assert 1 <= cards["data"][0]["max_model_len"] <= 1 << 24, cards
+        assert "2147483647" in log.read_text(errors="replace")  # the cap is logged
+    finally:
+        proc.terminate()
+        proc.wait(timeout=30)
+        os.unlink(path)
+
+
+# config.json disagreeing with the weights (every shape field) or holding values no model has:
+# refused at start with one line naming the tensor (expected and actual shape) or the key. The
+# weights are the converted SmolLM2 HF directory's, symlinked beside a mutated config.json.
+HF_DIR = os.path.join(os.path.dirname(MODEL), "smollm2-hf")
+HF_CASES = [
+    ("hidden_size", 640, ["model.embed_tokens.weight has shape [49152, 576], expected [49152, 640]"]),
+    ("intermediate_size", 1537, ["mlp.gate_proj.weight has shape [1536, 576], expected [1537, 576]"]),
+    ("num_attention_heads", 3, ["self_attn.q_proj.weight has shape [576, 576], expected [192, 576]"]),
+    ("num_key_value_heads", 9, ["self_attn.k_proj.weight has shape [192, 576], expected [576, 576]"]),
+    ("head_dim", 32, ["self_attn.q_proj.weight has shape [576, 576], expected [288, 576]"]),
+    ("vocab_size", 49153, ["model.embed_tokens.weight has shape [49152, 576], expected [49153, 576]"]),
+    ("num_hidden_layers", 31, ["model.layers.30."]),
+    ("num_hidden_layers", 29, ["model.layers.29.", "29 layers"]),
+    ("eos_token_id", 49152, ["'eos_token_id' is 49152"]),
+    ("bos_token_id", -1, ["'bos_token_id' is -1"]),
+    ("rope_parameters", {"rope_type": "linear", "factor": 0, "rope_theta": 100000.0}, ["'factor' is 0"]),
+    ("hidden_size", 0, ["'hidden_size' is 0"]),
+    ("sliding_window", -4, ["'sliding_window' is -4"]),
+    ("model_type", "ll\rama\x1b[2J", ["model_type 'll\\rama\\x1B[2J'"]),
+]
+
+
+@pytest.mark.skipif(not os.path.isdir(HF_DIR), reason="no converted SmolLM2 HF directory")
+@pytest.mark.parametrize("key,value,words", HF_CASES, ids=[f"{c[0]}={c[1]}"[:40] for c in HF_CASES])
+def test_hf_config_disagreeing_with_its_weights_is_refused_at_startup(tmp_path, key, value, words):
+    for f in os.listdir(HF_DIR):
+        if f != "config.json":
+            os.symlink(os.path.join(HF_DIR, f), tmp_path / f)
+    with open(os.path.join(HF_DIR, "config.json")) as f:
+        config = json.load(f)
+    config[key] = value
+    (tmp_path / "config.json").write_text(json.dumps(config))
+    p = subprocess.run([kvasir_bin(), "serve", str(tmp_path), "--port", "0", "--kv-cache-memory", "64MiB",
+                        "--max-model-len", "256"], stdout=subprocess.PIPE, stderr=subprocess.STDOUT, timeout=120)
+    out = p.stdout.decode(errors="replace")
+    assert p.returncode == 1, f"exit {p.returncode}\n{out[-2000:]}"
+    lines = [line for line in out.splitlines() if "kvasir serve:" in line]
+    assert len(lines) == 1, out[-2000:]
+    assert not re.search(r"[\x00-\x1f\x7f]", lines[0]), repr(lines[0])
+    for w in words:
+        assert w in lines[0], lines[0]

@@ -1,5 +1,6 @@
 #include "backend/cpu/cpu_backend.h"
 
+#include <algorithm>
 #include <cmath>
 #include <cstdlib>
 #include <cstring>
@@ -36,6 +37,10 @@ StatusOr<std::unique_ptr<Buffer>> CpuBackend::allocate(size_t bytes) { return al
 
 StatusOr<Tensor> CpuBackend::upload_weight(const Tensor& host_weight, std::unique_ptr<Buffer>* owner) {
   owner->reset();  // read in place from the mapped file
+  // Every weight is read by the matmul kernels (linear) or their row dequantizers (embedding,
+  // the same block formats): a type they lack is refused here, at load, not by a failed check
+  // in the first step.
+  KVASIR_RETURN_IF_ERROR(cpu::matmul_supported(host_weight.dtype, std::max<int64_t>(host_weight.cols(), 1)));
   return host_weight;
 }
 
