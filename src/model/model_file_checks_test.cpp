@@ -20,6 +20,7 @@
 #include "model/decoder_model.h"
 #include "model/one_sequence_batch.h"
 #include "model/registry.h"
+#include "model/tiny_config_test_util.h"
 #include "quant/dequantize.h"
 
 namespace kvasir {
@@ -187,22 +188,7 @@ TEST(ModelFileChecks, FuzzSeedModelsLoadOrAreRefusedWhereTheyShouldBe) {
   }
 }
 
-Json parse(const std::string& s) {
-  auto j = parse_json(s);
-  EXPECT_TRUE(j.ok()) << j.status().to_string();
-  return j.ok() ? *j : Json();
-}
-
-// The registry test's tiny config (2 layers, GQA 4/2), with head_dim given so that every shape
-// field can change alone.
-Json tiny_config(const std::string& model_type) {
-  Json j = parse(R"({"hidden_size": 64, "intermediate_size": 96, "num_hidden_layers": 2,
-                     "num_attention_heads": 4, "num_key_value_heads": 2, "head_dim": 16,
-                     "vocab_size": 128, "max_position_embeddings": 256, "rms_norm_eps": 1e-5,
-                     "tie_word_embeddings": false, "sliding_window": 8})");
-  j.set("model_type", model_type);
-  return j;
-}
+using test_util::tiny_config;
 
 TEST(ModelFileChecks, ConfigShapeFieldsThatDisagreeWithTheWeightsNameTheTensor) {
   CpuBackend backend(CpuBackendOptions{.num_threads = 1});

@@ -16,25 +16,13 @@
 #include "loader/test_writers.h"
 #include "model/decoder_model.h"
 #include "model/one_sequence_batch.h"
+#include "model/tiny_config_test_util.h"
 
 namespace kvasir {
 namespace {
 
-Json parse(const std::string& s) {
-  auto j = parse_json(s);
-  EXPECT_TRUE(j.ok()) << j.status().to_string();
-  return j.ok() ? *j : Json();
-}
-
-// A tiny config.json of `model_type` (2 layers, GQA 4/2, head_dim 16).
-Json tiny_config(const std::string& model_type) {
-  Json j = parse(R"({"hidden_size": 64, "intermediate_size": 96, "num_hidden_layers": 2,
-                     "num_attention_heads": 4, "num_key_value_heads": 2, "vocab_size": 128,
-                     "max_position_embeddings": 256, "rms_norm_eps": 1e-5,
-                     "tie_word_embeddings": false, "sliding_window": 8})");
-  j.set("model_type", model_type);
-  return j;
-}
+using test_util::tiny_config;
+Json parse(const std::string& s) { return test_util::parse_json_or_fail(s); }
 
 TEST(ModelRegistry, FindsFamiliesByEveryName) {
   ASSERT_NE(find_family_by_gguf("llama"), nullptr);

@@ -1,0 +1,29 @@
+// Tests' tiny config.json of any registered family: 2 layers, GQA 4/2, head_dim 16 given
+// explicitly (so every shape field can change alone), a sliding window for the families that read
+// one. Small enough that dummy weights and a forward pass take milliseconds.
+#pragma once
+
+#include <gtest/gtest.h>
+
+#include <string>
+
+#include "common/json.h"
+
+namespace kvasir::test_util {
+
+inline Json parse_json_or_fail(const std::string& s) {
+  auto j = parse_json(s);
+  EXPECT_TRUE(j.ok()) << j.status().to_string();
+  return j.ok() ? *j : Json();
+}
+
+inline Json tiny_config(const std::string& model_type) {
+  Json j = parse_json_or_fail(R"({"hidden_size": 64, "intermediate_size": 96, "num_hidden_layers": 2,
+                                  "num_attention_heads": 4, "num_key_value_heads": 2, "head_dim": 16,
+                                  "vocab_size": 128, "max_position_embeddings": 256, "rms_norm_eps": 1e-5,
+                                  "tie_word_embeddings": false, "sliding_window": 8})");
+  j.set("model_type", model_type);
+  return j;
+}
+
+}  // namespace kvasir::test_util
