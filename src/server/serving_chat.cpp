@@ -201,13 +201,10 @@ void serve_chat_completions(ServingContext& ctx, const http::Request& hreq, std:
   if (!prompt.ok()) return fail(prompt.status());
   auto ids = ctx.tokenize_prompt(*prompt, req.add_special_tokens);
   if (!ids.ok()) return fail(ids.status());
-  PreparedPrompt p;
-  p.token_ids = std::move(*ids);
-  auto params = params_for_prompt(ctx, req, p.token_ids);
-  if (!params.ok()) return fail(params.status());
-  p.params = std::move(*params);
+  auto prepared = prepare_prompt(ctx, req, std::move(*ids));
+  if (!prepared.ok()) return fail(prepared.status());
   std::vector<PreparedPrompt> prompts;
-  prompts.push_back(std::move(p));
+  prompts.push_back(std::move(*prepared));
   auto job = std::make_shared<ChatJob>(ctx, reply, req, ReasoningContext::of(req.chat_template_kwargs, *prompt));
   launch_generation(ctx, job, std::move(prompts), *reply);
 }

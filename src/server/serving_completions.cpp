@@ -125,17 +125,17 @@ void serve_completions(ServingContext& ctx, const http::Request& hreq, std::shar
   std::vector<PreparedPrompt> prompts;
   prompts.reserve(req.prompts.size());
   for (PromptSpec& spec : req.prompts) {
-    PreparedPrompt p;
+    std::vector<int32_t> ids;
     if (spec.is_tokens) {
-      p.token_ids = std::move(spec.token_ids);
+      ids = std::move(spec.token_ids);
     } else {
-      auto ids = ctx.tokenize_prompt(spec.text, req.add_special_tokens);
-      if (!ids.ok()) return fail(ids.status());
-      p.token_ids = std::move(*ids);
+      auto tokenized = ctx.tokenize_prompt(spec.text, req.add_special_tokens);
+      if (!tokenized.ok()) return fail(tokenized.status());
+      ids = std::move(*tokenized);
     }
-    auto params = params_for_prompt(ctx, req, p.token_ids);
-    if (!params.ok()) return fail(params.status());
-    p.params = std::move(*params);
+    auto prepared = prepare_prompt(ctx, req, std::move(ids));
+    if (!prepared.ok()) return fail(prepared.status());
+    PreparedPrompt& p = *prepared;
     if (req.echo) p.text = spec.is_tokens ? tok.decode(p.token_ids, /*skip_special_tokens=*/false) : std::move(spec.text);
     prompts.push_back(std::move(p));
   }

@@ -207,6 +207,8 @@ void GenerationJob::end() {
   if (launched_) ctx_.finish_job(this);
 }
 
+namespace {
+
 StatusOr<SamplingParams> params_for_prompt(const ServingContext& ctx, const GenerationRequestBase& req,
                                            const std::vector<int32_t>& prompt_ids) {
   // The engine's own validator: the same rules and messages add_request applies, answered here
@@ -219,6 +221,16 @@ StatusOr<SamplingParams> params_for_prompt(const ServingContext& ctx, const Gene
     if (ctx.options().default_max_tokens) p.max_tokens = std::min(p.max_tokens, *ctx.options().default_max_tokens);
   }
   KVASIR_RETURN_IF_ERROR(validator.check(prompt_ids, p));
+  return p;
+}
+
+}  // namespace
+
+StatusOr<PreparedPrompt> prepare_prompt(const ServingContext& ctx, const GenerationRequestBase& req,
+                                        std::vector<int32_t> token_ids) {
+  PreparedPrompt p;
+  p.token_ids = std::move(token_ids);
+  KVASIR_ASSIGN_OR_RETURN(p.params, params_for_prompt(ctx, req, p.token_ids));
   return p;
 }
 

@@ -119,11 +119,11 @@ struct PreparedPrompt {
   SamplingParams params;
 };
 
-// The sampling parameters of one prompt of a generation request: the prompt checked by the
-// engine's RequestValidator, max_tokens defaulting to what is left of the context (capped by
+// A prompt's token ids with its sampling parameters: the prompt checked by the engine's
+// RequestValidator, max_tokens defaulting to what is left of the context (capped by
 // generation_config's max_new_tokens), then the whole request checked by the same validator.
-StatusOr<SamplingParams> params_for_prompt(const ServingContext& ctx, const GenerationRequestBase& req,
-                                           const std::vector<int32_t>& prompt_ids);
+StatusOr<PreparedPrompt> prepare_prompt(const ServingContext& ctx, const GenerationRequestBase& req,
+                                        std::vector<int32_t> token_ids);
 
 // Admits every sequence of the request (429 when the queue lacks room for them, 400 when they
 // exceed the whole bound), queues every prompt and launches the job; answers the
