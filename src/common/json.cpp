@@ -396,12 +396,39 @@ class Parser {
     return Status();
   }
 
+  // Bytes from pos_ (just past an opening quote) to the closing quote, or to the end of the
+  // text if there is none.
+  size_t raw_string_span() const {
+    size_t i = pos_;
+    while (i < s_.size()) {
+      const char c = s_[i];
+      if (c == '"') break;
+      i += c == '\\' ? 2 : 1;
+    }
+    return std::min(i, s_.size()) - pos_;
+  }
+
   Status parse_string(std::string& out) {
     ++pos_;  // opening quote
+    // Escapes only shorten text, so the raw span up to the closing quote bounds the result:
+    // reserving it once keeps a big string (a 30 MB prompt) at one copy, never two while growing.
+    out.reserve(std::min(raw_string_span(), limits_.max_string_bytes + 1));
     while (true) {
       if (pos_ >= s_.size()) return error("unterminated string");
       if (out.size() > limits_.max_string_bytes) return error("string too long");
       unsigned char c = static_cast<unsigned char>(s_[pos_]);
+      if (c >= 0x20 && c < 0x80 && c != '"' && c != '\\') {
+        // A run of plain ASCII is appended at once.
+        size_t end = pos_ + 1;
+        while (end < s_.size()) {
+          const unsigned char d = static_cast<unsigned char>(s_[end]);
+          if (d < 0x20 || d >= 0x80 || d == '"' || d == '\\') break;
+          ++end;
+        }
+        out.append(s_.data() + pos_, end - pos_);
+        pos_ = end;
+        continue;
+      }
       if (c == '"') {
         ++pos_;
         return Status();
@@ -436,11 +463,6 @@ class Parser {
           }
           default: return error("invalid escape");
         }
-        continue;
-      }
-      if (c < 0x80) {
-        out += static_cast<char>(c);
-        ++pos_;
         continue;
       }
       uint32_t cp;

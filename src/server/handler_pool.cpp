@@ -1,5 +1,6 @@
 #include "server/handler_pool.h"
 
+#include <malloc.h>
 #include <sys/resource.h>
 #include <sys/syscall.h>
 #include <unistd.h>
@@ -11,6 +12,11 @@
 #include "common/log.h"
 
 namespace kvasir::server {
+namespace {
+
+constexpr size_t kTrimAfterBytes = size_t{4} << 20;
+
+}  // namespace
 
 HandlerPool::HandlerPool(HandlerPoolOptions options) : options_(options) {
   const int n = std::max(1, options_.num_threads);
@@ -74,6 +80,11 @@ void HandlerPool::work() {
       KVASIR_LOG_ERROR("request handler threw");
     }
     task.run = nullptr;  // the request (and its body) goes before the bytes are released
+    // After freeing a big block glibc raises its mmap threshold (up to 32 MiB), so the next big
+    // body lands in a thread's heap arena, which keeps it resident once freed: every arena would
+    // hold the high-water mark of past uploads. Handing free pages back after a big request
+    // keeps resident memory at what the requests in flight hold.
+    if (task.bytes >= kTrimAfterBytes) malloc_trim(0);
     std::lock_guard<std::mutex> lock(mu_);
     --num_tasks_;
     num_bytes_ -= task.bytes;

@@ -193,7 +193,13 @@ RequestParser::Result RequestParser::feed(std::string_view data, size_t* consume
       case Phase::kBody:
       case Phase::kChunkData: {
         const size_t n = static_cast<size_t>(std::min<uint64_t>(remaining_, end - p));
-        request_.body.append(p, n);
+        std::string& body = request_.body;
+        if (phase_ == Phase::kBody && body.size() + n > body.capacity()) {
+          // Past the first reservation the client is really sending: the declared length is
+          // reserved at once, so a big body is never held twice while its buffer doubles.
+          body.reserve(body.size() + static_cast<size_t>(remaining_));
+        }
+        body.append(p, n);
         p += n;
         remaining_ -= n;
         if (remaining_ == 0) {
