@@ -62,6 +62,16 @@ struct DeviceSamplingRow {
   uint64_t position = 0;     // num_generated_tokens: the draw's counter
 };
 
+// DeepSeek multi-head latent attention (MLA), absorbed form: what one layer's mla_attention needs
+// besides its query and cache. The per-head matrices come from kv_b_proj, split and made dense at
+// load, so the op never sees a quantized block; the rope part of q is rotated inside the op.
+struct MlaParams {
+  Tensor w_uk_t;     // [heads, kv_lora_rank, qk_nope_dim]: W_UK^T, absorbed into the query
+  Tensor w_uv;       // [heads, v_head_dim, kv_lora_rank]: W_UV, applied to the latent output
+  RopeParams rope;   // rotary_dim = qk_rope_dim (the whole rope part of q and of k_pe)
+  float scale = 1.0f;  // softmax scale: 1 / sqrt(qk_nope_dim + qk_rope_dim), times YaRN's mscale^2
+};
+
 // Device memory as the runtime reports it (zeros on the CPU).
 struct DeviceMemoryInfo {
   size_t free_bytes = 0;
@@ -137,6 +147,26 @@ class Backend {
   // chunked prefill and decode alike)                          q, out [n, heads, hd]
   virtual void attention(const Tensor& q, const Tensor& k_cache, const Tensor& v_cache,
                          const AttentionMetadata& m, const AttentionParams& p, Tensor& out) = 0;
+  // MLA (MlaParams). A model checks supports_mla() at load; the ops only KVASIR_CHECK. The latent
+  // cache holds one row per token, [c_kv | k_pe] with kv_lora_rank + qk_rope_dim columns, in
+  // the KV cache's element type, paged like K (block tables, slot mapping).
+  virtual bool supports_mla() const { return false; }
+  // Rotates each token's k_pe at its position and writes the row [c_kv | k_pe] through the slot
+  // mapping (inputs unchanged)                                 c_kv [n, L], k_pe [n, R]
+  //                                                            cache [num_blocks, block_size, 1, L + R]
+  virtual void write_latent_kv(const Tensor& c_kv, const Tensor& k_pe, const int32_t* positions,
+                               const RopeParams& rope, Tensor& cache, const AttentionMetadata& m) {
+    KVASIR_CHECK_MSG(false, (name() + " has no MLA ops").c_str());
+  }
+  // Causal attention of each scheduled token over its sequence's latent rows, every query head
+  // against the one latent "head" (MQA): q_latent = [W_UK^T q_nope | rope(q_pe)], scores =
+  // q_latent . row * scale, o_latent = sum softmax * c_kv, out = W_UV o_latent per head.
+  //                                                            q [n, heads, qk_nope_dim + R]
+  //                                                            out [n, heads, v_head_dim]
+  virtual void mla_attention(const Tensor& q, const int32_t* positions, const Tensor& cache,
+                             const AttentionMetadata& m, const MlaParams& p, Tensor& out) {
+    KVASIR_CHECK_MSG(false, (name() + " has no MLA ops").c_str());
+  }
   // out = act(gate) * up                                       gate, up, out [n, d]
   virtual void gated_activation(const Tensor& gate, const Tensor& up, GateActivation act, Tensor& out) = 0;
   // x = cap * tanh(x / cap)
