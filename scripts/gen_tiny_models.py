@@ -3,6 +3,7 @@
 
     pip install torch transformers safetensors      # CPU is enough; takes seconds
     python3 scripts/gen_tiny_models.py               # -> tests/data/tiny/<name>/
+    python3 scripts/gen_tiny_models.py deepseek_v3   # only the models named
 
 Each directory holds what an HF checkpoint holds (config.json, model.safetensors in float32) and
 golden.json + logits_<i>.f32: for every prompt (fixed token ids, no tokenizer), the float32 logits
