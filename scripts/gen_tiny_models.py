@@ -3,6 +3,7 @@
 
     pip install torch transformers safetensors      # CPU is enough; takes seconds
     python3 scripts/gen_tiny_models.py               # -> tests/data/tiny/<name>/
+    python3 scripts/gen_tiny_models.py deepseek_v3   # only the models named
 
 Each directory holds what an HF checkpoint holds (config.json, model.safetensors in float32) and
 golden.json + logits_<i>.f32: for every prompt (fixed token ids, no tokenizer), the float32 logits
@@ -20,6 +21,17 @@ Models:
                 scaling from max/original positions), partial_rotary_factor 0.75, and
                 original_max_position_embeddings 16: one prompt is shorter (short factors), the
                 others longer (long factors), as transformers picks by the sequence's length.
+  deepseek_v2_lite  DeepseekV2ForCausalLM like V2-Lite: multi-head latent attention with q_proj
+                (q_lora_rank null), kv_lora_rank 32, rope dims 16 (interleaved pairs), nope 32,
+                v 32, YaRN (factor 4, mscale = mscale_all_dim, so the softmax scale changes);
+                every layer dense (first_k_dense_replace = num_hidden_layers).
+  deepseek_v2   the same with q_lora_rank 24 (q_a_proj -> q_a_layernorm -> q_b_proj), no scaling.
+  deepseek_v3   DeepseekV3ForCausalLM, q_lora_rank 24, rope_interleave, YaRN, three dense layers.
+
+With LLAMA_CPP=<llama.cpp source dir> (vendor/llama.cpp of the llama-cpp-python sdist:
+`pip download --no-deps --no-binary :all: llama-cpp-python`, extracted outside the repo), the
+models llama.cpp's converter supports are also written as model.gguf (float32, no vocabulary:
+the golden prompts are token ids), which the test runs against the same logits.
 """
 
 from __future__ import annotations
@@ -77,21 +89,86 @@ def configs():
     )
 
 
-def main() -> int:
-    from transformers import Phi3ForCausalLM
+# DeepSeek MLA: 4 heads, latent 32, rope 16, nope 32, v 32 (HF's num_key_value_heads is the
+# head count; llama.cpp's converter relies on it).
+DEEPSEEK = dict(
+    BASE,
+    num_key_value_heads=4,
+    kv_lora_rank=32,
+    qk_rope_head_dim=16,
+    qk_nope_head_dim=32,
+    v_head_dim=32,
+    max_position_embeddings=64,
+)
+DEEPSEEK_YARN = {"rope_type": "yarn", "rope_theta": 10000.0, "factor": 4.0,
+                 "original_max_position_embeddings": 16, "beta_fast": 32, "beta_slow": 1,
+                 "mscale": 0.707, "mscale_all_dim": 0.707}
 
-    for name, config in configs():
+
+def deepseek_configs():
+    from transformers import DeepseekV2Config, DeepseekV3Config
+
+    yield "deepseek_v2_lite", DeepseekV2Config(**DEEPSEEK, q_lora_rank=None,
+                                               first_k_dense_replace=2,
+                                               rope_parameters=DEEPSEEK_YARN)
+    yield "deepseek_v2", DeepseekV2Config(**DEEPSEEK, q_lora_rank=24, first_k_dense_replace=2,
+                                          rope_theta=10000.0)
+    v3 = dict(DEEPSEEK, num_hidden_layers=3)
+    yield "deepseek_v3", DeepseekV3Config(**v3, q_lora_rank=24, first_k_dense_replace=3,
+                                          rope_interleave=True,
+                                          rope_parameters=dict(DEEPSEEK_YARN, factor=2.0))
+
+
+# Attention matrices: scaled up from transformers' init (std 0.02), which leaves attention almost
+# uniform, so that RoPE, the window and the softmax scale show in the logits (scores of order 10).
+ATTENTION_STD = {"qkv_proj.weight": 0.35, "q_proj.weight": 0.35, "q_b_proj.weight": 0.35,
+                 "kv_b_proj.weight": 0.35}
+
+# GGUF conversion, in a child process: the converter's own gguf-py comes first on its path, and
+# its vocabulary step is skipped (the tiny models have no tokenizer).
+CONVERT = r"""
+import sys
+sys.path[:0] = [sys.argv[1], sys.argv[1] + "/gguf-py"]
+import conversion.base as base
+base.TextModel.set_vocab = lambda self: None
+from conversion.deepseek import DeepseekV2Model
+DeepseekV2Model.set_vocab = lambda self: None
+sys.argv = ["convert_hf_to_gguf.py", sys.argv[2], "--outfile", sys.argv[3], "--outtype", "f32"]
+import convert_hf_to_gguf
+convert_hf_to_gguf.main()
+"""
+GGUF_MODELS = {"deepseek_v2_lite", "deepseek_v2", "deepseek_v3"}
+
+
+def write_gguf(name: str, d: str) -> None:
+    llama_cpp = os.environ.get("LLAMA_CPP")
+    if not llama_cpp or name not in GGUF_MODELS:
+        return
+    import subprocess
+
+    out = os.path.join(d, "model.gguf")
+    subprocess.run([sys.executable, "-c", CONVERT, llama_cpp, d, out], check=True,
+                   stdout=subprocess.DEVNULL)
+
+
+def main() -> int:
+    from transformers import AutoModelForCausalLM
+
+    only = set(sys.argv[1:])  # model names to (re)write; all when empty
+    for name, config in list(configs()) + list(deepseek_configs()):
+        if only and name not in only:
+            continue
         torch.manual_seed(1234)
-        model = Phi3ForCausalLM(config).eval().float()
-        # transformers' init (std 0.02) leaves attention almost uniform, so RoPE and the window
-        # would hardly show in the logits. Larger weights make scores sharp: q/k/v rows of std
-        # 0.35 (scores of order 10), other matrices 1/sqrt(fan_in), random norms around 1.
+        model = AutoModelForCausalLM.from_config(config).eval().float()
+        # Larger weights than transformers' init (see ATTENTION_STD), other matrices
+        # 1/sqrt(fan_in), random norms around 1.
         with torch.no_grad():
             for n, p in model.named_parameters():
+                std = next((v for k, v in ATTENTION_STD.items() if n.endswith(k)), None)
                 if n.endswith("norm.weight"):
                     p.copy_(1.0 + 0.2 * torch.randn_like(p))
-                elif n.endswith("qkv_proj.weight"):
-                    p.copy_(0.35 * torch.randn_like(p))
+                elif std is not None:
+                    p.copy_(std * torch.randn_like(p))
                 elif n.endswith("embed_tokens.weight"):
                     p.copy_(torch.randn_like(p))
                 else:
@@ -114,6 +191,7 @@ def main() -> int:
         with open(os.path.join(d, "golden.json"), "w") as f:
             json.dump(golden, f, indent=1)
             f.write("\n")
+        write_gguf(name, d)
         size = sum(os.path.getsize(os.path.join(d, x)) for x in os.listdir(d))
         print(f"{d}: {size // 1024} KiB")
     return 0

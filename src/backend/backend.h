@@ -11,6 +11,7 @@
 #include <memory>
 #include <string>
 
+#include "backend/moe_params.h"
 #include "backend/tensor.h"
 #include "common/status.h"
 
@@ -49,8 +50,6 @@ struct RopeParams {
   float attention_factor = 1.0f;    // YaRN mscale on cos/sin
 };
 
-enum class GateActivation { kSilu, kGeluTanh };
-
 // One row of on-device sampling: steps 5-10 of sample/sampler.h (greedy, temperature, min-p,
 // top-k, top-p, the Philox draw). Rows that need logit edits or logprobs use the host Sampler.
 struct DeviceSamplingRow {
@@ -60,6 +59,16 @@ struct DeviceSamplingRow {
   int32_t top_k = 0;         // 0 or >= vocab: off
   uint64_t rng_key = 0;      // rng_key_for_request (sample/philox.h)
   uint64_t position = 0;     // num_generated_tokens: the draw's counter
+};
+
+// DeepSeek multi-head latent attention (MLA), absorbed form: what one layer's mla_attention needs
+// besides its query and cache. The per-head matrices come from kv_b_proj, split and made dense at
+// load, so the op never sees a quantized block; the rope part of q is rotated inside the op.
+struct MlaParams {
+  Tensor w_uk_t;     // [heads, kv_lora_rank, qk_nope_dim]: W_UK^T, absorbed into the query
+  Tensor w_uv;       // [heads, v_head_dim, kv_lora_rank]: W_UV, applied to the latent output
+  RopeParams rope;   // rotary_dim = qk_rope_dim (the whole rope part of q and of k_pe)
+  float scale = 1.0f;  // softmax scale: 1 / sqrt(qk_nope_dim + qk_rope_dim), times YaRN's mscale^2
 };
 
 // Device memory as the runtime reports it (zeros on the CPU).
@@ -137,12 +146,51 @@ class Backend {
   // chunked prefill and decode alike)                          q, out [n, heads, hd]
   virtual void attention(const Tensor& q, const Tensor& k_cache, const Tensor& v_cache,
                          const AttentionMetadata& m, const AttentionParams& p, Tensor& out) = 0;
+  // MLA (MlaParams). A model checks supports_mla() at load; the ops only KVASIR_CHECK. The latent
+  // cache holds one row per token, [c_kv | k_pe] with kv_lora_rank + qk_rope_dim columns, in
+  // the KV cache's element type, paged like K (block tables, slot mapping).
+  virtual bool supports_mla() const { return false; }
+  // Rotates each token's k_pe at its position and writes the row [c_kv | k_pe] through the slot
+  // mapping (inputs unchanged)                                 c_kv [n, L], k_pe [n, R]
+  //                                                            cache [num_blocks, block_size, 1, L + R]
+  virtual void write_latent_kv(const Tensor& c_kv, const Tensor& k_pe, const int32_t* positions,
+                               const RopeParams& rope, Tensor& cache, const AttentionMetadata& m) {
+    KVASIR_CHECK_MSG(false, (name() + " has no MLA ops").c_str());
+  }
+  // Causal attention of each scheduled token over its sequence's latent rows, every query head
+  // against the one latent "head" (MQA): q_latent = [W_UK^T q_nope | rope(q_pe)], scores =
+  // q_latent . row * scale, o_latent = sum softmax * c_kv, out = W_UV o_latent per head.
+  //                                                            q [n, heads, qk_nope_dim + R]
+  //                                                            out [n, heads, v_head_dim]
+  virtual void mla_attention(const Tensor& q, const int32_t* positions, const Tensor& cache,
+                             const AttentionMetadata& m, const MlaParams& p, Tensor& out) {
+    KVASIR_CHECK_MSG(false, (name() + " has no MLA ops").c_str());
+  }
   // out = act(gate) * up                                       gate, up, out [n, d]
   virtual void gated_activation(const Tensor& gate, const Tensor& up, GateActivation act, Tensor& out) = 0;
   // x = cap * tanh(x / cap)
   virtual void softcap(Tensor& x, float cap) = 0;
   // out[i, :] = src[rows[i], :]                                src [n, d], out [k, d]
   virtual void gather_rows(const Tensor& src, const int32_t* rows, int k, Tensor& out) = 0;
+
+  // Mixture of experts (moe_params.h). A model checks supports_moe() and validates its
+  // MoeRouting / MoeExpertWeights at load; the ops only KVASIR_CHECK. Ops take their scratch from
+  // the backend's own workspace, never from a per-call allocation once it has grown to the largest
+  // batch. Batch invariant like every op: a token's ids, weights and output rows are bit-identical
+  // whatever else is in the batch.
+  virtual bool supports_moe() const { return false; }
+  // Each token's top_k experts and their weights       router_logits [T, E] f32,
+  //                                                    topk_ids [T, top_k] I32, topk_weights [T, top_k] f32
+  virtual void moe_route(const Tensor& router_logits, const MoeRouting& routing, Tensor& topk_ids,
+                         Tensor& topk_weights) {
+    KVASIR_CHECK_MSG(false, (name() + " has no MoE ops").c_str());
+  }
+  // out[t] = sum_j topk_weights[t, j] * expert_{topk_ids[t, j]}(x[t]) (MoeExpertWeights' formula)
+  //                                                    x, out [T, H] f32; topk_* as moe_route writes them
+  virtual void moe_experts(const Tensor& x, const Tensor& topk_ids, const Tensor& topk_weights,
+                           const MoeExpertWeights& experts, Tensor& out) {
+    KVASIR_CHECK_MSG(false, (name() + " has no MoE ops").c_str());
+  }
 
   // Optional on-device sampling: one token per row of float32 logits [num_rows, vocab] that live
   // on this device; only the token ids come back (out_tokens: host [num_rows]).

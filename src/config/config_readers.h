@@ -48,6 +48,10 @@ struct ConfigTraits {
   std::optional<double> rope_theta_local;
   // GGUF has no query_pre_attn_scalar: at this layer count (gemma2/3 27B) it is hidden / heads.
   int large_model_layers = 0;
+  // GGUF attention.key_length / value_length describe multi-head latent attention's latent view
+  // (llama.cpp's deepseek2: kv_lora_rank + rope dims, kv_lora_rank), so they may differ; the
+  // family reads the per-head sizes from its own keys.
+  bool latent_attention = false;
 };
 
 // model_type and architectures of an HF config.json (the text_config's when a multimodal

@@ -145,7 +145,7 @@ StatusOr<ModelConfig> read_gguf_config(const GgufFile& f, const ConfigTraits& tr
     }
   }
   KVASIR_ASSIGN_OR_RETURN(int64_t value_length, k.integer_or("attention.value_length", c.head_dim));
-  if (value_length != c.head_dim) {
+  if (value_length != c.head_dim && !arch->latent_attention) {
     return unimplemented("GGUF: attention.value_length " + std::to_string(value_length) +
                          " differs from key_length " + std::to_string(c.head_dim));
   }

@@ -14,6 +14,7 @@
 #include "config/model_config.h"
 #include "layers/rope_table.h"
 #include "model/forward_batch.h"
+#include "model/kv_cache.h"
 
 namespace kvasir {
 
@@ -53,6 +54,9 @@ struct BlockInit {
 class AttentionBlock {
  public:
   virtual ~AttentionBlock() = default;
+  // What the layer caches per token; the model allocates k_cache / v_cache in this shape (an
+  // empty v_cache when it has no V).
+  virtual KvCacheShape cache_shape() const = 0;
   // h: [T, hidden] normed input; out: [T, hidden]. Writes this step's K/V into the layer's cache
   // through the slot mapping and attends over the block tables.
   virtual void forward(Backend& backend, const Tensor& h, const ForwardBatch& batch,

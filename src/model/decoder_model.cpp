@@ -134,9 +134,18 @@ Status DecoderModel::allocate_workspace() {
   return Status();
 }
 
+// Bytes of one token's K or V row of `heads` x `dim` elements in the backend's KV element type.
+static size_t kv_row_bytes(const Backend& backend, int64_t heads, int64_t dim) {
+  return heads == 0 ? 0 : *row_bytes(backend.kv_cache_dtype(), heads * dim);
+}
+
 size_t DecoderModel::kv_cache_bytes_per_block(int block_size) const {
-  const size_t row = *row_bytes(backend_.kv_cache_dtype(), int64_t{config_.num_kv_heads} * config_.head_dim);
-  return row * static_cast<size_t>(block_size) * 2 * static_cast<size_t>(config_.num_layers);
+  size_t per_token = 0;
+  for (const Layer& L : layers_) {
+    const KvCacheShape s = L.attn->cache_shape();
+    per_token += kv_row_bytes(backend_, s.k_heads, s.k_dim) + kv_row_bytes(backend_, s.v_heads, s.v_dim);
+  }
+  return per_token * static_cast<size_t>(block_size);
 }
 
 StatusOr<KvCache> DecoderModel::allocate_kv_cache(int num_blocks, int block_size) {
@@ -145,16 +154,23 @@ StatusOr<KvCache> DecoderModel::allocate_kv_cache(int num_blocks, int block_size
   c.num_blocks = num_blocks;
   c.block_size = block_size;
   const DType kv_dtype = backend_.kv_cache_dtype();
-  const size_t bytes = kv_cache_bytes_per_block(block_size) / 2 / static_cast<size_t>(config_.num_layers) *
-                       static_cast<size_t>(num_blocks);
-  for (int l = 0; l < config_.num_layers; ++l) {
-    for (auto* side : {&c.k, &c.v}) {
-      KVASIR_ASSIGN_OR_RETURN(auto buf, backend_.allocate(bytes));
-      // Not cleared: attention only reads slots written by write_kv, and untouched pages stay free.
-      side->push_back(Tensor::make(buf->data(), kv_dtype,
-                                   {num_blocks, block_size, config_.num_kv_heads, config_.head_dim}, backend_.device()));
-      c.buffers.push_back(std::move(buf));
+  auto make = [&](int64_t heads, int64_t dim, std::vector<Tensor>& side) -> Status {
+    if (heads == 0) {
+      side.push_back(Tensor{});
+      return Status();
     }
+    const size_t bytes = kv_row_bytes(backend_, heads, dim) * static_cast<size_t>(block_size) *
+                         static_cast<size_t>(num_blocks);
+    KVASIR_ASSIGN_OR_RETURN(auto buf, backend_.allocate(bytes));
+    // Not cleared: attention only reads slots written by write_kv, and untouched pages stay free.
+    side.push_back(Tensor::make(buf->data(), kv_dtype, {num_blocks, block_size, heads, dim}, backend_.device()));
+    c.buffers.push_back(std::move(buf));
+    return Status();
+  };
+  for (const Layer& L : layers_) {
+    const KvCacheShape s = L.attn->cache_shape();
+    KVASIR_RETURN_IF_ERROR(make(s.k_heads, s.k_dim, c.k));
+    KVASIR_RETURN_IF_ERROR(make(s.v_heads, s.v_dim, c.v));
   }
   return c;
 }

@@ -39,6 +39,8 @@ class DecoderAttention final : public AttentionBlock {
     return std::unique_ptr<AttentionBlock>(std::move(a));
   }
 
+  KvCacheShape cache_shape() const override { return {kv_heads_, hd_, kv_heads_, hd_}; }
+
   void forward(Backend& b, const Tensor& h, const ForwardBatch& batch, Tensor& k_cache,
                Tensor& v_cache, BlockScratch& s, Tensor& out) override {
     const int64_t T = h.rows();

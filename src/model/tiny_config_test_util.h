@@ -1,6 +1,6 @@
 // Tests' tiny config.json of any registered family: 2 layers, GQA 4/2, head_dim 16 given
 // explicitly (so every shape field can change alone), a sliding window for the families that read
-// one. Small enough that dummy weights and a forward pass take milliseconds.
+// one; DeepSeek's MLA sizes for those families. Small enough that dummy weights and a forward pass take milliseconds.
 #pragma once
 
 #include <gtest/gtest.h>
@@ -23,6 +23,14 @@ inline Json tiny_config(const std::string& model_type) {
                                   "vocab_size": 128, "max_position_embeddings": 256, "rms_norm_eps": 1e-5,
                                   "tie_word_embeddings": false, "sliding_window": 8})");
   j.set("model_type", model_type);
+  if (model_type.rfind("deepseek", 0) == 0) {  // multi-head latent attention; V3 with q_lora_rank
+    const bool v3 = model_type == "deepseek_v3";
+    Json mla = parse_json_or_fail(v3 ? R"({"kv_lora_rank": 32, "q_lora_rank": 24, "qk_rope_head_dim": 8,
+                                          "qk_nope_head_dim": 16, "v_head_dim": 24, "first_k_dense_replace": 8})"
+                                     : R"({"kv_lora_rank": 32, "q_lora_rank": null, "qk_rope_head_dim": 8,
+                                          "qk_nope_head_dim": 16, "v_head_dim": 24, "first_k_dense_replace": 8})");
+    for (const auto& [key, value] : mla.as_object()) j.set(key, value);
+  }
   return j;
 }
 

@@ -143,6 +143,28 @@ StatusOr<double> worst_error(const TinyModel& t, const ModelConfig& config, cons
   return worst;
 }
 
+// The same model as llama.cpp's converter wrote it (model.gguf beside the HF files, where the
+// converter supports the family): the same logits.
+TEST(TinyModelGolden, GgufConversionsMatchTransformers) {
+  int num_gguf = 0;
+  for (const TinyModel& t : load_tiny_models()) {
+    const std::string path = t.dir + "/model.gguf";
+    if (!std::filesystem::exists(path)) continue;
+    ++num_gguf;
+    auto weights = open_weights(path);
+    ASSERT_TRUE(weights.ok()) << path << ": " << weights.status().to_string();
+    auto config = load_model_config(**weights);
+    ASSERT_TRUE(config.ok()) << path << ": " << config.status().to_string();
+    ASSERT_EQ(config->vocab_size, t.vocab);
+    auto err = worst_error(t, *config, **weights);
+    ASSERT_TRUE(err.ok()) << path << ": " << err.status().to_string();
+    std::printf("[ metrics ] %s (%s): worst relative L2 vs transformers %.3g\n", path.c_str(),
+                config->to_string().c_str(), *err);
+    EXPECT_LT(*err, kBar) << path;
+  }
+  EXPECT_GT(num_gguf, 0) << "no model.gguf under " << kTinyDir;
+}
+
 TEST(TinyModelGolden, EveryTinyModelMatchesTransformers) {
   const std::vector<TinyModel> models = load_tiny_models();
   ASSERT_FALSE(models.empty()) << "no models under " << kTinyDir << " (scripts/gen_tiny_models.py)";
@@ -166,6 +188,23 @@ TEST(TinyModelGolden, EveryTinyModelMatchesTransformers) {
     ASSERT_TRUE(bad.ok());
     std::printf("[ metrics ] %s with rope_theta x2: %.3g\n", t.dir.c_str(), *bad);
     EXPECT_GT(*bad, 100 * kBar) << t.dir;
+    // ... and the RoPE pairing (DeepSeek rotates interleaved pairs, the others halves).
+    ModelConfig paired = *config;
+    paired.rope_style = config->rope_style == RopeStyle::kNeox ? RopeStyle::kInterleaved : RopeStyle::kNeox;
+    auto p = worst_error(t, paired, **weights);
+    ASSERT_TRUE(p.ok());
+    std::printf("[ metrics ] %s with the other RoPE pairing: %.3g\n", t.dir.c_str(), *p);
+    EXPECT_GT(*p, 100 * kBar) << t.dir;
+    if (auto it = config->family_params.find("mla.softmax_mscale");
+        it != config->family_params.end() && it->second != 1.0) {
+      // ... and MLA's YaRN correction of the softmax scale.
+      ModelConfig plain = *config;
+      plain.family_params["mla.softmax_mscale"] = 1.0;
+      auto m = worst_error(t, plain, **weights);
+      ASSERT_TRUE(m.ok());
+      std::printf("[ metrics ] %s without the softmax mscale: %.3g\n", t.dir.c_str(), *m);
+      EXPECT_GT(*m, 100 * kBar) << t.dir;
+    }
     if (config->rope_scaling.type == RopeScalingType::kLongrope) {
       // ... and longrope's short/long choice: always the short factors.
       ModelConfig short_only = *config;

@@ -23,6 +23,8 @@ const char* kind_name(WeightKind kind) {
       return "a norm weight";
     case WeightKind::kVector:
       return "a bias";
+    case WeightKind::kHostMatrix:
+      return "a matrix";
   }
   return "a weight";
 }
@@ -93,6 +95,8 @@ StatusOr<Tensor> WeightBinder::bind_one(const WeightSpec& spec) {
       return to_f32_vector(w, static_cast<float>(config_.norm_weight_offset));
     case WeightKind::kVector:
       return to_f32_vector(w, 0.0f);
+    case WeightKind::kHostMatrix:
+      return to_f32_host(w);
   }
   return internal_error("unknown weight kind");
 }
@@ -149,6 +153,29 @@ StatusOr<Tensor> WeightBinder::upload(const WeightTensor& w) {
   auto t = backend_.upload_weight(host, &owner);
   if (!t.ok()) return Status(t.status().code(), "weight " + w.name + ": " + t.status().message());
   if (owner) owned_.push_back(std::move(owner));
+  return t;
+}
+
+StatusOr<Tensor> WeightBinder::to_f32_host(const WeightTensor& w) {
+  const int64_t n = w.num_elements();
+  if (w.shape.empty() || w.shape.size() > 4) return data_loss("weight " + w.name + " must have 1 to 4 dimensions");
+  KVASIR_ASSIGN_OR_RETURN(auto buf, allocate_host_buffer(static_cast<size_t>(n) * sizeof(float)));
+  // Row by row through an aligned copy (the source may be unaligned): a block format's rows are
+  // whole blocks, so each row dequantizes on its own.
+  const int64_t cols = w.shape.back(), rows = n / cols;
+  const size_t rb = w.nbytes / static_cast<size_t>(rows);
+  std::vector<uint8_t> raw(rb);
+  float* out = static_cast<float*>(buf->data());
+  for (int64_t r = 0; r < rows; ++r) {
+    std::memcpy(raw.data(), w.data + static_cast<size_t>(r) * rb, rb);
+    quant::dequantize_row(w.dtype, raw.data(), out + r * cols, cols);
+  }
+  Tensor t;
+  t.data = buf->data();
+  t.dtype = DType::kF32;
+  t.ndim = static_cast<int>(w.shape.size());
+  for (int i = 0; i < t.ndim; ++i) t.shape[static_cast<size_t>(i)] = w.shape[static_cast<size_t>(i)];
+  owned_.push_back(std::move(buf));
   return t;
 }
 

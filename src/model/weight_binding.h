@@ -37,6 +37,8 @@ class WeightBinder {
   const WeightName* locate(const WeightSpec& spec) const;
   StatusOr<Tensor> fused_rows(const WeightSpec& spec, const WeightName& name);
   StatusOr<Tensor> to_f32_vector(const WeightTensor& w, float offset);
+  // kHostMatrix: float32 on the host, owned here, never uploaded.
+  StatusOr<Tensor> to_f32_host(const WeightTensor& w);
   StatusOr<Tensor> upload(const WeightTensor& w);
 
   const WeightSource& src_;

@@ -101,6 +101,10 @@ std::vector<DummyTensorSpec> dummy_weight_specs(const WeightManifest& m, const M
       case WeightKind::kVector:
         v.push_back({s.hf.name, DType::kF32, shape, false, 0.0f, 0.02f});
         break;
+      case WeightKind::kHostMatrix:
+        v.push_back({s.hf.name, DType::kF32, shape, false, 0.0f,
+                     1.0f / std::sqrt(static_cast<float>(shape.back()))});
+        break;
     }
   };
   for (const WeightSpec& s : m.model) emit(s);

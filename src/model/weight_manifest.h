@@ -18,6 +18,9 @@ enum class WeightKind {
   kMatrix,  // [out, in], any supported dtype, bound in place
   kNorm,    // [n], made float32 with the config's norm_weight_offset added
   kVector,  // [n], made float32 (biases)
+  // Any shape, made float32 on the host and not uploaded: a block derives the weights it runs from
+  // it at creation (MLA splits kv_b_proj into its absorbed per-head matrices).
+  kHostMatrix,
 };
 
 // Where a weight lies in one file format: a whole tensor, or rows [row_begin, row_begin + rows)

@@ -49,9 +49,21 @@ class CpuBackend final : public Backend {
                 const AttentionMetadata& m) override;
   void attention(const Tensor& q, const Tensor& k_cache, const Tensor& v_cache,
                  const AttentionMetadata& m, const AttentionParams& p, Tensor& out) override;
+  // cpu_mla_attention.cpp
+  bool supports_mla() const override { return true; }
+  void write_latent_kv(const Tensor& c_kv, const Tensor& k_pe, const int32_t* positions,
+                       const RopeParams& rope, Tensor& cache, const AttentionMetadata& m) override;
+  void mla_attention(const Tensor& q, const int32_t* positions, const Tensor& cache,
+                     const AttentionMetadata& m, const MlaParams& p, Tensor& out) override;
   void gated_activation(const Tensor& gate, const Tensor& up, GateActivation act, Tensor& out) override;
   void softcap(Tensor& x, float cap) override;
   void gather_rows(const Tensor& src, const int32_t* rows, int k, Tensor& out) override;
+  // cpu_moe.cpp
+  bool supports_moe() const override { return true; }
+  void moe_route(const Tensor& router_logits, const MoeRouting& routing, Tensor& topk_ids,
+                 Tensor& topk_weights) override;
+  void moe_experts(const Tensor& x, const Tensor& topk_ids, const Tensor& topk_weights,
+                   const MoeExpertWeights& experts, Tensor& out) override;
 
  private:
   std::unique_ptr<ThreadPool> pool_;
@@ -59,6 +71,20 @@ class CpuBackend final : public Backend {
   DType kv_dtype_;
   cpu::MatmulScratch scratch_;
   std::vector<float> attn_partials_;  // attention: per-unit results of split key ranges
+  // mla_attention: latent queries, latent outputs, split results, units (grow to the largest
+  // batch once, then are reused)
+  struct MlaTask {
+    int token;      // row in q / out
+    int seq;        // sequence index in the metadata
+    int32_t ctx;    // keys it sees: positions [0, ctx)
+    int splits;     // key ranges
+    int64_t unit0;  // its first unit: units unit0 + s
+  };
+  std::vector<float> mla_q_, mla_o_, mla_partials_;
+  std::vector<MlaTask> mla_tasks_;
+  // MoE: routing scratch, and the sorted rows and intermediates of a chunk of tokens (grows to the
+  // largest batch's need, bounded by a fixed chunk size, then never again).
+  cpu::MatmulScratch moe_scratch_;
 };
 
 }  // namespace kvasir

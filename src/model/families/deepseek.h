@@ -1,0 +1,34 @@
+// What DeepSeek-V2 and DeepSeek-V3 share (families/deepseek_v2.cpp, deepseek_v3.cpp): multi-head
+// latent attention (model/mla_attention.h) in every layer, a dense gated MLP in the first
+// first_k_dense_replace layers, and the config keys that say so, in HF config.json (both
+// model_types) and in llama.cpp's GGUF "deepseek2" (which holds V3 as well). Must not be listed
+// in the registry itself: the two families are.
+#pragma once
+
+#include <string>
+#include <vector>
+
+#include "model/model_family.h"
+
+namespace kvasir {
+
+class DeepseekFamily : public ModelFamily {
+ public:
+  Status read_hf_extras(const HfKeys& keys, ModelConfig& config) const override;
+  Status read_gguf_extras(const GgufKeys& keys, ModelConfig& config) const override;
+  WeightManifest manifest(const ModelConfig& config) const override;
+  StatusOr<std::unique_ptr<AttentionBlock>> make_attention(const BlockInit& init) const override;
+  StatusOr<std::unique_ptr<MlpBlock>> make_mlp(const BlockInit& init) const override;
+
+ protected:
+  // rope_interleave_key: the config.json key that may switch V3 to half-split RoPE (empty: V2,
+  // whose transformers code always rotates interleaved pairs).
+  DeepseekFamily(std::string_view name, std::vector<std::string> gguf_names,
+                 std::vector<std::string> hf_model_types, std::vector<std::string> hf_architectures,
+                 bool reads_rope_interleave);
+
+ private:
+  bool reads_rope_interleave_;
+};
+
+}  // namespace kvasir

@@ -1,0 +1,115 @@
+// The paged latent KV cache of multi-head latent attention (DeepSeek) through the whole engine:
+// chunked prefill, a prefix-cache hit and preemption give the same greedy tokens and logprobs as
+// one unchunked, uncached pass. The tiny DeepSeek-V2-Lite config of tests/data/tiny with dummy
+// weights (the comparison is engine against engine, so any weights do; the model itself is
+// checked against transformers by tiny_model_golden_test); prompts are token ids.
+#include <gtest/gtest.h>
+
+#include "engine/engine.h"
+#include "golden.h"
+#include "kvasir/llm.h"
+#include "setup/loaded_model.h"
+
+namespace kvasir::testing {
+namespace {
+
+const char* kConfig = "tests/data/tiny/deepseek_v2_lite";
+
+EngineArgs args(int max_num_batched_tokens, bool prefix_caching, int64_t kv_bytes = int64_t{8} << 20) {
+  EngineArgs ea;
+  ea.model = repo_path(kConfig);
+  ea.load_format = "dummy";
+  ea.exact_matmul = true;
+  ea.max_num_seqs = 4;
+  ea.max_num_batched_tokens = max_num_batched_tokens;
+  ea.enable_prefix_caching = prefix_caching;
+  ea.kv_cache_memory = kv_bytes;
+  return ea;
+}
+
+std::vector<int32_t> prompt(int len, int salt) {
+  std::vector<int32_t> ids;
+  for (int i = 0; i < len; ++i) ids.push_back((i * 37 + 11 + (i >= 32 ? salt * 101 : 0)) % 256);
+  return ids;
+}
+
+SamplingParams greedy() {
+  SamplingParams sp;
+  sp.temperature = 0;
+  sp.max_tokens = 8;
+  sp.ignore_eos = true;
+  sp.logprobs = 1;
+  return sp;
+}
+
+struct Output {
+  std::vector<int32_t> tokens;
+  std::vector<float> logprobs;
+  int32_t num_cached_tokens = 0;
+};
+
+std::vector<Output> generate(LLM& llm, const std::vector<std::vector<int32_t>>& prompts) {
+  std::vector<PromptInput> in;
+  for (const auto& p : prompts) in.push_back(PromptInput{"", p, std::nullopt});
+  auto res = llm.generate(in, greedy());
+  EXPECT_TRUE(res.ok()) << res.status().to_string();
+  std::vector<Output> out;
+  if (!res.ok()) return out;
+  for (const auto& r : *res) {
+    EXPECT_TRUE(r.error.empty()) << r.error;
+    Output o;
+    o.tokens = r.outputs[0].token_ids;
+    for (const auto& lp : r.outputs[0].logprobs) o.logprobs.push_back(lp.chosen.logprob);
+    o.num_cached_tokens = r.num_cached_tokens;
+    out.push_back(o);
+  }
+  return out;
+}
+
+TEST(MlaEngine, ChunkedPrefillAndPrefixHitsGiveTheUnchunkedOutputs) {
+  // Two prompts sharing their first 32 tokens (two full blocks of 16), then different tails.
+  const std::vector<std::vector<int32_t>> prompts = {prompt(45, 1), prompt(41, 2)};
+
+  auto plain = LLM::create(args(256, false));
+  ASSERT_TRUE(plain.ok()) << plain.status().to_string();
+  // The latent cache: per block, each layer keeps 16 rows of kv_lora_rank + rope dims floats.
+  const LoadedModel& lm = (*plain)->model();
+  EXPECT_EQ(lm.model->kv_cache_bytes_per_block(16), size_t{2} * 16 * (32 + 16) * sizeof(float));
+  std::vector<Output> want;
+  for (const auto& p : prompts) want.push_back(generate(**plain, {p})[0]);
+
+  // Chunks of 7 tokens; the second prompt runs after the first, so its shared blocks are hits.
+  auto chunked = LLM::create(args(7, true));
+  ASSERT_TRUE(chunked.ok()) << chunked.status().to_string();
+  const Output first = generate(**chunked, {prompts[0]})[0];
+  const Output second = generate(**chunked, {prompts[1]})[0];
+  EXPECT_EQ(second.num_cached_tokens, 32);
+  EXPECT_GT((*chunked)->engine().metrics().prefix_cache_hits.load(), 0);
+  EXPECT_EQ(first.tokens, want[0].tokens);
+  EXPECT_EQ(first.logprobs, want[0].logprobs);
+  EXPECT_EQ(second.tokens, want[1].tokens);
+  EXPECT_EQ(second.logprobs, want[1].logprobs);
+}
+
+TEST(MlaEngine, PreemptionUnderATinyLatentCacheGivesTheSameOutputs) {
+  std::vector<std::vector<int32_t>> prompts;
+  for (int i = 0; i < 4; ++i) prompts.push_back(prompt(30 + 5 * i, 3 + i));
+  auto roomy = LLM::create(args(64, false));
+  ASSERT_TRUE(roomy.ok()) << roomy.status().to_string();
+  std::vector<Output> want;
+  for (const auto& p : prompts) want.push_back(generate(**roomy, {p})[0]);
+  // 4 sequences of up to 53 tokens need 13 blocks; 9 (one the null block) force preemptions.
+  const int64_t per_block = static_cast<int64_t>((*roomy)->model().model->kv_cache_bytes_per_block(16));
+  auto tight = LLM::create(args(64, false, per_block * 9));
+  ASSERT_TRUE(tight.ok()) << tight.status().to_string();
+  const std::vector<Output> got = generate(**tight, prompts);
+  ASSERT_EQ(got.size(), prompts.size());
+  EXPECT_GT((*tight)->engine().metrics().num_preemptions.load(), 0);
+  for (size_t i = 0; i < prompts.size(); ++i) {
+    EXPECT_EQ(got[i].tokens, want[i].tokens) << i;
+    EXPECT_EQ(got[i].logprobs, want[i].logprobs) << i;
+  }
+}
+
+}  // namespace
+}  // namespace kvasir::testing
