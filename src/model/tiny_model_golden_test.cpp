@@ -1,14 +1,16 @@
 // Tiny random-weight models of each directory under tests/data/tiny/ (written by
 // scripts/gen_tiny_models.py with HF transformers): loaded through the normal loader and the
 // model registry (no tokenizer: the prompts are token ids), run on the CPU backend in exact mode,
-// and compared with transformers' float32 logits at every position.
+// and compared with transformers' float32 logits at every position; where the directory also
+// holds llama.cpp's conversion (golden.json "gguf"), that file too.
 //
-// The bar is a relative L2 error of 1e-4 per prompt. Both sides compute in float32 from the same
+// The bar is a relative L2 error of 1e-4 per prompt, and the same top-1 token at every position. Both sides compute in float32 from the same
 // float32 weights; they differ only by summation order and libm rounding (measured ~1e-6), while
 // a wrong binding or a wrong RoPE gives errors of order 1e-1 (checked below: the test must fail
 // on a model loaded wrong).
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cmath>
 #include <filesystem>
 #include <fstream>
@@ -34,6 +36,7 @@ struct Prompt {
 struct TinyModel {
   std::string dir;
   int64_t vocab = 0;
+  std::string gguf;  // llama.cpp's conversion of the same weights, or empty
   std::vector<Prompt> prompts;
 };
 
@@ -55,6 +58,7 @@ std::vector<TinyModel> load_tiny_models() {
     EXPECT_TRUE(j.ok());
     if (!j.ok()) continue;
     m.vocab = j->find("vocab_size")->as_int();
+    if (const Json* g = j->find("gguf")) m.gguf = dir + "/" + g->as_string();
     for (const Json& p : j->find("prompts")->as_array()) {
       Prompt pr;
       for (const Json& id : p.find("ids")->as_array()) pr.ids.push_back(static_cast<int32_t>(id.as_int()));
@@ -119,9 +123,18 @@ double rel_l2(const float* a, const float* b, size_t n) {
   return std::sqrt(num / den);
 }
 
-// Worst relative L2 error over the prompts, run as one batch of all prompts (batched == single
-// is the decoder's promise; longrope picks its table per sequence inside the batch).
-StatusOr<double> worst_error(const TinyModel& t, const ModelConfig& config, const WeightSource& weights) {
+size_t argmax(const float* x, int64_t n) {
+  return static_cast<size_t>(std::max_element(x, x + n) - x);
+}
+
+struct Comparison {
+  double worst = 0;           // relative L2 error, the worst prompt's
+  int top1_mismatches = 0;    // positions whose most likely token differs
+};
+
+// Against transformers' logits, run as one batch of all prompts (batched == single is the
+// decoder's promise; longrope picks its table per sequence inside the batch).
+StatusOr<Comparison> compare(const TinyModel& t, const ModelConfig& config, const WeightSource& weights) {
   std::vector<const Prompt*> seqs;
   for (const Prompt& p : t.prompts) seqs.push_back(&p);
   Batch batch(seqs);
@@ -135,28 +148,51 @@ StatusOr<double> worst_error(const TinyModel& t, const ModelConfig& config, cons
   KVASIR_ASSIGN_OR_RETURN(KvCache cache, model->allocate_kv_cache(batch.num_blocks, 16));
   std::vector<float> logits(static_cast<size_t>(batch.fb.num_tokens * t.vocab));
   KVASIR_RETURN_IF_ERROR(model->forward(batch.fb, cache, logits.data()));
-  double worst = 0;
+  Comparison c;
   for (size_t s = 0; s < seqs.size(); ++s) {
     const float* got = logits.data() + static_cast<size_t>(batch.qsl[s]) * static_cast<size_t>(t.vocab);
-    worst = std::max(worst, rel_l2(got, seqs[s]->logits.data(), seqs[s]->logits.size()));
+    const float* want = seqs[s]->logits.data();
+    c.worst = std::max(c.worst, rel_l2(got, want, seqs[s]->logits.size()));
+    for (size_t i = 0; i < seqs[s]->ids.size(); ++i) {
+      const size_t row = i * static_cast<size_t>(t.vocab);
+      c.top1_mismatches += argmax(got + row, t.vocab) != argmax(want + row, t.vocab);
+    }
   }
-  return worst;
+  return c;
+}
+
+StatusOr<double> worst_error(const TinyModel& t, const ModelConfig& config, const WeightSource& weights) {
+  KVASIR_ASSIGN_OR_RETURN(Comparison c, compare(t, config, weights));
+  return c.worst;
 }
 
 TEST(TinyModelGolden, EveryTinyModelMatchesTransformers) {
   const std::vector<TinyModel> models = load_tiny_models();
   ASSERT_FALSE(models.empty()) << "no models under " << kTinyDir << " (scripts/gen_tiny_models.py)";
   for (const TinyModel& t : models) {
+    if (!t.gguf.empty()) {
+      auto gguf = open_weights(t.gguf);
+      ASSERT_TRUE(gguf.ok()) << t.gguf << ": " << gguf.status().to_string();
+      auto config = load_model_config(**gguf);
+      ASSERT_TRUE(config.ok()) << t.gguf << ": " << config.status().to_string();
+      auto c = compare(t, *config, **gguf);
+      ASSERT_TRUE(c.ok()) << t.gguf << ": " << c.status().to_string();
+      std::printf("[ metrics ] %s: worst relative L2 vs transformers %.3g, top-1 mismatches %d\n",
+                  t.gguf.c_str(), c->worst, c->top1_mismatches);
+      EXPECT_LT(c->worst, kBar) << t.gguf;
+      EXPECT_EQ(c->top1_mismatches, 0) << t.gguf;
+    }
     auto weights = open_weights(t.dir);
     ASSERT_TRUE(weights.ok()) << t.dir << ": " << weights.status().to_string();
     auto config = load_model_config(**weights);
     ASSERT_TRUE(config.ok()) << t.dir << ": " << config.status().to_string();
     ASSERT_EQ(config->vocab_size, t.vocab);
-    auto err = worst_error(t, *config, **weights);
-    ASSERT_TRUE(err.ok()) << t.dir << ": " << err.status().to_string();
-    std::printf("[ metrics ] %s (%s): worst relative L2 vs transformers %.3g\n", t.dir.c_str(),
-                config->to_string().c_str(), *err);
-    EXPECT_LT(*err, kBar) << t.dir;
+    auto cmp = compare(t, *config, **weights);
+    ASSERT_TRUE(cmp.ok()) << t.dir << ": " << cmp.status().to_string();
+    std::printf("[ metrics ] %s (%s): worst relative L2 vs transformers %.3g, top-1 mismatches %d\n",
+                t.dir.c_str(), config->to_string().c_str(), cmp->worst, cmp->top1_mismatches);
+    EXPECT_LT(cmp->worst, kBar) << t.dir;
+    EXPECT_EQ(cmp->top1_mismatches, 0) << t.dir;
 
     // The comparison must catch a model loaded wrong: a RoPE base off by 2x.
     ModelConfig wrong = *config;
@@ -166,6 +202,15 @@ TEST(TinyModelGolden, EveryTinyModelMatchesTransformers) {
     ASSERT_TRUE(bad.ok());
     std::printf("[ metrics ] %s with rope_theta x2: %.3g\n", t.dir.c_str(), *bad);
     EXPECT_GT(*bad, 100 * kBar) << t.dir;
+    if (config->rope_scaling.type == RopeScalingType::kYarn) {
+      // ... and YaRN's magnitude scaling of cos/sin.
+      ModelConfig unscaled = *config;
+      unscaled.rope_scaling.attention_factor = 1.0;
+      auto u = worst_error(t, unscaled, **weights);
+      ASSERT_TRUE(u.ok());
+      std::printf("[ metrics ] %s without the yarn magnitude scaling: %.3g\n", t.dir.c_str(), *u);
+      EXPECT_GT(*u, 100 * kBar) << t.dir;
+    }
     if (config->rope_scaling.type == RopeScalingType::kLongrope) {
       // ... and longrope's short/long choice: always the short factors.
       ModelConfig short_only = *config;
