@@ -11,6 +11,7 @@
 #include <memory>
 #include <string>
 
+#include "backend/moe_params.h"
 #include "backend/tensor.h"
 #include "common/status.h"
 
@@ -52,8 +53,6 @@ struct RopeParams {
   const float* inv_freq = nullptr;  // [rotary_dim / 2] host table, scaling already applied
   float attention_factor = 1.0f;    // YaRN mscale on cos/sin
 };
-
-enum class GateActivation { kSilu, kGeluTanh };
 
 // One row of on-device sampling: steps 5-10 of sample/sampler.h (greedy, temperature, min-p,
 // top-k, top-p, the Philox draw). Rows that need logit edits or logprobs use the host Sampler.
@@ -147,6 +146,25 @@ class Backend {
   virtual void softcap(Tensor& x, float cap) = 0;
   // out[i, :] = src[rows[i], :]                                src [n, d], out [k, d]
   virtual void gather_rows(const Tensor& src, const int32_t* rows, int k, Tensor& out) = 0;
+
+  // Mixture of experts (moe_params.h). A model checks supports_moe() and validates its
+  // MoeRouting / MoeExpertWeights at load; the ops only KVASIR_CHECK. Ops take their scratch from
+  // the backend's own workspace, never from a per-call allocation once it has grown to the largest
+  // batch. Batch invariant like every op: a token's ids, weights and output rows are bit-identical
+  // whatever else is in the batch.
+  virtual bool supports_moe() const { return false; }
+  // Each token's top_k experts and their weights       router_logits [T, E] f32,
+  //                                                    topk_ids [T, top_k] I32, topk_weights [T, top_k] f32
+  virtual void moe_route(const Tensor& router_logits, const MoeRouting& routing, Tensor& topk_ids,
+                         Tensor& topk_weights) {
+    KVASIR_CHECK_MSG(false, (name() + " has no MoE ops").c_str());
+  }
+  // out[t] = sum_j topk_weights[t, j] * expert_{topk_ids[t, j]}(x[t]) (MoeExpertWeights' formula)
+  //                                                    x, out [T, H] f32; topk_* as moe_route writes them
+  virtual void moe_experts(const Tensor& x, const Tensor& topk_ids, const Tensor& topk_weights,
+                           const MoeExpertWeights& experts, Tensor& out) {
+    KVASIR_CHECK_MSG(false, (name() + " has no MoE ops").c_str());
+  }
 
   // Optional on-device sampling: one token per row of float32 logits [num_rows, vocab] that live
   // on this device; only the token ids come back (out_tokens: host [num_rows]).

@@ -143,6 +143,8 @@ void CpuBackend::rope(Tensor& q, Tensor& k, const int32_t* positions, const Rope
 
 void CpuBackend::gated_activation(const Tensor& gate, const Tensor& up, GateActivation act, Tensor& out) {
   KVASIR_CHECK(gate.numel() == up.numel() && out.numel() == gate.numel());
+  KVASIR_CHECK_MSG(act != GateActivation::kSwigluOai, "gated_activation: SwiGLU-OAI takes its alpha and limit "
+                                                      "through moe_experts only");
   const float* g = gate.ptr<float>();
   const float* u = up.ptr<float>();
   float* o = out.ptr<float>();

@@ -52,6 +52,12 @@ class CpuBackend final : public Backend {
   void gated_activation(const Tensor& gate, const Tensor& up, GateActivation act, Tensor& out) override;
   void softcap(Tensor& x, float cap) override;
   void gather_rows(const Tensor& src, const int32_t* rows, int k, Tensor& out) override;
+  // cpu_moe.cpp
+  bool supports_moe() const override { return true; }
+  void moe_route(const Tensor& router_logits, const MoeRouting& routing, Tensor& topk_ids,
+                 Tensor& topk_weights) override;
+  void moe_experts(const Tensor& x, const Tensor& topk_ids, const Tensor& topk_weights,
+                   const MoeExpertWeights& experts, Tensor& out) override;
 
  private:
   std::unique_ptr<ThreadPool> pool_;
@@ -59,6 +65,9 @@ class CpuBackend final : public Backend {
   DType kv_dtype_;
   cpu::MatmulScratch scratch_;
   std::vector<float> attn_partials_;  // attention: per-unit results of split key ranges
+  // MoE: routing scratch, and the sorted rows and intermediates of a chunk of tokens (grows to the
+  // largest batch's need, bounded by a fixed chunk size, then never again).
+  cpu::MatmulScratch moe_scratch_;
 };
 
 }  // namespace kvasir

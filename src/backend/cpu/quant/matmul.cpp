@@ -113,84 +113,158 @@ Status matmul_supported(DType wtype, int64_t k) {
   return Status();
 }
 
-size_t matmul_scratch_bytes(DType wtype, int64_t k, int64_t n, int num_threads, ActQuant mode) {
-  const Plan p = make_plan(active_isa(), kernel_set(active_isa()), wtype, k, mode);
-  return act_scratch_bytes(p, n) + static_cast<size_t>(std::max(num_threads, 1)) * per_thread_bytes(p, k, n);
+namespace {
+
+// Where each problem of a grouped call lives in scratch and in the shared tile numbering.
+struct ProblemIndex {
+  size_t act_offset;    // its quantized activation rows, from the start of the activation region
+  int64_t tile_begin;   // its first row tile in the call's tile numbering
+  int64_t row_begin;    // its first input row among all problems' rows
+};
+
+size_t index_bytes(int num_problems) {
+  return align_up(sizeof(ProblemIndex) * static_cast<size_t>(num_problems + 1), 64);
 }
 
-void matmul(CpuIsa isa, const void* w, DType wtype, int64_t m, int64_t k, const float* x, int64_t n, float* y,
-            ThreadPool& pool, ActQuant mode, MatmulScratch& scratch) {
+struct GroupedLayout {
+  size_t act_bytes = 0;
+  size_t per_thread = 0;
+};
+
+GroupedLayout grouped_layout(const Plan& plan, const MatmulProblem* problems, int num_problems, int64_t k) {
+  GroupedLayout l;
+  for (int i = 0; i < num_problems; ++i) {
+    l.act_bytes += act_scratch_bytes(plan, problems[i].n);
+    l.per_thread = std::max(l.per_thread, per_thread_bytes(plan, k, problems[i].n));
+  }
+  return l;
+}
+
+}  // namespace
+
+size_t matmul_scratch_bytes(DType wtype, int64_t k, int64_t n, int num_threads, ActQuant mode) {
+  const Plan p = make_plan(active_isa(), kernel_set(active_isa()), wtype, k, mode);
+  return index_bytes(1) + act_scratch_bytes(p, n) + static_cast<size_t>(std::max(num_threads, 1)) * per_thread_bytes(p, k, n);
+}
+
+size_t matmul_grouped_scratch_bytes(const MatmulProblem* problems, int num_problems, DType wtype, int64_t k,
+                                    int num_threads, ActQuant mode) {
+  const Plan plan = make_plan(active_isa(), kernel_set(active_isa()), wtype, k, mode);
+  const GroupedLayout l = grouped_layout(plan, problems, num_problems, k);
+  return index_bytes(num_problems) + l.act_bytes + static_cast<size_t>(std::max(num_threads, 1)) * l.per_thread;
+}
+
+void matmul_grouped(CpuIsa isa, const MatmulProblem* problems, int num_problems, DType wtype, int64_t k,
+                    ThreadPool& pool, ActQuant mode, MatmulScratch& scratch) {
   KVASIR_CHECK_MSG(matmul_supported(wtype, k).ok(), "matmul: unsupported weight type or k");
-  KVASIR_CHECK(m >= 0 && n >= 0);
-  if (m == 0 || n == 0) return;
+  KVASIR_CHECK(num_problems >= 0);
+  if (num_problems == 0) return;
   const KernelSet& ks = kernel_set(isa);
   const Plan plan = make_plan(isa, ks, wtype, k, mode);
   const size_t rb = *row_bytes(wtype, k);
   const int num_threads = pool.num_threads();
-  const size_t act_bytes = act_scratch_bytes(plan, n);
-  const size_t per_thread = per_thread_bytes(plan, k, n);
-  const bool amx = use_amx(plan, n);
-  auto* base = static_cast<uint8_t*>(scratch.get(act_bytes + static_cast<size_t>(num_threads) * per_thread));
+  const GroupedLayout layout = grouped_layout(plan, problems, num_problems, k);
+  const size_t head = index_bytes(num_problems);
+  auto* base = static_cast<uint8_t*>(
+      scratch.get(head + layout.act_bytes + static_cast<size_t>(num_threads) * layout.per_thread));
+  auto* index = reinterpret_cast<ProblemIndex*>(base);
+  uint8_t* act_base = base + head;
+  uint8_t* thread_base = act_base + layout.act_bytes;
 
-  const uint8_t* act = reinterpret_cast<const uint8_t*>(x);
+  int64_t total_rows = 0, total_tiles = 0, total_macs = 0;
+  size_t act_offset = 0;
+  for (int i = 0; i < num_problems; ++i) {
+    const MatmulProblem& p = problems[i];
+    KVASIR_CHECK(p.m >= 0 && p.n >= 0);
+    index[i] = {act_offset, total_tiles, total_rows};
+    const int64_t tile_rows = use_amx(plan, p.n) ? kAmxTileRows : kTileRows;
+    if (p.n > 0) total_tiles += (p.m + tile_rows - 1) / tile_rows;
+    total_rows += p.n;
+    total_macs += p.m * k * p.n;
+    act_offset += act_scratch_bytes(plan, p.n);
+  }
+  index[num_problems] = {act_offset, total_tiles, total_rows};
+  if (total_tiles == 0) return;
+
+  const size_t in_stride = static_cast<size_t>(plan.planes) * plan.act_stride;
   if (plan.format != ActFormat::kF32) {
     const bool k32 = plan.format == ActFormat::kQ8_32;
     const QuantActFn quantize = plan.planes == 2 ? (k32 ? ks.quantize_act32_planes : ks.quantize_actk_planes)
                                                  : (k32 ? ks.quantize_act32 : ks.quantize_actk);
-    const size_t in_stride = static_cast<size_t>(plan.planes) * plan.act_stride;
+    // Rows numbered across all problems; a range finds its first row's problem once.
     auto quantize_rows = [&](int64_t b, int64_t e) {
-      for (int64_t j = b; j < e; ++j) quantize(x + j * k, k, base + static_cast<size_t>(j) * in_stride);
+      int i = static_cast<int>(std::upper_bound(index, index + num_problems + 1, b,
+                                                [](int64_t v, const ProblemIndex& x) { return v < x.row_begin; }) -
+                               index) - 1;
+      for (int64_t g = b; g < e; ++g) {
+        while (g >= index[i + 1].row_begin) ++i;
+        const int64_t j = g - index[i].row_begin;
+        quantize(problems[i].x + j * k, k, act_base + index[i].act_offset + static_cast<size_t>(j) * in_stride);
+      }
     };
-    if (n > 1 && n * k >= kMinParallelQuantElems) {
-      pool.parallel_for(n, quantize_rows);
+    if (total_rows > 1 && total_rows * k >= kMinParallelQuantElems) {
+      pool.parallel_for(total_rows, quantize_rows);
     } else {
-      quantize_rows(0, n);
+      quantize_rows(0, total_rows);
     }
-    act = base;
-    if (amx) {
+    for (int i = 0; i < num_problems; ++i) {
+      if (!use_amx(plan, problems[i].n)) continue;
       // The padding rows are read by the tiles, never stored: keep them defined.
-      const size_t used = in_stride * static_cast<size_t>(n);
-      std::memset(base + used, 0, act_bytes - used);
+      const size_t used = in_stride * static_cast<size_t>(problems[i].n);
+      std::memset(act_base + index[i].act_offset + used, 0, index[i + 1].act_offset - index[i].act_offset - used);
     }
   }
 
-  const int64_t tile_rows = amx ? kAmxTileRows : kTileRows;
-  const TileFn tile = amx ? plan.amx_tile : plan.tile;
-  const int64_t num_tiles = (m + tile_rows - 1) / tile_rows;
-  // Input rows per pass; the tile sees planes * that many activation rows (AMX: whole 16-row groups).
-  int64_t chunk = std::max<int64_t>(1, static_cast<int64_t>(kActChunkBytes / (plan.planes * plan.act_stride)));
-  if (amx) chunk = std::max(kAmxTileCols, chunk / kAmxTileCols * kAmxTileCols);
-  const size_t in_stride = static_cast<size_t>(plan.planes) * plan.act_stride;
-  const bool parallel = num_threads > 1 && num_tiles >= 2 && m * k * n >= kMinParallelMacs;
-  // Row tiles are handed out in runs of `grain` (about kRunsPerThread per thread) to whichever
-  // thread is free: a thread slowed by other load on its core takes fewer runs instead of making
-  // the others wait at the end. Results do not depend on who computes what.
+  const bool parallel = num_threads > 1 && total_tiles >= 2 && total_macs >= kMinParallelMacs;
+  // Row tiles (of every problem, numbered one after another) are handed out in runs of `grain`
+  // (about kRunsPerThread per thread) to whichever thread is free: a thread slowed by other load
+  // on its core takes fewer runs instead of making the others wait at the end. Results do not
+  // depend on who computes what.
   const int64_t grain =
-      parallel ? std::max<int64_t>(1, num_tiles / (kRunsPerThread * num_threads)) : num_tiles;
+      parallel ? std::max<int64_t>(1, total_tiles / (kRunsPerThread * num_threads)) : total_tiles;
   std::atomic<int64_t> next_tile{0};
   auto body = [&](int share, int) {
     TileArgs a;
     a.w_stride = rb;
     a.k = k;
     a.act_stride = plan.act_stride;
-    a.scratch = reinterpret_cast<float*>(base + act_bytes + static_cast<size_t>(share) * per_thread);
-    a.ldy = m;
+    a.scratch = reinterpret_cast<float*>(thread_base + static_cast<size_t>(share) * layout.per_thread);
     a.dequant = plan.dequant;
     a.planes = plan.planes;
     for (;;) {
-      const int64_t t0 = next_tile.fetch_add(grain, std::memory_order_relaxed);
-      if (t0 >= num_tiles) break;
-      const int64_t t1 = std::min(t0 + grain, num_tiles);
-      for (int64_t c0 = 0; c0 < n; c0 += chunk) {
-        a.act = act + static_cast<size_t>(c0) * in_stride;
-        a.nc = std::min(chunk, n - c0) * plan.planes;
-        for (int64_t t = t0; t < t1; ++t) {
-          const int64_t r0 = t * tile_rows;
-          a.w = static_cast<const uint8_t*>(w) + static_cast<size_t>(r0) * rb;
-          a.nr = static_cast<int>(std::min(tile_rows, m - r0));
-          a.y = y + c0 * m + r0;
-          tile(a);
+      int64_t t0 = next_tile.fetch_add(grain, std::memory_order_relaxed);
+      if (t0 >= total_tiles) break;
+      const int64_t t1 = std::min(t0 + grain, total_tiles);
+      int i = static_cast<int>(std::upper_bound(index, index + num_problems + 1, t0,
+                                                [](int64_t v, const ProblemIndex& x) { return v < x.tile_begin; }) -
+                               index) - 1;
+      for (; t0 < t1; ++i) {
+        const int64_t end = std::min(t1, index[i + 1].tile_begin);
+        if (end <= t0) continue;
+        const MatmulProblem& p = problems[i];
+        const bool amx = use_amx(plan, p.n);
+        const int64_t tile_rows = amx ? kAmxTileRows : kTileRows;
+        const TileFn tile = amx ? plan.amx_tile : plan.tile;
+        const uint8_t* act =
+            plan.format == ActFormat::kF32 ? reinterpret_cast<const uint8_t*>(p.x) : act_base + index[i].act_offset;
+        // Input rows per pass; the tile sees planes * that many activation rows (AMX: whole
+        // 16-row groups).
+        int64_t chunk =
+            std::max<int64_t>(1, static_cast<int64_t>(kActChunkBytes / (plan.planes * plan.act_stride)));
+        if (amx) chunk = std::max(kAmxTileCols, chunk / kAmxTileCols * kAmxTileCols);
+        a.ldy = p.m;
+        for (int64_t c0 = 0; c0 < p.n; c0 += chunk) {
+          a.act = act + static_cast<size_t>(c0) * in_stride;
+          a.nc = std::min(chunk, p.n - c0) * plan.planes;
+          for (int64_t t = t0 - index[i].tile_begin; t < end - index[i].tile_begin; ++t) {
+            const int64_t r0 = t * tile_rows;
+            a.w = static_cast<const uint8_t*>(p.w) + static_cast<size_t>(r0) * rb;
+            a.nr = static_cast<int>(std::min(tile_rows, p.m - r0));
+            a.y = p.y + c0 * p.m + r0;
+            tile(a);
+          }
         }
+        t0 = end;
       }
     }
   };
@@ -199,6 +273,18 @@ void matmul(CpuIsa isa, const void* w, DType wtype, int64_t m, int64_t k, const 
   } else {
     body(0, 1);
   }
+}
+
+void matmul_grouped(const MatmulProblem* problems, int num_problems, DType wtype, int64_t k, ThreadPool& pool,
+                    ActQuant mode, MatmulScratch& scratch) {
+  matmul_grouped(active_isa(), problems, num_problems, wtype, k, pool, mode, scratch);
+}
+
+void matmul(CpuIsa isa, const void* w, DType wtype, int64_t m, int64_t k, const float* x, int64_t n, float* y,
+            ThreadPool& pool, ActQuant mode, MatmulScratch& scratch) {
+  KVASIR_CHECK(m >= 0 && n >= 0);
+  const MatmulProblem p{w, m, x, n, y};
+  matmul_grouped(isa, &p, 1, wtype, k, pool, mode, scratch);
 }
 
 void matmul(const void* w, DType wtype, int64_t m, int64_t k, const float* x, int64_t n, float* y, ThreadPool& pool,

@@ -64,4 +64,25 @@ void matmul(const void* w, DType wtype, int64_t m, int64_t k, const float* x, in
 void matmul(CpuIsa isa, const void* w, DType wtype, int64_t m, int64_t k, const float* x, int64_t n, float* y,
             ThreadPool& pool, ActQuant mode, MatmulScratch& scratch);
 
+// One weight against its own activation rows, as one of several products matmul_grouped runs.
+struct MatmulProblem {
+  const void* w = nullptr;  // [m, k] rows of the group's weight type
+  int64_t m = 0;
+  const float* x = nullptr;  // [n, k]
+  int64_t n = 0;
+  float* y = nullptr;  // [n, m]
+};
+
+// Bytes of scratch matmul_grouped uses for these problems.
+size_t matmul_grouped_scratch_bytes(const MatmulProblem* problems, int num_problems, DType wtype, int64_t k,
+                                    int num_threads, ActQuant mode);
+
+// matmul for each problem (all of one weight type and k) in a single parallel region whose row
+// tiles span every problem, so many small products (the experts of a MoE layer, each with a few
+// tokens) keep every thread busy. Each y is bit-identical to matmul's for the same problem.
+void matmul_grouped(const MatmulProblem* problems, int num_problems, DType wtype, int64_t k, ThreadPool& pool,
+                    ActQuant mode, MatmulScratch& scratch);
+void matmul_grouped(CpuIsa isa, const MatmulProblem* problems, int num_problems, DType wtype, int64_t k,
+                    ThreadPool& pool, ActQuant mode, MatmulScratch& scratch);
+
 }  // namespace kvasir::cpu

@@ -184,6 +184,47 @@ TEST_P(MatmulTest, RowResultsAreBatchInvariant) {
   }
 }
 
+// matmul_grouped runs many products in one region; each must equal its own matmul call bit for
+// bit (MoE experts of a layer rely on it for batch invariance), including empty problems and
+// problems large enough for the AMX tiles.
+TEST_P(MatmulTest, GroupedEqualsOneCallPerProblem) {
+  const DType t = GetParam();
+  std::mt19937 rng(static_cast<uint32_t>(t) + 7);
+  const int64_t k = block_size(t) == 256 ? 512 : 96;
+  const int64_t ms[] = {5, 37, 1, 12, 64, 9};
+  const int64_t ns[] = {1, 0, 3, 17, 2, 40};
+  std::vector<std::vector<uint8_t>> ws;
+  std::vector<std::vector<float>> xs;
+  for (int i = 0; i < 6; ++i) {
+    ws.push_back(random_weights(t, ms[i], k, rng));
+    xs.push_back(random_floats(static_cast<size_t>(ns[i] * k), rng));
+  }
+  ThreadPool pool1(1), pool3(3);
+  MatmulScratch scratch;
+  for (CpuIsa isa : runnable_isas()) {
+    for (ActQuant mode : {ActQuant::kF32, ActQuant::kQ16}) {
+      for (ThreadPool* pool : {&pool1, &pool3}) {
+        std::vector<std::vector<float>> grouped(6), single(6);
+        MatmulProblem problems[6];
+        for (int i = 0; i < 6; ++i) {
+          grouped[i].assign(static_cast<size_t>(ns[i] * ms[i]), -1.0f);
+          single[i].assign(grouped[i].size(), -2.0f);
+          problems[i] = {ws[i].data(), ms[i], xs[i].data(), ns[i], grouped[i].data()};
+          matmul(isa, ws[i].data(), t, ms[i], k, xs[i].data(), ns[i], single[i].data(), *pool, mode, scratch);
+        }
+        matmul_grouped(isa, problems, 6, t, k, *pool, mode, scratch);
+        for (int i = 0; i < 6; ++i) {
+          for (size_t j = 0; j < grouped[i].size(); ++j) {
+            ASSERT_EQ(bits_from_f32(grouped[i][j]), bits_from_f32(single[i][j]))
+                << dtype_name(t) << " " << isa_name(isa) << " mode=" << static_cast<int>(mode) << " problem " << i
+                << " element " << j;
+          }
+        }
+      }
+    }
+  }
+}
+
 // The AMX tiles (large batches) must give the AVX-512 kernels' bits: a row's result may not
 // depend on the batch size that picked the kernel. Random shapes around the tile edges.
 TEST(Matmul, AmxMatchesAvx512Bitwise) {
