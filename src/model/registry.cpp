@@ -16,11 +16,13 @@ const ModelFamily& gemma_family();
 const ModelFamily& gemma2_family();
 const ModelFamily& gemma3_family();
 const ModelFamily& phi3_family();
+const ModelFamily& gpt_oss_family();
 
 const std::vector<const ModelFamily*>& model_families() {
   static const std::vector<const ModelFamily*> kFamilies = {
       &llama_family(), &mistral_family(), &qwen2_family(),  &qwen3_family(),
       &gemma_family(), &gemma2_family(),  &gemma3_family(), &phi3_family(),
+      &gpt_oss_family(),
   };
   return kFamilies;
 }

@@ -177,8 +177,8 @@ TEST(TinyModelGolden, EveryTinyModelMatchesTransformers) {
       ASSERT_TRUE(config.ok()) << t.gguf << ": " << config.status().to_string();
       auto c = compare(t, *config, **gguf);
       ASSERT_TRUE(c.ok()) << t.gguf << ": " << c.status().to_string();
-      std::printf("[ metrics ] %s: worst relative L2 vs transformers %.3g, top-1 mismatches %d\n",
-                  t.gguf.c_str(), c->worst, c->top1_mismatches);
+      std::printf("[ metrics ] %s (%s): worst relative L2 vs transformers %.3g, top-1 mismatches %d\n",
+                  t.gguf.c_str(), config->to_string().c_str(), c->worst, c->top1_mismatches);
       EXPECT_LT(c->worst, kBar) << t.gguf;
       EXPECT_EQ(c->top1_mismatches, 0) << t.gguf;
     }
