@@ -2,11 +2,10 @@
 """Build tiny random-weight models with HF transformers and record their golden logits.
 
     pip install torch transformers safetensors      # CPU is enough; takes seconds
-    python3 scripts/gen_tiny_models.py [NAME ...]    # -> tests/data/tiny/<name>/ (all, or those named)
+    python3 scripts/gen_tiny_models.py               # -> tests/data/tiny/<name>/
 
 Each directory holds what an HF checkpoint holds (config.json, model.safetensors in float32) and
-golden.json + logits_<i>.f32 (+ model.gguf for the families in GGUF_FAMILIES, when $LLAMA_CPP_DIR
-names llama.cpp's source tree: see convert_to_gguf): for every prompt (fixed token ids, no tokenizer), the float32 logits
+golden.json + logits_<i>.f32: for every prompt (fixed token ids, no tokenizer), the float32 logits
 at EVERY position of one forward pass over the whole prompt (raw little-endian, row-major
 [len(ids), vocab_size]), computed by transformers in float32 with eager attention.
 src/model/tiny_model_golden_test.cpp loads each directory through the normal loader and compares.
@@ -21,11 +20,30 @@ Models:
                 scaling from max/original positions), partial_rotary_factor 0.75, and
                 original_max_position_embeddings 16: one prompt is shorter (short factors), the
                 others longer (long factors), as transformers picks by the sequence's length.
-  gpt_oss       GptOssForCausalLM: 2 layers, sliding (window 6) then full attention,
-                q/k/v/o biases, attention sinks, YaRN (factor 32, truncate false), a MoE of 8
-                experts (top 4, router bias, expert biases, interleaved gate_up) with the clamped
-                SwiGLU (swiglu_limit 7, the value llama.cpp hard-codes; gate_up weights large
-                enough that the clamp acts).
+Dense families (dense_configs()). These and the two phi3 models are also written as model.gguf
+by llama.cpp's convert_hf_to_gguf.py with --outtype f32 (found with --llama-cpp DIR or
+$LLAMA_CPP_DIR: the llama.cpp tree inside the llama-cpp-python sdist, extracted outside the
+repository):
+  llama3        LlamaForCausalLM with rope_type "llama3" (factor 8, original 16 positions, so the
+                frequency bands all show within the prompts).
+  qwen25_yarn   Qwen2ForCausalLM (q/k/v biases) with rope_scaling yarn (factor 4, original 16).
+  qwen3         Qwen3ForCausalLM (QK-norm).
+  mistral       MistralForCausalLM (no sliding window, as from v0.2 on).
+  gemma2        Gemma2ForCausalLM: sandwich norms, GELU-tanh, sliding/global layers alternating
+                (window 6), attention and final logit soft-capping set low enough to bind.
+  gemma3        Gemma3ForCausalLM: QK-norm, sliding layers with their own RoPE base, window 6, its
+                5:1 sliding/global pattern over 6 (smaller) layers.
+Mixture of experts (moe_configs()), also written as GGUF:
+  gpt_oss       GptOssForCausalLM: 2 layers, sliding (window 6) then full attention, q/k/v/o
+                biases, attention sinks, YaRN (factor 32, truncate false), 8 experts (top 4,
+                router bias, expert biases, interleaved gate_up) with the clamped SwiGLU at
+                swiglu_limit 7 (the value llama.cpp hard-codes; gate_up weights large enough that
+                the clamp acts). hidden 64 != 2 * intermediate 96, so a transposition slip shows.
+The converter needs a tokenizer; a 40-piece SentencePiece model is made for it in a temporary
+copy (the GGUF's vocabulary is padded to vocab_size), and not kept. Families whose converter
+reads a byte-level BPE tokenizer.json (and recognizes it by hash: gpt_oss) get a plain
+vocabulary of vocab_size tokens written in its place (BPE_VOCAB_FAMILIES); tensors and metadata
+are the converter's own either way.
 """
 
 from __future__ import annotations
@@ -82,11 +100,41 @@ def configs():
                       "long_factor": long, "partial_rotary_factor": 0.75},
     )
 
+
+def dense_configs():
+    """The dense families beyond Phi-3, each with the config fields that make it itself."""
+    from transformers import Gemma2Config, Gemma3TextConfig, LlamaConfig, MistralConfig, Qwen2Config, Qwen3Config
+
+    yield "llama3", LlamaConfig(**BASE, max_position_embeddings=64, rope_scaling={
+        "rope_type": "llama3", "rope_theta": 10000.0, "factor": 8.0, "low_freq_factor": 1.0,
+        "high_freq_factor": 4.0, "original_max_position_embeddings": 16})
+    qwen = dict(BASE, tie_word_embeddings=False)
+    yield "qwen25_yarn", Qwen2Config(**qwen, max_position_embeddings=64, rope_scaling={
+        "rope_type": "yarn", "rope_theta": 10000.0, "factor": 4.0, "original_max_position_embeddings": 16})
+    yield "qwen3", Qwen3Config(**qwen, head_dim=16, max_position_embeddings=64, rope_theta=10000.0)
+    # Mistral v0.2 on (and Nemo, Small 3) set no sliding window; llama.cpp's converter would drop
+    # one anyway (its GGUF "llama" has no such key), and phi3 covers every-layer windows.
+    yield "mistral", MistralConfig(**BASE, max_position_embeddings=64, rope_theta=10000.0, sliding_window=None)
+    gemma = dict(BASE, hidden_act="gelu_pytorch_tanh", hidden_activation="gelu_pytorch_tanh", head_dim=16,
+                 tie_word_embeddings=True, query_pre_attn_scalar=16, sliding_window=6, max_position_embeddings=64)
+    yield "gemma2", Gemma2Config(**gemma, rope_theta=10000.0, attn_logit_softcapping=5.0,
+                                 final_logit_softcapping=3.0,
+                                 layer_types=["sliding_attention", "full_attention"])
+    # Gemma 3's own 5:1 pattern (its GGUF stores no pattern: llama.cpp fixes it at 6), so six
+    # layers, kept small.
+    small = dict(gemma, hidden_size=32, intermediate_size=32, num_attention_heads=2, num_key_value_heads=1,
+                 num_hidden_layers=6)
+    yield "gemma3", Gemma3TextConfig(**small, layer_types=["sliding_attention"] * 5 + ["full_attention"], rope_parameters={
+        "full_attention": {"rope_type": "default", "rope_theta": 100000.0},
+        "sliding_attention": {"rope_type": "default", "rope_theta": 10000.0}})
+
+
+def moe_configs():
+    """Mixture-of-experts families."""
     from transformers import GptOssConfig
 
-    gpt_oss = {**BASE, "intermediate_size": 48}
     yield "gpt_oss", GptOssConfig(
-        **gpt_oss,
+        **dict(BASE, intermediate_size=48),
         head_dim=16,
         max_position_embeddings=131072,  # = factor x original, as the released configs
         sliding_window=6,
@@ -99,40 +147,10 @@ def configs():
     )
 
 
-def init_weights(model) -> None:
-    """transformers' init (std 0.02) leaves attention almost uniform, so RoPE and the window would
-    hardly show in the logits. Larger weights make scores sharp: q/k/v rows of std 0.35 (scores
-    of order 10), other matrices 1/sqrt(fan_in), random norms around 1, small biases; gpt-oss's
-    sinks near the scores' own size and expert gate_up of std 5/sqrt(hidden) (gate and up of
-    std ~5 against the SwiGLU clamp at 7), so both matter."""
-    with torch.no_grad():
-        for n, p in model.named_parameters():
-            if n.endswith("norm.weight"):
-                p.copy_(1.0 + 0.2 * torch.randn_like(p))
-            elif n.endswith(("qkv_proj.weight", "q_proj.weight", "k_proj.weight", "v_proj.weight")):
-                p.copy_(0.35 * torch.randn_like(p))
-            elif n.endswith("embed_tokens.weight"):
-                p.copy_(torch.randn_like(p))
-            elif n.endswith("self_attn.sinks"):
-                p.copy_(3.0 + 2.0 * torch.randn_like(p))
-            elif n.endswith("bias"):
-                p.copy_(0.2 * torch.randn_like(p))
-            elif n.endswith("experts.gate_up_proj"):  # [E, hidden, 2I]: in-features first
-                p.copy_(5.0 * torch.randn_like(p) / p.shape[1] ** 0.5)
-            elif n.endswith("experts.down_proj"):  # [E, I, hidden]
-                p.copy_(torch.randn_like(p) / p.shape[1] ** 0.5)
-            else:
-                p.copy_(torch.randn_like(p) / p.shape[1] ** 0.5)
-
-
-# Families llama.cpp's converter writes from a non-quantized HF directory.
-GGUF_FAMILIES = {"gpt_oss"}
-
-# Runs llama.cpp's convert_hf_to_gguf.py as it is, with one replacement: a tiny model has no
-# tokenizer, so set_vocab writes a gpt2-style vocabulary of vocab_size plain tokens instead of
-# reading (and hashing) a real one. Tensors, their names, layouts and the metadata are the
-# converter's own.
-_GGUF_DRIVER = """
+# Runs llama.cpp's convert_hf_to_gguf.py with one replacement: set_vocab writes a gpt2-style
+# vocabulary of vocab_size plain tokens instead of reading (and hashing) a real tokenizer.json.
+BPE_VOCAB_FAMILIES = {"gpt_oss"}
+_BPE_VOCAB_DRIVER = """
 import sys
 sys.path.insert(0, sys.argv[1])
 import convert_hf_to_gguf, gguf
@@ -153,37 +171,85 @@ def get_model_class(*args, **kwargs):
     return cls
 
 convert_hf_to_gguf.get_model_class = get_model_class
-sys.argv = ["convert_hf_to_gguf.py", sys.argv[2], "--outfile", sys.argv[3], "--outtype", "f32"]
+sys.argv = ["convert_hf_to_gguf.py"] + sys.argv[2:]
 convert_hf_to_gguf.main()
 """
 
 
-def convert_to_gguf(d: str) -> str | None:
-    """d/model.gguf by llama.cpp's converter, float32 like the HF weights. $LLAMA_CPP_DIR: its
-    source tree, e.g. vendor/llama.cpp of the llama-cpp-python sdist extracted outside the repo
-    (pip download --no-deps --no-binary :all: llama-cpp-python). None when unset."""
-    src = os.environ.get("LLAMA_CPP_DIR")
-    if not src:
-        print(f"{d}: LLAMA_CPP_DIR unset, no GGUF written", file=sys.stderr)
-        return None
-    import subprocess
+def spm_tokenizer_model(path):
+    """A 40-piece SentencePiece model, only so convert_hf_to_gguf.py can write a vocabulary."""
+    import sentencepiece as spm
+    import tempfile
+    with tempfile.TemporaryDirectory() as tmp:
+        src = os.path.join(tmp, "t.txt")
+        with open(src, "w") as f:
+            f.write("the quick brown fox jumps over the lazy dog\n" * 50)
+        spm.SentencePieceTrainer.train(input=src, model_prefix=os.path.join(tmp, "m"), model_type="bpe",
+                                       vocab_size=40, minloglevel=2, hard_vocab_limit=False)
+        with open(os.path.join(tmp, "m.model"), "rb") as f, open(path, "wb") as out:
+            out.write(f.read())
 
-    out = os.path.join(d, "model.gguf")
-    subprocess.run([sys.executable, "-c", _GGUF_DRIVER, src, d, out], check=True,
-                   stdout=subprocess.DEVNULL)
-    return "model.gguf"
+
+def write_gguf(d, llama_cpp, bpe_vocab=False):
+    """<d>/model.gguf from llama.cpp's converter (F32); False where it does not take the family."""
+    import shutil
+    import subprocess
+    import tempfile
+    script = os.path.join(llama_cpp, "convert_hf_to_gguf.py")
+    with tempfile.TemporaryDirectory() as tmp:
+        for f in ("config.json", "model.safetensors"):
+            shutil.copy(os.path.join(d, f), tmp)
+        args = [tmp, "--outtype", "f32", "--outfile", os.path.join(d, "model.gguf")]
+        if bpe_vocab:
+            cmd = [sys.executable, "-c", _BPE_VOCAB_DRIVER, llama_cpp] + args
+        else:
+            spm_tokenizer_model(os.path.join(tmp, "tokenizer.model"))
+            cmd = [sys.executable, script] + args
+        r = subprocess.run(cmd, capture_output=True, text=True)
+    if r.returncode != 0:
+        print(f"{d}: convert_hf_to_gguf.py failed:\n{r.stderr[-2000:]}", file=sys.stderr)
+        return False
+    return True
 
 
 def main() -> int:
+    import argparse
     from transformers import AutoModelForCausalLM
 
-    wanted = set(sys.argv[1:])
-    for name, config in configs():
-        if wanted and name not in wanted:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap.add_argument("--llama-cpp", default=os.environ.get("LLAMA_CPP_DIR"),
+                    help="llama.cpp tree with convert_hf_to_gguf.py (GGUF forms are skipped without it)")
+    ap.add_argument("--only", nargs="*", help="names of the models to write")
+    args = ap.parse_args()
+    gguf_families = {"phi3", "phi3_longrope", "llama3", "qwen25_yarn", "qwen3", "mistral", "gemma2", "gemma3",
+                     "gpt_oss"}
+
+    for name, config in list(configs()) + list(dense_configs()) + list(moe_configs()):
+        if args.only and name not in args.only:
             continue
         torch.manual_seed(1234)
         model = AutoModelForCausalLM.from_config(config).eval().float()
-        init_weights(model)
+        # transformers' init (std 0.02) leaves attention almost uniform, so RoPE and the window
+        # would hardly show in the logits. Larger weights make scores sharp: q/k/v rows of std
+        # 0.35 (scores of order 10), other matrices 1/sqrt(fan_in), random norms around 1;
+        # gpt-oss's sinks near the scores' own size and its expert gate_up of std 5/sqrt(hidden)
+        # (gate and up of std ~5 against the SwiGLU clamp at 7), so both show.
+        with torch.no_grad():
+            for n, p in model.named_parameters():
+                if n.endswith("norm.weight"):
+                    p.copy_(1.0 + 0.2 * torch.randn_like(p))
+                elif n.endswith(("qkv_proj.weight", "q_proj.weight", "k_proj.weight", "v_proj.weight")):
+                    p.copy_(0.35 * torch.randn_like(p))
+                elif n.endswith("embed_tokens.weight"):
+                    p.copy_(torch.randn_like(p))
+                elif n.endswith("self_attn.sinks"):
+                    p.copy_(3.0 + 2.0 * torch.randn_like(p))
+                elif n.endswith("experts.gate_up_proj"):  # [E, hidden, 2I]: in-features first
+                    p.copy_(5.0 * torch.randn_like(p) / p.shape[1] ** 0.5)
+                elif p.dim() == 1:  # q/k/v biases
+                    p.copy_(0.5 * torch.randn_like(p))
+                else:
+                    p.copy_(torch.randn_like(p) / p.shape[1] ** 0.5)
         d = os.path.join(OUT, name)
         os.makedirs(d, exist_ok=True)
         model.save_pretrained(d, safe_serialization=True)
@@ -199,11 +265,11 @@ def main() -> int:
                 logits = model(torch.tensor([ids])).logits[0].float().numpy()
             logits.astype("<f4").tofile(os.path.join(d, f"logits_{i}.f32"))
             golden["prompts"].append({"ids": ids, "logits": f"logits_{i}.f32"})
-        if name in GGUF_FAMILIES and (gguf := convert_to_gguf(d)):
-            golden["gguf"] = gguf
         with open(os.path.join(d, "golden.json"), "w") as f:
             json.dump(golden, f, indent=1)
             f.write("\n")
+        if name in gguf_families and args.llama_cpp:
+            write_gguf(d, args.llama_cpp, bpe_vocab=name in BPE_VOCAB_FAMILIES)
         size = sum(os.path.getsize(os.path.join(d, x)) for x in os.listdir(d))
         print(f"{d}: {size // 1024} KiB")
     return 0

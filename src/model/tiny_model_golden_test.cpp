@@ -1,16 +1,15 @@
 // Tiny random-weight models of each directory under tests/data/tiny/ (written by
 // scripts/gen_tiny_models.py with HF transformers): loaded through the normal loader and the
 // model registry (no tokenizer: the prompts are token ids), run on the CPU backend in exact mode,
-// and compared with transformers' float32 logits at every position; where the directory also
-// holds llama.cpp's conversion (golden.json "gguf"), that file too.
+// and compared with transformers' float32 logits at every position: both the HF directory and,
+// where the directory holds one, the model.gguf llama.cpp's convert_hf_to_gguf.py wrote from it.
 //
-// The bar is a relative L2 error of 1e-4 per prompt, and the same top-1 token at every position. Both sides compute in float32 from the same
+// The bar is a relative L2 error of 1e-4 per prompt. Both sides compute in float32 from the same
 // float32 weights; they differ only by summation order and libm rounding (measured ~1e-6), while
 // a wrong binding or a wrong RoPE gives errors of order 1e-1 (checked below: the test must fail
 // on a model loaded wrong).
 #include <gtest/gtest.h>
 
-#include <algorithm>
 #include <cmath>
 #include <filesystem>
 #include <fstream>
@@ -36,7 +35,6 @@ struct Prompt {
 struct TinyModel {
   std::string dir;
   int64_t vocab = 0;
-  std::string gguf;  // llama.cpp's conversion of the same weights, or empty
   std::vector<Prompt> prompts;
 };
 
@@ -58,7 +56,6 @@ std::vector<TinyModel> load_tiny_models() {
     EXPECT_TRUE(j.ok());
     if (!j.ok()) continue;
     m.vocab = j->find("vocab_size")->as_int();
-    if (const Json* g = j->find("gguf")) m.gguf = dir + "/" + g->as_string();
     for (const Json& p : j->find("prompts")->as_array()) {
       Prompt pr;
       for (const Json& id : p.find("ids")->as_array()) pr.ids.push_back(static_cast<int32_t>(id.as_int()));
@@ -114,6 +111,17 @@ struct Batch {
   ForwardBatch fb;
 };
 
+// Positions whose argmax differs between `got` and `want` ([rows, vocab] each).
+int top1_disagreements(const float* got, const float* want, size_t rows, size_t vocab) {
+  int bad = 0;
+  for (size_t r = 0; r < rows; ++r) {
+    const float* g = got + r * vocab;
+    const float* w = want + r * vocab;
+    bad += std::max_element(g, g + vocab) - g != std::max_element(w, w + vocab) - w;
+  }
+  return bad;
+}
+
 double rel_l2(const float* a, const float* b, size_t n) {
   double num = 0, den = 0;
   for (size_t i = 0; i < n; ++i) {
@@ -123,18 +131,11 @@ double rel_l2(const float* a, const float* b, size_t n) {
   return std::sqrt(num / den);
 }
 
-size_t argmax(const float* x, int64_t n) {
-  return static_cast<size_t>(std::max_element(x, x + n) - x);
-}
-
-struct Comparison {
-  double worst = 0;           // relative L2 error, the worst prompt's
-  int top1_mismatches = 0;    // positions whose most likely token differs
-};
-
-// Against transformers' logits, run as one batch of all prompts (batched == single is the
-// decoder's promise; longrope picks its table per sequence inside the batch).
-StatusOr<Comparison> compare(const TinyModel& t, const ModelConfig& config, const WeightSource& weights) {
+// Worst relative L2 error over the prompts, run as one batch of all prompts (batched == single
+// is the decoder's promise; longrope picks its table per sequence inside the batch).
+// `top1_bad`, when given, counts the positions whose top-1 token differs from transformers'.
+StatusOr<double> worst_error(const TinyModel& t, const ModelConfig& config, const WeightSource& weights,
+                             int* top1_bad = nullptr) {
   std::vector<const Prompt*> seqs;
   for (const Prompt& p : t.prompts) seqs.push_back(&p);
   Batch batch(seqs);
@@ -148,95 +149,88 @@ StatusOr<Comparison> compare(const TinyModel& t, const ModelConfig& config, cons
   KVASIR_ASSIGN_OR_RETURN(KvCache cache, model->allocate_kv_cache(batch.num_blocks, 16));
   std::vector<float> logits(static_cast<size_t>(batch.fb.num_tokens * t.vocab));
   KVASIR_RETURN_IF_ERROR(model->forward(batch.fb, cache, logits.data()));
-  Comparison c;
+  double worst = 0;
   for (size_t s = 0; s < seqs.size(); ++s) {
     const float* got = logits.data() + static_cast<size_t>(batch.qsl[s]) * static_cast<size_t>(t.vocab);
-    const float* want = seqs[s]->logits.data();
-    c.worst = std::max(c.worst, rel_l2(got, want, seqs[s]->logits.size()));
-    for (size_t i = 0; i < seqs[s]->ids.size(); ++i) {
-      const size_t row = i * static_cast<size_t>(t.vocab);
-      c.top1_mismatches += argmax(got + row, t.vocab) != argmax(want + row, t.vocab);
+    worst = std::max(worst, rel_l2(got, seqs[s]->logits.data(), seqs[s]->logits.size()));
+    if (top1_bad != nullptr) {
+      *top1_bad += top1_disagreements(got, seqs[s]->logits.data(), seqs[s]->ids.size(), static_cast<size_t>(t.vocab));
     }
   }
-  return c;
+  return worst;
 }
 
-StatusOr<double> worst_error(const TinyModel& t, const ModelConfig& config, const WeightSource& weights) {
-  KVASIR_ASSIGN_OR_RETURN(Comparison c, compare(t, config, weights));
-  return c.worst;
+// Every check on one form (HF directory or GGUF file) of a tiny model.
+void check_form(const TinyModel& t, const std::string& path) {
+  auto weights = open_weights(path);
+  ASSERT_TRUE(weights.ok()) << path << ": " << weights.status().to_string();
+  auto config = load_model_config(**weights);
+  ASSERT_TRUE(config.ok()) << path << ": " << config.status().to_string();
+  ASSERT_EQ(config->vocab_size, t.vocab);
+  int top1_bad = 0;
+  auto err = worst_error(t, *config, **weights, &top1_bad);
+  ASSERT_TRUE(err.ok()) << path << ": " << err.status().to_string();
+  std::printf("[ metrics ] %s (%s): worst relative L2 vs transformers %.3g, top-1 disagreements %d\n", path.c_str(),
+              config->to_string().c_str(), *err, top1_bad);
+  EXPECT_LT(*err, kBar) << path;
+  EXPECT_EQ(top1_bad, 0) << path;
+
+  // The comparison must catch a model loaded wrong: a RoPE base off by 2x ...
+  auto must_differ = [&](const char* what, const ModelConfig& wrong) {
+    auto bad = worst_error(t, wrong, **weights);
+    ASSERT_TRUE(bad.ok()) << path << " " << what << ": " << bad.status().to_string();
+    std::printf("[ metrics ] %s %s: %.3g\n", path.c_str(), what, *bad);
+    EXPECT_GT(*bad, 100 * kBar) << path << " " << what;
+  };
+  ModelConfig wrong = *config;
+  wrong.rope_theta *= 2;
+  wrong.rope_theta_local *= 2;
+  must_differ("with rope_theta x2", wrong);
+  if (config->rope_scaling.type == RopeScalingType::kLongrope) {
+    // ... and longrope's short/long choice: always the short factors.
+    ModelConfig short_only = *config;
+    short_only.rope_scaling.long_factor = short_only.rope_scaling.short_factor;
+    must_differ("with short factors only", short_only);
+    // ... and its magnitude scaling of cos/sin.
+    ModelConfig unscaled = *config;
+    unscaled.rope_scaling.attention_factor = 1.0;
+    must_differ("without the magnitude scaling", unscaled);
+  } else if (config->rope_scaling.type != RopeScalingType::kNone) {
+    // ... and llama3 / yarn scaling.
+    ModelConfig plain = *config;
+    plain.rope_scaling = RopeScaling{};
+    must_differ("without its rope scaling", plain);
+  }
+  if (config->sliding_window > 0) {
+    ModelConfig full = *config;
+    full.sliding_window = 0;
+    full.layer_is_sliding.assign(full.layer_is_sliding.size(), false);
+    must_differ("without its sliding window", full);
+  }
+  if (config->attn_logit_softcapping) {
+    ModelConfig uncapped = *config;
+    uncapped.attn_logit_softcapping.reset();
+    must_differ("without attention soft-capping", uncapped);
+  }
+  if (config->final_logit_softcapping) {
+    ModelConfig uncapped = *config;
+    uncapped.final_logit_softcapping.reset();
+    must_differ("without final soft-capping", uncapped);
+  }
 }
 
 TEST(TinyModelGolden, EveryTinyModelMatchesTransformers) {
   const std::vector<TinyModel> models = load_tiny_models();
   ASSERT_FALSE(models.empty()) << "no models under " << kTinyDir << " (scripts/gen_tiny_models.py)";
+  int gguf_forms = 0;
   for (const TinyModel& t : models) {
-    if (!t.gguf.empty()) {
-      auto gguf = open_weights(t.gguf);
-      ASSERT_TRUE(gguf.ok()) << t.gguf << ": " << gguf.status().to_string();
-      auto config = load_model_config(**gguf);
-      ASSERT_TRUE(config.ok()) << t.gguf << ": " << config.status().to_string();
-      auto c = compare(t, *config, **gguf);
-      ASSERT_TRUE(c.ok()) << t.gguf << ": " << c.status().to_string();
-      std::printf("[ metrics ] %s (%s): worst relative L2 vs transformers %.3g, top-1 mismatches %d\n",
-                  t.gguf.c_str(), config->to_string().c_str(), c->worst, c->top1_mismatches);
-      EXPECT_LT(c->worst, kBar) << t.gguf;
-      EXPECT_EQ(c->top1_mismatches, 0) << t.gguf;
-    }
-    auto weights = open_weights(t.dir);
-    ASSERT_TRUE(weights.ok()) << t.dir << ": " << weights.status().to_string();
-    auto config = load_model_config(**weights);
-    ASSERT_TRUE(config.ok()) << t.dir << ": " << config.status().to_string();
-    ASSERT_EQ(config->vocab_size, t.vocab);
-    auto cmp = compare(t, *config, **weights);
-    ASSERT_TRUE(cmp.ok()) << t.dir << ": " << cmp.status().to_string();
-    std::printf("[ metrics ] %s (%s): worst relative L2 vs transformers %.3g, top-1 mismatches %d\n",
-                t.dir.c_str(), config->to_string().c_str(), cmp->worst, cmp->top1_mismatches);
-    EXPECT_LT(cmp->worst, kBar) << t.dir;
-    EXPECT_EQ(cmp->top1_mismatches, 0) << t.dir;
-
-    // The comparison must catch a model loaded wrong: a RoPE base off by 2x.
-    ModelConfig wrong = *config;
-    wrong.rope_theta *= 2;
-    wrong.rope_theta_local *= 2;
-    auto bad = worst_error(t, wrong, **weights);
-    ASSERT_TRUE(bad.ok());
-    std::printf("[ metrics ] %s with rope_theta x2: %.3g\n", t.dir.c_str(), *bad);
-    EXPECT_GT(*bad, 100 * kBar) << t.dir;
-    if (config->rope_scaling.type == RopeScalingType::kYarn) {
-      // ... and YaRN's magnitude scaling of cos/sin.
-      ModelConfig unscaled = *config;
-      unscaled.rope_scaling.attention_factor = 1.0;
-      auto u = worst_error(t, unscaled, **weights);
-      ASSERT_TRUE(u.ok());
-      std::printf("[ metrics ] %s without the yarn magnitude scaling: %.3g\n", t.dir.c_str(), *u);
-      EXPECT_GT(*u, 100 * kBar) << t.dir;
-    }
-    if (config->rope_scaling.type == RopeScalingType::kLongrope) {
-      // ... and longrope's short/long choice: always the short factors.
-      ModelConfig short_only = *config;
-      short_only.rope_scaling.long_factor = short_only.rope_scaling.short_factor;
-      auto s = worst_error(t, short_only, **weights);
-      ASSERT_TRUE(s.ok());
-      std::printf("[ metrics ] %s with short factors only: %.3g\n", t.dir.c_str(), *s);
-      EXPECT_GT(*s, 100 * kBar) << t.dir;
-      // ... and its magnitude scaling of cos/sin.
-      ModelConfig unscaled = *config;
-      unscaled.rope_scaling.attention_factor = 1.0;
-      auto u = worst_error(t, unscaled, **weights);
-      ASSERT_TRUE(u.ok());
-      std::printf("[ metrics ] %s without the magnitude scaling: %.3g\n", t.dir.c_str(), *u);
-      EXPECT_GT(*u, 100 * kBar) << t.dir;
-    }
-    if (config->sliding_window > 0) {
-      ModelConfig full = *config;
-      full.sliding_window = 0;
-      full.layer_is_sliding.assign(full.layer_is_sliding.size(), false);
-      auto f = worst_error(t, full, **weights);
-      ASSERT_TRUE(f.ok());
-      std::printf("[ metrics ] %s without its sliding window: %.3g\n", t.dir.c_str(), *f);
-      EXPECT_GT(*f, 100 * kBar) << t.dir;
+    check_form(t, t.dir);
+    if (std::filesystem::exists(t.dir + "/model.gguf")) {
+      check_form(t, t.dir + "/model.gguf");
+      ++gguf_forms;
     }
   }
+  std::printf("[ metrics ] %zu models, %d of them also as GGUF\n", models.size(), gguf_forms);
 }
 
 }  // namespace
