@@ -28,10 +28,31 @@ Models:
   deepseek_v2   the same with q_lora_rank 24 (q_a_proj -> q_a_layernorm -> q_b_proj), no scaling.
   deepseek_v3   DeepseekV3ForCausalLM, q_lora_rank 24, rope_interleave, YaRN, three dense layers.
 
-With LLAMA_CPP=<llama.cpp source dir> (vendor/llama.cpp of the llama-cpp-python sdist:
-`pip download --no-deps --no-binary :all: llama-cpp-python`, extracted outside the repo), the
-models llama.cpp's converter supports are also written as model.gguf (float32, no vocabulary:
-the golden prompts are token ids), which the test runs against the same logits.
+Dense families (dense_configs()). These and the two phi3 models are also written as model.gguf
+by llama.cpp's convert_hf_to_gguf.py with --outtype f32 (found with --llama-cpp DIR or
+$LLAMA_CPP_DIR: the llama.cpp tree inside the llama-cpp-python sdist, extracted outside the
+repository):
+  llama3        LlamaForCausalLM with rope_type "llama3" (factor 8, original 16 positions, so the
+                frequency bands all show within the prompts).
+  qwen25_yarn   Qwen2ForCausalLM (q/k/v biases) with rope_scaling yarn (factor 4, original 16).
+  qwen3         Qwen3ForCausalLM (QK-norm).
+  mistral       MistralForCausalLM (no sliding window, as from v0.2 on).
+  gemma2        Gemma2ForCausalLM: sandwich norms, GELU-tanh, sliding/global layers alternating
+                (window 6), attention and final logit soft-capping set low enough to bind.
+  gemma3        Gemma3ForCausalLM: QK-norm, sliding layers with their own RoPE base, window 6, its
+                5:1 sliding/global pattern over 6 (smaller) layers.
+Mixture of experts (moe_configs()), also written as GGUF:
+  gpt_oss       GptOssForCausalLM: 2 layers, sliding (window 6) then full attention, q/k/v/o
+                biases, attention sinks, YaRN (factor 32, truncate false), 8 experts (top 4,
+                router bias, expert biases, interleaved gate_up) with the clamped SwiGLU at
+                swiglu_limit 7 (the value llama.cpp hard-codes; gate_up weights large enough that
+                the clamp acts). hidden 64 != 2 * intermediate 96, so a transposition slip shows.
+The converter needs a tokenizer; a 40-piece SentencePiece model is made for it in a temporary
+copy (the GGUF's vocabulary is padded to vocab_size), and not kept. Families whose converter
+reads a byte-level BPE tokenizer.json (and recognizes it by hash: gpt_oss) get a plain
+vocabulary of vocab_size tokens written in its place (BPE_VOCAB_FAMILIES), and the DeepSeek models
+skip the vocabulary step altogether (NO_VOCAB_FAMILIES); tensors and metadata are the converter's
+own either way.
 """
 
 from __future__ import annotations
@@ -121,47 +142,161 @@ def deepseek_configs():
 
 # Attention matrices: scaled up from transformers' init (std 0.02), which leaves attention almost
 # uniform, so that RoPE, the window and the softmax scale show in the logits (scores of order 10).
-ATTENTION_STD = {"qkv_proj.weight": 0.35, "q_proj.weight": 0.35, "q_b_proj.weight": 0.35,
-                 "kv_b_proj.weight": 0.35}
+ATTENTION_STD = {"qkv_proj.weight": 0.35, "q_proj.weight": 0.35, "k_proj.weight": 0.35,
+                 "v_proj.weight": 0.35, "q_b_proj.weight": 0.35, "kv_b_proj.weight": 0.35}
 
-# GGUF conversion, in a child process: the converter's own gguf-py comes first on its path, and
-# its vocabulary step is skipped (the tiny models have no tokenizer).
-CONVERT = r"""
+# DeepSeek's converter class writes its vocabulary its own way: for these models the vocabulary
+# step is skipped altogether (the tiny models have no tokenizer; the golden prompts are ids).
+NO_VOCAB_FAMILIES = {"deepseek_v2_lite", "deepseek_v2", "deepseek_v3"}
+_NO_VOCAB_DRIVER = r"""
 import sys
 sys.path[:0] = [sys.argv[1], sys.argv[1] + "/gguf-py"]
 import conversion.base as base
 base.TextModel.set_vocab = lambda self: None
 from conversion.deepseek import DeepseekV2Model
 DeepseekV2Model.set_vocab = lambda self: None
-sys.argv = ["convert_hf_to_gguf.py", sys.argv[2], "--outfile", sys.argv[3], "--outtype", "f32"]
+sys.argv = ["convert_hf_to_gguf.py"] + sys.argv[2:]
 import convert_hf_to_gguf
 convert_hf_to_gguf.main()
 """
-GGUF_MODELS = {"deepseek_v2_lite", "deepseek_v2", "deepseek_v3"}
 
 
-def write_gguf(name: str, d: str) -> None:
-    llama_cpp = os.environ.get("LLAMA_CPP")
-    if not llama_cpp or name not in GGUF_MODELS:
-        return
+
+def dense_configs():
+    """The dense families beyond Phi-3, each with the config fields that make it itself."""
+    from transformers import Gemma2Config, Gemma3TextConfig, LlamaConfig, MistralConfig, Qwen2Config, Qwen3Config
+
+    yield "llama3", LlamaConfig(**BASE, max_position_embeddings=64, rope_scaling={
+        "rope_type": "llama3", "rope_theta": 10000.0, "factor": 8.0, "low_freq_factor": 1.0,
+        "high_freq_factor": 4.0, "original_max_position_embeddings": 16})
+    qwen = dict(BASE, tie_word_embeddings=False)
+    yield "qwen25_yarn", Qwen2Config(**qwen, max_position_embeddings=64, rope_scaling={
+        "rope_type": "yarn", "rope_theta": 10000.0, "factor": 4.0, "original_max_position_embeddings": 16})
+    yield "qwen3", Qwen3Config(**qwen, head_dim=16, max_position_embeddings=64, rope_theta=10000.0)
+    # Mistral v0.2 on (and Nemo, Small 3) set no sliding window; llama.cpp's converter would drop
+    # one anyway (its GGUF "llama" has no such key), and phi3 covers every-layer windows.
+    yield "mistral", MistralConfig(**BASE, max_position_embeddings=64, rope_theta=10000.0, sliding_window=None)
+    gemma = dict(BASE, hidden_act="gelu_pytorch_tanh", hidden_activation="gelu_pytorch_tanh", head_dim=16,
+                 tie_word_embeddings=True, query_pre_attn_scalar=16, sliding_window=6, max_position_embeddings=64)
+    yield "gemma2", Gemma2Config(**gemma, rope_theta=10000.0, attn_logit_softcapping=5.0,
+                                 final_logit_softcapping=3.0,
+                                 layer_types=["sliding_attention", "full_attention"])
+    # Gemma 3's own 5:1 pattern (its GGUF stores no pattern: llama.cpp fixes it at 6), so six
+    # layers, kept small.
+    small = dict(gemma, hidden_size=32, intermediate_size=32, num_attention_heads=2, num_key_value_heads=1,
+                 num_hidden_layers=6)
+    yield "gemma3", Gemma3TextConfig(**small, layer_types=["sliding_attention"] * 5 + ["full_attention"], rope_parameters={
+        "full_attention": {"rope_type": "default", "rope_theta": 100000.0},
+        "sliding_attention": {"rope_type": "default", "rope_theta": 10000.0}})
+
+
+def moe_configs():
+    """Mixture-of-experts families."""
+    from transformers import GptOssConfig
+
+    yield "gpt_oss", GptOssConfig(
+        **dict(BASE, intermediate_size=48),
+        head_dim=16,
+        max_position_embeddings=131072,  # = factor x original, as the released configs
+        sliding_window=6,
+        layer_types=["sliding_attention", "full_attention"],
+        num_local_experts=8,
+        num_experts_per_tok=4,
+        rope_parameters={"rope_type": "yarn", "rope_theta": 150000.0, "factor": 32.0,
+                         "beta_fast": 32.0, "beta_slow": 1.0, "truncate": False,
+                         "original_max_position_embeddings": 4096},
+    )
+
+
+# Runs llama.cpp's convert_hf_to_gguf.py with one replacement: set_vocab writes a gpt2-style
+# vocabulary of vocab_size plain tokens instead of reading (and hashing) a real tokenizer.json.
+BPE_VOCAB_FAMILIES = {"gpt_oss"}
+_BPE_VOCAB_DRIVER = """
+import sys
+sys.path.insert(0, sys.argv[1])
+import convert_hf_to_gguf, gguf
+
+def set_vocab(self):
+    n = self.hparams["vocab_size"]
+    self.gguf_writer.add_tokenizer_model("gpt2")
+    self.gguf_writer.add_tokenizer_pre("gpt-4o")
+    self.gguf_writer.add_token_list([f"<t{i}>" for i in range(n)])
+    self.gguf_writer.add_token_types([gguf.TokenType.NORMAL] * n)
+    self.gguf_writer.add_token_merges([])
+
+find_class = convert_hf_to_gguf.get_model_class
+
+def get_model_class(*args, **kwargs):
+    cls = find_class(*args, **kwargs)
+    cls.set_vocab = set_vocab
+    return cls
+
+convert_hf_to_gguf.get_model_class = get_model_class
+sys.argv = ["convert_hf_to_gguf.py"] + sys.argv[2:]
+convert_hf_to_gguf.main()
+"""
+
+
+def spm_tokenizer_model(path):
+    """A 40-piece SentencePiece model, only so convert_hf_to_gguf.py can write a vocabulary."""
+    import sentencepiece as spm
+    import tempfile
+    with tempfile.TemporaryDirectory() as tmp:
+        src = os.path.join(tmp, "t.txt")
+        with open(src, "w") as f:
+            f.write("the quick brown fox jumps over the lazy dog\n" * 50)
+        spm.SentencePieceTrainer.train(input=src, model_prefix=os.path.join(tmp, "m"), model_type="bpe",
+                                       vocab_size=40, minloglevel=2, hard_vocab_limit=False)
+        with open(os.path.join(tmp, "m.model"), "rb") as f, open(path, "wb") as out:
+            out.write(f.read())
+
+
+def write_gguf(d, llama_cpp, vocab="spm"):
+    """<d>/model.gguf from llama.cpp's converter (F32); False where it does not take the family."""
+    import shutil
     import subprocess
-
-    out = os.path.join(d, "model.gguf")
-    subprocess.run([sys.executable, "-c", CONVERT, llama_cpp, d, out], check=True,
-                   stdout=subprocess.DEVNULL)
+    import tempfile
+    script = os.path.join(llama_cpp, "convert_hf_to_gguf.py")
+    with tempfile.TemporaryDirectory() as tmp:
+        for f in ("config.json", "model.safetensors"):
+            shutil.copy(os.path.join(d, f), tmp)
+        args = [tmp, "--outtype", "f32", "--outfile", os.path.join(d, "model.gguf")]
+        if vocab == "none":
+            cmd = [sys.executable, "-c", _NO_VOCAB_DRIVER, llama_cpp] + args
+        elif vocab == "bpe":
+            cmd = [sys.executable, "-c", _BPE_VOCAB_DRIVER, llama_cpp] + args
+        else:
+            spm_tokenizer_model(os.path.join(tmp, "tokenizer.model"))
+            cmd = [sys.executable, script] + args
+        r = subprocess.run(cmd, capture_output=True, text=True)
+    if r.returncode != 0:
+        print(f"{d}: convert_hf_to_gguf.py failed:\n{r.stderr[-2000:]}", file=sys.stderr)
+        return False
+    return True
 
 
 def main() -> int:
+    import argparse
     from transformers import AutoModelForCausalLM
 
-    only = set(sys.argv[1:])  # model names to (re)write; all when empty
-    for name, config in list(configs()) + list(deepseek_configs()):
-        if only and name not in only:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap.add_argument("--llama-cpp", default=os.environ.get("LLAMA_CPP_DIR"),
+                    help="llama.cpp tree with convert_hf_to_gguf.py (GGUF forms are skipped without it)")
+    ap.add_argument("--only", nargs="*", help="names of the models to write")
+    args = ap.parse_args()
+    gguf_families = {"phi3", "phi3_longrope", "llama3", "qwen25_yarn", "qwen3", "mistral", "gemma2", "gemma3",
+                     "gpt_oss"} | NO_VOCAB_FAMILIES
+
+    for name, config in list(configs()) + list(dense_configs()) + list(moe_configs()) + list(deepseek_configs()):
+        if args.only and name not in args.only:
             continue
         torch.manual_seed(1234)
         model = AutoModelForCausalLM.from_config(config).eval().float()
-        # Larger weights than transformers' init (see ATTENTION_STD), other matrices
-        # 1/sqrt(fan_in), random norms around 1.
+        # transformers' init (std 0.02) leaves attention almost uniform, so RoPE and the window
+        # would hardly show in the logits. Larger weights make scores sharp: the ATTENTION_STD
+        # matrices of std 0.35 (scores of order 10), other matrices 1/sqrt(fan_in), random norms around 1;
+        # gpt-oss's sinks near the scores' own size and its expert gate_up of std 5/sqrt(hidden)
+        # (gate and up of std ~5 against the SwiGLU clamp at 7), so both show.
         with torch.no_grad():
             for n, p in model.named_parameters():
                 std = next((v for k, v in ATTENTION_STD.items() if n.endswith(k)), None)
@@ -171,6 +306,12 @@ def main() -> int:
                     p.copy_(std * torch.randn_like(p))
                 elif n.endswith("embed_tokens.weight"):
                     p.copy_(torch.randn_like(p))
+                elif n.endswith("self_attn.sinks"):
+                    p.copy_(3.0 + 2.0 * torch.randn_like(p))
+                elif n.endswith("experts.gate_up_proj"):  # [E, hidden, 2I]: in-features first
+                    p.copy_(5.0 * torch.randn_like(p) / p.shape[1] ** 0.5)
+                elif p.dim() == 1:  # q/k/v biases
+                    p.copy_(0.5 * torch.randn_like(p))
                 else:
                     p.copy_(torch.randn_like(p) / p.shape[1] ** 0.5)
         d = os.path.join(OUT, name)
@@ -191,7 +332,9 @@ def main() -> int:
         with open(os.path.join(d, "golden.json"), "w") as f:
             json.dump(golden, f, indent=1)
             f.write("\n")
-        write_gguf(name, d)
+        if name in gguf_families and args.llama_cpp:
+            vocab = "none" if name in NO_VOCAB_FAMILIES else ("bpe" if name in BPE_VOCAB_FAMILIES else "spm")
+            write_gguf(d, args.llama_cpp, vocab)
         size = sum(os.path.getsize(os.path.join(d, x)) for x in os.listdir(d))
         print(f"{d}: {size // 1024} KiB")
     return 0
