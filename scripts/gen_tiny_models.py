@@ -33,6 +33,18 @@ repository):
                 (window 6), attention and final logit soft-capping set low enough to bind.
   gemma3        Gemma3ForCausalLM: QK-norm, sliding layers with their own RoPE base, window 6, its
                 5:1 sliding/global pattern over 6 (smaller) layers.
+Mixture-of-experts families (moe_configs()): 8 experts, top-2, experts of 32, as hub checkpoints
+name them (transformers 5 keeps experts fused in memory, mlp.experts.gate_up_proj [E, 2I, H], but
+save_pretrained writes the per-expert names real checkpoints use: experts.<e>.w1/w2/w3 for
+Mixtral, experts.<e>.gate_proj/up_proj/down_proj for Qwen; checked after saving). GGUF forms as
+above (llama.cpp stacks the experts into blk.N.ffn_{gate,up,down}_exps), and mixtral also as
+model-q8_0.gguf (--outtype q8_0: the quantized-expert path):
+  mixtral       MixtralForCausalLM (softmax top-2, renormalized); its GGUF says "llama".
+  qwen3_moe     Qwen3MoeForCausalLM, norm_topk_prob true (as released checkpoints and llama.cpp).
+  qwen3_moe_mlp_only  Qwen3MoeForCausalLM with mlp_only_layers [1]: layer 1 keeps a dense MLP
+                (HF only: llama.cpp's qwen3moe has no dense layers).
+  qwen2_moe     Qwen2MoeForCausalLM: q/k/v biases, norm_topk_prob false, a shared expert of 48
+                scaled by sigmoid(shared_expert_gate . x).
 The converter needs a tokenizer; a 40-piece SentencePiece model is made for it in a temporary
 copy (the GGUF's vocabulary is padded to vocab_size), and not kept.
 """
@@ -120,6 +132,36 @@ def dense_configs():
         "sliding_attention": {"rope_type": "default", "rope_theta": 10000.0}})
 
 
+def moe_configs():
+    """Mixtral, Qwen3-MoE and Qwen2-MoE with their real routing and config fields."""
+    from transformers import MixtralConfig, Qwen2MoeConfig, Qwen3MoeConfig
+
+    moe = dict(BASE, max_position_embeddings=64, rope_theta=10000.0, num_experts_per_tok=2)
+    yield "mixtral", MixtralConfig(**dict(moe, intermediate_size=32), num_local_experts=8, sliding_window=None)
+    qwen3 = dict(moe, head_dim=16, num_experts=8, moe_intermediate_size=32, norm_topk_prob=True)
+    yield "qwen3_moe", Qwen3MoeConfig(**qwen3)
+    yield "qwen3_moe_mlp_only", Qwen3MoeConfig(**dict(qwen3, num_hidden_layers=3), mlp_only_layers=[1])
+    yield "qwen2_moe", Qwen2MoeConfig(**moe, num_experts=8, moe_intermediate_size=32,
+                                      shared_expert_intermediate_size=48, norm_topk_prob=False)
+
+
+# The per-expert tensor names each MoE model must have on disk (layer 0, expert 0).
+MOE_HUB_NAMES = {
+    "mixtral": "model.layers.0.block_sparse_moe.experts.0.w1.weight",
+    "qwen3_moe": "model.layers.0.mlp.experts.0.gate_proj.weight",
+    "qwen3_moe_mlp_only": "model.layers.0.mlp.experts.0.gate_proj.weight",
+    "qwen2_moe": "model.layers.0.mlp.experts.0.down_proj.weight",
+}
+
+
+def check_hub_names(d, name):
+    from safetensors import safe_open
+    with safe_open(os.path.join(d, "model.safetensors"), "pt") as f:
+        keys = set(f.keys())
+    if MOE_HUB_NAMES[name] not in keys:
+        raise SystemExit(f"{d}: transformers did not save per-expert hub names ({sorted(keys)[:8]}...)")
+
+
 def spm_tokenizer_model(path):
     """A 40-piece SentencePiece model, only so convert_hf_to_gguf.py can write a vocabulary."""
     import sentencepiece as spm
@@ -134,8 +176,39 @@ def spm_tokenizer_model(path):
             out.write(f.read())
 
 
-def write_gguf(d, llama_cpp):
-    """<d>/model.gguf from llama.cpp's converter (F32); False where it does not take the family."""
+# llama.cpp's converter as it is, with one replacement, for families whose converter reads only a
+# gpt2-style BPE tokenizer and identifies it by hashing a real one (Qwen2-MoE, Qwen3-MoE): set_vocab
+# writes vocab_size plain tokens. Tensors, their names and layouts and the metadata are the
+# converter's own.
+_PLAIN_VOCAB_DRIVER = """
+import sys
+sys.path.insert(0, sys.argv[1])
+import convert_hf_to_gguf, gguf
+
+def set_vocab(self):
+    n = self.hparams["vocab_size"]
+    self.gguf_writer.add_tokenizer_model("gpt2")
+    self.gguf_writer.add_tokenizer_pre("default")
+    self.gguf_writer.add_token_list([f"<t{i}>" for i in range(n)])
+    self.gguf_writer.add_token_types([gguf.TokenType.NORMAL] * n)
+    self.gguf_writer.add_token_merges([])
+
+find_class = convert_hf_to_gguf.get_model_class
+
+def get_model_class(*args, **kwargs):
+    cls = find_class(*args, **kwargs)
+    cls.set_vocab = set_vocab
+    return cls
+
+convert_hf_to_gguf.get_model_class = get_model_class
+sys.argv = ["convert_hf_to_gguf.py"] + sys.argv[2:]
+convert_hf_to_gguf.main()
+"""
+PLAIN_VOCAB = {"qwen3_moe", "qwen2_moe"}
+
+
+def write_gguf(d, llama_cpp, outtype="f32", outfile="model.gguf", plain_vocab=False):
+    """<d>/<outfile> from llama.cpp's converter; False where it does not take the family."""
     import shutil
     import subprocess
     import tempfile
@@ -144,8 +217,9 @@ def write_gguf(d, llama_cpp):
         for f in ("config.json", "model.safetensors"):
             shutil.copy(os.path.join(d, f), tmp)
         spm_tokenizer_model(os.path.join(tmp, "tokenizer.model"))
-        r = subprocess.run([sys.executable, script, tmp, "--outtype", "f32", "--outfile",
-                            os.path.join(d, "model.gguf")], capture_output=True, text=True)
+        args = [tmp, "--outtype", outtype, "--outfile", os.path.join(d, outfile)]
+        cmd = [sys.executable, "-c", _PLAIN_VOCAB_DRIVER, llama_cpp] if plain_vocab else [sys.executable, script]
+        r = subprocess.run(cmd + args, capture_output=True, text=True)
     if r.returncode != 0:
         print(f"{d}: convert_hf_to_gguf.py failed:\n{r.stderr[-2000:]}", file=sys.stderr)
         return False
@@ -161,9 +235,11 @@ def main() -> int:
                     help="llama.cpp tree with convert_hf_to_gguf.py (GGUF forms are skipped without it)")
     ap.add_argument("--only", nargs="*", help="names of the models to write")
     args = ap.parse_args()
-    gguf_families = {"phi3", "phi3_longrope", "llama3", "qwen25_yarn", "qwen3", "mistral", "gemma2", "gemma3"}
+    gguf_families = {"phi3", "phi3_longrope", "llama3", "qwen25_yarn", "qwen3", "mistral", "gemma2", "gemma3",
+                     "mixtral", "qwen3_moe", "qwen2_moe"}
+    q8_families = {"mixtral"}
 
-    for name, config in list(configs()) + list(dense_configs()):
+    for name, config in list(configs()) + list(dense_configs()) + list(moe_configs()):
         if args.only and name not in args.only:
             continue
         torch.manual_seed(1234)
@@ -181,8 +257,8 @@ def main() -> int:
                     p.copy_(torch.randn_like(p))
                 elif p.dim() == 1:  # q/k/v biases
                     p.copy_(0.5 * torch.randn_like(p))
-                else:
-                    p.copy_(torch.randn_like(p) / p.shape[1] ** 0.5)
+                else:  # fan-in is the last dimension (also of stacked experts [E, out, in])
+                    p.copy_(torch.randn_like(p) / p.shape[-1] ** 0.5)
         d = os.path.join(OUT, name)
         os.makedirs(d, exist_ok=True)
         model.save_pretrained(d, safe_serialization=True)
@@ -201,8 +277,12 @@ def main() -> int:
         with open(os.path.join(d, "golden.json"), "w") as f:
             json.dump(golden, f, indent=1)
             f.write("\n")
+        if name in MOE_HUB_NAMES:
+            check_hub_names(d, name)
         if name in gguf_families and args.llama_cpp:
-            write_gguf(d, args.llama_cpp)
+            write_gguf(d, args.llama_cpp, plain_vocab=name in PLAIN_VOCAB)
+        if name in q8_families and args.llama_cpp:
+            write_gguf(d, args.llama_cpp, "q8_0", "model-q8_0.gguf", plain_vocab=name in PLAIN_VOCAB)
         size = sum(os.path.getsize(os.path.join(d, x)) for x in os.listdir(d))
         print(f"{d}: {size // 1024} KiB")
     return 0
