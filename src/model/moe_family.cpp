@@ -50,12 +50,10 @@ Status MoeFamily::read_hf_dense_layers(const HfKeys& k, const ModelConfig& c, Mo
   KVASIR_ASSIGN_OR_RETURN(int64_t step, k.positive_int_or("decoder_sparse_step", 1));
   KVASIR_ASSIGN_OR_RETURN(std::vector<int64_t> only, k.ids("mlp_only_layers"));
   for (int64_t l : only) {
-    if (l < 0 || l >= c.num_layers) {
-      return invalid_argument(k.where() + ": mlp_only_layers names layer " + std::to_string(l) +
-                              ", but the model has " + std::to_string(c.num_layers) + " layers");
-    }
+    if (l < 0) return invalid_argument(k.where() + ": mlp_only_layers holds " + std::to_string(l) + ", not a layer");
   }
-  // transformers: a layer is sparse unless listed, and only every decoder_sparse_step-th one.
+  // transformers: a layer is sparse unless listed (entries past the last layer name nothing),
+  // and only every decoder_sparse_step-th one.
   for (int64_t l = 0; l < c.num_layers; ++l) {
     const bool listed = std::find(only.begin(), only.end(), l) != only.end();
     if (listed || (l + 1) % step != 0) p.dense_layers.push_back(l);
