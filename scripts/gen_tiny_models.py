@@ -41,7 +41,18 @@ repository):
                 (window 6), attention and final logit soft-capping set low enough to bind.
   gemma3        Gemma3ForCausalLM: QK-norm, sliding layers with their own RoPE base, window 6, its
                 5:1 sliding/global pattern over 6 (smaller) layers.
-Mixture of experts (moe_configs()), also written as GGUF:
+Mixture-of-experts families (moe_configs()). Mixtral and the Qwen MoEs: 8 experts, top-2, experts of 32, as hub checkpoints
+name them (transformers 5 keeps experts fused in memory, mlp.experts.gate_up_proj [E, 2I, H], but
+save_pretrained writes the per-expert names real checkpoints use: experts.<e>.w1/w2/w3 for
+Mixtral, experts.<e>.gate_proj/up_proj/down_proj for Qwen; checked after saving). GGUF forms as
+above (llama.cpp stacks the experts into blk.N.ffn_{gate,up,down}_exps), and mixtral also as
+model-q8_0.gguf (--outtype q8_0: the quantized-expert path):
+  mixtral       MixtralForCausalLM (softmax top-2, renormalized); its GGUF says "llama".
+  qwen3_moe     Qwen3MoeForCausalLM, norm_topk_prob true (as released checkpoints and llama.cpp).
+  qwen3_moe_mlp_only  Qwen3MoeForCausalLM with mlp_only_layers [1]: layer 1 keeps a dense MLP
+                (HF only: llama.cpp's qwen3moe has no dense layers).
+  qwen2_moe     Qwen2MoeForCausalLM: q/k/v biases, norm_topk_prob false, a shared expert of 48
+                scaled by sigmoid(shared_expert_gate . x).
   gpt_oss       GptOssForCausalLM: 2 layers, sliding (window 6) then full attention, q/k/v/o
                 biases, attention sinks, YaRN (factor 32, truncate false), 8 experts (top 4,
                 router bias, expert biases, interleaved gate_up) with the clamped SwiGLU at
@@ -49,8 +60,8 @@ Mixture of experts (moe_configs()), also written as GGUF:
                 the clamp acts). hidden 64 != 2 * intermediate 96, so a transposition slip shows.
 The converter needs a tokenizer; a 40-piece SentencePiece model is made for it in a temporary
 copy (the GGUF's vocabulary is padded to vocab_size), and not kept. Families whose converter
-reads a byte-level BPE tokenizer.json (and recognizes it by hash: gpt_oss) get a plain
-vocabulary of vocab_size tokens written in its place (BPE_VOCAB_FAMILIES), and the DeepSeek models
+reads a byte-level BPE tokenizer.json (and recognizes it by hash: gpt_oss, the Qwen MoEs) get a
+plain vocabulary of vocab_size tokens written in its place (BPE_VOCAB_PRE), and the DeepSeek models
 skip the vocabulary step altogether (NO_VOCAB_FAMILIES); tensors and metadata are the converter's
 own either way.
 """
@@ -191,9 +202,16 @@ def dense_configs():
 
 
 def moe_configs():
-    """Mixture-of-experts families."""
-    from transformers import GptOssConfig
+    """Mixtral, Qwen3-MoE and Qwen2-MoE with their real routing and config fields; GPT-OSS."""
+    from transformers import GptOssConfig, MixtralConfig, Qwen2MoeConfig, Qwen3MoeConfig
 
+    moe = dict(BASE, max_position_embeddings=64, rope_theta=10000.0, num_experts_per_tok=2)
+    yield "mixtral", MixtralConfig(**dict(moe, intermediate_size=32), num_local_experts=8, sliding_window=None)
+    qwen3 = dict(moe, head_dim=16, num_experts=8, moe_intermediate_size=32, norm_topk_prob=True)
+    yield "qwen3_moe", Qwen3MoeConfig(**qwen3)
+    yield "qwen3_moe_mlp_only", Qwen3MoeConfig(**dict(qwen3, num_hidden_layers=3), mlp_only_layers=[1])
+    yield "qwen2_moe", Qwen2MoeConfig(**moe, num_experts=8, moe_intermediate_size=32,
+                                      shared_expert_intermediate_size=48, norm_topk_prob=False)
     yield "gpt_oss", GptOssConfig(
         **dict(BASE, intermediate_size=48),
         head_dim=16,
@@ -208,18 +226,21 @@ def moe_configs():
     )
 
 
-# Runs llama.cpp's convert_hf_to_gguf.py with one replacement: set_vocab writes a gpt2-style
-# vocabulary of vocab_size plain tokens instead of reading (and hashing) a real tokenizer.json.
-BPE_VOCAB_FAMILIES = {"gpt_oss"}
+# llama.cpp's converter as it is, with one replacement, for families whose converter reads only a
+# byte-level BPE tokenizer.json and identifies it by hashing a real one: set_vocab writes a
+# gpt2-style vocabulary of vocab_size plain tokens, with the `pre` name given. Tensors, their names
+# and layouts and the metadata are the converter's own.
+BPE_VOCAB_PRE = {"gpt_oss": "gpt-4o", "qwen3_moe": "default", "qwen2_moe": "default"}
 _BPE_VOCAB_DRIVER = """
 import sys
 sys.path.insert(0, sys.argv[1])
+pre = sys.argv[2]
 import convert_hf_to_gguf, gguf
 
 def set_vocab(self):
     n = self.hparams["vocab_size"]
     self.gguf_writer.add_tokenizer_model("gpt2")
-    self.gguf_writer.add_tokenizer_pre("gpt-4o")
+    self.gguf_writer.add_tokenizer_pre(pre)
     self.gguf_writer.add_token_list([f"<t{i}>" for i in range(n)])
     self.gguf_writer.add_token_types([gguf.TokenType.NORMAL] * n)
     self.gguf_writer.add_token_merges([])
@@ -232,9 +253,26 @@ def get_model_class(*args, **kwargs):
     return cls
 
 convert_hf_to_gguf.get_model_class = get_model_class
-sys.argv = ["convert_hf_to_gguf.py"] + sys.argv[2:]
+sys.argv = ["convert_hf_to_gguf.py"] + sys.argv[3:]
 convert_hf_to_gguf.main()
 """
+
+
+# The per-expert tensor names each MoE model must have on disk (layer 0, expert 0).
+MOE_HUB_NAMES = {
+    "mixtral": "model.layers.0.block_sparse_moe.experts.0.w1.weight",
+    "qwen3_moe": "model.layers.0.mlp.experts.0.gate_proj.weight",
+    "qwen3_moe_mlp_only": "model.layers.0.mlp.experts.0.gate_proj.weight",
+    "qwen2_moe": "model.layers.0.mlp.experts.0.down_proj.weight",
+}
+
+
+def check_hub_names(d, name):
+    from safetensors import safe_open
+    with safe_open(os.path.join(d, "model.safetensors"), "pt") as f:
+        keys = set(f.keys())
+    if MOE_HUB_NAMES[name] not in keys:
+        raise SystemExit(f"{d}: transformers did not save per-expert hub names ({sorted(keys)[:8]}...)")
 
 
 def spm_tokenizer_model(path):
@@ -251,8 +289,8 @@ def spm_tokenizer_model(path):
             out.write(f.read())
 
 
-def write_gguf(d, llama_cpp, vocab="spm"):
-    """<d>/model.gguf from llama.cpp's converter (F32); False where it does not take the family."""
+def write_gguf(d, llama_cpp, name, outtype="f32", outfile="model.gguf"):
+    """<d>/<outfile> from llama.cpp's converter; False where it does not take the family."""
     import shutil
     import subprocess
     import tempfile
@@ -260,11 +298,11 @@ def write_gguf(d, llama_cpp, vocab="spm"):
     with tempfile.TemporaryDirectory() as tmp:
         for f in ("config.json", "model.safetensors"):
             shutil.copy(os.path.join(d, f), tmp)
-        args = [tmp, "--outtype", "f32", "--outfile", os.path.join(d, "model.gguf")]
-        if vocab == "none":
+        args = [tmp, "--outtype", outtype, "--outfile", os.path.join(d, outfile)]
+        if name in NO_VOCAB_FAMILIES:
             cmd = [sys.executable, "-c", _NO_VOCAB_DRIVER, llama_cpp] + args
-        elif vocab == "bpe":
-            cmd = [sys.executable, "-c", _BPE_VOCAB_DRIVER, llama_cpp] + args
+        elif name in BPE_VOCAB_PRE:
+            cmd = [sys.executable, "-c", _BPE_VOCAB_DRIVER, llama_cpp, BPE_VOCAB_PRE[name]] + args
         else:
             spm_tokenizer_model(os.path.join(tmp, "tokenizer.model"))
             cmd = [sys.executable, script] + args
@@ -285,7 +323,8 @@ def main() -> int:
     ap.add_argument("--only", nargs="*", help="names of the models to write")
     args = ap.parse_args()
     gguf_families = {"phi3", "phi3_longrope", "llama3", "qwen25_yarn", "qwen3", "mistral", "gemma2", "gemma3",
-                     "gpt_oss"} | NO_VOCAB_FAMILIES
+                     "gpt_oss", "mixtral", "qwen3_moe", "qwen2_moe"} | NO_VOCAB_FAMILIES
+    q8_families = {"mixtral"}
 
     for name, config in list(configs()) + list(dense_configs()) + list(moe_configs()) + list(deepseek_configs()):
         if args.only and name not in args.only:
@@ -312,8 +351,10 @@ def main() -> int:
                     p.copy_(5.0 * torch.randn_like(p) / p.shape[1] ** 0.5)
                 elif p.dim() == 1:  # q/k/v biases
                     p.copy_(0.5 * torch.randn_like(p))
-                else:
+                elif name == "gpt_oss" and p.dim() == 3:  # its experts store in-features first
                     p.copy_(torch.randn_like(p) / p.shape[1] ** 0.5)
+                else:  # fan-in is the last dimension (also of stacked experts [E, out, in])
+                    p.copy_(torch.randn_like(p) / p.shape[-1] ** 0.5)
         d = os.path.join(OUT, name)
         os.makedirs(d, exist_ok=True)
         model.save_pretrained(d, safe_serialization=True)
@@ -332,9 +373,12 @@ def main() -> int:
         with open(os.path.join(d, "golden.json"), "w") as f:
             json.dump(golden, f, indent=1)
             f.write("\n")
+        if name in MOE_HUB_NAMES:
+            check_hub_names(d, name)
         if name in gguf_families and args.llama_cpp:
-            vocab = "none" if name in NO_VOCAB_FAMILIES else ("bpe" if name in BPE_VOCAB_FAMILIES else "spm")
-            write_gguf(d, args.llama_cpp, vocab)
+            write_gguf(d, args.llama_cpp, name)
+        if name in q8_families and args.llama_cpp:
+            write_gguf(d, args.llama_cpp, name, "q8_0", "model-q8_0.gguf")
         size = sum(os.path.getsize(os.path.join(d, x)) for x in os.listdir(d))
         print(f"{d}: {size // 1024} KiB")
     return 0

@@ -19,6 +19,9 @@ const ModelFamily& phi3_family();
 const ModelFamily& deepseek_v2_family();
 const ModelFamily& deepseek_v3_family();
 const ModelFamily& gpt_oss_family();
+const ModelFamily& mixtral_family();
+const ModelFamily& qwen3_moe_family();
+const ModelFamily& qwen2_moe_family();
 
 const std::vector<const ModelFamily*>& model_families() {
   static const std::vector<const ModelFamily*> kFamilies = {
@@ -26,6 +29,7 @@ const std::vector<const ModelFamily*>& model_families() {
       &gemma_family(), &gemma2_family(),  &gemma3_family(), &phi3_family(),
       &deepseek_v2_family(), &deepseek_v3_family(),
       &gpt_oss_family(),
+      &mixtral_family(), &qwen3_moe_family(), &qwen2_moe_family(),
   };
   return kFamilies;
 }
@@ -114,7 +118,14 @@ StatusOr<const ModelFamily*> family_of(const ModelConfig& config) {
 StatusOr<ModelConfig> model_config_from_gguf(const GgufFile& file) {
   const std::string arch(file.architecture());
   if (arch.empty()) return invalid_argument("GGUF: general.architecture is missing");
-  const ModelFamily* f = find_family_by_gguf(arch);
+  const ModelFamily* f = nullptr;
+  for (const ModelFamily* c : model_families()) {
+    if (c->claims_gguf(arch, GgufKeys(file, arch))) {
+      f = c;
+      break;
+    }
+  }
+  if (f == nullptr) f = find_family_by_gguf(arch);
   if (f == nullptr) {
     return unimplemented("GGUF: architecture '" + quoted_text(arch) + "' is not supported (supported: " +
                          supported_families() + ")");
