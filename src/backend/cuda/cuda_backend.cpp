@@ -13,6 +13,7 @@
 #include "backend/cuda/cuda_check.h"
 #include "backend/cuda/gemm.h"
 #include "backend/cuda/kernels.h"
+#include "backend/cuda/moe_kernels.h"
 #include "backend/cuda/step_queue.h"
 #include "common/log.h"
 #include "quant/dequantize.h"
@@ -46,6 +47,8 @@ CudaBackend::~CudaBackend() {
   queue_.reset();
   for (void* p : retired_) cudaFree(p);
   if (partial_ != nullptr) cudaFree(partial_);
+  if (moe_scratch_ != nullptr) cudaFree(moe_scratch_);
+  for (auto& [views, t] : moe_tables_) cudaFree(t.table);
   if (tokens_dev_ != nullptr) cudaFree(tokens_dev_);
   if (tokens_host_ != nullptr) cudaFreeHost(tokens_host_);
   if (stream_ != nullptr) cudaStreamDestroy(stream_);
@@ -68,6 +71,7 @@ Status CudaBackend::init() {
   KVASIR_RETURN_IF_ERROR(gemm_.init(kGemmWorkspace));
   cuda::init_attention_kernels();
   cuda::init_gemv_kernels();
+  cuda::init_moe_kernels();
   KVASIR_CUDA_RETURN_IF_ERROR(cudaMallocHost(reinterpret_cast<void**>(&tokens_host_), 65536 * sizeof(int32_t)));
   queue_ = std::make_unique<cuda::StepQueue>(stream_, &CudaBackend::execute_op, this, opts_.enable_graphs, opts_.max_graphs,
                                                tuning_.recording.profile);

@@ -5,6 +5,7 @@
 
 #include <memory>
 #include <string>
+#include <unordered_map>
 #include <vector>
 
 #include "backend/cuda/cuda_backend.h"
@@ -52,6 +53,12 @@ class CudaBackend final : public Backend {
   void gated_activation(const Tensor& gate, const Tensor& up, GateActivation act, Tensor& out) override;
   void softcap(Tensor& x, float cap) override;
   void gather_rows(const Tensor& src, const int32_t* rows, int k, Tensor& out) override;
+  // cuda_moe_ops.cpp
+  bool supports_moe() const override { return true; }
+  void moe_route(const Tensor& router_logits, const MoeRouting& routing, Tensor& topk_ids,
+                 Tensor& topk_weights) override;
+  void moe_experts(const Tensor& x, const Tensor& topk_ids, const Tensor& topk_weights,
+                   const MoeExpertWeights& experts, Tensor& out) override;
 
   bool supports_device_sampling() const override { return true; }
   BackendCapabilities capabilities() const override;
@@ -71,6 +78,14 @@ class CudaBackend final : public Backend {
   void exec_attention(const cuda::AttentionOp& op, const uint8_t* arena, cudaStream_t s);
   void exec_multi_gemv(const cuda::MultiGemvOp& op, Elem elem, cudaStream_t s);
   void exec_gemv_gated(const cuda::GemvGatedOp& op, cudaStream_t s);
+  void exec_moe_experts(const cuda::MoeExpertsOp& op, cudaStream_t s);
+  // The device table of a layer's expert pointers (MoeExpertPtrs [E]), made at its first call.
+  struct MoeTable {
+    std::vector<const void*> key;  // everything the table was built from (moe_key)
+    void* table = nullptr;
+    bool vec = false;              // every weight 16-byte aligned, H and I multiples of 8
+  };
+  const MoeTable& moe_table(const MoeExpertWeights& w);
   Status upload_matrix(const Tensor& host, void* dst);
 
   CudaBackendOptions opts_;
@@ -90,6 +105,12 @@ class CudaBackend final : public Backend {
   size_t tokens_cap_ = 0;
   int32_t* tokens_host_ = nullptr;
   std::vector<void*> retired_;
+  void* moe_scratch_ = nullptr;
+  size_t moe_scratch_cap_ = 0;
+  // Keyed by the address of the layer's down-weight views (stable for a bound model); the key
+  // check catches a reused address.
+  std::unordered_map<const Tensor*, MoeTable> moe_tables_;
+  std::vector<const void*> moe_key_;  // reused while checking a key
   // Host-built attention schedules, reused.
   std::vector<int32_t> decode_seqs_;
   std::vector<cuda::PrefillWork> work_;
