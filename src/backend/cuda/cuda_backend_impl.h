@@ -25,6 +25,8 @@ inline Elem elem_of(DType t) {
   return t == DType::kBF16 ? Elem::kBf16 : Elem::kF32;
 }
 
+struct WeightSlab;  // cuda_backend.cpp: device memory small weights are carved from
+
 class CudaBackend final : public Backend {
  public:
   explicit CudaBackend(const CudaBackendOptions& opts) : opts_(opts) {}
@@ -87,6 +89,8 @@ class CudaBackend final : public Backend {
   };
   const MoeTable& moe_table(const MoeExpertWeights& w);
   Status upload_matrix(const Tensor& host, void* dst);
+  // A weight's memory: small ones from the shared slab (cuda_backend.cpp), large ones their own.
+  StatusOr<std::unique_ptr<Buffer>> allocate_weight(size_t bytes);
 
   CudaBackendOptions opts_;
   cuda::CudaTuning tuning_;  // the knobs in force (cuda_tuning.h), read in init()
@@ -98,6 +102,7 @@ class CudaBackend final : public Backend {
   cuda::GemmRunner gemm_;
   std::unique_ptr<cuda::StepQueue> queue_;
   uint64_t dummy_seed_ = 0x5eed;
+  std::shared_ptr<WeightSlab> weight_slab_;  // where small weights are carved from now
   // Grow-only device scratch; the old block is kept until the step that used it has finished.
   void* partial_ = nullptr;
   size_t partial_cap_ = 0;
