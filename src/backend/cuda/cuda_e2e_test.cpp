@@ -30,6 +30,27 @@ const char* kQwenConfig = R"({"model_type": "qwen2", "hidden_size": 448, "interm
   "rms_norm_eps": 1e-6, "rope_theta": 1000000.0, "max_position_embeddings": 4096,
   "tie_word_embeddings": true, "eos_token_id": 2, "use_sliding_window": false})";
 
+// MoE shapes (per-expert dummy weights under HF names): many experts with few tokens each
+// (decode: the GEMV path), prefill through the grouped GEMM, a shared expert behind its sigmoid
+// gate (a one-expert moe_route / moe_experts), top-2 of 8 as Mixtral.
+const char* kQwen3MoeConfig = R"({"model_type": "qwen3_moe", "hidden_size": 512, "intermediate_size": 1024,
+  "moe_intermediate_size": 256, "num_experts": 32, "num_experts_per_tok": 4, "norm_topk_prob": true,
+  "decoder_sparse_step": 1, "mlp_only_layers": [], "num_hidden_layers": 2, "num_attention_heads": 8,
+  "num_key_value_heads": 2, "head_dim": 64, "vocab_size": 512, "rms_norm_eps": 1e-6, "rope_theta": 1000000.0,
+  "max_position_embeddings": 4096, "tie_word_embeddings": false, "eos_token_id": 2})";
+
+const char* kQwen2MoeConfig = R"({"model_type": "qwen2_moe", "hidden_size": 512, "intermediate_size": 1024,
+  "moe_intermediate_size": 128, "shared_expert_intermediate_size": 512, "num_experts": 16,
+  "num_experts_per_tok": 4, "norm_topk_prob": false, "decoder_sparse_step": 1, "mlp_only_layers": [],
+  "num_hidden_layers": 2, "num_attention_heads": 8, "num_key_value_heads": 2, "vocab_size": 512,
+  "rms_norm_eps": 1e-6, "rope_theta": 1000000.0, "max_position_embeddings": 4096, "tie_word_embeddings": false,
+  "eos_token_id": 2, "use_sliding_window": false})";
+
+const char* kMixtralConfig = R"({"model_type": "mixtral", "hidden_size": 512, "intermediate_size": 768,
+  "num_local_experts": 8, "num_experts_per_tok": 2, "num_hidden_layers": 2, "num_attention_heads": 8,
+  "num_key_value_heads": 2, "vocab_size": 512, "rms_norm_eps": 1e-5, "rope_theta": 1000000.0,
+  "max_position_embeddings": 4096, "tie_word_embeddings": false, "eos_token_id": 2, "sliding_window": null})";
+
 double rel_l2(const std::vector<float>& a, const std::vector<float>& b) {
   double num = 0, den = 0;
   for (size_t i = 0; i < a.size(); ++i) {
@@ -96,6 +117,9 @@ void compare_models(const char* config_text) {
 
 TEST(CudaEndToEnd, LlamaShapedModelMatchesCpu) { compare_models(kLlamaConfig); }
 TEST(CudaEndToEnd, QwenShapedModelMatchesCpu) { compare_models(kQwenConfig); }
+TEST(CudaEndToEnd, Qwen3MoeShapedModelMatchesCpu) { compare_models(kQwen3MoeConfig); }
+TEST(CudaEndToEnd, Qwen2MoeShapedModelMatchesCpu) { compare_models(kQwen2MoeConfig); }
+TEST(CudaEndToEnd, MixtralShapedModelMatchesCpu) { compare_models(kMixtralConfig); }
 
 TEST(CudaEndToEnd, EngineRunsWithDeviceSamplingReproducibly) {
   if (cuda_device_count() == 0) GTEST_SKIP() << "no CUDA device";
