@@ -16,6 +16,10 @@
 # records per-kernel times of decode steps (batch 1, batch 256) and a full ncu report of the all-heads
 # decode kernel. KVASIR_CUDA_ATTN takes per_head_phased|per_head_online|all_heads|mma_bulk or the
 # digits 1|2|3|5 used below (cuda_tuning.h).
+# Stage moe: mixture-of-experts benchmarks on dummy bf16 weights (configs/qwen3-30b-a3b.json,
+# configs/mixtral-8x7b.json), each batch-1 decode step beside its floor (scripts/decode_floor.py);
+# KVASIR_MOE_TP_PROMPTS (300) sets its throughput run, KVASIR_MOE_AB ("name:VAR=v,...") adds
+# batch-64 A/B runs (e.g. gemv64:KVASIR_MOE_GEMV_TOKENS=64).
 set -uo pipefail
 root=$(cd "$(dirname "$0")/.." && pwd)
 cd "$root"
@@ -128,6 +132,10 @@ if has memcheck; then
     KVASIR_CUDA_ATTN=5 timeout 120 compute-sanitizer --tool memcheck --leak-check no "$bin/cuda_ops_test" \
       --gtest_filter='CudaAttention.Decode*:CudaOps.Decode*' >"$OUT/memcheck_attn5.log" 2>&1
     note "memcheck, attention v5 forced: rc=$? $(grep -E 'ERROR SUMMARY' "$OUT/memcheck_attn5.log" | tail -1)"
+    # The MoE kernels: both paths (the tests force each), graph replay, and the MoE-shaped models.
+    timeout 240 compute-sanitizer --tool memcheck --leak-check no "$bin/cuda_ops_test" --gtest_filter='CudaMoe.*' \
+      >"$OUT/memcheck_moe.log" 2>&1
+    note "memcheck, MoE ops: rc=$? $(grep -E 'ERROR SUMMARY' "$OUT/memcheck_moe.log" | tail -1)"
   else
     note "memcheck: compute-sanitizer not found"
   fi
@@ -179,6 +187,43 @@ if has attn_ab; then
     if [[ -n $t ]] && { [[ -z ${best_t:-} ]] || awk "BEGIN{exit !($t < $best_t)}"; }; then best_t=$t; best_env=${spec#*:}; fi
   done
   [[ -n ${best_env:-} ]] && note "attn A/B best: $best_env ($best_t ms)"
+fi
+if has moe; then
+  # Expected device time ~4 min: two loads of dummy weights filled on the device (Qwen3-30B-A3B
+  # 61 GB, Mixtral-8x7B 93 GB: it fits with bench latency's small KV cache, and serving it leaves
+  # ~30 GB of KV under --gpu-memory-utilization 0.9), 4 x 128 decode steps per latency run, and a
+  # throughput run of KVASIR_MOE_TP_PROMPTS x 1000/1000 (300: about a minute).
+  moe_lat() {  # name, config, batch, extra args
+    local name=$1 cfg=$2 b=$3; shift 3
+    env ${moe_env:-} timeout 240 "$bin/kvasir" bench latency --model "$cfg" --load-format dummy --device cuda --batch-size "$b" \
+      --input-len 128 --output-len 128 --num-iters 3 "$@" >"$OUT/moe_lat_$name.log" 2>&1
+    local rc=$? ms
+    ms=$(grep -oE '\(([0-9.]+) ms per step\)' "$OUT/moe_lat_$name.log" | grep -oE '[0-9.]+' | head -1)
+    if [[ $b == 1 ]]; then
+      # Floor: weight bytes one step reads (active experts, attention, norms, router, embedding row,
+      # LM head) / 4.32 TB/s, from the config (scripts/decode_floor.py says what it counts).
+      read -r floor gb _ < <(python3 scripts/decode_floor.py "$cfg")
+      note "moe $name b1: rc=$rc ${ms:-?} ms/step; floor $floor ms ($gb GB/token at 4.32 TB/s); ratio $(
+        awk -v m="${ms:-0}" -v f="$floor" 'BEGIN{printf "%.2f", (f > 0 ? m / f : 0)}')x"
+    else
+      note "moe $name b$b: rc=$rc ${ms:-?} ms/step $(grep -E '^decode' "$OUT/moe_lat_$name.log")"
+    fi
+    note "  $(grep -E 'device steps' "$OUT/moe_lat_$name.log" | head -1)"
+  }
+  moe_lat qwen3-30b-a3b configs/qwen3-30b-a3b.json 1
+  moe_lat qwen3-30b-a3b configs/qwen3-30b-a3b.json 64
+  for spec in ${KVASIR_MOE_AB:-}; do
+    moe_env=$(echo "${spec#*:}" | tr ',' ' ') moe_lat "qwen3-30b-a3b_${spec%%:*}" configs/qwen3-30b-a3b.json 64
+  done
+  moe_lat mixtral-8x7b configs/mixtral-8x7b.json 1
+  n=${KVASIR_MOE_TP_PROMPTS:-300}
+  if [[ $n -gt 0 ]]; then
+    timeout 300 "$bin/kvasir" bench throughput --model configs/qwen3-30b-a3b.json --load-format dummy --device cuda \
+      --num-prompts "$n" --input-len 1000 --output-len 1000 --gpu-memory-utilization 0.9 \
+      >"$OUT/moe_throughput.log" 2>&1
+    note "moe throughput qwen3-30b-a3b ($n x 1000/1000): rc=$? $(grep -E '^Throughput' "$OUT/moe_throughput.log")"
+    note "  $(grep -E 'device steps' "$OUT/moe_throughput.log" | head -1)"
+  fi
 fi
 gguf=/tmp/llama8b-f16.gguf
 if has gguf && [[ ! -f $gguf ]]; then

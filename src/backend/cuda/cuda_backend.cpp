@@ -13,11 +13,22 @@
 #include "backend/cuda/cuda_check.h"
 #include "backend/cuda/gemm.h"
 #include "backend/cuda/kernels.h"
+#include "backend/cuda/moe_kernels.h"
 #include "backend/cuda/step_queue.h"
 #include "common/log.h"
 #include "quant/dequantize.h"
 
 namespace kvasir {
+
+// Small weights are carved out of shared slabs instead of one cudaMalloc each: a MoE checkpoint
+// with per-expert tensors (Qwen3-30B-A3B: 18,432 of 3 MiB) would otherwise pay the allocator's
+// 2 MiB rounding on every one (+1 MiB each, ~18 GiB) and a cudaMalloc per tensor at load.
+struct WeightSlab {
+  void* base = nullptr;
+  size_t cap = 0, used = 0;
+  ~WeightSlab() { cudaFree(base); }
+};
+
 namespace {
 
 class CudaBuffer final : public Buffer {
@@ -31,6 +42,21 @@ class CudaBuffer final : public Buffer {
   void* p_;
   size_t n_;
 };
+
+class SlabBuffer final : public Buffer {
+ public:
+  SlabBuffer(std::shared_ptr<WeightSlab> slab, void* p, size_t n) : slab_(std::move(slab)), p_(p), n_(n) {}
+  void* data() override { return p_; }
+  size_t size() const override { return n_; }
+
+ private:
+  std::shared_ptr<WeightSlab> slab_;  // the slab lives while any weight carved from it does
+  void* p_;
+  size_t n_;
+};
+
+constexpr size_t kSlabBytes = size_t{256} << 20;
+constexpr size_t kSlabMaxWeight = size_t{16} << 20;  // larger weights get their own allocation
 
 struct CudaFree {
   void operator()(void* p) const { cudaFree(p); }
@@ -46,6 +72,8 @@ CudaBackend::~CudaBackend() {
   queue_.reset();
   for (void* p : retired_) cudaFree(p);
   if (partial_ != nullptr) cudaFree(partial_);
+  if (moe_scratch_ != nullptr) cudaFree(moe_scratch_);
+  for (auto& [views, t] : moe_tables_) cudaFree(t.table);
   if (tokens_dev_ != nullptr) cudaFree(tokens_dev_);
   if (tokens_host_ != nullptr) cudaFreeHost(tokens_host_);
   if (stream_ != nullptr) cudaStreamDestroy(stream_);
@@ -68,6 +96,7 @@ Status CudaBackend::init() {
   KVASIR_RETURN_IF_ERROR(gemm_.init(kGemmWorkspace));
   cuda::init_attention_kernels();
   cuda::init_gemv_kernels();
+  cuda::init_moe_kernels();
   KVASIR_CUDA_RETURN_IF_ERROR(cudaMallocHost(reinterpret_cast<void**>(&tokens_host_), 65536 * sizeof(int32_t)));
   queue_ = std::make_unique<cuda::StepQueue>(stream_, &CudaBackend::execute_op, this, opts_.enable_graphs, opts_.max_graphs,
                                                tuning_.recording.profile);
@@ -128,12 +157,32 @@ Status CudaBackend::upload_matrix(const Tensor& host, void* dst) {
   return Status();
 }
 
+StatusOr<std::unique_ptr<Buffer>> CudaBackend::allocate_weight(size_t bytes) {
+  if (bytes > kSlabMaxWeight) return allocate(bytes);
+  const size_t aligned = (bytes + 255) / 256 * 256;
+  if (weight_slab_ == nullptr || weight_slab_->used + aligned > weight_slab_->cap) {
+    auto slab = std::make_shared<WeightSlab>();
+    const cudaError_t err = cudaMalloc(&slab->base, kSlabBytes);
+    if (err != cudaSuccess) {
+      (void)cudaGetLastError();
+      return resource_exhausted("cudaMalloc of a " + std::to_string(kSlabBytes >> 20) + " MiB weight slab failed: " +
+                                cudaGetErrorString(err));
+    }
+    slab->cap = kSlabBytes;
+    KVASIR_CUDA_RETURN_IF_ERROR(cudaMemsetAsync(slab->base, 0, kSlabBytes, stream_));
+    weight_slab_ = std::move(slab);
+  }
+  void* p = static_cast<uint8_t*>(weight_slab_->base) + weight_slab_->used;
+  weight_slab_->used += aligned;
+  return std::unique_ptr<Buffer>(new SlabBuffer(weight_slab_, p, bytes));
+}
+
 StatusOr<Tensor> CudaBackend::upload_weight(const Tensor& host, std::unique_ptr<Buffer>* owner) {
   synchronize();
   const bool matrix = host.ndim >= 2;
   const DType dt = matrix ? DType::kBF16 : DType::kF32;
   const int64_t n = host.numel();
-  KVASIR_ASSIGN_OR_RETURN(auto buf, allocate(static_cast<size_t>(n) * (matrix ? 2 : 4)));
+  KVASIR_ASSIGN_OR_RETURN(auto buf, allocate_weight(static_cast<size_t>(n) * (matrix ? 2 : 4)));
   Tensor t = host;
   t.data = buf->data();
   t.dtype = dt;

@@ -5,6 +5,7 @@
 
 #include <memory>
 #include <string>
+#include <unordered_map>
 #include <vector>
 
 #include "backend/cuda/cuda_backend.h"
@@ -23,6 +24,8 @@ inline Elem elem_of(DType t) {
   KVASIR_CHECK_MSG(t == DType::kBF16 || t == DType::kF32, "CUDA backend tensors are bf16 or f32");
   return t == DType::kBF16 ? Elem::kBf16 : Elem::kF32;
 }
+
+struct WeightSlab;  // cuda_backend.cpp: device memory small weights are carved from
 
 class CudaBackend final : public Backend {
  public:
@@ -52,6 +55,12 @@ class CudaBackend final : public Backend {
   void gated_activation(const Tensor& gate, const Tensor& up, GateActivation act, Tensor& out) override;
   void softcap(Tensor& x, float cap) override;
   void gather_rows(const Tensor& src, const int32_t* rows, int k, Tensor& out) override;
+  // cuda_moe_ops.cpp
+  bool supports_moe() const override { return true; }
+  void moe_route(const Tensor& router_logits, const MoeRouting& routing, Tensor& topk_ids,
+                 Tensor& topk_weights) override;
+  void moe_experts(const Tensor& x, const Tensor& topk_ids, const Tensor& topk_weights,
+                   const MoeExpertWeights& experts, Tensor& out) override;
 
   bool supports_device_sampling() const override { return true; }
   BackendCapabilities capabilities() const override;
@@ -71,7 +80,17 @@ class CudaBackend final : public Backend {
   void exec_attention(const cuda::AttentionOp& op, const uint8_t* arena, cudaStream_t s);
   void exec_multi_gemv(const cuda::MultiGemvOp& op, Elem elem, cudaStream_t s);
   void exec_gemv_gated(const cuda::GemvGatedOp& op, cudaStream_t s);
+  void exec_moe_experts(const cuda::MoeExpertsOp& op, cudaStream_t s);
+  // The device table of a layer's expert pointers (MoeExpertPtrs [E]), made at its first call.
+  struct MoeTable {
+    std::vector<const void*> key;  // everything the table was built from (moe_key)
+    void* table = nullptr;
+    bool vec = false;              // every weight 16-byte aligned, H and I multiples of 8
+  };
+  const MoeTable& moe_table(const MoeExpertWeights& w);
   Status upload_matrix(const Tensor& host, void* dst);
+  // A weight's memory: small ones from the shared slab (cuda_backend.cpp), large ones their own.
+  StatusOr<std::unique_ptr<Buffer>> allocate_weight(size_t bytes);
 
   CudaBackendOptions opts_;
   cuda::CudaTuning tuning_;  // the knobs in force (cuda_tuning.h), read in init()
@@ -83,6 +102,7 @@ class CudaBackend final : public Backend {
   cuda::GemmRunner gemm_;
   std::unique_ptr<cuda::StepQueue> queue_;
   uint64_t dummy_seed_ = 0x5eed;
+  std::shared_ptr<WeightSlab> weight_slab_;  // where small weights are carved from now
   // Grow-only device scratch; the old block is kept until the step that used it has finished.
   void* partial_ = nullptr;
   size_t partial_cap_ = 0;
@@ -90,6 +110,12 @@ class CudaBackend final : public Backend {
   size_t tokens_cap_ = 0;
   int32_t* tokens_host_ = nullptr;
   std::vector<void*> retired_;
+  void* moe_scratch_ = nullptr;
+  size_t moe_scratch_cap_ = 0;
+  // Keyed by the address of the layer's down-weight views (stable for a bound model); the key
+  // check catches a reused address.
+  std::unordered_map<const Tensor*, MoeTable> moe_tables_;
+  std::vector<const void*> moe_key_;  // reused while checking a key
   // Host-built attention schedules, reused.
   std::vector<int32_t> decode_seqs_;
   std::vector<cuda::PrefillWork> work_;

@@ -30,6 +30,27 @@ const char* kQwenConfig = R"({"model_type": "qwen2", "hidden_size": 448, "interm
   "rms_norm_eps": 1e-6, "rope_theta": 1000000.0, "max_position_embeddings": 4096,
   "tie_word_embeddings": true, "eos_token_id": 2, "use_sliding_window": false})";
 
+// MoE shapes (per-expert dummy weights under HF names): many experts with few tokens each
+// (decode: the GEMV path), prefill through the grouped GEMM, a shared expert behind its sigmoid
+// gate (a one-expert moe_route / moe_experts), top-2 of 8 as Mixtral.
+const char* kQwen3MoeConfig = R"({"model_type": "qwen3_moe", "hidden_size": 512, "intermediate_size": 1024,
+  "moe_intermediate_size": 256, "num_experts": 32, "num_experts_per_tok": 4, "norm_topk_prob": true,
+  "decoder_sparse_step": 1, "mlp_only_layers": [], "num_hidden_layers": 2, "num_attention_heads": 8,
+  "num_key_value_heads": 2, "head_dim": 64, "vocab_size": 512, "rms_norm_eps": 1e-6, "rope_theta": 1000000.0,
+  "max_position_embeddings": 4096, "tie_word_embeddings": false, "eos_token_id": 2})";
+
+const char* kQwen2MoeConfig = R"({"model_type": "qwen2_moe", "hidden_size": 512, "intermediate_size": 1024,
+  "moe_intermediate_size": 128, "shared_expert_intermediate_size": 512, "num_experts": 16,
+  "num_experts_per_tok": 4, "norm_topk_prob": false, "decoder_sparse_step": 1, "mlp_only_layers": [],
+  "num_hidden_layers": 2, "num_attention_heads": 8, "num_key_value_heads": 2, "vocab_size": 512,
+  "rms_norm_eps": 1e-6, "rope_theta": 1000000.0, "max_position_embeddings": 4096, "tie_word_embeddings": false,
+  "eos_token_id": 2, "use_sliding_window": false})";
+
+const char* kMixtralConfig = R"({"model_type": "mixtral", "hidden_size": 512, "intermediate_size": 768,
+  "num_local_experts": 8, "num_experts_per_tok": 2, "num_hidden_layers": 2, "num_attention_heads": 8,
+  "num_key_value_heads": 2, "vocab_size": 512, "rms_norm_eps": 1e-5, "rope_theta": 1000000.0,
+  "max_position_embeddings": 4096, "tie_word_embeddings": false, "eos_token_id": 2, "sliding_window": null})";
+
 double rel_l2(const std::vector<float>& a, const std::vector<float>& b) {
   double num = 0, den = 0;
   for (size_t i = 0; i < a.size(); ++i) {
@@ -40,7 +61,10 @@ double rel_l2(const std::vector<float>& a, const std::vector<float>& b) {
   return den > 0 ? std::sqrt(num / den) : INFINITY;
 }
 
-void compare_models(const char* config_text) {
+// allowed_outliers: steps whose error may exceed the bound (still under 0.5). A MoE router picks
+// from bf16 activations on the GPU and float32 ones on the CPU, so a near-tie between a token's
+// k-th and (k+1)-th expert can go the other way and move that step's logits by a few percent.
+void compare_models(const char* config_text, int allowed_outliers = 0) {
   if (cuda_device_count() == 0) GTEST_SKIP() << "no CUDA device";
   auto json = parse_json(config_text);
   ASSERT_TRUE(json.ok());
@@ -72,14 +96,18 @@ void compare_models(const char* config_text) {
   }
   ContiguousBatch bc(B, max_len, bs), bg(B, max_len, bs);
   std::vector<float> lc(static_cast<size_t>(B) * vocab), lg(lc.size());
-  int agree = 0, total = 0;
+  int agree = 0, total = 0, outliers = 0;
   for (int it = 0; it < 10; ++it) {
     ASSERT_TRUE((*mc)->forward(bc.build(step), *kc, lc.data()).ok());
     ASSERT_TRUE((*mg)->forward(bg.build(step), *kg, lg.data()).ok());
     bc.commit();
     bg.commit();
     const double err = rel_l2(lg, lc);
-    EXPECT_LT(err, 5e-2) << "step " << it;
+    if (err >= 5e-2) {
+      ++outliers;
+      std::printf("step %d: logits rel L2 %.3g\n", it, err);
+    }
+    EXPECT_LT(err, 0.5) << "step " << it;
     for (int s = 0; s < B; ++s) {
       const float* rc = lc.data() + static_cast<size_t>(s) * vocab;
       const float* rg = lg.data() + static_cast<size_t>(s) * vocab;
@@ -91,11 +119,15 @@ void compare_models(const char* config_text) {
     }
   }
   std::printf("greedy agreement %d / %d; %s\n", agree, total, (*gpu)->stats().c_str());
+  EXPECT_LE(outliers, allowed_outliers) << "steps with logits off by 5% or more";
   EXPECT_GE(agree * 10, total * 8);
 }
 
 TEST(CudaEndToEnd, LlamaShapedModelMatchesCpu) { compare_models(kLlamaConfig); }
 TEST(CudaEndToEnd, QwenShapedModelMatchesCpu) { compare_models(kQwenConfig); }
+TEST(CudaEndToEnd, Qwen3MoeShapedModelMatchesCpu) { compare_models(kQwen3MoeConfig, 3); }
+TEST(CudaEndToEnd, Qwen2MoeShapedModelMatchesCpu) { compare_models(kQwen2MoeConfig, 3); }
+TEST(CudaEndToEnd, MixtralShapedModelMatchesCpu) { compare_models(kMixtralConfig, 3); }
 
 TEST(CudaEndToEnd, EngineRunsWithDeviceSamplingReproducibly) {
   if (cuda_device_count() == 0) GTEST_SKIP() << "no CUDA device";

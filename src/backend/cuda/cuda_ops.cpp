@@ -6,6 +6,7 @@
 
 #include "backend/cuda/cuda_backend_impl.h"
 #include "backend/cuda/cuda_check.h"
+#include "backend/cuda/moe_kernels.h"
 
 namespace kvasir {
 namespace {
@@ -272,6 +273,28 @@ void CudaBackend::execute(const OpRecord& op, const uint8_t* arena, cudaStream_t
                                  static_cast<int>(r.num_rows), s);
       break;
     }
+    case OpKind::kMoeRoute: {
+      const cuda::MoeRouteOp& r = op.moe_route;
+      cuda::MoeRouteArgs a;
+      a.logits = r.logits;
+      a.bias = r.bias;
+      a.ids = r.ids;
+      a.weights = r.weights;
+      a.num_tokens = static_cast<int>(r.num_tokens);
+      a.num_experts = static_cast<int>(r.num_experts);
+      a.top_k = static_cast<int>(r.top_k);
+      a.sigmoid = r.sigmoid != 0;
+      a.renormalize = r.renormalize != 0;
+      a.num_groups = static_cast<int>(r.num_groups);
+      a.topk_groups = static_cast<int>(r.topk_groups);
+      a.group_top2 = r.group_top2 != 0;
+      a.scale = r.scale;
+      cuda::launch_moe_route(a, s);
+      break;
+    }
+    case OpKind::kMoeExperts:
+      exec_moe_experts(op.moe_experts, s);
+      break;
     case OpKind::kSample: {
       const cuda::SampleOp& r = op.sample;
       cuda::launch_sample(r.logits, static_cast<int>(r.num_rows), r.vocab,

@@ -45,6 +45,9 @@ struct RecordingTuning {
   bool fuse = true;        // KVASIR_CUDA_FUSE=0: one record per op (for A/B timing)
   bool fuse_norm = false;  // KVASIR_CUDA_FUSE_NORM=1: norms and residual adds folded into GEMVs
   bool profile = false;    // KVASIR_CUDA_PROFILE=1: eager steps with per-op device time
+  // KVASIR_MOE_GEMV_TOKENS [0, 256]: moe_experts of up to this many tokens takes the GEMV path
+  // (only the chosen experts' rows, read per token); more take the grouped GEMM.
+  int moe_gemv_max_tokens = 8;
 };
 
 struct CudaTuning {

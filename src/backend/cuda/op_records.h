@@ -31,6 +31,8 @@ enum class OpKind : int32_t {
   kGather,
   kSample,
   kTokenBitmask,
+  kMoeRoute,
+  kMoeExperts,
   kNumKinds,
 };
 
@@ -196,6 +198,34 @@ struct TokenBitmaskOp {
   int64_t num_rows, words_per_row, vocab;
 };
 
+// Router logits -> each token's top_k experts and weights (moe_kernels.h: MoeRouteArgs).
+struct MoeRouteOp {
+  const float* logits;          // [num_tokens, num_experts]
+  const float* bias;            // [num_experts] or null
+  int32_t* ids;                 // [num_tokens, top_k]
+  float* weights;               // [num_tokens, top_k]
+  int64_t num_tokens, num_experts, top_k, sigmoid, renormalize, num_groups, topk_groups, group_top2;
+  float scale, unused;
+};
+
+// The chosen experts' gated MLPs, weighted and summed (moe_kernels.h: MoeProblem). block_m 0: the
+// GEMV path (scratch: act only); 16 or 64: the grouped-GEMM path with that m-block.
+struct MoeExpertsOp {
+  const void* x;                // [num_tokens, hidden] bf16
+  void* out;                    // [num_tokens, hidden] bf16
+  const int32_t* ids;           // [num_tokens, top_k]
+  const float* weights;         // [num_tokens, top_k]
+  const void* experts;          // MoeExpertPtrs [num_experts], the layer's device table
+  int32_t* sorted_slots;        // GEMM path scratch (MoeGemmScratch), else null
+  int32_t* block_expert;
+  int32_t* num_m_blocks;
+  void* act;                    // [rows, inter] bf16
+  float* y;                     // [num_tokens * top_k, hidden] or null
+  int64_t num_tokens, hidden, inter, num_experts, top_k, gu_row_stride, gu_bias_stride, activation;
+  int64_t block_m, max_m_blocks, vec;
+  float alpha, limit;
+};
+
 // What StepQueue stores: the kind, the element type where the op has one (Elem), and the record
 // of that kind (the other union members stay zero).
 struct OpRecord {
@@ -217,6 +247,8 @@ struct OpRecord {
     GatherOp gather;
     SampleOp sample;
     TokenBitmaskOp token_bitmask;
+    MoeRouteOp moe_route;
+    MoeExpertsOp moe_experts;
   };
 };
 
@@ -226,5 +258,6 @@ static_assert(sizeof(EmbeddingOp) == 56 && sizeof(LinearOp) == 56 && sizeof(Gemv
 static_assert(sizeof(MultiGemvOp) == 4 * 8 + kGemvMaxOutputs * 40 + 3 * 8 + 8);
 static_assert(sizeof(GemvGatedOp) == 7 * 8 + 4 * 8 + 8 && sizeof(RopeOp) == 4 * 8 + 6 * 8 + 8 + 6 * 8);
 static_assert(sizeof(AttentionOp) == 11 * 8 + 12 * 8 + 8 && sizeof(OpRecord) == 8 + sizeof(AttentionOp));
+static_assert(sizeof(MoeRouteOp) == 4 * 8 + 8 * 8 + 8 && sizeof(MoeExpertsOp) == 10 * 8 + 11 * 8 + 8);
 
 }  // namespace kvasir::cuda
