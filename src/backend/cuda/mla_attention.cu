@@ -350,7 +350,14 @@ size_t mla_attention_smem_bytes(int L, int R) {
 }
 
 void init_mla_kernels() {
-  KVASIR_CUDA_CHECK(cudaFuncSetAttribute(mla_attention_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, 200 * 1024));
+  // 200 KiB, or what this device grants a block (less on pre-Hopper parts: the wide shapes are
+  // then refused by the launch check rather than by this call).
+  int device = 0, optin = 0;
+  KVASIR_CUDA_CHECK(cudaGetDevice(&device));
+  KVASIR_CUDA_CHECK(cudaDeviceGetAttribute(&optin, cudaDevAttrMaxSharedMemoryPerBlockOptin, device));
+  const int static_bytes = 1024;  // m_s, l_s, alpha_s, ctx_s, slot_s
+  KVASIR_CUDA_CHECK(cudaFuncSetAttribute(mla_attention_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                        std::min(200 * 1024, optin - static_bytes)));
 }
 
 void launch_mla_attention(const MlaAttentionArgs& a, cudaStream_t s) {
