@@ -34,7 +34,7 @@ class MlaAttention final : public AttentionBlock {
     Backend& b = *init.backend;
     if (!b.supports_mla()) {
       return unimplemented("backend " + b.name() + " has no multi-head latent attention (MLA) ops: " +
-                           "DeepSeek models run on the CPU backend");
+                           "DeepSeek models run on the CPU and CUDA backends");
     }
     if (init.config.rope_scaling.type == RopeScalingType::kLongrope) {
       return unimplemented("MLA with longrope scaling is not supported");
