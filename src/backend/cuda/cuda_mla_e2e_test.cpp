@@ -4,7 +4,7 @@
 // prefill logits at every position follow the CPU backend's and transformers' float32 logits,
 // twelve decode steps follow the CPU's (teacher-forced with the CPU's greedy tokens, so bf16
 // rounding cannot make the runs diverge), and a prompt prefilled in chunks gives the logits of the
-// whole prompt. Skips without a GPU.
+// whole prompt (bf16 bounds: relative L2 5e-2, as cuda_e2e_test). Skips without a GPU.
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -99,14 +99,14 @@ void compare_on_gpu(const std::string& dir, const std::string& path) {
   ASSERT_TRUE((*mg)->forward(bg.build(g.prompts, true), *kg, lg.data()).ok());
   bc.commit();
   bg.commit();
-  EXPECT_LT(rel_l2(lg.data(), lc.data(), lc.size()), 3e-2) << "prefill logits vs CPU";
+  EXPECT_LT(rel_l2(lg.data(), lc.data(), lc.size()), 5e-2) << "prefill logits vs CPU";
   int top1 = 0, positions = 0;
   size_t row = 0;
   std::vector<std::vector<int32_t>> step(static_cast<size_t>(B));
   for (int s = 0; s < B; ++s) {
     const size_t len = g.prompts[static_cast<size_t>(s)].size();
     const float* got = lg.data() + row * static_cast<size_t>(vocab);
-    EXPECT_LT(rel_l2(got, g.logits[static_cast<size_t>(s)].data(), len * static_cast<size_t>(vocab)), 3e-2)
+    EXPECT_LT(rel_l2(got, g.logits[static_cast<size_t>(s)].data(), len * static_cast<size_t>(vocab)), 5e-2)
         << "prompt " << s << " vs transformers";
     for (size_t i = 0; i < len; ++i) {
       top1 += argmax(got + i * vocab, vocab) == argmax(g.logits[static_cast<size_t>(s)].data() + i * vocab, vocab);
@@ -116,7 +116,7 @@ void compare_on_gpu(const std::string& dir, const std::string& path) {
     row += len;
   }
   std::printf("[ metrics ] %s: prefill top-1 agreement with transformers %d / %d\n", path.c_str(), top1, positions);
-  EXPECT_GE(top1 * 10, positions * 9);
+  EXPECT_GE(top1 * 20, positions * 17);  // bf16 weights may flip near-ties; a wrong op agrees ~1/256
 
   // Decode steps (graphs from the second sighting of a shape), teacher-forced with the CPU's tokens.
   std::vector<float> dc(static_cast<size_t>(B) * vocab), dg(dc.size());
@@ -159,7 +159,7 @@ void compare_on_gpu(const std::string& dir, const std::string& path) {
     at += c;
   }
   ASSERT_EQ(at, p.size());
-  EXPECT_LT(rel_l2(lchunk.data(), lc.data() + offset * static_cast<size_t>(vocab), lchunk.size()), 3e-2)
+  EXPECT_LT(rel_l2(lchunk.data(), lc.data() + offset * static_cast<size_t>(vocab), lchunk.size()), 5e-2)
       << "chunked prefill vs the CPU's whole prompt";
 }
 
