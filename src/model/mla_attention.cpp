@@ -34,7 +34,7 @@ class MlaAttention final : public AttentionBlock {
     Backend& b = *init.backend;
     if (!b.supports_mla()) {
       return unimplemented("backend " + b.name() + " has no multi-head latent attention (MLA) ops: " +
-                           "DeepSeek models run on the CPU backend");
+                           "DeepSeek models run on the CPU and CUDA backends");
     }
     if (init.config.rope_scaling.type == RopeScalingType::kLongrope) {
       return unimplemented("MLA with longrope scaling is not supported");
@@ -127,10 +127,12 @@ class MlaAttention final : public AttentionBlock {
       return data_loss("layer " + std::to_string(init.layer) +
                        ": MLA needs kv_b_proj (attn_kv_b.weight) or attn_k_b.weight and attn_v_b.weight");
     }
+    // upload_weight makes them the backend's matrices (bf16 on a GPU, which copies them: the
+    // host buffers go then; the CPU reads them in place, so it keeps them).
     KVASIR_ASSIGN_OR_RETURN(params_.w_uk_t, upload(*init.backend, Tensor::make(uk, DType::kF32, {H, L, N})));
     KVASIR_ASSIGN_OR_RETURN(params_.w_uv, upload(*init.backend, Tensor::make(uv, DType::kF32, {H, V, L})));
-    owned_.push_back(std::move(uk_buf));
-    owned_.push_back(std::move(uv_buf));
+    if (params_.w_uk_t.data == uk) owned_.push_back(std::move(uk_buf));
+    if (params_.w_uv.data == uv) owned_.push_back(std::move(uv_buf));
     return Status();
   }
 

@@ -11,6 +11,7 @@
 #include "backend/cuda/cuda_backend.h"
 #include "backend/cuda/cuda_tuning.h"
 #include "backend/cuda/gemm.h"
+#include "backend/cuda/head_gemm.h"
 #include "backend/cuda/kernels.h"
 #include "backend/cuda/step_queue.h"
 
@@ -61,6 +62,12 @@ class CudaBackend final : public Backend {
                  Tensor& topk_weights) override;
   void moe_experts(const Tensor& x, const Tensor& topk_ids, const Tensor& topk_weights,
                    const MoeExpertWeights& experts, Tensor& out) override;
+  // MLA (cuda_mla_ops.cpp, kernels in mla_attention.cu).
+  bool supports_mla() const override { return true; }
+  void write_latent_kv(const Tensor& c_kv, const Tensor& k_pe, const int32_t* positions, const RopeParams& rope,
+                       Tensor& cache, const AttentionMetadata& m) override;
+  void mla_attention(const Tensor& q, const int32_t* positions, const Tensor& cache, const AttentionMetadata& m,
+                     const MlaParams& p, Tensor& out) override;
 
   bool supports_device_sampling() const override { return true; }
   BackendCapabilities capabilities() const override;
@@ -91,6 +98,8 @@ class CudaBackend final : public Backend {
   Status upload_matrix(const Tensor& host, void* dst);
   // A weight's memory: small ones from the shared slab (cuda_backend.cpp), large ones their own.
   StatusOr<std::unique_ptr<Buffer>> allocate_weight(size_t bytes);
+  void exec_write_latent_kv(const cuda::WriteLatentKvOp& op, const uint8_t* arena, cudaStream_t s);
+  void exec_mla_attention(const cuda::MlaAttentionOp& op, const uint8_t* arena, cudaStream_t s);
 
   CudaBackendOptions opts_;
   cuda::CudaTuning tuning_;  // the knobs in force (cuda_tuning.h), read in init()
@@ -119,6 +128,16 @@ class CudaBackend final : public Backend {
   // Host-built attention schedules, reused.
   std::vector<int32_t> decode_seqs_;
   std::vector<cuda::PrefillWork> work_;
+  // MLA: per-head products on cuBLASLt (made on the first mla_attention), grow-only scratch.
+  struct OwnedDeviceMemory {
+    void* ptr = nullptr;
+    size_t cap = 0;
+    ~OwnedDeviceMemory() { cudaFree(ptr); }
+  };
+  cuda::HeadGemm head_gemm_;
+  int mla_gemm_path_ = 0;  // KVASIR_MLA_GEMM (cuda_mla_ops.cpp), read when head_gemm_ is made
+  OwnedDeviceMemory mla_scratch_;
+  std::vector<cuda::PrefillWork> mla_work_;
 };
 
 }  // namespace kvasir

@@ -264,6 +264,12 @@ void CudaBackend::execute(const OpRecord& op, const uint8_t* arena, cudaStream_t
       cuda::launch_gather_rows(r.src, i32(r.rows), static_cast<int>(r.num_rows), r.row_bytes, r.src_rows, r.out, s);
       break;
     }
+    case OpKind::kWriteLatentKv:
+      exec_write_latent_kv(op.write_latent_kv, arena, s);
+      break;
+    case OpKind::kMlaAttention:
+      exec_mla_attention(op.mla_attention, arena, s);
+      break;
     case OpKind::kNumKinds:
       KVASIR_CHECK_MSG(false, "not an op");
       break;

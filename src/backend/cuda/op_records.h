@@ -33,6 +33,8 @@ enum class OpKind : int32_t {
   kTokenBitmask,
   kMoeRoute,
   kMoeExperts,
+  kWriteLatentKv,
+  kMlaAttention,
   kNumKinds,
 };
 
@@ -224,6 +226,40 @@ struct MoeExpertsOp {
   int64_t num_tokens, hidden, inter, num_experts, top_k, gu_row_stride, gu_bias_stride, activation;
   int64_t block_m, max_m_blocks, vec;
   float alpha, limit;
+// MLA (cuda_mla_ops.cpp): rotate k_pe and write [c_kv | k_pe] rows through the slot mapping.
+struct WriteLatentKvOp {
+  const void* c_kv;             // [num_tokens, kv_lora_rank] bf16
+  const void* k_pe;             // [num_tokens, rope_dim] bf16
+  void* cache;                  // [num_slots, kv_lora_rank + rope_dim] bf16
+  ArenaOffset positions;        // int32 [num_tokens]
+  ArenaOffset inv_freq;         // float [rope_dim / 2]
+  ArenaOffset slot_mapping;     // int64 [num_tokens]
+  int64_t num_tokens, num_slots;
+  int32_t kv_lora_rank, rope_dim, neox;
+  float attention_factor;
+};
+
+// MLA's absorbed attention: q_latent = [W_UK^T q_nope | rope(q_pe)], the latent attention over
+// the tiles in `work` (split-KV when num_splits > 1), out = W_UV o_latent. Dimensions are int32
+// so the record fits the OpRecord union.
+struct MlaAttentionOp {
+  const void* q;                // [num_tokens, heads, nope_dim + rope_dim] bf16
+  const void* cache;            // [num_slots, kv_lora_rank + rope_dim] bf16
+  const void* w_uk_t;           // [heads, kv_lora_rank, nope_dim] bf16
+  const void* w_uv;             // [heads, v_head_dim, kv_lora_rank] bf16
+  void* out;                    // [num_tokens, heads, v_head_dim] bf16
+  void* scratch;                // q_latent f32, o_latent bf16, split partials (mla_scratch_layout)
+  ArenaOffset positions;        // int32 [num_tokens]
+  ArenaOffset inv_freq;         // float [rope_dim / 2]
+  ArenaOffset query_start_loc;  // int32 [num_seqs + 1]
+  ArenaOffset seq_lens;         // int32 [num_seqs]
+  ArenaOffset block_tables;     // int32 [num_seqs, max_blocks_per_seq]
+  ArenaOffset work;             // PrefillWork [num_work]: (sequence, first token of the tile)
+  int32_t num_tokens, num_seqs, max_blocks_per_seq, block_size;
+  int32_t num_heads, kv_lora_rank, rope_dim, nope_dim;
+  int32_t v_head_dim, neox, num_work, tokens_per_tile;
+  int32_t heads_per_group, num_splits, partition_tokens, head_gemv;  // head_gemv: the products on head_gemv, not cuBLASLt
+  float scale, attention_factor;
 };
 
 // What StepQueue stores: the kind, the element type where the op has one (Elem), and the record
@@ -249,6 +285,8 @@ struct OpRecord {
     TokenBitmaskOp token_bitmask;
     MoeRouteOp moe_route;
     MoeExpertsOp moe_experts;
+    WriteLatentKvOp write_latent_kv;
+    MlaAttentionOp mla_attention;
   };
 };
 
@@ -259,5 +297,6 @@ static_assert(sizeof(MultiGemvOp) == 4 * 8 + kGemvMaxOutputs * 40 + 3 * 8 + 8);
 static_assert(sizeof(GemvGatedOp) == 7 * 8 + 4 * 8 + 8 && sizeof(RopeOp) == 4 * 8 + 6 * 8 + 8 + 6 * 8);
 static_assert(sizeof(AttentionOp) == 11 * 8 + 12 * 8 + 8 && sizeof(OpRecord) == 8 + sizeof(AttentionOp));
 static_assert(sizeof(MoeRouteOp) == 4 * 8 + 8 * 8 + 8 && sizeof(MoeExpertsOp) == 10 * 8 + 11 * 8 + 8);
+static_assert(sizeof(WriteLatentKvOp) == 8 * 8 + 4 * 4 && sizeof(MlaAttentionOp) == 12 * 8 + 16 * 4 + 8);
 
 }  // namespace kvasir::cuda
