@@ -226,6 +226,8 @@ struct MoeExpertsOp {
   int64_t num_tokens, hidden, inter, num_experts, top_k, gu_row_stride, gu_bias_stride, activation;
   int64_t block_m, max_m_blocks, vec;
   float alpha, limit;
+};
+
 // MLA (cuda_mla_ops.cpp): rotate k_pe and write [c_kv | k_pe] rows through the slot mapping.
 struct WriteLatentKvOp {
   const void* c_kv;             // [num_tokens, kv_lora_rank] bf16
