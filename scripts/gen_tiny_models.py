@@ -3,7 +3,7 @@
 
     pip install torch transformers safetensors      # CPU is enough; takes seconds
     python3 scripts/gen_tiny_models.py               # -> tests/data/tiny/<name>/
-    python3 scripts/gen_tiny_models.py deepseek_v3   # only the models named
+    python3 scripts/gen_tiny_models.py --only deepseek_v3   # only the models named
 
 Each directory holds what an HF checkpoint holds (config.json, model.safetensors in float32) and
 golden.json + logits_<i>.f32: for every prompt (fixed token ids, no tokenizer), the float32 logits
@@ -21,17 +21,40 @@ Models:
                 scaling from max/original positions), partial_rotary_factor 0.75, and
                 original_max_position_embeddings 16: one prompt is shorter (short factors), the
                 others longer (long factors), as transformers picks by the sequence's length.
+Dense families (dense_configs()). These and the two phi3 models are also written as model.gguf
+by llama.cpp's convert_hf_to_gguf.py with --outtype f32 (found with --llama-cpp DIR or
+$LLAMA_CPP_DIR: the llama.cpp tree inside the llama-cpp-python sdist, extracted outside the
+repository):
+  llama3        LlamaForCausalLM with rope_type "llama3" (factor 8, original 16 positions, so the
+                frequency bands all show within the prompts).
+  qwen25_yarn   Qwen2ForCausalLM (q/k/v biases) with rope_scaling yarn (factor 4, original 16).
+  qwen3         Qwen3ForCausalLM (QK-norm).
+  mistral       MistralForCausalLM (no sliding window, as from v0.2 on).
+  gemma2        Gemma2ForCausalLM: sandwich norms, GELU-tanh, sliding/global layers alternating
+                (window 6), attention and final logit soft-capping set low enough to bind.
+  gemma3        Gemma3ForCausalLM: QK-norm, sliding layers with their own RoPE base, window 6, its
+                5:1 sliding/global pattern over 6 (smaller) layers.
+Mixture-of-experts families (moe_configs()): 8 experts, top-2, experts of 32, as hub checkpoints
+name them (transformers 5 keeps experts fused in memory, mlp.experts.gate_up_proj [E, 2I, H], but
+save_pretrained writes the per-expert names real checkpoints use: experts.<e>.w1/w2/w3 for
+Mixtral, experts.<e>.gate_proj/up_proj/down_proj for Qwen; checked after saving). GGUF forms as
+above (llama.cpp stacks the experts into blk.N.ffn_{gate,up,down}_exps), and mixtral also as
+model-q8_0.gguf (--outtype q8_0: the quantized-expert path):
+  mixtral       MixtralForCausalLM (softmax top-2, renormalized); its GGUF says "llama".
+  qwen3_moe     Qwen3MoeForCausalLM, norm_topk_prob true (as released checkpoints and llama.cpp).
+  qwen3_moe_mlp_only  Qwen3MoeForCausalLM with mlp_only_layers [1]: layer 1 keeps a dense MLP
+                (HF only: llama.cpp's qwen3moe has no dense layers).
+  qwen2_moe     Qwen2MoeForCausalLM: q/k/v biases, norm_topk_prob false, a shared expert of 48
+                scaled by sigmoid(shared_expert_gate . x).
+DeepSeek (deepseek_configs()), also as model.gguf (llama.cpp's "deepseek2"):
   deepseek_v2_lite  DeepseekV2ForCausalLM like V2-Lite: multi-head latent attention with q_proj
                 (q_lora_rank null), kv_lora_rank 32, rope dims 16 (interleaved pairs), nope 32,
                 v 32, YaRN (factor 4, mscale = mscale_all_dim, so the softmax scale changes);
                 every layer dense (first_k_dense_replace = num_hidden_layers).
   deepseek_v2   the same with q_lora_rank 24 (q_a_proj -> q_a_layernorm -> q_b_proj), no scaling.
   deepseek_v3   DeepseekV3ForCausalLM, q_lora_rank 24, rope_interleave, YaRN, three dense layers.
-
-With LLAMA_CPP=<llama.cpp source dir> (vendor/llama.cpp of the llama-cpp-python sdist:
-`pip download --no-deps --no-binary :all: llama-cpp-python`, extracted outside the repo), the
-models llama.cpp's converter supports are also written as model.gguf (float32, no vocabulary:
-the golden prompts are token ids), which the test runs against the same logits.
+The converter needs a tokenizer; a 40-piece SentencePiece model is made for it in a temporary
+copy (the GGUF's vocabulary is padded to vocab_size), and not kept.
 """
 
 from __future__ import annotations
@@ -89,6 +112,47 @@ def configs():
     )
 
 
+def dense_configs():
+    """The dense families beyond Phi-3, each with the config fields that make it itself."""
+    from transformers import Gemma2Config, Gemma3TextConfig, LlamaConfig, MistralConfig, Qwen2Config, Qwen3Config
+
+    yield "llama3", LlamaConfig(**BASE, max_position_embeddings=64, rope_scaling={
+        "rope_type": "llama3", "rope_theta": 10000.0, "factor": 8.0, "low_freq_factor": 1.0,
+        "high_freq_factor": 4.0, "original_max_position_embeddings": 16})
+    qwen = dict(BASE, tie_word_embeddings=False)
+    yield "qwen25_yarn", Qwen2Config(**qwen, max_position_embeddings=64, rope_scaling={
+        "rope_type": "yarn", "rope_theta": 10000.0, "factor": 4.0, "original_max_position_embeddings": 16})
+    yield "qwen3", Qwen3Config(**qwen, head_dim=16, max_position_embeddings=64, rope_theta=10000.0)
+    # Mistral v0.2 on (and Nemo, Small 3) set no sliding window; llama.cpp's converter would drop
+    # one anyway (its GGUF "llama" has no such key), and phi3 covers every-layer windows.
+    yield "mistral", MistralConfig(**BASE, max_position_embeddings=64, rope_theta=10000.0, sliding_window=None)
+    gemma = dict(BASE, hidden_act="gelu_pytorch_tanh", hidden_activation="gelu_pytorch_tanh", head_dim=16,
+                 tie_word_embeddings=True, query_pre_attn_scalar=16, sliding_window=6, max_position_embeddings=64)
+    yield "gemma2", Gemma2Config(**gemma, rope_theta=10000.0, attn_logit_softcapping=5.0,
+                                 final_logit_softcapping=3.0,
+                                 layer_types=["sliding_attention", "full_attention"])
+    # Gemma 3's own 5:1 pattern (its GGUF stores no pattern: llama.cpp fixes it at 6), so six
+    # layers, kept small.
+    small = dict(gemma, hidden_size=32, intermediate_size=32, num_attention_heads=2, num_key_value_heads=1,
+                 num_hidden_layers=6)
+    yield "gemma3", Gemma3TextConfig(**small, layer_types=["sliding_attention"] * 5 + ["full_attention"], rope_parameters={
+        "full_attention": {"rope_type": "default", "rope_theta": 100000.0},
+        "sliding_attention": {"rope_type": "default", "rope_theta": 10000.0}})
+
+
+def moe_configs():
+    """Mixtral, Qwen3-MoE and Qwen2-MoE with their real routing and config fields."""
+    from transformers import MixtralConfig, Qwen2MoeConfig, Qwen3MoeConfig
+
+    moe = dict(BASE, max_position_embeddings=64, rope_theta=10000.0, num_experts_per_tok=2)
+    yield "mixtral", MixtralConfig(**dict(moe, intermediate_size=32), num_local_experts=8, sliding_window=None)
+    qwen3 = dict(moe, head_dim=16, num_experts=8, moe_intermediate_size=32, norm_topk_prob=True)
+    yield "qwen3_moe", Qwen3MoeConfig(**qwen3)
+    yield "qwen3_moe_mlp_only", Qwen3MoeConfig(**dict(qwen3, num_hidden_layers=3), mlp_only_layers=[1])
+    yield "qwen2_moe", Qwen2MoeConfig(**moe, num_experts=8, moe_intermediate_size=32,
+                                      shared_expert_intermediate_size=48, norm_topk_prob=False)
+
+
 # DeepSeek MLA: 4 heads, latent 32, rope 16, nope 32, v 32 (HF's num_key_value_heads is the
 # head count; llama.cpp's converter relies on it).
 DEEPSEEK = dict(
@@ -121,58 +185,125 @@ def deepseek_configs():
 
 # Attention matrices: scaled up from transformers' init (std 0.02), which leaves attention almost
 # uniform, so that RoPE, the window and the softmax scale show in the logits (scores of order 10).
-ATTENTION_STD = {"qkv_proj.weight": 0.35, "q_proj.weight": 0.35, "q_b_proj.weight": 0.35,
-                 "kv_b_proj.weight": 0.35}
+ATTENTION_WEIGHTS = ("qkv_proj.weight", "q_proj.weight", "k_proj.weight", "v_proj.weight",
+                     "q_b_proj.weight", "kv_b_proj.weight")
 
-# GGUF conversion, in a child process: the converter's own gguf-py comes first on its path, and
-# its vocabulary step is skipped (the tiny models have no tokenizer).
-CONVERT = r"""
+
+# The per-expert tensor names each MoE model must have on disk (layer 0, expert 0).
+MOE_HUB_NAMES = {
+    "mixtral": "model.layers.0.block_sparse_moe.experts.0.w1.weight",
+    "qwen3_moe": "model.layers.0.mlp.experts.0.gate_proj.weight",
+    "qwen3_moe_mlp_only": "model.layers.0.mlp.experts.0.gate_proj.weight",
+    "qwen2_moe": "model.layers.0.mlp.experts.0.down_proj.weight",
+}
+
+
+def check_hub_names(d, name):
+    from safetensors import safe_open
+    with safe_open(os.path.join(d, "model.safetensors"), "pt") as f:
+        keys = set(f.keys())
+    if MOE_HUB_NAMES[name] not in keys:
+        raise SystemExit(f"{d}: transformers did not save per-expert hub names ({sorted(keys)[:8]}...)")
+
+
+def spm_tokenizer_model(path):
+    """A 40-piece SentencePiece model, only so convert_hf_to_gguf.py can write a vocabulary."""
+    import sentencepiece as spm
+    import tempfile
+    with tempfile.TemporaryDirectory() as tmp:
+        src = os.path.join(tmp, "t.txt")
+        with open(src, "w") as f:
+            f.write("the quick brown fox jumps over the lazy dog\n" * 50)
+        spm.SentencePieceTrainer.train(input=src, model_prefix=os.path.join(tmp, "m"), model_type="bpe",
+                                       vocab_size=40, minloglevel=2, hard_vocab_limit=False)
+        with open(os.path.join(tmp, "m.model"), "rb") as f, open(path, "wb") as out:
+            out.write(f.read())
+
+
+# llama.cpp's converter as it is, with one replacement, for families whose converter reads only a
+# gpt2-style BPE tokenizer and identifies it by hashing a real one (Qwen2-MoE, Qwen3-MoE, DeepSeek): set_vocab
+# writes vocab_size plain tokens. Tensors, their names and layouts and the metadata are the
+# converter's own.
+_PLAIN_VOCAB_DRIVER = """
 import sys
-sys.path[:0] = [sys.argv[1], sys.argv[1] + "/gguf-py"]
-import conversion.base as base
-base.TextModel.set_vocab = lambda self: None
-from conversion.deepseek import DeepseekV2Model
-DeepseekV2Model.set_vocab = lambda self: None
-sys.argv = ["convert_hf_to_gguf.py", sys.argv[2], "--outfile", sys.argv[3], "--outtype", "f32"]
-import convert_hf_to_gguf
+sys.path.insert(0, sys.argv[1])
+import convert_hf_to_gguf, gguf
+
+def set_vocab(self):
+    n = self.hparams["vocab_size"]
+    self.gguf_writer.add_tokenizer_model("gpt2")
+    self.gguf_writer.add_tokenizer_pre("default")
+    self.gguf_writer.add_token_list([f"<t{i}>" for i in range(n)])
+    self.gguf_writer.add_token_types([gguf.TokenType.NORMAL] * n)
+    self.gguf_writer.add_token_merges([])
+
+find_class = convert_hf_to_gguf.get_model_class
+
+def get_model_class(*args, **kwargs):
+    cls = find_class(*args, **kwargs)
+    cls.set_vocab = set_vocab
+    return cls
+
+convert_hf_to_gguf.get_model_class = get_model_class
+sys.argv = ["convert_hf_to_gguf.py"] + sys.argv[2:]
 convert_hf_to_gguf.main()
 """
-GGUF_MODELS = {"deepseek_v2_lite", "deepseek_v2", "deepseek_v3"}
+PLAIN_VOCAB = {"qwen3_moe", "qwen2_moe", "deepseek_v2_lite", "deepseek_v2", "deepseek_v3"}
 
 
-def write_gguf(name: str, d: str) -> None:
-    llama_cpp = os.environ.get("LLAMA_CPP")
-    if not llama_cpp or name not in GGUF_MODELS:
-        return
+def write_gguf(d, llama_cpp, outtype="f32", outfile="model.gguf", plain_vocab=False):
+    """<d>/<outfile> from llama.cpp's converter; False where it does not take the family."""
+    import shutil
     import subprocess
-
-    out = os.path.join(d, "model.gguf")
-    subprocess.run([sys.executable, "-c", CONVERT, llama_cpp, d, out], check=True,
-                   stdout=subprocess.DEVNULL)
+    import tempfile
+    script = os.path.join(llama_cpp, "convert_hf_to_gguf.py")
+    with tempfile.TemporaryDirectory() as tmp:
+        for f in ("config.json", "model.safetensors"):
+            shutil.copy(os.path.join(d, f), tmp)
+        spm_tokenizer_model(os.path.join(tmp, "tokenizer.model"))
+        args = [tmp, "--outtype", outtype, "--outfile", os.path.join(d, outfile)]
+        cmd = [sys.executable, "-c", _PLAIN_VOCAB_DRIVER, llama_cpp] if plain_vocab else [sys.executable, script]
+        r = subprocess.run(cmd + args, capture_output=True, text=True)
+    if r.returncode != 0:
+        print(f"{d}: convert_hf_to_gguf.py failed:\n{r.stderr[-2000:]}", file=sys.stderr)
+        return False
+    return True
 
 
 def main() -> int:
+    import argparse
     from transformers import AutoModelForCausalLM
 
-    only = set(sys.argv[1:])  # model names to (re)write; all when empty
-    for name, config in list(configs()) + list(deepseek_configs()):
-        if only and name not in only:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap.add_argument("--llama-cpp", default=os.environ.get("LLAMA_CPP_DIR"),
+                    help="llama.cpp tree with convert_hf_to_gguf.py (GGUF forms are skipped without it)")
+    ap.add_argument("--only", nargs="*", help="names of the models to write")
+    args = ap.parse_args()
+    gguf_families = {"phi3", "phi3_longrope", "llama3", "qwen25_yarn", "qwen3", "mistral", "gemma2", "gemma3",
+                     "mixtral", "qwen3_moe", "qwen2_moe", "deepseek_v2_lite", "deepseek_v2", "deepseek_v3"}
+    q8_families = {"mixtral"}
+
+    for name, config in list(configs()) + list(dense_configs()) + list(moe_configs()) + list(deepseek_configs()):
+        if args.only and name not in args.only:
             continue
         torch.manual_seed(1234)
         model = AutoModelForCausalLM.from_config(config).eval().float()
-        # Larger weights than transformers' init (see ATTENTION_STD), other matrices
-        # 1/sqrt(fan_in), random norms around 1.
+        # transformers' init (std 0.02) leaves attention almost uniform, so RoPE and the window
+        # would hardly show in the logits. Larger weights make scores sharp: q/k/v rows of std
+        # 0.35 (ATTENTION_WEIGHTS: scores of order 10), other matrices 1/sqrt(fan_in), random
+        # norms around 1.
         with torch.no_grad():
             for n, p in model.named_parameters():
-                std = next((v for k, v in ATTENTION_STD.items() if n.endswith(k)), None)
                 if n.endswith("norm.weight"):
                     p.copy_(1.0 + 0.2 * torch.randn_like(p))
-                elif std is not None:
-                    p.copy_(std * torch.randn_like(p))
+                elif n.endswith(ATTENTION_WEIGHTS):
+                    p.copy_(0.35 * torch.randn_like(p))
                 elif n.endswith("embed_tokens.weight"):
                     p.copy_(torch.randn_like(p))
-                else:
-                    p.copy_(torch.randn_like(p) / p.shape[1] ** 0.5)
+                elif p.dim() == 1:  # q/k/v biases
+                    p.copy_(0.5 * torch.randn_like(p))
+                else:  # fan-in is the last dimension (also of stacked experts [E, out, in])
+                    p.copy_(torch.randn_like(p) / p.shape[-1] ** 0.5)
         d = os.path.join(OUT, name)
         os.makedirs(d, exist_ok=True)
         model.save_pretrained(d, safe_serialization=True)
@@ -191,7 +322,12 @@ def main() -> int:
         with open(os.path.join(d, "golden.json"), "w") as f:
             json.dump(golden, f, indent=1)
             f.write("\n")
-        write_gguf(name, d)
+        if name in MOE_HUB_NAMES:
+            check_hub_names(d, name)
+        if name in gguf_families and args.llama_cpp:
+            write_gguf(d, args.llama_cpp, plain_vocab=name in PLAIN_VOCAB)
+        if name in q8_families and args.llama_cpp:
+            write_gguf(d, args.llama_cpp, "q8_0", "model-q8_0.gguf", plain_vocab=name in PLAIN_VOCAB)
         size = sum(os.path.getsize(os.path.join(d, x)) for x in os.listdir(d))
         print(f"{d}: {size // 1024} KiB")
     return 0

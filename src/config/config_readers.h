@@ -71,8 +71,6 @@ StatusOr<ModelConfig> read_hf_config(const Json& config, const Json* generation_
                                      const ConfigTraits& traits);
 // The shared keys of GGUF metadata under `arch.` (general.architecture). Does not validate.
 StatusOr<ModelConfig> read_gguf_config(const GgufFile& file, const ConfigTraits& traits);
-// The checks of a GGUF file's tensor shapes against validated metadata (run after validate()).
-Status check_gguf_tensor_shapes(const GgufFile& file, const ModelConfig& config);
 
 // <dir>/config.json and the optional <dir>/generation_config.json, parsed.
 struct HfConfigFiles {

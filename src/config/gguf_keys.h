@@ -19,6 +19,8 @@ class GgufKeys {
   GgufKeys(const GgufFile& f, std::string arch) : f_(f), prefix_(std::move(arch) + ".") {}
 
   std::string key(std::string_view suffix) const { return prefix_ + std::string(suffix); }
+  // The file, for the rare family fact stored as a tensor (Phi-3's longrope factors).
+  const GgufFile& file() const { return f_; }
   bool has(std::string_view suffix) const { return f_.has(key(suffix)); }
 
   // An integer that must fit in int64; per-layer arrays are accepted when all entries agree.

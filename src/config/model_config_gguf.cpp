@@ -101,18 +101,6 @@ Status read_token_ids(const GgufFile& f, ModelConfig& c) {
   return Status();
 }
 
-Status check_tensor_shape(const GgufFile& f, const char* name, std::vector<int64_t> want) {
-  const GgufTensorInfo* t = f.find_tensor(name);
-  if (t == nullptr) return Status();
-  if (t->shape() != want) {
-    std::string got;
-    for (int64_t d : t->shape()) got += (got.empty() ? "" : ", ") + std::to_string(d);
-    return invalid_argument(std::string("GGUF: tensor '") + name + "' has shape [" + got +
-                            "], which does not match the metadata");
-  }
-  return Status();
-}
-
 }  // namespace
 
 StatusOr<ModelConfig> read_gguf_config(const GgufFile& f, const ConfigTraits& traits) {
@@ -195,17 +183,6 @@ StatusOr<ModelConfig> read_gguf_config(const GgufFile& f, const ConfigTraits& tr
   c.activation = arch->activation;
   KVASIR_RETURN_IF_ERROR(read_token_ids(f, c));
   return c;
-}
-
-Status check_gguf_tensor_shapes(const GgufFile& f, const ModelConfig& c) {
-  KVASIR_RETURN_IF_ERROR(check_tensor_shape(f, "token_embd.weight", {c.vocab_size, c.hidden_size}));
-  KVASIR_RETURN_IF_ERROR(
-      check_tensor_shape(f, "blk.0.attn_q.weight", {c.num_heads * c.head_dim, c.hidden_size}));
-  KVASIR_RETURN_IF_ERROR(
-      check_tensor_shape(f, "blk.0.attn_k.weight", {c.num_kv_heads * c.head_dim, c.hidden_size}));
-  KVASIR_RETURN_IF_ERROR(
-      check_tensor_shape(f, "blk.0.ffn_up.weight", {c.intermediate_size, c.hidden_size}));
-  return Status();
 }
 
 }  // namespace kvasir

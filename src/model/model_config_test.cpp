@@ -1,6 +1,8 @@
 // ModelConfig as read through the model registry: each family's traits applied to real and
 // hand-written GGUF metadata and HF config.json files.
 #include <gtest/gtest.h>
+
+#include <cstring>
 #include <sys/stat.h>
 
 #include <cmath>
@@ -457,6 +459,70 @@ TEST(ModelConfig, GgufMetadataErrors) {
   period.add_u32("llama.attention.sliding_window", 8);
   period.add_u32("llama.attention.sliding_window_pattern", 0);
   expect_error(from_gguf_bytes(period.build()), "sliding_window_pattern' must be >= 1");
+}
+
+// Phi-3 as llama.cpp's converter writes it: fused attn_qkv / ffn_up, longrope factors as tensors.
+testing::GgufWriter phi3_gguf() {
+  testing::GgufWriter w;
+  w.add_string("general.architecture", "phi3");
+  w.add_u32("phi3.block_count", 1);
+  w.add_u32("phi3.context_length", 2048);
+  w.add_u32("phi3.rope.scaling.original_context_length", 512);
+  w.add_u32("phi3.embedding_length", 64);
+  w.add_u32("phi3.feed_forward_length", 96);
+  w.add_u32("phi3.attention.head_count", 4);
+  w.add_u32("phi3.attention.head_count_kv", 2);
+  w.add_u32("phi3.rope.dimension_count", 16);
+  w.add_f32("phi3.attention.layer_norm_rms_epsilon", 1e-5f);
+  w.add_array("tokenizer.ggml.tokens", testing::GgufWriter::string_array({"a", "b", "c"}));
+  return w;
+}
+
+testing::Bytes f32_bytes(const std::vector<float>& v) {
+  testing::Bytes b(v.size() * sizeof(float));
+  std::memcpy(b.data(), v.data(), b.size());
+  return b;
+}
+
+TEST(ModelConfig, Phi3GgufReadsLongropeFactorTensorsAndFusedShapes) {
+  auto plain = from_gguf_bytes(phi3_gguf().build());
+  ASSERT_TRUE(plain.ok()) << plain.status().to_string();
+  EXPECT_EQ(plain->architecture, "phi3");
+  EXPECT_EQ(plain->rope_scaling.type, RopeScalingType::kNone);
+
+  const std::vector<float> lo = {1, 1, 1, 1, 2, 2, 2, 2}, hi = {1, 2, 3, 4, 5, 6, 7, 8};
+  testing::GgufWriter lr = phi3_gguf();
+  lr.add_f32("phi3.rope.scaling.attn_factor", 1.1f);
+  lr.add_tensor("rope_factors_long.weight", DType::kF32, {8}, f32_bytes(hi));
+  lr.add_tensor("rope_factors_short.weight", DType::kF32, {8}, f32_bytes(lo));
+  auto c = from_gguf_bytes(lr.build());
+  ASSERT_TRUE(c.ok()) << c.status().to_string();
+  EXPECT_EQ(c->rope_scaling.type, RopeScalingType::kLongrope);
+  EXPECT_EQ(c->rope_scaling.long_factor, std::vector<double>(hi.begin(), hi.end()));
+  EXPECT_EQ(c->rope_scaling.short_factor, std::vector<double>(lo.begin(), lo.end()));
+  EXPECT_EQ(c->rope_scaling.original_max_position_embeddings, 512);
+  EXPECT_DOUBLE_EQ(c->rope_scaling.factor, 4.0);
+  EXPECT_NEAR(c->rope_scaling.attention_factor, 1.1, 1e-6);
+
+  testing::GgufWriter one = phi3_gguf();
+  one.add_tensor("rope_factors_long.weight", DType::kF32, {8}, f32_bytes(hi));
+  expect_error(from_gguf_bytes(one.build()), "rope_factors_short.weight is missing");
+  testing::GgufWriter short_len = phi3_gguf();
+  short_len.add_tensor("rope_factors_long.weight", DType::kF32, {4}, f32_bytes({1, 2, 3, 4}));
+  short_len.add_tensor("rope_factors_short.weight", DType::kF32, {8}, f32_bytes(lo));
+  expect_error(from_gguf_bytes(short_len.build()), "rope_factors_long.weight must be f32 [8]");
+  testing::GgufWriter zero = phi3_gguf();
+  zero.add_tensor("rope_factors_long.weight", DType::kF32, {8}, f32_bytes({1, 2, 3, 0, 5, 6, 7, 8}));
+  zero.add_tensor("rope_factors_short.weight", DType::kF32, {8}, f32_bytes(lo));
+  expect_error(from_gguf_bytes(zero.build()), "factor <= 0");
+
+  // ffn_up holds gate and up rows: [2 * 96, 64]; an unfused [96, 64] disagrees with the metadata.
+  testing::GgufWriter fused = phi3_gguf();
+  fused.add_tensor("blk.0.ffn_up.weight", DType::kF32, {64, 192}, testing::iota_bytes(64 * 192 * 4));
+  EXPECT_TRUE(from_gguf_bytes(fused.build()).ok());
+  testing::GgufWriter unfused = phi3_gguf();
+  unfused.add_tensor("blk.0.ffn_up.weight", DType::kF32, {64, 96}, testing::iota_bytes(64 * 96 * 4));
+  expect_error(from_gguf_bytes(unfused.build()), "blk.0.ffn_up.weight");
 }
 
 TEST(ModelConfig, LoadsFromHfDirectory) {

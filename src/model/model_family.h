@@ -31,6 +31,11 @@ class ModelFamily {
   const std::vector<std::string>& hf_model_types() const { return hf_model_types_; }
   const std::vector<std::string>& hf_architectures() const { return hf_architectures_; }
 
+  // Whether this family reads a GGUF file that llama.cpp wrote under another family's
+  // architecture name (Mixtral as "llama", told apart by its expert count). The registry asks
+  // every family before it looks the architecture up by name. Default: no.
+  virtual bool claims_gguf(std::string_view architecture, const GgufKeys& keys) const { return false; }
+
   // Config keys only this family reads, after the generic reader filled the shared ones and
   // before validation. Default: none.
   virtual Status read_hf_extras(const HfKeys& keys, ModelConfig& config) const;

@@ -16,6 +16,9 @@ const ModelFamily& gemma_family();
 const ModelFamily& gemma2_family();
 const ModelFamily& gemma3_family();
 const ModelFamily& phi3_family();
+const ModelFamily& mixtral_family();
+const ModelFamily& qwen3_moe_family();
+const ModelFamily& qwen2_moe_family();
 const ModelFamily& deepseek_v2_family();
 const ModelFamily& deepseek_v3_family();
 
@@ -23,6 +26,7 @@ const std::vector<const ModelFamily*>& model_families() {
   static const std::vector<const ModelFamily*> kFamilies = {
       &llama_family(), &mistral_family(), &qwen2_family(),  &qwen3_family(),
       &gemma_family(), &gemma2_family(),  &gemma3_family(), &phi3_family(),
+      &mixtral_family(), &qwen3_moe_family(), &qwen2_moe_family(),
       &deepseek_v2_family(), &deepseek_v3_family(),
   };
   return kFamilies;
@@ -35,6 +39,31 @@ bool contains(const std::vector<std::string>& names, std::string_view s) {
     if (n == s) return true;
   }
   return false;
+}
+
+// The embedding's and the first layer's tensors against the family's manifest, before anything is
+// bound, so a file whose metadata disagrees with its tensors is refused naming the tensor. A
+// fused tensor (Phi-3's attn_qkv) has its fused rows.
+Status check_gguf_tensor_shapes(const GgufFile& file, const ModelFamily& family, const ModelConfig& c) {
+  const WeightManifest m = family.manifest(c);
+  std::vector<const WeightSpec*> specs;
+  for (const WeightSpec& s : m.model) specs.push_back(&s);
+  if (!m.layers.empty()) {
+    for (const WeightSpec& s : m.layers[0]) specs.push_back(&s);
+  }
+  for (const WeightSpec* s : specs) {
+    const GgufTensorInfo* t = file.find_tensor(s->gguf.name);
+    if (t == nullptr) continue;  // absence is the binder's call (optional, tied, ...)
+    std::vector<int64_t> want = s->shape;
+    if (s->gguf.fused() && want.size() == 2) want[0] = s->gguf.fused_rows;
+    if (t->shape() != want) {
+      std::string got;
+      for (int64_t d : t->shape()) got += (got.empty() ? "" : ", ") + std::to_string(d);
+      return invalid_argument("GGUF: tensor '" + s->gguf.name + "' has shape [" + got +
+                              "], which does not match the metadata");
+    }
+  }
+  return Status();
 }
 
 }  // namespace
@@ -87,7 +116,14 @@ StatusOr<const ModelFamily*> family_of(const ModelConfig& config) {
 StatusOr<ModelConfig> model_config_from_gguf(const GgufFile& file) {
   const std::string arch(file.architecture());
   if (arch.empty()) return invalid_argument("GGUF: general.architecture is missing");
-  const ModelFamily* f = find_family_by_gguf(arch);
+  const ModelFamily* f = nullptr;
+  for (const ModelFamily* c : model_families()) {
+    if (c->claims_gguf(arch, GgufKeys(file, arch))) {
+      f = c;
+      break;
+    }
+  }
+  if (f == nullptr) f = find_family_by_gguf(arch);
   if (f == nullptr) {
     return unimplemented("GGUF: architecture '" + quoted_text(arch) + "' is not supported (supported: " +
                          supported_families() + ")");
@@ -95,7 +131,7 @@ StatusOr<ModelConfig> model_config_from_gguf(const GgufFile& file) {
   KVASIR_ASSIGN_OR_RETURN(ModelConfig c, read_gguf_config(file, f->config_traits()));
   KVASIR_RETURN_IF_ERROR(f->read_gguf_extras(GgufKeys(file, arch), c));
   KVASIR_RETURN_IF_ERROR(c.validate());
-  KVASIR_RETURN_IF_ERROR(check_gguf_tensor_shapes(file, c));
+  KVASIR_RETURN_IF_ERROR(check_gguf_tensor_shapes(file, *f, c));
   return c;
 }
 

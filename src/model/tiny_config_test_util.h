@@ -1,6 +1,8 @@
 // Tests' tiny config.json of any registered family: 2 layers, GQA 4/2, head_dim 16 given
 // explicitly (so every shape field can change alone), a sliding window for the families that read
-// one; DeepSeek's MLA sizes for those families. Small enough that dummy weights and a forward pass take milliseconds.
+// one, 4 experts (top-2) for the MoE families, whose layer 1 keeps a dense MLP where the family
+// reads mlp_only_layers (so intermediate_size shapes a weight in every family); DeepSeek's MLA
+// sizes for those families. Small enough that dummy weights and a forward pass take milliseconds.
 #pragma once
 
 #include <gtest/gtest.h>
@@ -21,7 +23,10 @@ inline Json tiny_config(const std::string& model_type) {
   Json j = parse_json_or_fail(R"({"hidden_size": 64, "intermediate_size": 96, "num_hidden_layers": 2,
                                   "num_attention_heads": 4, "num_key_value_heads": 2, "head_dim": 16,
                                   "vocab_size": 128, "max_position_embeddings": 256, "rms_norm_eps": 1e-5,
-                                  "tie_word_embeddings": false, "sliding_window": 8})");
+                                  "tie_word_embeddings": false, "sliding_window": 8,
+                                  "num_experts": 4, "num_local_experts": 4, "num_experts_per_tok": 2,
+                                  "moe_intermediate_size": 32, "shared_expert_intermediate_size": 48,
+                                  "mlp_only_layers": [1]})");
   j.set("model_type", model_type);
   if (model_type.rfind("deepseek", 0) == 0) {  // multi-head latent attention; V3 with q_lora_rank
     const bool v3 = model_type == "deepseek_v3";

@@ -86,6 +86,8 @@ void Normalizer::add_prepend(std::string prefix) {
   steps_.push_back(Step{Kind::kPrepend, Pattern::literal(""), std::move(prefix)});
 }
 
+void Normalizer::add_nfc() { steps_.push_back(Step{Kind::kNfc, Pattern::literal(""), ""}); }
+
 void Normalizer::add_bert(bool clean_text, bool handle_chinese_chars, bool strip_accents, bool lowercase) {
   auto add = [&](Kind k) { steps_.push_back(Step{k, Pattern::literal(""), ""}); };
   if (clean_text) add(Kind::kBertCleanText);

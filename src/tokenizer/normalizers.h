@@ -22,6 +22,7 @@ class Normalizer {
 
   void add_replace(Pattern pattern, std::string content);
   void add_prepend(std::string prefix);
+  void add_nfc();
   // HF BertNormalizer: drop control characters and turn whitespace into ' ' (clean_text), put
   // spaces around CJK ideographs, NFD and drop nonspacing marks (strip_accents), lowercase.
   void add_bert(bool clean_text, bool handle_chinese_chars, bool strip_accents, bool lowercase);

@@ -16,6 +16,9 @@ constexpr const char* kLlama3 =
     R"((?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}{1,3}| ?[^\s\p{L}\p{N}]+[\r\n]*|\s*[\r\n]+|\s+(?!\S)|\s+)";
 constexpr const char* kQwen2 =
     R"((?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}| ?[^\s\p{L}\p{N}]+[\r\n]*|\s*[\r\n]+|\s+(?!\S)|\s+)";
+// Qwen3.5: Qwen2's with combining marks kept on their letters.
+constexpr const char* kQwen35 =
+    R"((?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?[\p{L}\p{M}]+|\p{N}| ?[^\s\p{L}\p{M}\p{N}]+[\r\n]*|\s*[\r\n]+|\s+(?!\S)|\s+)";
 constexpr const char* kGpt4o =
     R"([^\r\n\p{L}\p{N}]?[\p{Lu}\p{Lt}\p{Lm}\p{Lo}\p{M}]*[\p{Ll}\p{Lm}\p{Lo}\p{M}]+(?i:'s|'t|'re|'ve|'m|'ll|'d)?|[^\r\n\p{L}\p{N}]?[\p{Lu}\p{Lt}\p{Lm}\p{Lo}\p{M}]+[\p{Ll}\p{Lm}\p{Lo}\p{M}]*(?i:'s|'t|'re|'ve|'m|'ll|'d)?|\p{N}{1,3}| ?[^\s\p{L}\p{N}]+[\r\n/]*|\s*[\r\n]+|\s+(?!\S)|\s+)";
 constexpr const char* kTekken =
@@ -53,6 +56,15 @@ std::vector<tok::AddedToken> added_tokens_of(const VocabSpec& spec, const std::v
   return out;
 }
 
+// Phi-3's tokenizer.json strips the spaces after its chat tokens and "</s>" (rstrip), but not after
+// <unk>, <s> and <|endoftext|>; GGUF has no field for it, so llama.cpp sets it by model name and
+// so do we (Phi-3 and 3.5 are the SentencePiece vocabularies of architecture "phi3").
+void set_phi3_rstrip(std::vector<tok::AddedToken>* tokens) {
+  for (tok::AddedToken& t : *tokens) {
+    t.rstrip = t.content != "<unk>" && t.content != "<s>" && t.content != "<|endoftext|>";
+  }
+}
+
 // Gemma GGUFs store the user-defined tokens for runs of spaces with real spaces, but the model
 // sees text with spaces already turned into U+2581; respell them so they can be reached.
 bool respell_space_run(std::string* token) {
@@ -76,6 +88,10 @@ bool llama3_family(const std::string& pre) {
                          "lfm2", "tekken"});
 }
 
+// Qwen's tokenizer.json (Qwen1.5 to Qwen3, and the R1 distills on its vocabulary) NFC-normalizes
+// before splitting; llama.cpp does not, and would split "e\u0301" differently from HF.
+bool nfc_family(const std::string& pre) { return is_one_of(pre, {"qwen2", "deepseek-r1-qwen", "qwen35"}); }
+
 Status build_gpt2(const VocabSpec& spec, TokenizerParts* parts) {
   tok::TokenMap vocab;
   vocab.reserve(spec.tokens.size());
@@ -97,6 +113,7 @@ Status build_gpt2(const VocabSpec& spec, TokenizerParts* parts) {
     parts->pre_tokenizer.add_split(std::move(p), tok::SplitBehavior::kIsolated, false);
   }
   parts->pre_tokenizer.add_byte_level(/*add_prefix_space=*/false, /*use_regex=*/false);
+  if (nfc_family(spec.pre)) parts->normalizer.add_nfc();
   parts->decoder.add_byte_level();
   return Status();
 }
@@ -170,7 +187,8 @@ const std::vector<PreFamily>& pre_families() {
       {{"llama3", "llama-v3", "llama-bpe", "falcon3", "falcon-h1", "dbrx", "smaug-bpe", "chatglm-bpe", "pixtral",
         "midm-2.0", "lfm2"},
        {kLlama3}},
-      {{"qwen2", "stablelm2", "deepseek-r1-qwen", "megrez", "hunyuan"}, {kQwen2}},
+      {{"qwen2", "stablelm2", "deepseek-r1-qwen", "megrez", "hunyuan", "kormo", "f2llmv2"}, {kQwen2}},
+      {{"qwen35"}, {kQwen35}},
       {{"gpt-2", "mpt", "olmo", "jais", "phi-2", "roberta-bpe", "gigachat", "jina-es", "jina-de", "jina-v1-en",
         "jina-v2-es", "jina-v2-de", "jina-v2-code", "trillion"},
        {kGpt2}},
@@ -238,6 +256,7 @@ StatusOr<Tokenizer> tokenizer_from_vocab_spec(const VocabSpec& spec) {
     return unimplemented("GGUF tokenizer model '" + quoted_text(spec.model) + "' is not supported (gpt2, llama, bert)");
   }
   parts.added_tokens = added_tokens_of(spec, tokens);
+  if (spec.model == "llama" && spec.architecture == "phi3") set_phi3_rstrip(&parts.added_tokens);
   const int32_t n = static_cast<int32_t>(spec.tokens.size());
   auto valid = [n](int32_t id) { return id >= 0 && id < n ? id : -1; };
   TokenizerInfo& info = parts.info;
