@@ -46,13 +46,18 @@ model-q8_0.gguf (--outtype q8_0: the quantized-expert path):
                 (HF only: llama.cpp's qwen3moe has no dense layers).
   qwen2_moe     Qwen2MoeForCausalLM: q/k/v biases, norm_topk_prob false, a shared expert of 48
                 scaled by sigmoid(shared_expert_gate . x).
-DeepSeek (deepseek_configs()), also as model.gguf (llama.cpp's "deepseek2"):
-  deepseek_v2_lite  DeepseekV2ForCausalLM like V2-Lite: multi-head latent attention with q_proj
-                (q_lora_rank null), kv_lora_rank 32, rope dims 16 (interleaved pairs), nope 32,
-                v 32, YaRN (factor 4, mscale = mscale_all_dim, so the softmax scale changes);
-                every layer dense (first_k_dense_replace = num_hidden_layers).
-  deepseek_v2   the same with q_lora_rank 24 (q_a_proj -> q_a_layernorm -> q_b_proj), no scaling.
-  deepseek_v3   DeepseekV3ForCausalLM, q_lora_rank 24, rope_interleave, YaRN, three dense layers.
+DeepSeek (deepseek_configs()), also as model.gguf (llama.cpp's "deepseek2"): multi-head latent
+attention (hidden 32, latent 16, rope 8 interleaved, nope 16, v 16), layer 0 dense and the others
+mixture-of-experts (8 routed experts of 16, top-2, shared experts added unscaled):
+  deepseek_v2_lite  DeepseekV2ForCausalLM like V2-Lite: q_proj (q_lora_rank null), YaRN (factor 4,
+                mscale = mscale_all_dim, so the softmax scale changes); softmax greedy routing, 2
+                shared experts.
+  deepseek_v2   the same with q_lora_rank 16 (q_a_proj -> q_a_layernorm -> q_b_proj), no scaling;
+                group_limited_greedy routing (2 groups ranked by their best expert, 1 kept),
+                routed_scaling_factor 1.5.
+  deepseek_v3   DeepseekV3ForCausalLM, q_lora_rank 16, rope_interleave, YaRN, three layers; noaux_tc
+                routing: sigmoid, a random e_score_correction_bias, 2 groups ranked by their top-2
+                sum (1 kept), renormalized, routed_scaling_factor 2.5; 1 shared expert.
 The converter needs a tokenizer; a 40-piece SentencePiece model is made for it in a temporary
 copy (the GGUF's vocabulary is padded to vocab_size), and not kept.
 """
@@ -153,16 +158,24 @@ def moe_configs():
                                       shared_expert_intermediate_size=48, norm_topk_prob=False)
 
 
-# DeepSeek MLA: 4 heads, latent 32, rope 16, nope 32, v 32 (HF's num_key_value_heads is the
-# head count; llama.cpp's converter relies on it).
+# DeepSeek: hidden 32, 4 heads, MLA latent 16, rope 8, nope 16, v 16 (HF's num_key_value_heads
+# is the head count; llama.cpp's converter relies on it); layer 0 dense (intermediate 64), the
+# others MoE: 8 routed experts of 16, top-2, shared experts of 16 each.
 DEEPSEEK = dict(
     BASE,
+    hidden_size=32,
+    intermediate_size=64,
     num_key_value_heads=4,
-    kv_lora_rank=32,
-    qk_rope_head_dim=16,
-    qk_nope_head_dim=32,
-    v_head_dim=32,
+    kv_lora_rank=16,
+    qk_rope_head_dim=8,
+    qk_nope_head_dim=16,
+    v_head_dim=16,
     max_position_embeddings=64,
+    first_k_dense_replace=1,
+    moe_layer_freq=1,
+    n_routed_experts=8,
+    num_experts_per_tok=2,
+    moe_intermediate_size=16,
 )
 DEEPSEEK_YARN = {"rope_type": "yarn", "rope_theta": 10000.0, "factor": 4.0,
                  "original_max_position_embeddings": 16, "beta_fast": 32, "beta_slow": 1,
@@ -170,16 +183,25 @@ DEEPSEEK_YARN = {"rope_type": "yarn", "rope_theta": 10000.0, "factor": 4.0,
 
 
 def deepseek_configs():
+    """DeepSeek-V2-Lite, V2 and V3 shapes: MLA, and their routers (scoring_func and topk_method
+    are written for llama.cpp's converter and DeepSeek's own code; transformers' routers are fixed
+    per model_type)."""
     from transformers import DeepseekV2Config, DeepseekV3Config
 
-    yield "deepseek_v2_lite", DeepseekV2Config(**DEEPSEEK, q_lora_rank=None,
-                                               first_k_dense_replace=2,
+    yield "deepseek_v2_lite", DeepseekV2Config(**DEEPSEEK, q_lora_rank=None, n_shared_experts=2,
+                                               scoring_func="softmax", topk_method="greedy",
+                                               n_group=1, topk_group=1, norm_topk_prob=False,
+                                               routed_scaling_factor=1.0,
                                                rope_parameters=DEEPSEEK_YARN)
-    yield "deepseek_v2", DeepseekV2Config(**DEEPSEEK, q_lora_rank=24, first_k_dense_replace=2,
-                                          rope_theta=10000.0)
+    yield "deepseek_v2", DeepseekV2Config(**DEEPSEEK, q_lora_rank=16, n_shared_experts=2,
+                                          scoring_func="softmax", topk_method="group_limited_greedy",
+                                          n_group=2, topk_group=1, norm_topk_prob=False,
+                                          routed_scaling_factor=1.5, rope_theta=10000.0)
     v3 = dict(DEEPSEEK, num_hidden_layers=3)
-    yield "deepseek_v3", DeepseekV3Config(**v3, q_lora_rank=24, first_k_dense_replace=3,
-                                          rope_interleave=True,
+    yield "deepseek_v3", DeepseekV3Config(**v3, q_lora_rank=16, n_shared_experts=1,
+                                          scoring_func="sigmoid", topk_method="noaux_tc",
+                                          n_group=2, topk_group=1, norm_topk_prob=True,
+                                          routed_scaling_factor=2.5, rope_interleave=True,
                                           rope_parameters=dict(DEEPSEEK_YARN, factor=2.0))
 
 
@@ -189,12 +211,15 @@ ATTENTION_WEIGHTS = ("qkv_proj.weight", "q_proj.weight", "k_proj.weight", "v_pro
                      "q_b_proj.weight", "kv_b_proj.weight")
 
 
-# The per-expert tensor names each MoE model must have on disk (layer 0, expert 0).
+# A per-expert tensor name each MoE model must have on disk.
 MOE_HUB_NAMES = {
     "mixtral": "model.layers.0.block_sparse_moe.experts.0.w1.weight",
     "qwen3_moe": "model.layers.0.mlp.experts.0.gate_proj.weight",
     "qwen3_moe_mlp_only": "model.layers.0.mlp.experts.0.gate_proj.weight",
     "qwen2_moe": "model.layers.0.mlp.experts.0.down_proj.weight",
+    "deepseek_v2_lite": "model.layers.1.mlp.experts.0.gate_proj.weight",
+    "deepseek_v2": "model.layers.1.mlp.experts.0.up_proj.weight",
+    "deepseek_v3": "model.layers.2.mlp.experts.7.down_proj.weight",
 }
 
 
@@ -304,6 +329,11 @@ def main() -> int:
                     p.copy_(0.5 * torch.randn_like(p))
                 else:  # fan-in is the last dimension (also of stacked experts [E, out, in])
                     p.copy_(torch.randn_like(p) / p.shape[-1] ** 0.5)
+            # DeepSeek-V3's routing bias (a buffer, zero at init): large enough beside the
+            # sigmoid scores (spread ~0.2) to change which experts are chosen.
+            for n, b in model.named_buffers():
+                if n.endswith("e_score_correction_bias"):
+                    b.copy_(0.25 * torch.randn_like(b))
         d = os.path.join(OUT, name)
         os.makedirs(d, exist_ok=True)
         model.save_pretrained(d, safe_serialization=True)

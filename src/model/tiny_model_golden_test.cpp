@@ -248,6 +248,24 @@ void check_form(const TinyModel& t, const std::string& path) {
     flipped.family_params["norm_topk_prob"] = config->family_params.at("norm_topk_prob") != 0 ? 0 : 1;
     must_differ("with norm_topk_prob flipped", flipped);
   }
+  // ... and DeepSeek's routing: the scale, V3's correction bias, the group choice and its score.
+  auto param = [&](const char* key) {
+    auto it = config->family_params.find(key);
+    return it == config->family_params.end() ? 0.0 : it->second;
+  };
+  auto without = [&](const char* what, const char* key, double value) {
+    ModelConfig changed = *config;
+    changed.family_params[key] = value;
+    must_differ(what, changed);
+  };
+  if (param("routed_scaling_factor") != 0 && param("routed_scaling_factor") != 1) {
+    without("without routed_scaling_factor", "routed_scaling_factor", 1);
+  }
+  if (param("deepseek.correction_bias") != 0) without("without the correction bias", "deepseek.correction_bias", 0);
+  if (param("n_group") > 1) {
+    without("without the group choice", "n_group", 1);
+    without("with the other group score", "deepseek.group_top2_sum", param("deepseek.group_top2_sum") != 0 ? 0 : 1);
+  }
 }
 
 // llama.cpp's Q8_0 conversion of a model (model-q8_0.gguf: quantized experts read in place).
