@@ -46,6 +46,12 @@ model-q8_0.gguf (--outtype q8_0: the quantized-expert path):
                 (HF only: llama.cpp's qwen3moe has no dense layers).
   qwen2_moe     Qwen2MoeForCausalLM: q/k/v biases, norm_topk_prob false, a shared expert of 48
                 scaled by sigmoid(shared_expert_gate . x).
+  gpt_oss       GptOssForCausalLM: 2 layers, sliding (window 6) then full attention, q/k/v/o
+                biases, attention sinks, YaRN (factor 32, truncate false), 8 experts (top 4,
+                router bias, expert biases, interleaved gate_up, stored [E, in, out]) with the
+                clamped SwiGLU at swiglu_limit 7 (the value llama.cpp hard-codes; gate_up weights
+                large enough that the clamp acts). hidden 64 != 2 * intermediate 96, so a
+                transposition slip shows.
 DeepSeek (deepseek_configs()), also as model.gguf (llama.cpp's "deepseek2"): multi-head latent
 attention (hidden 32, latent 16, rope 8 interleaved, nope 16, v 16), layer 0 dense and the others
 mixture-of-experts (8 routed experts of 16, top-2, shared experts added unscaled):
@@ -59,7 +65,10 @@ mixture-of-experts (8 routed experts of 16, top-2, shared experts added unscaled
                 routing: sigmoid, a random e_score_correction_bias, 2 groups ranked by their top-2
                 sum (1 kept), renormalized, routed_scaling_factor 2.5; 1 shared expert.
 The converter needs a tokenizer; a 40-piece SentencePiece model is made for it in a temporary
-copy (the GGUF's vocabulary is padded to vocab_size), and not kept.
+copy (the GGUF's vocabulary is padded to vocab_size), and not kept. Families whose converter
+reads only a byte-level BPE tokenizer.json (and recognizes it by hash: Qwen-MoE, GPT-OSS,
+DeepSeek) get a plain vocabulary of vocab_size tokens written in its place (PLAIN_VOCAB);
+tensors and metadata are the converter's own either way.
 """
 
 from __future__ import annotations
@@ -146,8 +155,8 @@ def dense_configs():
 
 
 def moe_configs():
-    """Mixtral, Qwen3-MoE and Qwen2-MoE with their real routing and config fields."""
-    from transformers import MixtralConfig, Qwen2MoeConfig, Qwen3MoeConfig
+    """Mixtral, Qwen3-MoE, Qwen2-MoE and GPT-OSS with their real routing and config fields."""
+    from transformers import GptOssConfig, MixtralConfig, Qwen2MoeConfig, Qwen3MoeConfig
 
     moe = dict(BASE, max_position_embeddings=64, rope_theta=10000.0, num_experts_per_tok=2)
     yield "mixtral", MixtralConfig(**dict(moe, intermediate_size=32), num_local_experts=8, sliding_window=None)
@@ -156,6 +165,18 @@ def moe_configs():
     yield "qwen3_moe_mlp_only", Qwen3MoeConfig(**dict(qwen3, num_hidden_layers=3), mlp_only_layers=[1])
     yield "qwen2_moe", Qwen2MoeConfig(**moe, num_experts=8, moe_intermediate_size=32,
                                       shared_expert_intermediate_size=48, norm_topk_prob=False)
+    yield "gpt_oss", GptOssConfig(
+        **dict(BASE, intermediate_size=48),
+        head_dim=16,
+        max_position_embeddings=131072,  # = factor x original, as the released configs
+        sliding_window=6,
+        layer_types=["sliding_attention", "full_attention"],
+        num_local_experts=8,
+        num_experts_per_tok=4,
+        rope_parameters={"rope_type": "yarn", "rope_theta": 150000.0, "factor": 32.0,
+                         "beta_fast": 32.0, "beta_slow": 1.0, "truncate": False,
+                         "original_max_position_embeddings": 4096},
+    )
 
 
 # DeepSeek: hidden 32, 4 heads, MLA latent 16, rope 8, nope 16, v 16 (HF's num_key_value_heads
@@ -246,18 +267,19 @@ def spm_tokenizer_model(path):
 
 
 # llama.cpp's converter as it is, with one replacement, for families whose converter reads only a
-# gpt2-style BPE tokenizer and identifies it by hashing a real one (Qwen2-MoE, Qwen3-MoE, DeepSeek): set_vocab
-# writes vocab_size plain tokens. Tensors, their names and layouts and the metadata are the
+# gpt2-style BPE tokenizer and identifies it by hashing a real one (Qwen2-MoE, Qwen3-MoE, GPT-OSS,
+# DeepSeek): set_vocab writes vocab_size plain tokens. Tensors, their names and layouts and the metadata are the
 # converter's own.
 _PLAIN_VOCAB_DRIVER = """
 import sys
 sys.path.insert(0, sys.argv[1])
+PRE = sys.argv[2]
 import convert_hf_to_gguf, gguf
 
 def set_vocab(self):
     n = self.hparams["vocab_size"]
     self.gguf_writer.add_tokenizer_model("gpt2")
-    self.gguf_writer.add_tokenizer_pre("default")
+    self.gguf_writer.add_tokenizer_pre(PRE)
     self.gguf_writer.add_token_list([f"<t{i}>" for i in range(n)])
     self.gguf_writer.add_token_types([gguf.TokenType.NORMAL] * n)
     self.gguf_writer.add_token_merges([])
@@ -270,24 +292,32 @@ def get_model_class(*args, **kwargs):
     return cls
 
 convert_hf_to_gguf.get_model_class = get_model_class
-sys.argv = ["convert_hf_to_gguf.py"] + sys.argv[2:]
+sys.argv = ["convert_hf_to_gguf.py"] + sys.argv[3:]
 convert_hf_to_gguf.main()
 """
-PLAIN_VOCAB = {"qwen3_moe", "qwen2_moe", "deepseek_v2_lite", "deepseek_v2", "deepseek_v3"}
+# Model -> the tokenizer pre-name its plain vocabulary is written with.
+PLAIN_VOCAB = {"qwen3_moe": "default", "qwen2_moe": "default", "gpt_oss": "gpt-4o",
+               "deepseek_v2_lite": "default", "deepseek_v2": "default", "deepseek_v3": "default"}
 
 
-def write_gguf(d, llama_cpp, outtype="f32", outfile="model.gguf", plain_vocab=False):
-    """<d>/<outfile> from llama.cpp's converter; False where it does not take the family."""
+def write_gguf(d, llama_cpp, outtype="f32", outfile="model.gguf", plain_vocab_pre=None):
+    """<d>/<outfile> from llama.cpp's converter; False where it does not take the family.
+    plain_vocab_pre: write a plain vocabulary with this pre-tokenizer name (PLAIN_VOCAB)."""
     import shutil
     import subprocess
     import tempfile
     script = os.path.join(llama_cpp, "convert_hf_to_gguf.py")
-    with tempfile.TemporaryDirectory() as tmp:
+    with tempfile.TemporaryDirectory() as parent:
+        # The converter names the model (general.name) after its directory: the model's name,
+        # not the temporary one, so that a rerun writes the same file.
+        tmp = os.path.join(parent, os.path.basename(d))
+        os.mkdir(tmp)
         for f in ("config.json", "model.safetensors"):
             shutil.copy(os.path.join(d, f), tmp)
         spm_tokenizer_model(os.path.join(tmp, "tokenizer.model"))
         args = [tmp, "--outtype", outtype, "--outfile", os.path.join(d, outfile)]
-        cmd = [sys.executable, "-c", _PLAIN_VOCAB_DRIVER, llama_cpp] if plain_vocab else [sys.executable, script]
+        cmd = ([sys.executable, "-c", _PLAIN_VOCAB_DRIVER, llama_cpp, plain_vocab_pre] if plain_vocab_pre
+               else [sys.executable, script])
         r = subprocess.run(cmd + args, capture_output=True, text=True)
     if r.returncode != 0:
         print(f"{d}: convert_hf_to_gguf.py failed:\n{r.stderr[-2000:]}", file=sys.stderr)
@@ -305,7 +335,7 @@ def main() -> int:
     ap.add_argument("--only", nargs="*", help="names of the models to write")
     args = ap.parse_args()
     gguf_families = {"phi3", "phi3_longrope", "llama3", "qwen25_yarn", "qwen3", "mistral", "gemma2", "gemma3",
-                     "mixtral", "qwen3_moe", "qwen2_moe", "deepseek_v2_lite", "deepseek_v2", "deepseek_v3"}
+                     "mixtral", "qwen3_moe", "qwen2_moe", "gpt_oss", "deepseek_v2_lite", "deepseek_v2", "deepseek_v3"}
     q8_families = {"mixtral"}
 
     for name, config in list(configs()) + list(dense_configs()) + list(moe_configs()) + list(deepseek_configs()):
@@ -316,7 +346,11 @@ def main() -> int:
         # transformers' init (std 0.02) leaves attention almost uniform, so RoPE and the window
         # would hardly show in the logits. Larger weights make scores sharp: q/k/v rows of std
         # 0.35 (ATTENTION_WEIGHTS: scores of order 10), other matrices 1/sqrt(fan_in), random
-        # norms around 1.
+        # norms around 1; gpt-oss's sinks near the scores' own size and its expert gate_up of std
+        # 5/sqrt(hidden) (gate and up of std ~5 against the SwiGLU clamp at 7), so both show.
+        # Fan-in is the last dimension, also of stacked experts [E, out, in], except gpt-oss's
+        # experts, stored [E, in, out].
+        fan_in_dim = 1 if name == "gpt_oss" else -1
         with torch.no_grad():
             for n, p in model.named_parameters():
                 if n.endswith("norm.weight"):
@@ -325,10 +359,14 @@ def main() -> int:
                     p.copy_(0.35 * torch.randn_like(p))
                 elif n.endswith("embed_tokens.weight"):
                     p.copy_(torch.randn_like(p))
+                elif n.endswith("self_attn.sinks"):
+                    p.copy_(3.0 + 2.0 * torch.randn_like(p))
+                elif name == "gpt_oss" and n.endswith("experts.gate_up_proj"):
+                    p.copy_(5.0 * torch.randn_like(p) / p.shape[fan_in_dim] ** 0.5)
                 elif p.dim() == 1:  # q/k/v biases
                     p.copy_(0.5 * torch.randn_like(p))
-                else:  # fan-in is the last dimension (also of stacked experts [E, out, in])
-                    p.copy_(torch.randn_like(p) / p.shape[-1] ** 0.5)
+                else:
+                    p.copy_(torch.randn_like(p) / p.shape[fan_in_dim] ** 0.5)
             # DeepSeek-V3's routing bias (a buffer, zero at init): large enough beside the
             # sigmoid scores (spread ~0.2) to change which experts are chosen.
             for n, b in model.named_buffers():
@@ -355,9 +393,9 @@ def main() -> int:
         if name in MOE_HUB_NAMES:
             check_hub_names(d, name)
         if name in gguf_families and args.llama_cpp:
-            write_gguf(d, args.llama_cpp, plain_vocab=name in PLAIN_VOCAB)
+            write_gguf(d, args.llama_cpp, plain_vocab_pre=PLAIN_VOCAB.get(name))
         if name in q8_families and args.llama_cpp:
-            write_gguf(d, args.llama_cpp, "q8_0", "model-q8_0.gguf", plain_vocab=name in PLAIN_VOCAB)
+            write_gguf(d, args.llama_cpp, "q8_0", "model-q8_0.gguf", plain_vocab_pre=PLAIN_VOCAB.get(name))
         size = sum(os.path.getsize(os.path.join(d, x)) for x in os.listdir(d))
         print(f"{d}: {size // 1024} KiB")
     return 0

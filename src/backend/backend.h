@@ -41,6 +41,10 @@ struct AttentionParams {
   float scale = 1.0f;
   int sliding_window = 0;  // 0: full attention; else a query at p sees keys (p - window, p]
   float softcap = 0.0f;    // 0: off; else scores = softcap * tanh(scores / softcap)
+  // Attention sinks (gpt-oss): one learned logit per query head that joins each query's softmax
+  // denominator and contributes no value, so a head can attend to "nothing". f32 [num_heads] on
+  // the backend's device; data == nullptr: no sinks.
+  Tensor sinks;
 };
 
 struct RopeParams {

@@ -28,6 +28,9 @@ struct RopeScaling {
   double high_freq_factor = 4.0;                 // llama3
   double beta_fast = 32.0;                       // yarn
   double beta_slow = 1.0;                        // yarn
+  // yarn: the correction range [low, high] rounded out to whole dimensions (floor / ceil), as
+  // transformers does unless the config says "truncate": false (gpt-oss).
+  bool truncate = true;
   double attention_factor = 0.0;                 // yarn; 0: derive as 0.1 * ln(factor) + 1
   // longrope (HF "longrope", formerly "su"): per-dimension divisors [rotary_dim / 2] of the
   // inverse frequencies; a sequence longer than original_max_position_embeddings uses

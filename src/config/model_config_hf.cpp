@@ -53,6 +53,7 @@ Status parse_rope(const Json& obj, const std::string& where, int64_t max_pos, Ro
                             k.int_or("original_max_position_embeddings", max_pos));
     KVASIR_ASSIGN_OR_RETURN(rs->beta_fast, k.num_or("beta_fast", 32.0));
     KVASIR_ASSIGN_OR_RETURN(rs->beta_slow, k.num_or("beta_slow", 1.0));
+    KVASIR_ASSIGN_OR_RETURN(rs->truncate, k.bool_or("truncate", true));
     KVASIR_ASSIGN_OR_RETURN(rs->attention_factor, k.num_or("attention_factor", 0.0));
   } else if (type == "longrope" || type == "su") {
     rs->type = RopeScalingType::kLongrope;

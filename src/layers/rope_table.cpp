@@ -49,8 +49,15 @@ RopeTable make_rope_table(double theta, int rotary_dim, const RopeScaling& s,
     auto correction_dim = [&](double rot) {
       return rotary_dim * std::log(old_len / (rot * 2 * M_PI)) / (2 * std::log(theta));
     };
-    double low = std::max(0.0, std::floor(correction_dim(s.beta_fast)));
-    double high = std::min(static_cast<double>(half - 1), std::ceil(correction_dim(s.beta_slow)));
+    // transformers' find_correction_range: rounded out unless truncate is off, then clamped to
+    // [0, rotary_dim - 1] (the whole dimension count, though the ramp runs over half of it).
+    double low = correction_dim(s.beta_fast), high = correction_dim(s.beta_slow);
+    if (s.truncate) {
+      low = std::floor(low);
+      high = std::ceil(high);
+    }
+    low = std::max(0.0, low);
+    high = std::min(static_cast<double>(rotary_dim - 1), high);
     if (low == high) high += 0.001;
     for (int i = 0; i < half; ++i) {
       const double ramp = std::clamp((i - low) / (high - low), 0.0, 1.0);

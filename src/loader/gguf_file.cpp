@@ -338,8 +338,10 @@ class GgufFile::Parser {
       KVASIR_RETURN_IF_ERROR(read(&type, "type", ctx));
       const auto info = dtype_info(type);
       if (!info) {
+        // The one unsupported type real checkpoints ship (gpt-oss's experts) is named.
+        constexpr uint32_t kGgmlTypeMxfp4 = 39;
         return unimplemented("GGUF: " + ctx + " has unsupported ggml type " + std::to_string(type) +
-                             offset_str(type_at));
+                             (type == kGgmlTypeMxfp4 ? " (MXFP4)" : "") + offset_str(type_at));
       }
       t.dtype = static_cast<DType>(type);
       if (t.ne[0] % info->block_size != 0) {

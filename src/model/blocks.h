@@ -70,8 +70,8 @@ class MlpBlock {
   virtual void forward(Backend& backend, const Tensor& h, BlockScratch& scratch, Tensor& out) = 0;
 };
 
-// The generic blocks: GQA attention with optional biases, QK-norm, RoPE, sliding window and
-// soft-capping; gated MLP (SiLU or GELU-tanh). Fail when a required weight is missing.
+// The generic blocks: GQA attention with optional biases (q/k/v, and the output's), QK-norm, RoPE,
+// sliding window, soft-capping and attention sinks; gated MLP (SiLU or GELU-tanh). Fail when a required weight is missing.
 StatusOr<std::unique_ptr<AttentionBlock>> make_decoder_attention(const BlockInit& init);
 StatusOr<std::unique_ptr<MlpBlock>> make_gated_mlp(const BlockInit& init);
 

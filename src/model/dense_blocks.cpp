@@ -32,6 +32,9 @@ class DecoderAttention final : public AttentionBlock {
     a->bq_ = init.weights.get("attn_q.bias");
     a->bk_ = init.weights.get("attn_k.bias");
     a->bv_ = init.weights.get("attn_v.bias");
+    a->bo_ = init.weights.get("attn_output.bias");  // gpt-oss
+    // gpt-oss: a learned logit per query head that joins the softmax (AttentionParams::sinks).
+    a->ap_.sinks = init.weights.get("attn_sinks.weight");
     if (init.config.qk_norm) {
       KVASIR_ASSIGN_OR_RETURN(a->q_norm_, required(init, "attn_q_norm.weight"));
       KVASIR_ASSIGN_OR_RETURN(a->k_norm_, required(init, "attn_k_norm.weight"));
@@ -62,7 +65,7 @@ class DecoderAttention final : public AttentionBlock {
     }
     b.write_kv(k3, v3, k_cache, v_cache, batch.attn);
     b.attention(q3, k_cache, v_cache, batch.attn, ap_, attn3);
-    b.linear(s.attn, wo_, nullptr, out);
+    b.linear(s.attn, wo_, bo_.data ? &bo_ : nullptr, out);
   }
 
  private:
@@ -104,7 +107,7 @@ class DecoderAttention final : public AttentionBlock {
   float eps_;
   const RopeTable* rope_;
   AttentionParams ap_;
-  Tensor wq_, wk_, wv_, wo_, bq_, bk_, bv_, q_norm_, k_norm_;
+  Tensor wq_, wk_, wv_, wo_, bq_, bk_, bv_, bo_, q_norm_, k_norm_;
 };
 
 class GatedMlp final : public MlpBlock {

@@ -21,6 +21,7 @@ const ModelFamily& qwen3_moe_family();
 const ModelFamily& qwen2_moe_family();
 const ModelFamily& deepseek_v2_family();
 const ModelFamily& deepseek_v3_family();
+const ModelFamily& gpt_oss_family();
 
 const std::vector<const ModelFamily*>& model_families() {
   static const std::vector<const ModelFamily*> kFamilies = {
@@ -28,6 +29,7 @@ const std::vector<const ModelFamily*>& model_families() {
       &gemma_family(), &gemma2_family(),  &gemma3_family(), &phi3_family(),
       &mixtral_family(), &qwen3_moe_family(), &qwen2_moe_family(),
       &deepseek_v2_family(), &deepseek_v3_family(),
+      &gpt_oss_family(),
   };
   return kFamilies;
 }

@@ -1,5 +1,6 @@
 #include "model/weight_binding.h"
 
+#include <algorithm>
 #include <cstring>
 
 #include "backend/host_buffer.h"
@@ -81,6 +82,7 @@ StatusOr<Tensor> WeightBinder::bind_one(const WeightSpec& spec) {
     return not_found("model weight missing: " + spec.gguf.name + " (HF name " + spec.hf.name + ")");
   }
   if (name->fused()) return fused_rows(spec, *name);
+  if (name->transposed) return transposed_matrix(spec, *name);
   KVASIR_ASSIGN_OR_RETURN(WeightTensor w, src_.tensor(name->name));
   if (w.shape != spec.shape) {
     return data_loss("weight " + w.name + " has shape " + shape_text(w.shape) + ", expected " +
@@ -133,6 +135,54 @@ StatusOr<Tensor> WeightBinder::fused_rows(const WeightSpec& spec, const WeightNa
   rows.nbytes = view.nbytes();
   rows.data = w.data + static_cast<size_t>(name.row_begin) * view.row_bytes();
   return upload(rows);
+}
+
+// A matrix (or a stack of them) stored [..., in, out]: copied once into [..., out, in], the
+// layout every backend's matmul reads. Only element types (f32, f16, bf16) can be transposed:
+// quantized blocks run along the stored rows.
+StatusOr<Tensor> WeightBinder::transposed_matrix(const WeightSpec& spec, const WeightName& name) {
+  if (spec.kind != WeightKind::kMatrix || spec.shape.size() < 2) {
+    return internal_error("transposed weight " + spec.role + " must be a matrix");
+  }
+  KVASIR_ASSIGN_OR_RETURN(WeightTensor w, src_.tensor(name.name));
+  std::vector<int64_t> stored = spec.shape;
+  std::swap(stored[stored.size() - 2], stored.back());
+  if (w.shape != stored) {
+    return data_loss("weight " + w.name + " has shape " + shape_text(w.shape) + ", expected " +
+                     shape_text(stored) + " (in-features first)");
+  }
+  KVASIR_RETURN_IF_ERROR(check_weight_type(spec, w));
+  WeightTensor out = w;
+  out.shape = spec.shape;
+  if (w.data == nullptr) return upload(out);  // dummy weights the backend fills on the device
+  const auto info = dtype_info(w.dtype);
+  if (!info || info->block_size != 1 || (info->type_size != 2 && info->type_size != 4)) {
+    return unimplemented("weight " + w.name + " is stored in-features first as " +
+                         std::string(dtype_name(w.dtype)) + "; only f32, f16 and bf16 are transposed at load");
+  }
+  const int64_t in = stored[stored.size() - 2], cols = stored.back();
+  const int64_t mats = w.num_elements() / (in * cols);
+  const size_t es = info->type_size;
+  KVASIR_ASSIGN_OR_RETURN(auto buf, allocate_host_buffer(w.nbytes));
+  auto* dst = static_cast<uint8_t*>(buf->data());
+  // In tiles, so both sides stay in cache; the source may be unaligned, hence memcpy per element.
+  constexpr int64_t kTile = 32;
+  for (int64_t m = 0; m < mats; ++m) {
+    const uint8_t* src = w.data + static_cast<size_t>(m * in * cols) * es;
+    uint8_t* to = dst + static_cast<size_t>(m * in * cols) * es;
+    for (int64_t i0 = 0; i0 < in; i0 += kTile) {
+      for (int64_t o0 = 0; o0 < cols; o0 += kTile) {
+        for (int64_t i = i0; i < std::min(in, i0 + kTile); ++i) {
+          for (int64_t o = o0; o < std::min(cols, o0 + kTile); ++o) {
+            std::memcpy(to + static_cast<size_t>(o * in + i) * es, src + static_cast<size_t>(i * cols + o) * es, es);
+          }
+        }
+      }
+    }
+  }
+  out.data = dst;
+  owned_.push_back(std::move(buf));
+  return upload(out);
 }
 
 StatusOr<Tensor> WeightBinder::upload(const WeightTensor& w) {

@@ -36,6 +36,7 @@ class WeightBinder {
   // The spec's name in this source (GGUF first), or nullptr when neither is present.
   const WeightName* locate(const WeightSpec& spec) const;
   StatusOr<Tensor> fused_rows(const WeightSpec& spec, const WeightName& name);
+  StatusOr<Tensor> transposed_matrix(const WeightSpec& spec, const WeightName& name);
   StatusOr<Tensor> to_f32_vector(const WeightTensor& w, float offset);
   // kHostMatrix: float32 on the host, owned here, never uploaded.
   StatusOr<Tensor> to_f32_host(const WeightTensor& w);

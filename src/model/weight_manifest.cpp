@@ -2,6 +2,7 @@
 
 #include <cmath>
 #include <set>
+#include <utility>
 
 namespace kvasir {
 
@@ -89,6 +90,7 @@ std::vector<DummyTensorSpec> dummy_weight_specs(const WeightManifest& m, const M
     if (!s.expected || !made.insert(s.hf.name).second) return;
     std::vector<int64_t> shape = s.shape;
     if (s.hf.fused()) shape[0] = s.hf.fused_rows;
+    if (s.hf.transposed) std::swap(shape[shape.size() - 2], shape.back());
     switch (s.kind) {
       case WeightKind::kMatrix: {
         const float scale = 1.0f / std::sqrt(static_cast<float>(shape.back()));

@@ -24,11 +24,14 @@ enum class WeightKind {
 };
 
 // Where a weight lies in one file format: a whole tensor, or rows [row_begin, row_begin + rows)
-// of a fused tensor with `fused_rows` rows (Phi-3's qkv_proj holds q, k and v).
+// of a fused tensor with `fused_rows` rows (Phi-3's qkv_proj holds q, k and v). A matrix the
+// format stores in-features first ([..., in, out]: HF GPT-OSS's stacked experts) is `transposed`:
+// the binder turns it into the [..., out, in] of the spec once, at load, so no kernel sees it.
 struct WeightName {
   std::string name;
   int64_t row_begin = -1;  // -1: the whole tensor
   int64_t fused_rows = 0;  // rows of the fused tensor (row_begin >= 0)
+  bool transposed = false;
   bool fused() const { return row_begin >= 0; }
 };
 
@@ -39,7 +42,7 @@ struct WeightSpec {
   WeightName gguf;
   WeightName hf;
   WeightKind kind = WeightKind::kMatrix;
-  std::vector<int64_t> shape;  // [out, in] for matrices; [n] for vectors
+  std::vector<int64_t> shape;  // [out, in] for matrices ([E, out, in] stacked experts); [n] for vectors
   // May be absent from a checkpoint (bound only when present).
   bool optional = false;
   // The config says the checkpoint has it: --load-format dummy makes it.

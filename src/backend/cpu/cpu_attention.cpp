@@ -230,6 +230,10 @@ void CpuBackend::attention(const Tensor& q, const Tensor& k_cache, const Tensor&
   const int64_t kv_row = static_cast<int64_t>(kv_heads) * hd;
   const bool f16 = k_cache.dtype == DType::kF16;
   KVASIR_CHECK((f16 || k_cache.dtype == DType::kF32) && v_cache.dtype == k_cache.dtype);
+  // A sink joins each query's softmax once: in the unit when its keys are one range, else in the
+  // merge, after the ranges' states (so the key sums keep their order with or without sinks).
+  const float* sinks = p.sinks.data != nullptr ? p.sinks.ptr<float>() : nullptr;
+  KVASIR_CHECK(sinks == nullptr || (p.sinks.dtype == DType::kF32 && p.sinks.numel() == num_heads));
 
   // The units over a cache of float32 or float16 elements (kc, vc).
   auto run_units = [&](const auto* kc, const auto* vc) {
@@ -271,7 +275,10 @@ void CpuBackend::attention(const Tensor& q, const Tensor& k_cache, const Tensor&
           float* sc = scores.data() + static_cast<size_t>(g) * len;
           float mx = -INFINITY;
           for (int32_t j = 0; j < len; ++j) mx = std::max(mx, sc[j]);
-          const float sum = exp_shifted(sc, len, mx);
+          const float sink = sinks != nullptr && task.splits == 1 ? sinks[kvh * group + g] : -INFINITY;
+          mx = std::max(mx, sink);
+          float sum = exp_shifted(sc, len, mx);
+          if (sink != -INFINITY) sum += std::exp(sink - mx);
           float* o = task.splits == 1
                          ? op + (static_cast<int64_t>(task.token) * num_heads + kvh * group + g) * hd
                          : partials + (unit * group + g) * partial_stride;
@@ -309,7 +316,8 @@ void CpuBackend::attention(const Tensor& q, const Tensor& k_cache, const Tensor&
       const int kvh = static_cast<int>(item % kv_heads);
       for (int g = 0; g < group; ++g) {
         const float* first = partials + ((task.unit0 + kvh * task.splits) * group + g) * partial_stride;
-        float mx = -INFINITY;
+        const float sink = sinks != nullptr ? sinks[kvh * group + g] : -INFINITY;
+        float mx = sink;
         for (int s = 0; s < task.splits; ++s) mx = std::max(mx, first[s * group * partial_stride + hd]);
         float* o = op + (static_cast<int64_t>(task.token) * num_heads + kvh * group + g) * hd;
         std::fill(o, o + hd, 0.0f);
@@ -320,6 +328,7 @@ void CpuBackend::attention(const Tensor& q, const Tensor& k_cache, const Tensor&
           sum += w * part[hd + 1];
           axpy(w, part, o, hd);
         }
+        if (sink != -INFINITY) sum += std::exp(sink - mx);
         scale(1.0f / sum, o, hd);
       }
     }

@@ -23,7 +23,10 @@ __global__ void decode_combine_kernel(AttentionArgs a, const int32_t* __restrict
   const float* pm = partial;
   const float* pl = partial + static_cast<int64_t>(num_decode) * a.num_heads * num_splits;
   const float* po = pl + static_cast<int64_t>(num_decode) * a.num_heads * num_splits;
-  float mx = -INFINITY;
+  // An attention sink is one more logit of the head's softmax with no value: it joins the max and,
+  // after the splits, the denominator.
+  const float sink = a.sinks != nullptr ? a.sinks[h] : -INFINITY;
+  float mx = sink;
   for (int i = 0; i < num_splits; ++i) mx = fmaxf(mx, pm[base + i]);
   for (int d = threadIdx.x; d < hd; d += blockDim.x) {
     float num = 0.0f, den = 0.0f;
@@ -35,6 +38,7 @@ __global__ void decode_combine_kernel(AttentionArgs a, const int32_t* __restrict
         num += w * po[(base + i) * hd + d];
         den += w;
       }
+      if (sink != -INFINITY) den += expf(sink - mx);
     }
     static_cast<bf16*>(a.out)[(token * a.num_heads + h) * hd + d] = __float2bfloat16_rn(den > 0.0f ? num / den : 0.0f);
   }
@@ -78,8 +82,11 @@ void init_decode_attention_kernels() {
 // A/B knobs for the all-heads split plan (cuda_tuning.h): KVASIR_CUDA_V3_CTAS (CTAs per SM aimed
 // for, default 4) and KVASIR_CUDA_V3_PART (largest split in tokens, default kMaxPartition).
 
-DecodeSplit plan_decode_split(int num_decode_seqs, int num_heads, int num_kv_heads, int head_dim,
-                              int max_blocks_per_seq, int block_size, int num_sms) {
+namespace {
+
+// The plan without regard to sinks; plan_decode_split adds the combine sinks need.
+DecodeSplit plan_decode_split_keys(int num_decode_seqs, int num_heads, int num_kv_heads, int head_dim,
+                                   int max_blocks_per_seq, int block_size, int num_sms) {
   const int all_heads_ctas = kernel_tuning().all_heads_ctas_per_sm;
   const int all_heads_part = kernel_tuning().all_heads_max_partition;
   // KVASIR_CUDA_V3_MIN_CTAS: below kMmaBulkMinSeqs decode sequences, fewer all-heads CTAs than this
@@ -112,6 +119,18 @@ DecodeSplit plan_decode_split(int num_decode_seqs, int num_heads, int num_kv_hea
   if (part > kMaxPartition) part = std::max(block_size, (kMaxPartition / block_size) * block_size);
   sp.partition_tokens = part;
   sp.num_splits = (capacity + part - 1) / part;
+  return sp;
+}
+
+}  // namespace
+
+// Sinks leave the decode kernels as they are tuned: an unsplit plan gets one more, empty split, so
+// its result goes through the partials and the combine adds the sink there.
+DecodeSplit plan_decode_split(int num_decode_seqs, int num_heads, int num_kv_heads, int head_dim,
+                              int max_blocks_per_seq, int block_size, int num_sms, bool sinks) {
+  DecodeSplit sp = plan_decode_split_keys(num_decode_seqs, num_heads, num_kv_heads, head_dim, max_blocks_per_seq,
+                                          block_size, num_sms);
+  if (sinks) sp.num_splits = std::max(sp.num_splits, 2);
   return sp;
 }
 

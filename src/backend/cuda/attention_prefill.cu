@@ -1,7 +1,7 @@
 // Paged attention for prefill and mixed batches: tiles of query rows (tokens x heads of one kv
 // head) on the tensor cores (mma.sync m16n8k16 bf16, float32 accumulators) with an online softmax
 // over key tiles staged in shared memory; causal by position, optional sliding window and logit
-// soft-capping. Work items (sequence, first query of a tile) come from the host.
+// soft-capping, optional attention sinks. Work items (sequence, first query of a tile) come from the host.
 #include <algorithm>
 
 #include "backend/cuda/cuda_common.cuh"
@@ -213,6 +213,13 @@ __global__ void __launch_bounds__(kPrefillThreads) prefill_kernel(AttentionArgs 
         mma_bf16(acc[dn], pa, b0, b1);
       }
     }
+  }
+
+  // An attention sink is one more logit of the head's softmax with no value: it only adds to the
+  // denominator (every live row saw at least its own key, so m is finite).
+  if (a.sinks != nullptr) {
+    if (p0 >= 0) l0 += expf(a.sinks[kvh * group + g0 + row0 % hc] - m0);
+    if (p1 >= 0) l1 += expf(a.sinks[kvh * group + g0 + row1 % hc] - m1);
   }
 
   // Write the two rows this thread holds.

@@ -34,6 +34,8 @@ void CudaBackend::attention(const Tensor& q, const Tensor& k_cache, const Tensor
   KVASIR_CHECK(heads % kv_heads == 0 && k_cache.dim(3) == hd && k_cache.dim(1) == m.block_size);
   KVASIR_CHECK_MSG(cuda::attention_head_dim_supported(hd), "CUDA attention supports head_dim 64, 128, 256");
   KVASIR_CHECK(q.dtype == DType::kBF16 && out.dtype == DType::kBF16 && k_cache.dtype == DType::kBF16);
+  const bool sinks = p.sinks.data != nullptr;
+  KVASIR_CHECK(!sinks || (is_dev(p.sinks) && p.sinks.dtype == DType::kF32 && p.sinks.numel() == heads));
   const int S = m.num_seqs;
   const bool pure_decode = m.num_tokens == S;
   decode_seqs_.clear();
@@ -49,7 +51,8 @@ void CudaBackend::attention(const Tensor& q, const Tensor& k_cache, const Tensor
     }
   }
   const int nd = pure_decode ? S : static_cast<int>(decode_seqs_.size());
-  const cuda::DecodeSplit split = cuda::plan_decode_split(nd, heads, kv_heads, hd, m.max_blocks_per_seq, m.block_size, num_sms_);
+  const cuda::DecodeSplit split = cuda::plan_decode_split(nd, heads, kv_heads, hd, m.max_blocks_per_seq, m.block_size, num_sms_,
+                                                          sinks);
   const int64_t partial_floats = cuda::decode_scratch_floats(nd, heads, hd, split);
   void* partial = partial_floats > 0 ? device_scratch(partial_, partial_cap_, static_cast<size_t>(partial_floats) * 4) : nullptr;
 
@@ -60,6 +63,7 @@ void CudaBackend::attention(const Tensor& q, const Tensor& k_cache, const Tensor
   r.v_cache = v_cache.data;
   r.out = out.data;
   r.partial = static_cast<float*>(partial);
+  r.sinks = sinks ? static_cast<const float*>(p.sinks.data) : nullptr;
   r.query_start_loc = queue_->stage(m.query_start_loc, static_cast<size_t>(S + 1) * sizeof(int32_t));
   r.seq_lens = queue_->stage(m.seq_lens, static_cast<size_t>(S) * sizeof(int32_t));
   r.block_tables = queue_->stage(m.block_tables, static_cast<size_t>(S) * m.max_blocks_per_seq * sizeof(int32_t));
@@ -164,6 +168,7 @@ void CudaBackend::exec_attention(const cuda::AttentionOp& op, const uint8_t* are
   a.sliding_window = static_cast<int>(op.sliding_window);
   a.scale = op.scale;
   a.softcap = op.softcap;
+  a.sinks = op.sinks;
   const int nd = static_cast<int>(op.num_decode), nw = static_cast<int>(op.num_work);
   if (nd > 0) {
     const int32_t* seqs =

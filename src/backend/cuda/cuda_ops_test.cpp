@@ -362,6 +362,7 @@ struct AttnCase {
   float softcap = 0.0f;
   int block_size = 16;
   int extra_blocks = 2;  // block-table capacity beyond the longest sequence
+  bool sinks = false;    // attention-sink logits per head (gpt-oss)
 };
 
 class CudaAttention : public CudaOps {
@@ -441,10 +442,22 @@ void CudaAttention::run(const AttnCase& c) {
   auto q = random_values(rng_, static_cast<size_t>(total_q) * c.heads * c.hd, 2.0f);
   DeviceTensor qg(DType::kBF16, {total_q, c.heads, c.hd}), out(DType::kBF16, {total_q, c.heads, c.hd});
   qg.set(q);
-  gpu_->attention(qg.t, kc.t, vc.t, m, ap, out.t);
+  // Sinks around the scores' size, one far above them (the head's output near zero) and one far below.
+  std::vector<float> sinks(static_cast<size_t>(c.heads), 0.0f);
+  DeviceTensor sinks_dev(DType::kF32, {c.heads});
+  AttentionParams gpu_ap = ap, cpu_ap = ap;
+  if (c.sinks) {
+    sinks = random_values(rng_, static_cast<size_t>(c.heads), 3.0f);
+    sinks[0] = 12.0f;
+    if (c.heads > 1) sinks[1] = -40.0f;
+    sinks_dev.set(sinks);
+    gpu_ap.sinks = sinks_dev.t;
+    cpu_ap.sinks = host_tensor(sinks, {c.heads});
+  }
+  gpu_->attention(qg.t, kc.t, vc.t, m, gpu_ap, out.t);
   std::vector<float> ref(q.size());
   Tensor rt = host_tensor(ref, {total_q, c.heads, c.hd});
-  cpu_->attention(host_tensor(q, {total_q, c.heads, c.hd}), ckt, cvt, m, ap, rt);
+  cpu_->attention(host_tensor(q, {total_q, c.heads, c.hd}), ckt, cvt, m, cpu_ap, rt);
   EXPECT_LT(rel_l2(read_back(*gpu_, out.t), ref), 2e-2) << c.name;
 }
 
@@ -473,6 +486,34 @@ TEST_F(CudaAttention, PrefillHeadDims) {
   run({"prefill 4/1/256 window softcap", 4, 1, 256, {40, 300}, {40, 100}, 32, 50.0f});
   run({"prefill 16/2/128 block 32", 16, 2, 128, {100}, {10}, 0, 0.0f, 32});
   run({"prefill 32/8/128 window", 32, 8, 128, {300, 150}, {300, 64}, 100});
+}
+// Attention sinks through the decode kernels: the default plan (per-head below 8 sequences, the
+// all-heads plan from 8, on mma_bulk where 8 kv heads of 128 allow), unsplit and split; the device
+// script runs CudaAttention.* again under every KVASIR_CUDA_ATTN kernel.
+TEST_F(CudaAttention, SinksDecode) {
+  run({"sinks decode 32/8/128", 32, 8, 128, {1, 17, 100, 300, 513}, {1, 1, 1, 1, 1}, 0, 0.0f, 16, 2, true});
+  run({"sinks decode unsplit", 8, 2, 64, {1, 5}, {1, 1}, 0, 0.0f, 16, 0, true});
+  run({"sinks decode 4/1/256 window", 4, 1, 256, {40, 300}, {1, 1}, 32, 0.0f, 16, 2, true});
+  AttnCase many{"sinks decode x64", 32, 8, 128, {}, {}};
+  for (int i = 0; i < 64; ++i) {
+    many.seq_lens.push_back(1 + static_cast<int>(rng_() % 700));
+    many.q_lens.push_back(1);
+  }
+  many.sinks = true;
+  run(many);
+  AttnCase few_heads{"sinks decode x16 8/2/64", 8, 2, 64, {}, {}};
+  for (int i = 0; i < 16; ++i) {
+    few_heads.seq_lens.push_back(1 + static_cast<int>(rng_() % 40));
+    few_heads.q_lens.push_back(1);
+  }
+  few_heads.extra_blocks = 0;
+  few_heads.sinks = true;
+  run(few_heads);
+}
+TEST_F(CudaAttention, SinksPrefillAndMixed) {
+  run({"sinks prefill 32/8/128", 32, 8, 128, {1, 20, 64, 130}, {1, 20, 64, 130}, 0, 0.0f, 16, 2, true});
+  run({"sinks mixed 8/1/64 window", 8, 1, 64, {200, 50, 77, 9, 1}, {37, 1, 77, 1, 1}, 16, 0.0f, 16, 2, true});
+  run({"sinks prefill 28/4/128", 28, 4, 128, {90, 31}, {90, 30}, 0, 0.0f, 16, 2, true});
 }
 
 // The same decode step shape three times while sequences grow: eager, captured, replayed.

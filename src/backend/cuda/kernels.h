@@ -94,6 +94,7 @@ struct AttentionArgs {
   float scale = 1.0f;
   int sliding_window = 0;
   float softcap = 0.0f;
+  const float* sinks = nullptr;  // [num_heads] f32 attention-sink logits, or null: none
 };
 
 bool attention_head_dim_supported(int head_dim);
@@ -101,13 +102,15 @@ bool attention_head_dim_supported(int head_dim);
 // Split-KV decode: one query token per listed sequence (decode_seqs == null: every sequence,
 // num_decode_seqs == num_seqs). Launch shape depends only on counts and max_blocks_per_seq, so a
 // captured graph stays valid while sequence lengths grow. partial: scratch from decode_scratch_floats.
+// With attention sinks the plan always has a combine (num_splits >= 2; splits past a context are
+// empty), since the combine is where a sink joins each head's softmax.
 struct DecodeSplit {
   int num_splits = 1;
   int partition_tokens = 0;  // keys per split (a multiple of block_size, or of 32 for all_heads)
   bool all_heads = false;    // the all-heads plan (decode_all_heads_kernel or decode_mma_bulk_kernel)
 };
 DecodeSplit plan_decode_split(int num_decode_seqs, int num_heads, int num_kv_heads, int head_dim,
-                              int max_blocks_per_seq, int block_size, int num_sms);
+                              int max_blocks_per_seq, int block_size, int num_sms, bool sinks = false);
 int64_t decode_scratch_floats(int num_decode_seqs, int num_heads, int head_dim, const DecodeSplit& split);
 void launch_decode_attention(const AttentionArgs& a, const int32_t* decode_seqs, int num_decode_seqs,
                              const DecodeSplit& split, float* partial, cudaStream_t s);

@@ -150,6 +150,7 @@ struct AttentionOp {
   const void* v_cache;
   void* out;                    // [num_tokens, num_heads, head_dim]
   float* partial;               // split-KV scratch (decode_scratch_floats) or null
+  const float* sinks;           // [num_heads] f32 attention-sink logits or null
   ArenaOffset query_start_loc;  // int32 [num_seqs + 1]
   ArenaOffset seq_lens;         // int32 [num_seqs]
   ArenaOffset block_tables;     // int32 [num_seqs, max_blocks_per_seq]
@@ -224,6 +225,6 @@ struct OpRecord {
 static_assert(sizeof(EmbeddingOp) == 56 && sizeof(LinearOp) == 56 && sizeof(GemvProjection) == 40);
 static_assert(sizeof(MultiGemvOp) == 4 * 8 + kGemvMaxOutputs * 40 + 3 * 8 + 8);
 static_assert(sizeof(GemvGatedOp) == 7 * 8 + 4 * 8 + 8 && sizeof(RopeOp) == 4 * 8 + 6 * 8 + 8 + 6 * 8);
-static_assert(sizeof(AttentionOp) == 10 * 8 + 12 * 8 + 8 && sizeof(OpRecord) == 8 + sizeof(AttentionOp));
+static_assert(sizeof(AttentionOp) == 11 * 8 + 12 * 8 + 8 && sizeof(OpRecord) == 8 + sizeof(AttentionOp));
 
 }  // namespace kvasir::cuda

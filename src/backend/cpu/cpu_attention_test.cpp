@@ -1,0 +1,218 @@
+// CpuBackend::attention against a naive reference (double precision, one query head at a time,
+// every key of the context read through the block table): decode, prefill, chunked prefill, GQA,
+// head sizes off the 16-wide vector path, sliding windows, soft-capping, attention sinks, float32
+// and float16 caches, and contexts long enough to be cut into several key ranges.
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <cmath>
+#include <numeric>
+#include <random>
+#include <vector>
+
+#include "backend/cpu/cpu_backend.h"
+#include "quant/block_formats.h"
+
+namespace kvasir {
+namespace {
+
+struct Case {
+  const char* name;
+  int heads, kv_heads, hd;
+  std::vector<int> seq_lens, q_lens;  // per sequence: context length, and how many of its last tokens are queries
+  int window = 0;
+  float softcap = 0.0f;
+  bool sinks = false;
+  DType kv_dtype = DType::kF32;
+  int block_size = 16;
+};
+
+// One scenario's inputs, its cache written through write_kv, and both results.
+class AttentionCheck {
+ public:
+  AttentionCheck(const Case& c, uint32_t seed) : c_(c), rng_(seed) {
+    const int S = static_cast<int>(c.seq_lens.size()), bs = c.block_size;
+    for (int s = 0; s < S; ++s) max_blocks_ = std::max(max_blocks_, (c.seq_lens[s] + bs - 1) / bs);
+    num_blocks_ = S * max_blocks_ + 2;
+    std::vector<int32_t> perm(static_cast<size_t>(num_blocks_));
+    std::iota(perm.begin(), perm.end(), 0);
+    std::shuffle(perm.begin(), perm.end(), rng_);
+    tables_.assign(static_cast<size_t>(S) * max_blocks_, 0);
+    for (int s = 0, next = 0; s < S; ++s) {
+      for (int b = 0; b < (c.seq_lens[s] + bs - 1) / bs; ++b) tables_[static_cast<size_t>(s) * max_blocks_ + b] = perm[next++];
+    }
+    const int64_t row = int64_t{c.kv_heads} * c.hd;
+    for (int s = 0; s < S; ++s) {
+      keys_.push_back(random(static_cast<size_t>(c.seq_lens[s] * row), 1.0f));
+      values_.push_back(random(static_cast<size_t>(c.seq_lens[s] * row), 1.0f));
+    }
+    qsl_.push_back(0);
+    for (int s = 0; s < S; ++s) qsl_.push_back(qsl_.back() + c.q_lens[s]);
+    q_ = random(static_cast<size_t>(qsl_.back()) * c.heads * c.hd, 2.0f);
+    if (c.sinks) {
+      // Around the scores' own size, one far above them (the sink takes nearly all the weight)
+      // and one far below (it takes none).
+      sinks_ = random(static_cast<size_t>(c.heads), 3.0f);
+      sinks_[0] = 40.0f;
+      if (c.heads > 1) sinks_[1] = -60.0f;
+    }
+  }
+
+  // Runs the backend on the scenario; returns out [num_queries, heads, hd].
+  std::vector<float> run(CpuBackend& b) {
+    const int S = static_cast<int>(c_.seq_lens.size()), bs = c_.block_size;
+    const size_t cache_elems = static_cast<size_t>(num_blocks_) * bs * c_.kv_heads * c_.hd;
+    std::vector<float> kc(cache_elems), vc(cache_elems);  // a float16 cache uses half the bytes
+    Tensor kct = Tensor::make(kc.data(), c_.kv_dtype, {num_blocks_, bs, c_.kv_heads, c_.hd});
+    Tensor vct = Tensor::make(vc.data(), c_.kv_dtype, {num_blocks_, bs, c_.kv_heads, c_.hd});
+    for (int s = 0; s < S; ++s) {
+      std::vector<int64_t> slots;
+      for (int p = 0; p < c_.seq_lens[s]; ++p) slots.push_back(slot(s, p));
+      AttentionMetadata wm;
+      wm.num_tokens = c_.seq_lens[s];
+      wm.slot_mapping = slots.data();
+      wm.block_size = bs;
+      b.write_kv(Tensor::make(keys_[s].data(), DType::kF32, {c_.seq_lens[s], c_.kv_heads, c_.hd}),
+                 Tensor::make(values_[s].data(), DType::kF32, {c_.seq_lens[s], c_.kv_heads, c_.hd}), kct, vct, wm);
+    }
+    std::vector<int64_t> qslots;
+    for (int s = 0; s < S; ++s) {
+      for (int p = c_.seq_lens[s] - c_.q_lens[s]; p < c_.seq_lens[s]; ++p) qslots.push_back(slot(s, p));
+    }
+    AttentionMetadata m;
+    m.num_seqs = S;
+    m.num_tokens = qsl_.back();
+    m.query_start_loc = qsl_.data();
+    m.seq_lens = c_.seq_lens.data();
+    m.block_tables = tables_.data();
+    m.max_blocks_per_seq = max_blocks_;
+    m.slot_mapping = qslots.data();
+    m.block_size = bs;
+    AttentionParams ap{scale(), c_.window, c_.softcap};
+    if (c_.sinks) ap.sinks = Tensor::make(sinks_.data(), DType::kF32, {c_.heads});
+    std::vector<float> out(q_.size(), NAN);
+    Tensor ot = Tensor::make(out.data(), DType::kF32, {m.num_tokens, c_.heads, c_.hd});
+    b.attention(Tensor::make(q_.data(), DType::kF32, {m.num_tokens, c_.heads, c_.hd}), kct, vct, m, ap, ot);
+    return out;
+  }
+
+  // The definition: softmax over the scaled (capped) scores of keys (pos - window, pos] and the
+  // head's sink logit, the sink contributing no value.
+  std::vector<double> reference() const {
+    const int S = static_cast<int>(c_.seq_lens.size()), group = c_.heads / c_.kv_heads, hd = c_.hd;
+    std::vector<double> out;
+    for (int s = 0; s < S; ++s) {
+      for (int t = 0; t < c_.q_lens[s]; ++t) {
+        const int pos = c_.seq_lens[s] - c_.q_lens[s] + t;
+        const int lo = c_.window > 0 ? std::max(0, pos - c_.window + 1) : 0;
+        for (int h = 0; h < c_.heads; ++h) {
+          const float* q = q_.data() + (static_cast<size_t>(qsl_[s] + t) * c_.heads + h) * hd;
+          const int kvh = h / group;
+          std::vector<double> logits;
+          for (int j = lo; j <= pos; ++j) {
+            double d = 0;
+            for (int e = 0; e < hd; ++e) d += double{q[e]} * cached(keys_[s], j, kvh, e);
+            d *= scale();
+            if (c_.softcap > 0) d = c_.softcap * std::tanh(d / c_.softcap);
+            logits.push_back(d);
+          }
+          double mx = *std::max_element(logits.begin(), logits.end());
+          if (c_.sinks) mx = std::max(mx, double{sinks_[h]});
+          double den = c_.sinks ? std::exp(sinks_[h] - mx) : 0.0;
+          for (double l : logits) den += std::exp(l - mx);
+          for (int e = 0; e < hd; ++e) {
+            double num = 0;
+            for (int j = lo; j <= pos; ++j) num += std::exp(logits[j - lo] - mx) * cached(values_[s], j, kvh, e);
+            out.push_back(num / den);
+          }
+        }
+      }
+    }
+    return out;
+  }
+
+ private:
+  std::vector<float> random(size_t n, float scale) {
+    std::uniform_real_distribution<float> d(-scale, scale);
+    std::vector<float> v(n);
+    for (float& x : v) x = d(rng_);
+    return v;
+  }
+  float scale() const { return 1.0f / std::sqrt(static_cast<float>(c_.hd)); }
+  int64_t slot(int s, int p) const {
+    return int64_t{tables_[static_cast<size_t>(s) * max_blocks_ + p / c_.block_size]} * c_.block_size + p % c_.block_size;
+  }
+  // A K or V element as the cache holds it (rounded to float16 when the cache is).
+  double cached(const std::vector<float>& src, int pos, int kvh, int e) const {
+    const float x = src[(static_cast<size_t>(pos) * c_.kv_heads + kvh) * c_.hd + e];
+    return c_.kv_dtype == DType::kF16 ? quant::fp16_to_f32(quant::f32_to_fp16(x)) : x;
+  }
+
+  Case c_;
+  std::mt19937 rng_;
+  int max_blocks_ = 0, num_blocks_ = 0;
+  std::vector<int32_t> tables_, qsl_;
+  std::vector<std::vector<float>> keys_, values_;
+  std::vector<float> q_, sinks_;
+};
+
+double max_abs_diff(const std::vector<float>& a, const std::vector<double>& b) {
+  EXPECT_EQ(a.size(), b.size());
+  double worst = 0;
+  for (size_t i = 0; i < a.size() && i < b.size(); ++i) worst = std::max(worst, std::abs(a[i] - b[i]));
+  return worst;
+}
+
+void expect_matches_reference(const Case& c) {
+  for (int threads : {1, 3}) {
+    CpuBackend b(CpuBackendOptions{threads, MatmulPrecision::kExact, c.kv_dtype});
+    AttentionCheck check(c, 1234);
+    const std::vector<float> out = check.run(b);
+    // Outputs are convex combinations of values in [-1, 1]: an absolute bound is a relative one.
+    EXPECT_LT(max_abs_diff(out, check.reference()), 2e-5) << c.name << ", " << threads << " threads";
+  }
+}
+
+TEST(CpuAttention, DecodeShortAndSplitContexts) {
+  expect_matches_reference({"decode gqa", 8, 2, 64, {1, 5, 64, 65, 300, 700}, {1, 1, 1, 1, 1, 1}});
+}
+
+TEST(CpuAttention, PrefillAndChunkedPrefill) {
+  expect_matches_reference({"prefill + chunk", 8, 2, 64, {40, 150, 9}, {40, 30, 1}});
+}
+
+TEST(CpuAttention, HeadDimOffTheVectorPath) {
+  expect_matches_reference({"hd 24", 6, 3, 24, {3, 200}, {3, 7}});
+}
+
+TEST(CpuAttention, SlidingWindowAndSoftcap) {
+  expect_matches_reference({"window 10", 4, 1, 32, {5, 90, 400}, {5, 20, 1}, 10});
+  expect_matches_reference({"window 130 softcap", 4, 2, 32, {500, 131}, {3, 131}, 130, 5.0f});
+}
+
+TEST(CpuAttention, SinksJoinTheSoftmaxOncePerQuery) {
+  // One key range (short contexts) and several (the merge adds the sink), with and without a
+  // window, decode and prefill, and the float16 cache.
+  expect_matches_reference({"sinks decode", 8, 2, 64, {1, 2, 64, 65, 300, 700}, {1, 1, 1, 1, 1, 1}, 0, 0.0f, true});
+  expect_matches_reference({"sinks prefill", 8, 4, 32, {70, 260}, {70, 100}, 0, 0.0f, true});
+  expect_matches_reference({"sinks window", 8, 8, 32, {200, 33, 5}, {60, 33, 2}, 16, 0.0f, true});
+  expect_matches_reference({"sinks hd 24", 4, 2, 24, {150}, {150}, 64, 0.0f, true});
+  expect_matches_reference({"sinks f16", 8, 2, 64, {3, 500}, {3, 1}, 0, 0.0f, true, DType::kF16});
+}
+
+TEST(CpuAttention, SinksChangeTheResult) {
+  // The scenario above without the sinks differs from it: the reference is not blind to them.
+  Case with{"sinks", 4, 2, 32, {100}, {1}, 0, 0.0f, true};
+  Case without = with;
+  without.sinks = false;
+  CpuBackend b(CpuBackendOptions{2, MatmulPrecision::kExact});
+  const std::vector<float> a = AttentionCheck(with, 7).run(b), c = AttentionCheck(without, 7).run(b);
+  EXPECT_GT(max_abs_diff(a, std::vector<double>(c.begin(), c.end())), 1e-2);
+}
+
+TEST(CpuAttention, FloatSixteenCacheMatchesItsRoundedValues) {
+  expect_matches_reference({"f16", 8, 2, 64, {1, 90, 400}, {1, 90, 1}, 0, 0.0f, false, DType::kF16});
+}
+
+}  // namespace
+}  // namespace kvasir
