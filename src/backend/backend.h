@@ -190,7 +190,7 @@ class Backend {
     KVASIR_CHECK_MSG(false, (name() + " has no MoE ops").c_str());
   }
   // out[t] = sum_j topk_weights[t, j] * expert_{topk_ids[t, j]}(x[t]) (MoeExpertWeights' formula)
-  //                                                    x, out [T, H] f32; topk_* as moe_route writes them
+  //                                                    x, out [T, H] (activation dtype); topk_* from moe_route
   virtual void moe_experts(const Tensor& x, const Tensor& topk_ids, const Tensor& topk_weights,
                            const MoeExpertWeights& experts, Tensor& out) {
     KVASIR_CHECK_MSG(false, (name() + " has no MoE ops").c_str());
