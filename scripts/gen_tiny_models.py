@@ -3,7 +3,7 @@
 
     pip install torch transformers safetensors      # CPU is enough; takes seconds
     python3 scripts/gen_tiny_models.py               # -> tests/data/tiny/<name>/
-    python3 scripts/gen_tiny_models.py deepseek_v3   # only the models named
+    python3 scripts/gen_tiny_models.py --only deepseek_v3   # only the models named
 
 Each directory holds what an HF checkpoint holds (config.json, model.safetensors in float32) and
 golden.json + logits_<i>.f32: for every prompt (fixed token ids, no tokenizer), the float32 logits
@@ -21,13 +21,6 @@ Models:
                 scaling from max/original positions), partial_rotary_factor 0.75, and
                 original_max_position_embeddings 16: one prompt is shorter (short factors), the
                 others longer (long factors), as transformers picks by the sequence's length.
-  deepseek_v2_lite  DeepseekV2ForCausalLM like V2-Lite: multi-head latent attention with q_proj
-                (q_lora_rank null), kv_lora_rank 32, rope dims 16 (interleaved pairs), nope 32,
-                v 32, YaRN (factor 4, mscale = mscale_all_dim, so the softmax scale changes);
-                every layer dense (first_k_dense_replace = num_hidden_layers).
-  deepseek_v2   the same with q_lora_rank 24 (q_a_proj -> q_a_layernorm -> q_b_proj), no scaling.
-  deepseek_v3   DeepseekV3ForCausalLM, q_lora_rank 24, rope_interleave, YaRN, three dense layers.
-
 Dense families (dense_configs()). These and the two phi3 models are also written as model.gguf
 by llama.cpp's convert_hf_to_gguf.py with --outtype f32 (found with --llama-cpp DIR or
 $LLAMA_CPP_DIR: the llama.cpp tree inside the llama-cpp-python sdist, extracted outside the
@@ -41,7 +34,7 @@ repository):
                 (window 6), attention and final logit soft-capping set low enough to bind.
   gemma3        Gemma3ForCausalLM: QK-norm, sliding layers with their own RoPE base, window 6, its
                 5:1 sliding/global pattern over 6 (smaller) layers.
-Mixture-of-experts families (moe_configs()). Mixtral and the Qwen MoEs: 8 experts, top-2, experts of 32, as hub checkpoints
+Mixture-of-experts families (moe_configs()): 8 experts, top-2, experts of 32, as hub checkpoints
 name them (transformers 5 keeps experts fused in memory, mlp.experts.gate_up_proj [E, 2I, H], but
 save_pretrained writes the per-expert names real checkpoints use: experts.<e>.w1/w2/w3 for
 Mixtral, experts.<e>.gate_proj/up_proj/down_proj for Qwen; checked after saving). GGUF forms as
@@ -55,15 +48,27 @@ model-q8_0.gguf (--outtype q8_0: the quantized-expert path):
                 scaled by sigmoid(shared_expert_gate . x).
   gpt_oss       GptOssForCausalLM: 2 layers, sliding (window 6) then full attention, q/k/v/o
                 biases, attention sinks, YaRN (factor 32, truncate false), 8 experts (top 4,
-                router bias, expert biases, interleaved gate_up) with the clamped SwiGLU at
-                swiglu_limit 7 (the value llama.cpp hard-codes; gate_up weights large enough that
-                the clamp acts). hidden 64 != 2 * intermediate 96, so a transposition slip shows.
+                router bias, expert biases, interleaved gate_up, stored [E, in, out]) with the
+                clamped SwiGLU at swiglu_limit 7 (the value llama.cpp hard-codes; gate_up weights
+                large enough that the clamp acts). hidden 64 != 2 * intermediate 96, so a
+                transposition slip shows.
+DeepSeek (deepseek_configs()), also as model.gguf (llama.cpp's "deepseek2"): multi-head latent
+attention (hidden 32, latent 16, rope 8 interleaved, nope 16, v 16), layer 0 dense and the others
+mixture-of-experts (8 routed experts of 16, top-2, shared experts added unscaled):
+  deepseek_v2_lite  DeepseekV2ForCausalLM like V2-Lite: q_proj (q_lora_rank null), YaRN (factor 4,
+                mscale = mscale_all_dim, so the softmax scale changes); softmax greedy routing, 2
+                shared experts.
+  deepseek_v2   the same with q_lora_rank 16 (q_a_proj -> q_a_layernorm -> q_b_proj), no scaling;
+                group_limited_greedy routing (2 groups ranked by their best expert, 1 kept),
+                routed_scaling_factor 1.5.
+  deepseek_v3   DeepseekV3ForCausalLM, q_lora_rank 16, rope_interleave, YaRN, three layers; noaux_tc
+                routing: sigmoid, a random e_score_correction_bias, 2 groups ranked by their top-2
+                sum (1 kept), renormalized, routed_scaling_factor 2.5; 1 shared expert.
 The converter needs a tokenizer; a 40-piece SentencePiece model is made for it in a temporary
 copy (the GGUF's vocabulary is padded to vocab_size), and not kept. Families whose converter
-reads a byte-level BPE tokenizer.json (and recognizes it by hash: gpt_oss, the Qwen MoEs) get a
-plain vocabulary of vocab_size tokens written in its place (BPE_VOCAB_PRE), and the DeepSeek models
-skip the vocabulary step altogether (NO_VOCAB_FAMILIES); tensors and metadata are the converter's
-own either way.
+reads only a byte-level BPE tokenizer.json (and recognizes it by hash: Qwen-MoE, GPT-OSS,
+DeepSeek) get a plain vocabulary of vocab_size tokens written in its place (PLAIN_VOCAB);
+tensors and metadata are the converter's own either way.
 """
 
 from __future__ import annotations
@@ -121,58 +126,6 @@ def configs():
     )
 
 
-# DeepSeek MLA: 4 heads, latent 32, rope 16, nope 32, v 32 (HF's num_key_value_heads is the
-# head count; llama.cpp's converter relies on it).
-DEEPSEEK = dict(
-    BASE,
-    num_key_value_heads=4,
-    kv_lora_rank=32,
-    qk_rope_head_dim=16,
-    qk_nope_head_dim=32,
-    v_head_dim=32,
-    max_position_embeddings=64,
-)
-DEEPSEEK_YARN = {"rope_type": "yarn", "rope_theta": 10000.0, "factor": 4.0,
-                 "original_max_position_embeddings": 16, "beta_fast": 32, "beta_slow": 1,
-                 "mscale": 0.707, "mscale_all_dim": 0.707}
-
-
-def deepseek_configs():
-    from transformers import DeepseekV2Config, DeepseekV3Config
-
-    yield "deepseek_v2_lite", DeepseekV2Config(**DEEPSEEK, q_lora_rank=None,
-                                               first_k_dense_replace=2,
-                                               rope_parameters=DEEPSEEK_YARN)
-    yield "deepseek_v2", DeepseekV2Config(**DEEPSEEK, q_lora_rank=24, first_k_dense_replace=2,
-                                          rope_theta=10000.0)
-    v3 = dict(DEEPSEEK, num_hidden_layers=3)
-    yield "deepseek_v3", DeepseekV3Config(**v3, q_lora_rank=24, first_k_dense_replace=3,
-                                          rope_interleave=True,
-                                          rope_parameters=dict(DEEPSEEK_YARN, factor=2.0))
-
-
-# Attention matrices: scaled up from transformers' init (std 0.02), which leaves attention almost
-# uniform, so that RoPE, the window and the softmax scale show in the logits (scores of order 10).
-ATTENTION_STD = {"qkv_proj.weight": 0.35, "q_proj.weight": 0.35, "k_proj.weight": 0.35,
-                 "v_proj.weight": 0.35, "q_b_proj.weight": 0.35, "kv_b_proj.weight": 0.35}
-
-# DeepSeek's converter class writes its vocabulary its own way: for these models the vocabulary
-# step is skipped altogether (the tiny models have no tokenizer; the golden prompts are ids).
-NO_VOCAB_FAMILIES = {"deepseek_v2_lite", "deepseek_v2", "deepseek_v3"}
-_NO_VOCAB_DRIVER = r"""
-import sys
-sys.path[:0] = [sys.argv[1], sys.argv[1] + "/gguf-py"]
-import conversion.base as base
-base.TextModel.set_vocab = lambda self: None
-from conversion.deepseek import DeepseekV2Model
-DeepseekV2Model.set_vocab = lambda self: None
-sys.argv = ["convert_hf_to_gguf.py"] + sys.argv[2:]
-import convert_hf_to_gguf
-convert_hf_to_gguf.main()
-"""
-
-
-
 def dense_configs():
     """The dense families beyond Phi-3, each with the config fields that make it itself."""
     from transformers import Gemma2Config, Gemma3TextConfig, LlamaConfig, MistralConfig, Qwen2Config, Qwen3Config
@@ -202,7 +155,7 @@ def dense_configs():
 
 
 def moe_configs():
-    """Mixtral, Qwen3-MoE and Qwen2-MoE with their real routing and config fields; GPT-OSS."""
+    """Mixtral, Qwen3-MoE, Qwen2-MoE and GPT-OSS with their real routing and config fields."""
     from transformers import GptOssConfig, MixtralConfig, Qwen2MoeConfig, Qwen3MoeConfig
 
     moe = dict(BASE, max_position_embeddings=64, rope_theta=10000.0, num_experts_per_tok=2)
@@ -226,44 +179,68 @@ def moe_configs():
     )
 
 
-# llama.cpp's converter as it is, with one replacement, for families whose converter reads only a
-# byte-level BPE tokenizer.json and identifies it by hashing a real one: set_vocab writes a
-# gpt2-style vocabulary of vocab_size plain tokens, with the `pre` name given. Tensors, their names
-# and layouts and the metadata are the converter's own.
-BPE_VOCAB_PRE = {"gpt_oss": "gpt-4o", "qwen3_moe": "default", "qwen2_moe": "default"}
-_BPE_VOCAB_DRIVER = """
-import sys
-sys.path.insert(0, sys.argv[1])
-pre = sys.argv[2]
-import convert_hf_to_gguf, gguf
-
-def set_vocab(self):
-    n = self.hparams["vocab_size"]
-    self.gguf_writer.add_tokenizer_model("gpt2")
-    self.gguf_writer.add_tokenizer_pre(pre)
-    self.gguf_writer.add_token_list([f"<t{i}>" for i in range(n)])
-    self.gguf_writer.add_token_types([gguf.TokenType.NORMAL] * n)
-    self.gguf_writer.add_token_merges([])
-
-find_class = convert_hf_to_gguf.get_model_class
-
-def get_model_class(*args, **kwargs):
-    cls = find_class(*args, **kwargs)
-    cls.set_vocab = set_vocab
-    return cls
-
-convert_hf_to_gguf.get_model_class = get_model_class
-sys.argv = ["convert_hf_to_gguf.py"] + sys.argv[3:]
-convert_hf_to_gguf.main()
-"""
+# DeepSeek: hidden 32, 4 heads, MLA latent 16, rope 8, nope 16, v 16 (HF's num_key_value_heads
+# is the head count; llama.cpp's converter relies on it); layer 0 dense (intermediate 64), the
+# others MoE: 8 routed experts of 16, top-2, shared experts of 16 each.
+DEEPSEEK = dict(
+    BASE,
+    hidden_size=32,
+    intermediate_size=64,
+    num_key_value_heads=4,
+    kv_lora_rank=16,
+    qk_rope_head_dim=8,
+    qk_nope_head_dim=16,
+    v_head_dim=16,
+    max_position_embeddings=64,
+    first_k_dense_replace=1,
+    moe_layer_freq=1,
+    n_routed_experts=8,
+    num_experts_per_tok=2,
+    moe_intermediate_size=16,
+)
+DEEPSEEK_YARN = {"rope_type": "yarn", "rope_theta": 10000.0, "factor": 4.0,
+                 "original_max_position_embeddings": 16, "beta_fast": 32, "beta_slow": 1,
+                 "mscale": 0.707, "mscale_all_dim": 0.707}
 
 
-# The per-expert tensor names each MoE model must have on disk (layer 0, expert 0).
+def deepseek_configs():
+    """DeepSeek-V2-Lite, V2 and V3 shapes: MLA, and their routers (scoring_func and topk_method
+    are written for llama.cpp's converter and DeepSeek's own code; transformers' routers are fixed
+    per model_type)."""
+    from transformers import DeepseekV2Config, DeepseekV3Config
+
+    yield "deepseek_v2_lite", DeepseekV2Config(**DEEPSEEK, q_lora_rank=None, n_shared_experts=2,
+                                               scoring_func="softmax", topk_method="greedy",
+                                               n_group=1, topk_group=1, norm_topk_prob=False,
+                                               routed_scaling_factor=1.0,
+                                               rope_parameters=DEEPSEEK_YARN)
+    yield "deepseek_v2", DeepseekV2Config(**DEEPSEEK, q_lora_rank=16, n_shared_experts=2,
+                                          scoring_func="softmax", topk_method="group_limited_greedy",
+                                          n_group=2, topk_group=1, norm_topk_prob=False,
+                                          routed_scaling_factor=1.5, rope_theta=10000.0)
+    v3 = dict(DEEPSEEK, num_hidden_layers=3)
+    yield "deepseek_v3", DeepseekV3Config(**v3, q_lora_rank=16, n_shared_experts=1,
+                                          scoring_func="sigmoid", topk_method="noaux_tc",
+                                          n_group=2, topk_group=1, norm_topk_prob=True,
+                                          routed_scaling_factor=2.5, rope_interleave=True,
+                                          rope_parameters=dict(DEEPSEEK_YARN, factor=2.0))
+
+
+# Attention matrices: scaled up from transformers' init (std 0.02), which leaves attention almost
+# uniform, so that RoPE, the window and the softmax scale show in the logits (scores of order 10).
+ATTENTION_WEIGHTS = ("qkv_proj.weight", "q_proj.weight", "k_proj.weight", "v_proj.weight",
+                     "q_b_proj.weight", "kv_b_proj.weight")
+
+
+# A per-expert tensor name each MoE model must have on disk.
 MOE_HUB_NAMES = {
     "mixtral": "model.layers.0.block_sparse_moe.experts.0.w1.weight",
     "qwen3_moe": "model.layers.0.mlp.experts.0.gate_proj.weight",
     "qwen3_moe_mlp_only": "model.layers.0.mlp.experts.0.gate_proj.weight",
     "qwen2_moe": "model.layers.0.mlp.experts.0.down_proj.weight",
+    "deepseek_v2_lite": "model.layers.1.mlp.experts.0.gate_proj.weight",
+    "deepseek_v2": "model.layers.1.mlp.experts.0.up_proj.weight",
+    "deepseek_v3": "model.layers.2.mlp.experts.7.down_proj.weight",
 }
 
 
@@ -289,24 +266,59 @@ def spm_tokenizer_model(path):
             out.write(f.read())
 
 
-def write_gguf(d, llama_cpp, name, outtype="f32", outfile="model.gguf"):
-    """<d>/<outfile> from llama.cpp's converter; False where it does not take the family."""
+# llama.cpp's converter as it is, with one replacement, for families whose converter reads only a
+# gpt2-style BPE tokenizer and identifies it by hashing a real one (Qwen2-MoE, Qwen3-MoE, GPT-OSS,
+# DeepSeek): set_vocab writes vocab_size plain tokens. Tensors, their names and layouts and the metadata are the
+# converter's own.
+_PLAIN_VOCAB_DRIVER = """
+import sys
+sys.path.insert(0, sys.argv[1])
+PRE = sys.argv[2]
+import convert_hf_to_gguf, gguf
+
+def set_vocab(self):
+    n = self.hparams["vocab_size"]
+    self.gguf_writer.add_tokenizer_model("gpt2")
+    self.gguf_writer.add_tokenizer_pre(PRE)
+    self.gguf_writer.add_token_list([f"<t{i}>" for i in range(n)])
+    self.gguf_writer.add_token_types([gguf.TokenType.NORMAL] * n)
+    self.gguf_writer.add_token_merges([])
+
+find_class = convert_hf_to_gguf.get_model_class
+
+def get_model_class(*args, **kwargs):
+    cls = find_class(*args, **kwargs)
+    cls.set_vocab = set_vocab
+    return cls
+
+convert_hf_to_gguf.get_model_class = get_model_class
+sys.argv = ["convert_hf_to_gguf.py"] + sys.argv[3:]
+convert_hf_to_gguf.main()
+"""
+# Model -> the tokenizer pre-name its plain vocabulary is written with.
+PLAIN_VOCAB = {"qwen3_moe": "default", "qwen2_moe": "default", "gpt_oss": "gpt-4o",
+               "deepseek_v2_lite": "default", "deepseek_v2": "default", "deepseek_v3": "default"}
+
+
+def write_gguf(d, llama_cpp, outtype="f32", outfile="model.gguf", plain_vocab_pre=None):
+    """<d>/<outfile> from llama.cpp's converter; False where it does not take the family.
+    plain_vocab_pre: write a plain vocabulary with this pre-tokenizer name (PLAIN_VOCAB)."""
     import shutil
     import subprocess
     import tempfile
     script = os.path.join(llama_cpp, "convert_hf_to_gguf.py")
-    with tempfile.TemporaryDirectory() as tmp:
+    with tempfile.TemporaryDirectory() as parent:
+        # The converter names the model (general.name) after its directory: the model's name,
+        # not the temporary one, so that a rerun writes the same file.
+        tmp = os.path.join(parent, os.path.basename(d))
+        os.mkdir(tmp)
         for f in ("config.json", "model.safetensors"):
             shutil.copy(os.path.join(d, f), tmp)
+        spm_tokenizer_model(os.path.join(tmp, "tokenizer.model"))
         args = [tmp, "--outtype", outtype, "--outfile", os.path.join(d, outfile)]
-        if name in NO_VOCAB_FAMILIES:
-            cmd = [sys.executable, "-c", _NO_VOCAB_DRIVER, llama_cpp] + args
-        elif name in BPE_VOCAB_PRE:
-            cmd = [sys.executable, "-c", _BPE_VOCAB_DRIVER, llama_cpp, BPE_VOCAB_PRE[name]] + args
-        else:
-            spm_tokenizer_model(os.path.join(tmp, "tokenizer.model"))
-            cmd = [sys.executable, script] + args
-        r = subprocess.run(cmd, capture_output=True, text=True)
+        cmd = ([sys.executable, "-c", _PLAIN_VOCAB_DRIVER, llama_cpp, plain_vocab_pre] if plain_vocab_pre
+               else [sys.executable, script])
+        r = subprocess.run(cmd + args, capture_output=True, text=True)
     if r.returncode != 0:
         print(f"{d}: convert_hf_to_gguf.py failed:\n{r.stderr[-2000:]}", file=sys.stderr)
         return False
@@ -323,7 +335,7 @@ def main() -> int:
     ap.add_argument("--only", nargs="*", help="names of the models to write")
     args = ap.parse_args()
     gguf_families = {"phi3", "phi3_longrope", "llama3", "qwen25_yarn", "qwen3", "mistral", "gemma2", "gemma3",
-                     "gpt_oss", "mixtral", "qwen3_moe", "qwen2_moe"} | NO_VOCAB_FAMILIES
+                     "mixtral", "qwen3_moe", "qwen2_moe", "gpt_oss", "deepseek_v2_lite", "deepseek_v2", "deepseek_v3"}
     q8_families = {"mixtral"}
 
     for name, config in list(configs()) + list(dense_configs()) + list(moe_configs()) + list(deepseek_configs()):
@@ -332,29 +344,34 @@ def main() -> int:
         torch.manual_seed(1234)
         model = AutoModelForCausalLM.from_config(config).eval().float()
         # transformers' init (std 0.02) leaves attention almost uniform, so RoPE and the window
-        # would hardly show in the logits. Larger weights make scores sharp: the ATTENTION_STD
-        # matrices of std 0.35 (scores of order 10), other matrices 1/sqrt(fan_in), random norms around 1;
-        # gpt-oss's sinks near the scores' own size and its expert gate_up of std 5/sqrt(hidden)
-        # (gate and up of std ~5 against the SwiGLU clamp at 7), so both show.
+        # would hardly show in the logits. Larger weights make scores sharp: q/k/v rows of std
+        # 0.35 (ATTENTION_WEIGHTS: scores of order 10), other matrices 1/sqrt(fan_in), random
+        # norms around 1; gpt-oss's sinks near the scores' own size and its expert gate_up of std
+        # 5/sqrt(hidden) (gate and up of std ~5 against the SwiGLU clamp at 7), so both show.
+        # Fan-in is the last dimension, also of stacked experts [E, out, in], except gpt-oss's
+        # experts, stored [E, in, out].
+        fan_in_dim = 1 if name == "gpt_oss" else -1
         with torch.no_grad():
             for n, p in model.named_parameters():
-                std = next((v for k, v in ATTENTION_STD.items() if n.endswith(k)), None)
                 if n.endswith("norm.weight"):
                     p.copy_(1.0 + 0.2 * torch.randn_like(p))
-                elif std is not None:
-                    p.copy_(std * torch.randn_like(p))
+                elif n.endswith(ATTENTION_WEIGHTS):
+                    p.copy_(0.35 * torch.randn_like(p))
                 elif n.endswith("embed_tokens.weight"):
                     p.copy_(torch.randn_like(p))
                 elif n.endswith("self_attn.sinks"):
                     p.copy_(3.0 + 2.0 * torch.randn_like(p))
-                elif n.endswith("experts.gate_up_proj"):  # [E, hidden, 2I]: in-features first
-                    p.copy_(5.0 * torch.randn_like(p) / p.shape[1] ** 0.5)
+                elif name == "gpt_oss" and n.endswith("experts.gate_up_proj"):
+                    p.copy_(5.0 * torch.randn_like(p) / p.shape[fan_in_dim] ** 0.5)
                 elif p.dim() == 1:  # q/k/v biases
                     p.copy_(0.5 * torch.randn_like(p))
-                elif name == "gpt_oss" and p.dim() == 3:  # its experts store in-features first
-                    p.copy_(torch.randn_like(p) / p.shape[1] ** 0.5)
-                else:  # fan-in is the last dimension (also of stacked experts [E, out, in])
-                    p.copy_(torch.randn_like(p) / p.shape[-1] ** 0.5)
+                else:
+                    p.copy_(torch.randn_like(p) / p.shape[fan_in_dim] ** 0.5)
+            # DeepSeek-V3's routing bias (a buffer, zero at init): large enough beside the
+            # sigmoid scores (spread ~0.2) to change which experts are chosen.
+            for n, b in model.named_buffers():
+                if n.endswith("e_score_correction_bias"):
+                    b.copy_(0.25 * torch.randn_like(b))
         d = os.path.join(OUT, name)
         os.makedirs(d, exist_ok=True)
         model.save_pretrained(d, safe_serialization=True)
@@ -376,9 +393,9 @@ def main() -> int:
         if name in MOE_HUB_NAMES:
             check_hub_names(d, name)
         if name in gguf_families and args.llama_cpp:
-            write_gguf(d, args.llama_cpp, name)
+            write_gguf(d, args.llama_cpp, plain_vocab_pre=PLAIN_VOCAB.get(name))
         if name in q8_families and args.llama_cpp:
-            write_gguf(d, args.llama_cpp, name, "q8_0", "model-q8_0.gguf")
+            write_gguf(d, args.llama_cpp, "q8_0", "model-q8_0.gguf", plain_vocab_pre=PLAIN_VOCAB.get(name))
         size = sum(os.path.getsize(os.path.join(d, x)) for x in os.listdir(d))
         print(f"{d}: {size // 1024} KiB")
     return 0

@@ -1,8 +1,11 @@
 // The paged latent KV cache of multi-head latent attention (DeepSeek) through the whole engine:
 // chunked prefill, a prefix-cache hit and preemption give the same greedy tokens and logprobs as
-// one unchunked, uncached pass. The tiny DeepSeek-V2-Lite config of tests/data/tiny with dummy
-// weights (the comparison is engine against engine, so any weights do; the model itself is
-// checked against transformers by tiny_model_golden_test); prompts are token ids.
+// one unchunked, uncached pass. The tiny DeepSeek-V2-Lite and V3 configs of tests/data/tiny (MLA,
+// and MoE layers after the first: V2-Lite's softmax routing with shared experts, V3's sigmoid
+// routing with a correction bias and a group choice, so a token's experts must not depend on its
+// batch either) with dummy weights (the comparison is engine against engine, so any weights do;
+// the models themselves are checked against transformers by tiny_model_golden_test); prompts are
+// token ids.
 #include <gtest/gtest.h>
 
 #include "engine/engine.h"
@@ -13,11 +16,16 @@
 namespace kvasir::testing {
 namespace {
 
-const char* kConfig = "tests/data/tiny/deepseek_v2_lite";
+struct TinyDeepseek {
+  const char* dir;
+  int num_layers;
+};
+const TinyDeepseek kModels[] = {{"tests/data/tiny/deepseek_v2_lite", 2}, {"tests/data/tiny/deepseek_v3", 3}};
 
-EngineArgs args(int max_num_batched_tokens, bool prefix_caching, int64_t kv_bytes = int64_t{8} << 20) {
+EngineArgs args(const char* dir, int max_num_batched_tokens, bool prefix_caching,
+                int64_t kv_bytes = int64_t{8} << 20) {
   EngineArgs ea;
-  ea.model = repo_path(kConfig);
+  ea.model = repo_path(dir);
   ea.load_format = "dummy";
   ea.exact_matmul = true;
   ea.max_num_seqs = 4;
@@ -66,20 +74,25 @@ std::vector<Output> generate(LLM& llm, const std::vector<std::vector<int32_t>>& 
   return out;
 }
 
-TEST(MlaEngine, ChunkedPrefillAndPrefixHitsGiveTheUnchunkedOutputs) {
+class MlaEngine : public ::testing::TestWithParam<TinyDeepseek> {};
+
+TEST_P(MlaEngine, ChunkedPrefillAndPrefixHitsGiveTheUnchunkedOutputs) {
+  const char* dir = GetParam().dir;
   // Two prompts sharing their first 32 tokens (two full blocks of 16), then different tails.
   const std::vector<std::vector<int32_t>> prompts = {prompt(45, 1), prompt(41, 2)};
 
-  auto plain = LLM::create(args(256, false));
+  auto plain = LLM::create(args(dir, 256, false));
   ASSERT_TRUE(plain.ok()) << plain.status().to_string();
   // The latent cache: per block, each layer keeps 16 rows of kv_lora_rank + rope dims floats.
   const LoadedModel& lm = (*plain)->model();
-  EXPECT_EQ(lm.model->kv_cache_bytes_per_block(16), size_t{2} * 16 * (32 + 16) * sizeof(float));
+  EXPECT_EQ(lm.model->kv_cache_bytes_per_block(16),
+            static_cast<size_t>(GetParam().num_layers) * 16 * (16 + 8) * sizeof(float));
+  EXPECT_EQ(lm.config.family_params.count("num_experts"), 1u) << dir << " has no MoE layers";
   std::vector<Output> want;
   for (const auto& p : prompts) want.push_back(generate(**plain, {p})[0]);
 
   // Chunks of 7 tokens; the second prompt runs after the first, so its shared blocks are hits.
-  auto chunked = LLM::create(args(7, true));
+  auto chunked = LLM::create(args(dir, 7, true));
   ASSERT_TRUE(chunked.ok()) << chunked.status().to_string();
   const Output first = generate(**chunked, {prompts[0]})[0];
   const Output second = generate(**chunked, {prompts[1]})[0];
@@ -91,16 +104,19 @@ TEST(MlaEngine, ChunkedPrefillAndPrefixHitsGiveTheUnchunkedOutputs) {
   EXPECT_EQ(second.logprobs, want[1].logprobs);
 }
 
-TEST(MlaEngine, PreemptionUnderATinyLatentCacheGivesTheSameOutputs) {
+TEST_P(MlaEngine, PreemptionUnderATinyLatentCacheGivesTheSameOutputs) {
+  const char* dir = GetParam().dir;
   std::vector<std::vector<int32_t>> prompts;
   for (int i = 0; i < 4; ++i) prompts.push_back(prompt(30 + 5 * i, 3 + i));
-  auto roomy = LLM::create(args(64, false));
+  auto roomy = LLM::create(args(dir, 64, false));
   ASSERT_TRUE(roomy.ok()) << roomy.status().to_string();
   std::vector<Output> want;
   for (const auto& p : prompts) want.push_back(generate(**roomy, {p})[0]);
-  // 4 sequences of up to 53 tokens need 13 blocks; 9 (one the null block) force preemptions.
+  // A sequence of up to 53 tokens needs at most 4 blocks, any two together 6 or more: 6 blocks
+  // (one the null block) hold one but force preemptions as soon as two overlap, however the
+  // requests' arrival interleaves with the engine's steps.
   const int64_t per_block = static_cast<int64_t>((*roomy)->model().model->kv_cache_bytes_per_block(16));
-  auto tight = LLM::create(args(64, false, per_block * 9));
+  auto tight = LLM::create(args(dir, 64, false, per_block * 6));
   ASSERT_TRUE(tight.ok()) << tight.status().to_string();
   const std::vector<Output> got = generate(**tight, prompts);
   ASSERT_EQ(got.size(), prompts.size());
@@ -110,6 +126,11 @@ TEST(MlaEngine, PreemptionUnderATinyLatentCacheGivesTheSameOutputs) {
     EXPECT_EQ(got[i].logprobs, want[i].logprobs) << i;
   }
 }
+
+INSTANTIATE_TEST_SUITE_P(TinyDeepseek, MlaEngine, ::testing::ValuesIn(kModels),
+                         [](const ::testing::TestParamInfo<TinyDeepseek>& info) {
+                           return std::string(info.param.dir).substr(sizeof("tests/data/tiny/") - 1);
+                         });
 
 }  // namespace
 }  // namespace kvasir::testing

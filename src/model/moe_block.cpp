@@ -64,6 +64,12 @@ class MoeMlp final : public MlpBlock {
     m->routing_ = moe.routing;
     KVASIR_ASSIGN_OR_RETURN(m->router_, required(init, "ffn_gate_inp.weight"));
     m->router_bias_ = init.weights.get("ffn_gate_inp.bias");
+    if (moe.correction_bias) {
+      KVASIR_ASSIGN_OR_RETURN(m->correction_bias_, required(init, "exp_probs_b.bias"));
+      m->routing_.correction_bias = &m->correction_bias_;
+      const Status s = validate_moe_routing(m->routing_, moe.num_experts);
+      if (!s.ok()) return Status(s.code(), layer_name(init.layer) + ": " + s.message());
+    }
     KVASIR_RETURN_IF_ERROR(m->bind_experts(init, moe));
     if (moe.shared_intermediate_size > 0) KVASIR_RETURN_IF_ERROR(m->bind_shared(init, moe));
     KVASIR_RETURN_IF_ERROR(m->allocate(b, init, moe));
@@ -185,6 +191,7 @@ class MoeMlp final : public MlpBlock {
 
   MoeRouting routing_;
   Tensor router_, router_bias_;
+  Tensor correction_bias_;  // [E] f32, or none (routing_.correction_bias points here)
   std::vector<Tensor> views_[3];  // per expert: gate, up, down
   MoeExpertWeights experts_;
   std::vector<Tensor> shared_views_;  // gate, up, down of the shared expert (empty: none)
@@ -216,6 +223,11 @@ void replace_mlp_with_moe(std::vector<WeightSpec>& layer, int i, int64_t hidden,
     if (hf.router.size() > 7 && hf.router.compare(hf.router.size() - 7, 7, ".weight") == 0) {
       bias.hf.name = p + hf.router.substr(0, hf.router.size() - 7) + ".bias";
     }
+    bias.kind = WeightKind::kVector;
+    layer.push_back(bias);
+  }
+  if (moe.correction_bias) {
+    WeightSpec bias = matrix("exp_probs_b.bias", g + "exp_probs_b.bias", p + hf.correction_bias, {e_n});
     bias.kind = WeightKind::kVector;
     layer.push_back(bias);
   }

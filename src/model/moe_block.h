@@ -22,6 +22,9 @@ struct MoeLayerConfig {
   MoeRouting routing;  // correction_bias stays null here (a weight, bound by the block)
   GateActivation activation = GateActivation::kSilu;
   bool router_bias = false;               // the router has a bias (optional weight)
+  // The router has DeepSeek-V3's e_score_correction_bias [E] (a required weight): routing's
+  // correction_bias, which chooses experts but does not weigh them.
+  bool correction_bias = false;
   int64_t shared_intermediate_size = 0;   // 0: no shared expert
   bool shared_expert_gate = false;        // the shared expert is scaled by sigmoid(gate · x)
 };
@@ -34,13 +37,15 @@ struct MoeHfNames {
   std::string gate, up, down;  // "gate_proj", "up_proj", "down_proj" (Mixtral: w1, w3, w2)
   std::string shared_prefix;  // "mlp.shared_expert." (its gate_proj / up_proj / down_proj)
   std::string shared_gate;    // "mlp.shared_expert_gate.weight"
+  std::string correction_bias;  // "mlp.gate.e_score_correction_bias" (read when the layer has one)
 };
 
 // Replaces layer `layer`'s dense MLP specs (ffn_gate/up/down.weight) by the MoE ones. GGUF names
 // are llama.cpp's: router ffn_gate_inp, experts stacked [E, rows, cols] as ffn_{gate,up,down}_exps
 // or (older files) one tensor per expert, ffn_{gate,up,down}.<e>; shared expert ffn_*_shexp and
-// its gate ffn_gate_inp_shexp. A checkpoint holds the stacked or the per-expert form (HF names
-// are per expert): both are optional in the manifest and the block requires one complete set.
+// its gate ffn_gate_inp_shexp; the routing's correction bias exp_probs_b.bias. A checkpoint holds
+// the stacked or the per-expert form (HF names are per expert): both are optional in the manifest
+// and the block requires one complete set.
 void replace_mlp_with_moe(std::vector<WeightSpec>& layer, int layer_index, int64_t hidden_size,
                           const MoeLayerConfig& moe, const MoeHfNames& hf);
 

@@ -16,20 +16,20 @@ const ModelFamily& gemma_family();
 const ModelFamily& gemma2_family();
 const ModelFamily& gemma3_family();
 const ModelFamily& phi3_family();
-const ModelFamily& deepseek_v2_family();
-const ModelFamily& deepseek_v3_family();
-const ModelFamily& gpt_oss_family();
 const ModelFamily& mixtral_family();
 const ModelFamily& qwen3_moe_family();
 const ModelFamily& qwen2_moe_family();
+const ModelFamily& deepseek_v2_family();
+const ModelFamily& deepseek_v3_family();
+const ModelFamily& gpt_oss_family();
 
 const std::vector<const ModelFamily*>& model_families() {
   static const std::vector<const ModelFamily*> kFamilies = {
       &llama_family(), &mistral_family(), &qwen2_family(),  &qwen3_family(),
       &gemma_family(), &gemma2_family(),  &gemma3_family(), &phi3_family(),
+      &mixtral_family(), &qwen3_moe_family(), &qwen2_moe_family(),
       &deepseek_v2_family(), &deepseek_v3_family(),
       &gpt_oss_family(),
-      &mixtral_family(), &qwen3_moe_family(), &qwen2_moe_family(),
   };
   return kFamilies;
 }

@@ -197,7 +197,7 @@ void check_form(const TinyModel& t, const std::string& path) {
   wrong.rope_theta *= 2;
   wrong.rope_theta_local *= 2;
   must_differ("with rope_theta x2", wrong);
-  // ... and the RoPE pairing (DeepSeek rotates interleaved pairs, the others halves).
+  // ... and the RoPE pairing (DeepSeek rotates interleaved pairs, the others halves) ...
   ModelConfig paired = *config;
   paired.rope_style = config->rope_style == RopeStyle::kNeox ? RopeStyle::kInterleaved : RopeStyle::kNeox;
   must_differ("with the other RoPE pairing", paired);
@@ -244,9 +244,29 @@ void check_form(const TinyModel& t, const std::string& path) {
     ModelConfig one = *config;
     one.family_params["num_experts_per_tok"] = 1;
     must_differ("with one expert per token", one);
-    ModelConfig flipped = *config;
-    flipped.family_params["norm_topk_prob"] = config->family_params.at("norm_topk_prob") != 0 ? 0 : 1;
-    must_differ("with norm_topk_prob flipped", flipped);
+    if (auto it = config->family_params.find("norm_topk_prob"); it != config->family_params.end()) {
+      ModelConfig flipped = *config;  // (GPT-OSS always renormalizes: no such key)
+      flipped.family_params["norm_topk_prob"] = it->second != 0 ? 0 : 1;
+      must_differ("with norm_topk_prob flipped", flipped);
+    }
+  }
+  // ... and DeepSeek's routing: the scale, V3's correction bias, the group choice and its score.
+  auto param = [&](const char* key) {
+    auto it = config->family_params.find(key);
+    return it == config->family_params.end() ? 0.0 : it->second;
+  };
+  auto without = [&](const char* what, const char* key, double value) {
+    ModelConfig changed = *config;
+    changed.family_params[key] = value;
+    must_differ(what, changed);
+  };
+  if (param("routed_scaling_factor") != 0 && param("routed_scaling_factor") != 1) {
+    without("without routed_scaling_factor", "routed_scaling_factor", 1);
+  }
+  if (param("deepseek.correction_bias") != 0) without("without the correction bias", "deepseek.correction_bias", 0);
+  if (param("n_group") > 1) {
+    without("without the group choice", "n_group", 1);
+    without("with the other group score", "deepseek.group_top2_sum", param("deepseek.group_top2_sum") != 0 ? 0 : 1);
   }
 }
 

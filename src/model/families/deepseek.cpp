@@ -3,12 +3,11 @@
 #include <cmath>
 
 #include "model/mla_attention.h"
+#include "model/moe_block.h"
 
 namespace kvasir {
 
 namespace {
-
-constexpr const char* kFirstDense = "deepseek.first_k_dense_replace";
 
 // DeepSeek's YaRN magnitude, yarn_get_mscale in transformers and in DeepSeek's own code.
 double yarn_mscale(double factor, double mscale) {
@@ -27,27 +26,16 @@ StatusOr<std::optional<double>> rope_number(const Json* dict, const char* key, c
   return HfKeys(*dict, where).opt_num(key);
 }
 
-// Layers below first_k_dense_replace have the dense MLP; the rest are MoE.
-Status read_first_dense(int64_t first_dense, ModelConfig& c) {
-  if (first_dense < 0) return invalid_argument("model config: first_k_dense_replace must be >= 0");
-  if (first_dense < c.num_layers) {
-    return unimplemented("DeepSeek mixture-of-experts layers are not supported yet (first_k_dense_replace " +
-                         std::to_string(first_dense) + " < " + std::to_string(c.num_layers) + " layers)");
-  }
-  c.family_params[kFirstDense] = static_cast<double>(first_dense);
-  return Status();
-}
-
 }  // namespace
 
 DeepseekFamily::DeepseekFamily(std::string_view name, std::vector<std::string> gguf_names,
                                std::vector<std::string> hf_model_types,
-                               std::vector<std::string> hf_architectures, bool reads_rope_interleave)
+                               std::vector<std::string> hf_architectures, DeepseekRouter router)
     : ModelFamily(ConfigTraits{.family = name,
                                .gguf_rope_style = RopeStyle::kInterleaved,
                                .latent_attention = true},
                   std::move(gguf_names), std::move(hf_model_types), std::move(hf_architectures)),
-      reads_rope_interleave_(reads_rope_interleave) {}
+      router_(router) {}
 
 Status DeepseekFamily::read_hf_extras(const HfKeys& k, ModelConfig& c) const {
   KVASIR_ASSIGN_OR_RETURN(bool bias, k.bool_or("attention_bias", false));
@@ -63,7 +51,7 @@ Status DeepseekFamily::read_hf_extras(const HfKeys& k, ModelConfig& c) const {
   // transformers: DeepseekV2 rotates interleaved pairs (a complex product); V3 does unless
   // rope_interleave is false.
   bool interleave = true;
-  if (reads_rope_interleave_) {
+  if (router_ == DeepseekRouter::kV3) {
     KVASIR_ASSIGN_OR_RETURN(interleave, k.bool_or("rope_interleave", true));
   }
   c.rope_style = interleave ? RopeStyle::kInterleaved : RopeStyle::kNeox;
@@ -86,8 +74,7 @@ Status DeepseekFamily::read_hf_extras(const HfKeys& k, ModelConfig& c) const {
     }
   }
   KVASIR_RETURN_IF_ERROR(set_mla_config(m, c));
-  KVASIR_ASSIGN_OR_RETURN(int64_t first_dense, k.int_or("first_k_dense_replace", 0));
-  return read_first_dense(first_dense, c);
+  return read_deepseek_moe_hf(k, router_, c);
 }
 
 Status DeepseekFamily::read_gguf_extras(const GgufKeys& k, ModelConfig& c) const {
@@ -118,8 +105,7 @@ Status DeepseekFamily::read_gguf_extras(const GgufKeys& k, ModelConfig& c) const
     }
   }
   KVASIR_RETURN_IF_ERROR(set_mla_config(m, c));
-  KVASIR_ASSIGN_OR_RETURN(int64_t first_dense, k.integer_or("leading_dense_block_count", 0));
-  return read_first_dense(first_dense, c);
+  return read_deepseek_moe_gguf(k, c);
 }
 
 WeightManifest DeepseekFamily::manifest(const ModelConfig& c) const {
@@ -134,6 +120,10 @@ WeightManifest DeepseekFamily::manifest(const ModelConfig& c) const {
       }
       layer.push_back(std::move(s));
     }
+    if (is_deepseek_moe_layer(c, static_cast<int>(i))) {
+      replace_mlp_with_moe(layer, static_cast<int>(i), c.hidden_size, deepseek_moe_layer_config(c),
+                           deepseek_moe_hf_names());
+    }
     m.layers[i] = std::move(layer);
   }
   return m;
@@ -144,6 +134,7 @@ StatusOr<std::unique_ptr<AttentionBlock>> DeepseekFamily::make_attention(const B
 }
 
 StatusOr<std::unique_ptr<MlpBlock>> DeepseekFamily::make_mlp(const BlockInit& init) const {
+  if (is_deepseek_moe_layer(init.config, init.layer)) return make_moe_mlp(init, deepseek_moe_layer_config(init.config));
   return make_gated_mlp(init);
 }
 

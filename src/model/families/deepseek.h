@@ -1,6 +1,7 @@
 // What DeepSeek-V2 and DeepSeek-V3 share (families/deepseek_v2.cpp, deepseek_v3.cpp): multi-head
 // latent attention (model/mla_attention.h) in every layer, a dense gated MLP in the first
-// first_k_dense_replace layers, and the config keys that say so, in HF config.json (both
+// first_k_dense_replace layers and mixture-of-experts layers after them (families/deepseek_moe.h,
+// the router each version has), and the config keys that say so, in HF config.json (both
 // model_types) and in llama.cpp's GGUF "deepseek2" (which holds V3 as well). Must not be listed
 // in the registry itself: the two families are.
 #pragma once
@@ -8,6 +9,7 @@
 #include <string>
 #include <vector>
 
+#include "model/families/deepseek_moe.h"
 #include "model/model_family.h"
 
 namespace kvasir {
@@ -21,14 +23,14 @@ class DeepseekFamily : public ModelFamily {
   StatusOr<std::unique_ptr<MlpBlock>> make_mlp(const BlockInit& init) const override;
 
  protected:
-  // rope_interleave_key: the config.json key that may switch V3 to half-split RoPE (empty: V2,
-  // whose transformers code always rotates interleaved pairs).
+  // router: whose HF config keys this family reads (deepseek_moe.h); V3 also reads
+  // rope_interleave (V2's transformers code always rotates interleaved pairs).
   DeepseekFamily(std::string_view name, std::vector<std::string> gguf_names,
                  std::vector<std::string> hf_model_types, std::vector<std::string> hf_architectures,
-                 bool reads_rope_interleave);
+                 DeepseekRouter router);
 
  private:
-  bool reads_rope_interleave_;
+  DeepseekRouter router_;
 };
 
 }  // namespace kvasir

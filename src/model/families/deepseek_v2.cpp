@@ -1,7 +1,8 @@
 // DeepSeek-V2 and V2-Lite (HF DeepseekV2ForCausalLM, model_type "deepseek_v2"), and every GGUF
 // "deepseek2" file: llama.cpp's converter writes V2, V2-Lite and V3 under that one architecture.
 // Multi-head latent attention with a latent KV cache (model/mla_attention.h); the first
-// first_k_dense_replace layers have the dense gated MLP (families/deepseek.h).
+// first_k_dense_replace layers have the dense gated MLP, the others MoE with V2's softmax router,
+// greedy or group-limited (families/deepseek.h, deepseek_moe.h).
 #include "model/families/deepseek.h"
 
 namespace kvasir {
@@ -12,7 +13,7 @@ class DeepseekV2Family final : public DeepseekFamily {
  public:
   DeepseekV2Family()
       : DeepseekFamily("deepseek_v2", {"deepseek2"}, {"deepseek_v2"}, {"DeepseekV2ForCausalLM"},
-                       /*reads_rope_interleave=*/false) {}
+                       DeepseekRouter::kV2) {}
 };
 
 }  // namespace
