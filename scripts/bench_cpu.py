@@ -5,6 +5,11 @@ Markdown table (for BENCHMARKS.md) and writes everything as JSON.
 
   scripts/bench_cpu.py [--model models/SmolLM2-135M-Instruct.Q4_1.gguf] [--rounds 3]
                        [--threads 1,2] [--kvasir build/tools/kvasir] [--output-json F]
+                       [--tg-depth 128]
+
+--tg-depth D also runs llama-bench's tg128 after D tokens of context (-d D), as kvasir's decode
+runs after its 128-token prompt; the depth-0 tg128 stays the headline column as before. Every
+round prints the load average and the CPU model, which go into the JSON too.
 
 Measures (issue 2) batch-1 prefill 128 / decode 128 against `llama-bench -p 128 -n 128`, and
 (issue 3) offline throughput of 64 requests x 128 in / 128 out against `llama-batched-bench
@@ -44,15 +49,28 @@ def kvasir_latency(args, threads):
 
 
 def llama_bench(args, threads):
+    """(pp128, tg128) at depth 0, and tg128 at --tg-depth (None without it)."""
+    depth = ["-d", f"0,{args.tg_depth}"] if args.tg_depth else []
     out = run([os.path.join(LLAMA_BIN, "llama-bench"), "-m", args.model, "-p", "128", "-n", "128", "-r", "3",
-               "-t", str(threads), "-o", "json"])
-    pp = tg = None
+               "-t", str(threads), "-o", "json"] + depth)
+    pp = tg = tg_deep = None
     for row in json.loads(out):
-        if row["n_prompt"] > 0 and row["n_gen"] == 0:
+        d = row.get("n_depth", 0)
+        if row["n_prompt"] > 0 and row["n_gen"] == 0 and d == 0:
             pp = row["avg_ts"]
         elif row["n_gen"] > 0 and row["n_prompt"] == 0:
-            tg = row["avg_ts"]
-    return pp, tg
+            if d == 0:
+                tg = row["avg_ts"]
+            elif d == args.tg_depth:
+                tg_deep = row["avg_ts"]
+    return pp, tg, tg_deep
+
+
+def cpu_model():
+    for line in subprocess.run(["lscpu"], capture_output=True, text=True).stdout.splitlines():
+        if line.startswith("Model name:"):
+            return line.split(":", 1)[1].strip()
+    return "unknown"
 
 
 def kvasir_throughput(args, threads):
@@ -82,9 +100,11 @@ def main():
     ap.add_argument("--kvasir", default="build/tools/kvasir")
     ap.add_argument("--skip-throughput", action="store_true")
     ap.add_argument("--output-json")
+    ap.add_argument("--tg-depth", type=int, default=0, help="also llama-bench tg128 after this many tokens")
     args = ap.parse_args()
     threads = [int(t) for t in args.threads.split(",")]
     load_before = os.getloadavg()
+    cpu = cpu_model()
     samples = {}
 
     def add(key, value):
@@ -92,12 +112,18 @@ def main():
 
     for r in range(args.rounds):
         for t in threads:
+            load = os.getloadavg()[0]
             kp, kd = kvasir_latency(args, t)
-            lp, ld = llama_bench(args, t)
+            lp, ld, ldd = llama_bench(args, t)
             add(f"t{t}.kvasir.prefill", kp); add(f"t{t}.kvasir.decode", kd)
             add(f"t{t}.llama.prefill", lp); add(f"t{t}.llama.decode", ld)
-            print(f"round {r} threads {t}: kvasir pp {kp:.1f} tg {kd:.1f} | llama.cpp pp {lp:.1f} tg {ld:.1f}",
-                  file=sys.stderr)
+            add("load", load)
+            deep = ""
+            if ldd is not None:
+                add(f"t{t}.llama.decode_deep", ldd)
+                deep = f" tg@d{args.tg_depth} {ldd:.1f}"
+            print(f"round {r} threads {t} (load {load:.2f}, {cpu}): kvasir pp {kp:.1f} tg {kd:.1f} | "
+                  f"llama.cpp pp {lp:.1f} tg {ld:.1f}{deep}", file=sys.stderr)
         if not args.skip_throughput:
             t = max(threads)
             ko, kt = kvasir_throughput(args, t)
@@ -109,7 +135,7 @@ def main():
     med = {k: statistics.median(v) for k, v in samples.items()}
     commit = subprocess.run(["git", "rev-parse", "--short", "HEAD"], capture_output=True, text=True,
                             cwd=ROOT).stdout.strip()
-    print(f"\n{datetime.date.today()}, commit {commit}, {args.model}, {args.rounds} rounds interleaved, "
+    print(f"\n{datetime.date.today()}, commit {commit}, {args.model}, {cpu}, {args.rounds} rounds interleaved, "
           f"medians; load average before {load_before[0]:.2f}, after {os.getloadavg()[0]:.2f}\n")
     print("| threads | metric | kvasir tok/s | llama.cpp tok/s | ratio |")
     print("|---|---|---|---|---|")
@@ -117,6 +143,9 @@ def main():
         for m, lm in (("prefill", "pp128"), ("decode", "tg128")):
             k, l = med[f"t{t}.kvasir.{m}"], med[f"t{t}.llama.{m}"]
             print(f"| {t} | {m} 128 (llama-bench {lm}) | {k:.1f} | {l:.1f} | {k / l:.2f}x |")
+        if f"t{t}.llama.decode_deep" in med:
+            k, l = med[f"t{t}.kvasir.decode"], med[f"t{t}.llama.decode_deep"]
+            print(f"| {t} | decode 128 (llama-bench tg128 -d {args.tg_depth}) | {k:.1f} | {l:.1f} | {k / l:.2f}x |")
     if not args.skip_throughput:
         t = max(threads)
         k, l = med["tp.kvasir.out"], med["tp.llama.out"]
@@ -124,7 +153,7 @@ def main():
         print(f"| {t} | 64 x 128/128 output tok/s (llama-batched-bench -npl 64) | {k:.1f} | {l:.1f} | {k / l:.2f}x |")
         print(f"\nthroughput / single-request decode at {t} threads: {k / single:.2f}x")
     if args.output_json:
-        json.dump({"commit": commit, "samples": samples, "medians": med, "load_before": load_before},
+        json.dump({"commit": commit, "cpu": cpu, "samples": samples, "medians": med, "load_before": load_before},
                   open(args.output_json, "w"), indent=1)
 
 

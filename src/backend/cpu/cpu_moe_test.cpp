@@ -2,8 +2,11 @@
 // (softmax / sigmoid, renormalize, correction bias, both grouped top-k scores, ties),
 // moe_experts against float64 math on the dequantized expert weights (F32, F16, BF16, Q4_0, Q8_0,
 // Q4_K; split, fused-halves and interleaved gate/up; biases; SiLU, GELU-tanh, SwiGLU-OAI; tokens
-// per expert from 0 to many). Plus bitwise batch and thread-count invariance, and validation.
+// per expert from 0 to many). Plus bitwise batch and thread-count invariance, validation, and
+// that a decode step touches no unchosen expert's weights (they sit behind PROT_NONE pages).
 #include <gtest/gtest.h>
+#include <sys/mman.h>
+#include <unistd.h>
 
 #include <algorithm>
 #include <cmath>
@@ -470,6 +473,87 @@ TEST(CpuMoe, RouteThenExpertsMatchesTheReferencePipeline) {
   const std::vector<double> want = reference_experts(l, x, routed.ids, routed.weights, c.t, c.k);
   const std::vector<float> got = run_experts(cpu, l, x, routed.ids, routed.weights, c.t, c.k);
   for (size_t i = 0; i < want.size(); ++i) EXPECT_NEAR(got[i], want[i], 1e-4 * (1.0 + std::fabs(want[i])));
+}
+
+// Expert weight slabs copied into anonymous pages, one page-aligned slab per expert and tensor,
+// so each expert's bytes can be made unreadable on their own.
+class GuardedExperts {
+ public:
+  GuardedExperts(const std::vector<const Stacked*>& tensors, int e_n) : e_n_(e_n) {
+    const size_t page = static_cast<size_t>(sysconf(_SC_PAGESIZE));
+    for (const Stacked* s : tensors) slab_ = std::max(slab_, s->bytes.size() / e_n);
+    slab_ = (slab_ + page - 1) / page * page;
+    bytes_ = slab_ * tensors.size() * e_n;
+    base_ = static_cast<uint8_t*>(mmap(nullptr, bytes_, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0));
+    views_.resize(tensors.size());
+    for (size_t i = 0; i < tensors.size(); ++i) {
+      const size_t per = tensors[i]->bytes.size() / e_n;
+      for (int e = 0; e < e_n; ++e) {
+        uint8_t* dst = slab(i, e);
+        std::memcpy(dst, tensors[i]->bytes.data() + e * per, per);
+        Tensor v = tensors[i]->views[e];
+        v.data = dst;
+        views_[i].push_back(v);
+      }
+    }
+  }
+  ~GuardedExperts() { munmap(base_, bytes_); }
+  bool ok() const { return base_ != MAP_FAILED; }
+  const Tensor* views(size_t i) const { return views_[i].data(); }
+  // Every slab of every expert not in `keep` becomes unreadable.
+  bool protect_all_but(const std::vector<int32_t>& keep) {
+    for (size_t i = 0; i < views_.size(); ++i) {
+      for (int e = 0; e < e_n_; ++e) {
+        if (std::find(keep.begin(), keep.end(), e) != keep.end()) continue;
+        if (mprotect(slab(i, e), slab_, PROT_NONE) != 0) return false;
+      }
+    }
+    return true;
+  }
+
+ private:
+  uint8_t* slab(size_t i, int e) const { return base_ + (i * e_n_ + e) * slab_; }
+  int e_n_;
+  size_t slab_ = 0, bytes_ = 0;
+  uint8_t* base_ = nullptr;
+  std::vector<std::vector<Tensor>> views_;
+};
+
+// Batch-1 decode reads only the chosen experts' weights: with every other expert's weights behind
+// PROT_NONE pages the step neither faults nor changes a bit, on one thread and on several (a
+// dense path, or tiles of idle experts, would die with SIGSEGV).
+TEST(CpuMoeDeathTest, DecodeReadsOnlyTheChosenExperts) {
+  GTEST_FLAG_SET(death_test_style, "threadsafe");
+  for (DType t : {DType::kQ8_0, DType::kQ4_0, DType::kF16}) {
+    std::mt19937 rng(static_cast<uint32_t>(t) + 29);
+    const ExpertCase c{1, 32, 4, Form::kSplit, false, GateActivation::kSilu, false};
+    const Layer l = make_layer(t, c, 256, 128, rng);
+    std::vector<float> x = random_floats(256, rng);
+    std::vector<int32_t> ids;
+    std::vector<float> w;
+    random_assignment(c, rng, &ids, &w);
+    for (int threads : {1, 3}) {
+      for (MatmulPrecision p : {MatmulPrecision::kExact, MatmulPrecision::kFast}) {
+        CpuBackend cpu = make_cpu(threads, p);
+        const std::vector<float> want = run_experts(cpu, l, x, ids, w, 1, c.k);
+        EXPECT_EXIT(
+            {
+              GuardedExperts g({&l.gate, &l.up, &l.down}, c.e);
+              if (!g.ok() || !g.protect_all_but(ids)) std::_Exit(2);
+              Layer guarded;
+              guarded.w = l.w;
+              guarded.w.gate = g.views(0);
+              guarded.w.up = g.views(1);
+              guarded.w.down = g.views(2);
+              CpuBackend fresh = make_cpu(threads, p);
+              const std::vector<float> got = run_experts(fresh, guarded, x, ids, w, 1, c.k);
+              std::_Exit(std::memcmp(got.data(), want.data(), got.size() * 4) == 0 ? 0 : 3);
+            },
+            ::testing::ExitedWithCode(0), "")
+            << dtype_name(t) << " threads " << threads << " precision " << static_cast<int>(p);
+      }
+    }
+  }
 }
 
 TEST(CpuMoe, ExpertValidationNamesWhatIsWrong) {

@@ -1,5 +1,7 @@
 #include "backend/cpu/quant/matmul.h"
 
+#include <xmmintrin.h>
+
 #include <algorithm>
 #include <atomic>
 #include <cstdlib>
@@ -24,6 +26,9 @@ constexpr int64_t kMinParallelMacs = int64_t{1} << 16;
 constexpr int64_t kRunsPerThread = 8;
 // Quantizing activations is worth a parallel region only for large batches.
 constexpr int64_t kMinParallelQuantElems = int64_t{1} << 16;
+// Which tile ahead of the one being computed a thread prefetches (see prefetch_span). On the 2-core
+// EPYC VM, Qwen3-MoE bench decode (Q8_0): 0 -> 58-67 tok/s, 1 -> 76-79, 2 -> 75, 4 no better.
+constexpr int64_t kPrefetchTiles = 1;
 // Input rows from which the AMX tiles take over from the AVX-512 q8 tiles (same results; the
 // tile unit pays off once a 16-row activation tile is mostly full).
 constexpr int64_t kAmxMinRows = 16;
@@ -80,6 +85,14 @@ size_t act_scratch_bytes(const Plan& p, int64_t n) {
 size_t per_thread_bytes(const Plan& p, int64_t k, int64_t n) {
   const size_t b = thread_scratch_bytes(k);
   return use_amx(p, n) ? std::max(b, align_up(amx_scratch_bytes(k), 64)) : b;
+}
+
+// A tile's weight rows are one contiguous span, and so are consecutive tiles, but a tile walks
+// its rows side by side: a few short strided streams that the hardware prefetcher barely learns
+// before the next tile starts. At batch 1 (decode) nothing else hides that latency, so each tile
+// first asks for the next tile's span (within the same weight).
+void prefetch_span(const uint8_t* p, size_t bytes) {
+  for (size_t o = 0; o < bytes; o += 64) _mm_prefetch(reinterpret_cast<const char*>(p + o), _MM_HINT_T0);
 }
 
 }  // namespace
@@ -260,6 +273,11 @@ void matmul_grouped(CpuIsa isa, const MatmulProblem* problems, int num_problems,
             const int64_t r0 = t * tile_rows;
             a.w = static_cast<const uint8_t*>(p.w) + static_cast<size_t>(r0) * rb;
             a.nr = static_cast<int>(std::min(tile_rows, p.m - r0));
+            const int64_t pf_row = r0 + kPrefetchTiles * tile_rows;
+            if (pf_row < p.m) {
+              prefetch_span(static_cast<const uint8_t*>(p.w) + static_cast<size_t>(pf_row) * rb,
+                            static_cast<size_t>(std::min(tile_rows, p.m - pf_row)) * rb);
+            }
             a.y = p.y + c0 * p.m + r0;
             tile(a);
           }
