@@ -15,6 +15,7 @@
 #include <cstring>
 #include <vector>
 
+#include "backend/cpu/cache_row_vec.h"
 #include "backend/cpu/cpu_backend.h"
 #include "backend/cpu/vec_exp.h"
 
@@ -77,21 +78,13 @@ void prefetch_row(const T* row, int hd) {
   for (size_t off = 0; off < static_cast<size_t>(hd) * sizeof(T); off += 64) _mm_prefetch(b + off, _MM_HINT_T0);
 }
 
-// Cache elements as float32: 8 at a time, or one.
-__m256 load8(const float* p) { return _mm256_loadu_ps(p); }
-__m256 load8(const uint16_t* p) { return _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(p))); }
-float load1(const float* p) { return *p; }
-float load1(const uint16_t* p) { return _cvtsh_ss(*p); }
+// Cache rows widened to float32 (cache_row_vec.h, shared with cpu_mla_attention.cpp).
+using cpu::axpy;
+using cpu::dot;
+using cpu::hsum;
+using cpu::load1;
+using cpu::load8;
 
-float hsum(__m256 v) {
-  __m128 s = _mm_add_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
-  s = _mm_add_ps(s, _mm_movehl_ps(s, s));
-  s = _mm_add_ss(s, _mm_movehdup_ps(s));
-  return _mm_cvtss_f32(s);
-}
-
-// sc[j] = e^(sc[j] - mx) for j < len; returns their sum (8 lanes, then the tail, in order). The
-// scalar expf calls this replaced were ~5% of batched decode.
 float exp_shifted(float* sc, int32_t len, float mx) {
   const __m256 m = _mm256_set1_ps(mx);
   __m256 acc = _mm256_setzero_ps();
@@ -107,29 +100,6 @@ float exp_shifted(float* sc, int32_t len, float mx) {
     sum += sc[j];
   }
   return sum;
-}
-
-template <typename T>
-float dot(const float* a, const T* b, int n) {
-  __m256 acc0 = _mm256_setzero_ps(), acc1 = _mm256_setzero_ps();
-  int d = 0;
-  for (; d + 16 <= n; d += 16) {
-    acc0 = _mm256_fmadd_ps(_mm256_loadu_ps(a + d), load8(b + d), acc0);
-    acc1 = _mm256_fmadd_ps(_mm256_loadu_ps(a + d + 8), load8(b + d + 8), acc1);
-  }
-  for (; d + 8 <= n; d += 8) acc0 = _mm256_fmadd_ps(_mm256_loadu_ps(a + d), load8(b + d), acc0);
-  float s = hsum(_mm256_add_ps(acc0, acc1));
-  for (; d < n; ++d) s += a[d] * load1(b + d);
-  return s;
-}
-
-// y += w * x
-template <typename T>
-void axpy(float w, const T* x, float* y, int n) {
-  const __m256 wv = _mm256_set1_ps(w);
-  int d = 0;
-  for (; d + 8 <= n; d += 8) _mm256_storeu_ps(y + d, _mm256_fmadd_ps(wv, load8(x + d), _mm256_loadu_ps(y + d)));
-  for (; d < n; ++d) y[d] += w * load1(x + d);
 }
 
 void scale(float s, float* y, int n) {

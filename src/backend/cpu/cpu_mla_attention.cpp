@@ -19,6 +19,7 @@
 #include <type_traits>
 #include <vector>
 
+#include "backend/cpu/cache_row_vec.h"
 #include "backend/cpu/cpu_backend.h"
 
 namespace kvasir {
@@ -31,11 +32,11 @@ int num_splits(int32_t ctx) {
   return std::clamp((ctx + kMinKeysPerSplit - 1) / kMinKeysPerSplit, 1, kMaxSplits);
 }
 
-// Cache elements as float32 (the cache holds float32 or float16).
-__m256 load8(const float* p) { return _mm256_loadu_ps(p); }
-__m256 load8(const uint16_t* p) { return _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(p))); }
-float load1(const float* p) { return *p; }
-float load1(const uint16_t* p) { return _cvtsh_ss(*p); }
+using cpu::axpy;
+using cpu::dot;
+using cpu::hsum;
+using cpu::load1;
+using cpu::load8;
 
 void store_row(const float* x, float* dst, int64_t n) { std::memcpy(dst, x, static_cast<size_t>(n) * sizeof(float)); }
 void store_row(const float* x, uint16_t* dst, int64_t n) {  // round to nearest even (F16C)
@@ -44,32 +45,6 @@ void store_row(const float* x, uint16_t* dst, int64_t n) {  // round to nearest 
     _mm_storeu_si128(reinterpret_cast<__m128i*>(dst + i), _mm256_cvtps_ph(_mm256_loadu_ps(x + i), _MM_FROUND_TO_NEAREST_INT));
   }
   for (; i < n; ++i) dst[i] = _cvtss_sh(x[i], _MM_FROUND_TO_NEAREST_INT);
-}
-
-float hsum(__m256 v) {
-  __m128 s = _mm_add_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
-  s = _mm_add_ps(s, _mm_movehl_ps(s, s));
-  s = _mm_add_ss(s, _mm_movehdup_ps(s));
-  return _mm_cvtss_f32(s);
-}
-
-template <typename T>
-float dot(const float* a, const T* b, int64_t n) {
-  __m256 acc = _mm256_setzero_ps();
-  int64_t d = 0;
-  for (; d + 8 <= n; d += 8) acc = _mm256_fmadd_ps(_mm256_loadu_ps(a + d), load8(b + d), acc);
-  float s = hsum(acc);
-  for (; d < n; ++d) s += a[d] * load1(b + d);
-  return s;
-}
-
-// y += w * x
-template <typename T>
-void axpy(float w, const T* x, float* y, int64_t n) {
-  const __m256 wv = _mm256_set1_ps(w);
-  int64_t d = 0;
-  for (; d + 8 <= n; d += 8) _mm256_storeu_ps(y + d, _mm256_fmadd_ps(wv, load8(x + d), _mm256_loadu_ps(y + d)));
-  for (; d < n; ++d) y[d] += w * load1(x + d);
 }
 
 // RoPE of one vector of rotary_dim values at `pos`: the same arithmetic as CpuBackend::rope.
@@ -86,7 +61,6 @@ void rotate(float* v, int32_t pos, const RopeParams& p) {
     v[i1] = b * c + a * s;
   }
 }
-
 
 }  // namespace
 

@@ -1,0 +1,48 @@
+// Vector helpers over KV-cache rows, shared by the CPU attention ops (cpu_attention.cpp and
+// cpu_mla_attention.cpp): the cache holds float32 or float16 (--kv-cache-dtype), widened to
+// float32 here (AVX2 + FMA + F16C; include only from files built with those flags).
+#pragma once
+
+#include <immintrin.h>
+
+#include <cstdint>
+
+namespace kvasir::cpu {
+
+inline __m256 load8(const float* p) { return _mm256_loadu_ps(p); }
+inline __m256 load8(const uint16_t* p) { return _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(p))); }
+inline float load1(const float* p) { return *p; }
+inline float load1(const uint16_t* p) { return _cvtsh_ss(*p); }
+
+inline float hsum(__m256 v) {
+  __m128 s = _mm_add_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
+  s = _mm_add_ps(s, _mm_movehl_ps(s, s));
+  s = _mm_add_ss(s, _mm_movehdup_ps(s));
+  return _mm_cvtss_f32(s);
+}
+
+// a . b over n values; two accumulators, so a row of 16 or more keeps both FMA ports busy.
+template <typename T>
+float dot(const float* a, const T* b, int64_t n) {
+  __m256 acc0 = _mm256_setzero_ps(), acc1 = _mm256_setzero_ps();
+  int64_t d = 0;
+  for (; d + 16 <= n; d += 16) {
+    acc0 = _mm256_fmadd_ps(_mm256_loadu_ps(a + d), load8(b + d), acc0);
+    acc1 = _mm256_fmadd_ps(_mm256_loadu_ps(a + d + 8), load8(b + d + 8), acc1);
+  }
+  for (; d + 8 <= n; d += 8) acc0 = _mm256_fmadd_ps(_mm256_loadu_ps(a + d), load8(b + d), acc0);
+  float s = hsum(_mm256_add_ps(acc0, acc1));
+  for (; d < n; ++d) s += a[d] * load1(b + d);
+  return s;
+}
+
+// y += w * x
+template <typename T>
+void axpy(float w, const T* x, float* y, int64_t n) {
+  const __m256 wv = _mm256_set1_ps(w);
+  int64_t d = 0;
+  for (; d + 8 <= n; d += 8) _mm256_storeu_ps(y + d, _mm256_fmadd_ps(wv, load8(x + d), _mm256_loadu_ps(y + d)));
+  for (; d < n; ++d) y[d] += w * load1(x + d);
+}
+
+}  // namespace kvasir::cpu
