@@ -10,6 +10,7 @@
 #include "golden.h"
 #include "kvasir/llm.h"
 #include "setup/loaded_model.h"
+#include "token_prompt_util.h"
 
 namespace kvasir::testing {
 namespace {
@@ -27,44 +28,12 @@ EngineArgs args(int max_num_seqs, int max_num_batched_tokens, bool prefix_cachin
   return ea;
 }
 
-// Prompts of `len` token ids; those with different salts share their first 32 tokens.
-std::vector<int32_t> prompt(int len, int salt) {
-  std::vector<int32_t> ids;
-  for (int i = 0; i < len; ++i) ids.push_back((i * 37 + 11 + (i >= 32 ? salt * 101 : 0)) % 256);
-  return ids;
-}
+using Output = GreedyOutput;
 
-SamplingParams greedy() {
-  SamplingParams sp;
-  sp.temperature = 0;
-  sp.max_tokens = 12;
-  sp.ignore_eos = true;
-  sp.logprobs = 1;
-  return sp;
-}
-
-struct Output {
-  std::vector<int32_t> tokens;
-  std::vector<float> logprobs;
-  int32_t num_cached_tokens = 0;
-};
+std::vector<int32_t> prompt(int len, int salt) { return salted_prompt(len, salt); }
 
 std::vector<Output> generate(LLM& llm, const std::vector<std::vector<int32_t>>& prompts) {
-  std::vector<PromptInput> in;
-  for (const auto& p : prompts) in.push_back(PromptInput{"", p, std::nullopt});
-  auto res = llm.generate(in, greedy());
-  EXPECT_TRUE(res.ok()) << res.status().to_string();
-  std::vector<Output> out;
-  if (!res.ok()) return out;
-  for (const auto& r : *res) {
-    EXPECT_TRUE(r.error.empty()) << r.error;
-    Output o;
-    o.tokens = r.outputs[0].token_ids;
-    for (const auto& lp : r.outputs[0].logprobs) o.logprobs.push_back(lp.chosen.logprob);
-    o.num_cached_tokens = r.num_cached_tokens;
-    out.push_back(o);
-  }
-  return out;
+  return generate_greedy(llm, prompts, /*max_tokens=*/12);
 }
 
 std::vector<std::vector<int32_t>> prompts() {
