@@ -11,8 +11,12 @@ namespace {
 
 constexpr int kWarpsPerCta = 4;
 
-// Bytes of one warp's scratch: scores, choice and group scores (float), then eligibility masks.
-__host__ __device__ inline int route_scratch_bytes(int e, int g) { return ((2 * e + g) * 4 + e + g + 15) / 16 * 16; }
+// Bytes of one warp's scratch: scores, choice, group scores and the chosen weights (float), then
+// eligibility masks. The weights are summed and scaled from here, not from their global copy: a
+// read-back of each just-written weight cost a global round trip apiece (7 us a call for top-8).
+__host__ __device__ inline int route_scratch_bytes(int e, int g, int k) {
+  return ((2 * e + g + k) * 4 + e + g + 15) / 16 * 16;
+}
 
 // Index of the best allowed v[i], i < n (ties: lower index; NaN ranks below every number but is
 // still returned when nothing else is allowed); the same on every lane. -1 when none is allowed.
@@ -47,11 +51,12 @@ __global__ void __launch_bounds__(kWarpsPerCta * 32) moe_route_kernel(MoeRouteAr
   const int t = blockIdx.x * kWarpsPerCta + warp;
   if (t >= a.num_tokens) return;
   const int E = a.num_experts, G = a.num_groups;
-  unsigned char* base = route_smem + warp * route_scratch_bytes(E, G);
+  unsigned char* base = route_smem + warp * route_scratch_bytes(E, G, a.top_k);
   float* scores = reinterpret_cast<float*>(base);
   float* choice = scores + E;
   float* gscore = choice + E;
-  uint8_t* eligible = reinterpret_cast<uint8_t*>(gscore + G);
+  float* chosen = gscore + G;
+  uint8_t* eligible = reinterpret_cast<uint8_t*>(chosen + a.top_k);
   uint8_t* gopen = eligible + E;
   const float* l = a.logits + static_cast<int64_t>(t) * E;
 
@@ -107,21 +112,19 @@ __global__ void __launch_bounds__(kWarpsPerCta * 32) moe_route_kernel(MoeRouteAr
     if (lane == 0) {
       eligible[e] = 0;
       ids[j] = e;
-      w[j] = scores[e];
+      chosen[j] = scores[e];
     }
     __syncwarp();
   }
-  if (lane == 0) {
-    float sum = 0.0f;
-    for (int j = 0; j < a.top_k; ++j) sum += w[j];
-    // DeepSeek's epsilon, as on the CPU.
-    const float denom = sum + 1e-20f;
-    for (int j = 0; j < a.top_k; ++j) {
-      float v = w[j];
-      if (a.renormalize) v /= denom;
-      if (a.scale != 1.0f) v *= a.scale;
-      w[j] = v;
-    }
+  float sum = 0.0f;  // in slot order on every lane, as on the CPU
+  for (int j = 0; j < a.top_k; ++j) sum += chosen[j];
+  // DeepSeek's epsilon, as on the CPU.
+  const float denom = sum + 1e-20f;
+  for (int j = lane; j < a.top_k; j += 32) {
+    float v = chosen[j];
+    if (a.renormalize) v /= denom;
+    if (a.scale != 1.0f) v *= a.scale;
+    w[j] = v;
   }
 }
 
@@ -132,8 +135,14 @@ void launch_moe_route(const MoeRouteArgs& a, cudaStream_t s) {
   KVASIR_CHECK_MSG(a.num_experts >= 1 && a.num_experts <= kMoeRouteMaxExperts && a.num_groups >= 1 &&
                        a.num_experts % a.num_groups == 0 && a.top_k >= 1 && a.top_k <= a.num_experts,
                    "moe_route: unsupported routing shape");
-  const size_t smem = static_cast<size_t>(route_scratch_bytes(a.num_experts, a.num_groups)) * kWarpsPerCta;
+  const size_t smem = static_cast<size_t>(route_scratch_bytes(a.num_experts, a.num_groups, a.top_k)) * kWarpsPerCta;
   const unsigned blocks = static_cast<unsigned>((a.num_tokens + kWarpsPerCta - 1) / kWarpsPerCta);
+  if (smem > 48 * 1024) {
+    // Only for hundreds of experts with a large top_k; set once per process, before any capture.
+    static const cudaError_t raised = cudaFuncSetAttribute(moe_route_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                                           static_cast<int>(route_scratch_bytes(kMoeRouteMaxExperts, kMoeRouteMaxExperts, kMoeRouteMaxExperts)) * kWarpsPerCta);
+    KVASIR_CUDA_CHECK(raised);
+  }
   launch(moe_route_kernel, blocks, kWarpsPerCta * 32, smem, s, a);
   KVASIR_CUDA_LAUNCH_CHECK();
 }

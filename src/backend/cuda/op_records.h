@@ -128,7 +128,11 @@ struct RopeOp {
   ArenaOffset positions;        // int32 [num_tokens]
   ArenaOffset inv_freq;         // float [rotary_dim / 2]
   int64_t num_tokens, num_heads, num_kv_heads, head_dim, rotary_dim, neox;
-  float attention_factor, unused;
+  float attention_factor, norm_eps;
+  // Qwen3's per-head RMSNorm of q and k (weights [head_dim]), folded in from the two rms_norm
+  // calls before the RoPE; null when there is none.
+  const float* q_norm;
+  const float* k_norm;
   // kRopeWriteKv only:
   const void* v;                // [num_tokens, kv_row]
   void* k_cache;                // [num_slots, kv_row]
@@ -296,7 +300,7 @@ struct OpRecord {
 // free of it (pointers and int64 first, floats in pairs).
 static_assert(sizeof(EmbeddingOp) == 56 && sizeof(LinearOp) == 56 && sizeof(GemvProjection) == 40);
 static_assert(sizeof(MultiGemvOp) == 4 * 8 + kGemvMaxOutputs * 40 + 3 * 8 + 8);
-static_assert(sizeof(GemvGatedOp) == 7 * 8 + 4 * 8 + 8 && sizeof(RopeOp) == 4 * 8 + 6 * 8 + 8 + 6 * 8);
+static_assert(sizeof(GemvGatedOp) == 7 * 8 + 4 * 8 + 8 && sizeof(RopeOp) == 4 * 8 + 6 * 8 + 8 + 2 * 8 + 6 * 8);
 static_assert(sizeof(AttentionOp) == 11 * 8 + 12 * 8 + 8 && sizeof(OpRecord) == 8 + sizeof(AttentionOp));
 static_assert(sizeof(MoeRouteOp) == 4 * 8 + 8 * 8 + 8 && sizeof(MoeExpertsOp) == 10 * 8 + 11 * 8 + 8);
 static_assert(sizeof(WriteLatentKvOp) == 8 * 8 + 4 * 4 && sizeof(MlaAttentionOp) == 12 * 8 + 16 * 4 + 8);
