@@ -12,11 +12,12 @@
 // loads otherwise (any H, I).
 #include "backend/cuda/cuda_common.cuh"
 #include "backend/cuda/moe_common.cuh"
+#include "backend/cuda/moe_route.cuh"
 
 namespace kvasir::cuda {
 namespace {
 
-constexpr int kWarps = 8;
+constexpr int kWarps = kMoeGateUpRowsPerCta;  // the gate/up kernel's warps, a row each
 constexpr int kChunk = 32 * 8;  // elements a warp covers per 16-byte load round
 
 __device__ __forceinline__ uint4 load_stream(const bf16* p) {
@@ -42,15 +43,33 @@ __device__ __forceinline__ float dot8(const uint4& w, const bf16* x) {
 }
 
 // Six CTAs per SM (at most 42 registers): a 768-row expert's 8 slots (768 CTAs) in one wave.
-template <bool kVec>
-__global__ void __launch_bounds__(kWarps * 32, 6) moe_gate_up_gemv_kernel(MoeProblem p, bf16* __restrict__ act) {
+// kRoute: the variant that routes its token itself (p.route), given room for the routing code
+// (four per SM); moe_fold_route (moe_kernels.h) chooses by the wave count.
+template <bool kVec, bool kRoute>
+__global__ void __launch_bounds__(kWarps * 32, kRoute ? kMoeGateUpRoutedCtasPerSm : kMoeGateUpCtasPerSm) moe_gate_up_gemv_kernel(MoeProblem p, bf16* __restrict__ act) {
   pdl_begin();
   const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
   const int64_t slot = blockIdx.x;
   const int64_t i = int64_t{blockIdx.y} * kWarps + warp;
+  int e = -1;
+  if constexpr (kRoute) {
+    // The folded moe_route: warp 0 routes this slot's token (every CTA of the token computes the
+    // same choice, bit for bit); the token's first slot in the first row block stores it for the
+    // down kernel and the caller.
+    extern __shared__ __align__(16) unsigned char gu_route_smem[];
+    __shared__ int chosen;
+    const int64_t t = slot / p.top_k;
+    if (warp == 0) {
+      const RouteResult r = route_token(p.route, t, gu_route_smem, lane);
+      if (lane == 0) chosen = r.ids[slot % p.top_k];
+      if (blockIdx.y == 0 && slot % p.top_k == 0) store_route(p.route, t, r, lane);
+    }
+    __syncthreads();
+    e = chosen;
+  }
   if (i >= p.inter) return;
   bf16* dst = act + slot * p.inter + i;
-  const int e = p.ids[slot];
+  if constexpr (!kRoute) e = p.ids[slot];
   if (e < 0 || e >= p.num_experts) {
     if (lane == 0) *dst = __float2bfloat16_rn(0.0f);
     return;
@@ -188,14 +207,24 @@ void launch_moe_gemv(const MoeProblem& p, void* act, bool vec, cudaStream_t s) {
   const size_t down_smem = static_cast<size_t>(rows) * static_cast<size_t>(p.top_k) * sizeof(float);
   KVASIR_CHECK_MSG(down_smem <= 48 * 1024, "moe gemv: top_k too large");
   const dim3 gu_grid(static_cast<unsigned>(slots), static_cast<unsigned>((p.inter + kWarps - 1) / kWarps));
+  size_t gu_smem = 0;
+  if (p.route.logits != nullptr) {
+    KVASIR_CHECK_MSG(p.route.num_experts <= kMoeFusedRouteMaxExperts && p.route.top_k == p.top_k &&
+                         p.route.num_tokens == p.num_tokens,
+                     "moe gemv: routing folded into a shape it does not fit");
+    gu_smem = static_cast<size_t>(route_scratch_bytes(p.route.num_experts, p.route.num_groups, p.route.top_k));
+  }
   const dim3 down_grid(static_cast<unsigned>(down_blocks), static_cast<unsigned>(p.num_tokens));
   auto* a = static_cast<bf16*>(act);
+  const bool route = p.route.logits != nullptr;
   if (vec) {
-    launch(moe_gate_up_gemv_kernel<true>, gu_grid, kWarps * 32, 0, s, p, a);
+    if (route) launch(moe_gate_up_gemv_kernel<true, true>, gu_grid, kWarps * 32, gu_smem, s, p, a);
+    else launch(moe_gate_up_gemv_kernel<true, false>, gu_grid, kWarps * 32, gu_smem, s, p, a);
     KVASIR_CUDA_LAUNCH_CHECK();
     launch(moe_down_gemv_kernel<true>, down_grid, kWarps * 32, down_smem, s, p, static_cast<const bf16*>(a), rows);
   } else {
-    launch(moe_gate_up_gemv_kernel<false>, gu_grid, kWarps * 32, 0, s, p, a);
+    if (route) launch(moe_gate_up_gemv_kernel<false, true>, gu_grid, kWarps * 32, gu_smem, s, p, a);
+    else launch(moe_gate_up_gemv_kernel<false, false>, gu_grid, kWarps * 32, gu_smem, s, p, a);
     KVASIR_CUDA_LAUNCH_CHECK();
     launch(moe_down_gemv_kernel<false>, down_grid, kWarps * 32, down_smem, s, p, static_cast<const bf16*>(a), rows);
   }
