@@ -189,7 +189,8 @@ TEST(SuffixDecodingTest, ConfigValidationNamesTheBadField) {
 // each request's prompt + output and of the outputs a FIFO of max_cached_requests would keep.
 TEST(SuffixDecodingTest, ProposalsMatchANaiveScanOfRequestAndCache) {
   std::mt19937 rng(16);
-  for (int trial = 0; trial < 20; ++trial) {
+  int num_local_drafts = 0, num_global_drafts = 0;  // both sources must be exercised
+  for (int trial = 0; trial < 60; ++trial) {
     SuffixDecodingConfig c = config(1 + static_cast<int>(rng() % 6), static_cast<int>(rng() % 4),
                                     1 + static_cast<int>(rng() % 8));
     c.max_spec_factor = 0.5 * (rng() % 5);
@@ -235,11 +236,14 @@ TEST(SuffixDecodingTest, ProposalsMatchANaiveScanOfRequestAndCache) {
         ASSERT_EQ(got.token_ids, want.token_ids) << "trial " << trial << " op " << op;
         ASSERT_EQ(got.match_len, want.match_len);
         ASSERT_DOUBLE_EQ(got.score, want.score);
+        if (!got.token_ids.empty()) (global.score > local.score ? num_global_drafts : num_local_drafts)++;
       }
       sd.check_invariants();
       ASSERT_EQ(sd.num_cached_requests(), static_cast<int>(cached.size()));
     }
   }
+  EXPECT_GT(num_local_drafts, 50);
+  EXPECT_GT(num_global_drafts, 50);
 }
 
 }  // namespace
