@@ -121,6 +121,15 @@ int64_t SuffixDecoding::num_request_tree_nodes(RequestIdx request) const {
   return it == requests_.end() ? -1 : it->second.tree.num_nodes();
 }
 
+int64_t SuffixDecoding::memory_bytes() const {
+  int64_t total = global_tree_.memory_bytes();
+  for (const auto& output : cached_outputs_) total += static_cast<int64_t>(output.capacity() * sizeof(TokenId));
+  for (const auto& [idx, state] : requests_) {
+    total += state.tree.memory_bytes() + static_cast<int64_t>(state.output.capacity() * sizeof(TokenId));
+  }
+  return total;
+}
+
 void SuffixDecoding::append_tokens(RequestState& state, std::span<const TokenId> token_ids) const {
   state.tree.append(state.cursor, token_ids);
   // Keep between max_tree_depth and twice that many tail tokens: trimming only when the buffer is

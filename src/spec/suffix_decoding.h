@@ -61,6 +61,8 @@ class SuffixDecoding {
   int64_t num_global_tree_nodes() const { return global_tree_.num_nodes(); }
   // Nodes of one running request's tree; -1 for an unknown request.
   int64_t num_request_tree_nodes(RequestIdx request) const;
+  // Host memory held by all trees (for logs and the memory test; not a budget it enforces).
+  int64_t memory_bytes() const;
   // Aborts (KVASIR_CHECK) when a tree or the cache bookkeeping is inconsistent. For tests.
   void check_invariants() const;
 

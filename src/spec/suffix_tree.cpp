@@ -8,26 +8,9 @@
 
 namespace kvasir {
 
-namespace {
-
-uint64_t mix(uint64_t x) {
-  // splitmix64's finalizer: parent ids are dense and tokens small, so both need spreading.
-  x ^= x >> 30;
-  x *= 0xbf58476d1ce4e5b9ULL;
-  x ^= x >> 27;
-  x *= 0x94d049bb133111ebULL;
-  x ^= x >> 31;
-  return x;
-}
-
-constexpr size_t kInitialSlots = 64;
-
-}  // namespace
-
 SuffixTree::SuffixTree(int max_depth) : max_depth_(max_depth) {
   KVASIR_CHECK_MSG(max_depth >= 1, "a suffix tree needs max_depth >= 1");
   nodes_.push_back(Node{});  // the root
-  slots_.assign(kInitialSlots, kNone);
 }
 
 SuffixTree::Cursor SuffixTree::new_cursor() const {
@@ -42,12 +25,33 @@ void SuffixTree::append(Cursor& cursor, TokenId token) {
                        cursor.open_.size() == static_cast<size_t>(max_depth_),
                    "suffix tree cursor used after a removal or on another tree");
   // Every open suffix grows by the token (the longest falls off once it reaches max_depth), and the
-  // token alone starts a new one. Longest first, so open_[i] is read before it is overwritten.
-  int num_extend = std::min(cursor.num_open_, max_depth_ - 1);
-  for (int i = num_extend - 1; i >= 0; --i) {
-    cursor.open_[static_cast<size_t>(i) + 1] = bump_child(cursor.open_[static_cast<size_t>(i)], token);
+  // token alone starts a new one: open_[j] becomes child(open_[j-1], token). Longest first, so
+  // open_[j-1] is read before it is overwritten. Once one of these children already exists, every
+  // shorter one does too (a run's suffixes occur wherever it does) and is its suffix link away, so
+  // only the new nodes cost a hash lookup.
+  std::vector<int32_t>& open = cursor.open_;
+  const int num_extend = std::min(cursor.num_open_, max_depth_ - 1);
+  int found = -1;  // the longest level whose child existed
+  for (int j = num_extend; j >= 0; --j) {
+    const int32_t parent = j == 0 ? kRoot : open[static_cast<size_t>(j) - 1];
+    int32_t child;
+    if (found >= 0) {
+      child = nodes_[static_cast<size_t>(open[static_cast<size_t>(j) + 1])].suffix_link;
+    } else {
+      child = find_child(parent, token);
+      if (child == kNone) {
+        child = new_child(parent, token);
+      } else {
+        found = j;
+      }
+    }
+    bump(parent, child);
+    open[static_cast<size_t>(j)] = child;
   }
-  cursor.open_[0] = bump_child(kRoot, token);
+  for (int j = num_extend; j > found; --j) {
+    nodes_[static_cast<size_t>(open[static_cast<size_t>(j)])].suffix_link =
+        j == 0 ? kRoot : open[static_cast<size_t>(j) - 1];
+  }
   cursor.num_open_ = num_extend + 1;
   num_tokens_++;
 }
@@ -96,31 +100,49 @@ int32_t SuffixTree::count(std::span<const TokenId> pattern) const {
 }
 
 int SuffixTree::longest_match_len(std::span<const TokenId> context) const {
-  const int limit = static_cast<int>(std::min(context.size(), static_cast<size_t>(max_depth_)));
-  int best = 0;
-  // A run that occurs has all its suffixes occurring, so the first miss ends the search.
-  for (int m = 1; m <= limit; ++m) {
-    if (find_path(context.last(static_cast<size_t>(m))) == kNone) break;
-    best = m;
+  return match_suffix(context).len;
+}
+
+SuffixTree::Match SuffixTree::match_suffix(std::span<const TokenId> context) const {
+  // Matching statistics: read the context left to right keeping the longest suffix read so far that
+  // the tree holds; when the next token cannot extend it, drop its first token (the suffix link)
+  // and try again. O(context) lookups instead of a walk from the root per suffix length.
+  Match match{kRoot, 0};
+  for (TokenId t : context.last(std::min(context.size(), static_cast<size_t>(max_depth_)))) {
+    for (;;) {
+      int32_t child = match.len < max_depth_ ? find_child(match.node, t) : kNone;
+      if (child != kNone) {
+        match.node = child;
+        match.len++;
+        break;
+      }
+      if (match.node == kRoot) break;
+      match.node = nodes_[static_cast<size_t>(match.node)].suffix_link;
+      match.len--;
+    }
   }
-  return best;
+  return match;
 }
 
 SuffixDraft SuffixTree::speculate(std::span<const TokenId> context, const SuffixSpeculateParams& params) const {
   KVASIR_CHECK(params.max_tokens >= 0);
-  const int limit = static_cast<int>(std::min(context.size(), static_cast<size_t>(max_depth_)));
+  // Every suffix of the longest match also occurs; visit them longest first through suffix links,
+  // so the longer match wins a tie.
+  Match match = match_suffix(context);
   int32_t best_node = kNone;
   int best_match = 0, best_max_tokens = 0;
   double best_score = 0.0;
-  for (int m = 1; m <= limit; ++m) {
-    int32_t node = find_path(context.last(static_cast<size_t>(m)));
-    if (node == kNone) break;
+  int32_t node = match.node;
+  for (int m = match.len; m >= 1; --m, node = nodes_[static_cast<size_t>(node)].suffix_link) {
     // The epsilon keeps a factor like 0.1 * 10 from flooring to 0.
     double allowed = std::floor(params.max_spec_factor * m + params.max_spec_offset + 1e-6);
     int max_tokens = static_cast<int>(std::clamp(allowed, 0.0, static_cast<double>(params.max_tokens)));
+    // Each token adds at most 1 to a score, and shorter matches may draft no more: once the cap
+    // cannot beat the best score strictly, no shorter match can either.
+    if (best_node != kNone && max_tokens <= best_score) break;
     double score = 0.0;
     grow(node, max_tokens, params.min_token_prob, nullptr, &score);
-    if (score >= best_score) {
+    if (best_node == kNone || score > best_score) {
       best_node = node;
       best_match = m;
       best_max_tokens = max_tokens;
@@ -161,28 +183,30 @@ bool SuffixTree::better(int32_t a, int32_t b) const {
   return x.count > y.count || (x.count == y.count && x.token < y.token);
 }
 
-int32_t SuffixTree::bump_child(int32_t parent, TokenId token) {
-  int32_t child = find_child(parent, token);
-  if (child == kNone) {
-    if (free_head_ != kNone) {
-      child = free_head_;
-      free_head_ = nodes_[static_cast<size_t>(child)].next_sibling;
-    } else {
-      KVASIR_CHECK_MSG(nodes_.size() < static_cast<size_t>(INT32_MAX), "suffix tree past 2^31 nodes");
-      child = static_cast<int32_t>(nodes_.size());
-      nodes_.emplace_back();
-    }
-    Node& c = nodes_[static_cast<size_t>(child)];
-    c = Node{};
-    c.token = token;
-    c.parent = parent;
-    Node& p = nodes_[static_cast<size_t>(parent)];
-    c.next_sibling = p.first_child;
-    if (p.first_child != kNone) nodes_[static_cast<size_t>(p.first_child)].prev_sibling = child;
-    p.first_child = child;
-    index_insert(child);
-    num_live_++;
+int32_t SuffixTree::new_child(int32_t parent, TokenId token) {
+  int32_t child;
+  if (free_head_ != kNone) {
+    child = free_head_;
+    free_head_ = nodes_[static_cast<size_t>(child)].next_sibling;
+  } else {
+    KVASIR_CHECK_MSG(nodes_.size() < static_cast<size_t>(INT32_MAX), "suffix tree past 2^31 nodes");
+    child = static_cast<int32_t>(nodes_.size());
+    nodes_.emplace_back();
   }
+  Node& c = nodes_[static_cast<size_t>(child)];
+  c = Node{};
+  c.token = token;
+  c.parent = parent;
+  Node& p = nodes_[static_cast<size_t>(parent)];
+  c.next_sibling = p.first_child;
+  if (p.first_child != kNone) nodes_[static_cast<size_t>(p.first_child)].prev_sibling = child;
+  p.first_child = child;
+  children_.insert(parent, token, child);
+  num_live_++;
+  return child;
+}
+
+void SuffixTree::bump(int32_t parent, int32_t child) {
   int32_t& count = nodes_[static_cast<size_t>(child)].count;
   KVASIR_CHECK_MSG(count < INT32_MAX, "suffix tree count past 2^31");
   count++;
@@ -191,13 +215,12 @@ int32_t SuffixTree::bump_child(int32_t parent, TokenId token) {
     int32_t& best = nodes_[static_cast<size_t>(parent)].best_child;
     if (best == kNone || better(child, best)) best = child;
   }
-  return child;
 }
 
 void SuffixTree::free_node(int32_t id) {
   Node& n = nodes_[static_cast<size_t>(id)];
   KVASIR_CHECK(n.count == 0 && n.first_child == kNone);
-  index_erase(id);
+  children_.erase(n.parent, n.token);
   Node& p = nodes_[static_cast<size_t>(n.parent)];
   if (n.prev_sibling != kNone) {
     nodes_[static_cast<size_t>(n.prev_sibling)].next_sibling = n.next_sibling;
@@ -231,66 +254,7 @@ int32_t SuffixTree::find_path(std::span<const TokenId> pattern) const {
   return node;
 }
 
-uint64_t SuffixTree::slot_of(int32_t parent, TokenId token) const {
-  uint64_t key = (static_cast<uint64_t>(static_cast<uint32_t>(parent)) << 32) | static_cast<uint32_t>(token);
-  return mix(key) & (slots_.size() - 1);
-}
-
-int32_t SuffixTree::find_child(int32_t parent, TokenId token) const {
-  const uint64_t mask = slots_.size() - 1;
-  for (uint64_t s = slot_of(parent, token);; s = (s + 1) & mask) {
-    int32_t id = slots_[s];
-    if (id == kNone) return kNone;
-    const Node& n = nodes_[static_cast<size_t>(id)];
-    if (n.parent == parent && n.token == token) return id;
-  }
-}
-
-void SuffixTree::index_insert(int32_t id) {
-  // Load factor <= 1/2 keeps probe runs short.
-  if (static_cast<uint64_t>(num_indexed_ + 1) * 2 > slots_.size()) index_grow();
-  const uint64_t mask = slots_.size() - 1;
-  const Node& n = nodes_[static_cast<size_t>(id)];
-  uint64_t s = slot_of(n.parent, n.token);
-  while (slots_[s] != kNone) s = (s + 1) & mask;
-  slots_[s] = id;
-  num_indexed_++;
-}
-
-void SuffixTree::index_erase(int32_t id) {
-  const uint64_t mask = slots_.size() - 1;
-  const Node& n = nodes_[static_cast<size_t>(id)];
-  uint64_t hole = slot_of(n.parent, n.token);
-  while (slots_[hole] != id) {
-    KVASIR_CHECK_MSG(slots_[hole] != kNone, "suffix tree child index lost a node");
-    hole = (hole + 1) & mask;
-  }
-  // Backward-shift deletion: pull later entries of the probe run into the hole when their home slot
-  // does not lie cyclically in (hole, here], so every entry stays reachable without tombstones.
-  for (uint64_t s = (hole + 1) & mask; slots_[s] != kNone; s = (s + 1) & mask) {
-    const Node& m = nodes_[static_cast<size_t>(slots_[s])];
-    uint64_t home = slot_of(m.parent, m.token);
-    bool stays = hole <= s ? (hole < home && home <= s) : (hole < home || home <= s);
-    if (stays) continue;
-    slots_[hole] = slots_[s];
-    hole = s;
-  }
-  slots_[hole] = kNone;
-  num_indexed_--;
-}
-
-void SuffixTree::index_grow() {
-  std::vector<int32_t> old = std::move(slots_);
-  slots_.assign(old.size() * 2, kNone);
-  const uint64_t mask = slots_.size() - 1;
-  for (int32_t id : old) {
-    if (id == kNone) continue;
-    const Node& n = nodes_[static_cast<size_t>(id)];
-    uint64_t s = slot_of(n.parent, n.token);
-    while (slots_[s] != kNone) s = (s + 1) & mask;
-    slots_[s] = id;
-  }
-}
+int32_t SuffixTree::find_child(int32_t parent, TokenId token) const { return children_.find(parent, token); }
 
 void SuffixTree::check_invariants() const {
   int64_t live = 0;
@@ -309,6 +273,8 @@ void SuffixTree::check_invariants() const {
       const Node& cn = nodes_[static_cast<size_t>(c)];
       KVASIR_CHECK(cn.parent == id && cn.prev_sibling == prev && cn.count > 0);
       KVASIR_CHECK(find_child(id, cn.token) == c);
+      // The link drops the first token: the root for one token, else the parent's link's child.
+      KVASIR_CHECK(cn.suffix_link == (id == kRoot ? kRoot : find_child(n.suffix_link, cn.token)));
       child_sum += cn.count;
       if (best == kNone || better(c, best)) best = c;
       depth[static_cast<size_t>(c)] = depth[static_cast<size_t>(id)] + 1;
@@ -321,16 +287,14 @@ void SuffixTree::check_invariants() const {
     KVASIR_CHECK(child_sum <= (id == kRoot ? num_tokens_ : n.count));
     if (id != kRoot) KVASIR_CHECK(n.best_child == best);
   }
-  KVASIR_CHECK(live == num_live_ && live == num_indexed_);
+  KVASIR_CHECK(live == num_live_ && live == children_.size());
+  children_.check_invariants();
   int64_t num_free = 0;
   for (int32_t f = free_head_; f != kNone; f = nodes_[static_cast<size_t>(f)].next_sibling) {
     KVASIR_CHECK(depth[static_cast<size_t>(f)] == -1);
     num_free++;
   }
   KVASIR_CHECK(num_free + live + 1 == static_cast<int64_t>(nodes_.size()));
-  int64_t occupied = 0;
-  for (int32_t id : slots_) occupied += id != kNone;
-  KVASIR_CHECK(occupied == num_indexed_);
   KVASIR_CHECK(num_live_ <= num_tokens_ * max_depth_);
 }
 

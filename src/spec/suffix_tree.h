@@ -1,6 +1,7 @@
 // SuffixTree: how often every run of up to max_depth tokens occurs in the sequences it holds, kept
 // as a trie of their suffixes, so "what followed this context, and how often" is a walk from the
-// root. One token is appended in O(max_depth) through a Cursor (the open suffixes of one sequence);
+// root. One token is appended in O(max_depth) through a Cursor (the open suffixes of one sequence),
+// with a hash lookup only per new node (suffix links, as in Ukkonen's construction, find the rest);
 // a whole sequence is removed again in O(length x max_depth). It knows nothing of requests or of
 // which sequences to keep: suffix_decoding.h decides that. Single-threaded; one owner.
 #pragma once
@@ -10,6 +11,7 @@
 #include <vector>
 
 #include "core/ids.h"
+#include "spec/suffix_child_index.h"
 
 namespace kvasir {
 
@@ -71,6 +73,10 @@ class SuffixTree {
   int64_t num_nodes() const { return num_live_; }
   // Tokens held (the sum of the held sequences' lengths).
   int64_t num_tokens() const { return num_tokens_; }
+  // Host memory held: the node array (freed nodes are kept for reuse) and the child index.
+  int64_t memory_bytes() const {
+    return static_cast<int64_t>(nodes_.capacity() * sizeof(Node)) + children_.memory_bytes();
+  }
   // Aborts (KVASIR_CHECK) when counts, best children, sibling lists or the child index disagree.
   void check_invariants() const;
 
@@ -86,12 +92,20 @@ class SuffixTree {
     int32_t next_sibling = kNone;  // doubles as the free-list link of a freed node
     int32_t prev_sibling = kNone;
     int32_t best_child = kNone;  // the child with the highest count (ties: smaller token); root: unused
+    int32_t suffix_link = kNone; // the node of the same run without its first token; root: none
+  };
+  struct Match {
+    int32_t node;
+    int len;
   };
 
   int32_t find_child(int32_t parent, TokenId token) const;
   int32_t find_path(std::span<const TokenId> pattern) const;
-  // count++ of parent's child for token, created when missing; returns it.
-  int32_t bump_child(int32_t parent, TokenId token);
+  // The node of the longest suffix of context (at most max_depth tokens) that occurs.
+  Match match_suffix(std::span<const TokenId> context) const;
+  // A new child with count 0; the caller bumps it and sets its suffix link.
+  int32_t new_child(int32_t parent, TokenId token);
+  void bump(int32_t parent, int32_t child);
   void free_node(int32_t id);
   void rescan_best_child(int32_t parent);
   bool better(int32_t a, int32_t b) const;
@@ -99,20 +113,12 @@ class SuffixTree {
   // out unless it is null (scoring every candidate match allocates nothing).
   int grow(int32_t node, int max_tokens, double min_token_prob, std::vector<TokenId>* out, double* score) const;
 
-  // The child index: (parent, token) -> node id, open addressing with linear probing over node ids,
-  // the key read back from the node itself so a slot costs 4 bytes.
-  uint64_t slot_of(int32_t parent, TokenId token) const;
-  void index_insert(int32_t id);
-  void index_erase(int32_t id);
-  void index_grow();
-
   int max_depth_;
   std::vector<Node> nodes_;     // [0] is the root
   int32_t free_head_ = kNone;   // freed nodes, linked through next_sibling
   int64_t num_live_ = 0;
   int64_t num_tokens_ = 0;
-  std::vector<int32_t> slots_;  // [power of two]: node id or kNone
-  int64_t num_indexed_ = 0;
+  SuffixChildIndex children_;
   uint64_t removal_epoch_ = 0;  // bumped by every removal, so stale cursors are caught
 };
 
