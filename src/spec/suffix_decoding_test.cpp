@@ -41,6 +41,27 @@ TEST(SuffixDecodingTest, RepeatedPhraseInTheRequestIsProposed) {
   EXPECT_TRUE(propose_ok(sd, 1, 0).token_ids.empty());
 }
 
+TEST(SuffixDecodingTest, TokenByTokenOutputBuildsTheSameTreeAsOnePrompt) {
+  // add_output extends the request's tree where it left off: the same tokens given one at a time
+  // or all at once make the same tree and the same proposals.
+  std::mt19937 rng(3);
+  Tokens all(3000);
+  for (auto& t : all) t = static_cast<TokenId>(rng() % 20);
+  SuffixDecoding sd(config(5, 0, 12));
+  ASSERT_TRUE(sd.start_request(1, all).ok());
+  ASSERT_TRUE(sd.start_request(2, Tokens(all.begin(), all.begin() + 100)).ok());
+  for (size_t i = 100; i < all.size(); ++i) ASSERT_TRUE(sd.add_output(2, Tokens{all[i]}).ok());
+  sd.check_invariants();
+  EXPECT_EQ(sd.num_request_tree_nodes(1), sd.num_request_tree_nodes(2));
+  for (TokenId t = 0; t < 20; ++t) {
+    ASSERT_TRUE(sd.add_output(1, Tokens{t}).ok());
+    ASSERT_TRUE(sd.add_output(2, Tokens{t}).ok());
+    SuffixDraft a = propose_ok(sd, 1, 5), b = propose_ok(sd, 2, 5);
+    EXPECT_EQ(a.token_ids, b.token_ids);
+    EXPECT_EQ(a.match_len, b.match_len);
+  }
+}
+
 TEST(SuffixDecodingTest, FinishedRequestsOutputServesTheNextRequest) {
   SuffixDecoding sd(config(5, 10));
   ASSERT_TRUE(sd.start_request(1, Tokens{100, 101}).ok());

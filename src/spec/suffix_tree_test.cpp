@@ -160,7 +160,7 @@ TEST(SuffixTreeTest, MatchesANaiveScanOnRandomSequences) {
   std::mt19937 rng(20261202);
   int num_drafts = 0, num_removals = 0;  // so the comparison is known to cover real work
   for (int trial = 0; trial < 60; ++trial) {
-    const int depth = 1 + static_cast<int>(rng() % 7);
+    const int depth = 1 + static_cast<int>(rng() % 12);
     const int alphabet = 2 + static_cast<int>(rng() % 3);
     auto token = [&] { return static_cast<TokenId>(rng() % static_cast<unsigned>(alphabet)); };
     SuffixTree tree(depth);
@@ -178,7 +178,7 @@ TEST(SuffixTreeTest, MatchesANaiveScanOnRandomSequences) {
         num_removals++;
         held.erase(held.begin() + static_cast<std::ptrdiff_t>(victim));
       } else if (kind == 1) {
-        std::vector<TokenId> s(rng() % 12);
+        std::vector<TokenId> s(rng() % 30);
         for (auto& t : s) t = token();
         tree.insert_sequence(s);
         held.push_back(s);
