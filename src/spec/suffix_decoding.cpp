@@ -123,7 +123,8 @@ int64_t SuffixDecoding::num_request_tree_nodes(RequestIdx request) const {
 
 int64_t SuffixDecoding::memory_bytes() const {
   int64_t total = global_tree_.memory_bytes();
-  for (const auto& output : cached_outputs_) total += static_cast<int64_t>(output.capacity() * sizeof(TokenId));
+  for (const auto& output : cached_outputs_)
+    total += static_cast<int64_t>(output.capacity() * sizeof(TokenId));
   for (const auto& [idx, state] : requests_) {
     total += state.tree.memory_bytes() + static_cast<int64_t>(state.output.capacity() * sizeof(TokenId));
   }

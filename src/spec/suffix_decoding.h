@@ -20,12 +20,12 @@ namespace kvasir {
 
 // vLLM's suffix_decoding_* keys of --speculative-config (plus Arctic's max_spec_offset).
 struct SuffixDecodingConfig {
-  int num_speculative_tokens = 5;  // the most tokens one proposal may hold
-  int max_tree_depth = 24;         // longest context matched plus draft, in tokens
-  int max_cached_requests = 10000; // finished requests whose outputs the global tree keeps; 0: none
-  double max_spec_factor = 1.0;    // a match of m tokens proposes at most max_spec_factor * m + offset
+  int num_speculative_tokens = 5;   // the most tokens one proposal may hold
+  int max_tree_depth = 24;          // longest context matched plus draft, in tokens
+  int max_cached_requests = 10000;  // finished requests whose outputs the global tree keeps; 0: none
+  double max_spec_factor = 1.0;     // a match of m tokens proposes at most max_spec_factor * m + offset
   double max_spec_offset = 0.0;
-  double min_token_prob = 0.1;     // stop drafting once the estimated probability falls below this
+  double min_token_prob = 0.1;  // stop drafting once the estimated probability falls below this
 
   // invalid_argument naming the first bad field.
   Status validate() const;

@@ -38,8 +38,9 @@ std::string summary(std::vector<double> us, double per) {
   double sum = 0;
   for (double u : us) sum += u;
   char buf[160];
-  std::snprintf(buf, sizeof(buf), "mean %.2f / median %.2f / p99 %.2f / max %.0f us", sum / static_cast<double>(us.size()) / per,
-                us[us.size() / 2] / per, us[us.size() * 99 / 100] / per, us.back() / per);
+  std::snprintf(buf, sizeof(buf), "mean %.2f / median %.2f / p99 %.2f / max %.0f us",
+                sum / static_cast<double>(us.size()) / per, us[us.size() / 2] / per,
+                us[us.size() * 99 / 100] / per, us.back() / per);
   return buf;
 }
 
@@ -56,11 +57,14 @@ class AgenticHistory {
     const Tokens& tmpl = templates_[rng_() % templates_.size()];
     // The call: its template with an argument (often one seen before) spliced in at two places.
     const size_t cut1 = tmpl.size() / 3, cut2 = 2 * tmpl.size() / 3;
-    auto arg = [&]() -> Tokens { return rng_() % 2 ? args_[rng_() % args_.size()] : random_tokens(3 + rng_() % 8); };
+    auto arg = [&]() -> Tokens {
+      return rng_() % 2 ? args_[rng_() % args_.size()] : random_tokens(3 + rng_() % 8);
+    };
     out.insert(out.end(), tmpl.begin(), tmpl.begin() + static_cast<std::ptrdiff_t>(cut1));
     Tokens a = arg();
     out.insert(out.end(), a.begin(), a.end());
-    out.insert(out.end(), tmpl.begin() + static_cast<std::ptrdiff_t>(cut1), tmpl.begin() + static_cast<std::ptrdiff_t>(cut2));
+    out.insert(out.end(), tmpl.begin() + static_cast<std::ptrdiff_t>(cut1),
+               tmpl.begin() + static_cast<std::ptrdiff_t>(cut2));
     a = arg();
     out.insert(out.end(), a.begin(), a.end());
     out.insert(out.end(), tmpl.begin() + static_cast<std::ptrdiff_t>(cut2), tmpl.end());
@@ -107,9 +111,10 @@ int run(int prompt_tokens, int output_tokens, int depth) {
     (void)sd.add_output(r, warm);
     (void)sd.stop_request(r);
   }
-  std::printf("global cache: %d requests x 512+ tokens, %lld nodes, filled in %.1f ms (with %d evictions), %.1f MB\n",
-              sd.num_cached_requests(), static_cast<long long>(sd.num_global_tree_nodes()), us_since(t0) / 1e3,
-              70 - sd.num_cached_requests(), static_cast<double>(sd.memory_bytes()) / 1e6);
+  std::printf(
+      "global cache: %d requests x 512+ tokens, %lld nodes, filled in %.1f ms (with %d evictions), %.1f MB\n",
+      sd.num_cached_requests(), static_cast<long long>(sd.num_global_tree_nodes()), us_since(t0) / 1e3,
+      70 - sd.num_cached_requests(), static_cast<double>(sd.memory_bytes()) / 1e6);
   const int64_t global_bytes = sd.memory_bytes();
 
   Tokens prompt;
@@ -123,11 +128,13 @@ int run(int prompt_tokens, int output_tokens, int depth) {
   t0 = Clock::now();
   (void)sd.start_request(req, prompt);
   double start_us = us_since(t0);
-  std::printf("start_request: %d prompt tokens in %.1f ms (%.3f us/token), %lld nodes (%.1f per token, depth %d), %.1f MB\n",
-              prompt_tokens, start_us / 1e3, start_us / prompt_tokens,
-              static_cast<long long>(sd.num_request_tree_nodes(req)),
-              static_cast<double>(sd.num_request_tree_nodes(req)) / prompt_tokens, depth,
-              static_cast<double>(sd.memory_bytes() - global_bytes) / 1e6);
+  std::printf(
+      "start_request: %d prompt tokens in %.1f ms (%.3f us/token), %lld nodes (%.1f per token, depth %d), "
+      "%.1f MB\n",
+      prompt_tokens, start_us / 1e3, start_us / prompt_tokens,
+      static_cast<long long>(sd.num_request_tree_nodes(req)),
+      static_cast<double>(sd.num_request_tree_nodes(req)) / prompt_tokens, depth,
+      static_cast<double>(sd.memory_bytes() - global_bytes) / 1e6);
 
   // Exact verification, simulated: the proposal's longest prefix equal to the truth is accepted,
   // plus the one token the target samples itself.
@@ -152,9 +159,10 @@ int run(int prompt_tokens, int output_tokens, int depth) {
     ++steps;
   }
   const double cpu_us = thread_cpu_us() - cpu0, wall_us = us_since(wall0);
-  std::printf("decode: %zu tokens in %lld steps, %.2f us CPU per step (%.2f us wall) for propose + add_output\n",
-              truth.size(), static_cast<long long>(steps), cpu_us / static_cast<double>(steps),
-              wall_us / static_cast<double>(steps));
+  std::printf(
+      "decode: %zu tokens in %lld steps, %.2f us CPU per step (%.2f us wall) for propose + add_output\n",
+      truth.size(), static_cast<long long>(steps), cpu_us / static_cast<double>(steps),
+      wall_us / static_cast<double>(steps));
   std::printf("  propose per call:             %s\n", summary(propose_us, 1).c_str());
   std::printf("  add_output per token (a step): %s\n", summary(add_us_per_token, 1).c_str());
   std::printf("  %lld drafted, %lld accepted (%.1f%%), mean acceptance length %.2f tokens/step\n",
@@ -164,8 +172,8 @@ int run(int prompt_tokens, int output_tokens, int depth) {
 
   t0 = Clock::now();
   (void)sd.stop_request(req);
-  std::printf("stop_request: %d output tokens into a full global cache (one eviction) in %.1f ms\n", output_tokens,
-              us_since(t0) / 1e3);
+  std::printf("stop_request: %d output tokens into a full global cache (one eviction) in %.1f ms\n",
+              output_tokens, us_since(t0) / 1e3);
   return 0;
 }
 
@@ -177,7 +185,8 @@ int main(int argc, char** argv) {
   int output_tokens = argc > 2 ? std::atoi(argv[2]) : 4096;
   int depth = argc > 3 ? std::atoi(argv[3]) : 24;
   if (prompt_tokens < 1 || output_tokens < 1) {
-    std::fprintf(stderr, "usage: suffix_decoding_bench [prompt_tokens>=1] [output_tokens>=1] [max_tree_depth]\n");
+    std::fprintf(stderr,
+                 "usage: suffix_decoding_bench [prompt_tokens>=1] [output_tokens>=1] [max_tree_depth]\n");
     return 2;
   }
   return kvasir::run(prompt_tokens, output_tokens, depth);

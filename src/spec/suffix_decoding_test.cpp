@@ -212,8 +212,8 @@ TEST(SuffixDecodingTest, ProposalsMatchANaiveScanOfRequestAndCache) {
   std::mt19937 rng(16);
   int num_local_drafts = 0, num_global_drafts = 0;  // both sources must be exercised
   for (int trial = 0; trial < 60; ++trial) {
-    SuffixDecodingConfig c = config(1 + static_cast<int>(rng() % 6), static_cast<int>(rng() % 4),
-                                    1 + static_cast<int>(rng() % 8));
+    SuffixDecodingConfig c =
+        config(1 + static_cast<int>(rng() % 6), static_cast<int>(rng() % 4), 1 + static_cast<int>(rng() % 8));
     c.max_spec_factor = 0.5 * (rng() % 5);
     c.min_token_prob = 0.1 * (rng() % 6);
     SuffixDecoding sd(c);
@@ -251,7 +251,8 @@ TEST(SuffixDecodingTest, ProposalsMatchANaiveScanOfRequestAndCache) {
         p.min_token_prob = c.min_token_prob;
         const Tokens& ctx = it->second.first;
         SuffixDraft local = testing::naive_speculate({ctx}, ctx, c.max_tree_depth, p);
-        SuffixDraft global = testing::naive_speculate({cached.begin(), cached.end()}, ctx, c.max_tree_depth, p);
+        SuffixDraft global =
+            testing::naive_speculate({cached.begin(), cached.end()}, ctx, c.max_tree_depth, p);
         const SuffixDraft& want = global.score > local.score ? global : local;
         SuffixDraft got = propose_ok(sd, it->first, max_tokens);
         ASSERT_EQ(got.token_ids, want.token_ids) << "trial " << trial << " op " << op;

@@ -20,19 +20,22 @@ inline int naive_count(const Sequences& seqs, std::span<const TokenId> pattern) 
   for (const auto& s : seqs) {
     if (pattern.empty() || pattern.size() > s.size()) continue;
     for (size_t end = pattern.size(); end <= s.size(); ++end) {
-      n += std::equal(pattern.begin(), pattern.end(), s.begin() + static_cast<std::ptrdiff_t>(end - pattern.size()));
+      n += std::equal(pattern.begin(), pattern.end(),
+                      s.begin() + static_cast<std::ptrdiff_t>(end - pattern.size()));
     }
   }
   return n;
 }
 
 // How often each token follows pattern (only runs of at most max_depth tokens are counted).
-inline std::map<TokenId, int> naive_next_counts(const Sequences& seqs, std::span<const TokenId> pattern, int max_depth) {
+inline std::map<TokenId, int> naive_next_counts(const Sequences& seqs, std::span<const TokenId> pattern,
+                                                int max_depth) {
   std::map<TokenId, int> next;
   if (pattern.size() + 1 > static_cast<size_t>(max_depth)) return next;
   for (const auto& s : seqs) {
     for (size_t end = pattern.size(); end < s.size(); ++end) {
-      if (std::equal(pattern.begin(), pattern.end(), s.begin() + static_cast<std::ptrdiff_t>(end - pattern.size()))) {
+      if (std::equal(pattern.begin(), pattern.end(),
+                     s.begin() + static_cast<std::ptrdiff_t>(end - pattern.size()))) {
         next[s[end]]++;
       }
     }

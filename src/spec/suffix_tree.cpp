@@ -21,9 +21,9 @@ SuffixTree::Cursor SuffixTree::new_cursor() const {
 }
 
 void SuffixTree::append(Cursor& cursor, TokenId token) {
-  KVASIR_CHECK_MSG(cursor.removal_epoch_ == removal_epoch_ &&
-                       cursor.open_.size() == static_cast<size_t>(max_depth_),
-                   "suffix tree cursor used after a removal or on another tree");
+  KVASIR_CHECK_MSG(
+      cursor.removal_epoch_ == removal_epoch_ && cursor.open_.size() == static_cast<size_t>(max_depth_),
+      "suffix tree cursor used after a removal or on another tree");
   // Every open suffix grows by the token (the longest falls off once it reaches max_depth), and the
   // token alone starts a new one: open_[j] becomes child(open_[j-1], token). Longest first, so
   // open_[j-1] is read before it is overwritten. Once one of these children already exists, every
@@ -124,7 +124,8 @@ SuffixTree::Match SuffixTree::match_suffix(std::span<const TokenId> context) con
   return match;
 }
 
-SuffixDraft SuffixTree::speculate(std::span<const TokenId> context, const SuffixSpeculateParams& params) const {
+SuffixDraft SuffixTree::speculate(std::span<const TokenId> context,
+                                  const SuffixSpeculateParams& params) const {
   KVASIR_CHECK(params.max_tokens >= 0);
   // Every suffix of the longest match also occurs; visit them longest first through suffix links,
   // so the longer match wins a tie.

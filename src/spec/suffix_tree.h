@@ -85,14 +85,14 @@ class SuffixTree {
   static constexpr int32_t kNone = -1;
 
   struct Node {
-    TokenId token = 0;        // the token on the edge from parent
-    int32_t count = 0;        // occurrences of the root -> node run; root: unused (num_tokens_)
+    TokenId token = 0;  // the token on the edge from parent
+    int32_t count = 0;  // occurrences of the root -> node run; root: unused (num_tokens_)
     int32_t parent = kNone;
     int32_t first_child = kNone;
     int32_t next_sibling = kNone;  // doubles as the free-list link of a freed node
     int32_t prev_sibling = kNone;
-    int32_t best_child = kNone;  // the child with the highest count (ties: smaller token); root: unused
-    int32_t suffix_link = kNone; // the node of the same run without its first token; root: none
+    int32_t best_child = kNone;   // the child with the highest count (ties: smaller token); root: unused
+    int32_t suffix_link = kNone;  // the node of the same run without its first token; root: none
   };
   struct Match {
     int32_t node;
@@ -111,11 +111,12 @@ class SuffixTree {
   bool better(int32_t a, int32_t b) const;
   // The greedy walk from node: returns how many tokens it proposes and their score; appends them to
   // out unless it is null (scoring every candidate match allocates nothing).
-  int grow(int32_t node, int max_tokens, double min_token_prob, std::vector<TokenId>* out, double* score) const;
+  int grow(int32_t node, int max_tokens, double min_token_prob, std::vector<TokenId>* out,
+           double* score) const;
 
   int max_depth_;
-  std::vector<Node> nodes_;     // [0] is the root
-  int32_t free_head_ = kNone;   // freed nodes, linked through next_sibling
+  std::vector<Node> nodes_;    // [0] is the root
+  int32_t free_head_ = kNone;  // freed nodes, linked through next_sibling
   int64_t num_live_ = 0;
   int64_t num_tokens_ = 0;
   SuffixChildIndex children_;

@@ -193,8 +193,8 @@ TEST(SuffixTreeTest, MatchesANaiveScanOnRandomSequences) {
         std::vector<TokenId> ctx(rng() % static_cast<unsigned>(depth + 4));
         for (auto& t : ctx) t = token();
         if (q == 0 && !grown[0].empty()) ctx = grown[0];  // the growing sequence's own tail
-        SuffixSpeculateParams p = params(static_cast<int>(rng() % 6), 0.25 * (rng() % 9),
-                                         0.1 * (rng() % 8), static_cast<double>(rng() % 3));
+        SuffixSpeculateParams p = params(static_cast<int>(rng() % 6), 0.25 * (rng() % 9), 0.1 * (rng() % 8),
+                                         static_cast<double>(rng() % 3));
         for (auto [t, seqs] : {std::pair{&tree, &held}, std::pair{&growing, &grown}}) {
           ASSERT_EQ(t->longest_match_len(ctx), testing::naive_longest_match(*seqs, ctx, depth));
           std::span<const TokenId> pat(ctx);
