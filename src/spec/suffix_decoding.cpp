@@ -36,6 +36,9 @@ Status SuffixDecodingConfig::validate() const {
     return bad("suffix_decoding_max_cached_requests must be >= 0 (0 turns the global cache off), got " +
                std::to_string(max_cached_requests));
   }
+  if (max_cached_tokens < 1) {
+    return bad("suffix_decoding_max_cached_tokens must be >= 1, got " + std::to_string(max_cached_tokens));
+  }
   if (!std::isfinite(max_spec_factor) || max_spec_factor < 0) {
     return bad("suffix_decoding_max_spec_factor must be a finite number >= 0");
   }
@@ -80,12 +83,19 @@ Status SuffixDecoding::stop_request(RequestIdx request) {
   }
   std::vector<TokenId> output = std::move(it->second.output);
   requests_.erase(it);
-  // An empty output would take a cache slot and teach the global tree nothing.
-  if (config_.max_cached_requests == 0 || output.empty()) return Status::ok_status();
+  // An empty output would take a cache slot and teach the global tree nothing; one past the token
+  // bound would evict everything and then itself.
+  if (config_.max_cached_requests == 0 || output.empty() ||
+      static_cast<int64_t>(output.size()) > config_.max_cached_tokens) {
+    return Status::ok_status();
+  }
   global_tree_.insert_sequence(output);
+  num_cached_tokens_ += static_cast<int64_t>(output.size());
   cached_outputs_.push_back(std::move(output));
-  while (static_cast<int>(cached_outputs_.size()) > config_.max_cached_requests) {
+  while (static_cast<int>(cached_outputs_.size()) > config_.max_cached_requests ||
+         num_cached_tokens_ > config_.max_cached_tokens) {
     global_tree_.remove_sequence(cached_outputs_.front());
+    num_cached_tokens_ -= static_cast<int64_t>(cached_outputs_.front().size());
     cached_outputs_.pop_front();
   }
   return Status::ok_status();
@@ -150,7 +160,8 @@ void SuffixDecoding::check_invariants() const {
   KVASIR_CHECK(static_cast<int>(cached_outputs_.size()) <= config_.max_cached_requests);
   int64_t cached_tokens = 0;
   for (const auto& output : cached_outputs_) cached_tokens += static_cast<int64_t>(output.size());
-  KVASIR_CHECK(global_tree_.num_tokens() == cached_tokens);
+  KVASIR_CHECK(global_tree_.num_tokens() == cached_tokens && cached_tokens == num_cached_tokens_);
+  KVASIR_CHECK(num_cached_tokens_ <= config_.max_cached_tokens);
   global_tree_.check_invariants();
   for (const auto& [idx, state] : requests_) {
     KVASIR_CHECK(state.tail.size() <= 2 * static_cast<size_t>(config_.max_tree_depth));

@@ -110,6 +110,31 @@ TEST(SuffixDecodingTest, TheOldestCachedOutputIsEvictedPastTheLimit) {
   EXPECT_EQ(sd.num_global_tree_nodes(), newest.num_nodes());
 }
 
+TEST(SuffixDecodingTest, TheCachedTokenBoundEvictsTheOldestAndSkipsLongerOutputs) {
+  SuffixDecodingConfig c = config(5, 100);
+  c.max_cached_tokens = 10;
+  SuffixDecoding sd(c);
+  auto finish = [&](RequestIdx r, const Tokens& output) {
+    ASSERT_TRUE(sd.start_request(r, Tokens{}).ok());
+    ASSERT_TRUE(sd.add_output(r, output).ok());
+    ASSERT_TRUE(sd.stop_request(r).ok());
+    sd.check_invariants();
+  };
+  finish(1, Tokens{1, 2, 3, 4});
+  finish(2, Tokens{5, 6, 7, 8});
+  EXPECT_EQ(sd.num_cached_tokens(), 8);
+  finish(3, Tokens{9, 10, 11});  // 11 tokens: request 1 goes
+  EXPECT_EQ(sd.num_cached_requests(), 2);
+  EXPECT_EQ(sd.num_cached_tokens(), 7);
+  finish(4, Tokens(11, 42));  // longer than the whole bound: not cached, nothing evicted
+  EXPECT_EQ(sd.num_cached_requests(), 2);
+  EXPECT_EQ(sd.num_cached_tokens(), 7);
+  ASSERT_TRUE(sd.start_request(9, Tokens{5, 6}).ok());
+  EXPECT_EQ(propose_ok(sd, 9, 2).token_ids, (Tokens{7, 8}));
+  ASSERT_TRUE(sd.start_request(10, Tokens{1, 2}).ok());
+  EXPECT_TRUE(propose_ok(sd, 10, 2).token_ids.empty());
+}
+
 TEST(SuffixDecodingTest, MemoryStaysBoundedOverManyRequests) {
   constexpr int kDepth = 8;
   SuffixDecoding sd(config(5, 3, kDepth));
@@ -192,6 +217,9 @@ TEST(SuffixDecodingTest, ConfigValidationNamesTheBadField) {
   c.max_cached_requests = -1;
   EXPECT_NE(message_of(c).find("max_cached_requests"), std::string::npos);
   c = {};
+  c.max_cached_tokens = 0;
+  EXPECT_NE(message_of(c).find("max_cached_tokens"), std::string::npos);
+  c = {};
   c.max_spec_factor = -0.5;
   EXPECT_NE(message_of(c).find("max_spec_factor"), std::string::npos);
   c.max_spec_factor = std::nan("");
@@ -216,6 +244,7 @@ TEST(SuffixDecodingTest, ProposalsMatchANaiveScanOfRequestAndCache) {
         config(1 + static_cast<int>(rng() % 6), static_cast<int>(rng() % 4), 1 + static_cast<int>(rng() % 8));
     c.max_spec_factor = 0.5 * (rng() % 5);
     c.min_token_prob = 0.1 * (rng() % 6);
+    c.max_cached_tokens = rng() % 2 ? 1 + rng() % 12 : int64_t{1} << 20;
     SuffixDecoding sd(c);
     const unsigned alphabet = 2 + rng() % 3;
     std::map<RequestIdx, std::pair<Tokens, Tokens>> live;  // prompt + output so far, output alone
@@ -233,8 +262,20 @@ TEST(SuffixDecodingTest, ProposalsMatchANaiveScanOfRequestAndCache) {
       auto it = std::next(live.begin(), static_cast<std::ptrdiff_t>(rng() % live.size()));
       if (kind == 1) {
         ASSERT_TRUE(sd.stop_request(it->first).ok());
-        if (c.max_cached_requests > 0 && !it->second.second.empty()) cached.push_back(it->second.second);
-        if (static_cast<int>(cached.size()) > c.max_cached_requests) cached.pop_front();
+        const Tokens& out = it->second.second;
+        if (c.max_cached_requests > 0 && !out.empty() &&
+            static_cast<int64_t>(out.size()) <= c.max_cached_tokens) {
+          cached.push_back(out);
+        }
+        auto cached_tokens = [&] {
+          int64_t n = 0;
+          for (const auto& o : cached) n += static_cast<int64_t>(o.size());
+          return n;
+        };
+        while (static_cast<int>(cached.size()) > c.max_cached_requests ||
+               cached_tokens() > c.max_cached_tokens) {
+          cached.pop_front();
+        }
         live.erase(it);
       } else if (kind < 5) {
         Tokens out(1 + rng() % 3);
