@@ -1,9 +1,9 @@
 // SuffixDecoding: the `suffix` speculative proposer (vLLM's suffix decoding, after Arctic
 // Inference). Keeps one SuffixTree per running request over its prompt and output so far, and one
 // global SuffixTree over the outputs of the most recently finished requests (FIFO, at most
-// max_cached_requests and max_cached_tokens); a proposal matches the request's last tokens in both and keeps
-// the draft with the higher expected acceptance. Host-only, no model, no tensors; one owner thread. It never
-// verifies anything: what it proposes is only a guess the engine checks.
+// max_cached_requests and max_cached_tokens); a proposal matches the request's last tokens in both
+// and keeps the draft with the higher expected acceptance. Host-only, no model, no tensors; one
+// owner thread. It never verifies anything: what it proposes is only a guess the engine checks.
 #pragma once
 
 #include <cstdint>
@@ -52,7 +52,8 @@ class SuffixDecoding {
   Status add_output(RequestIdx request, std::span<const TokenId> token_ids);
   // At finish or abort: drops the request's tree and moves its output into the global tree,
   // evicting the oldest cached outputs past max_cached_requests or max_cached_tokens (an output
-  // longer than max_cached_tokens alone is not cached). not_found for an unknown request.
+  // longer than max_cached_tokens alone is not cached). O((output + evicted) x max_tree_depth) in
+  // this one call, about what add_output cost for the same tokens. not_found for an unknown request.
   Status stop_request(RequestIdx request);
 
   // Up to min(max_tokens, num_speculative_tokens) tokens to follow the request's prompt and output
