@@ -101,7 +101,7 @@ Status SuffixDecoding::stop_request(RequestIdx request) {
   return Status::ok_status();
 }
 
-StatusOr<SuffixDraft> SuffixDecoding::propose(RequestIdx request, int max_tokens) const {
+Status SuffixDecoding::propose(RequestIdx request, int max_tokens, SuffixDraft* out) const {
   auto it = requests_.find(request);
   if (it == requests_.end()) {
     return not_found("suffix decoding: no running request " + std::to_string(request));
@@ -119,11 +119,23 @@ StatusOr<SuffixDraft> SuffixDecoding::propose(RequestIdx request, int max_tokens
   if (context.size() > static_cast<size_t>(config_.max_tree_depth)) {
     context = context.last(static_cast<size_t>(config_.max_tree_depth));
   }
-  SuffixDraft local = state.tree.speculate(context, params);
-  if (global_tree_.num_tokens() == 0) return local;
-  SuffixDraft global = global_tree_.speculate(context, params);
+  SuffixTree::Candidate local = state.tree.best_candidate(context, params);
+  SuffixTree::Candidate global;
+  if (global_tree_.num_tokens() > 0) global = global_tree_.best_candidate(context, params);
   // The request's own history wins ties: it is the more specific evidence.
-  return global.score > local.score ? global : local;
+  const bool use_global = global.score > local.score;
+  const SuffixTree::Candidate& best = use_global ? global : local;
+  out->token_ids.clear();
+  (use_global ? global_tree_ : state.tree).append_draft(best, params.min_token_prob, &out->token_ids);
+  out->score = best.score;
+  out->match_len = best.match_len;
+  return Status::ok_status();
+}
+
+StatusOr<SuffixDraft> SuffixDecoding::propose(RequestIdx request, int max_tokens) const {
+  SuffixDraft draft;
+  if (Status s = propose(request, max_tokens, &draft); !s.ok()) return s;
+  return draft;
 }
 
 int64_t SuffixDecoding::num_request_tree_nodes(RequestIdx request) const {

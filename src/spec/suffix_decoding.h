@@ -58,7 +58,10 @@ class SuffixDecoding {
 
   // Up to min(max_tokens, num_speculative_tokens) tokens to follow the request's prompt and output
   // so far; empty when nothing matches well enough. not_found for an unknown request,
-  // invalid_argument for a negative max_tokens.
+  // invalid_argument for a negative max_tokens (out is then left as it was).
+  // The step loop's form: out's token_ids are replaced, their capacity reused, so nothing is
+  // allocated once out has held num_speculative_tokens.
+  Status propose(RequestIdx request, int max_tokens, SuffixDraft* out) const;
   StatusOr<SuffixDraft> propose(RequestIdx request, int max_tokens) const;
 
   const SuffixDecodingConfig& config() const { return config_; }

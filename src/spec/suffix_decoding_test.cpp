@@ -39,6 +39,16 @@ TEST(SuffixDecodingTest, RepeatedPhraseInTheRequestIsProposed) {
   EXPECT_EQ(propose_ok(sd, 1, 2).token_ids, (Tokens{3, 4}));
   EXPECT_EQ(propose_ok(sd, 1, 50).token_ids.size(), 5u);
   EXPECT_TRUE(propose_ok(sd, 1, 0).token_ids.empty());
+  // The step loop's form replaces what the buffer held and keeps its capacity.
+  SuffixDraft reused;
+  reused.token_ids = {9, 9, 9, 9, 9, 9, 9};
+  const TokenId* storage = reused.token_ids.data();
+  ASSERT_TRUE(sd.propose(1, 5, &reused).ok());
+  EXPECT_EQ(reused.token_ids, (Tokens{3, 4, 5, 1, 2}));
+  EXPECT_DOUBLE_EQ(reused.score, 10.0 / 3.0);
+  EXPECT_EQ(reused.token_ids.data(), storage);
+  ASSERT_TRUE(sd.propose(1, 2, &reused).ok());
+  EXPECT_EQ(reused.token_ids, (Tokens{3, 4}));
 }
 
 TEST(SuffixDecodingTest, TokenByTokenOutputBuildsTheSameTreeAsOnePrompt) {
@@ -184,6 +194,11 @@ TEST(SuffixDecodingTest, BadCallsAreRefusedAndChangeNothing) {
   EXPECT_EQ(sd.add_output(1, Tokens{3, -5}).code(), StatusCode::kInvalidArgument);
   EXPECT_EQ(sd.propose(7, 5).status().code(), StatusCode::kNotFound);
   EXPECT_EQ(sd.propose(1, -1).status().code(), StatusCode::kInvalidArgument);
+  SuffixDraft kept;
+  kept.token_ids = {77};
+  EXPECT_EQ(sd.propose(1, -1, &kept).code(), StatusCode::kInvalidArgument);
+  EXPECT_EQ(sd.propose(7, 5, &kept).code(), StatusCode::kNotFound);
+  EXPECT_EQ(kept.token_ids, (Tokens{77}));
   EXPECT_EQ(sd.stop_request(7).code(), StatusCode::kNotFound);
 
   EXPECT_EQ(sd.num_request_tree_nodes(1), nodes);

@@ -124,15 +124,13 @@ SuffixTree::Match SuffixTree::match_suffix(std::span<const TokenId> context) con
   return match;
 }
 
-SuffixDraft SuffixTree::speculate(std::span<const TokenId> context,
-                                  const SuffixSpeculateParams& params) const {
+SuffixTree::Candidate SuffixTree::best_candidate(std::span<const TokenId> context,
+                                                 const SuffixSpeculateParams& params) const {
   KVASIR_CHECK(params.max_tokens >= 0);
   // Every suffix of the longest match also occurs; visit them longest first through suffix links,
   // so the longer match wins a tie.
   Match match = match_suffix(context);
-  int32_t best_node = kNone;
-  int best_match = 0, best_max_tokens = 0;
-  double best_score = 0.0;
+  Candidate best;
   int32_t node = match.node;
   for (int m = match.len; m >= 1; --m, node = nodes_[static_cast<size_t>(node)].suffix_link) {
     // The epsilon keeps a factor like 0.1 * 10 from flooring to 0.
@@ -140,21 +138,29 @@ SuffixDraft SuffixTree::speculate(std::span<const TokenId> context,
     int max_tokens = static_cast<int>(std::clamp(allowed, 0.0, static_cast<double>(params.max_tokens)));
     // Each token adds at most 1 to a score, and shorter matches may draft no more: once the cap
     // cannot beat the best score strictly, no shorter match can either.
-    if (best_node != kNone && max_tokens <= best_score) break;
+    if (best.node != kNone && max_tokens <= best.score) break;
     double score = 0.0;
     grow(node, max_tokens, params.min_token_prob, nullptr, &score);
-    if (best_node == kNone || score > best_score) {
-      best_node = node;
-      best_match = m;
-      best_max_tokens = max_tokens;
-      best_score = score;
-    }
+    if (best.node == kNone || score > best.score) best = Candidate{node, m, max_tokens, score};
   }
+  return best;
+}
+
+void SuffixTree::append_draft(const Candidate& candidate, double min_token_prob,
+                              std::vector<TokenId>* out) const {
+  if (candidate.node == kNone) return;
+  double score = 0.0;
+  grow(candidate.node, candidate.max_tokens, min_token_prob, out, &score);
+  KVASIR_CHECK_MSG(score == candidate.score, "suffix tree candidate used after the tree changed");
+}
+
+SuffixDraft SuffixTree::speculate(std::span<const TokenId> context,
+                                  const SuffixSpeculateParams& params) const {
+  Candidate best = best_candidate(context, params);
   SuffixDraft draft;
-  draft.match_len = best_match;
-  if (best_node == kNone) return draft;
-  // Replay the winning walk, now keeping its tokens.
-  grow(best_node, best_max_tokens, params.min_token_prob, &draft.token_ids, &draft.score);
+  draft.match_len = best.match_len;
+  draft.score = best.score;
+  append_draft(best, params.min_token_prob, &draft.token_ids);
   return draft;
 }
 

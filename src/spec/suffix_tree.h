@@ -68,6 +68,18 @@ class SuffixTree {
   // with the highest score, the longer match on equal scores. Empty when nothing matches.
   SuffixDraft speculate(std::span<const TokenId> context, const SuffixSpeculateParams& params) const;
 
+  // speculate() in two halves, so a caller choosing between trees allocates nothing: the winning
+  // match (where to draft from, how far, its score), then its tokens appended to a buffer the
+  // caller reuses. A candidate is valid until the tree changes (append_draft checks its score).
+  struct Candidate {
+    int32_t node = -1;  // -1: nothing matched
+    int match_len = 0;
+    int max_tokens = 0;
+    double score = 0.0;
+  };
+  Candidate best_candidate(std::span<const TokenId> context, const SuffixSpeculateParams& params) const;
+  void append_draft(const Candidate& candidate, double min_token_prob, std::vector<TokenId>* out) const;
+
   int max_depth() const { return max_depth_; }
   // Live nodes besides the root: at most max_depth per token held.
   int64_t num_nodes() const { return num_live_; }
