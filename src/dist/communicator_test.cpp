@@ -328,6 +328,33 @@ TEST_P(CommunicatorFaultTest, BadArgumentsAreRefusedAndLeaveTheGroupWorking) {
 INSTANTIATE_TEST_SUITE_P(Cpu, CommunicatorFaultTest, ::testing::Values(Kind::kShm, Kind::kTcp),
                          [](const auto& info) { return std::string(info.param == Kind::kShm ? "Shm" : "Tcp"); });
 
+// Connections to rank 0's port that are not ranks of this group (garbage, silence) are dropped:
+// the group still forms, the silent one costing at most a few seconds.
+TEST(TcpCommunicatorTest, StrayAndSilentConnectionsDoNotJoinTheGroup) {
+  Group g(Kind::kTcp, 2, 30'000);
+  sockaddr_in addr{};
+  addr.sin_family = AF_INET;
+  addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  addr.sin_port = htons(static_cast<uint16_t>(g.port));
+  int garbage = socket(AF_INET, SOCK_STREAM, 0), silent = socket(AF_INET, SOCK_STREAM, 0);
+  ASSERT_EQ(connect(silent, reinterpret_cast<sockaddr*>(&addr), sizeof(addr)), 0);
+  ASSERT_EQ(connect(garbage, reinterpret_cast<sockaddr*>(&addr), sizeof(addr)), 0);
+  const char junk[40] = "GET / HTTP/1.1\r\nHost: x\r\n\r\n";
+  ASSERT_EQ(write(garbage, junk, sizeof(junk)), static_cast<ssize_t>(sizeof(junk)));
+  const auto codes = run_ranks(2, [&](int rank) {
+    auto c = g.make(rank);
+    RANK_CHECK(c.ok(), "create: %s", c.status().to_string().c_str());
+    float x = static_cast<float>(rank + 1);
+    RANK_OK((*c)->all_reduce_sum(&x, 1, DType::kF32));
+    RANK_CHECK(x == 3.0f, "sum %f", x);
+    return 0;
+  });
+  EXPECT_EQ(codes[0], 0);
+  EXPECT_EQ(codes[1], 0);
+  close(garbage);
+  close(silent);
+}
+
 TEST(CommunicatorOptionsTest, ImpossibleGroupsAreRefusedWithAMessage) {
   ShmCommunicatorOptions o;
   o.group_id = "bad/name";

@@ -36,8 +36,7 @@ inline std::vector<int> run_ranks(int n, const std::function<int(int)>& body,
   for (int r = 0; r < n; ++r) {
     const pid_t pid = fork();
     if (pid == 0) {
-      int code = 1;
-      code = body(r);
+      const int code = body(r);
       std::fflush(nullptr);
       _exit(code);
     }

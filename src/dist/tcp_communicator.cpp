@@ -41,6 +41,7 @@ std::string rank_str(int r) { return "rank " + std::to_string(r); }
 }  // namespace
 
 StatusOr<std::unique_ptr<TcpCommunicator>> TcpCommunicator::create(const TcpCommunicatorOptions& o) {
+  Socket listener(o.listen_fd);  // owned from here on, whatever happens
   if (o.world_size < 1 || o.world_size > kMaxWorldSize)
     return invalid_argument("tcp communicator: world size " + std::to_string(o.world_size) + " is not in [1, " +
                             std::to_string(kMaxWorldSize) + "]");
@@ -62,22 +63,20 @@ StatusOr<std::unique_ptr<TcpCommunicator>> TcpCommunicator::create(const TcpComm
   c->received_.assign(o.world_size, 0);
   c->inputs_.resize(o.world_size);
   c->transfers_.reserve(o.world_size);
-  Status s = c->connect_group(o);
+  Status s = c->connect_group(o, std::move(listener));
   if (!s.ok()) return s;
   c->scratch_.resize(c->chunk_bytes_ * o.world_size);
   return c;
 }
 
-Status TcpCommunicator::connect_group(const TcpCommunicatorOptions& o) {
+Status TcpCommunicator::connect_group(const TcpCommunicatorOptions& o, Socket listener) {
   const Deadline deadline = std::chrono::steady_clock::now() + std::chrono::milliseconds(o.timeout_ms);
   const uint64_t group_hash = fnv1a(o.group_id);
   const std::string where = "tcp communicator (" + rank_str(rank_) + " of " + std::to_string(world_size_) + ")";
-  if (world_size_ == 1) {
-    if (o.listen_fd >= 0) Socket owned(o.listen_fd);  // taken over, and not needed
-    return Status();
-  }
+  if (world_size_ == 1) return Status();
+  // A connection that says nothing must not hold up the group: its hello gets a few seconds.
+  auto hello_deadline = [&] { return std::min(deadline, std::chrono::steady_clock::now() + std::chrono::seconds(5)); };
   if (rank_ == 0) {
-    Socket listener(o.listen_fd);
     if (!listener.valid()) {
       auto l = listen_on(o.master_addr, o.master_port, 128);
       if (!l.ok()) return l.status();
@@ -90,7 +89,8 @@ Status TcpCommunicator::connect_group(const TcpCommunicatorOptions& o) {
         return unavailable(where + ": only " + std::to_string(joined - 1) + " of " + std::to_string(world_size_ - 1) +
                            " ranks joined within " + std::to_string(o.timeout_ms) + " ms");
       Hello h{};
-      if (!read_all(a->fd(), &h, sizeof(h), deadline).ok() || h.magic != kHelloMagic || h.group_hash != group_hash)
+      if (!read_all(a->fd(), &h, sizeof(h), hello_deadline()).ok() || h.magic != kHelloMagic ||
+          h.group_hash != group_hash)
         continue;  // a stray connection or another group's rank: not ours, drop it
       if (h.world_size != static_cast<uint32_t>(world_size_) || h.rank == 0 || h.rank >= h.world_size ||
           peers_[h.rank].valid())
@@ -113,7 +113,7 @@ Status TcpCommunicator::connect_group(const TcpCommunicatorOptions& o) {
     // Listen for the higher ranks on the address this host uses to reach rank 0.
     auto l = listen_on(local_address(m->fd()), 0, 128);
     if (!l.ok()) return l.status();
-    Socket listener = std::move(l).value();
+    listener = std::move(l).value();
     const Hello hello{kHelloMagic, group_hash, static_cast<uint32_t>(world_size_), static_cast<uint32_t>(rank_),
                       static_cast<uint32_t>(local_port(listener.fd())), 0};
     std::vector<TableEntry> table(world_size_);
@@ -134,7 +134,8 @@ Status TcpCommunicator::connect_group(const TcpCommunicatorOptions& o) {
       auto a = accept_until(listener, deadline);
       if (!a.ok()) return unavailable(where + ": the higher ranks did not all connect in time");
       Hello h{};
-      if (!read_all(a->fd(), &h, sizeof(h), deadline).ok() || h.magic != kHelloMagic || h.group_hash != group_hash)
+      if (!read_all(a->fd(), &h, sizeof(h), hello_deadline()).ok() || h.magic != kHelloMagic ||
+          h.group_hash != group_hash)
         continue;
       if (h.rank <= static_cast<uint32_t>(rank_) || h.rank >= static_cast<uint32_t>(world_size_) ||
           peers_[h.rank].valid())

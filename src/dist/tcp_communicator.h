@@ -55,7 +55,7 @@ class TcpCommunicator final : public Communicator {
 
  private:
   TcpCommunicator() = default;
-  Status connect_group(const TcpCommunicatorOptions& options);
+  Status connect_group(const TcpCommunicatorOptions& options, Socket listener);
   Status run(const char* op, std::vector<Transfer>& transfers);  // sticky failure, shuts sockets
   Status check_dtype(const char* op, DType dtype) const;
   Transfer& add_transfer(int peer, OpKind kind, uint64_t seq);
