@@ -1,11 +1,15 @@
 // Tensor parallelism of the generic decoder on the CPU backend: a model split over 2-4 ranks
-// (forked processes over the shm communicator) gives the unsplit model's logits within float32
+// (forked processes over the shm communicator, and once over TCP on loopback) gives the unsplit model's logits within float32
 // reduction-order bounds (relative L2 < 1e-5) and the same greedy tokens, on the tiny HF Llama 3
 // (TP=2 and TP=4, where its 2 KV heads are replicated) and on SmolLM2's Q4_1 GGUF (TP=3: it has 9
 // heads, so TP=2 is refused with vLLM's message). Also the shard arithmetic on its own.
 #include "model/tensor_parallel.h"
 
+#include <arpa/inet.h>
+#include <netinet/in.h>
 #include <sys/mman.h>
+#include <sys/socket.h>
+#include <unistd.h>
 
 #include <cmath>
 #include <cstring>
@@ -17,6 +21,7 @@
 #include "backend/cpu/cpu_backend.h"
 #include "dist/communicator_test_util.h"
 #include "dist/shm_communicator.h"
+#include "dist/tcp_communicator.h"
 #include "loader/weight_source.h"
 #include "model/decoder_model.h"
 #include "model/registry.h"
@@ -104,8 +109,31 @@ double rel_l2(const float* a, const float* b, size_t n) {
   return std::sqrt(num / den);
 }
 
+// The group's communicator for one rank: shared memory, or TCP on loopback (rank 0 listens on the
+// socket the parent bound before forking).
+StatusOr<std::unique_ptr<dist::Communicator>> make_comm(bool tcp, int listen_fd, int port, const std::string& group,
+                                                        int rank, int size) {
+  if (tcp) {
+    dist::TcpCommunicatorOptions o;
+    o.master_port = port;
+    o.listen_fd = rank == 0 ? dup(listen_fd) : -1;
+    o.group_id = group;
+    o.rank = rank;
+    o.world_size = size;
+    KVASIR_ASSIGN_OR_RETURN(auto c, dist::TcpCommunicator::create(o));
+    return std::unique_ptr<dist::Communicator>(std::move(c));
+  }
+  dist::ShmCommunicatorOptions o;
+  o.group_id = group;
+  o.rank = rank;
+  o.world_size = size;
+  KVASIR_ASSIGN_OR_RETURN(auto c, dist::ShmCommunicator::create(o));
+  return std::unique_ptr<dist::Communicator>(std::move(c));
+}
+
 // Runs `path` split over `tp` ranks and unsplit, and compares every step's logits and tokens.
-void expect_split_equals_whole(const std::string& path, int tp, const std::vector<int32_t>& prompt) {
+void expect_split_equals_whole(const std::string& path, int tp, const std::vector<int32_t>& prompt,
+                               bool tcp = false) {
   auto weights = open_weights(path);
   ASSERT_TRUE(weights.ok()) << path << ": " << weights.status().to_string();
   auto config = load_model_config(**weights);
@@ -118,12 +146,20 @@ void expect_split_equals_whole(const std::string& path, int tp, const std::vecto
   auto logits_of = [&](int r) { return reinterpret_cast<float*>(static_cast<uint8_t*>(shared) + per_rank * r); };
   auto tokens_of = [&](int r) { return reinterpret_cast<int32_t*>(logits_of(r) + steps * vocab); };
   const std::string group = "tp-test-" + std::to_string(getpid()) + "-" + std::to_string(tp);
+  int listen_fd = -1, port = 0;
+  if (tcp) {
+    listen_fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+    sockaddr_in addr{};
+    addr.sin_family = AF_INET;
+    addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+    socklen_t len = sizeof(addr);
+    ASSERT_EQ(bind(listen_fd, reinterpret_cast<sockaddr*>(&addr), len), 0);
+    ASSERT_EQ(listen(listen_fd, 16), 0);
+    ASSERT_EQ(getsockname(listen_fd, reinterpret_cast<sockaddr*>(&addr), &len), 0);
+    port = ntohs(addr.sin_port);
+  }
   const auto codes = dist::testing::run_ranks(tp, [&](int rank) {
-    dist::ShmCommunicatorOptions o;
-    o.group_id = group;
-    o.rank = rank;
-    o.world_size = tp;
-    auto comm = dist::ShmCommunicator::create(o);
+    auto comm = make_comm(tcp, listen_fd, port, group, rank, tp);
     if (!comm.ok()) {
       std::fprintf(stderr, "rank %d: %s\n", rank, comm.status().to_string().c_str());
       return 1;
@@ -132,6 +168,7 @@ void expect_split_equals_whole(const std::string& path, int tp, const std::vecto
     if (!s.ok()) std::fprintf(stderr, "rank %d: %s\n", rank, s.to_string().c_str());
     return s.ok() ? 0 : 1;
   });
+  if (listen_fd >= 0) close(listen_fd);
   for (int r = 0; r < tp; ++r) ASSERT_EQ(codes[r], 0) << "rank " << r;
   std::vector<float> whole(steps * vocab);
   std::vector<int32_t> whole_tokens(steps);
@@ -155,6 +192,10 @@ const std::string kSmolLm2 = std::string(KVASIR_SOURCE_DIR) + "/models/SmolLM2-1
 
 TEST(TensorParallelTest, TinyLlamaSplitTwoWaysEqualsTheWholeModel) {
   expect_split_equals_whole(kTinyLlama, 2, {1, 17, 42, 99, 3, 250, 7});
+}
+
+TEST(TensorParallelTest, TinyLlamaSplitTwoWaysOverTcpEqualsTheWholeModel) {
+  expect_split_equals_whole(kTinyLlama, 2, {1, 17, 42, 99, 3, 250, 7}, /*tcp=*/true);
 }
 
 TEST(TensorParallelTest, TinyLlamaSplitFourWaysReplicatesItsTwoKvHeads) {
