@@ -1,8 +1,9 @@
 // Tensor parallelism of the generic decoder on the CPU backend: a model split over 2-4 ranks
-// (forked processes over the shm communicator, and once over TCP on loopback) gives the unsplit model's logits within float32
-// reduction-order bounds (relative L2 < 1e-5) and the same greedy tokens, on the tiny HF Llama 3
-// (TP=2 and TP=4, where its 2 KV heads are replicated) and on SmolLM2's Q4_1 GGUF (TP=3: it has 9
-// heads, so TP=2 is refused with vLLM's message). Also the shard arithmetic on its own.
+// (forked processes over the shm communicator, once over TCP on loopback) gives the unsplit
+// model's logits within float32 reduction-order bounds (relative L2 < 1e-5) and the same greedy
+// tokens, on the tiny HF Llama 3 (TP=2 and TP=4, where its 2 KV heads are replicated) and on
+// SmolLM2's Q4_1 GGUF (TP=3: it has 9 heads, so TP=2 is refused with vLLM's message). Also the
+// shard arithmetic on its own.
 #include "model/tensor_parallel.h"
 
 #include <arpa/inet.h>
