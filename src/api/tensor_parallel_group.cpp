@@ -7,6 +7,7 @@
 #include <unistd.h>
 
 #include <chrono>
+#include <functional>
 #include <cstdlib>
 #include <fstream>
 #include <iterator>
@@ -28,12 +29,14 @@ constexpr const char* kRankEnv = "KVASIR_TP_RANK";
 constexpr const char* kGroupEnv = "KVASIR_TP_GROUP";
 constexpr int64_t kJoinTimeoutMs = 60'000;
 
-StatusOr<std::unique_ptr<dist::Communicator>> join(const std::string& group, int size, int rank) {
+StatusOr<std::unique_ptr<dist::Communicator>> join(const std::string& group, int size, int rank,
+                                                   std::function<Status()> while_attaching = nullptr) {
   dist::ShmCommunicatorOptions o;
   o.group_id = group;
   o.rank = rank;
   o.world_size = size;
   o.timeout_ms = kJoinTimeoutMs;
+  o.while_attaching = std::move(while_attaching);
   KVASIR_ASSIGN_OR_RETURN(auto c, dist::ShmCommunicator::create(o));
   return std::unique_ptr<dist::Communicator>(std::move(c));
 }
@@ -91,20 +94,22 @@ StatusOr<std::unique_ptr<TensorParallelProcesses>> start_tensor_parallel_group(i
     if (rc != 0) return unavailable("tensor parallelism: cannot start worker rank " + std::to_string(rank));
     group->workers.push_back(pid);
   }
-  auto comm = join(id, size, 0);
-  if (!comm.ok()) {
-    // Say which worker failed to start, if one did (its own message is on stderr above).
-    for (size_t i = 0; i < group->workers.size(); ++i) {
+  // A worker that exits before joining (a bad flag, a model it cannot load) is named at once
+  // instead of after the join timeout.
+  std::vector<pid_t>& workers = group->workers;
+  auto comm = join(id, size, 0, [&workers]() -> Status {
+    for (size_t i = 0; i < workers.size(); ++i) {
       int status = 0;
-      if (waitpid(group->workers[i], &status, WNOHANG) == group->workers[i]) {
-        group->workers[i] = -1;
+      if (workers[i] > 0 && waitpid(workers[i], &status, WNOHANG) == workers[i]) {
+        workers[i] = -1;
         return unavailable("tensor parallelism: worker rank " + std::to_string(i + 1) + " exited (status " +
                            std::to_string(WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status)) +
                            ") before joining the group; see its message above");
       }
     }
-    return comm.status();
-  }
+    return Status();
+  });
+  if (!comm.ok()) return comm.status();
   group->comm = std::move(comm).value();
   return group;
 }
@@ -147,6 +152,11 @@ namespace kvasir {
 int run_tensor_parallel_worker(const EngineArgs& args, int rank) {
   // Ctrl-C reaches the whole process group; rank 0 decides when the workers stop.
   signal(SIGINT, SIG_IGN);
+  // Test-only (tests/server/test_tensor_parallel.py): a worker that cannot start.
+  if (std::getenv("KVASIR_TEST_TP_WORKER_FAIL_AT_START") != nullptr) {
+    KVASIR_LOG_ERROR("tensor-parallel worker %d: failing at start ($KVASIR_TEST_TP_WORKER_FAIL_AT_START)", rank);
+    return 1;
+  }
   auto tp = join_tensor_parallel_group(args.tensor_parallel_size, rank);
   if (!tp.ok()) {
     KVASIR_LOG_ERROR("tensor-parallel worker %d: %s", rank, tp.status().to_string().c_str());

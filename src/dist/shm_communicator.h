@@ -13,6 +13,7 @@
 #pragma once
 
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <string>
 
@@ -31,6 +32,9 @@ struct ShmCommunicatorOptions {
   int64_t timeout_ms = 60'000;
   size_t slot_bytes = 2u << 20;      // per-rank staging per collective round
   size_t p2p_slot_bytes = 256u << 10;  // per ordered pair of ranks
+  // Called every few milliseconds while create() waits for the other ranks to attach; a non-OK
+  // answer ends the wait with it (a launcher that sees a rank's process exit says so at once).
+  std::function<Status()> while_attaching;
 };
 
 class ShmSegment;

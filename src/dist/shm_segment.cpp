@@ -84,6 +84,7 @@ StatusOr<std::unique_ptr<ShmSegment>> ShmSegment::attach(const ShmCommunicatorOp
   seg->timeout_ms_ = o.timeout_ms;
   seg->slot_bytes_ = o.slot_bytes;
   seg->p2p_slot_bytes_ = o.p2p_slot_bytes;
+  seg->while_attaching_ = o.while_attaching;
   const size_t n = static_cast<size_t>(o.world_size);
   seg->total_bytes_ = slots_offset(o.world_size) + o.slot_bytes * n + o.p2p_slot_bytes * n * n;
   Status s = seg->create_or_open(o);
@@ -194,6 +195,7 @@ Status ShmSegment::wait_for_everyone() {
   h->num_attached.fetch_add(1, std::memory_order_acq_rel);
   Status s = wait([&] { return h->num_attached.load(std::memory_order_acquire) >= static_cast<uint32_t>(world_size_); },
                   -1, "attach");
+  while_attaching_ = nullptr;
   if (!s.ok()) return s;
   if (rank_ == 0) {
     shm_unlink(name_.c_str());  // every rank has it mapped; nothing is left behind at exit
@@ -257,6 +259,10 @@ Status ShmSegment::peer_alive(int peer, const char* op) {
 Status ShmSegment::check_group(int peer, const char* op, std::chrono::steady_clock::time_point deadline) {
   Status s = group_failure_status();
   if (!s.ok()) return unavailable(std::string(op) + " failed: " + s.message());
+  if (while_attaching_) {
+    s = while_attaching_();
+    if (!s.ok()) return s;
+  }
   for (int r = 0; r < world_size_; ++r) {
     if (r == rank_ || (peer >= 0 && r != peer)) continue;
     s = peer_alive(r, op);

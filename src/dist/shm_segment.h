@@ -11,6 +11,7 @@
 #include <chrono>
 #include <condition_variable>
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <mutex>
 #include <string>
@@ -97,6 +98,7 @@ class ShmSegment {
   bool unlinked_ = false;
   uint64_t round_ = 0;
   Status sticky_;
+  std::function<Status()> while_attaching_;  // only during create()
 
   // The keeper thread holds this rank's `alive` mutex: robust mutexes belong to a thread, so the
   // caller's threads may come and go while the rank stays alive in the others' eyes.

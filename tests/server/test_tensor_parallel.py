@@ -96,3 +96,15 @@ def test_a_killed_worker_fails_the_stream_and_turns_health_to_503():
     while any(alive(w) for w in workers) and time.time() < deadline:
         time.sleep(0.1)
     assert not any(alive(w) for w in workers), "a worker outlived the server"
+
+
+def test_a_worker_that_cannot_start_is_named_and_the_server_exits_non_zero():
+    from conftest import MODEL, free_port, kvasir_bin
+    import subprocess
+    env = {**os.environ, "KVASIR_TEST_TP_WORKER_FAIL_AT_START": "1"}
+    t0 = time.time()
+    p = subprocess.run([kvasir_bin(), "serve", MODEL, "--port", str(free_port()), "--tensor-parallel-size", "3",
+                        *FLAGS], env=env, capture_output=True, text=True, timeout=60)
+    assert p.returncode != 0
+    assert "worker rank" in p.stderr and "before joining the group" in p.stderr, p.stderr[-2000:]
+    assert time.time() - t0 < 20, "the failed worker must be noticed, not waited out"
