@@ -29,9 +29,10 @@ if [[ "${1:-}" == "--build" ]]; then
   build=${KVASIR_BUILD_DIR:-$root/build-cuda}
   cmake -S "$root" -B "$build" -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo -DKVASIR_CUDA=ON \
         -DKVASIR_STATIC_RUNTIME=ON >/dev/null
-  ninja -C "$build" -j"${KVASIR_JOBS:-2}" kvasir cuda_ops_test cuda_e2e_test grammar_bench
+  ninja -C "$build" -j"${KVASIR_JOBS:-2}" kvasir cuda_ops_test cuda_e2e_test grammar_bench nccl_communicator_test
   mkdir -p "$root/.carry/bin" "$root/.carry/lib"
-  for b in kvasir src/backend/cuda/cuda_ops_test src/backend/cuda/cuda_e2e_test src/structured/grammar_bench; do
+  for b in kvasir src/backend/cuda/cuda_ops_test src/backend/cuda/cuda_e2e_test src/structured/grammar_bench \
+           src/dist/nccl_communicator_test; do
     cp "$build/tools/$b" "$root/.carry/bin/" 2>/dev/null || cp "$build/$b" "$root/.carry/bin/"
   done
   strip "$root/.carry/bin/"* 2>/dev/null || true
@@ -70,9 +71,10 @@ nvidia-smi --query-gpu=name,memory.total,clocks.sm,clocks.mem,temperature.gpu --
 if [[ ! -x "$bin/kvasir" ]]; then
   echo "no carried binaries: building on the device"
   cmake -S "$root" -B /tmp/kb -G Ninja -DCMAKE_BUILD_TYPE=Release -DKVASIR_CUDA=ON >"$OUT/build.log" 2>&1 &&
-    ninja -C /tmp/kb -j16 kvasir cuda_ops_test cuda_e2e_test >>"$OUT/build.log" 2>&1 || { note "build FAILED"; tail -30 "$OUT/build.log"; }
+    ninja -C /tmp/kb -j16 kvasir cuda_ops_test cuda_e2e_test nccl_communicator_test >>"$OUT/build.log" 2>&1 || { note "build FAILED"; tail -30 "$OUT/build.log"; }
   mkdir -p "$bin"
-  cp /tmp/kb/tools/kvasir /tmp/kb/src/backend/cuda/cuda_ops_test /tmp/kb/src/backend/cuda/cuda_e2e_test "$bin/" 2>/dev/null
+  cp /tmp/kb/tools/kvasir /tmp/kb/src/backend/cuda/cuda_ops_test /tmp/kb/src/backend/cuda/cuda_e2e_test \
+     /tmp/kb/src/dist/nccl_communicator_test "$bin/" 2>/dev/null
 fi
 
 lc=/tmp/lc
@@ -93,6 +95,11 @@ lc_wait() {  # up to $1 seconds for the background llama.cpp build
 }
 
 if has tests; then
+  # The NCCL communicator at world size 1 (more GPUs: every op across them). libnccl.so.2 is too
+  # big to carry: the toolkit's, else the one in the torch venv.
+  nccl_dir=$(dirname "$(find /usr/local/cuda/lib64 /opt/torch/.venv -name 'libnccl.so.2' 2>/dev/null | head -1)" 2>/dev/null)
+  LD_LIBRARY_PATH="${nccl_dir:-.}:$LD_LIBRARY_PATH" timeout 120 "$bin/nccl_communicator_test" >"$OUT/nccl_test.log" 2>&1
+  note "nccl communicator test: rc=$? $(grep -E '^\[  (PASSED|SKIPPED) ' "$OUT/nccl_test.log" | tr '\n' ' ')$(grep -c '^\[  FAILED  \]' "$OUT/nccl_test.log") failed"
   timeout 240 "$bin/cuda_ops_test" >"$OUT/ops_test.log" 2>&1
   rc=$?
   grep -E "^\[  (PASSED|FAILED) |FAILED|Failure|rel|Expected" "$OUT/ops_test.log" | head -40

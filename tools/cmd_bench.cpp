@@ -11,6 +11,7 @@
 #include <vector>
 
 #include "setup/loaded_model.h"
+#include "api/tensor_parallel_group.h"
 #include "args.h"
 #include "commands.h"
 #include "common/json.h"
@@ -268,6 +269,13 @@ int cmd_bench(int argc, char** argv) {
   auto ea = engine_args_from(*args);
   if (!ea.ok()) {
     std::fprintf(stderr, "kvasir bench: %s\n", ea.status().message().c_str());
+    return 2;
+  }
+  // A tensor-parallel worker started by rank 0 (this same command line): only steps.
+  if (auto rank = tensor_parallel_worker_rank()) return run_tensor_parallel_worker(*ea, *rank);
+  if (which == "latency" && ea->tensor_parallel_size > 1) {
+    // It drives one model directly, without the engine that the workers follow.
+    std::fprintf(stderr, "kvasir bench latency: --tensor-parallel-size is not supported; use bench throughput\n");
     return 2;
   }
   if (which == "latency") return bench_latency(*args, *ea);

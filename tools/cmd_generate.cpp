@@ -9,6 +9,7 @@
 
 #include "server/sampling_json.h"
 #include "server/structured_outputs_json.h"
+#include "api/tensor_parallel_group.h"
 #include "args.h"
 #include "commands.h"
 #include "common/check.h"
@@ -234,6 +235,8 @@ int cmd_generate(int argc, char** argv) {
     std::fprintf(stderr, "kvasir generate: %s\n", ea.status().message().c_str());
     return 2;
   }
+  // A tensor-parallel worker started by rank 0 (this same command line): only steps.
+  if (auto rank = tensor_parallel_worker_rank()) return run_tensor_parallel_worker(*ea, *rank);
   auto llm = LLM::create(*ea);
   if (!llm.ok()) {
     std::fprintf(stderr, "kvasir generate: %s\n", llm.status().message().c_str());

@@ -12,6 +12,7 @@
 #include "commands.h"
 #include "common/log.h"
 #include "engine_flags.h"
+#include "api/tensor_parallel_group.h"
 #include "server/serving_app.h"
 
 namespace kvasir {
@@ -115,6 +116,9 @@ int cmd_serve(int argc, char** argv) {
                            : !timeout.ok() ? timeout.status().message().c_str() : "--shutdown-timeout must be in [0, 86400]");
     return 2;
   }
+
+  // A tensor-parallel worker started by rank 0 (this same command line): no HTTP, only steps.
+  if (auto rank = tensor_parallel_worker_rank()) return run_tensor_parallel_worker(cfg->engine, *rank);
 
   // Block the shutdown signals in every thread (threads inherit the mask) and take them here.
   sigset_t set;

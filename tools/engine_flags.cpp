@@ -8,7 +8,7 @@ void add_engine_flags(std::set<std::string>& v, std::set<std::string>& b) {
   for (const char* f : {"model", "device", "threads", "max-num-seqs", "max-num-batched-tokens", "block-size",
                         "kv-cache-memory", "max-model-len", "seed", "max-logprobs", "scheduling-policy",
                         "long-prefill-token-threshold", "load-format", "gpu-memory-utilization", "kv-cache-dtype",
-                        "tokenizer", "structured-outputs-config"}) {
+                        "tokenizer", "structured-outputs-config", "tensor-parallel-size"}) {
     v.insert(f);
   }
   for (const char* f : {"enable-prefix-caching", "exact-matmul", "enforce-eager", "disable-async-output-proc",
@@ -41,6 +41,8 @@ std::string engine_flags_help() {
          "  --enforce-eager              CUDA: launch kernels one by one, no CUDA graphs\n"
          "  --disable-async-output-proc  detokenize in lock step with the forward pass (measures the overlap)\n"
          "  --async-scheduling           schedule the next step while the current one runs (default off)\n"
+         "  --tensor-parallel-size N     split the model over N ranks, one process each on this host,\n"
+         "                               as vLLM (CPU backend, Llama-family models; default 1)\n"
          "  --structured-outputs-config JSON\n"
          "                               {\"backend\": \"xgrammar\"|\"auto\", \"disable_any_whitespace\": bool,\n"
          "                               \"disable_additional_properties\": bool, \"enable_in_reasoning\": bool}\n";
@@ -88,6 +90,9 @@ StatusOr<EngineArgs> engine_args_from(const Args& a) {
   e.enforce_eager = a.get_bool("enforce-eager", false);
   e.disable_async_output_proc = a.get_bool("disable-async-output-proc", false);
   e.async_scheduling = a.get_bool("async-scheduling", false);
+  KVASIR_ASSIGN_OR_RETURN(int64_t tp, a.get_int("tensor-parallel-size", 1));
+  if (tp < 1 || tp > 64) return invalid_argument("--tensor-parallel-size must be in [1, 64]");
+  e.tensor_parallel_size = static_cast<int>(tp);
   if (a.has("structured-outputs-config")) {
     KVASIR_ASSIGN_OR_RETURN(e.structured_outputs, parse_structured_outputs_config(a.get("structured-outputs-config")));
   }

@@ -43,6 +43,8 @@ struct GenerationResult {
   int32_t num_cached_tokens = 0;
 };
 
+struct TensorParallelProcesses;
+
 class LLM {
  public:
   static StatusOr<std::unique_ptr<LLM>> create(const EngineArgs& args);
@@ -62,6 +64,9 @@ class LLM {
   std::unique_ptr<LoadedModel> model_;
   struct KvHolder;
   std::unique_ptr<KvHolder> kv_;
+  // --tensor-parallel-size > 1: the communicator and the worker processes; outlives engine_,
+  // whose BroadcastingWorker stops the workers when it goes.
+  std::unique_ptr<TensorParallelProcesses> tp_;
   std::unique_ptr<Engine> engine_;
   int num_kv_blocks_ = 0;
   int max_model_len_ = 0;

@@ -4,14 +4,17 @@
 
 #include <algorithm>
 
+#include "api/rank_setup.h"
+#include "api/tensor_parallel_group.h"
 #include "engine/engine.h"
+#include "executor/step_broadcast.h"
 #include "setup/kv_cache_sizing.h"
 #include "setup/loaded_model.h"
 
 namespace kvasir {
 
 struct LLM::KvHolder {
-  KvCache cache;
+  std::unique_ptr<KvCache> cache;  // the runner keeps a reference
 };
 
 LLM::~LLM() {
@@ -25,17 +28,18 @@ LLM::~LLM() {
 StatusOr<std::unique_ptr<LLM>> LLM::create(const EngineArgs& args) {
   KVASIR_RETURN_IF_ERROR(args.validate());
   std::unique_ptr<LLM> llm(new LLM());
-  const LoadOptions lo = LoadOptions::from(args);
-  KVASIR_ASSIGN_OR_RETURN(llm->model_, load_model(args.model.empty() ? default_model_path() : args.model, lo));
+  if (args.tensor_parallel_size > 1) {
+    if (tensor_parallel_worker_rank())
+      return internal_error("a tensor-parallel worker must run run_tensor_parallel_worker, not serve");
+    KVASIR_ASSIGN_OR_RETURN(llm->tp_, start_tensor_parallel_group(args.tensor_parallel_size));
+  }
+  KVASIR_ASSIGN_OR_RETURN(RankSetup setup, set_up_rank(args, llm->tp_.get()));
+  llm->model_ = std::move(setup.model);
   const ModelConfig& cfg = llm->model_->config;
-  llm->max_model_len_ = resolve_max_model_len(args, cfg);
-  KVASIR_ASSIGN_OR_RETURN(llm->num_kv_blocks_, plan_num_kv_blocks(*llm->model_, args));
-  // Before anything is sized by it: a max_model_len past the cache would admit requests that
-  // can never finish.
-  KVASIR_ASSIGN_OR_RETURN(llm->max_model_len_,
-                          fit_max_model_len_to_kv_cache(args, llm->max_model_len_, llm->num_kv_blocks_));
+  llm->max_model_len_ = setup.max_model_len;
+  llm->num_kv_blocks_ = setup.num_kv_blocks;
   llm->kv_ = std::make_unique<KvHolder>();
-  KVASIR_ASSIGN_OR_RETURN(llm->kv_->cache, llm->model_->model->allocate_kv_cache(llm->num_kv_blocks_, args.block_size));
+  llm->kv_->cache = std::move(setup.cache);
 
   EngineOptions eo;
   eo.scheduler.max_num_seqs = args.max_num_seqs;
@@ -54,14 +58,12 @@ StatusOr<std::unique_ptr<LLM>> LLM::create(const EngineArgs& args) {
   eo.grammar_json_any_whitespace = !args.structured_outputs.disable_any_whitespace;
   eo.grammar_in_reasoning = args.structured_outputs.enable_in_reasoning;
 
-  RunnerConfig rc;
-  rc.block_size = args.block_size;
-  rc.max_model_len = llm->max_model_len_;
-  rc.seed = args.seed;
-  rc.eos_token_ids = llm->model_->eos_token_ids;
-  rc.max_num_seqs = args.max_num_seqs;
-  auto runner = std::make_unique<ModelRunner>(*llm->model_->model, llm->kv_->cache, rc);
-  llm->engine_ = std::make_unique<Engine>(eo, *llm->model_->tokenizer, cfg.vocab_size, std::move(runner));
+  std::unique_ptr<Worker> worker = std::make_unique<RunnerWorker>(std::move(setup.runner));
+  // Rank 0 of a tensor-parallel group sends each step to the workers before running its own.
+  if (llm->tp_) worker = std::make_unique<BroadcastingWorker>(*llm->tp_->comm, std::move(worker));
+  auto executor = std::make_unique<InProcessExecutor>(
+      std::move(worker), args.async_scheduling ? InProcessExecutor::Mode::kWorkerThread : InProcessExecutor::Mode::kInline);
+  llm->engine_ = std::make_unique<Engine>(eo, *llm->model_->tokenizer, cfg.vocab_size, std::move(executor));
   return llm;
 }
 

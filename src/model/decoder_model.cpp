@@ -4,6 +4,8 @@
 #include <cstdio>
 #include <cstring>
 
+#include "backend/host_buffer.h"
+#include "dist/communicator.h"
 #include "model/registry.h"
 #include "model/weight_binding.h"
 
@@ -30,10 +32,14 @@ struct DecoderModel::Workspace {
   Tensor gate, up; // [T, intermediate]
   Tensor last;     // [L, hidden] rows selected for logits
   Tensor logits;   // [L, vocab]
+  // Tensor parallelism only:
+  std::vector<int32_t> local_ids;   // [T] ids within this rank's vocabulary shard
+  Tensor local_logits;              // [L, padded vocab shard]
+  std::vector<float> gathered;      // [tp size, L, padded vocab shard]
 };
 
 DecoderModel::DecoderModel(const ModelConfig& config, Backend& backend, const ModelOptions& opts)
-    : config_(config), backend_(backend), opts_(opts), rope_(std::make_unique<RopeTables>()),
+    : config_(config), full_config_(config), backend_(backend), opts_(opts), rope_(std::make_unique<RopeTables>()),
       eps_(static_cast<float>(config.rms_norm_eps)) {}
 
 DecoderModel::~DecoderModel() = default;
@@ -43,6 +49,16 @@ StatusOr<std::unique_ptr<DecoderModel>> DecoderModel::create(const ModelConfig& 
   if (opts.max_num_tokens < 1 || opts.max_num_logits < 1) return invalid_argument("model options must be positive");
   KVASIR_ASSIGN_OR_RETURN(const ModelFamily* family, family_of(config));
   std::unique_ptr<DecoderModel> m(new DecoderModel(config, backend, opts));
+  m->vocab_ = vocab_shard(config.vocab_size, 0, 1);
+  if (opts.tp.size > 1) {
+    if (opts.tp.comm == nullptr || opts.tp.comm->world_size() != opts.tp.size || opts.tp.comm->rank() != opts.tp.rank)
+      return invalid_argument("tensor parallelism needs a communicator of the group's size and rank");
+    // The all-reduces and the logits gather read and write activations in place in host memory.
+    if (backend.device() != Device::kCpu)
+      return unimplemented("tensor parallelism runs on the CPU backend only for now");
+    KVASIR_ASSIGN_OR_RETURN(m->config_, shard_config(config, opts.tp.rank, opts.tp.size));
+    m->vocab_ = vocab_shard(config.vocab_size, opts.tp.rank, opts.tp.size);
+  }
   KVASIR_RETURN_IF_ERROR(m->bind_weights(weights, *family));
   KVASIR_RETURN_IF_ERROR(m->allocate_workspace());
   std::vector<float> freq_factors;
@@ -63,7 +79,11 @@ StatusOr<std::unique_ptr<DecoderModel>> DecoderModel::create(const ModelConfig& 
 }
 
 Status DecoderModel::bind_weights(const WeightSource& src, const ModelFamily& family) {
-  const WeightManifest manifest = family.manifest(config_);
+  WeightManifest manifest = family.manifest(full_config_);
+  auto present = [&src](const WeightSpec& spec) {
+    return src.has_tensor(spec.gguf.name) || src.has_tensor(spec.hf.name);
+  };
+  KVASIR_RETURN_IF_ERROR(shard_manifest(manifest, full_config_, opts_.tp.rank, opts_.tp.size, present));
   if (manifest.layers.size() != static_cast<size_t>(config_.num_layers)) return data_loss("layer count mismatch");
   WeightBinder b(src, backend_, config_, owned_);
   KVASIR_ASSIGN_OR_RETURN(LayerWeights top, b.bind(manifest.model));
@@ -71,6 +91,15 @@ Status DecoderModel::bind_weights(const WeightSource& src, const ModelFamily& fa
   final_norm_ = top.get("output_norm.weight");
   lm_head_ = top.get("output.weight");
   if (embed_.data == nullptr || final_norm_.data == nullptr) return data_loss("embedding or final norm not bound");
+  if (opts_.tp.size > 1) {
+    const bool tied = lm_head_.data == nullptr;
+    KVASIR_ASSIGN_OR_RETURN(embed_, padded_vocab_rows(embed_, vocab_.padded_rows + 1));
+    if (tied) {
+      lm_head_ = embed_.slice_rows(0, vocab_.padded_rows);
+    } else {
+      KVASIR_ASSIGN_OR_RETURN(lm_head_, padded_vocab_rows(lm_head_, vocab_.padded_rows));
+    }
+  }
   if (lm_head_.data == nullptr) lm_head_ = embed_;  // tied, or a checkpoint that ties without saying so
   layers_.resize(static_cast<size_t>(config_.num_layers));
   for (int i = 0; i < config_.num_layers; ++i) {
@@ -88,15 +117,17 @@ Status DecoderModel::bind_weights(const WeightSource& src, const ModelFamily& fa
     KVASIR_ASSIGN_OR_RETURN(L.attn, family.make_attention(init));
     KVASIR_ASSIGN_OR_RETURN(L.mlp, family.make_mlp(init));
   }
-  if (lm_head_.dim(0) != config_.vocab_size || lm_head_.dim(1) != config_.hidden_size) {
+  const int64_t head_rows = opts_.tp.size > 1 ? vocab_.padded_rows : config_.vocab_size;
+  if (lm_head_.dim(0) != head_rows || lm_head_.dim(1) != config_.hidden_size) {
     return data_loss("output projection shape does not match vocab_size x hidden_size");
   }
   // Fewer layers in the config than in the checkpoint would run a truncated model without a
   // word: the layer after the last must be absent (asked of the family's own manifest).
-  ModelConfig one_more = config_;
+  ModelConfig one_more = full_config_;
   one_more.num_layers += 1;
   one_more.layer_is_sliding.push_back(false);
-  const WeightManifest more = family.manifest(one_more);
+  WeightManifest more = family.manifest(one_more);
+  KVASIR_RETURN_IF_ERROR(shard_manifest(more, one_more, opts_.tp.rank, opts_.tp.size, present));
   if (more.layers.size() == layers_.size() + 1) {
     KVASIR_RETURN_IF_ERROR(b.expect_absent(
         more.layers.back(), "the config says the model has " + std::to_string(config_.num_layers) +
@@ -131,6 +162,48 @@ Status DecoderModel::allocate_workspace() {
   KVASIR_ASSIGN_OR_RETURN(auto logits_buf, backend_.allocate(static_cast<size_t>(L * config_.vocab_size) * sizeof(float)));
   ws_->logits = Tensor::make(logits_buf->data(), DType::kF32, {L, config_.vocab_size}, backend_.device());
   ws_->buffers.push_back(std::move(logits_buf));
+  if (opts_.tp.size > 1) {
+    ws_->local_ids.resize(static_cast<size_t>(T));
+    KVASIR_ASSIGN_OR_RETURN(auto local, backend_.allocate(static_cast<size_t>(L * vocab_.padded_rows) * sizeof(float)));
+    ws_->local_logits = Tensor::make(local->data(), DType::kF32, {L, vocab_.padded_rows}, backend_.device());
+    ws_->buffers.push_back(std::move(local));
+    ws_->gathered.resize(static_cast<size_t>(opts_.tp.size * L * vocab_.padded_rows));
+  }
+  return Status();
+}
+
+StatusOr<Tensor> DecoderModel::padded_vocab_rows(const Tensor& rows, int64_t padded_rows) {
+  const size_t rb = rows.row_bytes();
+  KVASIR_ASSIGN_OR_RETURN(auto buf, allocate_host_buffer(rb * static_cast<size_t>(padded_rows)));
+  // Zero bytes are a zero row in every weight format (a zero scale in the block formats).
+  std::memset(buf->data(), 0, buf->size());
+  std::memcpy(buf->data(), rows.data, rb * static_cast<size_t>(rows.rows()));
+  Tensor host = Tensor::make(buf->data(), rows.dtype, {padded_rows, rows.dim(1)});
+  owned_.push_back(std::move(buf));
+  std::unique_ptr<Buffer> owner;
+  KVASIR_ASSIGN_OR_RETURN(Tensor t, backend_.upload_weight(host, &owner));
+  if (owner) owned_.push_back(std::move(owner));
+  return t;
+}
+
+Status DecoderModel::all_reduce(Tensor& t) {
+  if (opts_.tp.size == 1) return Status();
+  return opts_.tp.comm->all_reduce_sum(t.data, static_cast<size_t>(t.numel()), t.dtype);
+}
+
+// local: [num_rows, padded shard] on every rank -> out: [num_rows, vocab], shard r's real columns
+// at [begin_r, begin_r + rows_r).
+Status DecoderModel::gather_logits(const Tensor& local, int num_rows, Tensor& out) {
+  const int64_t padded = vocab_.padded_rows;
+  const size_t per_rank = static_cast<size_t>(num_rows * padded);
+  KVASIR_RETURN_IF_ERROR(opts_.tp.comm->all_gather(local.data, ws_->gathered.data(), per_rank * sizeof(float)));
+  auto* dst = static_cast<float*>(out.data);
+  for (int r = 0; r < opts_.tp.size; ++r) {
+    const VocabShard v = vocab_shard(config_.vocab_size, r, opts_.tp.size);
+    const float* src = ws_->gathered.data() + per_rank * static_cast<size_t>(r);
+    for (int i = 0; i < num_rows; ++i)
+      std::memcpy(dst + i * config_.vocab_size + v.begin, src + i * padded, static_cast<size_t>(v.rows) * sizeof(float));
+  }
   return Status();
 }
 
@@ -193,14 +266,28 @@ Status DecoderModel::run_layers(const ForwardBatch& batch, KvCache& cache) {
   BlockScratch scratch{w.q.slice_rows(0, T),    w.k.slice_rows(0, T),    w.v.slice_rows(0, T),
                        w.attn.slice_rows(0, T), w.gate.slice_rows(0, T), w.up.slice_rows(0, T)};
 
-  backend_.embedding(embed_, batch.input_ids, T, static_cast<float>(config_.embedding_scale), x);
+  if (opts_.tp.size > 1) {
+    // Ids outside this rank's vocabulary rows embed as its zero row; the all-reduce adds the one
+    // rank's real row to zeros, which is exact.
+    for (int i = 0; i < T; ++i) {
+      const int64_t local = batch.input_ids[i] - vocab_.begin;
+      w.local_ids[static_cast<size_t>(i)] =
+          static_cast<int32_t>(local >= 0 && local < vocab_.rows ? local : vocab_.padded_rows);
+    }
+    backend_.embedding(embed_, w.local_ids.data(), T, static_cast<float>(config_.embedding_scale), x);
+    KVASIR_RETURN_IF_ERROR(all_reduce(x));
+  } else {
+    backend_.embedding(embed_, batch.input_ids, T, static_cast<float>(config_.embedding_scale), x);
+  }
   for (size_t l = 0; l < layers_.size(); ++l) {
     Layer& L = layers_[l];
     backend_.rms_norm(x, L.attn_norm, eps_, h);
     L.attn->forward(backend_, h, batch, cache.k[l], cache.v[l], scratch, o);
+    KVASIR_RETURN_IF_ERROR(all_reduce(o));  // row-parallel o_proj: each rank holds a partial sum
     if (L.post_attn_norm.data != nullptr) backend_.rms_norm(o, L.post_attn_norm, eps_, o);
     backend_.add_rms_norm(x, o, L.ffn_norm, eps_, h);
     L.mlp->forward(backend_, h, scratch, o);
+    KVASIR_RETURN_IF_ERROR(all_reduce(o));  // row-parallel down projection
     if (L.post_ffn_norm.data != nullptr) backend_.rms_norm(o, L.post_ffn_norm, eps_, o);
     backend_.add(x, o);
   }
@@ -226,6 +313,13 @@ StatusOr<Tensor> DecoderModel::compute_logits_on_device(const int32_t* rows, int
   Tensor out = w.logits.slice_rows(0, num_rows);
   backend_.gather_rows(x, rows, num_rows, last);
   backend_.rms_norm(last, final_norm_, eps_, last);
+  if (opts_.tp.size > 1) {
+    Tensor local = w.local_logits.slice_rows(0, num_rows);
+    backend_.linear(last, lm_head_, nullptr, local);
+    if (config_.final_logit_softcapping) backend_.softcap(local, static_cast<float>(*config_.final_logit_softcapping));
+    KVASIR_RETURN_IF_ERROR(gather_logits(local, num_rows, out));
+    return out;
+  }
   backend_.linear(last, lm_head_, nullptr, out);
   if (config_.final_logit_softcapping) backend_.softcap(out, static_cast<float>(*config_.final_logit_softcapping));
   return out;

@@ -17,6 +17,7 @@
 #include "model/blocks.h"
 #include "model/forward_batch.h"
 #include "model/kv_cache.h"
+#include "model/tensor_parallel.h"
 
 namespace kvasir {
 
@@ -25,6 +26,9 @@ class ModelFamily;
 struct ModelOptions {
   int max_num_tokens = 2048;  // rows in one forward (max_num_batched_tokens)
   int max_num_logits = 256;   // rows of logits in one forward (max_num_seqs)
+  // This model is rank tp.rank's shard (tensor_parallel.h); its forward pass all-reduces and
+  // gathers over tp.comm, so every rank of the group must run the same batches in step.
+  TensorParallelGroup tp;
 };
 
 class DecoderModel {
@@ -33,6 +37,7 @@ class DecoderModel {
                                                         Backend& backend, const ModelOptions& opts);
   ~DecoderModel();
 
+  // The shard's config under tensor parallelism (its heads, its MLP rows; the full vocabulary).
   const ModelConfig& config() const { return config_; }
   size_t kv_cache_bytes_per_block(int block_size) const;
   StatusOr<KvCache> allocate_kv_cache(int num_blocks, int block_size);
@@ -55,8 +60,15 @@ class DecoderModel {
   DecoderModel(const ModelConfig& config, Backend& backend, const ModelOptions& opts);
   Status bind_weights(const WeightSource& weights, const ModelFamily& family);
   Status allocate_workspace();
+  // Tensor parallelism: the vocabulary shard padded with zero rows (rows >= its real ones), so an
+  // id outside the shard embeds to zeros and every rank's logits have the same width.
+  StatusOr<Tensor> padded_vocab_rows(const Tensor& rows, int64_t padded_rows);
+  Status all_reduce(Tensor& t);  // sums t over the tensor-parallel group, in place
+  Status gather_logits(const Tensor& local, int num_rows, Tensor& out);
 
   ModelConfig config_;
+  ModelConfig full_config_;  // the whole model's (== config_ without tensor parallelism)
+  VocabShard vocab_;         // this rank's vocabulary rows (all of them without tensor parallelism)
   Backend& backend_;
   ModelOptions opts_;
   std::vector<Layer> layers_;

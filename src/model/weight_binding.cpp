@@ -81,6 +81,7 @@ StatusOr<Tensor> WeightBinder::bind_one(const WeightSpec& spec) {
   if (name == nullptr) {
     return not_found("model weight missing: " + spec.gguf.name + " (HF name " + spec.hf.name + ")");
   }
+  if (name->column_slice()) return column_slice(spec, *name);
   if (name->fused()) return fused_rows(spec, *name);
   if (name->transposed) return transposed_matrix(spec, *name);
   KVASIR_ASSIGN_OR_RETURN(WeightTensor w, src_.tensor(name->name));
@@ -135,6 +136,41 @@ StatusOr<Tensor> WeightBinder::fused_rows(const WeightSpec& spec, const WeightNa
   rows.nbytes = view.nbytes();
   rows.data = w.data + static_cast<size_t>(name.row_begin) * view.row_bytes();
   return upload(rows);
+}
+
+StatusOr<Tensor> WeightBinder::column_slice(const WeightSpec& spec, const WeightName& name) {
+  if (spec.kind != WeightKind::kMatrix || spec.shape.size() != 2 || name.fused() || name.transposed) {
+    return internal_error("column slice of " + spec.role + " must be of a plain matrix");
+  }
+  KVASIR_ASSIGN_OR_RETURN(WeightTensor w, src_.tensor(name.name));
+  const std::vector<int64_t> full = {spec.shape[0], name.full_cols};
+  if (w.shape != full) {
+    return data_loss("weight " + w.name + " has shape " + shape_text(w.shape) + ", expected " + shape_text(full));
+  }
+  KVASIR_RETURN_IF_ERROR(check_weight_type(spec, w));
+  const auto info = dtype_info(w.dtype);
+  const int64_t bs = info->block_size, cols = spec.shape[1];
+  if (name.col_begin % bs != 0 || cols % bs != 0 || name.col_begin + cols > name.full_cols) {
+    return unimplemented("weight " + w.name + " (" + std::string(dtype_name(w.dtype)) + ", blocks of " +
+                         std::to_string(bs) + " columns) cannot be split at columns [" +
+                         std::to_string(name.col_begin) + ", " + std::to_string(name.col_begin + cols) +
+                         "): not on block boundaries; choose another --tensor-parallel-size");
+  }
+  WeightTensor out = w;
+  out.shape = spec.shape;
+  const size_t src_row = static_cast<size_t>(name.full_cols / bs) * info->type_size;
+  const size_t dst_row = static_cast<size_t>(cols / bs) * info->type_size;
+  const size_t skip = static_cast<size_t>(name.col_begin / bs) * info->type_size;
+  out.nbytes = dst_row * static_cast<size_t>(spec.shape[0]);
+  if (w.data == nullptr) return upload(out);  // dummy weights the backend fills on the device
+  KVASIR_ASSIGN_OR_RETURN(auto buf, allocate_host_buffer(out.nbytes));
+  auto* dst = static_cast<uint8_t*>(buf->data());
+  for (int64_t r = 0; r < spec.shape[0]; ++r) {
+    std::memcpy(dst + static_cast<size_t>(r) * dst_row, w.data + static_cast<size_t>(r) * src_row + skip, dst_row);
+  }
+  out.data = dst;
+  owned_.push_back(std::move(buf));
+  return upload(out);
 }
 
 // A matrix (or a stack of them) stored [..., in, out]: copied once into [..., out, in], the

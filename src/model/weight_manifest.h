@@ -32,7 +32,12 @@ struct WeightName {
   int64_t row_begin = -1;  // -1: the whole tensor
   int64_t fused_rows = 0;  // rows of the fused tensor (row_begin >= 0)
   bool transposed = false;
+  // Columns [col_begin, col_begin + the spec's in-features) of a tensor with `full_cols` columns:
+  // a tensor-parallel rank's part of a row-parallel matrix (copied out at load).
+  int64_t col_begin = -1;
+  int64_t full_cols = 0;
   bool fused() const { return row_begin >= 0; }
+  bool column_slice() const { return col_begin >= 0; }
 };
 
 struct WeightSpec {

@@ -48,6 +48,9 @@ struct EngineArgs {
   bool enforce_eager = false;          // CUDA: no graphs
   bool disable_async_output_proc = false;  // detokenize in lock step with the engine (for A/B only)
   bool async_scheduling = false;           // schedule step N+1 while step N runs (vLLM's flag)
+  // vLLM's --tensor-parallel-size: the model split over this many ranks, one process each on
+  // this host (CPU backend; api/tensor_parallel_group.h).
+  int tensor_parallel_size = 1;
   StructuredOutputsConfig structured_outputs;
 
   Status validate() const;

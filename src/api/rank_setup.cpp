@@ -1,0 +1,32 @@
+#include "api/rank_setup.h"
+
+#include "setup/kv_cache_sizing.h"
+
+namespace kvasir {
+
+StatusOr<RankSetup> set_up_rank(const EngineArgs& args, TensorParallelProcesses* tp) {
+  RankSetup r;
+  LoadOptions lo = LoadOptions::from(args);
+  if (tp != nullptr) lo.model.tp = TensorParallelGroup{tp->comm->rank(), tp->comm->world_size(), tp->comm.get()};
+  KVASIR_ASSIGN_OR_RETURN(r.model, load_model(args.model.empty() ? default_model_path() : args.model, lo));
+  r.max_model_len = resolve_max_model_len(args, r.model->config);
+  KVASIR_ASSIGN_OR_RETURN(r.num_kv_blocks, plan_num_kv_blocks(*r.model, args));
+  if (tp != nullptr) {
+    KVASIR_ASSIGN_OR_RETURN(r.num_kv_blocks, agree_num_kv_blocks(*tp->comm, r.num_kv_blocks));
+  }
+  // Before anything is sized by it: a max_model_len past the cache would admit requests that
+  // can never finish.
+  KVASIR_ASSIGN_OR_RETURN(r.max_model_len, fit_max_model_len_to_kv_cache(args, r.max_model_len, r.num_kv_blocks));
+  r.cache = std::make_unique<KvCache>();
+  KVASIR_ASSIGN_OR_RETURN(*r.cache, r.model->model->allocate_kv_cache(r.num_kv_blocks, args.block_size));
+  RunnerConfig rc;
+  rc.block_size = args.block_size;
+  rc.max_model_len = r.max_model_len;
+  rc.seed = args.seed;
+  rc.eos_token_ids = r.model->eos_token_ids;
+  rc.max_num_seqs = args.max_num_seqs;
+  r.runner = std::make_unique<ModelRunner>(*r.model->model, *r.cache, rc);
+  return r;
+}
+
+}  // namespace kvasir

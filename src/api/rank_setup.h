@@ -1,0 +1,27 @@
+// What every rank of an engine builds before it runs steps, in the same way on every rank: the
+// model (its shard under tensor parallelism), the KV cache (one block count agreed by all ranks,
+// since the scheduler's block ids index every rank's cache) and the ModelRunner (same seed and EOS
+// ids, so every rank samples the same tokens). Shared by LLM::create (rank 0) and the workers.
+#pragma once
+
+#include <memory>
+
+#include "api/tensor_parallel_group.h"
+#include "runner/model_runner.h"
+#include "setup/engine_args.h"
+#include "setup/loaded_model.h"
+
+namespace kvasir {
+
+struct RankSetup {
+  std::unique_ptr<LoadedModel> model;
+  int num_kv_blocks = 0;
+  int max_model_len = 0;
+  std::unique_ptr<KvCache> cache;  // stable address: the runner keeps a reference
+  std::unique_ptr<ModelRunner> runner;
+};
+
+// tp: the group this process belongs to, or null without tensor parallelism.
+StatusOr<RankSetup> set_up_rank(const EngineArgs& args, TensorParallelProcesses* tp);
+
+}  // namespace kvasir

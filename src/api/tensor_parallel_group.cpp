@@ -1,0 +1,179 @@
+#include "api/tensor_parallel_group.h"
+
+#include <fcntl.h>
+#include <signal.h>
+#include <spawn.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <chrono>
+#include <functional>
+#include <cstdlib>
+#include <fstream>
+#include <iterator>
+
+#include <algorithm>
+
+#include "api/rank_setup.h"
+#include "common/log.h"
+#include "executor/in_process_executor.h"
+#include "executor/step_broadcast.h"
+#include "dist/shm_communicator.h"
+
+extern char** environ;
+
+namespace kvasir {
+namespace {
+
+constexpr const char* kRankEnv = "KVASIR_TP_RANK";
+constexpr const char* kGroupEnv = "KVASIR_TP_GROUP";
+constexpr int64_t kJoinTimeoutMs = 60'000;
+
+StatusOr<std::unique_ptr<dist::Communicator>> join(const std::string& group, int size, int rank,
+                                                   std::function<Status()> while_attaching = nullptr) {
+  dist::ShmCommunicatorOptions o;
+  o.group_id = group;
+  o.rank = rank;
+  o.world_size = size;
+  o.timeout_ms = kJoinTimeoutMs;
+  o.while_attaching = std::move(while_attaching);
+  KVASIR_ASSIGN_OR_RETURN(auto c, dist::ShmCommunicator::create(o));
+  return std::unique_ptr<dist::Communicator>(std::move(c));
+}
+
+// This program's own arguments, as the kernel has them.
+StatusOr<std::vector<std::string>> own_arguments() {
+  std::ifstream f("/proc/self/cmdline", std::ios::binary);
+  if (!f) return unavailable("tensor parallelism: cannot read /proc/self/cmdline to start the workers");
+  const std::string all((std::istreambuf_iterator<char>(f)), std::istreambuf_iterator<char>());
+  std::vector<std::string> args;
+  for (size_t at = 0; at < all.size();) {
+    const size_t end = all.find('\0', at);
+    args.push_back(all.substr(at, end - at));
+    if (end == std::string::npos) break;
+    at = end + 1;
+  }
+  return args;
+}
+
+}  // namespace
+
+std::optional<int> tensor_parallel_worker_rank() {
+  const char* r = std::getenv(kRankEnv);
+  if (r == nullptr || std::getenv(kGroupEnv) == nullptr) return std::nullopt;
+  const int rank = std::atoi(r);
+  return rank > 0 ? std::optional<int>(rank) : std::nullopt;
+}
+
+StatusOr<std::unique_ptr<TensorParallelProcesses>> start_tensor_parallel_group(int size) {
+  auto group = std::make_unique<TensorParallelProcesses>();
+  const std::string id = "tp-" + std::to_string(getpid()) + "-" +
+                         std::to_string(std::chrono::steady_clock::now().time_since_epoch().count());
+  KVASIR_ASSIGN_OR_RETURN(std::vector<std::string> args, own_arguments());
+  std::vector<char*> argv;
+  for (std::string& a : args) argv.push_back(a.data());
+  argv.push_back(nullptr);
+  for (int rank = 1; rank < size; ++rank) {
+    std::vector<std::string> env_strings = {std::string(kRankEnv) + "=" + std::to_string(rank),
+                                            std::string(kGroupEnv) + "=" + id};
+    for (char** e = environ; *e != nullptr; ++e) {
+      const std::string kv = *e;
+      if (kv.rfind(std::string(kRankEnv) + "=", 0) != 0 && kv.rfind(std::string(kGroupEnv) + "=", 0) != 0)
+        env_strings.push_back(kv);
+    }
+    std::vector<char*> envp;
+    for (std::string& s : env_strings) envp.push_back(s.data());
+    envp.push_back(nullptr);
+    // Not rank 0's stdin: prompts read from it are rank 0's alone.
+    posix_spawn_file_actions_t files;
+    posix_spawn_file_actions_init(&files);
+    posix_spawn_file_actions_addopen(&files, 0, "/dev/null", O_RDONLY, 0);
+    pid_t pid = -1;
+    const int rc = posix_spawn(&pid, "/proc/self/exe", &files, nullptr, argv.data(), envp.data());
+    posix_spawn_file_actions_destroy(&files);
+    if (rc != 0) return unavailable("tensor parallelism: cannot start worker rank " + std::to_string(rank));
+    group->workers.push_back(pid);
+  }
+  // A worker that exits before joining (a bad flag, a model it cannot load) is named at once
+  // instead of after the join timeout.
+  std::vector<pid_t>& workers = group->workers;
+  auto comm = join(id, size, 0, [&workers]() -> Status {
+    for (size_t i = 0; i < workers.size(); ++i) {
+      int status = 0;
+      if (workers[i] > 0 && waitpid(workers[i], &status, WNOHANG) == workers[i]) {
+        workers[i] = -1;
+        return unavailable("tensor parallelism: worker rank " + std::to_string(i + 1) + " exited (status " +
+                           std::to_string(WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status)) +
+                           ") before joining the group; see its message above");
+      }
+    }
+    return Status();
+  });
+  if (!comm.ok()) return comm.status();
+  group->comm = std::move(comm).value();
+  return group;
+}
+
+StatusOr<std::unique_ptr<TensorParallelProcesses>> join_tensor_parallel_group(int size, int rank) {
+  auto group = std::make_unique<TensorParallelProcesses>();
+  KVASIR_ASSIGN_OR_RETURN(group->comm, join(std::getenv(kGroupEnv), size, rank));
+  return group;
+}
+
+TensorParallelProcesses::~TensorParallelProcesses() {
+  comm.reset();  // a worker still waiting for a step sees rank 0 leave and ends
+  const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(10);
+  for (pid_t pid : workers) {
+    if (pid <= 0) continue;
+    int status = 0;
+    while (waitpid(pid, &status, WNOHANG) == 0) {
+      if (std::chrono::steady_clock::now() > deadline) {
+        KVASIR_LOG_ERROR("tensor parallelism: worker %d did not exit; killing it", static_cast<int>(pid));
+        kill(pid, SIGKILL);
+        waitpid(pid, &status, 0);
+        break;
+      }
+      usleep(10'000);
+    }
+  }
+}
+
+StatusOr<int> agree_num_kv_blocks(dist::Communicator& comm, int mine) {
+  std::vector<int32_t> all(static_cast<size_t>(comm.world_size()));
+  const int32_t m = mine;
+  KVASIR_RETURN_IF_ERROR(comm.all_gather(&m, all.data(), sizeof(m)));
+  return *std::min_element(all.begin(), all.end());
+}
+
+}  // namespace kvasir
+
+namespace kvasir {
+
+int run_tensor_parallel_worker(const EngineArgs& args, int rank) {
+  // Ctrl-C reaches the whole process group; rank 0 decides when the workers stop.
+  signal(SIGINT, SIG_IGN);
+  // Test-only (tests/server/test_tensor_parallel.py): a worker that cannot start.
+  if (std::getenv("KVASIR_TEST_TP_WORKER_FAIL_AT_START") != nullptr) {
+    KVASIR_LOG_ERROR("tensor-parallel worker %d: failing at start ($KVASIR_TEST_TP_WORKER_FAIL_AT_START)", rank);
+    return 1;
+  }
+  auto tp = join_tensor_parallel_group(args.tensor_parallel_size, rank);
+  if (!tp.ok()) {
+    KVASIR_LOG_ERROR("tensor-parallel worker %d: %s", rank, tp.status().to_string().c_str());
+    return 1;
+  }
+  auto setup = set_up_rank(args, tp->get());
+  if (!setup.ok()) {
+    KVASIR_LOG_ERROR("tensor-parallel worker %d: %s", rank, setup.status().to_string().c_str());
+    return 1;
+  }
+  RunnerWorker worker(std::move(setup->runner));
+  Status s = serve_steps(*(*tp)->comm, worker);
+  if (!s.ok()) {
+    KVASIR_LOG_ERROR("tensor-parallel worker %d: %s", rank, s.to_string().c_str());
+    return 1;
+  }
+  return 0;
+}
+
+}  // namespace kvasir

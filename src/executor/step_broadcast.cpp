@@ -1,0 +1,66 @@
+#include "executor/step_broadcast.h"
+
+#include <future>
+
+#include "sched/scheduler_output_codec.h"
+
+namespace kvasir {
+namespace {
+
+// Each step is two broadcasts: its length, then its bytes. Length 0 is the stop message (an
+// encoded step is never empty: it starts with a magic word).
+constexpr uint64_t kStop = 0;
+constexpr uint64_t kMaxStepBytes = uint64_t{1} << 32;
+
+}  // namespace
+
+BroadcastingWorker::BroadcastingWorker(dist::Communicator& comm, std::unique_ptr<Worker> local)
+    : comm_(comm), local_(std::move(local)) {}
+
+BroadcastingWorker::~BroadcastingWorker() {
+  if (!failed_.ok()) return;
+  uint64_t stop = kStop;
+  (void)comm_.broadcast(&stop, sizeof(stop), 0);  // a broken group already ended the others
+}
+
+StepResult BroadcastingWorker::execute_model(const SchedulerOutput& so, const GrammarBitmaskFuture& bitmask) {
+  if (!failed_.ok()) return failed_;
+  std::shared_ptr<const GrammarBitmask> masks;
+  if (bitmask.valid()) masks = bitmask.get();
+  encode_step(so, masks.get(), message_);
+  uint64_t size = message_.size();
+  Status s = comm_.broadcast(&size, sizeof(size), 0);
+  if (s.ok()) s = comm_.broadcast(message_.data(), message_.size(), 0);
+  if (!s.ok()) {
+    failed_ = unavailable("tensor-parallel step could not reach the workers: " + s.message());
+    return failed_;
+  }
+  StepResult r = local_->execute_model(so, bitmask);
+  if (!r.ok()) failed_ = r.status();
+  return r;
+}
+
+Status serve_steps(dist::Communicator& comm, Worker& worker) {
+  std::vector<uint8_t> message;
+  for (;;) {
+    uint64_t size = 0;
+    Status s = comm.broadcast(&size, sizeof(size), 0);
+    if (!s.ok()) return s;
+    if (size == kStop) return Status();
+    if (size > kMaxStepBytes) return data_loss("tensor-parallel step of " + std::to_string(size) + " bytes");
+    message.resize(size);
+    s = comm.broadcast(message.data(), message.size(), 0);
+    if (!s.ok()) return s;
+    KVASIR_ASSIGN_OR_RETURN(StepMessage step, decode_step(message.data(), message.size()));
+    GrammarBitmaskFuture masks;
+    if (step.grammar_bitmask) {
+      std::promise<std::shared_ptr<const GrammarBitmask>> ready;
+      ready.set_value(std::make_shared<const GrammarBitmask>(std::move(*step.grammar_bitmask)));
+      masks = ready.get_future().share();
+    }
+    StepResult r = worker.execute_model(step.scheduler_output, masks);
+    if (!r.ok()) return r.status();
+  }
+}
+
+}  // namespace kvasir

@@ -1,0 +1,287 @@
+#include "sched/scheduler_output_codec.h"
+
+#include <algorithm>
+#include <cstring>
+#include <string>
+#include <type_traits>
+
+namespace kvasir {
+namespace {
+
+constexpr uint32_t kMagic = 0x314f534b;  // "KSO1"
+constexpr uint32_t kVersion = 1;
+
+// A field added to one of these structs must be added to the codec too (and kVersion bumped):
+// these sizes change with it and stop the build here.
+static_assert(sizeof(SamplingParams) == 232, "SamplingParams changed: update scheduler_output_codec.cpp");
+static_assert(sizeof(NewRequestData) == 344, "NewRequestData changed: update scheduler_output_codec.cpp");
+static_assert(sizeof(CachedRequestData) == 96, "CachedRequestData changed: update scheduler_output_codec.cpp");
+static_assert(sizeof(SchedulerOutput) == 184, "SchedulerOutput changed: update scheduler_output_codec.cpp");
+static_assert(sizeof(StructuredOutputSpec) == 64, "StructuredOutputSpec changed: update scheduler_output_codec.cpp");
+
+class Writer {
+ public:
+  explicit Writer(std::vector<uint8_t>& out) : out_(out) {}
+  template <typename T>
+  void pod(T v) {
+    static_assert(std::is_trivially_copyable_v<T>);
+    const size_t at = out_.size();
+    out_.resize(at + sizeof(T));
+    std::memcpy(out_.data() + at, &v, sizeof(T));
+  }
+  void str(const std::string& s) {
+    pod(static_cast<uint32_t>(s.size()));
+    out_.insert(out_.end(), s.begin(), s.end());
+  }
+  template <typename T>
+  void pods(const std::vector<T>& v) {
+    pod(static_cast<uint32_t>(v.size()));
+    const size_t at = out_.size();
+    out_.resize(at + v.size() * sizeof(T));
+    if (!v.empty()) std::memcpy(out_.data() + at, v.data(), v.size() * sizeof(T));
+  }
+  void strs(const std::vector<std::string>& v) {
+    pod(static_cast<uint32_t>(v.size()));
+    for (const auto& s : v) str(s);
+  }
+  template <typename T>
+  void opt(const std::optional<T>& v) {
+    pod<uint8_t>(v.has_value());
+    if (v) pod(*v);
+  }
+
+ private:
+  std::vector<uint8_t>& out_;
+};
+
+class Reader {
+ public:
+  Reader(const uint8_t* p, size_t n) : p_(p), left_(n) {}
+  bool ok() const { return ok_; }
+  void fail() { ok_ = false; }
+  size_t left() const { return left_; }
+  template <typename T>
+  T pod() {
+    T v{};
+    if (!take(&v, sizeof(T))) return T{};
+    return v;
+  }
+  // A count of elements of at least `min_bytes` each: refused when the bytes left cannot hold it.
+  uint32_t count(size_t min_bytes) {
+    const uint32_t n = pod<uint32_t>();
+    if (static_cast<uint64_t>(n) * min_bytes > left_) ok_ = false;
+    return ok_ ? n : 0;
+  }
+  std::string str() {
+    const uint32_t n = count(1);
+    std::string s(n, '\0');
+    if (n) take(s.data(), n);
+    return s;
+  }
+  template <typename T>
+  std::vector<T> pods() {
+    const uint32_t n = count(sizeof(T));
+    std::vector<T> v(n);
+    if (n) take(v.data(), n * sizeof(T));
+    return v;
+  }
+  std::vector<std::string> strs() {
+    const uint32_t n = count(4);
+    std::vector<std::string> v;
+    v.reserve(n);
+    for (uint32_t i = 0; i < n && ok_; ++i) v.push_back(str());
+    return v;
+  }
+  template <typename T>
+  std::optional<T> opt() {
+    const uint8_t has = pod<uint8_t>();
+    if (has > 1) ok_ = false;
+    if (has != 1 || !ok_) return std::nullopt;
+    return pod<T>();
+  }
+  bool boolean() {
+    const uint8_t b = pod<uint8_t>();
+    if (b > 1) ok_ = false;
+    return b == 1;
+  }
+
+ private:
+  bool take(void* dst, size_t n) {
+    if (!ok_ || n > left_) {
+      ok_ = false;
+      return false;
+    }
+    std::memcpy(dst, p_, n);
+    p_ += n;
+    left_ -= n;
+    return true;
+  }
+  const uint8_t* p_;
+  size_t left_;
+  bool ok_ = true;
+};
+
+void write_params(Writer& w, const SamplingParams& p) {
+  w.pod<int32_t>(p.n);
+  w.pod(p.temperature);
+  w.pod(p.top_p);
+  w.pod<int32_t>(p.top_k);
+  w.pod(p.min_p);
+  w.pod(p.repetition_penalty);
+  w.pod(p.presence_penalty);
+  w.pod(p.frequency_penalty);
+  w.pods(p.logit_bias);
+  w.opt(p.seed);
+  w.pod<int32_t>(p.max_tokens);
+  w.pod<int32_t>(p.min_tokens);
+  w.pod<uint8_t>(p.ignore_eos);
+  w.strs(p.stop);
+  w.pods(p.stop_token_ids);
+  w.pod<uint8_t>(p.include_stop_str_in_output);
+  w.pod<uint8_t>(p.skip_special_tokens);
+  w.opt(p.logprobs);
+  w.opt(p.prompt_logprobs);
+  w.pod<uint8_t>(p.structured_outputs.has_value());
+  if (p.structured_outputs) {
+    w.pod(static_cast<uint32_t>(p.structured_outputs->kind));
+    w.str(p.structured_outputs->text);
+    w.strs(p.structured_outputs->choices);
+  }
+}
+
+SamplingParams read_params(Reader& r) {
+  SamplingParams p;
+  p.n = r.pod<int32_t>();
+  p.temperature = r.pod<float>();
+  p.top_p = r.pod<float>();
+  p.top_k = r.pod<int32_t>();
+  p.min_p = r.pod<float>();
+  p.repetition_penalty = r.pod<float>();
+  p.presence_penalty = r.pod<float>();
+  p.frequency_penalty = r.pod<float>();
+  p.logit_bias = r.pods<std::pair<int32_t, float>>();
+  p.seed = r.opt<uint64_t>();
+  p.max_tokens = r.pod<int32_t>();
+  p.min_tokens = r.pod<int32_t>();
+  p.ignore_eos = r.boolean();
+  p.stop = r.strs();
+  p.stop_token_ids = r.pods<int32_t>();
+  p.include_stop_str_in_output = r.boolean();
+  p.skip_special_tokens = r.boolean();
+  p.logprobs = r.opt<int>();
+  p.prompt_logprobs = r.opt<int>();
+  if (r.boolean()) {
+    StructuredOutputSpec spec;
+    const uint32_t kind = r.pod<uint32_t>();
+    if (kind > static_cast<uint32_t>(StructuredOutputSpec::Kind::kStructuralTag)) {
+      r.fail();
+      return p;
+    }
+    spec.kind = static_cast<StructuredOutputSpec::Kind>(kind);
+    spec.text = r.str();
+    spec.choices = r.strs();
+    p.structured_outputs = std::move(spec);
+  }
+  return p;
+}
+
+}  // namespace
+
+void encode_step(const SchedulerOutput& so, const GrammarBitmask* bitmask, std::vector<uint8_t>& out) {
+  out.clear();
+  Writer w(out);
+  w.pod(kMagic);
+  w.pod(kVersion);
+  w.pod(static_cast<uint32_t>(so.scheduled_new_reqs.size()));
+  for (const NewRequestData& r : so.scheduled_new_reqs) {
+    w.str(r.req_id);
+    w.pods(r.prompt_token_ids);
+    write_params(w, r.sampling_params);
+    w.opt(r.eos_token_id);
+    w.opt(r.adapter_id);
+    w.pods(r.block_ids);
+    w.pod(r.num_computed_tokens);
+  }
+  w.pod(static_cast<uint32_t>(so.scheduled_cached_reqs.size()));
+  for (const CachedRequestData& r : so.scheduled_cached_reqs) {
+    w.str(r.req_id);
+    w.pod<uint8_t>(r.resumed_from_preemption);
+    w.pods(r.resumed_token_ids);
+    w.pods(r.new_block_ids);
+    w.pod(r.num_computed_tokens);
+  }
+  // Sorted by id: the same SchedulerOutput always encodes to the same bytes.
+  std::vector<std::pair<std::string, int32_t>> counts(so.num_scheduled_tokens.begin(), so.num_scheduled_tokens.end());
+  std::sort(counts.begin(), counts.end());
+  w.pod(static_cast<uint32_t>(counts.size()));
+  for (const auto& [id, n] : counts) {
+    w.str(id);
+    w.pod(n);
+  }
+  w.pod(so.total_num_scheduled_tokens);
+  w.strs(so.finished_req_ids);
+  w.strs(so.preempted_req_ids);
+  w.strs(so.structured_output_req_ids);
+  w.pod<uint8_t>(bitmask != nullptr);
+  if (bitmask) {
+    w.strs(bitmask->req_ids);
+    w.pod(bitmask->words_per_row);
+    w.pods(bitmask->words);
+  }
+}
+
+StatusOr<StepMessage> decode_step(const uint8_t* data, size_t size) {
+  Reader r(data, size);
+  if (r.pod<uint32_t>() != kMagic || !r.ok()) return data_loss("step message: no step magic (not a step message)");
+  const uint32_t version = r.pod<uint32_t>();
+  if (version != kVersion)
+    return data_loss("step message: version " + std::to_string(version) + ", this build reads " +
+                     std::to_string(kVersion) + " (ranks run different builds?)");
+  StepMessage m;
+  SchedulerOutput& so = m.scheduler_output;
+  // Every request record is at least 16 bytes, so a count past the bytes left is refused early.
+  for (uint32_t i = 0, n = r.count(16); i < n && r.ok(); ++i) {
+    NewRequestData q;
+    q.req_id = r.str();
+    q.prompt_token_ids = r.pods<TokenId>();
+    q.sampling_params = read_params(r);
+    q.eos_token_id = r.opt<TokenId>();
+    q.adapter_id = r.opt<int64_t>();
+    q.block_ids = r.pods<BlockId>();
+    q.num_computed_tokens = r.pod<int32_t>();
+    so.scheduled_new_reqs.push_back(std::move(q));
+  }
+  for (uint32_t i = 0, n = r.count(16); i < n && r.ok(); ++i) {
+    CachedRequestData q;
+    q.req_id = r.str();
+    q.resumed_from_preemption = r.boolean();
+    q.resumed_token_ids = r.pods<TokenId>();
+    q.new_block_ids = r.pods<BlockId>();
+    q.num_computed_tokens = r.pod<int32_t>();
+    so.scheduled_cached_reqs.push_back(std::move(q));
+  }
+  for (uint32_t i = 0, n = r.count(8); i < n && r.ok(); ++i) {
+    std::string id = r.str();
+    const int32_t count = r.pod<int32_t>();
+    if (!so.num_scheduled_tokens.emplace(std::move(id), count).second) return data_loss("step message: a request is scheduled twice");
+  }
+  so.total_num_scheduled_tokens = r.pod<int32_t>();
+  so.finished_req_ids = r.strs();
+  so.preempted_req_ids = r.strs();
+  so.structured_output_req_ids = r.strs();
+  if (r.boolean()) {
+    GrammarBitmask b;
+    b.req_ids = r.strs();
+    b.words_per_row = r.pod<int32_t>();
+    b.words = r.pods<int32_t>();
+    if (r.ok() && (b.words_per_row < 0 ||
+                   b.words.size() != static_cast<size_t>(b.words_per_row) * b.req_ids.size()))
+      return data_loss("step message: the grammar bitmask's size does not match its rows");
+    m.grammar_bitmask = std::move(b);
+  }
+  if (!r.ok()) return data_loss("step message: truncated or corrupt");
+  if (r.left() != 0) return data_loss("step message: " + std::to_string(r.left()) + " bytes past its end");
+  return m;
+}
+
+}  // namespace kvasir
