@@ -1,14 +1,18 @@
 // CpuBackend: the reference implementation of the Backend op table (backend.h) and the test
 // oracle for every other backend. Weights are used in place from the mapped file; quantized
-// matmuls read GGUF blocks directly (cpu/quant). Threads come from one ThreadPool.
+// matmuls read GGUF blocks directly (cpu/quant). On AVX-512 machines without AMX the 32-block
+// formats are also repacked once at upload into panels for batched matmuls (packed_q32.h).
+// Threads come from one ThreadPool.
 // Must not know about models or requests: it only runs ops.
 #pragma once
 
 #include <memory>
+#include <unordered_map>
 #include <vector>
 
 #include "backend/backend.h"
 #include "backend/cpu/quant/matmul.h"
+#include "backend/cpu/quant/packed_q32.h"
 #include "backend/cpu/thread_pool.h"
 
 namespace kvasir {
@@ -70,6 +74,9 @@ class CpuBackend final : public Backend {
   MatmulPrecision precision_;
   DType kv_dtype_;
   cpu::MatmulScratch scratch_;
+  bool pack_weights_;  // the matmul kernels have a packed-panel tile here (see upload_weight)
+  // Packed panels of uploaded weights, by the weight's data pointer (written at load only).
+  std::unordered_map<const void*, std::unique_ptr<cpu::PackedQ32>> packed_;
   std::vector<float> attn_partials_;  // attention: per-unit results of split key ranges
   // mla_attention: latent queries, latent outputs, split results, units (grow to the largest
   // batch once, then are reused)
