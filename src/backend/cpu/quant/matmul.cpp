@@ -34,8 +34,10 @@ constexpr int64_t kPrefetchTiles = 1;
 // tile unit pays off once a 16-row activation tile is mostly full).
 constexpr int64_t kAmxMinRows = 16;
 // Input rows from which a weight's packed panels (packed_q32.h), where it has them, take over from
-// the in-place AVX-512 tile (same results): below it the 4-bit GGUF bytes stream faster.
-constexpr int64_t kPackedMinRows = 8;
+// the in-place AVX-512 tile (same results). Batch 1 streams the 4-bit GGUF bytes (bandwidth-bound);
+// from 2 rows on the panels win (matmul_bench --model smollm2 --threads 1, caller CPU ms per step
+// on the 2-vCPU EPYC, in place / packed: n=2 10.9 / 8.3, n=4 17.0 / 11.2, n=8 29.8 / 21.1).
+constexpr int64_t kPackedMinRows = 2;
 
 bool is_dense(DType t) { return t == DType::kF32 || t == DType::kF16 || t == DType::kBF16; }
 
