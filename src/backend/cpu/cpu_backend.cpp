@@ -6,6 +6,7 @@
 #include <cstring>
 #include <thread>
 
+#include "backend/cpu/dense_weight_dtype.h"
 #include "backend/cpu/quant/dequantize.h"
 #include "backend/cpu/vec_exp.h"
 #include "backend/host_buffer.h"
@@ -24,7 +25,8 @@ constexpr int64_t kParallelMinElements = 1 << 14;
 
 }  // namespace
 
-CpuBackend::CpuBackend(const CpuBackendOptions& opts) : precision_(opts.precision), kv_dtype_(opts.kv_cache_dtype) {
+CpuBackend::CpuBackend(const CpuBackendOptions& opts)
+    : precision_(opts.precision), kv_dtype_(opts.kv_cache_dtype), dense_weight_dtype_(opts.dense_weight_dtype) {
   KVASIR_CHECK_MSG(kv_dtype_ == DType::kF32 || kv_dtype_ == DType::kF16, "CPU KV cache: float32 or float16");
   int n = opts.num_threads > 0 ? opts.num_threads : static_cast<int>(std::thread::hardware_concurrency());
   pool_ = std::make_unique<ThreadPool>(n < 1 ? 1 : n);
@@ -41,7 +43,10 @@ std::string CpuBackend::name() const { return "cpu(" + std::to_string(pool_->num
 StatusOr<std::unique_ptr<Buffer>> CpuBackend::allocate(size_t bytes) { return allocate_host_buffer(bytes); }
 
 StatusOr<Tensor> CpuBackend::upload_weight(const Tensor& host_weight, std::unique_ptr<Buffer>* owner) {
-  owner->reset();  // read in place from the mapped file
+  owner->reset();  // read in place from the mapped file, unless --dtype converts it
+  if (dense_weight_dtype_ && dense_weight_converts(host_weight, *dense_weight_dtype_)) {
+    return convert_dense_weight(host_weight, *dense_weight_dtype_, owner);
+  }
   // Every weight is read by the matmul kernels (linear) or their row dequantizers (embedding,
   // the same block formats): a type they lack is refused here, at load, not by a failed check
   // in the first step.

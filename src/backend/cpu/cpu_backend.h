@@ -7,6 +7,7 @@
 #pragma once
 
 #include <memory>
+#include <optional>
 #include <unordered_map>
 #include <vector>
 
@@ -23,6 +24,9 @@ struct CpuBackendOptions {
   // KV cache elements: F32 (default) or F16 (half the bytes to hold and to stream each decode
   // step; K and V rounded to float16 when written).
   DType kv_cache_dtype = DType::kF32;
+  // --dtype: element type of dense (F32/F16/BF16) weight matrices, converted at upload
+  // (dense_weight_dtype.h); nullopt keeps them as stored.
+  std::optional<DType> dense_weight_dtype;
 };
 
 class CpuBackend final : public Backend {
@@ -74,6 +78,7 @@ class CpuBackend final : public Backend {
   MatmulPrecision precision_;
   DType kv_dtype_;
   cpu::MatmulScratch scratch_;
+  std::optional<DType> dense_weight_dtype_;
   bool pack_weights_;  // the matmul kernels have a packed-panel tile here (see upload_weight)
   // Packed panels of uploaded weights, by the weight's data pointer (written at load only).
   std::unordered_map<const void*, std::unique_ptr<cpu::PackedQ32>> packed_;
