@@ -57,7 +57,8 @@ StatusOr<Tensor> convert_dense_weight(const Tensor& w, DType to, std::unique_ptr
   const auto* src = static_cast<const uint8_t*>(w.data);
   auto* dst = static_cast<uint8_t*>((*owner)->data());
   for (int64_t i = 0; i < n; ++i) {
-    store_element(to, load_element(w.dtype, src + static_cast<size_t>(i) * in_size), dst + static_cast<size_t>(i) * out_size);
+    const size_t e = static_cast<size_t>(i);
+    store_element(to, load_element(w.dtype, src + e * in_size), dst + e * out_size);
   }
   Tensor t = w;
   t.data = dst;
