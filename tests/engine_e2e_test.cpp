@@ -273,6 +273,20 @@ TEST_F(EngineE2ETest, KvCacheDtypeFlag) {
   EXPECT_NE(bad.status().message().find("--kv-cache-dtype"), std::string::npos) << bad.status().message();
 }
 
+// --dtype on the CPU: a GGUF loads with it (its blocks stay as they are; the HF directories'
+// conversion is dense_weight_dtype_test's and model_golden_test's), an unknown name is refused.
+TEST_F(EngineE2ETest, DtypeFlag) {
+  LoadOptions lo;
+  lo.device = "cpu";
+  lo.dtype = "bfloat16";
+  auto gguf = load_model(repo_path(kModel), lo);
+  ASSERT_TRUE(gguf.ok()) << gguf.status().to_string();
+  lo.dtype = "int4";
+  auto bad = load_model(repo_path(kModel), lo);
+  ASSERT_FALSE(bad.ok());
+  EXPECT_NE(bad.status().message().find("--dtype"), std::string::npos) << bad.status().message();
+}
+
 // A sequence longer than the whole KV cache could never finish: max_model_len is capped to the
 // cache at start (an explicit --max-model-len past it refuses to start), so such a request is
 // refused when added instead of running until the cache runs out and then failing.

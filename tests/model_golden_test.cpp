@@ -100,13 +100,14 @@ TEST_P(ModelGoldenTest, ExactLogitsMatchTransformersAtEveryPosition) {
 // backend/cpu/quant/matmul.h) must agree on >= 19 of 20 prompts. (HF directories hold float32
 // weights, which take the float32 kernels in both modes.)
 int count_agreeing_continuations(const std::string& path, const Golden& golden, bool exact,
-                                 const char* kv_dtype = "auto") {
+                                 const char* kv_dtype = "auto", const char* dtype = "auto") {
   EngineArgs ea;
   ea.model = path;
   ea.kv_cache_memory = int64_t{512} << 20;
   ea.max_num_seqs = 32;
   ea.exact_matmul = exact;
   ea.kv_cache_dtype = kv_dtype;
+  ea.dtype = dtype;
   auto llm = LLM::create(ea);
   EXPECT_TRUE(llm.ok()) << llm.status().to_string();
   if (!llm.ok()) return 0;
@@ -132,8 +133,8 @@ int count_agreeing_continuations(const std::string& path, const Golden& golden, 
     std::printf("[ info    ] %s (%s): continuation of %s diverges at token %zu\n", path.c_str(),
                 exact ? "exact" : "fast", golden.prompts[i].id.c_str(), first);
   }
-  std::printf("[ metrics ] %s (%s, kv %s): %d of %zu greedy continuations agree with transformers\n", path.c_str(),
-              exact ? "exact" : "fast", kv_dtype, agree, prompts.size());
+  std::printf("[ metrics ] %s (%s, kv %s, dtype %s): %d of %zu greedy continuations agree with transformers\n",
+              path.c_str(), exact ? "exact" : "fast", kv_dtype, dtype, agree, prompts.size());
   return agree;
 }
 
@@ -145,6 +146,17 @@ TEST_P(ModelGoldenTest, GreedyContinuationsAgreeWithTransformers) {
 TEST_P(ModelGoldenTest, FastPathGreedyContinuationsAgreeWithTransformers) {
   const int n = static_cast<int>(golden_.prompts.size());
   EXPECT_GE(count_agreeing_continuations(path_, golden_, /*exact=*/false) * 20, n * 19);
+}
+
+// --dtype bfloat16 on an HF directory of float32 weights (as vLLM-CPU runs them): the matrices are
+// rounded to bf16 at load (2^-9 relative per weight), a lossy opt-in below the fast path's 19/20
+// bar against the float32 reference. Measured: SmolLM2 16/20, Gemma-3 15/20 (the float32 weights
+// give 20/20 on both). GGUF files keep their blocks (skipped).
+TEST_P(ModelGoldenTest, Bfloat16WeightsGreedyContinuationsMostlyAgreeWithTransformers) {
+  constexpr int kMinAgree = 14;
+  if (!file_exists(path_ + "/config.json")) GTEST_SKIP() << "--dtype converts the dense matrices of HF directories";
+  const int n = static_cast<int>(golden_.prompts.size());
+  EXPECT_GE(count_agreeing_continuations(path_, golden_, /*exact=*/false, "auto", "bfloat16") * 20, n * kMinAgree);
 }
 
 // Runs the first 10 golden prompts as one mixed-length batch and one at a time; returns the

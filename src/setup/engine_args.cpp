@@ -29,6 +29,7 @@ Status EngineArgs::validate() const {
     return invalid_argument("--gpu-memory-utilization must be in (0, 1]");
   }
   KVASIR_RETURN_IF_ERROR(parse_kv_cache_dtype(kv_cache_dtype).status());
+  KVASIR_RETURN_IF_ERROR(parse_dtype(dtype).status());
   if (scheduling_policy != "fcfs" && scheduling_policy != "priority") {
     return invalid_argument("--scheduling-policy must be fcfs or priority");
   }
@@ -82,6 +83,14 @@ StatusOr<std::optional<DType>> parse_kv_cache_dtype(const std::string& name) {
   if (name == "bfloat16" || name == "bf16") return std::optional<DType>(DType::kBF16);
   return invalid_argument("--kv-cache-dtype must be auto, float16, float32 or bfloat16 (fp8 is not supported), got '" +
                           name + "'");
+}
+
+StatusOr<std::optional<DType>> parse_dtype(const std::string& name) {
+  if (name == "auto") return std::optional<DType>();
+  if (name == "float16" || name == "half") return std::optional<DType>(DType::kF16);
+  if (name == "float32" || name == "float") return std::optional<DType>(DType::kF32);
+  if (name == "bfloat16") return std::optional<DType>(DType::kBF16);
+  return invalid_argument("--dtype must be auto, bfloat16, float16 (half) or float32 (float), got '" + name + "'");
 }
 
 StatusOr<int64_t> parse_memory_size(const std::string& text) {

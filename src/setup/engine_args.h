@@ -41,6 +41,9 @@ struct EngineArgs {
   // KV cache element type: auto (the backend's: float32 on CPU, bfloat16 on CUDA), float16 (CPU:
   // half the KV memory and decode-attention traffic), float32 (CPU). vLLM's --kv-cache-dtype.
   std::string kv_cache_dtype = "auto";
+  // vLLM's --dtype: auto (as stored), bfloat16, float16, float32. The CPU converts dense weight
+  // matrices (an HF directory's) at load and computes in float32; CUDA computes in bfloat16 only.
+  std::string dtype = "auto";
   std::string scheduling_policy = "fcfs";  // fcfs | priority
   std::optional<int> long_prefill_token_threshold;
   std::string load_format = "auto";    // auto | dummy (random weights; --model is a config.json)
@@ -58,6 +61,9 @@ struct EngineArgs {
 
 // --kv-cache-dtype: nullopt for "auto" (the backend chooses), else the element type asked for.
 StatusOr<std::optional<DType>> parse_kv_cache_dtype(const std::string& name);
+
+// --dtype: nullopt for "auto", else the weight element type asked for (vLLM's names and aliases).
+StatusOr<std::optional<DType>> parse_dtype(const std::string& name);
 
 // Parses "4GiB", "512MB", "1e9", "2147483648" into bytes.
 StatusOr<int64_t> parse_memory_size(const std::string& text);

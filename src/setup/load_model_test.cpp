@@ -266,5 +266,17 @@ TEST(LoadModel, BadPathsGiveAClearStatus) {
   EXPECT_NE(unknown.status().message().find("--load-format"), std::string::npos);
 }
 
+// --dtype: vLLM's names map to weight element types; anything else is refused (at load too:
+// engine_e2e_test's DtypeFlag).
+TEST(EngineArgs, DtypeNamesAndRefusals) {
+  EXPECT_FALSE(parse_dtype("auto")->has_value());
+  EXPECT_EQ(parse_dtype("bfloat16")->value(), DType::kBF16);
+  EXPECT_EQ(parse_dtype("half")->value(), DType::kF16);
+  EXPECT_EQ(parse_dtype("float")->value(), DType::kF32);
+  EngineArgs ea;
+  ea.dtype = "fp8";
+  EXPECT_NE(ea.validate().message().find("--dtype"), std::string::npos);
+}
+
 }  // namespace
 }  // namespace kvasir

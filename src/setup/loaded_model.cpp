@@ -135,10 +135,14 @@ StatusOr<std::unique_ptr<Backend>> make_backend(const LoadOptions& opts) {
     return invalid_argument("unknown --device " + opts.device);
   }
   KVASIR_ASSIGN_OR_RETURN(const std::optional<DType> kv_dtype, parse_kv_cache_dtype(opts.kv_cache_dtype));
+  KVASIR_ASSIGN_OR_RETURN(const std::optional<DType> dtype, parse_dtype(opts.dtype));
 #ifdef KVASIR_HAVE_CUDA
   if (opts.device == "cuda" || (opts.device == "auto" && cuda_device_count() > 0)) {
     if (kv_dtype && *kv_dtype != DType::kBF16) {
       return invalid_argument("--kv-cache-dtype " + opts.kv_cache_dtype + ": the CUDA backend keeps K/V in bfloat16 (use auto)");
+    }
+    if (dtype && *dtype != DType::kBF16) {
+      return invalid_argument("--dtype " + opts.dtype + ": the CUDA backend computes in bfloat16 (use auto or bfloat16)");
     }
     CudaBackendOptions co;
     co.enable_graphs = !opts.enforce_eager;
@@ -154,6 +158,7 @@ StatusOr<std::unique_ptr<Backend>> make_backend(const LoadOptions& opts) {
     return invalid_argument("--kv-cache-dtype " + opts.kv_cache_dtype + ": the CPU backend keeps K/V in float32 or float16");
   }
   bo.kv_cache_dtype = kv_dtype.value_or(DType::kF32);
+  bo.dense_weight_dtype = dtype;
   return std::unique_ptr<Backend>(std::make_unique<CpuBackend>(bo));
 }
 
@@ -183,6 +188,7 @@ LoadOptions LoadOptions::from(const EngineArgs& args) {
   lo.tokenizer = args.tokenizer;
   lo.enforce_eager = args.enforce_eager;
   lo.kv_cache_dtype = args.kv_cache_dtype;
+  lo.dtype = args.dtype;
   lo.model.max_num_tokens = args.max_num_batched_tokens;
   lo.model.max_num_logits = args.max_num_seqs;
   return lo;

@@ -29,6 +29,7 @@ struct LoadOptions {
   std::string tokenizer;
   bool enforce_eager = false;   // CUDA: no graphs
   std::string kv_cache_dtype = "auto";  // EngineArgs::kv_cache_dtype
+  std::string dtype = "auto";           // EngineArgs::dtype
   ModelOptions model;           // workspace sizes
 
   // The load options an engine with these args needs (its workspace sized by the token and

@@ -1,14 +1,19 @@
 // CpuBackend: the reference implementation of the Backend op table (backend.h) and the test
 // oracle for every other backend. Weights are used in place from the mapped file; quantized
-// matmuls read GGUF blocks directly (cpu/quant). Threads come from one ThreadPool.
+// matmuls read GGUF blocks directly (cpu/quant). On AVX-512 machines without AMX the 32-block
+// formats are also repacked once at upload into panels for batched matmuls (packed_q32.h).
+// Threads come from one ThreadPool.
 // Must not know about models or requests: it only runs ops.
 #pragma once
 
 #include <memory>
+#include <optional>
+#include <unordered_map>
 #include <vector>
 
 #include "backend/backend.h"
 #include "backend/cpu/quant/matmul.h"
+#include "backend/cpu/quant/packed_q32.h"
 #include "backend/cpu/thread_pool.h"
 
 namespace kvasir {
@@ -19,6 +24,9 @@ struct CpuBackendOptions {
   // KV cache elements: F32 (default) or F16 (half the bytes to hold and to stream each decode
   // step; K and V rounded to float16 when written).
   DType kv_cache_dtype = DType::kF32;
+  // --dtype: element type of dense (F32/F16/BF16) weight matrices, converted at upload
+  // (dense_weight_dtype.h); nullopt keeps them as stored.
+  std::optional<DType> dense_weight_dtype;
 };
 
 class CpuBackend final : public Backend {
@@ -70,6 +78,10 @@ class CpuBackend final : public Backend {
   MatmulPrecision precision_;
   DType kv_dtype_;
   cpu::MatmulScratch scratch_;
+  std::optional<DType> dense_weight_dtype_;
+  bool pack_weights_;  // the matmul kernels have a packed-panel tile here (see upload_weight)
+  // Packed panels of uploaded weights, by the weight's data pointer (written at load only).
+  std::unordered_map<const void*, std::unique_ptr<cpu::PackedQ32>> packed_;
   std::vector<float> attn_partials_;  // attention: per-unit results of split key ranges
   // mla_attention: latent queries, latent outputs, split results, units (grow to the largest
   // batch once, then are reused)

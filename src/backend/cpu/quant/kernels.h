@@ -90,6 +90,9 @@ const KernelSet& kernels();
 }
 namespace avx512 {
 const KernelSet& kernels();
+// Tile on PackedQ32 panels (packed_q32.h), any of its types, kQ8_32 activations (1 or 2 planes):
+// TileArgs.w is one panel, nr <= kPackedPanelRows. Bit-identical to the q32 tile of kernels().
+TileFn packed_q32_tile();
 }
 
 namespace amx {

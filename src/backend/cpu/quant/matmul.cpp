@@ -10,6 +10,7 @@
 
 #include "backend/cpu/quant/dequantize.h"
 #include "backend/cpu/quant/kernels.h"
+#include "backend/cpu/quant/packed_q32.h"
 #include "common/check.h"
 #include "quant/dequantize.h"
 
@@ -32,6 +33,11 @@ constexpr int64_t kPrefetchTiles = 1;
 // Input rows from which the AMX tiles take over from the AVX-512 q8 tiles (same results; the
 // tile unit pays off once a 16-row activation tile is mostly full).
 constexpr int64_t kAmxMinRows = 16;
+// Input rows from which a weight's packed panels (packed_q32.h), where it has them, take over from
+// the in-place AVX-512 tile (same results). Batch 1 streams the 4-bit GGUF bytes (bandwidth-bound);
+// from 2 rows on the panels win (matmul_bench --model smollm2 --threads 1, caller CPU ms per step
+// on the 2-vCPU EPYC, in place / packed: n=2 10.9 / 8.3, n=4 17.0 / 11.2, n=8 29.8 / 21.1).
+constexpr int64_t kPackedMinRows = 2;
 
 bool is_dense(DType t) { return t == DType::kF32 || t == DType::kF16 || t == DType::kBF16; }
 
@@ -42,6 +48,7 @@ struct Plan {
   size_t act_stride = 0;        // bytes between activation rows as the tile reads them
   int planes = 1;               // activation rows the tile reads per input row (kQ16: 2)
   TileFn amx_tile = nullptr;    // AMX tile for batches of at least kAmxMinRows input rows
+  TileFn packed_tile = nullptr; // tile on PackedQ32 panels, for problems that bring them
 };
 
 Plan make_plan(CpuIsa isa, const KernelSet& ks, DType t, int64_t k, ActQuant mode) {
@@ -59,6 +66,10 @@ Plan make_plan(CpuIsa isa, const KernelSet& ks, DType t, int64_t k, ActQuant mod
       if (isa == CpuIsa::kAmx && p.format == ActFormat::kQ8_32 && cpu_supports(CpuIsa::kAmx)) {
         p.amx_tile = amx::amx_tile_fn(t);
       }
+      if (isa == CpuIsa::kAvx512 && p.format == ActFormat::kQ8_32 && PackedQ32::supports(t) &&
+          cpu_supports(CpuIsa::kAvx512)) {
+        p.packed_tile = avx512::packed_q32_tile();
+      }
       return p;
     }
   }
@@ -72,6 +83,10 @@ Plan make_plan(CpuIsa isa, const KernelSet& ks, DType t, int64_t k, ActQuant mod
 size_t thread_scratch_bytes(int64_t k) { return align_up(tile_scratch_floats(k) * sizeof(float), 64); }
 
 bool use_amx(const Plan& p, int64_t n) { return p.amx_tile != nullptr && n >= kAmxMinRows; }
+
+bool use_packed(const Plan& p, const MatmulProblem& q) {
+  return p.packed_tile != nullptr && q.packed != nullptr && q.n >= kPackedMinRows;
+}
 
 // Input rows the activation buffer holds: AMX tiles read whole 16-row groups.
 int64_t padded_rows(const Plan& p, int64_t n) {
@@ -190,7 +205,10 @@ void matmul_grouped(CpuIsa isa, const MatmulProblem* problems, int num_problems,
     const MatmulProblem& p = problems[i];
     KVASIR_CHECK(p.m >= 0 && p.n >= 0);
     index[i] = {act_offset, total_tiles, total_rows};
-    const int64_t tile_rows = use_amx(plan, p.n) ? kAmxTileRows : kTileRows;
+    KVASIR_CHECK_MSG(p.packed == nullptr || (p.packed->type() == wtype && p.packed->m() == p.m && p.packed->k() == k),
+                     "matmul: packed weights do not match the problem");
+    const int64_t tile_rows =
+        use_packed(plan, p) ? kPackedPanelRows : use_amx(plan, p.n) ? kAmxTileRows : kTileRows;
     if (p.n > 0) total_tiles += (p.m + tile_rows - 1) / tile_rows;
     total_rows += p.n;
     total_macs += p.m * k * p.n;
@@ -255,9 +273,10 @@ void matmul_grouped(CpuIsa isa, const MatmulProblem* problems, int num_problems,
         const int64_t end = std::min(t1, index[i + 1].tile_begin);
         if (end <= t0) continue;
         const MatmulProblem& p = problems[i];
-        const bool amx = use_amx(plan, p.n);
-        const int64_t tile_rows = amx ? kAmxTileRows : kTileRows;
-        const TileFn tile = amx ? plan.amx_tile : plan.tile;
+        const bool packed = use_packed(plan, p);
+        const bool amx = !packed && use_amx(plan, p.n);
+        const int64_t tile_rows = packed ? kPackedPanelRows : amx ? kAmxTileRows : kTileRows;
+        const TileFn tile = packed ? plan.packed_tile : amx ? plan.amx_tile : plan.tile;
         const uint8_t* act =
             plan.format == ActFormat::kF32 ? reinterpret_cast<const uint8_t*>(p.x) : act_base + index[i].act_offset;
         // Input rows per pass; the tile sees planes * that many activation rows (AMX: whole
@@ -271,14 +290,19 @@ void matmul_grouped(CpuIsa isa, const MatmulProblem* problems, int num_problems,
           a.nc = std::min(chunk, p.n - c0) * plan.planes;
           for (int64_t t = t0 - index[i].tile_begin; t < end - index[i].tile_begin; ++t) {
             const int64_t r0 = t * tile_rows;
-            a.w = static_cast<const uint8_t*>(p.w) + static_cast<size_t>(r0) * rb;
             a.nr = static_cast<int>(std::min(tile_rows, p.m - r0));
+            a.y = p.y + c0 * p.m + r0;
+            if (packed) {  // panels stream linearly: the hardware prefetcher keeps up
+              a.w = p.packed->panel(t);
+              tile(a);
+              continue;
+            }
+            a.w = static_cast<const uint8_t*>(p.w) + static_cast<size_t>(r0) * rb;
             const int64_t pf_row = r0 + kPrefetchTiles * tile_rows;
             if (pf_row < p.m) {
               prefetch_span(static_cast<const uint8_t*>(p.w) + static_cast<size_t>(pf_row) * rb,
                             static_cast<size_t>(std::min(tile_rows, p.m - pf_row)) * rb);
             }
-            a.y = p.y + c0 * p.m + r0;
             tile(a);
           }
         }
@@ -299,15 +323,15 @@ void matmul_grouped(const MatmulProblem* problems, int num_problems, DType wtype
 }
 
 void matmul(CpuIsa isa, const void* w, DType wtype, int64_t m, int64_t k, const float* x, int64_t n, float* y,
-            ThreadPool& pool, ActQuant mode, MatmulScratch& scratch) {
+            ThreadPool& pool, ActQuant mode, MatmulScratch& scratch, const PackedQ32* packed) {
   KVASIR_CHECK(m >= 0 && n >= 0);
-  const MatmulProblem p{w, m, x, n, y};
+  const MatmulProblem p{w, m, x, n, y, packed};
   matmul_grouped(isa, &p, 1, wtype, k, pool, mode, scratch);
 }
 
 void matmul(const void* w, DType wtype, int64_t m, int64_t k, const float* x, int64_t n, float* y, ThreadPool& pool,
-            ActQuant mode, MatmulScratch& scratch) {
-  matmul(active_isa(), w, wtype, m, k, x, n, y, pool, mode, scratch);
+            ActQuant mode, MatmulScratch& scratch, const PackedQ32* packed) {
+  matmul(active_isa(), w, wtype, m, k, x, n, y, pool, mode, scratch, packed);
 }
 
 }  // namespace kvasir::cpu

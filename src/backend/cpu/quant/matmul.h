@@ -15,6 +15,8 @@
 
 namespace kvasir::cpu {
 
+class PackedQ32;
+
 enum class ActQuant {
   // Exact: equals the f32 matmul of the dequantized weights up to summation order.
   kF32,
@@ -58,11 +60,13 @@ size_t matmul_scratch_bytes(DType wtype, int64_t k, int64_t n, int num_threads, 
 // needed; y must not alias x or w). Runs on all of `pool`'s threads; call from one thread at a time.
 // Batch-invariant: row j of y is bit-identical whatever n, the other rows of x and the thread count
 // are (a request decodes the same tokens alone or batched).
+// `packed`, if given, is W repacked (packed_q32.h): batches then run on its panels where the
+// kernels have a packed tile (AVX-512 without AMX, fast modes); y is the same either way.
 void matmul(const void* w, DType wtype, int64_t m, int64_t k, const float* x, int64_t n, float* y,
-            ThreadPool& pool, ActQuant mode, MatmulScratch& scratch);
+            ThreadPool& pool, ActQuant mode, MatmulScratch& scratch, const PackedQ32* packed = nullptr);
 // The same on a named ISA's kernels (tests, benchmarks); falls back to AVX2 where unsupported.
 void matmul(CpuIsa isa, const void* w, DType wtype, int64_t m, int64_t k, const float* x, int64_t n, float* y,
-            ThreadPool& pool, ActQuant mode, MatmulScratch& scratch);
+            ThreadPool& pool, ActQuant mode, MatmulScratch& scratch, const PackedQ32* packed = nullptr);
 
 // One weight against its own activation rows, as one of several products matmul_grouped runs.
 struct MatmulProblem {
@@ -71,6 +75,7 @@ struct MatmulProblem {
   const float* x = nullptr;  // [n, k]
   int64_t n = 0;
   float* y = nullptr;  // [n, m]
+  const PackedQ32* packed = nullptr;  // optional: W's packed panels (see matmul)
 };
 
 // Bytes of scratch matmul_grouped uses for these problems.

@@ -2,7 +2,9 @@
 // Reports us per call and GB/s of weight bytes. "cold" cycles through enough copies of the weight
 // matrix (>= 96 MB, like a whole model) that every call streams from L3/DRAM; "hot" reuses one.
 //   matmul_bench [--types q4_1,q8_0] [--threads 1,2] [--n 1,128] [--isa avx2|avx512|amx] [--exact|--q8]
-//                [--shapes 576x576,1536x576]  (m x k)
+//                [--shapes 576x576,1536x576]  (m x k)  [--packed]: give matmul the weights' packed panels
+//                (packed_q32.h) as the CPU backend does; "cold" then streams copies of the panels.
+//                The last column is G multiply-adds per second (m k n / the fastest call).
 //   matmul_bench --model smollm2|gemma3 [--threads 1,2] [--n 1]: every matmul of one forward step of
 //                the model (distinct weights per layer, the GGUF's types), as tokens/s of matmul time.
 #include <algorithm>
@@ -10,6 +12,7 @@
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
+#include <memory>
 #include <random>
 #include <string>
 #include <ctime>
@@ -17,6 +20,7 @@
 
 #include "backend/cpu/quant/cpu_isa.h"
 #include "backend/cpu/quant/matmul.h"
+#include "backend/cpu/quant/packed_q32.h"
 #include "backend/cpu/quant/quant_test_util.h"
 #include "backend/cpu/thread_pool.h"
 
@@ -82,13 +86,14 @@ std::vector<Mat> model_mats(const std::string& name) {
 }
 
 int run_model(const std::string& name, const std::vector<int>& threads, const std::vector<int64_t>& ns, CpuIsa isa,
-              ActQuant mode) {
+              ActQuant mode, bool pack) {
   std::mt19937 rng(7);
   struct Layer {
     DType type;
     int64_t m, k;
     std::vector<uint8_t> w;
     size_t group;  // index into model_mats(), for the per-shape breakdown
+    std::unique_ptr<PackedQ32> packed;
   };
   const std::vector<Mat> mats = model_mats(name);
   std::vector<Layer> layers;
@@ -100,7 +105,10 @@ int run_model(const std::string& name, const std::vector<int>& threads, const st
     for (size_t g = 0; g < mats.size(); ++g) {
       const Mat& mat = mats[g];
       if (i * mat.count / max_count == (i + 1) * mat.count / max_count) continue;
-      layers.push_back({mat.type, mat.m, mat.k, testing::random_weights(mat.type, mat.m, mat.k, rng), g});
+      layers.push_back({mat.type, mat.m, mat.k, testing::random_weights(mat.type, mat.m, mat.k, rng), g, nullptr});
+      if (pack && PackedQ32::supports(mat.type)) {
+        layers.back().packed = PackedQ32::pack(layers.back().w.data(), mat.type, mat.m, mat.k);
+      }
       total += layers.back().w.size();
     }
   }
@@ -119,7 +127,7 @@ int run_model(const std::string& name, const std::vector<int>& threads, const st
         const double t0 = now_s(), c0 = thread_cpu_s();
         for (const Layer& l : layers) {
           const double g0 = th == 1 ? thread_cpu_s() : 0;
-          matmul(isa, l.w.data(), l.type, l.m, l.k, x.data(), n, y.data(), pool, mode, scratch);
+          matmul(isa, l.w.data(), l.type, l.m, l.k, x.data(), n, y.data(), pool, mode, scratch, l.packed.get());
           if (th == 1 && it > 0) group_cpu[l.group] += thread_cpu_s() - g0;
         }
         times.push_back(now_s() - t0);
@@ -160,6 +168,7 @@ int main(int argc, char** argv) {
   CpuIsa isa = active_isa();
   ActQuant mode = ActQuant::kQ16;
   std::string model;
+  bool pack = false;
   for (int i = 1; i < argc; ++i) {
     const std::string a = argv[i];
     const std::string v = i + 1 < argc ? argv[i + 1] : "";
@@ -169,6 +178,7 @@ int main(int argc, char** argv) {
     else if (a == "--isa") { isa = v == "avx2" ? CpuIsa::kAvx2 : v == "amx" ? CpuIsa::kAmx : CpuIsa::kAvx512; ++i; }
     else if (a == "--exact") { mode = ActQuant::kF32; }
     else if (a == "--q8") { mode = ActQuant::kQ8; }
+    else if (a == "--packed") { pack = true; }
     else if (a == "--model") { model = v; ++i; }
     else if (a == "--shapes") {
       shapes.clear();
@@ -177,10 +187,10 @@ int main(int argc, char** argv) {
     } else { std::fprintf(stderr, "unknown flag %s\n", a.c_str()); return 2; }
   }
   if (!cpu_supports(isa)) isa = CpuIsa::kAvx2;
-  if (!model.empty()) return run_model(model, threads, ns, isa, mode);
+  if (!model.empty()) return run_model(model, threads, ns, isa, mode, pack);
   std::printf("isa=%s mode=%s\n", std::string(isa_name(isa)).c_str(), mode_name(mode));
-  std::printf("%-6s %6s %6s %5s %3s | %10s %8s | %10s %8s | %10s %8s | %10s %8s\n", "type", "m", "k", "n", "thr",
-              "hot us", "GB/s", "cold us", "GB/s", "cpu us", "GB/s", "min us", "GB/s");
+  std::printf("%-6s %6s %6s %5s %3s | %10s %8s | %10s %8s | %10s %8s | %10s %8s | %7s\n", "type", "m", "k", "n",
+              "thr", "hot us", "GB/s", "cold us", "GB/s", "cpu us", "GB/s", "min us", "GB/s", "GMAC/s");
   std::mt19937 rng(42);
   for (const std::string& tn : types) {
     const DType t = parse_type(tn);
@@ -192,6 +202,12 @@ int main(int argc, char** argv) {
       std::vector<uint8_t> one = testing::random_weights(t, m, k, rng);
       std::vector<uint8_t> all(bytes * copies);
       for (size_t c = 0; c < copies; ++c) std::memcpy(all.data() + c * bytes, one.data(), bytes);
+      // Packed copies of the same weights: one per GGUF copy, so "cold" streams panels too.
+      std::vector<std::unique_ptr<PackedQ32>> packs;
+      if (pack && PackedQ32::supports(t)) {
+        const size_t pack_copies = std::max<size_t>(1, copies * bytes / PackedQ32::pack(one.data(), t, m, k)->bytes());
+        for (size_t c = 0; c < pack_copies; ++c) packs.push_back(PackedQ32::pack(one.data(), t, m, k));
+      }
       for (int64_t n : ns) {
         const std::vector<float> x = testing::random_floats(static_cast<size_t>(n * k), rng);
         std::vector<float> y(static_cast<size_t>(n * m));
@@ -199,7 +215,10 @@ int main(int argc, char** argv) {
           ThreadPool pool(th);
           MatmulScratch scratch;
           auto run = [&](const uint8_t* w) {
-            matmul(isa, w, t, m, k, x.data(), n, y.data(), pool, mode, scratch);
+            // The packed copy that goes with GGUF copy w ("one": the first).
+            const size_t c = w == one.data() ? 0 : static_cast<size_t>(w - all.data()) / bytes;
+            const PackedQ32* pw = packs.empty() ? nullptr : packs[c % packs.size()].get();
+            matmul(isa, w, t, m, k, x.data(), n, y.data(), pool, mode, scratch, pw);
           };
           double res[2], cpu = 1e30, fastest = 1e30;
           for (int cold = 0; cold < 2; ++cold) {
@@ -227,10 +246,11 @@ int main(int argc, char** argv) {
           }
           // Thread CPU time means nothing once work runs on other threads too.
           if (th > 1) cpu = 0;
-          std::printf("%-6s %6lld %6lld %5lld %3d | %10.2f %8.2f | %10.2f %8.2f | %10.2f %8.2f | %10.2f %8.2f\n",
+          std::printf("%-6s %6lld %6lld %5lld %3d | %10.2f %8.2f | %10.2f %8.2f | %10.2f %8.2f | %10.2f %8.2f | %7.1f\n",
                       tn.c_str(), static_cast<long long>(m), static_cast<long long>(k), static_cast<long long>(n), th,
                       res[0] * 1e6, bytes / res[0] / 1e9, res[1] * 1e6, bytes / res[1] / 1e9, cpu * 1e6,
-                      cpu > 0 ? bytes / cpu / 1e9 : 0.0, fastest * 1e6, bytes / fastest / 1e9);
+                      cpu > 0 ? bytes / cpu / 1e9 : 0.0, fastest * 1e6, bytes / fastest / 1e9,
+                      static_cast<double>(m * k * n) / fastest / 1e9);
           std::fflush(stdout);
         }
       }

@@ -1,0 +1,132 @@
+// The AVX-512 VNNI tile on packed panels (packed_q32.h) for batches: 16 weight rows in the lanes of
+// one register, C input rows in registers beside them. Per 4 values of k, one 64-byte weight load
+// feeds C (two planes: 2C) vpdpbusd whose activation operand is a 4-byte broadcast from memory;
+// after each 32-value block the exact int32 block sums of 16 rows sit in one register, so the
+// float epilogue is a few full-width ops per block and column, with no reduction across lanes.
+// It follows kern_q32_z.inc's float order to the bit (same y as the in-place tile at any batch
+// size): P_{b%4} = fma(float(I_b), dw_b * dx_b, P); P = fma(mw_b, sx_b, P) [, lo plane's too];
+// y = (P_0 + P_2) + (P_1 + P_3). Built with AVX-512 flags; called only after the run-time check.
+// Must not use the standard library (see simd.inc): its inline functions would carry these flags.
+#include <immintrin.h>
+
+#include "backend/cpu/quant/kernels.h"
+#include "backend/cpu/quant/packed_q32.h"
+
+// GCC 12 reports the _mm512_undefined_* idiom inside its own AVX-512 intrinsics as
+// maybe-uninitialized (as in kernels_avx512.cpp); the warning is about the compiler's headers.
+#if defined(__GNUC__) && !defined(__clang__)
+#pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
+#endif
+
+namespace kvasir::cpu::avx512 {
+namespace {
+
+#define KVASIR_INLINE inline __attribute__((always_inline))
+#define KVASIR_UNROLL _Pragma("GCC unroll 16")
+
+KVASIR_INLINE __m512i bcast_i32(const unsigned char* p) {
+  int v;
+  __builtin_memcpy(&v, p, 4);
+  return _mm512_set1_epi32(v);
+}
+
+// One block b of C input rows into the accumulators P (the block's slot, b % 4, chosen by the
+// caller so that every index into P is a constant).
+template <int C, bool kPairs>
+KVASIR_INLINE void block(const unsigned char* blk, const unsigned char* act, long act_stride, long k, long b,
+                         __m512 P[C]) {
+  constexpr long kP = kPairs ? 2 : 1;
+  __m512i hi[C], lo[C];
+  KVASIR_UNROLL for (int c = 0; c < C; ++c) {
+    hi[c] = _mm512_setzero_si512();
+    if constexpr (kPairs) lo[c] = _mm512_setzero_si512();
+  }
+  const unsigned char* x = act + 32 * b;
+  KVASIR_UNROLL for (int g = 0; g < 8; ++g) {
+    const __m512i w = _mm512_load_si512(blk + 64 * g);
+    KVASIR_UNROLL for (int c = 0; c < C; ++c) {
+      const unsigned char* xc = x + c * kP * act_stride + 4 * g;
+      hi[c] = _mm512_dpbusd_epi32(hi[c], w, bcast_i32(xc));
+      if constexpr (kPairs) lo[c] = _mm512_dpbusd_epi32(lo[c], w, bcast_i32(xc + act_stride));
+    }
+  }
+  const __m512 dw = _mm512_load_ps(reinterpret_cast<const float*>(blk + 512));
+  const __m512 mw = _mm512_load_ps(reinterpret_cast<const float*>(blk + 576));
+  KVASIR_UNROLL for (int c = 0; c < C; ++c) {
+    const unsigned char* a = act + c * kP * act_stride;
+    const float* ds0 = reinterpret_cast<const float*>(a + k) + 2 * b;
+    const float* ds1 = kPairs ? reinterpret_cast<const float*>(a + act_stride + k) + 2 * b : ds0;
+    __m512i isum = hi[c];
+    if constexpr (kPairs) isum = _mm512_add_epi32(_mm512_slli_epi32(hi[c], 8), lo[c]);
+    P[c] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(isum), _mm512_mul_ps(dw, _mm512_set1_ps(ds1[0])), P[c]);
+    P[c] = _mm512_fmadd_ps(mw, _mm512_set1_ps(ds0[1]), P[c]);
+    if constexpr (kPairs) P[c] = _mm512_fmadd_ps(mw, _mm512_set1_ps(ds1[1]), P[c]);
+  }
+}
+
+template <int C, bool kPairs>
+KVASIR_INLINE void tile_cols(const unsigned char* panel, int nr, const unsigned char* act, long act_stride, long k,
+                             float* y, long ldy) {
+  const long nb = k / 32;
+  __m512 P0[C], P1[C], P2[C], P3[C];
+  KVASIR_UNROLL for (int c = 0; c < C; ++c) {
+    P0[c] = _mm512_setzero_ps();
+    P1[c] = _mm512_setzero_ps();
+    P2[c] = _mm512_setzero_ps();
+    P3[c] = _mm512_setzero_ps();
+  }
+  constexpr long kB = static_cast<long>(kPackedBlockBytes);
+  long b = 0;
+  for (; b + 4 <= nb; b += 4) {
+    block<C, kPairs>(panel + b * kB, act, act_stride, k, b, P0);
+    block<C, kPairs>(panel + (b + 1) * kB, act, act_stride, k, b + 1, P1);
+    block<C, kPairs>(panel + (b + 2) * kB, act, act_stride, k, b + 2, P2);
+    block<C, kPairs>(panel + (b + 3) * kB, act, act_stride, k, b + 3, P3);
+  }
+  if (b < nb) block<C, kPairs>(panel + b * kB, act, act_stride, k, b, P0);
+  if (b + 1 < nb) block<C, kPairs>(panel + (b + 1) * kB, act, act_stride, k, b + 1, P1);
+  if (b + 2 < nb) block<C, kPairs>(panel + (b + 2) * kB, act, act_stride, k, b + 2, P2);
+  const __mmask16 rows = static_cast<__mmask16>((1u << nr) - 1u);
+  KVASIR_UNROLL for (int c = 0; c < C; ++c) {
+    const __m512 s = _mm512_add_ps(_mm512_add_ps(P0[c], P2[c]), _mm512_add_ps(P1[c], P3[c]));
+    _mm512_mask_storeu_ps(y + c * ldy, rows, s);
+  }
+}
+
+// Input rows per register tile: 4 P slots x C accumulators plus C (pairs: 2C) int32 sums.
+constexpr int kCols = 4;
+
+template <bool kPairs>
+void tile_impl(const TileArgs& a) {
+  const auto* panel = static_cast<const unsigned char*>(a.w);
+  const auto* act = static_cast<const unsigned char*>(a.act);
+  const long as = static_cast<long>(a.act_stride);
+  constexpr long kP = kPairs ? 2 : 1;
+  const long inputs = a.nc / kP;
+  long c = 0;
+  for (; c + kCols <= inputs; c += kCols) {
+    tile_cols<kCols, kPairs>(panel, a.nr, act + c * kP * as, as, a.k, a.y + c * a.ldy, a.ldy);
+  }
+  const unsigned char* x = act + c * kP * as;
+  float* y = a.y + c * a.ldy;
+  switch (inputs - c) {
+    case 1: tile_cols<1, kPairs>(panel, a.nr, x, as, a.k, y, a.ldy); break;
+    case 2: tile_cols<2, kPairs>(panel, a.nr, x, as, a.k, y, a.ldy); break;
+    case 3: tile_cols<3, kPairs>(panel, a.nr, x, as, a.k, y, a.ldy); break;
+    default: break;
+  }
+}
+
+void packed_tile(const TileArgs& a) {
+  if (a.planes == 2) {
+    tile_impl<true>(a);
+  } else {
+    tile_impl<false>(a);
+  }
+}
+
+}  // namespace
+
+TileFn packed_q32_tile() { return packed_tile; }
+
+}  // namespace kvasir::cpu::avx512

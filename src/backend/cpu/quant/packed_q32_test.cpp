@@ -1,0 +1,147 @@
+#include "backend/cpu/quant/packed_q32.h"
+
+#include <gtest/gtest.h>
+
+#include <cstring>
+#include <random>
+#include <vector>
+
+#include "backend/cpu/quant/matmul.h"
+#include "backend/cpu/quant/quant_test_util.h"
+#include "quant/block_formats.h"
+#include "quant/dequantize.h"
+
+namespace kvasir::cpu {
+namespace {
+
+using quant::bits_from_f32;
+using testing::random_floats;
+using testing::random_weights;
+
+constexpr DType kTypes[] = {DType::kQ4_0, DType::kQ4_1, DType::kQ5_0, DType::kQ5_1, DType::kQ8_0};
+
+// Every panel value, scaled as the kernel scales it (dw * u + mw), is the GGUF weight.
+TEST(PackedQ32, PanelsHoldTheDequantizedWeights) {
+  std::mt19937 rng(11);
+  const int64_t m = 21, k = 96;
+  for (DType t : kTypes) {
+    const std::vector<uint8_t> w = random_weights(t, m, k, rng);
+    const std::unique_ptr<PackedQ32> p = PackedQ32::pack(w.data(), t, m, k);
+    ASSERT_EQ(p->bytes(), 2 * p->panel_bytes());
+    std::vector<float> ref(static_cast<size_t>(k));
+    for (int64_t r = 0; r < 32; ++r) {
+      if (r < m) quant::dequantize_row(t, w.data() + r * *row_bytes(t, k), ref.data(), k);
+      for (int64_t i = 0; i < k; ++i) {
+        const uint8_t* blk = p->panel(r / 16) + (i / 32) * kPackedBlockBytes;
+        const int64_t e = i % 32;
+        const uint8_t u = blk[64 * (e / 4) + 4 * (r % 16) + e % 4];
+        float dw, mw;
+        std::memcpy(&dw, blk + 512 + 4 * (r % 16), 4);
+        std::memcpy(&mw, blk + 576 + 4 * (r % 16), 4);
+        if (r >= m) {  // padding rows: zero weights and scales
+          ASSERT_EQ(u, 0);
+          ASSERT_EQ(dw, 0.0f);
+          ASSERT_EQ(mw, 0.0f);
+          continue;
+        }
+        ASSERT_FLOAT_EQ(dw * static_cast<float>(u) + mw, ref[i]) << dtype_name(t) << " row " << r << " col " << i;
+      }
+    }
+  }
+}
+
+// Batches on the packed panels give the in-place AVX-512 tile's bits at every shape: a row's
+// result must not depend on the batch size that picked the kernel (batched == single).
+TEST(PackedQ32, MatmulOnPanelsMatchesInPlaceBitwise) {
+  if (!cpu_supports(CpuIsa::kAvx512)) GTEST_SKIP() << "no AVX-512 VNNI on this machine: the packed tile cannot run";
+  std::mt19937 rng(2026);
+  ThreadPool pool1(1), pool2(2);
+  MatmulScratch scratch;
+  const int64_t ks[] = {32, 64, 96, 128, 160, 576, 1536};
+  const int64_t fixed_n[] = {2, 3, 16, 300, 31, 5, 64};
+  int cases = 0;
+  for (DType t : kTypes) {
+    for (int it = 0; it < 10; ++it) {
+      const int64_t k = ks[it % 7];
+      const int64_t m = 1 + static_cast<int64_t>(rng() % 70);
+      const int64_t n = it < 7 ? fixed_n[it] : 2 + static_cast<int64_t>(rng() % 200);
+      const std::vector<uint8_t> w = random_weights(t, m, k, rng);
+      const std::unique_ptr<PackedQ32> p = PackedQ32::pack(w.data(), t, m, k);
+      std::vector<float> x = random_floats(static_cast<size_t>(n * k), rng);
+      for (int64_t i = 0; i < k && n > 2; ++i) {  // rows of large and tiny magnitude: scales vary widely
+        x[static_cast<size_t>(k + i)] *= 1000.0f;
+        x[static_cast<size_t>(2 * k + i)] *= 1e-3f;
+      }
+      for (ActQuant mode : {ActQuant::kQ8, ActQuant::kQ16}) {
+        std::vector<float> ya(static_cast<size_t>(n * m)), yb(static_cast<size_t>(n * m));
+        matmul(CpuIsa::kAvx512, w.data(), t, m, k, x.data(), n, ya.data(), it % 2 ? pool1 : pool2, mode, scratch,
+               p.get());
+        matmul(CpuIsa::kAvx512, w.data(), t, m, k, x.data(), n, yb.data(), pool2, mode, scratch);
+        for (size_t i = 0; i < ya.size(); ++i) {
+          ASSERT_EQ(bits_from_f32(ya[i]), bits_from_f32(yb[i]))
+              << dtype_name(t) << " m=" << m << " k=" << k << " n=" << n << " mode=" << static_cast<int>(mode)
+              << " row " << i / m << " out " << i % m << ": " << ya[i] << " vs " << yb[i];
+        }
+        ++cases;
+      }
+    }
+  }
+  EXPECT_EQ(cases, 100);
+}
+
+// The panels are what batches read (so the bitwise test above compares two kernels, not one with
+// itself): panels of another matrix give that matrix's product from 2 input rows on; a single
+// row (decode) reads the GGUF bytes.
+TEST(PackedQ32, BatchesReadThePanelsAndDecodeTheGgufBytes) {
+  if (!cpu_supports(CpuIsa::kAvx512)) GTEST_SKIP() << "no AVX-512 VNNI on this machine: the packed tile cannot run";
+  std::mt19937 rng(5);
+  ThreadPool pool(2);
+  MatmulScratch scratch;
+  const DType t = DType::kQ4_1;
+  const int64_t m = 40, k = 128;
+  const std::vector<uint8_t> w = random_weights(t, m, k, rng), other = random_weights(t, m, k, rng);
+  const std::unique_ptr<PackedQ32> p = PackedQ32::pack(other.data(), t, m, k);
+  for (int64_t n : {int64_t{1}, int64_t{2}, int64_t{7}, int64_t{20}}) {
+    const std::vector<float> x = random_floats(static_cast<size_t>(n * k), rng);
+    std::vector<float> got(static_cast<size_t>(n * m)), want(got.size());
+    matmul(CpuIsa::kAvx512, w.data(), t, m, k, x.data(), n, got.data(), pool, ActQuant::kQ16, scratch, p.get());
+    matmul(CpuIsa::kAvx512, (n >= 2 ? other : w).data(), t, m, k, x.data(), n, want.data(), pool, ActQuant::kQ16,
+           scratch);
+    for (size_t i = 0; i < got.size(); ++i) ASSERT_EQ(bits_from_f32(got[i]), bits_from_f32(want[i])) << "n=" << n;
+  }
+}
+
+// matmul_grouped with packed problems equals one matmul call per problem.
+TEST(PackedQ32, GroupedWithPanelsEqualsOneCallPerProblem) {
+  if (!cpu_supports(CpuIsa::kAvx512)) GTEST_SKIP() << "no AVX-512 VNNI on this machine: the packed tile cannot run";
+  std::mt19937 rng(9);
+  ThreadPool pool(2);
+  MatmulScratch scratch;
+  const DType t = DType::kQ8_0;
+  const int64_t k = 160;
+  const int64_t ms[] = {5, 37, 17, 64};
+  const int64_t ns[] = {9, 1, 40, 0};
+  std::vector<std::vector<uint8_t>> ws;
+  std::vector<std::unique_ptr<PackedQ32>> ps;
+  std::vector<std::vector<float>> xs, grouped(4), single(4);
+  MatmulProblem problems[4];
+  for (int i = 0; i < 4; ++i) {
+    ws.push_back(random_weights(t, ms[i], k, rng));
+    ps.push_back(PackedQ32::pack(ws[i].data(), t, ms[i], k));
+    xs.push_back(random_floats(static_cast<size_t>(ns[i] * k), rng));
+    grouped[i].assign(static_cast<size_t>(ns[i] * ms[i]), -1.0f);
+    single[i].assign(grouped[i].size(), -2.0f);
+    problems[i] = {ws[i].data(), ms[i], xs[i].data(), ns[i], grouped[i].data(), ps[i].get()};
+    matmul(CpuIsa::kAvx512, ws[i].data(), t, ms[i], k, xs[i].data(), ns[i], single[i].data(), pool, ActQuant::kQ16,
+           scratch);
+  }
+  matmul_grouped(CpuIsa::kAvx512, problems, 4, t, k, pool, ActQuant::kQ16, scratch);
+  for (int i = 0; i < 4; ++i) {
+    for (size_t j = 0; j < grouped[i].size(); ++j) {
+      ASSERT_EQ(bits_from_f32(grouped[i][j]), bits_from_f32(single[i][j])) << "problem " << i << " element " << j;
+    }
+  }
+}
+
+}  // namespace
+}  // namespace kvasir::cpu
