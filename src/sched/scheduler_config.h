@@ -27,6 +27,10 @@ struct SchedulerConfig {
   // vLLM's --async-scheduling: schedule step N+1 while step N runs. A decode scheduled before its
   // input token is known counts it as an output placeholder until the step's result is folded in.
   bool async_scheduling = false;
+  // Speculative decoding: the most drafts verified per request per step (0 = off). The runner
+  // proposes them; the scheduler verifies as many as the request's acceptance and the batch size
+  // make worth it (sched/draft_budget.h).
+  int num_speculative_tokens = 0;
 
   Status validate() const;
 };
