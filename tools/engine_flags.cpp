@@ -8,7 +8,7 @@ void add_engine_flags(std::set<std::string>& v, std::set<std::string>& b) {
   for (const char* f : {"model", "device", "threads", "max-num-seqs", "max-num-batched-tokens", "block-size",
                         "kv-cache-memory", "max-model-len", "seed", "max-logprobs", "scheduling-policy",
                         "long-prefill-token-threshold", "load-format", "gpu-memory-utilization", "kv-cache-dtype",
-                        "tokenizer", "structured-outputs-config"}) {
+                        "tokenizer", "structured-outputs-config", "speculative-config"}) {
     v.insert(f);
   }
   for (const char* f : {"enable-prefix-caching", "exact-matmul", "enforce-eager", "disable-async-output-proc",
@@ -43,7 +43,9 @@ std::string engine_flags_help() {
          "  --async-scheduling           schedule the next step while the current one runs (default off)\n"
          "  --structured-outputs-config JSON\n"
          "                               {\"backend\": \"xgrammar\"|\"auto\", \"disable_any_whitespace\": bool,\n"
-         "                               \"disable_additional_properties\": bool, \"enable_in_reasoning\": bool}\n";
+         "                               \"disable_additional_properties\": bool, \"enable_in_reasoning\": bool}\n"
+         "  --speculative-config JSON    speculative decoding, vLLM's keys: {\"method\": \"ngram\",\n"
+         "                               \"num_speculative_tokens\": N, \"prompt_lookup_min\": N, \"prompt_lookup_max\": N}\n";
 }
 
 StatusOr<EngineArgs> engine_args_from(const Args& a) {
@@ -90,6 +92,9 @@ StatusOr<EngineArgs> engine_args_from(const Args& a) {
   e.async_scheduling = a.get_bool("async-scheduling", false);
   if (a.has("structured-outputs-config")) {
     KVASIR_ASSIGN_OR_RETURN(e.structured_outputs, parse_structured_outputs_config(a.get("structured-outputs-config")));
+  }
+  if (a.has("speculative-config")) {
+    KVASIR_ASSIGN_OR_RETURN(e.speculative, parse_speculative_config(a.get("speculative-config")));
   }
   if (a.has("gpu-memory-utilization")) {
     const std::string u = a.get("gpu-memory-utilization");

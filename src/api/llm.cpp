@@ -47,6 +47,7 @@ StatusOr<std::unique_ptr<LLM>> LLM::create(const EngineArgs& args) {
   eo.scheduler.long_prefill_token_threshold = args.long_prefill_token_threshold;
   eo.scheduler.policy = args.scheduling_policy == "priority" ? SchedulingPolicy::kPriority : SchedulingPolicy::kFcfs;
   eo.scheduler.async_scheduling = args.async_scheduling;
+  eo.scheduler.num_speculative_tokens = args.speculative.enabled() ? args.speculative.num_speculative_tokens : 0;
   KVASIR_RETURN_IF_ERROR(eo.scheduler.validate());
   eo.max_logprobs = args.max_logprobs;
   eo.async_output_proc = !args.disable_async_output_proc;
@@ -60,6 +61,7 @@ StatusOr<std::unique_ptr<LLM>> LLM::create(const EngineArgs& args) {
   rc.seed = args.seed;
   rc.eos_token_ids = llm->model_->eos_token_ids;
   rc.max_num_seqs = args.max_num_seqs;
+  rc.speculative = args.speculative;
   auto runner = std::make_unique<ModelRunner>(*llm->model_->model, llm->kv_->cache, rc);
   llm->engine_ = std::make_unique<Engine>(eo, *llm->model_->tokenizer, cfg.vocab_size, std::move(runner));
   return llm;

@@ -8,6 +8,7 @@
 
 #include "common/status.h"
 #include "core/dtype.h"
+#include "spec/speculative_config.h"
 
 namespace kvasir {
 
@@ -49,6 +50,7 @@ struct EngineArgs {
   bool disable_async_output_proc = false;  // detokenize in lock step with the engine (for A/B only)
   bool async_scheduling = false;           // schedule step N+1 while step N runs (vLLM's flag)
   StructuredOutputsConfig structured_outputs;
+  SpeculativeConfig speculative;           // vLLM's --speculative-config; method empty = off
 
   Status validate() const;
 };
