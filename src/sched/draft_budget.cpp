@@ -7,7 +7,7 @@ namespace {
 
 constexpr double kPriorAcceptance = 0.7;  // also Request's initial estimate
 constexpr double kObservationWeight = 0.25;
-constexpr double kRelaxWeight = 0.05;
+constexpr double kRelaxWeight = 0.008;  // a hopeless request retries one draft every ~6-8 steps
 
 }  // namespace
 
