@@ -11,21 +11,21 @@ constexpr double kRelaxWeight = 0.008;  // a hopeless request retries one draft 
 
 }  // namespace
 
-double marginal_draft_cost(int num_decodes) {
-  const int b = std::max(1, num_decodes);
-  const double t = static_cast<double>(b - 1) / static_cast<double>(kComputeBoundBatch - 1);
-  return std::min(1.0, kDraftCostAtBatch1 + (1.0 - kDraftCostAtBatch1) * t);
+double step_cost(int num_tokens, int num_logits_rows) {
+  return 1.0 + kTokenCost * std::max(0, num_tokens - kFreeTokens) + kLogitsRowCost * std::max(0, num_logits_rows - 1);
 }
 
-int num_drafts_worth_verifying(int num_available, int max_drafts, double acceptance_rate, int num_decodes) {
-  const int cap = std::min(num_available, max_drafts);
-  const double cost = marginal_draft_cost(num_decodes);
+int num_drafts_worth_verifying(int num_available, double acceptance_rate, int num_decodes, int num_step_tokens) {
+  const int b = std::max(1, num_decodes);
+  // What one emitted token is worth: the time per token of the plain step at this batch size.
+  const double token_value = step_cost(b, b) / b;
   double chance = 1.0;
-  int n = 0;
-  while (n < cap) {
+  int tokens = std::max(1, num_step_tokens), rows = b, n = 0;
+  while (n < num_available) {
     chance *= acceptance_rate;
-    if (chance <= cost) break;
-    ++n;
+    const double added = step_cost(tokens + 1, rows + 1) - step_cost(tokens, rows);
+    if (chance * token_value <= added) break;
+    ++n, ++tokens, ++rows;
   }
   return n;
 }

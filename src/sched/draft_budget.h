@@ -1,26 +1,29 @@
 // How many of a request's speculative drafts are worth verifying this step (load-adaptive
 // speculation). A draft at position i is emitted only if drafts 1..i are all accepted, which an
 // ngram-style request does with probability about a^i (a: its per-draft acceptance rate, a running
-// estimate). Verifying it costs one more query token in the step: almost nothing while a step is
-// bound by reading the weights (small batches), a full token's compute once the step is bound by
-// arithmetic (large batches). So draft i is verified while a^i exceeds that marginal cost.
-// Pure arithmetic on counts: no requests, no clocks.
+// estimate). Verifying it adds one query token (and one logits row) to the step. So draft i is
+// verified while a^i times what one emitted token is worth at this batch size exceeds what that
+// extra token adds to the step's time. Both come from one step-cost curve (step_cost): nearly
+// flat for the first tokens (the weights are read once for all of them), then linear once the
+// matmuls are bound by arithmetic, where a token is worth exactly what it costs and only near-
+// certain drafts would pay, so large batches verify none. Pure arithmetic on counts.
 #pragma once
 
 namespace kvasir {
 
-// Marginal cost of one more query token in a step of `num_decodes` decoding requests, as a share
-// of what one emitted token is worth: kDraftCostAtBatch1 at batch 1, growing linearly to 1 at
-// kComputeBoundBatch, where a verified token costs what a decoded one does and only drafts that
-// are (nearly) certain pay. Measured on the CPU backend with SmolLM2 (docs/ARCHITECTURE.md,
-// "Speculative decoding").
-inline constexpr double kDraftCostAtBatch1 = 0.15;
-inline constexpr int kComputeBoundBatch = 16;
-double marginal_draft_cost(int num_decodes);
+// The step-cost curve, in units of a one-token step, measured with `kvasir bench latency`
+// (prefill of T tokens, one sequence) on the CPU backend with SmolLM2-135M Q4_1: 1.0, 1.1, 1.35,
+// 1.7, 2.1, 2.4 for T = 1..6 (its matmul kernel takes activation rows in pairs), and about
+// kLogitsRowCost more per extra logits row (a verify step needs one per position).
+inline constexpr int kFreeTokens = 2;             // tokens a step holds at the price of one
+inline constexpr double kTokenCost = 0.35;        // each token past those
+inline constexpr double kLogitsRowCost = 0.08;    // each logits row past the first
+double step_cost(int num_tokens, int num_logits_rows);
 
-// Drafts to verify: the longest prefix of the available ones (capped at max_drafts) whose
-// acceptance chance a^i stays above marginal_draft_cost(num_decodes).
-int num_drafts_worth_verifying(int num_available, int max_drafts, double acceptance_rate, int num_decodes);
+// Drafts to verify, at most num_available: request has acceptance estimate `acceptance_rate`;
+// the step has `num_decodes` decoding requests (one logits row each) and already holds
+// `num_step_tokens` tokens (this request's own decode token included).
+int num_drafts_worth_verifying(int num_available, double acceptance_rate, int num_decodes, int num_step_tokens);
 
 // The acceptance estimate after a verify step that accepted `num_accepted` of `num_verified`
 // drafts. Each draft examined (the accepted ones, and the first rejected one) is one observation.

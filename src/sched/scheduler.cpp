@@ -157,13 +157,14 @@ Scheduler::AllocResult Scheduler::allocate_or_preempt(Request* request, int num_
   }
 }
 
-int Scheduler::num_drafts_to_verify(Request& r, int budget, int num_decodes) {
+int Scheduler::num_drafts_to_verify(Request& r, int budget, int num_decodes, int num_step_tokens) {
   const std::vector<TokenId>& drafts = r.spec_token_ids();
   if (drafts.empty() || budget <= 0) return 0;
   // Drafts past max_tokens would be cut anyway; this also keeps positions below max_model_len.
   const int room = std::min(r.max_tokens() - r.num_output_tokens() - 1, config_.max_model_len - r.num_tokens());
   const int cap = std::min({static_cast<int>(drafts.size()), config_.num_speculative_tokens, budget, room});
-  const int n = num_drafts_worth_verifying(cap, cap, r.spec_acceptance_rate(), num_decodes);
+  if (config_.spec_verify_all_drafts) return cap;
+  const int n = num_drafts_worth_verifying(cap, r.spec_acceptance_rate(), num_decodes, num_step_tokens);
   if (n == 0 && cap > 0) r.set_spec_acceptance_rate(relaxed_acceptance_rate(r.spec_acceptance_rate()));
   return n;
 }
@@ -203,7 +204,8 @@ void Scheduler::schedule_running(StepPlan& plan) {
     std::vector<BlockId> blocks;
     // Drafts take only budget that no later decode needs.
     int num_drafts = decode && n == 1 && config_.num_speculative_tokens > 0
-                         ? num_drafts_to_verify(*r, plan.token_budget - 1 - pending_decodes, num_decodes)
+                         ? num_drafts_to_verify(*r, plan.token_budget - 1 - pending_decodes, num_decodes,
+                                                config_.max_num_batched_tokens - plan.token_budget + 1 + pending_decodes)
                          : 0;
     if (num_drafts > 0 && allocate_with_drafts(*r, num_drafts, blocks)) {
       n += num_drafts;

@@ -98,7 +98,8 @@ class Scheduler {
   void schedule_running(StepPlan& plan);
   // Speculation: how many of r's drafts to verify with `budget` tokens to spare (0: none), and
   // their slots when they fit without preempting anyone (speculation never evicts work).
-  int num_drafts_to_verify(Request& r, int budget, int num_decodes);
+  // num_step_tokens: what the step holds already (r's decode and the decodes still to come).
+  int num_drafts_to_verify(Request& r, int budget, int num_decodes, int num_step_tokens);
   bool allocate_with_drafts(Request& r, int num_drafts, std::vector<BlockId>& new_blocks);
   void schedule_waiting(StepPlan& plan);
   SchedulerOutput encode(StepPlan& plan);

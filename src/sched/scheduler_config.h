@@ -31,6 +31,10 @@ struct SchedulerConfig {
   // proposes them; the scheduler verifies as many as the request's acceptance and the batch size
   // make worth it (sched/draft_budget.h).
   int num_speculative_tokens = 0;
+  // Verify every draft the runner proposes (up to num_speculative_tokens), whatever the batch
+  // size and acceptance: for tests that need drafts in large batches and for measuring verify
+  // steps. Set from $KVASIR_TEST_SPEC_VERIFY_ALL_DRAFTS by the LLM facade; no flag.
+  bool spec_verify_all_drafts = false;
 
   Status validate() const;
 };

@@ -34,9 +34,12 @@ auto drafts_with(int k, int num_right) {
   };
 }
 
+// Verifies every draft: the protocol tests need drafts in batched steps, which the adaptive
+// budget would skip (its own tests below switch it back on).
 SchedulerConfig spec_config(int num_blocks = 64, int k = 4) {
   SchedulerConfig c = small_config(num_blocks);
   c.num_speculative_tokens = k;
+  c.spec_verify_all_drafts = true;
   return c;
 }
 
@@ -181,7 +184,9 @@ TEST(SchedulerSpec, PreemptionDropsDraftsAndKeepsOutputs) {
 }
 
 TEST(SchedulerSpec, PoorAcceptanceBacksOff) {
-  Harness h(spec_config(64, 4));
+  SchedulerConfig c = spec_config(64, 4);
+  c.spec_verify_all_drafts = false;
+  Harness h(c);
   h.runner.propose = drafts_with(4, 0);
   ASSERT_TRUE(h.add("r", tokens(5), 200).ok());
   h.run_to_completion();
@@ -192,15 +197,18 @@ TEST(SchedulerSpec, PoorAcceptanceBacksOff) {
 }
 
 TEST(SchedulerSpec, DraftBudgetFollowsAcceptanceAndBatchSize) {
-  EXPECT_EQ(num_drafts_worth_verifying(4, 4, 0.9, 1), 4);
-  EXPECT_EQ(num_drafts_worth_verifying(4, 2, 0.9, 1), 2);
-  EXPECT_EQ(num_drafts_worth_verifying(1, 4, 0.9, 1), 1);
-  EXPECT_LT(num_drafts_worth_verifying(8, 8, 0.5, 1), 8);
-  EXPECT_EQ(num_drafts_worth_verifying(4, 4, 0.1, 1), 0);
-  // Past the compute-bound batch even good drafts stop; near-certain ones only slow down.
-  EXPECT_EQ(num_drafts_worth_verifying(4, 4, 0.9, kComputeBoundBatch), 0);
-  EXPECT_EQ(num_drafts_worth_verifying(4, 4, 0.9, 256), 0);
-  EXPECT_GE(num_drafts_worth_verifying(4, 4, 0.9, 4), num_drafts_worth_verifying(4, 4, 0.9, 8));
+  // Batch 1: the second token of a step is nearly free, later ones cost kTokenCost each.
+  EXPECT_EQ(num_drafts_worth_verifying(4, 0.2, 1, 1), 1);
+  EXPECT_EQ(num_drafts_worth_verifying(4, 0.6, 1, 1), 1);
+  EXPECT_EQ(num_drafts_worth_verifying(4, 0.95, 1, 1), 4);
+  EXPECT_EQ(num_drafts_worth_verifying(2, 0.95, 1, 1), 2);
+  EXPECT_EQ(num_drafts_worth_verifying(4, 0.05, 1, 1), 0);
+  EXPECT_LE(num_drafts_worth_verifying(4, 0.8, 1, 1), 3);
+  // Larger batches: a token is worth about what it costs, so even good drafts stop.
+  EXPECT_EQ(num_drafts_worth_verifying(4, 0.9, 16, 16), 0);
+  EXPECT_EQ(num_drafts_worth_verifying(4, 0.9, 256, 256), 0);
+  EXPECT_GE(num_drafts_worth_verifying(4, 0.9, 2, 2), num_drafts_worth_verifying(4, 0.9, 8, 8));
+  EXPECT_GT(step_cost(4, 4), step_cost(2, 2));
   EXPECT_LT(updated_acceptance_rate(0.7, 4, 0), 0.7);
   EXPECT_GT(updated_acceptance_rate(0.7, 4, 4), 0.7);
   EXPECT_GT(relaxed_acceptance_rate(0.1), 0.1);
@@ -208,6 +216,7 @@ TEST(SchedulerSpec, DraftBudgetFollowsAcceptanceAndBatchSize) {
 
 TEST(SchedulerSpec, LargeBatchesVerifyNoDrafts) {
   SchedulerConfig c = spec_config(512, 4);
+  c.spec_verify_all_drafts = false;
   c.max_num_seqs = 32;
   c.max_num_batched_tokens = 256;
   Harness h(c);
@@ -215,6 +224,26 @@ TEST(SchedulerSpec, LargeBatchesVerifyNoDrafts) {
   for (int i = 0; i < 32; ++i) ASSERT_TRUE(h.add("r" + std::to_string(i), tokens(4, 100 + 10 * i), 16).ok());
   h.run_to_completion();
   EXPECT_EQ(h.last_stats.spec_num_draft_tokens, 0);
+  // The same batch with every draft verified: the switch above is what stopped them.
+  c.spec_verify_all_drafts = true;
+  Harness all(c);
+  all.runner.propose = drafts_with(4, 3);
+  for (int i = 0; i < 32; ++i) ASSERT_TRUE(all.add("r" + std::to_string(i), tokens(4, 100 + 10 * i), 16).ok());
+  all.run_to_completion();
+  EXPECT_GT(all.last_stats.spec_num_draft_tokens, 0);
+  EXPECT_EQ(all.outputs, h.outputs);
+}
+
+TEST(SchedulerSpec, AdaptiveBudgetDraftsAtBatchOne) {
+  SchedulerConfig c = spec_config(64, 4);
+  c.spec_verify_all_drafts = false;
+  Harness h(c);
+  h.runner.propose = drafts_with(4, 4);
+  ASSERT_TRUE(h.add("r", tokens(5), 60).ok());
+  h.run_to_completion();
+  // Always-right drafts raise the estimate until all four are worth verifying.
+  EXPECT_GT(h.last_stats.spec_num_draft_tokens, 2 * h.last_stats.spec_num_drafts);
+  EXPECT_EQ(h.last_stats.spec_num_accepted_tokens, h.last_stats.spec_num_draft_tokens);
 }
 
 }  // namespace
