@@ -45,13 +45,36 @@ int write_json(const Args& a, const Json& j) {
   return out ? 0 : 1;
 }
 
+StatusOr<std::vector<std::string>> read_prompt_texts(const std::string& path) {
+  KVASIR_ASSIGN_OR_RETURN(std::string text, read_text_file(path));
+  std::vector<std::string> out;
+  size_t line_no = 0, start = 0;
+  while (start < text.size()) {
+    size_t end = text.find('\n', start);
+    if (end == std::string::npos) end = text.size();
+    const std::string line = text.substr(start, end - start);
+    start = end + 1;
+    ++line_no;
+    if (line.find_first_not_of(" \t\r") == std::string::npos) continue;
+    auto j = parse_json(line);
+    if (!j.ok() || !j->is_object() || j->find("prompt") == nullptr || !j->find("prompt")->is_string()) {
+      return invalid_argument(path + ":" + std::to_string(line_no) + ": expected {\"prompt\": \"...\"}");
+    }
+    out.push_back(j->find("prompt")->as_string());
+  }
+  if (out.empty()) return invalid_argument(path + ": no prompts");
+  return out;
+}
+
 int bench_latency(const Args& a, const EngineArgs& ea) {
   // The latency bench drives the model step by step without the engine loop, so a flag of the
   // engine loop would be accepted and do nothing: refuse it instead.
-  if (ea.async_scheduling || ea.disable_async_output_proc) {
+  if (ea.async_scheduling || ea.disable_async_output_proc || ea.speculative.enabled()) {
     std::fprintf(stderr, "kvasir bench latency: %s is not supported here (this bench runs the model without the "
                          "engine loop); use bench throughput\n",
-                 ea.async_scheduling ? "--async-scheduling" : "--disable-async-output-proc");
+                 ea.async_scheduling             ? "--async-scheduling"
+                 : ea.disable_async_output_proc ? "--disable-async-output-proc"
+                                                 : "--speculative-config");
     return 2;
   }
   auto in_len = a.get_int("input-len", 128), out_len = a.get_int("output-len", 128);
@@ -188,7 +211,18 @@ int bench_throughput(const Args& a, EngineArgs ea) {
   const int vocab = (*llm)->model().config.vocab_size;
   std::mt19937 rng(4321);
   std::vector<PromptInput> prompts(static_cast<size_t>(*num));
-  for (auto& p : prompts) p.token_ids = random_tokens(rng, static_cast<int>(*in_len), vocab);
+  if (a.has("prompts-file")) {
+    // JSONL of {"prompt": text}, cycled to --num-prompts: real text (e.g. input-grounded prompts
+    // for speculative decoding) instead of random token ids; --input-len is then unused.
+    auto texts = read_prompt_texts(a.get("prompts-file"));
+    if (!texts.ok()) {
+      std::fprintf(stderr, "kvasir bench throughput: %s\n", texts.status().message().c_str());
+      return 2;
+    }
+    for (size_t i = 0; i < prompts.size(); ++i) prompts[i].text = (*texts)[i % texts->size()];
+  } else {
+    for (auto& p : prompts) p.token_ids = random_tokens(rng, static_cast<int>(*in_len), vocab);
+  }
   SamplingParams sp;
   sp.temperature = 0.0f;
   sp.ignore_eos = true;
@@ -218,6 +252,13 @@ int bench_throughput(const Args& a, EngineArgs ea) {
               static_cast<long long>(mt.num_steps.load()), static_cast<long long>(mt.num_preemptions.load()));
   // Detokenization and stop-string work of the OutputProcessor: overlapped with the forward
   // passes by default, on the engine's critical path with --disable-async-output-proc.
+  if (ea.speculative.enabled()) {
+    std::printf("speculative decoding (%s, k=%d): %lld drafts, %lld draft tokens, %lld accepted, mean acceptance length %.2f\n",
+                ea.speculative.method.c_str(), ea.speculative.num_speculative_tokens,
+                static_cast<long long>(mt.spec_decode_num_drafts.load()),
+                static_cast<long long>(mt.spec_decode_num_draft_tokens.load()),
+                static_cast<long long>(mt.spec_decode_num_accepted_tokens.load()), mt.spec_decode_mean_acceptance_length());
+  }
   const double out_proc_s = (*llm)->engine().output_processing_s();
   std::printf("output processing: %.3f s (%.2f%% of elapsed), %s\n", out_proc_s, 100.0 * out_proc_s / secs,
               ea.disable_async_output_proc ? "in lock step with the engine" : "overlapped with the forward passes");
@@ -233,6 +274,12 @@ int bench_throughput(const Args& a, EngineArgs ea) {
   j.set("input_tokens", in_tok);
   j.set("output_tokens", out_tok);
   j.set("num_preemptions", static_cast<int64_t>(mt.num_preemptions.load()));
+  if (ea.speculative.enabled()) {
+    j.set("spec_decode_num_drafts", static_cast<int64_t>(mt.spec_decode_num_drafts.load()));
+    j.set("spec_decode_num_draft_tokens", static_cast<int64_t>(mt.spec_decode_num_draft_tokens.load()));
+    j.set("spec_decode_num_accepted_tokens", static_cast<int64_t>(mt.spec_decode_num_accepted_tokens.load()));
+    j.set("spec_decode_mean_acceptance_length", mt.spec_decode_mean_acceptance_length());
+  }
   return write_json(a, j);
 }
 
@@ -241,7 +288,7 @@ void usage() {
                "usage: kvasir bench latency [--input-len 128] [--output-len 128] [--batch-size 1] [--num-iters 5]\n"
                "                            [--num-iters-warmup 1] [--output-json F] [engine options]\n"
                "       kvasir bench throughput [--num-prompts 64] [--input-len 128] [--output-len 128]\n"
-               "                            [--output-json F] [engine options]\n"
+               "                            [--prompts-file F.jsonl] [--output-json F] [engine options]\n"
                "       kvasir bench serve [options]   (load-test an OpenAI-compatible server; see --help)\n"
                "Engine options:\n%s",
                engine_flags_help().c_str());
@@ -257,7 +304,7 @@ int cmd_bench(int argc, char** argv) {
   const std::string which = argv[0];
   if (which == "serve") return cmd_bench_serve(argc - 1, argv + 1);  // a client: no engine flags
   std::set<std::string> value_flags = {"input-len", "output-len", "batch-size", "num-iters", "num-iters-warmup",
-                                       "output-json", "num-prompts"};
+                                       "output-json", "num-prompts", "prompts-file"};
   std::set<std::string> bool_flags = {"help"};
   add_engine_flags(value_flags, bool_flags);
   auto args = Args::parse(argc - 1, argv + 1, value_flags, bool_flags);

@@ -8,7 +8,7 @@ void add_engine_flags(std::set<std::string>& v, std::set<std::string>& b) {
   for (const char* f : {"model", "device", "threads", "max-num-seqs", "max-num-batched-tokens", "block-size",
                         "kv-cache-memory", "max-model-len", "seed", "max-logprobs", "scheduling-policy",
                         "long-prefill-token-threshold", "load-format", "gpu-memory-utilization", "kv-cache-dtype", "dtype",
-                        "tokenizer", "structured-outputs-config", "tensor-parallel-size"}) {
+                        "tokenizer", "structured-outputs-config", "tensor-parallel-size", "speculative-config"}) {
     v.insert(f);
   }
   for (const char* f : {"enable-prefix-caching", "exact-matmul", "enforce-eager", "disable-async-output-proc",
@@ -49,7 +49,9 @@ std::string engine_flags_help() {
          "                               as vLLM (CPU backend, Llama-family models; default 1)\n"
          "  --structured-outputs-config JSON\n"
          "                               {\"backend\": \"xgrammar\"|\"auto\", \"disable_any_whitespace\": bool,\n"
-         "                               \"disable_additional_properties\": bool, \"enable_in_reasoning\": bool}\n";
+         "                               \"disable_additional_properties\": bool, \"enable_in_reasoning\": bool}\n"
+         "  --speculative-config JSON    speculative decoding, vLLM's keys: {\"method\": \"ngram\",\n"
+         "                               \"num_speculative_tokens\": N, \"prompt_lookup_min\": N, \"prompt_lookup_max\": N}\n";
 }
 
 StatusOr<EngineArgs> engine_args_from(const Args& a) {
@@ -100,6 +102,9 @@ StatusOr<EngineArgs> engine_args_from(const Args& a) {
   e.tensor_parallel_size = static_cast<int>(tp);
   if (a.has("structured-outputs-config")) {
     KVASIR_ASSIGN_OR_RETURN(e.structured_outputs, parse_structured_outputs_config(a.get("structured-outputs-config")));
+  }
+  if (a.has("speculative-config")) {
+    KVASIR_ASSIGN_OR_RETURN(e.speculative, parse_speculative_config(a.get("speculative-config")));
   }
   if (a.has("gpu-memory-utilization")) {
     const std::string u = a.get("gpu-memory-utilization");

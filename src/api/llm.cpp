@@ -3,6 +3,8 @@
 #include "common/log.h"
 
 #include <algorithm>
+#include <cstdlib>
+#include <string>
 
 #include "api/rank_setup.h"
 #include "api/tensor_parallel_group.h"
@@ -51,6 +53,10 @@ StatusOr<std::unique_ptr<LLM>> LLM::create(const EngineArgs& args) {
   eo.scheduler.long_prefill_token_threshold = args.long_prefill_token_threshold;
   eo.scheduler.policy = args.scheduling_policy == "priority" ? SchedulingPolicy::kPriority : SchedulingPolicy::kFcfs;
   eo.scheduler.async_scheduling = args.async_scheduling;
+  eo.scheduler.num_speculative_tokens = args.speculative.enabled() ? args.speculative.num_speculative_tokens : 0;
+  if (const char* all = std::getenv("KVASIR_TEST_SPEC_VERIFY_ALL_DRAFTS"); all && std::string(all) == "1") {
+    eo.scheduler.spec_verify_all_drafts = true;  // tests and verify-step measurements only
+  }
   KVASIR_RETURN_IF_ERROR(eo.scheduler.validate());
   eo.max_logprobs = args.max_logprobs;
   eo.async_output_proc = !args.disable_async_output_proc;

@@ -25,6 +25,7 @@ StatusOr<RankSetup> set_up_rank(const EngineArgs& args, TensorParallelProcesses*
   rc.seed = args.seed;
   rc.eos_token_ids = r.model->eos_token_ids;
   rc.max_num_seqs = args.max_num_seqs;
+  rc.speculative = args.speculative;
   r.runner = std::make_unique<ModelRunner>(*r.model->model, *r.cache, rc);
   return r;
 }

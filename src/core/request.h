@@ -99,6 +99,14 @@ class Request {
   int num_output_placeholders() const { return num_output_placeholders_; }
   void set_num_output_placeholders(int n) { num_output_placeholders_ = n; }
 
+  // Speculative decoding: the drafts the runner proposed after this request's last step, verified
+  // by the next one (vLLM's spec_token_ids); and the request's running estimate of the chance that
+  // one draft is accepted, which decides how many drafts are worth verifying.
+  const std::vector<TokenId>& spec_token_ids() const { return spec_token_ids_; }
+  void set_spec_token_ids(std::vector<TokenId> t) { spec_token_ids_ = std::move(t); }
+  double spec_acceptance_rate() const { return spec_acceptance_rate_; }
+  void set_spec_acceptance_rate(double a) { spec_acceptance_rate_ = a; }
+
   int num_preemptions() const { return num_preemptions_; }
   void count_preemption() { ++num_preemptions_; }
 
@@ -128,6 +136,8 @@ class Request {
   int num_cached_tokens_ = -1;
   int num_output_placeholders_ = 0;
   int num_preemptions_ = 0;
+  std::vector<TokenId> spec_token_ids_;
+  double spec_acceptance_rate_ = 0.7;  // a prior that tries a few drafts before any evidence
   bool ever_scheduled_ = false;
   std::vector<BlockHash> block_hashes_;
   std::optional<TokenId> stop_token_id_;

@@ -80,6 +80,13 @@ void EngineCore::publish_stats(const SchedulerStats& s) {
   last_preemptions_ = s.num_preemptions;
   last_queries_ = s.prefix_cache_queries;
   last_hits_ = s.prefix_cache_hits;
+  // One scheduler per core and metrics object: its totals are the counters.
+  if (s.spec_num_drafts != metrics_.spec_decode_num_drafts.load()) {
+    metrics_.spec_decode_num_drafts = s.spec_num_drafts;
+    metrics_.spec_decode_num_draft_tokens = s.spec_num_draft_tokens;
+    metrics_.spec_decode_num_accepted_tokens = s.spec_num_accepted_tokens;
+    metrics_.set_spec_decode_accepted_per_pos(s.spec_num_accepted_tokens_per_pos);
+  }
 }
 
 void EngineCore::fail_everything(const std::string& message) {

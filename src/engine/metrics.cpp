@@ -41,6 +41,21 @@ EngineMetrics::EngineMetrics()
       request_prompt_tokens(token_buckets()),
       request_generation_tokens(token_buckets()) {}
 
+void EngineMetrics::set_spec_decode_accepted_per_pos(const std::vector<int64_t>& counts) {
+  std::lock_guard<std::mutex> lock(spec_mu);
+  spec_accepted_per_pos = counts;
+}
+
+std::vector<int64_t> EngineMetrics::spec_decode_accepted_per_pos() const {
+  std::lock_guard<std::mutex> lock(spec_mu);
+  return spec_accepted_per_pos;
+}
+
+double EngineMetrics::spec_decode_mean_acceptance_length() const {
+  const int64_t drafts = spec_decode_num_drafts.load();
+  return drafts == 0 ? 0.0 : 1.0 + static_cast<double>(spec_decode_num_accepted_tokens.load()) / static_cast<double>(drafts);
+}
+
 void EngineMetrics::count_finished(const std::string& reason) {
   std::lock_guard<std::mutex> lock(finish_mu);
   ++request_success[reason];
@@ -89,6 +104,17 @@ std::string EngineMetrics::render_prometheus(const std::string& model_name) cons
       auto it = request_success.find(reason);
       o << "kvasir:request_success_total{" << lbl << ",finished_reason=\"" << reason << "\"} "
         << (it == request_success.end() ? 0 : it->second) << "\n";
+    }
+  }
+  counter("spec_decode_num_drafts", "Number of spec decoding drafts.", static_cast<double>(spec_decode_num_drafts.load()));
+  counter("spec_decode_num_draft_tokens", "Number of draft tokens.", static_cast<double>(spec_decode_num_draft_tokens.load()));
+  counter("spec_decode_num_accepted_tokens", "Number of accepted tokens.", static_cast<double>(spec_decode_num_accepted_tokens.load()));
+  {
+    const std::vector<int64_t> per_pos = spec_decode_accepted_per_pos();
+    o << "# HELP kvasir:spec_decode_num_accepted_tokens_per_pos_total Accepted tokens per draft's position.\n"
+      << "# TYPE kvasir:spec_decode_num_accepted_tokens_per_pos_total counter\n";
+    for (size_t i = 0; i < per_pos.size(); ++i) {
+      o << "kvasir:spec_decode_num_accepted_tokens_per_pos_total{" << lbl << ",position=\"" << i << "\"} " << per_pos[i] << "\n";
     }
   }
   histogram("time_to_first_token_seconds", "Histogram of time to first token in seconds.", time_to_first_token_s);

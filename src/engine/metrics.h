@@ -48,8 +48,19 @@ struct EngineMetrics {
   std::atomic<int64_t> prompt_tokens{0};
   std::atomic<int64_t> generation_tokens{0};
   std::atomic<int64_t> num_steps{0};
+  // Speculative decoding (vLLM's spec_decode_* counters): verify steps of a request with drafts,
+  // draft tokens verified, drafts accepted, and accepted per draft position (0 = first draft).
+  std::atomic<int64_t> spec_decode_num_drafts{0};
+  std::atomic<int64_t> spec_decode_num_draft_tokens{0};
+  std::atomic<int64_t> spec_decode_num_accepted_tokens{0};
+  void set_spec_decode_accepted_per_pos(const std::vector<int64_t>& counts);
+  std::vector<int64_t> spec_decode_accepted_per_pos() const;
+  // vLLM's mean acceptance length: tokens a verify step emits on average, 1 + accepted / drafts.
+  double spec_decode_mean_acceptance_length() const;
   std::mutex finish_mu;
   std::map<std::string, int64_t> request_success;  // finish reason -> count
+  mutable std::mutex spec_mu;
+  std::vector<int64_t> spec_accepted_per_pos;  // guarded by spec_mu
 
   Histogram time_to_first_token_s;
   Histogram inter_token_latency_s;

@@ -95,6 +95,38 @@ static std::vector<PositionLogprobs> convert_logprobs(const LogprobsLists& l, si
   return v;
 }
 
+// The earliest stop string in the text past `prev` (and the hold-back window before it, where a
+// match could have started); truncates the text there.
+std::optional<std::string> OutputProcessor::find_stop_string(State& st, size_t prev) {
+  if (st.params.stop.empty() || st.text.size() <= prev) return std::nullopt;
+  const size_t from = prev > st.hold_back ? prev - st.hold_back : 0;
+  size_t best = std::string::npos;
+  std::optional<std::string> stop_str;
+  for (const auto& s : st.params.stop) {
+    const size_t pos = st.text.find(s, from);
+    if (pos != std::string::npos && pos < best) {
+      best = pos;
+      stop_str = s;
+    }
+  }
+  if (stop_str) {
+    st.text.resize(st.params.include_stop_str_in_output ? best + stop_str->size() : best);
+    st.sent = std::min(st.sent, st.text.size());
+  }
+  return stop_str;
+}
+
+// Keeps the first `n` tokens of an output (and their logprobs rows): those after a stop string.
+void OutputProcessor::cut_output(EngineCoreOutput& out, size_t n) {
+  out.new_token_ids.resize(n);
+  if (!out.new_logprobs) return;
+  LogprobsLists& l = *out.new_logprobs;
+  l.num_rows = static_cast<int32_t>(n);
+  l.token_ids.resize(n * static_cast<size_t>(l.num_per_row));
+  l.logprobs.resize(n * static_cast<size_t>(l.num_per_row));
+  l.ranks.resize(n);
+}
+
 void OutputProcessor::process(EngineCoreOutput& out) {
   State* st;
   {
@@ -104,6 +136,23 @@ void OutputProcessor::process(EngineCoreOutput& out) {
     st = it->second.get();
   }
   const auto now = Clock::now();
+  // Stop strings are checked after each token: with speculative decoding one output carries a
+  // run of tokens, and a stop string inside it ends the output at the token that completed it.
+  const bool drop_stop_token = out.finish_reason == FinishReason::kStop && !out.new_token_ids.empty() &&
+                               !st->params.include_stop_str_in_output;
+  const size_t num_detok = out.new_token_ids.size() - (drop_stop_token ? 1 : 0);
+  std::optional<std::string> stop_str;
+  for (size_t i = 0; i < num_detok && !stop_str; ++i) {
+    const size_t prev = st->text.size();
+    st->text += st->detok->step(out.new_token_ids[i]);
+    stop_str = find_stop_string(*st, prev);
+    if (stop_str && i + 1 < out.new_token_ids.size()) cut_output(out, i + 1);
+  }
+  if (!stop_str && out.finished()) {
+    const size_t prev = st->text.size();
+    st->text += st->detok->flush();
+    stop_str = find_stop_string(*st, prev);
+  }
   if (!out.new_token_ids.empty()) {
     if (!st->first_token_seen) {
       metrics_.time_to_first_token_s.observe(std::chrono::duration<double>(now - st->arrival).count());
@@ -117,33 +166,6 @@ void OutputProcessor::process(EngineCoreOutput& out) {
   }
   if (out.num_prompt_tokens > 0) st->num_prompt_tokens = out.num_prompt_tokens;
   st->num_output_tokens += static_cast<int32_t>(out.new_token_ids.size());
-  const size_t before = st->text.size();
-  // vLLM: the EOS / stop_token_ids token that ended the request is not part of the text unless
-  // include_stop_str_in_output (it would show once special tokens are kept, as tool parsers ask).
-  // A stop from the core is always such a token: stop strings end requests here, not there.
-  const bool drop_stop_token = out.finish_reason == FinishReason::kStop && !out.new_token_ids.empty() &&
-                               !st->params.include_stop_str_in_output;
-  const size_t num_detok = out.new_token_ids.size() - (drop_stop_token ? 1 : 0);
-  for (size_t i = 0; i < num_detok; ++i) st->text += st->detok->step(out.new_token_ids[i]);
-  if (out.finished()) st->text += st->detok->flush();
-
-  std::optional<std::string> stop_str;
-  if (!st->params.stop.empty() && st->text.size() > before) {
-    // Only a window that includes the new text can hold a new match.
-    const size_t from = before > st->hold_back ? before - st->hold_back : 0;
-    size_t best = std::string::npos;
-    for (const auto& s : st->params.stop) {
-      size_t pos = st->text.find(s, from);
-      if (pos != std::string::npos && pos < best) {
-        best = pos;
-        stop_str = s;
-      }
-    }
-    if (stop_str) {
-      st->text.resize(st->params.include_stop_str_in_output ? best + stop_str->size() : best);
-      st->sent = std::min(st->sent, st->text.size());
-    }
-  }
   if (stop_str && !out.finished()) {
     st->stopped = true;
     core_.submit(FinishRequestCmd{st->req_id, RequestStatus::kFinishedStopped});

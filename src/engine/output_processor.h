@@ -10,6 +10,7 @@
 #include <condition_variable>
 #include <memory>
 #include <mutex>
+#include <optional>
 #include <string>
 #include <thread>
 #include <unordered_map>
@@ -45,6 +46,8 @@ class OutputProcessor {
   struct State;
   void loop();
   void process(EngineCoreOutput& out);
+  static std::optional<std::string> find_stop_string(State& st, size_t prev);
+  static void cut_output(EngineCoreOutput& out, size_t n);
 
   const Tokenizer& tokenizer_;
   EngineCore& core_;

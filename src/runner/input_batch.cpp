@@ -48,9 +48,25 @@ Status InputBatch::apply_cached(const CachedRequestData& d) {
   return Status();
 }
 
-Status InputBatch::schedule(const std::string& req_id, int32_t n, std::vector<ScheduledRequest>* scheduled) {
+void InputBatch::finish_verify(CachedRequestState& state, int num_drafts, std::span<const TokenId> emitted) {
+  const auto accepted = static_cast<int32_t>(emitted.size()) - 1;
+  state.tokens.resize(state.tokens.size() - static_cast<size_t>(num_drafts));
+  state.tokens.insert(state.tokens.end(), emitted.begin(), emitted.end());
+  state.num_computed_tokens -= num_drafts - accepted;
+}
+
+Status InputBatch::schedule(const std::string& req_id, int32_t n, const std::vector<TokenId>* drafts,
+                            std::vector<ScheduledRequest>* scheduled) {
   CachedRequestState& r = requests_.at(req_id);
   const int32_t start = r.num_computed_tokens;
+  const auto num_drafts = static_cast<int32_t>(drafts ? drafts->size() : 0);
+  if (num_drafts > 0) {
+    // Drafts follow the last known token, whose KV this step computes too.
+    if (start + n != static_cast<int32_t>(r.tokens.size()) + num_drafts || n != num_drafts + 1) {
+      return internal_error("request " + req_id + ": drafts scheduled other than after its last token");
+    }
+    r.tokens.insert(r.tokens.end(), drafts->begin(), drafts->end());
+  }
   const auto num_known = static_cast<int32_t>(r.tokens.size());
   // With async scheduling the step may compute a token sampled by the step before; the runner
   // executes steps in order, so it has appended that token by now.
@@ -58,7 +74,7 @@ Status InputBatch::schedule(const std::string& req_id, int32_t n, std::vector<Sc
   if ((start + n + block_size_ - 1) / block_size_ > static_cast<int32_t>(r.block_ids.size())) {
     return internal_error("block table too short for " + req_id);
   }
-  scheduled->push_back(ScheduledRequest{&req_id, &r, start, n, start + n == num_known});
+  scheduled->push_back(ScheduledRequest{&req_id, &r, start, n, start + n == num_known, num_drafts});
   r.num_computed_tokens = start + n;
   return Status();
 }
@@ -82,7 +98,8 @@ Status InputBatch::apply(const SchedulerOutput& so, std::vector<ScheduledRequest
     const auto n = so.num_scheduled_tokens.find(id);
     if (n == so.num_scheduled_tokens.end()) return Status();  // carried, but computes nothing
     total += n->second;
-    return schedule(id, n->second, scheduled);
+    const auto d = so.scheduled_spec_decode_tokens.find(id);
+    return schedule(id, n->second, d == so.scheduled_spec_decode_tokens.end() ? nullptr : &d->second, scheduled);
   };
   for (const auto& d : so.scheduled_new_reqs) KVASIR_RETURN_IF_ERROR(visit(d.req_id));
   for (const auto& d : so.scheduled_cached_reqs) KVASIR_RETURN_IF_ERROR(visit(d.req_id));

@@ -6,6 +6,7 @@
 #pragma once
 
 #include <cstdint>
+#include <span>
 #include <string>
 #include <unordered_map>
 #include <vector>
@@ -17,7 +18,9 @@ namespace kvasir {
 
 // One request as the runner holds it.
 struct CachedRequestState {
-  std::vector<TokenId> tokens;  // prompt then every output token the runner knows (it appends)
+  // Prompt then every output token the runner knows (it appends); during a verify step, the
+  // drafts being verified follow, until finish_verify replaces them by the emitted tokens.
+  std::vector<TokenId> tokens;
   int32_t num_prompt_tokens = 0;
   SamplingParams params;
   std::vector<BlockId> block_ids;
@@ -39,6 +42,7 @@ struct ScheduledRequest {
   int32_t start = 0;       // first position computed: [start, start + num_tokens)
   int32_t num_tokens = 0;
   bool samples = false;    // reaches the last known token: this step samples the next one
+  int32_t num_drafts = 0;  // speculative drafts verified: the last num_drafts of the tokens
 };
 
 class InputBatch {
@@ -53,6 +57,10 @@ class InputBatch {
 
   // The step sampled `token` for a request that ScheduledRequest::samples marked.
   static void append_sampled(CachedRequestState& state, TokenId token) { state.tokens.push_back(token); }
+  // A verify step of `num_drafts` drafts emitted `emitted` (the accepted drafts, then one token):
+  // drops the drafts from the tokens, appends `emitted` and rolls the computed count back past the
+  // rejected drafts, as the scheduler does.
+  static void finish_verify(CachedRequestState& state, int num_drafts, std::span<const TokenId> emitted);
 
   const CachedRequestState* find(const std::string& req_id) const;
   size_t size() const { return requests_.size(); }
@@ -61,7 +69,8 @@ class InputBatch {
  private:
   Status apply_new(const NewRequestData& d);
   Status apply_cached(const CachedRequestData& d);
-  Status schedule(const std::string& req_id, int32_t n, std::vector<ScheduledRequest>* scheduled);
+  Status schedule(const std::string& req_id, int32_t n, const std::vector<TokenId>* drafts,
+                  std::vector<ScheduledRequest>* scheduled);
 
   int block_size_;
   uint64_t next_arrival_index_ = 0;

@@ -3,9 +3,11 @@
 #include <algorithm>
 #include <chrono>
 
+#include "common/check.h"
 #include "common/log.h"
 
 #include "sample/philox.h"
+#include "sample/rejection_sampler.h"
 #include "sample/token_bitmask.h"
 
 namespace kvasir {
@@ -16,7 +18,13 @@ ModelRunner::ModelRunner(DecoderModel& model, KvCache& cache, const RunnerConfig
       config_(config),
       caps_(model.backend().capabilities()),
       sampler_(model.config().vocab_size, 1),
-      input_batch_(config.block_size) {}
+      input_batch_(config.block_size) {
+  if (config.speculative.enabled()) {
+    StatusOr<std::unique_ptr<Proposer>> p = make_proposer(config.speculative);
+    KVASIR_CHECK_MSG(p.ok(), "the speculative config was validated at start");
+    proposer_ = std::move(*p);
+  }
+}
 
 ModelRunner::~ModelRunner() {
   for (int c = 0; c < 2; ++c) {
@@ -56,7 +64,8 @@ bool ModelRunner::can_sample_on_device(const SchedulerOutput& so) const {
   if (!config_.device_sampling || !caps_.device_sampling) return false;
   if (!so.structured_output_req_ids.empty() && !caps_.device_token_bitmask) return false;
   for (const ScheduledRequest& s : scheduled_) {
-    if (needs_host_sampler(s.state->params, s.state->num_output_tokens())) return false;
+    // Verify steps sample at several positions per request: the host path does that.
+    if (s.num_drafts > 0 || needs_host_sampler(s.state->params, s.state->num_output_tokens())) return false;
   }
   return true;
 }
@@ -87,8 +96,10 @@ Status ModelRunner::build_batch(bool pad_for_device) {
     }
     if (s.samples) {
       row.logits_row = static_cast<int>(sample_rows_.size());
+      row.num_drafts = s.num_drafts;
       row.rng_key = rng_key_for_request(r.params.seed, config_.seed, r.arrival_index);
-      sample_rows_.push_back(row.first_token_row + n - 1);
+      // A verify step samples at the last known token and after each draft.
+      for (int32_t j = s.num_drafts; j >= 0; --j) sample_rows_.push_back(row.first_token_row + n - 1 - j);
     }
     query_start_loc_.push_back(static_cast<int32_t>(input_ids_.size()));
     seq_lens_.push_back(start + n);
@@ -215,8 +226,25 @@ Status ModelRunner::sample_on_device(const GrammarBitmaskFuture& bitmask) {
   return model_.backend().sample(logits, device_rows_.data(), n, sampler_out_.sampled_token_ids.data());
 }
 
+void ModelRunner::propose_drafts(ModelRunnerOutput& result) {
+  if (!proposer_) return;
+  for (size_t i = 0; i < rows_.size(); ++i) {
+    const ScheduledRow& row = rows_[i];
+    if (row.logits_row < 0) continue;
+    const CachedRequestState& r = *row.req;
+    // Never past max_model_len: the scheduler trims further (max_tokens, its draft budget).
+    const int room = config_.max_model_len - static_cast<int>(r.tokens.size());
+    const int k = std::min(config_.speculative.num_speculative_tokens, room);
+    proposer_->propose(ProposalContext{*row.req_id, r.tokens, r.num_prompt_tokens}, std::max(0, k),
+                       &result.outputs[i].spec_token_ids);
+  }
+}
+
 StatusOr<ModelRunnerOutput> ModelRunner::execute(const SchedulerOutput& so, const GrammarBitmaskFuture& bitmask) {
   const auto t_enter = Clock::now();
+  if (proposer_) {
+    for (const std::string& id : so.finished_req_ids) proposer_->finish_request(id);
+  }
   KVASIR_RETURN_IF_ERROR(input_batch_.apply(so, &scheduled_));
   ModelRunnerOutput result;
   if (scheduled_.empty()) return result;
@@ -249,6 +277,7 @@ StatusOr<ModelRunnerOutput> ModelRunner::execute(const SchedulerOutput& so, cons
       t.record_us += std::chrono::duration<double, std::micro>(t_submitted_ - t_enter).count();
       t.sample_us += std::chrono::duration<double, std::micro>(t_sampled - t_submitted_).count();
     }
+    propose_drafts(result);
     return result;
   }
   KVASIR_RETURN_IF_ERROR(compute_logits(sample_rows_, sample_logits_));
@@ -273,7 +302,16 @@ StatusOr<ModelRunnerOutput> ModelRunner::execute(const SchedulerOutput& so, cons
     st.num_generated_tokens = static_cast<int>(st.output_token_ids.size());
     st.eos_token_ids = config_.eos_token_ids;
     st.rng_key = row.rng_key;
-    states_.push_back(st);
+    if (row.num_drafts == 0) {
+      states_.push_back(st);
+      continue;
+    }
+    // The tokens end with the drafts: they are not output yet.
+    DraftVerifyRequest v;
+    v.state = st;
+    v.state.num_generated_tokens -= row.num_drafts;
+    v.num_drafts = row.num_drafts;
+    append_verify_rows(v, &states_);
   }
   KVASIR_RETURN_IF_ERROR(collect_bitmask_rows(bitmask));
   if (bitmask_) {
@@ -295,7 +333,16 @@ StatusOr<ModelRunnerOutput> ModelRunner::execute(const SchedulerOutput& so, cons
     if (row.num_prompt_rows > 0) {
       out.prompt_logprobs = to_lists(prompt_lp_, row.prompt_row_begin, row.num_prompt_rows);
     }
-    if (row.logits_row >= 0) {
+    if (row.logits_row >= 0 && row.num_drafts > 0) {
+      const std::span<const int32_t> samples(sampler_out_.sampled_token_ids.data() + row.logits_row,
+                                             static_cast<size_t>(row.num_drafts) + 1);
+      const std::span<const int32_t> drafts(row.req->tokens.data() + row.req->tokens.size() - row.num_drafts,
+                                            static_cast<size_t>(row.num_drafts));
+      const int emitted = num_emitted_tokens(drafts, samples);
+      out.sampled_token_ids.assign(samples.begin(), samples.begin() + emitted);
+      InputBatch::finish_verify(*row.req, row.num_drafts, samples.first(static_cast<size_t>(emitted)));
+      if (row.req->params.logprobs.has_value()) out.logprobs = to_lists(sampler_out_.logprobs, row.logits_row, emitted);
+    } else if (row.logits_row >= 0) {
       const int32_t tok = sampler_out_.sampled_token_ids[static_cast<size_t>(row.logits_row)];
       out.sampled_token_ids.push_back(tok);
       InputBatch::append_sampled(*row.req, tok);
@@ -303,6 +350,7 @@ StatusOr<ModelRunnerOutput> ModelRunner::execute(const SchedulerOutput& so, cons
     }
     result.outputs.push_back(std::move(out));
   }
+  propose_drafts(result);
   return result;
 }
 

@@ -16,6 +16,7 @@
 #include "sample/sampler.h"
 #include "sched/grammar_bitmask.h"
 #include "sched/scheduler_output.h"
+#include "spec/proposer.h"
 
 namespace kvasir {
 
@@ -26,6 +27,9 @@ struct RunnerConfig {
   std::vector<int32_t> eos_token_ids;
   int max_num_seqs = 256;       // largest decode batch padded to a CUDA-graph bucket
   bool device_sampling = true;  // sample on the device when the backend can and no row needs the host
+  // Speculative decoding: the runner proposes drafts after each sampled step (method set) and
+  // verifies the drafts the scheduler sends back, always on the host sampling path.
+  SpeculativeConfig speculative;
 };
 
 class ModelRunner {
@@ -46,6 +50,7 @@ class ModelRunner {
     int32_t first_token_row;
     uint64_t rng_key = 0;
     int logits_row = -1;       // row in the sampling logits, -1 when this step samples nothing
+    int num_drafts = 0;        // verify step: logits rows logits_row .. logits_row + num_drafts
     int prompt_row_begin = -1; // first row of prompt-logprob logits, -1 when none
     int num_prompt_rows = 0;
   };
@@ -59,6 +64,8 @@ class ModelRunner {
   Status collect_bitmask_rows(const GrammarBitmaskFuture& bitmask);
   Status compute_logits(const std::vector<int32_t>& rows, std::vector<float>& out);
   void fill_prompt_logprobs(const ScheduledRow& r, RunnerRequestOutput& out);
+  // Drafts for every row that sampled this step (result.outputs is in rows_ order).
+  void propose_drafts(ModelRunnerOutput& result);
 
   DecoderModel& model_;
   KvCache& cache_;
@@ -91,6 +98,7 @@ class ModelRunner {
   } device_times_[2];
   std::chrono::steady_clock::time_point t_submitted_;
   ForwardBatch batch_;
+  std::unique_ptr<Proposer> proposer_;  // null without speculative decoding
 };
 
 }  // namespace kvasir

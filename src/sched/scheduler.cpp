@@ -5,6 +5,7 @@
 
 #include "common/check.h"
 #include "common/log.h"
+#include "sched/draft_budget.h"
 
 namespace kvasir {
 
@@ -111,6 +112,7 @@ void Scheduler::preempt(Request* request, StepPlan& plan) {
   running_.pop_back();
   kv_.free(*request);
   request->set_status(RequestStatus::kPreempted);
+  request->set_spec_token_ids({});  // proposed for KV that is gone; the runner proposes anew
   // Recomputed from scratch on resume; the prefix cache usually still holds most of its blocks.
   request->set_num_computed_tokens(0);
   request->count_preemption();
@@ -155,12 +157,33 @@ Scheduler::AllocResult Scheduler::allocate_or_preempt(Request* request, int num_
   }
 }
 
+int Scheduler::num_drafts_to_verify(Request& r, int budget, int num_decodes, int num_step_tokens) {
+  const std::vector<TokenId>& drafts = r.spec_token_ids();
+  if (drafts.empty() || budget <= 0) return 0;
+  // Drafts past max_tokens would be cut anyway; this also keeps positions below max_model_len.
+  const int room = std::min(r.max_tokens() - r.num_output_tokens() - 1, config_.max_model_len - r.num_tokens());
+  const int cap = std::min({static_cast<int>(drafts.size()), config_.num_speculative_tokens, budget, room});
+  if (config_.spec_verify_all_drafts) return cap;
+  const int n = num_drafts_worth_verifying(cap, r.spec_acceptance_rate(), num_decodes, num_step_tokens);
+  if (n == 0 && cap > 0) r.set_spec_acceptance_rate(relaxed_acceptance_rate(r.spec_acceptance_rate()));
+  return n;
+}
+
+bool Scheduler::allocate_with_drafts(Request& r, int num_drafts, std::vector<BlockId>& new_blocks) {
+  if (!fits_in_cache(r.num_computed_tokens() + 1 + num_drafts)) return false;
+  std::optional<std::vector<BlockId>> blocks = kv_.allocate_slots(r, 1 + num_drafts);
+  if (!blocks) return false;
+  new_blocks = std::move(*blocks);
+  return true;
+}
+
 void Scheduler::schedule_running(StepPlan& plan) {
   auto is_decode = [](const Request* r) { return num_tokens_to_compute(*r) == 1; };
   // Decodes not yet visited: a prefill chunk leaves budget for them, so a long prompt never
   // stalls running decodes.
   int pending_decodes =
       static_cast<int>(std::count_if(running_.begin(), running_.end(), is_decode));
+  const int num_decodes = pending_decodes;  // the batch size speculation adapts to
   size_t i = 0;
   while (i < running_.size() && plan.token_budget > 0) {
     Request* r = running_[i];
@@ -179,10 +202,20 @@ void Scheduler::schedule_running(StepPlan& plan) {
       continue;
     }
     std::vector<BlockId> blocks;
-    const AllocResult res = allocate_or_preempt(r, n, pending_decodes, plan, blocks);
-    if (res == AllocResult::kFailed) continue;      // r left the list; running_[i] is the next one
-    if (res == AllocResult::kPreemptedSelf) break;  // r was the last one
-    plan.running.push_back({r, std::move(blocks)});
+    // Drafts take only budget that no later decode needs.
+    int num_drafts = decode && n == 1 && config_.num_speculative_tokens > 0
+                         ? num_drafts_to_verify(*r, plan.token_budget - 1 - pending_decodes, num_decodes,
+                                                config_.max_num_batched_tokens - plan.token_budget + 1 + pending_decodes)
+                         : 0;
+    if (num_drafts > 0 && allocate_with_drafts(*r, num_drafts, blocks)) {
+      n += num_drafts;
+    } else {
+      num_drafts = 0;
+      const AllocResult res = allocate_or_preempt(r, n, pending_decodes, plan, blocks);
+      if (res == AllocResult::kFailed) continue;      // r left the list; running_[i] is the next one
+      if (res == AllocResult::kPreemptedSelf) break;  // r was the last one
+    }
+    plan.running.push_back({r, std::move(blocks), num_drafts});
     plan.num_tokens.emplace_back(r, n);
     plan.token_budget -= n;
     ++i;
@@ -261,6 +294,12 @@ SchedulerOutput Scheduler::encode(StepPlan& plan) {
     d.new_block_ids = std::move(s.new_block_ids);
     d.num_computed_tokens = s.request->num_computed_tokens();
     out.scheduled_cached_reqs.push_back(std::move(d));
+    if (s.num_drafts > 0) {
+      const std::vector<TokenId>& drafts = s.request->spec_token_ids();
+      out.scheduled_spec_decode_tokens[s.request->req_id()].assign(drafts.begin(), drafts.begin() + s.num_drafts);
+    }
+    // Verified now or never: the runner proposes afresh after this step.
+    s.request->set_spec_token_ids({});
   }
   for (Request* r : plan.resumed_reqs) {
     CachedRequestData d;
@@ -278,8 +317,8 @@ SchedulerOutput Scheduler::encode(StepPlan& plan) {
     // The KV of these tokens is in flight: the next schedule() treats them as computed.
     req->set_num_computed_tokens(req->num_computed_tokens() + n);
     req->mark_scheduled();
-    // Samples when its computed tokens reach every known (or in-flight) token.
-    const bool samples = req->num_computed_tokens() == num_tokens_with_placeholders(*req);
+    // Samples when its computed tokens reach every known (or in-flight) token (drafts beyond).
+    const bool samples = req->num_computed_tokens() >= num_tokens_with_placeholders(*req);
     if (samples && req->grammar()) out.structured_output_req_ids.push_back(req->req_id());
     // Async: this step samples a token nobody knows yet; the next schedule() may already compute it.
     if (config_.async_scheduling && samples) {

@@ -74,6 +74,7 @@ class Scheduler {
   struct ScheduledRunning {
     Request* request;
     std::vector<BlockId> new_block_ids;
+    int num_drafts = 0;  // speculative drafts verified: the last num_drafts scheduled tokens
   };
   // One step's decisions before they are encoded into a SchedulerOutput.
   struct StepPlan {
@@ -95,6 +96,11 @@ class Scheduler {
     return p > 0 && (r.num_output_tokens() + p >= r.max_tokens() || r.num_tokens() + p >= config_.max_model_len);
   }
   void schedule_running(StepPlan& plan);
+  // Speculation: how many of r's drafts to verify with `budget` tokens to spare (0: none), and
+  // their slots when they fit without preempting anyone (speculation never evicts work).
+  // num_step_tokens: what the step holds already (r's decode and the decodes still to come).
+  int num_drafts_to_verify(Request& r, int budget, int num_decodes, int num_step_tokens);
+  bool allocate_with_drafts(Request& r, int num_drafts, std::vector<BlockId>& new_blocks);
   void schedule_waiting(StepPlan& plan);
   SchedulerOutput encode(StepPlan& plan);
 
@@ -126,6 +132,7 @@ class Scheduler {
   std::vector<EngineCoreOutput> pending_outputs_;
   RequestIdx next_idx_ = 1;
   int64_t num_preemptions_ = 0;
+  SchedulerStats spec_stats_;  // only its spec_* fields: speculative decoding since start
 };
 
 }  // namespace kvasir

@@ -22,6 +22,13 @@ Status SchedulerConfig::validate() const {
     return invalid_argument("max_num_batched_tokens (" + std::to_string(max_num_batched_tokens) +
                             ") must be >= max_num_seqs (" + std::to_string(max_num_seqs) + ")");
   }
+  if (num_speculative_tokens < 0 || num_speculative_tokens > 64) {
+    return invalid_argument("num_speculative_tokens must be in [0, 64], got " + std::to_string(num_speculative_tokens));
+  }
+  // The fold of step N must roll rejected drafts back before step N+1 is scheduled.
+  if (num_speculative_tokens > 0 && async_scheduling) {
+    return invalid_argument("speculative decoding (--speculative-config) with --async-scheduling is not supported yet");
+  }
   if (long_prefill_token_threshold && *long_prefill_token_threshold <= 0) {
     return invalid_argument("long_prefill_token_threshold must be positive when set");
   }

@@ -27,6 +27,14 @@ struct SchedulerConfig {
   // vLLM's --async-scheduling: schedule step N+1 while step N runs. A decode scheduled before its
   // input token is known counts it as an output placeholder until the step's result is folded in.
   bool async_scheduling = false;
+  // Speculative decoding: the most drafts verified per request per step (0 = off). The runner
+  // proposes them; the scheduler verifies as many as the request's acceptance and the batch size
+  // make worth it (sched/draft_budget.h).
+  int num_speculative_tokens = 0;
+  // Verify every draft the runner proposes (up to num_speculative_tokens), whatever the batch
+  // size and acceptance: for tests that need drafts in large batches and for measuring verify
+  // steps. Set from $KVASIR_TEST_SPEC_VERIFY_ALL_DRAFTS by the LLM facade; no flag.
+  bool spec_verify_all_drafts = false;
 
   Status validate() const;
 };

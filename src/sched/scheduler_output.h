@@ -56,6 +56,10 @@ struct SchedulerOutput {
   // Requests with a grammar that sample this step (vLLM's structured_output_request_ids): the
   // engine fills a GrammarBitmask row for each while the step's forward pass runs.
   std::vector<std::string> structured_output_req_ids;
+  // Speculative decoding (vLLM's scheduled_spec_decode_tokens): per request, the drafts this step
+  // verifies. They are the last entries of its num_scheduled_tokens (positions after its last
+  // known token); the runner samples at each and returns the accepted run plus one token.
+  std::unordered_map<std::string, std::vector<TokenId>> scheduled_spec_decode_tokens;
 };
 
 
@@ -78,6 +82,9 @@ struct RunnerRequestOutput {
   std::vector<TokenId> sampled_token_ids;
   std::optional<LogprobsLists> logprobs;         // one row per sampled token
   std::optional<LogprobsLists> prompt_logprobs;  // rows for this step's prompt chunk
+  // Speculative decoding: drafts for the tokens after sampled_token_ids, proposed after sampling
+  // (vLLM's spec_token_ids); verified by a later step if the scheduler chooses to.
+  std::vector<TokenId> spec_token_ids;
 };
 
 struct ModelRunnerOutput {
@@ -107,6 +114,12 @@ struct SchedulerStats {
   double kv_cache_usage = 0.0;       // [0, 1]
   int64_t prefix_cache_queries = 0;  // tokens looked up, since start
   int64_t prefix_cache_hits = 0;     // tokens found, since start
+  // Speculative decoding, since start (vLLM's SpecDecodingStats): verify steps of a request with
+  // drafts, draft tokens verified, drafts accepted, and accepted per draft position.
+  int64_t spec_num_drafts = 0;
+  int64_t spec_num_draft_tokens = 0;
+  int64_t spec_num_accepted_tokens = 0;
+  std::vector<int64_t> spec_num_accepted_tokens_per_pos;
 };
 
 struct EngineCoreOutputs {

@@ -9,7 +9,7 @@ namespace kvasir {
 namespace {
 
 constexpr uint32_t kMagic = 0x314f534b;  // "KSO1"
-constexpr uint32_t kVersion = 1;
+constexpr uint32_t kVersion = 2;  // 2: drafts to verify (speculative decoding)
 
 // A field added to one of these structs must be added to the codec too (and kVersion bumped):
 // these sizes change with it and stop the build here.
@@ -218,6 +218,15 @@ void encode_step(const SchedulerOutput& so, const GrammarBitmask* bitmask, std::
     w.str(id);
     w.pod(n);
   }
+  // Speculative decoding's drafts to verify, sorted by id as above.
+  std::vector<std::pair<std::string, std::vector<TokenId>>> drafts(so.scheduled_spec_decode_tokens.begin(),
+                                                                   so.scheduled_spec_decode_tokens.end());
+  std::sort(drafts.begin(), drafts.end());
+  w.pod(static_cast<uint32_t>(drafts.size()));
+  for (const auto& [id, d] : drafts) {
+    w.str(id);
+    w.pods(d);
+  }
   w.pod(so.total_num_scheduled_tokens);
   w.strs(so.finished_req_ids);
   w.strs(so.preempted_req_ids);
@@ -264,6 +273,12 @@ StatusOr<StepMessage> decode_step(const uint8_t* data, size_t size) {
     std::string id = r.str();
     const int32_t count = r.pod<int32_t>();
     if (!so.num_scheduled_tokens.emplace(std::move(id), count).second) return data_loss("step message: a request is scheduled twice");
+  }
+  for (uint32_t i = 0, n = r.count(8); i < n && r.ok(); ++i) {
+    std::string id = r.str();
+    std::vector<TokenId> d = r.pods<TokenId>();
+    if (!so.scheduled_spec_decode_tokens.emplace(std::move(id), std::move(d)).second)
+      return data_loss("step message: a request has drafts twice");
   }
   so.total_num_scheduled_tokens = r.pod<int32_t>();
   so.finished_req_ids = r.strs();

@@ -46,7 +46,7 @@ bool same_list(const std::vector<T>& a, const std::vector<T>& b) {
 bool same(const SchedulerOutput& a, const SchedulerOutput& b) {
   return same_list(a.scheduled_new_reqs, b.scheduled_new_reqs) &&
          same_list(a.scheduled_cached_reqs, b.scheduled_cached_reqs) &&
-         a.num_scheduled_tokens == b.num_scheduled_tokens &&
+         a.num_scheduled_tokens == b.num_scheduled_tokens && a.scheduled_spec_decode_tokens == b.scheduled_spec_decode_tokens &&
          a.total_num_scheduled_tokens == b.total_num_scheduled_tokens && a.finished_req_ids == b.finished_req_ids &&
          a.preempted_req_ids == b.preempted_req_ids && a.structured_output_req_ids == b.structured_output_req_ids;
 }
@@ -94,6 +94,7 @@ SchedulerOutput full_output() {
   so.scheduled_cached_reqs.push_back(c);
   so.num_scheduled_tokens = {{"req-1", 4}, {"req-2", 1}, {"req-0", 3}};
   so.total_num_scheduled_tokens = 8;
+  so.scheduled_spec_decode_tokens = {{"req-1", {17, 18, 19}}, {"req-0", {5}}};
   so.finished_req_ids = {"old-1", "old-2"};
   so.preempted_req_ids = {"req-9"};
   so.structured_output_req_ids = {"req-1"};

@@ -37,6 +37,9 @@ class FakeRunner {
       : block_size_(block_size), batch_(block_size), kv_(static_cast<size_t>(num_blocks * block_size), -1) {}
 
   std::function<TokenId(const std::string&, const std::vector<TokenId>&)> sample = default_sample;
+  // Speculative decoding: drafts proposed after each sampled step (null: none). Verification
+  // samples at every draft position and keeps drafts equal to the samples, as the real runner.
+  std::function<std::vector<TokenId>(const std::string&, const std::vector<TokenId>&)> propose;
 
   ModelRunnerOutput execute(const SchedulerOutput& so) {
     ModelRunnerOutput out;
@@ -60,11 +63,22 @@ class FakeRunner {
       }
       RunnerRequestOutput ro;
       ro.req_id = id;
-      if (s.samples) {
+      if (s.samples && s.num_drafts > 0) {
+        const size_t known = st.tokens.size() - static_cast<size_t>(s.num_drafts);
+        std::vector<TokenId> emitted;
+        for (size_t j = 0; j <= static_cast<size_t>(s.num_drafts); ++j) {
+          const TokenId t = sample(id, std::vector<TokenId>(st.tokens.begin(), st.tokens.begin() + static_cast<ptrdiff_t>(known + j)));
+          emitted.push_back(t);
+          if (j == static_cast<size_t>(s.num_drafts) || t != st.tokens[known + j]) break;
+        }
+        InputBatch::finish_verify(st, s.num_drafts, emitted);
+        ro.sampled_token_ids = emitted;
+      } else if (s.samples) {
         const TokenId t = sample(id, st.tokens);
         InputBatch::append_sampled(st, t);
         ro.sampled_token_ids.push_back(t);
       }
+      if (s.samples && propose) ro.spec_token_ids = propose(id, st.tokens);
       out.outputs.push_back(std::move(ro));
     }
     return out;

@@ -3,6 +3,7 @@
 #include <utility>
 
 #include "common/check.h"
+#include "sched/draft_budget.h"
 #include "sched/scheduler.h"
 #include "sched/stop_check.h"
 
@@ -45,8 +46,28 @@ EngineCoreOutputs Scheduler::update_from_output(const SchedulerOutput& scheduler
     KVASIR_CHECK(running || (config_.async_scheduling && r->status() == RequestStatus::kPreempted));
     const auto found = by_id.find(req_id);
     const RunnerRequestOutput* ro = found == by_id.end() ? nullptr : found->second;
-    // The step has written these tokens' KV: full blocks among them become shareable.
-    if (running) kv_.cache_blocks(*r, computed_through);
+    const auto spec = scheduler_output.scheduled_spec_decode_tokens.find(req_id);
+    const int num_drafts =
+        spec == scheduler_output.scheduled_spec_decode_tokens.end() ? 0 : static_cast<int>(spec->second.size());
+    int num_accepted = 0;  // drafts kept: tokens whose KV is computed but not yet appended
+    if (num_drafts > 0) {
+      KVASIR_CHECK_MSG(ro != nullptr && !ro->sampled_token_ids.empty() &&
+                           static_cast<int>(ro->sampled_token_ids.size()) <= num_drafts + 1,
+                       "the runner returned no token, or more than the drafts plus one, for a verify step");
+      // Rejected drafts' KV is stale: roll back so the next step overwrites those slots, and
+      // never publish them (cache_blocks below sees only the accepted positions).
+      num_accepted = static_cast<int>(ro->sampled_token_ids.size()) - 1;
+      const int num_rejected = num_drafts - num_accepted;
+      computed_through -= num_rejected;
+      r->set_num_computed_tokens(r->num_computed_tokens() - num_rejected);
+      r->set_spec_acceptance_rate(updated_acceptance_rate(r->spec_acceptance_rate(), num_drafts, num_accepted));
+      ++spec_stats_.spec_num_drafts;
+      spec_stats_.spec_num_draft_tokens += num_drafts;
+      spec_stats_.spec_num_accepted_tokens += num_accepted;
+      auto& per_pos = spec_stats_.spec_num_accepted_tokens_per_pos;
+      if (static_cast<int>(per_pos.size()) < num_drafts) per_pos.resize(static_cast<size_t>(num_drafts), 0);
+      for (int i = 0; i < num_accepted; ++i) ++per_pos[static_cast<size_t>(i)];
+    }
 
     EngineCoreOutput out;
     bool emit = false;
@@ -54,8 +75,9 @@ EngineCoreOutputs Scheduler::update_from_output(const SchedulerOutput& scheduler
       out.new_prompt_logprobs = *ro->prompt_logprobs;
       emit = true;
     }
-    KVASIR_CHECK(computed_through <= r->num_tokens());
-    if (computed_through < r->num_tokens()) {
+    KVASIR_CHECK(computed_through - num_accepted <= r->num_tokens());
+    if (computed_through - num_accepted < r->num_tokens()) {
+      KVASIR_CHECK_MSG(num_drafts == 0, "drafts were verified in a step that cannot sample");
       KVASIR_CHECK_MSG(ro == nullptr || ro->sampled_token_ids.empty(),
                        "the runner sampled a token for a prefill chunk short of the prompt's end");
     } else {
@@ -74,7 +96,12 @@ EngineCoreOutputs Scheduler::update_from_output(const SchedulerOutput& scheduler
       out.new_token_ids.assign(r->all_token_ids().end() - kept, r->all_token_ids().end());
       if (ro->logprobs) out.new_logprobs = first_rows(*ro->logprobs, kept);
       emit = true;
+      if (running && !r->finished()) r->set_spec_token_ids(ro->spec_token_ids);
     }
+    // The step has written these tokens' KV: full blocks among them become shareable. After the
+    // append: accepted drafts are tokens of the request only now. A stop inside an accepted run
+    // leaves fewer tokens than were computed; the request ends, and what it published is its own.
+    if (running) kv_.cache_blocks(*r, std::min(computed_through, r->num_tokens()));
     if (r->finished()) {
       out.finish_reason = finish_reason_of(r->status());
       out.stop_token_id = r->stop_token_id();
@@ -114,6 +141,10 @@ SchedulerStats Scheduler::make_stats() const {
   s.kv_cache_usage = kv_.usage();
   s.prefix_cache_queries = kv_.prefix_cache_stats().num_query_tokens;
   s.prefix_cache_hits = kv_.prefix_cache_stats().num_hit_tokens;
+  s.spec_num_drafts = spec_stats_.spec_num_drafts;
+  s.spec_num_draft_tokens = spec_stats_.spec_num_draft_tokens;
+  s.spec_num_accepted_tokens = spec_stats_.spec_num_accepted_tokens;
+  s.spec_num_accepted_tokens_per_pos = spec_stats_.spec_num_accepted_tokens_per_pos;
   return s;
 }
 
@@ -126,7 +157,8 @@ void Scheduler::check_invariants() const {
     const Request* r = running_[i];
     KVASIR_CHECK(r->status() == RequestStatus::kRunning);
     KVASIR_CHECK(find(r->req_id()) == r);
-    KVASIR_CHECK(r->num_computed_tokens() <= num_tokens_with_placeholders(*r));
+    // Between schedule() and its fold, drafts being verified are computed past the known tokens.
+    KVASIR_CHECK(r->num_computed_tokens() <= num_tokens_with_placeholders(*r) + config_.num_speculative_tokens);
     KVASIR_CHECK(config_.async_scheduling || r->num_output_placeholders() == 0);
     KVASIR_CHECK_MSG(static_cast<int>(kv_.get_block_ids(*r).size()) >=
                          kv_.num_blocks_for(r->num_computed_tokens()),

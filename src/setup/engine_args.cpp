@@ -33,6 +33,9 @@ Status EngineArgs::validate() const {
   if (scheduling_policy != "fcfs" && scheduling_policy != "priority") {
     return invalid_argument("--scheduling-policy must be fcfs or priority");
   }
+  if (speculative.enabled() && async_scheduling) {
+    return invalid_argument("--speculative-config with --async-scheduling is not supported yet");
+  }
   return Status();
 }
 

@@ -8,6 +8,7 @@
 
 #include "common/status.h"
 #include "core/dtype.h"
+#include "spec/speculative_config.h"
 
 namespace kvasir {
 
@@ -55,6 +56,7 @@ struct EngineArgs {
   // this host (CPU backend; api/tensor_parallel_group.h).
   int tensor_parallel_size = 1;
   StructuredOutputsConfig structured_outputs;
+  SpeculativeConfig speculative;           // vLLM's --speculative-config; method empty = off
 
   Status validate() const;
 };

@@ -1,0 +1,30 @@
+// SpeculativeConfig: vLLM's --speculative-config / speculative_config= JSON object, read and checked
+// once at start. Only the keys of the methods built here are accepted; a method that is not built
+// yet (draft_model, eagle, eagle3, mtp, suffix) is refused by name. Plain data: the scheduler reads
+// how many drafts a request may carry, the runner which proposer to build.
+#pragma once
+
+#include <string>
+
+#include "common/status.h"
+
+namespace kvasir {
+
+struct SpeculativeConfig {
+  std::string method;              // "ngram"; empty = speculation off
+  int num_speculative_tokens = 0;  // drafts proposed per request per step, at most
+  // ngram: the match length tried first (max) down to the shortest one accepted (min).
+  int prompt_lookup_min = 0;
+  int prompt_lookup_max = 0;
+
+  bool enabled() const { return !method.empty(); }
+};
+
+// Largest num_speculative_tokens / prompt_lookup_max accepted: past this a verify step is mostly
+// rejected work, and the bound keeps a typo from sizing buffers by it.
+constexpr int kMaxSpeculativeTokens = 64;
+
+// Parses the JSON text of --speculative-config. Every bad field is an invalid_argument naming it.
+StatusOr<SpeculativeConfig> parse_speculative_config(const std::string& json_text);
+
+}  // namespace kvasir

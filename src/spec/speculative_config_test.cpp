@@ -1,0 +1,76 @@
+#include "spec/speculative_config.h"
+
+#include <gtest/gtest.h>
+
+namespace kvasir {
+namespace {
+
+std::string error_of(const std::string& json) {
+  auto c = parse_speculative_config(json);
+  EXPECT_FALSE(c.ok()) << json;
+  return c.ok() ? "" : c.status().message();
+}
+
+TEST(SpeculativeConfig, ReadsVllmNgramKeys) {
+  auto c = parse_speculative_config(
+      R"({"method": "ngram", "num_speculative_tokens": 4, "prompt_lookup_min": 2, "prompt_lookup_max": 6})");
+  ASSERT_TRUE(c.ok()) << c.status().message();
+  EXPECT_TRUE(c->enabled());
+  EXPECT_EQ(c->method, "ngram");
+  EXPECT_EQ(c->num_speculative_tokens, 4);
+  EXPECT_EQ(c->prompt_lookup_min, 2);
+  EXPECT_EQ(c->prompt_lookup_max, 6);
+}
+
+TEST(SpeculativeConfig, LookupBoundsDefaultAsVllm) {
+  auto both = parse_speculative_config(R"({"method": "ngram", "num_speculative_tokens": 3})");
+  ASSERT_TRUE(both.ok());
+  EXPECT_EQ(both->prompt_lookup_min, 5);
+  EXPECT_EQ(both->prompt_lookup_max, 5);
+  auto only_max = parse_speculative_config(R"({"method": "ngram", "num_speculative_tokens": 3, "prompt_lookup_max": 4})");
+  ASSERT_TRUE(only_max.ok());
+  EXPECT_EQ(only_max->prompt_lookup_min, 4);
+  auto legacy = parse_speculative_config(R"({"model": "[ngram]", "num_speculative_tokens": 3})");
+  ASSERT_TRUE(legacy.ok());
+  EXPECT_EQ(legacy->method, "ngram");
+}
+
+TEST(SpeculativeConfig, UnbuiltMethodsAreRefusedByName) {
+  for (const char* m : {"draft_model", "eagle", "eagle3", "suffix", "mtp"}) {
+    const std::string e = error_of(std::string(R"({"method": ")") + m + R"(", "num_speculative_tokens": 3})");
+    EXPECT_NE(e.find(std::string("\"") + m + "\" is not supported yet"), std::string::npos) << e;
+  }
+  EXPECT_NE(error_of(R"({"method": "warp", "num_speculative_tokens": 3})").find("unknown method \"warp\""),
+            std::string::npos);
+  EXPECT_NE(error_of(R"({"model": "some/draft", "num_speculative_tokens": 3})").find("draft models"),
+            std::string::npos);
+}
+
+TEST(SpeculativeConfig, EveryBadFieldIsNamed) {
+  EXPECT_NE(error_of("[1]").find("JSON object"), std::string::npos);
+  EXPECT_NE(error_of("{").find("JSON object"), std::string::npos);
+  EXPECT_NE(error_of(R"({"num_speculative_tokens": 3})").find("'method' is required"), std::string::npos);
+  EXPECT_NE(error_of(R"({"method": "ngram"})").find("'num_speculative_tokens' is required"), std::string::npos);
+  EXPECT_NE(error_of(R"({"method": 1, "num_speculative_tokens": 3})").find("'method' must be a string"),
+            std::string::npos);
+  EXPECT_NE(error_of(R"({"method": "ngram", "num_speculative_tokens": 0})").find("'num_speculative_tokens' must be in"),
+            std::string::npos);
+  EXPECT_NE(error_of(R"({"method": "ngram", "num_speculative_tokens": 65})").find("must be in [1, 64]"),
+            std::string::npos);
+  EXPECT_NE(error_of(R"({"method": "ngram", "num_speculative_tokens": 2.5})").find("must be an integer"),
+            std::string::npos);
+  EXPECT_NE(error_of(R"({"method": "ngram", "num_speculative_tokens": "3"})").find("must be an integer"),
+            std::string::npos);
+  EXPECT_NE(error_of(R"({"method": "ngram", "num_speculative_tokens": 3, "prompt_lookup_min": -1})")
+                .find("'prompt_lookup_min' must be in"),
+            std::string::npos);
+  EXPECT_NE(error_of(R"({"method": "ngram", "num_speculative_tokens": 3, "prompt_lookup_min": 4, "prompt_lookup_max": 2})")
+                .find("prompt_lookup_min (4) must be <= prompt_lookup_max (2)"),
+            std::string::npos);
+  EXPECT_NE(error_of(R"({"method": "ngram", "num_speculative_tokens": 3, "draft_tensor_parallel_size": 1})")
+                .find("'draft_tensor_parallel_size' is not supported"),
+            std::string::npos);
+}
+
+}  // namespace
+}  // namespace kvasir
