@@ -177,7 +177,7 @@ if has mla; then
     >"$OUT/lat_dsv2lite_dense_profile.log" 2>&1
   note "  profile b64 x 1024, dense MLPs: rc=$? $(grep -oE '(mla_attention|write_latent_kv|linear[^ =]*|gemv[^ =]*)=[0-9.]+\([0-9]+\)' "$OUT/lat_dsv2lite_dense_profile.log" | tr '\n' ' ')"
 fi
-model=configs/llama-3.1-8b.json
+model=${KVASIR_NCU_MODEL:-configs/llama-3.1-8b.json}
 lat() {  # name, extra args
   local name=$1; shift
   timeout 150 "$bin/kvasir" bench latency --model $model --load-format dummy --device cuda --input-len 128 \

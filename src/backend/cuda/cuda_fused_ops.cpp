@@ -206,7 +206,28 @@ void CudaBackend::rope(Tensor& q, Tensor& k, const int32_t* positions, const Rop
   const int64_t n = q.dim(0), hd = q.dim(2);
   KVASIR_CHECK(k.dim(0) == n && k.dim(2) == hd && p.rotary_dim <= hd && p.rotary_dim % 2 == 0);
   KVASIR_CHECK(q.dtype == DType::kBF16 && k.dtype == DType::kBF16);
+  // rms_norm(q heads) then rms_norm(k heads), each in place with one weight per head dim (Qwen3):
+  // the RoPE kernel normalizes each head's row itself, two kernels fewer per layer.
+  const float* q_norm = nullptr;
+  const float* k_norm = nullptr;
+  float norm_eps = 0.0f;
+  const OpRecord* kn = queue_->last();
+  const OpRecord* qn = queue_->before_last();
+  auto head_norm = [&](const OpRecord* r, const Tensor& x) {
+    return r != nullptr && r->kind == OpKind::kRmsNorm && r->rms_norm.x == x.data && r->rms_norm.out == x.data &&
+           r->rms_norm.cols == hd && r->rms_norm.rows == x.dim(0) * x.dim(1);
+  };
+  if (fuse_ && head_norm(kn, k) && head_norm(qn, q) && kn->rms_norm.eps == qn->rms_norm.eps) {
+    q_norm = qn->rms_norm.weight;
+    k_norm = kn->rms_norm.weight;
+    norm_eps = kn->rms_norm.eps;
+    queue_->drop_last();
+    queue_->drop_last();
+  }
   cuda::RopeOp& r = queue_->add(OpKind::kRope, true).rope;
+  r.q_norm = q_norm;
+  r.k_norm = k_norm;
+  r.norm_eps = norm_eps;
   r.q = q.data;
   r.k = k.data;
   r.positions = queue_->stage(positions, static_cast<size_t>(n) * sizeof(int32_t));

@@ -145,6 +145,18 @@ void CudaBackend::moe_experts(const Tensor& x, const Tensor& topk_ids, const Ten
   // m-blocks of 64 once experts average 32 or more slots, else of 16 (less padding).
   const int block_m = !gemm ? 0 : (slots >= 32 * int64_t{w.num_experts} ? 64 : 16);
   const int64_t max_blocks = gemm ? cuda::moe_max_m_blocks(slots, w.num_experts, block_m) : 0;
+  // The GEMV path folds in the moe_route op that produced exactly these ids and weights where that
+  // keeps the gate/up kernel's wave count (cuda_tuning.h, KVASIR_MOE_FUSE_ROUTE): each gate/up CTA
+  // routes its token, CTAs of the first row block write the ids and weights.
+  cuda::MoeRouteOp route{};
+  OpRecord* last = queue_->last();
+  if (fuse_ && !gemm && cuda::moe_fold_route(tuning_.recording.moe_fuse_route, slots, inter, num_sms_) && last != nullptr && last->kind == OpKind::kMoeRoute && last->moe_route.ids == topk_ids.data &&
+      last->moe_route.weights == topk_weights.data && last->moe_route.num_tokens == t_n &&
+      last->moe_route.top_k == k && last->moe_route.num_experts == w.num_experts &&
+      w.num_experts <= cuda::kMoeFusedRouteMaxExperts) {
+    route = last->moe_route;
+    queue_->drop_last();
+  }
   const int64_t act_rows = gemm ? max_blocks * block_m : slots;
   const size_t sorted_b = align256(static_cast<size_t>(act_rows) * 4);
   const size_t blocks_b = align256(static_cast<size_t>(max_blocks + 1) * 4);
@@ -176,12 +188,21 @@ void CudaBackend::moe_experts(const Tensor& x, const Tensor& topk_ids, const Ten
   const bool interleaved = w.gate_up != nullptr && w.gate_up_layout == GateUpLayout::kInterleaved;
   op.gu_row_stride = interleaved ? 2 * h : h;
   op.gu_bias_stride = interleaved ? 2 : 1;
-  op.activation = static_cast<int64_t>(activation_of(w.activation));
+  op.activation = static_cast<int32_t>(activation_of(w.activation));
   op.block_m = block_m;
   op.max_m_blocks = max_blocks;
   op.vec = vec ? 1 : 0;
   op.alpha = w.swiglu_oai.alpha;
   op.limit = w.swiglu_oai.limit;
+  if (route.logits != nullptr) {
+    op.route_logits = route.logits;
+    op.route_bias = route.bias;
+    op.route_groups = static_cast<int32_t>(route.num_groups);
+    op.route_topk_groups = static_cast<int32_t>(route.topk_groups);
+    op.route_flags = (route.sigmoid ? cuda::kRouteSigmoid : 0) | (route.renormalize ? cuda::kRouteRenormalize : 0) |
+                     (route.group_top2 ? cuda::kRouteGroupTop2 : 0);
+    op.route_scale = route.scale;
+  }
 }
 
 void CudaBackend::exec_moe_experts(const cuda::MoeExpertsOp& op, cudaStream_t s) {
@@ -201,6 +222,22 @@ void CudaBackend::exec_moe_experts(const cuda::MoeExpertsOp& op, cudaStream_t s)
   p.act = static_cast<cuda::MoeActivation>(op.activation);
   p.alpha = op.alpha;
   p.limit = op.limit;
+  if (op.route_logits != nullptr) {
+    cuda::MoeRouteArgs& r = p.route;
+    r.logits = op.route_logits;
+    r.bias = op.route_bias;
+    r.ids = const_cast<int32_t*>(op.ids);
+    r.weights = const_cast<float*>(op.weights);
+    r.num_tokens = static_cast<int>(op.num_tokens);
+    r.num_experts = static_cast<int>(op.num_experts);
+    r.top_k = static_cast<int>(op.top_k);
+    r.sigmoid = (op.route_flags & cuda::kRouteSigmoid) != 0;
+    r.renormalize = (op.route_flags & cuda::kRouteRenormalize) != 0;
+    r.group_top2 = (op.route_flags & cuda::kRouteGroupTop2) != 0;
+    r.num_groups = op.route_groups;
+    r.topk_groups = op.route_topk_groups;
+    r.scale = op.route_scale;
+  }
   if (op.block_m == 0) {
     cuda::launch_moe_gemv(p, op.act, op.vec != 0, s);
     return;

@@ -250,6 +250,71 @@ TEST_F(CudaMoe, RouteMatchesCpu) {
   }
 }
 
+// With KVASIR_MOE_FUSE_ROUTE=1 the backend folds moe_route into the expert GEMV at decode sizes
+// (each gate/up CTA routes its token; cuda_moe_ops.cpp): the ids and weights it still writes must be the CPU's routing, and
+// the output must equal, bit for bit, the same ops on a backend that does not fuse.
+TEST_F(CudaMoe, RouteFoldedIntoExpertGemvMatchesUnfused) {
+  ::setenv("KVASIR_MOE_FUSE_ROUTE", "1", 1);
+  auto fused = gpu_with_gemv_tokens("8");
+  ::unsetenv("KVASIR_MOE_FUSE_ROUTE");
+  ::setenv("KVASIR_CUDA_FUSE", "0", 1);
+  auto unfused = gpu_with_gemv_tokens("8");
+  ::unsetenv("KVASIR_CUDA_FUSE");
+  ASSERT_NE(fused, nullptr);
+  ASSERT_NE(unfused, nullptr);
+  for (const RouteCase& c : {
+           RouteCase{"softmax top8 of 128, renorm", 1, 128, 8, MoeScoring::kSoftmax, true, false, 1, 1, MoeGroupScore::kMax, 1.0f},
+           {"softmax top2 of 8", 5, 8, 2, MoeScoring::kSoftmax, true, false, 1, 1, MoeGroupScore::kMax, 1.0f},
+           {"softmax top6 of 64, groups 8 keep 3 by max, scale", 8, 64, 6, MoeScoring::kSoftmax, false, false, 8, 3,
+            MoeGroupScore::kMax, 16.0f},
+           {"sigmoid + bias top8 of 256, groups 8 keep 4 by top2", 3, 256, 8, MoeScoring::kSigmoid, true, true, 8, 4,
+            MoeGroupScore::kTop2Sum, 2.5f}}) {
+    const int64_t h = 64, inter = 48;
+    Experts ex;
+    make_experts(ex, *fused, rng_, c.e, h, inter, Layout::kSplit, true, true, GateActivation::kSilu);
+    std::vector<float> logits = random_values(rng_, static_cast<size_t>(c.t) * c.e, 3.0f);
+    std::vector<float> bias(static_cast<size_t>(c.e)), x = random_values(rng_, static_cast<size_t>(c.t * h));
+    for (int e = 0; e < c.e; ++e) bias[static_cast<size_t>(e)] = 0.5f * static_cast<float>(e % 3);
+    MoeRouting r;
+    r.top_k = c.k;
+    r.scoring = c.scoring;
+    r.renormalize = c.renormalize;
+    r.num_groups = c.groups;
+    r.topk_groups = c.topk_groups;
+    r.group_score = c.group_score;
+    r.routed_scaling_factor = c.scale;
+    std::vector<std::vector<float>> outs, weights;
+    std::vector<std::vector<int32_t>> ids;
+    for (Backend* b : {fused.get(), unfused.get()}) {
+      DeviceTensor lg(DType::kF32, {c.t, c.e}), bg(DType::kF32, {c.e}), wg(DType::kF32, {c.t, c.k});
+      DeviceTensor xg(DType::kBF16, {c.t, h}), og(DType::kBF16, {c.t, h});
+      DeviceInts ig(c.t, c.k);
+      lg.set(logits);
+      bg.set(bias);
+      xg.set(x);
+      r.correction_bias = c.bias ? &bg.t : nullptr;
+      b->moe_route(lg.t, r, ig.t, wg.t);
+      b->moe_experts(xg.t, ig.t, wg.t, ex.gpu_w, og.t);
+      outs.push_back(read_back(*b, og.t));
+      weights.push_back(read_back(*b, wg.t));
+      ids.push_back(ig.get(*b));
+    }
+    std::vector<int32_t> ref_ids(static_cast<size_t>(c.t) * c.k);
+    std::vector<float> ref_w(ref_ids.size());
+    Tensor rit = Tensor::make(ref_ids.data(), DType::kI32, {c.t, c.k}), rwt = host_tensor(ref_w, {c.t, c.k});
+    Tensor hb = host_tensor(bias, {c.e});
+    r.correction_bias = c.bias ? &hb : nullptr;
+    cpu_->moe_route(host_tensor(logits, {c.t, c.e}), r, rit, rwt);
+    EXPECT_EQ(ids[0], ref_ids) << c.name;
+    EXPECT_EQ(ids[0], ids[1]) << c.name;
+    EXPECT_EQ(weights[0], weights[1]) << c.name;
+    EXPECT_EQ(outs[0], outs[1]) << c.name;
+    for (size_t i = 0; i < ref_w.size(); ++i) {
+      ASSERT_NEAR(weights[0][i], ref_w[i], 1e-5 * std::fabs(ref_w[i]) + 1e-7) << c.name << " weight " << i;
+    }
+  }
+}
+
 struct ExpertsCase {
   int t, e, k;
   int64_t h, inter;

@@ -230,7 +230,7 @@ void CudaBackend::execute(const OpRecord& op, const uint8_t* arena, cudaStream_t
                                  reinterpret_cast<const int64_t*>(at(r.slot_mapping)), static_cast<int>(r.num_tokens),
                                  static_cast<int>(r.num_heads), static_cast<int>(r.num_kv_heads),
                                  static_cast<int>(r.head_dim), static_cast<int>(r.rotary_dim), r.neox != 0,
-                                 r.attention_factor, r.num_slots, s);
+                                 r.attention_factor, r.num_slots, {r.q_norm, r.k_norm, r.norm_eps}, s);
       break;
     }
     case OpKind::kRope: {
@@ -238,7 +238,7 @@ void CudaBackend::execute(const OpRecord& op, const uint8_t* arena, cudaStream_t
       cuda::launch_rope(r.q, r.k, i32(r.positions), reinterpret_cast<const float*>(at(r.inv_freq)),
                         static_cast<int>(r.num_tokens), static_cast<int>(r.num_heads), static_cast<int>(r.num_kv_heads),
                         static_cast<int>(r.head_dim), static_cast<int>(r.rotary_dim), r.neox != 0, r.attention_factor,
-                        s);
+                        {r.q_norm, r.k_norm, r.norm_eps}, s);
       break;
     }
     case OpKind::kWriteKv: {

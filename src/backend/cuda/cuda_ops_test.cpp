@@ -9,6 +9,7 @@
 #include <cstdlib>
 #include <numeric>
 #include <random>
+#include <string>
 #include <vector>
 
 #include "backend/cpu/cpu_backend.h"
@@ -253,6 +254,72 @@ TEST_F(CudaOps, FusedDecodeLayerChainMatchesCpu) {
         b.insert(b.end(), ckc.begin() + slot * kvd, ckc.begin() + (slot + 1) * kvd);
       }
       EXPECT_LT(rel_l2(a, b), 2e-2) << "k cache, n=" << n;
+    }
+  }
+}
+
+// Qwen3's attention prologue: rms_norm of every q head and every k head in place (one weight per
+// head dim), RoPE, then the KV write. The backend folds both norms into the RoPE kernel (the
+// per-head kernel at decode sizes, the per-token one above 64 tokens, and plain RoPE when no
+// write follows); q, k and the cache rows must match the CPU's unfused ops.
+TEST_F(CudaOps, QkNormFoldedIntoRopeMatchesCpu) {
+  for (int n : {1, 5, 70}) {
+    for (bool write : {true, false}) {
+      const int heads = 8, kvh = 2, hd = 64, qd = heads * hd, kvd = kvh * hd, bs = 16;
+      auto q = random_values(rng_, static_cast<size_t>(n) * qd, 3.0f), k = random_values(rng_, static_cast<size_t>(n) * kvd, 3.0f);
+      auto v = random_values(rng_, static_cast<size_t>(n) * kvd, 1.0f);
+      std::vector<float> qw(hd), kw(hd), inv(hd / 2);
+      for (auto* w : {&qw, &kw}) {
+        for (auto& x : *w) x = 1.0f + std::uniform_real_distribution<float>(-0.5f, 0.5f)(rng_);
+      }
+      for (int i = 0; i < hd / 2; ++i) inv[static_cast<size_t>(i)] = static_cast<float>(std::pow(10000.0, -2.0 * i / hd));
+      std::vector<int32_t> pos(static_cast<size_t>(n));
+      std::vector<int64_t> slots(static_cast<size_t>(n));
+      for (int t = 0; t < n; ++t) {
+        pos[static_cast<size_t>(t)] = 11 * t + 2;
+        slots[static_cast<size_t>(t)] = 3 * t + 1;
+      }
+      AttentionMetadata m;
+      m.num_tokens = n;
+      m.slot_mapping = slots.data();
+      m.block_size = bs;
+      const int nb = (3 * n + 1) / bs + 1;
+      RopeParams rp{hd, true, inv.data(), 1.0f};
+
+      Tensor QW = upload(qw, {hd}), KW = upload(kw, {hd});
+      DeviceTensor Q(DType::kBF16, {n, qd}), K(DType::kBF16, {n, kvd}), V(DType::kBF16, {n, kvd});
+      DeviceTensor KC(DType::kBF16, {nb, bs, kvh, hd}), VC(DType::kBF16, {nb, bs, kvh, hd});
+      Q.set(q);
+      K.set(k);
+      V.set(v);
+      Tensor qh = Q.t.reshape({n * heads, hd}), kh = K.t.reshape({n * kvh, hd});
+      Tensor Q3 = Q.t.reshape({n, heads, hd}), K3 = K.t.reshape({n, kvh, hd}), V3 = V.t.reshape({n, kvh, hd});
+      gpu_->rms_norm(qh, QW, 1e-6f, qh);
+      gpu_->rms_norm(kh, KW, 1e-6f, kh);
+      gpu_->rope(Q3, K3, pos.data(), rp);
+      if (write) gpu_->write_kv(K3, V3, KC.t, VC.t, m);
+
+      std::vector<float> ckc(static_cast<size_t>(nb) * bs * kvd, 0.0f), cvc(ckc.size(), 0.0f);
+      Tensor tq = host_tensor(q, {n * heads, hd}), tk = host_tensor(k, {n * kvh, hd});
+      cpu_->rms_norm(tq, host_tensor(qw, {hd}), 1e-6f, tq);
+      cpu_->rms_norm(tk, host_tensor(kw, {hd}), 1e-6f, tk);
+      Tensor tq3 = tq.reshape({n, heads, hd}), tk3 = tk.reshape({n, kvh, hd});
+      Tensor tv3 = host_tensor(v, {n, kvh, hd}), tkc = host_tensor(ckc, {nb, bs, kvh, hd}), tvc = host_tensor(cvc, {nb, bs, kvh, hd});
+      cpu_->rope(tq3, tk3, pos.data(), rp);
+      if (write) cpu_->write_kv(tk3, tv3, tkc, tvc, m);
+
+      const std::string what = " n=" + std::to_string(n) + (write ? " with the KV write" : " RoPE alone");
+      EXPECT_LT(rel_l2(read_back(*gpu_, Q.t), q), 1e-2) << "q" << what;
+      EXPECT_LT(rel_l2(read_back(*gpu_, K.t), k), 1e-2) << "k" << what;
+      if (write) {  // the written rows only: the rest of the device cache was never set
+        const auto gk = read_back(*gpu_, KC.t);
+        std::vector<float> a, b;
+        for (int64_t slot : slots) {
+          a.insert(a.end(), gk.begin() + slot * kvd, gk.begin() + (slot + 1) * kvd);
+          b.insert(b.end(), ckc.begin() + slot * kvd, ckc.begin() + (slot + 1) * kvd);
+        }
+        EXPECT_LT(rel_l2(a, b), 1e-2) << "k cache" << what;
+      }
     }
   }
 }

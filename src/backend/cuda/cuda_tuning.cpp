@@ -70,6 +70,7 @@ CudaTuning read_cuda_tuning() {
   t.recording.fuse_norm = t.recording.fuse && env_flag("KVASIR_CUDA_FUSE_NORM", false);
   t.recording.profile = env_flag("KVASIR_CUDA_PROFILE", false);
   t.recording.moe_gemv_max_tokens = env_int("KVASIR_MOE_GEMV_TOKENS", 8, 0, 256);
+  t.recording.moe_fuse_route = std::getenv("KVASIR_MOE_FUSE_ROUTE") == nullptr ? -1 : env_int("KVASIR_MOE_FUSE_ROUTE", 0, 0, 1);
   KernelTuning& k = t.kernels;
   k.decode_attention = env_decode_attention();
   k.all_heads_ctas_per_sm = env_int("KVASIR_CUDA_V3_CTAS", 4, 1, 64);
@@ -99,11 +100,11 @@ std::string describe(const CudaTuning& t) {
                 "KVASIR_CUDA_FUSE=%d KVASIR_CUDA_FUSE_NORM=%d KVASIR_CUDA_PROFILE=%d KVASIR_CUDA_ATTN=%s "
                 "KVASIR_CUDA_V3_CTAS=%d KVASIR_CUDA_V3_PART=%d KVASIR_CUDA_V3_MIN_CTAS=%d KVASIR_CUDA_TMA_STAGES=%d "
                 "KVASIR_CUDA_ROPE_HEADS=%d KVASIR_GEMV_EARLY=%d KVASIR_GEMV_SPLIT=%d KVASIR_GEMV_MINB=%d "
-                "KVASIR_GEMV_PREFETCH_MB=%d KVASIR_CUDA_PDL=%d KVASIR_MOE_GEMV_TOKENS=%d",
+                "KVASIR_GEMV_PREFETCH_MB=%d KVASIR_CUDA_PDL=%d KVASIR_MOE_GEMV_TOKENS=%d KVASIR_MOE_FUSE_ROUTE=%d",
                 r.fuse, r.fuse_norm, r.profile, decode_attention_kernel_name(k.decode_attention),
                 k.all_heads_ctas_per_sm, k.all_heads_max_partition, k.all_heads_min_ctas, k.mma_bulk_stages,
                 k.rope_per_head, k.gemv_early, k.gemv_split, k.gemv_min_blocks, k.gemv_prefetch_mb, k.pdl,
-                r.moe_gemv_max_tokens);
+                r.moe_gemv_max_tokens, r.moe_fuse_route);
   return buf;
 }
 

@@ -48,6 +48,13 @@ struct RecordingTuning {
   // KVASIR_MOE_GEMV_TOKENS [0, 256]: moe_experts of up to this many tokens takes the GEMV path
   // (only the chosen experts' rows, read per token); more take the grouped GEMM.
   int moe_gemv_max_tokens = 8;
+  // KVASIR_MOE_FUSE_ROUTE: whether the GEMV path folds the moe_route op before it into its gate/up
+  // kernel (each CTA routes its token; that variant fits 4 CTAs per SM, the plain one 6).
+  // -1 (unset): fold when the gate/up grid takes as many waves either way; 0 never; 1 always.
+  // H200, batch 1 (3.40 / 3.46 vs 3.70 / 3.63 ms, 4.45 / 4.45 vs 4.22 / 4.24 ms): folding lost on
+  // Qwen3-30B-A3B (768 CTAs: one wave plain, two folded) and won on DeepSeek-V2-Lite (1,056 CTAs:
+  // two waves both ways), so the rule is the wave count.
+  int moe_fuse_route = -1;
 };
 
 struct CudaTuning {

@@ -170,10 +170,32 @@ __device__ __forceinline__ void rope_pair(bf16* x, int j, int half, float pos, c
   x[i1] = to_b(b * c + a * s);
 }
 
-// Every pair of token t's query and key heads, one CTA per token (rope_kernel, rope_write_kv_kernel).
+// One head's row normalized in place by one warp: x = bf16(x * inv_rms(x) * w), rms_norm_kernel's
+// formula. Shared by the RoPE kernels so the CTA-per-token and CTA-per-head paths agree to the bit.
+__device__ __forceinline__ void norm_head(bf16* x, int hd, const float* __restrict__ w, float eps, int lane) {
+  float ss = 0.0f;
+  for (int i = lane; i < hd; i += 32) {
+    const float v = to_f(x[i]);
+    ss += v * v;
+  }
+  ss = warp_sum(ss);
+  const float inv = 1.0f / sqrtf(ss / static_cast<float>(hd) + eps);
+  for (int i = lane; i < hd; i += 32) x[i] = to_b(to_f(x[i]) * inv * w[i]);
+}
+
+// Every pair of token t's query and key heads, one CTA per token (rope_kernel, rope_write_kv_kernel),
+// after each head's norm when there is one.
 __device__ __forceinline__ void rope_token(bf16* q, bf16* k, int64_t t, const int32_t* __restrict__ positions,
                                            const float* __restrict__ inv_freq, int heads, int kv_heads, int hd,
-                                           int rotary_dim, bool neox, float attention_factor) {
+                                           int rotary_dim, bool neox, float attention_factor, const RopeNorm& norm) {
+  if (norm.q_w != nullptr) {
+    const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31, warps = blockDim.x >> 5;
+    for (int h = warp; h < heads + kv_heads; h += warps) {
+      if (h < heads) norm_head(q + (t * heads + h) * hd, hd, norm.q_w, norm.eps, lane);
+      else norm_head(k + (t * kv_heads + (h - heads)) * hd, hd, norm.k_w, norm.eps, lane);
+    }
+    __syncthreads();
+  }
   const float pos = static_cast<float>(positions[t]);
   const int half = rotary_dim / 2;
   const int total = (heads + kv_heads) * half;
@@ -185,9 +207,10 @@ __device__ __forceinline__ void rope_token(bf16* q, bf16* k, int64_t t, const in
 }
 
 __global__ void rope_kernel(bf16* q, bf16* k, const int32_t* __restrict__ positions, const float* __restrict__ inv_freq,
-                            int heads, int kv_heads, int hd, int rotary_dim, bool neox, float attention_factor) {
+                            int heads, int kv_heads, int hd, int rotary_dim, bool neox, float attention_factor,
+                            RopeNorm norm) {
   pdl_begin();
-  rope_token(q, k, blockIdx.x, positions, inv_freq, heads, kv_heads, hd, rotary_dim, neox, attention_factor);
+  rope_token(q, k, blockIdx.x, positions, inv_freq, heads, kv_heads, hd, rotary_dim, neox, attention_factor, norm);
 }
 
 // rope_kernel and write_kv_kernel in one: the token's rotated k and its v go to the cache slot.
@@ -195,10 +218,10 @@ __global__ void rope_write_kv_kernel(bf16* q, bf16* k, const bf16* __restrict__ 
                                      bf16* __restrict__ v_cache, const int32_t* __restrict__ positions,
                                      const float* __restrict__ inv_freq, const int64_t* __restrict__ slot_mapping,
                                      int heads, int kv_heads, int hd, int rotary_dim, bool neox, float attention_factor,
-                                     int64_t num_slots) {
+                                     int64_t num_slots, RopeNorm norm) {
   pdl_begin();
   const int64_t t = blockIdx.x;
-  rope_token(q, k, t, positions, inv_freq, heads, kv_heads, hd, rotary_dim, neox, attention_factor);
+  rope_token(q, k, t, positions, inv_freq, heads, kv_heads, hd, rotary_dim, neox, attention_factor, norm);
   __syncthreads();
   const int64_t slot = slot_mapping[t];
   if (slot < 0 || slot >= num_slots) return;
@@ -218,7 +241,7 @@ __global__ void rope_write_kv_head_kernel(bf16* q, bf16* k, const bf16* __restri
                                           bf16* __restrict__ v_cache, const int32_t* __restrict__ positions,
                                           const float* __restrict__ inv_freq, const int64_t* __restrict__ slot_mapping,
                                           int heads, int kv_heads, int hd, int rotary_dim, bool neox,
-                                          float attention_factor, int64_t num_slots) {
+                                          float attention_factor, int64_t num_slots, RopeNorm norm) {
   pdl_begin();
   const int64_t t = blockIdx.x;
   const int h = blockIdx.y;
@@ -227,6 +250,10 @@ __global__ void rope_write_kv_head_kernel(bf16* q, bf16* k, const bf16* __restri
   const bool kv = h >= heads;
   const int kh = h - heads;
   bf16* x = kv ? k + (t * kv_heads + kh) * hd : q + (t * heads + h) * hd;
+  if (norm.q_w != nullptr) {
+    if (threadIdx.x < 32) norm_head(x, hd, kv ? norm.k_w : norm.q_w, norm.eps, threadIdx.x);
+    __syncthreads();
+  }
   for (int j = threadIdx.x; j < half; j += blockDim.x) rope_pair(x, j, half, pos, inv_freq, neox, attention_factor);
   if (!kv) return;  // uniform over the CTA
   __syncthreads();
@@ -414,18 +441,19 @@ void launch_add(void* a, const void* b, int64_t n, Elem e, cudaStream_t s) {
 }
 
 void launch_rope(void* q, void* k, const int32_t* positions, const float* inv_freq, int n, int heads, int kv_heads,
-                 int hd, int rotary_dim, bool neox, float attention_factor, cudaStream_t s) {
-  if (n <= 0 || rotary_dim < 2) return;
+                 int hd, int rotary_dim, bool neox, float attention_factor, const RopeNorm& norm, cudaStream_t s) {
+  if (n <= 0 || (rotary_dim < 2 && norm.q_w == nullptr)) return;
   const int total = (heads + kv_heads) * (rotary_dim / 2);
   const int threads = total >= 512 ? 512 : ((total + 31) / 32) * 32;
-  launch(rope_kernel, n, threads, 0, s, static_cast<bf16*>(q), static_cast<bf16*>(k), positions, inv_freq, heads, kv_heads,
-                                    hd, rotary_dim, neox, attention_factor);
+  launch(rope_kernel, n, std::max(threads, 128), 0, s, static_cast<bf16*>(q), static_cast<bf16*>(k), positions, inv_freq,
+         heads, kv_heads, hd, rotary_dim, neox, attention_factor, norm);
   KVASIR_CUDA_LAUNCH_CHECK();
 }
 
 void launch_rope_write_kv(void* q, void* k, const void* v, void* k_cache, void* v_cache, const int32_t* positions,
                           const float* inv_freq, const int64_t* slot_mapping, int n, int heads, int kv_heads, int hd,
-                          int rotary_dim, bool neox, float attention_factor, int64_t num_slots, cudaStream_t s) {
+                          int rotary_dim, bool neox, float attention_factor, int64_t num_slots, const RopeNorm& norm,
+                          cudaStream_t s) {
   if (n <= 0) return;
   const bool per_head = kernel_tuning().rope_per_head;
   if (per_head && n <= 64) {
@@ -433,7 +461,7 @@ void launch_rope_write_kv(void* q, void* k, const void* v, void* k_cache, void* 
     launch(rope_write_kv_head_kernel, dim3(static_cast<unsigned>(n), static_cast<unsigned>(heads + kv_heads)), threads,
            0, s, static_cast<bf16*>(q), static_cast<bf16*>(k), static_cast<const bf16*>(v), static_cast<bf16*>(k_cache),
            static_cast<bf16*>(v_cache), positions, inv_freq, slot_mapping, heads, kv_heads, hd, rotary_dim, neox,
-           attention_factor, num_slots);
+           attention_factor, num_slots, norm);
     KVASIR_CUDA_LAUNCH_CHECK();
     return;
   }
@@ -441,7 +469,7 @@ void launch_rope_write_kv(void* q, void* k, const void* v, void* k_cache, void* 
   const int threads = total >= 512 ? 512 : std::max(128, ((total + 31) / 32) * 32);
   launch(rope_write_kv_kernel, n, threads, 0, s, static_cast<bf16*>(q), static_cast<bf16*>(k), static_cast<const bf16*>(v),
          static_cast<bf16*>(k_cache), static_cast<bf16*>(v_cache), positions, inv_freq, slot_mapping, heads, kv_heads, hd,
-         rotary_dim, neox, attention_factor, num_slots);
+         rotary_dim, neox, attention_factor, num_slots, norm);
 }
 
 void launch_write_kv(const void* k, const void* v, void* k_cache, void* v_cache, const int64_t* slot_mapping, int n,

@@ -22,15 +22,23 @@ void launch_add_rms_norm(void* residual, const void* x, const float* w, float ep
                          void* out, cudaStream_t s);
 void launch_add(void* a, const void* b, int64_t n, Elem e, cudaStream_t s);
 // q [n, heads, hd], k [n, kv_heads, hd] in place; inv_freq [rotary_dim / 2].
+// Per-head RMSNorm of q and k before the rotation (Qwen3's q_norm / k_norm): each head's row
+// x = bf16(x * inv_rms(x) * w), then rotated. q_w null: no norm.
+struct RopeNorm {
+  const float* q_w = nullptr;
+  const float* k_w = nullptr;
+  float eps = 0.0f;
+};
 void launch_rope(void* q, void* k, const int32_t* positions, const float* inv_freq, int n, int heads, int kv_heads,
-                 int hd, int rotary_dim, bool neox, float attention_factor, cudaStream_t s);
+                 int hd, int rotary_dim, bool neox, float attention_factor, const RopeNorm& norm, cudaStream_t s);
 // k, v [n, row] -> caches [num_slots, row] at slot_mapping[t] (negative: skipped).
 void launch_write_kv(const void* k, const void* v, void* k_cache, void* v_cache, const int64_t* slot_mapping,
                      int n, int64_t row, int64_t num_slots, cudaStream_t s);
 // rope then write_kv of the rotated k and v, one kernel (row = kv_heads * hd, a multiple of 8).
 void launch_rope_write_kv(void* q, void* k, const void* v, void* k_cache, void* v_cache, const int32_t* positions,
                           const float* inv_freq, const int64_t* slot_mapping, int n, int heads, int kv_heads, int hd,
-                          int rotary_dim, bool neox, float attention_factor, int64_t num_slots, cudaStream_t s);
+                          int rotary_dim, bool neox, float attention_factor, int64_t num_slots, const RopeNorm& norm,
+                          cudaStream_t s);
 void launch_gated_activation(const void* gate, const void* up, bool gelu_tanh, int64_t n, void* out, cudaStream_t s);
 void launch_softcap(void* x, float cap, int64_t n, Elem e, cudaStream_t s);
 void launch_gather_rows(const void* src, const int32_t* rows, int k, int64_t row_bytes, int64_t src_rows,

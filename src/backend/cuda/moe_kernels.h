@@ -53,7 +53,25 @@ struct MoeProblem {
   int64_t gu_row_stride = 0, gu_bias_stride = 1;
   MoeActivation act = MoeActivation::kSilu;
   float alpha = 1.702f, limit = 7.0f;  // kSwigluOai only
+  // GEMV path only: route.logits non-null = the gate/up kernel routes each token itself (the
+  // moe_route op folded in; route.ids / route.weights are `ids` / `weights` above, written by it).
+  MoeRouteArgs route;
 };
+// Largest routing the GEMV path folds in: a CTA's routing scratch stays small.
+inline constexpr int kMoeFusedRouteMaxExperts = 512;
+// Resident gate/up GEMV CTAs per SM (their __launch_bounds__): plain, and routing for itself.
+inline constexpr int kMoeGateUpCtasPerSm = 6;
+inline constexpr int kMoeGateUpRoutedCtasPerSm = 4;
+inline constexpr int kMoeGateUpRowsPerCta = 8;
+// Whether folding the route into the gate/up GEMV keeps its wave count (tuning: -1 auto, 0, 1).
+inline bool moe_fold_route(int tuning, int64_t slots, int64_t inter, int num_sms) {
+  if (tuning >= 0) return tuning == 1;
+  const int64_t ctas = slots * ((inter + kMoeGateUpRowsPerCta - 1) / kMoeGateUpRowsPerCta);
+  const int64_t plain = (ctas + int64_t{kMoeGateUpCtasPerSm} * num_sms - 1) / (int64_t{kMoeGateUpCtasPerSm} * num_sms);
+  const int64_t routed =
+      (ctas + int64_t{kMoeGateUpRoutedCtasPerSm} * num_sms - 1) / (int64_t{kMoeGateUpRoutedCtasPerSm} * num_sms);
+  return routed == plain;
+}
 
 // --- moe_gemv.cu: few tokens. Reads only the chosen experts' rows (ids read on the device) ------
 // act: scratch [T * top_k, I] bf16. vec: 16-byte loads (H and I multiples of 8, every expert

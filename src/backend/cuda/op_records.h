@@ -128,7 +128,11 @@ struct RopeOp {
   ArenaOffset positions;        // int32 [num_tokens]
   ArenaOffset inv_freq;         // float [rotary_dim / 2]
   int64_t num_tokens, num_heads, num_kv_heads, head_dim, rotary_dim, neox;
-  float attention_factor, unused;
+  float attention_factor, norm_eps;
+  // Qwen3's per-head RMSNorm of q and k (weights [head_dim]), folded in from the two rms_norm
+  // calls before the RoPE; null when there is none.
+  const float* q_norm;
+  const float* k_norm;
   // kRopeWriteKv only:
   const void* v;                // [num_tokens, kv_row]
   void* k_cache;                // [num_slots, kv_row]
@@ -223,10 +227,18 @@ struct MoeExpertsOp {
   int32_t* num_m_blocks;
   void* act;                    // [rows, inter] bf16
   float* y;                     // [num_tokens * top_k, hidden] or null
-  int64_t num_tokens, hidden, inter, num_experts, top_k, gu_row_stride, gu_bias_stride, activation;
-  int64_t block_m, max_m_blocks, vec;
+  int64_t num_tokens, hidden, inter, num_experts, top_k, gu_row_stride, max_m_blocks;
+  int32_t gu_bias_stride, activation, block_m, vec;
   float alpha, limit;
+  // The GEMV path with the moe_route op before it folded in (route_logits non-null): the gate/up
+  // kernel routes for itself and still writes ids and weights (cuda_moe_ops.cpp).
+  const float* route_logits;    // [num_tokens, num_experts]
+  const float* route_bias;      // [num_experts] or null
+  int32_t route_groups, route_topk_groups, route_flags;  // MoeRouteFlags
+  float route_scale;
 };
+// MoeExpertsOp::route_flags bits.
+enum MoeRouteFlags : int32_t { kRouteSigmoid = 1, kRouteRenormalize = 2, kRouteGroupTop2 = 4 };
 
 // MLA (cuda_mla_ops.cpp): rotate k_pe and write [c_kv | k_pe] rows through the slot mapping.
 struct WriteLatentKvOp {
@@ -296,9 +308,9 @@ struct OpRecord {
 // free of it (pointers and int64 first, floats in pairs).
 static_assert(sizeof(EmbeddingOp) == 56 && sizeof(LinearOp) == 56 && sizeof(GemvProjection) == 40);
 static_assert(sizeof(MultiGemvOp) == 4 * 8 + kGemvMaxOutputs * 40 + 3 * 8 + 8);
-static_assert(sizeof(GemvGatedOp) == 7 * 8 + 4 * 8 + 8 && sizeof(RopeOp) == 4 * 8 + 6 * 8 + 8 + 6 * 8);
+static_assert(sizeof(GemvGatedOp) == 7 * 8 + 4 * 8 + 8 && sizeof(RopeOp) == 4 * 8 + 6 * 8 + 8 + 2 * 8 + 6 * 8);
 static_assert(sizeof(AttentionOp) == 11 * 8 + 12 * 8 + 8 && sizeof(OpRecord) == 8 + sizeof(AttentionOp));
-static_assert(sizeof(MoeRouteOp) == 4 * 8 + 8 * 8 + 8 && sizeof(MoeExpertsOp) == 10 * 8 + 11 * 8 + 8);
+static_assert(sizeof(MoeRouteOp) == 4 * 8 + 8 * 8 + 8 && sizeof(MoeExpertsOp) == 10 * 8 + 7 * 8 + 4 * 4 + 8 + 2 * 8 + 4 * 4);
 static_assert(sizeof(WriteLatentKvOp) == 8 * 8 + 4 * 4 && sizeof(MlaAttentionOp) == 12 * 8 + 16 * 4 + 8);
 
 }  // namespace kvasir::cuda

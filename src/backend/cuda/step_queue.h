@@ -42,6 +42,10 @@ class StepQueue {
   bool empty() const { return ops_.empty(); }
   // The step's last record, for fusing the next op into it; null when the step is empty.
   OpRecord* last() { return ops_.empty() ? nullptr : &ops_.back(); }
+  // The record before it (null when there is none), and dropping the last record, for a fusion
+  // that folds the last two records into one.
+  OpRecord* before_last() { return ops_.size() < 2 ? nullptr : &ops_[ops_.size() - 2]; }
+  void drop_last() { ops_.pop_back(); }
 
   // Copies the arena over and runs the step; false when nothing was recorded.
   bool flush();
