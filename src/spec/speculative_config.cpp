@@ -1,5 +1,7 @@
 #include "spec/speculative_config.h"
 
+#include <algorithm>
+
 #include "common/json.h"
 
 namespace kvasir {
@@ -22,12 +24,21 @@ StatusOr<int> small_positive_int(const Json& v, const std::string& key) {
 }
 
 bool is_known_unbuilt_method(const std::string& m) {
-  for (const char* name : {"draft_model", "eagle", "eagle3", "mtp", "suffix", "medusa", "mlp_speculator",
+  for (const char* name : {"draft_model", "eagle", "eagle3", "mtp", "medusa", "mlp_speculator",
                            "deepseek_mtp"}) {
     if (m == name) return true;
   }
   return false;
 }
+
+// A JSON number (integer or not) as a double.
+StatusOr<double> number(const Json& v, const std::string& key) {
+  if (v.is_int()) return static_cast<double>(v.as_int());
+  if (!v.is_number()) return field_error("'" + key + "' must be a number");
+  return v.as_double();
+}
+
+constexpr const char* kMethods = "the supported methods are \"ngram\" and \"suffix\"";
 
 }  // namespace
 
@@ -36,6 +47,7 @@ StatusOr<SpeculativeConfig> parse_speculative_config(const std::string& json_tex
   if (!j.ok() || !j->is_object()) return field_error("must be a JSON object");
   SpeculativeConfig c;
   bool has_num = false, has_min = false, has_max = false;
+  std::string suffix_key;  // a suffix_decoding_* key that was given (only the suffix method reads them)
   for (const auto& [key_, v_] : j->as_object()) {
     const std::string& key = key_;  // named copies: clang before 16 cannot capture bindings
     const Json& v = v_;
@@ -49,7 +61,7 @@ StatusOr<SpeculativeConfig> parse_speculative_config(const std::string& json_tex
         if (c.method.empty()) c.method = "ngram";
       } else {
         return field_error("draft models ('model': \"" + v.as_string() +
-                           "\") are not supported yet; the supported method is \"ngram\"");
+                           "\") are not supported yet; " + kMethods);
       }
     } else if (key == "num_speculative_tokens") {
       KVASIR_ASSIGN_OR_RETURN(c.num_speculative_tokens, small_positive_int(v, key));
@@ -60,17 +72,48 @@ StatusOr<SpeculativeConfig> parse_speculative_config(const std::string& json_tex
     } else if (key == "prompt_lookup_max") {
       KVASIR_ASSIGN_OR_RETURN(c.prompt_lookup_max, small_positive_int(v, key));
       has_max = true;
+    } else if (key == "suffix_decoding_max_tree_depth") {
+      if (!v.is_int() || v.as_int() < 1 || v.as_int() > kMaxSuffixTreeDepth) {
+        return field_error("'" + key + "' must be an integer in [1, " + std::to_string(kMaxSuffixTreeDepth) + "]");
+      }
+      c.suffix.max_tree_depth = static_cast<int>(v.as_int());
+      suffix_key = key;
+    } else if (key == "suffix_decoding_max_cached_requests") {
+      if (!v.is_int() || v.as_int() < 0 || v.as_int() > (int64_t{1} << 30)) {
+        return field_error("'" + key + "' must be an integer in [0, 2^30]");
+      }
+      c.suffix.max_cached_requests = static_cast<int>(v.as_int());
+      suffix_key = key;
+    } else if (key == "suffix_decoding_max_spec_factor") {
+      KVASIR_ASSIGN_OR_RETURN(c.suffix.max_spec_factor, number(v, key));
+      suffix_key = key;
+    } else if (key == "suffix_decoding_min_token_prob") {
+      KVASIR_ASSIGN_OR_RETURN(c.suffix.min_token_prob, number(v, key));
+      suffix_key = key;
     } else {
       return field_error("'" + key +
                          "' is not supported (method, model, num_speculative_tokens, prompt_lookup_min, "
-                         "prompt_lookup_max)");
+                         "prompt_lookup_max, suffix_decoding_max_tree_depth, suffix_decoding_max_cached_requests, "
+                         "suffix_decoding_max_spec_factor, suffix_decoding_min_token_prob)");
     }
   }
-  if (c.method.empty()) return field_error("'method' is required (\"ngram\")");
+  if (c.method.empty()) return field_error(std::string("'method' is required; ") + kMethods);
   if (is_known_unbuilt_method(c.method)) {
-    return field_error("method \"" + c.method + "\" is not supported yet; the supported method is \"ngram\"");
+    return field_error("method \"" + c.method + "\" is not supported yet; " + kMethods);
   }
-  if (c.method != "ngram") return field_error("unknown method \"" + c.method + "\"; the supported method is \"ngram\"");
+  if (c.method != "ngram" && c.method != "suffix") {
+    return field_error("unknown method \"" + c.method + "\"; " + kMethods);
+  }
+  if (c.method == "suffix") {
+    if (has_min || has_max) return field_error("prompt_lookup_min/max belong to the \"ngram\" method, not \"suffix\"");
+    // vLLM's default for suffix decoding: as many drafts as the tree is deep.
+    if (!has_num) c.num_speculative_tokens = std::min(c.suffix.max_tree_depth, kMaxSpeculativeTokens);
+    c.suffix.num_speculative_tokens = c.num_speculative_tokens;
+    const Status s = c.suffix.validate();
+    if (!s.ok()) return field_error(s.message());
+    return c;
+  }
+  if (!suffix_key.empty()) return field_error("'" + suffix_key + "' belongs to the \"suffix\" method, not \"ngram\"");
   if (!has_num) return field_error("'num_speculative_tokens' is required");
   // vLLM's defaults: both bounds 5 when neither is given, else the one given for both.
   if (!has_min && !has_max) {

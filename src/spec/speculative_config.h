@@ -7,15 +7,18 @@
 #include <string>
 
 #include "common/status.h"
+#include "spec/suffix_decoding.h"
 
 namespace kvasir {
 
 struct SpeculativeConfig {
-  std::string method;              // "ngram"; empty = speculation off
+  std::string method;              // "ngram" or "suffix"; empty = speculation off
   int num_speculative_tokens = 0;  // drafts proposed per request per step, at most
   // ngram: the match length tried first (max) down to the shortest one accepted (min).
   int prompt_lookup_min = 0;
   int prompt_lookup_max = 0;
+  // suffix: vLLM's suffix_decoding_* keys (its num_speculative_tokens is the one above).
+  SuffixDecodingConfig suffix;
 
   bool enabled() const { return !method.empty(); }
 };

@@ -61,7 +61,9 @@ def test_structured_outputs_with_speculation_is_a_400_naming_it(spec_server):
 
 @pytest.mark.parametrize("config, message", [
     ('{"method": "eagle3", "num_speculative_tokens": 3}', 'method "eagle3" is not supported yet'),
-    ('{"method": "suffix", "num_speculative_tokens": 3}', 'method "suffix" is not supported yet'),
+    ('{"method": "mtp", "num_speculative_tokens": 3}', 'method "mtp" is not supported yet'),
+    ('{"method": "suffix", "prompt_lookup_max": 3}', 'belong to the "ngram" method'),
+    ('{"method": "suffix", "suffix_decoding_min_token_prob": 1.5}', "min_token_prob"),
     ('{"method": "ngram"}', "'num_speculative_tokens' is required"),
     ('{"method": "ngram", "num_speculative_tokens": 0}', "'num_speculative_tokens' must be in [1, 64]"),
     ('{"method": "ngram", "num_speculative_tokens": 3, "prompt_lookup_min": 5, "prompt_lookup_max": 2}',
