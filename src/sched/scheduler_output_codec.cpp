@@ -16,7 +16,7 @@ constexpr uint32_t kVersion = 2;  // 2: drafts to verify (speculative decoding)
 static_assert(sizeof(SamplingParams) == 232, "SamplingParams changed: update scheduler_output_codec.cpp");
 static_assert(sizeof(NewRequestData) == 344, "NewRequestData changed: update scheduler_output_codec.cpp");
 static_assert(sizeof(CachedRequestData) == 96, "CachedRequestData changed: update scheduler_output_codec.cpp");
-static_assert(sizeof(SchedulerOutput) == 184, "SchedulerOutput changed: update scheduler_output_codec.cpp");
+static_assert(sizeof(SchedulerOutput) == 240, "SchedulerOutput changed: update scheduler_output_codec.cpp");
 static_assert(sizeof(StructuredOutputSpec) == 64, "StructuredOutputSpec changed: update scheduler_output_codec.cpp");
 
 class Writer {
