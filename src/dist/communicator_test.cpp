@@ -112,7 +112,8 @@ uint16_t reference_sum_bf16(int n, uint64_t i, uint64_t salt) {
   for (int r = 1; r < n; ++r) acc += quant::bf16_to_f32(f32_to_bf16(input_value(r, i, salt)));
   return f32_to_bf16(acc);
 }
-uint8_t byte_of(int r, uint64_t i) { return static_cast<uint8_t>(input_value(r, i, 77) * 16.0f); }
+// Through int: a negative float converted straight to uint8_t is undefined (UBSan stops on it).
+uint8_t byte_of(int r, uint64_t i) { return static_cast<uint8_t>(static_cast<int>(input_value(r, i, 77) * 16.0f)); }
 
 int all_reduce_checks(Communicator& c, int rank, int n) {
   for (size_t count : {size_t{0}, size_t{1}, size_t{7}, size_t{4099}, size_t{1000003}}) {

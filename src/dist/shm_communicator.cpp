@@ -17,6 +17,12 @@ OpTag tag(OpKind kind, uint64_t bytes, int64_t arg) { return OpTag{static_cast<u
 // rounds there were and a size mismatch shows up in the tags instead of as a hang.
 size_t num_rounds(size_t total, size_t per_round) { return std::max<size_t>(1, (total + per_round - 1) / per_round); }
 
+// memcpy that takes an empty copy from a null buffer: a zero-element collective (its single round)
+// may be handed data == nullptr, which memcpy itself does not allow even for zero bytes.
+void copy_bytes(void* dst, const void* src, size_t n) {
+  if (n > 0) std::memcpy(dst, src, n);
+}
+
 Status bad_dtype(const char* op, DType dtype) {
   return invalid_argument(std::string("shm communicator: ") + op + " sums float32 or bf16, not " +
                           std::string(dtype_name(dtype)));
@@ -48,7 +54,7 @@ Status ShmCommunicator::all_reduce_sum(void* data, size_t count, DType dtype) {
     const size_t off = i * per, len = std::min(per, count - std::min(count, off));
     Status s = seg_->round(
         "all_reduce_sum", tag(OpKind::kAllReduce, count * es, static_cast<int64_t>(dtype)),
-        [&](uint8_t* slot) { std::memcpy(slot, bytes + off * es, len * es); },
+        [&](uint8_t* slot) { copy_bytes(slot, bytes + off * es, len * es); },
         [&] { sum_in_rank_order(inputs.data(), n, bytes + off * es, len, dtype); });
     if (!s.ok()) return s;
   }
@@ -64,9 +70,9 @@ Status ShmCommunicator::all_gather(const void* send, void* recv, size_t bytes_pe
     const size_t off = i * per, len = std::min(per, bytes_per_rank - std::min(bytes_per_rank, off));
     Status s = seg_->round(
         "all_gather", tag(OpKind::kAllGather, bytes_per_rank, 0),
-        [&](uint8_t* slot) { std::memcpy(slot, src + off, len); },
+        [&](uint8_t* slot) { copy_bytes(slot, src + off, len); },
         [&] {
-          for (int r = 0; r < n; ++r) std::memcpy(dst + r * bytes_per_rank + off, seg_->slot(r), len);
+          for (int r = 0; r < n; ++r) copy_bytes(dst + r * bytes_per_rank + off, seg_->slot(r), len);
         });
     if (!s.ok()) return s;
   }
@@ -89,7 +95,7 @@ Status ShmCommunicator::reduce_scatter_sum(const void* send, void* recv, size_t 
         "reduce_scatter_sum", tag(OpKind::kReduceScatter, count_per_rank * es, static_cast<int64_t>(dtype)),
         [&](uint8_t* slot) {
           for (int part = 0; part < n; ++part)
-            std::memcpy(slot + part * len * es, src + (part * count_per_rank + off) * es, len * es);
+            copy_bytes(slot + part * len * es, src + (part * count_per_rank + off) * es, len * es);
         },
         [&] { sum_in_rank_order(inputs.data(), n, dst + off * es, len, dtype); });
     if (!s.ok()) return s;
@@ -108,10 +114,10 @@ Status ShmCommunicator::broadcast(void* data, size_t bytes, int root) {
     Status s = seg_->round(
         "broadcast", tag(OpKind::kBroadcast, bytes, root),
         [&](uint8_t* slot) {
-          if (is_root) std::memcpy(slot, buf + off, len);
+          if (is_root) copy_bytes(slot, buf + off, len);
         },
         [&] {
-          if (!is_root) std::memcpy(buf + off, seg_->slot(root), len);
+          if (!is_root) copy_bytes(buf + off, seg_->slot(root), len);
         });
     if (!s.ok()) return s;
   }
@@ -135,7 +141,7 @@ Status ShmCommunicator::send(const void* data, size_t bytes, int peer) {
     const uint64_t produced = ch.produced.load(std::memory_order_relaxed);  // only this rank writes it
     Status s = seg_->wait([&] { return ch.consumed.load(std::memory_order_acquire) == produced; }, peer, "send");
     if (!s.ok()) return s;
-    std::memcpy(slot, src + off, len);
+    copy_bytes(slot, src + off, len);
     ch.chunk_bytes.store(len, std::memory_order_relaxed);
     ch.produced.store(produced + 1, std::memory_order_release);
   }
@@ -161,7 +167,7 @@ Status ShmCommunicator::recv(void* data, size_t bytes, int peer) {
                                          std::to_string(peer) + " met a chunk of " + std::to_string(sent) +
                                          " bytes where it expected " + std::to_string(len) +
                                          " (send and recv sizes differ)"));
-    std::memcpy(dst + off, slot, len);
+    copy_bytes(dst + off, slot, len);
     ch.consumed.store(consumed + 1, std::memory_order_release);
   }
   return Status();
