@@ -277,21 +277,34 @@ Status ShmSegment::check_group(int peer, const char* op, std::chrono::steady_clo
   return Status();
 }
 
-Status ShmSegment::tags_agree(const OpTag& tag, const char* op) {
+Status ShmSegment::tag_mismatch(const OpTag& tag, const char* op) {
   for (int r = 0; r < world_size_; ++r) {
     const ShmRankState& st = rank_state(r);
     const uint32_t kind = st.op_kind.load(std::memory_order_relaxed);
     const uint64_t bytes = st.op_bytes.load(std::memory_order_relaxed);
     const int64_t arg = st.op_arg.load(std::memory_order_relaxed);
     if (kind != tag.kind || bytes != tag.bytes || arg != tag.arg) {
-      raise_group_failure(kFailMismatch, rank_);
-      return fail(invalid_argument("shm communicator: rank " + std::to_string(rank_) + " is in " + op + " of " +
-                                   std::to_string(tag.bytes) + " bytes (arg " + std::to_string(tag.arg) +
-                                   ") but rank " + std::to_string(r) + " is in " + op_kind_name(kind) +
-                                   " of " + std::to_string(bytes) + " bytes (arg " + std::to_string(arg) + ")"));
+      return invalid_argument("shm communicator: rank " + std::to_string(rank_) + " is in " + op + " of " +
+                              std::to_string(tag.bytes) + " bytes (arg " + std::to_string(tag.arg) + ") but rank " +
+                              std::to_string(r) + " is in " + op_kind_name(kind) + " of " + std::to_string(bytes) +
+                              " bytes (arg " + std::to_string(arg) + ")");
     }
   }
   return Status();
+}
+
+Status ShmSegment::tags_agree(const OpTag& tag, const char* op) {
+  Status s = tag_mismatch(tag, op);
+  if (s.ok()) return s;
+  raise_group_failure(kFailMismatch, rank_);
+  return fail(std::move(s));
+}
+
+Status ShmSegment::name_mismatch(const OpTag& tag, const char* op, Status s) {
+  Status m = tag_mismatch(tag, op);
+  if (m.ok()) return s;
+  sticky_ = m;  // the more precise reason for the same failure
+  return m;
 }
 
 }  // namespace kvasir::dist

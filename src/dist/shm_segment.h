@@ -85,7 +85,12 @@ class ShmSegment {
   Status peer_alive(int peer, const char* op);
   Status group_failure_status() const;
   void raise_group_failure(uint32_t kind, int subject);
+  // Every rank's tag of this round against this rank's: raises the group failure on a mismatch.
   Status tags_agree(const OpTag& tag, const char* op);
+  // The mismatch, described, or OK; no side effects.
+  Status tag_mismatch(const OpTag& tag, const char* op);
+  // s (a failed wait) replaced by the mismatch it came from, when the tags show one.
+  Status name_mismatch(const OpTag& tag, const char* op, Status s);
   ShmRankState& rank_state(int r) const;
   void start_keeper();
   void stop_keeper();
@@ -148,7 +153,9 @@ Status ShmSegment::round(const char* op, const OpTag& tag, Fill&& fill, Consume&
   me.op_arg.store(tag.arg, std::memory_order_relaxed);
   me.written.store(k, std::memory_order_release);
   s = wait([&] { return all_at_least(&ShmRankState::written, k); }, -1, op);
-  if (!s.ok()) return s;
+  // A peer that compared the tags first broke the group; with every tag of this round written,
+  // this rank names both collectives too instead of only "broken".
+  if (!s.ok()) return all_at_least(&ShmRankState::written, k) ? name_mismatch(tag, op, std::move(s)) : s;
   s = tags_agree(tag, op);
   if (!s.ok()) return s;
   consume();
