@@ -196,6 +196,18 @@ struct RouteCase {
   float scale;
 };
 
+MoeRouting routing_of(const RouteCase& c) {
+  MoeRouting r;
+  r.top_k = c.k;
+  r.scoring = c.scoring;
+  r.renormalize = c.renormalize;
+  r.num_groups = c.groups;
+  r.topk_groups = c.topk_groups;
+  r.group_score = c.group_score;
+  r.routed_scaling_factor = c.scale;
+  return r;
+}
+
 TEST_F(CudaMoe, RouteMatchesCpu) {
   auto gpu = gpu_with_gemv_tokens("8");
   ASSERT_NE(gpu, nullptr);
@@ -226,14 +238,7 @@ TEST_F(CudaMoe, RouteMatchesCpu) {
     lg.set(logits);
     bg.set(bias);
     DeviceInts ig(c.t, c.k);
-    MoeRouting r;
-    r.top_k = c.k;
-    r.scoring = c.scoring;
-    r.renormalize = c.renormalize;
-    r.num_groups = c.groups;
-    r.topk_groups = c.topk_groups;
-    r.group_score = c.group_score;
-    r.routed_scaling_factor = c.scale;
+    MoeRouting r = routing_of(c);
     Tensor hb = host_tensor(bias, {c.e});
     r.correction_bias = c.bias ? &bg.t : nullptr;
     gpu->moe_route(lg.t, r, ig.t, wg.t);
@@ -275,14 +280,7 @@ TEST_F(CudaMoe, RouteFoldedIntoExpertGemvMatchesUnfused) {
     std::vector<float> logits = random_values(rng_, static_cast<size_t>(c.t) * c.e, 3.0f);
     std::vector<float> bias(static_cast<size_t>(c.e)), x = random_values(rng_, static_cast<size_t>(c.t * h));
     for (int e = 0; e < c.e; ++e) bias[static_cast<size_t>(e)] = 0.5f * static_cast<float>(e % 3);
-    MoeRouting r;
-    r.top_k = c.k;
-    r.scoring = c.scoring;
-    r.renormalize = c.renormalize;
-    r.num_groups = c.groups;
-    r.topk_groups = c.topk_groups;
-    r.group_score = c.group_score;
-    r.routed_scaling_factor = c.scale;
+    MoeRouting r = routing_of(c);
     std::vector<std::vector<float>> outs, weights;
     std::vector<std::vector<int32_t>> ids;
     for (Backend* b : {fused.get(), unfused.get()}) {

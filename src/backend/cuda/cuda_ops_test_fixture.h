@@ -1,0 +1,54 @@
+// The CudaOps fixture shared by the op test files (cuda_ops_test.cpp, cuda_fused_ops_test.cpp):
+// a CUDA backend and the exact CPU backend it is checked against, weight upload, a seeded rng.
+// Skips without a GPU.
+#pragma once
+
+#include <gtest/gtest.h>
+
+#include <memory>
+#include <random>
+#include <vector>
+
+#include "backend/cpu/cpu_backend.h"
+#include "backend/cuda/cuda_backend.h"
+#include "backend/cuda/cuda_test_util.h"
+
+namespace kvasir::cuda_test {
+
+// The rows `slots` of a [num_slots, row] cache, concatenated (what a KV write touched).
+inline std::vector<float> slot_rows(const std::vector<float>& cache, const std::vector<int64_t>& slots, int64_t row) {
+  std::vector<float> out;
+  for (int64_t slot : slots) out.insert(out.end(), cache.begin() + slot * row, cache.begin() + (slot + 1) * row);
+  return out;
+}
+
+inline Tensor host_tensor(std::vector<float>& v, std::initializer_list<int64_t> dims) {
+  return Tensor::make(v.data(), DType::kF32, dims);
+}
+
+class CudaOps : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    if (cuda_device_count() == 0) GTEST_SKIP() << "no CUDA device";
+    auto b = create_cuda_backend(CudaBackendOptions{});
+    ASSERT_TRUE(b.ok()) << b.status().message();
+    gpu_ = std::move(*b);
+    CpuBackendOptions o;
+    o.num_threads = 4;
+    o.precision = MatmulPrecision::kExact;
+    cpu_ = std::make_unique<CpuBackend>(o);
+  }
+  // A weight on the GPU (2-D -> bf16, 1-D -> f32) from host float32 values.
+  Tensor upload(std::vector<float>& v, std::initializer_list<int64_t> dims) {
+    std::unique_ptr<Buffer> owner;
+    auto t = gpu_->upload_weight(host_tensor(v, dims), &owner);
+    EXPECT_TRUE(t.ok());
+    owned_.push_back(std::move(owner));
+    return *t;
+  }
+  std::unique_ptr<Backend> gpu_, cpu_;
+  std::vector<std::unique_ptr<Buffer>> owned_;
+  std::mt19937 rng_{1234};
+};
+
+}  // namespace kvasir::cuda_test
