@@ -85,7 +85,9 @@ void CpuBackend::linear(const Tensor& x, const Tensor& w, const Tensor* bias, Te
   if (n > 1 && !packed_.empty()) {
     const auto it = packed_.find(w.data);
     // A view of part of a packed weight (same first byte, fewer rows) reads the GGUF bytes.
-    if (it != packed_.end() && it->second->m() == m && it->second->k() == k) packed = it->second.get();
+    if (it != packed_.end() && it->second->type() == w.dtype && it->second->m() == m && it->second->k() == k) {
+      packed = it->second.get();
+    }
   }
   cpu::matmul(w.data, w.dtype, m, k, x.ptr<float>(), n, out.ptr<float>(), *pool_,
               precision_ == MatmulPrecision::kExact ? cpu::ActQuant::kF32 : cpu::ActQuant::kQ16, scratch_, packed);
