@@ -43,7 +43,7 @@ std::string CpuBackend::name() const { return "cpu(" + std::to_string(pool_->num
 StatusOr<std::unique_ptr<Buffer>> CpuBackend::allocate(size_t bytes) { return allocate_host_buffer(bytes); }
 
 StatusOr<Tensor> CpuBackend::upload_weight(const Tensor& host_weight, std::unique_ptr<Buffer>* owner) {
-  owner->reset();  // read in place from the mapped file, unless --dtype converts it
+  owner->reset();  // read in place from the mapped file, unless --dtype converts it or panels are made
   if (dense_weight_dtype_ && dense_weight_converts(host_weight, *dense_weight_dtype_)) {
     return convert_dense_weight(host_weight, *dense_weight_dtype_, owner);
   }
@@ -53,8 +53,9 @@ StatusOr<Tensor> CpuBackend::upload_weight(const Tensor& host_weight, std::uniqu
   KVASIR_RETURN_IF_ERROR(cpu::matmul_supported(host_weight.dtype, std::max<int64_t>(host_weight.cols(), 1)));
   if (pack_weights_ && host_weight.ndim == 2 && cpu::PackedQ32::supports(host_weight.dtype) &&
       host_weight.data != nullptr) {
-    packed_[host_weight.data] =
-        cpu::PackedQ32::pack(host_weight.data, host_weight.dtype, host_weight.rows(), host_weight.cols());
+    *owner = cpu::PackedWeights::add(
+        packed_, host_weight.data,
+        cpu::PackedQ32::pack(host_weight.data, host_weight.dtype, host_weight.rows(), host_weight.cols()));
   }
   return host_weight;
 }
@@ -82,12 +83,10 @@ void CpuBackend::linear(const Tensor& x, const Tensor& w, const Tensor* bias, Te
   // ~1.3x faster in prefill but flipped greedy continuations against the float32 reference on
   // 15 of 20 golden prompts (SmolLM2 Q4_1); 16-bit ones agree on 20 of 20 at the same decode speed.
   const cpu::PackedQ32* packed = nullptr;
-  if (n > 1 && !packed_.empty()) {
-    const auto it = packed_.find(w.data);
+  if (n > 1 && pack_weights_) {
+    const cpu::PackedQ32* p = packed_->find(w.data);
     // A view of part of a packed weight (same first byte, fewer rows) reads the GGUF bytes.
-    if (it != packed_.end() && it->second->type() == w.dtype && it->second->m() == m && it->second->k() == k) {
-      packed = it->second.get();
-    }
+    if (p != nullptr && p->type() == w.dtype && p->m() == m && p->k() == k) packed = p;
   }
   cpu::matmul(w.data, w.dtype, m, k, x.ptr<float>(), n, out.ptr<float>(), *pool_,
               precision_ == MatmulPrecision::kExact ? cpu::ActQuant::kF32 : cpu::ActQuant::kQ16, scratch_, packed);

@@ -13,7 +13,7 @@
 
 #include "backend/backend.h"
 #include "backend/cpu/quant/matmul.h"
-#include "backend/cpu/quant/packed_q32.h"
+#include "backend/cpu/packed_weights.h"
 #include "backend/cpu/thread_pool.h"
 
 namespace kvasir {
@@ -80,8 +80,8 @@ class CpuBackend final : public Backend {
   cpu::MatmulScratch scratch_;
   std::optional<DType> dense_weight_dtype_;
   bool pack_weights_;  // the matmul kernels have a packed-panel tile here (see upload_weight)
-  // Packed panels of uploaded weights, by the weight's data pointer (written at load only).
-  std::unordered_map<const void*, std::unique_ptr<cpu::PackedQ32>> packed_;
+  // Packed panels of uploaded weights, each freed with its weight's owner buffer.
+  std::shared_ptr<cpu::PackedWeights> packed_ = std::make_shared<cpu::PackedWeights>();
   std::vector<float> attn_partials_;  // attention: per-unit results of split key ranges
   // mla_attention: latent queries, latent outputs, split results, units (grow to the largest
   // batch once, then are reused)
