@@ -12,31 +12,102 @@
 namespace kvasir::cuda {
 namespace {
 
-__global__ void decode_combine_kernel(AttentionArgs a, const int32_t* __restrict__ decode_seqs, int num_decode,
-                                      int num_splits, const float* __restrict__ partial) {
+// One CTA per (query head, decode sequence), in two passes over the splits' partials: the CTA's
+// threads first find the largest split max (m) together; then warp w sums splits w, w + WARPS, ...
+// weighted by l * e^(m - max), kBatch splits at a time whose rows are all loaded before any is
+// summed (lane l holds dims 4l..4l+3 of each 128: one 16-byte load per lane per row), so a warp
+// keeps kBatch rows in flight; the warps' sums meet in shared memory. Splits with no keys (m =
+// -inf) weigh nothing (their rows were never written: read, then masked, never multiplied).
+// WARPS: 16 for long contexts' hundreds of splits, 4 for batches of a few splits each (thousands
+// of CTAs, where most of 16 warps would idle).
+constexpr int kCombineMaxDims = 256;
+constexpr int kCombineManySplits = 64;
+constexpr int kCombineBatch = 4;
+
+// The partial rows are 16-byte aligned unless the m and l arrays before them hold an odd number of
+// pairs of floats (nd x heads x splits not a multiple of 4): then four scalar loads.
+__device__ __forceinline__ float4 load_row4(const float* p, bool aligned) {
+  if (aligned) return *reinterpret_cast<const float4*>(p);
+  return make_float4(p[0], p[1], p[2], p[3]);
+}
+
+template <int WARPS>
+__global__ void __launch_bounds__(WARPS * 32) decode_combine_kernel(AttentionArgs a, const int32_t* __restrict__ decode_seqs,
+                                                                    int num_decode, int num_splits,
+                                                                    const float* __restrict__ partial) {
+  constexpr int kChunks = kCombineMaxDims / 128;  // float4 chunks per lane at the largest head_dim
+  __shared__ float warp_max[WARPS], warp_l[WARPS];
+  __shared__ __align__(16) float warp_o[WARPS][kCombineMaxDims];
   pdl_begin();
   const int h = blockIdx.x, di = blockIdx.y;
   const int s = decode_seqs != nullptr ? decode_seqs[di] : di;
   const int64_t token = a.query_start_loc[s];
   const int hd = a.head_dim;
+  const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
   const int64_t base = (static_cast<int64_t>(di) * a.num_heads + h) * num_splits;
-  const float* pm = partial;
-  const float* pl = partial + static_cast<int64_t>(num_decode) * a.num_heads * num_splits;
-  const float* po = pl + static_cast<int64_t>(num_decode) * a.num_heads * num_splits;
-  // An attention sink is one more logit of the head's softmax with no value: it joins the max and,
-  // after the splits, the denominator.
+  const float* pm = partial + base;
+  const float* pl = partial + static_cast<int64_t>(num_decode) * a.num_heads * num_splits + base;
+  const float* po = partial + 2 * static_cast<int64_t>(num_decode) * a.num_heads * num_splits + base * hd;
+  const bool aligned = (reinterpret_cast<uintptr_t>(po) & 15) == 0;
+  // An attention sink is one more logit of the head's softmax with no value: it joins the max and
+  // the denominator.
   const float sink = a.sinks != nullptr ? a.sinks[h] : -INFINITY;
   float mx = sink;
-  for (int i = 0; i < num_splits; ++i) mx = fmaxf(mx, pm[base + i]);
-  for (int d = threadIdx.x; d < hd; d += blockDim.x) {
+  for (int i = threadIdx.x; i < num_splits; i += WARPS * 32) mx = fmaxf(mx, pm[i]);
+#pragma unroll
+  for (int o = 16; o > 0; o >>= 1) mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, o));
+  if (lane == 0) warp_max[warp] = mx;
+  __syncthreads();
+#pragma unroll
+  for (int w = 0; w < WARPS; ++w) mx = fmaxf(mx, warp_max[w]);
+  float l = 0.0f;
+  float4 o[kChunks];
+#pragma unroll
+  for (int c = 0; c < kChunks; ++c) o[c] = make_float4(0.0f, 0.0f, 0.0f, 0.0f);
+  if (mx != -INFINITY) {
+    for (int i0 = warp; i0 < num_splits; i0 += kCombineBatch * WARPS) {
+      float w[kCombineBatch];
+      float4 row[kCombineBatch][kChunks];
+#pragma unroll
+      for (int b = 0; b < kCombineBatch; ++b) {
+        const int i = i0 + b * WARPS;
+        const float mi = i < num_splits ? pm[i] : -INFINITY;
+        w[b] = mi != -INFINITY ? pl[i] * expf(mi - mx) : 0.0f;
+#pragma unroll
+        for (int c = 0; c < kChunks; ++c) {
+          const int d = 4 * lane + 128 * c;
+          row[b][c] = i < num_splits && d < hd ? load_row4(po + static_cast<int64_t>(i) * hd + d, aligned)
+                                               : make_float4(0.0f, 0.0f, 0.0f, 0.0f);
+        }
+      }
+#pragma unroll
+      for (int b = 0; b < kCombineBatch; ++b) {
+        if (w[b] == 0.0f) continue;  // also keeps an unwritten row's NaN out of the sum
+        l += w[b];
+#pragma unroll
+        for (int c = 0; c < kChunks; ++c) {
+          o[c].x += w[b] * row[b][c].x;
+          o[c].y += w[b] * row[b][c].y;
+          o[c].z += w[b] * row[b][c].z;
+          o[c].w += w[b] * row[b][c].w;
+        }
+      }
+    }
+  }
+  if (lane == 0) warp_l[warp] = l;
+#pragma unroll
+  for (int c = 0; c < kChunks; ++c) {
+    const int d = 4 * lane + 128 * c;
+    if (d < hd) *reinterpret_cast<float4*>(&warp_o[warp][d]) = o[c];
+  }
+  __syncthreads();
+  for (int d = threadIdx.x; d < hd; d += WARPS * 32) {
     float num = 0.0f, den = 0.0f;
     if (mx != -INFINITY) {
-      for (int i = 0; i < num_splits; ++i) {
-        const float m = pm[base + i];
-        if (m == -INFINITY) continue;
-        const float w = pl[base + i] * expf(m - mx);
-        num += w * po[(base + i) * hd + d];
-        den += w;
+#pragma unroll
+      for (int w = 0; w < WARPS; ++w) {
+        num += warp_o[w][d];
+        den += warp_l[w];
       }
       if (sink != -INFINITY) den += expf(sink - mx);
     }
@@ -67,8 +138,11 @@ bool all_heads_shape_ok(int num_heads, int num_kv_heads, int head_dim) {
 
 void launch_decode_combine(const AttentionArgs& a, const int32_t* decode_seqs, int nd, int num_splits,
                            const float* partial, cudaStream_t s) {
-  launch(decode_combine_kernel, dim3(a.num_heads, nd), std::min(a.head_dim, 256), 0, s, a, decode_seqs, nd, num_splits,
-         partial);
+  if (num_splits >= kCombineManySplits) {
+    launch(decode_combine_kernel<16>, dim3(a.num_heads, nd), 16 * 32, 0, s, a, decode_seqs, nd, num_splits, partial);
+  } else {
+    launch(decode_combine_kernel<4>, dim3(a.num_heads, nd), 4 * 32, 0, s, a, decode_seqs, nd, num_splits, partial);
+  }
   KVASIR_CUDA_LAUNCH_CHECK();
 }
 
@@ -139,9 +213,11 @@ int64_t decode_scratch_floats(int num_decode_seqs, int num_heads, int head_dim, 
   return static_cast<int64_t>(num_decode_seqs) * num_heads * split.num_splits * (head_dim + 2);
 }
 
-void launch_decode_attention(const AttentionArgs& a, const int32_t* decode_seqs, int nd, const DecodeSplit& sp,
+void launch_decode_attention(const AttentionArgs& args, const int32_t* decode_seqs, int nd, const DecodeSplit& sp,
                              float* partial, cudaStream_t s) {
   if (nd <= 0) return;
+  AttentionArgs a = args;
+  a.splits_by_context = kernel_tuning().splits_by_context;
   if (sp.all_heads) {
     KVASIR_CHECK_MSG(all_heads_shape_ok(a.num_heads, a.num_kv_heads, a.head_dim), "attention: split planned for all_heads");
     const DecodeAttentionKernel forced = decode_kernel_choice();

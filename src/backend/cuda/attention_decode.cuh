@@ -7,6 +7,7 @@
 
 #include "backend/cuda/cuda_common.cuh"
 #include "backend/cuda/kernels.h"
+#include "backend/cuda/warp_mma.cuh"
 
 namespace kvasir::cuda {
 
@@ -24,6 +25,12 @@ struct SplitKeys {
   int64_t token;  // the sequence's query row
 };
 
+// The launch has gridDim.x splits of at most part_tokens keys each, planned for the block table's
+// capacity (launch shapes must not depend on sequence lengths, so graphs stay valid). With
+// a.splits_by_context the keys a sequence actually has, from its window's start rounded down to
+// kSplitAlign, are spread evenly over all the splits (multiples of kSplitAlign tokens, never more
+// than part_tokens): a 32k context in a 128k table keeps every CTA busy instead of a quarter of them.
+constexpr int kSplitAlign = 32;  // every all-heads tile size divides it
 __device__ __forceinline__ SplitKeys split_keys(const AttentionArgs& a, const int32_t* decode_seqs,
                                                 int part_tokens, int split, int di) {
   SplitKeys k;
@@ -34,9 +41,15 @@ __device__ __forceinline__ SplitKeys split_keys(const AttentionArgs& a, const in
   k.seq_len = a.seq_lens[k.s];
   const int pos = k.seq_len - 1;
   const int lo = a.sliding_window > 0 ? max(0, pos - a.sliding_window + 1) : 0;
-  k.split_begin = k.split * part_tokens;
+  int first = 0, part = part_tokens;
+  if (a.splits_by_context) {
+    first = (lo / kSplitAlign) * kSplitAlign;
+    const int per_split = (k.seq_len - first + static_cast<int>(gridDim.x) - 1) / static_cast<int>(gridDim.x);
+    part = min(part_tokens, max(kSplitAlign, (per_split + kSplitAlign - 1) / kSplitAlign * kSplitAlign));
+  }
+  k.split_begin = first + k.split * part;
   k.begin = max(lo, k.split_begin);
-  k.end = min(k.seq_len, k.split_begin + part_tokens);
+  k.end = min(k.seq_len, k.split_begin + part);
   return k;
 }
 
@@ -156,17 +169,6 @@ __device__ __forceinline__ void init_online_softmax(float (&m)[GC], float (&l)[G
 #pragma unroll
     for (int e = 0; e < 8; ++e) acc[g][e] = 0.0f;
   }
-}
-
-__device__ __forceinline__ void cp_async16(void* smem, const void* gmem, bool valid) {
-  const unsigned sa = static_cast<unsigned>(__cvta_generic_to_shared(smem));
-  const int n = valid ? 16 : 0;  // 0: zero-fill, nothing read
-  asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(sa), "l"(gmem), "r"(n) : "memory");
-}
-__device__ __forceinline__ void cp_async_commit() { asm volatile("cp.async.commit_group;\n" ::: "memory"); }
-template <int N>
-__device__ __forceinline__ void cp_async_wait() {
-  asm volatile("cp.async.wait_group %0;\n" ::"n"(N) : "memory");
 }
 
 // KVASIR_CUDA_ATTN (cuda_tuning.h): the kernel forced for every batch (mma_bulk only where its

@@ -6,61 +6,66 @@
 
 #include "backend/cuda/cuda_common.cuh"
 #include "backend/cuda/kernels.h"
+#include "backend/cuda/warp_mma.cuh"
 
 namespace kvasir::cuda {
 namespace {
 
 // ---------------------------------------------------------------------------------------------
-// Prefill / mixed on the tensor cores. A CTA: 4 warps, 64 query rows (16 per warp); row r is
-// token r / hc of the tile and head r % hc of the kv head's group chunk.
+// Prefill / mixed on the tensor cores. A CTA: 4 warps, 64 x MT query rows, each warp MT m16 tiles
+// of them; row r is token r / hc of the tile and head r % hc of the kv head's group chunk. A warp
+// reads each key/value fragment from shared memory once for its MT row tiles (shared-memory
+// bandwidth, not the tensor cores, bounds one row tile per warp), and its Q fragments per k-step
+// (registers hold the MT x 64 scores and the MT x HD accumulators). Key/value tiles of 64 tokens go
+// through a two-stage cp.async pipeline (the next tile streams in while this one is used);
+// fragments come by ldmatrix (V transposed on the way); the softmax runs in base 2 (scores
+// pre-multiplied by log2 e, one ex2 per probability); the causal mask is applied only on tiles that
+// reach past the CTA's first query position.
 constexpr int kPrefillThreads = 128;
-constexpr int kTileRows = 64;
-constexpr int kKeyTile = 64;
+constexpr int kPrefillWarps = kPrefillThreads / 32;
+constexpr int kKvStages = 2;
+constexpr float kLog2e = 1.4426950408889634f;
 
+// Row tiles per warp: two up to 128 dims; one at 256 (its accumulators alone take 128 registers).
 template <int HD>
+constexpr int prefill_row_tiles() {
+  return HD <= 128 ? 2 : 1;
+}
+template <int HD>
+constexpr int prefill_tile_rows() {
+  return kPrefillWarps * 16 * prefill_row_tiles<HD>();
+}
+
+template <int HD, int KT>
 constexpr int prefill_smem_bytes() {
-  return 3 * kTileRows * (HD + 8) * 2;  // Q, K, V tiles, rows padded by 16 bytes (no bank conflicts)
+  // Q, then kKvStages x (K, V) tiles; rows padded by 16 bytes (ldmatrix rows hit distinct banks).
+  return (prefill_tile_rows<HD>() + 2 * kKvStages * KT) * (HD + 8) * 2;
 }
 
-__device__ __forceinline__ void mma_bf16(float (&d)[4], const uint32_t (&a)[4], uint32_t b0, uint32_t b1) {
-  asm volatile(
-      "mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 {%0, %1, %2, %3}, {%4, %5, %6, %7}, {%8, %9}, "
-      "{%0, %1, %2, %3};"
-      : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
-      : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
-}
-
-__device__ __forceinline__ uint32_t pack_bf16(float lo, float hi) {
-  __nv_bfloat162 v = __floats2bfloat162_rn(lo, hi);
-  return *reinterpret_cast<uint32_t*>(&v);
-}
-
-__device__ __forceinline__ uint32_t pack_bf16_raw(bf16 lo, bf16 hi) {
-  __nv_bfloat162 v;
-  v.x = lo;
-  v.y = hi;
-  return *reinterpret_cast<uint32_t*>(&v);
-}
-
-template <int HD>
-__global__ void __launch_bounds__(kPrefillThreads) prefill_kernel(AttentionArgs a, const PrefillWork* __restrict__ work,
-                                                                 int heads_per_cta, int num_chunks) {
+// KT: keys per tile (64; 32 keeps 128-dim heads' two row tiles within the registers).
+template <int HD, int KT>
+__global__ void __launch_bounds__(kPrefillThreads, 2) prefill_kernel(AttentionArgs a, const PrefillWork* __restrict__ work,
+                                                                    int heads_per_cta, int num_chunks) {
   pdl_begin();
+  constexpr int MT = prefill_row_tiles<HD>();
+  constexpr int kKeyTile = KT;
+  constexpr int kRows = prefill_tile_rows<HD>();
   constexpr int kStride = HD + 8;  // bf16 elements per smem row
   constexpr int kKc = HD / 16;     // k-steps over the head dim
   constexpr int kDn = HD / 8;      // n-tiles of the output
+  constexpr int kChunks = HD / 8;  // 16-byte chunks per row
+  constexpr int kNt = kKeyTile / 8;
   extern __shared__ __align__(16) unsigned char smem_raw[];
   bf16* qs = reinterpret_cast<bf16*>(smem_raw);
-  bf16* ks = qs + kTileRows * kStride;
-  bf16* vs = ks + kKeyTile * kStride;
+  bf16* kv_base = qs + kRows * kStride;
 
-  const PrefillWork wi = work[blockIdx.x];
+  const PrefillWork wi = work[blockIdx.x];  // the host lists the tiles that see the most keys first
   const int kvh = blockIdx.y / num_chunks, chunk = blockIdx.y % num_chunks;
   const int group = a.num_heads / a.num_kv_heads;
   const int hc = heads_per_cta;
   const int g0 = chunk * hc;
   const int ng = min(hc, group - g0);
-  const int tq = kTileRows / hc;  // tokens in the tile
+  const int tq = kRows / hc;  // tokens in the tile
   const int s = wi.seq;
   const int q_seq_begin = a.query_start_loc[s], q_seq_end = a.query_start_loc[s + 1];
   const int seq_len = a.seq_lens[s];
@@ -72,214 +77,248 @@ __global__ void __launch_bounds__(kPrefillThreads) prefill_kernel(AttentionArgs 
   const int k_lo = a.sliding_window > 0 ? max(0, pos_first - a.sliding_window + 1) : 0;
   const int k_hi = pos_last + 1;
   const int32_t* table = a.block_tables + static_cast<int64_t>(s) * a.max_blocks_per_seq;
-  const int num_heads = a.num_heads, kv_heads = a.num_kv_heads;
+  const int num_heads = a.num_heads, kv_heads = a.num_kv_heads, bs = a.block_size;
   const bf16* q = static_cast<const bf16*>(a.q);
   const bf16* kc = static_cast<const bf16*>(a.k_cache);
   const bf16* vc = static_cast<const bf16*>(a.v_cache);
 
-  // Stage Q (zeros for rows past the tile).
-  for (int i = threadIdx.x; i < kTileRows * (HD / 8); i += kPrefillThreads) {
-    const int r = i / (HD / 8), c = (i % (HD / 8)) * 8;
+  // Q rows (zeros past the tile), then the first K/V tile, one cp.async group.
+  for (int i = threadIdx.x; i < kRows * kChunks; i += kPrefillThreads) {
+    const int r = i / kChunks, c = (i % kChunks) * 8;
     const int t = q_begin + r / hc, g = r % hc;
-    uint4 v = make_uint4(0, 0, 0, 0);
-    if (r / hc < tq && t < q_end && g < ng) {
-      v = *reinterpret_cast<const uint4*>(q + (static_cast<int64_t>(t) * num_heads + kvh * group + g0 + g) * HD + c);
-    }
-    *reinterpret_cast<uint4*>(qs + r * kStride + c) = v;
+    const bool valid = r / hc < tq && t < q_end && g < ng;
+    const int64_t off = valid ? (static_cast<int64_t>(t) * num_heads + kvh * group + g0 + g) * HD + c : 0;
+    cp_async16(qs + r * kStride + c, q + off, valid);
   }
-  __syncthreads();
+  auto load_kv = [&](int kt0, int stage) {
+    bf16* ks = kv_base + stage * 2 * kKeyTile * kStride;
+    bf16* vs = ks + kKeyTile * kStride;
+    for (int i = threadIdx.x; i < kKeyTile * kChunks; i += kPrefillThreads) {
+      const int r = i / kChunks, c = (i % kChunks) * 8;
+      const int j = kt0 + r;
+      const bool valid = j < k_hi;  // rows past the keys are zeros (their scores are masked)
+      const int64_t off = valid ? (slot_of(table, j, bs) * kv_heads + kvh) * HD + c : 0;
+      cp_async16(ks + r * kStride + c, kc + off, valid);
+      cp_async16(vs + r * kStride + c, vc + off, valid);
+    }
+  };
+  const int ntiles = (k_hi - k_lo + kKeyTile - 1) / kKeyTile;
+  load_kv(k_lo, 0);
+  cp_async_commit();
 
   const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
   const int gid = lane >> 2, tig = lane & 3;
-  const int row0 = warp * 16 + gid, row1 = row0 + 8;  // the two rows this thread's fragments touch
   auto row_pos = [&](int r) -> int {  // -1: padding row
     const int t = q_begin + r / hc;
     return (r / hc < tq && t < q_end && (r % hc) < ng) ? first_pos + (t - q_seq_begin) : -1;
   };
-  const int p0 = row_pos(row0), p1 = row_pos(row1);
-  const int lo0 = a.sliding_window > 0 ? p0 - a.sliding_window + 1 : 0;
-  const int lo1 = a.sliding_window > 0 ? p1 - a.sliding_window + 1 : 0;
-
-  uint32_t qa[kKc][4];
+  // Row tile mt of this warp: rows warp * 16 * MT + mt * 16 + {gid, gid + 8}; [mt][half].
+  int pos[MT][2], lo[MT][2];
 #pragma unroll
-  for (int kk = 0; kk < kKc; ++kk) {
-    const bf16* base = qs + (warp * 16) * kStride + kk * 16 + tig * 2;
-    qa[kk][0] = *reinterpret_cast<const uint32_t*>(base + gid * kStride);
-    qa[kk][1] = *reinterpret_cast<const uint32_t*>(base + (gid + 8) * kStride);
-    qa[kk][2] = *reinterpret_cast<const uint32_t*>(base + gid * kStride + 8);
-    qa[kk][3] = *reinterpret_cast<const uint32_t*>(base + (gid + 8) * kStride + 8);
+  for (int mt = 0; mt < MT; ++mt) {
+#pragma unroll
+    for (int hf = 0; hf < 2; ++hf) {
+      pos[mt][hf] = row_pos((warp * MT + mt) * 16 + gid + 8 * hf);
+      lo[mt][hf] = a.sliding_window > 0 ? pos[mt][hf] - a.sliding_window + 1 : 0;
+    }
   }
+  // ldmatrix row addresses: lane L serves row L % 8 of matrix L / 8.
+  const int lm_row = (lane & 7) + ((lane >> 3) & 1) * 8, lm_col = (lane >> 4) * 8;  // Q and V^T tiles
+  const int kb_row = lane & 7, kb_col = (lane >> 3) * 8;                              // K tiles
+  const bf16* q_warp = qs + (warp * MT * 16 + lm_row) * kStride + lm_col;
 
-  float acc[kDn][4];
+  float acc[MT][kDn][4];
+  float m[MT][2], l[MT][2];
 #pragma unroll
-  for (int dn = 0; dn < kDn; ++dn) {
-#pragma unroll
-    for (int c = 0; c < 4; ++c) acc[dn][c] = 0.0f;
-  }
-  float m0 = -INFINITY, m1 = -INFINITY, l0 = 0.0f, l1 = 0.0f;
-
-  for (int kt0 = k_lo; kt0 < k_hi; kt0 += kKeyTile) {
-    __syncthreads();  // the previous tile's K/V are no longer read
-    for (int i = threadIdx.x; i < kKeyTile * (HD / 8); i += kPrefillThreads) {
-      const int r = i / (HD / 8), c = (i % (HD / 8)) * 8;
-      const int j = kt0 + r;
-      uint4 kv = make_uint4(0, 0, 0, 0), vv = make_uint4(0, 0, 0, 0);
-      if (j < k_hi) {
-        const int64_t off = (slot_of(table, j, a.block_size) * kv_heads + kvh) * HD + c;
-        kv = *reinterpret_cast<const uint4*>(kc + off);
-        vv = *reinterpret_cast<const uint4*>(vc + off);
-      }
-      *reinterpret_cast<uint4*>(ks + r * kStride + c) = kv;
-      *reinterpret_cast<uint4*>(vs + r * kStride + c) = vv;
-    }
-    __syncthreads();
-
-    float sc[kKeyTile / 8][4];
-#pragma unroll
-    for (int nt = 0; nt < kKeyTile / 8; ++nt) {
-#pragma unroll
-      for (int c = 0; c < 4; ++c) sc[nt][c] = 0.0f;
-#pragma unroll
-      for (int kk = 0; kk < kKc; ++kk) {
-        const bf16* kb = ks + (nt * 8 + gid) * kStride + kk * 16 + tig * 2;
-        mma_bf16(sc[nt], qa[kk], *reinterpret_cast<const uint32_t*>(kb), *reinterpret_cast<const uint32_t*>(kb + 8));
-      }
-    }
-    // Scale, cap, mask; row maxima over the quad that shares a row.
-    float mx0 = -INFINITY, mx1 = -INFINITY;
-#pragma unroll
-    for (int nt = 0; nt < kKeyTile / 8; ++nt) {
-#pragma unroll
-      for (int c = 0; c < 4; ++c) {
-        const int j = kt0 + nt * 8 + tig * 2 + (c & 1);
-        const int p = c < 2 ? p0 : p1;
-        const int lo = c < 2 ? lo0 : lo1;
-        float v = sc[nt][c] * a.scale;
-        if (a.softcap > 0.0f) v = a.softcap * tanhf(v / a.softcap);
-        if (p < 0 || j > p || j < lo) v = -INFINITY;
-        sc[nt][c] = v;
-        if (c < 2) mx0 = fmaxf(mx0, v);
-        else mx1 = fmaxf(mx1, v);
-      }
-    }
-#pragma unroll
-    for (int o = 1; o <= 2; o <<= 1) {
-      mx0 = fmaxf(mx0, __shfl_xor_sync(0xffffffffu, mx0, o));
-      mx1 = fmaxf(mx1, __shfl_xor_sync(0xffffffffu, mx1, o));
-    }
-    const float mn0 = fmaxf(m0, mx0), mn1 = fmaxf(m1, mx1);
-    const float base0 = mn0 == -INFINITY ? 0.0f : mn0, base1 = mn1 == -INFINITY ? 0.0f : mn1;
-    const float alpha0 = expf(m0 - base0), alpha1 = expf(m1 - base1);
-    float sum0 = 0.0f, sum1 = 0.0f;
-#pragma unroll
-    for (int nt = 0; nt < kKeyTile / 8; ++nt) {
-      sc[nt][0] = expf(sc[nt][0] - base0);
-      sc[nt][1] = expf(sc[nt][1] - base0);
-      sc[nt][2] = expf(sc[nt][2] - base1);
-      sc[nt][3] = expf(sc[nt][3] - base1);
-      sum0 += sc[nt][0] + sc[nt][1];
-      sum1 += sc[nt][2] + sc[nt][3];
-    }
-#pragma unroll
-    for (int o = 1; o <= 2; o <<= 1) {
-      sum0 += __shfl_xor_sync(0xffffffffu, sum0, o);
-      sum1 += __shfl_xor_sync(0xffffffffu, sum1, o);
-    }
-    l0 = l0 * alpha0 + sum0;
-    l1 = l1 * alpha1 + sum1;
-    m0 = mn0;
-    m1 = mn1;
+  for (int mt = 0; mt < MT; ++mt) {
 #pragma unroll
     for (int dn = 0; dn < kDn; ++dn) {
-      acc[dn][0] *= alpha0;
-      acc[dn][1] *= alpha0;
-      acc[dn][2] *= alpha1;
-      acc[dn][3] *= alpha1;
-    }
-    // O += P V: two adjacent score n-tiles form one A fragment over 16 keys.
 #pragma unroll
-    for (int kk = 0; kk < kKeyTile / 16; ++kk) {
-      uint32_t pa[4];
-      pa[0] = pack_bf16(sc[2 * kk][0], sc[2 * kk][1]);
-      pa[1] = pack_bf16(sc[2 * kk][2], sc[2 * kk][3]);
-      pa[2] = pack_bf16(sc[2 * kk + 1][0], sc[2 * kk + 1][1]);
-      pa[3] = pack_bf16(sc[2 * kk + 1][2], sc[2 * kk + 1][3]);
-      const bf16* vb = vs + (kk * 16 + tig * 2) * kStride + gid;
+      for (int c = 0; c < 4; ++c) acc[mt][dn][c] = 0.0f;
+    }
+    m[mt][0] = m[mt][1] = -INFINITY;
+    l[mt][0] = l[mt][1] = 0.0f;
+  }
+  const float score_scale = a.softcap > 0.0f ? a.scale : a.scale * kLog2e;
+
+  for (int t = 0; t < ntiles; ++t) {
+    const int kt0 = k_lo + t * kKeyTile;
+    if (t + 1 < ntiles) load_kv(kt0 + kKeyTile, (t + 1) % kKvStages);
+    cp_async_commit();
+    cp_async_wait<1>();  // this tile (and Q) landed; the next one may still be in flight
+    __syncthreads();
+    const bf16* ks = kv_base + (t % kKvStages) * 2 * kKeyTile * kStride;
+    const bf16* vs = ks + kKeyTile * kStride;
+
+    float sc[MT][kNt][4];
+#pragma unroll
+    for (int mt = 0; mt < MT; ++mt) {
+#pragma unroll
+      for (int nt = 0; nt < kNt; ++nt) {
+#pragma unroll
+        for (int c = 0; c < 4; ++c) sc[mt][nt][c] = 0.0f;
+      }
+    }
+#pragma unroll
+    for (int kk = 0; kk < kKc; kk += 2) {
+      uint32_t qf[MT][2][4];
+#pragma unroll
+      for (int mt = 0; mt < MT; ++mt) {
+        ldsm_x4(qf[mt][0], q_warp + mt * 16 * kStride + kk * 16);
+        ldsm_x4(qf[mt][1], q_warp + mt * 16 * kStride + (kk + 1) * 16);
+      }
+#pragma unroll
+      for (int nt = 0; nt < kNt; ++nt) {
+        uint32_t kf[4];  // b0, b1 of k-step kk, then of kk + 1
+        ldsm_x4(kf, ks + (nt * 8 + kb_row) * kStride + kk * 16 + kb_col);
+#pragma unroll
+        for (int mt = 0; mt < MT; ++mt) {
+          mma_bf16(sc[mt][nt], qf[mt][0], kf[0], kf[1]);
+          mma_bf16(sc[mt][nt], qf[mt][1], kf[2], kf[3]);
+        }
+      }
+    }
+    // Scale (to base 2), cap, mask; row maxima over the quad that shares a row; rescale.
+    const bool masked = a.sliding_window > 0 || kt0 + kKeyTile - 1 > pos_first;
+    float alpha[MT][2];
+#pragma unroll
+    for (int mt = 0; mt < MT; ++mt) {
+      float mx[2] = {-INFINITY, -INFINITY};
+#pragma unroll
+      for (int nt = 0; nt < kNt; ++nt) {
+#pragma unroll
+        for (int c = 0; c < 4; ++c) {
+          const int hf = c >> 1;
+          float v = sc[mt][nt][c] * score_scale;
+          if (a.softcap > 0.0f) v = a.softcap * tanhf(v / a.softcap) * kLog2e;
+          if (masked) {
+            const int j = kt0 + nt * 8 + tig * 2 + (c & 1);
+            if (pos[mt][hf] < 0 || j > pos[mt][hf] || j < lo[mt][hf]) v = -INFINITY;
+          }
+          sc[mt][nt][c] = v;
+          mx[hf] = fmaxf(mx[hf], v);
+        }
+      }
+#pragma unroll
+      for (int hf = 0; hf < 2; ++hf) {
+#pragma unroll
+        for (int o = 1; o <= 2; o <<= 1) mx[hf] = fmaxf(mx[hf], __shfl_xor_sync(0xffffffffu, mx[hf], o));
+        const float mn = fmaxf(m[mt][hf], mx[hf]);
+        const float base = mn == -INFINITY ? 0.0f : mn;
+        alpha[mt][hf] = exp2f(m[mt][hf] - base);
+        m[mt][hf] = mn;
+        float sum = 0.0f;
+#pragma unroll
+        for (int nt = 0; nt < kNt; ++nt) {
+          sc[mt][nt][2 * hf] = exp2f(sc[mt][nt][2 * hf] - base);
+          sc[mt][nt][2 * hf + 1] = exp2f(sc[mt][nt][2 * hf + 1] - base);
+          sum += sc[mt][nt][2 * hf] + sc[mt][nt][2 * hf + 1];
+        }
+#pragma unroll
+        for (int o = 1; o <= 2; o <<= 1) sum += __shfl_xor_sync(0xffffffffu, sum, o);
+        l[mt][hf] = l[mt][hf] * alpha[mt][hf] + sum;
+      }
 #pragma unroll
       for (int dn = 0; dn < kDn; ++dn) {
-        const bf16* v0 = vb + dn * 8;
-        const uint32_t b0 = pack_bf16_raw(v0[0], v0[kStride]);
-        const uint32_t b1 = pack_bf16_raw(v0[8 * kStride], v0[9 * kStride]);
-        mma_bf16(acc[dn], pa, b0, b1);
+        acc[mt][dn][0] *= alpha[mt][0];
+        acc[mt][dn][1] *= alpha[mt][0];
+        acc[mt][dn][2] *= alpha[mt][1];
+        acc[mt][dn][3] *= alpha[mt][1];
       }
     }
-  }
-
-  // An attention sink is one more logit of the head's softmax with no value: it only adds to the
-  // denominator (every live row saw at least its own key, so m is finite).
-  if (a.sinks != nullptr) {
-    if (p0 >= 0) l0 += expf(a.sinks[kvh * group + g0 + row0 % hc] - m0);
-    if (p1 >= 0) l1 += expf(a.sinks[kvh * group + g0 + row1 % hc] - m1);
-  }
-
-  // Write the two rows this thread holds.
-  const float inv0 = l0 > 0.0f ? 1.0f / l0 : 0.0f, inv1 = l1 > 0.0f ? 1.0f / l1 : 0.0f;
-  bf16* out = static_cast<bf16*>(a.out);
-  if (p0 >= 0) {
-    const int t = q_begin + row0 / hc, h = kvh * group + g0 + row0 % hc;
-    bf16* o = out + (static_cast<int64_t>(t) * num_heads + h) * HD + tig * 2;
+    // O += P V: two adjacent score n-tiles form one A fragment over 16 keys; one transposing
+    // ldmatrix gives the B fragments of two output n-tiles, used by every row tile.
 #pragma unroll
-    for (int dn = 0; dn < kDn; ++dn) {
-      *reinterpret_cast<__nv_bfloat162*>(o + dn * 8) = __floats2bfloat162_rn(acc[dn][0] * inv0, acc[dn][1] * inv0);
+    for (int kk = 0; kk < kKeyTile / 16; ++kk) {
+      uint32_t pa[MT][4];
+#pragma unroll
+      for (int mt = 0; mt < MT; ++mt) {
+        pa[mt][0] = pack_bf16(sc[mt][2 * kk][0], sc[mt][2 * kk][1]);
+        pa[mt][1] = pack_bf16(sc[mt][2 * kk][2], sc[mt][2 * kk][3]);
+        pa[mt][2] = pack_bf16(sc[mt][2 * kk + 1][0], sc[mt][2 * kk + 1][1]);
+        pa[mt][3] = pack_bf16(sc[mt][2 * kk + 1][2], sc[mt][2 * kk + 1][3]);
+      }
+      const bf16* vb = vs + (kk * 16 + lm_row) * kStride + lm_col;
+#pragma unroll
+      for (int dn = 0; dn < kDn; dn += 2) {
+        uint32_t vf[4];  // b0, b1 of n-tile dn, then of dn + 1
+        ldsm_x4_trans(vf, vb + dn * 8);
+#pragma unroll
+        for (int mt = 0; mt < MT; ++mt) {
+          mma_bf16(acc[mt][dn], pa[mt], vf[0], vf[1]);
+          mma_bf16(acc[mt][dn + 1], pa[mt], vf[2], vf[3]);
+        }
+      }
     }
+    __syncthreads();  // this stage is refilled by the next iteration's load
   }
-  if (p1 >= 0) {
-    const int t = q_begin + row1 / hc, h = kvh * group + g0 + row1 % hc;
-    bf16* o = out + (static_cast<int64_t>(t) * num_heads + h) * HD + tig * 2;
+
+  // Attention sinks: one more logit of the head's softmax with no value, so only the denominator
+  // grows (every live row saw at least its own key, so m is finite; m is in base 2). Then the
+  // rows this thread holds are written.
+  bf16* out = static_cast<bf16*>(a.out);
 #pragma unroll
-    for (int dn = 0; dn < kDn; ++dn) {
-      *reinterpret_cast<__nv_bfloat162*>(o + dn * 8) = __floats2bfloat162_rn(acc[dn][2] * inv1, acc[dn][3] * inv1);
+  for (int mt = 0; mt < MT; ++mt) {
+#pragma unroll
+    for (int hf = 0; hf < 2; ++hf) {
+      if (pos[mt][hf] < 0) continue;
+      const int r = (warp * MT + mt) * 16 + gid + 8 * hf;
+      const int h = kvh * group + g0 + r % hc;
+      float den = l[mt][hf];
+      if (a.sinks != nullptr) den += exp2f(a.sinks[h] * kLog2e - m[mt][hf]);
+      const float inv = den > 0.0f ? 1.0f / den : 0.0f;
+      bf16* o = out + (static_cast<int64_t>(q_begin + r / hc) * num_heads + h) * HD + tig * 2;
+#pragma unroll
+      for (int dn = 0; dn < kDn; ++dn) {
+        *reinterpret_cast<__nv_bfloat162*>(o + dn * 8) =
+            __floats2bfloat162_rn(acc[mt][dn][2 * hf] * inv, acc[mt][dn][2 * hf + 1] * inv);
+      }
     }
   }
 }
 
 int heads_per_cta(int num_heads, int num_kv_heads) { return std::min(num_heads / num_kv_heads, 8); }
 
-template <int HD>
+template <int HD, int KT>
 void launch_prefill_hd(const AttentionArgs& a, const PrefillWork* work, int num_work, cudaStream_t s) {
   const int group = a.num_heads / a.num_kv_heads;
   const int hc = heads_per_cta(a.num_heads, a.num_kv_heads);
   const int chunks = (group + hc - 1) / hc;
   dim3 grid(num_work, a.num_kv_heads * chunks);
-  launch(prefill_kernel<HD>, grid, kPrefillThreads, prefill_smem_bytes<HD>(), s, a, work, hc, chunks);
+  launch(prefill_kernel<HD, KT>, grid, kPrefillThreads, prefill_smem_bytes<HD, KT>(), s, a, work, hc, chunks);
   KVASIR_CUDA_LAUNCH_CHECK();
 }
 
-template <int HD>
+template <int HD, int KT>
 void set_smem_limits() {
-  KVASIR_CUDA_CHECK(cudaFuncSetAttribute(prefill_kernel<HD>, cudaFuncAttributeMaxDynamicSharedMemorySize,
-                                         prefill_smem_bytes<HD>()));
+  KVASIR_CUDA_CHECK(cudaFuncSetAttribute(prefill_kernel<HD, KT>, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                         prefill_smem_bytes<HD, KT>()));
 }
 
 }  // namespace
 
 void init_attention_kernels() {
-  set_smem_limits<64>();
-  set_smem_limits<128>();
-  set_smem_limits<256>();
+  set_smem_limits<64, 64>();
+  set_smem_limits<128, 32>();
+  set_smem_limits<128, 64>();
+  set_smem_limits<256, 64>();
   init_decode_attention_kernels();
 }
 
-int prefill_tokens_per_tile(int num_heads, int num_kv_heads) {
-  return kTileRows / heads_per_cta(num_heads, num_kv_heads);
+int prefill_tokens_per_tile(int num_heads, int num_kv_heads, int head_dim) {
+  const int rows = head_dim <= 128 ? prefill_tile_rows<128>() : prefill_tile_rows<256>();
+  return rows / heads_per_cta(num_heads, num_kv_heads);
 }
 
 void launch_prefill_attention(const AttentionArgs& a, const PrefillWork* work, int num_work, cudaStream_t s) {
   if (num_work <= 0) return;
   switch (a.head_dim) {
-    case 64: launch_prefill_hd<64>(a, work, num_work, s); break;
-    case 128: launch_prefill_hd<128>(a, work, num_work, s); break;
-    case 256: launch_prefill_hd<256>(a, work, num_work, s); break;
+    case 64: launch_prefill_hd<64, 64>(a, work, num_work, s); break;
+    case 128:
+      if (kernel_tuning().prefill_key_tile == 64) launch_prefill_hd<128, 64>(a, work, num_work, s);
+      else launch_prefill_hd<128, 32>(a, work, num_work, s);
+      break;
+    case 256: launch_prefill_hd<256, 64>(a, work, num_work, s); break;
     default: KVASIR_CHECK_MSG(false, "attention: unsupported head_dim");
   }
 }

@@ -42,7 +42,7 @@ void CudaBackend::attention(const Tensor& q, const Tensor& k_cache, const Tensor
   decode_seqs_.clear();
   work_.clear();
   if (!pure_decode) {
-    const int tq = cuda::prefill_tokens_per_tile(heads, kv_heads);
+    const int tq = cuda::prefill_tokens_per_tile(heads, kv_heads, hd);
     for (int s = 0; s < S; ++s) {
       const int q0 = m.query_start_loc[s], len = m.query_start_loc[s + 1] - q0;
       KVASIR_CHECK(len >= 0 && m.seq_lens[s] >= len);

@@ -281,9 +281,33 @@ TEST_F(CudaAttention, DecodeHeadDim64And256) {
   run({"decode 9/3/64", 9, 3, 64, {70, 5}, {1, 1}});
   run({"decode 4/1/256 window softcap", 4, 1, 256, {40, 300}, {1, 1}, 32, 50.0f});
 }
+// Long contexts in a block table planned for far more (a 128k table at batch 1): the split plan is
+// made for the table's capacity, and the splits are cut from each sequence's own length
+// (splits_by_context), so every split has keys; also windows starting deep in a long context.
+TEST_F(CudaAttention, DecodeLongContextsInALargeTable) {
+  AttnCase one{"decode 32k in 128k table", 32, 8, 128, {32000}, {1}};
+  one.extra_blocks = (131072 - 32000) / 16;
+  run(one);
+  AttnCase mixed{"decode long x3", 32, 8, 128, {9000, 20011, 4097}, {1, 1, 1}};
+  mixed.extra_blocks = 1000;
+  run(mixed);
+  run({"decode long window", 16, 2, 128, {20000, 7000}, {1, 1}, 4096});
+  AttnCase sinks{"sinks decode long", 32, 8, 128, {12345}, {1}, 0, 0.0f, 16, 3000, true};
+  run(sinks);
+}
 TEST_F(CudaAttention, Prefill) { run({"prefill 32/8/128", 32, 8, 128, {1, 20, 64, 130}, {1, 20, 64, 130}}); }
 TEST_F(CudaAttention, ChunkedPrefillMixedWithDecode) {
   run({"mixed 32/8/128", 32, 8, 128, {200, 50, 77, 9, 1}, {37, 1, 77, 1, 1}});
+}
+// Many key tiles through the prefill pipeline: a long prompt, a late chunk over a long cached
+// context, windows and soft-capping deep in a sequence, every head_dim, group sizes that leave
+// padding rows in a tile.
+TEST_F(CudaAttention, PrefillLongContexts) {
+  run({"prefill 2000", 32, 8, 128, {2000}, {2000}});
+  run({"chunk 300 of 4100", 32, 8, 128, {4100, 700}, {300, 1}});
+  run({"prefill window 1000 softcap", 16, 2, 128, {1500}, {1500}, 1000, 30.0f});
+  run({"prefill 1200 hd64 group 7", 28, 4, 64, {1200}, {1200}});
+  run({"chunk 200 of 1800 hd256", 8, 2, 256, {1800}, {200}});
 }
 TEST_F(CudaAttention, PrefillHeadDims) {
   run({"prefill 9/3/64", 9, 3, 64, {70, 5}, {70, 1}});

@@ -77,6 +77,8 @@ CudaTuning read_cuda_tuning() {
   k.all_heads_max_partition =
       env_int("KVASIR_CUDA_V3_PART", kMaxDecodePartition, 32, kMaxDecodePartition) / 32 * 32;
   k.all_heads_min_ctas = env_int("KVASIR_CUDA_V3_MIN_CTAS", -1, 0, 1 << 20);
+  k.prefill_key_tile = env_choice("KVASIR_CUDA_PREFILL_KT", 32, {32, 64});
+  k.splits_by_context = env_flag("KVASIR_CUDA_SPLITS_BY_CONTEXT", true);
   k.mma_bulk_stages = env_choice("KVASIR_CUDA_TMA_STAGES", 3, {3, 6});
   k.rope_per_head = env_flag("KVASIR_CUDA_ROPE_HEADS", true);
   k.gemv_early = env_flag("KVASIR_GEMV_EARLY", true);
@@ -95,14 +97,14 @@ const KernelTuning& kernel_tuning() {
 std::string describe(const CudaTuning& t) {
   const RecordingTuning& r = t.recording;
   const KernelTuning& k = t.kernels;
-  char buf[512];
+  char buf[640];
   std::snprintf(buf, sizeof(buf),
                 "KVASIR_CUDA_FUSE=%d KVASIR_CUDA_FUSE_NORM=%d KVASIR_CUDA_PROFILE=%d KVASIR_CUDA_ATTN=%s "
-                "KVASIR_CUDA_V3_CTAS=%d KVASIR_CUDA_V3_PART=%d KVASIR_CUDA_V3_MIN_CTAS=%d KVASIR_CUDA_TMA_STAGES=%d "
+                "KVASIR_CUDA_V3_CTAS=%d KVASIR_CUDA_V3_PART=%d KVASIR_CUDA_V3_MIN_CTAS=%d KVASIR_CUDA_SPLITS_BY_CONTEXT=%d KVASIR_CUDA_PREFILL_KT=%d KVASIR_CUDA_TMA_STAGES=%d "
                 "KVASIR_CUDA_ROPE_HEADS=%d KVASIR_GEMV_EARLY=%d KVASIR_GEMV_SPLIT=%d KVASIR_GEMV_MINB=%d "
                 "KVASIR_GEMV_PREFETCH_MB=%d KVASIR_CUDA_PDL=%d KVASIR_MOE_GEMV_TOKENS=%d KVASIR_MOE_FUSE_ROUTE=%d",
                 r.fuse, r.fuse_norm, r.profile, decode_attention_kernel_name(k.decode_attention),
-                k.all_heads_ctas_per_sm, k.all_heads_max_partition, k.all_heads_min_ctas, k.mma_bulk_stages,
+                k.all_heads_ctas_per_sm, k.all_heads_max_partition, k.all_heads_min_ctas, k.splits_by_context, k.prefill_key_tile, k.mma_bulk_stages,
                 k.rope_per_head, k.gemv_early, k.gemv_split, k.gemv_min_blocks, k.gemv_prefetch_mb, k.pdl,
                 r.moe_gemv_max_tokens, r.moe_fuse_route);
   return buf;

@@ -31,6 +31,8 @@ struct KernelTuning {
   int all_heads_ctas_per_sm = 4;      // KVASIR_CUDA_V3_CTAS [1, 64]: CTAs per SM the plan aims for
   int all_heads_max_partition = kMaxDecodePartition;  // KVASIR_CUDA_V3_PART [32, 512], multiple of 32
   int all_heads_min_ctas = -1;        // KVASIR_CUDA_V3_MIN_CTAS [0, 2^20]; -1: one per SM (see attention.cu)
+  int prefill_key_tile = 32;          // KVASIR_CUDA_PREFILL_KT 32|64: keys per prefill tile at 128 dims
+  bool splits_by_context = true;      // KVASIR_CUDA_SPLITS_BY_CONTEXT=0: decode splits cut at plan multiples
   int mma_bulk_stages = 3;            // KVASIR_CUDA_TMA_STAGES 3|6: bulk-copy pipeline depth
   bool rope_per_head = true;          // KVASIR_CUDA_ROPE_HEADS=0: token-per-CTA rope+write_kv kernel
   bool gemv_early = true;             // KVASIR_GEMV_EARLY=0: first weight round to L2 before the wait

@@ -103,6 +103,9 @@ struct AttentionArgs {
   int sliding_window = 0;
   float softcap = 0.0f;
   const float* sinks = nullptr;  // [num_heads] f32 attention-sink logits, or null: none
+  // Decode: split each sequence's own context evenly over the launch's splits (true), or cut it at
+  // multiples of the planned partition (false: KVASIR_CUDA_SPLITS_BY_CONTEXT=0, the old plan).
+  bool splits_by_context = true;
 };
 
 bool attention_head_dim_supported(int head_dim);
@@ -129,7 +132,7 @@ struct PrefillWork {
   int32_t q_begin;  // token row of the tile's first query
 };
 // Query tokens per tile for this head grouping (rows of a CTA = tokens * heads-per-CTA).
-int prefill_tokens_per_tile(int num_heads, int num_kv_heads);
+int prefill_tokens_per_tile(int num_heads, int num_kv_heads, int head_dim);
 void launch_prefill_attention(const AttentionArgs& a, const PrefillWork* work, int num_work, cudaStream_t s);
 // Must be called once per device before any launch (raises shared-memory limits).
 void init_attention_kernels();
