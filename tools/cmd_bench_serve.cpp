@@ -17,12 +17,12 @@
 #include <sstream>
 #include <thread>
 
-#include "setup/loaded_model.h"
 #include "args.h"
 #include "bench_serve/bench_dataset.h"
 #include "bench_serve/bench_report.h"
 #include "bench_serve/openai_request.h"
 #include "commands.h"
+#include "setup/loaded_model.h"
 
 namespace kvasir {
 namespace {
@@ -201,11 +201,11 @@ std::string result_path(const Args &args, const std::string &backend,
   std::string name = args.get("result-filename");
   if (name.empty()) {
     const std::string base_model = model.substr(model.find_last_of('/') + 1);
-    name = backend + "-" + python_float(request_rate) + "qps" +
-           (max_concurrency > 0
-                ? "-concurrency" + std::to_string(max_concurrency)
-                : "") +
-           "-" + base_model + "-" + date + ".json";
+    name =
+        backend + "-" + python_float(request_rate) + "qps" +
+        (max_concurrency > 0 ? "-concurrency" + std::to_string(max_concurrency)
+                             : "") +
+        "-" + base_model + "-" + date + ".json";
   }
   const std::string dir = args.get("result-dir");
   return dir.empty() ? name : dir + "/" + name;
@@ -219,40 +219,39 @@ int fail(const std::string &message, int code = 2) {
 } // namespace
 
 int cmd_bench_serve(int argc, char **argv) {
-  auto args =
-      Args::parse(argc, argv,
-                  {"base-url",
-                   "host",
-                   "port",
-                   "endpoint",
-                   "model",
-                   "api-key",
-                   "dataset-name",
-                   "dataset-path",
-                   "random-input-len",
-                   "random-output-len",
-                   "random-range-ratio",
-                   "random-prefix-len",
-                   "prompts-output-len",
-                   "tokenizer",
-                   "num-prompts",
-                   "request-rate",
-                   "burstiness",
-                   "max-concurrency",
-                   "seed",
-                   "temperature",
-                   "extra-body",
-                   "goodput",
-                   "percentile-metrics",
-                   "metric-percentiles",
-                   "num-warmups",
-                   "timeout",
-                   "output-json",
-                   "result-dir",
-                   "result-filename",
-                   "label"},
-                  {"ignore-eos", "save-detailed", "save-result", "initial-test",
-                   "help"});
+  auto args = Args::parse(
+      argc, argv,
+      {"base-url",
+       "host",
+       "port",
+       "endpoint",
+       "model",
+       "api-key",
+       "dataset-name",
+       "dataset-path",
+       "random-input-len",
+       "random-output-len",
+       "random-range-ratio",
+       "random-prefix-len",
+       "prompts-output-len",
+       "tokenizer",
+       "num-prompts",
+       "request-rate",
+       "burstiness",
+       "max-concurrency",
+       "seed",
+       "temperature",
+       "extra-body",
+       "goodput",
+       "percentile-metrics",
+       "metric-percentiles",
+       "num-warmups",
+       "timeout",
+       "output-json",
+       "result-dir",
+       "result-filename",
+       "label"},
+      {"ignore-eos", "save-detailed", "save-result", "initial-test", "help"});
   if (!args.ok()) {
     std::fprintf(stderr, "%s", kUsage);
     return fail(args.status().message());

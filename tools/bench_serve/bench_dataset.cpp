@@ -27,9 +27,9 @@ constexpr const char *kWords[] = {
 
 // Token ids of plain ASCII words (two or more letters) that begin a new word:
 // random picks from these re-tokenize almost the same way, so few fix-up
-// rounds are needed. Judged on the id decoded twice in a row, " w w" (byte-level
-// BPE) or "w w" (SentencePiece drops the first word's space), so both kinds
-// of vocabulary qualify.
+// rounds are needed. Judged on the id decoded twice in a row, " w w"
+// (byte-level BPE) or "w w" (SentencePiece drops the first word's space), so
+// both kinds of vocabulary qualify.
 std::vector<int32_t> plain_word_ids(const Tokenizer &tok) {
   std::vector<int32_t> ids;
   for (size_t i = 0; i < tok.vocab_size(); ++i) {
@@ -61,9 +61,9 @@ std::string joined(const std::string &prefix, std::string text) {
   return text;
 }
 
-// Text that, after `prefix`, makes prefix + text encode (without special tokens) to exactly
-// `total` tokens when a few fix-up rounds get there (words can merge across the join); sets
-// *actual to what it encodes to.
+// Text that, after `prefix`, makes prefix + text encode (without special
+// tokens) to exactly `total` tokens when a few fix-up rounds get there (words
+// can merge across the join); sets *actual to what it encodes to.
 std::string text_to_length(const Tokenizer &tok,
                            const std::vector<int32_t> &pool,
                            const std::string &prefix, int64_t total,
@@ -133,8 +133,9 @@ sample_random_requests(const RandomDatasetOptions &opts, int64_t num_prompts,
       return invalid_argument(
           "the tokenizer has too few plain word tokens for random prompts");
   }
-  // As vLLM's RandomDataset: the lengths count the special tokens the server adds to a
-  // completion prompt (e.g. a BOS), so the text itself is that many tokens shorter.
+  // As vLLM's RandomDataset: the lengths count the special tokens the server
+  // adds to a completion prompt (e.g. a BOS), so the text itself is that many
+  // tokens shorter.
   const int64_t num_special =
       tok ? static_cast<int64_t>(tok->special_prefix().size() +
                                  tok->special_suffix().size())
@@ -157,7 +158,8 @@ sample_random_requests(const RandomDatasetOptions &opts, int64_t num_prompts,
       const int64_t total =
           std::max<int64_t>(prefix_actual + in_len - num_special, 1);
       int64_t actual = 0;
-      r.prompt = prefix + text_to_length(*tok, pool, prefix, total, rng, &actual);
+      r.prompt =
+          prefix + text_to_length(*tok, pool, prefix, total, rng, &actual);
       r.prompt_len = actual + num_special;
     } else {
       r.prompt = prefix + words_of_length(in_len, rng);
