@@ -3,7 +3,8 @@
 # .carry/bin.tgz (built here with scripts/cuda_device_run.sh --build), else builds them there; then op
 # tests (+ compute-sanitizer memcheck), the end-to-end check and the benchmarks; logs to $OUT and
 # a summary table last. Stages: KVASIR_STAGES="tests memcheck e2e mla latency throughput peer"
-# (default: all but peer; mla: DeepSeek-V2-Lite latency lines). KVASIR_TP_PROMPTS sets the throughput run's prompt count (1000).
+# (default: all but peer; mla: DeepSeek-V2-Lite latency lines); stage matrix: issue 19's latency /
+# offline / online benchmark matrix as JSON (KVASIR_BIN points it at another kvasir, e.g. a CPU build). KVASIR_TP_PROMPTS sets the throughput run's prompt count (1000).
 # Side by side with llama.cpp (stages lcbuild gguf gguf_bench): lcbuild starts building llama.cpp's
 # CUDA variant in the background from the carried .carry/llamacpp-src.tgz (scripts/llamacpp.sh
 # pack; kept in /tmp/lc while the machine stays warm); gguf writes a random Llama-3.1-8B-shaped
@@ -68,7 +69,7 @@ has() { [[ " $stages " == *" $1 "* ]]; }
 [[ -f "$root/.carry/bin.tgz" && ! -x "$bin/kvasir" ]] && tar xzf "$root/.carry/bin.tgz" -C "$root/.carry"
 nvidia-smi --query-gpu=name,memory.total,clocks.sm,clocks.mem,temperature.gpu --format=csv | tee "$OUT/gpu.txt"
 
-if [[ ! -x "$bin/kvasir" ]]; then
+if [[ ! -x "$bin/kvasir" && -z ${KVASIR_BIN:-} ]]; then
   echo "no carried binaries: building on the device"
   cmake -S "$root" -B /tmp/kb -G Ninja -DCMAKE_BUILD_TYPE=Release -DKVASIR_CUDA=ON >"$OUT/build.log" 2>&1 &&
     ninja -C /tmp/kb -j16 kvasir cuda_ops_test cuda_e2e_test nccl_communicator_test >>"$OUT/build.log" 2>&1 || { note "build FAILED"; tail -30 "$OUT/build.log"; }
@@ -283,6 +284,131 @@ if has throughput; then
   tail -6 "$OUT/throughput.log"
   note "throughput ($n x 1000/1000${KVASIR_TP_ARGS:+, $KVASIR_TP_ARGS}): rc=$rc $(grep -E '^Throughput' "$OUT/throughput.log")"
   note "$(grep -E 'device steps' "$OUT/throughput.log" | head -1)"
+fi
+if has matrix; then
+  # Issue 19's benchmark matrix, each run's JSON kept as $OUT/matrix_*.json and all of them merged
+  # into $OUT/matrix.json: batch-1/8/64 latency at prompt lengths 128..128k x output 128, offline
+  # throughput (prompts x input x output), and `bench serve` against a dummy-weight server that
+  # keeps a real vocabulary (.carry/vocab.gguf), at each concurrency: TTFT/TPOT/ITL/E2EL
+  # percentiles and goodput. Knobs (defaults in brackets) shrink it, e.g. for a CPU dry run:
+  # KVASIR_BIN (the carried kvasir), KVASIR_MATRIX_PARTS ["latency offline online"],
+  # KVASIR_MATRIX_MODEL [$model], KVASIR_MATRIX_DEVICE [cuda], KVASIR_MATRIX_ENGINE_ARGS (added to
+  # every engine), KVASIR_MATRIX_LENS ["128 1024 8192 32768 130944": 128k less the output, so
+  # prompt + output stay within Llama-3.1's 131072 positions], KVASIR_MATRIX_OUT_LEN [128],
+  # KVASIR_MATRIX_BATCHES ["1 8 64"], KVASIR_MATRIX_ITERS [2], KVASIR_MATRIX_KV_GB [100: KV cache
+  # a latency run may take beside the weights; bigger runs are skipped and say so],
+  # KVASIR_MATRIX_OFFLINE ["1000x1000x1000 1000x128x128"], KVASIR_MATRIX_CONC ["1 16 64 256"],
+  # KVASIR_MATRIX_ONLINE_LENS ["1000 200"], KVASIR_MATRIX_ROUNDS [4: requests = max(16, rounds x
+  # concurrency)], KVASIR_MATRIX_GOODPUT ["ttft:1000 tpot:14": the acceptance SLOs, 2x the
+  # batch-64 decode step], KVASIR_MATRIX_TOKENIZER [.carry/vocab.gguf], KVASIR_MATRIX_SERVE_ARGS.
+  # The whole matrix on an H200 takes longer than one 10-minute device call: run its parts in
+  # separate calls, e.g. KVASIR_MATRIX_PARTS=latency, then "offline online".
+  kv=${KVASIR_BIN:-$bin/kvasir}
+  mx_skip() {  # name, reason: said in the summary and kept in matrix.json
+    note "matrix $1: skipped ($2)"
+    printf '{"skipped": "%s"}\n' "$2" >"$OUT/matrix_$1.json"
+  }
+  mx_model=${KVASIR_MATRIX_MODEL:-$model}
+  mx_dev=${KVASIR_MATRIX_DEVICE:-cuda}
+  mx_eng=(--load-format dummy --device "$mx_dev" ${KVASIR_MATRIX_ENGINE_ARGS:-})
+  mx_parts=${KVASIR_MATRIX_PARTS:-"latency offline online"}
+  mx_out=${KVASIR_MATRIX_OUT_LEN:-128}
+  # KV bytes per token (bf16) and the model's positions, from its config.
+  read -r mx_kv_per_tok mx_max_pos < <(python3 -c '
+import json, sys
+c = json.load(open(sys.argv[1]))
+heads = c.get("num_key_value_heads", c["num_attention_heads"])
+hd = c.get("head_dim") or c["hidden_size"] // c["num_attention_heads"]
+print(c["num_hidden_layers"] * heads * hd * 2 * 2, c.get("max_position_embeddings", 1 << 30))' "$mx_model")
+  mx_kv_limit=$(awk -v g="${KVASIR_MATRIX_KV_GB:-100}" 'BEGIN{printf "%.0f", g * 1e9}')
+  if [[ " $mx_parts " == *" latency "* ]]; then
+    for len in ${KVASIR_MATRIX_LENS:-128 1024 8192 32768 130944}; do
+      for b in ${KVASIR_MATRIX_BATCHES:-1 8 64}; do
+        name="lat_i${len}_o${mx_out}_b$b"
+        need=$((b * (len + mx_out + 1) * mx_kv_per_tok))
+        if (( len + mx_out > mx_max_pos )); then
+          mx_skip "$name" "prompt + output $((len + mx_out)) > the model's $mx_max_pos positions"
+          continue
+        elif (( need > mx_kv_limit )); then
+          mx_skip "$name" "KV cache $(awk -v b=$need 'BEGIN{printf "%.1f", b / 1e9}') GB > KVASIR_MATRIX_KV_GB ${KVASIR_MATRIX_KV_GB:-100}"
+          continue
+        fi
+        # Prefill in chunks of up to KVASIR_MATRIX_CHUNK tokens (16384), never below the default 2048.
+        mx_chunk=$(( len * b < ${KVASIR_MATRIX_CHUNK:-16384} ? len * b : ${KVASIR_MATRIX_CHUNK:-16384} ))
+        (( mx_chunk < 2048 )) && mx_chunk=2048
+        timeout "${KVASIR_MATRIX_LAT_TIMEOUT:-300}" "$kv" bench latency --model "$mx_model" "${mx_eng[@]}" \
+          --input-len "$len" --output-len "$mx_out" --batch-size "$b" --num-iters "${KVASIR_MATRIX_ITERS:-2}" \
+          --num-iters-warmup 1 --max-num-batched-tokens "$mx_chunk" \
+          --output-json "$OUT/matrix_$name.json" >"$OUT/matrix_$name.log" 2>&1
+        rc=$?
+        if [[ $rc -ne 0 ]] && grep -qiE 'out of memory|cannot allocate|does not fit|not enough' "$OUT/matrix_$name.log"; then
+          mx_skip "$name" "did not fit: $(grep -iE 'out of memory|cannot allocate|does not fit|not enough' "$OUT/matrix_$name.log" | head -1 | cut -c1-120 | tr -d '"\\')"
+        else
+          note "matrix $name: rc=$rc $(grep -E '^(prefill|decode)' "$OUT/matrix_$name.log" | tr '\n' ' ')"
+        fi
+      done
+    done
+  fi
+  if [[ " $mx_parts " == *" offline "* ]]; then
+    for spec in ${KVASIR_MATRIX_OFFLINE:-1000x1000x1000 1000x128x128}; do
+      IFS=x read -r n in out <<<"$spec"
+      name="tp_${n}x${in}x${out}"
+      timeout "${KVASIR_MATRIX_TP_TIMEOUT:-400}" "$kv" bench throughput --model "$mx_model" "${mx_eng[@]}" \
+        --num-prompts "$n" --input-len "$in" --output-len "$out" --output-json "$OUT/matrix_$name.json" \
+        >"$OUT/matrix_$name.log" 2>&1
+      note "matrix $name: rc=$? $(grep -E '^Throughput' "$OUT/matrix_$name.log") $(grep -E 'device steps' "$OUT/matrix_$name.log" | head -1)"
+    done
+  fi
+  if [[ " $mx_parts " == *" online "* ]]; then
+    tokz=${KVASIR_MATRIX_TOKENIZER:-$root/.carry/vocab.gguf}
+    read -r on_in on_out <<<"${KVASIR_MATRIX_ONLINE_LENS:-1000 200}"
+    port=$(python3 -c 'import socket; s = socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])')
+    "$kv" serve --model "$mx_model" "${mx_eng[@]}" --tokenizer "$tokz" --port "$port" --served-model-name matrix \
+      --max-num-seqs 256 ${KVASIR_MATRIX_SERVE_ARGS:-} >"$OUT/matrix_serve.log" 2>&1 &
+    srv=$!
+    up=
+    for _ in $(seq 1 "${KVASIR_MATRIX_SERVE_WAIT:-300}"); do
+      python3 -c 'import sys, urllib.request; urllib.request.urlopen(sys.argv[1], timeout=2)' \
+        "http://127.0.0.1:$port/health" 2>/dev/null && { up=1; break; }
+      kill -0 $srv 2>/dev/null || break
+      sleep 1
+    done
+    if [[ -z $up ]]; then
+      note "matrix online: the server did not come up: $(tail -3 "$OUT/matrix_serve.log" | tr '\n' ' ')"
+    else
+      for c in ${KVASIR_MATRIX_CONC:-1 16 64 256}; do
+        n=$(( c * ${KVASIR_MATRIX_ROUNDS:-4} > 16 ? c * ${KVASIR_MATRIX_ROUNDS:-4} : 16 ))
+        name="serve_c$c"
+        timeout "${KVASIR_MATRIX_SERVE_TIMEOUT:-300}" "$kv" bench serve --base-url "http://127.0.0.1:$port" \
+          --model matrix --tokenizer "$tokz" --dataset-name random --random-input-len "$on_in" \
+          --random-output-len "$on_out" --ignore-eos --num-prompts "$n" --max-concurrency "$c" \
+          --percentile-metrics ttft,tpot,itl,e2el --metric-percentiles 50,90,99 \
+          --goodput ${KVASIR_MATRIX_GOODPUT:-ttft:1000 tpot:14} --save-result --result-dir "$OUT" \
+          --result-filename "matrix_$name.json" --label "$name" >"$OUT/matrix_$name.log" 2>&1
+        rc=$?
+        note "matrix $name ($n x $on_in/$on_out): rc=$rc $(python3 -c '
+import json, sys
+r = json.load(open(sys.argv[1]))
+print("out %.0f tok/s, TTFT p50/p99 %.1f/%.1f ms, TPOT p50/p99 %.2f/%.2f ms, ITL p99 %.2f ms, goodput %.2f req/s, %d failed"
+      % (r["output_throughput"], r["p50_ttft_ms"], r["p99_ttft_ms"], r["p50_tpot_ms"], r["p99_tpot_ms"],
+         r["p99_itl_ms"], r["request_goodput"] or 0, r["failed"]))' "$OUT/matrix_$name.json" 2>&1 | tail -1)"
+      done
+    fi
+    kill $srv 2>/dev/null
+    wait $srv 2>/dev/null
+    note "matrix server: $(grep -hE 'device steps|engine loop' "$OUT/matrix_serve.log" | tail -2 | tr '\n' ';')"
+  fi
+  python3 -c '
+import glob, json, os, sys
+runs = {}
+for p in sorted(glob.glob(os.path.join(sys.argv[1], "matrix_*.json"))):
+    try:
+        runs[os.path.basename(p)[len("matrix_"):-len(".json")]] = json.load(open(p))
+    except ValueError as e:
+        runs[os.path.basename(p)] = {"error": str(e)}
+json.dump(runs, open(os.path.join(sys.argv[1], "matrix.json"), "w"), indent=1)
+print(len(runs))' "$OUT" >"$OUT/matrix_merge.log" 2>&1
+  note "matrix: $(cat "$OUT/matrix_merge.log") results in matrix.json"
 fi
 if has profile; then
   # Per-op device time (every step eager, events around each op) at long-context batch 256

@@ -4,10 +4,12 @@
 // flight, each request streamed over its own HTTP/1.1 connection by a worker
 // thread; then TTFT/TPOT/ITL/E2EL, throughput and goodput. Native, no Python.
 #include <algorithm>
+#include <cmath>
 #include <condition_variable>
 #include <cstdio>
 #include <ctime>
 #include <deque>
+#include <filesystem>
 #include <fstream>
 #include <limits>
 #include <mutex>
@@ -15,12 +17,12 @@
 #include <sstream>
 #include <thread>
 
-#include "setup/loaded_model.h"
 #include "args.h"
 #include "bench_serve/bench_dataset.h"
 #include "bench_serve/bench_report.h"
 #include "bench_serve/openai_request.h"
 #include "commands.h"
+#include "setup/loaded_model.h"
 
 namespace kvasir {
 namespace {
@@ -78,6 +80,11 @@ const char *kUsage =
     "  --timeout S               per request, seconds (default 21600)\n"
     "  --output-json FILE        results as JSON; --save-detailed adds "
     "per-request lists\n"
+    "  --save-result             results as JSON under vLLM's file name "
+    "(BACKEND-RATEqps[-concurrencyN]-MODEL-DATE.json)\n"
+    "  --result-dir DIR          where --save-result writes (created; default "
+    ".)\n"
+    "  --result-filename NAME    the file name --save-result uses instead\n"
     "  --label NAME              recorded in the JSON\n"
     "Exit status 1 when any request failed.\n";
 
@@ -170,6 +177,40 @@ double run_all(const Plan &p, std::vector<RequestResult> *results) {
   return std::chrono::duration<double>(Clock::now() - start).count();
 }
 
+// Python's str(float) for the rates vLLM writes into file names: "inf", "20.0".
+std::string python_float(double v) {
+  if (!std::isfinite(v))
+    return "inf";
+  std::ostringstream o;
+  o << v;
+  std::string s = o.str();
+  if (s.find_first_of(".e") == std::string::npos)
+    s += ".0";
+  return s;
+}
+
+// Where the JSON result goes: --output-json, else with --save-result vLLM's
+// name (or --result-filename) under --result-dir; empty: nowhere.
+std::string result_path(const Args &args, const std::string &backend,
+                        double request_rate, int64_t max_concurrency,
+                        const std::string &model, const std::string &date) {
+  if (args.has("output-json"))
+    return args.get("output-json");
+  if (!args.get_bool("save-result", false))
+    return "";
+  std::string name = args.get("result-filename");
+  if (name.empty()) {
+    const std::string base_model = model.substr(model.find_last_of('/') + 1);
+    name =
+        backend + "-" + python_float(request_rate) + "qps" +
+        (max_concurrency > 0 ? "-concurrency" + std::to_string(max_concurrency)
+                             : "") +
+        "-" + base_model + "-" + date + ".json";
+  }
+  const std::string dir = args.get("result-dir");
+  return dir.empty() ? name : dir + "/" + name;
+}
+
 int fail(const std::string &message, int code = 2) {
   std::fprintf(stderr, "kvasir bench serve: %s\n", message.c_str());
   return code;
@@ -178,37 +219,39 @@ int fail(const std::string &message, int code = 2) {
 } // namespace
 
 int cmd_bench_serve(int argc, char **argv) {
-  auto args =
-      Args::parse(argc, argv,
-                  {"base-url",
-                   "host",
-                   "port",
-                   "endpoint",
-                   "model",
-                   "api-key",
-                   "dataset-name",
-                   "dataset-path",
-                   "random-input-len",
-                   "random-output-len",
-                   "random-range-ratio",
-                   "random-prefix-len",
-                   "prompts-output-len",
-                   "tokenizer",
-                   "num-prompts",
-                   "request-rate",
-                   "burstiness",
-                   "max-concurrency",
-                   "seed",
-                   "temperature",
-                   "extra-body",
-                   "goodput",
-                   "percentile-metrics",
-                   "metric-percentiles",
-                   "num-warmups",
-                   "timeout",
-                   "output-json",
-                   "label"},
-                  {"ignore-eos", "save-detailed", "initial-test", "help"});
+  auto args = Args::parse(
+      argc, argv,
+      {"base-url",
+       "host",
+       "port",
+       "endpoint",
+       "model",
+       "api-key",
+       "dataset-name",
+       "dataset-path",
+       "random-input-len",
+       "random-output-len",
+       "random-range-ratio",
+       "random-prefix-len",
+       "prompts-output-len",
+       "tokenizer",
+       "num-prompts",
+       "request-rate",
+       "burstiness",
+       "max-concurrency",
+       "seed",
+       "temperature",
+       "extra-body",
+       "goodput",
+       "percentile-metrics",
+       "metric-percentiles",
+       "num-warmups",
+       "timeout",
+       "output-json",
+       "result-dir",
+       "result-filename",
+       "label"},
+      {"ignore-eos", "save-detailed", "save-result", "initial-test", "help"});
   if (!args.ok()) {
     std::fprintf(stderr, "%s", kUsage);
     return fail(args.status().message());
@@ -387,13 +430,16 @@ int cmd_bench_serve(int argc, char **argv) {
                  "despite --ignore-eos\n",
                  static_cast<long long>(s.num_output_len_mismatch));
   }
-  if (args->has("output-json")) {
+  char date[32];
+  const std::time_t now = std::time(nullptr);
+  std::strftime(date, sizeof(date), "%Y%m%d-%H%M%S", std::localtime(&now));
+  const std::string backend = cfg.chat() ? "openai-chat" : "openai";
+  const std::string path = result_path(*args, backend, plan.request_rate,
+                                       plan.max_concurrency, cfg.model, date);
+  if (!path.empty()) {
     Json j = Json::object();
-    char date[32];
-    const std::time_t now = std::time(nullptr);
-    std::strftime(date, sizeof(date), "%Y%m%d-%H%M%S", std::localtime(&now));
     j.set("date", date);
-    j.set("backend", cfg.chat() ? "openai-chat" : "openai");
+    j.set("backend", backend);
     j.set("label", args->get("label"));
     j.set("base_url", "http://" + cfg.url.host + ":" +
                           std::to_string(cfg.url.port) + cfg.url.path_prefix);
@@ -413,10 +459,19 @@ int cmd_bench_serve(int argc, char **argv) {
                                      args->get_bool("save-detailed", false));
     for (auto &[k, v] : report.as_object())
       j.set(k, std::move(v));
-    std::ofstream out(args->get("output-json"));
+    if (args->has("result-dir") && !args->has("output-json")) {
+      std::error_code ec;
+      std::filesystem::create_directories(args->get("result-dir"), ec);
+      if (ec)
+        return fail("cannot create --result-dir " + args->get("result-dir") +
+                        ": " + ec.message(),
+                    1);
+    }
+    std::ofstream out(path);
     out << j.dump(Json::DumpOptions{2, false, ",", ": ", false}) << "\n";
     if (!out)
-      return fail("cannot write " + args->get("output-json"), 1);
+      return fail("cannot write " + path, 1);
+    std::printf("Results saved to %s\n", path.c_str());
   }
   return s.failed > 0 ? 1 : 0;
 }

@@ -7,7 +7,8 @@ namespace kvasir {
 void add_engine_flags(std::set<std::string>& v, std::set<std::string>& b) {
   for (const char* f : {"model", "device", "threads", "max-num-seqs", "max-num-batched-tokens", "block-size",
                         "kv-cache-memory", "max-model-len", "seed", "max-logprobs", "scheduling-policy",
-                        "long-prefill-token-threshold", "load-format", "gpu-memory-utilization", "kv-cache-dtype", "dtype",
+                        "long-prefill-token-threshold", "max-num-partial-prefills",
+                        "max-long-partial-prefills", "load-format", "gpu-memory-utilization", "kv-cache-dtype", "dtype",
                         "tokenizer", "structured-outputs-config", "tensor-parallel-size", "speculative-config"}) {
     v.insert(f);
   }
@@ -39,6 +40,11 @@ std::string engine_flags_help() {
          "  --[no-]enable-prefix-caching (default on)\n"
          "  --max-logprobs N             (default 20)\n"
          "  --scheduling-policy fcfs|priority\n"
+         "  --long-prefill-token-threshold N   a prefill chunk's most tokens; past it a prompt is long\n"
+         "  --max-num-partial-prefills N  most prompts one step leaves partially prefilled, the budget\n"
+         "                               split between them (default 1: no limit, as vLLM)\n"
+         "  --max-long-partial-prefills M most of them longer than the threshold (default 1; <= N);\n"
+         "                               with N > 1 the threshold defaults to 4% of --max-model-len\n"
          "  --exact-matmul               float32 activations in quantized matmuls (slower, reference accuracy)\n"
          "  --load-format auto|dummy     dummy: random weights, --model is an HF config.json (default auto)\n"
          "  --gpu-memory-utilization F   GPU memory share for weights, activations and KV cache (default 0.9)\n"
@@ -88,6 +94,14 @@ StatusOr<EngineArgs> engine_args_from(const Args& a) {
     if (t < 1 || t > 1 << 24) return invalid_argument("--long-prefill-token-threshold out of range");
     e.long_prefill_token_threshold = static_cast<int>(t);
   }
+  KVASIR_ASSIGN_OR_RETURN(int64_t partial, a.get_int("max-num-partial-prefills", e.max_num_partial_prefills));
+  KVASIR_ASSIGN_OR_RETURN(int64_t long_partial, a.get_int("max-long-partial-prefills", e.max_long_partial_prefills));
+  // The scheduler config checks vLLM's rules between them; here only what fits an int.
+  if (partial < 0 || partial > 1 << 20 || long_partial < 0 || long_partial > 1 << 20) {
+    return invalid_argument("--max-num-partial-prefills and --max-long-partial-prefills must be in [1, 1048576]");
+  }
+  e.max_num_partial_prefills = static_cast<int>(partial);
+  e.max_long_partial_prefills = static_cast<int>(long_partial);
   e.enable_prefix_caching = a.get_bool("enable-prefix-caching", true);
   e.exact_matmul = a.get_bool("exact-matmul", false);
   e.kv_cache_dtype = a.get("kv-cache-dtype", "auto");

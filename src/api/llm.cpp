@@ -51,12 +51,15 @@ StatusOr<std::unique_ptr<LLM>> LLM::create(const EngineArgs& args) {
   eo.scheduler.num_blocks = llm->num_kv_blocks_;
   eo.scheduler.enable_prefix_caching = args.enable_prefix_caching;
   eo.scheduler.long_prefill_token_threshold = args.long_prefill_token_threshold;
+  eo.scheduler.max_num_partial_prefills = args.max_num_partial_prefills;
+  eo.scheduler.max_long_partial_prefills = args.max_long_partial_prefills;
   eo.scheduler.policy = args.scheduling_policy == "priority" ? SchedulingPolicy::kPriority : SchedulingPolicy::kFcfs;
   eo.scheduler.async_scheduling = args.async_scheduling;
   eo.scheduler.num_speculative_tokens = args.speculative.enabled() ? args.speculative.num_speculative_tokens : 0;
   if (const char* all = std::getenv("KVASIR_TEST_SPEC_VERIFY_ALL_DRAFTS"); all && std::string(all) == "1") {
     eo.scheduler.spec_verify_all_drafts = true;  // tests and verify-step measurements only
   }
+  eo.scheduler.fill_defaults();
   KVASIR_RETURN_IF_ERROR(eo.scheduler.validate());
   eo.max_logprobs = args.max_logprobs;
   eo.async_output_proc = !args.disable_async_output_proc;

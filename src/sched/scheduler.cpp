@@ -177,7 +177,30 @@ bool Scheduler::allocate_with_drafts(Request& r, int num_drafts, std::vector<Blo
   return true;
 }
 
-void Scheduler::schedule_running(StepPlan& plan) {
+PartialPrefillLimits Scheduler::make_partial_prefill_limits() const {
+  if (config_.max_num_partial_prefills <= 1) return PartialPrefillLimits(config_, 1);
+  const int threshold = *config_.long_prefill_token_threshold;  // validate() made sure
+  int num_prefills = 0, num_long = 0;
+  for (const Request* r : running_) {
+    const int remaining = num_tokens_to_compute(*r);
+    if (remaining <= 1) continue;
+    ++num_prefills;
+    if (remaining > threshold) ++num_long;
+  }
+  if (num_prefills < config_.max_num_partial_prefills) {
+    for (const Request* r : waiting_.ordered()) {
+      if (num_prefills >= config_.max_num_partial_prefills) break;
+      if (r->num_tokens() - r->num_computed_tokens() > threshold) {
+        if (num_long >= config_.max_long_partial_prefills) continue;  // would not be let in
+        ++num_long;
+      }
+      ++num_prefills;
+    }
+  }
+  return PartialPrefillLimits(config_, num_prefills);
+}
+
+void Scheduler::schedule_running(StepPlan& plan, PartialPrefillLimits& limits) {
   auto is_decode = [](const Request* r) { return num_tokens_to_compute(*r) == 1; };
   // Decodes not yet visited: a prefill chunk leaves budget for them, so a long prompt never
   // stalls running decodes.
@@ -193,10 +216,12 @@ void Scheduler::schedule_running(StepPlan& plan) {
     int n = remaining;
     if (config_.long_prefill_token_threshold)
       n = std::min(n, *config_.long_prefill_token_threshold);
+    if (!decode) n = std::min(n, limits.chunk_cap(remaining));
     n = std::min(n, plan.token_budget - (decode ? 0 : pending_decodes));
     // Async: wait for the tokens in flight when they end the request by length (one more step
     // would be thrown away) or when this step could never fit (failing it now would drop them).
-    if (n <= 0 || certain_to_finish(*r) ||
+    // A prefill past the partial-prefill limits waits for the next step.
+    if (n <= 0 || certain_to_finish(*r) || (!decode && !limits.allows(remaining, n)) ||
         (r->num_output_placeholders() > 0 && !fits_in_cache(r->num_computed_tokens() + n))) {
       ++i;
       continue;
@@ -215,6 +240,7 @@ void Scheduler::schedule_running(StepPlan& plan) {
       if (res == AllocResult::kFailed) continue;      // r left the list; running_[i] is the next one
       if (res == AllocResult::kPreemptedSelf) break;  // r was the last one
     }
+    if (!decode) limits.record(remaining, n);
     plan.running.push_back({r, std::move(blocks), num_drafts});
     plan.num_tokens.emplace_back(r, n);
     plan.token_budget -= n;
@@ -222,7 +248,10 @@ void Scheduler::schedule_running(StepPlan& plan) {
   }
 }
 
-void Scheduler::schedule_waiting(StepPlan& plan) {
+void Scheduler::schedule_waiting(StepPlan& plan, PartialPrefillLimits& limits) {
+  // Prompts the partial-prefill limits hold back this step: later, shorter ones may pass them
+  // (vLLM lets short prompts jump long ones); they go back to their places afterwards.
+  std::vector<Request*> held_back;
   while (!waiting_.empty() && plan.token_budget > 0 &&
          static_cast<int>(running_.size()) < config_.max_num_seqs) {
     Request* r = waiting_.front();
@@ -234,11 +263,17 @@ void Scheduler::schedule_waiting(StepPlan& plan) {
       hit = kv_.get_computed_blocks(*r);
       num_computed = hit.num_computed_tokens;
     }
-    int n = r->num_tokens() - num_computed;
+    const int remaining = r->num_tokens() - num_computed;
+    int n = remaining;
     if (config_.long_prefill_token_threshold)
       n = std::min(n, *config_.long_prefill_token_threshold);
-    n = std::min(n, plan.token_budget);
+    n = std::min({n, limits.chunk_cap(remaining), plan.token_budget});
     KVASIR_CHECK(n > 0);
+    if (!limits.allows(remaining, n)) {
+      waiting_.pop_front();
+      held_back.push_back(r);
+      continue;
+    }
     const bool fits = fits_in_cache(num_computed + n);
     const std::optional<std::vector<BlockId>> blocks =
         fits ? kv_.allocate_slots(*r, n, hit.num_computed_tokens, hit.blocks) : std::nullopt;
@@ -260,17 +295,20 @@ void Scheduler::schedule_waiting(StepPlan& plan) {
     r->set_num_computed_tokens(num_computed);
     if (r->num_cached_tokens() < 0) r->set_num_cached_tokens(num_computed);
     insert_running(r);
+    limits.record(remaining, n);
     plan.num_tokens.emplace_back(r, n);
     plan.token_budget -= n;
   }
+  for (auto it = held_back.rbegin(); it != held_back.rend(); ++it) waiting_.push_front(*it);
 }
 
 SchedulerOutput Scheduler::schedule() {
   StepPlan plan;
   plan.token_budget = config_.max_num_batched_tokens;
-  schedule_running(plan);
+  PartialPrefillLimits limits = make_partial_prefill_limits();
+  schedule_running(plan, limits);
   // As vLLM: no admissions in a step that had to preempt; the freed blocks go to those preempted.
-  if (plan.preempted.empty()) schedule_waiting(plan);
+  if (plan.preempted.empty()) schedule_waiting(plan, limits);
   return encode(plan);
 }
 

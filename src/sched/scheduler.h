@@ -15,6 +15,7 @@
 #include "common/status.h"
 #include "core/request.h"
 #include "kv/kv_cache_manager.h"
+#include "sched/partial_prefill_limits.h"
 #include "sched/request_queue.h"
 #include "sched/scheduler_config.h"
 #include "sched/scheduler_output.h"
@@ -95,13 +96,16 @@ class Scheduler {
     const int p = r.num_output_placeholders();
     return p > 0 && (r.num_output_tokens() + p >= r.max_tokens() || r.num_tokens() + p >= config_.max_model_len);
   }
-  void schedule_running(StepPlan& plan);
+  // vLLM's from_queues: the running prefills, then the waiting prompts the long limit admits, up
+  // to max_num_partial_prefills.
+  PartialPrefillLimits make_partial_prefill_limits() const;
+  void schedule_running(StepPlan& plan, PartialPrefillLimits& limits);
   // Speculation: how many of r's drafts to verify with `budget` tokens to spare (0: none), and
   // their slots when they fit without preempting anyone (speculation never evicts work).
   // num_step_tokens: what the step holds already (r's decode and the decodes still to come).
   int num_drafts_to_verify(Request& r, int budget, int num_decodes, int num_step_tokens);
   bool allocate_with_drafts(Request& r, int num_drafts, std::vector<BlockId>& new_blocks);
-  void schedule_waiting(StepPlan& plan);
+  void schedule_waiting(StepPlan& plan, PartialPrefillLimits& limits);
   SchedulerOutput encode(StepPlan& plan);
 
   enum class AllocResult {

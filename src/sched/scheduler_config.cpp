@@ -1,8 +1,16 @@
 #include "sched/scheduler_config.h"
 
+#include <algorithm>
+#include <cstdint>
 #include <string>
 
 namespace kvasir {
+
+void SchedulerConfig::fill_defaults() {
+  if (max_num_partial_prefills > 1 && !long_prefill_token_threshold) {
+    long_prefill_token_threshold = std::max(1, static_cast<int>(static_cast<int64_t>(max_model_len) * 4 / 100));
+  }
+}
 
 Status SchedulerConfig::validate() const {
   auto positive = [](const char* name, int v) -> Status {
@@ -31,6 +39,25 @@ Status SchedulerConfig::validate() const {
   }
   if (long_prefill_token_threshold && *long_prefill_token_threshold <= 0) {
     return invalid_argument("long_prefill_token_threshold must be positive when set");
+  }
+  // vLLM's rules (SchedulerConfig), in its words.
+  if (max_num_partial_prefills < 1) {
+    return invalid_argument("max_num_partial_prefills (" + std::to_string(max_num_partial_prefills) +
+                            ") must be greater than or equal to 1");
+  }
+  if (max_long_partial_prefills < 1 || max_long_partial_prefills > max_num_partial_prefills) {
+    return invalid_argument("max_long_partial_prefills (" + std::to_string(max_long_partial_prefills) +
+                            ") must be greater than or equal to 1 and less than or equal to "
+                            "max_num_partial_prefills (" + std::to_string(max_num_partial_prefills) + ")");
+  }
+  if (max_num_partial_prefills > 1) {
+    if (!long_prefill_token_threshold) {
+      return invalid_argument("max_num_partial_prefills > 1 needs long_prefill_token_threshold (fill_defaults() sets it)");
+    }
+    if (*long_prefill_token_threshold > max_model_len) {
+      return invalid_argument("long_prefill_token_threshold (" + std::to_string(*long_prefill_token_threshold) +
+                              ") cannot be greater than the max_model_len (" + std::to_string(max_model_len) + ")");
+    }
   }
   return Status::ok_status();
 }

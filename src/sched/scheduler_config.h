@@ -20,8 +20,15 @@ struct SchedulerConfig {
   int max_model_len = 4096;           // prompt + output tokens of one request
   int block_size = 16;                // tokens per KV block
   int num_blocks = 0;                 // KV pool size in blocks, the null block included
-  // Caps one prefill chunk so a long prompt shares the step with other prefills.
+  // Caps one prefill chunk so a long prompt shares the step with other prefills; with
+  // max_num_partial_prefills > 1 it is also what makes a prompt "long" (more tokens left than this).
   std::optional<int> long_prefill_token_threshold;
+  // vLLM's --max-num-partial-prefills / --max-long-partial-prefills: with N > 1 at most N prompts
+  // are left partially prefilled by one step, each prefill chunk takes at most
+  // max_num_batched_tokens / N, and at most M prefills in a step are long, so short prompts pass
+  // long ones and reach their first token sooner (sched/partial_prefill_limits.h). N = 1: off.
+  int max_num_partial_prefills = 1;
+  int max_long_partial_prefills = 1;
   bool enable_prefix_caching = true;
   SchedulingPolicy policy = SchedulingPolicy::kFcfs;
   // vLLM's --async-scheduling: schedule step N+1 while step N runs. A decode scheduled before its
@@ -36,6 +43,9 @@ struct SchedulerConfig {
   // steps. Set from $KVASIR_TEST_SPEC_VERIFY_ALL_DRAFTS by the LLM facade; no flag.
   bool spec_verify_all_drafts = false;
 
+  // vLLM's derived default: with max_num_partial_prefills > 1 and no threshold, a prompt is long
+  // past 4% of max_model_len. Call once max_model_len is known, before validate().
+  void fill_defaults();
   Status validate() const;
 };
 

@@ -203,5 +203,29 @@ TEST(SchedulerPreempt, AsyncSchedulingTinyPoolMatchesUnconstrainedRun) {
   }
 }
 
+// Concurrent partial prefills (N prompts cut short per step, M long ones) under constant
+// preemption, synchronous and async: the same tokens as the roomy unlimited run.
+TEST(SchedulerPreempt, PartialPrefillLimitsTinyPoolMatchUnconstrainedRun) {
+  for (uint32_t seed : {1u, 2u, 3u, 4u}) {
+    const std::vector<Arrival> work = random_workload(seed, 40);
+    SchedulerConfig tiny = small_config(20);
+    tiny.max_num_batched_tokens = 24;
+    tiny.long_prefill_token_threshold = 8;
+    tiny.max_num_partial_prefills = 2 + static_cast<int>(seed % 2);
+    tiny.max_long_partial_prefills = 1;
+    tiny.policy = seed <= 2 ? SchedulingPolicy::kPriority : SchedulingPolicy::kFcfs;
+    tiny.async_scheduling = seed % 2 == 0;
+    int64_t preemptions = 0;
+    const auto constrained = run_workload(tiny, work, true, &preemptions);
+    EXPECT_GT(preemptions, 0) << "seed " << seed << " should exercise preemption";
+    SchedulerConfig roomy = small_config(1024);
+    roomy.enable_prefix_caching = false;
+    const auto reference = run_workload(roomy, work, false, nullptr);
+    for (const auto& [id, toks] : constrained) {
+      EXPECT_EQ(toks, reference.at(id)) << "seed " << seed << " request " << id;
+    }
+  }
+}
+
 }  // namespace
 }  // namespace kvasir

@@ -47,6 +47,8 @@ struct EngineArgs {
   std::string dtype = "auto";
   std::string scheduling_policy = "fcfs";  // fcfs | priority
   std::optional<int> long_prefill_token_threshold;
+  int max_num_partial_prefills = 1;   // vLLM's flags (sched/scheduler_config.h); 1 = off
+  int max_long_partial_prefills = 1;
   std::string load_format = "auto";    // auto | dummy (random weights; --model is a config.json)
   double gpu_memory_utilization = 0.9; // share of GPU memory for weights, activations and KV cache
   bool enforce_eager = false;          // CUDA: no graphs

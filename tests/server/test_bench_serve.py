@@ -77,5 +77,7 @@ def test_help_lists_the_vllm_flags():
     proc = subprocess.run([kvasir_bin(), "bench", "serve", "--help"], capture_output=True, text=True, timeout=30)
     assert proc.returncode == 0
     for flag in ("--base-url", "--endpoint", "--dataset-name", "--random-input-len", "--request-rate",
-                 "--max-concurrency", "--ignore-eos", "--goodput", "--percentile-metrics", "--output-json"):
+                 "--max-concurrency", "--ignore-eos", "--goodput", "--percentile-metrics", "--metric-percentiles",
+                 "--output-json", "--save-result", "--result-dir", "--result-filename", "--random-prefix-len",
+                 "--random-range-ratio"):
         assert flag in proc.stdout, flag

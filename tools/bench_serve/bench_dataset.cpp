@@ -25,51 +25,73 @@ constexpr const char *kWords[] = {
     "small", "large",  "great",  "good",  "new",   "old",   "long",  "little",
     "right", "high",   "big",    "city"};
 
-// Token ids that decode to plain ASCII words (letters, an optional leading
-// space): random picks from these re-tokenize almost the same way, so few
-// fix-up rounds are needed.
+// Token ids of plain ASCII words (two or more letters) that begin a new word:
+// random picks from these re-tokenize almost the same way, so few fix-up
+// rounds are needed. Judged on the id decoded twice in a row, " w w"
+// (byte-level BPE) or "w w" (SentencePiece drops the first word's space), so
+// both kinds of vocabulary qualify.
 std::vector<int32_t> plain_word_ids(const Tokenizer &tok) {
   std::vector<int32_t> ids;
   for (size_t i = 0; i < tok.vocab_size(); ++i) {
     const auto id = static_cast<int32_t>(i);
     if (tok.is_special(id) || tok.is_byte_fallback_token(id))
       continue;
-    const int32_t one[1] = {id};
-    const std::string s = tok.decode(one, false);
-    if (s.size() < 3 || s[0] != ' ')
+    const int32_t twice[2] = {id, id};
+    std::string s = tok.decode(twice, false);
+    if (!s.empty() && s[0] == ' ')
+      s.erase(0, 1);
+    const size_t half = s.size() / 2;
+    if (s.size() < 5 || s.size() % 2 == 0 || s[half] != ' ' ||
+        s.compare(0, half, s, half + 1, half) != 0)
       continue;
-    if (std::all_of(s.begin() + 1, s.end(), [](char c) {
-          return (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z');
-        })) {
+    if (std::all_of(s.begin(), s.begin() + static_cast<ptrdiff_t>(half),
+                    [](char c) {
+                      return (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z');
+                    })) {
       ids.push_back(id);
     }
   }
   return ids;
 }
 
-// Text that encodes to exactly n tokens when possible (else as close as a few
-// rounds get).
-std::string text_of_length(const Tokenizer &tok,
-                           const std::vector<int32_t> &pool, int64_t n,
+// `text` after `prefix` as a new word.
+std::string joined(const std::string &prefix, std::string text) {
+  if (!prefix.empty() && !text.empty() && text[0] != ' ')
+    text.insert(text.begin(), ' ');
+  return text;
+}
+
+// Text that, after `prefix`, makes prefix + text encode (without special
+// tokens) to exactly `total` tokens when a few fix-up rounds get there (words
+// can merge across the join); sets *actual to what it encodes to.
+std::string text_to_length(const Tokenizer &tok,
+                           const std::vector<int32_t> &pool,
+                           const std::string &prefix, int64_t total,
                            std::mt19937_64 &rng, int64_t *actual) {
   std::uniform_int_distribution<size_t> pick(0, pool.size() - 1);
+  const auto count = [&](const std::string &text) {
+    return static_cast<int64_t>(tok.encode(prefix + text, false).size());
+  };
+  const int64_t body = std::max<int64_t>(
+      1, total - static_cast<int64_t>(tok.encode(prefix, false).size()));
   std::vector<int32_t> ids;
-  for (int64_t i = 0; i < n; ++i)
+  for (int64_t i = 0; i < body; ++i)
     ids.push_back(pool[pick(rng)]);
-  std::string text = tok.decode(ids, false);
+  std::string text = joined(prefix, tok.decode(ids, false));
   for (int round = 0; round < 10; ++round) {
-    ids = tok.encode(text, false);
-    if (static_cast<int64_t>(ids.size()) == n)
+    const int64_t got = count(text);
+    if (got == total)
       break;
-    if (static_cast<int64_t>(ids.size()) > n) {
-      ids.resize(static_cast<size_t>(n));
+    if (got > total) {
+      ids.resize(static_cast<size_t>(std::max<int64_t>(
+          1, static_cast<int64_t>(ids.size()) - (got - total))));
     } else {
-      while (static_cast<int64_t>(ids.size()) < n)
+      for (int64_t i = got; i < total; ++i)
         ids.push_back(pool[pick(rng)]);
     }
-    text = tok.decode(ids, false);
+    text = joined(prefix, tok.decode(ids, false));
   }
-  *actual = static_cast<int64_t>(tok.encode(text, false).size());
+  *actual = count(text);
   return text;
 }
 
@@ -111,27 +133,38 @@ sample_random_requests(const RandomDatasetOptions &opts, int64_t num_prompts,
       return invalid_argument(
           "the tokenizer has too few plain word tokens for random prompts");
   }
+  // As vLLM's RandomDataset: the lengths count the special tokens the server
+  // adds to a completion prompt (e.g. a BOS), so the text itself is that many
+  // tokens shorter.
+  const int64_t num_special =
+      tok ? static_cast<int64_t>(tok->special_prefix().size() +
+                                 tok->special_suffix().size())
+          : 0;
   std::string prefix;
   int64_t prefix_actual = 0;
   if (opts.prefix_len > 0) {
-    prefix =
-        tok ? text_of_length(*tok, pool, opts.prefix_len, rng, &prefix_actual)
-            : words_of_length(opts.prefix_len, rng);
+    prefix = tok ? text_to_length(*tok, pool, "", opts.prefix_len, rng,
+                                  &prefix_actual)
+                 : words_of_length(opts.prefix_len, rng) + ' ';
     if (!tok)
       prefix_actual = opts.prefix_len;
-    prefix += ' ';
   }
   std::vector<BenchRequest> out;
   for (int64_t i = 0; i < num_prompts; ++i) {
     BenchRequest r;
     const int64_t in_len = in_dist(rng);
     r.output_len = out_dist(rng);
-    int64_t actual = in_len;
-    r.prompt = prefix + (tok ? text_of_length(*tok, pool, in_len, rng, &actual)
-                             : words_of_length(in_len, rng));
-    r.prompt_len =
-        tok ? static_cast<int64_t>(tok->encode(r.prompt, false).size())
-            : prefix_actual + actual;
+    if (tok) {
+      const int64_t total =
+          std::max<int64_t>(prefix_actual + in_len - num_special, 1);
+      int64_t actual = 0;
+      r.prompt =
+          prefix + text_to_length(*tok, pool, prefix, total, rng, &actual);
+      r.prompt_len = actual + num_special;
+    } else {
+      r.prompt = prefix + words_of_length(in_len, rng);
+      r.prompt_len = prefix_actual + in_len;
+    }
     out.push_back(std::move(r));
   }
   return out;

@@ -2,8 +2,9 @@
 // drawn uniformly around --random-input-len / --random-output-len as vLLM's
 // RandomDataset does) and `prompts` (a JSONL file of real prompts, e.g.
 // shared/testdata/prompts beside the checkout). With a tokenizer the random lengths are
-// exact; without one they are word counts (about one token each). Deterministic
-// for a seed. Must not send anything.
+// exact, counting the special tokens a completion prompt gets (a BOS) as vLLM does;
+// without one they are word counts (about one token each). Deterministic for a
+// seed. Must not send anything.
 #pragma once
 
 #include <cstdint>
@@ -24,7 +25,8 @@ struct RandomDatasetOptions {
       0; // a shared prefix of this many tokens before every prompt
 };
 
-// `tok` may be null (word-count approximation).
+// `tok` may be null (word-count approximation). A request's prompt_len is
+// prefix_len + its input length (the tokens the server will count).
 StatusOr<std::vector<BenchRequest>>
 sample_random_requests(const RandomDatasetOptions &opts, int64_t num_prompts,
                        uint64_t seed, const Tokenizer *tok);

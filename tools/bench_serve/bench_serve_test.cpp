@@ -7,6 +7,7 @@
 #include <vector>
 
 #include "bench_serve/bench_metrics.h"
+#include "bench_serve/bench_report.h"
 #include "bench_serve/http_client.h"
 #include "bench_serve/http_response_parser.h"
 #include "bench_serve/openai_request.h"
@@ -267,6 +268,42 @@ TEST(Metrics, GoodputParsingRejectsUnknownMetricsAndBadValues) {
   EXPECT_FALSE(parse_goodput({"ttft:abc"}).ok());
   EXPECT_FALSE(parse_goodput({"ttft"}).ok());
   EXPECT_FALSE(parse_goodput({"ttft:-1"}).ok());
+}
+
+// --percentile-metrics and --metric-percentiles choose the rows and keys, in
+// vLLM's names, and goodput appears only with SLOs.
+TEST(Report, ChosenMetricsAndPercentilesInTextAndJson) {
+  std::vector<RequestResult> rs(4);
+  for (size_t i = 0; i < rs.size(); ++i) {
+    rs[i].success = true;
+    rs[i].prompt_len = 10;
+    rs[i].output_tokens = rs[i].expected_output_len = 3;
+    rs[i].ttft_s = 0.1 * static_cast<double>(i + 1);
+    rs[i].latency_s = rs[i].ttft_s + 0.2;
+    rs[i].itl_s = {0.1, 0.1};
+  }
+  auto slo = parse_goodput({"ttft:250"});
+  ASSERT_TRUE(slo.ok());
+  ReportOptions o;
+  o.metrics = {"ttft", "itl"};
+  o.percentiles = {50, 99.9};
+  o.goodput = slo->any();
+  const BenchSummary s = compute_summary(rs, 2.0, *slo, o.percentiles);
+  const std::string text = format_report(s, o);
+  for (const char *row :
+       {"Request goodput (req/s):", "Mean TTFT (ms):", "Median TTFT (ms):",
+        "P50 TTFT (ms):", "P99.9 TTFT (ms):", "P99.9 ITL (ms):"})
+    EXPECT_NE(text.find(row), std::string::npos) << row << "\n" << text;
+  EXPECT_EQ(text.find("TPOT"), std::string::npos) << text;
+  EXPECT_EQ(text.find("E2EL"), std::string::npos) << text;
+  const Json j = report_json(s, o, rs, false);
+  // 2 of the 4 requests meet the TTFT SLO in 2 s.
+  EXPECT_DOUBLE_EQ(j.find("request_goodput")->as_double(), 1.0);
+  EXPECT_NEAR(j.find("p50_ttft_ms")->as_double(), 250, 1e-9);
+  EXPECT_NEAR(j.find("p99.9_ttft_ms")->as_double(), 399.7, 1e-9);
+  EXPECT_NEAR(j.find("median_itl_ms")->as_double(), 100, 1e-9);
+  EXPECT_EQ(j.find("mean_tpot_ms"), nullptr);
+  EXPECT_EQ(j.find("p99_ttft_ms"), nullptr);
 }
 
 } // namespace
