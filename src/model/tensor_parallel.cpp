@@ -57,8 +57,10 @@ StatusOr<Part> part_of(const WeightSpec& spec, const ModelConfig& c, int rank, i
       role == "post_ffw_norm.weight" || role == "attn_q_norm.weight" || role == "attn_k_norm.weight" ||
       role == "output_norm.weight")
     return Part{};
-  if (role == "attn_q.weight") return Part{Split::kRows, rank * heads * hd, heads * hd};
-  if (role == "attn_k.weight" || role == "attn_v.weight") return Part{Split::kRows, kv_first * hd, kv_count * hd};
+  // A bias of a column-parallel projection is split with its rows (Qwen2's q/k/v biases).
+  if (role == "attn_q.weight" || role == "attn_q.bias") return Part{Split::kRows, rank * heads * hd, heads * hd};
+  if (role == "attn_k.weight" || role == "attn_v.weight" || role == "attn_k.bias" || role == "attn_v.bias")
+    return Part{Split::kRows, kv_first * hd, kv_count * hd};
   if (role == "attn_output.weight") return Part{Split::kColumns, rank * heads * hd, heads * hd};
   if (role == "ffn_gate.weight" || role == "ffn_up.weight") return Part{Split::kRows, rank * ffn, ffn};
   if (role == "ffn_down.weight") return Part{Split::kColumns, rank * ffn, ffn};
@@ -79,10 +81,11 @@ Status shard_spec(WeightSpec& spec, const ModelConfig& c, int rank, int size,
   if (!part.ok() && spec.optional && !present(spec)) return Status();  // never bound
   KVASIR_ASSIGN_OR_RETURN(Part p, std::move(part));
   if (p.split == Split::kReplicate) return Status();
-  if (spec.kind != WeightKind::kMatrix || spec.shape.size() < 2 || spec.shape.size() > 3)
+  const bool bias = spec.kind == WeightKind::kVector && spec.shape.size() == 1 && p.split == Split::kRows;
+  if (!bias && (spec.kind != WeightKind::kMatrix || spec.shape.size() < 2 || spec.shape.size() > 3))
     return internal_error("tensor parallelism: " + spec.role + " must be a matrix to be split");
-  // Rows of one matrix of a stack ([E, rows, cols] experts) or of the matrix itself.
-  const size_t rows_dim = spec.shape.size() - 2, cols_dim = spec.shape.size() - 1;
+  // Rows of one matrix of a stack ([E, rows, cols] experts), of the matrix itself, or of a bias.
+  const size_t rows_dim = bias ? 0 : spec.shape.size() - 2, cols_dim = spec.shape.size() - 1;
   for (WeightName* name : {&spec.gguf, &spec.hf}) {
     if (name->transposed)
       return unimplemented("tensor parallelism: " + name->name + " is stored in-features first; it cannot be split yet");

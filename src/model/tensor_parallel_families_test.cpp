@@ -1,9 +1,11 @@
-// Tensor parallelism beyond the Llama-style decoder, on the CPU backend: Gemma 3 (QK-norm,
-// sandwich norms, scaled embedding, sliding layers, one KV head replicated on every rank) and the
-// softmax-top-k MoE families (experts sharded as vLLM's fused MoE: every rank holds each expert's
-// slice of the intermediate dimension; one all-reduce after the experts), from HF directories and
-// GGUF files (stacked [E, rows, cols] experts), split 2 and 4 ways, give the unsplit model's
-// logits (relative L2 < 1e-5, exact matmuls) and greedy tokens on the tiny models' golden prompts.
+// Tensor parallelism beyond the Llama-style decoder, on the CPU backend: the dense families
+// (Mistral, Qwen3, Qwen2 with its q/k/v biases, Gemma 2, Phi-3's fused projections), Gemma 3
+// (QK-norm, sandwich norms, scaled embedding, sliding layers, one KV head replicated on every
+// rank) and the softmax-top-k MoE families (Mixtral, Qwen3-MoE, Qwen2-MoE with its gated shared
+// expert; experts sharded as vLLM's fused MoE: every rank holds each expert's slice of the
+// intermediate dimension, one all-reduce after the experts), from HF directories and GGUF files
+// (stacked [E, rows, cols] experts), split 2 and 4 ways, give the unsplit model's logits
+// (relative L2 < 1e-5, exact matmuls) and greedy tokens on the tiny models' golden prompts.
 // Families that cannot be split yet are refused naming the family, before a weight is read.
 #include <string>
 #include <vector>
@@ -50,7 +52,7 @@ TEST(TensorParallelFamiliesTest, TinyGemma3GgufSplitTwoWaysEqualsTheWholeModel) 
 }
 
 TEST(TensorParallelFamiliesTest, EveryDenseFamilySplitTwoAndFourWaysEqualsTheWholeModel) {
-  for (const char* name : {"mistral", "qwen3", "gemma2", "phi3", "phi3_longrope"}) {
+  for (const char* name : {"mistral", "qwen3", "qwen25_yarn", "gemma2", "phi3", "phi3_longrope"}) {
     SCOPED_TRACE(name);
     expect_golden_split_equals_whole(name, "", 2);
     expect_golden_split_equals_whole(name, "/model.gguf", 4);
@@ -71,6 +73,11 @@ TEST(TensorParallelFamiliesTest, DenseAndMoeLayersTogetherSplitTwoWaysEqualTheWh
   expect_golden_split_equals_whole("qwen3_moe_mlp_only", "", 2);
 }
 
+TEST(TensorParallelFamiliesTest, TinyQwen2MoeWithBiasesAndAGatedSharedExpertSplitTwoAndFourWays) {
+  expect_golden_split_equals_whole("qwen2_moe", "", 2);
+  expect_golden_split_equals_whole("qwen2_moe", "/model.gguf", 4);
+}
+
 TEST(TensorParallelFamiliesTest, TinyMixtralSplitTwoWaysOverTcpEqualsTheWholeModel) {
   tp_testing::expect_split_equals_whole(SplitRun{tiny("mixtral"), 2, golden_prompts("mixtral"), 8, /*tcp=*/true});
 }
@@ -88,7 +95,7 @@ Status check(const std::string& name, int tp) {
 }
 
 TEST(TensorParallelFamiliesTest, FamiliesThatCannotBeSplitYetAreRefusedNamingTheFamily) {
-  for (const char* name : {"deepseek_v2_lite", "deepseek_v3", "gpt_oss", "qwen2_moe"}) {
+  for (const char* name : {"deepseek_v2_lite", "deepseek_v3", "gpt_oss"}) {
     const Status s = check(name, 2);
     EXPECT_EQ(s.code(), StatusCode::kUnimplemented) << name << ": " << s.to_string();
     auto config = load_model_config(**open_weights(tiny(name)));

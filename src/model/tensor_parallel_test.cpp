@@ -86,7 +86,7 @@ TEST(TensorParallelTest, VocabShardsCoverTheVocabularyOnceWithEqualPaddedWidths)
   }
 }
 
-TEST(TensorParallelTest, RolesItCannotSplitAreRefusedNotReplicated) {
+ModelConfig tiny_qwen2_config() {
   ModelConfig c;
   c.architecture = "qwen2";
   c.num_heads = 4;
@@ -98,10 +98,35 @@ TEST(TensorParallelTest, RolesItCannotSplitAreRefusedNotReplicated) {
   c.num_layers = 1;
   c.layer_is_sliding = {false};
   c.attention_bias = true;
+  return c;
+}
+
+TEST(TensorParallelTest, RolesItCannotSplitAreRefusedNamingTheFamilyNotReplicated) {
+  const ModelConfig c = tiny_qwen2_config();
   WeightManifest m = dense_decoder_manifest(c);
+  // A row-parallel projection's bias (GPT-OSS's o_proj) would be added once per rank.
+  WeightSpec o_bias = *m.find(m.layers[0], "attn_q.bias");
+  o_bias.role = "attn_output.bias";
+  m.layers[0].push_back(o_bias);
   auto s = shard_manifest(m, c, 0, 2, [](const WeightSpec&) { return true; });
   EXPECT_EQ(s.code(), StatusCode::kUnimplemented);
-  EXPECT_NE(s.message().find("attn_q.bias"), std::string::npos) << s.message();
+  EXPECT_NE(s.message().find("not supported for the qwen2 family yet (it does not split weight attn_output.bias)"),
+            std::string::npos)
+      << s.message();
+}
+
+TEST(TensorParallelTest, QkvBiasesAreSplitWithTheirRows) {
+  const ModelConfig c = tiny_qwen2_config();
+  WeightManifest m = dense_decoder_manifest(c);
+  ASSERT_TRUE(shard_manifest(m, c, 1, 2, [](const WeightSpec&) { return true; }).ok());
+  const WeightSpec* q = m.find(m.layers[0], "attn_q.bias");
+  const WeightSpec* k = m.find(m.layers[0], "attn_k.bias");
+  ASSERT_TRUE(q != nullptr && k != nullptr);
+  EXPECT_EQ(q->shape, std::vector<int64_t>{32});
+  EXPECT_EQ(q->hf.row_begin, 32) << "rank 1's two heads of 16";
+  EXPECT_EQ(q->hf.fused_rows, 64);
+  EXPECT_EQ(k->shape, std::vector<int64_t>{16});
+  EXPECT_EQ(k->gguf.row_begin, 16) << "rank 1's KV head";
 }
 
 }  // namespace

@@ -82,6 +82,7 @@ StatusOr<Tensor> WeightBinder::bind_one(const WeightSpec& spec) {
     return not_found("model weight missing: " + spec.gguf.name + " (HF name " + spec.hf.name + ")");
   }
   if (name->column_slice()) return column_slice(spec, *name);
+  if (name->fused() && spec.kind == WeightKind::kVector) return bias_range(spec, *name);
   if (name->fused()) return spec.shape.size() == 3 ? stacked_rows(spec, *name) : fused_rows(spec, *name);
   if (name->transposed) return transposed_matrix(spec, *name);
   KVASIR_ASSIGN_OR_RETURN(WeightTensor w, src_.tensor(name->name));
@@ -175,6 +176,26 @@ StatusOr<Tensor> WeightBinder::column_slice(const WeightSpec& spec, const Weight
   out.data = dst;
   owned_.push_back(std::move(buf));
   return upload(out);
+}
+
+// Elements [row_begin, row_begin + n) of a bias (a tensor-parallel rank's part of a q/k/v bias).
+StatusOr<Tensor> WeightBinder::bias_range(const WeightSpec& spec, const WeightName& name) {
+  KVASIR_ASSIGN_OR_RETURN(WeightTensor w, src_.tensor(name.name));
+  if (w.shape != std::vector<int64_t>{name.fused_rows}) {
+    return data_loss("weight " + w.name + " has shape " + shape_text(w.shape) + ", expected " +
+                     shape_text({name.fused_rows}));
+  }
+  KVASIR_RETURN_IF_ERROR(check_weight_type(spec, w));
+  const auto info = dtype_info(w.dtype);
+  if (info->block_size != 1 || spec.shape.size() != 1 || name.row_begin + spec.shape[0] > name.fused_rows) {
+    return unimplemented("bias " + w.name + " (" + std::string(dtype_name(w.dtype)) + ") cannot be split at [" +
+                         std::to_string(name.row_begin) + ", " + std::to_string(name.row_begin + spec.shape[0]) + ")");
+  }
+  WeightTensor part = w;
+  part.shape = spec.shape;
+  part.nbytes = static_cast<size_t>(spec.shape[0]) * info->type_size;
+  part.data = w.data + static_cast<size_t>(name.row_begin) * info->type_size;
+  return to_f32_vector(part, 0.0f);
 }
 
 // Rows [row_begin, row_begin + rows) of every matrix of a stack [E, fused_rows, cols] (a
