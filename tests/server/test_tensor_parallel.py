@@ -11,8 +11,9 @@ import threading
 import time
 
 import httpx
+import pytest
 
-from conftest import MODEL_NAME, Server
+from conftest import MODEL_NAME, REPO, Server
 
 C = "/v1/completions"
 FLAGS = ("--exact-matmul", "--threads", "1")
@@ -61,6 +62,27 @@ def test_three_ranks_complete_exactly_as_one_and_stop_together():
     while any(alive(w) for w in workers) and time.time() < deadline:
         time.sleep(0.1)
     assert not any(alive(w) for w in workers), "a worker outlived the server"
+
+
+GEMMA = os.path.join(REPO, "models", "gemma-3-270m-q4_k_m.gguf")
+
+
+@pytest.mark.skipif(not os.path.exists(GEMMA), reason="models/gemma-3-270m-q4_k_m.gguf is not here")
+def test_gemma3_two_ranks_complete_exactly_as_one():
+    """Gemma 3 (4 heads, one KV head on both ranks, a 262k vocabulary split in two) through the
+    server's own launch: greedy completions equal the unsplit server's."""
+    prompts = PROMPTS[:2]
+    whole = Server("--model", GEMMA, *FLAGS)
+    try:
+        want = [complete(whole, p, 16) for p in prompts]
+    finally:
+        assert whole.stop() == 0, whole.logs()
+    split = Server("--model", GEMMA, "--tensor-parallel-size", "2", *FLAGS)
+    try:
+        assert len(workers_of(split)) == 1
+        assert [complete(split, p, 16) for p in prompts] == want
+    finally:
+        assert split.stop() == 0, split.logs()
 
 
 def test_a_killed_worker_fails_every_stream_turns_health_503_and_the_group_exits_non_zero():
