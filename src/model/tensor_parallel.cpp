@@ -88,7 +88,8 @@ Status shard_spec(WeightSpec& spec, const ModelConfig& c, int rank, int size,
   const size_t rows_dim = bias ? 0 : spec.shape.size() - 2, cols_dim = spec.shape.size() - 1;
   for (WeightName* name : {&spec.gguf, &spec.hf}) {
     if (name->transposed)
-      return unimplemented("tensor parallelism: " + name->name + " is stored in-features first; it cannot be split yet");
+      return unimplemented("tensor parallelism: " + name->name +
+                           " is stored in-features first; it cannot be split yet");
     if (p.split == Split::kRows) {
       // A row range of the (possibly already fused) tensor: the binder's fused-rows view.
       if (!name->fused()) {
