@@ -1,11 +1,13 @@
 // Tensor parallelism through the whole engine on the CPU: SmolLM2's Q4_1 GGUF split over 3 ranks
-// (forked processes, shm communicator; 9 heads, so not 2) behind the real executor seam: rank 0
-// runs the Engine with a BroadcastingWorker, ranks 1-2 run serve_steps over their own
-// ModelRunner. Greedy tokens of a batch of prompts equal TP=1's; a worker killed mid-generation
-// ends every live request with an error and the group exits (no hang).
+// (forked processes, shm communicator; 9 heads, so not 2) and the tiny Qwen3-MoE GGUF over 2 and 4
+// (experts sharded) behind the real executor seam: rank 0 runs the Engine with a
+// BroadcastingWorker, the others run serve_steps over their own ModelRunner. Greedy tokens of a
+// batch of prompts equal TP=1's; a worker killed mid-generation ends every live request with an
+// error and the group exits (no hang).
 #include <signal.h>
 #include <sys/mman.h>
 
+#include <algorithm>
 #include <cstring>
 #include <string>
 #include <vector>
@@ -23,6 +25,7 @@ namespace {
 
 constexpr int kPrompts = 3, kMaxTokens = 12, kBlocks = 64;
 const std::string kSmolLm2 = std::string(KVASIR_SOURCE_DIR) + "/models/SmolLM2-135M-Instruct.Q4_1.gguf";
+const std::string kTinyMoe = std::string(KVASIR_SOURCE_DIR) + "/tests/data/tiny/qwen3_moe/model.gguf";
 
 // What rank 0's engine produced, in memory the parent reads after the ranks exit.
 struct Result {
@@ -47,14 +50,17 @@ class DyingWorker final : public Worker {
   int step_ = 0;
 };
 
-std::vector<int32_t> prompt_of(int i) {
+// Token ids below `vocab` (the tiny models have 256).
+std::vector<int32_t> prompt_of(int i, int64_t vocab) {
   std::vector<int32_t> ids;
-  for (int k = 0; k < 5 + 7 * i; ++k) ids.push_back(100 + (k * 37 + i * 11) % 3000);
+  const int range = static_cast<int>(std::min<int64_t>(3000, vocab - 100));
+  for (int k = 0; k < 5 + 7 * i; ++k) ids.push_back(100 + (k * 37 + i * 11) % range);
   return ids;
 }
 
 // One rank's life: load its shard, then either drive the engine (rank 0) or serve steps.
-int run_rank(int rank, int tp, const std::string& group, int die_rank, int die_at, Result* out) {
+int run_rank(const std::string& path, int rank, int tp, const std::string& group, int die_rank, int die_at,
+             Result* out) {
   std::unique_ptr<dist::ShmCommunicator> comm;
   if (tp > 1) {
     dist::ShmCommunicatorOptions o;
@@ -73,7 +79,7 @@ int run_rank(int rank, int tp, const std::string& group, int die_rank, int die_a
   lo.model.max_num_tokens = 256;
   lo.model.max_num_logits = 16;
   lo.model.tp = TensorParallelGroup{rank, tp, comm.get()};
-  auto m = load_model(kSmolLm2, lo);
+  auto m = load_model(path, lo);
   if (!m.ok()) return std::fprintf(stderr, "rank %d: %s\n", rank, m.status().to_string().c_str()), 3;
   // Every rank sizes its cache alike: the scheduler's block ids index each rank's own cache.
   auto cache = (*m)->model->allocate_kv_cache(kBlocks, 16);
@@ -105,7 +111,7 @@ int run_rank(int rank, int tp, const std::string& group, int die_rank, int die_a
   sp.ignore_eos = true;
   std::vector<std::shared_ptr<RequestStream>> streams;
   for (int i = 0; i < kPrompts; ++i) {
-    auto s = engine.add_request("p" + std::to_string(i), prompt_of(i), sp);
+    auto s = engine.add_request("p" + std::to_string(i), prompt_of(i, (*m)->config.vocab_size), sp);
     if (!s.ok()) return std::fprintf(stderr, "add_request: %s\n", s.status().to_string().c_str()), 3;
     streams.push_back(*s);
   }
@@ -132,14 +138,14 @@ struct Shared {
   ~Shared() { munmap(r, sizeof(Result)); }
 };
 
-TEST(TensorParallelEngineTest, SmolLm2ThreeRanksGreedyEqualsOneRank) {
-  if (access(kSmolLm2.c_str(), R_OK) != 0) GTEST_SKIP() << kSmolLm2 << " is not here (scripts/fetch_models.sh)";
+void expect_split_greedy_equals_whole(const std::string& path, int tp) {
   Shared whole, split;
-  const auto one = dist::testing::run_ranks(1, [&](int rank) { return run_rank(rank, 1, "", -1, -1, whole.r); });
+  const auto one = dist::testing::run_ranks(1, [&](int rank) { return run_rank(path, rank, 1, "", -1, -1, whole.r); });
   ASSERT_EQ(one[0], 0);
-  const std::string group = "tp-engine-" + std::to_string(getpid());
-  const auto codes = dist::testing::run_ranks(3, [&](int rank) { return run_rank(rank, 3, group, -1, -1, split.r); });
-  for (int r = 0; r < 3; ++r) EXPECT_EQ(codes[r], 0) << "rank " << r;
+  const std::string group = "tp-engine-" + std::to_string(getpid()) + "-" + std::to_string(tp);
+  const auto codes =
+      dist::testing::run_ranks(tp, [&](int rank) { return run_rank(path, rank, tp, group, -1, -1, split.r); });
+  for (int r = 0; r < tp; ++r) EXPECT_EQ(codes[r], 0) << "rank " << r;
   for (int i = 0; i < kPrompts; ++i) {
     EXPECT_STREQ(split.r->finish_reason[i], "length") << split.r->error[i];
     ASSERT_EQ(whole.r->num_tokens[i], kMaxTokens);
@@ -149,12 +155,22 @@ TEST(TensorParallelEngineTest, SmolLm2ThreeRanksGreedyEqualsOneRank) {
   }
 }
 
+TEST(TensorParallelEngineTest, SmolLm2ThreeRanksGreedyEqualsOneRank) {
+  if (access(kSmolLm2.c_str(), R_OK) != 0) GTEST_SKIP() << kSmolLm2 << " is not here (scripts/fetch_models.sh)";
+  expect_split_greedy_equals_whole(kSmolLm2, 3);
+}
+
+TEST(TensorParallelEngineTest, TinyQwen3MoeTwoAndFourRanksGreedyEqualsOneRank) {
+  expect_split_greedy_equals_whole(kTinyMoe, 2);
+  expect_split_greedy_equals_whole(kTinyMoe, 4);
+}
+
 TEST(TensorParallelEngineTest, AWorkerKilledMidGenerationEndsEveryRequestWithAnError) {
   if (access(kSmolLm2.c_str(), R_OK) != 0) GTEST_SKIP() << kSmolLm2 << " is not here (scripts/fetch_models.sh)";
   Shared split;
   const std::string group = "tp-engine-kill-" + std::to_string(getpid());
   const auto codes = dist::testing::run_ranks(
-      3, [&](int rank) { return run_rank(rank, 3, group, 2, 4, split.r); }, std::chrono::seconds(60));
+      3, [&](int rank) { return run_rank(kSmolLm2, rank, 3, group, 2, 4, split.r); }, std::chrono::seconds(60));
   EXPECT_EQ(codes[0], 0) << "rank 0 must end its requests and exit, not hang";
   EXPECT_EQ(codes[1], 2) << "the surviving worker ends with an error";
   EXPECT_EQ(codes[2], 128 + SIGKILL);

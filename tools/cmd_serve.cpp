@@ -87,6 +87,9 @@ StatusOr<server::ServeConfig> config_from(const Args& a) {
 }
 
 // A signal that arrived since the last call (signals are blocked and collected synchronously).
+// How long a server whose tensor-parallel group broke keeps answering 503 before it exits.
+constexpr int kBrokenGroupGraceMs = 1500;
+
 bool take_signal(const sigset_t& set, int timeout_ms) {
   timespec ts{timeout_ms / 1000, static_cast<long>(timeout_ms % 1000) * 1000000L};
   return sigtimedwait(&set, nullptr, &ts) > 0;
@@ -143,7 +146,18 @@ int cmd_serve(int argc, char** argv) {
   const bool v6 = host.find(':') != std::string::npos;
   KVASIR_LOG_INFO("Kvasir OpenAI-compatible server ready at http://%s%s%s:%d (Ctrl-C to stop)", v6 ? "[" : "", host.c_str(),
                   v6 ? "]" : "", app.port());
-  while (!take_signal(set, 1000)) {
+  const bool tensor_parallel = cfg->engine.tensor_parallel_size > 1;
+  while (!take_signal(set, tensor_parallel ? 100 : 1000)) {
+    // A tensor-parallel group that lost a rank cannot step again (its workers are gone): the live
+    // requests already got their error and /health its 503; give clients a moment to see that,
+    // then stop every process and exit non-zero, as vLLM does when its engine dies.
+    if (!tensor_parallel) continue;
+    if (const std::string fault = app.engine_fault(); !fault.empty()) {
+      KVASIR_LOG_ERROR("tensor-parallel group failed (%s); exiting", fault.c_str());
+      take_signal(set, kBrokenGroupGraceMs);
+      app.shutdown(0);
+      return 1;
+    }
   }
   KVASIR_LOG_INFO("shutting down: draining in-flight requests for up to %.1f s", *timeout);
   app.shutdown(*timeout, [&set] { return take_signal(set, 0); });

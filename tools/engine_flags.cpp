@@ -9,11 +9,12 @@ void add_engine_flags(std::set<std::string>& v, std::set<std::string>& b) {
                         "kv-cache-memory", "max-model-len", "seed", "max-logprobs", "scheduling-policy",
                         "long-prefill-token-threshold", "max-num-partial-prefills",
                         "max-long-partial-prefills", "load-format", "gpu-memory-utilization", "kv-cache-dtype", "dtype",
-                        "tokenizer", "structured-outputs-config", "tensor-parallel-size", "speculative-config"}) {
+                        "tokenizer", "structured-outputs-config", "tensor-parallel-size", "pipeline-parallel-size",
+                        "data-parallel-size", "speculative-config"}) {
     v.insert(f);
   }
   for (const char* f : {"enable-prefix-caching", "exact-matmul", "enforce-eager", "disable-async-output-proc",
-                        "async-scheduling"}) {
+                        "async-scheduling", "enable-expert-parallel"}) {
     b.insert(f);
   }
 }
@@ -51,8 +52,18 @@ std::string engine_flags_help() {
          "  --enforce-eager              CUDA: launch kernels one by one, no CUDA graphs\n"
          "  --disable-async-output-proc  detokenize in lock step with the forward pass (measures the overlap)\n"
          "  --async-scheduling           schedule the next step while the current one runs (default off)\n"
-         "  --tensor-parallel-size N     split the model over N ranks, one process each on this host,\n"
-         "                               as vLLM (CPU backend, Llama-family models; default 1)\n"
+         "  Parallelism (vLLM's flags and meanings; CPU backend, ranks on this host over shared memory):\n"
+         "  --tensor-parallel-size N     split every layer over N ranks, one process each: attention heads\n"
+         "                               and MLP rows (MoE: every expert's rows) per rank, KV heads split or\n"
+         "                               replicated, vocabulary split; one all-reduce after attention and\n"
+         "                               one after the MLP (default 1). Llama, Mistral, Qwen2/3, Gemma 2/3,\n"
+         "                               Phi-3, Mixtral, Qwen2-MoE and Qwen3-MoE; other families (DeepSeek's\n"
+         "                               MLA, GPT-OSS) are refused by name before any worker starts\n"
+         "  --pipeline-parallel-size N   split the layers into N stages (default 1; > 1 not supported yet)\n"
+         "  --data-parallel-size N       N engine replicas behind this server (default 1; > 1 not supported\n"
+         "                               yet)\n"
+         "  --enable-expert-parallel     MoE experts spread over the ranks instead of sliced (not supported\n"
+         "                               yet; experts are sliced by --tensor-parallel-size)\n"
          "  --structured-outputs-config JSON\n"
          "                               {\"backend\": \"xgrammar\"|\"auto\", \"disable_any_whitespace\": bool,\n"
          "                               \"disable_additional_properties\": bool, \"enable_in_reasoning\": bool}\n"
@@ -115,6 +126,19 @@ StatusOr<EngineArgs> engine_args_from(const Args& a) {
   KVASIR_ASSIGN_OR_RETURN(int64_t tp, a.get_int("tensor-parallel-size", 1));
   if (tp < 1 || tp > 64) return invalid_argument("--tensor-parallel-size must be in [1, 64]");
   e.tensor_parallel_size = static_cast<int>(tp);
+  for (const char* flag : {"pipeline-parallel-size", "data-parallel-size"}) {
+    KVASIR_ASSIGN_OR_RETURN(int64_t n, a.get_int(flag, 1));
+    if (n < 1) return invalid_argument(std::string("--") + flag + " must be at least 1");
+    if (n > 1) {
+      return unimplemented(std::string("--") + flag + " " + std::to_string(n) + ": " +
+                           (flag[0] == 'p' ? "pipeline" : "data") +
+                           " parallelism is not supported yet; only --tensor-parallel-size splits a model");
+    }
+  }
+  if (a.get_bool("enable-expert-parallel", false)) {
+    return unimplemented("--enable-expert-parallel is not supported yet; --tensor-parallel-size slices every "
+                         "expert over the ranks instead");
+  }
   if (a.has("structured-outputs-config")) {
     KVASIR_ASSIGN_OR_RETURN(e.structured_outputs, parse_structured_outputs_config(a.get("structured-outputs-config")));
   }

@@ -33,6 +33,7 @@ StatusOr<std::unique_ptr<LLM>> LLM::create(const EngineArgs& args) {
   if (args.tensor_parallel_size > 1) {
     if (tensor_parallel_worker_rank())
       return internal_error("a tensor-parallel worker must run run_tensor_parallel_worker, not serve");
+    KVASIR_RETURN_IF_ERROR(check_tensor_parallel_model(args));  // before any worker starts
     KVASIR_ASSIGN_OR_RETURN(llm->tp_, start_tensor_parallel_group(args.tensor_parallel_size));
   }
   KVASIR_ASSIGN_OR_RETURN(RankSetup setup, set_up_rank(args, llm->tp_.get()));

@@ -1,8 +1,27 @@
 #include "api/rank_setup.h"
 
+#include "loader/weight_source.h"
+#include "model/registry.h"
+#include "model/tensor_parallel.h"
 #include "setup/kv_cache_sizing.h"
 
 namespace kvasir {
+
+Status check_tensor_parallel_model(const EngineArgs& args) {
+  if (args.tensor_parallel_size <= 1 || args.load_format != "auto") return Status();
+  // A checkpoint or config that cannot be read is rank 0's load to report, with its own message.
+  auto weights = open_weights(args.model.empty() ? default_model_path() : args.model);
+  if (!weights.ok()) return Status();
+  auto loaded = load_model_config(**weights);
+  if (!loaded.ok()) return Status();
+  const ModelConfig& config = *loaded;
+  const WeightSource& src = **weights;
+  const Status s = check_tensor_parallel(config, args.tensor_parallel_size, [&src](const WeightSpec& spec) {
+    return src.has_tensor(spec.gguf.name) || src.has_tensor(spec.hf.name);
+  });
+  if (s.ok()) return s;
+  return Status(s.code(), "--tensor-parallel-size " + std::to_string(args.tensor_parallel_size) + ": " + s.message());
+}
 
 StatusOr<RankSetup> set_up_rank(const EngineArgs& args, TensorParallelProcesses* tp) {
   RankSetup r;

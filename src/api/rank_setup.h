@@ -21,6 +21,11 @@ struct RankSetup {
   std::unique_ptr<ModelRunner> runner;
 };
 
+// Rank 0, before it starts any worker: whether the model can be split args.tensor_parallel_size
+// ways (its family, its sizes; check_tensor_parallel). Opens the checkpoint and reads no weight;
+// with --load-format dummy each rank's load says it instead.
+Status check_tensor_parallel_model(const EngineArgs& args);
+
 // tp: the group this process belongs to, or null without tensor parallelism.
 StatusOr<RankSetup> set_up_rank(const EngineArgs& args, TensorParallelProcesses* tp);
 

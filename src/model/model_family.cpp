@@ -18,4 +18,8 @@ StatusOr<std::unique_ptr<MlpBlock>> ModelFamily::make_mlp(const BlockInit& init)
   return make_gated_mlp(init);
 }
 
+std::optional<TensorParallelSplit> ModelFamily::tensor_parallel_split(const std::string&) const { return std::nullopt; }
+
+Status ModelFamily::shard_family_params(ModelConfig&, int) const { return Status(); }
+
 }  // namespace kvasir

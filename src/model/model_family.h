@@ -6,6 +6,7 @@
 #pragma once
 
 #include <memory>
+#include <optional>
 #include <string>
 #include <string_view>
 #include <vector>
@@ -14,6 +15,7 @@
 #include "config/gguf_keys.h"
 #include "config/hf_keys.h"
 #include "model/blocks.h"
+#include "model/tensor_parallel.h"
 #include "model/weight_manifest.h"
 
 namespace kvasir {
@@ -49,6 +51,13 @@ class ModelFamily {
   // overrides make_attention. Nothing else changes.
   virtual StatusOr<std::unique_ptr<AttentionBlock>> make_attention(const BlockInit& init) const;
   virtual StatusOr<std::unique_ptr<MlpBlock>> make_mlp(const BlockInit& init) const;
+
+  // Tensor parallelism (model/tensor_parallel.h) of what only this family has: how a rank holds
+  // a weight role the generic decoder lacks (nullopt: the family cannot be split yet, and a model
+  // of it is refused naming it), and its own numbers in ModelConfig::family_params of a rank's
+  // shard of `size` (InvalidArgument when one does not divide). Defaults: no roles, no numbers.
+  virtual std::optional<TensorParallelSplit> tensor_parallel_split(const std::string& role) const;
+  virtual Status shard_family_params(ModelConfig& shard, int size) const;
 
  protected:
   ModelFamily(ConfigTraits traits, std::vector<std::string> gguf_names,

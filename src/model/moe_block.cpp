@@ -257,6 +257,20 @@ void replace_mlp_with_moe(std::vector<WeightSpec>& layer, int i, int64_t hidden,
   }
 }
 
+std::optional<TensorParallelSplit> moe_tensor_parallel_split(const std::string& role) {
+  if (role == "ffn_gate_inp.weight" || role == "ffn_gate_inp.bias" || role == "exp_probs_b.bias" ||
+      role == "ffn_gate_inp_shexp.weight")
+    return TensorParallelSplit::kReplicate;
+  auto starts = [&role](const char* p) { return role.rfind(p, 0) == 0; };
+  for (const Projection& pr : kProjections) {
+    const std::string stem = pr.stem;
+    const bool expert = role == stacked_role(pr.stem) || role == stem + "_shexp.weight" ||
+                        (starts((stem + ".").c_str()) && role != stem + ".weight");
+    if (expert) return pr.down ? TensorParallelSplit::kColumns : TensorParallelSplit::kRows;
+  }
+  return std::nullopt;
+}
+
 Status validate_moe_layer_config(const MoeLayerConfig& moe, const std::string& where) {
   // Far above any released model (DeepSeek-V3: 256, Qwen3-235B: 128), low enough that a corrupt
   // count cannot make the manifest enormous.

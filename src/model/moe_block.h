@@ -6,11 +6,13 @@
 #pragma once
 
 #include <memory>
+#include <optional>
 #include <string>
 #include <vector>
 
 #include "backend/moe_params.h"
 #include "model/blocks.h"
+#include "model/tensor_parallel.h"
 #include "model/weight_manifest.h"
 
 namespace kvasir {
@@ -48,6 +50,13 @@ struct MoeHfNames {
 // and the block requires one complete set.
 void replace_mlp_with_moe(std::vector<WeightSpec>& layer, int layer_index, int64_t hidden_size,
                           const MoeLayerConfig& moe, const MoeHfNames& hf);
+
+// Tensor parallelism of the roles replace_mlp_with_moe declares, as vLLM's fused MoE: router,
+// its biases and the shared expert's gate replicated (every rank routes alike); every expert's
+// and the shared expert's gate/up split by rows and down by columns, so each rank holds every
+// expert's slice of the intermediate dimension and the block's output is a partial sum that the
+// model all-reduces once. nullopt for any other role. Biased experts (GPT-OSS) are not these roles.
+std::optional<TensorParallelSplit> moe_tensor_parallel_split(const std::string& role);
 
 // Checks the numbers of `moe` (counts, sizes, routing), naming `where` in the error.
 Status validate_moe_layer_config(const MoeLayerConfig& moe, const std::string& where);

@@ -29,6 +29,10 @@ class MoeFamily : public ModelFamily {
  public:
   WeightManifest manifest(const ModelConfig& config) const override;
   StatusOr<std::unique_ptr<MlpBlock>> make_mlp(const BlockInit& init) const override;
+  // Experts sharded by tensor parallelism (moe_tensor_parallel_split); the shard's expert and
+  // shared-expert intermediate sizes are the rank's.
+  std::optional<TensorParallelSplit> tensor_parallel_split(const std::string& role) const override;
+  Status shard_family_params(ModelConfig& shard, int size) const override;
 
  protected:
   MoeFamily(ConfigTraits traits, std::vector<std::string> gguf_names, std::vector<std::string> hf_model_types,

@@ -6,186 +6,23 @@
 // shard arithmetic on its own.
 #include "model/tensor_parallel.h"
 
-#include <arpa/inet.h>
-#include <netinet/in.h>
-#include <sys/mman.h>
-#include <sys/socket.h>
 #include <unistd.h>
 
-#include <cmath>
-#include <cstring>
 #include <string>
 #include <vector>
 
 #include <gtest/gtest.h>
 
-#include "backend/cpu/cpu_backend.h"
-#include "dist/communicator_test_util.h"
-#include "dist/shm_communicator.h"
-#include "dist/tcp_communicator.h"
-#include "loader/weight_source.h"
-#include "model/decoder_model.h"
-#include "model/registry.h"
+#include "model/tensor_parallel_test_util.h"
 
 namespace kvasir {
 namespace {
 
-constexpr int kDecodeSteps = 8;
+using tp_testing::SplitRun;
 
-// The batches of one sequence: its prompt, then one token per decode step (KV blocks of 16).
-struct Sequence {
-  std::vector<int32_t> ids, positions, qsl, seq_lens, blocks, last;
-  std::vector<int64_t> slots;
-  ForwardBatch batch;
-
-  // Rows [begin, end) of `ids` as one step, the sequence's earlier tokens already cached.
-  void step(int begin, int end) {
-    positions.clear();
-    slots.clear();
-    for (int p = begin; p < end; ++p) {
-      positions.push_back(p);
-      slots.push_back(p);
-    }
-    blocks.clear();
-    for (int b = 0; b * 16 < end; ++b) blocks.push_back(b);
-    qsl = {0, end - begin};
-    seq_lens = {end};
-    last = {end - begin - 1};
-    batch = ForwardBatch{};
-    batch.num_tokens = end - begin;
-    batch.input_ids = ids.data() + begin;
-    batch.positions = positions.data();
-    batch.attn.num_seqs = 1;
-    batch.attn.num_tokens = end - begin;
-    batch.attn.query_start_loc = qsl.data();
-    batch.attn.seq_lens = seq_lens.data();
-    batch.attn.block_tables = blocks.data();
-    batch.attn.max_blocks_per_seq = static_cast<int>(blocks.size());
-    batch.attn.slot_mapping = slots.data();
-    batch.attn.block_size = 16;
-    batch.num_logits = 1;
-    batch.logits_indices = last.data();
-  }
-};
-
-// Greedy generation: the logits of every step ([steps + 1, vocab] into `logits`) and the tokens.
-Status generate(const std::string& path, const std::vector<int32_t>& prompt, TensorParallelGroup tp,
-                float* logits, int32_t* tokens) {
-  KVASIR_ASSIGN_OR_RETURN(auto weights, open_weights(path));
-  KVASIR_ASSIGN_OR_RETURN(ModelConfig config, load_model_config(*weights));
-  CpuBackendOptions bo;
-  bo.num_threads = 1;
-  // kExact: the fast path quantizes activations to 8 bits per block, where a reduction-order
-  // difference of one ulp can flip a rounding and move a logit far past float32 bounds.
-  bo.precision = MatmulPrecision::kExact;
-  CpuBackend backend(bo);
-  ModelOptions mo;
-  mo.max_num_tokens = 64;
-  mo.max_num_logits = 4;
-  mo.tp = tp;
-  KVASIR_ASSIGN_OR_RETURN(auto model, DecoderModel::create(config, *weights, backend, mo));
-  KVASIR_ASSIGN_OR_RETURN(KvCache cache, model->allocate_kv_cache(4, 16));
-  Sequence s;
-  s.ids = prompt;
-  const int64_t vocab = config.vocab_size;
-  int begin = 0;
-  for (int step = 0; step <= kDecodeSteps; ++step) {
-    s.step(begin, static_cast<int>(s.ids.size()));
-    begin = static_cast<int>(s.ids.size());
-    float* row = logits + step * vocab;
-    KVASIR_RETURN_IF_ERROR(model->forward(s.batch, cache, row));
-    const int32_t next = static_cast<int32_t>(std::max_element(row, row + vocab) - row);
-    tokens[step] = next;
-    s.ids.push_back(next);
-  }
-  return Status();
-}
-
-double rel_l2(const float* a, const float* b, size_t n) {
-  double num = 0, den = 0;
-  for (size_t i = 0; i < n; ++i) {
-    num += (double{a[i]} - b[i]) * (double{a[i]} - b[i]);
-    den += double{b[i]} * b[i];
-  }
-  return std::sqrt(num / den);
-}
-
-// The group's communicator for one rank: shared memory, or TCP on loopback (rank 0 listens on the
-// socket the parent bound before forking).
-StatusOr<std::unique_ptr<dist::Communicator>> make_comm(bool tcp, int listen_fd, int port, const std::string& group,
-                                                        int rank, int size) {
-  if (tcp) {
-    dist::TcpCommunicatorOptions o;
-    o.master_port = port;
-    o.listen_fd = rank == 0 ? dup(listen_fd) : -1;
-    o.group_id = group;
-    o.rank = rank;
-    o.world_size = size;
-    KVASIR_ASSIGN_OR_RETURN(auto c, dist::TcpCommunicator::create(o));
-    return std::unique_ptr<dist::Communicator>(std::move(c));
-  }
-  dist::ShmCommunicatorOptions o;
-  o.group_id = group;
-  o.rank = rank;
-  o.world_size = size;
-  KVASIR_ASSIGN_OR_RETURN(auto c, dist::ShmCommunicator::create(o));
-  return std::unique_ptr<dist::Communicator>(std::move(c));
-}
-
-// Runs `path` split over `tp` ranks and unsplit, and compares every step's logits and tokens.
 void expect_split_equals_whole(const std::string& path, int tp, const std::vector<int32_t>& prompt,
                                bool tcp = false) {
-  auto weights = open_weights(path);
-  ASSERT_TRUE(weights.ok()) << path << ": " << weights.status().to_string();
-  auto config = load_model_config(**weights);
-  ASSERT_TRUE(config.ok());
-  const size_t vocab = static_cast<size_t>(config->vocab_size), steps = kDecodeSteps + 1;
-  const size_t per_rank = steps * vocab * sizeof(float) + steps * sizeof(int32_t);
-  // Each rank writes its logits and tokens here; the parent reads them after the ranks exit.
-  void* shared = mmap(nullptr, per_rank * tp, PROT_READ | PROT_WRITE, MAP_SHARED | MAP_ANONYMOUS, -1, 0);
-  ASSERT_NE(shared, MAP_FAILED);
-  auto logits_of = [&](int r) { return reinterpret_cast<float*>(static_cast<uint8_t*>(shared) + per_rank * r); };
-  auto tokens_of = [&](int r) { return reinterpret_cast<int32_t*>(logits_of(r) + steps * vocab); };
-  const std::string group = "tp-test-" + std::to_string(getpid()) + "-" + std::to_string(tp);
-  int listen_fd = -1, port = 0;
-  if (tcp) {
-    listen_fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
-    sockaddr_in addr{};
-    addr.sin_family = AF_INET;
-    addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-    socklen_t len = sizeof(addr);
-    ASSERT_EQ(bind(listen_fd, reinterpret_cast<sockaddr*>(&addr), len), 0);
-    ASSERT_EQ(listen(listen_fd, 16), 0);
-    ASSERT_EQ(getsockname(listen_fd, reinterpret_cast<sockaddr*>(&addr), &len), 0);
-    port = ntohs(addr.sin_port);
-  }
-  const auto codes = dist::testing::run_ranks(tp, [&](int rank) {
-    auto comm = make_comm(tcp, listen_fd, port, group, rank, tp);
-    if (!comm.ok()) {
-      std::fprintf(stderr, "rank %d: %s\n", rank, comm.status().to_string().c_str());
-      return 1;
-    }
-    Status s = generate(path, prompt, TensorParallelGroup{rank, tp, comm->get()}, logits_of(rank), tokens_of(rank));
-    if (!s.ok()) std::fprintf(stderr, "rank %d: %s\n", rank, s.to_string().c_str());
-    return s.ok() ? 0 : 1;
-  });
-  if (listen_fd >= 0) close(listen_fd);
-  for (int r = 0; r < tp; ++r) ASSERT_EQ(codes[r], 0) << "rank " << r;
-  std::vector<float> whole(steps * vocab);
-  std::vector<int32_t> whole_tokens(steps);
-  Status s = generate(path, prompt, TensorParallelGroup{}, whole.data(), whole_tokens.data());
-  ASSERT_TRUE(s.ok()) << s.to_string();
-  double worst = 0;
-  for (size_t step = 0; step < steps; ++step)
-    worst = std::max(worst, rel_l2(logits_of(0) + step * vocab, whole.data() + step * vocab, vocab));
-  std::printf("[ metrics ] %s TP=%d: worst relative L2 of the logits vs TP=1 over %zu steps: %.3g\n", path.c_str(),
-              tp, steps, worst);
-  EXPECT_LT(worst, 1e-5);
-  for (size_t step = 0; step < steps; ++step) EXPECT_EQ(tokens_of(0)[step], whole_tokens[step]) << "step " << step;
-  // Every rank gathered the same logits, bit for bit (the sums are in rank order on every rank).
-  for (int r = 1; r < tp; ++r)
-    EXPECT_EQ(std::memcmp(logits_of(r), logits_of(0), steps * vocab * sizeof(float)), 0) << "rank " << r;
-  munmap(shared, per_rank * tp);
+  tp_testing::expect_split_equals_whole(SplitRun{path, tp, {prompt}, 8, tcp});
 }
 
 const std::string kTinyLlama = std::string(KVASIR_SOURCE_DIR) + "/tests/data/tiny/llama3";
@@ -249,7 +86,7 @@ TEST(TensorParallelTest, VocabShardsCoverTheVocabularyOnceWithEqualPaddedWidths)
   }
 }
 
-TEST(TensorParallelTest, RolesItCannotSplitAreRefusedNotReplicated) {
+ModelConfig tiny_qwen2_config() {
   ModelConfig c;
   c.architecture = "qwen2";
   c.num_heads = 4;
@@ -261,10 +98,35 @@ TEST(TensorParallelTest, RolesItCannotSplitAreRefusedNotReplicated) {
   c.num_layers = 1;
   c.layer_is_sliding = {false};
   c.attention_bias = true;
+  return c;
+}
+
+TEST(TensorParallelTest, RolesItCannotSplitAreRefusedNamingTheFamilyNotReplicated) {
+  const ModelConfig c = tiny_qwen2_config();
   WeightManifest m = dense_decoder_manifest(c);
+  // A row-parallel projection's bias (GPT-OSS's o_proj) would be added once per rank.
+  WeightSpec o_bias = *m.find(m.layers[0], "attn_q.bias");
+  o_bias.role = "attn_output.bias";
+  m.layers[0].push_back(o_bias);
   auto s = shard_manifest(m, c, 0, 2, [](const WeightSpec&) { return true; });
   EXPECT_EQ(s.code(), StatusCode::kUnimplemented);
-  EXPECT_NE(s.message().find("attn_q.bias"), std::string::npos) << s.message();
+  EXPECT_NE(s.message().find("not supported for the qwen2 family yet (it does not split weight attn_output.bias)"),
+            std::string::npos)
+      << s.message();
+}
+
+TEST(TensorParallelTest, QkvBiasesAreSplitWithTheirRows) {
+  const ModelConfig c = tiny_qwen2_config();
+  WeightManifest m = dense_decoder_manifest(c);
+  ASSERT_TRUE(shard_manifest(m, c, 1, 2, [](const WeightSpec&) { return true; }).ok());
+  const WeightSpec* q = m.find(m.layers[0], "attn_q.bias");
+  const WeightSpec* k = m.find(m.layers[0], "attn_k.bias");
+  ASSERT_TRUE(q != nullptr && k != nullptr);
+  EXPECT_EQ(q->shape, std::vector<int64_t>{32});
+  EXPECT_EQ(q->hf.row_begin, 32) << "rank 1's two heads of 16";
+  EXPECT_EQ(q->hf.fused_rows, 64);
+  EXPECT_EQ(k->shape, std::vector<int64_t>{16});
+  EXPECT_EQ(k->gguf.row_begin, 16) << "rank 1's KV head";
 }
 
 }  // namespace

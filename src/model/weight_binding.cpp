@@ -82,7 +82,8 @@ StatusOr<Tensor> WeightBinder::bind_one(const WeightSpec& spec) {
     return not_found("model weight missing: " + spec.gguf.name + " (HF name " + spec.hf.name + ")");
   }
   if (name->column_slice()) return column_slice(spec, *name);
-  if (name->fused()) return fused_rows(spec, *name);
+  if (name->fused() && spec.kind == WeightKind::kVector) return bias_range(spec, *name);
+  if (name->fused()) return spec.shape.size() == 3 ? stacked_rows(spec, *name) : fused_rows(spec, *name);
   if (name->transposed) return transposed_matrix(spec, *name);
   KVASIR_ASSIGN_OR_RETURN(WeightTensor w, src_.tensor(name->name));
   if (w.shape != spec.shape) {
@@ -139,34 +140,90 @@ StatusOr<Tensor> WeightBinder::fused_rows(const WeightSpec& spec, const WeightNa
 }
 
 StatusOr<Tensor> WeightBinder::column_slice(const WeightSpec& spec, const WeightName& name) {
-  if (spec.kind != WeightKind::kMatrix || spec.shape.size() != 2 || name.fused() || name.transposed) {
-    return internal_error("column slice of " + spec.role + " must be of a plain matrix");
+  if (spec.kind != WeightKind::kMatrix || spec.shape.size() < 2 || spec.shape.size() > 3 || name.fused() ||
+      name.transposed) {
+    return internal_error("column slice of " + spec.role + " must be of a plain matrix or a stack of them");
   }
   KVASIR_ASSIGN_OR_RETURN(WeightTensor w, src_.tensor(name.name));
-  const std::vector<int64_t> full = {spec.shape[0], name.full_cols};
+  std::vector<int64_t> full = spec.shape;
+  full.back() = name.full_cols;
   if (w.shape != full) {
     return data_loss("weight " + w.name + " has shape " + shape_text(w.shape) + ", expected " + shape_text(full));
   }
   KVASIR_RETURN_IF_ERROR(check_weight_type(spec, w));
   const auto info = dtype_info(w.dtype);
-  const int64_t bs = info->block_size, cols = spec.shape[1];
+  const int64_t bs = info->block_size, cols = spec.shape.back();
   if (name.col_begin % bs != 0 || cols % bs != 0 || name.col_begin + cols > name.full_cols) {
     return unimplemented("weight " + w.name + " (" + std::string(dtype_name(w.dtype)) + ", blocks of " +
                          std::to_string(bs) + " columns) cannot be split at columns [" +
                          std::to_string(name.col_begin) + ", " + std::to_string(name.col_begin + cols) +
                          "): not on block boundaries; choose another --tensor-parallel-size");
   }
+  // Every row of every matrix of a stack is one row here.
+  const int64_t rows = w.num_elements() / name.full_cols;
   WeightTensor out = w;
   out.shape = spec.shape;
   const size_t src_row = static_cast<size_t>(name.full_cols / bs) * info->type_size;
   const size_t dst_row = static_cast<size_t>(cols / bs) * info->type_size;
   const size_t skip = static_cast<size_t>(name.col_begin / bs) * info->type_size;
-  out.nbytes = dst_row * static_cast<size_t>(spec.shape[0]);
+  out.nbytes = dst_row * static_cast<size_t>(rows);
   if (w.data == nullptr) return upload(out);  // dummy weights the backend fills on the device
   KVASIR_ASSIGN_OR_RETURN(auto buf, allocate_host_buffer(out.nbytes));
   auto* dst = static_cast<uint8_t*>(buf->data());
-  for (int64_t r = 0; r < spec.shape[0]; ++r) {
+  for (int64_t r = 0; r < rows; ++r) {
     std::memcpy(dst + static_cast<size_t>(r) * dst_row, w.data + static_cast<size_t>(r) * src_row + skip, dst_row);
+  }
+  out.data = dst;
+  owned_.push_back(std::move(buf));
+  return upload(out);
+}
+
+// Elements [row_begin, row_begin + n) of a bias (a tensor-parallel rank's part of a q/k/v bias).
+StatusOr<Tensor> WeightBinder::bias_range(const WeightSpec& spec, const WeightName& name) {
+  KVASIR_ASSIGN_OR_RETURN(WeightTensor w, src_.tensor(name.name));
+  if (w.shape != std::vector<int64_t>{name.fused_rows}) {
+    return data_loss("weight " + w.name + " has shape " + shape_text(w.shape) + ", expected " +
+                     shape_text({name.fused_rows}));
+  }
+  KVASIR_RETURN_IF_ERROR(check_weight_type(spec, w));
+  const auto info = dtype_info(w.dtype);
+  if (info->block_size != 1 || spec.shape.size() != 1 || name.row_begin + spec.shape[0] > name.fused_rows) {
+    return unimplemented("bias " + w.name + " (" + std::string(dtype_name(w.dtype)) + ") cannot be split at [" +
+                         std::to_string(name.row_begin) + ", " + std::to_string(name.row_begin + spec.shape[0]) + ")");
+  }
+  WeightTensor part = w;
+  part.shape = spec.shape;
+  part.nbytes = static_cast<size_t>(spec.shape[0]) * info->type_size;
+  part.data = w.data + static_cast<size_t>(name.row_begin) * info->type_size;
+  return to_f32_vector(part, 0.0f);
+}
+
+// Rows [row_begin, row_begin + rows) of every matrix of a stack [E, fused_rows, cols] (a
+// tensor-parallel rank's slice of each expert): not contiguous, so copied out once.
+StatusOr<Tensor> WeightBinder::stacked_rows(const WeightSpec& spec, const WeightName& name) {
+  if (spec.kind != WeightKind::kMatrix || spec.shape.size() != 3 || name.transposed || name.column_slice()) {
+    return internal_error("row range of " + spec.role + " must be of a plain stack of matrices");
+  }
+  KVASIR_ASSIGN_OR_RETURN(WeightTensor w, src_.tensor(name.name));
+  const std::vector<int64_t> full = {spec.shape[0], name.fused_rows, spec.shape[2]};
+  if (w.shape != full) {
+    return data_loss("weight " + w.name + " has shape " + shape_text(w.shape) + ", expected " + shape_text(full));
+  }
+  if (name.row_begin + spec.shape[1] > name.fused_rows) {
+    return internal_error("stacked weight " + spec.role + ": rows outside " + name.name);
+  }
+  KVASIR_RETURN_IF_ERROR(check_weight_type(spec, w));
+  const size_t row = w.nbytes / static_cast<size_t>(full[0] * full[1]);
+  const size_t take = row * static_cast<size_t>(spec.shape[1]);
+  WeightTensor out = w;
+  out.shape = spec.shape;
+  out.nbytes = take * static_cast<size_t>(spec.shape[0]);
+  if (w.data == nullptr) return upload(out);  // dummy weights the backend fills on the device
+  KVASIR_ASSIGN_OR_RETURN(auto buf, allocate_host_buffer(out.nbytes));
+  auto* dst = static_cast<uint8_t*>(buf->data());
+  for (int64_t e = 0; e < spec.shape[0]; ++e) {
+    const uint8_t* src = w.data + (static_cast<size_t>(e * name.fused_rows + name.row_begin)) * row;
+    std::memcpy(dst + static_cast<size_t>(e) * take, src, take);
   }
   out.data = dst;
   owned_.push_back(std::move(buf));

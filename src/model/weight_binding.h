@@ -39,6 +39,10 @@ class WeightBinder {
   StatusOr<Tensor> transposed_matrix(const WeightSpec& spec, const WeightName& name);
   // A tensor-parallel rank's columns of a matrix: copied out row by row (whole blocks only).
   StatusOr<Tensor> column_slice(const WeightSpec& spec, const WeightName& name);
+  // A tensor-parallel rank's rows of every matrix of a stack (experts): copied out.
+  StatusOr<Tensor> stacked_rows(const WeightSpec& spec, const WeightName& name);
+  // A tensor-parallel rank's elements of a q/k/v bias.
+  StatusOr<Tensor> bias_range(const WeightSpec& spec, const WeightName& name);
   StatusOr<Tensor> to_f32_vector(const WeightTensor& w, float offset);
   // kHostMatrix: float32 on the host, owned here, never uploaded.
   StatusOr<Tensor> to_f32_host(const WeightTensor& w);

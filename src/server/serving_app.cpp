@@ -99,6 +99,12 @@ Status ServingApp::start_http() {
 
 int ServingApp::port() const { return http_ ? http_->port() : 0; }
 
+std::string ServingApp::engine_fault() {
+  if (!llm_ || !llm_->engine().dead()) return "";
+  const std::string& why = llm_->engine().core().fault();
+  return why.empty() ? "the engine failed" : why;
+}
+
 Status ServingApp::load() {
   if (cfg_.engine.model.empty()) cfg_.engine.model = default_model_path();
   KVASIR_ASSIGN_OR_RETURN(llm_, LLM::create(cfg_.engine));

@@ -46,6 +46,8 @@ class ServingApp {
   Status start_http();
   Status load();
   int port() const;
+  // The engine failed (a step's error; /health answers 503) and why; "" while it runs.
+  std::string engine_fault();
   // Returns once every client was answered (or aborted) and the engine stopped.
   // `interrupted` is polled while draining: true cuts the drain short (a second Ctrl-C).
   void shutdown(double timeout_s, const std::function<bool()>& interrupted = {});

@@ -1,15 +1,19 @@
 """Tensor parallelism through `kvasir serve --tensor-parallel-size 3` on the CPU (SmolLM2 has 9
 attention heads, so 3 ranks, not 2): the server starts its two worker processes, greedy completions
 equal the unsplit server's token for token, a SIGTERM stops every process, and a worker killed
-mid-stream ends the live request with an error, turns /health to 503 and leaves no process behind.
+mid-stream ends every live request with an error, turns /health to 503 within a second, and the
+server then exits non-zero by itself with every worker; a worker that cannot start is named and the
+server exits non-zero; a family that cannot be split is refused by name before a worker starts.
 """
 import os
 import signal
+import threading
 import time
 
 import httpx
+import pytest
 
-from conftest import MODEL_NAME, Server
+from conftest import MODEL_NAME, REPO, Server
 
 C = "/v1/completions"
 FLAGS = ("--exact-matmul", "--threads", "1")
@@ -60,38 +64,76 @@ def test_three_ranks_complete_exactly_as_one_and_stop_together():
     assert not any(alive(w) for w in workers), "a worker outlived the server"
 
 
-def test_a_killed_worker_fails_the_stream_and_turns_health_to_503():
+GEMMA = os.path.join(REPO, "models", "gemma-3-270m-q4_k_m.gguf")
+
+
+@pytest.mark.skipif(not os.path.exists(GEMMA), reason="models/gemma-3-270m-q4_k_m.gguf is not here")
+def test_gemma3_two_ranks_complete_exactly_as_one():
+    """Gemma 3 (4 heads, one KV head on both ranks, a 262k vocabulary split in two) through the
+    server's own launch: greedy completions equal the unsplit server's."""
+    prompts = PROMPTS[:2]
+    whole = Server("--model", GEMMA, *FLAGS)
+    try:
+        want = [complete(whole, p, 16) for p in prompts]
+    finally:
+        assert whole.stop() == 0, whole.logs()
+    split = Server("--model", GEMMA, "--tensor-parallel-size", "2", *FLAGS)
+    try:
+        assert len(workers_of(split)) == 1
+        assert [complete(split, p, 16) for p in prompts] == want
+    finally:
+        assert split.stop() == 0, split.logs()
+
+
+def test_a_killed_worker_fails_every_stream_turns_health_503_and_the_group_exits_non_zero():
     s = Server("--tensor-parallel-size", "3", *FLAGS)
     workers = workers_of(s)
     try:
-        body = {"model": MODEL_NAME, "prompt": PROMPTS[0], "max_tokens": 400, "temperature": 0,
-                "ignore_eos": True, "stream": True}
-        error, chunks, killed_at = None, 0, None
-        with httpx.stream("POST", s.base + C, json=body, timeout=120) as r:
-            assert r.status_code == 200
-            for line in r.iter_lines():
-                if not line.startswith("data: ") or line == "data: [DONE]":
-                    continue
-                event = line[len("data: "):]
-                if '"error"' in event:
-                    error = event
-                    break
-                chunks += 1
-                if chunks == 3:
-                    os.kill(workers[1], signal.SIGKILL)
-                    killed_at = time.time()
-        assert killed_at is not None, "the stream ended before a worker could be killed"
-        assert error is not None and "rank 2" in error, error
-        deadline = time.time() + 1.0
+        body = {"model": MODEL_NAME, "max_tokens": 400, "temperature": 0, "ignore_eos": True, "stream": True}
+        errors, killed_at, flowing = {}, [], set()
+
+        def stream(i, prompt):
+            chunks = 0
+            with httpx.stream("POST", s.base + C, json={**body, "prompt": prompt}, timeout=120) as r:
+                assert r.status_code == 200
+                for line in r.iter_lines():
+                    if not line.startswith("data: ") or line == "data: [DONE]":
+                        continue
+                    event = line[len("data: "):]
+                    if '"error"' in event:
+                        errors[i] = event
+                        return
+                    chunks += 1
+                    flowing.add(i)
+                    if i == 0 and chunks >= 3 and len(flowing) == len(PROMPTS) and not killed_at:
+                        os.kill(workers[1], signal.SIGKILL)
+                        killed_at.append(time.time())
+
+        # Three live streams; the first kills a worker once all three have tokens flowing.
+        threads = [threading.Thread(target=stream, args=(i, p)) for i, p in enumerate(PROMPTS)]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join(timeout=120)
+        assert killed_at, "the stream ended before a worker could be killed"
+        assert sorted(errors) == [0, 1, 2], f"every live request must end with an error: {errors}"
+        assert all("rank 2" in e for e in errors.values()), errors
         status = None
-        while time.time() < deadline:
-            status = httpx.get(s.base + "/health", timeout=5).status_code
+        while time.time() < killed_at[0] + 1.0:
+            try:
+                status = httpx.get(s.base + "/health", timeout=5).status_code
+            except httpx.TransportError:
+                break  # already gone: checked below that it said 503 first or exited in time
             if status == 503:
                 break
             time.sleep(0.05)
-        assert status == 503
+        assert status == 503, "/health must answer 503 within a second of the worker's death"
+        # The server then exits by itself, non-zero, without a signal; every worker with it.
+        rc = s.proc.wait(timeout=15)
+        assert rc != 0, s.logs()[-2000:]
+        assert "tensor-parallel group failed" in s.logs(), s.logs()[-2000:]
     finally:
-        assert s.stop(timeout=30) == 0, s.logs()
+        s.stop(timeout=30)
     deadline = time.time() + 15
     while any(alive(w) for w in workers) and time.time() < deadline:
         time.sleep(0.1)
@@ -108,3 +150,38 @@ def test_a_worker_that_cannot_start_is_named_and_the_server_exits_non_zero():
     assert p.returncode != 0
     assert "worker rank" in p.stderr and "before joining the group" in p.stderr, p.stderr[-2000:]
     assert time.time() - t0 < 20, "the failed worker must be noticed, not waited out"
+
+
+def run_serve(*args, env=None, timeout=60):
+    from conftest import free_port, kvasir_bin
+    import subprocess
+    return subprocess.run([kvasir_bin(), "serve", *args, "--port", str(free_port())], env=env,
+                          capture_output=True, text=True, timeout=timeout)
+
+
+def test_a_family_that_cannot_be_split_is_refused_by_name_before_any_worker_starts():
+    from conftest import REPO
+    model = os.path.join(REPO, "tests/data/tiny/gpt_oss/model.gguf")
+    t0 = time.time()
+    p = run_serve(model, "--tensor-parallel-size", "2", *FLAGS)
+    assert p.returncode != 0
+    assert "not supported for the gpt_oss family" in p.stderr, p.stderr[-2000:]
+    assert "tensor-parallel worker" not in p.stderr, "no worker may start for a model that cannot be split"
+    assert time.time() - t0 < 20
+
+
+def test_help_documents_the_parallel_flags_and_unbuilt_modes_are_refused():
+    from conftest import MODEL
+    p = run_serve("--help")
+    assert p.returncode == 0
+    for flag in ("--tensor-parallel-size", "--pipeline-parallel-size", "--data-parallel-size",
+                 "--enable-expert-parallel"):
+        assert flag in p.stdout + p.stderr, flag
+    for flag in ("--pipeline-parallel-size", "--data-parallel-size"):
+        p = run_serve(MODEL, flag, "2")
+        assert p.returncode != 0
+        assert f"{flag} 2" in p.stderr and "not supported yet" in p.stderr, p.stderr[-2000:]
+    p = run_serve(MODEL, "--pipeline-parallel-size", "1", "--help")
+    assert p.returncode == 0, "size 1 is the default and accepted"
+    p = run_serve(MODEL, "--enable-expert-parallel")
+    assert p.returncode != 0 and "--enable-expert-parallel is not supported yet" in p.stderr, p.stderr[-2000:]
