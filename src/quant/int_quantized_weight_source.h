@@ -1,0 +1,57 @@
+// IntQuantizedWeightSource: a WeightSource over an integer weight-only checkpoint (GPTQ, AWQ,
+// compressed-tensors pack-quantized) that shows each packed linear layer as the dense float32
+// "<layer>.weight" [out, in] the model binds, dequantized exactly (packed_int_weight.h) when first
+// asked for, so every backend runs it unchanged and the CPU is the reference. The packed tensors stay
+// reachable as PackedIntWeight for kernels that read them directly. Every layer's tensors are
+// checked when the source is made, so a bad file is refused before any weight is bound.
+// Must not change tensors that are not packed (norms, embeddings, biases pass through).
+#pragma once
+
+#include <map>
+#include <memory>
+#include <mutex>
+#include <string>
+#include <vector>
+
+#include "loader/weight_source.h"
+#include "quant/int_quant_scheme.h"
+#include "quant/packed_int_weight.h"
+
+namespace kvasir::quant {
+
+class IntQuantizedWeightSource final : public WeightSource {
+ public:
+  // Checks every packed layer of `base` against `config`; DataLoss / NotFound naming the tensor or
+  // layer at fault, InvalidArgument when the checkpoint holds no packed layer at all.
+  static StatusOr<std::unique_ptr<WeightSource>> wrap(std::unique_ptr<WeightSource> base, IntQuantConfig config);
+
+  WeightFormat format() const override { return base_->format(); }
+  const std::string& path() const override { return base_->path(); }
+  std::vector<std::string> tensor_names() const override;
+  bool has_tensor(std::string_view name) const override;
+  StatusOr<WeightTensor> tensor(std::string_view name) const override;
+  const GgufFile* gguf() const override { return base_->gguf(); }
+
+  // The packed form of the dense weight `weight_name` ("<layer>.weight"), or nullptr when it is not packed.
+  const PackedIntWeight* packed(std::string_view weight_name) const;
+  const IntQuantConfig& config() const { return config_; }
+
+ private:
+  IntQuantizedWeightSource(std::unique_ptr<WeightSource> base, IntQuantConfig config)
+      : base_(std::move(base)), config_(std::move(config)) {}
+
+  struct AlignedFree {
+    void operator()(float* p) const;
+  };
+
+  std::unique_ptr<WeightSource> base_;
+  IntQuantConfig config_;
+  std::map<std::string, PackedIntWeight, std::less<>> packed_;  // by "<layer>.weight"
+  std::vector<std::string> hidden_;                             // the packed tensors' own names, sorted
+  // Dense weights made so far, by name; filled on first request (loading is one thread, but the
+  // interface is const, so the cache is guarded).
+  mutable std::mutex mu_;
+  mutable std::map<std::string, std::unique_ptr<float[], AlignedFree>, std::less<>> dense_;
+};
+
+}  // namespace kvasir::quant
