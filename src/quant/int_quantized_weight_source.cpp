@@ -13,13 +13,12 @@ bool ends_with(std::string_view s, std::string_view suffix) {
   return s.size() >= suffix.size() && s.substr(s.size() - suffix.size()) == suffix;
 }
 
-// Every layout a config's groups use (a compressed-tensors config has one, GPTQ and AWQ one each).
-std::vector<IntWeightLayout> layouts_of(const IntQuantConfig& c) {
-  std::vector<IntWeightLayout> out;
-  for (const auto& g : c.groups) {
-    if (std::find(out.begin(), out.end(), g.scheme.layout) == out.end()) out.push_back(g.scheme.layout);
-  }
-  return out;
+// A matrix the model reads as a linear layer's weight (not an embedding), as quantized_weight_source
+// tells them apart: by name and rank alone.
+bool is_linear_weight(const WeightTensor& w, const std::string& module) {
+  if (w.shape.size() != 2) return false;
+  const std::string last = module.substr(module.find_last_of('.') + 1);
+  return last.find("embed") == std::string::npos && last != "wte" && last != "wpe";
 }
 
 }  // namespace
@@ -27,29 +26,58 @@ std::vector<IntWeightLayout> layouts_of(const IntQuantConfig& c) {
 void IntQuantizedWeightSource::AlignedFree::operator()(float* p) const { std::free(p); }
 
 StatusOr<std::unique_ptr<WeightSource>> IntQuantizedWeightSource::wrap(std::unique_ptr<WeightSource> base,
-                                                                       IntQuantConfig config) {
-  std::unique_ptr<IntQuantizedWeightSource> src(new IntQuantizedWeightSource(std::move(base), std::move(config)));
-  const std::vector<std::string> names = src->base_->tensor_names();
-  for (IntWeightLayout layout : layouts_of(src->config_)) {
-    const std::string marker = packed_int_marker_suffix(layout);
-    for (const std::string& name : names) {
-      if (!ends_with(name, marker)) continue;
-      const std::string layer = name.substr(0, name.size() - marker.size());
-      KVASIR_ASSIGN_OR_RETURN(const IntWeightScheme* scheme, src->config_.scheme_for(layer));
-      if (scheme->layout != layout) continue;  // another group's layout marks its own layers
-      KVASIR_ASSIGN_OR_RETURN(PackedIntWeight w, read_packed_int_weight(*src->base_, layer, *scheme));
-      src->packed_.emplace(layer + ".weight", w);
-      for (std::string& part : packed_int_tensor_names(layout, layer)) {
-        if (src->base_->has_tensor(part)) src->hidden_.push_back(std::move(part));
-      }
+                                                                       QuantizationConfig config) {
+  for (const QuantScheme& s : config.schemes) {
+    if (!is_int_weight_format(s.format)) {
+      return unimplemented(base->path() + ": the quantization_config mixes format '" + s.format +
+                           "' with integer weight-only formats");
     }
   }
-  if (src->packed_.empty()) {
-    return invalid_argument(src->base_->path() + ": config.json names quant_method '" + src->config_.method +
+  std::unique_ptr<IntQuantizedWeightSource> src(new IntQuantizedWeightSource(std::move(base), std::move(config)));
+  KVASIR_RETURN_IF_ERROR(src->find_packed_layers());
+  return std::unique_ptr<WeightSource>(std::move(src));
+}
+
+Status IntQuantizedWeightSource::find_packed_layers() {
+  const std::vector<std::string> names = base_->tensor_names();
+  for (const std::string& name : names) {
+    const std::string marker = ends_with(name, ".qweight")         ? ".qweight"
+                               : ends_with(name, ".weight_packed") ? ".weight_packed"
+                                                                   : "";
+    if (marker.empty()) continue;
+    const std::string layer = name.substr(0, name.size() - marker.size());
+    const QuantScheme* scheme = scheme_for_module(config_, layer, /*is_linear=*/true);
+    if (scheme == nullptr) {
+      return data_loss("layer " + layer + " holds packed " + config_.method +
+                       " tensors, but the quantization_config ignores or does not target it");
+    }
+    KVASIR_ASSIGN_OR_RETURN(IntWeightScheme s, int_weight_scheme(*scheme));
+    if (marker != packed_int_marker_suffix(s.layout)) {
+      return data_loss("tensor " + name + " is not part of format '" + scheme->format + "', which " + layer + " has");
+    }
+    KVASIR_ASSIGN_OR_RETURN(PackedIntWeight w, read_packed_int_weight(*base_, layer, s));
+    packed_.emplace(layer + ".weight", w);
+    for (std::string& part : packed_int_tensor_names(s.layout, layer)) {
+      if (base_->has_tensor(part)) hidden_.push_back(std::move(part));
+    }
+  }
+  if (packed_.empty()) {
+    return invalid_argument(base_->path() + ": config.json names quant_method '" + config_.method +
                             "' but no tensor is packed in that format");
   }
-  std::sort(src->hidden_.begin(), src->hidden_.end());
-  return std::unique_ptr<WeightSource>(std::move(src));
+  std::sort(hidden_.begin(), hidden_.end());
+  // compressed-tensors lists what it left unquantized: a targeted linear stored dense contradicts it.
+  if (config_.method != "compressed-tensors") return Status();
+  for (const std::string& name : names) {
+    if (!ends_with(name, ".weight") || packed_.count(name) != 0) continue;
+    const std::string module = name.substr(0, name.size() - 7);
+    KVASIR_ASSIGN_OR_RETURN(WeightTensor w, base_->tensor(name));
+    if (is_linear_weight(w, module) && scheme_for_module(config_, module, true) != nullptr) {
+      return data_loss("weight " + name + " is stored dense, but the quantization_config packs " + module +
+                       " (it is not in 'ignore')");
+    }
+  }
+  return Status();
 }
 
 std::vector<std::string> IntQuantizedWeightSource::tensor_names() const {

@@ -4,6 +4,7 @@
 // asked for, so every backend runs it unchanged and the CPU is the reference. The packed tensors stay
 // reachable as PackedIntWeight for kernels that read them directly. Every layer's tensors are
 // checked when the source is made, so a bad file is refused before any weight is bound.
+// open_quantized_weights (quantized_weight_source.h) hands it configs whose schemes are integer formats.
 // Must not change tensors that are not packed (norms, embeddings, biases pass through).
 #pragma once
 
@@ -14,16 +15,17 @@
 #include <vector>
 
 #include "loader/weight_source.h"
-#include "quant/int_quant_scheme.h"
+#include "quant/int_weight_scheme.h"
 #include "quant/packed_int_weight.h"
 
 namespace kvasir::quant {
 
 class IntQuantizedWeightSource final : public WeightSource {
  public:
-  // Checks every packed layer of `base` against `config`; DataLoss / NotFound naming the tensor or
-  // layer at fault, InvalidArgument when the checkpoint holds no packed layer at all.
-  static StatusOr<std::unique_ptr<WeightSource>> wrap(std::unique_ptr<WeightSource> base, IntQuantConfig config);
+  // Checks every packed layer of `base` against `config` (whose schemes must all be integer formats,
+  // int_weight_scheme.h); DataLoss naming the tensor or layer at fault, InvalidArgument when the
+  // checkpoint holds no packed layer at all, Unimplemented for a config mixing in other formats.
+  static StatusOr<std::unique_ptr<WeightSource>> wrap(std::unique_ptr<WeightSource> base, QuantizationConfig config);
 
   WeightFormat format() const override { return base_->format(); }
   const std::string& path() const override { return base_->path(); }
@@ -34,10 +36,10 @@ class IntQuantizedWeightSource final : public WeightSource {
 
   // The packed form of the dense weight `weight_name` ("<layer>.weight"), or nullptr when it is not packed.
   const PackedIntWeight* packed(std::string_view weight_name) const;
-  const IntQuantConfig& config() const { return config_; }
+  const QuantizationConfig& config() const { return config_; }
 
  private:
-  IntQuantizedWeightSource(std::unique_ptr<WeightSource> base, IntQuantConfig config)
+  IntQuantizedWeightSource(std::unique_ptr<WeightSource> base, QuantizationConfig config)
       : base_(std::move(base)), config_(std::move(config)) {}
 
   struct AlignedFree {
@@ -45,7 +47,9 @@ class IntQuantizedWeightSource final : public WeightSource {
   };
 
   std::unique_ptr<WeightSource> base_;
-  IntQuantConfig config_;
+  Status find_packed_layers();
+
+  QuantizationConfig config_;
   std::map<std::string, PackedIntWeight, std::less<>> packed_;  // by "<layer>.weight"
   std::vector<std::string> hidden_;                             // the packed tensors' own names, sorted
   // Dense weights made so far, by name; filled on first request (loading is one thread, but the

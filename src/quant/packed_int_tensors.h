@@ -11,7 +11,7 @@
 
 #include "common/status.h"
 #include "loader/weight_source.h"
-#include "quant/int_quant_scheme.h"
+#include "quant/int_weight_scheme.h"
 #include "quant/packed_int_weight.h"
 
 namespace kvasir::quant {

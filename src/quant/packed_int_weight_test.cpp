@@ -12,6 +12,23 @@ using testing::MemoryWeightSource;
 
 const std::string kLayer = "model.layers.0.mlp.down_proj";
 
+QuantizationConfig config_of(const std::string& method, const std::string& format, std::vector<std::string> targets,
+                             int bits, int64_t group, bool sym) {
+  QuantizationConfig c;
+  c.method = method;
+  QuantScheme s;
+  s.targets = std::move(targets);
+  s.format = format;
+  s.weights = QuantArgs{};
+  s.weights->type = NumberType::kInt;
+  s.weights->num_bits = bits;
+  s.weights->symmetric = sym;
+  s.weights->strategy = group > 0 ? ScaleStrategy::kGroup : ScaleStrategy::kChannel;
+  s.weights->group_size = group > 0 ? group : 0;
+  c.schemes.push_back(s);
+  return c;
+}
+
 IntWeightScheme scheme(IntWeightLayout layout, int bits, int64_t group, bool desc_act, bool sym, int zero_offset = 0) {
   IntWeightScheme s;
   s.layout = layout;
@@ -257,10 +274,7 @@ TEST(IntQuantizedWeightSource, ShowsPackedLayersAsDenseWeightsAndPassesTheRestTh
   auto base = std::make_unique<MemoryWeightSource>();
   testing::add_gptq(*base, kLayer, l, 1);
   base->add_f16("model.norm.weight", {4}, {1, 2, 3, 4});
-  IntQuantConfig config;
-  config.method = "gptq";
-  config.groups.push_back({{"Linear"}, scheme(IntWeightLayout::kGptq, 4, 32, false, false, 1)});
-  auto src = IntQuantizedWeightSource::wrap(std::move(base), config);
+  auto src = IntQuantizedWeightSource::wrap(std::move(base), config_of("gptq", "gptq", {"Linear"}, 4, 32, false));
   ASSERT_TRUE(src.ok()) << src.status().message();
   const std::vector<std::string> want = {kLayer + ".weight", "model.norm.weight"};
   EXPECT_EQ((*src)->tensor_names(), want);
@@ -284,15 +298,13 @@ TEST(IntQuantizedWeightSource, ShowsPackedLayersAsDenseWeightsAndPassesTheRestTh
 }
 
 TEST(IntQuantizedWeightSource, RefusesALayerTheConfigIgnoresOrNoLayerAtAll) {
-  IntQuantConfig config;
-  config.method = "compressed-tensors";
-  config.groups.push_back({{"re:.*self_attn.*"}, scheme(IntWeightLayout::kPackQuantized, 4, 32, false, true)});
+  const QuantizationConfig config = config_of("compressed-tensors", "pack-quantized", {"re:.*self_attn.*"}, 4, 32, true);
   {
     auto base = std::make_unique<MemoryWeightSource>();
     testing::add_pack_quantized(*base, kLayer, testing::random_layer(4, 16, 64, 32, false, 1, true), true);
     auto src = IntQuantizedWeightSource::wrap(std::move(base), config);
     ASSERT_FALSE(src.ok());
-    EXPECT_NE(src.status().message().find("layer " + kLayer + " holds compressed-tensors tensors but no quantization_config group targets it"),
+    EXPECT_NE(src.status().message().find("layer " + kLayer + " holds packed compressed-tensors tensors, but the quantization_config ignores or does not target it"),
               std::string::npos)
         << src.status().message();
   }
@@ -307,10 +319,7 @@ TEST(IntQuantizedWeightSource, RefusesALayerTheConfigIgnoresOrNoLayerAtAll) {
     auto base = std::make_unique<MemoryWeightSource>();
     testing::add_gptq(*base, kLayer, testing::random_layer(4, 16, 64, 32, false, 1), 1);
     base->add_f16(kLayer + ".weight", {1}, {1});
-    IntQuantConfig gptq;
-    gptq.method = "gptq";
-    gptq.groups.push_back({{"Linear"}, scheme(IntWeightLayout::kGptq, 4, 32, false, false, 1)});
-    auto src = IntQuantizedWeightSource::wrap(std::move(base), gptq);
+    auto src = IntQuantizedWeightSource::wrap(std::move(base), config_of("gptq", "gptq", {"Linear"}, 4, 32, false));
     ASSERT_FALSE(src.ok());
     EXPECT_NE(src.status().message().find("holds both a dense weight and gptq packed tensors"), std::string::npos);
   }

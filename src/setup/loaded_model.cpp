@@ -16,7 +16,7 @@
 #include "loader/dummy_weights.h"
 #include "loader/gguf_file.h"
 #include "model/registry.h"
-#include "quant/int_quantized_weight_source.h"
+#include "quant/quantized_weight_source.h"
 #include "tokenizer/gguf_vocab.h"
 #include "tokenizer/hf_loader.h"
 #ifdef KVASIR_HAVE_CUDA
@@ -39,13 +39,15 @@ std::string exe_dir() {
   return p.substr(0, p.find_last_of('/'));
 }
 
-// GPTQ / AWQ / compressed-tensors pack-quantized checkpoints: packed layers shown as dense weights.
-StatusOr<std::unique_ptr<WeightSource>> with_int_weight_quantization(std::unique_ptr<WeightSource> weights,
-                                                                     const Json& config) {
+// A checkpoint whose config.json has a quantization_config: its quantized layers shown as the
+// dense weights the model binds; an unsupported method or scheme is refused here, naming it.
+StatusOr<std::unique_ptr<WeightSource>> with_quantization_config(std::unique_ptr<WeightSource> weights,
+                                                                 const Json& config) {
   const Json* qc = config.find("quantization_config");
-  if (qc == nullptr || !quant::is_int_weight_quantization(*qc)) return weights;
-  KVASIR_ASSIGN_OR_RETURN(quant::IntQuantConfig scheme, quant::parse_int_quant_config(*qc));
-  return quant::IntQuantizedWeightSource::wrap(std::move(weights), std::move(scheme));
+  if (qc == nullptr || qc->is_null()) return weights;
+  KVASIR_ASSIGN_OR_RETURN(quant::QuantizationConfig parsed,
+                          quant::parse_quantization_config(*qc, "config.json: quantization_config"));
+  return quant::open_quantized_weights(std::move(weights), std::move(parsed));
 }
 
 // config.json and generation_config.json, each read once: the config (its eos ids from the
@@ -56,7 +58,7 @@ Status read_hf_config_and_defaults(LoadedModel& m) {
   auto config = model_config_from_hf_json(files.config, gen);
   if (!config.ok()) return Status(config.status().code(), m.path + ": " + config.status().message());
   m.config = std::move(config).value();
-  KVASIR_ASSIGN_OR_RETURN(m.weights, with_int_weight_quantization(std::move(m.weights), files.config));
+  KVASIR_ASSIGN_OR_RETURN(m.weights, with_quantization_config(std::move(m.weights), files.config));
   if (gen) {
     KVASIR_ASSIGN_OR_RETURN(m.generation_defaults,
                             generation_defaults_from_json(*gen, m.path + "/generation_config.json"));
