@@ -130,4 +130,9 @@ StatusOr<WeightTensor> IntQuantizedWeightSource::tensor(std::string_view name) c
   return t;
 }
 
+const PackedIntWeight* packed_int_weight(const WeightSource& src, std::string_view weight_name) {
+  const auto* q = dynamic_cast<const IntQuantizedWeightSource*>(&src);
+  return q ? q->packed(weight_name) : nullptr;
+}
+
 }  // namespace kvasir::quant

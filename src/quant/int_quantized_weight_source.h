@@ -58,4 +58,8 @@ class IntQuantizedWeightSource final : public WeightSource {
   mutable std::map<std::string, std::unique_ptr<float[], AlignedFree>, std::less<>> dense_;
 };
 
+// The packed form of `weight_name` ("<layer>.weight") when `src` is an IntQuantizedWeightSource that
+// holds it, else nullptr: what a backend with integer kernels uploads instead of the dense weight.
+const PackedIntWeight* packed_int_weight(const WeightSource& src, std::string_view weight_name);
+
 }  // namespace kvasir::quant

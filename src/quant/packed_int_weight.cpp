@@ -1,6 +1,7 @@
 #include "quant/packed_int_weight.h"
 
 #include <cstring>
+#include <vector>
 
 #include "quant/block_formats.h"
 
@@ -101,12 +102,21 @@ int64_t packed_int_group(const PackedIntWeight& w, int64_t in) {
 }
 
 void dequantize_packed_int(const PackedIntWeight& w, float* dst) {
+  // A row's zeros and scales once per group, then one integer read per weight.
+  std::vector<int32_t> zero(static_cast<size_t>(w.num_groups));
+  std::vector<float> scale(static_cast<size_t>(w.num_groups));
+  std::vector<int32_t> group(static_cast<size_t>(w.in_features));
+  for (int64_t k = 0; k < w.in_features; ++k) group[static_cast<size_t>(k)] = static_cast<int32_t>(packed_int_group(w, k));
   for (int64_t o = 0; o < w.out_features; ++o) {
+    for (int64_t g = 0; g < w.num_groups; ++g) {
+      zero[static_cast<size_t>(g)] = packed_int_zero(w, o, g);
+      scale[static_cast<size_t>(g)] = packed_int_scale(w, o, g);
+    }
     float* row = dst + o * w.in_features;
     for (int64_t k = 0; k < w.in_features; ++k) {
-      const int64_t g = packed_int_group(w, k);
+      const auto g = static_cast<size_t>(group[static_cast<size_t>(k)]);
       const int32_t q = static_cast<int32_t>(packed_int_value(w, o, k));
-      row[k] = static_cast<float>(q - packed_int_zero(w, o, g)) * packed_int_scale(w, o, g);
+      row[k] = static_cast<float>(q - zero[g]) * scale[g];
     }
   }
 }

@@ -291,7 +291,7 @@ TEST(IntQuantizedWeightSource, ShowsPackedLayersAsDenseWeightsAndPassesTheRestTh
   auto norm = (*src)->tensor("model.norm.weight");
   ASSERT_TRUE(norm.ok());
   EXPECT_EQ(norm->dtype, DType::kF16);
-  const auto* packed = static_cast<const IntQuantizedWeightSource&>(**src).packed(kLayer + ".weight");
+  const auto* packed = packed_int_weight(**src, kLayer + ".weight");
   ASSERT_NE(packed, nullptr);
   EXPECT_EQ(packed->bits, 4);
   EXPECT_EQ(packed->num_groups, 2);
@@ -323,6 +323,43 @@ TEST(IntQuantizedWeightSource, RefusesALayerTheConfigIgnoresOrNoLayerAtAll) {
     ASSERT_FALSE(src.ok());
     EXPECT_NE(src.status().message().find("holds both a dense weight and gptq packed tensors"), std::string::npos);
   }
+}
+
+TEST(IntQuantizedWeightSource, RefusesADenseLinearThatCompressedTensorsSaysItPacked) {
+  auto base = std::make_unique<MemoryWeightSource>();
+  testing::add_pack_quantized(*base, kLayer, testing::random_layer(4, 16, 64, 32, false, 1, true), true);
+  base->add_f16("model.layers.0.mlp.up_proj.weight", {2, 2}, {1, 2, 3, 4});
+  base->add_f16("model.embed_tokens.weight", {2, 2}, {1, 2, 3, 4});  // not a linear: stays dense
+  auto src = IntQuantizedWeightSource::wrap(std::move(base),
+                                            config_of("compressed-tensors", "pack-quantized", {"Linear"}, 4, 32, true));
+  ASSERT_FALSE(src.ok());
+  EXPECT_NE(src.status().message().find("weight model.layers.0.mlp.up_proj.weight is stored dense, but the "
+                                        "quantization_config packs"),
+            std::string::npos)
+      << src.status().message();
+}
+
+TEST(IntQuantizedWeightSource, RefusesAConfigMixingIntegerAndFloatFormats) {
+  auto base = std::make_unique<MemoryWeightSource>();
+  testing::add_pack_quantized(*base, kLayer, testing::random_layer(4, 16, 64, 32, false, 1, true), true);
+  QuantizationConfig config = config_of("compressed-tensors", "pack-quantized", {"re:.*mlp.*"}, 4, 32, true);
+  QuantScheme fp8 = config.schemes[0];
+  fp8.format = "float-quantized";
+  fp8.targets = {"re:.*self_attn.*"};
+  config.schemes.push_back(fp8);
+  auto src = IntQuantizedWeightSource::wrap(std::move(base), config);
+  ASSERT_FALSE(src.ok());
+  EXPECT_NE(src.status().message().find("mixes format 'float-quantized' with integer weight-only formats"), std::string::npos);
+}
+
+TEST(IntQuantizedWeightSource, PackedTensorsOfTheWrongFormatAreRefused) {
+  // An AWQ config over a checkpoint whose layer is pack-quantized: the layer's marker names the format.
+  auto base = std::make_unique<MemoryWeightSource>();
+  testing::add_pack_quantized(*base, kLayer, testing::random_layer(4, 16, 64, 32, false, 1, true), true);
+  auto src = IntQuantizedWeightSource::wrap(std::move(base), config_of("awq", "awq", {"Linear"}, 4, 32, false));
+  ASSERT_FALSE(src.ok());
+  EXPECT_NE(src.status().message().find(kLayer + ".weight_packed is not part of format 'awq'"), std::string::npos)
+      << src.status().message();
 }
 
 }  // namespace
