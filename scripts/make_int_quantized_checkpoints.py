@@ -52,15 +52,17 @@ AWQ_REVERSE_ORDER = [0, 4, 1, 5, 2, 6, 3, 7]  # its unpacker: column c is in nib
 
 # name -> format and scheme. group None = one group per row (GPTQ group_size -1, ct "channel").
 VARIANTS = {
+    # SmolLM2's 576 input columns leave GPTQ's last group of 128 ragged (64 columns), as AutoGPTQ allows;
+    # AWQ and compressed-tensors require whole groups, so theirs are 64 or 32.
     "gptq_w4_g128": dict(fmt="gptq", bits=4, group=128, desc_act=False, sym=True),
     "gptq_w4_g32_act": dict(fmt="gptq", bits=4, group=32, desc_act=True, sym=False),
     "gptq_w4_g64_act": dict(fmt="gptq", bits=4, group=64, desc_act=True, sym=True),
     "gptq_w8_g64": dict(fmt="gptq", bits=8, group=64, desc_act=False, sym=False),
     "gptq_w8_g128_act": dict(fmt="gptq", bits=8, group=128, desc_act=True, sym=True),
     "gptq_w4_channel": dict(fmt="gptq", bits=4, group=None, desc_act=False, sym=False),
-    "awq_w4_g128": dict(fmt="awq", bits=4, group=128),
+    "awq_w4_g64": dict(fmt="awq", bits=4, group=64),
     "awq_w4_g32": dict(fmt="awq", bits=4, group=32),
-    "ct_w4a16_g128": dict(fmt="ct", bits=4, group=128, sym=True),
+    "ct_w4a16_g64": dict(fmt="ct", bits=4, group=64, sym=True),
     "ct_w4a16_g32_asym": dict(fmt="ct", bits=4, group=32, sym=False),
     "ct_w8a16_channel_asym": dict(fmt="ct", bits=8, group=None, sym=False),
 }
@@ -209,6 +211,7 @@ def quantize_gptq(w: np.ndarray, bits: int, group: int | None, desc_act: bool, s
 def quantize_awq(w: np.ndarray, bits: int, group: int | None):
     """AutoAWQ's pseudo_quantize_tensor rule (zero point, scales clamped at 1e-5), fp16 scales."""
     n, k = w.shape
+    assert group is None or k % group == 0, "AutoAWQ quantizes whole groups only"
     maxq = (1 << bits) - 1
     g_idx = groups_of(k, group, None)
     num_groups = int(g_idx.max()) + 1
@@ -240,6 +243,7 @@ def quantize_ct(w: np.ndarray, bits: int, group: int | None, sym: bool):
     """compressed-tensors' minmax observer and quantize(): signed range [-2^(b-1), 2^(b-1) - 1],
     symmetric scale = absmax / (range / 2), asymmetric zp = qmin - round(min / scale); bf16 scales."""
     n, k = w.shape
+    assert group is None or k % group == 0, "compressed-tensors quantizes whole groups only"
     qmin, qmax = -(1 << (bits - 1)), (1 << (bits - 1)) - 1
     g_idx = groups_of(k, group, None)
     num_groups = int(g_idx.max()) + 1
@@ -321,7 +325,7 @@ def dequantize_awq(t: dict, group: int) -> np.ndarray:
     return ((q - zeros[g]).astype(np.float32) * scales[g]).T
 
 
-def dequantize_ct(t: dict, bits: int) -> np.ndarray:
+def dequantize_ct(t: dict, bits: int, group: int | None) -> np.ndarray:
     """compressed-tensors' unpack_from_int32 (minus the 2^(bits-1) offset) and dequantize()."""
     n, k = (int(x) for x in t["weight_shape"][1])
     off = 1 << (bits - 1)
@@ -331,8 +335,7 @@ def dequantize_ct(t: dict, bits: int) -> np.ndarray:
         zp = unpack_words(t["weight_zero_point"][1], bits, axis=0)[:n] - off
     else:
         zp = np.zeros_like(scale, dtype=np.int32)
-    group = -(-k // scale.shape[1])
-    g = np.arange(k) // group
+    g = np.arange(k) // (group or k)
     return (q - zp[:, g]).astype(np.float32) * scale[:, g]
 
 
@@ -406,7 +409,7 @@ def dequantize_layer(v: dict, t: dict) -> np.ndarray:
         return dequantize_gptq(t, v["bits"], "gptq")
     if v["fmt"] == "awq":
         return dequantize_awq(t, v["group"])
-    return dequantize_ct(t, v["bits"])
+    return dequantize_ct(t, v["bits"], v["group"])
 
 
 # ---------------------------------------------------------------- variants

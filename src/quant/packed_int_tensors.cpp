@@ -45,10 +45,18 @@ Status expect_2d(const WeightTensor& t) {
   return data_loss("tensor " + t.name + " has shape " + shape_text(t.shape) + ", expected a non-empty matrix");
 }
 
-// Groups from the group size: -1 means one group of the whole row.
-void set_groups(PackedIntWeight& w, const IntWeightScheme& s) {
+// Groups from the group size: -1 means one group of the whole row. GPTQ allows a ragged last group
+// (AutoGPTQ writes ceil(in / group) of them); AutoAWQ and compressed-tensors quantize whole groups
+// only, so a ragged one there means the file and the config disagree.
+Status set_groups(PackedIntWeight& w, const IntWeightScheme& s, const std::string& tensor) {
   w.group_size = s.group_size == -1 ? w.in_features : s.group_size;
   w.num_groups = ceil_div(w.in_features, w.group_size);
+  if (s.layout != IntWeightLayout::kGptq && w.in_features % w.group_size != 0) {
+    return data_loss("tensor " + tensor + ": " + std::to_string(w.in_features) + " input columns are not whole groups of " +
+                     std::to_string(w.group_size) + " (group_size), which " + int_weight_layout_name(s.layout) +
+                     " requires");
+  }
+  return Status();
 }
 
 Status read_scales(const WeightSource& src, const std::string& name, PackedIntWeight& w,
@@ -118,7 +126,7 @@ StatusOr<PackedIntWeight> read_gptq_or_awq(const WeightSource& src, const std::s
   w.in_features = gptq ? qweight.shape[0] * pack : qweight.shape[0];
   w.out_features = gptq ? qweight.shape[1] : qweight.shape[1] * pack;
   w.qweight = qweight.data;
-  set_groups(w, s);
+  KVASIR_RETURN_IF_ERROR(set_groups(w, s, qweight.name));
   const std::string groups_why = std::to_string(w.num_groups) + " groups of " + std::to_string(w.group_size) +
                                  " of " + std::to_string(w.in_features) + " input columns";
   KVASIR_RETURN_IF_ERROR(read_scales(src, layer + ".scales", w, {w.num_groups, w.out_features}, groups_why));
@@ -166,7 +174,7 @@ StatusOr<PackedIntWeight> read_pack_quantized(const WeightSource& src, const std
                                       "weight_shape " + shape_text({w.out_features, w.in_features}) + " packed " +
                                           std::to_string(pack) + " per int32"));
   w.qweight = packed.data;
-  set_groups(w, s);
+  KVASIR_RETURN_IF_ERROR(set_groups(w, s, packed.name));
   const std::string groups_why = std::to_string(w.num_groups) + " groups of " + std::to_string(w.group_size) +
                                  " of " + std::to_string(w.in_features) + " input columns";
   KVASIR_RETURN_IF_ERROR(read_scales(src, layer + ".weight_scale", w, {w.out_features, w.num_groups}, groups_why));

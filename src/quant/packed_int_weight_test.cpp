@@ -125,7 +125,7 @@ TEST(PackQuantizedDequantize, SymmetricAndAsymmetricGroupAndChannel) {
       for (bool sym : {true, false}) {
         SCOPED_TRACE("bits " + std::to_string(bits) + " group " + std::to_string(group) + (sym ? " sym" : " asym"));
         // 20 rows: zero points pack along the rows into a partial last word.
-        const int64_t in = 160;
+        const int64_t in = 256;
         const IntLayer l = testing::random_layer(bits, 20, in, group == -1 ? in : group, false, 5, sym);
         MemoryWeightSource src;
         testing::add_pack_quantized(src, kLayer, l, sym);
@@ -225,6 +225,23 @@ TEST(AwqChecks, RefusesBadShapes) {
   testing::add_awq(src, kLayer, l);
   src.add_f16(kLayer + ".scales", {2, 8}, std::vector<float>(16, 1.0f));
   EXPECT_NE(error_of(src, scheme(IntWeightLayout::kAwqGemm, 4, 32, false, false)).find(kLayer + ".scales has shape [2, 8], expected [2, 16]"),
+            std::string::npos);
+}
+
+TEST(GroupChecks, OnlyGptqAllowsARaggedLastGroup) {
+  // 96 columns in groups of 64: GPTQ writes two groups, the second of 32 columns.
+  const IntLayer l = testing::random_layer(4, 16, 96, 64, false, 13);
+  MemoryWeightSource gptq;
+  testing::add_gptq(gptq, kLayer, l, 0);
+  EXPECT_EQ(error_of(gptq, scheme(IntWeightLayout::kGptq, 4, 64, false, false)), "");
+  MemoryWeightSource awq;
+  testing::add_awq(awq, kLayer, l);
+  EXPECT_NE(error_of(awq, scheme(IntWeightLayout::kAwqGemm, 4, 64, false, false))
+                .find(kLayer + ".qweight: 96 input columns are not whole groups of 64 (group_size), which awq requires"),
+            std::string::npos);
+  MemoryWeightSource ct;
+  testing::add_pack_quantized(ct, kLayer, l, false);
+  EXPECT_NE(error_of(ct, scheme(IntWeightLayout::kPackQuantized, 4, 64, false, false)).find("which pack-quantized requires"),
             std::string::npos);
 }
 
