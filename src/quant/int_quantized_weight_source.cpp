@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <cstdlib>
 
+#include "quant/packed_int_blocks.h"
 #include "quant/packed_int_tensors.h"
 
 namespace kvasir::quant {
@@ -23,7 +24,7 @@ bool is_linear_weight(const WeightTensor& w, const std::string& module) {
 
 }  // namespace
 
-void IntQuantizedWeightSource::AlignedFree::operator()(float* p) const { std::free(p); }
+void IntQuantizedWeightSource::AlignedFree::operator()(uint8_t* p) const { std::free(p); }
 
 StatusOr<std::unique_ptr<WeightSource>> IntQuantizedWeightSource::wrap(std::unique_ptr<WeightSource> base,
                                                                        QuantizationConfig config) {
@@ -110,23 +111,28 @@ StatusOr<WeightTensor> IntQuantizedWeightSource::tensor(std::string_view name) c
     return base_->tensor(name);
   }
   const PackedIntWeight& w = it->second;
-  const size_t n = static_cast<size_t>(w.out_features * w.in_features);
-  const size_t bytes = (n * sizeof(float) + 63) / 64 * 64;
+  // GGML blocks where they hold the values exactly (packed_int_blocks.h), else float32.
+  const DType type = exact_block_format(w).value_or(DType::kF32);
+  const size_t nbytes = row_bytes(type, w.in_features).value() * static_cast<size_t>(w.out_features);
   std::lock_guard<std::mutex> lock(mu_);
   auto d = dense_.find(name);
   if (d == dense_.end()) {
     // 64-byte aligned, so backends that read weights in place (the CPU) take it without a copy.
-    float* data = static_cast<float*>(std::aligned_alloc(64, bytes));
+    auto* data = static_cast<uint8_t*>(std::aligned_alloc(64, (nbytes + 63) / 64 * 64));
     if (data == nullptr) return resource_exhausted("cannot allocate the dequantized " + std::string(name));
-    dequantize_packed_int(w, data);
-    d = dense_.emplace(std::string(name), std::unique_ptr<float[], AlignedFree>(data)).first;
+    if (type == DType::kF32) {
+      dequantize_packed_int(w, reinterpret_cast<float*>(data));
+    } else {
+      packed_int_to_blocks(w, type, data);
+    }
+    d = dense_.emplace(std::string(name), std::unique_ptr<uint8_t[], AlignedFree>(data)).first;
   }
   WeightTensor t;
   t.name = std::string(name);
-  t.dtype = DType::kF32;
+  t.dtype = type;
   t.shape = {w.out_features, w.in_features};
-  t.data = reinterpret_cast<const uint8_t*>(d->second.get());
-  t.nbytes = n * sizeof(float);
+  t.data = d->second.get();
+  t.nbytes = nbytes;
   return t;
 }
 

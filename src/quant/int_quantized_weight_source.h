@@ -1,7 +1,8 @@
 // IntQuantizedWeightSource: a WeightSource over an integer weight-only checkpoint (GPTQ, AWQ,
-// compressed-tensors pack-quantized) that shows each packed linear layer as the dense float32
-// "<layer>.weight" [out, in] the model binds, dequantized exactly (packed_int_weight.h) when first
-// asked for, so every backend runs it unchanged and the CPU is the reference. The packed tensors stay
+// compressed-tensors pack-quantized) that shows each packed linear layer as the "<layer>.weight"
+// [out, in] the model binds, made when first asked for: GGML Q4_0 / Q8_0 blocks where those hold the
+// values exactly (packed_int_blocks.h), else float32 (packed_int_weight.h's exact dequantization), so
+// every backend runs it unchanged and the CPU is the reference. The packed tensors stay
 // reachable as PackedIntWeight for kernels that read them directly. Every layer's tensors are
 // checked when the source is made, so a bad file is refused before any weight is bound.
 // open_quantized_weights (quantized_weight_source.h) hands it configs whose schemes are integer formats.
@@ -43,7 +44,7 @@ class IntQuantizedWeightSource final : public WeightSource {
       : base_(std::move(base)), config_(std::move(config)) {}
 
   struct AlignedFree {
-    void operator()(float* p) const;
+    void operator()(uint8_t* p) const;
   };
 
   std::unique_ptr<WeightSource> base_;
@@ -55,7 +56,7 @@ class IntQuantizedWeightSource final : public WeightSource {
   // Dense weights made so far, by name; filled on first request (loading is one thread, but the
   // interface is const, so the cache is guarded).
   mutable std::mutex mu_;
-  mutable std::map<std::string, std::unique_ptr<float[], AlignedFree>, std::less<>> dense_;
+  mutable std::map<std::string, std::unique_ptr<uint8_t[], AlignedFree>, std::less<>> dense_;
 };
 
 // The packed form of `weight_name` ("<layer>.weight") when `src` is an IntQuantizedWeightSource that

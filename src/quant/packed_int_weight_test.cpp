@@ -1,5 +1,6 @@
 #include <gtest/gtest.h>
 
+#include "quant/dequantize.h"
 #include "quant/int_quantized_weight_source.h"
 #include "quant/packed_int_tensors.h"
 #include "quant/packed_int_test_util.h"
@@ -298,12 +299,14 @@ TEST(IntQuantizedWeightSource, ShowsPackedLayersAsDenseWeightsAndPassesTheRestTh
   EXPECT_FALSE((*src)->has_tensor(kLayer + ".qweight"));
   auto w = (*src)->tensor(kLayer + ".weight");
   ASSERT_TRUE(w.ok()) << w.status().message();
-  EXPECT_EQ(w->dtype, DType::kF32);
+  EXPECT_EQ(w->dtype, DType::kQ8_0);  // 4-bit asymmetric, groups of whole blocks: exact as Q8_0
   EXPECT_EQ(w->shape, (std::vector<int64_t>{16, 64}));
+  EXPECT_EQ(w->nbytes, 16u * 2 * sizeof(BlockQ8_0));
   EXPECT_EQ(reinterpret_cast<uintptr_t>(w->data) % 64, 0u);
-  const auto* f = reinterpret_cast<const float*>(w->data);
+  std::vector<float> row(64);
   for (int64_t o = 0; o < 16; ++o) {
-    for (int64_t k = 0; k < 64; ++k) ASSERT_EQ(f[o * 64 + k], l.expected(o, k));
+    dequantize_row(DType::kQ8_0, w->data + o * 2 * sizeof(BlockQ8_0), row.data(), 64);
+    for (int64_t k = 0; k < 64; ++k) ASSERT_EQ(row[static_cast<size_t>(k)], l.expected(o, k));
   }
   auto norm = (*src)->tensor("model.norm.weight");
   ASSERT_TRUE(norm.ok());
@@ -312,6 +315,24 @@ TEST(IntQuantizedWeightSource, ShowsPackedLayersAsDenseWeightsAndPassesTheRestTh
   ASSERT_NE(packed, nullptr);
   EXPECT_EQ(packed->bits, 4);
   EXPECT_EQ(packed->num_groups, 2);
+}
+
+TEST(IntQuantizedWeightSource, ActOrderLayersAreFloat32) {
+  IntLayer l = testing::random_layer(4, 16, 64, 32, true, 14);
+  for (auto& z : l.zero) z += 1;
+  auto base = std::make_unique<MemoryWeightSource>();
+  testing::add_gptq(*base, kLayer, l, 1);
+  QuantizationConfig config = config_of("gptq", "gptq", {"Linear"}, 4, 32, false);
+  config.schemes[0].weights->actorder = "group";
+  auto src = IntQuantizedWeightSource::wrap(std::move(base), config);
+  ASSERT_TRUE(src.ok()) << src.status().message();
+  auto w = (*src)->tensor(kLayer + ".weight");
+  ASSERT_TRUE(w.ok()) << w.status().message();
+  EXPECT_EQ(w->dtype, DType::kF32);
+  const auto* f = reinterpret_cast<const float*>(w->data);
+  for (int64_t o = 0; o < 16; ++o) {
+    for (int64_t k = 0; k < 64; ++k) ASSERT_EQ(f[o * 64 + k], l.expected(o, k));
+  }
 }
 
 TEST(IntQuantizedWeightSource, RefusesALayerTheConfigIgnoresOrNoLayerAtAll) {
