@@ -67,6 +67,16 @@ Status IntQuantizedWeightSource::find_packed_layers() {
                             "' but no tensor is packed in that format");
   }
   std::sort(hidden_.begin(), hidden_.end());
+  // A packed layer's part without its qweight / weight_packed: the layer was left half written.
+  for (const std::string& name : names) {
+    if (std::binary_search(hidden_.begin(), hidden_.end(), name)) continue;
+    for (const char* part : {".qzeros", ".scales", ".g_idx", ".weight_shape", ".weight_g_idx", ".weight_scale",
+                             ".weight_zero_point"}) {
+      if (ends_with(name, part)) {
+        return data_loss("tensor " + name + " belongs to no packed layer (its .qweight / .weight_packed is missing)");
+      }
+    }
+  }
   // compressed-tensors lists what it left unquantized: a targeted linear stored dense contradicts it.
   if (config_.method != "compressed-tensors") return Status();
   for (const std::string& name : names) {

@@ -377,6 +377,17 @@ TEST(IntQuantizedWeightSource, RefusesADenseLinearThatCompressedTensorsSaysItPac
       << src.status().message();
 }
 
+TEST(IntQuantizedWeightSource, RefusesAPackedLayerWithoutItsPackedWeights) {
+  auto base = std::make_unique<MemoryWeightSource>();
+  testing::add_gptq(*base, kLayer, testing::random_layer(4, 16, 64, 32, false, 1), 0);
+  testing::add_gptq(*base, "model.layers.0.mlp.up_proj", testing::random_layer(4, 16, 64, 32, false, 2), 0);
+  base->remove("model.layers.0.mlp.up_proj.qweight");
+  auto src = IntQuantizedWeightSource::wrap(std::move(base), config_of("gptq", "gptq_v2", {"Linear"}, 4, 32, false));
+  ASSERT_FALSE(src.ok());
+  EXPECT_NE(src.status().message().find("tensor model.layers.0.mlp.up_proj.g_idx belongs to no packed layer"), std::string::npos)
+      << src.status().message();
+}
+
 TEST(IntQuantizedWeightSource, RefusesAConfigMixingIntegerAndFloatFormats) {
   auto base = std::make_unique<MemoryWeightSource>();
   testing::add_pack_quantized(*base, kLayer, testing::random_layer(4, 16, 64, 32, false, 1, true), true);
