@@ -4,6 +4,10 @@ the accuracy tests (tests/quant_golden_test.cpp) and by hand.
 
     python3 scripts/make_quantized_checkpoints.py                 # -> $KVASIR_QUANT_MODELS or models/quantized
     python3 scripts/make_quantized_checkpoints.py --check-hf      # also load each back with HF transformers
+    python3 scripts/make_quantized_checkpoints.py --calibrate     # measure activation ranges again (torch)
+
+Needs numpy and safetensors only (what scripts/test.sh installs); the static activation and KV
+scales come from tests/data/quant/smollm2_calibration.json, measured once with torch (--calibrate).
 
 Formats (one directory each, tokenizer and generation config copied):
   ct-fp8-channel-dynamic  compressed-tensors "float-quantized": float8_e4m3fn weights with a
@@ -54,45 +58,68 @@ def default_out() -> str:
 
 
 def is_quantized_linear(name: str, t) -> bool:
-    return name.endswith(".weight") and t.dim() == 2 and "embed" not in name and not name.startswith("lm_head")
+    return name.endswith(".weight") and t.ndim == 2 and "embed" not in name and not name.startswith("lm_head")
+
+
+def e4m3_codes(x):
+    """float32 array -> float8_e4m3fn codes (uint8): round to nearest even, saturating at 448 (the
+    inputs are clamped to +-448 first, as every quantizer does, so this is torch's cast; checked
+    against it in quant_fp8_test through src/quant/fp8.cpp, which computes the same way)."""
+    import numpy as np
+
+    x = np.asarray(x, dtype=np.float32)
+    sign = np.signbit(x).astype(np.uint8) << 7
+    a = np.minimum(np.abs(x), np.float32(FP8_MAX))
+    _, e2 = np.frexp(a)
+    unbiased = e2.astype(np.int32) - 1
+    normal = (a != 0) & (unbiased >= -6)
+    sub_steps = np.rint(np.ldexp(a, np.full(a.shape, 3 + 6, dtype=np.int32))).astype(np.int32)
+    q = np.rint(np.ldexp(a, (3 - unbiased).astype(np.int32))).astype(np.int32)
+    norm_code = ((unbiased + 7) << 3) + (q - 8)
+    code = np.where(normal, norm_code, sub_steps)
+    code = np.minimum(code, 0x7E).astype(np.uint8)
+    return code | sign
 
 
 def fp8_quantize(w, scale):
-    import torch
+    """codes of w / scale (float32), scale broadcast over w."""
+    import numpy as np
 
-    return (w / scale).clamp(-FP8_MAX, FP8_MAX).to(torch.float8_e4m3fn)
+    return e4m3_codes(np.clip(w / scale, -FP8_MAX, FP8_MAX))
+
+
+def safe_scale(s):
+    import numpy as np
+
+    return np.where(s == 0, np.float32(1.0), s).astype(np.float32)
 
 
 def per_channel(w):
-    import torch
+    import numpy as np
 
-    scale = w.abs().amax(dim=1, keepdim=True).to(torch.float32) / FP8_MAX
-    scale = torch.where(scale == 0, torch.ones_like(scale), scale)
+    scale = safe_scale(np.abs(w).max(axis=1, keepdims=True) / np.float32(FP8_MAX))
     return fp8_quantize(w, scale), scale
 
 
 def per_tensor(w):
-    import torch
+    import numpy as np
 
-    scale = (w.abs().amax().to(torch.float32) / FP8_MAX).reshape(1)
-    if float(scale) == 0:
-        scale = torch.ones_like(scale)
+    scale = safe_scale(np.array([np.abs(w).max() / np.float32(FP8_MAX)], dtype=np.float32))
     return fp8_quantize(w, scale), scale
 
 
 def per_block(w, block=BLOCK):
-    import torch
+    import numpy as np
 
     out, inn = w.shape
     br, bc = block
     nbr, nbc = -(-out // br), -(-inn // bc)
-    scale = torch.empty(nbr, nbc, dtype=torch.float32)
-    q = torch.empty(out, inn, dtype=torch.float8_e4m3fn)
+    scale = np.empty((nbr, nbc), dtype=np.float32)
+    q = np.empty((out, inn), dtype=np.uint8)
     for i in range(nbr):
         for j in range(nbc):
             blk = w[i * br : (i + 1) * br, j * bc : (j + 1) * bc]
-            s = blk.abs().amax().to(torch.float32) / FP8_MAX
-            s = s if float(s) != 0 else torch.tensor(1.0)
+            s = safe_scale(np.float32(np.abs(blk).max() / np.float32(FP8_MAX)))
             scale[i, j] = s
             q[i * br : (i + 1) * br, j * bc : (j + 1) * bc] = fp8_quantize(blk, s)
     return q, scale
@@ -119,11 +146,13 @@ def ct_config(weight_strategy: str, act: dict | None, kv: dict | None) -> dict:
     }
 
 
-def calibrate(src: str, torch):
-    """amax of each linear's input and of each attention module's K and V (after RoPE for K, as
-    compressed-tensors observes them) over the calibration text."""
+def calibrate(src: str) -> dict:
+    """max|x| of each linear's input and of each attention module's K (after RoPE) and V over the
+    calibration text: {"inputs": {module: amax}, "kv": {attention module: [k, v]}}. Needs torch."""
+    import torch
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
+    torch.set_num_threads(1)
     tok = AutoTokenizer.from_pretrained(src)
     model = AutoModelForCausalLM.from_pretrained(src, dtype=torch.float32, attn_implementation="eager")
     model.eval()
@@ -139,52 +168,78 @@ def calibrate(src: str, torch):
         out = model(input_ids=ids, use_cache=True)
     for h in hooks:
         h.remove()
-    kv: dict[str, tuple[float, float]] = {}
-    cache = out.past_key_values
+    kv = {}
     for i in range(model.config.num_hidden_layers):
-        layer = cache.layers[i]
-        kv[f"model.layers.{i}.self_attn"] = (float(layer.keys.abs().max()), float(layer.values.abs().max()))
-    return amax, kv
+        layer = out.past_key_values.layers[i]
+        kv[f"model.layers.{i}.self_attn"] = [float(layer.keys.abs().max()), float(layer.values.abs().max())]
+    return {"inputs": amax, "kv": kv}
 
 
-def write_format(fmt: str, src: str, dst: str, torch) -> None:
-    from safetensors.torch import load_file, save_file
+def read_safetensors(path: str) -> dict:
+    from safetensors.numpy import load_file
 
-    tensors = load_file(os.path.join(src, "model.safetensors"))
+    return load_file(path)
+
+
+def write_safetensors(path: str, tensors: dict) -> None:
+    """safetensors with FP8 tensors (numpy has no float8 type: uint8 arrays are the e4m3 codes)."""
+    import numpy as np
+
+    names = {np.dtype(np.float32): "F32", np.dtype(np.float16): "F16", np.dtype(np.uint8): "F8_E4M3"}
+    header, offset, blobs = {"__metadata__": {"format": "pt"}}, 0, []
+    for name in sorted(tensors):
+        a = np.asarray(tensors[name])
+        b = a.tobytes(order="C")  # (ascontiguousarray would make a 0-d scale 1-d)
+        header[name] = {"dtype": names[a.dtype], "shape": list(a.shape), "data_offsets": [offset, offset + len(b)]}
+        blobs.append(b)
+        offset += len(b)
+    h = json.dumps(header, separators=(",", ":")).encode()
+    h += b" " * (-len(h) % 8)
+    with open(path, "wb") as fh:
+        fh.write(len(h).to_bytes(8, "little"))
+        fh.write(h)
+        for b in blobs:
+            fh.write(b)
+
+
+def write_format(fmt: str, src: str, dst: str, calibration: dict) -> None:
+    import numpy as np
+
+    tensors = read_safetensors(os.path.join(src, "model.safetensors"))
     with open(os.path.join(src, "config.json")) as fh:
         config = json.load(fh)
     out = {}
-    act_amax, kv_amax = calibrate(src, torch) if fmt == "ct-fp8-tensor-static" else ({}, {})
     for name, t in sorted(tensors.items()):
         if not is_quantized_linear(name, t):
-            out[name] = t.contiguous()
+            out[name] = t
             continue
+        if t.dtype != np.float32:
+            raise SystemExit(f"{name}: {t.dtype} weights; this writer reads float32 checkpoints")
         module = name[: -len(".weight")]
-        w = t.to(torch.float32)
         if fmt == "ct-fp8-channel-dynamic":
-            q, s = per_channel(w)
-            out[module + ".weight_scale"] = s.to(t.dtype)
+            q, s = per_channel(t)
+            out[module + ".weight_scale"] = s
         elif fmt == "ct-fp8-tensor-static":
-            q, s = per_tensor(w)
-            out[module + ".weight_scale"] = s.to(t.dtype)
-            out[module + ".input_scale"] = torch.tensor([act_amax[module] / FP8_MAX], dtype=t.dtype)
+            q, s = per_tensor(t)
+            out[module + ".weight_scale"] = s
+            out[module + ".input_scale"] = np.array([calibration["inputs"][module] / FP8_MAX], dtype=np.float32)
         else:
-            q, s = per_block(w)
+            q, s = per_block(t)
             out[module + ".weight_scale_inv"] = s
-        out[name] = q.contiguous()
+        out[name] = q
     if fmt == "ct-fp8-channel-dynamic":
         config["quantization_config"] = ct_config("channel", ct_args("token", True), None)
     elif fmt == "ct-fp8-tensor-static":
-        for attn, (k, v) in kv_amax.items():
-            out[attn + ".k_scale"] = torch.tensor(k / FP8_MAX, dtype=torch.float32)
-            out[attn + ".v_scale"] = torch.tensor(v / FP8_MAX, dtype=torch.float32)
+        for attn, (k, v) in calibration["kv"].items():
+            out[attn + ".k_scale"] = np.array(k / FP8_MAX, dtype=np.float32)
+            out[attn + ".v_scale"] = np.array(v / FP8_MAX, dtype=np.float32)
         config["quantization_config"] = ct_config("tensor", ct_args("tensor", False), ct_args("tensor", False))
     else:
         config["quantization_config"] = {
             "activation_scheme": "dynamic", "fmt": "e4m3", "quant_method": "fp8", "weight_block_size": list(BLOCK),
         }
     os.makedirs(dst, exist_ok=True)
-    save_file(out, os.path.join(dst, "model.safetensors"), metadata={"format": "pt"})
+    write_safetensors(os.path.join(dst, "model.safetensors"), out)
     with open(os.path.join(dst, "config.json"), "w") as fh:
         json.dump(config, fh, indent=2)
         fh.write("\n")
@@ -237,12 +292,16 @@ def check_with_hf(fmt: str, dst: str, torch) -> None:
     print(f"  {fmt}: transformers loads it ({type(model).__name__}, {len(ref)} FP8 linears equal codes x scales)")
 
 
-def stamp_of(src: str) -> str:
+def stamp_of_file(path: str) -> str:
     h = hashlib.sha256()
-    with open(os.path.join(src, "model.safetensors"), "rb") as fh:
+    with open(path, "rb") as fh:
         for chunk in iter(lambda: fh.read(1 << 20), b""):
             h.update(chunk)
-    return f"v{VERSION} {h.hexdigest()}"
+    return h.hexdigest()
+
+
+def stamp_of(src: str) -> str:
+    return f"v{VERSION} {stamp_of_file(os.path.join(src, 'model.safetensors'))}"
 
 
 def main() -> int:
@@ -251,13 +310,19 @@ def main() -> int:
     ap.add_argument("--out", default=default_out())
     ap.add_argument("--name", default="smollm2")
     ap.add_argument("--formats", default=",".join(FORMATS))
-    ap.add_argument("--check-hf", action="store_true", help="load each result with transformers (needs compressed-tensors)")
+    ap.add_argument("--calibration", default=os.path.join(REPO, "tests", "data", "quant", "smollm2_calibration.json"))
+    ap.add_argument("--calibrate", action="store_true", help="measure the activation ranges again (needs torch)")
+    ap.add_argument("--check-hf", action="store_true",
+                    help="load each result with transformers (needs torch, compressed-tensors, accelerate)")
     ap.add_argument("--force", action="store_true")
     args = ap.parse_args()
-    import torch
-
-    torch.set_num_threads(1)  # deterministic calibration, and fastest on a shared box
-    stamp = stamp_of(args.src)
+    if args.calibrate:
+        with open(args.calibration, "w") as fh:
+            json.dump(calibrate(args.src), fh, indent=0, sort_keys=True)
+            fh.write("\n")
+    with open(args.calibration) as fh:
+        calibration = json.load(fh)
+    stamp = stamp_of(args.src) + " " + stamp_of_file(args.calibration)
     for fmt in args.formats.split(","):
         if fmt not in FORMATS:
             raise SystemExit(f"unknown format {fmt!r} (one of {', '.join(FORMATS)})")
@@ -266,11 +331,13 @@ def main() -> int:
         if not args.force and os.path.exists(stamp_file) and open(stamp_file).read() == stamp:
             print(f"  {fmt}: {dst} is up to date")
         else:
-            write_format(fmt, args.src, dst, torch)
+            write_format(fmt, args.src, dst, calibration)
             with open(stamp_file, "w") as fh:
                 fh.write(stamp)
             print(f"  {fmt}: wrote {dst}")
         if args.check_hf:
+            import torch
+
             check_with_hf(fmt, dst, torch)
     return 0
 
