@@ -14,8 +14,8 @@ logit row (the last position) for the first few prompts. What transformers compu
   fp8-block64   transformers dequantizes fp8 checkpoints on the CPU and leaves activations in
                 float; the hooks here add what vLLM's block-FP8 GEMM does on the GPU: each token's
                 input quantized per group of 64 columns (scale max|group| / 448).
-  online-fp8    models/smollm2-hf with every linear weight but lm_head quantized per output channel
-                (scale max|row| / 448) and dequantized, inputs per token, as --quantization fp8.
+--quantization fp8 needs no golden of its own: it makes exactly the weights and activation
+scheme of ct-fp8-channel-dynamic (quant_golden_test checks that weight for weight).
 """
 
 from __future__ import annotations
@@ -40,10 +40,6 @@ def fake_quant(x, scale):
     return torch.where(scale == 0, torch.zeros_like(q), q)
 
 
-def per_token(x):
-    return fake_quant(x, x.abs().amax(dim=-1, keepdim=True) / FP8_MAX)
-
-
 def per_token_group(x, group):
     g = x.unflatten(-1, (x.shape[-1] // group, group))
     return fake_quant(g, g.abs().amax(dim=-1, keepdim=True) / FP8_MAX).flatten(-2)
@@ -55,15 +51,6 @@ def hook_linears(model, fn):
             mod.register_forward_pre_hook(lambda m, args: (fn(args[0]),))
 
 
-def quantize_weights_per_channel(model):
-    with torch.no_grad():
-        for name, mod in model.named_modules():
-            if isinstance(mod, torch.nn.Linear) and name != "lm_head":
-                w = mod.weight
-                scale = w.abs().amax(dim=1, keepdim=True) / FP8_MAX
-                mod.weight.copy_(fake_quant(w, scale))
-
-
 def expect_compressed_tensors_activations(model):
     q = model.model.layers[0].self_attn.q_proj
     if getattr(q, "quantization_scheme", None) is None or q.quantization_scheme.input_activations is None:
@@ -73,7 +60,7 @@ def expect_compressed_tensors_activations(model):
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--models-dir", default=mqc.default_out())
-    ap.add_argument("--formats", default=",".join(mqc.FORMATS + ("online-fp8",)))
+    ap.add_argument("--formats", default=",".join(mqc.FORMATS))
     ap.add_argument("--full-logits-prompts", type=int, default=5)
     args = ap.parse_args()
     torch.manual_seed(0)
@@ -81,11 +68,8 @@ def main() -> int:
     torch.use_deterministic_algorithms(True)
     with open(os.path.join(REPO, "tests/data/prompts/prompts.json"), encoding="utf-8") as fh:
         prompts = json.load(fh)["prompts"]
-    src = os.path.join(REPO, "models", "smollm2-hf")
     for fmt in args.formats.split(","):
-        if fmt == "online-fp8":
-            hf_dir, prepare = src, lambda m: (quantize_weights_per_channel(m), hook_linears(m, per_token))
-        elif fmt.startswith("ct-"):
+        if fmt.startswith("ct-"):
             hf_dir, prepare = os.path.join(args.models_dir, f"smollm2-{fmt}"), expect_compressed_tensors_activations
         elif fmt == "fp8-block64":
             hf_dir = os.path.join(args.models_dir, f"smollm2-{fmt}")
