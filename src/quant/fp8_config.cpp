@@ -33,11 +33,12 @@ Status check_fp8_scheme(const QuantScheme& s, const std::string& where) {
   if (a.type != NumberType::kFloat || a.num_bits != 8 || !a.symmetric) {
     return unimplemented(where + ": activations of an FP8 scheme must be symmetric float 8-bit, got " + args_text(a));
   }
-  const bool ok = a.dynamic ? (a.strategy == ScaleStrategy::kTensor || a.strategy == ScaleStrategy::kToken ||
-                               a.strategy == ScaleStrategy::kGroup)
+  // Dynamic per-tensor scales are left out: one scale over the whole batch makes a request's
+  // result depend on the others it is batched with.
+  const bool ok = a.dynamic ? (a.strategy == ScaleStrategy::kToken || a.strategy == ScaleStrategy::kGroup)
                             : a.strategy == ScaleStrategy::kTensor;
   if (!ok) {
-    return unimplemented(where + ": FP8 activation scales must be static per tensor or dynamic per tensor, token or group, got " +
+    return unimplemented(where + ": FP8 activation scales must be static per tensor or dynamic per token or group, got " +
                          args_text(a));
   }
   return Status();

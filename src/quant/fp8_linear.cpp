@@ -63,6 +63,10 @@ Status check_fp8_linear(const std::string& module, const QuantizedLinear& l) {
     return data_loss("weight " + w.name + " has shape " + shape_text(w.shape) + "; a quantized linear weight is [out, in]");
   }
   const int64_t out = w.shape[0], in = w.shape[1];
+  if (const auto& a = l.scheme->input_activations; a && a->strategy == ScaleStrategy::kGroup && in % a->group_size != 0) {
+    return data_loss("weight " + w.name + " has " + std::to_string(in) + " input columns, not a multiple of the activation group size " +
+                     std::to_string(a->group_size));
+  }
   if (l.scheme->format == "online") {
     if (w.data == nullptr) {
       return unimplemented("--quantization fp8: weight " + w.name + " has no host data (dummy weights made on the device)");

@@ -12,6 +12,7 @@
 #include "common/json.h"
 #include "common/mapped_file.h"
 #include "quant/dequantize.h"
+#include "quant/fp8_activations.h"
 
 namespace kvasir::quant {
 namespace {
@@ -90,6 +91,44 @@ TEST(Fp8, DTypeTableKnowsBothFormats) {
   EXPECT_EQ(dtype_name(DType::kF8E4M3), "f8_e4m3");
   EXPECT_EQ(*row_bytes(DType::kF8E5M2, 7), 7u);
   EXPECT_TRUE(dequantize_supported(DType::kF8E4M3));
+}
+
+float round_on(float x, float s) { return fp8_e4m3_to_f32(f32_to_fp8_e4m3(x / s)) * s; }
+
+TEST(Fp8Activations, StaticScaleRoundsEveryValueOnIt) {
+  const float x[4] = {1.3f, -0.3f, 1000.0f, 0.0f};
+  float out[4];
+  InputQuant q;
+  q.kind = InputQuant::Kind::kStaticTensor;
+  q.scale = 0.5f;
+  fake_quantize_fp8_rows(x, 1, 4, q, out);
+  EXPECT_EQ(out[0], 1.25f);  // 2.6 -> 2.5 (steps of 0.25 in [2, 4))
+  EXPECT_EQ(out[1], round_on(-0.3f, 0.5f));
+  EXPECT_EQ(out[2], 448.0f * 0.5f);  // saturates, as the clamp before the cast
+  EXPECT_EQ(out[3], 0.0f);
+}
+
+TEST(Fp8Activations, DynamicTokenScalesEachRowByItsMax) {
+  const float x[6] = {448.0f, 1.3f, -2.0f, 0.0f, 0.0f, 0.0f};
+  float out[6];
+  InputQuant q;
+  q.kind = InputQuant::Kind::kDynamicToken;
+  fake_quantize_fp8_rows(x, 2, 3, q, out);
+  EXPECT_EQ(out[0], 448.0f);
+  EXPECT_EQ(out[1], 1.25f);  // scale 1: 1.3 -> 1.25 (steps of 0.125 in [1, 2))
+  EXPECT_EQ(out[2], -2.0f);
+  for (int i = 3; i < 6; ++i) EXPECT_EQ(out[i], 0.0f);  // an all-zero row stays zero
+}
+
+TEST(Fp8Activations, DynamicGroupScalesEachGroupByItsMax) {
+  float x[4] = {5.0f, 0.3f, 8.0f, 0.3f};
+  InputQuant q;
+  q.kind = InputQuant::Kind::kDynamicGroup;
+  q.group_size = 2;
+  const float want[4] = {5.0f, round_on(0.3f, 5.0f / 448.0f), 8.0f, round_on(0.3f, 8.0f / 448.0f)};
+  EXPECT_NE(want[1], want[3]);  // one scale for the row would round both 0.3s alike
+  fake_quantize_fp8_rows(x, 1, 4, q, x);  // in place
+  for (int i = 0; i < 4; ++i) EXPECT_EQ(x[i], want[i]) << i;
 }
 
 }  // namespace

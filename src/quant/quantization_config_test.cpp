@@ -4,6 +4,8 @@
 
 #include <gtest/gtest.h>
 
+#include <random>
+
 namespace kvasir::quant {
 namespace {
 
@@ -158,6 +160,46 @@ TEST(QuantizationConfig, MalformedFieldsAreRefusedNamingThem) {
   expect_refused(R"({"quant_method": "fp8", "activation_scheme": "sometimes"})", "activation_scheme",
                  StatusCode::kInvalidArgument);
   expect_refused(R"({"quant_method": "fp8", "fmt": "e5m2"})", "e5m2", StatusCode::kUnimplemented);
+}
+
+// Every value of a real config replaced, one at a time and then several at once, by values of
+// other types and out-of-range ones: parsing never crashes, and each refusal says where.
+void mutate(Json& j, std::mt19937& rng, const std::vector<Json>& pool, int depth) {
+  if (j.is_object() && j.size() > 0) {
+    auto& o = j.as_object();
+    Json& v = o[rng() % o.size()].second;
+    if (depth > 0 && (v.is_object() || v.is_array()) && rng() % 2) return mutate(v, rng, pool, depth - 1);
+    v = pool[rng() % pool.size()];
+  } else if (j.is_array() && j.size() > 0) {
+    Json& v = j.as_array()[rng() % j.size()];
+    if (depth > 0 && (v.is_object() || v.is_array()) && rng() % 2) return mutate(v, rng, pool, depth - 1);
+    v = pool[rng() % pool.size()];
+  }
+}
+
+TEST(QuantizationConfig, MutatedConfigsNeverCrashAndErrorsSayWhere) {
+  const std::vector<Json> pool = {Json(), Json(true), Json(-1), Json(0), Json(3), Json(1e300), Json("tensor"),
+                                  Json("re:("), Json("float"), Json("int"), Json("block"), Json("group"),
+                                  Json(Json::Array{}), Json(Json::Array{Json(128), Json(0)}), Json(Json::Object{}),
+                                  json_of(R"({"num_bits": 8, "type": "float", "strategy": "token", "dynamic": true})")};
+  std::mt19937 rng(15);
+  const Json base = json_of(kFp8Dynamic);
+  int ok = 0, refused = 0;
+  for (int i = 0; i < 3000; ++i) {
+    Json j = base;
+    for (int k = 0, n = 1 + static_cast<int>(rng() % 3); k < n; ++k) mutate(j, rng, pool, 4);
+    auto c = parse_quantization_config(j, "quantization_config");
+    if (c.ok()) {
+      ++ok;
+      for (const QuantScheme& s : c->schemes) ASSERT_TRUE(s.weights.has_value());
+      (void)scheme_for_module(*c, "model.layers.0.mlp.down_proj", true);
+    } else {
+      ++refused;
+      EXPECT_EQ(c.status().message().rfind("quantization_config", 0), 0u) << c.status().message();
+    }
+  }
+  EXPECT_GT(ok, 100);
+  EXPECT_GT(refused, 100);
 }
 
 TEST(QuantizationConfig, ModuleMatchingFollowsCompressedTensors) {

@@ -43,6 +43,22 @@ StatusOr<float> positive_scalar(const WeightTensor& s) {
   return v;
 }
 
+InputQuant input_quant_of(const QuantizedLinear& l) {
+  InputQuant q;
+  const auto& a = l.scheme->input_activations;
+  if (!a) return q;  // weight-only
+  if (!a->dynamic) {
+    q.kind = InputQuant::Kind::kStaticTensor;
+    q.scale = l.input_scale;
+  } else if (a->strategy == ScaleStrategy::kGroup) {
+    q.kind = InputQuant::Kind::kDynamicGroup;
+    q.group_size = static_cast<int32_t>(a->group_size);
+  } else {
+    q.kind = InputQuant::Kind::kDynamicToken;
+  }
+  return q;
+}
+
 struct AlignedFloats {
   void operator()(float* p) const { ::operator delete[](p, std::align_val_t{64}); }
 };
@@ -215,6 +231,7 @@ StatusOr<WeightTensor> QuantizedWeightSource::tensor(std::string_view name) cons
     d = dense_.emplace(key, std::move(buf)).first;
   }
   WeightTensor out = l.weight;
+  out.input_quant = input_quant_of(l);
   out.dtype = DType::kF32;
   out.data = reinterpret_cast<const uint8_t*>(d->second.get());
   out.nbytes = static_cast<size_t>(l.weight.num_elements()) * sizeof(float);

@@ -119,6 +119,8 @@ TEST(QuantizedWeightSource, PerChannelScalesMultiplyTheirRows) {
   for (int r = 0; r < 3; ++r) {
     for (int j = 0; j < 4; ++j) EXPECT_EQ(w[r * 4 + j], fp8_e4m3_to_f32(c[r * 4 + j]) * scales[r]);
   }
+  EXPECT_EQ((*q)->tensor(std::string(kQ) + ".weight")->input_quant.kind, InputQuant::Kind::kDynamicToken);
+  EXPECT_EQ((*q)->tensor("lm_head.weight")->input_quant.kind, InputQuant::Kind::kNone);
   EXPECT_FALSE((*q)->has_tensor(std::string(kQ) + ".weight_scale"));
   for (const std::string& n : (*q)->tensor_names()) EXPECT_EQ(n.find("scale"), std::string::npos) << n;
   EXPECT_EQ(read_f32(**q, "lm_head.weight")[0], 0.25f);  // ignored: as stored
@@ -134,20 +136,26 @@ TEST(QuantizedWeightSource, PerTensorStaticKeepsInputScale) {
   const std::vector<float> w = read_f32(**q, std::string(kQ) + ".weight");
   EXPECT_EQ(w[5], fp8_e4m3_to_f32(codes(2, 4)[5]) * 0.75f);
   EXPECT_EQ(quantized_linears(**q)->at(kQ).input_scale, 0.03f);
+  const InputQuant iq = (*q)->tensor(std::string(kQ) + ".weight")->input_quant;
+  EXPECT_EQ(iq.kind, InputQuant::Kind::kStaticTensor);
+  EXPECT_EQ(iq.scale, 0.03f);
 }
 
 TEST(QuantizedWeightSource, BlockScalesCoverPartialEdgeBlocks) {
-  // [5, 6] in 2x4 blocks: 3 x 2 scales, the last row and column blocks partial.
+  // [5, 8] in 2x4 blocks: 3 x 2 scales, the last row block partial.
   auto src = std::make_unique<MemorySource>();
-  src->add("model.layers.0.mlp.down_proj.weight", DType::kF8E4M3, {5, 6}, codes(5, 6));
+  src->add("model.layers.0.mlp.down_proj.weight", DType::kF8E4M3, {5, 8}, codes(5, 8));
   std::vector<float> scales = {1, 2, 3, 4, 5, 6};
   src->add_f32("model.layers.0.mlp.down_proj.weight_scale_inv", {3, 2}, scales);
   auto q = open_quantized_weights(std::move(src), parse(R"({"quant_method": "fp8", "weight_block_size": [2, 4]})"));
   ASSERT_TRUE(q.ok()) << q.status().message();
   const std::vector<float> w = read_f32(**q, "model.layers.0.mlp.down_proj.weight");
-  const std::vector<uint8_t> c = codes(5, 6);
+  const InputQuant iq = (*q)->tensor("model.layers.0.mlp.down_proj.weight")->input_quant;
+  EXPECT_EQ(iq.kind, InputQuant::Kind::kDynamicGroup);  // vLLM's per-token groups of the block's columns
+  EXPECT_EQ(iq.group_size, 4);
+  const std::vector<uint8_t> c = codes(5, 8);
   for (int r = 0; r < 5; ++r) {
-    for (int j = 0; j < 6; ++j) EXPECT_EQ(w[r * 6 + j], fp8_e4m3_to_f32(c[r * 6 + j]) * scales[(r / 2) * 2 + j / 4]);
+    for (int j = 0; j < 8; ++j) EXPECT_EQ(w[r * 8 + j], fp8_e4m3_to_f32(c[r * 8 + j]) * scales[(r / 2) * 2 + j / 4]);
   }
 }
 
@@ -245,9 +253,16 @@ TEST(QuantizedWeightSource, TensorsThatDisagreeWithTheConfigAreRefused) {
   // Block scales: count per block, and the fp8 format's names only.
   {
     auto s = std::make_unique<MemorySource>();
-    s->add("model.layers.0.mlp.down_proj.weight", DType::kF8E4M3, {5, 6}, codes(5, 6));
+    s->add("model.layers.0.mlp.down_proj.weight", DType::kF8E4M3, {5, 8}, codes(5, 8));
     s->add_f32("model.layers.0.mlp.down_proj.weight_scale_inv", {2, 2}, {1, 1, 1, 1});
     expect_refused(std::move(s), parse(R"({"quant_method": "fp8", "weight_block_size": [2, 4]})"), "must be [3, 2]");
+  }
+  {
+    // Activations are quantized in groups of the block's columns, which must tile the input.
+    auto s = std::make_unique<MemorySource>();
+    s->add("model.layers.0.mlp.down_proj.weight", DType::kF8E4M3, {5, 6}, codes(5, 6));
+    s->add_f32("model.layers.0.mlp.down_proj.weight_scale_inv", {3, 2}, {1, 1, 1, 1, 1, 1});
+    expect_refused(std::move(s), parse(R"({"quant_method": "fp8", "weight_block_size": [2, 4]})"), "activation group size 4");
   }
   {
     auto s = one_layer(3, 4, {3, 1}, {1, 1, 1});

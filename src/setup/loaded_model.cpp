@@ -39,17 +39,6 @@ std::string exe_dir() {
   return p.substr(0, p.find_last_of('/'));
 }
 
-// A checkpoint whose config.json has a quantization_config: its quantized layers shown as the
-// dense weights the model binds; an unsupported method or scheme is refused here, naming it.
-StatusOr<std::unique_ptr<WeightSource>> with_quantization_config(std::unique_ptr<WeightSource> weights,
-                                                                 const Json& config) {
-  const Json* qc = config.find("quantization_config");
-  if (qc == nullptr || qc->is_null()) return weights;
-  KVASIR_ASSIGN_OR_RETURN(quant::QuantizationConfig parsed,
-                          quant::parse_quantization_config(*qc, "config.json: quantization_config"));
-  return quant::open_quantized_weights(std::move(weights), std::move(parsed));
-}
-
 // config.json and generation_config.json, each read once: the config (its eos ids from the
 // generation config, which wins) and the model's sampling defaults.
 Status read_hf_config_and_defaults(LoadedModel& m) {
@@ -58,7 +47,9 @@ Status read_hf_config_and_defaults(LoadedModel& m) {
   auto config = model_config_from_hf_json(files.config, gen);
   if (!config.ok()) return Status(config.status().code(), m.path + ": " + config.status().message());
   m.config = std::move(config).value();
-  KVASIR_ASSIGN_OR_RETURN(m.weights, with_quantization_config(std::move(m.weights), files.config));
+  if (const Json* q = files.config.find("quantization_config"); q != nullptr && !q->is_null()) {
+    KVASIR_ASSIGN_OR_RETURN(m.quantization, quant::parse_quantization_config(*q, m.path + "/config.json: quantization_config"));
+  }
   if (gen) {
     KVASIR_ASSIGN_OR_RETURN(m.generation_defaults,
                             generation_defaults_from_json(*gen, m.path + "/generation_config.json"));
@@ -168,7 +159,8 @@ StatusOr<std::unique_ptr<Backend>> make_backend(const LoadOptions& opts) {
   bo.num_threads = opts.num_threads;
   bo.precision = opts.exact_matmul ? MatmulPrecision::kExact : MatmulPrecision::kFast;
   if (kv_dtype && *kv_dtype != DType::kF32 && *kv_dtype != DType::kF16) {
-    return invalid_argument("--kv-cache-dtype " + opts.kv_cache_dtype + ": the CPU backend keeps K/V in float32 or float16");
+    return invalid_argument("--kv-cache-dtype " + opts.kv_cache_dtype + ": the CPU backend keeps K/V in float32 or float16" +
+                            (kv_dtype == DType::kF8E4M3 || kv_dtype == DType::kF8E5M2 ? " (an FP8 KV cache is a CUDA feature)" : ""));
   }
   bo.kv_cache_dtype = kv_dtype.value_or(DType::kF32);
   bo.dense_weight_dtype = dtype;
@@ -202,6 +194,7 @@ LoadOptions LoadOptions::from(const EngineArgs& args) {
   lo.enforce_eager = args.enforce_eager;
   lo.kv_cache_dtype = args.kv_cache_dtype;
   lo.dtype = args.dtype;
+  lo.quantization = args.quantization;
   lo.model.max_num_tokens = args.max_num_batched_tokens;
   lo.model.max_num_logits = args.max_num_seqs;
   return lo;
@@ -216,6 +209,24 @@ StatusOr<std::unique_ptr<LoadedModel>> load_tokenizer_and_config(const std::stri
   KVASIR_ASSIGN_OR_RETURN(m->weights, open_weights(path));
   KVASIR_RETURN_IF_ERROR(load_config_and_tokenizer(*m));
   return m;
+}
+
+}  // namespace
+
+namespace {
+
+// The checkpoint's quantization_config, or --quantization fp8 for an unquantized one: the weight
+// source is wrapped so the model binds the quantized linears dequantized.
+Status apply_quantization(LoadedModel& m, const std::string& flag) {
+  KVASIR_ASSIGN_OR_RETURN(std::optional<quant::QuantizationConfig> online, quant::online_quantization(flag));
+  if (online && m.quantization) {
+    return invalid_argument("--quantization " + flag + ": " + m.path + " is already quantized (quant_method '" +
+                            m.quantization->method + "')");
+  }
+  if (online) m.quantization = std::move(online);
+  if (!m.quantization) return Status();
+  KVASIR_ASSIGN_OR_RETURN(m.weights, quant::open_quantized_weights(std::move(m.weights), *m.quantization));
+  return Status();
 }
 
 }  // namespace
@@ -272,6 +283,7 @@ StatusOr<std::unique_ptr<LoadedModel>> load_model(const std::string& path, const
     const bool on_device = m->backend->device() != Device::kCpu;
     KVASIR_ASSIGN_OR_RETURN(m->weights, open_dummy_weights(dummy_weight_specs(m->config, on_device), 0x6b76, path));
   }
+  KVASIR_RETURN_IF_ERROR(apply_quantization(*m, opts.quantization));
   KVASIR_ASSIGN_OR_RETURN(m->model, DecoderModel::create(m->config, *m->weights, *m->backend, opts.model));
   KVASIR_LOG_INFO("loaded %s: %s on %s", path.c_str(), m->config.to_string().c_str(), m->backend->name().c_str());
   return m;
