@@ -478,8 +478,9 @@ def verify_variant(name: str, source: dict, out_dir: str) -> dict[str, np.ndarra
         qc = json.load(fh)["quantization_config"]
     assert qc == json.loads(json.dumps(quantization_config(v))), f"{name}: config.json quantization_config differs"
     written = read_safetensors(os.path.join(out_dir, "model.safetensors"))
-    # Round-to-nearest of weights that were already 4-bit (the GGUF source): up to ~15% per layer at 4 bits.
-    limit = 0.2 if v["bits"] == 4 else 0.01
+    # Round-to-nearest of weights that were already 4-bit (the GGUF source): up to ~15% per layer at
+    # 4 bits, ~1% at 8 bits with one scale per row.
+    limit = 0.2 if v["bits"] == 4 else 0.02
     deq, worst, ct_checked, gm_checked = {}, 0.0, 0, 0
     pu = gptqmodel_packing_utils() if v["fmt"] in ("gptq", "awq") else None
     for tname, (_, arr) in source.items():

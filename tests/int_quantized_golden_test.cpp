@@ -162,11 +162,12 @@ TEST(IntQuantizedCheckpoint, AConfigThatDisagreesWithTheTensorsIsRefusedAtLoadNa
   EXPECT_NE(method.message().find("quant_method 'bitsandbytes' is not supported"), std::string::npos) << method.message();
 }
 
-// Each layout, and within it what reads differently: GPTQ 4-bit asymmetric and 8-bit symmetric, both
-// act-order (v1 zeros); AWQ; compressed-tensors symmetric 4-bit groups and asymmetric 8-bit channels.
-// (The script's other variants are checked by its reference unpacker and quant_int_test.)
+// Each layout and each way the CPU runs it: GPTQ 4-bit asymmetric act-order (v1 zeros; float32),
+// AWQ (asymmetric: Q8_0 blocks), compressed-tensors W4A16 symmetric with bf16 scales (Q4_0 blocks).
+// The script's other variants are checked by its reference unpacker and GPTQModel's / compressed-
+// tensors' code; every layout and option is unit-tested in quant_int_test.
 INSTANTIATE_TEST_SUITE_P(Variants, IntQuantizedGoldenTest,
-                         ::testing::Values("gptq_w4_g32_act"),
+                         ::testing::Values("gptq_w4_g32_act", "awq_w4_g64", "ct_w4a16_g64"),
                          [](const ::testing::TestParamInfo<const char*>& info) { return std::string(info.param); });
 
 }  // namespace
