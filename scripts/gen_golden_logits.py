@@ -84,7 +84,9 @@ def eos_ids(model, tok) -> list[int]:
     return [int(x) for x in (e if isinstance(e, (list, tuple)) else [e])]
 
 
-def run_model(name, hf_dir, gguf, n_pos, prompts, out_root, n_full, gen_tokens, torch):
+def run_model(name, hf_dir, gguf, n_pos, prompts, out_root, n_full, gen_tokens, torch, prepare=None):
+    """prepare(model), when given, changes the loaded model before it runs (quantization
+    emulation: scripts/gen_quant_golden.py)."""
     from transformers import AutoModelForCausalLM, AutoTokenizer, GenerationConfig
     import transformers
 
@@ -92,6 +94,8 @@ def run_model(name, hf_dir, gguf, n_pos, prompts, out_root, n_full, gen_tokens, 
     tok = AutoTokenizer.from_pretrained(hf_dir)
     model = AutoModelForCausalLM.from_pretrained(hf_dir, dtype=torch.float32, attn_implementation="eager")
     model.eval()
+    if prepare is not None:
+        prepare(model)
     vocab = int(model.config.vocab_size)
     out_dir = os.path.join(out_root, name)
     logit_dir = os.path.join(out_dir, "logits")

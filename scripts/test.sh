@@ -19,6 +19,10 @@ for pair in "SmolLM2-135M-Instruct.Q4_1.gguf smollm2-hf" "gemma-3-270m-q4_k_m.gg
   set -- $pair
   [ -f "models/$2/model.safetensors" ] || python3 scripts/convert_gguf_to_hf.py "models/$1" "models/$2"
 done
+# FP8 checkpoints of SmolLM2 for quant_golden_test (numpy only; skipped when already made).
+python3 scripts/make_quantized_checkpoints.py
+# GPTQ / AWQ / compressed-tensors pack-quantized SmolLM2 (numpy only; cached, rewritten when stale).
+python3 scripts/make_int_quantized_checkpoints.py
 
 KVASIR_BUILD_DIR="$root/build" bash scripts/build.sh -DKVASIR_CUDA=OFF
 ctest --test-dir build --output-on-failure -j1 --timeout 1800 -LE model-full

@@ -9,8 +9,8 @@ void add_engine_flags(std::set<std::string>& v, std::set<std::string>& b) {
                         "kv-cache-memory", "max-model-len", "seed", "max-logprobs", "scheduling-policy",
                         "long-prefill-token-threshold", "max-num-partial-prefills",
                         "max-long-partial-prefills", "load-format", "gpu-memory-utilization", "kv-cache-dtype", "dtype",
-                        "tokenizer", "structured-outputs-config", "tensor-parallel-size", "pipeline-parallel-size",
-                        "data-parallel-size", "speculative-config"}) {
+                        "quantization", "tokenizer", "structured-outputs-config", "tensor-parallel-size",
+                        "pipeline-parallel-size", "data-parallel-size", "speculative-config"}) {
     v.insert(f);
   }
   for (const char* f : {"enable-prefix-caching", "exact-matmul", "enforce-eager", "disable-async-output-proc",
@@ -29,13 +29,16 @@ std::string engine_flags_help() {
          "  --max-num-batched-tokens N   (default 2048)\n"
          "  --block-size N               KV block size in tokens (default 16)\n"
          "  --kv-cache-memory BYTES      KV cache size on the CPU, e.g. 4GiB (default 2GiB)\n"
-         "  --kv-cache-dtype auto|float16|float32|bfloat16\n"
+         "  --kv-cache-dtype auto|float16|float32|bfloat16|fp8|fp8_e4m3|fp8_e5m2\n"
          "                               KV cache elements (auto: float32 on CPU, bfloat16 on CUDA;\n"
          "                               float16 on CPU halves KV memory and decode attention traffic)\n"
          "  --dtype auto|bfloat16|float16|float32\n"
          "                               weight element type (auto: as stored; CPU: dense matrices of an\n"
          "                               HF directory converted at load, e.g. float32 -> bfloat16 as\n"
          "                               vLLM-CPU runs them; CUDA: auto or bfloat16)\n"
+         "  --quantization fp8           quantize an unquantized HF checkpoint's linear weights to FP8 at\n"
+         "                               load (per-channel e4m3, as vLLM); quantized checkpoints (compressed-\n"
+         "                               tensors, fp8) are read from their config.json without it\n"
          "  --max-model-len N            (default: the model's context length, capped to the KV cache)\n"
          "  --seed N                     engine seed for unseeded requests (default 0)\n"
          "  --[no-]enable-prefix-caching (default on)\n"
@@ -117,6 +120,7 @@ StatusOr<EngineArgs> engine_args_from(const Args& a) {
   e.exact_matmul = a.get_bool("exact-matmul", false);
   e.kv_cache_dtype = a.get("kv-cache-dtype", "auto");
   e.dtype = a.get("dtype", "auto");
+  e.quantization = a.get("quantization");
   e.scheduling_policy = a.get("scheduling-policy", "fcfs");
   e.load_format = a.get("load-format", "auto");
   e.tokenizer = a.get("tokenizer");

@@ -10,6 +10,7 @@
 
 #include "common/check.h"
 #include "core/dtype.h"
+#include "core/input_quant.h"
 
 namespace kvasir {
 
@@ -21,6 +22,8 @@ struct Tensor {
   std::array<int64_t, 4> shape{0, 0, 0, 0};
   int ndim = 0;
   Device device = Device::kCpu;
+  // A weight's FP8 input-activation quantization (kNone for everything else).
+  InputQuant input_quant;
 
   static Tensor make(void* data, DType dtype, std::initializer_list<int64_t> dims,
                      Device device = Device::kCpu) {

@@ -24,6 +24,8 @@ std::optional<DTypeInfo> dtype_info(uint32_t t) {
     case DType::kQ5_K: return DTypeInfo{"q5_K", 256, 2 + 2 + 12 + 256 / 8 + 256 / 2, true};
     case DType::kQ6_K: return DTypeInfo{"q6_K", 256, 256 / 2 + 256 / 4 + 256 / 16 + 2, true};
     case DType::kQ8_K: return DTypeInfo{"q8_K", 256, 4 + 256 + 16 * 2, true};
+    case DType::kF8E4M3: return DTypeInfo{"f8_e4m3", 1, 1, false};
+    case DType::kF8E5M2: return DTypeInfo{"f8_e5m2", 1, 1, false};
   }
   return std::nullopt;
 }

@@ -1,5 +1,5 @@
 // DType: element and block formats of weights and activations, numbered exactly as GGML's
-// ggml_type so GGUF tensor types map 1:1. Quantized types are stored in blocks along the last
+// ggml_type so GGUF tensor types map 1:1 (FP8, which GGML lacks, numbered past them). Quantized types are stored in blocks along the last
 // (contiguous) dimension: a row of K elements is K / block_size blocks of type_size bytes.
 // Must not hold kernels: block layouts and (de)quantization live in src/quant.
 #pragma once
@@ -32,7 +32,13 @@ enum class DType : uint32_t {
   kI64 = 27,
   kF64 = 28,
   kBF16 = 30,
+  // Not GGML types (GGML has no FP8): ids from kFirstNonGgmlType up are Kvasir's own, for
+  // safetensors checkpoints and caches; a GGUF file naming one is refused.
+  kF8E4M3 = 256,  // float8_e4m3fn
+  kF8E5M2 = 257,  // float8_e5m2
 };
+
+inline constexpr uint32_t kFirstNonGgmlType = 256;
 
 struct DTypeInfo {
   std::string_view name;   // GGML's name: "f32", "q4_K", ...

@@ -336,7 +336,7 @@ class GgufFile::Parser {
       uint32_t type = 0;
       const size_t type_at = cur_.pos();
       KVASIR_RETURN_IF_ERROR(read(&type, "type", ctx));
-      const auto info = dtype_info(type);
+      const auto info = type < kFirstNonGgmlType ? dtype_info(type) : std::nullopt;
       if (!info) {
         // The one unsupported type real checkpoints ship (gpt-oss's experts) is named.
         constexpr uint32_t kGgmlTypeMxfp4 = 39;

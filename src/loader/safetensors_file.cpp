@@ -84,6 +84,10 @@ StatusOr<DType> to_dtype(StDType t) {
       return DType::kI16;
     case StDType::kI8:
       return DType::kI8;
+    case StDType::kF8E4M3:
+      return DType::kF8E4M3;
+    case StDType::kF8E5M2:
+      return DType::kF8E5M2;
     default:
       break;
   }

@@ -9,6 +9,7 @@
 #include <vector>
 
 #include "core/dtype.h"
+#include "core/input_quant.h"
 
 namespace kvasir {
 
@@ -22,6 +23,8 @@ struct WeightTensor {
   // read through memcpy or copy to an aligned buffer.
   const uint8_t* data = nullptr;
   size_t nbytes = 0;
+  // Set by quant's QuantizedWeightSource on linears whose inputs the scheme quantizes.
+  InputQuant input_quant;
 
   int64_t num_elements() const {
     int64_t n = 1;

@@ -296,6 +296,7 @@ StatusOr<Tensor> WeightBinder::upload(const WeightTensor& w) {
   auto t = backend_.upload_weight(host, &owner);
   if (!t.ok()) return Status(t.status().code(), "weight " + w.name + ": " + t.status().message());
   if (owner) owned_.push_back(std::move(owner));
+  t->input_quant = w.input_quant;  // whatever form the backend keeps the weight in
   return t;
 }
 

@@ -8,6 +8,7 @@
 
 #include "common/check.h"
 #include "quant/block_formats.h"
+#include "quant/fp8.h"
 
 namespace kvasir::quant {
 namespace {
@@ -218,6 +219,7 @@ bool dequantize_supported(DType t) {
     case DType::kQ4_0: case DType::kQ4_1: case DType::kQ5_0: case DType::kQ5_1:
     case DType::kQ8_0: case DType::kQ8_1: case DType::kQ2_K: case DType::kQ3_K:
     case DType::kQ4_K: case DType::kQ5_K: case DType::kQ6_K: case DType::kQ8_K:
+    case DType::kF8E4M3: case DType::kF8E5M2:
       return true;
     default:
       return false;
@@ -236,6 +238,16 @@ void dequantize_row(DType t, const void* src, float* y, int64_t k) {
     case DType::kBF16: {
       const auto* h = static_cast<const uint8_t*>(src);
       for (int64_t i = 0; i < k; ++i) y[i] = bf16_to_f32(load_fp16(h + 2 * i));
+      return;
+    }
+    case DType::kF8E4M3: {
+      const auto* c = static_cast<const uint8_t*>(src);
+      for (int64_t i = 0; i < k; ++i) y[i] = fp8_e4m3_to_f32(c[i]);
+      return;
+    }
+    case DType::kF8E5M2: {
+      const auto* c = static_cast<const uint8_t*>(src);
+      for (int64_t i = 0; i < k; ++i) y[i] = fp8_e5m2_to_f32(c[i]);
       return;
     }
     case DType::kQ4_0: deq_q4_0(blocks<BlockQ4_0>(src), y, nb32); return;

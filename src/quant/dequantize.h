@@ -15,7 +15,8 @@
 
 namespace kvasir::quant {
 
-// F32, F16, BF16, Q4_0, Q4_1, Q5_0, Q5_1, Q8_0, Q8_1, Q2_K, Q3_K, Q4_K, Q5_K, Q6_K, Q8_K.
+// F32, F16, BF16, Q4_0, Q4_1, Q5_0, Q5_1, Q8_0, Q8_1, Q2_K, Q3_K, Q4_K, Q5_K, Q6_K, Q8_K, and the
+// FP8 element types (the codes' values, unscaled: a checkpoint's scales are applied by its format).
 bool dequantize_supported(DType t);
 
 // dst[0..k) = the k values of row `src` (k a multiple of the block size; src needs no alignment).

@@ -6,6 +6,7 @@
 #include <string>
 
 #include "common/json.h"
+#include "quant/quantization_config.h"
 
 namespace kvasir {
 
@@ -30,6 +31,7 @@ Status EngineArgs::validate() const {
   }
   KVASIR_RETURN_IF_ERROR(parse_kv_cache_dtype(kv_cache_dtype).status());
   KVASIR_RETURN_IF_ERROR(parse_dtype(dtype).status());
+  KVASIR_RETURN_IF_ERROR(quant::online_quantization(quantization).status());
   if (scheduling_policy != "fcfs" && scheduling_policy != "priority") {
     return invalid_argument("--scheduling-policy must be fcfs or priority");
   }
@@ -84,7 +86,10 @@ StatusOr<std::optional<DType>> parse_kv_cache_dtype(const std::string& name) {
   if (name == "float16" || name == "fp16" || name == "half") return std::optional<DType>(DType::kF16);
   if (name == "float32" || name == "fp32" || name == "float") return std::optional<DType>(DType::kF32);
   if (name == "bfloat16" || name == "bf16") return std::optional<DType>(DType::kBF16);
-  return invalid_argument("--kv-cache-dtype must be auto, float16, float32 or bfloat16 (fp8 is not supported), got '" +
+  // vLLM's names; whether a backend keeps its cache in FP8 is its own answer (make_backend).
+  if (name == "fp8" || name == "fp8_e4m3") return std::optional<DType>(DType::kF8E4M3);
+  if (name == "fp8_e5m2") return std::optional<DType>(DType::kF8E5M2);
+  return invalid_argument("--kv-cache-dtype must be auto, float16, float32, bfloat16, fp8, fp8_e4m3 or fp8_e5m2, got '" +
                           name + "'");
 }
 

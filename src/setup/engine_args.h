@@ -45,6 +45,9 @@ struct EngineArgs {
   // vLLM's --dtype: auto (as stored), bfloat16, float16, float32. The CPU converts dense weight
   // matrices (an HF directory's) at load and computes in float32; CUDA computes in bfloat16 only.
   std::string dtype = "auto";
+  // vLLM's --quantization: "fp8" quantizes an unquantized HF checkpoint's linear weights at load
+  // (per-channel float8_e4m3fn); "" = none. A quantized checkpoint says its method in config.json.
+  std::string quantization;
   std::string scheduling_policy = "fcfs";  // fcfs | priority
   std::optional<int> long_prefill_token_threshold;
   int max_num_partial_prefills = 1;   // vLLM's flags (sched/scheduler_config.h); 1 = off

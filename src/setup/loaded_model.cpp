@@ -16,6 +16,7 @@
 #include "loader/dummy_weights.h"
 #include "loader/gguf_file.h"
 #include "model/registry.h"
+#include "quant/quantized_weight_source.h"
 #include "tokenizer/gguf_vocab.h"
 #include "tokenizer/hf_loader.h"
 #ifdef KVASIR_HAVE_CUDA
@@ -46,6 +47,9 @@ Status read_hf_config_and_defaults(LoadedModel& m) {
   auto config = model_config_from_hf_json(files.config, gen);
   if (!config.ok()) return Status(config.status().code(), m.path + ": " + config.status().message());
   m.config = std::move(config).value();
+  if (const Json* q = files.config.find("quantization_config"); q != nullptr && !q->is_null()) {
+    KVASIR_ASSIGN_OR_RETURN(m.quantization, quant::parse_quantization_config(*q, m.path + "/config.json: quantization_config"));
+  }
   if (gen) {
     KVASIR_ASSIGN_OR_RETURN(m.generation_defaults,
                             generation_defaults_from_json(*gen, m.path + "/generation_config.json"));
@@ -155,7 +159,8 @@ StatusOr<std::unique_ptr<Backend>> make_backend(const LoadOptions& opts) {
   bo.num_threads = opts.num_threads;
   bo.precision = opts.exact_matmul ? MatmulPrecision::kExact : MatmulPrecision::kFast;
   if (kv_dtype && *kv_dtype != DType::kF32 && *kv_dtype != DType::kF16) {
-    return invalid_argument("--kv-cache-dtype " + opts.kv_cache_dtype + ": the CPU backend keeps K/V in float32 or float16");
+    return invalid_argument("--kv-cache-dtype " + opts.kv_cache_dtype + ": the CPU backend keeps K/V in float32 or float16" +
+                            (kv_dtype == DType::kF8E4M3 || kv_dtype == DType::kF8E5M2 ? " (an FP8 KV cache is a CUDA feature)" : ""));
   }
   bo.kv_cache_dtype = kv_dtype.value_or(DType::kF32);
   bo.dense_weight_dtype = dtype;
@@ -189,6 +194,7 @@ LoadOptions LoadOptions::from(const EngineArgs& args) {
   lo.enforce_eager = args.enforce_eager;
   lo.kv_cache_dtype = args.kv_cache_dtype;
   lo.dtype = args.dtype;
+  lo.quantization = args.quantization;
   lo.model.max_num_tokens = args.max_num_batched_tokens;
   lo.model.max_num_logits = args.max_num_seqs;
   return lo;
@@ -203,6 +209,24 @@ StatusOr<std::unique_ptr<LoadedModel>> load_tokenizer_and_config(const std::stri
   KVASIR_ASSIGN_OR_RETURN(m->weights, open_weights(path));
   KVASIR_RETURN_IF_ERROR(load_config_and_tokenizer(*m));
   return m;
+}
+
+}  // namespace
+
+namespace {
+
+// The checkpoint's quantization_config, or --quantization fp8 for an unquantized one: the weight
+// source is wrapped so the model binds the quantized linears dequantized.
+Status apply_quantization(LoadedModel& m, const std::string& flag) {
+  KVASIR_ASSIGN_OR_RETURN(std::optional<quant::QuantizationConfig> online, quant::online_quantization(flag));
+  if (online && m.quantization) {
+    return invalid_argument("--quantization " + flag + ": " + m.path + " is already quantized (quant_method '" +
+                            m.quantization->method + "')");
+  }
+  if (online) m.quantization = std::move(online);
+  if (!m.quantization) return Status();
+  KVASIR_ASSIGN_OR_RETURN(m.weights, quant::open_quantized_weights(std::move(m.weights), *m.quantization));
+  return Status();
 }
 
 }  // namespace
@@ -259,6 +283,7 @@ StatusOr<std::unique_ptr<LoadedModel>> load_model(const std::string& path, const
     const bool on_device = m->backend->device() != Device::kCpu;
     KVASIR_ASSIGN_OR_RETURN(m->weights, open_dummy_weights(dummy_weight_specs(m->config, on_device), 0x6b76, path));
   }
+  KVASIR_RETURN_IF_ERROR(apply_quantization(*m, opts.quantization));
   KVASIR_ASSIGN_OR_RETURN(m->model, DecoderModel::create(m->config, *m->weights, *m->backend, opts.model));
   KVASIR_LOG_INFO("loaded %s: %s on %s", path.c_str(), m->config.to_string().c_str(), m->backend->name().c_str());
   return m;

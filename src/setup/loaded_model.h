@@ -13,6 +13,7 @@
 #include "loader/dummy_weights.h"
 #include "loader/weight_source.h"
 #include "model/decoder_model.h"
+#include "quant/quantization_config.h"
 #include "setup/engine_args.h"
 #include "setup/generation_defaults.h"
 #include "tokenizer/tokenizer.h"
@@ -30,6 +31,7 @@ struct LoadOptions {
   bool enforce_eager = false;   // CUDA: no graphs
   std::string kv_cache_dtype = "auto";  // EngineArgs::kv_cache_dtype
   std::string dtype = "auto";           // EngineArgs::dtype
+  std::string quantization;             // EngineArgs::quantization
   ModelOptions model;           // workspace sizes
 
   // The load options an engine with these args needs (its workspace sized by the token and
@@ -48,6 +50,9 @@ struct LoadedModel {
   std::vector<int32_t> eos_token_ids;
   // generation_config.json's sampling defaults (HF directories; empty for GGUF files).
   GenerationDefaults generation_defaults;
+  // config.json's quantization_config, parsed (HF directories); `weights` then presents the
+  // quantized linears dequantized (quant/quantized_weight_source.h).
+  std::optional<quant::QuantizationConfig> quantization;
 };
 
 // With load_format "dummy", `path` is an HF config.json (or a directory holding one) and the

@@ -11,6 +11,7 @@
 #include "backend/cpu/vec_exp.h"
 #include "backend/host_buffer.h"
 #include "common/log.h"
+#include "quant/fp8_activations.h"
 
 namespace kvasir {
 namespace {
@@ -82,13 +83,24 @@ void CpuBackend::linear(const Tensor& x, const Tensor& w, const Tensor* bias, Te
   // Fast mode: 16-bit activations. 8-bit ones (ActQuant::kQ8, like llama.cpp's Q8_0/Q8_K) were
   // ~1.3x faster in prefill but flipped greedy continuations against the float32 reference on
   // 15 of 20 golden prompts (SmolLM2 Q4_1); 16-bit ones agree on 20 of 20 at the same decode speed.
+  // FP8 W8A8 weights: the input rounded to float8_e4m3fn on its scale first, as the FP8 GEMM
+  // would see it (the weights were dequantized at load).
+  const float* xin = x.ptr<float>();
+  if (w.input_quant.kind != InputQuant::Kind::kNone) {
+    if (input_fp8_.size() < static_cast<size_t>(n * k)) input_fp8_.resize(static_cast<size_t>(n * k));
+    float* q = input_fp8_.data();
+    pool_->parallel_for(n, [&](int64_t b, int64_t e) {
+      quant::fake_quantize_fp8_rows(xin + b * k, e - b, k, w.input_quant, q + b * k);
+    });
+    xin = q;
+  }
   const cpu::PackedQ32* packed = nullptr;
   if (n > 1 && pack_weights_) {
     const cpu::PackedQ32* p = packed_->find(w.data);
     // A view of part of a packed weight (same first byte, fewer rows) reads the GGUF bytes.
     if (p != nullptr && p->type() == w.dtype && p->m() == m && p->k() == k) packed = p;
   }
-  cpu::matmul(w.data, w.dtype, m, k, x.ptr<float>(), n, out.ptr<float>(), *pool_,
+  cpu::matmul(w.data, w.dtype, m, k, xin, n, out.ptr<float>(), *pool_,
               precision_ == MatmulPrecision::kExact ? cpu::ActQuant::kF32 : cpu::ActQuant::kQ16, scratch_, packed);
   if (bias != nullptr) {
     KVASIR_CHECK(bias->dtype == DType::kF32 && bias->numel() == m);

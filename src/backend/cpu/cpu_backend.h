@@ -82,6 +82,7 @@ class CpuBackend final : public Backend {
   bool pack_weights_;  // the matmul kernels have a packed-panel tile here (see upload_weight)
   // Packed panels of uploaded weights, each freed with its weight's owner buffer.
   std::shared_ptr<cpu::PackedWeights> packed_ = std::make_shared<cpu::PackedWeights>();
+  std::vector<float> input_fp8_;  // linear: FP8-rounded inputs of W8A8 weights (grows to the largest batch)
   std::vector<float> attn_partials_;  // attention: per-unit results of split key ranges
   // mla_attention: latent queries, latent outputs, split results, units (grow to the largest
   // batch once, then are reused)
