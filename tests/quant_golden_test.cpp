@@ -5,7 +5,15 @@
 // references (tests/data/golden/smollm2-<format>/, scripts/gen_quant_golden.py) quantize
 // activations as each format's GPU kernel does; so does the CPU (quant/fp8_activations.h).
 // Checks: relative L2 of the last-position logits < 1e-2, greedy 64-token continuations agreeing
-// on >= 18 of 20 prompts.
+// on >= 18 of 20 prompts (issue 15's acceptance).
+//
+// NOT MET for the W8A8 formats (measured on 5d9a116): worst rel L2 0.072 (per-channel, online),
+// 0.153 (block64); last-position top-1 19-20 of 20; continuations 4 of 20. Rounding every input
+// to e4m3 turns float noise into whole-step flips that the next layers amplify: transformers'
+// own emulation of the per-channel checkpoint differs from itself run in float64 by rel L2 0.129
+// on the short_en prompt (and from the unquantized activations by 0.118), so these thresholds
+// cannot hold between any two implementations of W8A8; they would for weight-only FP8. Hence
+// this suite is labelled model-full; CI runs QuantizedCheckpoint.* (tests/CMakeLists.txt).
 #include <gtest/gtest.h>
 
 #include <unistd.h>
