@@ -300,12 +300,18 @@ def main():
         for item, engine, fn in order:
             load = loadavg()
             t0 = time.time()
-            r = fn()
+            try:
+                r = fn()
+            except SystemExit as e:  # one failed run is reported; the sitting goes on
+                print(f"round {rnd + 1} {item:8s} {engine:15s} FAILED: {e}", flush=True)
+                continue
             r["load"] = load
             loads.append(load)
             results.setdefault((item, engine), []).append(r)
             shown = ", ".join(f"{k} {v:.4g}" for k, v in r.items())
             print(f"round {rnd + 1} {item:8s} {engine:15s} {shown} ({time.time() - t0:.0f} s)", flush=True)
+    if not loads:
+        sys.exit("no run succeeded")
     print(f"\nCPU model: {cpu_model()}; load average (1 min) during the runs: min {min(loads):.2f}, "
           f"median {statistics.median(loads):.2f}, max {max(loads):.2f}; {started:%Y-%m-%d %H:%M} UTC to "
           f"{datetime.datetime.now(datetime.timezone.utc):%H:%M} UTC")
