@@ -87,7 +87,10 @@ def run_polled(cmd, env, log, out_json):
     with open(log, "w") as out:
         p = subprocess.Popen(cmd, cwd=ROOT, env=env, stdout=out, stderr=subprocess.STDOUT)
         while p.poll() is None:
-            samples.append((time.time(), tree_cpu_s(p.pid)))
+            # A running maximum: a process that exits leaves the live tree and takes its CPU
+            # seconds with it (vLLM stops its engine before it writes the JSON).
+            now = tree_cpu_s(p.pid)
+            samples.append((time.time(), max(now, samples[-1][1] if samples else 0.0)))
             if seen is None and os.path.exists(out_json):
                 seen = time.time()
             time.sleep(0.5)
@@ -193,7 +196,11 @@ class Bench:
         j = json.load(open(out))
         # cpu_s: the generation window only (elapsed_time before the JSON appeared), as Kvasir's
         # figure has next to no start-up in it; cpu_total_s: the whole command.
-        window = cpu_at(samples, t_end) - cpu_at(samples, t_end - j["elapsed_time"])
+        # The JSON appears after the engine has shut down: the window ends at the last sample
+        # before the tree's CPU stopped growing, at most t_end.
+        last_growth = max((t for (t, c), (_, c0) in zip(samples[1:], samples) if c > c0), default=t_end)
+        end = min(t_end, last_growth)
+        window = cpu_at(samples, end) - cpu_at(samples, end - j["elapsed_time"])
         return {"output_tok_s": j["num_requests"] * 128 / j["elapsed_time"], "cpu_s": window,
                 "cpu_total_s": whole_tree_cpu_s((cpu, samples, t_end))}
 
