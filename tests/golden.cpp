@@ -44,6 +44,9 @@ StatusOr<Golden> load_golden(const std::string& model_name) {
       for (const Json& x : mg->as_array()) gp.margin.push_back(x.as_double());
     }
     gp.generated = ints(p.find("generated"));
+    if (const Json* gm = p.find("gen_margins")) {
+      for (const Json& x : gm->as_array()) gp.gen_margins.push_back(x.as_double());
+    }
     gp.logits_positions = ints(p.find("logits_positions"));
     if (!gp.logits_positions.empty()) {
       KVASIR_ASSIGN_OR_RETURN(std::string raw, read_text_file(dir + "/" + p.get_string("logits_file"), size_t{1} << 30));

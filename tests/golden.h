@@ -18,6 +18,7 @@ struct GoldenPrompt {
   std::vector<int32_t> logits_positions;
   std::vector<float> logits;     // [logits_positions.size(), vocab]
   std::vector<int32_t> generated;  // greedy continuation (EOS ignored)
+  std::vector<double> gen_margins;  // [generated.size()] the reference's top1 - top2 logit at each step
 };
 
 struct Golden {

@@ -99,8 +99,15 @@ TEST_P(ModelGoldenTest, ExactLogitsMatchTransformersAtEveryPosition) {
 // engine. Both the float32-activation path and the default fast path (16-bit activations, see
 // backend/cpu/quant/matmul.h) must agree on >= 19 of 20 prompts. (HF directories hold float32
 // weights, which take the float32 kernels in both modes.)
+// A reference step whose top-1 and top-2 logits are this close is a near tie: float32 summation
+// order alone can flip it, so a lossy path diverging there says nothing about its accuracy.
+constexpr double kNearTieMargin = 0.01;
+
+// Returns the continuations equal to the reference's; *diverged_at_near_tie (if given) counts the
+// others whose first differing token is at a reference near tie (kNearTieMargin).
 int count_agreeing_continuations(const std::string& path, const Golden& golden, bool exact,
-                                 const char* kv_dtype = "auto", const char* dtype = "auto") {
+                                 const char* kv_dtype = "auto", const char* dtype = "auto",
+                                 int* diverged_at_near_tie = nullptr) {
   EngineArgs ea;
   ea.model = path;
   ea.kv_cache_memory = int64_t{512} << 20;
@@ -130,8 +137,11 @@ int count_agreeing_continuations(const std::string& path, const Golden& golden, 
     }
     size_t first = 0;
     while (first < got.size() && got[first] == golden.prompts[i].generated[first]) ++first;
-    std::printf("[ info    ] %s (%s): continuation of %s diverges at token %zu\n", path.c_str(),
-                exact ? "exact" : "fast", golden.prompts[i].id.c_str(), first);
+    const auto& margins = golden.prompts[i].gen_margins;
+    const double margin = first < margins.size() ? margins[first] : -1.0;
+    if (diverged_at_near_tie != nullptr && margin >= 0 && margin < kNearTieMargin) ++*diverged_at_near_tie;
+    std::printf("[ info    ] %s (%s): continuation of %s diverges at token %zu (reference margin %.4f)\n",
+                path.c_str(), exact ? "exact" : "fast", golden.prompts[i].id.c_str(), first, margin);
   }
   std::printf("[ metrics ] %s (%s, kv %s, dtype %s): %d of %zu greedy continuations agree with transformers\n",
               path.c_str(), exact ? "exact" : "fast", kv_dtype, dtype, agree, prompts.size());
@@ -148,15 +158,20 @@ TEST_P(ModelGoldenTest, FastPathGreedyContinuationsAgreeWithTransformers) {
   EXPECT_GE(count_agreeing_continuations(path_, golden_, /*exact=*/false) * 20, n * 19);
 }
 
-// --dtype bfloat16 on an HF directory of float32 weights (as vLLM-CPU runs them): the matrices are
-// rounded to bf16 at load (2^-9 relative per weight), a lossy opt-in below the fast path's 19/20
-// bar against the float32 reference. Measured: SmolLM2 16/20, Gemma-3 15/20 (the float32 weights
-// give 20/20 on both). GGUF files keep their blocks (skipped).
-TEST_P(ModelGoldenTest, Bfloat16WeightsGreedyContinuationsMostlyAgreeWithTransformers) {
-  constexpr int kMinAgree = 14;
+// --dtype bfloat16 on an HF directory of float32 weights (as vLLM-CPU runs them): the layers'
+// matrices are rounded to bf16 at load (2^-9 relative per weight); the vocabulary tables stay
+// float32 (Backend::upload_vocab_table). Rounding those too gave 16/20 (SmolLM2) and 15/20
+// (Gemma 3), Gemma's "whitespace" prompt diverging at its first token (margin 0.012). Now, on the
+// 2-vCPU EPYC: SmolLM2 18/20, both others diverging at reference near ties (margins 0.0036 and
+// 0.0062); Gemma 3 20/20. The bar: 19/20 agreeing or diverging only at a near tie, and 18/20
+// strictly. GGUF files keep their blocks (skipped).
+TEST_P(ModelGoldenTest, Bfloat16WeightsGreedyContinuationsAgreeWithTransformersUpToNearTies) {
   if (!file_exists(path_ + "/config.json")) GTEST_SKIP() << "--dtype converts the dense matrices of HF directories";
   const int n = static_cast<int>(golden_.prompts.size());
-  EXPECT_GE(count_agreeing_continuations(path_, golden_, /*exact=*/false, "auto", "bfloat16") * 20, n * kMinAgree);
+  int at_near_tie = 0;
+  const int agree = count_agreeing_continuations(path_, golden_, /*exact=*/false, "auto", "bfloat16", &at_near_tie);
+  EXPECT_GE((agree + at_near_tie) * 20, n * 19) << agree << " agree, " << at_near_tie << " diverge at near ties";
+  EXPECT_GE(agree * 20, n * 18);
 }
 
 // Runs the first 10 golden prompts as one mixed-length batch and one at a time; returns the

@@ -123,6 +123,12 @@ class Backend {
   // fills the tensor with deterministic random values on the device. Unimplemented when no
   // kernel of this backend reads the weight's type (checked at load, so no op ever meets it).
   virtual StatusOr<Tensor> upload_weight(const Tensor& host_weight, std::unique_ptr<Buffer>* owner) = 0;
+  // The same for a vocabulary table (token embedding, lm_head). A backend told to lower its
+  // matrices' precision (CPU --dtype bfloat16) keeps these as stored: their rounding moves every
+  // logit and every input embedding at once, and flipped greedy continuations at ordinary margins.
+  virtual StatusOr<Tensor> upload_vocab_table(const Tensor& host_weight, std::unique_ptr<Buffer>* owner) {
+    return upload_weight(host_weight, owner);
+  }
   virtual void copy_to_host(const Tensor& src, void* dst) = 0;
   virtual void synchronize() = 0;
   // Starts the device on the work recorded so far without waiting for it, for a caller about to

@@ -181,7 +181,7 @@ StatusOr<Tensor> DecoderModel::padded_vocab_rows(const Tensor& rows, int64_t pad
   Tensor host = Tensor::make(buf->data(), rows.dtype, {padded_rows, rows.dim(1)});
   owned_.push_back(std::move(buf));
   std::unique_ptr<Buffer> owner;
-  KVASIR_ASSIGN_OR_RETURN(Tensor t, backend_.upload_weight(host, &owner));
+  KVASIR_ASSIGN_OR_RETURN(Tensor t, backend_.upload_vocab_table(host, &owner));
   if (owner) owned_.push_back(std::move(owner));
   return t;
 }

@@ -93,7 +93,7 @@ StatusOr<Tensor> WeightBinder::bind_one(const WeightSpec& spec) {
   KVASIR_RETURN_IF_ERROR(check_weight_type(spec, w));
   switch (spec.kind) {
     case WeightKind::kMatrix:
-      return upload(w);
+      return upload(w, /*vocab_table=*/spec.role == "token_embd.weight" || spec.role == "output.weight");
     case WeightKind::kNorm:
       // GGUF Gemma files store (1 + w) (offset 0); HF files store w and add 1 in the forward pass.
       return to_f32_vector(w, static_cast<float>(config_.norm_weight_offset));
@@ -278,7 +278,7 @@ StatusOr<Tensor> WeightBinder::transposed_matrix(const WeightSpec& spec, const W
   return upload(out);
 }
 
-StatusOr<Tensor> WeightBinder::upload(const WeightTensor& w) {
+StatusOr<Tensor> WeightBinder::upload(const WeightTensor& w, bool vocab_table) {
   if (!dtype_info(w.dtype)) return unimplemented("unsupported dtype for weight " + w.name);
   Tensor host;
   host.dtype = w.dtype;
@@ -293,7 +293,7 @@ StatusOr<Tensor> WeightBinder::upload(const WeightTensor& w) {
     owned_.push_back(std::move(buf));
   }
   std::unique_ptr<Buffer> owner;
-  auto t = backend_.upload_weight(host, &owner);
+  auto t = vocab_table ? backend_.upload_vocab_table(host, &owner) : backend_.upload_weight(host, &owner);
   if (!t.ok()) return Status(t.status().code(), "weight " + w.name + ": " + t.status().message());
   if (owner) owned_.push_back(std::move(owner));
   t->input_quant = w.input_quant;  // whatever form the backend keeps the weight in

@@ -46,7 +46,7 @@ class WeightBinder {
   StatusOr<Tensor> to_f32_vector(const WeightTensor& w, float offset);
   // kHostMatrix: float32 on the host, owned here, never uploaded.
   StatusOr<Tensor> to_f32_host(const WeightTensor& w);
-  StatusOr<Tensor> upload(const WeightTensor& w);
+  StatusOr<Tensor> upload(const WeightTensor& w, bool vocab_table = false);
 
   const WeightSource& src_;
   Backend& backend_;

@@ -48,6 +48,11 @@ StatusOr<Tensor> CpuBackend::upload_weight(const Tensor& host_weight, std::uniqu
   if (dense_weight_dtype_ && dense_weight_converts(host_weight, *dense_weight_dtype_)) {
     return convert_dense_weight(host_weight, *dense_weight_dtype_, owner);
   }
+  return upload_vocab_table(host_weight, owner);
+}
+
+StatusOr<Tensor> CpuBackend::upload_vocab_table(const Tensor& host_weight, std::unique_ptr<Buffer>* owner) {
+  owner->reset();
   // Every weight is read by the matmul kernels (linear) or their row dequantizers (embedding,
   // the same block formats): a type they lack is refused here, at load, not by a failed check
   // in the first step.

@@ -44,6 +44,8 @@ class CpuBackend final : public Backend {
 
   StatusOr<std::unique_ptr<Buffer>> allocate(size_t bytes) override;
   StatusOr<Tensor> upload_weight(const Tensor& host_weight, std::unique_ptr<Buffer>* owner) override;
+  // Never converted by --dtype (backend.h says why); packed like any other matrix.
+  StatusOr<Tensor> upload_vocab_table(const Tensor& host_weight, std::unique_ptr<Buffer>* owner) override;
   void copy_to_host(const Tensor& src, void* dst) override;
   void synchronize() override {}
 

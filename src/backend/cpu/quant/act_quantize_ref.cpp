@@ -120,4 +120,16 @@ void quantize_actk_planes_ref(const float* x, int64_t k, uint8_t* row) {
   }
 }
 
+void quantize_act_bf16_ref(const float* x, int64_t k, uint8_t* row) {
+  auto* out = reinterpret_cast<uint16_t*>(row);
+  for (int64_t i = 0; i < k; ++i) {
+    uint32_t u;
+    std::memcpy(&u, &x[i], 4);
+    // Round to nearest even; a NaN stays a (quiet) NaN, as vcvtneps2bf16 does.
+    out[i] = (u & 0x7fffffffu) > 0x7f800000u ? static_cast<uint16_t>((u >> 16) | 0x40u)
+                                              : static_cast<uint16_t>((u + 0x7fffu + ((u >> 16) & 1u)) >> 16);
+  }
+  std::memset(row + 2 * k, 0, ActBf16Layout::row_bytes(k) - 2 * static_cast<size_t>(k));
+}
+
 }  // namespace kvasir::cpu

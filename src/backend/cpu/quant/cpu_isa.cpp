@@ -45,6 +45,14 @@ bool detect_amx() {
 #endif
 }
 
+bool detect_avx512_bf16() {
+#if defined(__x86_64__) || defined(__i386__)
+  return detect_avx512() && __builtin_cpu_supports("avx512bf16");
+#else
+  return false;
+#endif
+}
+
 bool amx_usable() {
   static const bool ok = detect_avx512() && detect_amx();
   return ok;
@@ -88,6 +96,11 @@ std::string_view isa_name(CpuIsa isa) {
     case CpuIsa::kAmx: return "amx";
     default: return "avx2";
   }
+}
+
+bool cpu_has_avx512_bf16() {
+  static const bool ok = detect_avx512_bf16();
+  return ok;
 }
 
 }  // namespace kvasir::cpu

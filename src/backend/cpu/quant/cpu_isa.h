@@ -21,4 +21,7 @@ CpuIsa active_isa();
 
 std::string_view isa_name(CpuIsa isa);
 
+// AVX-512 BF16 (vdpbf16ps) beside kAvx512: the fast mode's BF16-weight tile needs it.
+bool cpu_has_avx512_bf16();
+
 }  // namespace kvasir::cpu

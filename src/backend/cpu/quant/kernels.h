@@ -46,7 +46,13 @@ constexpr float kActQ16Max = 32639.0f;
 
 using DequantFn = void (*)(const void* src, float* dst, int64_t k);
 
-enum class ActFormat { kF32, kQ8_32, kQ8_K };
+// Activations rounded to bf16 (round to nearest even) for BF16 weights in the fast modes on
+// AVX-512 BF16: bf16 x[k], zero-padded to 64 bytes.
+struct ActBf16Layout {
+  static size_t row_bytes(int64_t k) { return align_up(2 * static_cast<size_t>(k), 64); }
+};
+
+enum class ActFormat { kF32, kQ8_32, kQ8_K, kBF16 };
 
 // One call computes y for up to 4 (AMX tiles: 16) consecutive weight rows against `nc` activation
 // rows.
@@ -93,6 +99,10 @@ const KernelSet& kernels();
 // Tile on PackedQ32 panels (packed_q32.h), any of its types, kQ8_32 activations (1 or 2 planes):
 // TileArgs.w is one panel, nr <= kPackedPanelRows. Bit-identical to the q32 tile of kernels().
 TileFn packed_q32_tile();
+// BF16 weights against ActBf16Layout rows with vdpbf16ps (kernels_avx512_bf16.cpp); the tile takes
+// up to 4 weight rows. Call only where cpu_has_avx512_bf16().
+TileFn bf16_tile_fn();
+QuantActFn quantize_act_bf16_fn();
 }
 
 namespace amx {
@@ -117,5 +127,6 @@ void quantize_act32_ref(const float* x, int64_t k, uint8_t* row);
 void quantize_actk_ref(const float* x, int64_t k, uint8_t* row);
 void quantize_act32_planes_ref(const float* x, int64_t k, uint8_t* row);
 void quantize_actk_planes_ref(const float* x, int64_t k, uint8_t* row);
+void quantize_act_bf16_ref(const float* x, int64_t k, uint8_t* row);
 
 }  // namespace kvasir::cpu

@@ -21,12 +21,15 @@ enum class ActQuant {
   // Exact: equals the f32 matmul of the dequantized weights up to summation order.
   kF32,
   // Fast: activations quantized to int8 (32-element blocks for Q4_0/Q4_1/Q5_0/Q5_1/Q8_0, 256 for
-  // the K-quants), int8 dot products. Relative error ~1e-3..1e-2. F32/F16/BF16 weights, and types
-  // without an int8 kernel (Q2_K, Q3_K), take the exact path in both modes.
+  // the K-quants), int8 dot products. Relative error ~1e-3..1e-2. F32/F16 weights, and types
+  // without an int8 kernel (Q2_K, Q3_K), take the exact path in both modes; BF16 weights on a CPU
+  // with AVX-512 BF16 run bf16 activations (rounded to nearest even) through vdpbf16ps with float32
+  // accumulation, as vLLM's CPU backend does (relative error ~2^-9 per activation).
   kQ8,
   // Fast, 16-bit: activations quantized to int16 per block (|q| <= 32639), run as two int8 planes
   // through the same int8 kernels (kernels.h). About 256x less activation error than kQ8 (relative
-  // ~1e-5), close to kF32 in model outputs, at ~1.2-1.5x kQ8's kernel time. Same fallbacks as kQ8.
+  // ~1e-5), close to kF32 in model outputs, at ~1.2-1.5x kQ8's kernel time. Same fallbacks as kQ8,
+  // except that BF16 weights keep float32 activations here.
   kQ16,
 };
 

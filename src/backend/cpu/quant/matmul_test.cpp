@@ -3,6 +3,7 @@
 #include <gtest/gtest.h>
 
 #include <cmath>
+#include <cstring>
 #include <random>
 #include <string>
 #include <vector>
@@ -91,6 +92,26 @@ std::vector<double> fake_quantized(const std::vector<float>& x, const Shape& s, 
   return out;
 }
 
+// x rounded to bf16 as the fast modes' BF16-weight tile sees it (quantize_act_bf16_ref).
+std::vector<float> bf16_rounded(const std::vector<float>& x, const Shape& s) {
+  std::vector<float> out(x.size());
+  std::vector<uint8_t> row(ActBf16Layout::row_bytes(s.k));
+  for (int64_t j = 0; j < s.n; ++j) {
+    quantize_act_bf16_ref(x.data() + j * s.k, s.k, row.data());
+    for (int64_t i = 0; i < s.k; ++i) {
+      uint16_t h;
+      std::memcpy(&h, row.data() + 2 * i, 2);
+      out[j * s.k + i] = quant::bf16_to_f32(h);
+    }
+  }
+  return out;
+}
+
+// True where matmul runs `t` with bf16 activations (vdpbf16ps).
+bool bf16_activations(DType t, CpuIsa isa, ActQuant mode) {
+  return t == DType::kBF16 && mode == ActQuant::kQ8 && isa != CpuIsa::kAvx2 && cpu_has_avx512_bf16();
+}
+
 bool has_int8_kernel(DType t) {
   return t == DType::kQ4_0 || t == DType::kQ4_1 || t == DType::kQ5_0 || t == DType::kQ5_1 || t == DType::kQ8_0 ||
          t == DType::kQ4_K || t == DType::kQ5_K || t == DType::kQ6_K;
@@ -120,6 +141,9 @@ TEST_P(MatmulTest, MatchesF32ReferenceOnEveryIsaAndMode) {
     const std::vector<double> ref_q16 =
         int8 ? reference(wf, fake_quantized(x, s, k_format, ActQuant::kQ16), s, &mag_q16) : ref;
     if (!int8) mag_q8 = mag_q16 = mag;
+    std::vector<double> mag_bf16;
+    const std::vector<double> ref_bf16 =
+        t == DType::kBF16 ? reference(wf, bf16_rounded(x, s), s, &mag_bf16) : std::vector<double>();
 
     for (CpuIsa isa : runnable_isas()) {
       for (ActQuant mode : {ActQuant::kF32, ActQuant::kQ8, ActQuant::kQ16}) {
@@ -131,8 +155,9 @@ TEST_P(MatmulTest, MatchesF32ReferenceOnEveryIsaAndMode) {
           std::vector<float> y(static_cast<size_t>(s.n * s.m), NAN);
           matmul(isa, w.data(), t, s.m, s.k, x.data(), s.n, y.data(), *pool, mode, scratch);
           const bool quant = mode != ActQuant::kF32 && int8;
-          const std::vector<double>& exact = !quant ? ref : mode == ActQuant::kQ8 ? ref_q8 : ref_q16;
-          const std::vector<double>& bound = !quant ? mag : mode == ActQuant::kQ8 ? mag_q8 : mag_q16;
+          const bool bf16 = bf16_activations(t, isa, mode);
+          const std::vector<double>& exact = bf16 ? ref_bf16 : !quant ? ref : mode == ActQuant::kQ8 ? ref_q8 : ref_q16;
+          const std::vector<double>& bound = bf16 ? mag_bf16 : !quant ? mag : mode == ActQuant::kQ8 ? mag_q8 : mag_q16;
           double err2 = 0, ref2 = 0;
           for (size_t i = 0; i < y.size(); ++i) {
             // Per element: only summation order (and, for q8, the int8 rounding already in
@@ -144,7 +169,8 @@ TEST_P(MatmulTest, MatchesF32ReferenceOnEveryIsaAndMode) {
           // Against the true f32 product, int8 activations cost ~0.4% (rms); allow 1%, or 3% when
           // there are too few outputs for the rms to settle. 16-bit activations: ~256x less.
           const double q8_bound = y.size() >= 64 ? 1e-2 : 3e-2;
-          const double bound_rel = !quant ? 1e-5 : mode == ActQuant::kQ8 ? q8_bound : q8_bound / 128;
+          // bf16 activations: 2^-9 relative per value at most, ~1e-3 rms in the product.
+          const double bound_rel = bf16 ? 5e-3 : !quant ? 1e-5 : mode == ActQuant::kQ8 ? q8_bound : q8_bound / 128;
           EXPECT_LT(std::sqrt(err2 / ref2), bound_rel) << what;
         }
       }
