@@ -170,8 +170,11 @@ DecodeSplit plan_decode_split_keys(int num_decode_seqs, int num_heads, int num_k
   const int capacity = std::max(1, max_blocks_per_seq * block_size);
   // The per-head kernels only when forced or where the all-heads shape does not fit.
   if (all_heads_shape_ok(num_heads, num_kv_heads, head_dim)) {
-    // One CTA per (split, sequence), two resident per SM: aim for four CTAs per SM so the ragged
-    // ends of sequences balance out; splits are multiples of 32 tokens (every all-heads tile divides 32).
+    // One CTA per (split, sequence), two resident per SM: aim for KVASIR_CUDA_V3_CTAS (2) CTAs per
+    // SM, one wave. Four balanced ragged batches when splits were cut at plan multiples; with splits
+    // cut from each context (split_keys) two won (H200, Llama-8B shape: batch 1 at 32k 6.10 vs
+    // 6.69 ms/token, batch 8 at 8k 13.40 vs 13.6, batch 256 at 1k 21.3-21.4 both; one: 7.68).
+    // Splits are multiples of 32 tokens (every all-heads tile divides 32).
     sp.all_heads = true;
     const int base = std::max(1, num_decode_seqs);
     const int wanted = std::max(1, (all_heads_ctas * num_sms + base - 1) / base);

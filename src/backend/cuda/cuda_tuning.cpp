@@ -73,7 +73,7 @@ CudaTuning read_cuda_tuning() {
   t.recording.moe_fuse_route = std::getenv("KVASIR_MOE_FUSE_ROUTE") == nullptr ? -1 : env_int("KVASIR_MOE_FUSE_ROUTE", 0, 0, 1);
   KernelTuning& k = t.kernels;
   k.decode_attention = env_decode_attention();
-  k.all_heads_ctas_per_sm = env_int("KVASIR_CUDA_V3_CTAS", 4, 1, 64);
+  k.all_heads_ctas_per_sm = env_int("KVASIR_CUDA_V3_CTAS", 2, 1, 64);
   k.all_heads_max_partition =
       env_int("KVASIR_CUDA_V3_PART", kMaxDecodePartition, 32, kMaxDecodePartition) / 32 * 32;
   k.all_heads_min_ctas = env_int("KVASIR_CUDA_V3_MIN_CTAS", -1, 0, 1 << 20);

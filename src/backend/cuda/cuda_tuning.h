@@ -28,7 +28,7 @@ const char* decode_attention_kernel_name(DecodeAttentionKernel k);
 // Read by the kernels' launchers; one snapshot per process (the launchers are process-wide).
 struct KernelTuning {
   DecodeAttentionKernel decode_attention = DecodeAttentionKernel::kAuto;  // KVASIR_CUDA_ATTN
-  int all_heads_ctas_per_sm = 4;      // KVASIR_CUDA_V3_CTAS [1, 64]: CTAs per SM the plan aims for
+  int all_heads_ctas_per_sm = 2;      // KVASIR_CUDA_V3_CTAS [1, 64]: CTAs per SM the plan aims for
   int all_heads_max_partition = kMaxDecodePartition;  // KVASIR_CUDA_V3_PART [32, 512], multiple of 32
   int all_heads_min_ctas = -1;        // KVASIR_CUDA_V3_MIN_CTAS [0, 2^20]; -1: one per SM (see attention.cu)
   int prefill_key_tile = 32;          // KVASIR_CUDA_PREFILL_KT 32|64: keys per prefill tile at 128 dims
