@@ -9,17 +9,10 @@
 
 #include "quant/dequantize.h"
 #include "quant/fp8.h"
+#include "quant/tensor_check_text.h"
 
 namespace kvasir::quant {
 namespace {
-
-std::string shape_text(const std::vector<int64_t>& shape) {
-  std::string s;
-  for (int64_t d : shape) s += (s.empty() ? "" : ", ") + std::to_string(d);
-  return "[" + s + "]";
-}
-
-int64_t ceil_div(int64_t a, int64_t b) { return (a + b - 1) / b; }
 
 bool is_float_scale_type(DType t) { return t == DType::kF32 || t == DType::kBF16 || t == DType::kF16; }
 

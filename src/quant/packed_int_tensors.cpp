@@ -2,17 +2,11 @@
 
 #include <cstring>
 
+#include "quant/tensor_check_text.h"
+
 namespace kvasir::quant {
 
 namespace {
-
-std::string shape_text(const std::vector<int64_t>& shape) {
-  std::string s;
-  for (int64_t d : shape) s += (s.empty() ? "" : ", ") + std::to_string(d);
-  return "[" + s + "]";
-}
-
-int64_t ceil_div(int64_t a, int64_t b) { return (a + b - 1) / b; }
 
 int32_t load_i32(const uint8_t* base, int64_t index) {
   int32_t v;
