@@ -153,6 +153,19 @@ StatusOr<std::optional<QuantizationConfig>> online_quantization(const std::strin
   return std::optional<QuantizationConfig>(std::move(c));
 }
 
+StatusOr<std::string> quantization_flag_method(const std::string& name) {
+  if (name.empty() || name == "none") return std::string();
+  if (name == "gptq_marlin") return std::string("gptq");
+  if (name == "awq_marlin") return std::string("awq");
+  for (const std::string& m : supported_quant_methods()) {
+    if (m == name) return name;
+  }
+  std::string known;
+  for (const std::string& m : supported_quant_methods()) known += (known.empty() ? "" : ", ") + m;
+  return invalid_argument("--quantization " + quoted(name) + ": unknown method (supported: " + known +
+                          ", gptq_marlin, awq_marlin)");
+}
+
 bool module_matches(const std::string& pattern, const std::string& module) {
   if (pattern.rfind("re:", 0) == 0) {
     try {

@@ -68,6 +68,12 @@ std::vector<std::string> supported_quant_methods();
 // activations) today; "" = none.
 StatusOr<std::optional<QuantizationConfig>> online_quantization(const std::string& name);
 
+// What --quantization NAME stands for, as vLLM reads the flag: a quant_method ("fp8", "gptq",
+// "awq", "compressed-tensors"; vLLM's kernel names "gptq_marlin" and "awq_marlin" name their
+// method), "" for none. On a quantized checkpoint the method must be the checkpoint's own; on an
+// unquantized one only "fp8" applies (online_quantization). An unknown name is an error.
+StatusOr<std::string> quantization_flag_method(const std::string& name);
+
 // The scheme that quantizes `module` (a weight's name without ".weight"), or nullptr when the
 // module is ignored or no scheme targets it. Every linear layer counts as a "Linear" target;
 // `is_linear` says whether `module` is one (the caller knows from the tensor's shape and role).

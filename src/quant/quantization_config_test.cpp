@@ -222,5 +222,21 @@ TEST(QuantizationConfig, OnlineFp8IsPerChannelWithDynamicTokens) {
   EXPECT_NE(bad.status().message().find("'awq'"), std::string::npos);
 }
 
+// --quantization names a method as vLLM's flag does: the supported methods, vLLM's Marlin kernel
+// names for their methods, none; anything else is refused listing what is known.
+TEST(QuantizationConfig, QuantizationFlagNamesAMethod) {
+  EXPECT_EQ(quantization_flag_method("").value(), "");
+  EXPECT_EQ(quantization_flag_method("none").value(), "");
+  EXPECT_EQ(quantization_flag_method("fp8").value(), "fp8");
+  EXPECT_EQ(quantization_flag_method("gptq").value(), "gptq");
+  EXPECT_EQ(quantization_flag_method("gptq_marlin").value(), "gptq");
+  EXPECT_EQ(quantization_flag_method("awq_marlin").value(), "awq");
+  EXPECT_EQ(quantization_flag_method("compressed-tensors").value(), "compressed-tensors");
+  auto bad = quantization_flag_method("bitsandbytes");
+  ASSERT_FALSE(bad.ok());
+  EXPECT_NE(bad.status().message().find("unknown method"), std::string::npos) << bad.status().message();
+  EXPECT_NE(bad.status().message().find("gptq"), std::string::npos) << bad.status().message();
+}
+
 }  // namespace
 }  // namespace kvasir::quant

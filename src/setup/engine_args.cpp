@@ -31,7 +31,7 @@ Status EngineArgs::validate() const {
   }
   KVASIR_RETURN_IF_ERROR(parse_kv_cache_dtype(kv_cache_dtype).status());
   KVASIR_RETURN_IF_ERROR(parse_dtype(dtype).status());
-  KVASIR_RETURN_IF_ERROR(quant::online_quantization(quantization).status());
+  KVASIR_RETURN_IF_ERROR(quant::quantization_flag_method(quantization).status());
   if (scheduling_policy != "fcfs" && scheduling_policy != "priority") {
     return invalid_argument("--scheduling-policy must be fcfs or priority");
   }

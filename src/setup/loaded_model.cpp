@@ -218,12 +218,16 @@ namespace {
 // The checkpoint's quantization_config, or --quantization fp8 for an unquantized one: the weight
 // source is wrapped so the model binds the quantized linears dequantized.
 Status apply_quantization(LoadedModel& m, const std::string& flag) {
-  KVASIR_ASSIGN_OR_RETURN(std::optional<quant::QuantizationConfig> online, quant::online_quantization(flag));
-  if (online && m.quantization) {
-    return invalid_argument("--quantization " + flag + ": " + m.path + " is already quantized (quant_method '" +
-                            m.quantization->method + "')");
+  KVASIR_ASSIGN_OR_RETURN(const std::string method, quant::quantization_flag_method(flag));
+  if (!method.empty() && m.quantization) {
+    // vLLM's rule: the flag may name the checkpoint's own method, never another.
+    if (method != m.quantization->method) {
+      return invalid_argument("--quantization " + flag + " does not match " + m.path +
+                              "'s quantization_config (quant_method '" + m.quantization->method + "')");
+    }
+  } else if (!method.empty()) {
+    KVASIR_ASSIGN_OR_RETURN(m.quantization, quant::online_quantization(method));
   }
-  if (online) m.quantization = std::move(online);
   if (!m.quantization) return Status();
   KVASIR_ASSIGN_OR_RETURN(m.weights, quant::open_quantized_weights(std::move(m.weights), *m.quantization));
   return Status();
