@@ -14,12 +14,8 @@ namespace {
 
 using testing::Harness;
 using testing::small_config;
+using testing::scheduled;
 using testing::tokens;
-
-int scheduled(const SchedulerOutput& so, const std::string& id) {
-  const auto it = so.num_scheduled_tokens.find(id);
-  return it == so.num_scheduled_tokens.end() ? 0 : it->second;
-}
 
 // What one step did to the prompts: how many it left unfinished and how many of its prefills had
 // more than `threshold` tokens left when it began.

@@ -10,12 +10,8 @@ namespace {
 
 using testing::Harness;
 using testing::small_config;
+using testing::scheduled;
 using testing::tokens;
-
-int scheduled(const SchedulerOutput& so, const std::string& id) {
-  const auto it = so.num_scheduled_tokens.find(id);
-  return it == so.num_scheduled_tokens.end() ? 0 : it->second;
-}
 
 TEST(Scheduler, FillsTheTokenBudgetAndChunksTheLastPrompt) {
   SchedulerConfig c = small_config();

@@ -178,6 +178,12 @@ struct Harness {
   std::optional<std::pair<SchedulerOutput, ModelRunnerOutput>> in_flight;  // async only
 };
 
+// Tokens step `so` schedules for request `id` (0 when none).
+inline int scheduled(const SchedulerOutput& so, const std::string& id) {
+  const auto it = so.num_scheduled_tokens.find(id);
+  return it == so.num_scheduled_tokens.end() ? 0 : it->second;
+}
+
 inline std::vector<TokenId> tokens(int n, int start = 100) {
   std::vector<TokenId> v;
   for (int i = 0; i < n; ++i) v.push_back(start + i);
