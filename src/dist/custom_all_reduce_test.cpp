@@ -159,7 +159,7 @@ int every_size_class(int rank, int n, const std::string& group) {
       std::vector<uint8_t> got(bytes);
       RANK_CUDA(cudaMemcpy(got.data(), d.at(call.offset_bytes), bytes, cudaMemcpyDeviceToHost));
       RANK_CHECK(got == want, "%s all-reduce of %zu elements (offset %zu) differs from the rank-order sum",
-                 dtype_name(call.dtype), call.count, call.offset_bytes);
+                 std::string(dtype_name(call.dtype)).c_str(), call.count, call.offset_bytes);
     }
   }
   RANK_CHECK(car.algorithm_for(kMaxBytes + 4) == CustomAllReduce::Algorithm::kNone, "oversize message accepted");
