@@ -1,5 +1,6 @@
 #include "dist/custom_all_reduce.h"
 
+#include <algorithm>
 #include <cstring>
 #include <string>
 #include <vector>
@@ -114,6 +115,7 @@ StatusOr<std::unique_ptr<CustomAllReduce>> CustomAllReduce::create(const CustomA
 
   st.ranks.rank = o.rank;
   st.ranks.world_size = o.world_size;
+  st.ranks.timeout_ns = static_cast<uint64_t>(std::max<int64_t>(o.timeout_ms, 0)) * 1000000ull;
   for (int r = 0; r < o.world_size; ++r) {
     uint8_t* base = bases[static_cast<size_t>(r)];
     st.ranks.signals[r] = reinterpret_cast<car::Signals*>(base);

@@ -6,6 +6,7 @@
 #include <cuda_bf16.h>
 
 #include <algorithm>
+#include <cstdio>
 
 #include "dist/custom_all_reduce_kernels.h"
 
@@ -19,6 +20,12 @@ __device__ __forceinline__ uint32_t load_acquire(const uint32_t* p) {
   uint32_t v;
   asm volatile("ld.acquire.sys.global.u32 %0, [%1];" : "=r"(v) : "l"(p) : "memory");
   return v;
+}
+
+__device__ __forceinline__ uint64_t global_ns() {
+  uint64_t t;
+  asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(t));
+  return t;
 }
 
 // This call's flag number for the block: one more than the block's last.
@@ -40,7 +47,14 @@ __device__ void barrier(const RankBuffers& b, int phase, uint32_t flag) {
     const int peer = static_cast<int>(threadIdx.x);
     store_release(&b.signals[peer]->blocks[blockIdx.x].flags[phase][b.rank], flag);
     const uint32_t* mine = &b.signals[b.rank]->blocks[blockIdx.x].flags[phase][peer];
+    const uint64_t start = b.timeout_ns != 0 ? global_ns() : 0;
     while (load_acquire(mine) != flag) {
+      if (b.timeout_ns != 0 && global_ns() - start > b.timeout_ns) {
+        printf("kvasir custom all-reduce: rank %d, block %d waited over %llu s for rank %d: a peer is gone; "
+               "failing the kernel\n",
+               b.rank, static_cast<int>(blockIdx.x), static_cast<unsigned long long>(b.timeout_ns / 1000000000ull), peer);
+        __trap();
+      }
     }
   }
   __syncthreads();

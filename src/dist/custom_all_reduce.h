@@ -17,10 +17,11 @@
 // Graph-capturable: the buffers are fixed at creation, the kernel's pointers are plain arguments,
 // and each block's flag counter lives in device memory and is advanced by the kernel itself, so a
 // replayed graph keeps counting. Every rank must launch the same calls in the same order with the
-// same sizes (as for any collective); a peer that never comes leaves the kernel waiting (no timeout
-// inside a kernel), so liveness is the CPU communicators' job. World size 1 runs the same copy and
-// kernel (a sum over one rank). Sums are float32 in rank order 0..n-1 (bf16 rounded once at the
-// end), bitwise equal to dist/rank_order_sum.h on every rank. Never uses NVLink multicast.
+// same sizes (as for any collective); a peer that never comes makes the kernel trap after
+// timeout_ms (the rank's CUDA context is then broken: its next CUDA call fails, never a hang).
+// World size 1 runs the same copy and kernel (a sum over one rank). Sums are float32 in rank order
+// 0..n-1 (bf16 rounded once at the end), bitwise equal to dist/rank_order_sum.h on every rank.
+// Never uses NVLink multicast.
 #pragma once
 
 #include <cuda_runtime_api.h>
@@ -40,6 +41,10 @@ struct CustomAllReduceOptions {
   int device = 0;                           // this rank's CUDA device
   size_t max_bytes = size_t{8} << 20;       // the largest message (the staging buffer's size)
   size_t one_shot_max_bytes = size_t{512} << 10;  // above this, two-shot
+  // A kernel whose barrier waits longer than this for a peer traps (the CUDA context fails, so
+  // the rank's next CUDA call fails) instead of spinning forever; 0 waits forever. Generous: ranks
+  // may be seconds apart at start-up.
+  int64_t timeout_ms = 300'000;
 };
 
 struct CustomAllReduceState;  // device buffers and peer mappings (custom_all_reduce.cpp)

@@ -35,6 +35,9 @@ struct RankBuffers {
   uint8_t* results[kMaxRanks];
   int rank;
   int world_size;
+  // A barrier that waits longer than this for a peer (one that died or never launched its part)
+  // fails the kernel with a trap instead of spinning forever; 0 waits forever.
+  uint64_t timeout_ns;
 };
 
 enum class Elem : int { kF32, kBf16 };

@@ -291,6 +291,36 @@ int device_communicator(int rank, int n, const std::string& group) {
   return 0;
 }
 
+// Rank 1 sets up and then never joins the all-reduce: rank 0's kernel must trap after its
+// timeout, failing the stream instead of spinning forever.
+int missing_peer(int rank, int n, const std::string& group) {
+  RANK_CUDA(cudaSetDevice(rank));
+  auto boot = bootstrap_for(rank, n, group);
+  RANK_CHECK(boot != nullptr, "no bootstrap");
+  CustomAllReduceOptions o;
+  o.rank = rank;
+  o.world_size = n;
+  o.device = rank;
+  o.max_bytes = kMaxBytes;
+  o.timeout_ms = 2000;
+  auto c = CustomAllReduce::create(o, boot.get());
+  RANK_CHECK(c.ok(), "create: %s", c.status().to_string().c_str());
+  if (rank == 0) {
+    cudaStream_t stream;
+    RANK_CUDA(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking));
+    DeviceBuffer d(4096);
+    RANK_OK((*c)->all_reduce_sum(d.p, 1024, DType::kF32, stream));
+    const cudaError_t e = cudaStreamSynchronize(stream);
+    RANK_CHECK(e != cudaSuccess, "an all-reduce without its peer completed");
+    std::fprintf(stderr, "rank 0: the all-reduce without its peer failed as it should: %s\n", cudaGetErrorString(e));
+  }
+  // Keeps rank 1's buffer mapped until rank 0 is done; a broken CUDA context does not matter here.
+  Status s = boot->barrier();
+  RANK_CHECK(s.ok(), "barrier: %s", s.to_string().c_str());
+  std::fflush(nullptr);
+  _exit(0);  // rank 0's CUDA context is broken: skip the destructors' CUDA calls
+}
+
 using Body = int (*)(int, int, const std::string&);
 
 void run_on(int n, Body body, const char* what) {
@@ -332,6 +362,15 @@ TEST(CustomAllReduceTest, AcrossTwoToAllGpus) {
     run_on(n, graph_replay, "graph");
     run_on(n, device_communicator, "devcomm");
   }
+}
+
+TEST(CustomAllReduceTest, AMissingPeerFailsTheKernelInsteadOfHanging) {
+  const int gpus = device_count();
+  if (gpus < 2) {
+    std::fprintf(stderr, "\n*** SKIPPED: %d CUDA device(s); the missing-peer test needs 2 ***\n\n", gpus);
+    GTEST_SKIP() << "fewer than 2 CUDA devices";
+  }
+  run_on(2, missing_peer, "missing");
 }
 
 }  // namespace
