@@ -1,10 +1,11 @@
 #include "dist/device_communicator.h"
 
 #include <algorithm>
-#include <cstdio>
 #include <cstdlib>
 #include <cstring>
 #include <string>
+
+#include "common/log.h"
 
 namespace kvasir::dist {
 
@@ -34,8 +35,8 @@ StatusOr<std::unique_ptr<DeviceCommunicator>> DeviceCommunicator::create(const D
       return custom.status();
     } else {
       // Every rank saw the same outcome (create agrees on it), so all fall back alike.
-      std::fprintf(stderr, "kvasir: rank %d: custom all-reduce unavailable, using NCCL for every collective: %s\n",
-                   o.rank, custom.status().message().c_str());
+      KVASIR_LOG_WARN("rank %d: custom all-reduce unavailable, using NCCL for every collective: %s", o.rank,
+                      custom.status().message().c_str());
     }
   }
   return c;
