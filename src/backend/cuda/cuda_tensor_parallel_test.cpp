@@ -16,6 +16,7 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdio>
+#include <cstdlib>
 #include <cstring>
 #include <random>
 #include <string>
@@ -168,7 +169,12 @@ void compare(const char* config_text, int tp, double max_rel_l2) {
   const auto codes =
       dist::testing::run_ranks(tp, [&](int rank) { return run_rank(config_text, rank, tp, group, split.r + rank); });
   for (int r = 0; r < tp; ++r) ASSERT_EQ(codes[r], 0) << "rank " << r << " of " << tp;
-  for (int r = 0; r < tp; ++r) EXPECT_GT(split.r[r].graph_replays, 0) << "rank " << r << ": no decode graph replayed";
+  // Decode steps replay graphs when the custom all-reduce carries their collectives (NCCL calls
+  // are not captured, so with KVASIR_DISABLE_CUSTOM_ALL_REDUCE set every step runs eagerly).
+  const char* nccl_only = std::getenv("KVASIR_DISABLE_CUSTOM_ALL_REDUCE");
+  if (nccl_only == nullptr || *nccl_only == '\0' || std::strcmp(nccl_only, "0") == 0) {
+    for (int r = 0; r < tp; ++r) EXPECT_GT(split.r[r].graph_replays, 0) << "rank " << r << ": no decode graph replayed";
+  }
   int agree = 0, total = 0, bitwise_steps = 0;
   for (int it = 0; it < kSteps; ++it) {
     bool bitwise = true;
