@@ -203,8 +203,6 @@ class Backend {
     KVASIR_CHECK_MSG(false, (name() + " has no MoE ops").c_str());
   }
 
-  // Optional on-device sampling: one token per row of float32 logits [num_rows, vocab] that live
-  // on this device; only the token ids come back (out_tokens: host [num_rows]).
   // Tensor parallelism on the device: a backend made for one rank of a group holds the group's
   // device communicator (CUDA: CudaBackendOptions) and sums and gathers activations where they
   // live, in its own op order (inside its captured graphs where the message allows). The model
@@ -219,6 +217,8 @@ class Backend {
     KVASIR_CHECK_MSG(false, "this backend has no device communicator");
   }
 
+  // Optional on-device sampling: one token per row of float32 logits [num_rows, vocab] that live
+  // on this device; only the token ids come back (out_tokens: host [num_rows]).
   virtual bool supports_device_sampling() const { return false; }
   virtual Status sample(const Tensor& logits, const DeviceSamplingRow* rows, int num_rows, int32_t* out_tokens) {
     return unimplemented(name() + " has no device sampling");
