@@ -107,6 +107,13 @@ std::vector<Call> size_classes() {
   return calls;
 }
 
+// A host-to-device copy that has landed: cudaMemcpy from pageable memory may return before its
+// DMA finishes, and the calls below run on non-blocking streams that do not wait for it.
+cudaError_t upload(void* dst, const void* src, size_t bytes) {
+  const cudaError_t e = cudaMemcpy(dst, src, bytes, cudaMemcpyHostToDevice);
+  return e != cudaSuccess ? e : cudaDeviceSynchronize();
+}
+
 struct DeviceBuffer {
   void* p = nullptr;
   explicit DeviceBuffer(size_t bytes) { cudaMalloc(&p, std::max<size_t>(bytes, 16)); }
@@ -153,7 +160,7 @@ int every_size_class(int rank, int n, const std::string& group) {
       const auto in = input_bytes(rank, call.count, call.dtype, salt);
       const auto want = expected_sum(n, call.count, call.dtype, salt);
       ++salt;
-      RANK_CUDA(cudaMemcpy(d.at(call.offset_bytes), in.data(), bytes, cudaMemcpyHostToDevice));
+      RANK_CUDA(upload(d.at(call.offset_bytes), in.data(), bytes));
       RANK_OK(car.all_reduce_sum(d.at(call.offset_bytes), call.count, call.dtype, stream));
       RANK_CUDA(cudaStreamSynchronize(stream));
       std::vector<uint8_t> got(bytes);
@@ -172,7 +179,7 @@ int every_size_class(int rank, int n, const std::string& group) {
     DeviceBuffer send(bytes), recv(bytes * n);
     std::vector<uint8_t> mine(bytes);
     for (size_t i = 0; i < bytes; ++i) mine[i] = static_cast<uint8_t>(i * 31 + rank * 7);
-    RANK_CUDA(cudaMemcpy(send.p, mine.data(), bytes, cudaMemcpyHostToDevice));
+    RANK_CUDA(upload(send.p, mine.data(), bytes));
     RANK_OK(car.all_gather(send.p, recv.p, bytes, stream));
     RANK_CUDA(cudaStreamSynchronize(stream));
     std::vector<uint8_t> all(bytes * n);
@@ -223,9 +230,9 @@ int graph_replay(int rank, int n, const std::string& group) {
     const auto in_b = input_bytes(rank, medium, DType::kBF16, salt + 1);
     std::vector<uint8_t> mine(gather_bytes);
     for (size_t i = 0; i < gather_bytes; ++i) mine[i] = static_cast<uint8_t>(i + rank * 13 + replay);
-    RANK_CUDA(cudaMemcpy(a.p, in_a.data(), in_a.size(), cudaMemcpyHostToDevice));
-    RANK_CUDA(cudaMemcpy(b.p, in_b.data(), in_b.size(), cudaMemcpyHostToDevice));
-    RANK_CUDA(cudaMemcpy(send.p, mine.data(), gather_bytes, cudaMemcpyHostToDevice));
+    RANK_CUDA(upload(a.p, in_a.data(), in_a.size()));
+    RANK_CUDA(upload(b.p, in_b.data(), in_b.size()));
+    RANK_CUDA(upload(send.p, mine.data(), gather_bytes));
     RANK_CUDA(cudaGraphLaunch(exec, stream));
     RANK_CUDA(cudaStreamSynchronize(stream));
     std::vector<uint8_t> got_a(in_a.size()), got_b(in_b.size()), all(gather_bytes * n);
@@ -271,7 +278,7 @@ int device_communicator(int rank, int n, const std::string& group) {
       for (int r = 0; r < n; ++r) want[i] += static_cast<float>((i * 7 + r * 3) % 200) - 100.0f;
     }
     DeviceBuffer d(count * 4);
-    RANK_CUDA(cudaMemcpy(d.p, h.data(), count * 4, cudaMemcpyHostToDevice));
+    RANK_CUDA(upload(d.p, h.data(), count * 4));
     RANK_OK(dc.all_reduce_sum(d.p, count, DType::kF32, stream));
     RANK_CUDA(cudaStreamSynchronize(stream));
     RANK_CUDA(cudaMemcpy(got.data(), d.p, count * 4, cudaMemcpyDeviceToHost));
@@ -280,7 +287,7 @@ int device_communicator(int rank, int n, const std::string& group) {
   for (size_t bytes : {size_t{1000}, size_t{100000}}) {  // custom, then NCCL
     DeviceBuffer send(bytes), recv(bytes * n);
     std::vector<uint8_t> mine(bytes, static_cast<uint8_t>(rank + 1)), all(bytes * n);
-    RANK_CUDA(cudaMemcpy(send.p, mine.data(), bytes, cudaMemcpyHostToDevice));
+    RANK_CUDA(upload(send.p, mine.data(), bytes));
     RANK_OK(dc.all_gather(send.p, recv.p, bytes, stream));
     RANK_CUDA(cudaStreamSynchronize(stream));
     RANK_CUDA(cudaMemcpy(all.data(), recv.p, bytes * n, cudaMemcpyDeviceToHost));
