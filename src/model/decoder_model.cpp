@@ -62,7 +62,7 @@ StatusOr<std::unique_ptr<DecoderModel>> DecoderModel::create(const ModelConfig& 
     KVASIR_ASSIGN_OR_RETURN(m->config_, shard_config(config, opts.tp.rank, opts.tp.size));
     m->vocab_ = vocab_shard(config.vocab_size, opts.tp.rank, opts.tp.size);
   }
-  m->stage_ = LayerRange{0, config.num_layers};
+  m->stage_ = LayerRange{0, static_cast<int>(config.num_layers)};
   if (opts.pp.size > 1) {
     const dist::ParallelLayout layout{opts.tp.size, opts.pp.size};
     if (opts.pp.comm == nullptr || opts.pp.comm->world_size() != layout.world_size() ||
@@ -70,7 +70,7 @@ StatusOr<std::unique_ptr<DecoderModel>> DecoderModel::create(const ModelConfig& 
       return invalid_argument("pipeline parallelism needs a communicator of the whole group (tp x pp ranks)");
     // The hidden states and logits move through host memory.
     if (backend.device() != Device::kCpu) return unimplemented("pipeline parallelism runs on the CPU backend only for now");
-    KVASIR_ASSIGN_OR_RETURN(m->stage_, pipeline_stage_layers(config.num_layers, opts.pp.rank, opts.pp.size,
+    KVASIR_ASSIGN_OR_RETURN(m->stage_, pipeline_stage_layers(static_cast<int>(config.num_layers), opts.pp.rank, opts.pp.size,
                                                              opts.layer_partition));
   }
   KVASIR_RETURN_IF_ERROR(m->bind_weights(weights, *family));
@@ -308,7 +308,7 @@ Status DecoderModel::run_layers(const ForwardBatch& batch, KvCache& cache) {
 Status DecoderModel::embed(const ForwardBatch& batch, int row) {
   Workspace& w = *ws_;
   const int T = batch.num_tokens;
-  Tensor x = w.x.slice_rows(row, row + T);
+  Tensor x = w.x.slice_rows(row, T);
   if (opts_.tp.size > 1) {
     // Ids outside this rank's vocabulary rows embed as its zero row; the all-reduce adds the one
     // rank's real row to zeros, which is exact.
@@ -327,7 +327,7 @@ Status DecoderModel::embed(const ForwardBatch& batch, int row) {
 Status DecoderModel::run_stage_layers(const ForwardBatch& batch, int row, KvCache& cache) {
   Workspace& w = *ws_;
   const int T = batch.num_tokens;
-  Tensor x = w.x.slice_rows(row, row + T), h = w.h.slice_rows(row, row + T), o = w.o.slice_rows(row, row + T);
+  Tensor x = w.x.slice_rows(row, T), h = w.h.slice_rows(row, T), o = w.o.slice_rows(row, T);
   BlockScratch scratch{w.q.slice_rows(0, T),    w.k.slice_rows(0, T),    w.v.slice_rows(0, T),
                        w.attn.slice_rows(0, T), w.gate.slice_rows(0, T), w.up.slice_rows(0, T)};
   for (size_t l = 0; l < layers_.size(); ++l) {
@@ -359,7 +359,7 @@ Status DecoderModel::run_pipeline_stage(const ForwardBatch& batch, KvCache& cach
   for (size_t i = 0; i + 1 < bounds.size(); ++i) {
     const ForwardBatch mb = micro_batch(batch, bounds[i], bounds[i + 1], w.micro_qsl.data());
     const int row = batch.attn.query_start_loc[bounds[i]];
-    Tensor x = w.x.slice_rows(row, row + mb.num_tokens);
+    Tensor x = w.x.slice_rows(row, mb.num_tokens);
     const size_t bytes = x.row_bytes() * static_cast<size_t>(mb.num_tokens);
     if (first_stage()) {
       KVASIR_RETURN_IF_ERROR(embed(mb, row));

@@ -55,7 +55,7 @@ StatusOr<LayerRange> pipeline_stage_layers(int num_layers, int rank, int size, c
 
 Status check_pipeline_parallel(const ModelConfig& config, int size, const std::string& partition) {
   for (int rank = 0; rank < size; ++rank)
-    KVASIR_RETURN_IF_ERROR(pipeline_stage_layers(config.num_layers, rank, size, partition).status());
+    KVASIR_RETURN_IF_ERROR(pipeline_stage_layers(static_cast<int>(config.num_layers), rank, size, partition).status());
   return Status();
 }
 
