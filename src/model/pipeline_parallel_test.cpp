@@ -4,7 +4,8 @@
 // matmuls) and the same greedy tokens, every rank the same logits bit for bit. The prompts run
 // together as one batch per step, so each step is cut into micro-batches that cross the stage
 // boundary one after another. Tiny Llama 3, Gemma 3 (tied embeddings: the last stage binds the
-// embedding for its lm_head) and Qwen3-MoE, SmolLM2's Q4_1 GGUF; also the layer split (vLLM's
+// embedding for its lm_head) and Qwen3-MoE, SmolLM2's Q4_1 GGUF, and the families tensor
+// parallelism refuses (DeepSeek-V2's MLA with dense and MoE layers, GPT-OSS); also the layer split (vLLM's
 // get_pp_indices and VLLM_PP_LAYER_PARTITION) and the micro-batch cut on their own.
 #include "model/pipeline_parallel.h"
 
@@ -269,6 +270,15 @@ TEST(PipelineParallelTest, TinyGemma3TwoStagesAndTwoByTwoEqualTheWholeModel) {
 TEST(PipelineParallelTest, TinyQwen3MoeTwoStagesAndTwoByTwoEqualTheWholeModel) {
   expect_pipeline_equals_whole(PipelineRun{tiny("qwen3_moe"), 1, 2, golden_prompts("qwen3_moe"), 8});
   expect_pipeline_equals_whole(PipelineRun{tiny("qwen3_moe"), 2, 2, golden_prompts("qwen3_moe"), 8});
+}
+
+TEST(PipelineParallelTest, FamiliesThatTensorParallelismRefusesSplitIntoStages) {
+  // MLA (its latent cache, dense and MoE layers by index) and GPT-OSS (sinks, alternating sliding
+  // layers): a stage's blocks are the whole model's layers [begin, end) with their own indices.
+  for (const char* name : {"deepseek_v2", "gpt_oss"}) {
+    SCOPED_TRACE(name);
+    expect_pipeline_equals_whole(PipelineRun{tiny(name), 1, 2, golden_prompts(name), 8});
+  }
 }
 
 TEST(PipelineParallelTest, SmolLm2GgufTwoStagesEqualTheWholeModel) {
