@@ -5,8 +5,10 @@
 // together as one batch per step, so each step is cut into micro-batches that cross the stage
 // boundary one after another. Tiny Llama 3, Gemma 3 (tied embeddings: the last stage binds the
 // embedding for its lm_head) and Qwen3-MoE, SmolLM2's Q4_1 GGUF, and the families tensor
-// parallelism refuses (DeepSeek-V2's MLA with dense and MoE layers, GPT-OSS); also the layer split (vLLM's
-// get_pp_indices and VLLM_PP_LAYER_PARTITION) and the micro-batch cut on their own.
+// parallelism refuses (DeepSeek-V2's MLA with dense and MoE layers, GPT-OSS); 3 and 4 stages (middle
+// stages with neither embedding nor head) and VLLM_PP_LAYER_PARTITION. Also which tensors a stage
+// reads and the KV bytes it needs per block, the layer split (vLLM's get_pp_indices) and the
+// micro-batch cut on their own.
 #include "model/pipeline_parallel.h"
 
 #include <sys/mman.h>
@@ -53,6 +55,7 @@ struct PipelineRun {
   int pp = 2;
   std::vector<std::vector<int32_t>> prompts;
   int decode_steps = 8;
+  std::string layer_partition;  // VLLM_PP_LAYER_PARTITION; empty: vLLM's even split
 };
 
 constexpr int kMaxBlocksPerSeq = 8;  // 128 tokens a sequence
@@ -76,6 +79,7 @@ Status generate_batched(const PipelineRun& run, TensorParallelGroup tp, Pipeline
   mo.max_num_logits = n;
   mo.tp = tp;
   mo.pp = pp;
+  mo.layer_partition = run.layer_partition;
   KVASIR_ASSIGN_OR_RETURN(auto model, DecoderModel::create(config, *weights, backend, mo));
   KVASIR_ASSIGN_OR_RETURN(KvCache cache, model->allocate_kv_cache(n * kMaxBlocksPerSeq, kBlockSize));
   std::vector<std::vector<int32_t>> seqs = run.prompts;
@@ -267,6 +271,14 @@ TEST(PipelineParallelTest, TinyGemma3TwoStagesAndTwoByTwoEqualTheWholeModel) {
   expect_pipeline_equals_whole(PipelineRun{tiny("gemma3") + "/model.gguf", 2, 2, golden_prompts("gemma3"), 8});
 }
 
+TEST(PipelineParallelTest, TinyGemma3ThreeAndFourStagesEqualTheWholeModel) {
+  // Middle stages hold neither the embedding nor the head; an uneven partition as asked.
+  const auto prompts = golden_prompts("gemma3");
+  expect_pipeline_equals_whole(PipelineRun{tiny("gemma3"), 1, 3, prompts, 8});
+  expect_pipeline_equals_whole(PipelineRun{tiny("gemma3"), 1, 4, prompts, 8, "1,2,2,1"});
+  expect_pipeline_equals_whole(PipelineRun{tiny("gemma3"), 1, 3, prompts, 8, "4,1,1"});
+}
+
 TEST(PipelineParallelTest, TinyQwen3MoeTwoStagesAndTwoByTwoEqualTheWholeModel) {
   expect_pipeline_equals_whole(PipelineRun{tiny("qwen3_moe"), 1, 2, golden_prompts("qwen3_moe"), 8});
   expect_pipeline_equals_whole(PipelineRun{tiny("qwen3_moe"), 2, 2, golden_prompts("qwen3_moe"), 8});
@@ -285,6 +297,109 @@ TEST(PipelineParallelTest, SmolLm2GgufTwoStagesEqualTheWholeModel) {
   if (access(kSmolLm2.c_str(), R_OK) != 0) GTEST_SKIP() << kSmolLm2 << " is not here (scripts/fetch_models.sh)";
   // Its tokenizer's ids of "The capital of France is" and "def fib(n):" (any ids do).
   expect_pipeline_equals_whole(PipelineRun{kSmolLm2, 1, 2, {{504, 3575, 282, 4649, 314}, {1489, 28804, 30, 94, 3733}}, 6});
+}
+
+// Records which tensors a model reads.
+class RecordingSource final : public WeightSource {
+ public:
+  explicit RecordingSource(std::unique_ptr<WeightSource> inner) : inner_(std::move(inner)) {}
+  WeightFormat format() const override { return inner_->format(); }
+  const std::string& path() const override { return inner_->path(); }
+  std::vector<std::string> tensor_names() const override { return inner_->tensor_names(); }
+  bool has_tensor(std::string_view name) const override { return inner_->has_tensor(name); }
+  StatusOr<WeightTensor> tensor(std::string_view name) const override {
+    read.emplace_back(name);
+    return inner_->tensor(name);
+  }
+  const GgufFile* gguf() const override { return inner_->gguf(); }
+  mutable std::vector<std::string> read;
+
+ private:
+  std::unique_ptr<WeightSource> inner_;
+};
+
+// A group member for loading alone: a stage's model is built and its cache sized without a word
+// between the ranks, so any collective here is a bug.
+class NoTrafficCommunicator final : public dist::Communicator {
+ public:
+  NoTrafficCommunicator(int rank, int size) : rank_(rank), size_(size) {}
+  int rank() const override { return rank_; }
+  int world_size() const override { return size_; }
+  Status all_reduce_sum(void*, size_t, DType) override { return fail(); }
+  Status all_gather(const void*, void*, size_t) override { return fail(); }
+  Status reduce_scatter_sum(const void*, void*, size_t, DType) override { return fail(); }
+  Status broadcast(void*, size_t, int) override { return fail(); }
+  Status send(const void*, size_t, int) override { return fail(); }
+  Status recv(void*, size_t, int) override { return fail(); }
+  Status barrier() override { return fail(); }
+
+ private:
+  static Status fail() {
+    ADD_FAILURE() << "no communication while loading";
+    return internal_error("no communication while loading");
+  }
+  int rank_, size_;
+};
+
+struct StageLoad {
+  std::vector<std::string> read;
+  size_t kv_bytes_per_block = 0;
+};
+
+StageLoad load_stage(const std::string& path, int stage, int stages) {
+  StageLoad out;
+  auto inner = open_weights(path);
+  EXPECT_TRUE(inner.ok());
+  if (!inner.ok()) return out;
+  RecordingSource src(std::move(inner).value());
+  auto config = load_model_config(src);
+  EXPECT_TRUE(config.ok());
+  CpuBackend backend(CpuBackendOptions{});
+  NoTrafficCommunicator comm(stage, stages);
+  ModelOptions mo;
+  mo.max_num_tokens = 16;
+  mo.max_num_logits = 1;
+  if (stages > 1) mo.pp = PipelineParallelGroup{stage, stages, &comm};
+  src.read.clear();
+  auto model = DecoderModel::create(*config, src, backend, mo);
+  EXPECT_TRUE(model.ok()) << model.status().to_string();
+  if (!model.ok()) return out;
+  out.read = src.read;
+  out.kv_bytes_per_block = (*model)->kv_cache_bytes_per_block(16);
+  return out;
+}
+
+bool any_starts_with(const std::vector<std::string>& names, const std::string& prefix) {
+  return std::any_of(names.begin(), names.end(), [&](const std::string& n) { return n.rfind(prefix, 0) == 0; });
+}
+
+TEST(PipelineParallelTest, AStageReadsOnlyItsWeightsAndCachesOnlyItsLayers) {
+  // Tiny Llama 3 (HF names; its own lm_head): layer 0 on stage 0, layer 1 on stage 1.
+  const StageLoad whole = load_stage(tiny("llama3"), 0, 1);
+  const StageLoad first = load_stage(tiny("llama3"), 0, 2), last = load_stage(tiny("llama3"), 1, 2);
+  EXPECT_TRUE(any_starts_with(first.read, "model.layers.0."));
+  EXPECT_FALSE(any_starts_with(first.read, "model.layers.1."));
+  EXPECT_TRUE(any_starts_with(first.read, "model.embed_tokens"));
+  EXPECT_FALSE(any_starts_with(first.read, "lm_head"));
+  EXPECT_FALSE(any_starts_with(first.read, "model.norm"));
+  EXPECT_TRUE(any_starts_with(last.read, "model.layers.1."));
+  EXPECT_FALSE(any_starts_with(last.read, "model.layers.0."));
+  EXPECT_FALSE(any_starts_with(last.read, "model.embed_tokens"));
+  EXPECT_TRUE(any_starts_with(last.read, "lm_head"));
+  EXPECT_TRUE(any_starts_with(last.read, "model.norm"));
+  // Each stage's KV cache holds its own layer: half the bytes per block, twice the blocks.
+  EXPECT_EQ(first.kv_bytes_per_block * 2, whole.kv_bytes_per_block);
+  EXPECT_EQ(last.kv_bytes_per_block * 2, whole.kv_bytes_per_block);
+  // Tiny Gemma 3 ties lm_head to the embedding: the last stage reads the embedding for it.
+  const StageLoad tied_last = load_stage(tiny("gemma3"), 1, 2);
+  EXPECT_TRUE(any_starts_with(tied_last.read, "model.embed_tokens"));
+  EXPECT_FALSE(any_starts_with(tied_last.read, "model.layers.0."));
+  EXPECT_TRUE(any_starts_with(tied_last.read, "model.layers.5."));
+  const StageLoad middle = load_stage(tiny("gemma3"), 1, 3);
+  EXPECT_FALSE(any_starts_with(middle.read, "model.embed_tokens"));
+  EXPECT_FALSE(any_starts_with(middle.read, "model.norm"));
+  EXPECT_TRUE(any_starts_with(middle.read, "model.layers.2."));
+  EXPECT_FALSE(any_starts_with(middle.read, "model.layers.4."));
 }
 
 TEST(PipelineParallelTest, MoreStagesThanLayersAreRefused) {
