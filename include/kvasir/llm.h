@@ -70,8 +70,8 @@ class LLM {
   std::unique_ptr<LoadedModel> model_;
   struct KvHolder;
   std::unique_ptr<KvHolder> kv_;
-  // More than one rank (tensor x pipeline parallel): the whole group's communicator and the worker processes; outlives engine_,
-  // whose BroadcastingWorker stops the workers when it goes.
+  // More than one rank (tensor x pipeline parallel): the whole group's communicator and the
+  // worker processes; outlives engine_, whose BroadcastingWorker stops the workers when it goes.
   std::unique_ptr<TensorParallelProcesses> tp_;
   std::unique_ptr<Engine> engine_;
   int num_kv_blocks_ = 0;
