@@ -69,9 +69,10 @@ StatusOr<std::unique_ptr<DecoderModel>> DecoderModel::create(const ModelConfig& 
         opts.pp.comm->rank() != layout.rank(opts.pp.rank, opts.tp.rank))
       return invalid_argument("pipeline parallelism needs a communicator of the whole group (tp x pp ranks)");
     // The hidden states and logits move through host memory.
-    if (backend.device() != Device::kCpu) return unimplemented("pipeline parallelism runs on the CPU backend only for now");
-    KVASIR_ASSIGN_OR_RETURN(m->stage_, pipeline_stage_layers(static_cast<int>(config.num_layers), opts.pp.rank, opts.pp.size,
-                                                             opts.layer_partition));
+    if (backend.device() != Device::kCpu)
+      return unimplemented("pipeline parallelism runs on the CPU backend only for now");
+    KVASIR_ASSIGN_OR_RETURN(m->stage_, pipeline_stage_layers(static_cast<int>(config.num_layers), opts.pp.rank,
+                                                             opts.pp.size, opts.layer_partition));
   }
   KVASIR_RETURN_IF_ERROR(m->bind_weights(weights, *family));
   KVASIR_RETURN_IF_ERROR(m->allocate_workspace());
@@ -390,8 +391,9 @@ StatusOr<Tensor> DecoderModel::compute_logits_on_device(const int32_t* rows, int
     // Only the last stage has the final norm and lm_head; every rank gets its logits, so every
     // rank's runner samples the same tokens (as under tensor parallelism).
     if (last_stage()) KVASIR_RETURN_IF_ERROR(project_logits(rows, num_rows, out));
-    KVASIR_RETURN_IF_ERROR(opts_.pp.comm->broadcast(out.data, static_cast<size_t>(out.numel()) * sizeof(float),
-                                                    dist::ParallelLayout{opts_.tp.size, opts_.pp.size}.rank(opts_.pp.size - 1, 0)));
+    const int last_stage_root = dist::ParallelLayout{opts_.tp.size, opts_.pp.size}.rank(opts_.pp.size - 1, 0);
+    KVASIR_RETURN_IF_ERROR(
+        opts_.pp.comm->broadcast(out.data, static_cast<size_t>(out.numel()) * sizeof(float), last_stage_root));
     return out;
   }
   KVASIR_RETURN_IF_ERROR(project_logits(rows, num_rows, out));
