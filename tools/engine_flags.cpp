@@ -141,14 +141,12 @@ StatusOr<EngineArgs> engine_args_from(const Args& a) {
   KVASIR_ASSIGN_OR_RETURN(int64_t pp, a.get_int("pipeline-parallel-size", 1));
   if (pp < 1 || pp > 64) return invalid_argument("--pipeline-parallel-size must be in [1, 64]");
   e.pipeline_parallel_size = static_cast<int>(pp);
-  for (const char* flag : {"data-parallel-size"}) {
-    KVASIR_ASSIGN_OR_RETURN(int64_t n, a.get_int(flag, 1));
-    if (n < 1) return invalid_argument(std::string("--") + flag + " must be at least 1");
-    if (n > 1) {
-      return unimplemented(std::string("--") + flag + " " + std::to_string(n) +
-                           ": data parallelism is not supported yet; --tensor-parallel-size and "
-                           "--pipeline-parallel-size split a model");
-    }
+  KVASIR_ASSIGN_OR_RETURN(int64_t dp, a.get_int("data-parallel-size", 1));
+  if (dp < 1) return invalid_argument("--data-parallel-size must be at least 1");
+  if (dp > 1) {
+    return unimplemented("--data-parallel-size " + std::to_string(dp) +
+                         ": data parallelism is not supported yet; --tensor-parallel-size and "
+                         "--pipeline-parallel-size split a model");
   }
   if (a.get_bool("enable-expert-parallel", false)) {
     return unimplemented("--enable-expert-parallel is not supported yet; --tensor-parallel-size slices every "
