@@ -4,6 +4,8 @@ equal the unsplit server's token for token, and a SIGTERM stops both; Gemma 3 as
 tensor-parallel ranks likewise. A stage-1 worker killed mid-stream ends every live request with an
 error naming it, turns /health to 503 within a second, and the server exits non-zero by itself (the
 tensor-parallel fault path). More stages than layers are refused before any worker starts.
+`kvasir generate` with seeded sampling, logprobs, and ngram speculation or async scheduling gives
+one stage's output byte for byte.
 """
 import os
 import signal
@@ -138,3 +140,31 @@ def test_help_documents_pipeline_parallelism():
     text = p.stdout + p.stderr
     assert "--pipeline-parallel-size N" in text and "micro-batches" in text and "not supported yet" not in \
         text.split("--pipeline-parallel-size N")[1].split("--data-parallel-size")[0]
+
+
+
+def test_generate_with_sampling_logprobs_speculation_or_async_scheduling_equals_one_stage(tmp_path):
+    """`kvasir generate` through the same launch: seeded sampling, logprobs and prompt logprobs
+    (several logits calls per step), with ngram speculation (several logits rows per sequence) or
+    with async scheduling, give one stage's output byte for byte."""
+    import subprocess
+    from conftest import MODEL, kvasir_bin
+    prompts = tmp_path / "in.jsonl"
+    prompts.write_text(
+        '{"prompt": "1 2 3 4 5 6 7 8 1 2 3 4 5 6 7 8 1 2 3", "logprobs": 2, "prompt_logprobs": 1}\n'
+        '{"prompt": "def fibonacci(n):", "temperature": 0.8, "seed": 5}\n'
+        '{"prompt": "Once upon a time", "temperature": 0.7}\n')
+    spec = ["--speculative-config", '{"method": "ngram", "num_speculative_tokens": 3, "prompt_lookup_max": 3}']
+
+    def generate(*extra):
+        out = tmp_path / "out.jsonl"
+        p = subprocess.run([kvasir_bin(), "generate", "--model", MODEL, "--input", str(prompts), "--output", str(out),
+                            "--max-tokens", "24", "--seed", "3", *FLAGS, *extra],
+                           capture_output=True, text=True, timeout=240)
+        assert p.returncode == 0, p.stderr[-2000:]
+        return out.read_text()
+
+    for mode in (spec, ["--async-scheduling"]):
+        want = generate(*mode)
+        assert want.count("\n") == 3
+        assert generate("--pipeline-parallel-size", "2", *mode) == want, mode
