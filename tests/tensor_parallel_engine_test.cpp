@@ -3,7 +3,9 @@
 // (experts sharded) behind the real executor seam: rank 0 runs the Engine with a
 // BroadcastingWorker, the others run serve_steps over their own ModelRunner. Greedy tokens of a
 // batch of prompts equal TP=1's; a worker killed mid-generation ends every live request with an
-// error and the group exits (no hang).
+// error and the group exits (no hang). Pipeline parallelism the same way: SmolLM2 in 2 stages,
+// the tiny Qwen3-MoE in 2 stages of 2 tensor-parallel ranks (dist/parallel_layout.h order), a
+// killed stage-1 worker.
 #include <signal.h>
 #include <sys/mman.h>
 
@@ -15,6 +17,7 @@
 #include <gtest/gtest.h>
 
 #include "dist/communicator_test_util.h"
+#include "dist/parallel_layout.h"
 #include "dist/shm_communicator.h"
 #include "engine/engine.h"
 #include "executor/step_broadcast.h"
@@ -59,18 +62,27 @@ std::vector<int32_t> prompt_of(int i, int64_t vocab) {
 }
 
 // One rank's life: load its shard, then either drive the engine (rank 0) or serve steps.
-int run_rank(const std::string& path, int rank, int tp, const std::string& group, int die_rank, int die_at,
-             Result* out) {
-  std::unique_ptr<dist::ShmCommunicator> comm;
-  if (tp > 1) {
+int run_rank(const std::string& path, int rank, dist::ParallelLayout layout, const std::string& group, int die_rank,
+             int die_at, Result* out) {
+  auto join = [](const std::string& id, int rank, int size) {
     dist::ShmCommunicatorOptions o;
-    o.group_id = group;
+    o.group_id = id;
     o.rank = rank;
-    o.world_size = tp;
+    o.world_size = size;
     o.timeout_ms = 30'000;
-    auto c = dist::ShmCommunicator::create(o);
+    return dist::ShmCommunicator::create(o);
+  };
+  // The whole group's communicator, and with both kinds of parallelism the stage's own.
+  std::unique_ptr<dist::ShmCommunicator> comm, stage_comm;
+  if (layout.world_size() > 1) {
+    auto c = join(group, rank, layout.world_size());
     if (!c.ok()) return std::fprintf(stderr, "rank %d: %s\n", rank, c.status().to_string().c_str()), 3;
     comm = std::move(c).value();
+  }
+  if (layout.pipeline_parallel > 1 && layout.tensor_parallel > 1) {
+    auto c = join(group + "-stage" + std::to_string(layout.pp_rank(rank)), layout.tp_rank(rank), layout.tensor_parallel);
+    if (!c.ok()) return std::fprintf(stderr, "rank %d: %s\n", rank, c.status().to_string().c_str()), 3;
+    stage_comm = std::move(c).value();
   }
   LoadOptions lo;
   lo.device = "cpu";
@@ -78,7 +90,12 @@ int run_rank(const std::string& path, int rank, int tp, const std::string& group
   lo.exact_matmul = true;  // reduction order is then the only difference between TP and not
   lo.model.max_num_tokens = 256;
   lo.model.max_num_logits = 16;
-  lo.model.tp = TensorParallelGroup{rank, tp, comm.get()};
+  if (layout.pipeline_parallel > 1) {
+    lo.model.tp = TensorParallelGroup{layout.tp_rank(rank), layout.tensor_parallel, stage_comm.get()};
+    lo.model.pp = PipelineParallelGroup{layout.pp_rank(rank), layout.pipeline_parallel, comm.get()};
+  } else {
+    lo.model.tp = TensorParallelGroup{rank, layout.tensor_parallel, comm.get()};
+  }
   auto m = load_model(path, lo);
   if (!m.ok()) return std::fprintf(stderr, "rank %d: %s\n", rank, m.status().to_string().c_str()), 3;
   // Every rank sizes its cache alike: the scheduler's block ids index each rank's own cache.
@@ -96,7 +113,7 @@ int run_rank(const std::string& path, int rank, int tp, const std::string& group
     if (!s.ok()) std::fprintf(stderr, "rank %d ended: %s\n", rank, s.to_string().c_str());
     return s.ok() ? 0 : 2;
   }
-  if (tp > 1) worker = std::make_unique<BroadcastingWorker>(*comm, std::move(worker));
+  if (comm) worker = std::make_unique<BroadcastingWorker>(*comm, std::move(worker));
   EngineOptions eo;
   eo.scheduler.max_num_seqs = 16;
   eo.scheduler.max_num_batched_tokens = 256;
@@ -138,14 +155,16 @@ struct Shared {
   ~Shared() { munmap(r, sizeof(Result)); }
 };
 
-void expect_split_greedy_equals_whole(const std::string& path, int tp) {
+void expect_split_greedy_equals_whole(const std::string& path, int tp, int pp = 1) {
   Shared whole, split;
-  const auto one = dist::testing::run_ranks(1, [&](int rank) { return run_rank(path, rank, 1, "", -1, -1, whole.r); });
+  const auto one =
+      dist::testing::run_ranks(1, [&](int rank) { return run_rank(path, rank, {1, 1}, "", -1, -1, whole.r); });
   ASSERT_EQ(one[0], 0);
-  const std::string group = "tp-engine-" + std::to_string(getpid()) + "-" + std::to_string(tp);
-  const auto codes =
-      dist::testing::run_ranks(tp, [&](int rank) { return run_rank(path, rank, tp, group, -1, -1, split.r); });
-  for (int r = 0; r < tp; ++r) EXPECT_EQ(codes[r], 0) << "rank " << r;
+  const dist::ParallelLayout layout{tp, pp};
+  const std::string group = "tp-engine-" + std::to_string(getpid()) + "-" + std::to_string(tp) + "x" + std::to_string(pp);
+  const auto codes = dist::testing::run_ranks(layout.world_size(),
+                                              [&](int rank) { return run_rank(path, rank, layout, group, -1, -1, split.r); });
+  for (int r = 0; r < layout.world_size(); ++r) EXPECT_EQ(codes[r], 0) << "rank " << r;
   for (int i = 0; i < kPrompts; ++i) {
     EXPECT_STREQ(split.r->finish_reason[i], "length") << split.r->error[i];
     ASSERT_EQ(whole.r->num_tokens[i], kMaxTokens);
@@ -170,13 +189,38 @@ TEST(TensorParallelEngineTest, AWorkerKilledMidGenerationEndsEveryRequestWithAnE
   Shared split;
   const std::string group = "tp-engine-kill-" + std::to_string(getpid());
   const auto codes = dist::testing::run_ranks(
-      3, [&](int rank) { return run_rank(kSmolLm2, rank, 3, group, 2, 4, split.r); }, std::chrono::seconds(60));
+      3, [&](int rank) { return run_rank(kSmolLm2, rank, {3, 1}, group, 2, 4, split.r); }, std::chrono::seconds(60));
   EXPECT_EQ(codes[0], 0) << "rank 0 must end its requests and exit, not hang";
   EXPECT_EQ(codes[1], 2) << "the surviving worker ends with an error";
   EXPECT_EQ(codes[2], 128 + SIGKILL);
   for (int i = 0; i < kPrompts; ++i) {
     EXPECT_STREQ(split.r->finish_reason[i], "error") << "prompt " << i;
     EXPECT_NE(std::string(split.r->error[i]).find("rank 2"), std::string::npos) << split.r->error[i];
+    EXPECT_LT(split.r->num_tokens[i], kMaxTokens);
+  }
+}
+
+TEST(PipelineParallelEngineTest, SmolLm2TwoStagesGreedyEqualsOneRank) {
+  if (access(kSmolLm2.c_str(), R_OK) != 0) GTEST_SKIP() << kSmolLm2 << " is not here (scripts/fetch_models.sh)";
+  expect_split_greedy_equals_whole(kSmolLm2, 1, 2);
+}
+
+TEST(PipelineParallelEngineTest, TinyQwen3MoeTwoStagesOfTwoRanksGreedyEqualsOneRank) {
+  expect_split_greedy_equals_whole(kTinyMoe, 1, 2);
+  expect_split_greedy_equals_whole(kTinyMoe, 2, 2);
+}
+
+TEST(PipelineParallelEngineTest, AStageOneWorkerKilledMidGenerationEndsEveryRequestWithAnError) {
+  if (access(kSmolLm2.c_str(), R_OK) != 0) GTEST_SKIP() << kSmolLm2 << " is not here (scripts/fetch_models.sh)";
+  Shared split;
+  const std::string group = "pp-engine-kill-" + std::to_string(getpid());
+  const auto codes = dist::testing::run_ranks(
+      2, [&](int rank) { return run_rank(kSmolLm2, rank, {1, 2}, group, 1, 4, split.r); }, std::chrono::seconds(60));
+  EXPECT_EQ(codes[0], 0) << "rank 0 must end its requests and exit, not hang";
+  EXPECT_EQ(codes[1], 128 + SIGKILL);
+  for (int i = 0; i < kPrompts; ++i) {
+    EXPECT_STREQ(split.r->finish_reason[i], "error") << "prompt " << i;
+    EXPECT_NE(std::string(split.r->error[i]).find("rank 1"), std::string::npos) << split.r->error[i];
     EXPECT_LT(split.r->num_tokens[i], kMaxTokens);
   }
 }

@@ -320,9 +320,10 @@ int cmd_bench(int argc, char** argv) {
   }
   // A tensor-parallel worker started by rank 0 (this same command line): only steps.
   if (auto rank = tensor_parallel_worker_rank()) return run_tensor_parallel_worker(*ea, *rank);
-  if (which == "latency" && ea->tensor_parallel_size > 1) {
+  if (which == "latency" && ea->parallel_layout().world_size() > 1) {
     // It drives one model directly, without the engine that the workers follow.
-    std::fprintf(stderr, "kvasir bench latency: --tensor-parallel-size is not supported; use bench throughput\n");
+    std::fprintf(stderr, "kvasir bench latency: --tensor-parallel-size and --pipeline-parallel-size are not "
+                         "supported; use bench throughput\n");
     return 2;
   }
   if (which == "latency") return bench_latency(*args, *ea);

@@ -146,7 +146,7 @@ int cmd_serve(int argc, char** argv) {
   const bool v6 = host.find(':') != std::string::npos;
   KVASIR_LOG_INFO("Kvasir OpenAI-compatible server ready at http://%s%s%s:%d (Ctrl-C to stop)", v6 ? "[" : "", host.c_str(),
                   v6 ? "]" : "", app.port());
-  const bool tensor_parallel = cfg->engine.tensor_parallel_size > 1;
+  const bool tensor_parallel = cfg->engine.parallel_layout().world_size() > 1;  // tensor or pipeline
   while (!take_signal(set, tensor_parallel ? 100 : 1000)) {
     // A tensor-parallel group that lost a rank cannot step again (its workers are gone): the live
     // requests already got their error and /health its 503; give clients a moment to see that,

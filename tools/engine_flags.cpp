@@ -65,7 +65,13 @@ std::string engine_flags_help() {
          "                               one after the MLP (default 1). Llama, Mistral, Qwen2/3, Gemma 2/3,\n"
          "                               Phi-3, Mixtral, Qwen2-MoE and Qwen3-MoE; other families (DeepSeek's\n"
          "                               MLA, GPT-OSS) are refused by name before any worker starts\n"
-         "  --pipeline-parallel-size N   split the layers into N stages (default 1; > 1 not supported yet)\n"
+         "  --pipeline-parallel-size N   split the layers into N contiguous stages (vLLM's split, or\n"
+         "                               $VLLM_PP_LAYER_PARTITION \"a,b,..\"), each of --tensor-parallel-size\n"
+         "                               ranks (N x TP processes); a stage loads only its layers' weights\n"
+         "                               and KV cache; each step runs as up to N micro-batches of whole\n"
+         "                               sequences so the stages overlap; the last stage's logits go to\n"
+         "                               every rank (default 1). Every family (DeepSeek and GPT-OSS with\n"
+         "                               --tensor-parallel-size 1); fewer layers than N is refused\n"
          "  --data-parallel-size N       N engine replicas behind this server (default 1; > 1 not supported\n"
          "                               yet)\n"
          "  --enable-expert-parallel     MoE experts spread over the ranks instead of sliced (not supported\n"
@@ -133,14 +139,15 @@ StatusOr<EngineArgs> engine_args_from(const Args& a) {
   KVASIR_ASSIGN_OR_RETURN(int64_t tp, a.get_int("tensor-parallel-size", 1));
   if (tp < 1 || tp > 64) return invalid_argument("--tensor-parallel-size must be in [1, 64]");
   e.tensor_parallel_size = static_cast<int>(tp);
-  for (const char* flag : {"pipeline-parallel-size", "data-parallel-size"}) {
-    KVASIR_ASSIGN_OR_RETURN(int64_t n, a.get_int(flag, 1));
-    if (n < 1) return invalid_argument(std::string("--") + flag + " must be at least 1");
-    if (n > 1) {
-      return unimplemented(std::string("--") + flag + " " + std::to_string(n) + ": " +
-                           (flag[0] == 'p' ? "pipeline" : "data") +
-                           " parallelism is not supported yet; only --tensor-parallel-size splits a model");
-    }
+  KVASIR_ASSIGN_OR_RETURN(int64_t pp, a.get_int("pipeline-parallel-size", 1));
+  if (pp < 1 || pp > 64) return invalid_argument("--pipeline-parallel-size must be in [1, 64]");
+  e.pipeline_parallel_size = static_cast<int>(pp);
+  KVASIR_ASSIGN_OR_RETURN(int64_t dp, a.get_int("data-parallel-size", 1));
+  if (dp < 1) return invalid_argument("--data-parallel-size must be at least 1");
+  if (dp > 1) {
+    return unimplemented("--data-parallel-size " + std::to_string(dp) +
+                         ": data parallelism is not supported yet; --tensor-parallel-size and "
+                         "--pipeline-parallel-size split a model");
   }
   if (a.get_bool("enable-expert-parallel", false)) {
     return unimplemented("--enable-expert-parallel is not supported yet; --tensor-parallel-size slices every "

@@ -44,6 +44,9 @@ struct GenerationResult {
 };
 
 struct TensorParallelProcesses;
+namespace dist {
+class Communicator;
+}
 
 class LLM {
  public:
@@ -61,11 +64,14 @@ class LLM {
 
  private:
   LLM() = default;
+  // --pipeline-parallel-size and --tensor-parallel-size both > 1: rank 0's stage's own
+  // tensor-parallel group; outlives model_, which uses it.
+  std::unique_ptr<dist::Communicator> stage_comm_;
   std::unique_ptr<LoadedModel> model_;
   struct KvHolder;
   std::unique_ptr<KvHolder> kv_;
-  // --tensor-parallel-size > 1: the communicator and the worker processes; outlives engine_,
-  // whose BroadcastingWorker stops the workers when it goes.
+  // More than one rank (tensor x pipeline parallel): the whole group's communicator and the
+  // worker processes; outlives engine_, whose BroadcastingWorker stops the workers when it goes.
   std::unique_ptr<TensorParallelProcesses> tp_;
   std::unique_ptr<Engine> engine_;
   int num_kv_blocks_ = 0;

@@ -30,13 +30,16 @@ LLM::~LLM() {
 StatusOr<std::unique_ptr<LLM>> LLM::create(const EngineArgs& args) {
   KVASIR_RETURN_IF_ERROR(args.validate());
   std::unique_ptr<LLM> llm(new LLM());
-  if (args.tensor_parallel_size > 1) {
+  if (args.parallel_layout().world_size() > 1) {
     if (tensor_parallel_worker_rank())
       return internal_error("a tensor-parallel worker must run run_tensor_parallel_worker, not serve");
-    KVASIR_RETURN_IF_ERROR(check_tensor_parallel_model(args));  // before any worker starts
-    KVASIR_ASSIGN_OR_RETURN(llm->tp_, start_tensor_parallel_group(args.tensor_parallel_size));
+    // Before any worker starts.
+    KVASIR_RETURN_IF_ERROR(check_tensor_parallel_model(args));
+    KVASIR_RETURN_IF_ERROR(check_pipeline_parallel_model(args));
+    KVASIR_ASSIGN_OR_RETURN(llm->tp_, start_tensor_parallel_group(args.parallel_layout().world_size()));
   }
   KVASIR_ASSIGN_OR_RETURN(RankSetup setup, set_up_rank(args, llm->tp_.get()));
+  llm->stage_comm_ = std::move(setup.stage_comm);
   llm->model_ = std::move(setup.model);
   const ModelConfig& cfg = llm->model_->config;
   llm->max_model_len_ = setup.max_model_len;

@@ -1,6 +1,13 @@
 #include "api/rank_setup.h"
 
+#include <unistd.h>
+
+#include <chrono>
+#include <cstdlib>
+
+#include "dist/shm_communicator.h"
 #include "loader/weight_source.h"
+#include "model/pipeline_parallel.h"
 #include "model/registry.h"
 #include "model/tensor_parallel.h"
 #include "setup/kv_cache_sizing.h"
@@ -23,10 +30,63 @@ Status check_tensor_parallel_model(const EngineArgs& args) {
   return Status(s.code(), "--tensor-parallel-size " + std::to_string(args.tensor_parallel_size) + ": " + s.message());
 }
 
+std::string pipeline_layer_partition() {
+  const char* p = std::getenv("VLLM_PP_LAYER_PARTITION");
+  return p == nullptr ? std::string() : std::string(p);
+}
+
+Status check_pipeline_parallel_model(const EngineArgs& args) {
+  // With --load-format dummy each rank's DecoderModel::create says it instead.
+  if (args.pipeline_parallel_size <= 1 || args.load_format != "auto") return Status();
+  // A checkpoint or config that cannot be read is rank 0's load to report, with its own message.
+  auto weights = open_weights(args.model.empty() ? default_model_path() : args.model);
+  if (!weights.ok()) return Status();
+  auto config = load_model_config(**weights);
+  if (!config.ok()) return Status();
+  const Status s = check_pipeline_parallel(*config, args.pipeline_parallel_size, pipeline_layer_partition());
+  if (s.ok()) return s;
+  return Status(s.code(), "--pipeline-parallel-size " + std::to_string(args.pipeline_parallel_size) + ": " + s.message());
+}
+
+namespace {
+
+// Every stage's ranks join a shared-memory group of their own for their tensor-parallel
+// collectives; rank 0 names the groups (one nonce broadcast over the whole group).
+StatusOr<std::unique_ptr<dist::Communicator>> join_stage_group(dist::Communicator& world,
+                                                               const dist::ParallelLayout& layout) {
+  uint64_t nonce = 0;
+  if (world.rank() == 0)
+    nonce = static_cast<uint64_t>(getpid()) * 1'000'003u +
+            static_cast<uint64_t>(std::chrono::steady_clock::now().time_since_epoch().count());
+  KVASIR_RETURN_IF_ERROR(world.broadcast(&nonce, sizeof(nonce), 0));
+  dist::ShmCommunicatorOptions o;
+  o.group_id = "pp-" + std::to_string(nonce) + "-stage" + std::to_string(layout.pp_rank(world.rank()));
+  o.rank = layout.tp_rank(world.rank());
+  o.world_size = layout.tensor_parallel;
+  KVASIR_ASSIGN_OR_RETURN(auto c, dist::ShmCommunicator::create(o));
+  return std::unique_ptr<dist::Communicator>(std::move(c));
+}
+
+}  // namespace
+
 StatusOr<RankSetup> set_up_rank(const EngineArgs& args, TensorParallelProcesses* tp) {
   RankSetup r;
   LoadOptions lo = LoadOptions::from(args);
-  if (tp != nullptr) lo.model.tp = TensorParallelGroup{tp->comm->rank(), tp->comm->world_size(), tp->comm.get()};
+  const dist::ParallelLayout layout = args.parallel_layout();
+  if (tp != nullptr && tp->comm->world_size() != layout.world_size())
+    return internal_error("the group has " + std::to_string(tp->comm->world_size()) + " ranks, the layout " +
+                          std::to_string(layout.world_size()));
+  if (tp != nullptr && layout.pipeline_parallel > 1) {
+    dist::Communicator& world = *tp->comm;
+    lo.model.pp = PipelineParallelGroup{layout.pp_rank(world.rank()), layout.pipeline_parallel, &world};
+    lo.model.layer_partition = pipeline_layer_partition();
+    if (layout.tensor_parallel > 1) {
+      KVASIR_ASSIGN_OR_RETURN(r.stage_comm, join_stage_group(world, layout));
+      lo.model.tp = TensorParallelGroup{layout.tp_rank(world.rank()), layout.tensor_parallel, r.stage_comm.get()};
+    }
+  } else if (tp != nullptr) {
+    lo.model.tp = TensorParallelGroup{tp->comm->rank(), tp->comm->world_size(), tp->comm.get()};
+  }
   KVASIR_ASSIGN_OR_RETURN(r.model, load_model(args.model.empty() ? default_model_path() : args.model, lo));
   r.max_model_len = resolve_max_model_len(args, r.model->config);
   KVASIR_ASSIGN_OR_RETURN(r.num_kv_blocks, plan_num_kv_blocks(*r.model, args));

@@ -5,6 +5,7 @@
 #pragma once
 
 #include <memory>
+#include <string>
 
 #include "api/tensor_parallel_group.h"
 #include "runner/model_runner.h"
@@ -14,6 +15,10 @@
 namespace kvasir {
 
 struct RankSetup {
+  // Pipeline and tensor parallelism together: this rank's stage's own tensor-parallel group
+  // (the group's communicator links every rank of every stage). Declared first: it outlives the
+  // model that uses it.
+  std::unique_ptr<dist::Communicator> stage_comm;
   std::unique_ptr<LoadedModel> model;
   int num_kv_blocks = 0;
   int max_model_len = 0;
@@ -25,8 +30,15 @@ struct RankSetup {
 // ways (its family, its sizes; check_tensor_parallel). Opens the checkpoint and reads no weight;
 // with --load-format dummy each rank's load says it instead.
 Status check_tensor_parallel_model(const EngineArgs& args);
+// The same for args.pipeline_parallel_size stages (every stage gets at least one layer; a
+// $VLLM_PP_LAYER_PARTITION that fits the model).
+Status check_pipeline_parallel_model(const EngineArgs& args);
 
-// tp: the group this process belongs to, or null without tensor parallelism.
+// $VLLM_PP_LAYER_PARTITION, or empty.
+std::string pipeline_layer_partition();
+
+// tp: the group this process belongs to (tensor x pipeline parallel ranks, dist/parallel_layout.h),
+// or null without either.
 StatusOr<RankSetup> set_up_rank(const EngineArgs& args, TensorParallelProcesses* tp);
 
 }  // namespace kvasir

@@ -157,7 +157,7 @@ int run_tensor_parallel_worker(const EngineArgs& args, int rank) {
     KVASIR_LOG_ERROR("tensor-parallel worker %d: failing at start ($KVASIR_TEST_TP_WORKER_FAIL_AT_START)", rank);
     return 1;
   }
-  auto tp = join_tensor_parallel_group(args.tensor_parallel_size, rank);
+  auto tp = join_tensor_parallel_group(args.parallel_layout().world_size(), rank);
   if (!tp.ok()) {
     KVASIR_LOG_ERROR("tensor-parallel worker %d: %s", rank, tp.status().to_string().c_str());
     return 1;

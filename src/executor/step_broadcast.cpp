@@ -8,25 +8,54 @@ namespace kvasir {
 namespace {
 
 // Each step is two broadcasts: its length, then its bytes. Length 0 is the stop message (an
-// encoded step is never empty: it starts with a magic word).
+// encoded step is never empty: it starts with a magic word); the largest length is a keep-alive
+// (no step, only a sign that rank 0 is there).
 constexpr uint64_t kStop = 0;
+constexpr uint64_t kKeepAlive = ~uint64_t{0};
 constexpr uint64_t kMaxStepBytes = uint64_t{1} << 32;
 
 }  // namespace
 
-BroadcastingWorker::BroadcastingWorker(dist::Communicator& comm, std::unique_ptr<Worker> local)
-    : comm_(comm), local_(std::move(local)) {}
+BroadcastingWorker::BroadcastingWorker(dist::Communicator& comm, std::unique_ptr<Worker> local,
+                                       std::chrono::milliseconds keep_alive)
+    : comm_(comm),
+      local_(std::move(local)),
+      keep_alive_(keep_alive),
+      last_sent_(std::chrono::steady_clock::now()),
+      keeper_([this] { keep_alive_loop(); }) {}
 
 BroadcastingWorker::~BroadcastingWorker() {
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    stopping_ = true;
+  }
+  wake_.notify_all();
+  keeper_.join();
   if (!failed_.ok()) return;
   uint64_t stop = kStop;
   (void)comm_.broadcast(&stop, sizeof(stop), 0);  // a broken group already ended the others
 }
 
+void BroadcastingWorker::keep_alive_loop() {
+  std::unique_lock<std::mutex> lock(mu_);
+  while (!stopping_ && failed_.ok()) {
+    const auto due = last_sent_ + keep_alive_;
+    if (std::chrono::steady_clock::now() < due) {
+      wake_.wait_until(lock, due);
+      continue;  // a step may have been sent meanwhile: due moves
+    }
+    uint64_t alive = kKeepAlive;
+    const Status s = comm_.broadcast(&alive, sizeof(alive), 0);
+    last_sent_ = std::chrono::steady_clock::now();
+    if (!s.ok()) failed_ = unavailable("tensor-parallel group lost a worker while idle: " + s.message());
+  }
+}
+
 StepResult BroadcastingWorker::execute_model(const SchedulerOutput& so, const GrammarBitmaskFuture& bitmask) {
-  if (!failed_.ok()) return failed_;
   std::shared_ptr<const GrammarBitmask> masks;
-  if (bitmask.valid()) masks = bitmask.get();
+  if (bitmask.valid()) masks = bitmask.get();  // before the lock: the keeper may run meanwhile
+  std::lock_guard<std::mutex> lock(mu_);
+  if (!failed_.ok()) return failed_;
   encode_step(so, masks.get(), message_);
   uint64_t size = message_.size();
   Status s = comm_.broadcast(&size, sizeof(size), 0);
@@ -37,6 +66,7 @@ StepResult BroadcastingWorker::execute_model(const SchedulerOutput& so, const Gr
   }
   StepResult r = local_->execute_model(so, bitmask);
   if (!r.ok()) failed_ = r.status();
+  last_sent_ = std::chrono::steady_clock::now();  // the workers start waiting for the next step now
   return r;
 }
 
@@ -47,6 +77,7 @@ Status serve_steps(dist::Communicator& comm, Worker& worker) {
     Status s = comm.broadcast(&size, sizeof(size), 0);
     if (!s.ok()) return s;
     if (size == kStop) return Status();
+    if (size == kKeepAlive) continue;
     if (size > kMaxStepBytes) return data_loss("tensor-parallel step of " + std::to_string(size) + " bytes");
     message.resize(size);
     s = comm.broadcast(message.data(), message.size(), 0);

@@ -6,13 +6,21 @@
 // BroadcastingWorker (InProcessExecutor does, inline or on its thread), so the engine and the
 // scheduler know nothing of ranks, and the runners nothing of the broadcast.
 //
+// Idle: a worker waits for the next step inside a broadcast, which the communicator fails after
+// its op timeout; so while no step comes, rank 0 broadcasts a keep-alive every `keep_alive`
+// (between steps only: never inside one, whose collectives are the forward pass's).
+//
 // Failure: a rank that dies or fails a step breaks the communicator, so the next broadcast or
 // collective fails on every other rank; rank 0's step then fails (its requests end with that
 // error) and every worker's serve_steps returns it, so the whole group ends instead of hanging.
 #pragma once
 
+#include <chrono>
+#include <condition_variable>
 #include <cstdint>
 #include <memory>
+#include <mutex>
+#include <thread>
 #include <vector>
 
 #include "common/status.h"
@@ -23,8 +31,10 @@ namespace kvasir {
 
 class BroadcastingWorker final : public Worker {
  public:
-  // comm: rank 0 of the group; not owned, must outlive this worker.
-  BroadcastingWorker(dist::Communicator& comm, std::unique_ptr<Worker> local);
+  // comm: rank 0 of the group; not owned, must outlive this worker. keep_alive: well under the
+  // communicator's op timeout.
+  BroadcastingWorker(dist::Communicator& comm, std::unique_ptr<Worker> local,
+                     std::chrono::milliseconds keep_alive = std::chrono::seconds(10));
   // Tells the other ranks to stop (when the group still works).
   ~BroadcastingWorker() override;
 
@@ -33,10 +43,19 @@ class BroadcastingWorker final : public Worker {
   StepResult execute_model(const SchedulerOutput& so, const GrammarBitmaskFuture& bitmask) override;
 
  private:
+  void keep_alive_loop();
+
   dist::Communicator& comm_;
   std::unique_ptr<Worker> local_;
+  const std::chrono::milliseconds keep_alive_;
   std::vector<uint8_t> message_;  // reused: the encoded step
+  // Held for a whole step and for each keep-alive, so the two never interleave on comm_.
+  std::mutex mu_;
+  std::condition_variable wake_;
+  bool stopping_ = false;
+  std::chrono::steady_clock::time_point last_sent_;
   Status failed_;
+  std::thread keeper_;  // last: started once everything above is set
 };
 
 // Runs on ranks 1..n-1: executes every step rank 0 broadcasts, in order, until rank 0 stops the

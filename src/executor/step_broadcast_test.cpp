@@ -1,7 +1,8 @@
 // Steps of a tensor-parallel group over the shm communicator, ranks in forked processes: every
 // rank runs every step rank 0's executor is given, in order, with the same grammar masks, and the
 // group stops cleanly with the executor; a worker that dies mid-run fails rank 0's step with a
-// message in bounded time (and every later one), and the surviving workers end with an error.
+// message in bounded time (and every later one), and the surviving workers end with an error; an
+// idle group outlives the communicator's op timeout (rank 0's keep-alives).
 #include "executor/step_broadcast.h"
 
 #include <signal.h>
@@ -10,6 +11,7 @@
 #include <chrono>
 #include <cstring>
 #include <string>
+#include <thread>
 
 #include <gtest/gtest.h>
 
@@ -90,12 +92,12 @@ struct Group {
     std::memset(logs, 0, sizeof(RankLog) * n);
   }
   ~Group() { munmap(logs, sizeof(RankLog) * n); }
-  std::unique_ptr<dist::ShmCommunicator> comm(int rank) const {
+  std::unique_ptr<dist::ShmCommunicator> comm(int rank, int64_t timeout_ms = 20'000) const {
     dist::ShmCommunicatorOptions o;
     o.group_id = id;
     o.rank = rank;
     o.world_size = n;
-    o.timeout_ms = 20'000;
+    o.timeout_ms = timeout_ms;
     auto c = dist::ShmCommunicator::create(o);
     if (!c.ok()) {
       std::fprintf(stderr, "rank %d: %s\n", rank, c.status().to_string().c_str());
@@ -178,6 +180,37 @@ TEST_P(StepBroadcastTest, AWorkerThatDiesFailsRankZerosStepsAndEndsTheGroup) {
   EXPECT_EQ(codes[0], 0);
   EXPECT_EQ(codes[1], 2) << "the surviving worker must end with an error";
   EXPECT_EQ(codes[2], 128 + SIGKILL);
+}
+
+TEST_P(StepBroadcastTest, AnIdleGroupOutlivesTheOpTimeout) {
+  Group g(3);
+  const auto mode = GetParam();
+  const auto codes = dist::testing::run_ranks(g.n, [&](int rank) {
+    // Ops time out after 1 s; the group is idle for 2.5 s between its two steps.
+    auto comm = g.comm(rank, 1'000);
+    if (rank != 0) {
+      FakeWorker w(*comm, &g.logs[rank], -1);
+      Status s = serve_steps(*comm, w);
+      if (!s.ok()) std::fprintf(stderr, "rank %d: %s\n", rank, s.to_string().c_str());
+      return s.ok() ? 0 : 2;
+    }
+    InProcessExecutor ex(std::make_unique<BroadcastingWorker>(
+                             *comm, std::make_unique<FakeWorker>(*comm, &g.logs[0], -1), std::chrono::milliseconds(200)),
+                         mode);
+    for (int i = 0; i < 2; ++i) {
+      if (i == 1) std::this_thread::sleep_for(std::chrono::milliseconds(2'500));
+      StepResult r = ex.execute(step_of(i)).get();
+      if (!r.ok()) {
+        std::fprintf(stderr, "rank 0: step %d: %s\n", i, r.status().to_string().c_str());
+        return 1;
+      }
+    }
+    return 0;
+  });
+  for (int r = 0; r < g.n; ++r) {
+    EXPECT_EQ(codes[r], 0) << "rank " << r;
+    EXPECT_EQ(g.logs[r].num_steps, 2) << "rank " << r;
+  }
 }
 
 INSTANTIATE_TEST_SUITE_P(Modes, StepBroadcastTest,

@@ -6,6 +6,7 @@
 
 #include "backend/host_buffer.h"
 #include "dist/communicator.h"
+#include "dist/parallel_layout.h"
 #include "model/registry.h"
 #include "model/weight_binding.h"
 
@@ -36,6 +37,8 @@ struct DecoderModel::Workspace {
   std::vector<int32_t> local_ids;   // [T] ids within this rank's vocabulary shard
   Tensor local_logits;              // [L, padded vocab shard]
   std::vector<float> gathered;      // [tp size, L, padded vocab shard]
+  // Pipeline parallelism only: a micro-batch's rebased query_start_loc.
+  std::vector<int32_t> micro_qsl;
 };
 
 DecoderModel::DecoderModel(const ModelConfig& config, Backend& backend, const ModelOptions& opts)
@@ -66,6 +69,18 @@ StatusOr<std::unique_ptr<DecoderModel>> DecoderModel::create(const ModelConfig& 
     KVASIR_ASSIGN_OR_RETURN(m->config_, shard_config(config, opts.tp.rank, opts.tp.size));
     m->vocab_ = vocab_shard(config.vocab_size, opts.tp.rank, opts.tp.size);
   }
+  m->stage_ = LayerRange{0, static_cast<int>(config.num_layers)};
+  if (opts.pp.size > 1) {
+    const dist::ParallelLayout layout{opts.tp.size, opts.pp.size};
+    if (opts.pp.comm == nullptr || opts.pp.comm->world_size() != layout.world_size() ||
+        opts.pp.comm->rank() != layout.rank(opts.pp.rank, opts.tp.rank))
+      return invalid_argument("pipeline parallelism needs a communicator of the whole group (tp x pp ranks)");
+    // The hidden states and logits move through host memory.
+    if (backend.device() != Device::kCpu)
+      return unimplemented("pipeline parallelism runs on the CPU backend only for now");
+    KVASIR_ASSIGN_OR_RETURN(m->stage_, pipeline_stage_layers(static_cast<int>(config.num_layers), opts.pp.rank,
+                                                             opts.pp.size, opts.layer_partition));
+  }
   KVASIR_RETURN_IF_ERROR(m->bind_weights(weights, *family));
   KVASIR_RETURN_IF_ERROR(m->allocate_workspace());
   std::vector<float> freq_factors;
@@ -92,25 +107,44 @@ Status DecoderModel::bind_weights(const WeightSource& src, const ModelFamily& fa
   };
   KVASIR_RETURN_IF_ERROR(shard_manifest(manifest, full_config_, opts_.tp.rank, opts_.tp.size, present));
   if (manifest.layers.size() != static_cast<size_t>(config_.num_layers)) return data_loss("layer count mismatch");
+  if (opts_.pp.size > 1) {
+    // A stage binds (and so reads) only its own weights: the embedding on the first stage, and on
+    // the last one too when lm_head is tied to it; the final norm and lm_head on the last stage.
+    const WeightSpec* head = manifest.find(manifest.model, "output.weight");
+    const bool tied = head == nullptr || !present(*head);
+    std::vector<WeightSpec> mine;
+    for (WeightSpec& spec : manifest.model) {
+      const bool embedding = spec.role == "token_embd.weight";
+      const bool head_side = spec.role == "output.weight" || spec.role == "output_norm.weight";
+      if (embedding && !first_stage() && !(last_stage() && tied)) continue;
+      if (head_side && !last_stage()) continue;
+      mine.push_back(std::move(spec));
+    }
+    manifest.model = std::move(mine);
+  }
   WeightBinder b(src, backend_, config_, owned_);
   KVASIR_ASSIGN_OR_RETURN(LayerWeights top, b.bind(manifest.model));
   embed_ = top.get("token_embd.weight");
   final_norm_ = top.get("output_norm.weight");
   lm_head_ = top.get("output.weight");
-  if (embed_.data == nullptr || final_norm_.data == nullptr) return data_loss("embedding or final norm not bound");
+  const bool needs_embedding = first_stage() || (last_stage() && lm_head_.data == nullptr);
+  if ((needs_embedding && embed_.data == nullptr) || (last_stage() && final_norm_.data == nullptr))
+    return data_loss("embedding or final norm not bound");
   if (sharded()) {
     const bool tied = lm_head_.data == nullptr;
-    KVASIR_ASSIGN_OR_RETURN(embed_, padded_vocab_rows(embed_, vocab_.padded_rows + 1));
-    if (tied) {
+    if (embed_.data != nullptr) {
+      KVASIR_ASSIGN_OR_RETURN(embed_, padded_vocab_rows(embed_, vocab_.padded_rows + 1));
+    }
+    if (last_stage() && tied) {
       lm_head_ = embed_.slice_rows(0, vocab_.padded_rows);
-    } else {
+    } else if (last_stage()) {
       KVASIR_ASSIGN_OR_RETURN(lm_head_, padded_vocab_rows(lm_head_, vocab_.padded_rows));
     }
   }
-  if (lm_head_.data == nullptr) lm_head_ = embed_;  // tied, or a checkpoint that ties without saying so
-  layers_.resize(static_cast<size_t>(config_.num_layers));
-  for (int i = 0; i < config_.num_layers; ++i) {
-    Layer& L = layers_[static_cast<size_t>(i)];
+  if (lm_head_.data == nullptr && last_stage()) lm_head_ = embed_;  // tied, or a checkpoint that ties without saying so
+  layers_.resize(static_cast<size_t>(stage_.count()));
+  for (int i = stage_.begin; i < stage_.end; ++i) {
+    Layer& L = layers_[static_cast<size_t>(i - stage_.begin)];
     KVASIR_ASSIGN_OR_RETURN(LayerWeights w, b.bind(manifest.layers[static_cast<size_t>(i)]));
     L.attn_norm = w.get("attn_norm.weight");
     L.ffn_norm = w.get("ffn_norm.weight");
@@ -125,7 +159,7 @@ Status DecoderModel::bind_weights(const WeightSource& src, const ModelFamily& fa
     KVASIR_ASSIGN_OR_RETURN(L.mlp, family.make_mlp(init));
   }
   const int64_t head_rows = sharded() ? vocab_.padded_rows : config_.vocab_size;
-  if (lm_head_.dim(0) != head_rows || lm_head_.dim(1) != config_.hidden_size) {
+  if (last_stage() && (lm_head_.dim(0) != head_rows || lm_head_.dim(1) != config_.hidden_size)) {
     return data_loss("output projection shape does not match vocab_size x hidden_size");
   }
   // Fewer layers in the config than in the checkpoint would run a truncated model without a
@@ -135,7 +169,7 @@ Status DecoderModel::bind_weights(const WeightSource& src, const ModelFamily& fa
   one_more.layer_is_sliding.push_back(false);
   WeightManifest more = family.manifest(one_more);
   KVASIR_RETURN_IF_ERROR(shard_manifest(more, one_more, opts_.tp.rank, opts_.tp.size, present));
-  if (more.layers.size() == layers_.size() + 1) {
+  if (more.layers.size() == static_cast<size_t>(config_.num_layers) + 1) {
     KVASIR_RETURN_IF_ERROR(b.expect_absent(
         more.layers.back(), "the config says the model has " + std::to_string(config_.num_layers) +
                                 " layers (num_hidden_layers / block_count)"));
@@ -176,6 +210,7 @@ Status DecoderModel::allocate_workspace() {
     ws_->buffers.push_back(std::move(local));
     if (!device_collectives_) ws_->gathered.resize(static_cast<size_t>(opts_.tp.size * L * vocab_.padded_rows));
   }
+  if (opts_.pp.size > 1) ws_->micro_qsl.resize(static_cast<size_t>(T) + 1);
   return Status();
 }
 
@@ -294,11 +329,20 @@ Status DecoderModel::run_layers(const ForwardBatch& batch, KvCache& cache) {
   for (int i = 0; i < T; ++i) {
     if (batch.input_ids[i] < 0 || batch.input_ids[i] >= config_.vocab_size) return invalid_argument("token id out of range");
   }
-  Workspace& w = *ws_;
-  Tensor x = w.x.slice_rows(0, T), h = w.h.slice_rows(0, T), o = w.o.slice_rows(0, T);
-  BlockScratch scratch{w.q.slice_rows(0, T),    w.k.slice_rows(0, T),    w.v.slice_rows(0, T),
-                       w.attn.slice_rows(0, T), w.gate.slice_rows(0, T), w.up.slice_rows(0, T)};
+  if (opts_.pp.size > 1) {
+    KVASIR_RETURN_IF_ERROR(run_pipeline_stage(batch, cache));
+  } else {
+    KVASIR_RETURN_IF_ERROR(embed(batch, 0));
+    KVASIR_RETURN_IF_ERROR(run_stage_layers(batch, 0, cache));
+  }
+  last_num_tokens_ = T;
+  return Status();
+}
 
+Status DecoderModel::embed(const ForwardBatch& batch, int row) {
+  Workspace& w = *ws_;
+  const int T = batch.num_tokens;
+  Tensor x = w.x.slice_rows(row, T);
   if (sharded()) {
     // Ids outside this rank's vocabulary rows embed as its zero row; the all-reduce adds the one
     // rank's real row to zeros, which is exact.
@@ -308,10 +352,18 @@ Status DecoderModel::run_layers(const ForwardBatch& batch, KvCache& cache) {
           static_cast<int32_t>(local >= 0 && local < vocab_.rows ? local : vocab_.padded_rows);
     }
     backend_.embedding(embed_, w.local_ids.data(), T, static_cast<float>(config_.embedding_scale), x);
-    KVASIR_RETURN_IF_ERROR(all_reduce(x));
-  } else {
-    backend_.embedding(embed_, batch.input_ids, T, static_cast<float>(config_.embedding_scale), x);
+    return all_reduce(x);
   }
+  backend_.embedding(embed_, batch.input_ids, T, static_cast<float>(config_.embedding_scale), x);
+  return Status();
+}
+
+Status DecoderModel::run_stage_layers(const ForwardBatch& batch, int row, KvCache& cache) {
+  Workspace& w = *ws_;
+  const int T = batch.num_tokens;
+  Tensor x = w.x.slice_rows(row, T), h = w.h.slice_rows(row, T), o = w.o.slice_rows(row, T);
+  BlockScratch scratch{w.q.slice_rows(0, T),    w.k.slice_rows(0, T),    w.v.slice_rows(0, T),
+                       w.attn.slice_rows(0, T), w.gate.slice_rows(0, T), w.up.slice_rows(0, T)};
   for (size_t l = 0; l < layers_.size(); ++l) {
     Layer& L = layers_[l];
     backend_.rms_norm(x, L.attn_norm, eps_, h);
@@ -324,7 +376,33 @@ Status DecoderModel::run_layers(const ForwardBatch& batch, KvCache& cache) {
     if (L.post_ffn_norm.data != nullptr) backend_.rms_norm(o, L.post_ffn_norm, eps_, o);
     backend_.add(x, o);
   }
-  last_num_tokens_ = T;
+  return Status();
+}
+
+int DecoderModel::world_rank(int pp_rank) const {
+  return dist::ParallelLayout{opts_.tp.size, opts_.pp.size}.rank(pp_rank, opts_.tp.rank);
+}
+
+// The residual stream x is the only state that crosses a stage boundary (every layer starts from
+// it), so a micro-batch's rows of x are what each stage receives and sends. A stage sends
+// micro-batch i as soon as its layers are done, then starts on micro-batch i + 1 while the next
+// stage runs micro-batch i.
+Status DecoderModel::run_pipeline_stage(const ForwardBatch& batch, KvCache& cache) {
+  Workspace& w = *ws_;
+  const std::vector<int> bounds = micro_batch_bounds(batch.attn, opts_.pp.size);
+  for (size_t i = 0; i + 1 < bounds.size(); ++i) {
+    const ForwardBatch mb = micro_batch(batch, bounds[i], bounds[i + 1], w.micro_qsl.data());
+    const int row = batch.attn.query_start_loc[bounds[i]];
+    Tensor x = w.x.slice_rows(row, mb.num_tokens);
+    const size_t bytes = x.row_bytes() * static_cast<size_t>(mb.num_tokens);
+    if (first_stage()) {
+      KVASIR_RETURN_IF_ERROR(embed(mb, row));
+    } else {
+      KVASIR_RETURN_IF_ERROR(opts_.pp.comm->recv(x.data, bytes, world_rank(opts_.pp.rank - 1)));
+    }
+    KVASIR_RETURN_IF_ERROR(run_stage_layers(mb, row, cache));
+    if (!last_stage()) KVASIR_RETURN_IF_ERROR(opts_.pp.comm->send(x.data, bytes, world_rank(opts_.pp.rank + 1)));
+  }
   return Status();
 }
 
@@ -341,21 +419,35 @@ StatusOr<Tensor> DecoderModel::compute_logits_on_device(const int32_t* rows, int
     if (rows[i] < 0 || rows[i] >= last_num_tokens_) return invalid_argument("logits row out of range");
   }
   Workspace& w = *ws_;
+  Tensor out = w.logits.slice_rows(0, num_rows);
+  if (opts_.pp.size > 1) {
+    // Only the last stage has the final norm and lm_head; every rank gets its logits, so every
+    // rank's runner samples the same tokens (as under tensor parallelism).
+    if (last_stage()) KVASIR_RETURN_IF_ERROR(project_logits(rows, num_rows, out));
+    const int last_stage_root = dist::ParallelLayout{opts_.tp.size, opts_.pp.size}.rank(opts_.pp.size - 1, 0);
+    KVASIR_RETURN_IF_ERROR(
+        opts_.pp.comm->broadcast(out.data, static_cast<size_t>(out.numel()) * sizeof(float), last_stage_root));
+    return out;
+  }
+  KVASIR_RETURN_IF_ERROR(project_logits(rows, num_rows, out));
+  return out;
+}
+
+Status DecoderModel::project_logits(const int32_t* rows, int num_rows, Tensor& out) {
+  Workspace& w = *ws_;
   Tensor x = w.x.slice_rows(0, last_num_tokens_);
   Tensor last = w.last.slice_rows(0, num_rows);
-  Tensor out = w.logits.slice_rows(0, num_rows);
   backend_.gather_rows(x, rows, num_rows, last);
   backend_.rms_norm(last, final_norm_, eps_, last);
   if (sharded()) {
     Tensor local = w.local_logits.slice_rows(0, num_rows);
     backend_.linear(last, lm_head_, nullptr, local);
     if (config_.final_logit_softcapping) backend_.softcap(local, static_cast<float>(*config_.final_logit_softcapping));
-    KVASIR_RETURN_IF_ERROR(gather_logits(local, num_rows, out));
-    return out;
+    return gather_logits(local, num_rows, out);
   }
   backend_.linear(last, lm_head_, nullptr, out);
   if (config_.final_logit_softcapping) backend_.softcap(out, static_cast<float>(*config_.final_logit_softcapping));
-  return out;
+  return Status();
 }
 
 }  // namespace kvasir

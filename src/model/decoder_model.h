@@ -17,6 +17,7 @@
 #include "model/blocks.h"
 #include "model/forward_batch.h"
 #include "model/kv_cache.h"
+#include "model/pipeline_parallel.h"
 #include "model/tensor_parallel.h"
 
 namespace kvasir {
@@ -31,6 +32,13 @@ struct ModelOptions {
   // (Backend::device_group_size(); then also at tp.size 1), so every rank of the group must run
   // the same batches in step.
   TensorParallelGroup tp;
+  // This model is stage pp.rank of a pipeline (pipeline_parallel.h): it holds only that stage's
+  // layers (the embedding on the first stage, the final norm and lm_head on the last) and their
+  // KV cache; tp is then the stage's own tensor-parallel group. forward() receives the hidden
+  // states from the stage before and sends them to the one after, micro-batch by micro-batch, and
+  // the logits every rank returns are the last stage's. layer_partition: VLLM_PP_LAYER_PARTITION.
+  PipelineParallelGroup pp;
+  std::string layer_partition;
 };
 
 class DecoderModel {
@@ -40,7 +48,9 @@ class DecoderModel {
   ~DecoderModel();
 
   // The shard's config under tensor parallelism (its heads, its MLP rows; the full vocabulary).
+  // Under pipeline parallelism num_layers stays the whole model's; the stage runs stage_layers().
   const ModelConfig& config() const { return config_; }
+  LayerRange stage_layers() const { return stage_; }
   size_t kv_cache_bytes_per_block(int block_size) const;
   StatusOr<KvCache> allocate_kv_cache(int num_blocks, int block_size);
 
@@ -66,14 +76,27 @@ class DecoderModel {
   // id outside the shard embeds to zeros and every rank's logits have the same width.
   StatusOr<Tensor> padded_vocab_rows(const Tensor& rows, int64_t padded_rows);
   Status all_reduce(Tensor& t);  // sums t over the tensor-parallel group, in place
+  // Embeds the batch's tokens into rows [row, row + batch.num_tokens) of the residual stream.
+  Status embed(const ForwardBatch& batch, int row);
+  // This stage's layers over rows [row, row + batch.num_tokens) of the residual stream.
+  Status run_stage_layers(const ForwardBatch& batch, int row, KvCache& cache);
+  // Pipeline parallelism: the batch in micro-batches, received from the stage before (or
+  // embedded) and sent on to the stage after.
+  Status run_pipeline_stage(const ForwardBatch& batch, KvCache& cache);
+  bool first_stage() const { return opts_.pp.rank == 0; }
+  bool last_stage() const { return opts_.pp.rank == opts_.pp.size - 1; }
+  int world_rank(int pp_rank) const;  // the rank of this tensor-parallel rank in stage pp_rank
   Status gather_logits(const Tensor& local, int num_rows, Tensor& out);
   // Whether the forward pass runs the tensor-parallel path (vocabulary shards, collectives): the
   // group has several ranks, or the backend's device communicator runs it over one.
   bool sharded() const { return opts_.tp.size > 1 || device_collectives_; }
+  // The final norm and lm_head over `rows` of the residual stream, into out [num_rows, vocab].
+  Status project_logits(const int32_t* rows, int num_rows, Tensor& out);
 
   ModelConfig config_;
   ModelConfig full_config_;  // the whole model's (== config_ without tensor parallelism)
   VocabShard vocab_;         // this rank's vocabulary rows (all of them without tensor parallelism)
+  LayerRange stage_;         // this pipeline stage's layers (all of them without pipeline parallelism)
   Backend& backend_;
   ModelOptions opts_;
   std::vector<Layer> layers_;

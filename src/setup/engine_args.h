@@ -8,6 +8,7 @@
 
 #include "common/status.h"
 #include "core/dtype.h"
+#include "dist/parallel_layout.h"
 #include "spec/speculative_config.h"
 
 namespace kvasir {
@@ -60,10 +61,14 @@ struct EngineArgs {
   // vLLM's --tensor-parallel-size: the model split over this many ranks, one process each on
   // this host (CPU backend; api/tensor_parallel_group.h).
   int tensor_parallel_size = 1;
+  // vLLM's --pipeline-parallel-size: the layers split into this many stages, each stage
+  // tensor_parallel_size ranks (model/pipeline_parallel.h; ranks in dist/parallel_layout.h order).
+  int pipeline_parallel_size = 1;
   StructuredOutputsConfig structured_outputs;
   SpeculativeConfig speculative;           // vLLM's --speculative-config; method empty = off
 
   Status validate() const;
+  dist::ParallelLayout parallel_layout() const { return {tensor_parallel_size, pipeline_parallel_size}; }
 };
 
 // --kv-cache-dtype: nullopt for "auto" (the backend chooses), else the element type asked for.
