@@ -8,6 +8,7 @@
 
 #include "common/status.h"
 #include "core/dtype.h"
+#include "setup/launch_args.h"
 #include "spec/speculative_config.h"
 
 namespace kvasir {
@@ -60,6 +61,8 @@ struct EngineArgs {
   // vLLM's --tensor-parallel-size: the model split over this many ranks, one process each on
   // this host (CPU backend; api/tensor_parallel_group.h).
   int tensor_parallel_size = 1;
+  // Where the group's ranks run: one host (default), --nnodes hosts, or mpirun's ranks.
+  LaunchArgs launch;
   StructuredOutputsConfig structured_outputs;
   SpeculativeConfig speculative;           // vLLM's --speculative-config; method empty = off
 
