@@ -227,50 +227,57 @@ def test_a_master_port_in_use_is_named():
     assert f"--master-port {port}" in p.stderr and "in use" in p.stderr, p.stderr[-2000:]
 
 
-# mpirun: each app context is wrapped in `ip netns exec`, so its rank runs in that namespace.
+# mpirun as on a real cluster: the namespaces are its hosts (--host names them), and its rsh agent
+# (what would be ssh) starts Open MPI's daemon in each: `ip netns exec HOST` with its own UTS
+# hostname. mpirun itself runs in node 0's namespace, so each daemon reaches it over the link
+# (oob_tcp_if_include pins Open MPI's own traffic to the link's subnet), then starts its rank.
 MPI_ENV = {"OMPI_ALLOW_RUN_AS_ROOT": "1", "OMPI_ALLOW_RUN_AS_ROOT_CONFIRM": "1"}
+RSH_AGENT = """#!/bin/sh
+# Open MPI's rsh agent for network-namespace hosts: "agent HOST COMMAND..." runs COMMAND in HOST.
+host=$1; shift
+exec ip netns exec "$host" unshare --uts sh -c "hostname $host; $*"
+"""
 
 
-def mpirun_argv(hosts, layout, ranks):
+def mpirun_argv(hosts, layout, ranks, agent):
     per_node = ranks // 2
-    argv = [shutil.which("mpirun"), "--oversubscribe", "--bind-to", "none"]
-    for node in (0, 1):
-        if node:
-            argv.append(":")
-        argv += ["-np", str(per_node), "ip", "netns", "exec", hosts.names[node], kvasir_bin(), "serve", *ENGINE,
-                 "--max-model-len", str(MAX_MODEL_LEN), *layout, "--port", str(HTTP_PORT),
-                 "--master-addr", hosts.addrs[0], "--master-port", str(MASTER_PORT)]
-    return argv
+    return [shutil.which("mpirun"), "--host", ",".join(f"{n}:{per_node}" for n in hosts.names),
+            "--mca", "plm_rsh_agent", str(agent), "--mca", "plm_rsh_no_tree_spawn", "1",
+            "--mca", "oob_tcp_if_include", f"{hosts.addrs[0]}/24", "--bind-to", "none", "--map-by", "node:OVERSUBSCRIBE",
+            "-np", str(ranks), kvasir_bin(), "serve", *ENGINE, "--max-model-len", str(MAX_MODEL_LEN), *layout,
+            "--port", str(HTTP_PORT), "--master-addr", hosts.addrs[0], "--master-port", str(MASTER_PORT)]
 
 
-def mpi_rank_pids(mpirun_proc):
-    """{MPI rank: pid} of mpirun's children (each the kvasir that `ip netns exec` became)."""
+def mpi_rank_pids(hosts):
+    """{MPI rank: (pid, node)} of the kvasir processes in the namespaces."""
     out = {}
-    pid = mpirun_proc.pid
-    for task in os.listdir(f"/proc/{pid}/task"):
-        with open(f"/proc/{pid}/task/{task}/children") as f:
-            for child in f.read().split():
-                try:
-                    with open(f"/proc/{child}/environ", "rb") as e:
-                        env = dict(kv.split(b"=", 1) for kv in e.read().split(b"\0") if b"=" in kv)
-                except FileNotFoundError:
-                    continue
-                if b"OMPI_COMM_WORLD_RANK" in env:
-                    out[int(env[b"OMPI_COMM_WORLD_RANK"])] = int(child)
+    for node in (0, 1):
+        for pid in pids_in(hosts, node):
+            try:
+                with open(f"/proc/{pid}/environ", "rb") as e:
+                    env = dict(kv.split(b"=", 1) for kv in e.read().split(b"\0") if b"=" in kv)
+                with open(f"/proc/{pid}/comm") as c:
+                    comm = c.read().strip()
+            except (FileNotFoundError, ProcessLookupError):
+                continue
+            if comm == "kvasir" and b"OMPI_COMM_WORLD_RANK" in env:
+                out[int(env[b"OMPI_COMM_WORLD_RANK"])] = (pid, node)
     return out
 
 
 def start_mpirun(hosts, layout, ranks, tmp_path):
     if shutil.which("mpirun") is None:
         pytest.skip("Open MPI's mpirun is not installed (scripts/setup.sh installs openmpi-bin)")
+    agent = tmp_path / "netns_rsh_agent.sh"
+    agent.write_text(RSH_AGENT)
+    agent.chmod(0o755)
     log = tmp_path / "mpirun.log"
-    proc = hosts.track(subprocess.Popen(mpirun_argv(hosts, layout, ranks), stdout=open(log, "wb"),
-                                        stderr=subprocess.STDOUT, env={**os.environ, **MPI_ENV},
-                                        start_new_session=True))
+    proc = hosts.popen(0, mpirun_argv(hosts, layout, ranks, agent), stdout=open(log, "wb"), stderr=subprocess.STDOUT,
+                       env={**os.environ, **MPI_ENV})
     node0 = Node0(hosts, proc, log)
     node0.wait_healthy()
-    pids = mpi_rank_pids(proc)
-    assert sorted(pids) == list(range(ranks)), pids
+    pids = mpi_rank_pids(hosts)
+    assert sorted(pids) == list(range(ranks)), (pids, node0.logs())
     return node0, pids
 
 
@@ -278,22 +285,22 @@ def start_mpirun(hosts, layout, ranks, tmp_path):
 def test_mpirun_across_namespaces_completes_exactly_as_one_rank(two_hosts, layout, ranks, want, tmp_path):
     hosts = two_hosts
     node0, pids = start_mpirun(hosts, layout, ranks, tmp_path)
-    for rank, pid in pids.items():  # each rank in its node's namespace, as mpirun placed it
-        assert pid in pids_in(hosts, rank // (ranks // 2)), (rank, pid)
+    # mpirun's --map-by node puts ranks 0, 2, .. on node 0 and 1, 3, .. on node 1.
+    assert {rank: node for rank, (_, node) in pids.items()} == {r: r % 2 for r in range(ranks)}, pids
     with hosts.inside(0):
         got = [complete(node0.base, p) for p in PROMPTS]
     assert got == want
     # MPI rank 0 serves: stopping it stops the group, and mpirun exits 0 with every rank.
-    os.kill(pids[0], signal.SIGTERM)
+    os.kill(pids[0][0], signal.SIGTERM)
     assert node0.proc.wait(timeout=30) == 0, node0.logs()
-    assert wait_empty(hosts) == [[], []], "a rank outlived mpirun"
+    assert wait_empty(hosts) == [[], []], "a rank or an Open MPI daemon outlived mpirun"
 
 
 def test_mpirun_a_killed_remote_rank_fails_every_stream_and_every_process(two_hosts, tmp_path):
     hosts = two_hosts
     node0, pids = start_mpirun(hosts, ("--tensor-parallel-size", "2"), 2, tmp_path)
     with hosts.inside(0):
-        errors, killed_at = stream_until_cut(node0, lambda: os.kill(pids[1], signal.SIGKILL))
+        errors, killed_at = stream_until_cut(node0, lambda: os.kill(pids[1][0], signal.SIGKILL))
         check_group_failed(node0, errors, killed_at)
     assert node0.proc.wait(timeout=15) != 0, node0.logs()
-    assert wait_empty(hosts) == [[], []], "a rank outlived mpirun"
+    assert wait_empty(hosts) == [[], []], "a rank or an Open MPI daemon outlived mpirun"
