@@ -2,8 +2,9 @@
 (netns.py), one node in each, talking TCP over 10.201.0.0/24. Launched two ways:
 - kvasir's own launcher: the same `kvasir serve` in each namespace with --nnodes 2 --node-rank K
   --master-addr 10.201.0.1 (node 1 --headless), each node starting its own ranks;
-- Open MPI's mpirun: one MPMD command line whose app contexts each run `ip netns exec nsK kvasir
-  serve ...`, so each MPI rank is one tensor-parallel rank in its own namespace.
+- Open MPI's mpirun, with the namespaces as its hosts: its rsh agent starts Open MPI's daemon in
+  each namespace (so mpirun's own traffic crosses the link too), and each MPI rank is one
+  tensor-parallel rank.
 Greedy completions from node 0's server equal the unsplit server's token for token; SIGTERM to
 node 0 stops every rank with status 0; killing node 1's rank mid-stream ends every live request
 with an error, turns /health 503 within a second and every process exits non-zero.
@@ -179,9 +180,12 @@ def check_group_failed(node0, errors, killed_at):
     assert status == 503, "/health must answer 503 within a second of the rank's death"
 
 
-def test_built_in_launcher_a_killed_remote_rank_fails_every_stream_and_every_process(two_hosts, tmp_path):
+@pytest.mark.parametrize("layout,ranks", LAYOUTS)
+def test_built_in_launcher_a_killed_remote_rank_fails_every_stream_and_every_process(two_hosts, layout, ranks,
+                                                                                    tmp_path):
+    """Node 1's launched rank is killed; with two ranks per node, the rank it started goes too."""
     hosts = two_hosts
-    node0, node1 = start_nodes(hosts, ("--tensor-parallel-size", "2"), tmp_path)
+    node0, node1 = start_nodes(hosts, layout, tmp_path)
     with hosts.inside(0):
         errors, killed_at = stream_until_cut(node0, lambda: node1.send_signal(signal.SIGKILL))
         check_group_failed(node0, errors, killed_at)
@@ -212,6 +216,13 @@ def test_bad_launch_flags_are_refused_by_name():
     for flags, env, says in cases:
         p = serve(*flags, env=env)
         assert p.returncode == 2 and says in p.stderr, (flags, p.returncode, p.stderr[-2000:])
+
+
+def test_help_documents_the_launch_flags():
+    p = subprocess.run([kvasir_bin(), "serve", "--help"], capture_output=True, text=True, timeout=30)
+    assert p.returncode == 0
+    for flag in ("--nnodes", "--node-rank", "--master-addr", "--master-port", "--headless", "mpirun"):
+        assert flag in p.stdout + p.stderr, flag
 
 
 def test_a_master_port_in_use_is_named():
@@ -296,9 +307,10 @@ def test_mpirun_across_namespaces_completes_exactly_as_one_rank(two_hosts, layou
     assert wait_empty(hosts) == [[], []], "a rank or an Open MPI daemon outlived mpirun"
 
 
-def test_mpirun_a_killed_remote_rank_fails_every_stream_and_every_process(two_hosts, tmp_path):
+@pytest.mark.parametrize("layout,ranks", LAYOUTS)
+def test_mpirun_a_killed_remote_rank_fails_every_stream_and_every_process(two_hosts, layout, ranks, tmp_path):
     hosts = two_hosts
-    node0, pids = start_mpirun(hosts, ("--tensor-parallel-size", "2"), 2, tmp_path)
+    node0, pids = start_mpirun(hosts, layout, ranks, tmp_path)
     with hosts.inside(0):
         errors, killed_at = stream_until_cut(node0, lambda: os.kill(pids[1][0], signal.SIGKILL))
         check_group_failed(node0, errors, killed_at)
