@@ -45,7 +45,8 @@ StatusOr<std::unique_ptr<dist::Communicator>> join_shm(const std::string& group,
 }
 
 // listen_fd: rank 0's already bound listener, or -1.
-StatusOr<std::unique_ptr<dist::Communicator>> join_tcp(const LaunchPlan& plan, int listen_fd) {
+StatusOr<std::unique_ptr<dist::Communicator>> join_tcp(const LaunchPlan& plan, int listen_fd,
+                                                       std::function<Status()> while_attaching) {
   dist::TcpCommunicatorOptions o;
   o.master_addr = plan.master_addr;
   o.master_port = plan.master_port;
@@ -54,6 +55,7 @@ StatusOr<std::unique_ptr<dist::Communicator>> join_tcp(const LaunchPlan& plan, i
   o.rank = plan.rank;
   o.world_size = plan.world_size;
   o.timeout_ms = kJoinTimeoutMs;
+  o.while_attaching = std::move(while_attaching);
   KVASIR_ASSIGN_OR_RETURN(auto c, dist::TcpCommunicator::create(o));
   return std::unique_ptr<dist::Communicator>(std::move(c));
 }
@@ -105,6 +107,24 @@ Status start_workers(int first, int count, const std::string& group, std::vector
   return Status();
 }
 
+// While the group forms: a worker this process started that exits before joining (a bad flag, a
+// model it cannot load) is named at once instead of after the join timeout.
+std::function<Status()> watch_started(std::vector<pid_t>& workers, int first_started) {
+  return [&workers, first_started]() -> Status {
+    for (size_t i = 0; i < workers.size(); ++i) {
+      int status = 0;
+      if (workers[i] > 0 && waitpid(workers[i], &status, WNOHANG) == workers[i]) {
+        workers[i] = -1;
+        return unavailable("tensor parallelism: worker rank " + std::to_string(first_started + static_cast<int>(i)) +
+                           " exited (status " +
+                           std::to_string(WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status)) +
+                           ") before joining the group; see its message above");
+      }
+    }
+    return Status();
+  };
+}
+
 }  // namespace
 
 StatusOr<std::unique_ptr<TensorParallelProcesses>> form_tensor_parallel_group(const LaunchPlan& plan) {
@@ -126,7 +146,8 @@ StatusOr<std::unique_ptr<TensorParallelProcesses>> form_tensor_parallel_group(co
       if (listen_fd >= 0) close(listen_fd);
       return s;
     }
-    KVASIR_ASSIGN_OR_RETURN(group->comm, join_tcp(plan, listen_fd));
+    // Only rank 0 waits for joins (the others dial it), so only its own workers are watched.
+    KVASIR_ASSIGN_OR_RETURN(group->comm, join_tcp(plan, listen_fd, watch_started(group->workers, first_started)));
     return group;
   }
   if (plan.started_by_launcher) {
@@ -136,22 +157,7 @@ StatusOr<std::unique_ptr<TensorParallelProcesses>> form_tensor_parallel_group(co
   const std::string id = "tp-" + std::to_string(getpid()) + "-" +
                          std::to_string(std::chrono::steady_clock::now().time_since_epoch().count());
   KVASIR_RETURN_IF_ERROR(start_workers(first_started, plan.num_ranks_to_start, id, group->workers));
-  // A worker that exits before joining (a bad flag, a model it cannot load) is named at once
-  // instead of after the join timeout.
-  std::vector<pid_t>& workers = group->workers;
-  auto comm = join_shm(id, plan.world_size, plan.rank, [&workers, first_started]() -> Status {
-    for (size_t i = 0; i < workers.size(); ++i) {
-      int status = 0;
-      if (workers[i] > 0 && waitpid(workers[i], &status, WNOHANG) == workers[i]) {
-        workers[i] = -1;
-        return unavailable("tensor parallelism: worker rank " + std::to_string(first_started + static_cast<int>(i)) +
-                           " exited (status " +
-                           std::to_string(WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status)) +
-                           ") before joining the group; see its message above");
-      }
-    }
-    return Status();
-  });
+  auto comm = join_shm(id, plan.world_size, plan.rank, watch_started(group->workers, first_started));
   if (!comm.ok()) return comm.status();
   group->comm = std::move(comm).value();
   return group;

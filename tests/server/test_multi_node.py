@@ -24,7 +24,7 @@ import time
 import httpx
 import pytest
 
-from conftest import REPO, Server, kvasir_bin
+from conftest import REPO, Server, free_port, kvasir_bin
 from netns import two_hosts  # noqa: F401 (a fixture)
 
 TINY = os.path.join(REPO, "tests", "data", "tiny", "llama3", "model.gguf")
@@ -223,6 +223,19 @@ def test_help_documents_the_launch_flags():
     assert p.returncode == 0
     for flag in ("--nnodes", "--node-rank", "--master-addr", "--master-port", "--headless", "mpirun"):
         assert flag in p.stdout + p.stderr, flag
+
+
+def test_a_started_worker_that_cannot_start_is_named_over_tcp_too():
+    """Node 0 of --nnodes 2 at TP=4 starts rank 1 itself; it fails, and rank 0 says so at once
+    instead of waiting out the join timeout (node 1 never comes)."""
+    t0 = time.time()
+    p = subprocess.run([kvasir_bin(), "serve", *ENGINE, "--port", "0", "--tensor-parallel-size", "4", "--nnodes", "2",
+                        "--master-addr", "127.0.0.1", "--master-port", str(free_port())],
+                       capture_output=True, text=True, timeout=60,
+                       env={**os.environ, "KVASIR_TEST_TP_WORKER_FAIL_AT_START": "1"})
+    assert p.returncode != 0
+    assert "worker rank 1 exited" in p.stderr and "before joining the group" in p.stderr, p.stderr[-2000:]
+    assert time.time() - t0 < 20, "the failed worker must be noticed, not waited out"
 
 
 def test_a_master_port_in_use_is_named():
