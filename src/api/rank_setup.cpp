@@ -4,6 +4,9 @@
 #include "model/registry.h"
 #include "model/tensor_parallel.h"
 #include "setup/kv_cache_sizing.h"
+#ifdef KVASIR_HAVE_CUDA
+#include "backend/cuda/cuda_backend.h"
+#endif
 
 namespace kvasir {
 
@@ -25,6 +28,14 @@ Status check_tensor_parallel_model(const EngineArgs& args) {
 
 StatusOr<RankSetup> set_up_rank(const EngineArgs& args, TensorParallelProcesses* tp) {
   RankSetup r;
+#ifdef KVASIR_HAVE_CUDA
+  // The CUDA backend drives GPU r for rank r and its device communicator (a custom all-reduce over
+  // CUDA IPC) assumes one host, so a group over TCP (--nnodes, mpirun) runs on the CPU only.
+  if (tp != nullptr && tp->over_tcp &&
+      (args.device == "cuda" || (args.device == "auto" && cuda_device_count() > 0)))
+    return unimplemented("tensor parallelism over --nnodes or mpirun runs on the CPU backend only (not supported yet "
+                         "on CUDA, whose ranks must share one host); pass --device cpu");
+#endif
   LoadOptions lo = LoadOptions::from(args);
   if (tp != nullptr) lo.model.tp = TensorParallelGroup{tp->comm->rank(), tp->comm->world_size(), tp->comm.get()};
   KVASIR_ASSIGN_OR_RETURN(r.model, load_model(args.model.empty() ? default_model_path() : args.model, lo));

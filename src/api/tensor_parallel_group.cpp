@@ -130,6 +130,7 @@ std::function<Status()> watch_started(std::vector<pid_t>& workers, int first_sta
 StatusOr<std::unique_ptr<TensorParallelProcesses>> form_tensor_parallel_group(const LaunchPlan& plan) {
   auto group = std::make_unique<TensorParallelProcesses>();
   const int first_started = plan.rank + 1;
+  group->over_tcp = plan.tcp;
   if (plan.tcp) {
     // Rank 0 claims the rendezvous port before anyone dials it, so "in use" is its first word.
     int listen_fd = -1;

@@ -25,6 +25,7 @@ namespace kvasir {
 struct TensorParallelProcesses {
   std::unique_ptr<dist::Communicator> comm;
   std::vector<pid_t> workers;  // the ranks this process started (on one host: rank 0 starts 1..N-1)
+  bool over_tcp = false;       // --nnodes > 1 or mpirun: ranks may be on other hosts
   // Waits for the started workers to exit (they stop when rank 0's BroadcastingWorker says so, or
   // fail when the group breaks), killing those still there after a few seconds.
   ~TensorParallelProcesses();
