@@ -6,8 +6,11 @@
 set -euo pipefail
 root=$(cd "$(dirname "$0")/.." && pwd)
 
+# openmpi-bin: mpirun as a tensor-parallel launcher (tests/server/test_multi_node.py); iproute2:
+# the network namespaces those tests run the nodes in.
 apt_pkgs=(build-essential cmake ninja-build ccache pkg-config git unzip python3 python3-pip
-          libgtest-dev libpcre2-dev libutf8proc-dev libboost-dev clang libclang-rt-14-dev)
+          libgtest-dev libpcre2-dev libutf8proc-dev libboost-dev clang libclang-rt-14-dev
+          openmpi-bin iproute2)
 missing=()
 for p in "${apt_pkgs[@]}"; do dpkg -s "$p" >/dev/null 2>&1 || missing+=("$p"); done
 if [ ${#missing[@]} -gt 0 ]; then

@@ -318,8 +318,14 @@ int cmd_bench(int argc, char** argv) {
     std::fprintf(stderr, "kvasir bench: %s\n", ea.status().message().c_str());
     return 2;
   }
-  // A tensor-parallel worker started by rank 0 (this same command line): only steps.
-  if (auto rank = tensor_parallel_worker_rank()) return run_tensor_parallel_worker(*ea, *rank);
+  // A tensor-parallel worker (started by its node's launcher, another node's rank, an mpirun
+  // rank past 0): only steps.
+  auto plan = plan_launch(*ea);
+  if (!plan.ok()) {
+    std::fprintf(stderr, "kvasir bench: %s\n", plan.status().message().c_str());
+    return 2;
+  }
+  if (plan->is_worker()) return run_tensor_parallel_worker(*ea, *plan);
   if (which == "latency" && ea->parallel_layout().world_size() > 1) {
     // It drives one model directly, without the engine that the workers follow.
     std::fprintf(stderr, "kvasir bench latency: --tensor-parallel-size and --pipeline-parallel-size are not "

@@ -235,8 +235,14 @@ int cmd_generate(int argc, char** argv) {
     std::fprintf(stderr, "kvasir generate: %s\n", ea.status().message().c_str());
     return 2;
   }
-  // A tensor-parallel worker started by rank 0 (this same command line): only steps.
-  if (auto rank = tensor_parallel_worker_rank()) return run_tensor_parallel_worker(*ea, *rank);
+  // A tensor-parallel worker (started by its node's launcher, another node's rank, an mpirun
+  // rank past 0): only steps.
+  auto plan = plan_launch(*ea);
+  if (!plan.ok()) {
+    std::fprintf(stderr, "kvasir generate: %s\n", plan.status().message().c_str());
+    return 2;
+  }
+  if (plan->is_worker()) return run_tensor_parallel_worker(*ea, *plan);
   auto llm = LLM::create(*ea);
   if (!llm.ok()) {
     std::fprintf(stderr, "kvasir generate: %s\n", llm.status().message().c_str());

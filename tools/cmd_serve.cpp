@@ -120,8 +120,14 @@ int cmd_serve(int argc, char** argv) {
     return 2;
   }
 
-  // A tensor-parallel worker started by rank 0 (this same command line): no HTTP, only steps.
-  if (auto rank = tensor_parallel_worker_rank()) return run_tensor_parallel_worker(cfg->engine, *rank);
+  // A tensor-parallel worker (started by its node's launcher, a --headless node's rank, an mpirun
+  // rank past 0): no HTTP, only steps.
+  auto plan = plan_launch(cfg->engine);
+  if (!plan.ok()) {
+    std::fprintf(stderr, "kvasir serve: %s\n", plan.status().message().c_str());
+    return 2;
+  }
+  if (plan->is_worker()) return run_tensor_parallel_worker(cfg->engine, *plan);
 
   // Block the shutdown signals in every thread (threads inherit the mask) and take them here.
   sigset_t set;

@@ -10,11 +10,12 @@ void add_engine_flags(std::set<std::string>& v, std::set<std::string>& b) {
                         "long-prefill-token-threshold", "max-num-partial-prefills",
                         "max-long-partial-prefills", "load-format", "gpu-memory-utilization", "kv-cache-dtype", "dtype",
                         "quantization", "tokenizer", "structured-outputs-config", "tensor-parallel-size",
-                        "pipeline-parallel-size", "data-parallel-size", "speculative-config"}) {
+                        "pipeline-parallel-size", "data-parallel-size", "speculative-config", "nnodes",
+                        "node-rank", "master-addr", "master-port"}) {
     v.insert(f);
   }
   for (const char* f : {"enable-prefix-caching", "exact-matmul", "enforce-eager", "disable-async-output-proc",
-                        "async-scheduling", "enable-expert-parallel"}) {
+                        "async-scheduling", "enable-expert-parallel", "headless"}) {
     b.insert(f);
   }
 }
@@ -57,14 +58,28 @@ std::string engine_flags_help() {
          "  --enforce-eager              CUDA: launch kernels one by one, no CUDA graphs\n"
          "  --disable-async-output-proc  detokenize in lock step with the forward pass (measures the overlap)\n"
          "  --async-scheduling           schedule the next step while the current one runs (default off)\n"
-         "  Parallelism (vLLM's flags and meanings; ranks on this host: CPU over shared memory, CUDA one\n"
-         "  GPU per rank, rank r on GPU r, over a custom all-reduce and NCCL):\n"
+         "  Parallelism (vLLM's flags and meanings; CPU: over shared memory between the ranks of one\n"
+         "  host, over TCP between hosts or under mpirun; CUDA: ranks of one host only, rank r on GPU r,\n"
+         "  over a custom all-reduce and NCCL):\n"
          "  --tensor-parallel-size N     split every layer over N ranks, one process each: attention heads\n"
          "                               and MLP rows (MoE: every expert's rows) per rank, KV heads split or\n"
          "                               replicated, vocabulary split; one all-reduce after attention and\n"
          "                               one after the MLP (default 1). Llama, Mistral, Qwen2/3, Gemma 2/3,\n"
          "                               Phi-3, Mixtral, Qwen2-MoE and Qwen3-MoE; other families (DeepSeek's\n"
          "                               MLA, GPT-OSS) are refused by name before any worker starts\n"
+         "  --nnodes M                   spread the --tensor-parallel-size ranks over M hosts, N/M each\n"
+         "                               (M must divide N); run the same command on every host with its\n"
+         "                               --node-rank; each starts its own ranks (default 1)\n"
+         "  --node-rank K                this host's index in [0, M): node 0 holds rank 0 and serves, node K\n"
+         "                               runs ranks K*N/M .. (K+1)*N/M-1 without an API server (default 0)\n"
+         "  --master-addr ADDR           node 0's address; rank 0 listens there (needed with M > 1, and\n"
+         "                               under mpirun across hosts; default 127.0.0.1 under mpirun on one host)\n"
+         "  --master-port P              rank 0's rendezvous port on ADDR (default 29501)\n"
+         "  --headless                   a node other than node 0: no API server, only its ranks' steps\n"
+         "                               (implied by --node-rank > 0)\n"
+         "  Under Open MPI's mpirun (OMPI_COMM_WORLD_* set) each MPI rank is one tensor-parallel rank:\n"
+         "  mpirun -np N kvasir serve ... --tensor-parallel-size N; MPI rank 0 serves, nobody is started\n"
+         "  by kvasir, and the ranks meet over TCP at --master-addr:--master-port\n"
          "  --pipeline-parallel-size N   split the layers into N contiguous stages (vLLM's split, or\n"
          "                               $VLLM_PP_LAYER_PARTITION \"a,b,..\"), each of --tensor-parallel-size\n"
          "                               ranks (N x TP processes); a stage loads only its layers' weights\n"
@@ -139,6 +154,18 @@ StatusOr<EngineArgs> engine_args_from(const Args& a) {
   KVASIR_ASSIGN_OR_RETURN(int64_t tp, a.get_int("tensor-parallel-size", 1));
   if (tp < 1 || tp > 64) return invalid_argument("--tensor-parallel-size must be in [1, 64]");
   e.tensor_parallel_size = static_cast<int>(tp);
+  KVASIR_ASSIGN_OR_RETURN(int64_t nnodes, a.get_int("nnodes", 1));
+  KVASIR_ASSIGN_OR_RETURN(int64_t node_rank, a.get_int("node-rank", 0));
+  KVASIR_ASSIGN_OR_RETURN(int64_t master_port, a.get_int("master-port", LaunchArgs::kDefaultMasterPort));
+  if (nnodes < 1 || nnodes > 1024) return invalid_argument("--nnodes must be in [1, 1024]");
+  if (node_rank < 0 || node_rank > 1024) return invalid_argument("--node-rank must be in [0, --nnodes)");
+  if (master_port < 1 || master_port > 65535) return invalid_argument("--master-port must be in [1, 65535]");
+  e.launch.nnodes = static_cast<int>(nnodes);
+  e.launch.node_rank = static_cast<int>(node_rank);
+  e.launch.master_port = static_cast<int>(master_port);
+  if (a.has("master-addr") && a.get("master-addr").empty()) return invalid_argument("--master-addr must not be empty");
+  e.launch.master_addr = a.get("master-addr");
+  e.launch.headless = a.get_bool("headless", false);
   KVASIR_ASSIGN_OR_RETURN(int64_t pp, a.get_int("pipeline-parallel-size", 1));
   if (pp < 1 || pp > 64) return invalid_argument("--pipeline-parallel-size must be in [1, 64]");
   e.pipeline_parallel_size = static_cast<int>(pp);

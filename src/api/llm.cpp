@@ -6,6 +6,7 @@
 #include <cstdlib>
 #include <string>
 
+#include "api/launch_plan.h"
 #include "api/rank_setup.h"
 #include "api/tensor_parallel_group.h"
 #include "engine/engine.h"
@@ -30,13 +31,13 @@ LLM::~LLM() {
 StatusOr<std::unique_ptr<LLM>> LLM::create(const EngineArgs& args) {
   KVASIR_RETURN_IF_ERROR(args.validate());
   std::unique_ptr<LLM> llm(new LLM());
-  if (args.parallel_layout().world_size() > 1) {
-    if (tensor_parallel_worker_rank())
-      return internal_error("a tensor-parallel worker must run run_tensor_parallel_worker, not serve");
+  KVASIR_ASSIGN_OR_RETURN(const LaunchPlan plan, plan_launch(args));
+  if (plan.is_worker()) return internal_error("a tensor-parallel worker must run run_tensor_parallel_worker, not serve");
+  if (plan.launcher != LaunchPlan::Launcher::kNone) {
     // Before any worker starts.
     KVASIR_RETURN_IF_ERROR(check_tensor_parallel_model(args));
     KVASIR_RETURN_IF_ERROR(check_pipeline_parallel_model(args));
-    KVASIR_ASSIGN_OR_RETURN(llm->tp_, start_tensor_parallel_group(args.parallel_layout().world_size()));
+    KVASIR_ASSIGN_OR_RETURN(llm->tp_, form_tensor_parallel_group(plan));
   }
   KVASIR_ASSIGN_OR_RETURN(RankSetup setup, set_up_rank(args, llm->tp_.get()));
   llm->stage_comm_ = std::move(setup.stage_comm);

@@ -11,6 +11,9 @@
 #include "model/registry.h"
 #include "model/tensor_parallel.h"
 #include "setup/kv_cache_sizing.h"
+#ifdef KVASIR_HAVE_CUDA
+#include "backend/cuda/cuda_backend.h"
+#endif
 
 namespace kvasir {
 
@@ -71,6 +74,14 @@ StatusOr<std::unique_ptr<dist::Communicator>> join_stage_group(dist::Communicato
 
 StatusOr<RankSetup> set_up_rank(const EngineArgs& args, TensorParallelProcesses* tp) {
   RankSetup r;
+#ifdef KVASIR_HAVE_CUDA
+  // The CUDA backend drives GPU r for rank r and its device communicator (a custom all-reduce over
+  // CUDA IPC) assumes one host, so a group over TCP (--nnodes, mpirun) runs on the CPU only.
+  if (tp != nullptr && tp->over_tcp &&
+      (args.device == "cuda" || (args.device == "auto" && cuda_device_count() > 0)))
+    return unimplemented("tensor parallelism over --nnodes or mpirun runs on the CPU backend only (not supported yet "
+                         "on CUDA, whose ranks must share one host); pass --device cpu");
+#endif
   LoadOptions lo = LoadOptions::from(args);
   const dist::ParallelLayout layout = args.parallel_layout();
   if (tp != nullptr && tp->comm->world_size() != layout.world_size())
@@ -81,6 +92,11 @@ StatusOr<RankSetup> set_up_rank(const EngineArgs& args, TensorParallelProcesses*
     lo.model.pp = PipelineParallelGroup{layout.pp_rank(world.rank()), layout.pipeline_parallel, &world};
     lo.model.layer_partition = pipeline_layer_partition();
     if (layout.tensor_parallel > 1) {
+      // Each stage's own tensor-parallel group is a shared-memory one: its ranks must share a host.
+      if (tp->over_tcp)
+        return unimplemented("--pipeline-parallel-size with --tensor-parallel-size > 1 over --nnodes or mpirun is not "
+                             "supported yet (a stage's tensor-parallel ranks meet over shared memory); use "
+                             "--tensor-parallel-size 1 with --pipeline-parallel-size across hosts");
       KVASIR_ASSIGN_OR_RETURN(r.stage_comm, join_stage_group(world, layout));
       lo.model.tp = TensorParallelGroup{layout.tp_rank(world.rank()), layout.tensor_parallel, r.stage_comm.get()};
     }

@@ -19,6 +19,8 @@
 #include "executor/in_process_executor.h"
 #include "executor/step_broadcast.h"
 #include "dist/shm_communicator.h"
+#include "dist/tcp_communicator.h"
+#include "dist/tcp_socket.h"
 
 extern char** environ;
 
@@ -27,10 +29,11 @@ namespace {
 
 constexpr const char* kRankEnv = "KVASIR_TP_RANK";
 constexpr const char* kGroupEnv = "KVASIR_TP_GROUP";
+constexpr const char* kTcpGroupId = "kvasir-tp";  // every node derives the same one
 constexpr int64_t kJoinTimeoutMs = 60'000;
 
-StatusOr<std::unique_ptr<dist::Communicator>> join(const std::string& group, int size, int rank,
-                                                   std::function<Status()> while_attaching = nullptr) {
+StatusOr<std::unique_ptr<dist::Communicator>> join_shm(const std::string& group, int size, int rank,
+                                                       std::function<Status()> while_attaching = nullptr) {
   dist::ShmCommunicatorOptions o;
   o.group_id = group;
   o.rank = rank;
@@ -38,6 +41,22 @@ StatusOr<std::unique_ptr<dist::Communicator>> join(const std::string& group, int
   o.timeout_ms = kJoinTimeoutMs;
   o.while_attaching = std::move(while_attaching);
   KVASIR_ASSIGN_OR_RETURN(auto c, dist::ShmCommunicator::create(o));
+  return std::unique_ptr<dist::Communicator>(std::move(c));
+}
+
+// listen_fd: rank 0's already bound listener, or -1.
+StatusOr<std::unique_ptr<dist::Communicator>> join_tcp(const LaunchPlan& plan, int listen_fd,
+                                                       std::function<Status()> while_attaching) {
+  dist::TcpCommunicatorOptions o;
+  o.master_addr = plan.master_addr;
+  o.master_port = plan.master_port;
+  o.listen_fd = listen_fd;
+  o.group_id = kTcpGroupId;
+  o.rank = plan.rank;
+  o.world_size = plan.world_size;
+  o.timeout_ms = kJoinTimeoutMs;
+  o.while_attaching = std::move(while_attaching);
+  KVASIR_ASSIGN_OR_RETURN(auto c, dist::TcpCommunicator::create(o));
   return std::unique_ptr<dist::Communicator>(std::move(c));
 }
 
@@ -56,26 +75,17 @@ StatusOr<std::vector<std::string>> own_arguments() {
   return args;
 }
 
-}  // namespace
-
-std::optional<int> tensor_parallel_worker_rank() {
-  const char* r = std::getenv(kRankEnv);
-  if (r == nullptr || std::getenv(kGroupEnv) == nullptr) return std::nullopt;
-  const int rank = std::atoi(r);
-  return rank > 0 ? std::optional<int>(rank) : std::nullopt;
-}
-
-StatusOr<std::unique_ptr<TensorParallelProcesses>> start_tensor_parallel_group(int size) {
-  auto group = std::make_unique<TensorParallelProcesses>();
-  const std::string id = "tp-" + std::to_string(getpid()) + "-" +
-                         std::to_string(std::chrono::steady_clock::now().time_since_epoch().count());
+// Starts ranks first..first+count-1 as this program with these arguments; their pids go to `pids`
+// as they start (so a failure part-way still leaves them to be waited for).
+Status start_workers(int first, int count, const std::string& group, std::vector<pid_t>& pids) {
+  if (count == 0) return Status();
   KVASIR_ASSIGN_OR_RETURN(std::vector<std::string> args, own_arguments());
   std::vector<char*> argv;
   for (std::string& a : args) argv.push_back(a.data());
   argv.push_back(nullptr);
-  for (int rank = 1; rank < size; ++rank) {
+  for (int rank = first; rank < first + count; ++rank) {
     std::vector<std::string> env_strings = {std::string(kRankEnv) + "=" + std::to_string(rank),
-                                            std::string(kGroupEnv) + "=" + id};
+                                            std::string(kGroupEnv) + "=" + group};
     for (char** e = environ; *e != nullptr; ++e) {
       const std::string kv = *e;
       if (kv.rfind(std::string(kRankEnv) + "=", 0) != 0 && kv.rfind(std::string(kGroupEnv) + "=", 0) != 0)
@@ -84,7 +94,7 @@ StatusOr<std::unique_ptr<TensorParallelProcesses>> start_tensor_parallel_group(i
     std::vector<char*> envp;
     for (std::string& s : env_strings) envp.push_back(s.data());
     envp.push_back(nullptr);
-    // Not rank 0's stdin: prompts read from it are rank 0's alone.
+    // Not the launching process's stdin: prompts read from it are rank 0's alone.
     posix_spawn_file_actions_t files;
     posix_spawn_file_actions_init(&files);
     posix_spawn_file_actions_addopen(&files, 0, "/dev/null", O_RDONLY, 0);
@@ -92,31 +102,65 @@ StatusOr<std::unique_ptr<TensorParallelProcesses>> start_tensor_parallel_group(i
     const int rc = posix_spawn(&pid, "/proc/self/exe", &files, nullptr, argv.data(), envp.data());
     posix_spawn_file_actions_destroy(&files);
     if (rc != 0) return unavailable("tensor parallelism: cannot start worker rank " + std::to_string(rank));
-    group->workers.push_back(pid);
+    pids.push_back(pid);
   }
-  // A worker that exits before joining (a bad flag, a model it cannot load) is named at once
-  // instead of after the join timeout.
-  std::vector<pid_t>& workers = group->workers;
-  auto comm = join(id, size, 0, [&workers]() -> Status {
+  return Status();
+}
+
+// While the group forms: a worker this process started that exits before joining (a bad flag, a
+// model it cannot load) is named at once instead of after the join timeout.
+std::function<Status()> watch_started(std::vector<pid_t>& workers, int first_started) {
+  return [&workers, first_started]() -> Status {
     for (size_t i = 0; i < workers.size(); ++i) {
       int status = 0;
       if (workers[i] > 0 && waitpid(workers[i], &status, WNOHANG) == workers[i]) {
         workers[i] = -1;
-        return unavailable("tensor parallelism: worker rank " + std::to_string(i + 1) + " exited (status " +
+        return unavailable("tensor parallelism: worker rank " + std::to_string(first_started + static_cast<int>(i)) +
+                           " exited (status " +
                            std::to_string(WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status)) +
                            ") before joining the group; see its message above");
       }
     }
     return Status();
-  });
-  if (!comm.ok()) return comm.status();
-  group->comm = std::move(comm).value();
-  return group;
+  };
 }
 
-StatusOr<std::unique_ptr<TensorParallelProcesses>> join_tensor_parallel_group(int size, int rank) {
+}  // namespace
+
+StatusOr<std::unique_ptr<TensorParallelProcesses>> form_tensor_parallel_group(const LaunchPlan& plan) {
   auto group = std::make_unique<TensorParallelProcesses>();
-  KVASIR_ASSIGN_OR_RETURN(group->comm, join(std::getenv(kGroupEnv), size, rank));
+  const int first_started = plan.rank + 1;
+  group->over_tcp = plan.tcp;
+  if (plan.tcp) {
+    // Rank 0 claims the rendezvous port before anyone dials it, so "in use" is its first word.
+    int listen_fd = -1;
+    if (plan.rank == 0) {
+      auto listener = dist::listen_on(plan.master_addr, plan.master_port, 128);
+      if (!listener.ok())
+        return unavailable("tensor parallelism: rank 0 cannot listen on --master-addr " + plan.master_addr +
+                           " --master-port " + std::to_string(plan.master_port) +
+                           " (in use, or not an address of this host?): " + listener.status().message());
+      listen_fd = fcntl(listener->fd(), F_DUPFD_CLOEXEC, 0);
+      if (listen_fd < 0) return unavailable("tensor parallelism: cannot keep the rendezvous socket");
+    }
+    if (Status s = start_workers(first_started, plan.num_ranks_to_start, kTcpGroupId, group->workers); !s.ok()) {
+      if (listen_fd >= 0) close(listen_fd);
+      return s;
+    }
+    // Only rank 0 waits for joins (the others dial it), so only its own workers are watched.
+    KVASIR_ASSIGN_OR_RETURN(group->comm, join_tcp(plan, listen_fd, watch_started(group->workers, first_started)));
+    return group;
+  }
+  if (plan.started_by_launcher) {
+    KVASIR_ASSIGN_OR_RETURN(group->comm, join_shm(plan.group_id, plan.world_size, plan.rank));
+    return group;
+  }
+  const std::string id = "tp-" + std::to_string(getpid()) + "-" +
+                         std::to_string(std::chrono::steady_clock::now().time_since_epoch().count());
+  KVASIR_RETURN_IF_ERROR(start_workers(first_started, plan.num_ranks_to_start, id, group->workers));
+  auto comm = join_shm(id, plan.world_size, plan.rank, watch_started(group->workers, first_started));
+  if (!comm.ok()) return comm.status();
+  group->comm = std::move(comm).value();
   return group;
 }
 
@@ -149,15 +193,18 @@ StatusOr<int> agree_num_kv_blocks(dist::Communicator& comm, int mine) {
 
 namespace kvasir {
 
-int run_tensor_parallel_worker(const EngineArgs& args, int rank) {
-  // Ctrl-C reaches the whole process group; rank 0 decides when the workers stop.
-  signal(SIGINT, SIG_IGN);
+int run_tensor_parallel_worker(const EngineArgs& args, const LaunchPlan& plan) {
+  const int rank = plan.rank;
+  // A worker started by its node's launcher shares that process's terminal: Ctrl-C reaches the
+  // whole process group, and rank 0 (or the launcher's exit) decides when it stops. A node's own
+  // launched rank, or an mpirun rank, stops on Ctrl-C like any command, which breaks the group.
+  if (plan.started_by_launcher) signal(SIGINT, SIG_IGN);
   // Test-only (tests/server/test_tensor_parallel.py): a worker that cannot start.
   if (std::getenv("KVASIR_TEST_TP_WORKER_FAIL_AT_START") != nullptr) {
     KVASIR_LOG_ERROR("tensor-parallel worker %d: failing at start ($KVASIR_TEST_TP_WORKER_FAIL_AT_START)", rank);
     return 1;
   }
-  auto tp = join_tensor_parallel_group(args.parallel_layout().world_size(), rank);
+  auto tp = form_tensor_parallel_group(plan);
   if (!tp.ok()) {
     KVASIR_LOG_ERROR("tensor-parallel worker %d: %s", rank, tp.status().to_string().c_str());
     return 1;

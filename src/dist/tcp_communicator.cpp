@@ -84,7 +84,14 @@ Status TcpCommunicator::connect_group(const TcpCommunicatorOptions& o, Socket li
     }
     std::vector<TableEntry> table(world_size_);
     for (int joined = 1; joined < world_size_;) {
-      auto a = accept_until(listener, deadline);
+      // In slices, so that while_attaching hears of a rank that will never dial.
+      const Deadline slice = std::min(deadline, std::chrono::steady_clock::now() + std::chrono::milliseconds(100));
+      auto a = accept_until(listener, slice);
+      const auto now = std::chrono::steady_clock::now();
+      if (!a.ok() && now >= slice && now < deadline) {  // nobody dialled in this slice: wait on
+        if (o.while_attaching) KVASIR_RETURN_IF_ERROR(o.while_attaching());
+        continue;
+      }
       if (!a.ok())
         return unavailable(where + ": only " + std::to_string(joined - 1) + " of " + std::to_string(world_size_ - 1) +
                            " ranks joined within " + std::to_string(o.timeout_ms) + " ms");

@@ -11,6 +11,7 @@
 #pragma once
 
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <string>
 #include <vector>
@@ -33,6 +34,9 @@ struct TcpCommunicatorOptions {
   int rank = 0;
   int world_size = 1;
   int64_t timeout_ms = 60'000;   // to form the group, and for one op to hear from its peers
+  // Rank 0 only: called about every 100 ms while it waits for the others to join; a failure ends
+  // the wait with it (a launcher that sees a rank it started exit before joining).
+  std::function<Status()> while_attaching;
   size_t chunk_bytes = 1u << 20;  // the piece of a sum exchanged per round (bounds the scratch)
 };
 

@@ -27,6 +27,7 @@ Status EngineArgs::validate() const {
   if (pipeline_parallel_size < 1 || tensor_parallel_size * pipeline_parallel_size > 64) {
     return invalid_argument("--pipeline-parallel-size must be at least 1, and tensor x pipeline parallel size at most 64");
   }
+  KVASIR_RETURN_IF_ERROR(launch.validate(parallel_layout().world_size()));
   if (max_logprobs < 0) return invalid_argument("--max-logprobs must be >= 0");
   if (load_format != "auto" && load_format != "dummy") return invalid_argument("--load-format must be auto or dummy");
   if (!(gpu_memory_utilization > 0.0 && gpu_memory_utilization <= 1.0)) {

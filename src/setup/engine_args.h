@@ -9,6 +9,7 @@
 #include "common/status.h"
 #include "core/dtype.h"
 #include "dist/parallel_layout.h"
+#include "setup/launch_args.h"
 #include "spec/speculative_config.h"
 
 namespace kvasir {
@@ -64,6 +65,8 @@ struct EngineArgs {
   // vLLM's --pipeline-parallel-size: the layers split into this many stages, each stage
   // tensor_parallel_size ranks (model/pipeline_parallel.h; ranks in dist/parallel_layout.h order).
   int pipeline_parallel_size = 1;
+  // Where the group's ranks run: one host (default), --nnodes hosts, or mpirun's ranks.
+  LaunchArgs launch;
   StructuredOutputsConfig structured_outputs;
   SpeculativeConfig speculative;           // vLLM's --speculative-config; method empty = off
 
