@@ -11,7 +11,7 @@ with an error, turns /health 503 within a second and every process exits non-zer
 
 The model is the tiny Llama 3 (4 heads, 2 KV heads: TP=2 splits the KV heads, TP=4 replicates
 them) with --max-model-len past its 64 positions so a stream lasts long enough to be cut.
-A layout is a parameter: a --pipeline-parallel-size variant is one more entry in LAYOUTS.
+A layout is a parameter (LAYOUTS): tensor parallel over the nodes, and a pipeline stage per node.
 """
 import json
 import os
@@ -40,6 +40,8 @@ PROMPTS = ["The capital of France is", "def fibonacci(n):", "Once upon a time"]
 LAYOUTS = [
     pytest.param(("--tensor-parallel-size", "2"), 2, id="tp2-one-rank-per-node"),
     pytest.param(("--tensor-parallel-size", "4"), 4, id="tp4-two-ranks-per-node"),
+    # A stage per node: the hidden states cross the link point to point between the stages.
+    pytest.param(("--pipeline-parallel-size", "2"), 2, id="pp2-one-stage-per-node"),
 ]
 
 
