@@ -244,7 +244,10 @@ int bench_throughput(const Args& a, EngineArgs ea) {
     for (const auto& c : r.outputs) out_tok += static_cast<int64_t>(c.token_ids.size());
   }
   const auto& mt = (*llm)->engine().metrics();
-  if (const std::string st = (*llm)->model().backend->stats(); !st.empty()) std::printf("%s\n", st.c_str());
+  // With --distributed-executor-backend mp the device is in the worker processes (no backend here).
+  if ((*llm)->model().backend) {
+    if (const std::string st = (*llm)->model().backend->stats(); !st.empty()) std::printf("%s\n", st.c_str());
+  }
   std::printf("Throughput: %.2f requests/s, %.1f total tokens/s, %.1f output tokens/s\n", *num / secs,
               (in_tok + out_tok) / secs, out_tok / secs);
   std::printf("requests %lld, input tokens %lld, output tokens %lld, elapsed %.2f s, engine steps %lld, preemptions %lld\n",
@@ -320,9 +323,11 @@ int cmd_bench(int argc, char** argv) {
   }
   // A tensor-parallel worker started by rank 0 (this same command line): only steps.
   if (auto rank = tensor_parallel_worker_rank()) return run_tensor_parallel_worker(*ea, *rank);
-  if (which == "latency" && ea->tensor_parallel_size > 1) {
+  if (which == "latency" && (ea->tensor_parallel_size > 1 || ea->distributed_executor_backend == "mp")) {
     // It drives one model directly, without the engine that the workers follow.
-    std::fprintf(stderr, "kvasir bench latency: --tensor-parallel-size is not supported; use bench throughput\n");
+    std::fprintf(stderr, "kvasir bench latency: %s is not supported; use bench throughput (--num-prompts 1 for "
+                         "one request's latency)\n",
+                 ea->tensor_parallel_size > 1 ? "--tensor-parallel-size" : "--distributed-executor-backend mp");
     return 2;
   }
   if (which == "latency") return bench_latency(*args, *ea);

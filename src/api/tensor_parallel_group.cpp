@@ -14,6 +14,7 @@
 
 #include <algorithm>
 
+#include "api/multiprocess_executor.h"
 #include "api/rank_setup.h"
 #include "common/log.h"
 #include "executor/in_process_executor.h"
@@ -150,6 +151,7 @@ StatusOr<int> agree_num_kv_blocks(dist::Communicator& comm, int mine) {
 namespace kvasir {
 
 int run_tensor_parallel_worker(const EngineArgs& args, int rank) {
+  if (args.distributed_executor_backend == "mp") return run_multiprocess_worker(args, rank);
   // Ctrl-C reaches the whole process group; rank 0 decides when the workers stop.
   signal(SIGINT, SIG_IGN);
   // Test-only (tests/server/test_tensor_parallel.py): a worker that cannot start.

@@ -24,6 +24,20 @@ Status EngineArgs::validate() const {
   if (tensor_parallel_size < 1 || tensor_parallel_size > 64) {
     return invalid_argument("--tensor-parallel-size must be in [1, 64]");
   }
+  const std::string& backend = distributed_executor_backend;
+  if (backend == "ray" || backend == "external_launcher") {
+    return unimplemented("--distributed-executor-backend " + backend +
+                         " is not supported; use mp (every model rank in a worker process) or uni (TP 1, in this "
+                         "process)");
+  }
+  if (!backend.empty() && backend != "mp" && backend != "uni") {
+    return invalid_argument("--distributed-executor-backend must be mp or uni (vLLM's ray and external_launcher are "
+                            "not supported), not '" + backend + "'");
+  }
+  if (backend == "uni" && tensor_parallel_size > 1) {
+    return invalid_argument("--distributed-executor-backend uni runs the model in this one process: it needs "
+                            "--tensor-parallel-size 1 (got " + std::to_string(tensor_parallel_size) + "); use mp");
+  }
   if (max_logprobs < 0) return invalid_argument("--max-logprobs must be >= 0");
   if (load_format != "auto" && load_format != "dummy") return invalid_argument("--load-format must be auto or dummy");
   if (!(gpu_memory_utilization > 0.0 && gpu_memory_utilization <= 1.0)) {

@@ -60,6 +60,11 @@ struct EngineArgs {
   // vLLM's --tensor-parallel-size: the model split over this many ranks, one process each on
   // this host (CPU backend; api/tensor_parallel_group.h).
   int tensor_parallel_size = 1;
+  // vLLM's --distributed-executor-backend: "" (unset) runs model rank 0 in this process and any
+  // other ranks as worker processes; "mp" runs every model rank in a worker process and keeps only
+  // the server, engine and scheduler here (api/multiprocess_executor.h); "uni" runs the model in
+  // this process (tensor_parallel_size 1 only).
+  std::string distributed_executor_backend;
   StructuredOutputsConfig structured_outputs;
   SpeculativeConfig speculative;           // vLLM's --speculative-config; method empty = off
 
