@@ -165,7 +165,7 @@ def test_a_worker_that_cannot_start_is_named_and_the_server_exits_non_zero():
     p = run_serve(MODEL, *MP, *FLAGS, env={**os.environ, "KVASIR_TEST_TP_WORKER_FAIL_AT_START": "1"})
     assert p.returncode != 0
     assert "--distributed-executor-backend mp" in p.stderr and "before joining the group" in p.stderr, p.stderr[-2000:]
-    assert "model rank 0: INTERNAL: failing at start" in p.stderr, p.stderr[-2000:]
+    assert "model rank 0: internal: failing at start" in p.stderr, p.stderr[-2000:]
     assert time.time() - t0 < 20, "the failed worker must be noticed, not waited out"
 
 
