@@ -135,7 +135,9 @@ def test_a_killed_worker_fails_every_stream_turns_health_503_and_the_server_exit
             t.join(timeout=120)
         assert killed_at, "the stream ended before the worker could be killed"
         assert sorted(errors) == [0, 1, 2], f"every live request must end with an error: {errors}"
-        assert all("model rank 0" in e for e in errors.values()), errors
+        # The worker is rank 1 of the step group (the server is rank 0); the kill may land while the
+        # step is sent or while its result is awaited.
+        assert all("rank 1 exited or crashed" in e for e in errors.values()), errors
         status = None
         while time.time() < killed_at[0] + 1.0:
             try:
