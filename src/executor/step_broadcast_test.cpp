@@ -10,6 +10,7 @@
 #include <chrono>
 #include <cstring>
 #include <string>
+#include <thread>
 
 #include <gtest/gtest.h>
 
@@ -82,6 +83,7 @@ struct Group {
   int n;
   std::string id;
   RankLog* logs;
+  int64_t timeout_ms = 20'000;
   explicit Group(int ranks) : n(ranks) {
     static int counter = 0;
     id = "step-test-" + std::to_string(getpid()) + "-" + std::to_string(++counter);
@@ -95,7 +97,7 @@ struct Group {
     o.group_id = id;
     o.rank = rank;
     o.world_size = n;
-    o.timeout_ms = 20'000;
+    o.timeout_ms = timeout_ms;
     auto c = dist::ShmCommunicator::create(o);
     if (!c.ok()) {
       std::fprintf(stderr, "rank %d: %s\n", rank, c.status().to_string().c_str());
@@ -178,6 +180,33 @@ TEST_P(StepBroadcastTest, AWorkerThatDiesFailsRankZerosStepsAndEndsTheGroup) {
   EXPECT_EQ(codes[0], 0);
   EXPECT_EQ(codes[1], 2) << "the surviving worker must end with an error";
   EXPECT_EQ(codes[2], 128 + SIGKILL);
+}
+
+TEST_P(StepBroadcastTest, AnIdleGroupOutlivesItsOpTimeoutThroughKeepAlives) {
+  Group g(3);
+  g.timeout_ms = 800;  // the workers wait in the next step's broadcast longer than this
+  const auto mode = GetParam();
+  const auto codes = dist::testing::run_ranks(g.n, [&](int rank) {
+    auto comm = g.comm(rank);
+    if (rank != 0) {
+      FakeWorker w(*comm, &g.logs[rank], -1);
+      Status s = serve_steps(*comm, w);
+      if (!s.ok()) std::fprintf(stderr, "rank %d: %s\n", rank, s.to_string().c_str());
+      return s.ok() ? 0 : 2;
+    }
+    InProcessExecutor ex(std::make_unique<BroadcastingWorker>(*comm, std::make_unique<FakeWorker>(*comm, &g.logs[0], -1),
+                                                              std::chrono::milliseconds(150)),
+                         mode);
+    if (!ex.execute(step_of(0)).get().ok()) return 1;
+    std::this_thread::sleep_for(std::chrono::milliseconds(2500));  // idle: three op timeouts
+    StepResult r = ex.execute(step_of(1)).get();
+    if (!r.ok()) std::fprintf(stderr, "rank 0: %s\n", r.status().to_string().c_str());
+    return r.ok() ? 0 : 3;
+  });
+  for (int r = 0; r < g.n; ++r) {
+    EXPECT_EQ(codes[r], 0) << "rank " << r;
+    EXPECT_EQ(g.logs[r].num_steps, 2) << "rank " << r << ": keep-alives are not steps";
+  }
 }
 
 INSTANTIATE_TEST_SUITE_P(Modes, StepBroadcastTest,
