@@ -3,6 +3,7 @@
 #include <signal.h>
 
 #include <cstdlib>
+#include <optional>
 #include <string>
 
 #include "api/rank_setup.h"
@@ -84,11 +85,14 @@ int run_multiprocess_worker(const EngineArgs& args, int step_rank) {
     if (!g.ok()) return fail(g.status());
     model_group = std::move(g).value();
   }
+  // Model rank 0 tells the front it is still loading, so a long load does not time it out.
+  std::optional<ModelRankInfoSender> info;
+  if (model_rank == 0) info.emplace(comm, kFront);
   auto setup = set_up_rank(args, model_group.get());
   if (!setup.ok()) return fail(setup.status());
   std::unique_ptr<Worker> worker = std::make_unique<RunnerWorker>(std::move(setup->runner));
   if (model_rank == 0) {
-    Status s = send_model_rank_info(comm, kFront, ModelRankInfo{setup->num_kv_blocks, setup->max_model_len});
+    Status s = info->send(ModelRankInfo{setup->num_kv_blocks, setup->max_model_len});
     if (!s.ok()) return fail(s);
     worker = std::make_unique<ReplyingWorker>(comm, kFront, std::move(worker));
   }

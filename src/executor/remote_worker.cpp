@@ -27,7 +27,8 @@ struct InfoMessage {
   int32_t max_model_len = 0;
   uint32_t reserved = 0;
 };
-constexpr uint32_t kInfoMagic = 0x3149524b;  // "KRI1"
+constexpr uint32_t kInfoMagic = 0x3149524b;     // "KRI1"
+constexpr uint32_t kLoadingMagic = 0x314c524b;  // "KRL1": still loading, the info follows
 
 Status send_reply(dist::Communicator& comm, int dest, uint32_t kind, int32_t code, const uint8_t* data, size_t size) {
   ReplyHeader h;
@@ -81,17 +82,49 @@ StepResult ReplyingWorker::execute_model(const SchedulerOutput& so, const Gramma
   return r;
 }
 
-Status send_model_rank_info(dist::Communicator& comm, int dest, const ModelRankInfo& info) {
+ModelRankInfoSender::ModelRankInfoSender(dist::Communicator& comm, int dest, std::chrono::milliseconds interval)
+    : comm_(comm), dest_(dest) {
+  thread_ = std::thread([this, interval] {
+    std::unique_lock<std::mutex> lock(mu_);
+    while (!done_) {
+      if (wake_.wait_for(lock, interval, [this] { return done_; })) break;
+      InfoMessage loading;
+      loading.magic = kLoadingMagic;
+      Status s = comm_.send(&loading, sizeof(loading), dest_);
+      if (!s.ok()) {
+        failed_ = s;
+        return;
+      }
+    }
+  });
+}
+
+ModelRankInfoSender::~ModelRankInfoSender() { stop(); }
+
+void ModelRankInfoSender::stop() {
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    done_ = true;
+  }
+  wake_.notify_all();
+  if (thread_.joinable()) thread_.join();
+}
+
+Status ModelRankInfoSender::send(const ModelRankInfo& info) {
+  stop();
+  if (!failed_.ok()) return failed_;
   InfoMessage m;
   m.magic = kInfoMagic;
   m.num_kv_blocks = info.num_kv_blocks;
   m.max_model_len = info.max_model_len;
-  return comm.send(&m, sizeof(m), dest);
+  return comm_.send(&m, sizeof(m), dest_);
 }
 
 StatusOr<ModelRankInfo> recv_model_rank_info(dist::Communicator& comm, int source) {
   InfoMessage m;
-  KVASIR_RETURN_IF_ERROR(comm.recv(&m, sizeof(m), source));
+  do {
+    KVASIR_RETURN_IF_ERROR(comm.recv(&m, sizeof(m), source));
+  } while (m.magic == kLoadingMagic);
   if (m.magic != kInfoMagic || m.num_kv_blocks <= 0 || m.max_model_len <= 0)
     return data_loss("model rank 0 sent a corrupt setup message");
   return ModelRankInfo{m.num_kv_blocks, m.max_model_len};

@@ -14,8 +14,12 @@
 // broadcast or receive fails and the step fails with that Status, as in a TP group.
 #pragma once
 
+#include <chrono>
+#include <condition_variable>
 #include <cstdint>
 #include <memory>
+#include <mutex>
+#include <thread>
 #include <vector>
 
 #include "common/status.h"
@@ -57,7 +61,29 @@ struct ModelRankInfo {
   int32_t num_kv_blocks = 0;
   int32_t max_model_len = 0;
 };
-Status send_model_rank_info(dist::Communicator& comm, int dest, const ModelRankInfo& info);
+
+// Model rank 0 while it loads: a load may take longer than a communicator op's timeout (a large
+// checkpoint, CUDA graph capture), and the front waits for the info in one. So from construction
+// until send(), a thread sends a "still loading" message every kInterval; recv_model_rank_info
+// skips those.
+class ModelRankInfoSender {
+ public:
+  static constexpr std::chrono::milliseconds kInterval{5'000};
+  ModelRankInfoSender(dist::Communicator& comm, int dest, std::chrono::milliseconds interval = kInterval);
+  ~ModelRankInfoSender();  // stops the thread (the front then sees this rank fail or exit)
+  Status send(const ModelRankInfo& info);
+
+ private:
+  void stop();
+
+  dist::Communicator& comm_;
+  int dest_;
+  std::mutex mu_;
+  bool done_ = false;
+  Status failed_;
+  std::condition_variable wake_;
+  std::thread thread_;
+};
 StatusOr<ModelRankInfo> recv_model_rank_info(dist::Communicator& comm, int source);
 
 }  // namespace kvasir

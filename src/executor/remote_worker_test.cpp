@@ -1,7 +1,8 @@
 // The multiprocess executor's step path over shm communicators, ranks in forked processes: a front
 // (step-group rank 0, no model) drives two model ranks (step-group ranks 1 and 2, with their own
 // group for the forward pass's collectives) through BroadcastingWorker + RemoteWorker; it gets
-// model rank 0's setup numbers and every step's output, in order, with logprobs intact. A step
+// model rank 0's setup numbers (also after a load longer than the op timeout) and every step's
+// output, in order, with logprobs intact. A step
 // that fails on model rank 0 fails the front's step with its message; a model rank that dies
 // fails the front's step in bounded time.
 #include "executor/remote_worker.h"
@@ -11,6 +12,7 @@
 
 #include <chrono>
 #include <string>
+#include <thread>
 
 #include <gtest/gtest.h>
 
@@ -61,12 +63,12 @@ std::shared_ptr<const SchedulerOutput> step_of(int i) {
   return so;
 }
 
-std::unique_ptr<dist::ShmCommunicator> join(const std::string& id, int rank, int size) {
+std::unique_ptr<dist::ShmCommunicator> join(const std::string& id, int rank, int size, int64_t timeout_ms) {
   dist::ShmCommunicatorOptions o;
   o.group_id = id;
   o.rank = rank;
   o.world_size = size;
-  o.timeout_ms = 20'000;
+  o.timeout_ms = timeout_ms;
   auto c = dist::ShmCommunicator::create(o);
   if (!c.ok()) {
     std::fprintf(stderr, "rank %d of %s: %s\n", rank, id.c_str(), c.status().to_string().c_str());
@@ -77,11 +79,12 @@ std::unique_ptr<dist::ShmCommunicator> join(const std::string& id, int rank, int
 
 // Runs the front and two model ranks; model rank 0 fails its step `fail_at`, model rank 1 dies
 // at step `die_at`. `front` gets the front's executor and returns its exit code.
-std::vector<int> run_group(int fail_at, int die_at, const std::function<int(Executor&, const ModelRankInfo&)>& front) {
+std::vector<int> run_group(int fail_at, int die_at, const std::function<int(Executor&, const ModelRankInfo&)>& front,
+                           int64_t timeout_ms = 20'000, int load_ms = 0) {
   static int counter = 0;
   const std::string id = "remote-test-" + std::to_string(getpid()) + "-" + std::to_string(++counter);
   return dist::testing::run_ranks(3, [&](int rank) {
-    auto steps = join(id + "-steps", rank, 3);
+    auto steps = join(id + "-steps", rank, 3, timeout_ms);
     if (rank == 0) {
       auto info = recv_model_rank_info(*steps, 1);
       if (!info.ok()) {
@@ -93,11 +96,16 @@ std::vector<int> run_group(int fail_at, int die_at, const std::function<int(Exec
       return front(ex, *info);
     }
     const int model_rank = rank - 1;
-    auto model_group = join(id + "-model", model_rank, 2);
+    auto model_group = join(id + "-model", model_rank, 2, timeout_ms);
+    // Every model rank loads (as for real, in parallel); only model rank 0 talks to the front.
+    if (load_ms > 0 && model_rank != 0) std::this_thread::sleep_for(std::chrono::milliseconds(load_ms));
     std::unique_ptr<Worker> w = std::make_unique<FakeModelWorker>(*model_group, model_rank == 0 ? fail_at : -1,
                                                                   model_rank == 1 ? die_at : -1);
     if (model_rank == 0) {
-      if (!send_model_rank_info(*steps, 0, ModelRankInfo{123, 456}).ok()) return 8;
+      // A load longer than the op timeout (the front waits in one recv): "still loading" keeps it.
+      ModelRankInfoSender info(*steps, 0, std::chrono::milliseconds(100));
+      if (load_ms > 0) std::this_thread::sleep_for(std::chrono::milliseconds(load_ms));
+      if (!info.send(ModelRankInfo{123, 456}).ok()) return 8;
       w = std::make_unique<ReplyingWorker>(*steps, 0, std::move(w));
     }
     Status s = serve_steps(*steps, *w);
@@ -125,6 +133,17 @@ TEST(RemoteWorker, TheFrontGetsModelRankZerosOutputForEveryStepInOrder) {
     }
     return 0;
   });
+  EXPECT_EQ(codes, (std::vector<int>{0, 0, 0}));
+}
+
+TEST(RemoteWorker, AModelLoadLongerThanTheOpTimeoutIsWaitedFor) {
+  const auto codes = run_group(
+      -1, -1,
+      [](Executor& ex, const ModelRankInfo& info) {
+        if (info.num_kv_blocks != 123) return 9;
+        return ex.execute(step_of(0)).get().ok() ? 0 : 1;
+      },
+      /*timeout_ms=*/800, /*load_ms=*/2000);
   EXPECT_EQ(codes, (std::vector<int>{0, 0, 0}));
 }
 
