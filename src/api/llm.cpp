@@ -31,10 +31,11 @@ LLM::~LLM() {
 StatusOr<std::unique_ptr<LLM>> LLM::create(const EngineArgs& args) {
   KVASIR_RETURN_IF_ERROR(args.validate());
   std::unique_ptr<LLM> llm(new LLM());
-  if (tensor_parallel_worker_rank())
+  const bool mp = args.distributed_executor_backend == "mp";
+  if ((mp || args.tensor_parallel_size > 1) && tensor_parallel_worker_rank())
     return internal_error("a tensor-parallel worker must run run_tensor_parallel_worker, not serve");
   std::unique_ptr<Worker> worker;
-  if (args.distributed_executor_backend == "mp") {
+  if (mp) {
     // Every model rank in a worker process; this process holds no weights and no device.
     KVASIR_ASSIGN_OR_RETURN(MultiprocessFront front, start_multiprocess_front(args));
     llm->model_ = std::move(front.model);
