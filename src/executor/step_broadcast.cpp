@@ -48,7 +48,7 @@ void BroadcastingWorker::keep_alive() {
     if (!failed_.ok()) return;
     uint64_t alive = kKeepAlive;
     Status s = comm_.broadcast(&alive, sizeof(alive), 0);
-    if (!s.ok()) failed_ = unavailable("tensor-parallel group lost while idle: " + s.message());
+    if (!s.ok()) failed_ = unavailable("the worker processes were lost while idle: " + s.message());
     last_sent_ = std::chrono::steady_clock::now();
   }
 }
@@ -64,7 +64,7 @@ StepResult BroadcastingWorker::execute_model(const SchedulerOutput& so, const Gr
   Status s = comm_.broadcast(&size, sizeof(size), 0);
   if (s.ok()) s = comm_.broadcast(message_.data(), message_.size(), 0);
   if (!s.ok()) {
-    failed_ = unavailable("tensor-parallel step could not reach the workers: " + s.message());
+    failed_ = unavailable("the step could not reach the worker processes: " + s.message());
     return failed_;
   }
   StepResult r = local_->execute_model(so, bitmask);
