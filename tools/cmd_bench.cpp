@@ -244,7 +244,10 @@ int bench_throughput(const Args& a, EngineArgs ea) {
     for (const auto& c : r.outputs) out_tok += static_cast<int64_t>(c.token_ids.size());
   }
   const auto& mt = (*llm)->engine().metrics();
-  if (const std::string st = (*llm)->model().backend->stats(); !st.empty()) std::printf("%s\n", st.c_str());
+  // With --distributed-executor-backend mp the device is in the worker processes (no backend here).
+  if ((*llm)->model().backend) {
+    if (const std::string st = (*llm)->model().backend->stats(); !st.empty()) std::printf("%s\n", st.c_str());
+  }
   std::printf("Throughput: %.2f requests/s, %.1f total tokens/s, %.1f output tokens/s\n", *num / secs,
               (in_tok + out_tok) / secs, out_tok / secs);
   std::printf("requests %lld, input tokens %lld, output tokens %lld, elapsed %.2f s, engine steps %lld, preemptions %lld\n",
@@ -319,17 +322,19 @@ int cmd_bench(int argc, char** argv) {
     return 2;
   }
   // A tensor-parallel worker (started by its node's launcher, another node's rank, an mpirun
-  // rank past 0): only steps.
+  // rank past 0), or a multiprocess executor's model rank: only steps.
   auto plan = plan_launch(*ea);
   if (!plan.ok()) {
     std::fprintf(stderr, "kvasir bench: %s\n", plan.status().message().c_str());
     return 2;
   }
   if (plan->is_worker()) return run_tensor_parallel_worker(*ea, *plan);
-  if (which == "latency" && ea->parallel_layout().world_size() > 1) {
+  if (which == "latency" && (ea->parallel_layout().world_size() > 1 || ea->distributed_executor_backend == "mp")) {
     // It drives one model directly, without the engine that the workers follow.
-    std::fprintf(stderr, "kvasir bench latency: --tensor-parallel-size and --pipeline-parallel-size are not "
-                         "supported; use bench throughput\n");
+    std::fprintf(stderr, "kvasir bench latency: %s is not supported; use bench throughput (--num-prompts 1 for "
+                         "one request's latency)\n",
+                 ea->parallel_layout().world_size() > 1 ? "--tensor-parallel-size or --pipeline-parallel-size"
+                                                        : "--distributed-executor-backend mp");
     return 2;
   }
   if (which == "latency") return bench_latency(*args, *ea);

@@ -137,6 +137,9 @@ int cmd_serve(int argc, char** argv) {
   pthread_sigmask(SIG_BLOCK, &set, nullptr);
   signal(SIGPIPE, SIG_IGN);
 
+  // The model runs (partly or wholly) in worker processes: a group that lost one cannot step again.
+  const bool tensor_parallel = cfg->engine.tensor_parallel_size > 1;
+  const bool worker_processes = tensor_parallel || cfg->engine.distributed_executor_backend == "mp";
   server::ServingApp app(std::move(*cfg));
   if (Status st = app.start_http(); !st.ok()) {
     std::fprintf(stderr, "kvasir serve: %s\n", st.message().c_str());
@@ -152,14 +155,14 @@ int cmd_serve(int argc, char** argv) {
   const bool v6 = host.find(':') != std::string::npos;
   KVASIR_LOG_INFO("Kvasir OpenAI-compatible server ready at http://%s%s%s:%d (Ctrl-C to stop)", v6 ? "[" : "", host.c_str(),
                   v6 ? "]" : "", app.port());
-  const bool tensor_parallel = cfg->engine.parallel_layout().world_size() > 1;  // tensor or pipeline
-  while (!take_signal(set, tensor_parallel ? 100 : 1000)) {
+  while (!take_signal(set, worker_processes ? 100 : 1000)) {
     // A tensor-parallel group that lost a rank cannot step again (its workers are gone): the live
     // requests already got their error and /health its 503; give clients a moment to see that,
     // then stop every process and exit non-zero, as vLLM does when its engine dies.
-    if (!tensor_parallel) continue;
+    if (!worker_processes) continue;
     if (const std::string fault = app.engine_fault(); !fault.empty()) {
-      KVASIR_LOG_ERROR("tensor-parallel group failed (%s); exiting", fault.c_str());
+      KVASIR_LOG_ERROR("%s failed (%s); exiting", tensor_parallel ? "tensor-parallel group" : "model worker process",
+                       fault.c_str());
       take_signal(set, kBrokenGroupGraceMs);
       app.shutdown(0);
       return 1;

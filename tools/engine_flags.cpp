@@ -11,7 +11,7 @@ void add_engine_flags(std::set<std::string>& v, std::set<std::string>& b) {
                         "max-long-partial-prefills", "load-format", "gpu-memory-utilization", "kv-cache-dtype", "dtype",
                         "quantization", "tokenizer", "structured-outputs-config", "tensor-parallel-size",
                         "pipeline-parallel-size", "data-parallel-size", "speculative-config", "nnodes",
-                        "node-rank", "master-addr", "master-port"}) {
+                        "node-rank", "master-addr", "master-port", "distributed-executor-backend"}) {
     v.insert(f);
   }
   for (const char* f : {"enable-prefix-caching", "exact-matmul", "enforce-eager", "disable-async-output-proc",
@@ -67,6 +67,12 @@ std::string engine_flags_help() {
          "                               one after the MLP (default 1). Llama, Mistral, Qwen2/3, Gemma 2/3,\n"
          "                               Phi-3, Mixtral, Qwen2-MoE and Qwen3-MoE; other families (DeepSeek's\n"
          "                               MLA, GPT-OSS) are refused by name before any worker starts\n"
+         "  --distributed-executor-backend mp|uni\n"
+         "                               mp: every model rank in its own worker process, this process keeps\n"
+         "                               the server, engine and scheduler only (any TP size); uni: the model\n"
+         "                               in this process (TP 1 only). Unset: rank 0 in this process, ranks\n"
+         "                               1..N-1 as worker processes (uni at TP 1). ray, external_launcher:\n"
+         "                               not supported\n"
          "  --nnodes M                   spread the --tensor-parallel-size ranks over M hosts, N/M each\n"
          "                               (M must divide N); run the same command on every host with its\n"
          "                               --node-rank; each starts its own ranks (default 1)\n"
@@ -154,6 +160,7 @@ StatusOr<EngineArgs> engine_args_from(const Args& a) {
   KVASIR_ASSIGN_OR_RETURN(int64_t tp, a.get_int("tensor-parallel-size", 1));
   if (tp < 1 || tp > 64) return invalid_argument("--tensor-parallel-size must be in [1, 64]");
   e.tensor_parallel_size = static_cast<int>(tp);
+  e.distributed_executor_backend = a.get("distributed-executor-backend");
   KVASIR_ASSIGN_OR_RETURN(int64_t nnodes, a.get_int("nnodes", 1));
   KVASIR_ASSIGN_OR_RETURN(int64_t node_rank, a.get_int("node-rank", 0));
   KVASIR_ASSIGN_OR_RETURN(int64_t master_port, a.get_int("master-port", LaunchArgs::kDefaultMasterPort));

@@ -57,6 +57,8 @@ class LLM {
   StatusOr<std::vector<GenerationResult>> generate(const std::vector<PromptInput>& prompts, const SamplingParams& params,
                                                    const std::function<void(size_t, size_t)>& on_progress = {});
 
+  // With --distributed-executor-backend mp the model runs in worker processes: `backend` and
+  // `model` are null here (tokenizer, config, EOS ids and generation defaults are set).
   const LoadedModel& model() const { return *model_; }
   Engine& engine() { return *engine_; }
   int num_kv_blocks() const { return num_kv_blocks_; }
@@ -70,7 +72,8 @@ class LLM {
   std::unique_ptr<LoadedModel> model_;
   struct KvHolder;
   std::unique_ptr<KvHolder> kv_;
-  // More than one rank (tensor x pipeline parallel): the whole group's communicator and the
+  // More than one rank (tensor x pipeline parallel) or --distributed-executor-backend mp: the
+  // whole group's communicator and the
   // worker processes; outlives engine_, whose BroadcastingWorker stops the workers when it goes.
   std::unique_ptr<TensorParallelProcesses> tp_;
   std::unique_ptr<Engine> engine_;

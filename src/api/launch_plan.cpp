@@ -20,9 +20,15 @@ StatusOr<std::optional<int>> env_int(const EnvLookup& env, const char* name) {
   return std::optional<int>(static_cast<int>(n));
 }
 
+// The group's ranks: tensor x pipeline model ranks, and under the multiprocess executor the front
+// (rank 0 of its step group, api/multiprocess_executor.h) as well.
+int group_size(const EngineArgs& args) {
+  return args.parallel_layout().world_size() + (args.distributed_executor_backend == "mp" ? 1 : 0);
+}
+
 StatusOr<LaunchPlan> plan_mpirun(const EngineArgs& args, const EnvLookup& env, int size) {
   const LaunchArgs& l = args.launch;
-  const int tp = args.parallel_layout().world_size();  // tensor x pipeline ranks
+  const int tp = group_size(args);
   KVASIR_ASSIGN_OR_RETURN(std::optional<int> rank, env_int(env, "OMPI_COMM_WORLD_RANK"));
   KVASIR_ASSIGN_OR_RETURN(std::optional<int> local_size, env_int(env, "OMPI_COMM_WORLD_LOCAL_SIZE"));
   if (!rank || *rank >= size)
@@ -60,7 +66,7 @@ StatusOr<LaunchPlan> plan_mpirun(const EngineArgs& args, const EnvLookup& env, i
 
 StatusOr<LaunchPlan> plan_launch(const EngineArgs& args, const EnvLookup& env) {
   const LaunchArgs& l = args.launch;
-  const int tp = args.parallel_layout().world_size();  // tensor x pipeline ranks
+  const int tp = group_size(args);
   KVASIR_RETURN_IF_ERROR(l.validate(tp));
   KVASIR_ASSIGN_OR_RETURN(std::optional<int> mpi_size, env_int(env, "OMPI_COMM_WORLD_SIZE"));
   KVASIR_ASSIGN_OR_RETURN(std::optional<int> started_rank, env_int(env, "KVASIR_TP_RANK"));
@@ -82,6 +88,10 @@ StatusOr<LaunchPlan> plan_launch(const EngineArgs& args, const EnvLookup& env) {
     p.group_id = group;
     return p;
   }
+  if (args.distributed_executor_backend == "mp" && (mpi_size || l.nnodes > 1))
+    return unimplemented("--distributed-executor-backend mp starts its model ranks on this host; with --nnodes or "
+                         "mpirun it is not supported yet (leave the flag unset: rank 0 then runs in the serving "
+                         "process)");
   if (mpi_size) return plan_mpirun(args, env, *mpi_size);
   if (l.nnodes == 1) {
     if (!l.master_addr.empty())

@@ -7,6 +7,7 @@
 #include <string>
 
 #include "api/launch_plan.h"
+#include "api/multiprocess_executor.h"
 #include "api/rank_setup.h"
 #include "api/tensor_parallel_group.h"
 #include "engine/engine.h"
@@ -33,20 +34,34 @@ StatusOr<std::unique_ptr<LLM>> LLM::create(const EngineArgs& args) {
   std::unique_ptr<LLM> llm(new LLM());
   KVASIR_ASSIGN_OR_RETURN(const LaunchPlan plan, plan_launch(args));
   if (plan.is_worker()) return internal_error("a tensor-parallel worker must run run_tensor_parallel_worker, not serve");
-  if (plan.launcher != LaunchPlan::Launcher::kNone) {
-    // Before any worker starts.
-    KVASIR_RETURN_IF_ERROR(check_tensor_parallel_model(args));
-    KVASIR_RETURN_IF_ERROR(check_pipeline_parallel_model(args));
-    KVASIR_ASSIGN_OR_RETURN(llm->tp_, form_tensor_parallel_group(plan));
+  std::unique_ptr<Worker> worker;
+  if (args.distributed_executor_backend == "mp") {
+    // Every model rank in a worker process; this process holds no weights and no device.
+    KVASIR_ASSIGN_OR_RETURN(MultiprocessFront front, start_multiprocess_front(args, plan));
+    llm->model_ = std::move(front.model);
+    llm->tp_ = std::move(front.group);
+    llm->max_model_len_ = front.max_model_len;
+    llm->num_kv_blocks_ = front.num_kv_blocks;
+    worker = std::move(front.worker);
+  } else {
+    if (plan.launcher != LaunchPlan::Launcher::kNone) {
+      // Before any worker starts.
+      KVASIR_RETURN_IF_ERROR(check_tensor_parallel_model(args));
+      KVASIR_RETURN_IF_ERROR(check_pipeline_parallel_model(args));
+      KVASIR_ASSIGN_OR_RETURN(llm->tp_, form_tensor_parallel_group(plan));
+    }
+    KVASIR_ASSIGN_OR_RETURN(RankSetup setup, set_up_rank(args, llm->tp_.get()));
+    llm->stage_comm_ = std::move(setup.stage_comm);
+    llm->model_ = std::move(setup.model);
+    llm->max_model_len_ = setup.max_model_len;
+    llm->num_kv_blocks_ = setup.num_kv_blocks;
+    llm->kv_ = std::make_unique<KvHolder>();
+    llm->kv_->cache = std::move(setup.cache);
+    worker = std::make_unique<RunnerWorker>(std::move(setup.runner));
+    // Rank 0 of a parallel group sends each step to the workers before running its own.
+    if (llm->tp_) worker = std::make_unique<BroadcastingWorker>(*llm->tp_->comm, std::move(worker));
   }
-  KVASIR_ASSIGN_OR_RETURN(RankSetup setup, set_up_rank(args, llm->tp_.get()));
-  llm->stage_comm_ = std::move(setup.stage_comm);
-  llm->model_ = std::move(setup.model);
   const ModelConfig& cfg = llm->model_->config;
-  llm->max_model_len_ = setup.max_model_len;
-  llm->num_kv_blocks_ = setup.num_kv_blocks;
-  llm->kv_ = std::make_unique<KvHolder>();
-  llm->kv_->cache = std::move(setup.cache);
 
   EngineOptions eo;
   eo.scheduler.max_num_seqs = args.max_num_seqs;
@@ -72,9 +87,6 @@ StatusOr<std::unique_ptr<LLM>> LLM::create(const EngineArgs& args) {
   eo.grammar_json_any_whitespace = !args.structured_outputs.disable_any_whitespace;
   eo.grammar_in_reasoning = args.structured_outputs.enable_in_reasoning;
 
-  std::unique_ptr<Worker> worker = std::make_unique<RunnerWorker>(std::move(setup.runner));
-  // Rank 0 of a tensor-parallel group sends each step to the workers before running its own.
-  if (llm->tp_) worker = std::make_unique<BroadcastingWorker>(*llm->tp_->comm, std::move(worker));
   auto executor = std::make_unique<InProcessExecutor>(
       std::move(worker), args.async_scheduling ? InProcessExecutor::Mode::kWorkerThread : InProcessExecutor::Mode::kInline);
   llm->engine_ = std::make_unique<Engine>(eo, *llm->model_->tokenizer, cfg.vocab_size, std::move(executor));

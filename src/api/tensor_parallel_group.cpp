@@ -14,6 +14,7 @@
 
 #include <algorithm>
 
+#include "api/multiprocess_executor.h"
 #include "api/rank_setup.h"
 #include "common/log.h"
 #include "executor/in_process_executor.h"
@@ -194,6 +195,7 @@ StatusOr<int> agree_num_kv_blocks(dist::Communicator& comm, int mine) {
 namespace kvasir {
 
 int run_tensor_parallel_worker(const EngineArgs& args, const LaunchPlan& plan) {
+  if (args.distributed_executor_backend == "mp") return run_multiprocess_worker(args, plan);
   const int rank = plan.rank;
   // A worker started by its node's launcher shares that process's terminal: Ctrl-C reaches the
   // whole process group, and rank 0 (or the launcher's exit) decides when it stops. A node's own

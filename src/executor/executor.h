@@ -10,6 +10,8 @@
 // workers in other processes or on other hosts) to one Worker per GPU; every worker applies the
 // same diff to its own InputBatch and runs its shard of the model (collectives inside the
 // forward pass); all ranks sample the same tokens, and the executor answers with rank 0's output.
+// With --distributed-executor-backend mp the engine's process runs no model at all: its Worker
+// sends the step and receives model rank 0's output (executor/remote_worker.h).
 #pragma once
 
 #include <future>

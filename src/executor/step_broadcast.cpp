@@ -8,8 +8,8 @@ namespace kvasir {
 namespace {
 
 // Each step is two broadcasts: its length, then its bytes. Length 0 is the stop message (an
-// encoded step is never empty: it starts with a magic word); the largest length is a keep-alive
-// (no step, only a sign that rank 0 is there).
+// encoded step is never empty: it starts with a magic word).
+// The keep-alive is a length with no bytes after it.
 constexpr uint64_t kStop = 0;
 constexpr uint64_t kKeepAlive = ~uint64_t{0};
 constexpr uint64_t kMaxStepBytes = uint64_t{1} << 32;
@@ -17,12 +17,13 @@ constexpr uint64_t kMaxStepBytes = uint64_t{1} << 32;
 }  // namespace
 
 BroadcastingWorker::BroadcastingWorker(dist::Communicator& comm, std::unique_ptr<Worker> local,
-                                       std::chrono::milliseconds keep_alive)
+                                       std::chrono::milliseconds keep_alive_interval)
     : comm_(comm),
       local_(std::move(local)),
-      keep_alive_(keep_alive),
-      last_sent_(std::chrono::steady_clock::now()),
-      keeper_([this] { keep_alive_loop(); }) {}
+      keep_alive_interval_(keep_alive_interval),
+      last_sent_(std::chrono::steady_clock::now()) {
+  keeper_ = std::thread([this] { keep_alive(); });
+}
 
 BroadcastingWorker::~BroadcastingWorker() {
   {
@@ -36,37 +37,39 @@ BroadcastingWorker::~BroadcastingWorker() {
   (void)comm_.broadcast(&stop, sizeof(stop), 0);  // a broken group already ended the others
 }
 
-void BroadcastingWorker::keep_alive_loop() {
+void BroadcastingWorker::keep_alive() {
   std::unique_lock<std::mutex> lock(mu_);
-  while (!stopping_ && failed_.ok()) {
-    const auto due = last_sent_ + keep_alive_;
+  while (!stopping_) {
+    const auto due = last_sent_ + keep_alive_interval_;
     if (std::chrono::steady_clock::now() < due) {
       wake_.wait_until(lock, due);
-      continue;  // a step may have been sent meanwhile: due moves
+      continue;
     }
+    if (!failed_.ok()) return;
     uint64_t alive = kKeepAlive;
-    const Status s = comm_.broadcast(&alive, sizeof(alive), 0);
+    Status s = comm_.broadcast(&alive, sizeof(alive), 0);
+    if (!s.ok()) failed_ = unavailable("the worker processes were lost while idle: " + s.message());
     last_sent_ = std::chrono::steady_clock::now();
-    if (!s.ok()) failed_ = unavailable("tensor-parallel group lost a worker while idle: " + s.message());
   }
 }
 
 StepResult BroadcastingWorker::execute_model(const SchedulerOutput& so, const GrammarBitmaskFuture& bitmask) {
   std::shared_ptr<const GrammarBitmask> masks;
-  if (bitmask.valid()) masks = bitmask.get();  // before the lock: the keeper may run meanwhile
+  if (bitmask.valid()) masks = bitmask.get();  // before the lock: the keep-alive may go meanwhile
   std::lock_guard<std::mutex> lock(mu_);
   if (!failed_.ok()) return failed_;
+  last_sent_ = std::chrono::steady_clock::now();
   encode_step(so, masks.get(), message_);
   uint64_t size = message_.size();
   Status s = comm_.broadcast(&size, sizeof(size), 0);
   if (s.ok()) s = comm_.broadcast(message_.data(), message_.size(), 0);
   if (!s.ok()) {
-    failed_ = unavailable("tensor-parallel step could not reach the workers: " + s.message());
+    failed_ = unavailable("the step could not reach the worker processes: " + s.message());
     return failed_;
   }
   StepResult r = local_->execute_model(so, bitmask);
   if (!r.ok()) failed_ = r.status();
-  last_sent_ = std::chrono::steady_clock::now();  // the workers start waiting for the next step now
+  last_sent_ = std::chrono::steady_clock::now();  // the ranks waited in this step, not idle
   return r;
 }
 

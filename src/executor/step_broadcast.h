@@ -6,9 +6,10 @@
 // BroadcastingWorker (InProcessExecutor does, inline or on its thread), so the engine and the
 // scheduler know nothing of ranks, and the runners nothing of the broadcast.
 //
-// Idle: a worker waits for the next step inside a broadcast, which the communicator fails after
-// its op timeout; so while no step comes, rank 0 broadcasts a keep-alive every `keep_alive`
-// (between steps only: never inside one, whose collectives are the forward pass's).
+// Idle: a communicator op fails after its timeout (a hung peer), and the other ranks wait in one
+// (the next step's broadcast) for as long as the engine has nothing to run. So while no step has
+// gone out for kKeepAliveInterval, a thread of the BroadcastingWorker broadcasts a keep-alive
+// message that serve_steps skips: an idle server keeps its group.
 //
 // Failure: a rank that dies or fails a step breaks the communicator, so the next broadcast or
 // collective fails on every other rank; rank 0's step then fails (its requests end with that
@@ -31,10 +32,13 @@ namespace kvasir {
 
 class BroadcastingWorker final : public Worker {
  public:
-  // comm: rank 0 of the group; not owned, must outlive this worker. keep_alive: well under the
-  // communicator's op timeout.
+  // Well below any op timeout the groups use (60 s for a launched group), and rare enough to cost
+  // nothing (one 8-byte broadcast).
+  static constexpr std::chrono::milliseconds kKeepAliveInterval{5'000};
+
+  // comm: rank 0 of the group; not owned, must outlive this worker.
   BroadcastingWorker(dist::Communicator& comm, std::unique_ptr<Worker> local,
-                     std::chrono::milliseconds keep_alive = std::chrono::seconds(10));
+                     std::chrono::milliseconds keep_alive_interval = kKeepAliveInterval);
   // Tells the other ranks to stop (when the group still works).
   ~BroadcastingWorker() override;
 
@@ -43,19 +47,19 @@ class BroadcastingWorker final : public Worker {
   StepResult execute_model(const SchedulerOutput& so, const GrammarBitmaskFuture& bitmask) override;
 
  private:
-  void keep_alive_loop();
-
   dist::Communicator& comm_;
   std::unique_ptr<Worker> local_;
-  const std::chrono::milliseconds keep_alive_;
+  void keep_alive();
+
   std::vector<uint8_t> message_;  // reused: the encoded step
-  // Held for a whole step and for each keep-alive, so the two never interleave on comm_.
+  // Guards the communicator (a step and a keep-alive never interleave) and what follows.
   std::mutex mu_;
-  std::condition_variable wake_;
-  bool stopping_ = false;
-  std::chrono::steady_clock::time_point last_sent_;
   Status failed_;
-  std::thread keeper_;  // last: started once everything above is set
+  std::chrono::milliseconds keep_alive_interval_;
+  std::chrono::steady_clock::time_point last_sent_;
+  bool stopping_ = false;
+  std::condition_variable wake_;
+  std::thread keeper_;  // sends the keep-alives
 };
 
 // Runs on ranks 1..n-1: executes every step rank 0 broadcasts, in order, until rank 0 stops the

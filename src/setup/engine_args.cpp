@@ -28,6 +28,23 @@ Status EngineArgs::validate() const {
     return invalid_argument("--pipeline-parallel-size must be at least 1, and tensor x pipeline parallel size at most 64");
   }
   KVASIR_RETURN_IF_ERROR(launch.validate(parallel_layout().world_size()));
+  const std::string& backend = distributed_executor_backend;
+  if (backend == "ray" || backend == "external_launcher") {
+    return unimplemented("--distributed-executor-backend " + backend +
+                         " is not supported; use mp (every model rank in a worker process) or uni (TP 1, in this "
+                         "process)");
+  }
+  if (!backend.empty() && backend != "mp" && backend != "uni") {
+    return invalid_argument("--distributed-executor-backend must be mp or uni (vLLM's ray and external_launcher are "
+                            "not supported), not '" + backend + "'");
+  }
+  if (backend == "uni" && tensor_parallel_size > 1) {
+    return invalid_argument("--distributed-executor-backend uni runs the model in this one process: it needs "
+                            "--tensor-parallel-size 1 (got " + std::to_string(tensor_parallel_size) + "); use mp");
+  }
+  if (backend == "mp" && pipeline_parallel_size > 1) {
+    return unimplemented("--distributed-executor-backend mp with --pipeline-parallel-size > 1 is not supported yet");
+  }
   if (max_logprobs < 0) return invalid_argument("--max-logprobs must be >= 0");
   if (load_format != "auto" && load_format != "dummy") return invalid_argument("--load-format must be auto or dummy");
   if (!(gpu_memory_utilization > 0.0 && gpu_memory_utilization <= 1.0)) {

@@ -67,6 +67,11 @@ struct EngineArgs {
   int pipeline_parallel_size = 1;
   // Where the group's ranks run: one host (default), --nnodes hosts, or mpirun's ranks.
   LaunchArgs launch;
+  // vLLM's --distributed-executor-backend: "" (unset) runs model rank 0 in this process and any
+  // other ranks as worker processes; "mp" runs every model rank in a worker process and keeps only
+  // the server, engine and scheduler here (api/multiprocess_executor.h); "uni" runs the model in
+  // this process (tensor_parallel_size 1 only).
+  std::string distributed_executor_backend;
   StructuredOutputsConfig structured_outputs;
   SpeculativeConfig speculative;           // vLLM's --speculative-config; method empty = off
 

@@ -190,6 +190,24 @@ TEST(LoadModel, GenerationConfigIsReadOnceIntoTheModel) {
   EXPECT_EQ(p.max_tokens, 5);  // the default length is the caller's rule
 }
 
+// The multiprocess executor's front: what load_model reads, without a backend or a bound model.
+TEST(LoadModel, WithoutWeightsReadsWhatLoadModelReadsAndBindsNothing) {
+  ScratchDir dir("kvasir_setup_noweights");
+  dir.write("config.json", kTinyLlama);
+  dir.write("generation_config.json", R"({"eos_token_id": [2, 7], "temperature": 0.6})");
+  auto full = load_model(dir.path(), dummy_cpu());
+  auto front = load_model_without_weights(dir.path(), dummy_cpu());
+  ASSERT_TRUE(full.ok()) << full.status().to_string();
+  ASSERT_TRUE(front.ok()) << front.status().to_string();
+  EXPECT_EQ((*front)->backend, nullptr);
+  EXPECT_EQ((*front)->model, nullptr);
+  ASSERT_NE((*front)->tokenizer, nullptr);
+  EXPECT_EQ((*front)->tokenizer->vocab_size(), (*full)->tokenizer->vocab_size());
+  EXPECT_EQ((*front)->config.vocab_size, (*full)->config.vocab_size);
+  EXPECT_EQ((*front)->eos_token_ids, (*full)->eos_token_ids);
+  EXPECT_EQ((*front)->generation_defaults.temperature, (*full)->generation_defaults.temperature);
+}
+
 TEST(LoadModel, NoGenerationConfigMeansNoDefaults) {
   ScratchDir dir("kvasir_setup_nogen");
   dir.write("config.json", kTinyLlama);
@@ -276,6 +294,30 @@ TEST(EngineArgs, DtypeNamesAndRefusals) {
   EngineArgs ea;
   ea.dtype = "fp8";
   EXPECT_NE(ea.validate().message().find("--dtype"), std::string::npos);
+}
+
+// vLLM's --distributed-executor-backend: mp at any TP size, uni at TP 1 only, unset; ray and
+// external_launcher refused as not supported, anything else as unknown.
+TEST(EngineArgs, DistributedExecutorBackendNamesAndRefusals) {
+  EngineArgs ea;
+  EXPECT_TRUE(ea.validate().ok());
+  for (const char* ok : {"mp", "uni"}) {
+    ea.distributed_executor_backend = ok;
+    EXPECT_TRUE(ea.validate().ok()) << ok;
+  }
+  ea.tensor_parallel_size = 3;
+  ea.distributed_executor_backend = "mp";
+  EXPECT_TRUE(ea.validate().ok());
+  ea.distributed_executor_backend = "uni";
+  EXPECT_EQ(ea.validate().code(), StatusCode::kInvalidArgument);
+  EXPECT_NE(ea.validate().message().find("--tensor-parallel-size 1"), std::string::npos);
+  ea.tensor_parallel_size = 1;
+  for (const char* no : {"ray", "external_launcher"}) {
+    ea.distributed_executor_backend = no;
+    EXPECT_EQ(ea.validate().code(), StatusCode::kUnimplemented) << no;
+  }
+  ea.distributed_executor_backend = "threads";
+  EXPECT_EQ(ea.validate().code(), StatusCode::kInvalidArgument);
 }
 
 }  // namespace

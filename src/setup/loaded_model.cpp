@@ -267,7 +267,7 @@ StatusOr<std::unique_ptr<LoadedModel>> load_tokenizer_only(const std::string& pa
   return m;
 }
 
-StatusOr<std::unique_ptr<LoadedModel>> load_model(const std::string& path, const LoadOptions& opts) {
+StatusOr<std::unique_ptr<LoadedModel>> load_model_without_weights(const std::string& path, const LoadOptions& opts) {
   if (opts.load_format != "auto" && opts.load_format != "dummy") {
     return invalid_argument("unknown --load-format " + opts.load_format + " (auto or dummy)");
   }
@@ -290,6 +290,12 @@ StatusOr<std::unique_ptr<LoadedModel>> load_model(const std::string& path, const
     for (int32_t id : m->eos_token_ids) eos_in_vocab = eos_in_vocab && static_cast<size_t>(id) < m->tokenizer->vocab_size();
     if (!eos_in_vocab) m->eos_token_ids = other->eos_token_ids;
   }
+  return m;
+}
+
+StatusOr<std::unique_ptr<LoadedModel>> load_model(const std::string& path, const LoadOptions& opts) {
+  KVASIR_ASSIGN_OR_RETURN(std::unique_ptr<LoadedModel> m, load_model_without_weights(path, opts));
+  const bool dummy = opts.load_format == "dummy";
   KVASIR_ASSIGN_OR_RETURN(m->backend, make_backend(opts));
   if (dummy) {
     const bool on_device = m->backend->device() != Device::kCpu;

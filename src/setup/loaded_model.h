@@ -62,6 +62,11 @@ struct LoadedModel {
 // With load_format "dummy", `path` is an HF config.json (or a directory holding one) and the
 // weights are deterministic random values (initialised on the device for a GPU backend).
 StatusOr<std::unique_ptr<LoadedModel>> load_model(const std::string& path, const LoadOptions& opts);
+// What load_model gives without a backend or a bound model (backend and model stay null): config,
+// tokenizer (--tokenizer applied), EOS ids and generation defaults, read as load_model reads them.
+// The engine's process of the multiprocess executor (api/multiprocess_executor.h) runs on this:
+// the weights are mapped but never read, and no device is touched.
+StatusOr<std::unique_ptr<LoadedModel>> load_model_without_weights(const std::string& path, const LoadOptions& opts);
 // The tensors DecoderModel binds for an HF checkpoint of `config`, as dummy weights (HF names);
 // matrices_on_device leaves the matrices for the backend to fill.
 std::vector<DummyTensorSpec> dummy_weight_specs(const ModelConfig& config, bool matrices_on_device);
