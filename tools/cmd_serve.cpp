@@ -138,7 +138,7 @@ int cmd_serve(int argc, char** argv) {
   signal(SIGPIPE, SIG_IGN);
 
   // The model runs (partly or wholly) in worker processes: a group that lost one cannot step again.
-  const bool tensor_parallel = cfg->engine.tensor_parallel_size > 1;
+  const bool tensor_parallel = cfg->engine.parallel_layout().world_size() > 1;  // tensor or pipeline
   const bool worker_processes = tensor_parallel || cfg->engine.distributed_executor_backend == "mp";
   server::ServingApp app(std::move(*cfg));
   if (Status st = app.start_http(); !st.ok()) {
