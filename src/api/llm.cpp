@@ -30,6 +30,9 @@ LLM::~LLM() {
 StatusOr<std::unique_ptr<LLM>> LLM::create(const EngineArgs& args) {
   KVASIR_RETURN_IF_ERROR(args.validate());
   std::unique_ptr<LLM> llm(new LLM());
+  if (args.tensor_parallel_size == 1 && args.enable_expert_parallel) {
+    KVASIR_RETURN_IF_ERROR(check_tensor_parallel_model(args));  // one rank holds every expert
+  }
   if (args.tensor_parallel_size > 1) {
     if (tensor_parallel_worker_rank())
       return internal_error("a tensor-parallel worker must run run_tensor_parallel_worker, not serve");

@@ -50,13 +50,15 @@ StatusOr<std::unique_ptr<DecoderModel>> DecoderModel::create(const ModelConfig& 
   KVASIR_ASSIGN_OR_RETURN(const ModelFamily* family, family_of(config));
   std::unique_ptr<DecoderModel> m(new DecoderModel(config, backend, opts));
   m->vocab_ = vocab_shard(config.vocab_size, 0, 1);
+  // One rank holds every expert, so nothing changes; a model without experts is still refused.
+  if (opts.tp.size == 1 && opts.tp.expert_parallel) KVASIR_RETURN_IF_ERROR(shard_config(config, 0, 1, true).status());
   if (opts.tp.size > 1) {
     if (opts.tp.comm == nullptr || opts.tp.comm->world_size() != opts.tp.size || opts.tp.comm->rank() != opts.tp.rank)
       return invalid_argument("tensor parallelism needs a communicator of the group's size and rank");
     // The all-reduces and the logits gather read and write activations in place in host memory.
     if (backend.device() != Device::kCpu)
       return unimplemented("tensor parallelism runs on the CPU backend only for now");
-    KVASIR_ASSIGN_OR_RETURN(m->config_, shard_config(config, opts.tp.rank, opts.tp.size));
+    KVASIR_ASSIGN_OR_RETURN(m->config_, shard_config(config, opts.tp.rank, opts.tp.size, opts.tp.expert_parallel));
     m->vocab_ = vocab_shard(config.vocab_size, opts.tp.rank, opts.tp.size);
   }
   KVASIR_RETURN_IF_ERROR(m->bind_weights(weights, *family));
@@ -83,7 +85,7 @@ Status DecoderModel::bind_weights(const WeightSource& src, const ModelFamily& fa
   auto present = [&src](const WeightSpec& spec) {
     return src.has_tensor(spec.gguf.name) || src.has_tensor(spec.hf.name);
   };
-  KVASIR_RETURN_IF_ERROR(shard_manifest(manifest, full_config_, opts_.tp.rank, opts_.tp.size, present));
+  KVASIR_RETURN_IF_ERROR(shard_manifest(manifest, full_config_, opts_.tp.rank, opts_.tp.size, present, opts_.tp.expert_parallel));
   if (manifest.layers.size() != static_cast<size_t>(config_.num_layers)) return data_loss("layer count mismatch");
   WeightBinder b(src, backend_, config_, owned_);
   KVASIR_ASSIGN_OR_RETURN(LayerWeights top, b.bind(manifest.model));
@@ -127,7 +129,7 @@ Status DecoderModel::bind_weights(const WeightSource& src, const ModelFamily& fa
   one_more.num_layers += 1;
   one_more.layer_is_sliding.push_back(false);
   WeightManifest more = family.manifest(one_more);
-  KVASIR_RETURN_IF_ERROR(shard_manifest(more, one_more, opts_.tp.rank, opts_.tp.size, present));
+  KVASIR_RETURN_IF_ERROR(shard_manifest(more, one_more, opts_.tp.rank, opts_.tp.size, present, opts_.tp.expert_parallel));
   if (more.layers.size() == layers_.size() + 1) {
     KVASIR_RETURN_IF_ERROR(b.expect_absent(
         more.layers.back(), "the config says the model has " + std::to_string(config_.num_layers) +

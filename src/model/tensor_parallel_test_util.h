@@ -20,6 +20,8 @@
 #include <gtest/gtest.h>
 
 #include "backend/cpu/cpu_backend.h"
+#include "common/json.h"
+#include "common/mapped_file.h"
 #include "dist/communicator_test_util.h"
 #include "dist/shm_communicator.h"
 #include "dist/tcp_communicator.h"
@@ -74,12 +76,33 @@ struct SplitRun {
   std::vector<std::vector<int32_t>> prompts;
   int decode_steps = 8;
   bool tcp = false;
+  bool expert_parallel = false;  // --enable-expert-parallel: whole experts per rank
 };
 
 inline int longest(const SplitRun& run) {
   size_t n = 0;
   for (const auto& p : run.prompts) n = std::max(n, p.size());
   return static_cast<int>(n) + run.decode_steps + 1;
+}
+
+inline std::string tiny(const std::string& name) {
+  return std::string(KVASIR_SOURCE_DIR) + "/tests/data/tiny/" + name;
+}
+
+// The token ids of a tiny model's golden prompts (tests/data/tiny/<name>/golden.json).
+inline std::vector<std::vector<int32_t>> golden_prompts(const std::string& name) {
+  std::vector<std::vector<int32_t>> out;
+  auto text = read_text_file(tiny(name) + "/golden.json", 1u << 20);
+  EXPECT_TRUE(text.ok()) << text.status().to_string();
+  if (!text.ok()) return out;
+  auto j = parse_json(*text);
+  EXPECT_TRUE(j.ok());
+  if (!j.ok()) return out;
+  for (const Json& p : j->find("prompts")->as_array()) {
+    out.emplace_back();
+    for (const Json& id : p.find("ids")->as_array()) out.back().push_back(static_cast<int32_t>(id.as_int()));
+  }
+  return out;
 }
 
 // Greedy generation of every prompt: the logits of every step ([prompts, steps + 1, vocab] into
@@ -183,7 +206,8 @@ inline void expect_split_equals_whole(const SplitRun& run) {
       std::fprintf(stderr, "rank %d: %s\n", rank, comm.status().to_string().c_str());
       return 1;
     }
-    Status s = generate(run, TensorParallelGroup{rank, tp, comm->get()}, logits_of(rank), tokens_of(rank));
+    Status s = generate(run, TensorParallelGroup{rank, tp, comm->get(), run.expert_parallel}, logits_of(rank),
+                        tokens_of(rank));
     if (!s.ok()) std::fprintf(stderr, "rank %d: %s\n", rank, s.to_string().c_str());
     return s.ok() ? 0 : 1;
   });
@@ -196,8 +220,8 @@ inline void expect_split_equals_whole(const SplitRun& run) {
   double worst = 0;
   for (size_t row = 0; row < rows; ++row)
     worst = std::max(worst, rel_l2(logits_of(0) + row * vocab, whole.data() + row * vocab, vocab));
-  std::printf("[ metrics ] %s TP=%d: worst relative L2 of the logits vs TP=1 over %zu prompts x %d steps: %.3g\n",
-              run.path.c_str(), tp, run.prompts.size(), run.decode_steps + 1, worst);
+  std::printf("[ metrics ] %s TP=%d%s: worst relative L2 of the logits vs TP=1 over %zu prompts x %d steps: %.3g\n",
+              run.path.c_str(), tp, run.expert_parallel ? " EP" : "", run.prompts.size(), run.decode_steps + 1, worst);
   EXPECT_LT(worst, 1e-5);
   for (size_t row = 0; row < rows; ++row)
     EXPECT_EQ(tokens_of(0)[row], whole_tokens[row])

@@ -60,6 +60,10 @@ struct EngineArgs {
   // vLLM's --tensor-parallel-size: the model split over this many ranks, one process each on
   // this host (CPU backend; api/tensor_parallel_group.h).
   int tensor_parallel_size = 1;
+  // vLLM's --enable-expert-parallel: a MoE model's routed experts distributed whole over the
+  // tensor-parallel ranks instead of sliced (model/tensor_parallel.h); refused for a model
+  // without experts.
+  bool enable_expert_parallel = false;
   StructuredOutputsConfig structured_outputs;
   SpeculativeConfig speculative;           // vLLM's --speculative-config; method empty = off
 
