@@ -8,7 +8,7 @@ import os
 import httpx
 
 from conftest import REPO, Server
-from test_tensor_parallel import FLAGS, run_serve
+from test_tensor_parallel import FLAGS, run_serve, workers_of
 
 TINY_MOE = os.path.join(REPO, "tests/data/tiny/qwen3_moe/model.gguf")
 PROMPTS = [[100, 137, 174, 211, 48], [111, 148, 185, 222, 59, 96, 133, 170], [122, 159]]
@@ -29,11 +29,13 @@ def test_experts_spread_over_two_ranks_complete_exactly_as_one():
     whole = Server("--model", TINY_MOE, *FLAGS, max_model_len=64)
     try:
         want = completions(whole)
+        assert all(len(tokens) == 12 for tokens in want), want
     finally:
         assert whole.stop() == 0, whole.logs()
     split = Server("--model", TINY_MOE, "--tensor-parallel-size", "2", "--enable-expert-parallel", *FLAGS,
                    max_model_len=64)
     try:
+        assert len(workers_of(split)) == 1, "rank 1 runs in its own process"
         assert completions(split) == want
     finally:
         assert split.stop() == 0, split.logs()
