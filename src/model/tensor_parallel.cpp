@@ -69,7 +69,7 @@ StatusOr<Part> family_part(const WeightSpec& spec, TensorParallelSplit split, co
   const int64_t n = spec.shape[dim];
   if (n % size != 0)
     return invalid_argument("weight " + spec.role + " of the " + c.architecture + " model has " + std::to_string(n) +
-                            (lead ? " heads" : rows ? " rows" : " columns") + ", not divisible by " + tp_text(size) + ".");
+                            (lead ? " entries in its first dimension" : rows ? " rows" : " columns") + ", not divisible by " + tp_text(size) + ".");
   const Split s = lead ? Split::kLeading : rows ? Split::kRows : Split::kColumns;
   return Part{s, rank * (n / size), n / size};
 }
@@ -250,11 +250,11 @@ Status check_tensor_parallel(const ModelConfig& full, int size, const std::funct
     return shard_config(full, 0, size, expert_parallel).status();  // no experts: its message
   if (size == 1) return Status();
   KVASIR_ASSIGN_OR_RETURN(const ModelFamily* family, family_of(full));
-  // The manifest first: a family that cannot be split at all is named before its sizes are.
+  // The config first, as a rank's load does: vLLM's message on the heads before any weight's.
   for (int rank = 0; rank < size; ++rank) {
+    KVASIR_RETURN_IF_ERROR(shard_config(full, rank, size, expert_parallel).status());
     WeightManifest m = family->manifest(full);
     KVASIR_RETURN_IF_ERROR(shard_manifest(m, full, rank, size, present, expert_parallel));
-    KVASIR_RETURN_IF_ERROR(shard_config(full, rank, size, expert_parallel).status());
   }
   return Status();
 }
