@@ -99,6 +99,19 @@ TEST(ExpertParallelTest, AModelWithoutExpertsIsRefused) {
       << many.message();
 }
 
+// 8 experts over 3 ranks: 3, 3 and 2 (a Qwen3-MoE of 6 heads and dummy weights, since no tiny
+// checkpoint has heads that 3 divides).
+TEST(ExpertParallelTest, UnevenExpertsOverThreeRanksEqualTheWholeModel) {
+  SplitRun run{"dummy qwen3_moe, 6 heads", 3, {{3, 17, 42, 99, 120, 7}, {250, 1}}, 6, false};
+  run.expert_parallel = true;
+  run.dummy_config = R"({"architectures": ["Qwen3MoeForCausalLM"], "model_type": "qwen3_moe",
+      "hidden_size": 48, "intermediate_size": 96, "moe_intermediate_size": 16, "num_attention_heads": 6,
+      "num_key_value_heads": 3, "head_dim": 8, "num_hidden_layers": 2, "num_experts": 8,
+      "num_experts_per_tok": 3, "norm_topk_prob": true, "vocab_size": 256, "max_position_embeddings": 64,
+      "rms_norm_eps": 1e-6, "tie_word_embeddings": false, "bos_token_id": 1, "eos_token_id": 2})";
+  tp_testing::expect_split_equals_whole(run);
+}
+
 TEST(ExpertParallelTest, TinyQwen3MoeHfAndGgufTwoAndFourRanks) {
   expect_expert_parallel_equals_whole("qwen3_moe", "", 2);
   expect_expert_parallel_equals_whole("qwen3_moe", "", 4);

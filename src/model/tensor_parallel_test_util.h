@@ -25,6 +25,7 @@
 #include "dist/communicator_test_util.h"
 #include "dist/shm_communicator.h"
 #include "dist/tcp_communicator.h"
+#include "loader/dummy_weights.h"
 #include "loader/weight_source.h"
 #include "model/decoder_model.h"
 #include "model/registry.h"
@@ -77,7 +78,29 @@ struct SplitRun {
   int decode_steps = 8;
   bool tcp = false;
   bool expert_parallel = false;  // --enable-expert-parallel: whole experts per rank
+  // When set: the model of this HF config.json text with deterministic dummy weights
+  // (--load-format dummy), for shapes no tiny checkpoint has; `path` only names it.
+  std::string dummy_config;
 };
+
+// The run's weights and config: its checkpoint, or its dummy model.
+struct RunModel {
+  std::unique_ptr<WeightSource> weights;
+  ModelConfig config;
+};
+inline StatusOr<RunModel> open_run_model(const SplitRun& run) {
+  RunModel m;
+  if (run.dummy_config.empty()) {
+    KVASIR_ASSIGN_OR_RETURN(m.weights, open_weights(run.path));
+    KVASIR_ASSIGN_OR_RETURN(m.config, load_model_config(*m.weights));
+    return m;
+  }
+  KVASIR_ASSIGN_OR_RETURN(Json j, parse_json(run.dummy_config));
+  KVASIR_ASSIGN_OR_RETURN(m.config, model_config_from_hf_json(j, nullptr));
+  KVASIR_ASSIGN_OR_RETURN(auto specs, dummy_weight_specs_for(m.config, /*matrices_on_device=*/false));
+  KVASIR_ASSIGN_OR_RETURN(m.weights, open_dummy_weights(std::move(specs), /*seed=*/7, run.path));
+  return m;
+}
 
 inline int longest(const SplitRun& run) {
   size_t n = 0;
@@ -108,8 +131,9 @@ inline std::vector<std::vector<int32_t>> golden_prompts(const std::string& name)
 // Greedy generation of every prompt: the logits of every step ([prompts, steps + 1, vocab] into
 // `logits`) and the tokens ([prompts, steps + 1]).
 inline Status generate(const SplitRun& run, TensorParallelGroup tp, float* logits, int32_t* tokens) {
-  KVASIR_ASSIGN_OR_RETURN(auto weights, open_weights(run.path));
-  KVASIR_ASSIGN_OR_RETURN(ModelConfig config, load_model_config(*weights));
+  KVASIR_ASSIGN_OR_RETURN(RunModel run_model, open_run_model(run));
+  const ModelConfig& config = run_model.config;
+  const auto& weights = run_model.weights;
   CpuBackendOptions bo;
   bo.num_threads = 1;
   // kExact: the fast path quantizes activations per block, where a reduction-order difference of
@@ -174,10 +198,9 @@ inline StatusOr<std::unique_ptr<dist::Communicator>> make_comm(bool tcp, int lis
 
 // Runs the model split over run.tp ranks and unsplit, and compares every step's logits and tokens.
 inline void expect_split_equals_whole(const SplitRun& run) {
-  auto weights = open_weights(run.path);
-  ASSERT_TRUE(weights.ok()) << run.path << ": " << weights.status().to_string();
-  auto config = load_model_config(**weights);
-  ASSERT_TRUE(config.ok());
+  auto model = open_run_model(run);
+  ASSERT_TRUE(model.ok()) << run.path << ": " << model.status().to_string();
+  const ModelConfig* config = &model->config;
   const int tp = run.tp;
   const size_t vocab = static_cast<size_t>(config->vocab_size);
   const size_t rows = run.prompts.size() * static_cast<size_t>(run.decode_steps + 1);
