@@ -3,8 +3,9 @@
 // one all-reduce of the MoE layer's partial sums, the tiny MoE models (Qwen3-MoE from HF and from
 // GGUF stacked experts, Mixtral over TCP, Qwen2-MoE with its TP-sliced gated shared expert,
 // DeepSeek-V2-Lite / V3 with MLA and shared experts, GPT-OSS with biased experts) give the
-// unsplit model's logits (relative L2 < 1e-5, exact matmuls) and greedy tokens at N = 2 and 4.
-// Also: each rank's manifest names only its experts, and a model without experts is refused.
+// unsplit model's logits (relative L2 < 1e-5, exact matmuls) and greedy tokens at N = 2 and 4,
+// and 8 experts unevenly over 3 ranks (a dummy-weight Qwen3-MoE with 6 heads). Also: each rank's
+// manifest names only its experts, and a model without experts is refused.
 #include <set>
 #include <string>
 #include <vector>
