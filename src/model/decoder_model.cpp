@@ -85,7 +85,8 @@ Status DecoderModel::bind_weights(const WeightSource& src, const ModelFamily& fa
   auto present = [&src](const WeightSpec& spec) {
     return src.has_tensor(spec.gguf.name) || src.has_tensor(spec.hf.name);
   };
-  KVASIR_RETURN_IF_ERROR(shard_manifest(manifest, full_config_, opts_.tp.rank, opts_.tp.size, present, opts_.tp.expert_parallel));
+  KVASIR_RETURN_IF_ERROR(
+      shard_manifest(manifest, full_config_, opts_.tp.rank, opts_.tp.size, present, opts_.tp.expert_parallel));
   if (manifest.layers.size() != static_cast<size_t>(config_.num_layers)) return data_loss("layer count mismatch");
   WeightBinder b(src, backend_, config_, owned_);
   KVASIR_ASSIGN_OR_RETURN(LayerWeights top, b.bind(manifest.model));
@@ -129,7 +130,8 @@ Status DecoderModel::bind_weights(const WeightSource& src, const ModelFamily& fa
   one_more.num_layers += 1;
   one_more.layer_is_sliding.push_back(false);
   WeightManifest more = family.manifest(one_more);
-  KVASIR_RETURN_IF_ERROR(shard_manifest(more, one_more, opts_.tp.rank, opts_.tp.size, present, opts_.tp.expert_parallel));
+  KVASIR_RETURN_IF_ERROR(
+      shard_manifest(more, one_more, opts_.tp.rank, opts_.tp.size, present, opts_.tp.expert_parallel));
   if (more.layers.size() == layers_.size() + 1) {
     KVASIR_RETURN_IF_ERROR(b.expect_absent(
         more.layers.back(), "the config says the model has " + std::to_string(config_.num_layers) +

@@ -69,7 +69,8 @@ StatusOr<Part> family_part(const WeightSpec& spec, TensorParallelSplit split, co
   const int64_t n = spec.shape[dim];
   if (n % size != 0)
     return invalid_argument("weight " + spec.role + " of the " + c.architecture + " model has " + std::to_string(n) +
-                            (lead ? " entries in its first dimension" : rows ? " rows" : " columns") + ", not divisible by " + tp_text(size) + ".");
+                            (lead ? " entries in its first dimension" : rows ? " rows" : " columns") +
+                            ", not divisible by " + tp_text(size) + ".");
   const Split s = lead ? Split::kLeading : rows ? Split::kRows : Split::kColumns;
   return Part{s, rank * (n / size), n / size};
 }
