@@ -13,6 +13,7 @@
 
 #include "backend/moe_params.h"
 #include "backend/tensor.h"
+#include "common/check.h"
 #include "common/status.h"
 
 namespace kvasir {
@@ -200,6 +201,20 @@ class Backend {
   virtual void moe_experts(const Tensor& x, const Tensor& topk_ids, const Tensor& topk_weights,
                            const MoeExpertWeights& experts, Tensor& out) {
     KVASIR_CHECK_MSG(false, (name() + " has no MoE ops").c_str());
+  }
+
+  // Tensor parallelism on the device: a backend made for one rank of a group holds the group's
+  // device communicator (CUDA: CudaBackendOptions) and sums and gathers activations where they
+  // live, in its own op order (inside its captured graphs where the message allows). The model
+  // uses these instead of its CPU communicator whenever device_group_size() > 0 (also at 1: the
+  // same path over one rank). 0: this backend has no device communicator.
+  virtual int device_group_size() const { return 0; }
+  // t = the sum over the group's ranks of their t, in place (f32 or the activation type).
+  virtual void all_reduce_sum(Tensor& t) { KVASIR_CHECK_MSG(false, "this backend has no device communicator"); }
+  // out [rows, out_cols] = every rank's local [rows, local_cols] side by side in rank order, the
+  // last columns past out_cols dropped (vocabulary shards padded to equal widths). f32.
+  virtual void all_gather_columns(const Tensor& local, Tensor& out) {
+    KVASIR_CHECK_MSG(false, "this backend has no device communicator");
   }
 
   // Optional on-device sampling: one token per row of float32 logits [num_rows, vocab] that live

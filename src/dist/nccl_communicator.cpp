@@ -214,4 +214,31 @@ Status NcclCommunicator::barrier() {
                               state_->stream));
 }
 
+Status NcclCommunicator::accept_op(const char* op, int enqueue_result) {
+  const auto r = static_cast<ncclResult_t>(enqueue_result);
+  Status s = (r == ncclSuccess || r == ncclInProgress)
+                 ? wait_comm(*state_, op, std::chrono::steady_clock::now() + std::chrono::milliseconds(timeout_ms_))
+                 : nccl_error(op, r);
+  if (s.ok()) return s;
+  sticky_ = s;
+  ncclCommAbort(state_->comm);
+  state_->aborted = true;
+  return s;
+}
+
+Status NcclCommunicator::enqueue_all_reduce_sum(void* data, size_t count, DType dtype, void* stream) {
+  if (reduce_element_bytes(dtype) == 0)
+    return invalid_argument("nccl communicator: all_reduce_sum sums float32 or bf16, not " +
+                            std::string(dtype_name(dtype)));
+  if (!sticky_.ok()) return sticky_;
+  return accept_op("all_reduce_sum", ncclAllReduce(data, data, count, nccl_type(dtype), ncclSum, state_->comm,
+                                                   static_cast<cudaStream_t>(stream)));
+}
+
+Status NcclCommunicator::enqueue_all_gather(const void* send, void* recv, size_t bytes_per_rank, void* stream) {
+  if (!sticky_.ok()) return sticky_;
+  return accept_op("all_gather", ncclAllGather(send, recv, bytes_per_rank, ncclUint8, state_->comm,
+                                               static_cast<cudaStream_t>(stream)));
+}
+
 }  // namespace kvasir::dist

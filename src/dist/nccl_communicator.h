@@ -7,8 +7,10 @@
 // nothing here calls cuMulticastCreate.
 //
 // Sums are NCCL's: deterministic for a fixed topology and NCCL version, but not in rank order, so
-// they may differ from the CPU communicators in the last bits. Not graph-capturable (it
-// synchronizes); the forward pass's small all-reduces get their own path later.
+// they may differ from the CPU communicators in the last bits. The Communicator ops synchronize
+// (not graph-capturable). The enqueue_* calls are for the forward pass (DeviceCommunicator): they
+// put the collective on the caller's stream and return once NCCL has accepted it; waiting is the
+// stream owner's, so a peer that dies meanwhile is not seen by this class.
 #pragma once
 
 #include <memory>
@@ -45,7 +47,14 @@ class NcclCommunicator final : public Communicator {
   Status recv(void* data, size_t bytes, int peer) override;
   Status barrier() override;
 
+  // Stream-ordered, no wait for completion (stream: a cudaStream_t of this rank's device; the
+  // calling thread must have this rank's device current).
+  Status enqueue_all_reduce_sum(void* data, size_t count, DType dtype, void* stream);
+  Status enqueue_all_gather(const void* send, void* recv, size_t bytes_per_rank, void* stream);
+
  private:
+  // Waits until NCCL has accepted an enqueued call (non-blocking mode may answer ncclInProgress).
+  Status accept_op(const char* op, int enqueue_result);
   NcclCommunicator() = default;
   // Finishes one enqueued NCCL call (its result code passed as an int, to keep nccl.h out of
   // this header): waits for it, polling for NCCL errors and the timeout; a failure aborts the

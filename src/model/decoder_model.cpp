@@ -52,12 +52,19 @@ StatusOr<std::unique_ptr<DecoderModel>> DecoderModel::create(const ModelConfig& 
   m->vocab_ = vocab_shard(config.vocab_size, 0, 1);
   // One rank holds every expert, so nothing changes; a model without experts is still refused.
   if (opts.tp.size == 1 && opts.tp.expert_parallel) KVASIR_RETURN_IF_ERROR(shard_config(config, 0, 1, true).status());
+  const int device_group = backend.device_group_size();
+  m->device_collectives_ = device_group > 0;
+  if (device_group > 0 && device_group != opts.tp.size)
+    return invalid_argument("the backend's device communicator has " + std::to_string(device_group) +
+                            " ranks but the model is one of " + std::to_string(opts.tp.size));
   if (opts.tp.size > 1) {
     if (opts.tp.comm == nullptr || opts.tp.comm->world_size() != opts.tp.size || opts.tp.comm->rank() != opts.tp.rank)
       return invalid_argument("tensor parallelism needs a communicator of the group's size and rank");
-    // The all-reduces and the logits gather read and write activations in place in host memory.
-    if (backend.device() != Device::kCpu)
-      return unimplemented("tensor parallelism runs on the CPU backend only for now");
+    // The CPU communicator's all-reduces and logits gather work on host memory; a device backend
+    // must bring its own device communicator (the CUDA backend made for the group's rank).
+    if (backend.device() != Device::kCpu && device_group == 0)
+      return unimplemented("tensor parallelism on the " + backend.name() +
+                           " backend needs its device communicator (a backend made for the group's rank)");
     KVASIR_ASSIGN_OR_RETURN(m->config_, shard_config(config, opts.tp.rank, opts.tp.size, opts.tp.expert_parallel));
     m->vocab_ = vocab_shard(config.vocab_size, opts.tp.rank, opts.tp.size);
   }
@@ -94,7 +101,7 @@ Status DecoderModel::bind_weights(const WeightSource& src, const ModelFamily& fa
   final_norm_ = top.get("output_norm.weight");
   lm_head_ = top.get("output.weight");
   if (embed_.data == nullptr || final_norm_.data == nullptr) return data_loss("embedding or final norm not bound");
-  if (opts_.tp.size > 1) {
+  if (sharded()) {
     const bool tied = lm_head_.data == nullptr;
     KVASIR_ASSIGN_OR_RETURN(embed_, padded_vocab_rows(embed_, vocab_.padded_rows + 1));
     if (tied) {
@@ -120,7 +127,7 @@ Status DecoderModel::bind_weights(const WeightSource& src, const ModelFamily& fa
     KVASIR_ASSIGN_OR_RETURN(L.attn, family.make_attention(init));
     KVASIR_ASSIGN_OR_RETURN(L.mlp, family.make_mlp(init));
   }
-  const int64_t head_rows = opts_.tp.size > 1 ? vocab_.padded_rows : config_.vocab_size;
+  const int64_t head_rows = sharded() ? vocab_.padded_rows : config_.vocab_size;
   if (lm_head_.dim(0) != head_rows || lm_head_.dim(1) != config_.hidden_size) {
     return data_loss("output projection shape does not match vocab_size x hidden_size");
   }
@@ -166,12 +173,12 @@ Status DecoderModel::allocate_workspace() {
   KVASIR_ASSIGN_OR_RETURN(auto logits_buf, backend_.allocate(static_cast<size_t>(L * config_.vocab_size) * sizeof(float)));
   ws_->logits = Tensor::make(logits_buf->data(), DType::kF32, {L, config_.vocab_size}, backend_.device());
   ws_->buffers.push_back(std::move(logits_buf));
-  if (opts_.tp.size > 1) {
+  if (sharded()) {
     ws_->local_ids.resize(static_cast<size_t>(T));
     KVASIR_ASSIGN_OR_RETURN(auto local, backend_.allocate(static_cast<size_t>(L * vocab_.padded_rows) * sizeof(float)));
     ws_->local_logits = Tensor::make(local->data(), DType::kF32, {L, vocab_.padded_rows}, backend_.device());
     ws_->buffers.push_back(std::move(local));
-    ws_->gathered.resize(static_cast<size_t>(opts_.tp.size * L * vocab_.padded_rows));
+    if (!device_collectives_) ws_->gathered.resize(static_cast<size_t>(opts_.tp.size * L * vocab_.padded_rows));
   }
   return Status();
 }
@@ -181,16 +188,36 @@ StatusOr<Tensor> DecoderModel::padded_vocab_rows(const Tensor& rows, int64_t pad
   KVASIR_ASSIGN_OR_RETURN(auto buf, allocate_host_buffer(rb * static_cast<size_t>(padded_rows)));
   // Zero bytes are a zero row in every weight format (a zero scale in the block formats).
   std::memset(buf->data(), 0, buf->size());
-  std::memcpy(buf->data(), rows.data, rb * static_cast<size_t>(rows.rows()));
+  const bool on_device = rows.device != Device::kCpu;
+  if (on_device) {
+    // A device backend bound the shard's rows on the device (in its own format): read them back
+    // once, pad, upload again, and free the unpadded copy below.
+    backend_.copy_to_host(rows, buf->data());
+  } else {
+    std::memcpy(buf->data(), rows.data, rb * static_cast<size_t>(rows.rows()));
+  }
   Tensor host = Tensor::make(buf->data(), rows.dtype, {padded_rows, rows.dim(1)});
-  owned_.push_back(std::move(buf));
   std::unique_ptr<Buffer> owner;
   KVASIR_ASSIGN_OR_RETURN(Tensor t, backend_.upload_vocab_table(host, &owner));
   if (owner) owned_.push_back(std::move(owner));
+  if (on_device) {
+    for (auto it = owned_.begin(); it != owned_.end(); ++it) {
+      if ((*it)->data() == rows.data) {
+        owned_.erase(it);
+        break;
+      }
+    }
+  } else {
+    owned_.push_back(std::move(buf));  // the CPU backend reads the host table in place
+  }
   return t;
 }
 
 Status DecoderModel::all_reduce(Tensor& t) {
+  if (device_collectives_) {
+    backend_.all_reduce_sum(t);
+    return Status();
+  }
   if (opts_.tp.size == 1) return Status();
   return opts_.tp.comm->all_reduce_sum(t.data, static_cast<size_t>(t.numel()), t.dtype);
 }
@@ -198,6 +225,12 @@ Status DecoderModel::all_reduce(Tensor& t) {
 // local: [num_rows, padded shard] on every rank -> out: [num_rows, vocab], shard r's real columns
 // at [begin_r, begin_r + rows_r).
 Status DecoderModel::gather_logits(const Tensor& local, int num_rows, Tensor& out) {
+  if (device_collectives_) {
+    // vocab_shard's layout: rank r's columns start at r * padded, so the shards side by side, cut
+    // at vocab_size, are the full logits.
+    backend_.all_gather_columns(local, out);
+    return Status();
+  }
   const int64_t padded = vocab_.padded_rows;
   const size_t per_rank = static_cast<size_t>(num_rows * padded);
   KVASIR_RETURN_IF_ERROR(opts_.tp.comm->all_gather(local.data, ws_->gathered.data(), per_rank * sizeof(float)));
@@ -270,7 +303,7 @@ Status DecoderModel::run_layers(const ForwardBatch& batch, KvCache& cache) {
   BlockScratch scratch{w.q.slice_rows(0, T),    w.k.slice_rows(0, T),    w.v.slice_rows(0, T),
                        w.attn.slice_rows(0, T), w.gate.slice_rows(0, T), w.up.slice_rows(0, T)};
 
-  if (opts_.tp.size > 1) {
+  if (sharded()) {
     // Ids outside this rank's vocabulary rows embed as its zero row; the all-reduce adds the one
     // rank's real row to zeros, which is exact.
     for (int i = 0; i < T; ++i) {
@@ -317,7 +350,7 @@ StatusOr<Tensor> DecoderModel::compute_logits_on_device(const int32_t* rows, int
   Tensor out = w.logits.slice_rows(0, num_rows);
   backend_.gather_rows(x, rows, num_rows, last);
   backend_.rms_norm(last, final_norm_, eps_, last);
-  if (opts_.tp.size > 1) {
+  if (sharded()) {
     Tensor local = w.local_logits.slice_rows(0, num_rows);
     backend_.linear(last, lm_head_, nullptr, local);
     if (config_.final_logit_softcapping) backend_.softcap(local, static_cast<float>(*config_.final_logit_softcapping));

@@ -27,7 +27,9 @@ struct ModelOptions {
   int max_num_tokens = 2048;  // rows in one forward (max_num_batched_tokens)
   int max_num_logits = 256;   // rows of logits in one forward (max_num_seqs)
   // This model is rank tp.rank's shard (tensor_parallel.h); its forward pass all-reduces and
-  // gathers over tp.comm, so every rank of the group must run the same batches in step.
+  // gathers over tp.comm, or over the backend's device communicator when it has one
+  // (Backend::device_group_size(); then also at tp.size 1), so every rank of the group must run
+  // the same batches in step.
   TensorParallelGroup tp;
 };
 
@@ -65,6 +67,9 @@ class DecoderModel {
   StatusOr<Tensor> padded_vocab_rows(const Tensor& rows, int64_t padded_rows);
   Status all_reduce(Tensor& t);  // sums t over the tensor-parallel group, in place
   Status gather_logits(const Tensor& local, int num_rows, Tensor& out);
+  // Whether the forward pass runs the tensor-parallel path (vocabulary shards, collectives): the
+  // group has several ranks, or the backend's device communicator runs it over one.
+  bool sharded() const { return opts_.tp.size > 1 || device_collectives_; }
 
   ModelConfig config_;
   ModelConfig full_config_;  // the whole model's (== config_ without tensor parallelism)
@@ -79,6 +84,7 @@ class DecoderModel {
   std::unique_ptr<Workspace> ws_;
   int last_num_tokens_ = 0;
   float eps_;
+  bool device_collectives_ = false;  // the backend's device communicator carries the collectives
 };
 
 }  // namespace kvasir

@@ -133,6 +133,24 @@ StatusOr<Tensor> WeightBinder::fused_rows(const WeightSpec& spec, const WeightNa
   if (name.row_begin + spec.shape[0] > name.fused_rows) {
     return internal_error("fused weight " + spec.role + ": rows outside " + name.name);
   }
+  if (backend_.device() != Device::kCpu) {
+    // A device holds only these rows (a tensor-parallel shard, or one role of a fused tensor):
+    // uploading the whole tensor for a view would keep all of it on every rank.
+    KVASIR_ASSIGN_OR_RETURN(WeightTensor w, src_.tensor(name.name));
+    if (w.shape != fused_shape) {
+      return data_loss("weight " + w.name + " has shape " + shape_text(w.shape) + ", expected " +
+                       shape_text(fused_shape));
+    }
+    KVASIR_RETURN_IF_ERROR(check_weight_type(spec, w));
+    const std::optional<size_t> row_bytes = kvasir::row_bytes(w.dtype, spec.shape[1]);
+    if (!row_bytes || (w.data != nullptr && *row_bytes * static_cast<size_t>(name.fused_rows) != w.nbytes))
+      return internal_error("fused weight " + w.name + ": rows of " + std::string(dtype_name(w.dtype)) + " not separable");
+    WeightTensor rows = w;
+    rows.shape = spec.shape;
+    rows.nbytes = *row_bytes * static_cast<size_t>(spec.shape[0]);
+    if (w.data != nullptr) rows.data = w.data + static_cast<size_t>(name.row_begin) * *row_bytes;
+    return upload(rows, /*vocab_table=*/spec.role == "token_embd.weight" || spec.role == "output.weight");
+  }
   auto it = fused_.find(name.name);
   if (it == fused_.end()) {
     KVASIR_ASSIGN_OR_RETURN(WeightTensor w, src_.tensor(name.name));

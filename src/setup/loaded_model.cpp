@@ -150,11 +150,19 @@ StatusOr<std::unique_ptr<Backend>> make_backend(const LoadOptions& opts) {
     }
     CudaBackendOptions co;
     co.enable_graphs = !opts.enforce_eager;
+    // Tensor parallelism: rank r drives GPU r of this host and sums over the group's device
+    // communicator (the rank's CPU communicator bootstraps it).
+    co.tp_rank = opts.model.tp.rank;
+    co.tp_size = opts.model.tp.size;
+    co.tp_bootstrap = opts.model.tp.comm;
+    co.device = opts.model.tp.size > 1 ? opts.model.tp.rank : 0;
+    co.device_collectives = opts.device_collectives;
     return create_cuda_backend(co);
   }
 #else
   if (opts.device == "cuda") return unimplemented("this build has no CUDA backend");
 #endif
+  if (opts.device_collectives) return invalid_argument("device collectives need the CUDA backend");
   CpuBackendOptions bo;
   bo.num_threads = opts.num_threads;
   bo.precision = opts.exact_matmul ? MatmulPrecision::kExact : MatmulPrecision::kFast;

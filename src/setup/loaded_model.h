@@ -32,7 +32,11 @@ struct LoadOptions {
   std::string kv_cache_dtype = "auto";  // EngineArgs::kv_cache_dtype
   std::string dtype = "auto";           // EngineArgs::dtype
   std::string quantization;             // EngineArgs::quantization
-  ModelOptions model;           // workspace sizes
+  ModelOptions model;           // workspace sizes; tp: the rank's group (the CUDA backend's GPU and communicator)
+  // CUDA at tensor-parallel size 1: make the backend's device communicator anyway, so the forward
+  // pass runs the tensor-parallel path (vocabulary shard, device all-reduce and gather) over one
+  // rank. For tests that compare it with the plain path on one GPU.
+  bool device_collectives = false;
 
   // The load options an engine with these args needs (its workspace sized by the token and
   // sequence budgets).

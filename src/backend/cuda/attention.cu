@@ -33,7 +33,7 @@ __device__ __forceinline__ float4 load_row4(const float* p, bool aligned) {
 
 template <int WARPS>
 __global__ void __launch_bounds__(WARPS * 32) decode_combine_kernel(AttentionArgs a, const int32_t* __restrict__ decode_seqs,
-                                                                    int num_decode, int num_splits,
+                                                                    int num_decode, int num_splits, int part_tokens,
                                                                     const float* __restrict__ partial) {
   constexpr int kChunks = kCombineMaxDims / 128;  // float4 chunks per lane at the largest head_dim
   __shared__ float warp_max[WARPS], warp_l[WARPS];
@@ -52,8 +52,11 @@ __global__ void __launch_bounds__(WARPS * 32) decode_combine_kernel(AttentionArg
   // An attention sink is one more logit of the head's softmax with no value: it joins the max and
   // the denominator.
   const float sink = a.sinks != nullptr ? a.sinks[h] : -INFINITY;
+  // Only the splits that hold keys: the others were written -inf (or, where a kernel skips that,
+  // not at all) and weigh nothing.
+  const LiveSplits live = live_splits(a, a.seq_lens[s], part_tokens, num_splits);
   float mx = sink;
-  for (int i = threadIdx.x; i < num_splits; i += WARPS * 32) mx = fmaxf(mx, pm[i]);
+  for (int i = live.lo + threadIdx.x; i < live.hi; i += WARPS * 32) mx = fmaxf(mx, pm[i]);
 #pragma unroll
   for (int o = 16; o > 0; o >>= 1) mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, o));
   if (lane == 0) warp_max[warp] = mx;
@@ -65,18 +68,18 @@ __global__ void __launch_bounds__(WARPS * 32) decode_combine_kernel(AttentionArg
 #pragma unroll
   for (int c = 0; c < kChunks; ++c) o[c] = make_float4(0.0f, 0.0f, 0.0f, 0.0f);
   if (mx != -INFINITY) {
-    for (int i0 = warp; i0 < num_splits; i0 += kCombineBatch * WARPS) {
+    for (int i0 = live.lo + warp; i0 < live.hi; i0 += kCombineBatch * WARPS) {
       float w[kCombineBatch];
       float4 row[kCombineBatch][kChunks];
 #pragma unroll
       for (int b = 0; b < kCombineBatch; ++b) {
         const int i = i0 + b * WARPS;
-        const float mi = i < num_splits ? pm[i] : -INFINITY;
+        const float mi = i < live.hi ? pm[i] : -INFINITY;
         w[b] = mi != -INFINITY ? pl[i] * expf(mi - mx) : 0.0f;
 #pragma unroll
         for (int c = 0; c < kChunks; ++c) {
           const int d = 4 * lane + 128 * c;
-          row[b][c] = i < num_splits && d < hd ? load_row4(po + static_cast<int64_t>(i) * hd + d, aligned)
+          row[b][c] = i < live.hi && d < hd ? load_row4(po + static_cast<int64_t>(i) * hd + d, aligned)
                                                : make_float4(0.0f, 0.0f, 0.0f, 0.0f);
         }
       }
@@ -136,12 +139,14 @@ bool all_heads_shape_ok(int num_heads, int num_kv_heads, int head_dim) {
   return group >= 1 && group <= 8 && num_heads % num_kv_heads == 0;
 }
 
-void launch_decode_combine(const AttentionArgs& a, const int32_t* decode_seqs, int nd, int num_splits,
+void launch_decode_combine(const AttentionArgs& a, const int32_t* decode_seqs, int nd, int num_splits, int part_tokens,
                            const float* partial, cudaStream_t s) {
   if (num_splits >= kCombineManySplits) {
-    launch(decode_combine_kernel<16>, dim3(a.num_heads, nd), 16 * 32, 0, s, a, decode_seqs, nd, num_splits, partial);
+    launch(decode_combine_kernel<16>, dim3(a.num_heads, nd), 16 * 32, 0, s, a, decode_seqs, nd, num_splits, part_tokens,
+           partial);
   } else {
-    launch(decode_combine_kernel<4>, dim3(a.num_heads, nd), 4 * 32, 0, s, a, decode_seqs, nd, num_splits, partial);
+    launch(decode_combine_kernel<4>, dim3(a.num_heads, nd), 4 * 32, 0, s, a, decode_seqs, nd, num_splits, part_tokens,
+           partial);
   }
   KVASIR_CUDA_LAUNCH_CHECK();
 }
@@ -234,7 +239,7 @@ void launch_decode_attention(const AttentionArgs& args, const int32_t* decode_se
   } else {
     launch_decode_per_head(a, decode_seqs, nd, sp, partial, s);
   }
-  if (sp.num_splits > 1) launch_decode_combine(a, decode_seqs, nd, sp.num_splits, partial, s);
+  if (sp.num_splits > 1) launch_decode_combine(a, decode_seqs, nd, sp.num_splits, sp.partition_tokens, partial, s);
 }
 
 }  // namespace kvasir::cuda

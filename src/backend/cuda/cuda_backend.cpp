@@ -68,6 +68,7 @@ constexpr int64_t kConvertChunk = int64_t{1} << 25;  // elements per staging chu
 }  // namespace
 
 CudaBackend::~CudaBackend() {
+  cudaSetDevice(opts_.device);
   if (stream_ != nullptr) cudaStreamSynchronize(stream_);
   queue_.reset();
   for (void* p : retired_) cudaFree(p);
@@ -76,6 +77,8 @@ CudaBackend::~CudaBackend() {
   for (auto& [views, t] : moe_tables_) cudaFree(t.table);
   if (tokens_dev_ != nullptr) cudaFree(tokens_dev_);
   if (tokens_host_ != nullptr) cudaFreeHost(tokens_host_);
+  if (gathered_ != nullptr) cudaFree(gathered_);
+  comm_.reset();
   if (stream_ != nullptr) cudaStreamDestroy(stream_);
 }
 
@@ -100,10 +103,21 @@ Status CudaBackend::init() {
   KVASIR_CUDA_RETURN_IF_ERROR(cudaMallocHost(reinterpret_cast<void**>(&tokens_host_), 65536 * sizeof(int32_t)));
   queue_ = std::make_unique<cuda::StepQueue>(stream_, &CudaBackend::execute_op, this, opts_.enable_graphs, opts_.max_graphs,
                                                tuning_.recording.profile);
+  if (opts_.tp_size > 1 || opts_.device_collectives) {
+    dist::DeviceCommunicatorOptions dc;
+    dc.rank = opts_.tp_rank;
+    dc.world_size = opts_.tp_size;
+    dc.device = opts_.device;
+    KVASIR_ASSIGN_OR_RETURN(comm_, dist::DeviceCommunicator::create(dc, opts_.tp_bootstrap));
+    KVASIR_CUDA_RETURN_IF_ERROR(cudaSetDevice(opts_.device));
+    name_ += ", tensor-parallel rank " + std::to_string(opts_.tp_rank) + " of " + std::to_string(opts_.tp_size) +
+             (comm_->has_custom_all_reduce() ? " (custom all-reduce + NCCL)" : " (NCCL)");
+  }
   return Status();
 }
 
 StatusOr<std::unique_ptr<Buffer>> CudaBackend::allocate(size_t bytes) {
+  bind_device();
   void* p = nullptr;
   const size_t n = std::max<size_t>(bytes, 256);
   const cudaError_t err = cudaMalloc(&p, n);
@@ -158,6 +172,7 @@ Status CudaBackend::upload_matrix(const Tensor& host, void* dst) {
 }
 
 StatusOr<std::unique_ptr<Buffer>> CudaBackend::allocate_weight(size_t bytes) {
+  bind_device();
   if (bytes > kSlabMaxWeight) return allocate(bytes);
   const size_t aligned = (bytes + 255) / 256 * 256;
   if (weight_slab_ == nullptr || weight_slab_->used + aligned > weight_slab_->cap) {
@@ -178,6 +193,7 @@ StatusOr<std::unique_ptr<Buffer>> CudaBackend::allocate_weight(size_t bytes) {
 }
 
 StatusOr<Tensor> CudaBackend::upload_weight(const Tensor& host, std::unique_ptr<Buffer>* owner) {
+  bind_device();
   synchronize();
   const bool matrix = host.ndim >= 2;
   const DType dt = matrix ? DType::kBF16 : DType::kF32;
@@ -209,6 +225,7 @@ StatusOr<Tensor> CudaBackend::upload_weight(const Tensor& host, std::unique_ptr<
 }
 
 void CudaBackend::copy_to_host(const Tensor& src, void* dst) {
+  bind_device();
   queue_->flush();
   // Straight into the caller's (pageable) memory: measured faster than a pinned bounce buffer plus
   // a host memcpy for the logits sizes we read back.
@@ -218,9 +235,13 @@ void CudaBackend::copy_to_host(const Tensor& src, void* dst) {
   retired_.clear();
 }
 
-void CudaBackend::submit() { queue_->submit(); }
+void CudaBackend::submit() {
+  bind_device();
+  queue_->submit();
+}
 
 void CudaBackend::synchronize() {
+  bind_device();
   queue_->flush();
   queue_->finish();
   for (void* p : retired_) cudaFree(p);
@@ -228,6 +249,7 @@ void CudaBackend::synchronize() {
 }
 
 void* CudaBackend::device_scratch(void*& ptr, size_t& cap, size_t bytes) {
+  bind_device();
   if (bytes > cap) {
     if (ptr != nullptr) retired_.push_back(ptr);
     const size_t n = std::max(bytes, cap * 2);
@@ -252,6 +274,7 @@ BackendCapabilities CudaBackend::capabilities() const {
 }
 
 DeviceMemoryInfo CudaBackend::memory_info() {
+  bind_device();
   DeviceMemoryInfo info;
   KVASIR_CUDA_CHECK(cudaMemGetInfo(&info.free_bytes, &info.total_bytes));
   return info;
@@ -282,7 +305,12 @@ int cuda_device_count() {
 }
 
 StatusOr<std::unique_ptr<Backend>> create_cuda_backend(const CudaBackendOptions& opts) {
-  if (cuda_device_count() <= opts.device) return unavailable("no CUDA device " + std::to_string(opts.device));
+  const int devices = cuda_device_count();
+  if (opts.tp_size > 1 && devices < opts.tp_size)
+    return invalid_argument("--tensor-parallel-size " + std::to_string(opts.tp_size) + " on the CUDA backend needs " +
+                            std::to_string(opts.tp_size) + " GPUs (one per rank); this machine has " +
+                            std::to_string(devices));
+  if (devices <= opts.device) return unavailable("no CUDA device " + std::to_string(opts.device));
   auto b = std::make_unique<CudaBackend>(opts);
   KVASIR_RETURN_IF_ERROR(b->init());
   return std::unique_ptr<Backend>(std::move(b));

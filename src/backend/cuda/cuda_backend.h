@@ -10,10 +10,22 @@
 
 namespace kvasir {
 
+namespace dist {
+class Communicator;
+}
+
 struct CudaBackendOptions {
   int device = 0;
   bool enable_graphs = true;  // false: --enforce-eager (every step launches kernels one by one)
   int max_graphs = 64;        // captured step shapes kept; further shapes run eagerly
+  // Tensor parallelism: this backend is rank tp_rank of tp_size processes, one GPU each (device is
+  // the rank's GPU). init() makes the group's dist::DeviceCommunicator (custom all-reduce, NCCL)
+  // over tp_bootstrap, a CPU communicator of the same ranks (not owned; may be null at size 1).
+  // device_collectives at tp_size 1 makes it too: the same device path over one rank (tests).
+  int tp_rank = 0;
+  int tp_size = 1;
+  dist::Communicator* tp_bootstrap = nullptr;
+  bool device_collectives = false;
 };
 
 // Usable CUDA devices; 0 when there is no driver or no GPU (never fails).

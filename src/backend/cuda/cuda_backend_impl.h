@@ -14,6 +14,7 @@
 #include "backend/cuda/head_gemm.h"
 #include "backend/cuda/kernels.h"
 #include "backend/cuda/step_queue.h"
+#include "dist/device_communicator.h"
 
 namespace kvasir {
 
@@ -77,6 +78,10 @@ class CudaBackend final : public Backend {
                              int num_rows) override;
   DeviceMemoryInfo memory_info() override;
   std::string stats() const override;
+  // Tensor parallelism (cuda_collective_ops.cpp).
+  int device_group_size() const override { return comm_ ? comm_->world_size() : 0; }
+  void all_reduce_sum(Tensor& t) override;
+  void all_gather_columns(const Tensor& local, Tensor& out) override;
 
  private:
   static void execute_op(void* ctx, const OpRecord& op, const uint8_t* arena, cudaStream_t s) {
@@ -100,8 +105,16 @@ class CudaBackend final : public Backend {
   StatusOr<std::unique_ptr<Buffer>> allocate_weight(size_t bytes);
   void exec_write_latent_kv(const cuda::WriteLatentKvOp& op, const uint8_t* arena, cudaStream_t s);
   void exec_mla_attention(const cuda::MlaAttentionOp& op, const uint8_t* arena, cudaStream_t s);
+  void exec_all_reduce(const cuda::AllReduceOp& op, Elem elem, cudaStream_t s);
+  void exec_all_gather_columns(const cuda::AllGatherColumnsOp& op, cudaStream_t s);
+  // Makes this backend's device current on the calling thread: the runner may call from a thread
+  // other than the one that made the backend, and a tensor-parallel rank's device is not 0.
+  void bind_device() const;
 
   CudaBackendOptions opts_;
+  std::unique_ptr<dist::DeviceCommunicator> comm_;  // tensor parallelism only
+  void* gathered_ = nullptr;  // all_gather_columns: every rank's local block, grow-only
+  size_t gathered_cap_ = 0;
   cuda::CudaTuning tuning_;  // the knobs in force (cuda_tuning.h), read in init()
   bool fuse_ = true;         // tuning_.recording.fuse
   bool fuse_norm_ = false;   // tuning_.recording.fuse_norm

@@ -116,6 +116,7 @@ const CudaBackend::MoeTable& CudaBackend::moe_table(const MoeExpertWeights& w) {
     vec = vec && cuda::aligned16(p.w_gate) && cuda::aligned16(p.w_up) && cuda::aligned16(p.w_down);
   }
   const size_t bytes = host.size() * sizeof(cuda::MoeExpertPtrs);
+  bind_device();
   KVASIR_CUDA_CHECK(cudaMalloc(&t.table, bytes));
   // Ordered before every kernel that reads it: they are launched on this stream later.
   KVASIR_CUDA_CHECK(cudaMemcpyAsync(t.table, host.data(), bytes, cudaMemcpyHostToDevice, stream_));

@@ -110,6 +110,7 @@ void CudaBackend::gather_rows(const Tensor& src, const int32_t* rows, int k, Ten
 }
 
 Status CudaBackend::sample(const Tensor& logits, const DeviceSamplingRow* rows, int num_rows, int32_t* out_tokens) {
+  bind_device();
   static_assert(sizeof(DeviceSamplingRow) == sizeof(cuda::SamplingRowParams), "sampling row layouts must match");
   if (logits.dtype != DType::kF32 || !is_dev(logits) || logits.rows() < num_rows) {
     return invalid_argument("device sampling needs float32 device logits with a row per request");
@@ -269,6 +270,12 @@ void CudaBackend::execute(const OpRecord& op, const uint8_t* arena, cudaStream_t
       break;
     case OpKind::kMlaAttention:
       exec_mla_attention(op.mla_attention, arena, s);
+      break;
+    case OpKind::kAllReduce:
+      exec_all_reduce(op.all_reduce, elem, s);
+      break;
+    case OpKind::kAllGatherColumns:
+      exec_all_gather_columns(op.all_gather_columns, s);
       break;
     case OpKind::kNumKinds:
       KVASIR_CHECK_MSG(false, "not an op");

@@ -35,6 +35,8 @@ enum class OpKind : int32_t {
   kMoeExperts,
   kWriteLatentKv,
   kMlaAttention,
+  kAllReduce,
+  kAllGatherColumns,
   kNumKinds,
 };
 
@@ -276,6 +278,23 @@ struct MlaAttentionOp {
   float scale, attention_factor;
 };
 
+// Tensor parallelism (dist::DeviceCommunicator on the backend's stream): data summed over the
+// group's ranks in place.
+struct AllReduceOp {
+  void* data;             // [count] elem
+  int64_t count;
+};
+
+// Every rank's local [rows, local_cols] f32 all-gathered into `gathered` [world, rows, local_cols],
+// then laid side by side into out [rows, out_cols] (rank r's columns at r * local_cols, cut at
+// out_cols).
+struct AllGatherColumnsOp {
+  const void* local;
+  void* gathered;
+  void* out;
+  int64_t rows, local_cols, out_cols, world;
+};
+
 // What StepQueue stores: the kind, the element type where the op has one (Elem), and the record
 // of that kind (the other union members stay zero).
 struct OpRecord {
@@ -301,6 +320,8 @@ struct OpRecord {
     MoeExpertsOp moe_experts;
     WriteLatentKvOp write_latent_kv;
     MlaAttentionOp mla_attention;
+    AllReduceOp all_reduce;
+    AllGatherColumnsOp all_gather_columns;
   };
 };
 
@@ -311,6 +332,7 @@ static_assert(sizeof(MultiGemvOp) == 4 * 8 + kGemvMaxOutputs * 40 + 3 * 8 + 8);
 static_assert(sizeof(GemvGatedOp) == 7 * 8 + 4 * 8 + 8 && sizeof(RopeOp) == 4 * 8 + 6 * 8 + 8 + 2 * 8 + 6 * 8);
 static_assert(sizeof(AttentionOp) == 11 * 8 + 12 * 8 + 8 && sizeof(OpRecord) == 8 + sizeof(AttentionOp));
 static_assert(sizeof(MoeRouteOp) == 4 * 8 + 8 * 8 + 8 && sizeof(MoeExpertsOp) == 10 * 8 + 7 * 8 + 4 * 4 + 8 + 2 * 8 + 4 * 4);
+static_assert(sizeof(AllReduceOp) == 2 * 8 && sizeof(AllGatherColumnsOp) == 7 * 8);
 static_assert(sizeof(WriteLatentKvOp) == 8 * 8 + 4 * 4 && sizeof(MlaAttentionOp) == 12 * 8 + 16 * 4 + 8);
 
 }  // namespace kvasir::cuda
