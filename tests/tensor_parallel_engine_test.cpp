@@ -1,6 +1,7 @@
 // Tensor parallelism through the whole engine on the CPU: SmolLM2's Q4_1 GGUF split over 3 ranks
 // (forked processes, shm communicator; 9 heads, so not 2) and the tiny Qwen3-MoE GGUF over 2 and 4
-// (experts sharded) behind the real executor seam: rank 0 runs the Engine with a
+// (experts sharded, or whole per rank with expert parallelism, as the tiny DeepSeek-V3 GGUF's
+// too) behind the real executor seam: rank 0 runs the Engine with a
 // BroadcastingWorker, the others run serve_steps over their own ModelRunner. Greedy tokens of a
 // batch of prompts equal TP=1's; a worker killed mid-generation ends every live request with an
 // error and the group exits (no hang). Pipeline parallelism the same way: SmolLM2 in 2 stages,
@@ -29,6 +30,7 @@ namespace {
 constexpr int kPrompts = 3, kMaxTokens = 12, kBlocks = 64;
 const std::string kSmolLm2 = std::string(KVASIR_SOURCE_DIR) + "/models/SmolLM2-135M-Instruct.Q4_1.gguf";
 const std::string kTinyMoe = std::string(KVASIR_SOURCE_DIR) + "/tests/data/tiny/qwen3_moe/model.gguf";
+const std::string kTinyDeepseekV3 = std::string(KVASIR_SOURCE_DIR) + "/tests/data/tiny/deepseek_v3/model.gguf";
 
 // What rank 0's engine produced, in memory the parent reads after the ranks exit.
 struct Result {
@@ -63,7 +65,7 @@ std::vector<int32_t> prompt_of(int i, int64_t vocab) {
 
 // One rank's life: load its shard, then either drive the engine (rank 0) or serve steps.
 int run_rank(const std::string& path, int rank, dist::ParallelLayout layout, const std::string& group, int die_rank,
-             int die_at, Result* out) {
+             int die_at, Result* out, bool expert_parallel = false) {
   auto join = [](const std::string& id, int rank, int size) {
     dist::ShmCommunicatorOptions o;
     o.group_id = id;
@@ -91,10 +93,10 @@ int run_rank(const std::string& path, int rank, dist::ParallelLayout layout, con
   lo.model.max_num_tokens = 256;
   lo.model.max_num_logits = 16;
   if (layout.pipeline_parallel > 1) {
-    lo.model.tp = TensorParallelGroup{layout.tp_rank(rank), layout.tensor_parallel, stage_comm.get()};
+    lo.model.tp = TensorParallelGroup{layout.tp_rank(rank), layout.tensor_parallel, stage_comm.get(), expert_parallel};
     lo.model.pp = PipelineParallelGroup{layout.pp_rank(rank), layout.pipeline_parallel, comm.get()};
   } else {
-    lo.model.tp = TensorParallelGroup{rank, layout.tensor_parallel, comm.get()};
+    lo.model.tp = TensorParallelGroup{rank, layout.tensor_parallel, comm.get(), expert_parallel};
   }
   auto m = load_model(path, lo);
   if (!m.ok()) return std::fprintf(stderr, "rank %d: %s\n", rank, m.status().to_string().c_str()), 3;
@@ -155,7 +157,7 @@ struct Shared {
   ~Shared() { munmap(r, sizeof(Result)); }
 };
 
-void expect_split_greedy_equals_whole(const std::string& path, int tp, int pp = 1) {
+void expect_split_greedy_equals_whole(const std::string& path, int tp, int pp = 1, bool expert_parallel = false) {
   Shared whole, split;
   const auto one =
       dist::testing::run_ranks(1, [&](int rank) { return run_rank(path, rank, {1, 1}, "", -1, -1, whole.r); });
@@ -163,7 +165,7 @@ void expect_split_greedy_equals_whole(const std::string& path, int tp, int pp = 
   const dist::ParallelLayout layout{tp, pp};
   const std::string group = "tp-engine-" + std::to_string(getpid()) + "-" + std::to_string(tp) + "x" + std::to_string(pp);
   const auto codes = dist::testing::run_ranks(layout.world_size(),
-                                              [&](int rank) { return run_rank(path, rank, layout, group, -1, -1, split.r); });
+                                              [&](int rank) { return run_rank(path, rank, layout, group, -1, -1, split.r, expert_parallel); });
   for (int r = 0; r < layout.world_size(); ++r) EXPECT_EQ(codes[r], 0) << "rank " << r;
   for (int i = 0; i < kPrompts; ++i) {
     EXPECT_STREQ(split.r->finish_reason[i], "length") << split.r->error[i];
@@ -182,6 +184,13 @@ TEST(TensorParallelEngineTest, SmolLm2ThreeRanksGreedyEqualsOneRank) {
 TEST(TensorParallelEngineTest, TinyQwen3MoeTwoAndFourRanksGreedyEqualsOneRank) {
   expect_split_greedy_equals_whole(kTinyMoe, 2);
   expect_split_greedy_equals_whole(kTinyMoe, 4);
+}
+
+// --enable-expert-parallel: each rank holds whole experts (the tiny models have 8).
+TEST(TensorParallelEngineTest, ExpertParallelTinyMoeModelsGreedyEqualsOneRank) {
+  expect_split_greedy_equals_whole(kTinyMoe, 2, /*pp=*/1, /*expert_parallel=*/true);
+  expect_split_greedy_equals_whole(kTinyMoe, 4, /*pp=*/1, /*expert_parallel=*/true);
+  expect_split_greedy_equals_whole(kTinyDeepseekV3, 2, /*pp=*/1, /*expert_parallel=*/true);
 }
 
 TEST(TensorParallelEngineTest, AWorkerKilledMidGenerationEndsEveryRequestWithAnError) {

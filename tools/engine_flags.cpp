@@ -64,9 +64,10 @@ std::string engine_flags_help() {
          "  --tensor-parallel-size N     split every layer over N ranks, one process each: attention heads\n"
          "                               and MLP rows (MoE: every expert's rows) per rank, KV heads split or\n"
          "                               replicated, vocabulary split; one all-reduce after attention and\n"
-         "                               one after the MLP (default 1). Llama, Mistral, Qwen2/3, Gemma 2/3,\n"
-         "                               Phi-3, Mixtral, Qwen2-MoE and Qwen3-MoE; other families (DeepSeek's\n"
-         "                               MLA, GPT-OSS) are refused by name before any worker starts\n"
+         "                               one after the MLP (default 1). Every family: Llama, Mistral,\n"
+         "                               Qwen2/3, Gemma 2/3, Phi-3, Mixtral, Qwen2/3-MoE, DeepSeek-V2/V3\n"
+         "                               (MLA heads split, the latent cache on every rank), GPT-OSS (these\n"
+         "                               two tested on the CPU only)\n"
          "  --distributed-executor-backend mp|uni\n"
          "                               mp: every model rank in its own worker process, this process keeps\n"
          "                               the server, engine and scheduler only (any TP size); uni: the model\n"
@@ -95,8 +96,11 @@ std::string engine_flags_help() {
          "                               --tensor-parallel-size 1); fewer layers than N is refused\n"
          "  --data-parallel-size N       N engine replicas behind this server (default 1; > 1 not supported\n"
          "                               yet)\n"
-         "  --enable-expert-parallel     MoE experts spread over the ranks instead of sliced (not supported\n"
-         "                               yet; experts are sliced by --tensor-parallel-size)\n"
+         "  --enable-expert-parallel     MoE models: each of the N ranks holds whole routed experts (rank r\n"
+         "                               the r-th contiguous share) instead of every expert's slice; routing\n"
+         "                               on every rank, one all-reduce after the MoE layer; attention and\n"
+         "                               shared experts stay split. CPU backend only; refused for a model\n"
+         "                               without experts\n"
          "  --structured-outputs-config JSON\n"
          "                               {\"backend\": \"xgrammar\"|\"auto\", \"disable_any_whitespace\": bool,\n"
          "                               \"disable_additional_properties\": bool, \"enable_in_reasoning\": bool}\n"
@@ -183,10 +187,7 @@ StatusOr<EngineArgs> engine_args_from(const Args& a) {
                          ": data parallelism is not supported yet; --tensor-parallel-size and "
                          "--pipeline-parallel-size split a model");
   }
-  if (a.get_bool("enable-expert-parallel", false)) {
-    return unimplemented("--enable-expert-parallel is not supported yet; --tensor-parallel-size slices every "
-                         "expert over the ranks instead");
-  }
+  e.enable_expert_parallel = a.get_bool("enable-expert-parallel", false);
   if (a.has("structured-outputs-config")) {
     KVASIR_ASSIGN_OR_RETURN(e.structured_outputs, parse_structured_outputs_config(a.get("structured-outputs-config")));
   }

@@ -32,6 +32,9 @@ LLM::~LLM() {
 StatusOr<std::unique_ptr<LLM>> LLM::create(const EngineArgs& args) {
   KVASIR_RETURN_IF_ERROR(args.validate());
   std::unique_ptr<LLM> llm(new LLM());
+  if (args.parallel_layout().world_size() == 1 && args.enable_expert_parallel) {
+    KVASIR_RETURN_IF_ERROR(check_tensor_parallel_model(args));  // one rank holds every expert
+  }
   KVASIR_ASSIGN_OR_RETURN(const LaunchPlan plan, plan_launch(args));
   if (plan.is_worker()) return internal_error("a tensor-parallel worker must run run_tensor_parallel_worker, not serve");
   std::unique_ptr<Worker> worker;

@@ -18,7 +18,8 @@
 namespace kvasir {
 
 Status check_tensor_parallel_model(const EngineArgs& args) {
-  if (args.tensor_parallel_size <= 1 || args.load_format != "auto") return Status();
+  const bool ep = args.enable_expert_parallel;
+  if ((args.tensor_parallel_size <= 1 && !ep) || args.load_format != "auto") return Status();
   // A checkpoint or config that cannot be read is rank 0's load to report, with its own message.
   auto weights = open_weights(args.model.empty() ? default_model_path() : args.model);
   if (!weights.ok()) return Status();
@@ -26,11 +27,12 @@ Status check_tensor_parallel_model(const EngineArgs& args) {
   if (!loaded.ok()) return Status();
   const ModelConfig& config = *loaded;
   const WeightSource& src = **weights;
-  const Status s = check_tensor_parallel(config, args.tensor_parallel_size, [&src](const WeightSpec& spec) {
-    return src.has_tensor(spec.gguf.name) || src.has_tensor(spec.hf.name);
-  });
+  const Status s = check_tensor_parallel(
+      config, args.tensor_parallel_size,
+      [&src](const WeightSpec& spec) { return src.has_tensor(spec.gguf.name) || src.has_tensor(spec.hf.name); }, ep);
   if (s.ok()) return s;
-  return Status(s.code(), "--tensor-parallel-size " + std::to_string(args.tensor_parallel_size) + ": " + s.message());
+  return Status(s.code(), "--tensor-parallel-size " + std::to_string(args.tensor_parallel_size) +
+                              (ep ? " --enable-expert-parallel" : "") + ": " + s.message());
 }
 
 std::string pipeline_layer_partition() {
@@ -98,10 +100,12 @@ StatusOr<RankSetup> set_up_rank(const EngineArgs& args, TensorParallelProcesses*
                              "supported yet (a stage's tensor-parallel ranks meet over shared memory); use "
                              "--tensor-parallel-size 1 with --pipeline-parallel-size across hosts");
       KVASIR_ASSIGN_OR_RETURN(r.stage_comm, join_stage_group(world, layout));
-      lo.model.tp = TensorParallelGroup{layout.tp_rank(world.rank()), layout.tensor_parallel, r.stage_comm.get()};
+      lo.model.tp = TensorParallelGroup{layout.tp_rank(world.rank()), layout.tensor_parallel, r.stage_comm.get(),
+                                        args.enable_expert_parallel};
     }
   } else if (tp != nullptr) {
-    lo.model.tp = TensorParallelGroup{tp->comm->rank(), tp->comm->world_size(), tp->comm.get()};
+    lo.model.tp = TensorParallelGroup{tp->comm->rank(), tp->comm->world_size(), tp->comm.get(),
+                                      args.enable_expert_parallel};
   }
   KVASIR_ASSIGN_OR_RETURN(r.model, load_model(args.model.empty() ? default_model_path() : args.model, lo));
   r.max_model_len = resolve_max_model_len(args, r.model->config);

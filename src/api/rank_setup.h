@@ -27,7 +27,8 @@ struct RankSetup {
 };
 
 // Rank 0, before it starts any worker: whether the model can be split args.tensor_parallel_size
-// ways (its family, its sizes; check_tensor_parallel). Opens the checkpoint and reads no weight;
+// ways (its family, its sizes; check_tensor_parallel), its experts distributed with
+// --enable-expert-parallel (a model without experts is refused, whatever the size). Opens the checkpoint and reads no weight;
 // with --load-format dummy each rank's load says it instead.
 Status check_tensor_parallel_model(const EngineArgs& args);
 // The same for args.pipeline_parallel_size stages (every stage gets at least one layer; a

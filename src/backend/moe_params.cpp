@@ -82,6 +82,7 @@ Status validate_moe_routing(const MoeRouting& r, int64_t num_experts) {
 Status validate_moe_expert_weights(const MoeExpertWeights& w) {
   const int n = w.num_experts;
   const int64_t h = w.hidden_size, i = w.intermediate_size;
+  if (w.first_expert < 0) return invalid_argument("MoE experts: first_expert must not be negative");
   if (n < 1 || h < 1 || i < 1) {
     return invalid_argument("MoE experts: num_experts, hidden_size and intermediate_size must be positive, got " +
                             num(n) + ", " + num(h) + ", " + num(i));

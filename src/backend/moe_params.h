@@ -62,6 +62,10 @@ enum class GateUpLayout {
 //   e = ids[t, j].
 struct MoeExpertWeights {
   int num_experts = 0;
+  // The routing's id of views[0]: ids in [first_expert, first_expert + num_experts) index these
+  // views; any other id is an expert another rank holds (expert parallelism: the caller sums the
+  // ranks' outputs), and its slots add nothing here.
+  int first_expert = 0;
   int64_t hidden_size = 0;        // H
   int64_t intermediate_size = 0;  // I (per expert)
   const Tensor* gate = nullptr;     // [num_experts] views [I, H]

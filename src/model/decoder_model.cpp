@@ -53,6 +53,8 @@ StatusOr<std::unique_ptr<DecoderModel>> DecoderModel::create(const ModelConfig& 
   KVASIR_ASSIGN_OR_RETURN(const ModelFamily* family, family_of(config));
   std::unique_ptr<DecoderModel> m(new DecoderModel(config, backend, opts));
   m->vocab_ = vocab_shard(config.vocab_size, 0, 1);
+  // One rank holds every expert, so nothing changes; a model without experts is still refused.
+  if (opts.tp.size == 1 && opts.tp.expert_parallel) KVASIR_RETURN_IF_ERROR(shard_config(config, 0, 1, true).status());
   const int device_group = backend.device_group_size();
   m->device_collectives_ = device_group > 0;
   if (device_group > 0 && device_group != opts.tp.size)
@@ -66,7 +68,7 @@ StatusOr<std::unique_ptr<DecoderModel>> DecoderModel::create(const ModelConfig& 
     if (backend.device() != Device::kCpu && device_group == 0)
       return unimplemented("tensor parallelism on the " + backend.name() +
                            " backend needs its device communicator (a backend made for the group's rank)");
-    KVASIR_ASSIGN_OR_RETURN(m->config_, shard_config(config, opts.tp.rank, opts.tp.size));
+    KVASIR_ASSIGN_OR_RETURN(m->config_, shard_config(config, opts.tp.rank, opts.tp.size, opts.tp.expert_parallel));
     m->vocab_ = vocab_shard(config.vocab_size, opts.tp.rank, opts.tp.size);
   }
   m->stage_ = LayerRange{0, static_cast<int>(config.num_layers)};
@@ -105,7 +107,8 @@ Status DecoderModel::bind_weights(const WeightSource& src, const ModelFamily& fa
   auto present = [&src](const WeightSpec& spec) {
     return src.has_tensor(spec.gguf.name) || src.has_tensor(spec.hf.name);
   };
-  KVASIR_RETURN_IF_ERROR(shard_manifest(manifest, full_config_, opts_.tp.rank, opts_.tp.size, present));
+  KVASIR_RETURN_IF_ERROR(
+      shard_manifest(manifest, full_config_, opts_.tp.rank, opts_.tp.size, present, opts_.tp.expert_parallel));
   if (manifest.layers.size() != static_cast<size_t>(config_.num_layers)) return data_loss("layer count mismatch");
   if (opts_.pp.size > 1) {
     // A stage binds (and so reads) only its own weights: the embedding on the first stage, and on
@@ -168,7 +171,8 @@ Status DecoderModel::bind_weights(const WeightSource& src, const ModelFamily& fa
   one_more.num_layers += 1;
   one_more.layer_is_sliding.push_back(false);
   WeightManifest more = family.manifest(one_more);
-  KVASIR_RETURN_IF_ERROR(shard_manifest(more, one_more, opts_.tp.rank, opts_.tp.size, present));
+  KVASIR_RETURN_IF_ERROR(
+      shard_manifest(more, one_more, opts_.tp.rank, opts_.tp.size, present, opts_.tp.expert_parallel));
   if (more.layers.size() == static_cast<size_t>(config_.num_layers) + 1) {
     KVASIR_RETURN_IF_ERROR(b.expect_absent(
         more.layers.back(), "the config says the model has " + std::to_string(config_.num_layers) +

@@ -259,6 +259,18 @@ void add_mla_weights(const ModelConfig& c, int64_t i, std::vector<WeightSpec>& l
   add("attn_output.weight", "o_proj.weight", WeightKind::kMatrix, {hidden, H * m.v_head_dim});
 }
 
+std::optional<TensorParallelSplit> mla_tensor_parallel_split(const std::string& role) {
+  using S = TensorParallelSplit;
+  if (role == "attn_q_a.weight" || role == "attn_q_a_norm.weight" || role == "attn_kv_a.weight" ||
+      role == "attn_k_pe.weight" || role == "attn_kv_a_norm.weight")
+    return S::kReplicate;
+  // Rows [H * (nope + rope)] and kv_b_proj's [H * (nope + v), L] run head by head.
+  if (role == "attn_q.weight" || role == "attn_q_b.weight") return S::kRows;
+  if (role == "attn_kv_b.weight" || role == "attn_k_b.weight" || role == "attn_v_b.weight") return S::kLeading;
+  if (role == "attn_output.weight") return S::kColumns;  // [hidden, H * v]
+  return std::nullopt;
+}
+
 StatusOr<std::unique_ptr<AttentionBlock>> make_mla_attention(const BlockInit& init) {
   return MlaAttention::create(init);
 }

@@ -7,10 +7,13 @@
 #pragma once
 
 #include <memory>
+#include <optional>
+#include <string>
 #include <vector>
 
 #include "config/model_config.h"
 #include "model/blocks.h"
+#include "model/tensor_parallel.h"
 #include "model/weight_manifest.h"
 
 namespace kvasir {
@@ -36,6 +39,13 @@ MlaConfig mla_config(const ModelConfig& config);
 // Appends layer `i`'s attention weights (GGUF names as llama.cpp's deepseek2, HF as
 // DeepseekV2/V3Attention): the norm before attention is the caller's.
 void add_mla_weights(const ModelConfig& config, int64_t i, std::vector<WeightSpec>& layer);
+
+// Tensor parallelism of the roles add_mla_weights declares, vLLM's layout: the query (q_proj, or
+// q_b_proj after the replicated q_a_proj and q_a_layernorm) and kv_b_proj (and llama.cpp's
+// attn_k_b / attn_v_b) split by heads; kv_a_proj_with_mqa and kv_a_layernorm replicated, so every
+// rank computes and caches the whole latent row; o_proj split by its input columns (the rank's
+// heads' values), its partial outputs all-reduced by the model. nullopt for any other role.
+std::optional<TensorParallelSplit> mla_tensor_parallel_split(const std::string& role);
 
 // The block; Unimplemented when the backend has no MLA ops or the RoPE is longrope.
 StatusOr<std::unique_ptr<AttentionBlock>> make_mla_attention(const BlockInit& init);

@@ -18,8 +18,13 @@ StatusOr<std::unique_ptr<MlpBlock>> ModelFamily::make_mlp(const BlockInit& init)
   return make_gated_mlp(init);
 }
 
-std::optional<TensorParallelSplit> ModelFamily::tensor_parallel_split(const std::string&) const { return std::nullopt; }
+std::optional<TensorParallelSplit> ModelFamily::tensor_parallel_split(const std::string&, const ModelConfig&,
+                                                                      const ShardPosition&) const {
+  return std::nullopt;
+}
 
-Status ModelFamily::shard_family_params(ModelConfig&, int) const { return Status(); }
+Status ModelFamily::shard_family_params(const ModelConfig&, ModelConfig&, const ShardPosition&) const {
+  return Status();
+}
 
 }  // namespace kvasir

@@ -52,12 +52,15 @@ class ModelFamily {
   virtual StatusOr<std::unique_ptr<AttentionBlock>> make_attention(const BlockInit& init) const;
   virtual StatusOr<std::unique_ptr<MlpBlock>> make_mlp(const BlockInit& init) const;
 
-  // Tensor parallelism (model/tensor_parallel.h) of what only this family has: how a rank holds
-  // a weight role the generic decoder lacks (nullopt: the family cannot be split yet, and a model
-  // of it is refused naming it), and its own numbers in ModelConfig::family_params of a rank's
-  // shard of `size` (InvalidArgument when one does not divide). Defaults: no roles, no numbers.
-  virtual std::optional<TensorParallelSplit> tensor_parallel_split(const std::string& role) const;
-  virtual Status shard_family_params(ModelConfig& shard, int size) const;
+  // Tensor parallelism (model/tensor_parallel.h) of what only this family has: how rank `at`
+  // holds a weight role of a model of `full` (nullopt: a role the generic decoder splits, or one
+  // nobody can split yet, which is refused naming the family), and the family's own numbers in
+  // ModelConfig::family_params of the rank's shard (InvalidArgument when one does not divide).
+  // Asked before the generic layout, so a family may split a generic role its own way. Defaults:
+  // no roles, no numbers.
+  virtual std::optional<TensorParallelSplit> tensor_parallel_split(const std::string& role, const ModelConfig& full,
+                                                                   const ShardPosition& at) const;
+  virtual Status shard_family_params(const ModelConfig& full, ModelConfig& shard, const ShardPosition& at) const;
 
  protected:
   ModelFamily(ConfigTraits traits, std::vector<std::string> gguf_names,

@@ -35,6 +35,17 @@ constexpr Projection kProjections[] = {
 std::string per_expert_role(const char* stem, int e) { return std::string(stem) + "." + std::to_string(e) + ".weight"; }
 std::string stacked_role(const char* stem) { return std::string(stem) + "_exps.weight"; }
 
+// e of a per_expert_role(stem, e), or -1 when `role` is not one.
+int per_expert_index(const std::string& role, const char* stem) {
+  const std::string head = std::string(stem) + ".", tail = ".weight";
+  if (role.size() <= head.size() + tail.size() || role.rfind(head, 0) != 0 ||
+      role.compare(role.size() - tail.size(), tail.size(), tail) != 0)
+    return -1;
+  const std::string digits = role.substr(head.size(), role.size() - head.size() - tail.size());
+  if (digits.size() > 6 || digits.find_first_not_of("0123456789") != std::string::npos) return -1;
+  return std::stoi(digits);
+}
+
 // Expert e of a stacked [E, rows, cols] tensor as a 2-D view (no copy).
 Tensor expert_view(const Tensor& stacked, int e) {
   Tensor v = stacked;
@@ -104,7 +115,17 @@ class MoeMlp final : public MlpBlock {
 
  private:
   Status bind_experts(const BlockInit& init, const MoeLayerConfig& moe) {
-    const int n = moe.num_experts;
+    // The shard's experts: all of them, or under expert parallelism its range of whole experts
+    // (a stacked tensor then holds only those).
+    const ExpertRange held = held_experts(init.config);
+    const int n = held.count;
+    if (held.first < 0 || n < 1 || held.first + n > moe.num_experts) {
+      return internal_error(layer_name(init.layer) + ": the shard's experts lie outside the layer's " +
+                            std::to_string(moe.num_experts));
+    }
+    if (n != moe.num_experts && init.backend->device() != Device::kCpu) {
+      return unimplemented("expert parallelism runs on the CPU backend only for now");
+    }
     const bool stacked = std::any_of(std::begin(kProjections), std::end(kProjections), [&](const Projection& p) {
       return init.weights.get(stacked_role(p.stem)).data != nullptr;
     });
@@ -120,17 +141,19 @@ class MoeMlp final : public MlpBlock {
         for (int e = 0; e < n; ++e) views_[p][static_cast<size_t>(e)] = expert_view(st, e);
       } else {
         for (int e = 0; e < n; ++e) {
-          const Tensor t = init.weights.get(per_expert_role(stem, e));
+          const int expert = held.first + e;
+          const Tensor t = init.weights.get(per_expert_role(stem, expert));
           if (t.data == nullptr) {
-            return data_loss(layer_name(init.layer) + ": expert " + std::to_string(e) + " of " + std::to_string(n) +
-                             " has no " + (stem + 4) + " weight (" + per_expert_role(stem, e) +
-                             ", or the stacked " + stacked_role(stem) + ")");
+            return data_loss(layer_name(init.layer) + ": expert " + std::to_string(expert) + " of " +
+                             std::to_string(moe.num_experts) + " has no " + (stem + 4) + " weight (" +
+                             per_expert_role(stem, expert) + ", or the stacked " + stacked_role(stem) + ")");
           }
           views_[p][static_cast<size_t>(e)] = t;
         }
       }
     }
     experts_.num_experts = n;
+    experts_.first_expert = held.first;
     experts_.hidden_size = init.config.hidden_size;
     experts_.intermediate_size = moe.expert_intermediate_size;
     experts_.gate = views_[0].data();
@@ -257,18 +280,29 @@ void replace_mlp_with_moe(std::vector<WeightSpec>& layer, int i, int64_t hidden,
   }
 }
 
-std::optional<TensorParallelSplit> moe_tensor_parallel_split(const std::string& role) {
+std::optional<TensorParallelSplit> moe_tensor_parallel_split(const std::string& role, int num_experts,
+                                                             const ShardPosition& at) {
   if (role == "ffn_gate_inp.weight" || role == "ffn_gate_inp.bias" || role == "exp_probs_b.bias" ||
       role == "ffn_gate_inp_shexp.weight")
     return TensorParallelSplit::kReplicate;
-  auto starts = [&role](const char* p) { return role.rfind(p, 0) == 0; };
+  const ExpertRange held = expert_range(num_experts, at.rank, at.size);
   for (const Projection& pr : kProjections) {
     const std::string stem = pr.stem;
-    const bool expert = role == stacked_role(pr.stem) || role == stem + "_shexp.weight" ||
-                        (starts((stem + ".").c_str()) && role != stem + ".weight");
-    if (expert) return pr.down ? TensorParallelSplit::kColumns : TensorParallelSplit::kRows;
+    const TensorParallelSplit sliced = pr.down ? TensorParallelSplit::kColumns : TensorParallelSplit::kRows;
+    if (role == stem + "_shexp.weight") return sliced;
+    if (role == stacked_role(pr.stem)) return at.expert_parallel ? TensorParallelSplit::kExperts : sliced;
+    const int e = per_expert_index(role, pr.stem);
+    if (e < 0 || e >= num_experts) continue;
+    if (!at.expert_parallel) return sliced;
+    return held.holds(e) ? TensorParallelSplit::kReplicate : TensorParallelSplit::kAbsent;
   }
   return std::nullopt;
+}
+
+Status shard_moe_sizes(ModelConfig& c, const ShardPosition& at) {
+  KVASIR_RETURN_IF_ERROR(divide_family_param(c, "shared_expert_intermediate_size", at.size));
+  if (at.expert_parallel) return Status();
+  return divide_family_param(c, "moe_intermediate_size", at.size);
 }
 
 Status validate_moe_layer_config(const MoeLayerConfig& moe, const std::string& where) {

@@ -52,17 +52,27 @@ void replace_mlp_with_moe(std::vector<WeightSpec>& layer, int layer_index, int64
                           const MoeLayerConfig& moe, const MoeHfNames& hf);
 
 // Tensor parallelism of the roles replace_mlp_with_moe declares, as vLLM's fused MoE: router,
-// its biases and the shared expert's gate replicated (every rank routes alike); every expert's
-// and the shared expert's gate/up split by rows and down by columns, so each rank holds every
-// expert's slice of the intermediate dimension and the block's output is a partial sum that the
+// its biases and the shared expert's gate replicated (every rank routes alike); the shared
+// expert's gate/up split by rows and down by columns; the routed experts likewise (each rank
+// holds every expert's slice of the intermediate dimension), or with at.expert_parallel whole,
+// rank at.rank holding its expert_range of the layer's num_experts (the others' per-expert
+// weights absent, a stack's its entries). Either way the block's output is a partial sum that the
 // model all-reduces once. nullopt for any other role. Biased experts (GPT-OSS) are not these roles.
-std::optional<TensorParallelSplit> moe_tensor_parallel_split(const std::string& role);
+std::optional<TensorParallelSplit> moe_tensor_parallel_split(const std::string& role, int num_experts,
+                                                             const ShardPosition& at);
+
+// A shard's MoE widths in family_params, under the keys every MoE family uses (HF's names):
+// shared_expert_intermediate_size divided by the group size, moe_intermediate_size too unless
+// the experts are whole (expert parallelism). InvalidArgument when one does not divide.
+Status shard_moe_sizes(ModelConfig& shard, const ShardPosition& at);
 
 // Checks the numbers of `moe` (counts, sizes, routing), naming `where` in the error.
 Status validate_moe_layer_config(const MoeLayerConfig& moe, const std::string& where);
 
-// The block for a layer whose weights replace_mlp_with_moe declared. Fails at load when the
-// backend has no MoE ops or an expert's weights are missing or inconsistent.
+// The block for a layer whose weights replace_mlp_with_moe declared; it runs the experts the
+// shard holds (held_experts: all of them, or its share under expert parallelism, where the other
+// ranks' experts add nothing here). Fails at load when the backend has no MoE ops (or, for
+// expert parallelism, is not the CPU's) or an expert's weights are missing or inconsistent.
 StatusOr<std::unique_ptr<MlpBlock>> make_moe_mlp(const BlockInit& init, const MoeLayerConfig& moe);
 
 }  // namespace kvasir

@@ -94,20 +94,13 @@ StatusOr<std::unique_ptr<MlpBlock>> MoeFamily::make_mlp(const BlockInit& init) c
   return make_moe_mlp(init, layer_config(init.config));
 }
 
-std::optional<TensorParallelSplit> MoeFamily::tensor_parallel_split(const std::string& role) const {
-  return moe_tensor_parallel_split(role);
+std::optional<TensorParallelSplit> MoeFamily::tensor_parallel_split(const std::string& role, const ModelConfig& c,
+                                                                    const ShardPosition& at) const {
+  return moe_tensor_parallel_split(role, static_cast<int>(param(c, kNumExperts)), at);
 }
 
-Status MoeFamily::shard_family_params(ModelConfig& c, int size) const {
-  for (const char* key : {kExpertIntermediate, kSharedIntermediate}) {
-    const auto n = static_cast<int64_t>(param(c, key));
-    if (n % size != 0) {
-      return invalid_argument(std::string(key) + " (" + std::to_string(n) +
-                              ") must be divisible by tensor parallel size (" + std::to_string(size) + ").");
-    }
-    if (c.family_params.count(key) != 0) c.family_params[key] = static_cast<double>(n / size);
-  }
-  return Status();
+Status MoeFamily::shard_family_params(const ModelConfig&, ModelConfig& c, const ShardPosition& at) const {
+  return shard_moe_sizes(c, at);
 }
 
 }  // namespace kvasir

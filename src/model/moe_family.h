@@ -29,10 +29,12 @@ class MoeFamily : public ModelFamily {
  public:
   WeightManifest manifest(const ModelConfig& config) const override;
   StatusOr<std::unique_ptr<MlpBlock>> make_mlp(const BlockInit& init) const override;
-  // Experts sharded by tensor parallelism (moe_tensor_parallel_split); the shard's expert and
-  // shared-expert intermediate sizes are the rank's.
-  std::optional<TensorParallelSplit> tensor_parallel_split(const std::string& role) const override;
-  Status shard_family_params(ModelConfig& shard, int size) const override;
+  // Experts sharded by tensor parallelism, or distributed whole by expert parallelism
+  // (moe_tensor_parallel_split); the shard's shared-expert intermediate size is the rank's, and
+  // its experts' too unless they are whole.
+  std::optional<TensorParallelSplit> tensor_parallel_split(const std::string& role, const ModelConfig& full,
+                                                           const ShardPosition& at) const override;
+  Status shard_family_params(const ModelConfig& full, ModelConfig& shard, const ShardPosition& at) const override;
 
  protected:
   MoeFamily(ConfigTraits traits, std::vector<std::string> gguf_names, std::vector<std::string> hf_model_types,

@@ -4,16 +4,16 @@
 // rank) and the softmax-top-k MoE families (Mixtral, Qwen3-MoE, Qwen2-MoE with its gated shared
 // expert; experts sharded as vLLM's fused MoE: every rank holds each expert's slice of the
 // intermediate dimension, one all-reduce after the experts), from HF directories and GGUF files
-// (stacked [E, rows, cols] experts), split 2 and 4 ways, give the unsplit model's logits
-// (relative L2 < 1e-5, exact matmuls) and greedy tokens on the tiny models' golden prompts.
-// Families that cannot be split yet are refused naming the family, before a weight is read.
+// (stacked [E, rows, cols] experts), DeepSeek-V2/V2-Lite/V3 (MLA split by heads, the latent cache
+// replicated; MoE with shared experts) and GPT-OSS (sinks, row-parallel biases on rank 0, biased
+// transposed experts), split 2 and 4 ways, give the unsplit model's logits (relative L2 < 1e-5,
+// exact matmuls) and greedy tokens on the tiny models' golden prompts. A role nobody knows how to
+// split is refused naming the family, before a weight is read.
 #include <string>
 #include <vector>
 
 #include <gtest/gtest.h>
 
-#include "common/json.h"
-#include "common/mapped_file.h"
 #include "model/tensor_parallel_test_util.h"
 
 namespace kvasir {
@@ -21,23 +21,8 @@ namespace {
 
 using tp_testing::SplitRun;
 
-std::string tiny(const std::string& name) { return std::string(KVASIR_SOURCE_DIR) + "/tests/data/tiny/" + name; }
-
-// The token ids of a tiny model's golden prompts (tests/data/tiny/<name>/golden.json).
-std::vector<std::vector<int32_t>> golden_prompts(const std::string& name) {
-  std::vector<std::vector<int32_t>> out;
-  auto text = read_text_file(tiny(name) + "/golden.json", 1u << 20);
-  EXPECT_TRUE(text.ok()) << text.status().to_string();
-  if (!text.ok()) return out;
-  auto j = parse_json(*text);
-  EXPECT_TRUE(j.ok());
-  if (!j.ok()) return out;
-  for (const Json& p : j->find("prompts")->as_array()) {
-    out.emplace_back();
-    for (const Json& id : p.find("ids")->as_array()) out.back().push_back(static_cast<int32_t>(id.as_int()));
-  }
-  return out;
-}
+using tp_testing::golden_prompts;
+using tp_testing::tiny;
 
 void expect_golden_split_equals_whole(const std::string& name, const std::string& file, int tp) {
   tp_testing::expect_split_equals_whole(SplitRun{tiny(name) + file, tp, golden_prompts(name), 8, false});
@@ -78,6 +63,54 @@ TEST(TensorParallelFamiliesTest, TinyQwen2MoeWithBiasesAndAGatedSharedExpertSpli
   expect_golden_split_equals_whole("qwen2_moe", "/model.gguf", 4);
 }
 
+// DeepSeek: MLA split by heads (q / q_b rows, kv_b or attn_k_b / attn_v_b per head, o_proj
+// columns), the latent projections and cache replicated; dense and MoE layers with shared experts.
+TEST(TensorParallelFamiliesTest, TinyDeepseekV2LiteSplitTwoAndFourWaysEqualsTheWholeModel) {
+  expect_golden_split_equals_whole("deepseek_v2_lite", "", 2);
+  expect_golden_split_equals_whole("deepseek_v2_lite", "", 4);
+  expect_golden_split_equals_whole("deepseek_v2_lite", "/model.gguf", 2);
+  expect_golden_split_equals_whole("deepseek_v2_lite", "/model.gguf", 4);
+}
+
+TEST(TensorParallelFamiliesTest, TinyDeepseekV3SplitTwoAndFourWaysEqualsTheWholeModel) {
+  expect_golden_split_equals_whole("deepseek_v3", "", 2);
+  expect_golden_split_equals_whole("deepseek_v3", "", 4);
+  expect_golden_split_equals_whole("deepseek_v3", "/model.gguf", 4);
+}
+
+TEST(TensorParallelFamiliesTest, TinyDeepseekV2WithQLoraAndGroupedRoutingSplitTwoWays) {
+  expect_golden_split_equals_whole("deepseek_v2", "", 2);
+}
+
+// GPT-OSS: sinks split with their heads, o_proj's and the experts' down biases on rank 0 only,
+// gate_up rows (interleaved, transposed at load) and biases split, sliding layers unchanged; at
+// TP=4 each rank has one of the 2 KV heads.
+TEST(TensorParallelFamiliesTest, TinyGptOssSplitTwoAndFourWaysEqualsTheWholeModel) {
+  expect_golden_split_equals_whole("gpt_oss", "", 2);
+  expect_golden_split_equals_whole("gpt_oss", "", 4);
+  expect_golden_split_equals_whole("gpt_oss", "/model.gguf", 2);
+  expect_golden_split_equals_whole("gpt_oss", "/model.gguf", 4);
+}
+
+TEST(TensorParallelFamiliesTest, RowParallelBiasesAreHeldByRankZeroOnly) {
+  auto weights = open_weights(tiny("gpt_oss"));
+  ASSERT_TRUE(weights.ok());
+  auto config = load_model_config(**weights);
+  ASSERT_TRUE(config.ok());
+  for (int rank = 0; rank < 2; ++rank) {
+    auto family = family_of(*config);
+    ASSERT_TRUE(family.ok());
+    WeightManifest m = (*family)->manifest(*config);
+    ASSERT_TRUE(shard_manifest(m, *config, rank, 2, [](const WeightSpec&) { return true; }).ok());
+    for (const char* role : {"attn_output.bias", "ffn_down_exps.bias"}) {
+      EXPECT_EQ(m.find(m.layers[1], role) != nullptr, rank == 0) << role << " on rank " << rank;
+    }
+    const WeightSpec* sinks = m.find(m.layers[1], "attn_sinks.weight");
+    ASSERT_NE(sinks, nullptr);
+    EXPECT_EQ(sinks->shape, std::vector<int64_t>{2}) << "two of the four heads' sinks";
+  }
+}
+
 TEST(TensorParallelFamiliesTest, TinyMixtralSplitTwoWaysOverTcpEqualsTheWholeModel) {
   tp_testing::expect_split_equals_whole(SplitRun{tiny("mixtral"), 2, golden_prompts("mixtral"), 8, /*tcp=*/true});
 }
@@ -94,18 +127,31 @@ Status check(const std::string& name, int tp) {
   });
 }
 
-TEST(TensorParallelFamiliesTest, FamiliesThatCannotBeSplitYetAreRefusedNamingTheFamily) {
-  for (const char* name : {"deepseek_v2_lite", "deepseek_v3", "gpt_oss"}) {
-    const Status s = check(name, 2);
-    EXPECT_EQ(s.code(), StatusCode::kUnimplemented) << name << ": " << s.to_string();
-    auto config = load_model_config(**open_weights(tiny(name)));
-    ASSERT_TRUE(config.ok());
-    EXPECT_NE(s.message().find("not supported for the " + config->architecture + " family"), std::string::npos)
-        << s.message();
+TEST(TensorParallelFamiliesTest, EveryRegisteredTinyModelCanBeSplitWhereItsHeadsDivide) {
+  for (const char* name : {"llama3", "mistral", "qwen3", "qwen25_yarn", "gemma2", "phi3", "phi3_longrope", "mixtral",
+                           "qwen2_moe", "qwen3_moe", "qwen3_moe_mlp_only", "deepseek_v2", "deepseek_v2_lite",
+                           "deepseek_v3", "gpt_oss"}) {
+    EXPECT_TRUE(check(name, 2).ok()) << name << ": " << check(name, 2).to_string();
   }
   EXPECT_TRUE(check("qwen3_moe", 4).ok());
   EXPECT_TRUE(check("gemma3", 2).ok());
   EXPECT_EQ(check("gemma3", 4).code(), StatusCode::kInvalidArgument) << "2 heads cannot be split 4 ways";
+}
+
+TEST(TensorParallelFamiliesTest, ARoleNobodySplitsIsRefusedNamingTheFamily) {
+  auto config = load_model_config(**open_weights(tiny("llama3")));
+  ASSERT_TRUE(config.ok());
+  WeightManifest m = dense_decoder_manifest(*config);
+  WeightSpec extra;
+  extra.role = "mystery_proj.weight";
+  extra.gguf.name = "blk.0.mystery_proj.weight";
+  extra.shape = {8, 8};
+  m.layers[0].push_back(extra);
+  const Status s = shard_manifest(m, *config, 0, 2, [](const WeightSpec&) { return true; });
+  EXPECT_EQ(s.code(), StatusCode::kUnimplemented) << s.to_string();
+  EXPECT_NE(s.message().find("not supported for the llama family yet (it does not split weight mystery_proj.weight)"),
+            std::string::npos)
+      << s.message();
 }
 
 TEST(TensorParallelFamiliesTest, ExpertSizesThatDoNotDivideAreRefusedWithVllmsMessage) {

@@ -101,16 +101,30 @@ ModelConfig tiny_qwen2_config() {
   return c;
 }
 
-TEST(TensorParallelTest, RolesItCannotSplitAreRefusedNamingTheFamilyNotReplicated) {
+TEST(TensorParallelTest, ARowParallelBiasIsHeldByRankZeroOnlyAndUnknownRolesAreRefused) {
   const ModelConfig c = tiny_qwen2_config();
+  // A row-parallel projection's bias (GPT-OSS's o_proj) would be added once per rank if every
+  // rank held it: rank 0 holds it whole, the others not at all.
+  for (int rank = 0; rank < 2; ++rank) {
+    WeightManifest m = dense_decoder_manifest(c);
+    WeightSpec o_bias = *m.find(m.layers[0], "attn_q.bias");
+    o_bias.role = "attn_output.bias";
+    o_bias.shape = {c.hidden_size};
+    m.layers[0].push_back(o_bias);
+    ASSERT_TRUE(shard_manifest(m, c, rank, 2, [](const WeightSpec&) { return true; }).ok());
+    const WeightSpec* held = m.find(m.layers[0], "attn_output.bias");
+    EXPECT_EQ(held != nullptr, rank == 0) << "rank " << rank;
+    if (held != nullptr) {
+      EXPECT_EQ(held->shape, std::vector<int64_t>{c.hidden_size}) << "whole";
+    }
+  }
   WeightManifest m = dense_decoder_manifest(c);
-  // A row-parallel projection's bias (GPT-OSS's o_proj) would be added once per rank.
-  WeightSpec o_bias = *m.find(m.layers[0], "attn_q.bias");
-  o_bias.role = "attn_output.bias";
-  m.layers[0].push_back(o_bias);
+  WeightSpec unknown = *m.find(m.layers[0], "attn_q.bias");
+  unknown.role = "attn_gate.bias";
+  m.layers[0].push_back(unknown);
   auto s = shard_manifest(m, c, 0, 2, [](const WeightSpec&) { return true; });
   EXPECT_EQ(s.code(), StatusCode::kUnimplemented);
-  EXPECT_NE(s.message().find("not supported for the qwen2 family yet (it does not split weight attn_output.bias)"),
+  EXPECT_NE(s.message().find("not supported for the qwen2 family yet (it does not split weight attn_gate.bias)"),
             std::string::npos)
       << s.message();
 }

@@ -20,9 +20,12 @@
 #include <gtest/gtest.h>
 
 #include "backend/cpu/cpu_backend.h"
+#include "common/json.h"
+#include "common/mapped_file.h"
 #include "dist/communicator_test_util.h"
 #include "dist/shm_communicator.h"
 #include "dist/tcp_communicator.h"
+#include "loader/dummy_weights.h"
 #include "loader/weight_source.h"
 #include "model/decoder_model.h"
 #include "model/registry.h"
@@ -74,7 +77,30 @@ struct SplitRun {
   std::vector<std::vector<int32_t>> prompts;
   int decode_steps = 8;
   bool tcp = false;
+  bool expert_parallel = false;  // --enable-expert-parallel: whole experts per rank
+  // When set: the model of this HF config.json text with deterministic dummy weights
+  // (--load-format dummy), for shapes no tiny checkpoint has; `path` only names it.
+  std::string dummy_config;
 };
+
+// The run's weights and config: its checkpoint, or its dummy model.
+struct RunModel {
+  std::unique_ptr<WeightSource> weights;
+  ModelConfig config;
+};
+inline StatusOr<RunModel> open_run_model(const SplitRun& run) {
+  RunModel m;
+  if (run.dummy_config.empty()) {
+    KVASIR_ASSIGN_OR_RETURN(m.weights, open_weights(run.path));
+    KVASIR_ASSIGN_OR_RETURN(m.config, load_model_config(*m.weights));
+    return m;
+  }
+  KVASIR_ASSIGN_OR_RETURN(Json j, parse_json(run.dummy_config));
+  KVASIR_ASSIGN_OR_RETURN(m.config, model_config_from_hf_json(j, nullptr));
+  KVASIR_ASSIGN_OR_RETURN(auto specs, dummy_weight_specs_for(m.config, /*matrices_on_device=*/false));
+  KVASIR_ASSIGN_OR_RETURN(m.weights, open_dummy_weights(std::move(specs), /*seed=*/7, run.path));
+  return m;
+}
 
 inline int longest(const SplitRun& run) {
   size_t n = 0;
@@ -82,11 +108,32 @@ inline int longest(const SplitRun& run) {
   return static_cast<int>(n) + run.decode_steps + 1;
 }
 
+inline std::string tiny(const std::string& name) {
+  return std::string(KVASIR_SOURCE_DIR) + "/tests/data/tiny/" + name;
+}
+
+// The token ids of a tiny model's golden prompts (tests/data/tiny/<name>/golden.json).
+inline std::vector<std::vector<int32_t>> golden_prompts(const std::string& name) {
+  std::vector<std::vector<int32_t>> out;
+  auto text = read_text_file(tiny(name) + "/golden.json", 1u << 20);
+  EXPECT_TRUE(text.ok()) << text.status().to_string();
+  if (!text.ok()) return out;
+  auto j = parse_json(*text);
+  EXPECT_TRUE(j.ok());
+  if (!j.ok()) return out;
+  for (const Json& p : j->find("prompts")->as_array()) {
+    out.emplace_back();
+    for (const Json& id : p.find("ids")->as_array()) out.back().push_back(static_cast<int32_t>(id.as_int()));
+  }
+  return out;
+}
+
 // Greedy generation of every prompt: the logits of every step ([prompts, steps + 1, vocab] into
 // `logits`) and the tokens ([prompts, steps + 1]).
 inline Status generate(const SplitRun& run, TensorParallelGroup tp, float* logits, int32_t* tokens) {
-  KVASIR_ASSIGN_OR_RETURN(auto weights, open_weights(run.path));
-  KVASIR_ASSIGN_OR_RETURN(ModelConfig config, load_model_config(*weights));
+  KVASIR_ASSIGN_OR_RETURN(RunModel run_model, open_run_model(run));
+  const ModelConfig& config = run_model.config;
+  const auto& weights = run_model.weights;
   CpuBackendOptions bo;
   bo.num_threads = 1;
   // kExact: the fast path quantizes activations per block, where a reduction-order difference of
@@ -151,10 +198,9 @@ inline StatusOr<std::unique_ptr<dist::Communicator>> make_comm(bool tcp, int lis
 
 // Runs the model split over run.tp ranks and unsplit, and compares every step's logits and tokens.
 inline void expect_split_equals_whole(const SplitRun& run) {
-  auto weights = open_weights(run.path);
-  ASSERT_TRUE(weights.ok()) << run.path << ": " << weights.status().to_string();
-  auto config = load_model_config(**weights);
-  ASSERT_TRUE(config.ok());
+  auto model = open_run_model(run);
+  ASSERT_TRUE(model.ok()) << run.path << ": " << model.status().to_string();
+  const ModelConfig* config = &model->config;
   const int tp = run.tp;
   const size_t vocab = static_cast<size_t>(config->vocab_size);
   const size_t rows = run.prompts.size() * static_cast<size_t>(run.decode_steps + 1);
@@ -183,7 +229,8 @@ inline void expect_split_equals_whole(const SplitRun& run) {
       std::fprintf(stderr, "rank %d: %s\n", rank, comm.status().to_string().c_str());
       return 1;
     }
-    Status s = generate(run, TensorParallelGroup{rank, tp, comm->get()}, logits_of(rank), tokens_of(rank));
+    Status s = generate(run, TensorParallelGroup{rank, tp, comm->get(), run.expert_parallel}, logits_of(rank),
+                        tokens_of(rank));
     if (!s.ok()) std::fprintf(stderr, "rank %d: %s\n", rank, s.to_string().c_str());
     return s.ok() ? 0 : 1;
   });
@@ -196,8 +243,8 @@ inline void expect_split_equals_whole(const SplitRun& run) {
   double worst = 0;
   for (size_t row = 0; row < rows; ++row)
     worst = std::max(worst, rel_l2(logits_of(0) + row * vocab, whole.data() + row * vocab, vocab));
-  std::printf("[ metrics ] %s TP=%d: worst relative L2 of the logits vs TP=1 over %zu prompts x %d steps: %.3g\n",
-              run.path.c_str(), tp, run.prompts.size(), run.decode_steps + 1, worst);
+  std::printf("[ metrics ] %s TP=%d%s: worst relative L2 of the logits vs TP=1 over %zu prompts x %d steps: %.3g\n",
+              run.path.c_str(), tp, run.expert_parallel ? " EP" : "", run.prompts.size(), run.decode_steps + 1, worst);
   EXPECT_LT(worst, 1e-5);
   for (size_t row = 0; row < rows; ++row)
     EXPECT_EQ(tokens_of(0)[row], whole_tokens[row])

@@ -76,16 +76,34 @@ Status WeightBinder::expect_absent(const std::vector<WeightSpec>& specs,
   return Status();
 }
 
+StatusOr<WeightTensor> WeightBinder::read(const WeightSpec& spec, const WeightName& name) const {
+  KVASIR_ASSIGN_OR_RETURN(WeightTensor w, src_.tensor(name.name));
+  if (!name.outer_slice()) return w;
+  if (spec.shape.empty() || (name.transposed && spec.shape.size() < 3) ||
+      name.outer_begin + spec.shape[0] > name.full_outer) {
+    return internal_error("weight " + spec.role + ": entries outside the first dimension of " + name.name);
+  }
+  if (w.shape.empty() || w.shape[0] != name.full_outer || w.nbytes % static_cast<size_t>(name.full_outer) != 0) {
+    return data_loss("weight " + w.name + " has shape " + shape_text(w.shape) + ", expected a first dimension of " +
+                     std::to_string(name.full_outer));
+  }
+  const size_t entry = w.nbytes / static_cast<size_t>(name.full_outer);
+  w.shape[0] = spec.shape[0];
+  w.nbytes = entry * static_cast<size_t>(spec.shape[0]);
+  if (w.data != nullptr) w.data += entry * static_cast<size_t>(name.outer_begin);
+  return w;
+}
+
 StatusOr<Tensor> WeightBinder::bind_one(const WeightSpec& spec) {
   const WeightName* name = locate(spec);
   if (name == nullptr) {
     return not_found("model weight missing: " + spec.gguf.name + " (HF name " + spec.hf.name + ")");
   }
+  if (name->transposed) return transposed_matrix(spec, *name);
   if (name->column_slice()) return column_slice(spec, *name);
   if (name->fused() && spec.kind == WeightKind::kVector) return bias_range(spec, *name);
   if (name->fused()) return spec.shape.size() == 3 ? stacked_rows(spec, *name) : fused_rows(spec, *name);
-  if (name->transposed) return transposed_matrix(spec, *name);
-  KVASIR_ASSIGN_OR_RETURN(WeightTensor w, src_.tensor(name->name));
+  KVASIR_ASSIGN_OR_RETURN(WeightTensor w, read(spec, *name));
   if (w.shape != spec.shape) {
     return data_loss("weight " + w.name + " has shape " + shape_text(w.shape) + ", expected " +
                      shape_text(spec.shape));
@@ -108,7 +126,7 @@ StatusOr<Tensor> WeightBinder::bind_one(const WeightSpec& spec) {
 // A row range of a fused matrix: a view into the fused tensor, uploaded once, so every backend's
 // linear runs on it unchanged. Rows whose start would be misaligned for the kernels are copied out.
 StatusOr<Tensor> WeightBinder::fused_rows(const WeightSpec& spec, const WeightName& name) {
-  if (spec.kind != WeightKind::kMatrix || spec.shape.size() != 2) {
+  if (spec.kind != WeightKind::kMatrix || spec.shape.size() != 2 || name.outer_slice()) {
     return internal_error("fused weight " + spec.role + " must be a matrix");
   }
   const std::vector<int64_t> fused_shape = {name.fused_rows, spec.shape[1]};
@@ -162,7 +180,7 @@ StatusOr<Tensor> WeightBinder::column_slice(const WeightSpec& spec, const Weight
       name.transposed) {
     return internal_error("column slice of " + spec.role + " must be of a plain matrix or a stack of them");
   }
-  KVASIR_ASSIGN_OR_RETURN(WeightTensor w, src_.tensor(name.name));
+  KVASIR_ASSIGN_OR_RETURN(WeightTensor w, read(spec, name));
   std::vector<int64_t> full = spec.shape;
   full.back() = name.full_cols;
   if (w.shape != full) {
@@ -196,23 +214,33 @@ StatusOr<Tensor> WeightBinder::column_slice(const WeightSpec& spec, const Weight
   return upload(out);
 }
 
-// Elements [row_begin, row_begin + n) of a bias (a tensor-parallel rank's part of a q/k/v bias).
+// Elements [row_begin, row_begin + n) of a bias [fused_rows], or of every bias of a stack
+// [E, fused_rows] (a tensor-parallel rank's part of a q/k/v bias, of GPT-OSS's expert biases).
 StatusOr<Tensor> WeightBinder::bias_range(const WeightSpec& spec, const WeightName& name) {
-  KVASIR_ASSIGN_OR_RETURN(WeightTensor w, src_.tensor(name.name));
-  if (w.shape != std::vector<int64_t>{name.fused_rows}) {
-    return data_loss("weight " + w.name + " has shape " + shape_text(w.shape) + ", expected " +
-                     shape_text({name.fused_rows}));
+  KVASIR_ASSIGN_OR_RETURN(WeightTensor w, read(spec, name));
+  std::vector<int64_t> full = spec.shape;
+  full.back() = name.fused_rows;
+  if (w.shape != full) {
+    return data_loss("weight " + w.name + " has shape " + shape_text(w.shape) + ", expected " + shape_text(full));
   }
   KVASIR_RETURN_IF_ERROR(check_weight_type(spec, w));
   const auto info = dtype_info(w.dtype);
-  if (info->block_size != 1 || spec.shape.size() != 1 || name.row_begin + spec.shape[0] > name.fused_rows) {
+  const int64_t n = spec.shape.back();
+  if (info->block_size != 1 || spec.shape.size() > 2 || name.row_begin + n > name.fused_rows) {
     return unimplemented("bias " + w.name + " (" + std::string(dtype_name(w.dtype)) + ") cannot be split at [" +
-                         std::to_string(name.row_begin) + ", " + std::to_string(name.row_begin + spec.shape[0]) + ")");
+                         std::to_string(name.row_begin) + ", " + std::to_string(name.row_begin + n) + ")");
+  }
+  const int64_t stacks = spec.shape.size() == 2 ? spec.shape[0] : 1;
+  const size_t es = info->type_size, take = static_cast<size_t>(n) * es;
+  std::vector<uint8_t> part_bytes(take * static_cast<size_t>(stacks));
+  for (int64_t e = 0; e < stacks; ++e) {
+    std::memcpy(part_bytes.data() + static_cast<size_t>(e) * take,
+                w.data + static_cast<size_t>(e * name.fused_rows + name.row_begin) * es, take);
   }
   WeightTensor part = w;
   part.shape = spec.shape;
-  part.nbytes = static_cast<size_t>(spec.shape[0]) * info->type_size;
-  part.data = w.data + static_cast<size_t>(name.row_begin) * info->type_size;
+  part.nbytes = part_bytes.size();
+  part.data = part_bytes.data();
   return to_f32_vector(part, 0.0f);
 }
 
@@ -222,7 +250,7 @@ StatusOr<Tensor> WeightBinder::stacked_rows(const WeightSpec& spec, const Weight
   if (spec.kind != WeightKind::kMatrix || spec.shape.size() != 3 || name.transposed || name.column_slice()) {
     return internal_error("row range of " + spec.role + " must be of a plain stack of matrices");
   }
-  KVASIR_ASSIGN_OR_RETURN(WeightTensor w, src_.tensor(name.name));
+  KVASIR_ASSIGN_OR_RETURN(WeightTensor w, read(spec, name));
   const std::vector<int64_t> full = {spec.shape[0], name.fused_rows, spec.shape[2]};
   if (w.shape != full) {
     return data_loss("weight " + w.name + " has shape " + shape_text(w.shape) + ", expected " + shape_text(full));
@@ -249,15 +277,23 @@ StatusOr<Tensor> WeightBinder::stacked_rows(const WeightSpec& spec, const Weight
 }
 
 // A matrix (or a stack of them) stored [..., in, out]: copied once into [..., out, in], the
-// layout every backend's matmul reads. Only element types (f32, f16, bf16) can be transposed:
-// quantized blocks run along the stored rows.
+// layout every backend's matmul reads; a tensor-parallel rank copies only its out-features (a
+// row range) or its in-features (a column slice). Only element types (f32, f16, bf16) can be
+// transposed: quantized blocks run along the stored rows.
 StatusOr<Tensor> WeightBinder::transposed_matrix(const WeightSpec& spec, const WeightName& name) {
   if (spec.kind != WeightKind::kMatrix || spec.shape.size() < 2) {
     return internal_error("transposed weight " + spec.role + " must be a matrix");
   }
-  KVASIR_ASSIGN_OR_RETURN(WeightTensor w, src_.tensor(name.name));
+  KVASIR_ASSIGN_OR_RETURN(WeightTensor w, read(spec, name));
+  const int64_t out_n = spec.shape[spec.shape.size() - 2], in_n = spec.shape.back();
+  const int64_t out_full = name.fused() ? name.fused_rows : out_n, in_full = name.column_slice() ? name.full_cols : in_n;
+  const int64_t out_begin = name.fused() ? name.row_begin : 0, in_begin = name.column_slice() ? name.col_begin : 0;
+  if (out_begin + out_n > out_full || in_begin + in_n > in_full) {
+    return internal_error("transposed weight " + spec.role + ": a part outside " + name.name);
+  }
   std::vector<int64_t> stored = spec.shape;
-  std::swap(stored[stored.size() - 2], stored.back());
+  stored[stored.size() - 2] = in_full;
+  stored.back() = out_full;
   if (w.shape != stored) {
     return data_loss("weight " + w.name + " has shape " + shape_text(w.shape) + ", expected " +
                      shape_text(stored) + " (in-features first)");
@@ -265,27 +301,31 @@ StatusOr<Tensor> WeightBinder::transposed_matrix(const WeightSpec& spec, const W
   KVASIR_RETURN_IF_ERROR(check_weight_type(spec, w));
   WeightTensor out = w;
   out.shape = spec.shape;
-  if (w.data == nullptr) return upload(out);  // dummy weights the backend fills on the device
   const auto info = dtype_info(w.dtype);
+  const int64_t mats = w.num_elements() / (in_full * out_full);
+  if (w.data == nullptr) {  // dummy weights the backend fills on the device
+    out.nbytes = w.nbytes / static_cast<size_t>(in_full * out_full) * static_cast<size_t>(in_n * out_n);
+    return upload(out);
+  }
   if (!info || info->block_size != 1 || (info->type_size != 2 && info->type_size != 4)) {
     return unimplemented("weight " + w.name + " is stored in-features first as " +
                          std::string(dtype_name(w.dtype)) + "; only f32, f16 and bf16 are transposed at load");
   }
-  const int64_t in = stored[stored.size() - 2], cols = stored.back();
-  const int64_t mats = w.num_elements() / (in * cols);
   const size_t es = info->type_size;
-  KVASIR_ASSIGN_OR_RETURN(auto buf, allocate_host_buffer(w.nbytes));
+  out.nbytes = static_cast<size_t>(mats * in_n * out_n) * es;
+  KVASIR_ASSIGN_OR_RETURN(auto buf, allocate_host_buffer(out.nbytes));
   auto* dst = static_cast<uint8_t*>(buf->data());
   // In tiles, so both sides stay in cache; the source may be unaligned, hence memcpy per element.
   constexpr int64_t kTile = 32;
   for (int64_t m = 0; m < mats; ++m) {
-    const uint8_t* src = w.data + static_cast<size_t>(m * in * cols) * es;
-    uint8_t* to = dst + static_cast<size_t>(m * in * cols) * es;
-    for (int64_t i0 = 0; i0 < in; i0 += kTile) {
-      for (int64_t o0 = 0; o0 < cols; o0 += kTile) {
-        for (int64_t i = i0; i < std::min(in, i0 + kTile); ++i) {
-          for (int64_t o = o0; o < std::min(cols, o0 + kTile); ++o) {
-            std::memcpy(to + static_cast<size_t>(o * in + i) * es, src + static_cast<size_t>(i * cols + o) * es, es);
+    const uint8_t* src = w.data + static_cast<size_t>(m * in_full * out_full) * es;
+    uint8_t* to = dst + static_cast<size_t>(m * in_n * out_n) * es;
+    for (int64_t i0 = 0; i0 < in_n; i0 += kTile) {
+      for (int64_t o0 = 0; o0 < out_n; o0 += kTile) {
+        for (int64_t i = i0; i < std::min(in_n, i0 + kTile); ++i) {
+          for (int64_t o = o0; o < std::min(out_n, o0 + kTile); ++o) {
+            std::memcpy(to + static_cast<size_t>(o * in_n + i) * es,
+                        src + static_cast<size_t>((in_begin + i) * out_full + out_begin + o) * es, es);
           }
         }
       }

@@ -33,15 +33,21 @@ class WeightBinder {
 
  private:
   StatusOr<Tensor> bind_one(const WeightSpec& spec);
+  // The tensor `name` names, or with an outer slice its spec.shape[0] entries of the first
+  // dimension from name.outer_begin (a view: no copy). DataLoss when the first dimension is not
+  // name.full_outer.
+  StatusOr<WeightTensor> read(const WeightSpec& spec, const WeightName& name) const;
   // The spec's name in this source (GGUF first), or nullptr when neither is present.
   const WeightName* locate(const WeightSpec& spec) const;
   StatusOr<Tensor> fused_rows(const WeightSpec& spec, const WeightName& name);
+  // A matrix stored in-features first: its [out, in] (of every matrix of a stack), copied out at
+  // load; a row range takes a rank's out-features, a column slice its in-features.
   StatusOr<Tensor> transposed_matrix(const WeightSpec& spec, const WeightName& name);
   // A tensor-parallel rank's columns of a matrix: copied out row by row (whole blocks only).
   StatusOr<Tensor> column_slice(const WeightSpec& spec, const WeightName& name);
   // A tensor-parallel rank's rows of every matrix of a stack (experts): copied out.
   StatusOr<Tensor> stacked_rows(const WeightSpec& spec, const WeightName& name);
-  // A tensor-parallel rank's elements of a q/k/v bias.
+  // A tensor-parallel rank's elements of a bias (of every bias of an [E, n] stack).
   StatusOr<Tensor> bias_range(const WeightSpec& spec, const WeightName& name);
   StatusOr<Tensor> to_f32_vector(const WeightTensor& w, float offset);
   // kHostMatrix: float32 on the host, owned here, never uploaded.

@@ -36,8 +36,15 @@ struct WeightName {
   // a tensor-parallel rank's part of a row-parallel matrix (copied out at load).
   int64_t col_begin = -1;
   int64_t full_cols = 0;
+  // Entries [outer_begin, outer_begin + the spec's shape[0]) of the first dimension of a tensor
+  // whose first dimension is `full_outer`: a rank's heads of a per-head stack, its experts under
+  // expert parallelism (a contiguous range of the file, read in place). Combines with the others:
+  // the row, column and transposed forms then apply to the entries taken.
+  int64_t outer_begin = -1;
+  int64_t full_outer = 0;
   bool fused() const { return row_begin >= 0; }
   bool column_slice() const { return col_begin >= 0; }
+  bool outer_slice() const { return outer_begin >= 0; }
 };
 
 struct WeightSpec {

@@ -72,6 +72,10 @@ struct EngineArgs {
   // the server, engine and scheduler here (api/multiprocess_executor.h); "uni" runs the model in
   // this process (tensor_parallel_size 1 only).
   std::string distributed_executor_backend;
+  // vLLM's --enable-expert-parallel: a MoE model's routed experts distributed whole over the
+  // tensor-parallel ranks instead of sliced (model/tensor_parallel.h); refused for a model
+  // without experts.
+  bool enable_expert_parallel = false;
   StructuredOutputsConfig structured_outputs;
   SpeculativeConfig speculative;           // vLLM's --speculative-config; method empty = off
 

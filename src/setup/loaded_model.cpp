@@ -205,6 +205,7 @@ LoadOptions LoadOptions::from(const EngineArgs& args) {
   lo.quantization = args.quantization;
   lo.model.max_num_tokens = args.max_num_batched_tokens;
   lo.model.max_num_logits = args.max_num_seqs;
+  lo.model.tp.expert_parallel = args.enable_expert_parallel;
   return lo;
 }
 

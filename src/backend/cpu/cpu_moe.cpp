@@ -245,20 +245,28 @@ void CpuBackend::moe_experts(const Tensor& x, const Tensor& topk_ids, const Tens
   const float* all_weights = topk_weights.ptr<float>();
 
   for (int64_t t0 = 0; t0 < t_n; t0 += chunk) {
-    const int64_t tc = std::min(chunk, t_n - t0), rows = tc * k;
+    const int64_t tc = std::min(chunk, t_n - t0), slots = tc * k;
     const int32_t* ids = all_ids + t0 * k;
-    // Rows sorted by expert, then by (token, slot): a counting sort.
+    // Rows sorted by expert, then by (token, slot): a counting sort over the slots whose expert is
+    // held here (first_expert onwards); the others' row is -1.
     std::fill(s.expert_begin, s.expert_begin + e_n + 1, 0);
-    for (int64_t i = 0; i < rows; ++i) {
-      KVASIR_CHECK_MSG(ids[i] >= 0 && ids[i] < e_n, "moe_experts: expert id out of range");
-      ++s.expert_begin[ids[i] + 1];
+    auto local = [&](int64_t i) { return ids[i] - w.first_expert; };
+    for (int64_t i = 0; i < slots; ++i) {
+      KVASIR_CHECK_MSG(ids[i] >= 0, "moe_experts: expert id out of range");
+      if (local(i) < e_n && local(i) >= 0) ++s.expert_begin[local(i) + 1];
     }
     for (int e = 0; e < e_n; ++e) s.expert_begin[e + 1] += s.expert_begin[e];
-    for (int64_t i = 0; i < rows; ++i) {
-      const int32_t row = s.expert_begin[ids[i]]++;
+    const int64_t rows = s.expert_begin[e_n];
+    for (int64_t i = 0; i < slots; ++i) {
+      const int32_t e = local(i);
+      if (e < 0 || e >= e_n) {
+        s.row_of_slot[i] = -1;
+        continue;
+      }
+      const int32_t row = s.expert_begin[e]++;
       s.row_of_slot[i] = row;
       s.row_token[row] = static_cast<int32_t>(i / k);
-      s.row_expert[row] = ids[i];
+      s.row_expert[row] = e;
     }
     for (int e = e_n; e > 0; --e) s.expert_begin[e] = s.expert_begin[e - 1];  // undo the cursor bumps
     s.expert_begin[0] = 0;
@@ -338,10 +346,12 @@ void CpuBackend::moe_experts(const Tensor& x, const Tensor& topk_ids, const Tens
         float* o = out.ptr<float>() + (t0 + t) * h;
         std::fill(o, o + h, 0.0f);
         for (int64_t j = 0; j < k; ++j) {
+          const int32_t row = s.row_of_slot[t * k + j];
+          if (row < 0) continue;  // another rank's expert
           const float wj = weights[t * k + j];
-          const float* y = s.xs + int64_t{s.row_of_slot[t * k + j]} * h;
+          const float* y = s.xs + int64_t{row} * h;
           if (w.down_bias != nullptr) {
-            const float* db = w.down_bias[ids[t * k + j]].ptr<float>();
+            const float* db = w.down_bias[s.row_expert[row]].ptr<float>();
             for (int64_t i = 0; i < h; ++i) o[i] += wj * (y[i] + db[i]);
           } else {
             for (int64_t i = 0; i < h; ++i) o[i] += wj * y[i];

@@ -451,6 +451,41 @@ TEST_P(CpuMoeExperts, TokensAreBatchAndThreadInvariant) {
   }
 }
 
+// Expert parallelism: each rank runs its share of the experts (first_expert onwards) on every
+// token's slots, the other ranks' slots adding nothing; the shares' outputs sum to the whole layer.
+TEST(CpuMoe, SharesOfTheExpertsSumToTheWholeLayer) {
+  std::mt19937 rng(41);
+  const ExpertCase c{11, 8, 3, Form::kInterleaved, true, GateActivation::kSwigluOai, true};
+  const Layer l = make_layer(DType::kF32, c, 40, 28, rng);
+  std::vector<float> x = random_floats(static_cast<size_t>(c.t * 40), rng);
+  std::vector<int32_t> ids;
+  std::vector<float> w;
+  random_assignment(c, rng, &ids, &w);
+  CpuBackend cpu = make_cpu(2, MatmulPrecision::kExact);
+  const std::vector<float> whole = run_experts(cpu, l, x, ids, w, c.t, c.k);
+  std::vector<float> sum(whole.size(), 0.0f);
+  for (const auto& [first, count] : {std::pair<int, int>{0, 3}, std::pair<int, int>{3, 5}}) {
+    Layer share = l;
+    share.w.num_experts = count;
+    share.w.first_expert = first;
+    share.w.gate_up = l.w.gate_up + first;
+    share.w.gate_up_bias = l.w.gate_up_bias + first;
+    share.w.down = l.w.down + first;
+    share.w.down_bias = l.w.down_bias + first;
+    ASSERT_TRUE(validate_moe_expert_weights(share.w).ok());
+    const std::vector<float> part = run_experts(cpu, share, x, ids, w, c.t, c.k);
+    for (size_t i = 0; i < sum.size(); ++i) sum[i] += part[i];
+  }
+  for (size_t i = 0; i < sum.size(); ++i) ASSERT_NEAR(sum[i], whole[i], 1e-5 * (1 + std::fabs(whole[i]))) << i;
+  // A token none of whose experts a share holds gets zeros from it.
+  std::vector<int32_t> far = {5, 6, 7};
+  std::vector<float> far_w = {0.5f, 0.3f, 0.2f}, x1(x.begin(), x.begin() + 40);
+  Layer first_share = l;
+  first_share.w.num_experts = 3;
+  const std::vector<float> none = run_experts(cpu, first_share, x1, far, far_w, 1, 3);
+  for (float v : none) ASSERT_EQ(v, 0.0f);
+}
+
 INSTANTIATE_TEST_SUITE_P(WeightTypes, CpuMoeExperts,
                          ::testing::Values(DType::kF32, DType::kF16, DType::kBF16, DType::kQ4_0, DType::kQ8_0,
                                            DType::kQ4_K),

@@ -137,6 +137,8 @@ void CudaBackend::moe_experts(const Tensor& x, const Tensor& topk_ids, const Ten
   KVASIR_CHECK_MSG(validate_moe_expert_weights(w).ok(), "moe_experts: invalid expert weights");
   KVASIR_CHECK_MSG(views_on_device(w), "moe_experts: expert weights must be bf16 (biases f32) on this device");
   KVASIR_CHECK_MSG(out.data != x.data, "moe_experts: out must not alias x");
+  // Expert parallelism (a rank's share of the experts) is the CPU's only; the model refuses it here.
+  KVASIR_CHECK_MSG(w.first_expert == 0, "moe_experts: a share of the experts (first_expert > 0) is CPU-only");
   if (t_n == 0) return;
   const MoeTable& table = moe_table(w);
   const bool vec = table.vec && cuda::aligned16(x.data);

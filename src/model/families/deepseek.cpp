@@ -138,4 +138,15 @@ StatusOr<std::unique_ptr<MlpBlock>> DeepseekFamily::make_mlp(const BlockInit& in
   return make_gated_mlp(init);
 }
 
+std::optional<TensorParallelSplit> DeepseekFamily::tensor_parallel_split(const std::string& role,
+                                                                         const ModelConfig& c,
+                                                                         const ShardPosition& at) const {
+  if (auto split = mla_tensor_parallel_split(role)) return split;
+  return moe_tensor_parallel_split(role, held_experts(c).count, at);
+}
+
+Status DeepseekFamily::shard_family_params(const ModelConfig&, ModelConfig& shard, const ShardPosition& at) const {
+  return shard_moe_sizes(shard, at);
+}
+
 }  // namespace kvasir

@@ -21,6 +21,11 @@ class DeepseekFamily : public ModelFamily {
   WeightManifest manifest(const ModelConfig& config) const override;
   StatusOr<std::unique_ptr<AttentionBlock>> make_attention(const BlockInit& init) const override;
   StatusOr<std::unique_ptr<MlpBlock>> make_mlp(const BlockInit& init) const override;
+  // MLA split by heads (mla_tensor_parallel_split), the MoE layers as every MoE family's
+  // (moe_tensor_parallel_split, shard_moe_sizes).
+  std::optional<TensorParallelSplit> tensor_parallel_split(const std::string& role, const ModelConfig& full,
+                                                           const ShardPosition& at) const override;
+  Status shard_family_params(const ModelConfig& full, ModelConfig& shard, const ShardPosition& at) const override;
 
  protected:
   // router: whose HF config keys this family reads (deepseek_moe.h); V3 also reads

@@ -135,7 +135,13 @@ class GptOssMoe final : public MlpBlock {
     }
     std::unique_ptr<GptOssMoe> m(new GptOssMoe());
     const ModelConfig& c = init.config;
+    // The router scores all E experts; the block runs those the shard holds (all, or its share
+    // of whole experts under expert parallelism: the stacked tensors then hold only those).
     const int64_t E = num_experts(c), I = c.intermediate_size, H = c.hidden_size;
+    const ExpertRange held = held_experts(c);
+    if (held.count != E && init.backend->device() != Device::kCpu) {
+      return unimplemented(where + "expert parallelism runs on the CPU backend only for now");
+    }
     const LayerWeights& w = init.weights;
     m->router_w_ = w.get("ffn_gate_inp.weight");
     m->router_b_ = w.get("ffn_gate_inp.bias");
@@ -146,21 +152,24 @@ class GptOssMoe final : public MlpBlock {
       return data_loss(where + "gpt_oss router or expert weights are not bound");
     }
     MoeExpertWeights& x = m->experts_;
-    x.num_experts = static_cast<int>(E);
+    x.num_experts = held.count;
+    x.first_expert = held.first;
     x.hidden_size = H;
     x.intermediate_size = I;
     if (gate_up.data != nullptr) {
       x.gate_up = m->matrix_views(m->gate_up_, gate_up, 2 * I);
       x.gate_up_layout = GateUpLayout::kInterleaved;
-      x.gate_up_bias = m->vector_views(m->gate_up_bias_, w.get("ffn_gate_up_exps.bias"), E, 2 * I);
+      x.gate_up_bias = m->vector_views(m->gate_up_bias_, w.get("ffn_gate_up_exps.bias"), held.count, 2 * I);
     } else {
       x.gate = m->matrix_views(m->gate_, gate, I);
       x.up = m->matrix_views(m->up_, up, I);
-      x.gate_bias = m->vector_views(m->gate_bias_, w.get("ffn_gate_exps.bias"), E, I);
-      x.up_bias = m->vector_views(m->up_bias_, w.get("ffn_up_exps.bias"), E, I);
+      x.gate_bias = m->vector_views(m->gate_bias_, w.get("ffn_gate_exps.bias"), held.count, I);
+      x.up_bias = m->vector_views(m->up_bias_, w.get("ffn_up_exps.bias"), held.count, I);
     }
     x.down = m->matrix_views(m->down_, down, H);
-    x.down_bias = m->vector_views(m->down_bias_, w.get("ffn_down_exps.bias"), E, H);
+    // Under tensor parallelism (experts sliced) only rank 0 holds the down biases: the
+    // all-reduce of the partial outputs adds them once.
+    x.down_bias = m->vector_views(m->down_bias_, w.get("ffn_down_exps.bias"), held.count, H);
     x.activation = GateActivation::kSwigluOai;
     x.swiglu_oai = SwigluOaiParams{static_cast<float>(param(c, kSwigluAlpha)), static_cast<float>(param(c, kSwigluLimit))};
     // Softmax over every expert, top-k, renormalized: the softmax of the chosen logits, as
@@ -270,6 +279,32 @@ class GptOssFamily final : public ModelFamily {
 
   StatusOr<std::unique_ptr<MlpBlock>> make_mlp(const BlockInit& init) const override {
     return GptOssMoe::create(init);
+  }
+
+  // Tensor parallelism: each rank attends with its heads and their sinks; the router is
+  // replicated; every expert's gate/up rows (and biases) and down columns are sliced as vLLM's
+  // fused MoE does, the down biases (row-parallel) held by rank 0 only; with expert parallelism
+  // each rank holds its share of whole experts instead, biases included. o_proj's bias is the
+  // generic decoder's (rank 0 only).
+  std::optional<TensorParallelSplit> tensor_parallel_split(const std::string& role, const ModelConfig&,
+                                                           const ShardPosition& at) const override {
+    using S = TensorParallelSplit;
+    if (role == "attn_sinks.weight") return S::kRows;
+    if (role == "ffn_gate_inp.weight" || role == "ffn_gate_inp.bias") return S::kReplicate;
+    for (const char* r : {"ffn_gate_up_exps.weight", "ffn_gate_up_exps.bias", "ffn_gate_exps.weight",
+                          "ffn_up_exps.weight", "ffn_gate_exps.bias", "ffn_up_exps.bias"}) {
+      if (role == r) return at.expert_parallel ? S::kExperts : S::kRows;
+    }
+    if (role == "ffn_down_exps.weight") return at.expert_parallel ? S::kExperts : S::kColumns;
+    if (role == "ffn_down_exps.bias") return at.expert_parallel ? S::kExperts : S::kFirstRank;
+    return std::nullopt;
+  }
+
+  // The experts' width is intermediate_size: sliced with the MLP rows, or whole under expert
+  // parallelism.
+  Status shard_family_params(const ModelConfig& full, ModelConfig& shard, const ShardPosition& at) const override {
+    if (at.expert_parallel) shard.intermediate_size = full.intermediate_size;
+    return Status();
   }
 };
 
