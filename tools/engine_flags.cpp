@@ -65,8 +65,12 @@ std::string engine_flags_help() {
          "                               Phi-3, Mixtral, Qwen2-MoE and Qwen3-MoE; other families (DeepSeek's\n"
          "                               MLA, GPT-OSS) are refused by name before any worker starts\n"
          "  --pipeline-parallel-size N   split the layers into N stages (default 1; > 1 not supported yet)\n"
-         "  --data-parallel-size N       N engine replicas behind this server (default 1; > 1 not supported\n"
-         "                               yet)\n"
+         "  --data-parallel-size N       N whole engine replicas in this process behind one front (default 1):\n"
+         "                               each has its own scheduler, KV cache and prefix cache; a request goes\n"
+         "                               to the replica caching the longest prefix of its prompt, else to the\n"
+         "                               least loaded. CPU only; the replicas split --threads (default all\n"
+         "                               cores) and --kv-cache-memory evenly. /metrics adds engine=\"i\" series.\n"
+         "                               Not with --tensor-parallel-size > 1\n"
          "  --enable-expert-parallel     MoE experts spread over the ranks instead of sliced (not supported\n"
          "                               yet; experts are sliced by --tensor-parallel-size)\n"
          "  --structured-outputs-config JSON\n"
@@ -132,14 +136,14 @@ StatusOr<EngineArgs> engine_args_from(const Args& a) {
   KVASIR_ASSIGN_OR_RETURN(int64_t tp, a.get_int("tensor-parallel-size", 1));
   if (tp < 1 || tp > 64) return invalid_argument("--tensor-parallel-size must be in [1, 64]");
   e.tensor_parallel_size = static_cast<int>(tp);
-  for (const char* flag : {"pipeline-parallel-size", "data-parallel-size"}) {
-    KVASIR_ASSIGN_OR_RETURN(int64_t n, a.get_int(flag, 1));
-    if (n < 1) return invalid_argument(std::string("--") + flag + " must be at least 1");
-    if (n > 1) {
-      return unimplemented(std::string("--") + flag + " " + std::to_string(n) + ": " +
-                           (flag[0] == 'p' ? "pipeline" : "data") +
-                           " parallelism is not supported yet; only --tensor-parallel-size splits a model");
-    }
+  KVASIR_ASSIGN_OR_RETURN(int64_t dp, a.get_int("data-parallel-size", 1));
+  if (dp < 1 || dp > 64) return invalid_argument("--data-parallel-size must be in [1, 64]");
+  e.data_parallel_size = static_cast<int>(dp);
+  KVASIR_ASSIGN_OR_RETURN(int64_t pp, a.get_int("pipeline-parallel-size", 1));
+  if (pp < 1) return invalid_argument("--pipeline-parallel-size must be at least 1");
+  if (pp > 1) {
+    return unimplemented("--pipeline-parallel-size " + std::to_string(pp) +
+                         ": pipeline parallelism is not supported yet; only --tensor-parallel-size splits a model");
   }
   if (a.get_bool("enable-expert-parallel", false)) {
     return unimplemented("--enable-expert-parallel is not supported yet; --tensor-parallel-size slices every "

@@ -17,6 +17,7 @@ namespace kvasir {
 
 struct LoadedModel;
 class Engine;
+class EngineGroup;
 
 struct PromptInput {
   std::string text;                      // used when token_ids is empty
@@ -44,6 +45,7 @@ struct GenerationResult {
 };
 
 struct TensorParallelProcesses;
+struct KvCache;
 
 class LLM {
  public:
@@ -54,20 +56,27 @@ class LLM {
   StatusOr<std::vector<GenerationResult>> generate(const std::vector<PromptInput>& prompts, const SamplingParams& params,
                                                    const std::function<void(size_t, size_t)>& on_progress = {});
 
-  const LoadedModel& model() const { return *model_; }
-  Engine& engine() { return *engine_; }
+  // Replica 0's model (every data-parallel replica loads the same one).
+  const LoadedModel& model() const { return *replicas_.front().model; }
+  // The engine; with --data-parallel-size > 1, replica 0's (engines() routes between them).
+  Engine& engine();
+  // Every replica behind one front (one with --data-parallel-size 1).
+  EngineGroup& engines() { return *engines_; }
   int num_kv_blocks() const { return num_kv_blocks_; }
   int max_model_len() const { return max_model_len_; }
 
  private:
   LLM() = default;
-  std::unique_ptr<LoadedModel> model_;
-  struct KvHolder;
-  std::unique_ptr<KvHolder> kv_;
+  // What each data-parallel replica's engine runs on; outlives engines_.
+  struct Replica {
+    std::unique_ptr<LoadedModel> model;
+    std::unique_ptr<KvCache> cache;  // the runner keeps a reference
+  };
+  std::vector<Replica> replicas_;
   // --tensor-parallel-size > 1: the communicator and the worker processes; outlives engine_,
   // whose BroadcastingWorker stops the workers when it goes.
   std::unique_ptr<TensorParallelProcesses> tp_;
-  std::unique_ptr<Engine> engine_;
+  std::unique_ptr<EngineGroup> engines_;
   int num_kv_blocks_ = 0;
   int max_model_len_ = 0;
   uint64_t next_id_ = 0;

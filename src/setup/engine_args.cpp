@@ -24,6 +24,18 @@ Status EngineArgs::validate() const {
   if (tensor_parallel_size < 1 || tensor_parallel_size > 64) {
     return invalid_argument("--tensor-parallel-size must be in [1, 64]");
   }
+  if (data_parallel_size < 1 || data_parallel_size > 64) {
+    return invalid_argument("--data-parallel-size must be in [1, 64]");
+  }
+  if (data_parallel_size > 1 && tensor_parallel_size > 1) {
+    // Replicas live in one process; a tensor-parallel rank 0 re-runs the command line as its
+    // workers, one group per process. D groups of TP ranks would need a launcher of their own.
+    return unimplemented("--data-parallel-size with --tensor-parallel-size > 1 is not supported yet: data-parallel "
+                         "replicas are engines in one process and each would need its own tensor-parallel group");
+  }
+  if (data_parallel_size > 1 && device == "cuda") {
+    return unimplemented("--data-parallel-size > 1 runs on the CPU backend only (one device per replica is not built)");
+  }
   if (max_logprobs < 0) return invalid_argument("--max-logprobs must be >= 0");
   if (load_format != "auto" && load_format != "dummy") return invalid_argument("--load-format must be auto or dummy");
   if (!(gpu_memory_utilization > 0.0 && gpu_memory_utilization <= 1.0)) {

@@ -60,6 +60,10 @@ struct EngineArgs {
   // vLLM's --tensor-parallel-size: the model split over this many ranks, one process each on
   // this host (CPU backend; api/tensor_parallel_group.h).
   int tensor_parallel_size = 1;
+  // vLLM's --data-parallel-size: this many whole engine replicas in this process behind one
+  // front (engine/engine_group.h); on the CPU they split --threads and --kv-cache-memory
+  // (api/data_parallel.h).
+  int data_parallel_size = 1;
   StructuredOutputsConfig structured_outputs;
   SpeculativeConfig speculative;           // vLLM's --speculative-config; method empty = off
 
