@@ -72,7 +72,7 @@ std::string EngineGroup::render_prometheus(const std::string& model_name) const 
 
 std::vector<BlockHash> EngineGroup::lookup_chain(const std::vector<int32_t>& prompt, const SamplingParams& params,
                                                  const AddRequestOptions& options) const {
-  const SchedulerConfig& sc = options().scheduler;
+  const SchedulerConfig& sc = replicas_.front()->options().scheduler;
   std::vector<BlockHash> chain;
   // The KV manager's own limits: no lookup with caching off or prompt logprobs asked, and never
   // the last prompt token (its logits are needed), so only blocks wholly before it count.
