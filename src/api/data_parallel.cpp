@@ -10,7 +10,6 @@ EngineArgs data_parallel_replica_args(const EngineArgs& args, int replica, int h
   if (d == 1) return r;
   const int total = args.num_threads > 0 ? args.num_threads : std::max(1, hardware_threads);
   r.num_threads = std::max(1, total / d + (replica < total % d ? 1 : 0));
-  r.kv_cache_memory = std::max<int64_t>(1, args.kv_cache_memory / d);
   return r;
 }
 

@@ -12,13 +12,14 @@ TEST(DataParallelReplicaArgs, OneReplicaKeepsTheArgs) {
   EXPECT_EQ(data_parallel_replica_args(a, 0, 8).kv_cache_memory, a.kv_cache_memory);
 }
 
-TEST(DataParallelReplicaArgs, ThreadsAndKvMemorySplit) {
+TEST(DataParallelReplicaArgs, ThreadsSplitAndPerEngineKnobsStay) {
   EngineArgs a;
   a.data_parallel_size = 2;
   a.kv_cache_memory = int64_t{1} << 30;
   EXPECT_EQ(data_parallel_replica_args(a, 0, 2).num_threads, 1);  // all cores by default
   EXPECT_EQ(data_parallel_replica_args(a, 1, 2).num_threads, 1);
-  EXPECT_EQ(data_parallel_replica_args(a, 1, 2).kv_cache_memory, int64_t{1} << 29);
+  EXPECT_EQ(data_parallel_replica_args(a, 1, 2).kv_cache_memory, int64_t{1} << 30);  // per replica, as vLLM
+  EXPECT_EQ(data_parallel_replica_args(a, 1, 2).max_num_seqs, a.max_num_seqs);
   a.data_parallel_size = 3;
   a.num_threads = 7;  // 3 + 2 + 2
   EXPECT_EQ(data_parallel_replica_args(a, 0, 64).num_threads, 3);
