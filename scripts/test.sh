@@ -29,6 +29,14 @@ ctest --test-dir build --output-on-failure -j1 --timeout 1800 -LE model-full
 
 if [ -d tests/server ]; then
   KVASIR_BIN="$root/build/tools/kvasir" python3 -m pytest -q tests/server
+  # The same server behind two data-parallel engine replicas (every Server the files start gets
+  # --data-parallel-size 2, tests/server/conftest.py): routes, streaming, n > 1, tools and
+  # responses, speculation, 1,000 concurrent streams, disconnects, faults and shutdown; ~2.5 min on
+  # 2 cores. The whole suite that way: KVASIR_TEST_DATA_PARALLEL=2 pytest tests/server (~6 min).
+  KVASIR_TEST_DATA_PARALLEL=2 KVASIR_BIN="$root/build/tools/kvasir" python3 -m pytest -q \
+    tests/server/test_api.py tests/server/test_concurrency.py tests/server/test_faults.py \
+    tests/server/test_shutdown.py tests/server/test_responses.py tests/server/test_speculative.py \
+    tests/server/test_tool_calls.py
 fi
 # Real clients unchanged (openai, langchain-openai, instructor, openai-agents) against `kvasir
 # serve`: structured outputs, tool calling, the Responses API, prompt scoring, and the

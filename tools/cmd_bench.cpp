@@ -17,6 +17,7 @@
 #include "common/json.h"
 #include "common/mapped_file.h"
 #include "engine/engine.h"
+#include "engine/engine_group.h"
 #include "engine_flags.h"
 #include "kvasir/llm.h"
 #include "runner/contiguous_batch.h"
@@ -243,7 +244,19 @@ int bench_throughput(const Args& a, EngineArgs ea) {
     in_tok += static_cast<int64_t>(r.prompt_token_ids.size());
     for (const auto& c : r.outputs) out_tok += static_cast<int64_t>(c.token_ids.size());
   }
-  const auto& mt = (*llm)->engine().metrics();
+  // Summed over the data-parallel replicas (one unless --data-parallel-size > 1).
+  int64_t steps = 0, preemptions = 0, drafts = 0, draft_tokens = 0, accepted = 0;
+  double out_proc_s = 0;
+  EngineGroup& engines = (*llm)->engines();
+  for (size_t i = 0; i < engines.size(); ++i) {
+    const EngineMetrics& mt = engines.replica(i).metrics();
+    steps += mt.num_steps.load();
+    preemptions += mt.num_preemptions.load();
+    drafts += mt.spec_decode_num_drafts.load();
+    draft_tokens += mt.spec_decode_num_draft_tokens.load();
+    accepted += mt.spec_decode_num_accepted_tokens.load();
+    out_proc_s += engines.replica(i).output_processing_s();
+  }
   // With --distributed-executor-backend mp the device is in the worker processes (no backend here).
   if ((*llm)->model().backend) {
     if (const std::string st = (*llm)->model().backend->stats(); !st.empty()) std::printf("%s\n", st.c_str());
@@ -252,17 +265,15 @@ int bench_throughput(const Args& a, EngineArgs ea) {
               (in_tok + out_tok) / secs, out_tok / secs);
   std::printf("requests %lld, input tokens %lld, output tokens %lld, elapsed %.2f s, engine steps %lld, preemptions %lld\n",
               static_cast<long long>(*num), static_cast<long long>(in_tok), static_cast<long long>(out_tok), secs,
-              static_cast<long long>(mt.num_steps.load()), static_cast<long long>(mt.num_preemptions.load()));
+              static_cast<long long>(steps), static_cast<long long>(preemptions));
   // Detokenization and stop-string work of the OutputProcessor: overlapped with the forward
   // passes by default, on the engine's critical path with --disable-async-output-proc.
   if (ea.speculative.enabled()) {
     std::printf("speculative decoding (%s, k=%d): %lld drafts, %lld draft tokens, %lld accepted, mean acceptance length %.2f\n",
                 ea.speculative.method.c_str(), ea.speculative.num_speculative_tokens,
-                static_cast<long long>(mt.spec_decode_num_drafts.load()),
-                static_cast<long long>(mt.spec_decode_num_draft_tokens.load()),
-                static_cast<long long>(mt.spec_decode_num_accepted_tokens.load()), mt.spec_decode_mean_acceptance_length());
+                static_cast<long long>(drafts), static_cast<long long>(draft_tokens), static_cast<long long>(accepted),
+                drafts == 0 ? 0.0 : 1.0 + static_cast<double>(accepted) / static_cast<double>(drafts));
   }
-  const double out_proc_s = (*llm)->engine().output_processing_s();
   std::printf("output processing: %.3f s (%.2f%% of elapsed), %s\n", out_proc_s, 100.0 * out_proc_s / secs,
               ea.disable_async_output_proc ? "in lock step with the engine" : "overlapped with the forward passes");
   Json j = Json::object();
@@ -276,12 +287,13 @@ int bench_throughput(const Args& a, EngineArgs ea) {
   j.set("output_tokens_per_second", out_tok / secs);
   j.set("input_tokens", in_tok);
   j.set("output_tokens", out_tok);
-  j.set("num_preemptions", static_cast<int64_t>(mt.num_preemptions.load()));
+  j.set("num_preemptions", preemptions);
+  j.set("data_parallel_size", static_cast<int64_t>(engines.size()));
   if (ea.speculative.enabled()) {
-    j.set("spec_decode_num_drafts", static_cast<int64_t>(mt.spec_decode_num_drafts.load()));
-    j.set("spec_decode_num_draft_tokens", static_cast<int64_t>(mt.spec_decode_num_draft_tokens.load()));
-    j.set("spec_decode_num_accepted_tokens", static_cast<int64_t>(mt.spec_decode_num_accepted_tokens.load()));
-    j.set("spec_decode_mean_acceptance_length", mt.spec_decode_mean_acceptance_length());
+    j.set("spec_decode_num_drafts", drafts);
+    j.set("spec_decode_num_draft_tokens", draft_tokens);
+    j.set("spec_decode_num_accepted_tokens", accepted);
+    j.set("spec_decode_mean_acceptance_length", drafts == 0 ? 0.0 : 1.0 + static_cast<double>(accepted) / static_cast<double>(drafts));
   }
   return write_json(a, j);
 }
@@ -329,6 +341,11 @@ int cmd_bench(int argc, char** argv) {
     return 2;
   }
   if (plan->is_worker()) return run_tensor_parallel_worker(*ea, *plan);
+  if (which == "latency" && ea->data_parallel_size > 1) {
+    std::fprintf(stderr, "kvasir bench latency: --data-parallel-size is not supported (it drives one model without "
+                         "the engine loop); use bench throughput or bench serve\n");
+    return 2;
+  }
   if (which == "latency" && (ea->parallel_layout().world_size() > 1 || ea->distributed_executor_backend == "mp")) {
     // It drives one model directly, without the engine that the workers follow.
     std::fprintf(stderr, "kvasir bench latency: %s is not supported; use bench throughput (--num-prompts 1 for "

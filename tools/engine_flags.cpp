@@ -94,8 +94,14 @@ std::string engine_flags_help() {
          "                               sequences so the stages overlap; the last stage's logits go to\n"
          "                               every rank (default 1). Every family (DeepSeek and GPT-OSS with\n"
          "                               --tensor-parallel-size 1); fewer layers than N is refused\n"
-         "  --data-parallel-size N       N engine replicas behind this server (default 1; > 1 not supported\n"
-         "                               yet)\n"
+         "  --data-parallel-size N       N whole engine replicas in this process behind one front (default 1):\n"
+         "                               each has its own scheduler, KV cache and prefix cache; a request goes\n"
+         "                               to the replica caching the longest prefix of its prompt, else to the\n"
+         "                               least loaded. CPU only; the replicas split --threads (default all\n"
+         "                               cores); --kv-cache-memory and --max-num-seqs are per replica, as in\n"
+         "                               vLLM. /metrics adds per-replica engine=\"i\" series beside the totals.\n"
+         "                               Not with --tensor-parallel-size, --pipeline-parallel-size > 1,\n"
+         "                               --distributed-executor-backend mp or --nnodes\n"
          "  --enable-expert-parallel     MoE models: each of the N ranks holds whole routed experts (rank r\n"
          "                               the r-th contiguous share) instead of every expert's slice; routing\n"
          "                               on every rank, one all-reduce after the MoE layer; attention and\n"
@@ -181,12 +187,8 @@ StatusOr<EngineArgs> engine_args_from(const Args& a) {
   if (pp < 1 || pp > 64) return invalid_argument("--pipeline-parallel-size must be in [1, 64]");
   e.pipeline_parallel_size = static_cast<int>(pp);
   KVASIR_ASSIGN_OR_RETURN(int64_t dp, a.get_int("data-parallel-size", 1));
-  if (dp < 1) return invalid_argument("--data-parallel-size must be at least 1");
-  if (dp > 1) {
-    return unimplemented("--data-parallel-size " + std::to_string(dp) +
-                         ": data parallelism is not supported yet; --tensor-parallel-size and "
-                         "--pipeline-parallel-size split a model");
-  }
+  if (dp < 1 || dp > 64) return invalid_argument("--data-parallel-size must be in [1, 64]");
+  e.data_parallel_size = static_cast<int>(dp);
   e.enable_expert_parallel = a.get_bool("enable-expert-parallel", false);
   if (a.has("structured-outputs-config")) {
     KVASIR_ASSIGN_OR_RETURN(e.structured_outputs, parse_structured_outputs_config(a.get("structured-outputs-config")));

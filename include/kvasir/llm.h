@@ -17,6 +17,7 @@ namespace kvasir {
 
 struct LoadedModel;
 class Engine;
+class EngineGroup;
 
 struct PromptInput {
   std::string text;                      // used when token_ids is empty
@@ -47,6 +48,7 @@ struct TensorParallelProcesses;
 namespace dist {
 class Communicator;
 }
+struct KvCache;
 
 class LLM {
  public:
@@ -57,26 +59,33 @@ class LLM {
   StatusOr<std::vector<GenerationResult>> generate(const std::vector<PromptInput>& prompts, const SamplingParams& params,
                                                    const std::function<void(size_t, size_t)>& on_progress = {});
 
-  // With --distributed-executor-backend mp the model runs in worker processes: `backend` and
-  // `model` are null here (tokenizer, config, EOS ids and generation defaults are set).
-  const LoadedModel& model() const { return *model_; }
-  Engine& engine() { return *engine_; }
+  // Replica 0's model (every data-parallel replica loads the same one). With
+  // --distributed-executor-backend mp the model runs in worker processes: `backend` and `model`
+  // are null here (tokenizer, config, EOS ids and generation defaults are set).
+  const LoadedModel& model() const { return *replicas_.front().model; }
+  // The engine; with --data-parallel-size > 1, replica 0's (engines() routes between them).
+  Engine& engine();
+  // Every replica behind one front (one with --data-parallel-size 1).
+  EngineGroup& engines() { return *engines_; }
   int num_kv_blocks() const { return num_kv_blocks_; }
   int max_model_len() const { return max_model_len_; }
 
  private:
   LLM() = default;
   // --pipeline-parallel-size and --tensor-parallel-size both > 1: rank 0's stage's own
-  // tensor-parallel group; outlives model_, which uses it.
+  // tensor-parallel group; outlives the replicas' models, which use it.
   std::unique_ptr<dist::Communicator> stage_comm_;
-  std::unique_ptr<LoadedModel> model_;
-  struct KvHolder;
-  std::unique_ptr<KvHolder> kv_;
+  // What each data-parallel replica's engine runs on; outlives engines_.
+  struct Replica {
+    std::unique_ptr<LoadedModel> model;
+    std::unique_ptr<KvCache> cache;  // the runner keeps a reference (null under mp: no model here)
+  };
+  std::vector<Replica> replicas_;
   // More than one rank (tensor x pipeline parallel) or --distributed-executor-backend mp: the
-  // whole group's communicator and the
-  // worker processes; outlives engine_, whose BroadcastingWorker stops the workers when it goes.
+  // whole group's communicator and the worker processes; outlives engines_, whose
+  // BroadcastingWorker stops the workers when it goes.
   std::unique_ptr<TensorParallelProcesses> tp_;
-  std::unique_ptr<Engine> engine_;
+  std::unique_ptr<EngineGroup> engines_;
   int num_kv_blocks_ = 0;
   int max_model_len_ = 0;
   uint64_t next_id_ = 0;

@@ -5,73 +5,44 @@
 #include <algorithm>
 #include <cstdlib>
 #include <string>
+#include <thread>
 
 #include "api/launch_plan.h"
 #include "api/multiprocess_executor.h"
 #include "api/rank_setup.h"
 #include "api/tensor_parallel_group.h"
+#include "api/data_parallel.h"
 #include "engine/engine.h"
+#include "engine/engine_group.h"
+#include "executor/in_process_executor.h"
 #include "executor/step_broadcast.h"
 #include "setup/kv_cache_sizing.h"
 #include "setup/loaded_model.h"
 
 namespace kvasir {
 
-struct LLM::KvHolder {
-  std::unique_ptr<KvCache> cache;  // the runner keeps a reference
-};
-
 LLM::~LLM() {
-  if (engine_) engine_->shutdown();
+  if (engines_) engines_->shutdown();
+  engines_.reset();  // before the caches and models its runners use
   // Device time (busy, idle between steps, graph replays) for a server's or a script's log.
-  if (model_ && model_->backend) {
-    if (const std::string st = model_->backend->stats(); !st.empty()) KVASIR_LOG_INFO("%s", st.c_str());
-  }
-}
-
-StatusOr<std::unique_ptr<LLM>> LLM::create(const EngineArgs& args) {
-  KVASIR_RETURN_IF_ERROR(args.validate());
-  std::unique_ptr<LLM> llm(new LLM());
-  if (args.parallel_layout().world_size() == 1 && args.enable_expert_parallel) {
-    KVASIR_RETURN_IF_ERROR(check_tensor_parallel_model(args));  // one rank holds every expert
-  }
-  KVASIR_ASSIGN_OR_RETURN(const LaunchPlan plan, plan_launch(args));
-  if (plan.is_worker()) return internal_error("a tensor-parallel worker must run run_tensor_parallel_worker, not serve");
-  std::unique_ptr<Worker> worker;
-  if (args.distributed_executor_backend == "mp") {
-    // Every model rank in a worker process; this process holds no weights and no device.
-    KVASIR_ASSIGN_OR_RETURN(MultiprocessFront front, start_multiprocess_front(args, plan));
-    llm->model_ = std::move(front.model);
-    llm->tp_ = std::move(front.group);
-    llm->max_model_len_ = front.max_model_len;
-    llm->num_kv_blocks_ = front.num_kv_blocks;
-    worker = std::move(front.worker);
-  } else {
-    if (plan.launcher != LaunchPlan::Launcher::kNone) {
-      // Before any worker starts.
-      KVASIR_RETURN_IF_ERROR(check_tensor_parallel_model(args));
-      KVASIR_RETURN_IF_ERROR(check_pipeline_parallel_model(args));
-      KVASIR_ASSIGN_OR_RETURN(llm->tp_, form_tensor_parallel_group(plan));
+  for (const Replica& r : replicas_) {
+    if (r.model && r.model->backend) {
+      if (const std::string st = r.model->backend->stats(); !st.empty()) KVASIR_LOG_INFO("%s", st.c_str());
     }
-    KVASIR_ASSIGN_OR_RETURN(RankSetup setup, set_up_rank(args, llm->tp_.get()));
-    llm->stage_comm_ = std::move(setup.stage_comm);
-    llm->model_ = std::move(setup.model);
-    llm->max_model_len_ = setup.max_model_len;
-    llm->num_kv_blocks_ = setup.num_kv_blocks;
-    llm->kv_ = std::make_unique<KvHolder>();
-    llm->kv_->cache = std::move(setup.cache);
-    worker = std::make_unique<RunnerWorker>(std::move(setup.runner));
-    // Rank 0 of a parallel group sends each step to the workers before running its own.
-    if (llm->tp_) worker = std::make_unique<BroadcastingWorker>(*llm->tp_->comm, std::move(worker));
-  }
-  const ModelConfig& cfg = llm->model_->config;
 
+Engine& LLM::engine() { return engines_->replica(0); }
+
+namespace {
+
+// What one engine is sized by: the planned KV cache and the model's EOS ids.
+EngineOptions engine_options(const EngineArgs& args, int max_model_len, int num_kv_blocks,
+                             const std::vector<int32_t>& eos_token_ids) {
   EngineOptions eo;
   eo.scheduler.max_num_seqs = args.max_num_seqs;
   eo.scheduler.max_num_batched_tokens = args.max_num_batched_tokens;
-  eo.scheduler.max_model_len = llm->max_model_len_;
+  eo.scheduler.max_model_len = max_model_len;
   eo.scheduler.block_size = args.block_size;
-  eo.scheduler.num_blocks = llm->num_kv_blocks_;
+  eo.scheduler.num_blocks = num_kv_blocks;
   eo.scheduler.enable_prefix_caching = args.enable_prefix_caching;
   eo.scheduler.long_prefill_token_threshold = args.long_prefill_token_threshold;
   eo.scheduler.max_num_partial_prefills = args.max_num_partial_prefills;
@@ -83,16 +54,83 @@ StatusOr<std::unique_ptr<LLM>> LLM::create(const EngineArgs& args) {
     eo.scheduler.spec_verify_all_drafts = true;  // tests and verify-step measurements only
   }
   eo.scheduler.fill_defaults();
-  KVASIR_RETURN_IF_ERROR(eo.scheduler.validate());
   eo.max_logprobs = args.max_logprobs;
   eo.async_output_proc = !args.disable_async_output_proc;
-  eo.eos_token_ids = llm->model_->eos_token_ids;
+  eo.eos_token_ids = eos_token_ids;
   eo.grammar_json_any_whitespace = !args.structured_outputs.disable_any_whitespace;
   eo.grammar_in_reasoning = args.structured_outputs.enable_in_reasoning;
+  return eo;
+}
 
-  auto executor = std::make_unique<InProcessExecutor>(
+std::unique_ptr<Executor> executor_for(const EngineArgs& args, std::unique_ptr<Worker> worker) {
+  return std::make_unique<InProcessExecutor>(
       std::move(worker), args.async_scheduling ? InProcessExecutor::Mode::kWorkerThread : InProcessExecutor::Mode::kInline);
-  llm->engine_ = std::make_unique<Engine>(eo, *llm->model_->tokenizer, cfg.vocab_size, std::move(executor));
+}
+
+}  // namespace
+
+StatusOr<std::unique_ptr<LLM>> LLM::create(const EngineArgs& args) {
+  KVASIR_RETURN_IF_ERROR(args.validate());
+  std::unique_ptr<LLM> llm(new LLM());
+  if (args.parallel_layout().world_size() == 1 && args.enable_expert_parallel) {
+    KVASIR_RETURN_IF_ERROR(check_tensor_parallel_model(args));  // one rank holds every expert
+  }
+  KVASIR_ASSIGN_OR_RETURN(const LaunchPlan plan, plan_launch(args));
+  if (plan.is_worker()) return internal_error("a tensor-parallel worker must run run_tensor_parallel_worker, not serve");
+  std::vector<std::unique_ptr<Engine>> engines;
+  if (args.distributed_executor_backend == "mp") {
+    // Every model rank in a worker process; this process holds no weights and no device.
+    KVASIR_ASSIGN_OR_RETURN(MultiprocessFront front, start_multiprocess_front(args, plan));
+    llm->tp_ = std::move(front.group);
+    llm->max_model_len_ = front.max_model_len;
+    llm->num_kv_blocks_ = front.num_kv_blocks;
+    EngineOptions eo = engine_options(args, front.max_model_len, front.num_kv_blocks, front.model->eos_token_ids);
+    KVASIR_RETURN_IF_ERROR(eo.scheduler.validate());
+    const LoadedModel& m = *front.model;
+    engines.push_back(std::make_unique<Engine>(eo, *m.tokenizer, m.config.vocab_size,
+                                               executor_for(args, std::move(front.worker))));
+    llm->replicas_.push_back(Replica{std::move(front.model), nullptr});
+    llm->engines_ = std::make_unique<EngineGroup>(std::move(engines));
+    return llm;
+  }
+  if (plan.launcher != LaunchPlan::Launcher::kNone) {
+    // Before any worker starts.
+    KVASIR_RETURN_IF_ERROR(check_tensor_parallel_model(args));
+    KVASIR_RETURN_IF_ERROR(check_pipeline_parallel_model(args));
+    KVASIR_ASSIGN_OR_RETURN(llm->tp_, form_tensor_parallel_group(plan));
+  }
+  // One whole engine per data-parallel replica, each on its share of the host
+  // (api/data_parallel.h); the group in front routes requests between them.
+  const int hardware_threads = static_cast<int>(std::thread::hardware_concurrency());
+  for (int i = 0; i < args.data_parallel_size; ++i) {
+    const EngineArgs ra = data_parallel_replica_args(args, i, hardware_threads);
+    KVASIR_ASSIGN_OR_RETURN(RankSetup setup, set_up_rank(ra, llm->tp_.get()));
+    if (args.data_parallel_size > 1 && setup.model->backend->device() != Device::kCpu) {
+      return unimplemented("--data-parallel-size > 1 runs on the CPU backend only (one device per replica is not "
+                           "built); pass --device cpu");
+    }
+    EngineOptions eo = engine_options(ra, setup.max_model_len, setup.num_kv_blocks, setup.model->eos_token_ids);
+    KVASIR_RETURN_IF_ERROR(eo.scheduler.validate());
+    if (i == 0) {
+      llm->max_model_len_ = setup.max_model_len;
+      llm->num_kv_blocks_ = setup.num_kv_blocks;
+    } else if (setup.max_model_len != llm->max_model_len_ || setup.num_kv_blocks != llm->num_kv_blocks_) {
+      return internal_error("data-parallel replica " + std::to_string(i) + " planned a different KV cache than replica 0");
+    }
+    if (args.data_parallel_size > 1) {
+      KVASIR_LOG_INFO("data-parallel replica %d: %s, %d KV blocks", i, setup.model->backend->name().c_str(),
+                      setup.num_kv_blocks);
+    }
+    // Pipeline x tensor parallel (one replica only): rank 0's stage group, which its model uses.
+    if (setup.stage_comm) llm->stage_comm_ = std::move(setup.stage_comm);
+    std::unique_ptr<Worker> worker = std::make_unique<RunnerWorker>(std::move(setup.runner));
+    // Rank 0 of a parallel group sends each step to the workers before running its own.
+    if (llm->tp_) worker = std::make_unique<BroadcastingWorker>(*llm->tp_->comm, std::move(worker));
+    const LoadedModel& m = *setup.model;
+    engines.push_back(std::make_unique<Engine>(eo, *m.tokenizer, m.config.vocab_size, executor_for(args, std::move(worker))));
+    llm->replicas_.push_back(Replica{std::move(setup.model), std::move(setup.cache)});
+  }
+  llm->engines_ = std::make_unique<EngineGroup>(std::move(engines));
   return llm;
 }
 
@@ -104,11 +142,11 @@ StatusOr<std::vector<GenerationResult>> LLM::generate(const std::vector<PromptIn
     const PromptInput& p = prompts[i];
     GenerationResult& r = results[i];
     r.request_id = std::to_string(next_id_++);
-    r.prompt_token_ids = p.token_ids.empty() ? model_->tokenizer->encode(p.text, true) : p.token_ids;
+    r.prompt_token_ids = p.token_ids.empty() ? model().tokenizer->encode(p.text, true) : p.token_ids;
     const SamplingParams& sp = p.params ? *p.params : params;
     r.outputs.resize(static_cast<size_t>(std::max(1, sp.n)));
     for (size_t k = 0; k < r.outputs.size(); ++k) r.outputs[k].index = static_cast<int>(k);
-    auto s = engine_->add_request(r.request_id, r.prompt_token_ids, sp);
+    auto s = engines_->add_request(r.request_id, r.prompt_token_ids, sp);
     if (!s.ok()) {
       r.error = s.status().message();
       continue;

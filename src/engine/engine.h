@@ -77,6 +77,16 @@ class Engine {
   void abort(const std::string& request_id);
 
   bool dead() const { return core_->dead(); }
+  // Fails the engine from outside (another data-parallel replica died): every live request ends
+  // with an error carrying `message`, and the engine is dead from then on.
+  void fail(const std::string& message) { core_->submit(FailEngineCmd{message}); }
+  // Called once on the engine thread when the engine fails, whatever failed it.
+  void set_on_fault(std::function<void(const std::string&)> hook) { core_->set_on_fault(std::move(hook)); }
+  // Why the engine died (empty while it runs).
+  const std::string& fault() const { return core_->fault(); }
+  // How many leading blocks of a prompt's hash chain (kv/block_hash.h, hashed with this engine's
+  // block size) its prefix cache holds now. Any thread.
+  int cached_prefix_blocks(std::span<const BlockHash> chain) const { return core_->count_cached_prefix(chain); }
   const EngineMetrics& metrics() const { return metrics_; }
   EngineMetrics& metrics() { return metrics_; }
   EngineCore& core() { return *core_; }

@@ -55,6 +55,8 @@ void EngineCore::handle(EngineCoreCmd& cmd, EngineCoreOutputs& early) {
     scheduler_.finish_request(fin->req_id, fin->status);
     live_.erase(fin->req_id);
     if (structured_) structured_->remove_request(fin->req_id);
+  } else if (auto* fail = std::get_if<FailEngineCmd>(&cmd)) {
+    if (!dead_) fail_everything(fail->message);
   }
 }
 
@@ -104,6 +106,12 @@ void EngineCore::fail_everything(const std::string& message) {
   }
   live_.clear();
   outputs_.push(std::move(outs));
+  std::function<void(const std::string&)> hook;
+  {
+    std::lock_guard<std::mutex> lock(on_fault_mu_);
+    hook = on_fault_;
+  }
+  if (hook) hook(message);
 }
 
 namespace {
@@ -165,6 +173,7 @@ void EngineCore::loop() {
   while (!stop_) {
     const bool idle = !scheduler_.has_unfinished_requests() && !in_flight.so;
     if (!drain_inputs(/*block=*/idle)) break;
+    if (dead_) break;  // failed from outside (FailEngineCmd)
     InFlight next;
     // Async: the step in flight is folded after the next is submitted; grammar masks of the next
     // step wait for that fold (a broken promise, when the fold fails, releases them too).

@@ -8,6 +8,8 @@
 #include <atomic>
 #include <functional>
 #include <memory>
+#include <mutex>
+#include <span>
 #include <string>
 #include <thread>
 #include <unordered_set>
@@ -28,7 +30,12 @@ struct FinishRequestCmd {
   std::string req_id;
   RequestStatus status;  // kFinishedAborted (client gone) or kFinishedStopped (stop string)
 };
-using EngineCoreCmd = std::variant<AddRequestCmd, FinishRequestCmd>;
+// Another part of a larger engine failed (a data-parallel replica, engine/engine_group.h): this
+// core fails too, ending its requests with the message, as one engine's fault would.
+struct FailEngineCmd {
+  std::string message;
+};
+using EngineCoreCmd = std::variant<AddRequestCmd, FinishRequestCmd, FailEngineCmd>;
 
 class EngineCore {
  public:
@@ -46,7 +53,17 @@ class EngineCore {
   // Called on the core thread after each step's outputs are pushed; set before start(). With
   // asynchronous output processing off it waits for the OutputProcessor (no overlap).
   void set_after_publish(std::function<void()> hook) { after_publish_ = std::move(hook); }
+  // Called once, on the core thread, when the core fails (after its requests got their error).
+  void set_on_fault(std::function<void(const std::string&)> hook) {
+    std::lock_guard<std::mutex> lock(on_fault_mu_);
+    on_fault_ = std::move(hook);
+  }
 
+  // How many leading blocks of the hash chain this core's prefix cache holds now (any thread; the
+  // data-parallel router's question).
+  int count_cached_prefix(std::span<const BlockHash> chain) const {
+    return scheduler_.kv_cache_manager().pool().count_cached_prefix(chain);
+  }
   bool dead() const { return dead_.load(); }
   const std::string& fault() const { return fault_; }
   int64_t num_steps() const { return num_steps_.load(); }
@@ -95,6 +112,8 @@ class EngineCore {
   std::unordered_set<std::string> live_;  // requests added and not yet finished
   int64_t last_preemptions_ = 0, last_queries_ = 0, last_hits_ = 0;
   std::function<void()> after_publish_;
+  std::mutex on_fault_mu_;
+  std::function<void(const std::string&)> on_fault_;
 };
 
 }  // namespace kvasir

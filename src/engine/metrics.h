@@ -9,6 +9,7 @@
 #include <cstdint>
 #include <map>
 #include <mutex>
+#include <span>
 #include <string>
 #include <vector>
 
@@ -57,7 +58,7 @@ struct EngineMetrics {
   std::vector<int64_t> spec_decode_accepted_per_pos() const;
   // vLLM's mean acceptance length: tokens a verify step emits on average, 1 + accepted / drafts.
   double spec_decode_mean_acceptance_length() const;
-  std::mutex finish_mu;
+  mutable std::mutex finish_mu;
   std::map<std::string, int64_t> request_success;  // finish reason -> count
   mutable std::mutex spec_mu;
   std::vector<int64_t> spec_accepted_per_pos;  // guarded by spec_mu
@@ -72,5 +73,11 @@ struct EngineMetrics {
   // Prometheus text exposition; model_name labels every series as vLLM does.
   std::string render_prometheus(const std::string& model_name) const;
 };
+
+// Several data-parallel replicas' metrics as one exposition: every series once as the total over
+// the replicas with no engine label (what one engine alone renders, so a DP=1 scrape and its
+// readers are unchanged; gauges summed, kv_cache_usage_perc averaged, histograms merged), then,
+// with more than one replica, once per replica labelled engine="i" (vLLM's label).
+std::string render_prometheus_replicas(const std::string& model_name, std::span<const EngineMetrics* const> engines);
 
 }  // namespace kvasir

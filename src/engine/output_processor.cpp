@@ -200,12 +200,18 @@ void OutputProcessor::process(EngineCoreOutput& out) {
     metrics_.request_prompt_tokens.observe(st->num_prompt_tokens);
     metrics_.request_generation_tokens.observe(st->num_output_tokens);
   }
-  if (!delta.text.empty() || !delta.token_ids.empty() || finished || !delta.prompt_logprobs.empty()) {
-    st->stream->push(std::move(delta));
-  }
+  // A finished request stops counting (num_tracked: the data-parallel router's load) before its
+  // consumer can see the end, so a client that sends its next request after this one's answer
+  // never finds it still counted.
+  std::unique_ptr<State> done;
   if (finished) {
     std::lock_guard<std::mutex> lock(mu_);
-    states_.erase(out.req_id);
+    auto it = states_.find(out.req_id);
+    done = std::move(it->second);
+    states_.erase(it);
+  }
+  if (!delta.text.empty() || !delta.token_ids.empty() || finished || !delta.prompt_logprobs.empty()) {
+    st->stream->push(std::move(delta));
   }
 }
 

@@ -53,20 +53,23 @@ BlockHash hash_block_tokens(const BlockHash* parent, std::span<const TokenId> to
   return out;
 }
 
-void update_block_hashes(Request& request, int block_size) {
+void append_block_hashes(std::vector<BlockHash>& hashes, std::span<const TokenId> tokens, int block_size,
+                         const BlockHashExtraKeys& extra) {
   KVASIR_CHECK(block_size > 0);
-  std::vector<BlockHash>& hashes = request.mutable_block_hashes();
-  const auto tokens = request.all_token_ids();
   const size_t num_full = tokens.size() / static_cast<size_t>(block_size);
   if (hashes.size() >= num_full) return;
-  BlockHashExtraKeys extra;
-  if (request.cache_salt()) extra.cache_salt = std::string_view(*request.cache_salt());
-  extra.adapter_id = request.adapter_id();
   hashes.reserve(num_full);
   for (size_t i = hashes.size(); i < num_full; ++i) {
     const BlockHash* parent = i == 0 ? nullptr : &hashes[i - 1];
     hashes.push_back(hash_block_tokens(parent, tokens.subspan(i * block_size, block_size), extra));
   }
+}
+
+void update_block_hashes(Request& request, int block_size) {
+  BlockHashExtraKeys extra;
+  if (request.cache_salt()) extra.cache_salt = std::string_view(*request.cache_salt());
+  extra.adapter_id = request.adapter_id();
+  append_block_hashes(request.mutable_block_hashes(), request.all_token_ids(), block_size, extra);
 }
 
 }  // namespace kvasir

@@ -7,6 +7,7 @@
 #include <optional>
 #include <span>
 #include <string_view>
+#include <vector>
 
 #include "core/ids.h"
 
@@ -23,6 +24,12 @@ struct BlockHashExtraKeys {
 // parent is nullptr for the first block of a sequence.
 BlockHash hash_block_tokens(const BlockHash* parent, std::span<const TokenId> tokens,
                             const BlockHashExtraKeys& extra);
+
+// Appends to `hashes` (the chain of tokens' first hashes.size() full blocks) the hash of every
+// further full block of `tokens`. The one chaining loop: the prefix cache and the data-parallel
+// router (which asks each replica for a request's cached prefix) hash alike.
+void append_block_hashes(std::vector<BlockHash>& hashes, std::span<const TokenId> tokens, int block_size,
+                         const BlockHashExtraKeys& extra);
 
 // Appends to request.block_hashes() the hash of every block of all_token_ids() that is full and
 // not hashed yet. Cheap when nothing new filled; call it after tokens are appended.

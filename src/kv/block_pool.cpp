@@ -47,7 +47,10 @@ void BlockPool::evict_hash(BlockId b) {
   if (!has_hash_[b]) return;
   const auto it = cached_.find(hash_[b]);
   KVASIR_CHECK(it != cached_.end() && it->second == b);
-  cached_.erase(it);
+  {
+    std::lock_guard<std::mutex> lock(cached_mu_);
+    cached_.erase(it);
+  }
   has_hash_[b] = 0;
   ++num_evictions_;
 }
@@ -79,6 +82,17 @@ std::optional<BlockId> BlockPool::get_cached_block(const BlockHash& hash) const 
   return it->second;
 }
 
+int BlockPool::count_cached_prefix(std::span<const BlockHash> chain) const {
+  if (!enable_caching_) return 0;
+  std::lock_guard<std::mutex> lock(cached_mu_);
+  int n = 0;
+  for (const BlockHash& h : chain) {
+    if (cached_.find(h) == cached_.end()) break;  // chained: nothing after a miss can match
+    ++n;
+  }
+  return n;
+}
+
 void BlockPool::touch(std::span<const BlockId> blocks) {
   for (BlockId b : blocks) {
     KVASIR_CHECK(b > kNullBlockId && b < num_blocks());
@@ -105,7 +119,10 @@ bool BlockPool::cache_full_block(BlockId b, const BlockHash& hash) {
     KVASIR_CHECK_MSG(hash_[b] == hash, "a block's hash is write-once");
     return true;
   }
-  if (!cached_.emplace(hash, b).second) return false;
+  {
+    std::lock_guard<std::mutex> lock(cached_mu_);
+    if (!cached_.emplace(hash, b).second) return false;
+  }
   hash_[b] = hash;
   has_hash_[b] = 1;
   return true;
@@ -113,7 +130,10 @@ bool BlockPool::cache_full_block(BlockId b, const BlockHash& hash) {
 
 bool BlockPool::reset_prefix_cache() {
   if (num_free_ != num_blocks() - 1) return false;
-  cached_.clear();
+  {
+    std::lock_guard<std::mutex> lock(cached_mu_);
+    cached_.clear();
+  }
   has_hash_.assign(has_hash_.size(), 0);
   return true;
 }

@@ -5,6 +5,7 @@
 #pragma once
 
 #include <cstdint>
+#include <mutex>
 #include <optional>
 #include <span>
 #include <unordered_map>
@@ -34,6 +35,10 @@ class BlockPool {
 
   // The block holding this content, if cached (referenced or still in the free list).
   std::optional<BlockId> get_cached_block(const BlockHash& hash) const;
+  // How many of the leading blocks of a hash chain are cached now. Callable from any thread (the
+  // data-parallel router asks each replica while its engine thread runs): the hash map's writers
+  // (publish, evict, reset; engine thread only) take the same lock.
+  int count_cached_prefix(std::span<const BlockHash> chain) const;
   // ref++ for each block; a cached block with ref 0 leaves the free list (a prefix hit revives it).
   void touch(std::span<const BlockId> blocks);
   // ref-- for each; a block reaching 0 joins the tail of the free list in the order given, so the
@@ -72,7 +77,10 @@ class BlockPool {
   int num_free_ = 0;
   std::vector<BlockHash> hash_;
   std::vector<uint8_t> has_hash_;
+  // Written on the owning (engine) thread under cached_mu_; that thread reads it without the lock
+  // (it is the only writer), any other thread reads it under the lock.
   std::unordered_map<BlockHash, BlockId, BlockHashHasher> cached_;
+  mutable std::mutex cached_mu_;
   int64_t num_evictions_ = 0;
 };
 

@@ -86,6 +86,22 @@ TEST(BlockPool, CachingDisabledFindsNothing) {
   pool.check_invariants();
 }
 
+TEST(BlockPool, CountCachedPrefixStopsAtTheFirstMissAndSeesEvictions) {
+  BlockPool pool(8, true);
+  auto a = pool.get_new_blocks(3);
+  EXPECT_TRUE(pool.cache_full_block(a[0], make_hash(1)));
+  EXPECT_TRUE(pool.cache_full_block(a[2], make_hash(3)));
+  const std::vector<BlockHash> chain = {make_hash(1), make_hash(2), make_hash(3)};
+  EXPECT_EQ(pool.count_cached_prefix(chain), 1);  // 3 is cached but follows a miss
+  EXPECT_TRUE(pool.cache_full_block(a[1], make_hash(2)));
+  EXPECT_EQ(pool.count_cached_prefix(chain), 3);
+  pool.free_blocks(a);
+  EXPECT_EQ(pool.count_cached_prefix(chain), 3);  // freed but revivable
+  pool.get_new_blocks(7);  // every usable block: the cached ones are evicted
+  EXPECT_EQ(pool.count_cached_prefix(chain), 0);
+  EXPECT_EQ(BlockPool(4, false).count_cached_prefix(chain), 0);
+}
+
 TEST(BlockPoolDeathTest, DoubleFreeAborts) {
   BlockPool pool(4, true);
   const std::vector<BlockId> a = pool.get_new_blocks(1);

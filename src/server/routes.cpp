@@ -202,21 +202,21 @@ void Router::dispatch(int route, const http::Request& req, const std::shared_ptr
       http::Response r;
       r.headers.emplace_back("Content-Type", "text/plain; version=0.0.4; charset=utf-8");
       const std::string name = ctx ? ctx->model_name() : std::string();
-      if (ctx) r.body = ctx->engine().metrics().render_prometheus(name);
+      if (ctx) r.body = ctx->engine().render_prometheus(name);
       r.body += render_metrics(name);
       return reply->respond(std::move(r));
     }
     case kHealth:
       if (!ctx) return reply->respond(unavailable_response("The model is still loading."));
       if (shutting_down_) return reply->respond(unavailable_response("The server is shutting down."));
-      if (ctx->engine().dead()) return reply->respond(unavailable_response("The engine has failed: " + ctx->engine().core().fault()));
+      if (ctx->engine().dead()) return reply->respond(unavailable_response("The engine has failed: " + ctx->engine().fault()));
       return reply->respond(http::Response{200, {{"Content-Type", "text/plain"}}, ""});
     default:
       break;
   }
   if (shutting_down_) return reply->respond(unavailable_response("The server is shutting down."));
   if (!ctx) return reply->respond(unavailable_response("The model is still loading."));
-  if (ctx->engine().dead()) return reply->respond(unavailable_response("The engine has failed: " + ctx->engine().core().fault()));
+  if (ctx->engine().dead()) return reply->respond(unavailable_response("The engine has failed: " + ctx->engine().fault()));
   switch (route) {
     case kModels:
       return reply->respond(serve_models(*ctx, req.path.size() > 11 ? req.path.substr(11) : std::string()));

@@ -9,7 +9,7 @@
 #include "setup/loaded_model.h"
 #include "common/log.h"
 #include "common/mapped_file.h"
-#include "engine/engine.h"
+#include "engine/engine_group.h"
 #include "kvasir/llm.h"
 #include "server/openai_protocol.h"
 #include "server/routes.h"
@@ -100,8 +100,8 @@ Status ServingApp::start_http() {
 int ServingApp::port() const { return http_ ? http_->port() : 0; }
 
 std::string ServingApp::engine_fault() {
-  if (!llm_ || !llm_->engine().dead()) return "";
-  const std::string& why = llm_->engine().core().fault();
+  if (!llm_ || !llm_->engines().dead()) return "";
+  const std::string why = llm_->engines().fault();
   return why.empty() ? "the engine failed" : why;
 }
 
@@ -140,11 +140,14 @@ Status ServingApp::load() {
   }
   if (!tmpl) KVASIR_LOG_WARN("chat completions disabled: %s", tmpl_error.c_str());
 
-  ctx_ = std::make_unique<ServingContext>(llm_->engine(), *m.tokenizer, static_cast<int32_t>(m.config.vocab_size),
+  ctx_ = std::make_unique<ServingContext>(llm_->engines(), *m.tokenizer, static_cast<int32_t>(m.config.vocab_size),
                                           llm_->max_model_len(), std::move(tmpl), tmpl_error, std::move(so));
   router_->set_context(ctx_.get());
-  KVASIR_LOG_INFO("serving model '%s' (max_model_len %d, %d KV blocks)", ctx_->model_name().c_str(),
-                  llm_->max_model_len(), llm_->num_kv_blocks());
+  KVASIR_LOG_INFO("serving model '%s' (max_model_len %d, %d KV blocks%s)", ctx_->model_name().c_str(),
+                  llm_->max_model_len(), llm_->num_kv_blocks(),
+                  llm_->engines().size() > 1
+                      ? (" in each of " + std::to_string(llm_->engines().size()) + " data-parallel replicas").c_str()
+                      : "");
   return Status();
 }
 
@@ -174,7 +177,7 @@ void ServingApp::shutdown(double timeout_s, const std::function<bool()>& interru
   }
   if (http_) http_->stop();
   if (ctx_) ctx_->stop_pump();
-  if (llm_) llm_->engine().shutdown();
+  if (llm_) llm_->engines().shutdown();
   router_->set_context(nullptr);
   ctx_.reset();
   llm_.reset();

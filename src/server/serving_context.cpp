@@ -19,7 +19,7 @@ size_t longest_token_bytes(const Tokenizer& tok) {
 
 }  // namespace
 
-ServingContext::ServingContext(Engine& engine, const Tokenizer& tokenizer, int32_t vocab_size, int max_model_len,
+ServingContext::ServingContext(EngineGroup& engine, const Tokenizer& tokenizer, int32_t vocab_size, int max_model_len,
                                std::optional<ChatTemplate> chat_template, std::string chat_template_error,
                                ServingOptions opts)
     : engine_(engine),

@@ -18,7 +18,7 @@
 
 #include "chat/chat_template.h"
 #include "core/sampling_params.h"
-#include "engine/engine.h"
+#include "engine/engine_group.h"
 #include "server/admission_bound.h"
 #include "server/chat_output_parser.h"
 #include "server/response_store.h"
@@ -48,11 +48,12 @@ struct ServingOptions {
 class ServingContext {
  public:
   // chat_template: nullopt when the model has none (or it failed to parse: chat_template_error).
-  ServingContext(Engine& engine, const Tokenizer& tokenizer, int32_t vocab_size, int max_model_len,
+  ServingContext(EngineGroup& engine, const Tokenizer& tokenizer, int32_t vocab_size, int max_model_len,
                  std::optional<ChatTemplate> chat_template, std::string chat_template_error, ServingOptions opts);
   ~ServingContext();
 
-  Engine& engine() { return engine_; }
+  // The engine replicas (one unless --data-parallel-size > 1), routed between by the group.
+  EngineGroup& engine() { return engine_; }
   const EngineOptions& engine_options() const { return engine_.options(); }
   // The engine's request rules (prompt, vocabulary, ranges, max_model_len).
   const RequestValidator& validator() const { return engine_.validator(); }
@@ -101,7 +102,7 @@ class ServingContext {
   std::atomic<int64_t> num_rejected_queue_full{0};
 
  private:
-  Engine& engine_;
+  EngineGroup& engine_;
   const Tokenizer& tokenizer_;
   int32_t vocab_size_;
   int max_model_len_;

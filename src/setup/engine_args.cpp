@@ -45,6 +45,22 @@ Status EngineArgs::validate() const {
   if (backend == "mp" && pipeline_parallel_size > 1) {
     return unimplemented("--distributed-executor-backend mp with --pipeline-parallel-size > 1 is not supported yet");
   }
+  if (data_parallel_size < 1 || data_parallel_size > 64) {
+    return invalid_argument("--data-parallel-size must be in [1, 64]");
+  }
+  if (data_parallel_size > 1 && tensor_parallel_size > 1) {
+    // Replicas live in one process; a tensor-parallel rank 0 re-runs the command line as its
+    // workers, one group per process. D groups of TP ranks would need a launcher of their own.
+    return unimplemented("--data-parallel-size with --tensor-parallel-size > 1 is not supported yet: data-parallel "
+                         "replicas are engines in one process and each would need its own tensor-parallel group");
+  }
+  if (data_parallel_size > 1 && device == "cuda") {
+    return unimplemented("--data-parallel-size > 1 runs on the CPU backend only (one device per replica is not built)");
+  }
+  if (data_parallel_size > 1 && (pipeline_parallel_size > 1 || distributed_executor_backend == "mp" || launch.nnodes > 1)) {
+    return unimplemented("--data-parallel-size > 1 with --pipeline-parallel-size, --distributed-executor-backend mp or "
+                         "--nnodes is not supported yet: data-parallel replicas are engines in this one process");
+  }
   if (max_logprobs < 0) return invalid_argument("--max-logprobs must be >= 0");
   if (load_format != "auto" && load_format != "dummy") return invalid_argument("--load-format must be auto or dummy");
   if (!(gpu_memory_utilization > 0.0 && gpu_memory_utilization <= 1.0)) {

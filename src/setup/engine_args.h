@@ -76,6 +76,10 @@ struct EngineArgs {
   // tensor-parallel ranks instead of sliced (model/tensor_parallel.h); refused for a model
   // without experts.
   bool enable_expert_parallel = false;
+  // vLLM's --data-parallel-size: this many whole engine replicas in this process behind one
+  // front (engine/engine_group.h); on the CPU they split --threads and --kv-cache-memory
+  // (api/data_parallel.h).
+  int data_parallel_size = 1;
   StructuredOutputsConfig structured_outputs;
   SpeculativeConfig speculative;           // vLLM's --speculative-config; method empty = off
 

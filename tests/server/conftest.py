@@ -3,6 +3,10 @@
 The binary comes from $KVASIR_BIN, else build/tools/kvasir under the repository root. The model is
 the default one (models/SmolLM2-135M-Instruct.Q4_1.gguf) with a small KV cache, so the whole suite
 stays inside a few minutes on a 2-core machine.
+
+$KVASIR_TEST_DATA_PARALLEL=D starts every server of the suite with `--data-parallel-size D` (unless
+a test chooses its own parallel sizes): `KVASIR_TEST_DATA_PARALLEL=2 pytest tests/server` runs the
+whole suite against two engine replicas. CI runs the DP_SUBSET files that way (scripts/test.sh).
 """
 import json
 import os
@@ -19,6 +23,7 @@ import pytest
 REPO = os.path.abspath(os.path.join(os.path.dirname(__file__), "..", ".."))
 MODEL = os.environ.get("KVASIR_TEST_MODEL", os.path.join(REPO, "models", "SmolLM2-135M-Instruct.Q4_1.gguf"))
 MODEL_NAME = "smol"
+DATA_PARALLEL = os.environ.get("KVASIR_TEST_DATA_PARALLEL", "")
 
 # 1,000 concurrent connections need more than the usual 1,024 descriptors (the server inherits it).
 _soft, _hard = resource.getrlimit(resource.RLIMIT_NOFILE)
@@ -47,6 +52,8 @@ class Server:
         self.port = free_port()
         self.base = f"http://127.0.0.1:{self.port}"
         mml = ["--max-model-len", str(max_model_len)] if max_model_len is not None else []
+        if DATA_PARALLEL and not any(a in ("--data-parallel-size", "--tensor-parallel-size") for a in extra_args):
+            extra_args = (*extra_args, "--data-parallel-size", DATA_PARALLEL)
         args = [kvasir_bin(), "serve", MODEL, "--port", str(self.port), "--served-model-name", MODEL_NAME,
                 "--kv-cache-memory", "256MiB", *mml, "--max-num-seqs", "256",
                 "--max-num-batched-tokens", "2048", "--max-body-bytes", str(1 << 20), *extra_args]
@@ -74,11 +81,16 @@ class Server:
         with open(self.log_path, "rb") as f:
             return f.read().decode(errors="replace")[-4000:]
 
-    def metrics(self):
+    def metrics(self, per_engine=False):
+        """Series name -> value. With data-parallel replicas the engine series come as the total
+        (no engine label) and once per replica (engine="i"); only the totals unless per_engine, so
+        sums over a name prefix mean the same at any --data-parallel-size."""
         text = httpx.get(self.base + "/metrics", timeout=10).text
         out = {}
         for line in text.splitlines():
             if not line or line.startswith("#"):
+                continue
+            if not per_engine and 'engine="' in line:
                 continue
             name, _, value = line.rpartition(" ")
             out[name] = float(value)

@@ -169,7 +169,9 @@ def test_thousand_clients_cut_at_random_points_leave_others_untouched():
 
 
 def test_cancelling_queued_requests_never_touches_running_ones():
-    s = Server("--max-num-seqs", "2")
+    # One engine even under KVASIR_TEST_DATA_PARALLEL: the 2 slots (--max-num-seqs is per replica)
+    # must be full for the 50 to wait.
+    s = Server("--max-num-seqs", "2", "--data-parallel-size", "1")
     try:
         running = [greedy_body(i, 96) for i in range(2)]
         reference = run_streams(s.base, running)

@@ -17,8 +17,10 @@ QUEUE_BOUND = 16
 
 @pytest.fixture(scope="module")
 def one_seq():
-    # One running sequence at a time, so the sequences of later requests stay waiting.
-    s = Server("--max-num-seqs", "1", "--max-num-queued-reqs", str(QUEUE_BOUND))
+    # One running sequence at a time, so the sequences of later requests stay waiting. One engine
+    # even under KVASIR_TEST_DATA_PARALLEL: --max-num-seqs is per replica, and a second replica
+    # would run what these tests need waiting.
+    s = Server("--max-num-seqs", "1", "--max-num-queued-reqs", str(QUEUE_BOUND), "--data-parallel-size", "1")
     yield s
     assert s.stop() == 0, s.logs()
 
