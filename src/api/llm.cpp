@@ -29,6 +29,8 @@ LLM::~LLM() {
     if (r.model && r.model->backend) {
       if (const std::string st = r.model->backend->stats(); !st.empty()) KVASIR_LOG_INFO("%s", st.c_str());
     }
+  }
+}
 
 Engine& LLM::engine() { return engines_->replica(0); }
 
