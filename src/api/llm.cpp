@@ -17,6 +17,7 @@ namespace kvasir {
 
 struct LLM::KvHolder {
   std::unique_ptr<KvCache> cache;  // the runner keeps a reference
+  LoadedDraftModel draft;          // speculative "draft_model": the runner's proposer keeps references
 };
 
 LLM::~LLM() {
@@ -43,6 +44,7 @@ StatusOr<std::unique_ptr<LLM>> LLM::create(const EngineArgs& args) {
   llm->num_kv_blocks_ = setup.num_kv_blocks;
   llm->kv_ = std::make_unique<KvHolder>();
   llm->kv_->cache = std::move(setup.cache);
+  llm->kv_->draft = std::move(setup.draft);
 
   EngineOptions eo;
   eo.scheduler.max_num_seqs = args.max_num_seqs;

@@ -89,7 +89,7 @@ TEST(SpeculativeConfig, EveryBadFieldIsNamed) {
                 .find("prompt_lookup_min (4) must be <= prompt_lookup_max (2)"),
             std::string::npos);
   EXPECT_NE(error_of(R"({"method": "ngram", "num_speculative_tokens": 3, "draft_tensor_parallel_size": 1})")
-                .find("'draft_tensor_parallel_size' is not supported"),
+                .find("'draft_tensor_parallel_size' belongs to the \"draft_model\" method"),
             std::string::npos);
 }
 
