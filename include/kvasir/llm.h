@@ -49,6 +49,7 @@ namespace dist {
 class Communicator;
 }
 struct KvCache;
+struct LoadedDraftModel;
 
 class LLM {
  public:
@@ -79,6 +80,8 @@ class LLM {
   struct Replica {
     std::unique_ptr<LoadedModel> model;
     std::unique_ptr<KvCache> cache;  // the runner keeps a reference (null under mp: no model here)
+    // Speculative "draft_model": the draft and its own KV cache, which the runner's proposer uses.
+    std::unique_ptr<LoadedDraftModel> draft;
   };
   std::vector<Replica> replicas_;
   // More than one rank (tensor x pipeline parallel) or --distributed-executor-backend mp: the

@@ -91,7 +91,7 @@ StatusOr<std::unique_ptr<LLM>> LLM::create(const EngineArgs& args) {
     const LoadedModel& m = *front.model;
     engines.push_back(std::make_unique<Engine>(eo, *m.tokenizer, m.config.vocab_size,
                                                executor_for(args, std::move(front.worker))));
-    llm->replicas_.push_back(Replica{std::move(front.model), nullptr});
+    llm->replicas_.push_back(Replica{std::move(front.model), nullptr, nullptr});
     llm->engines_ = std::make_unique<EngineGroup>(std::move(engines));
     return llm;
   }
@@ -130,7 +130,8 @@ StatusOr<std::unique_ptr<LLM>> LLM::create(const EngineArgs& args) {
     if (llm->tp_) worker = std::make_unique<BroadcastingWorker>(*llm->tp_->comm, std::move(worker));
     const LoadedModel& m = *setup.model;
     engines.push_back(std::make_unique<Engine>(eo, *m.tokenizer, m.config.vocab_size, executor_for(args, std::move(worker))));
-    llm->replicas_.push_back(Replica{std::move(setup.model), std::move(setup.cache)});
+    llm->replicas_.push_back(Replica{std::move(setup.model), std::move(setup.cache),
+                                     std::make_unique<LoadedDraftModel>(std::move(setup.draft))});
   }
   llm->engines_ = std::make_unique<EngineGroup>(std::move(engines));
   return llm;

@@ -10,6 +10,7 @@
 #include "model/pipeline_parallel.h"
 #include "model/registry.h"
 #include "model/tensor_parallel.h"
+#include "setup/draft_model.h"
 #include "setup/kv_cache_sizing.h"
 #ifdef KVASIR_HAVE_CUDA
 #include "backend/cuda/cuda_backend.h"
@@ -125,7 +126,12 @@ StatusOr<RankSetup> set_up_rank(const EngineArgs& args, TensorParallelProcesses*
   rc.eos_token_ids = r.model->eos_token_ids;
   rc.max_num_seqs = args.max_num_seqs;
   rc.speculative = args.speculative;
-  r.runner = std::make_unique<ModelRunner>(*r.model->model, *r.cache, rc);
+  DraftModelRef draft;
+  if (args.speculative.method == "draft_model") {
+    KVASIR_ASSIGN_OR_RETURN(r.draft, load_draft_model(args, *r.model, r.num_kv_blocks));
+    draft = DraftModelRef{r.draft.model->model.get(), r.draft.cache.get(), args.max_num_batched_tokens};
+  }
+  r.runner = std::make_unique<ModelRunner>(*r.model->model, *r.cache, rc, draft);
   return r;
 }
 

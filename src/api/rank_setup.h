@@ -9,6 +9,7 @@
 
 #include "api/tensor_parallel_group.h"
 #include "runner/model_runner.h"
+#include "setup/draft_model.h"
 #include "setup/engine_args.h"
 #include "setup/loaded_model.h"
 
@@ -23,6 +24,7 @@ struct RankSetup {
   int num_kv_blocks = 0;
   int max_model_len = 0;
   std::unique_ptr<KvCache> cache;  // stable address: the runner keeps a reference
+  LoadedDraftModel draft;          // speculative method "draft_model" only; before the runner, which uses it
   std::unique_ptr<ModelRunner> runner;
 };
 

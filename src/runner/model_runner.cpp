@@ -5,6 +5,7 @@
 
 #include "common/check.h"
 #include "common/log.h"
+#include "runner/draft_model_proposer.h"
 
 #include "sample/philox.h"
 #include "sample/rejection_sampler.h"
@@ -12,14 +13,17 @@
 
 namespace kvasir {
 
-ModelRunner::ModelRunner(DecoderModel& model, KvCache& cache, const RunnerConfig& config)
+ModelRunner::ModelRunner(DecoderModel& model, KvCache& cache, const RunnerConfig& config, const DraftModelRef& draft)
     : model_(model),
       cache_(cache),
       config_(config),
       caps_(model.backend().capabilities()),
       sampler_(model.config().vocab_size, 1),
       input_batch_(config.block_size) {
-  if (config.speculative.enabled()) {
+  if (config.speculative.method == "draft_model") {
+    KVASIR_CHECK_MSG(draft.model != nullptr && draft.cache != nullptr, "setup loads the draft model first");
+    proposer_ = std::make_unique<DraftModelProposer>(*draft.model, *draft.cache, draft.max_tokens_per_forward);
+  } else if (config.speculative.enabled()) {
     StatusOr<std::unique_ptr<Proposer>> p = make_proposer(config.speculative);
     KVASIR_CHECK_MSG(p.ok(), "the speculative config was validated at start");
     proposer_ = std::move(*p);
@@ -228,6 +232,7 @@ Status ModelRunner::sample_on_device(const GrammarBitmaskFuture& bitmask) {
 
 void ModelRunner::propose_drafts(ModelRunnerOutput& result) {
   if (!proposer_) return;
+  proposal_ctxs_.clear(), proposal_max_.clear(), proposal_out_.clear();
   for (size_t i = 0; i < rows_.size(); ++i) {
     const ScheduledRow& row = rows_[i];
     if (row.logits_row < 0) continue;
@@ -235,15 +240,19 @@ void ModelRunner::propose_drafts(ModelRunnerOutput& result) {
     // Never past max_model_len: the scheduler trims further (max_tokens, its draft budget).
     const int room = config_.max_model_len - static_cast<int>(r.tokens.size());
     const int k = std::min(config_.speculative.num_speculative_tokens, room);
-    proposer_->propose(ProposalContext{*row.req_id, r.tokens, r.num_prompt_tokens}, std::max(0, k),
-                       &result.outputs[i].spec_token_ids);
+    proposal_ctxs_.push_back(ProposalContext{*row.req_id, r.tokens, r.num_prompt_tokens});
+    proposal_max_.push_back(std::max(0, k));
+    proposal_out_.push_back(&result.outputs[i].spec_token_ids);
   }
+  // One call for the step: a draft model batches its passes across the requests.
+  proposer_->propose_batch(proposal_ctxs_, proposal_max_, proposal_out_);
 }
 
 StatusOr<ModelRunnerOutput> ModelRunner::execute(const SchedulerOutput& so, const GrammarBitmaskFuture& bitmask) {
   const auto t_enter = Clock::now();
   if (proposer_) {
     for (const std::string& id : so.finished_req_ids) proposer_->finish_request(id);
+    for (const std::string& id : so.preempted_req_ids) proposer_->preempt_request(id);
   }
   KVASIR_RETURN_IF_ERROR(input_batch_.apply(so, &scheduled_));
   ModelRunnerOutput result;

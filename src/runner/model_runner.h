@@ -32,9 +32,18 @@ struct RunnerConfig {
   SpeculativeConfig speculative;
 };
 
+// The draft model of speculative method "draft_model": loaded and given its own KV cache at setup
+// (setup/draft_model.h), run by the runner's DraftModelProposer. Both outlive the runner.
+struct DraftModelRef {
+  DecoderModel* model = nullptr;
+  KvCache* cache = nullptr;
+  int max_tokens_per_forward = 0;  // the draft's workspace bound (--max-num-batched-tokens)
+};
+
 class ModelRunner {
  public:
-  ModelRunner(DecoderModel& model, KvCache& cache, const RunnerConfig& config);
+  // `draft`: required when config.speculative.method is "draft_model", else unused.
+  ModelRunner(DecoderModel& model, KvCache& cache, const RunnerConfig& config, const DraftModelRef& draft = {});
   ~ModelRunner();
 
   // `bitmask`: the grammar rows of so.structured_output_req_ids, awaited right before sampling
@@ -99,6 +108,10 @@ class ModelRunner {
   std::chrono::steady_clock::time_point t_submitted_;
   ForwardBatch batch_;
   std::unique_ptr<Proposer> proposer_;  // null without speculative decoding
+  // propose_drafts' per-step lists, reused.
+  std::vector<ProposalContext> proposal_ctxs_;
+  std::vector<int> proposal_max_;
+  std::vector<std::vector<TokenId>*> proposal_out_;
 };
 
 }  // namespace kvasir

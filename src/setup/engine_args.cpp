@@ -72,6 +72,9 @@ Status EngineArgs::validate() const {
   if (scheduling_policy != "fcfs" && scheduling_policy != "priority") {
     return invalid_argument("--scheduling-policy must be fcfs or priority");
   }
+  if (speculative.method == "draft_model" && tensor_parallel_size > 1) {
+    return invalid_argument("--speculative-config method \"draft_model\" with --tensor-parallel-size > 1 is not supported yet");
+  }
   if (speculative.enabled() && async_scheduling) {
     return invalid_argument("--speculative-config with --async-scheduling is not supported yet");
   }

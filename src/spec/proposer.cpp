@@ -5,6 +5,11 @@
 
 namespace kvasir {
 
+void Proposer::propose_batch(std::span<const ProposalContext> ctxs, std::span<const int> max_num_drafts,
+                             std::span<std::vector<TokenId>* const> drafts) {
+  for (size_t i = 0; i < ctxs.size(); ++i) propose(ctxs[i], max_num_drafts[i], drafts[i]);
+}
+
 StatusOr<std::unique_ptr<Proposer>> make_proposer(const SpeculativeConfig& config) {
   if (config.method == "ngram") {
     if (config.prompt_lookup_min < 1 || config.prompt_lookup_min > config.prompt_lookup_max) {
@@ -15,6 +20,9 @@ StatusOr<std::unique_ptr<Proposer>> make_proposer(const SpeculativeConfig& confi
   if (config.method == "suffix") {
     KVASIR_RETURN_IF_ERROR(config.suffix.validate());
     return std::unique_ptr<Proposer>(new SuffixProposer(config.suffix));
+  }
+  if (config.method == "draft_model") {
+    return invalid_argument("the draft_model proposer is built by the runner from the loaded draft model");
   }
   return invalid_argument("no proposer for speculative method \"" + config.method + "\"");
 }

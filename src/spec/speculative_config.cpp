@@ -24,8 +24,7 @@ StatusOr<int> small_positive_int(const Json& v, const std::string& key) {
 }
 
 bool is_known_unbuilt_method(const std::string& m) {
-  for (const char* name : {"draft_model", "eagle", "eagle3", "mtp", "medusa", "mlp_speculator",
-                           "deepseek_mtp"}) {
+  for (const char* name : {"eagle", "eagle3", "mtp", "medusa", "mlp_speculator", "deepseek_mtp"}) {
     if (m == name) return true;
   }
   return false;
@@ -38,7 +37,7 @@ StatusOr<double> number(const Json& v, const std::string& key) {
   return v.as_double();
 }
 
-constexpr const char* kMethods = "the supported methods are \"ngram\" and \"suffix\"";
+constexpr const char* kMethods = "the supported methods are \"ngram\", \"suffix\" and \"draft_model\"";
 
 }  // namespace
 
@@ -47,6 +46,7 @@ StatusOr<SpeculativeConfig> parse_speculative_config(const std::string& json_tex
   if (!j.ok() || !j->is_object()) return field_error("must be a JSON object");
   SpeculativeConfig c;
   bool has_num = false, has_min = false, has_max = false;
+  bool model_is_ngram = false, has_draft_tp = false;
   std::string suffix_key;  // a suffix_decoding_* key that was given (only the suffix method reads them)
   for (const auto& [key_, v_] : j->as_object()) {
     const std::string& key = key_;  // named copies: clang before 16 cannot capture bindings
@@ -55,14 +55,22 @@ StatusOr<SpeculativeConfig> parse_speculative_config(const std::string& json_tex
       if (!v.is_string()) return field_error("'method' must be a string");
       c.method = v.as_string();
     } else if (key == "model") {
-      // vLLM's older spelling of the n-gram method; any other model is a draft model.
+      // vLLM's older spelling of the n-gram method; any other model is a draft model (vLLM infers
+      // method "draft_model" when 'method' is left out).
       if (!v.is_string()) return field_error("'model' must be a string");
       if (v.as_string() == "[ngram]" || v.as_string() == "ngram") {
-        if (c.method.empty()) c.method = "ngram";
+        model_is_ngram = true;
       } else {
-        return field_error("draft models ('model': \"" + v.as_string() +
-                           "\") are not supported yet; " + kMethods);
+        if (v.as_string().empty()) return field_error("'model' must not be empty");
+        c.draft_model = v.as_string();
       }
+    } else if (key == "draft_tensor_parallel_size") {
+      if (!v.is_int()) return field_error("'draft_tensor_parallel_size' must be an integer");
+      if (v.as_int() != 1) {
+        return field_error("'draft_tensor_parallel_size' " + std::to_string(v.as_int()) +
+                           " is not supported: the draft model runs unsharded (1)");
+      }
+      has_draft_tp = true;
     } else if (key == "num_speculative_tokens") {
       KVASIR_ASSIGN_OR_RETURN(c.num_speculative_tokens, small_positive_int(v, key));
       has_num = true;
@@ -92,17 +100,33 @@ StatusOr<SpeculativeConfig> parse_speculative_config(const std::string& json_tex
       suffix_key = key;
     } else {
       return field_error("'" + key +
-                         "' is not supported (method, model, num_speculative_tokens, prompt_lookup_min, "
+                         "' is not supported (method, model, draft_tensor_parallel_size, num_speculative_tokens, prompt_lookup_min, "
                          "prompt_lookup_max, suffix_decoding_max_tree_depth, suffix_decoding_max_cached_requests, "
                          "suffix_decoding_max_spec_factor, suffix_decoding_min_token_prob)");
     }
   }
+  if (c.method.empty() && model_is_ngram) c.method = "ngram";
+  if (c.method.empty() && !c.draft_model.empty()) c.method = "draft_model";
   if (c.method.empty()) return field_error(std::string("'method' is required; ") + kMethods);
   if (is_known_unbuilt_method(c.method)) {
     return field_error("method \"" + c.method + "\" is not supported yet; " + kMethods);
   }
-  if (c.method != "ngram" && c.method != "suffix") {
+  if (c.method != "ngram" && c.method != "suffix" && c.method != "draft_model") {
     return field_error("unknown method \"" + c.method + "\"; " + kMethods);
+  }
+  if (c.method != "draft_model" && !c.draft_model.empty()) {
+    return field_error("'model' (\"" + c.draft_model + "\") names a draft model, which only the \"draft_model\" method uses");
+  }
+  if (c.method != "draft_model" && has_draft_tp) {
+    return field_error("'draft_tensor_parallel_size' belongs to the \"draft_model\" method");
+  }
+  if (c.method == "draft_model") {
+    if (model_is_ngram) return field_error("'model' \"ngram\" names the ngram method, not a draft model");
+    if (c.draft_model.empty()) return field_error("method \"draft_model\" needs 'model': the draft's .gguf file or HF directory");
+    if (has_min || has_max) return field_error("prompt_lookup_min/max belong to the \"ngram\" method, not \"draft_model\"");
+    if (!suffix_key.empty()) return field_error("'" + suffix_key + "' belongs to the \"suffix\" method, not \"draft_model\"");
+    if (!has_num) return field_error("'num_speculative_tokens' is required");
+    return c;
   }
   if (c.method == "suffix") {
     if (has_min || has_max) return field_error("prompt_lookup_min/max belong to the \"ngram\" method, not \"suffix\"");

@@ -36,13 +36,34 @@ TEST(SpeculativeConfig, LookupBoundsDefaultAsVllm) {
 }
 
 TEST(SpeculativeConfig, UnbuiltMethodsAreRefusedByName) {
-  for (const char* m : {"draft_model", "eagle", "eagle3", "mtp"}) {
+  for (const char* m : {"eagle", "eagle3", "mtp"}) {
     const std::string e = error_of(std::string(R"({"method": ")") + m + R"(", "num_speculative_tokens": 3})");
     EXPECT_NE(e.find(std::string("\"") + m + "\" is not supported yet"), std::string::npos) << e;
   }
   EXPECT_NE(error_of(R"({"method": "warp", "num_speculative_tokens": 3})").find("unknown method \"warp\""),
             std::string::npos);
-  EXPECT_NE(error_of(R"({"model": "some/draft", "num_speculative_tokens": 3})").find("draft models"),
+}
+
+TEST(SpeculativeConfig, DraftModelMethodAndVllmShorthand) {
+  auto full = parse_speculative_config(
+      R"({"method": "draft_model", "model": "d.gguf", "num_speculative_tokens": 3, "draft_tensor_parallel_size": 1})");
+  ASSERT_TRUE(full.ok()) << full.status().to_string();
+  EXPECT_EQ(full->method, "draft_model");
+  EXPECT_EQ(full->draft_model, "d.gguf");
+  EXPECT_EQ(full->num_speculative_tokens, 3);
+  // vLLM infers draft_model from a model that is not "[ngram]".
+  auto shorthand = parse_speculative_config(R"({"model": "some/draft", "num_speculative_tokens": 2})");
+  ASSERT_TRUE(shorthand.ok());
+  EXPECT_EQ(shorthand->method, "draft_model");
+  EXPECT_EQ(shorthand->draft_model, "some/draft");
+  EXPECT_NE(error_of(R"({"method": "draft_model", "num_speculative_tokens": 3})").find("needs 'model'"), std::string::npos);
+  EXPECT_NE(error_of(R"({"model": "d", "num_speculative_tokens": 3, "draft_tensor_parallel_size": 2})")
+                .find("'draft_tensor_parallel_size' 2 is not supported"),
+            std::string::npos);
+  EXPECT_NE(error_of(R"({"model": "d"})").find("'num_speculative_tokens' is required"), std::string::npos);
+  EXPECT_NE(error_of(R"({"method": "ngram", "model": "d", "num_speculative_tokens": 3})").find("names a draft model"),
+            std::string::npos);
+  EXPECT_NE(error_of(R"({"model": "d", "num_speculative_tokens": 3, "prompt_lookup_max": 3})").find("ngram"),
             std::string::npos);
 }
 
@@ -68,7 +89,7 @@ TEST(SpeculativeConfig, EveryBadFieldIsNamed) {
                 .find("prompt_lookup_min (4) must be <= prompt_lookup_max (2)"),
             std::string::npos);
   EXPECT_NE(error_of(R"({"method": "ngram", "num_speculative_tokens": 3, "draft_tensor_parallel_size": 1})")
-                .find("'draft_tensor_parallel_size' is not supported"),
+                .find("'draft_tensor_parallel_size' belongs to the \"draft_model\" method"),
             std::string::npos);
 }
 

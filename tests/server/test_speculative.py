@@ -1,8 +1,11 @@
 """Speculative decoding on the server (issue 16): --speculative-config with vLLM's keys, a bad or
 unbuilt config refuses to start naming what is wrong, greedy answers equal a server without
 speculation, the spec_decode counters move in /metrics, and a structured-output request is a 400
-naming the combination.
+naming the combination. The "draft_model" method (vLLM's 'model' shorthand, the same GGUF as its
+own draft) gives the plain server's greedy text with drafts accepted; a draft with another
+vocabulary refuses to start.
 """
+import os
 import subprocess
 
 import httpx
@@ -69,6 +72,9 @@ def test_structured_outputs_with_speculation_is_a_400_naming_it(spec_server):
     ('{"method": "ngram", "num_speculative_tokens": 3, "prompt_lookup_min": 5, "prompt_lookup_max": 2}',
      "prompt_lookup_min (5) must be <= prompt_lookup_max (2)"),
     ("not json", "must be a JSON object"),
+    ('{"model": "draft.gguf", "num_speculative_tokens": 3, "draft_tensor_parallel_size": 2}',
+     "'draft_tensor_parallel_size' 2 is not supported"),
+    ('{"method": "draft_model", "num_speculative_tokens": 3}', "needs 'model'"),
 ])
 def test_a_bad_config_refuses_to_start_naming_the_field(config, message):
     args = [kvasir_bin(), "serve", MODEL, "--port", "0", "--speculative-config", config]
@@ -76,3 +82,28 @@ def test_a_bad_config_refuses_to_start_naming_the_field(config, message):
     out = p.stdout.decode(errors="replace")
     assert p.returncode != 0, out[-2000:]
     assert message in out, out[-2000:]
+
+
+def test_draft_model_through_serve_equals_the_plain_server(server):
+    before_text = complete(server)
+    draft = Server("--speculative-config", '{"model": "%s", "num_speculative_tokens": 3}' % MODEL)
+    try:
+        before = draft.metrics()
+        accepted_key = next(k for k in before if k.startswith("kvasir:spec_decode_num_accepted_tokens_total"))
+        spec = complete(draft)
+        assert spec["text"] == before_text["text"] and spec["finish_reason"] == before_text["finish_reason"]
+        assert draft.metrics()[accepted_key] > before[accepted_key]
+    finally:
+        assert draft.stop() == 0, draft.logs()
+
+
+def test_a_draft_with_another_vocabulary_refuses_to_start():
+    gemma = os.path.join(os.path.dirname(MODEL), "gemma-3-270m-q4_k_m.gguf")
+    if not os.path.exists(gemma):
+        pytest.skip("gemma model missing")
+    config = '{"method": "draft_model", "model": "%s", "num_speculative_tokens": 3}' % gemma
+    p = subprocess.run([kvasir_bin(), "serve", MODEL, "--port", "0", "--speculative-config", config],
+                       stdout=subprocess.PIPE, stderr=subprocess.STDOUT, timeout=60)
+    out = p.stdout.decode(errors="replace")
+    assert p.returncode != 0, out[-2000:]
+    assert "does not share the target's vocabulary" in out, out[-2000:]

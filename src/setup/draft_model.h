@@ -1,0 +1,33 @@
+// The draft model of speculative method "draft_model": loaded like the target (GGUF or HF
+// directory, any format; same device), checked to share the target's vocabulary, and given its
+// own KV cache. Must not run anything: the runner's DraftModelProposer does.
+#pragma once
+
+#include <memory>
+
+#include "model/kv_cache.h"
+#include "setup/engine_args.h"
+#include "setup/loaded_model.h"
+
+namespace kvasir {
+
+struct LoadedDraftModel {
+  std::unique_ptr<LoadedModel> model;
+  std::unique_ptr<KvCache> cache;  // stable address: the runner's proposer keeps a reference
+};
+
+// Draft KV blocks: the target's token capacity (a draft holds no more tokens per request than the
+// target, plus its k - 1 unverified drafts; preempted requests hold none on either side) plus, per
+// sequence, the blocks those k - 1 drafts and a partly filled block can add. Capped at 2^24.
+int num_draft_kv_blocks(int target_kv_blocks, int block_size, int max_num_seqs, int num_speculative_tokens);
+
+// An invalid_argument naming what differs when the draft's vocabulary is not the target's: the
+// logits width, the tokenizer's size, BOS/EOS ids, or the ids a few probe strings encode to.
+Status check_same_vocabulary(const LoadedModel& target, const LoadedModel& draft);
+
+// Loads args.speculative.draft_model with the target's device and threads (not its
+// --quantization, which names the target's checkpoint format), checks the vocabulary and
+// allocates num_draft_kv_blocks blocks.
+StatusOr<LoadedDraftModel> load_draft_model(const EngineArgs& args, const LoadedModel& target, int target_kv_blocks);
+
+}  // namespace kvasir
