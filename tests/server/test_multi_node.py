@@ -141,6 +141,7 @@ def stream_until_cut(node0, kill):
     """Three live streams; once all have tokens flowing, kill() is called. Returns (errors, killed_at)."""
     body = {"model": NAME, "max_tokens": MAX_MODEL_LEN - 32, "temperature": 0, "ignore_eos": True, "stream": True}
     errors, killed_at, flowing = {}, [], set()
+    cut = threading.Lock()
 
     def stream(i, prompt):
         chunks = 0
@@ -155,9 +156,12 @@ def stream_until_cut(node0, kill):
                     return
                 chunks += 1
                 flowing.add(i)
-                if i == 0 and chunks >= 3 and len(flowing) == len(PROMPTS) and not killed_at:
-                    kill()
-                    killed_at.append(time.time())
+                # Whichever stream first sees all three flowing cuts the group (on a loaded machine
+                # stream 0 may finish before the last one starts).
+                with cut:
+                    if chunks >= 3 and len(flowing) == len(PROMPTS) and not killed_at:
+                        kill()
+                        killed_at.append(time.time())
 
     threads = [threading.Thread(target=stream, args=(i, p)) for i, p in enumerate(PROMPTS)]
     for t in threads:  # started inside node 0's namespace: so are their sockets
