@@ -29,6 +29,7 @@ struct LaunchPlan {
   std::string master_addr;
   int master_port = 0;
   std::string group_id;        // a started worker's shared-memory group (from KVASIR_TP_GROUP)
+  int64_t busy_wait_us = 0;    // shared memory: ShmCommunicatorOptions::busy_wait_us
 
   bool is_worker() const { return rank != 0; }
 };

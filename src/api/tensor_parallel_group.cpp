@@ -33,12 +33,13 @@ constexpr const char* kGroupEnv = "KVASIR_TP_GROUP";
 constexpr const char* kTcpGroupId = "kvasir-tp";  // every node derives the same one
 constexpr int64_t kJoinTimeoutMs = 60'000;
 
-StatusOr<std::unique_ptr<dist::Communicator>> join_shm(const std::string& group, int size, int rank,
+StatusOr<std::unique_ptr<dist::Communicator>> join_shm(const std::string& group, const LaunchPlan& plan,
                                                        std::function<Status()> while_attaching = nullptr) {
   dist::ShmCommunicatorOptions o;
   o.group_id = group;
-  o.rank = rank;
-  o.world_size = size;
+  o.rank = plan.rank;
+  o.world_size = plan.world_size;
+  o.busy_wait_us = plan.busy_wait_us;
   o.timeout_ms = kJoinTimeoutMs;
   o.while_attaching = std::move(while_attaching);
   KVASIR_ASSIGN_OR_RETURN(auto c, dist::ShmCommunicator::create(o));
@@ -153,13 +154,13 @@ StatusOr<std::unique_ptr<TensorParallelProcesses>> form_tensor_parallel_group(co
     return group;
   }
   if (plan.started_by_launcher) {
-    KVASIR_ASSIGN_OR_RETURN(group->comm, join_shm(plan.group_id, plan.world_size, plan.rank));
+    KVASIR_ASSIGN_OR_RETURN(group->comm, join_shm(plan.group_id, plan));
     return group;
   }
   const std::string id = "tp-" + std::to_string(getpid()) + "-" +
                          std::to_string(std::chrono::steady_clock::now().time_since_epoch().count());
   KVASIR_RETURN_IF_ERROR(start_workers(first_started, plan.num_ranks_to_start, id, group->workers));
-  auto comm = join_shm(id, plan.world_size, plan.rank, watch_started(group->workers, first_started));
+  auto comm = join_shm(id, plan, watch_started(group->workers, first_started));
   if (!comm.ok()) return comm.status();
   group->comm = std::move(comm).value();
   return group;

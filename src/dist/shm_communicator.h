@@ -35,6 +35,11 @@ struct ShmCommunicatorOptions {
   // Called every few milliseconds while create() waits for the other ranks to attach; a non-OK
   // answer ends the wait with it (a launcher that sees a rank's process exit says so at once).
   std::function<Status()> while_attaching;
+  // A wait yields this long before it starts to sleep (0: the default backoff, backoff.h): for a
+  // group whose ranks answer each other within a device step and whose CPUs are idle meanwhile
+  // (the multiprocess executor's front and model ranks on a GPU), where a sleep's wake-up would add
+  // 20-200 us to every step.
+  int64_t busy_wait_us = 0;
 };
 
 class ShmSegment;

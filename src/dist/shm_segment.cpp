@@ -73,6 +73,8 @@ StatusOr<std::unique_ptr<ShmSegment>> ShmSegment::attach(const ShmCommunicatorOp
     return invalid_argument("shm communicator: rank " + std::to_string(o.rank) + " is not in [0, " +
                             std::to_string(o.world_size) + ")");
   if (o.timeout_ms <= 0) return invalid_argument("shm communicator: timeout_ms must be positive");
+  if (o.busy_wait_us < 0 || o.busy_wait_us > 10'000'000)
+    return invalid_argument("shm communicator: busy_wait_us must be in [0, 10 s]");
   if (o.slot_bytes < 4096 || o.slot_bytes % 64 || o.p2p_slot_bytes < 64 || o.p2p_slot_bytes % 64 ||
       o.slot_bytes > (size_t{1} << 30) || o.p2p_slot_bytes > (size_t{1} << 30))
     return invalid_argument("shm communicator: slot sizes must be multiples of 64, slot >= 4096, up to 1 GiB");
@@ -82,6 +84,7 @@ StatusOr<std::unique_ptr<ShmSegment>> ShmSegment::attach(const ShmCommunicatorOp
   seg->rank_ = o.rank;
   seg->world_size_ = o.world_size;
   seg->timeout_ms_ = o.timeout_ms;
+  seg->busy_wait_ns_ = o.busy_wait_us * 1000;
   seg->slot_bytes_ = o.slot_bytes;
   seg->p2p_slot_bytes_ = o.p2p_slot_bytes;
   seg->while_attaching_ = o.while_attaching;

@@ -98,6 +98,7 @@ class ShmSegment {
   std::string group_id_, name_;
   int rank_ = 0, world_size_ = 1;
   int64_t timeout_ms_ = 0;
+  int64_t busy_wait_ns_ = 0;  // ShmCommunicatorOptions::busy_wait_us
   size_t slot_bytes_ = 0, p2p_slot_bytes_ = 0, total_bytes_ = 0;
   uint8_t* base_ = nullptr;
   bool unlinked_ = false;
@@ -121,7 +122,7 @@ Status ShmSegment::wait(Ready&& ready, int peer, const char* op) {
   Status broken = group_failure_status();
   if (!broken.ok()) return fail(unavailable(std::string(op) + " failed: " + broken.message()));
   const auto deadline = std::chrono::steady_clock::now() + std::chrono::milliseconds(timeout_ms_);
-  Backoff backoff;
+  Backoff backoff(busy_wait_ns_);
   while (!ready()) {
     if (backoff.check_due()) {
       Status s = check_group(peer, op, deadline);
