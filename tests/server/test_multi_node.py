@@ -18,13 +18,13 @@ import os
 import shutil
 import signal
 import subprocess
-import threading
 import time
 
 import httpx
 import pytest
 
 from conftest import REPO, Server, free_port, kvasir_bin
+from group_faults import check_group_failed, stream_until_cut
 from netns import two_hosts  # noqa: F401 (a fixture)
 
 TINY = os.path.join(REPO, "tests", "data", "tiny", "llama3", "model.gguf")
@@ -137,55 +137,6 @@ def test_built_in_launcher_across_namespaces_completes_exactly_as_one_rank(two_h
     assert wait_empty(hosts) == [[], []], "a rank outlived the group"
 
 
-def stream_until_cut(node0, kill):
-    """Three live streams; once all have tokens flowing, kill() is called. Returns (errors, killed_at)."""
-    body = {"model": NAME, "max_tokens": MAX_MODEL_LEN - 32, "temperature": 0, "ignore_eos": True, "stream": True}
-    errors, killed_at, flowing = {}, [], set()
-    cut = threading.Lock()
-
-    def stream(i, prompt):
-        chunks = 0
-        with httpx.stream("POST", node0.base + "/v1/completions", json={**body, "prompt": prompt}, timeout=60) as r:
-            assert r.status_code == 200
-            for line in r.iter_lines():
-                if not line.startswith("data: ") or line == "data: [DONE]":
-                    continue
-                event = line[len("data: "):]
-                if '"error"' in event:
-                    errors[i] = event
-                    return
-                chunks += 1
-                flowing.add(i)
-                # Whichever stream first sees all three flowing cuts the group (on a loaded machine
-                # stream 0 may finish before the last one starts).
-                with cut:
-                    if chunks >= 3 and len(flowing) == len(PROMPTS) and not killed_at:
-                        kill()
-                        killed_at.append(time.time())
-
-    threads = [threading.Thread(target=stream, args=(i, p)) for i, p in enumerate(PROMPTS)]
-    for t in threads:  # started inside node 0's namespace: so are their sockets
-        t.start()
-    for t in threads:
-        t.join(timeout=60)
-    return errors, killed_at
-
-
-def check_group_failed(node0, errors, killed_at):
-    assert killed_at, "the streams ended before a rank could be killed"
-    assert sorted(errors) == [0, 1, 2], f"every live request must end with an error: {errors}"
-    status = None
-    while time.time() < killed_at[0] + 1.0:
-        try:
-            status = httpx.get(node0.base + "/health", timeout=1).status_code
-        except httpx.TransportError:
-            break
-        if status == 503:
-            break
-        time.sleep(0.05)
-    assert status == 503, "/health must answer 503 within a second of the rank's death"
-
-
 @pytest.mark.parametrize("layout,ranks", LAYOUTS)
 def test_built_in_launcher_a_killed_remote_rank_fails_every_stream_and_every_process(two_hosts, layout, ranks,
                                                                                     tmp_path):
@@ -193,8 +144,9 @@ def test_built_in_launcher_a_killed_remote_rank_fails_every_stream_and_every_pro
     hosts = two_hosts
     node0, node1 = start_nodes(hosts, layout, tmp_path)
     with hosts.inside(0):
-        errors, killed_at = stream_until_cut(node0, lambda: node1.send_signal(signal.SIGKILL))
-        check_group_failed(node0, errors, killed_at)
+        errors, killed_at = stream_until_cut(node0.base, NAME, lambda: node1.send_signal(signal.SIGKILL),
+                                             max_tokens=MAX_MODEL_LEN - 32, prompts=PROMPTS, timeout=60)
+        check_group_failed(node0.base, errors, killed_at)
     assert node0.proc.wait(timeout=15) != 0, node0.logs()
     assert "tensor-parallel group failed" in node0.logs(), node0.logs()
     assert node1.wait(timeout=5) != 0
@@ -331,7 +283,8 @@ def test_mpirun_a_killed_remote_rank_fails_every_stream_and_every_process(two_ho
     hosts = two_hosts
     node0, pids = start_mpirun(hosts, layout, ranks, tmp_path)
     with hosts.inside(0):
-        errors, killed_at = stream_until_cut(node0, lambda: os.kill(pids[1][0], signal.SIGKILL))
-        check_group_failed(node0, errors, killed_at)
+        errors, killed_at = stream_until_cut(node0.base, NAME, lambda: os.kill(pids[1][0], signal.SIGKILL),
+                                             max_tokens=MAX_MODEL_LEN - 32, prompts=PROMPTS, timeout=60)
+        check_group_failed(node0.base, errors, killed_at)
     assert node0.proc.wait(timeout=15) != 0, node0.logs()
     assert wait_empty(hosts) == [[], []], "a rank or an Open MPI daemon outlived mpirun"

@@ -10,12 +10,12 @@ external_launcher are refused as not supported).
 import json
 import os
 import signal
-import threading
 import time
 
 import httpx
 
 from conftest import MODEL, MODEL_NAME, Server, free_port, kvasir_bin
+from group_faults import check_group_failed, stream_until_cut
 
 C = "/v1/completions"
 FLAGS = ("--exact-matmul", "--threads", "1")
@@ -108,46 +108,11 @@ def test_a_killed_worker_fails_every_stream_turns_health_503_and_the_server_exit
     workers = children_of(s)
     assert len(workers) == 1, workers
     try:
-        body = {"model": MODEL_NAME, "max_tokens": 400, "temperature": 0, "ignore_eos": True, "stream": True}
-        errors, killed_at, flowing = {}, [], set()
-
-        def stream(i, prompt):
-            chunks = 0
-            with httpx.stream("POST", s.base + C, json={**body, "prompt": prompt}, timeout=120) as r:
-                assert r.status_code == 200
-                for line in r.iter_lines():
-                    if not line.startswith("data: ") or line == "data: [DONE]":
-                        continue
-                    event = line[len("data: "):]
-                    if '"error"' in event:
-                        errors[i] = event
-                        return
-                    chunks += 1
-                    flowing.add(i)
-                    if i == 0 and chunks >= 3 and len(flowing) == len(PROMPTS) and not killed_at:
-                        os.kill(workers[0], signal.SIGKILL)
-                        killed_at.append(time.time())
-
-        threads = [threading.Thread(target=stream, args=(i, p)) for i, p in enumerate(PROMPTS)]
-        for t in threads:
-            t.start()
-        for t in threads:
-            t.join(timeout=120)
-        assert killed_at, "the stream ended before the worker could be killed"
-        assert sorted(errors) == [0, 1, 2], f"every live request must end with an error: {errors}"
+        errors, killed_at = stream_until_cut(s.base, MODEL_NAME, lambda: os.kill(workers[0], signal.SIGKILL),
+                                             prompts=PROMPTS)
         # The worker is rank 1 of the step group (the server is rank 0); the kill may land while the
         # step is sent or while its result is awaited.
-        assert all("rank 1 exited or crashed" in e for e in errors.values()), errors
-        status = None
-        while time.time() < killed_at[0] + 1.0:
-            try:
-                status = httpx.get(s.base + "/health", timeout=5).status_code
-            except httpx.TransportError:
-                break
-            if status == 503:
-                break
-            time.sleep(0.05)
-        assert status == 503, "/health must answer 503 within a second of the worker's death"
+        check_group_failed(s.base, errors, killed_at, naming="rank 1 exited or crashed")
         rc = s.proc.wait(timeout=15)
         assert rc != 0, s.logs()[-2000:]
         assert "model worker process failed" in s.logs(), s.logs()[-2000:]
