@@ -8,7 +8,8 @@ import os
 import httpx
 
 from conftest import REPO, Server
-from test_tensor_parallel import FLAGS, run_serve, workers_of
+from test_tensor_parallel import FLAGS, run_serve
+from worker_processes import workers_of
 
 TINY_MOE = os.path.join(REPO, "tests/data/tiny/qwen3_moe/model.gguf")
 PROMPTS = [[100, 137, 174, 211, 48], [111, 148, 185, 222, 59, 96, 133, 170], [122, 159]]

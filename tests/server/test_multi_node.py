@@ -24,7 +24,7 @@ import httpx
 import pytest
 
 from conftest import REPO, Server, free_port, kvasir_bin
-from group_faults import check_group_failed, stream_until_cut
+from worker_processes import check_group_failed, stream_until_cut
 from netns import two_hosts  # noqa: F401 (a fixture)
 
 TINY = os.path.join(REPO, "tests", "data", "tiny", "llama3", "model.gguf")

@@ -15,7 +15,7 @@ import time
 import httpx
 
 from conftest import MODEL, MODEL_NAME, Server, free_port, kvasir_bin
-from group_faults import check_group_failed, stream_until_cut
+from worker_processes import check_group_failed, stream_until_cut, wait_gone, workers_of
 
 C = "/v1/completions"
 FLAGS = ("--exact-matmul", "--threads", "1")
@@ -23,25 +23,10 @@ MP = ("--distributed-executor-backend", "mp")
 PROMPTS = ["The capital of France is", "def fibonacci(n):", "Once upon a time, in a land far away,"]
 
 
-def children_of(server):
-    pid = server.proc.pid
-    with open(f"/proc/{pid}/task/{pid}/children") as f:
-        return [int(p) for p in f.read().split()]
 
 
-def alive(pid):
-    try:
-        with open(f"/proc/{pid}/stat") as f:
-            return f.read().split()[2] != "Z"
-    except FileNotFoundError:
-        return False
 
 
-def wait_gone(pids, seconds=15):
-    deadline = time.time() + seconds
-    while any(alive(p) for p in pids) and time.time() < deadline:
-        time.sleep(0.1)
-    assert not any(alive(p) for p in pids), "a worker outlived the server"
 
 
 def complete(server, prompt, max_tokens):
@@ -75,7 +60,7 @@ def test_one_worker_process_completes_and_streams_exactly_as_the_in_process_serv
         assert whole.stop() == 0, whole.logs()
     for extra in ((), ("--async-scheduling",)):
         mp = Server(*MP, *FLAGS, *extra)
-        workers = children_of(mp)
+        workers = workers_of(mp)
         try:
             assert len(workers) == 1, workers
             assert "multiprocess executor: 1 model rank(s) in worker processes" in mp.logs()
@@ -94,7 +79,7 @@ def test_three_model_ranks_in_worker_processes_complete_exactly_as_one():
     finally:
         assert whole.stop() == 0, whole.logs()
     mp = Server(*MP, "--tensor-parallel-size", "3", *FLAGS)
-    workers = children_of(mp)
+    workers = workers_of(mp)
     try:
         assert len(workers) == 3, workers
         assert [complete(mp, p, 8) for p in PROMPTS[:2]] == want
@@ -105,7 +90,7 @@ def test_three_model_ranks_in_worker_processes_complete_exactly_as_one():
 
 def test_a_killed_worker_fails_every_stream_turns_health_503_and_the_server_exits_non_zero():
     s = Server(*MP, *FLAGS)
-    workers = children_of(s)
+    workers = workers_of(s)
     assert len(workers) == 1, workers
     try:
         errors, killed_at = stream_until_cut(s.base, MODEL_NAME, lambda: os.kill(workers[0], signal.SIGKILL),

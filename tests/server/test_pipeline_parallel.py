@@ -10,23 +10,17 @@ one stage's output byte for byte.
 import os
 import signal
 import threading
-import time
 
 import pytest
 
 from conftest import MODEL_NAME, REPO, Server
-from group_faults import check_group_failed, stream_until_cut
-from test_tensor_parallel import FLAGS, PROMPTS, alive, complete, run_serve, workers_of
+from worker_processes import check_group_failed, stream_until_cut, wait_gone, workers_of
+from test_tensor_parallel import FLAGS, PROMPTS, complete, run_serve
 
 C = "/v1/completions"
 GEMMA = os.path.join(REPO, "models", "gemma-3-270m-q4_k_m.gguf")
 
 
-def wait_gone(pids):
-    deadline = time.time() + 15
-    while any(alive(w) for w in pids) and time.time() < deadline:
-        time.sleep(0.1)
-    assert not any(alive(w) for w in pids), "a worker outlived the server"
 
 
 def test_two_stages_complete_exactly_as_one_and_stop_together():

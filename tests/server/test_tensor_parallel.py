@@ -13,25 +13,14 @@ import httpx
 import pytest
 
 from conftest import MODEL_NAME, REPO, Server
-from group_faults import check_group_failed, stream_until_cut
+from worker_processes import check_group_failed, stream_until_cut, wait_gone, workers_of
 
 C = "/v1/completions"
 FLAGS = ("--exact-matmul", "--threads", "1")
 
 
-def workers_of(server):
-    """The pids of the server's child processes (its tensor-parallel workers)."""
-    pid = server.proc.pid
-    with open(f"/proc/{pid}/task/{pid}/children") as f:
-        return [int(p) for p in f.read().split()]
 
 
-def alive(pid):
-    try:
-        with open(f"/proc/{pid}/stat") as f:
-            return f.read().split()[2] != "Z"
-    except FileNotFoundError:
-        return False
 
 
 def complete(server, prompt, max_tokens):
@@ -58,10 +47,7 @@ def test_three_ranks_complete_exactly_as_one_and_stop_together():
         assert got == want
     finally:
         assert split.stop() == 0, split.logs()
-    deadline = time.time() + 15
-    while any(alive(w) for w in workers) and time.time() < deadline:
-        time.sleep(0.1)
-    assert not any(alive(w) for w in workers), "a worker outlived the server"
+    wait_gone(workers)
 
 
 GEMMA = os.path.join(REPO, "models", "gemma-3-270m-q4_k_m.gguf")
@@ -98,10 +84,7 @@ def test_a_killed_worker_fails_every_stream_turns_health_503_and_the_group_exits
         assert "tensor-parallel group failed" in s.logs(), s.logs()[-2000:]
     finally:
         s.stop(timeout=30)
-    deadline = time.time() + 15
-    while any(alive(w) for w in workers) and time.time() < deadline:
-        time.sleep(0.1)
-    assert not any(alive(w) for w in workers), "a worker outlived the server"
+    wait_gone(workers)
 
 
 def test_a_worker_that_cannot_start_is_named_and_the_server_exits_non_zero():

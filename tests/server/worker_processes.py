@@ -1,10 +1,34 @@
-"""A rank of a parallel group killed while requests stream (tensor, pipeline, multiprocess executor,
-multi-node tests share it): three live streams, a kill once all three have tokens flowing, then
-every stream must end with an error and /health must say 503 within a second."""
+"""Servers whose model runs in worker processes (tensor and pipeline parallel groups, the
+multiprocess executor, multi-node groups): their workers, and a rank killed while requests stream
+(three live streams, a kill once all three have tokens flowing, then every stream must end with an
+error and /health must say 503 within a second)."""
 import threading
 import time
 
 import httpx
+
+
+def workers_of(server):
+    """The pids of the server's child processes (its workers)."""
+    pid = server.proc.pid
+    with open(f"/proc/{pid}/task/{pid}/children") as f:
+        return [int(p) for p in f.read().split()]
+
+
+def alive(pid):
+    try:
+        with open(f"/proc/{pid}/stat") as f:
+            return f.read().split()[2] != "Z"
+    except FileNotFoundError:
+        return False
+
+
+def wait_gone(pids, seconds=15):
+    deadline = time.time() + seconds
+    while any(alive(p) for p in pids) and time.time() < deadline:
+        time.sleep(0.1)
+    assert not any(alive(p) for p in pids), "a worker outlived the server"
+
 
 PROMPTS = ["The capital of France is", "Once upon a time", "def fibonacci(n):"]
 
