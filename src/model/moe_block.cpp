@@ -123,9 +123,6 @@ class MoeMlp final : public MlpBlock {
       return internal_error(layer_name(init.layer) + ": the shard's experts lie outside the layer's " +
                             std::to_string(moe.num_experts));
     }
-    if (n != moe.num_experts && init.backend->device() != Device::kCpu) {
-      return unimplemented("expert parallelism runs on the CPU backend only for now");
-    }
     const bool stacked = std::any_of(std::begin(kProjections), std::end(kProjections), [&](const Projection& p) {
       return init.weights.get(stacked_role(p.stem)).data != nullptr;
     });

@@ -138,7 +138,7 @@ void CudaBackend::moe_experts(const Tensor& x, const Tensor& topk_ids, const Ten
   KVASIR_CHECK_MSG(views_on_device(w), "moe_experts: expert weights must be bf16 (biases f32) on this device");
   KVASIR_CHECK_MSG(out.data != x.data, "moe_experts: out must not alias x");
   // Expert parallelism (a rank's share of the experts) is the CPU's only; the model refuses it here.
-  KVASIR_CHECK_MSG(w.first_expert == 0, "moe_experts: a share of the experts (first_expert > 0) is CPU-only");
+  KVASIR_CHECK_MSG(w.first_expert >= 0, "moe_experts: first_expert must not be negative");
   if (t_n == 0) return;
   const MoeTable& table = moe_table(w);
   const bool vec = table.vec && cuda::aligned16(x.data);
@@ -187,6 +187,7 @@ void CudaBackend::moe_experts(const Tensor& x, const Tensor& topk_ids, const Ten
   op.hidden = h;
   op.inter = inter;
   op.num_experts = w.num_experts;
+  op.first_expert = w.first_expert;
   op.top_k = k;
   const bool interleaved = w.gate_up != nullptr && w.gate_up_layout == GateUpLayout::kInterleaved;
   op.gu_row_stride = interleaved ? 2 * h : h;
@@ -219,6 +220,7 @@ void CudaBackend::exec_moe_experts(const cuda::MoeExpertsOp& op, cudaStream_t s)
   p.hidden = op.hidden;
   p.inter = op.inter;
   p.num_experts = op.num_experts;
+  p.first_expert = op.first_expert;
   p.top_k = op.top_k;
   p.gu_row_stride = op.gu_row_stride;
   p.gu_bias_stride = op.gu_bias_stride;

@@ -371,6 +371,55 @@ TEST_F(CudaMoe, ExpertsMatchCpuOnBothPaths) {
   }
 }
 
+// Expert parallelism: a rank holds experts [first, first + n) of the routing's E and adds only
+// their slots (ids are the routing's, so every kernel subtracts first): equal to the CPU's share on
+// both paths, with shares at the start, the middle and the end, and a batch whose slots mostly go
+// to other ranks' experts.
+TEST_F(CudaMoe, AShareOfTheExpertsMatchesCpu) {
+  std::vector<std::pair<const char*, std::unique_ptr<Backend>>> gpus;
+  for (const char* tokens : {"8", "0", "256"}) {
+    gpus.emplace_back(tokens, gpu_with_gemv_tokens(tokens));
+    ASSERT_NE(gpus.back().second, nullptr);
+  }
+  struct ShareCase {
+    int t, e, k, first, n;
+    int64_t h, inter;
+  };
+  for (const ShareCase& c : {ShareCase{1, 16, 4, 0, 8, 256, 128}, ShareCase{7, 16, 4, 5, 6, 264, 72},
+                             ShareCase{64, 128, 8, 96, 32, 512, 192}, ShareCase{300, 8, 2, 6, 2, 256, 136}}) {
+    const std::string name = "T=" + std::to_string(c.t) + " E=" + std::to_string(c.e) + " share [" +
+                             std::to_string(c.first) + ", " + std::to_string(c.first + c.n) + ")";
+    Experts ex;
+    make_experts(ex, *gpus[0].second, rng_, c.n, c.h, c.inter, Layout::kSplit, true, true, GateActivation::kSilu);
+    ex.host_w.first_expert = c.first;
+    ex.gpu_w.first_expert = c.first;
+    std::vector<int32_t> ids;
+    std::vector<float> weights;
+    make_routing(rng_, c.t, c.e, c.k, 0.0, ids, weights);
+    std::vector<float> x = random_values(rng_, static_cast<size_t>(c.t * c.h), 2.0f);
+    std::vector<float> ref(x.size());
+    Tensor rt = host_tensor(ref, {c.t, c.h});
+    cpu_->moe_experts(host_tensor(x, {c.t, c.h}), Tensor::make(ids.data(), DType::kI32, {c.t, c.k}),
+                      host_tensor(weights, {c.t, c.k}), ex.host_w, rt);
+    for (auto& [tokens, gpu] : gpus) {
+      DeviceTensor xg(DType::kBF16, {c.t, c.h}), wg(DType::kF32, {c.t, c.k}), out(DType::kBF16, {c.t, c.h});
+      DeviceInts ig(c.t, c.k);
+      xg.set(x);
+      wg.set(weights);
+      ig.set(ids);
+      gpu->moe_experts(xg.t, ig.t, wg.t, ex.gpu_w, out.t);
+      const std::vector<float> got = read_back(*gpu, out.t);
+      double ref_norm = 0.0;
+      for (float v : ref) ref_norm += static_cast<double>(v) * v;
+      if (ref_norm == 0.0) {
+        for (float v : got) ASSERT_EQ(v, 0.0f) << name << " (no slot is this share's)";
+      } else {
+        EXPECT_LT(rel_l2(got, ref), 1e-2) << name << " KVASIR_MOE_GEMV_TOKENS=" << tokens;
+      }
+    }
+  }
+}
+
 // Two tokens that pick the same experts get the same output rows whatever the rest of the batch,
 // on each path (a row's result depends only on its own inputs).
 TEST_F(CudaMoe, ExpertsRowsDoNotDependOnTheBatch) {

@@ -32,7 +32,8 @@ constexpr int gemm_smem_bytes() {
 }
 
 __global__ void __launch_bounds__(kAlignThreads) moe_align_kernel(const int32_t* __restrict__ ids, int64_t num_slots,
-                                                                  int num_experts, int block_m, MoeGemmScratch sc) {
+                                                                  int num_experts, int first_expert, int block_m,
+                                                                  MoeGemmScratch sc) {
   pdl_begin();
   __shared__ int32_t counts[kAlignThreads];
   __shared__ int32_t cursor[kAlignThreads];
@@ -42,7 +43,7 @@ __global__ void __launch_bounds__(kAlignThreads) moe_align_kernel(const int32_t*
   counts[tid] = 0;
   __syncthreads();
   for (int64_t i = tid; i < num_slots; i += kAlignThreads) {
-    const int e = ids[i];
+    const int e = ids[i] - first_expert;
     if (e >= 0 && e < E) atomicAdd(&counts[e], 1);
   }
   __syncthreads();
@@ -77,7 +78,7 @@ __global__ void __launch_bounds__(kAlignThreads) moe_align_kernel(const int32_t*
   for (int pos = tid; pos < total; pos += kAlignThreads) sc.sorted_slots[pos] = static_cast<int32_t>(num_slots);
   __syncthreads();  // padding written before the slots overwrite their positions
   for (int64_t i = tid; i < num_slots; i += kAlignThreads) {
-    const int e = ids[i];
+    const int e = ids[i] - first_expert;
     if (e >= 0 && e < E) sc.sorted_slots[atomicAdd(&cursor[e], 1)] = static_cast<int32_t>(i);
   }
 }
@@ -242,7 +243,7 @@ __global__ void __launch_bounds__(256) moe_unpermute_kernel(MoeProblem p, const 
   for (int64_t h = threadIdx.x; h < H; h += blockDim.x) {
     float o = 0.0f;
     for (int64_t j = 0; j < K; ++j) {
-      const int e = p.ids[t * K + j];
+      const int e = p.ids[t * K + j] - static_cast<int>(p.first_expert);
       if (e >= 0 && e < p.num_experts) o += p.weights[t * K + j] * y[(t * K + j) * H + h];
     }
     static_cast<bf16*>(p.out)[t * H + h] = __float2bfloat16_rn(o);
@@ -285,7 +286,7 @@ void launch_moe_gemm(const MoeProblem& p, const MoeGemmScratch& sc, int block_m,
   KVASIR_CHECK_MSG(max_m_blocks >= 1 && max_m_blocks <= 65535 && p.num_tokens <= 0x7fffffff / p.top_k,
                    "moe gemm: too many tokens for one launch");
   launch(moe_align_kernel, 1, kAlignThreads, 0, s, p.ids, p.num_tokens * p.top_k, static_cast<int>(p.num_experts),
-         block_m, sc);
+         static_cast<int>(p.first_expert), block_m, sc);
   KVASIR_CUDA_LAUNCH_CHECK();
   if (block_m == 16) launch_gemms<16>(p, sc, max_m_blocks, s);
   else launch_gemms<64>(p, sc, max_m_blocks, s);

@@ -65,11 +65,11 @@ __global__ void __launch_bounds__(kWarps * 32, kRoute ? kMoeGateUpRoutedCtasPerS
       if (blockIdx.y == 0 && slot % p.top_k == 0) store_route(p.route, t, r, lane);
     }
     __syncthreads();
-    e = chosen;
+    e = chosen - static_cast<int>(p.first_expert);
   }
   if (i >= p.inter) return;
   bf16* dst = act + slot * p.inter + i;
-  if constexpr (!kRoute) e = p.ids[slot];
+  if constexpr (!kRoute) e = p.ids[slot] - static_cast<int>(p.first_expert);
   if (e < 0 || e >= p.num_experts) {
     if (lane == 0) *dst = __float2bfloat16_rn(0.0f);
     return;
@@ -146,7 +146,7 @@ __global__ void __launch_bounds__(kWarps * 32, 4) moe_down_gemv_kernel(MoeProble
     for (int u = 0; u < kDownItemsPerWarp; ++u) {
       const int64_t it = it0 + int64_t{u} * kWarps;
       const int64_t j = it % K, h = h0 + it / K;
-      const int e = it < items && h < H ? p.ids[t * K + j] : -1;
+      const int e = it < items && h < H ? p.ids[t * K + j] - static_cast<int>(p.first_expert) : -1;
       live[u] = e >= 0 && e < p.num_experts;
       wr[u] = live[u] ? static_cast<const bf16*>(p.experts[e].w_down) + h * I : nullptr;
       ar[u] = act + (t * K + j) * I;
@@ -184,7 +184,7 @@ __global__ void __launch_bounds__(kWarps * 32, 4) moe_down_gemv_kernel(MoeProble
     float o = 0.0f;
     for (int64_t j = 0; j < K; ++j) {
       const int64_t slot = t * K + j;
-      const int e = p.ids[slot];
+      const int e = p.ids[slot] - static_cast<int>(p.first_expert);
       if (e < 0 || e >= p.num_experts) continue;
       const float* bd = p.experts[e].b_down;
       const float dj = down_dots[r * K + j];

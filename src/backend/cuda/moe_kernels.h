@@ -50,6 +50,9 @@ struct MoeProblem {
   const MoeExpertPtrs* experts = nullptr;  // [E] device table
   int64_t num_tokens = 0, hidden = 0, inter = 0;
   int64_t num_experts = 0, top_k = 1;
+  // Expert parallelism: experts[i] is the routing's expert first_expert + i; ids are the routing's,
+  // so every kernel reads ids[slot] - first_expert (outside [0, num_experts): another rank's).
+  int64_t first_expert = 0;
   int64_t gu_row_stride = 0, gu_bias_stride = 1;
   MoeActivation act = MoeActivation::kSilu;
   float alpha = 1.702f, limit = 7.0f;  // kSwigluOai only

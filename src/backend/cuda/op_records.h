@@ -238,6 +238,9 @@ struct MoeExpertsOp {
   const float* route_bias;      // [num_experts] or null
   int32_t route_groups, route_topk_groups, route_flags;  // MoeRouteFlags
   float route_scale;
+  // Expert parallelism: the routing's id of experts[0] (MoeExpertWeights::first_expert); ids
+  // outside [first_expert, first_expert + num_experts) are other ranks' and add nothing here.
+  int32_t first_expert, unused;
 };
 // MoeExpertsOp::route_flags bits.
 enum MoeRouteFlags : int32_t { kRouteSigmoid = 1, kRouteRenormalize = 2, kRouteGroupTop2 = 4 };
@@ -330,8 +333,8 @@ struct OpRecord {
 static_assert(sizeof(EmbeddingOp) == 56 && sizeof(LinearOp) == 56 && sizeof(GemvProjection) == 40);
 static_assert(sizeof(MultiGemvOp) == 4 * 8 + kGemvMaxOutputs * 40 + 3 * 8 + 8);
 static_assert(sizeof(GemvGatedOp) == 7 * 8 + 4 * 8 + 8 && sizeof(RopeOp) == 4 * 8 + 6 * 8 + 8 + 2 * 8 + 6 * 8);
-static_assert(sizeof(AttentionOp) == 11 * 8 + 12 * 8 + 8 && sizeof(OpRecord) == 8 + sizeof(AttentionOp));
-static_assert(sizeof(MoeRouteOp) == 4 * 8 + 8 * 8 + 8 && sizeof(MoeExpertsOp) == 10 * 8 + 7 * 8 + 4 * 4 + 8 + 2 * 8 + 4 * 4);
+static_assert(sizeof(AttentionOp) == 11 * 8 + 12 * 8 + 8 && sizeof(OpRecord) == 8 + sizeof(MoeExpertsOp));
+static_assert(sizeof(MoeRouteOp) == 4 * 8 + 8 * 8 + 8 && sizeof(MoeExpertsOp) == 10 * 8 + 7 * 8 + 4 * 4 + 8 + 2 * 8 + 4 * 4 + 2 * 4);
 static_assert(sizeof(AllReduceOp) == 2 * 8 && sizeof(AllGatherColumnsOp) == 7 * 8);
 static_assert(sizeof(WriteLatentKvOp) == 8 * 8 + 4 * 4 && sizeof(MlaAttentionOp) == 12 * 8 + 16 * 4 + 8);
 

@@ -139,9 +139,6 @@ class GptOssMoe final : public MlpBlock {
     // of whole experts under expert parallelism: the stacked tensors then hold only those).
     const int64_t E = num_experts(c), I = c.intermediate_size, H = c.hidden_size;
     const ExpertRange held = held_experts(c);
-    if (held.count != E && init.backend->device() != Device::kCpu) {
-      return unimplemented(where + "expert parallelism runs on the CPU backend only for now");
-    }
     const LayerWeights& w = init.weights;
     m->router_w_ = w.get("ffn_gate_inp.weight");
     m->router_b_ = w.get("ffn_gate_inp.bias");
