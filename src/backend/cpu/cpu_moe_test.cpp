@@ -1,6 +1,4 @@
-// The CPU MoE ops against naive references: moe_route against a sort-based float64 routing
-// (softmax / sigmoid, renormalize, correction bias, both grouped top-k scores, ties),
-// moe_experts against float64 math on the dequantized expert weights (F32, F16, BF16, Q4_0, Q8_0,
+// The CPU moe_experts against float64 math on the dequantized expert weights (F32, F16, BF16, Q4_0, Q8_0,
 // Q4_K; split, fused-halves and interleaved gate/up; biases; SiLU, GELU-tanh, SwiGLU-OAI; tokens
 // per expert from 0 to many). Plus bitwise batch and thread-count invariance, validation, and
 // that a decode step touches no unchosen expert's weights (they sit behind PROT_NONE pages).
@@ -16,198 +14,18 @@
 #include <vector>
 
 #include "backend/cpu/cpu_backend.h"
+#include "backend/cpu/cpu_moe_test_util.h"
 #include "backend/cpu/quant/dequantize.h"
 #include "backend/cpu/quant/quant_test_util.h"
 
 namespace kvasir {
 namespace {
 
+using cpu::testing::make_cpu;
 using cpu::testing::random_floats;
+using cpu::testing::Routed;
+using cpu::testing::run_route;
 using cpu::testing::random_weights;
-
-// ---------------------------------------------------------------- routing reference
-
-struct Routed {
-  std::vector<int32_t> ids;
-  std::vector<float> weights;
-};
-
-// Indices of v sorted by value descending, ties by index ascending.
-std::vector<int> ranked(const std::vector<double>& v) {
-  std::vector<int> idx(v.size());
-  std::iota(idx.begin(), idx.end(), 0);
-  std::stable_sort(idx.begin(), idx.end(), [&](int a, int b) { return v[a] > v[b]; });
-  return idx;
-}
-
-Routed reference_route(const std::vector<float>& logits, int64_t t_n, int64_t e_n, const MoeRouting& r,
-                       const std::vector<float>& bias) {
-  Routed out;
-  for (int64_t t = 0; t < t_n; ++t) {
-    std::vector<double> scores(e_n), choice(e_n);
-    double mx = -1e300, sum = 0;
-    for (int64_t e = 0; e < e_n; ++e) mx = std::max(mx, static_cast<double>(logits[t * e_n + e]));
-    for (int64_t e = 0; e < e_n; ++e) {
-      const double l = logits[t * e_n + e];
-      scores[e] = r.scoring == MoeScoring::kSoftmax ? std::exp(l - mx) : 1.0 / (1.0 + std::exp(-l));
-      sum += scores[e];
-    }
-    for (int64_t e = 0; e < e_n; ++e) {
-      if (r.scoring == MoeScoring::kSoftmax) scores[e] /= sum;
-      choice[e] = scores[e] + (bias.empty() ? 0.0 : bias[e]);
-    }
-    if (r.num_groups > 1) {
-      const int64_t gs = e_n / r.num_groups;
-      std::vector<double> group_score(r.num_groups);
-      for (int g = 0; g < r.num_groups; ++g) {
-        std::vector<double> members(choice.begin() + g * gs, choice.begin() + (g + 1) * gs);
-        std::sort(members.rbegin(), members.rend());
-        group_score[g] = r.group_score == MoeGroupScore::kMax ? members[0] : members[0] + members[1];
-      }
-      const std::vector<int> groups = ranked(group_score);
-      std::vector<bool> kept(r.num_groups, false);
-      for (int i = 0; i < r.topk_groups; ++i) kept[groups[i]] = true;
-      for (int64_t e = 0; e < e_n; ++e) {
-        if (!kept[e / gs]) choice[e] = -1e300;
-      }
-    }
-    const std::vector<int> order = ranked(choice);
-    double chosen_sum = 0;
-    for (int j = 0; j < r.top_k; ++j) chosen_sum += scores[order[j]];
-    for (int j = 0; j < r.top_k; ++j) {
-      out.ids.push_back(order[j]);
-      double w = scores[order[j]];
-      if (r.renormalize) w /= chosen_sum;
-      out.weights.push_back(static_cast<float>(w * r.routed_scaling_factor));
-    }
-  }
-  return out;
-}
-
-Routed run_route(CpuBackend& cpu, std::vector<float>& logits, int64_t t_n, int64_t e_n, const MoeRouting& r) {
-  Routed out;
-  out.ids.assign(static_cast<size_t>(t_n * r.top_k), -1);
-  out.weights.assign(out.ids.size(), -1.0f);
-  const Tensor lt = Tensor::make(logits.data(), DType::kF32, {t_n, e_n});
-  Tensor ids = Tensor::make(out.ids.data(), DType::kI32, {t_n, r.top_k});
-  Tensor w = Tensor::make(out.weights.data(), DType::kF32, {t_n, r.top_k});
-  cpu.moe_route(lt, r, ids, w);
-  return out;
-}
-
-CpuBackend make_cpu(int threads, MatmulPrecision p = MatmulPrecision::kExact) {
-  CpuBackendOptions o;
-  o.num_threads = threads;
-  o.precision = p;
-  return CpuBackend(o);
-}
-
-TEST(CpuMoeRoute, MatchesReferenceForEveryScoringAndGrouping) {
-  std::mt19937 rng(11);
-  CpuBackend cpu = make_cpu(3);
-  struct Case {
-    int64_t t, e;
-    MoeRouting r;
-    bool with_bias;
-  };
-  auto routing = [](int k, MoeScoring s, bool renorm, int groups, int topk_groups, MoeGroupScore gs, float scale) {
-    MoeRouting r;
-    r.top_k = k;
-    r.scoring = s;
-    r.renormalize = renorm;
-    r.num_groups = groups;
-    r.topk_groups = topk_groups;
-    r.group_score = gs;
-    r.routed_scaling_factor = scale;
-    return r;
-  };
-  const Case cases[] = {
-      {1, 8, routing(2, MoeScoring::kSoftmax, true, 1, 1, MoeGroupScore::kMax, 1.0f), false},   // Mixtral
-      {17, 128, routing(8, MoeScoring::kSoftmax, true, 1, 1, MoeGroupScore::kMax, 1.0f), false},  // Qwen3-MoE
-      {9, 60, routing(4, MoeScoring::kSoftmax, false, 1, 1, MoeGroupScore::kMax, 1.0f), false},   // Qwen2-MoE
-      {0, 8, routing(1, MoeScoring::kSoftmax, false, 1, 1, MoeGroupScore::kMax, 1.0f), false},
-      {5, 8, routing(8, MoeScoring::kSoftmax, true, 1, 1, MoeGroupScore::kMax, 1.0f), false},     // all experts
-      {300, 64, routing(6, MoeScoring::kSoftmax, false, 8, 3, MoeGroupScore::kMax, 16.0f), false},  // V2 greedy
-      {33, 256, routing(8, MoeScoring::kSigmoid, true, 8, 4, MoeGroupScore::kTop2Sum, 2.5f), true},  // V3
-      {12, 32, routing(4, MoeScoring::kSigmoid, false, 1, 1, MoeGroupScore::kMax, 1.0f), true},
-  };
-  for (const Case& c : cases) {
-    std::vector<float> logits = random_floats(static_cast<size_t>(c.t * c.e), rng, -3.0f, 3.0f);
-    std::vector<float> bias;
-    Tensor bias_t;
-    MoeRouting r = c.r;
-    if (c.with_bias) {
-      bias = random_floats(static_cast<size_t>(c.e), rng, -0.3f, 0.3f);
-      bias_t = Tensor::make(bias.data(), DType::kF32, {c.e});
-      r.correction_bias = &bias_t;
-    }
-    ASSERT_TRUE(validate_moe_routing(r, c.e).ok());
-    const Routed want = reference_route(logits, c.t, c.e, r, bias);
-    const Routed got = run_route(cpu, logits, c.t, c.e, r);
-    ASSERT_EQ(got.ids, want.ids) << "t=" << c.t << " e=" << c.e << " k=" << r.top_k;
-    for (size_t i = 0; i < want.weights.size(); ++i) {
-      EXPECT_NEAR(got.weights[i], want.weights[i], 2e-6 * std::max(1.0f, std::fabs(want.weights[i])))
-          << "t=" << c.t << " e=" << c.e << " slot " << i;
-    }
-  }
-}
-
-TEST(CpuMoeRoute, TiesGoToTheLowerExpertAndGroup) {
-  CpuBackend cpu = make_cpu(1);
-  MoeRouting r;
-  r.top_k = 3;
-  std::vector<float> logits = {0.5f, 1.0f, 0.5f, 1.0f, 1.0f, 0.0f};
-  Routed got = run_route(cpu, logits, 1, 6, r);
-  EXPECT_EQ(got.ids, (std::vector<int32_t>{1, 3, 4}));
-  // Groups {0,1}, {2,3}, {4,5} all score 1.0 by their max: the first two groups are kept.
-  r.num_groups = 3;
-  r.topk_groups = 2;
-  r.top_k = 2;
-  got = run_route(cpu, logits, 1, 6, r);
-  EXPECT_EQ(got.ids, (std::vector<int32_t>{1, 3}));
-  // The correction bias chooses, the unbiased scores weigh.
-  std::vector<float> bias = {0, 0, 0, 0, 0, 5.0f};
-  const Tensor bias_t = Tensor::make(bias.data(), DType::kF32, {6});
-  MoeRouting biased;
-  biased.top_k = 1;
-  biased.scoring = MoeScoring::kSigmoid;
-  biased.correction_bias = &bias_t;
-  got = run_route(cpu, logits, 1, 6, biased);
-  EXPECT_EQ(got.ids[0], 5);
-  EXPECT_FLOAT_EQ(got.weights[0], 0.5f);  // sigmoid(0)
-}
-
-TEST(CpuMoeRoute, ValidationRefusesWhatTheOpCannotRun) {
-  MoeRouting r;
-  r.top_k = 9;
-  EXPECT_FALSE(validate_moe_routing(r, 8).ok());
-  r.top_k = 0;
-  EXPECT_FALSE(validate_moe_routing(r, 8).ok());
-  r.top_k = 2;
-  EXPECT_TRUE(validate_moe_routing(r, 8).ok());
-  r.num_groups = 3;
-  EXPECT_FALSE(validate_moe_routing(r, 8).ok());  // 8 experts do not split into 3 groups
-  r.num_groups = 4;
-  r.topk_groups = 1;
-  EXPECT_TRUE(validate_moe_routing(r, 8).ok());
-  r.top_k = 3;
-  EXPECT_FALSE(validate_moe_routing(r, 8).ok());  // one kept group of 2 holds only 2 experts
-  r.top_k = 2;
-  r.topk_groups = 5;
-  EXPECT_FALSE(validate_moe_routing(r, 8).ok());
-  r.topk_groups = 2;
-  r.num_groups = 8;
-  r.group_score = MoeGroupScore::kTop2Sum;
-  EXPECT_FALSE(validate_moe_routing(r, 8).ok());  // groups of one expert have no top-2
-  MoeRouting s;
-  std::vector<float> bias(7);
-  const Tensor b = Tensor::make(bias.data(), DType::kF32, {7});
-  s.correction_bias = &b;
-  EXPECT_FALSE(validate_moe_routing(s, 8).ok());
-  s.correction_bias = nullptr;
-  s.routed_scaling_factor = 0.0f;
-  EXPECT_FALSE(validate_moe_routing(s, 8).ok());
-}
 
 // ---------------------------------------------------------------- experts reference
 
