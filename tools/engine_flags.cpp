@@ -182,6 +182,7 @@ StatusOr<EngineArgs> engine_args_from(const Args& a) {
   e.launch.nnodes = static_cast<int>(nnodes);
   e.launch.node_rank = static_cast<int>(node_rank);
   e.launch.master_port = static_cast<int>(master_port);
+  e.launch.master_port_given = a.has("master-port");
   if (a.has("master-addr") && a.get("master-addr").empty()) return invalid_argument("--master-addr must not be empty");
   e.launch.master_addr = a.get("master-addr");
   e.launch.headless = a.get_bool("headless", false);

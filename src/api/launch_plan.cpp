@@ -99,6 +99,9 @@ StatusOr<LaunchPlan> plan_launch(const EngineArgs& args, const EnvLookup& env) {
                               "ranks with mpirun (one host without either meets over shared memory)");
     if (l.headless)
       return invalid_argument("--headless applies to a node other than node 0: give --nnodes > 1 and --node-rank > 0");
+    if (l.master_port_given)
+      return invalid_argument("--master-port applies to ranks spread over hosts: give --nnodes > 1, or start the "
+                              "ranks with mpirun (one host without either meets over shared memory)");
   }
   LaunchPlan p;
   if (tp == 1) return p;

@@ -121,6 +121,9 @@ TEST(LaunchPlan, RefusesNodeFlagsThatDoNotFit) {
   one.launch.headless = true;
   expect_refused(one, Env{}, "--headless applies to a node other than node 0");
   one.launch.headless = false;
+  one.launch.master_port_given = true;
+  expect_refused(one, Env{}, "--master-port applies to ranks spread over hosts");
+  one.launch.headless = false;
   one.launch.master_port = 0;
   expect_refused(one, Env{}, "--master-port must be in [1, 65535]");
 }

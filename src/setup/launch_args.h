@@ -17,6 +17,7 @@ struct LaunchArgs {
   int node_rank = 0;        // this host's index; node 0 holds rank 0 (engine, scheduler, API server)
   std::string master_addr;  // rank 0's address for the TCP rendezvous; empty: not given
   int master_port = kDefaultMasterPort;
+  bool master_port_given = false;  // --master-port on the command line (refused where nothing listens)
   bool headless = false;    // a node without the API server: its ranks only run steps
 
   // Multi-node flags given with one node are refused; so are a node count that does not divide

@@ -21,8 +21,6 @@ C = "/v1/completions"
 GEMMA = os.path.join(REPO, "models", "gemma-3-270m-q4_k_m.gguf")
 
 
-
-
 def test_two_stages_complete_exactly_as_one_and_stop_together():
     whole = Server(*FLAGS)
     try:
@@ -51,7 +49,6 @@ def test_two_stages_complete_exactly_as_one_and_stop_together():
         assert split.stop() == 0, split.logs()
     wait_gone(workers)
 
-
 @pytest.mark.skipif(not os.path.exists(GEMMA), reason="models/gemma-3-270m-q4_k_m.gguf is not here")
 def test_gemma3_two_stages_of_two_ranks_complete_exactly_as_one():
     prompts = PROMPTS[:2]
@@ -69,7 +66,6 @@ def test_gemma3_two_stages_of_two_ranks_complete_exactly_as_one():
         assert split.stop() == 0, split.logs()
     wait_gone(workers)
 
-
 def test_a_killed_stage_one_worker_fails_every_stream_turns_health_503_and_exits_non_zero():
     s = Server("--pipeline-parallel-size", "2", *FLAGS)
     workers = workers_of(s)
@@ -83,7 +79,6 @@ def test_a_killed_stage_one_worker_fails_every_stream_turns_health_503_and_exits
         s.stop(timeout=30)
     wait_gone(workers)
 
-
 def test_more_stages_than_layers_are_refused_before_any_worker_starts():
     model = os.path.join(REPO, "tests/data/tiny/llama3/model.gguf")  # 2 layers
     p = run_serve(model, "--pipeline-parallel-size", "3", *FLAGS)
@@ -92,15 +87,12 @@ def test_more_stages_than_layers_are_refused_before_any_worker_starts():
         p.stderr[-2000:]
     assert "tensor-parallel worker" not in p.stderr, "no worker may start"
 
-
 def test_help_documents_pipeline_parallelism():
     p = run_serve("--help")
     assert p.returncode == 0
     text = p.stdout + p.stderr
     assert "--pipeline-parallel-size N" in text and "micro-batches" in text and "not supported yet" not in \
         text.split("--pipeline-parallel-size N")[1].split("--data-parallel-size")[0]
-
-
 
 def test_generate_with_sampling_logprobs_speculation_or_async_scheduling_equals_one_stage(tmp_path):
     """`kvasir generate` through the same launch: seeded sampling, logprobs and prompt logprobs
