@@ -72,8 +72,14 @@ Status EngineArgs::validate() const {
   if (scheduling_policy != "fcfs" && scheduling_policy != "priority") {
     return invalid_argument("--scheduling-policy must be fcfs or priority");
   }
+  // draft_model is built and tested for one rank in the serving process; in a group or in the
+  // multiprocess executor's workers it has never run.
   if (speculative.method == "draft_model" && tensor_parallel_size > 1) {
     return invalid_argument("--speculative-config method \"draft_model\" with --tensor-parallel-size > 1 is not supported yet");
+  }
+  if (speculative.method == "draft_model" && (pipeline_parallel_size > 1 || distributed_executor_backend == "mp")) {
+    return invalid_argument("--speculative-config method \"draft_model\" with --pipeline-parallel-size > 1 or "
+                            "--distributed-executor-backend mp is not supported yet");
   }
   if (speculative.enabled() && async_scheduling) {
     return invalid_argument("--speculative-config with --async-scheduling is not supported yet");

@@ -97,6 +97,17 @@ def test_draft_model_through_serve_equals_the_plain_server(server):
         assert draft.stop() == 0, draft.logs()
 
 
+@pytest.mark.parametrize("flags", [("--pipeline-parallel-size", "2"), ("--distributed-executor-backend", "mp")])
+def test_a_draft_model_in_a_group_or_worker_processes_is_refused(flags):
+    config = '{"method": "draft_model", "model": "%s", "num_speculative_tokens": 3}' % MODEL
+    p = subprocess.run([kvasir_bin(), "serve", MODEL, "--port", "0", "--speculative-config", config, *flags],
+                       stdout=subprocess.PIPE, stderr=subprocess.STDOUT, timeout=60)
+    out = p.stdout.decode(errors="replace")
+    assert p.returncode != 0, out[-2000:]
+    assert "draft_model\" with --pipeline-parallel-size > 1 or --distributed-executor-backend mp is not supported yet" \
+        in out, out[-2000:]
+
+
 def test_a_draft_with_another_vocabulary_refuses_to_start():
     gemma = os.path.join(os.path.dirname(MODEL), "gemma-3-270m-q4_k_m.gguf")
     if not os.path.exists(gemma):
