@@ -70,10 +70,10 @@ StatusOr<std::vector<std::string>> read_prompt_texts(const std::string& path) {
 int bench_latency(const Args& a, const EngineArgs& ea) {
   // The latency bench drives the model step by step without the engine loop, so a flag of the
   // engine loop would be accepted and do nothing: refuse it instead.
-  if (ea.async_scheduling || ea.disable_async_output_proc || ea.speculative.enabled()) {
+  if (ea.async_scheduling.value_or(false) || ea.disable_async_output_proc || ea.speculative.enabled()) {
     std::fprintf(stderr, "kvasir bench latency: %s is not supported here (this bench runs the model without the "
                          "engine loop); use bench throughput\n",
-                 ea.async_scheduling             ? "--async-scheduling"
+                 ea.async_scheduling.value_or(false) ? "--async-scheduling"
                  : ea.disable_async_output_proc ? "--disable-async-output-proc"
                                                  : "--speculative-config");
     return 2;
@@ -280,7 +280,7 @@ int bench_throughput(const Args& a, EngineArgs ea) {
   j.set("num_requests", *num);
   j.set("output_processing_s", out_proc_s);
   j.set("async_output_proc", !ea.disable_async_output_proc);
-  j.set("async_scheduling", ea.async_scheduling);
+  j.set("async_scheduling", (*llm)->async_scheduling());
   j.set("elapsed_time", secs);
   j.set("requests_per_second", *num / secs);
   j.set("tokens_per_second", (in_tok + out_tok) / secs);

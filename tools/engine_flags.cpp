@@ -15,7 +15,7 @@ void add_engine_flags(std::set<std::string>& v, std::set<std::string>& b) {
     v.insert(f);
   }
   for (const char* f : {"enable-prefix-caching", "exact-matmul", "enforce-eager", "disable-async-output-proc",
-                        "async-scheduling", "enable-expert-parallel", "headless"}) {
+                        "async-scheduling", "no-async-scheduling", "enable-expert-parallel", "headless"}) {
     b.insert(f);
   }
 }
@@ -57,7 +57,9 @@ std::string engine_flags_help() {
          "  --gpu-memory-utilization F   GPU memory share for weights, activations and KV cache (default 0.9)\n"
          "  --enforce-eager              CUDA: launch kernels one by one, no CUDA graphs\n"
          "  --disable-async-output-proc  detokenize in lock step with the forward pass (measures the overlap)\n"
-         "  --async-scheduling           schedule the next step while the current one runs (default off)\n"
+         "  --async-scheduling           schedule the next step while the current one runs (default: on\n"
+         "                               for a model on a GPU without speculative decoding, else off)\n"
+         "  --no-async-scheduling        keep the engine loop in lock step with the device\n"
          "  Parallelism (vLLM's flags and meanings; CPU: over shared memory between the ranks of one\n"
          "  host, over TCP between hosts or under mpirun; CUDA: ranks of one host only, rank r on GPU r,\n"
          "  over a custom all-reduce and NCCL):\n"
@@ -168,7 +170,11 @@ StatusOr<EngineArgs> engine_args_from(const Args& a) {
   e.tokenizer = a.get("tokenizer");
   e.enforce_eager = a.get_bool("enforce-eager", false);
   e.disable_async_output_proc = a.get_bool("disable-async-output-proc", false);
-  e.async_scheduling = a.get_bool("async-scheduling", false);
+  if (a.has("async-scheduling") && a.has("no-async-scheduling")) {
+    return invalid_argument("--async-scheduling and --no-async-scheduling contradict each other");
+  }
+  if (a.has("async-scheduling")) e.async_scheduling = a.get_bool("async-scheduling", true);
+  if (a.has("no-async-scheduling")) e.async_scheduling = !a.get_bool("no-async-scheduling", true);
   KVASIR_ASSIGN_OR_RETURN(int64_t tp, a.get_int("tensor-parallel-size", 1));
   if (tp < 1 || tp > 64) return invalid_argument("--tensor-parallel-size must be in [1, 64]");
   e.tensor_parallel_size = static_cast<int>(tp);

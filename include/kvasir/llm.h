@@ -70,6 +70,8 @@ class LLM {
   EngineGroup& engines() { return *engines_; }
   int num_kv_blocks() const { return num_kv_blocks_; }
   int max_model_len() const { return max_model_len_; }
+  // Whether the engine loop keeps a step in flight (EngineArgs::async_scheduling_on, resolved).
+  bool async_scheduling() const { return async_scheduling_; }
 
  private:
   LLM() = default;
@@ -91,6 +93,7 @@ class LLM {
   std::unique_ptr<EngineGroup> engines_;
   int num_kv_blocks_ = 0;
   int max_model_len_ = 0;
+  bool async_scheduling_ = false;
   uint64_t next_id_ = 0;
 };
 

@@ -38,7 +38,7 @@ namespace {
 
 // What one engine is sized by: the planned KV cache and the model's EOS ids.
 EngineOptions engine_options(const EngineArgs& args, int max_model_len, int num_kv_blocks,
-                             const std::vector<int32_t>& eos_token_ids) {
+                             const std::vector<int32_t>& eos_token_ids, bool async_scheduling) {
   EngineOptions eo;
   eo.scheduler.max_num_seqs = args.max_num_seqs;
   eo.scheduler.max_num_batched_tokens = args.max_num_batched_tokens;
@@ -50,7 +50,7 @@ EngineOptions engine_options(const EngineArgs& args, int max_model_len, int num_
   eo.scheduler.max_num_partial_prefills = args.max_num_partial_prefills;
   eo.scheduler.max_long_partial_prefills = args.max_long_partial_prefills;
   eo.scheduler.policy = args.scheduling_policy == "priority" ? SchedulingPolicy::kPriority : SchedulingPolicy::kFcfs;
-  eo.scheduler.async_scheduling = args.async_scheduling;
+  eo.scheduler.async_scheduling = async_scheduling;
   eo.scheduler.num_speculative_tokens = args.speculative.enabled() ? args.speculative.num_speculative_tokens : 0;
   if (const char* all = std::getenv("KVASIR_TEST_SPEC_VERIFY_ALL_DRAFTS"); all && std::string(all) == "1") {
     eo.scheduler.spec_verify_all_drafts = true;  // tests and verify-step measurements only
@@ -64,9 +64,23 @@ EngineOptions engine_options(const EngineArgs& args, int max_model_len, int num_
   return eo;
 }
 
-std::unique_ptr<Executor> executor_for(const EngineArgs& args, std::unique_ptr<Worker> worker) {
+std::unique_ptr<Executor> executor_for(bool async_scheduling, std::unique_ptr<Worker> worker) {
   return std::make_unique<InProcessExecutor>(
-      std::move(worker), args.async_scheduling ? InProcessExecutor::Mode::kWorkerThread : InProcessExecutor::Mode::kInline);
+      std::move(worker), async_scheduling ? InProcessExecutor::Mode::kWorkerThread : InProcessExecutor::Mode::kInline);
+}
+
+// Said once at start: whether the loop keeps a step in flight, and why (the default depends on
+// the device, so a user comparing runs sees which loop ran).
+bool resolve_async_scheduling(const EngineArgs& args, bool model_on_gpu) {
+  const bool on = args.async_scheduling_on(model_on_gpu);
+  if (!args.async_scheduling.has_value()) {
+    KVASIR_LOG_INFO("async scheduling %s by default %s (--async-scheduling / --no-async-scheduling to choose)",
+                    on ? "on" : "off",
+                    args.speculative.enabled() ? "with speculative decoding"
+                    : model_on_gpu             ? "for a model on a GPU"
+                                               : "on the CPU backend");
+  }
+  return on;
 }
 
 }  // namespace
@@ -86,11 +100,13 @@ StatusOr<std::unique_ptr<LLM>> LLM::create(const EngineArgs& args) {
     llm->tp_ = std::move(front.group);
     llm->max_model_len_ = front.max_model_len;
     llm->num_kv_blocks_ = front.num_kv_blocks;
-    EngineOptions eo = engine_options(args, front.max_model_len, front.num_kv_blocks, front.model->eos_token_ids);
+    const bool async = resolve_async_scheduling(args, device_flag_selects_gpu(args.device));
+    llm->async_scheduling_ = async;
+    EngineOptions eo = engine_options(args, front.max_model_len, front.num_kv_blocks, front.model->eos_token_ids, async);
     KVASIR_RETURN_IF_ERROR(eo.scheduler.validate());
     const LoadedModel& m = *front.model;
     engines.push_back(std::make_unique<Engine>(eo, *m.tokenizer, m.config.vocab_size,
-                                               executor_for(args, std::move(front.worker))));
+                                               executor_for(async, std::move(front.worker))));
     llm->replicas_.push_back(Replica{std::move(front.model), nullptr, nullptr});
     llm->engines_ = std::make_unique<EngineGroup>(std::move(engines));
     return llm;
@@ -111,9 +127,12 @@ StatusOr<std::unique_ptr<LLM>> LLM::create(const EngineArgs& args) {
       return unimplemented("--data-parallel-size > 1 runs on the CPU backend only (one device per replica is not "
                            "built); pass --device cpu");
     }
-    EngineOptions eo = engine_options(ra, setup.max_model_len, setup.num_kv_blocks, setup.model->eos_token_ids);
+    const bool async = i == 0 ? resolve_async_scheduling(ra, setup.model->backend->device() != Device::kCpu)
+                              : ra.async_scheduling_on(setup.model->backend->device() != Device::kCpu);
+    EngineOptions eo = engine_options(ra, setup.max_model_len, setup.num_kv_blocks, setup.model->eos_token_ids, async);
     KVASIR_RETURN_IF_ERROR(eo.scheduler.validate());
     if (i == 0) {
+      llm->async_scheduling_ = async;
       llm->max_model_len_ = setup.max_model_len;
       llm->num_kv_blocks_ = setup.num_kv_blocks;
     } else if (setup.max_model_len != llm->max_model_len_ || setup.num_kv_blocks != llm->num_kv_blocks_) {
@@ -129,7 +148,7 @@ StatusOr<std::unique_ptr<LLM>> LLM::create(const EngineArgs& args) {
     // Rank 0 of a parallel group sends each step to the workers before running its own.
     if (llm->tp_) worker = std::make_unique<BroadcastingWorker>(*llm->tp_->comm, std::move(worker));
     const LoadedModel& m = *setup.model;
-    engines.push_back(std::make_unique<Engine>(eo, *m.tokenizer, m.config.vocab_size, executor_for(args, std::move(worker))));
+    engines.push_back(std::make_unique<Engine>(eo, *m.tokenizer, m.config.vocab_size, executor_for(async, std::move(worker))));
     llm->replicas_.push_back(Replica{std::move(setup.model), std::move(setup.cache),
                                      std::make_unique<LoadedDraftModel>(std::move(setup.draft))});
   }

@@ -7,9 +7,6 @@
 #include <string>
 
 #include "api/rank_setup.h"
-#ifdef KVASIR_HAVE_CUDA
-#include "backend/cuda/cuda_backend.h"
-#endif
 #include "common/log.h"
 #include "dist/shm_communicator.h"
 #include "executor/in_process_executor.h"
@@ -31,11 +28,7 @@ std::string prefixed(const std::string& what) { return "--distributed-executor-b
 // side of a step added ~2% to a batch-1 decode (H200, Llama-3.1-8B: 221 vs 226 tok/s). On the
 // CPU backend the cores compute, so the default backoff stays.
 LaunchPlan step_group_plan(const EngineArgs& args, LaunchPlan plan) {
-  bool gpu = args.device == "cuda";
-#ifdef KVASIR_HAVE_CUDA
-  gpu = gpu || (args.device == "auto" && cuda_device_count() > 0);
-#endif
-  if (gpu) plan.busy_wait_us = kGpuStepBusyWaitUs;
+  if (device_flag_selects_gpu(args.device)) plan.busy_wait_us = kGpuStepBusyWaitUs;
   return plan;
 }
 

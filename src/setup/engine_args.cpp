@@ -81,10 +81,15 @@ Status EngineArgs::validate() const {
     return invalid_argument("--speculative-config method \"draft_model\" with --pipeline-parallel-size > 1 or "
                             "--distributed-executor-backend mp is not supported yet");
   }
-  if (speculative.enabled() && async_scheduling) {
+  if (speculative.enabled() && async_scheduling.value_or(false)) {
     return invalid_argument("--speculative-config with --async-scheduling is not supported yet");
   }
   return Status();
+}
+
+bool EngineArgs::async_scheduling_on(bool model_on_gpu) const {
+  if (async_scheduling.has_value()) return *async_scheduling;
+  return model_on_gpu && !speculative.enabled();
 }
 
 StatusOr<StructuredOutputsConfig> parse_structured_outputs_config(const std::string& text) {

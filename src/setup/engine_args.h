@@ -58,7 +58,14 @@ struct EngineArgs {
   double gpu_memory_utilization = 0.9; // share of GPU memory for weights, activations and KV cache
   bool enforce_eager = false;          // CUDA: no graphs
   bool disable_async_output_proc = false;  // detokenize in lock step with the engine (for A/B only)
-  bool async_scheduling = false;           // schedule step N+1 while step N runs (vLLM's flag)
+  // vLLM's --async-scheduling / --no-async-scheduling: schedule step N+1 while step N runs.
+  // Unset, it is on where the model runs on a GPU and the config allows it (not with speculative
+  // decoding), as vLLM enables it by default where supported: async_scheduling_on.
+  std::optional<bool> async_scheduling;
+  // Whether the engine loop keeps a step in flight: the flag when given; unset, on for a model on a
+  // GPU (the host's scheduling then overlaps the device's step: GPU idle between steps drops) and
+  // off on the CPU backend, where the host's cores are the ones computing the step.
+  bool async_scheduling_on(bool model_on_gpu) const;
   // vLLM's --tensor-parallel-size: the model split over this many ranks, one process each on
   // this host (CPU backend; api/tensor_parallel_group.h).
   int tensor_parallel_size = 1;

@@ -320,5 +320,26 @@ TEST(EngineArgs, DistributedExecutorBackendNamesAndRefusals) {
   EXPECT_EQ(ea.validate().code(), StatusCode::kInvalidArgument);
 }
 
+// vLLM's default: async scheduling on where supported. Here: on for a model on a GPU unless
+// speculative decoding needs the synchronous loop; off on the CPU backend; the flag always wins,
+// and an explicit --async-scheduling with speculation is refused rather than dropped.
+TEST(EngineArgs, AsyncSchedulingDefaultsOnForAGpuAndTheFlagWins) {
+  EngineArgs ea;
+  EXPECT_TRUE(ea.async_scheduling_on(/*model_on_gpu=*/true));
+  EXPECT_FALSE(ea.async_scheduling_on(/*model_on_gpu=*/false));
+  ea.async_scheduling = false;
+  EXPECT_FALSE(ea.async_scheduling_on(true));
+  ea.async_scheduling = true;
+  EXPECT_TRUE(ea.async_scheduling_on(false));
+  ea.async_scheduling.reset();
+  ea.speculative.method = "ngram";
+  ea.speculative.num_speculative_tokens = 3;
+  ASSERT_TRUE(ea.speculative.enabled());
+  EXPECT_FALSE(ea.async_scheduling_on(true));
+  EXPECT_TRUE(ea.validate().ok());
+  ea.async_scheduling = true;
+  EXPECT_NE(ea.validate().message().find("--async-scheduling"), std::string::npos);
+}
+
 }  // namespace
 }  // namespace kvasir

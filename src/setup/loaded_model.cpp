@@ -141,7 +141,7 @@ StatusOr<std::unique_ptr<Backend>> make_backend(const LoadOptions& opts) {
   KVASIR_ASSIGN_OR_RETURN(const std::optional<DType> kv_dtype, parse_kv_cache_dtype(opts.kv_cache_dtype));
   KVASIR_ASSIGN_OR_RETURN(const std::optional<DType> dtype, parse_dtype(opts.dtype));
 #ifdef KVASIR_HAVE_CUDA
-  if (opts.device == "cuda" || (opts.device == "auto" && cuda_device_count() > 0)) {
+  if (device_flag_selects_gpu(opts.device)) {
     if (kv_dtype && *kv_dtype != DType::kBF16) {
       return invalid_argument("--kv-cache-dtype " + opts.kv_cache_dtype + ": the CUDA backend keeps K/V in bfloat16 (use auto)");
     }
@@ -292,6 +292,13 @@ StatusOr<std::unique_ptr<LoadedModel>> load_model_without_weights(const std::str
     if (!eos_in_vocab) m->eos_token_ids = other->eos_token_ids;
   }
   return m;
+}
+
+bool device_flag_selects_gpu(const std::string& device) {
+#ifdef KVASIR_HAVE_CUDA
+  if (device == "auto") return cuda_device_count() > 0;
+#endif
+  return device == "cuda";
 }
 
 StatusOr<std::unique_ptr<LoadedModel>> load_model(const std::string& path, const LoadOptions& opts) {

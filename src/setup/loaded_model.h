@@ -62,6 +62,10 @@ struct LoadedModel {
 // With load_format "dummy", `path` is an HF config.json (or a directory holding one) and the
 // weights are deterministic random values (initialised on the device for a GPU backend).
 StatusOr<std::unique_ptr<LoadedModel>> load_model(const std::string& path, const LoadOptions& opts);
+
+// Whether --device (auto | cpu | cuda) puts the model on a GPU, as make_backend decides: cuda, or
+// auto with a CUDA device present (for a process that makes no backend, the multiprocess front).
+bool device_flag_selects_gpu(const std::string& device);
 // What load_model gives without a backend or a bound model (backend and model stay null): config,
 // tokenizer (--tokenizer applied), EOS ids and generation defaults, read as load_model reads them.
 // The engine's process of the multiprocess executor (api/multiprocess_executor.h) runs on this:
