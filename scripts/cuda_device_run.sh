@@ -15,7 +15,9 @@
 # KVASIR_GEMV_PREFETCH_MB, KVASIR_CUDA_V3_CTAS / _PART; stage ab runs the batch-1 latency once per
 # KVASIR_AB entry ("name:VAR=v,..."); KVASIR_TP_ARGS adds flags to the throughput run; stage ncu
 # records per-kernel times of decode steps (batch 1, batch 256) and a full ncu report of the all-heads
-# decode kernel. KVASIR_CUDA_ATTN takes per_head_phased|per_head_online|all_heads|mma_bulk or the
+# decode kernel. Stage mp (issue 17): the multiprocess executor against the in-process path at TP=1,
+# KVASIR_MP_ROUNDS interleaved rounds (3), batch 1 and 256 prompts, async and synchronous loops.
+# KVASIR_CUDA_ATTN takes per_head_phased|per_head_online|all_heads|mma_bulk or the
 # digits 1|2|3|5 used below (cuda_tuning.h).
 # Stage moe: mixture-of-experts benchmarks on dummy bf16 weights (configs/qwen3-30b-a3b.json,
 # configs/mixtral-8x7b.json), each batch-1 decode step beside its floor (scripts/decode_floor.py);
@@ -284,6 +286,36 @@ if has throughput; then
   tail -6 "$OUT/throughput.log"
   note "throughput ($n x 1000/1000${KVASIR_TP_ARGS:+, $KVASIR_TP_ARGS}): rc=$rc $(grep -E '^Throughput' "$OUT/throughput.log")"
   note "$(grep -E 'device steps' "$OUT/throughput.log" | head -1)"
+fi
+if has mp; then
+  # Issue 17: the multiprocess executor at TP=1 (every model rank in a worker process, the front
+  # holding only engine and scheduler) against the in-process path, interleaved rounds, medians.
+  # Each run's output tok/s: batch 1 (one 128/256 request) and 256 prompts of 512/256, with the
+  # default loop (async scheduling on a GPU) and with --no-async-scheduling.
+  declare -A mpr=()
+  for round in $(seq 1 "${KVASIR_MP_ROUNDS:-3}"); do
+    for shape in b1 b256; do
+      [[ $shape == b1 ]] && sargs="--num-prompts 1 --input-len 128 --output-len 256" ||
+        sargs="--num-prompts 256 --input-len 512 --output-len 256"
+      for loop in default sync; do
+        [[ $loop == sync ]] && largs=--no-async-scheduling || largs=
+        for ex in inproc mp; do
+          [[ $ex == mp ]] && eargs="--distributed-executor-backend mp" || eargs=
+          log="/tmp/mp_${shape}_${loop}_${ex}_$round.log"  # many runs: only failures reach $OUT
+          timeout 180 "$bin/kvasir" bench throughput --model $model --load-format dummy --device cuda $sargs \
+            $largs $eargs >"$log" 2>&1
+          v=$(grep -oE 'Throughput: .* ([0-9.]+) output tokens/s' "$log" | grep -oE '[0-9.]+ output' | grep -oE '^[0-9.]+')
+          mpr[${shape}_${loop}_$ex]+="${v:-FAIL} "
+          [[ -z $v ]] && cp "$log" "$OUT/" && note "mp run failed: $(tail -2 "$log" | tr '\n' ' ')"
+        done
+      done
+    done
+  done
+  med() { tr ' ' '\n' | grep -E '^[0-9.]+$' | sort -g | awk '{a[NR]=$1} END {if (NR) print (NR%2 ? a[(NR+1)/2] : (a[NR/2]+a[NR/2+1])/2); else print 0}'; }
+  for k in b1_default b1_sync b256_default b256_sync; do
+    i=$(echo "${mpr[${k}_inproc]}" | med); m=$(echo "${mpr[${k}_mp]}" | med)
+    note "mp $k: in-process ${mpr[${k}_inproc]}| mp ${mpr[${k}_mp]}| mp/in-process $(awk -v a="$m" -v b="$i" 'BEGIN {if (b > 0) printf "%.3f", a / b; else print "n/a"}')"
+  done
 fi
 if has matrix; then
   # Issue 19's benchmark matrix, each run's JSON kept as $OUT/matrix_*.json and all of them merged
