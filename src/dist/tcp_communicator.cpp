@@ -73,7 +73,10 @@ Status TcpCommunicator::connect_group(const TcpCommunicatorOptions& o, Socket li
   const Deadline deadline = std::chrono::steady_clock::now() + std::chrono::milliseconds(o.timeout_ms);
   const uint64_t group_hash = fnv1a(o.group_id);
   const std::string where = "tcp communicator (" + rank_str(rank_) + " of " + std::to_string(world_size_) + ")";
-  if (world_size_ == 1) return Status();
+  if (world_size_ == 1) {
+    address_ = o.master_addr;
+    return Status();
+  }
   // A connection that says nothing must not hold up the group: its hello gets a few seconds.
   auto hello_deadline = [&] { return std::min(deadline, std::chrono::steady_clock::now() + std::chrono::seconds(5)); };
   if (rank_ == 0) {
@@ -153,6 +156,7 @@ Status TcpCommunicator::connect_group(const TcpCommunicatorOptions& o, Socket li
   }
   for (int r = 0; r < world_size_; ++r)
     if (r != rank_) set_nodelay_nonblocking(peers_[r].fd());
+  address_ = local_address(peers_[rank_ == 0 ? 1 : 0].fd());
   return Status();
 }
 

@@ -49,6 +49,10 @@ class TcpCommunicator final : public Communicator {
 
   int rank() const override { return rank_; }
   int world_size() const override { return world_size_; }
+  // A numeric address of this host that the group's ranks reach it at (the local end of its
+  // connection to rank 0; rank 0's, of its connection from rank 1): where a subgroup this rank
+  // leads listens (tcp_subgroup.h).
+  const std::string& address() const { return address_; }
   Status all_reduce_sum(void* data, size_t count, DType dtype) override;
   Status all_gather(const void* send, void* recv, size_t bytes_per_rank) override;
   Status reduce_scatter_sum(const void* send, void* recv, size_t count_per_rank, DType dtype) override;
@@ -65,6 +69,7 @@ class TcpCommunicator final : public Communicator {
   Transfer& add_transfer(int peer, OpKind kind, uint64_t seq);
 
   int rank_ = 0, world_size_ = 1;
+  std::string address_;
   int64_t timeout_ms_ = 0;
   size_t chunk_bytes_ = 0;
   std::vector<Socket> peers_;            // [world_size], peers_[rank_] unused

@@ -29,6 +29,11 @@ class Socket {
   int fd() const { return fd_; }
   bool valid() const { return fd_ >= 0; }
   void shutdown_both();  // wakes the peer with EOF; the fd stays open until destruction
+  int release() {  // the fd, no longer owned
+    const int f = fd_;
+    fd_ = -1;
+    return f;
+  }
 
  private:
   int fd_ = -1;
