@@ -31,6 +31,7 @@ StatusOr<LaunchPlan> plan_mpirun(const EngineArgs& args, const EnvLookup& env, i
   const int tp = group_size(args);
   KVASIR_ASSIGN_OR_RETURN(std::optional<int> rank, env_int(env, "OMPI_COMM_WORLD_RANK"));
   KVASIR_ASSIGN_OR_RETURN(std::optional<int> local_size, env_int(env, "OMPI_COMM_WORLD_LOCAL_SIZE"));
+  KVASIR_ASSIGN_OR_RETURN(std::optional<int> local_rank, env_int(env, "OMPI_COMM_WORLD_LOCAL_RANK"));
   if (!rank || *rank >= size)
     return invalid_argument("mpirun: $OMPI_COMM_WORLD_SIZE is set but $OMPI_COMM_WORLD_RANK is missing or not below it");
   if (l.nnodes != 1 || l.node_rank != 0)
@@ -45,9 +46,16 @@ StatusOr<LaunchPlan> plan_mpirun(const EngineArgs& args, const EnvLookup& env, i
                             std::to_string(tp) + ")");
   LaunchPlan p;
   if (size == 1) return p;  // one rank: no group, as without mpirun
+  // Which GPU a rank drives depends on its place on its host, which only mpirun knows.
+  if (!local_rank || !local_size || *local_rank >= *local_size || *local_size > size)
+    return invalid_argument("mpirun: $OMPI_COMM_WORLD_LOCAL_RANK and $OMPI_COMM_WORLD_LOCAL_SIZE must be set, the rank "
+                            "below the size and the size at most $OMPI_COMM_WORLD_SIZE (Open MPI sets them; another "
+                            "MPI's launcher is not supported)");
   p.launcher = LaunchPlan::Launcher::kMpirun;
   p.world_size = size;
   p.rank = *rank;
+  p.local_rank = *local_rank;
+  p.ranks_on_host = *local_size;
   p.tcp = true;
   p.master_port = l.master_port;
   p.master_addr = l.master_addr;
@@ -81,6 +89,9 @@ StatusOr<LaunchPlan> plan_launch(const EngineArgs& args, const EnvLookup& env) {
     p.launcher = l.nnodes > 1 ? LaunchPlan::Launcher::kNodes : LaunchPlan::Launcher::kOneHost;
     p.world_size = tp;
     p.rank = *started_rank;
+    // Its node's ranks are contiguous: node k has ranks k*per_node .. (k+1)*per_node - 1.
+    p.ranks_on_host = tp / l.nnodes;
+    p.local_rank = p.rank % p.ranks_on_host;
     p.started_by_launcher = true;
     p.tcp = l.nnodes > 1;
     p.master_addr = l.master_addr;
@@ -109,12 +120,14 @@ StatusOr<LaunchPlan> plan_launch(const EngineArgs& args, const EnvLookup& env) {
   if (l.nnodes == 1) {
     p.launcher = LaunchPlan::Launcher::kOneHost;
     p.num_ranks_to_start = tp - 1;
+    p.ranks_on_host = tp;
     return p;
   }
   const int per_node = tp / l.nnodes;
   p.launcher = LaunchPlan::Launcher::kNodes;
   p.rank = l.node_rank * per_node;
   p.num_ranks_to_start = per_node - 1;
+  p.ranks_on_host = per_node;  // local rank 0: the node's first
   p.tcp = true;
   p.master_addr = l.master_addr;
   p.master_port = l.master_port;

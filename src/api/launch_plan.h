@@ -5,7 +5,8 @@
 //
 // Launchers: one host (rank 0 starts ranks 1..N-1); --nnodes M (each node's launched process is
 // the first of its N/M ranks and starts the rest; node 0's is rank 0); mpirun (Open MPI's
-// OMPI_COMM_WORLD_* variables: each MPI rank is one rank, nobody starts anyone). A process started
+// OMPI_COMM_WORLD_* variables: each MPI rank is one rank, nobody starts anyone; its LOCAL_RANK and
+// LOCAL_SIZE place it on its host). A process started
 // by a launcher has KVASIR_TP_RANK and KVASIR_TP_GROUP set.
 #pragma once
 
@@ -28,6 +29,10 @@ struct LaunchPlan {
   bool tcp = false;            // TCP rendezvous at master_addr:master_port, else shared memory
   std::string master_addr;
   int master_port = 0;
+  // This rank's place on its host: its index among the group's ranks there (ascending rank) and
+  // how many there are. Picks its GPU (setup/rank_device.h): GPU local_rank, never GPU rank.
+  int local_rank = 0;
+  int ranks_on_host = 1;
   std::string group_id;        // a started worker's shared-memory group (from KVASIR_TP_GROUP)
   int64_t busy_wait_us = 0;    // shared memory: ShmCommunicatorOptions::busy_wait_us
 

@@ -53,6 +53,8 @@ TEST(LaunchPlan, OneHostRankZeroStartsTheRestOverSharedMemory) {
   EXPECT_EQ(p->rank, 0);
   EXPECT_EQ(p->num_ranks_to_start, 3);
   EXPECT_FALSE(p->tcp);
+  EXPECT_EQ(p->local_rank, 0);
+  EXPECT_EQ(p->ranks_on_host, 4);
 }
 
 TEST(LaunchPlan, StartedWorkerTakesItsRankAndGroup) {
@@ -64,6 +66,8 @@ TEST(LaunchPlan, StartedWorkerTakesItsRankAndGroup) {
   EXPECT_EQ(p->num_ranks_to_start, 0);
   EXPECT_EQ(p->group_id, "tp-1-2");
   EXPECT_FALSE(p->tcp);
+  EXPECT_EQ(p->local_rank, 2);  // one host: GPU 2
+  EXPECT_EQ(p->ranks_on_host, 4);
   expect_refused(tp(2), Env{{{"KVASIR_TP_RANK", "2"}, {"KVASIR_TP_GROUP", "g"}}}, "not below --tensor-parallel-size");
   expect_refused(tp(2), Env{{{"KVASIR_TP_RANK", "x"}, {"KVASIR_TP_GROUP", "g"}}}, "$KVASIR_TP_RANK is 'x'");
 }
@@ -83,11 +87,15 @@ TEST(LaunchPlan, EachNodeStartsItsOwnRanksAndAllMeetOverTcp) {
     EXPECT_TRUE(p->tcp);
     EXPECT_EQ(p->master_addr, "10.0.0.1");
     EXPECT_EQ(p->master_port, 4000);
+    EXPECT_EQ(p->local_rank, 0);  // each node's launched rank is its first
+    EXPECT_EQ(p->ranks_on_host, 2);
   }
   // Node 1's started rank 3 joins over TCP too.
   auto w = plan_launch(a, Env{{{"KVASIR_TP_RANK", "3"}, {"KVASIR_TP_GROUP", "kvasir-tp"}}}.lookup());
   ASSERT_TRUE(w.ok());
   EXPECT_EQ(w->rank, 3);
+  EXPECT_EQ(w->local_rank, 1);  // node 1's second rank drives its GPU 1, not GPU 3
+  EXPECT_EQ(w->ranks_on_host, 2);
   EXPECT_TRUE(w->tcp);
   EXPECT_TRUE(w->started_by_launcher);
   a.launch.headless = true;  // accepted where it applies
@@ -146,6 +154,17 @@ TEST(LaunchPlan, EachMpiRankIsOneRankAndNobodyIsStarted) {
   ASSERT_TRUE(p.ok());
   EXPECT_EQ(p->master_addr, "10.0.0.1");
   EXPECT_TRUE(p->is_worker());
+  EXPECT_EQ(p->local_rank, 0);  // alone on its host: GPU 0
+  EXPECT_EQ(p->ranks_on_host, 1);
+  // --map-by node over 2 hosts of 2: MPI rank 3 is its host's second.
+  EngineArgs four = tp(4);
+  four.launch.master_addr = "10.0.0.1";
+  Env alternating = mpirun(3, 4, 2);
+  alternating.vars["OMPI_COMM_WORLD_LOCAL_RANK"] = "1";
+  auto q = plan_launch(four, alternating.lookup());
+  ASSERT_TRUE(q.ok()) << q.status().message();
+  EXPECT_EQ(q->local_rank, 1);
+  EXPECT_EQ(q->ranks_on_host, 2);
   // One MPI rank at TP=1: no group.
   auto single = plan_launch(tp(1), mpirun(0, 1, 1).lookup());
   ASSERT_TRUE(single.ok());
@@ -163,6 +182,12 @@ TEST(LaunchPlan, RefusesMpirunCombinationsThatDoNotFit) {
   h.launch.headless = true;
   expect_refused(h, mpirun(1, 2, 2), "--headless under mpirun");
   expect_refused(tp(2), Env{{{"OMPI_COMM_WORLD_SIZE", "2"}}}, "$OMPI_COMM_WORLD_RANK is missing");
+  Env no_local = mpirun(1, 2, 2);
+  no_local.vars.erase("OMPI_COMM_WORLD_LOCAL_RANK");
+  expect_refused(tp(2), no_local, "$OMPI_COMM_WORLD_LOCAL_RANK and $OMPI_COMM_WORLD_LOCAL_SIZE must be set");
+  Env past = mpirun(1, 2, 2);
+  past.vars["OMPI_COMM_WORLD_LOCAL_RANK"] = "2";
+  expect_refused(tp(2), past, "the rank below the size");
 }
 
 }  // namespace
