@@ -44,6 +44,9 @@ StatusOr<std::unique_ptr<TensorParallelProcesses>> join_model_group(const Engine
   KVASIR_ASSIGN_OR_RETURN(auto comm, dist::ShmCommunicator::create(o));
   auto group = std::make_unique<TensorParallelProcesses>();
   group->comm = std::move(comm);
+  // Every model rank is on this host: model rank r drives GPU r.
+  group->local_rank = model_rank;
+  group->ranks_on_host = args.tensor_parallel_size;
   return group;
 }
 

@@ -4,8 +4,12 @@
 
 #include <chrono>
 #include <cstdlib>
+#include <string>
+#include <vector>
 
-#include "dist/shm_communicator.h"
+#include "common/log.h"
+#include "dist/host_identity.h"
+#include "dist/tcp_subgroup.h"
 #include "loader/weight_source.h"
 #include "model/pipeline_parallel.h"
 #include "model/registry.h"
@@ -56,51 +60,80 @@ Status check_pipeline_parallel_model(const EngineArgs& args) {
 
 namespace {
 
-// Every stage's ranks join a shared-memory group of their own for their tensor-parallel
-// collectives; rank 0 names the groups (one nonce broadcast over the whole group).
-StatusOr<std::unique_ptr<dist::Communicator>> join_stage_group(dist::Communicator& world,
-                                                               const dist::ParallelLayout& layout) {
+// The ranks of this rank's tensor-parallel group (its stage's, or the whole group's).
+std::vector<int> tensor_parallel_members(const dist::ParallelLayout& layout, int rank) {
+  std::vector<int> members;
+  for (int t = 0; t < layout.tensor_parallel; ++t) members.push_back(layout.rank(layout.pp_rank(rank), t));
+  return members;
+}
+
+// Every stage's ranks join a group of their own for their tensor-parallel collectives: over
+// shared memory when the stage sits on one host, over TCP when it spans hosts (vLLM's order puts
+// a stage's ranks next to each other, so with a multiple of tensor_parallel ranks per node each
+// stage is one node; mpirun --map-by node spreads them). Rank 0 names the groups (one nonce
+// broadcast over the whole group).
+StatusOr<std::unique_ptr<dist::Communicator>> join_stage_group(const TensorParallelProcesses& tp,
+                                                               const dist::ParallelLayout& layout,
+                                                               const dist::HostMap& hosts) {
+  dist::Communicator& world = *tp.comm;
   uint64_t nonce = 0;
   if (world.rank() == 0)
     nonce = static_cast<uint64_t>(getpid()) * 1'000'003u +
             static_cast<uint64_t>(std::chrono::steady_clock::now().time_since_epoch().count());
   KVASIR_RETURN_IF_ERROR(world.broadcast(&nonce, sizeof(nonce), 0));
-  dist::ShmCommunicatorOptions o;
-  o.group_id = "pp-" + std::to_string(nonce) + "-stage" + std::to_string(layout.pp_rank(world.rank()));
-  o.rank = layout.tp_rank(world.rank());
-  o.world_size = layout.tensor_parallel;
-  KVASIR_ASSIGN_OR_RETURN(auto c, dist::ShmCommunicator::create(o));
-  return std::unique_ptr<dist::Communicator>(std::move(c));
+  const int stage = layout.pp_rank(world.rank());
+  dist::SubgroupOptions o;
+  o.group_id = "pp-" + std::to_string(nonce) + "-stage" + std::to_string(stage);
+  o.members = tensor_parallel_members(layout, world.rank());
+  o.address = tp.address;
+  const bool one_host = hosts.on_one_host(o.members);
+  if (layout.tp_rank(world.rank()) == 0)
+    KVASIR_LOG_INFO("pipeline stage %d: its tensor-parallel ranks %d..%d meet over %s", stage, o.members.front(),
+                    o.members.back(), one_host ? "shared memory (one host)" : "TCP (across hosts)");
+  return dist::join_subgroup(world, hosts, o);
+}
+
+bool runs_on_cuda(const EngineArgs& args) {
+#ifdef KVASIR_HAVE_CUDA
+  return args.device == "cuda" || (args.device == "auto" && cuda_device_count() > 0);
+#else
+  (void)args;
+  return false;
+#endif
 }
 
 }  // namespace
 
 StatusOr<RankSetup> set_up_rank(const EngineArgs& args, TensorParallelProcesses* tp) {
   RankSetup r;
-#ifdef KVASIR_HAVE_CUDA
-  // The CUDA backend drives GPU r for rank r and its device communicator (a custom all-reduce over
-  // CUDA IPC) assumes one host, so a group over TCP (--nnodes, mpirun) runs on the CPU only.
-  if (tp != nullptr && tp->over_tcp &&
-      (args.device == "cuda" || (args.device == "auto" && cuda_device_count() > 0)))
-    return unimplemented("tensor parallelism over --nnodes or mpirun runs on the CPU backend only (not supported yet "
-                         "on CUDA, whose ranks must share one host); pass --device cpu");
-#endif
   LoadOptions lo = LoadOptions::from(args);
   const dist::ParallelLayout layout = args.parallel_layout();
   if (tp != nullptr && tp->comm->world_size() != layout.world_size())
     return internal_error("the group has " + std::to_string(tp->comm->world_size()) + " ranks, the layout " +
                           std::to_string(layout.world_size()));
+  // Which host each rank is on: learnt over TCP (every rank states its own); a group over shared
+  // memory is on this host by construction.
+  dist::HostMap hosts;
+  if (tp != nullptr) {
+    if (tp->over_tcp) {
+      KVASIR_ASSIGN_OR_RETURN(hosts, dist::exchange_host_ids(*tp->comm, dist::this_host_id()));
+    } else {
+      hosts = dist::HostMap(std::vector<std::string>(static_cast<size_t>(tp->comm->world_size()), "this host"));
+    }
+    lo.placement = RankPlacement{tp->local_rank, tp->ranks_on_host};
+    lo.tp_on_one_host = hosts.on_one_host(tensor_parallel_members(layout, tp->comm->rank()));
+    // Every rank takes the same path here (hosts is the same everywhere), so none is left waiting.
+    if (runs_on_cuda(args) && layout.pipeline_parallel > 1 && hosts.num_hosts() > 1)
+      return unimplemented("--pipeline-parallel-size over several hosts is not supported yet on CUDA (the stages' "
+                           "hidden states cross hosts only on the CPU backend); pass --device cpu, or keep the "
+                           "stages on one host");
+  }
   if (tp != nullptr && layout.pipeline_parallel > 1) {
     dist::Communicator& world = *tp->comm;
     lo.model.pp = PipelineParallelGroup{layout.pp_rank(world.rank()), layout.pipeline_parallel, &world};
     lo.model.layer_partition = pipeline_layer_partition();
     if (layout.tensor_parallel > 1) {
-      // Each stage's own tensor-parallel group is a shared-memory one: its ranks must share a host.
-      if (tp->over_tcp)
-        return unimplemented("--pipeline-parallel-size with --tensor-parallel-size > 1 over --nnodes or mpirun is not "
-                             "supported yet (a stage's tensor-parallel ranks meet over shared memory); use "
-                             "--tensor-parallel-size 1 with --pipeline-parallel-size across hosts");
-      KVASIR_ASSIGN_OR_RETURN(r.stage_comm, join_stage_group(world, layout));
+      KVASIR_ASSIGN_OR_RETURN(r.stage_comm, join_stage_group(*tp, layout, hosts));
       lo.model.tp = TensorParallelGroup{layout.tp_rank(world.rank()), layout.tensor_parallel, r.stage_comm.get(),
                                         args.enable_expert_parallel};
     }

@@ -47,8 +47,8 @@ StatusOr<std::unique_ptr<dist::Communicator>> join_shm(const std::string& group,
 }
 
 // listen_fd: rank 0's already bound listener, or -1.
-StatusOr<std::unique_ptr<dist::Communicator>> join_tcp(const LaunchPlan& plan, int listen_fd,
-                                                       std::function<Status()> while_attaching) {
+StatusOr<std::unique_ptr<dist::TcpCommunicator>> join_tcp(const LaunchPlan& plan, int listen_fd,
+                                                          std::function<Status()> while_attaching) {
   dist::TcpCommunicatorOptions o;
   o.master_addr = plan.master_addr;
   o.master_port = plan.master_port;
@@ -58,8 +58,7 @@ StatusOr<std::unique_ptr<dist::Communicator>> join_tcp(const LaunchPlan& plan, i
   o.world_size = plan.world_size;
   o.timeout_ms = kJoinTimeoutMs;
   o.while_attaching = std::move(while_attaching);
-  KVASIR_ASSIGN_OR_RETURN(auto c, dist::TcpCommunicator::create(o));
-  return std::unique_ptr<dist::Communicator>(std::move(c));
+  return dist::TcpCommunicator::create(o);
 }
 
 // This program's own arguments, as the kernel has them.
@@ -133,6 +132,8 @@ StatusOr<std::unique_ptr<TensorParallelProcesses>> form_tensor_parallel_group(co
   auto group = std::make_unique<TensorParallelProcesses>();
   const int first_started = plan.rank + 1;
   group->over_tcp = plan.tcp;
+  group->local_rank = plan.local_rank;
+  group->ranks_on_host = plan.ranks_on_host;
   if (plan.tcp) {
     // Rank 0 claims the rendezvous port before anyone dials it, so "in use" is its first word.
     int listen_fd = -1;
@@ -150,7 +151,9 @@ StatusOr<std::unique_ptr<TensorParallelProcesses>> form_tensor_parallel_group(co
       return s;
     }
     // Only rank 0 waits for joins (the others dial it), so only its own workers are watched.
-    KVASIR_ASSIGN_OR_RETURN(group->comm, join_tcp(plan, listen_fd, watch_started(group->workers, first_started)));
+    KVASIR_ASSIGN_OR_RETURN(auto comm, join_tcp(plan, listen_fd, watch_started(group->workers, first_started)));
+    group->address = comm->address();
+    group->comm = std::move(comm);
     return group;
   }
   if (plan.started_by_launcher) {

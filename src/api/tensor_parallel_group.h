@@ -26,6 +26,12 @@ struct TensorParallelProcesses {
   std::unique_ptr<dist::Communicator> comm;
   std::vector<pid_t> workers;  // the ranks this process started (on one host: rank 0 starts 1..N-1)
   bool over_tcp = false;       // --nnodes > 1 or mpirun: ranks may be on other hosts
+  // Over TCP: this host's address as the group's ranks reach it (where a subgroup this rank leads
+  // listens, dist/tcp_subgroup.h).
+  std::string address;
+  // This rank's place on its host (LaunchPlan::local_rank / ranks_on_host): its GPU.
+  int local_rank = 0;
+  int ranks_on_host = 1;
   // Waits for the started workers to exit (they stop when rank 0's BroadcastingWorker says so, or
   // fail when the group breaks), killing those still there after a few seconds.
   ~TensorParallelProcesses();

@@ -26,7 +26,9 @@ struct DeviceCommunicatorOptions {
   int world_size = 1;
   int device = 0;
   int64_t timeout_ms = 60'000;          // NCCL set-up and acceptance of a call
-  bool custom_all_reduce = true;        // false: NCCL only
+  // false: NCCL only. The custom all-reduce maps peers' buffers over CUDA IPC, so a group with
+  // ranks on several hosts must pass false (every rank alike: the choice is the group's).
+  bool custom_all_reduce = true;
   size_t custom_max_bytes = size_t{8} << 20;
 };
 

@@ -150,12 +150,13 @@ StatusOr<std::unique_ptr<Backend>> make_backend(const LoadOptions& opts) {
     }
     CudaBackendOptions co;
     co.enable_graphs = !opts.enforce_eager;
-    // Tensor parallelism: rank r drives GPU r of this host and sums over the group's device
-    // communicator (the rank's CPU communicator bootstraps it).
+    // Tensor parallelism: a rank drives the GPU of its local rank on its host and sums over the
+    // group's device communicator (the rank's CPU communicator bootstraps it).
     co.tp_rank = opts.model.tp.rank;
     co.tp_size = opts.model.tp.size;
     co.tp_bootstrap = opts.model.tp.comm;
-    co.device = opts.model.tp.size > 1 ? opts.model.tp.rank : 0;
+    co.tp_on_one_host = opts.tp_on_one_host;
+    KVASIR_ASSIGN_OR_RETURN(co.device, gpu_for_rank(opts.placement, cuda_device_count()));
     co.device_collectives = opts.device_collectives;
     return create_cuda_backend(co);
   }

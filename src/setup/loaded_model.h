@@ -16,6 +16,7 @@
 #include "quant/quantization_config.h"
 #include "setup/engine_args.h"
 #include "setup/generation_defaults.h"
+#include "setup/rank_device.h"
 #include "tokenizer/tokenizer.h"
 
 namespace kvasir {
@@ -37,6 +38,11 @@ struct LoadOptions {
   // pass runs the tensor-parallel path (vocabulary shard, device all-reduce and gather) over one
   // rank. For tests that compare it with the plain path on one GPU.
   bool device_collectives = false;
+  // CUDA: where this rank sits on its host (its GPU, setup/rank_device.h), and whether its
+  // tensor-parallel group is all on this host (the custom all-reduce over CUDA IPC needs that;
+  // across hosts every collective goes to NCCL).
+  RankPlacement placement;
+  bool tp_on_one_host = true;
 
   // The load options an engine with these args needs (its workspace sized by the token and
   // sequence budgets).

@@ -11,7 +11,9 @@ with an error, turns /health 503 within a second and every process exits non-zer
 
 The model is the tiny Llama 3 (4 heads, 2 KV heads: TP=2 splits the KV heads, TP=4 replicates
 them) with --max-model-len past its 64 positions so a stream lasts long enough to be cut.
-A layout is a parameter (LAYOUTS): tensor parallel over the nodes, and a pipeline stage per node.
+A layout is a parameter (LAYOUTS): tensor parallel over the nodes, a pipeline stage per node, and
+two stages of two tensor-parallel ranks (each stage on one node with kvasir's launcher, each stage
+spanning both nodes under mpirun).
 """
 import json
 import os
@@ -42,7 +44,21 @@ LAYOUTS = [
     pytest.param(("--tensor-parallel-size", "4"), 4, id="tp4-two-ranks-per-node"),
     # A stage per node: the hidden states cross the link point to point between the stages.
     pytest.param(("--pipeline-parallel-size", "2"), 2, id="pp2-one-stage-per-node"),
+    # Two stages of two tensor-parallel ranks. The built-in launcher gives each node contiguous
+    # ranks, so each stage is one node (its TP group over shared memory); mpirun's --map-by node
+    # alternates hosts, so each stage's TP group spans both nodes (over TCP).
+    pytest.param(("--tensor-parallel-size", "2", "--pipeline-parallel-size", "2"), 4, id="tp2-pp2"),
 ]
+
+# Which transport each stage's tensor-parallel group takes, by launcher (rank_setup.cpp says it).
+STAGE_GROUPS = {"built-in": "meet over shared memory (one host)", "mpirun": "meet over TCP (across hosts)"}
+
+
+def check_stage_groups(layout, logs, launcher):
+    if "--pipeline-parallel-size" in layout and "--tensor-parallel-size" in layout:
+        for stage in (0, 1):
+            said = f"pipeline stage {stage}: its tensor-parallel ranks {2 * stage}..{2 * stage + 1} "
+            assert said + STAGE_GROUPS[launcher] in logs, logs
 
 
 def node_argv(hosts, node, layout):
@@ -131,6 +147,7 @@ def test_built_in_launcher_across_namespaces_completes_exactly_as_one_rank(two_h
     with hosts.inside(0):
         got = [complete(node0.base, p) for p in PROMPTS]
     assert got == want
+    check_stage_groups(layout, (tmp_path / "node0.log").read_text() + (tmp_path / "node1.log").read_text(), "built-in")
     node0.proc.send_signal(signal.SIGTERM)
     assert node0.proc.wait(timeout=30) == 0, node0.logs()
     assert node1.wait(timeout=15) == 0, (tmp_path / "node1.log").read_text()[-3000:]
@@ -272,6 +289,7 @@ def test_mpirun_across_namespaces_completes_exactly_as_one_rank(two_hosts, layou
     with hosts.inside(0):
         got = [complete(node0.base, p) for p in PROMPTS]
     assert got == want
+    check_stage_groups(layout, (tmp_path / "mpirun.log").read_text(), "mpirun")
     # MPI rank 0 serves: stopping it stops the group, and mpirun exits 0 with every rank.
     os.kill(pids[0][0], signal.SIGTERM)
     assert node0.proc.wait(timeout=30) == 0, node0.logs()

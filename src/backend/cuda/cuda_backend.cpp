@@ -108,6 +108,7 @@ Status CudaBackend::init() {
     dc.rank = opts_.tp_rank;
     dc.world_size = opts_.tp_size;
     dc.device = opts_.device;
+    dc.custom_all_reduce = opts_.tp_on_one_host;
     KVASIR_ASSIGN_OR_RETURN(comm_, dist::DeviceCommunicator::create(dc, opts_.tp_bootstrap));
     KVASIR_CUDA_RETURN_IF_ERROR(cudaSetDevice(opts_.device));
     name_ += ", tensor-parallel rank " + std::to_string(opts_.tp_rank) + " of " + std::to_string(opts_.tp_size) +

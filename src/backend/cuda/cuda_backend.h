@@ -25,6 +25,9 @@ struct CudaBackendOptions {
   int tp_rank = 0;
   int tp_size = 1;
   dist::Communicator* tp_bootstrap = nullptr;
+  // Whether every rank of the group is on this host: the custom all-reduce (CUDA IPC) only then,
+  // else NCCL for every collective.
+  bool tp_on_one_host = true;
   bool device_collectives = false;
 };
 
