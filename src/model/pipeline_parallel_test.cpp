@@ -1,5 +1,6 @@
 // Pipeline parallelism of the generic decoder on the CPU backend: the layers split into 2 stages
-// (and 2 stages of 2 tensor-parallel ranks each), forked processes over the shm communicators,
+// (and 2 stages of 2 tensor-parallel ranks each), forked processes over the shm communicators
+// (and a 2x2 group over TCP whose stage groups meet over shared memory or TCP by simulated host),
 // give the whole model's logits within float32 reduction-order bounds (relative L2 < 1e-5, exact
 // matmuls) and the same greedy tokens, every rank the same logits bit for bit. The prompts run
 // together as one batch per step, so each step is cut into micro-batches that cross the stage
@@ -11,7 +12,10 @@
 // micro-batch cut on their own.
 #include "model/pipeline_parallel.h"
 
+#include <arpa/inet.h>
+#include <netinet/in.h>
 #include <sys/mman.h>
+#include <sys/socket.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -23,7 +27,10 @@
 
 #include "common/json.h"
 #include "common/mapped_file.h"
+#include "dist/host_identity.h"
 #include "dist/parallel_layout.h"
+#include "dist/tcp_communicator.h"
+#include "dist/tcp_subgroup.h"
 #include "model/tensor_parallel_test_util.h"
 
 namespace kvasir {
@@ -56,7 +63,39 @@ struct PipelineRun {
   std::vector<std::vector<int32_t>> prompts;
   int decode_steps = 8;
   std::string layer_partition;  // VLLM_PP_LAYER_PARTITION; empty: vLLM's even split
+  // Non-empty: the group is TCP on loopback, rank r states host id hosts[r], and each stage's
+  // tensor-parallel group meets as dist::join_subgroup picks (shared memory on one host, TCP
+  // across hosts); stage_groups_over_tcp says which the test expects.
+  std::vector<std::string> hosts;
+  bool stage_groups_over_tcp = false;
 };
+
+// Rank `rank`'s group and its stage's tensor-parallel group (null at run.tp 1).
+struct RankGroups {
+  std::unique_ptr<dist::Communicator> world, stage;
+};
+
+StatusOr<RankGroups> join_groups(const PipelineRun& run, const dist::ParallelLayout& layout, const std::string& group,
+                                 int listen_fd, int port, int rank) {
+  RankGroups g;
+  const bool tcp = !run.hosts.empty();
+  KVASIR_ASSIGN_OR_RETURN(g.world, tp_testing::make_comm(tcp, listen_fd, port, group, rank, layout.world_size()));
+  if (run.tp == 1) return g;
+  const std::string stage_group = group + "-stage" + std::to_string(layout.pp_rank(rank));
+  if (!tcp) {
+    KVASIR_ASSIGN_OR_RETURN(g.stage, tp_testing::make_comm(false, -1, 0, stage_group, layout.tp_rank(rank), run.tp));
+    return g;
+  }
+  KVASIR_ASSIGN_OR_RETURN(dist::HostMap hosts, dist::exchange_host_ids(*g.world, run.hosts[rank]));
+  dist::SubgroupOptions o;
+  o.group_id = stage_group;
+  for (int t = 0; t < run.tp; ++t) o.members.push_back(layout.rank(layout.pp_rank(rank), t));
+  o.address = dynamic_cast<dist::TcpCommunicator&>(*g.world).address();
+  KVASIR_ASSIGN_OR_RETURN(g.stage, dist::join_subgroup(*g.world, hosts, o));
+  if ((dynamic_cast<dist::TcpCommunicator*>(g.stage.get()) != nullptr) != run.stage_groups_over_tcp)
+    return internal_error(std::string("the stage group is not over ") + (run.stage_groups_over_tcp ? "TCP" : "shared memory"));
+  return g;
+}
 
 constexpr int kMaxBlocksPerSeq = 8;  // 128 tokens a sequence
 
@@ -146,21 +185,31 @@ void expect_pipeline_equals_whole(const PipelineRun& run) {
   auto tokens_of = [&](int r) { return reinterpret_cast<int32_t*>(logits_of(r) + rows * vocab); };
   const std::string group = "pp-test-" + std::to_string(getpid()) + "-" + std::to_string(run.tp) + "x" +
                             std::to_string(run.pp);
+  int listen_fd = -1, port = 0;
+  if (!run.hosts.empty()) {
+    ASSERT_EQ(run.hosts.size(), static_cast<size_t>(world));
+    listen_fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+    sockaddr_in addr{};
+    addr.sin_family = AF_INET;
+    addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+    socklen_t len = sizeof(addr);
+    ASSERT_EQ(bind(listen_fd, reinterpret_cast<sockaddr*>(&addr), len), 0);
+    ASSERT_EQ(listen(listen_fd, 16), 0);
+    ASSERT_EQ(getsockname(listen_fd, reinterpret_cast<sockaddr*>(&addr), &len), 0);
+    port = ntohs(addr.sin_port);
+  }
   const auto codes = dist::testing::run_ranks(world, [&](int rank) {
-    auto comm = tp_testing::make_comm(false, -1, 0, group, rank, world);
-    StatusOr<std::unique_ptr<dist::Communicator>> stage_comm = std::unique_ptr<dist::Communicator>();
-    if (comm.ok() && run.tp > 1)
-      stage_comm = tp_testing::make_comm(false, -1, 0, group + "-stage" + std::to_string(layout.pp_rank(rank)),
-                                         layout.tp_rank(rank), run.tp);
-    Status s = !comm.ok() ? comm.status() : stage_comm.status();
+    auto groups = join_groups(run, layout, group, listen_fd, port, rank);
+    Status s = groups.status();
     if (s.ok()) {
-      s = generate_batched(run, TensorParallelGroup{layout.tp_rank(rank), run.tp, stage_comm->get()},
-                           PipelineParallelGroup{layout.pp_rank(rank), run.pp, comm->get()}, logits_of(rank),
+      s = generate_batched(run, TensorParallelGroup{layout.tp_rank(rank), run.tp, groups->stage.get()},
+                           PipelineParallelGroup{layout.pp_rank(rank), run.pp, groups->world.get()}, logits_of(rank),
                            tokens_of(rank));
     }
     if (!s.ok()) std::fprintf(stderr, "rank %d: %s\n", rank, s.to_string().c_str());
     return s.ok() ? 0 : 1;
   });
+  if (listen_fd >= 0) close(listen_fd);
   for (int r = 0; r < world; ++r) ASSERT_EQ(codes[r], 0) << "rank " << r;
   std::vector<float> whole(rows * vocab);
   std::vector<int32_t> whole_tokens(rows);
@@ -282,6 +331,20 @@ TEST(PipelineParallelTest, TinyGemma3ThreeAndFourStagesEqualTheWholeModel) {
 TEST(PipelineParallelTest, TinyQwen3MoeTwoStagesAndTwoByTwoEqualTheWholeModel) {
   expect_pipeline_equals_whole(PipelineRun{tiny("qwen3_moe"), 1, 2, golden_prompts("qwen3_moe"), 8});
   expect_pipeline_equals_whole(PipelineRun{tiny("qwen3_moe"), 2, 2, golden_prompts("qwen3_moe"), 8});
+}
+
+TEST(PipelineParallelTest, TwoByTwoOverTcpEqualsTheWholeModelWhereverTheStagesSit) {
+  // The group over TCP, as across hosts. Two ranks per host in vLLM's order: each stage is one
+  // host (its TP group over shared memory); hosts alternating (mpirun --map-by node): each
+  // stage's TP group spans both hosts (over TCP).
+  const auto prompts = golden_prompts("gemma3");
+  PipelineRun stage_per_host{tiny("gemma3"), 2, 2, prompts, 8};
+  stage_per_host.hosts = {"host-a", "host-a", "host-b", "host-b"};
+  expect_pipeline_equals_whole(stage_per_host);
+  PipelineRun stages_span_hosts{tiny("gemma3"), 2, 2, prompts, 8};
+  stages_span_hosts.hosts = {"host-a", "host-b", "host-a", "host-b"};
+  stages_span_hosts.stage_groups_over_tcp = true;
+  expect_pipeline_equals_whole(stages_span_hosts);
 }
 
 TEST(PipelineParallelTest, FamiliesThatTensorParallelismRefusesSplitIntoStages) {
