@@ -17,6 +17,12 @@
 # records per-kernel times of decode steps (batch 1, batch 256) and a full ncu report of the all-heads
 # decode kernel. Stage mp (issue 17): the multiprocess executor against the in-process path at TP=1,
 # KVASIR_MP_ROUNDS interleaved rounds (3), batch 1 and 256 prompts, async and synchronous loops.
+# Stage multihost (issue 17): a tensor-parallel group across hosts on CUDA: cuda_tensor_parallel_test's
+# across-hosts cases (NCCL only, no custom all-reduce; TP=1 on one GPU, TP=2 with two) and, with
+# two GPUs, two "nodes" on this host (--nnodes 2 on loopback, each node its own $KVASIR_HOST_ID and
+# one GPU in $CUDA_VISIBLE_DEVICES, so each rank is local rank 0 on GPU 0 of its node). Needs
+# cuda_tensor_parallel_test carried (--build with KVASIR_BUILD_EXTRA=cuda_tensor_parallel_test) or
+# builds it there.
 # KVASIR_CUDA_ATTN takes per_head_phased|per_head_online|all_heads|mma_bulk or the
 # digits 1|2|3|5 used below (cuda_tuning.h).
 # Stage moe: mixture-of-experts benchmarks on dummy bf16 weights (configs/qwen3-30b-a3b.json,
@@ -32,10 +38,13 @@ if [[ "${1:-}" == "--build" ]]; then
   build=${KVASIR_BUILD_DIR:-$root/build-cuda}
   cmake -S "$root" -B "$build" -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo -DKVASIR_CUDA=ON \
         -DKVASIR_STATIC_RUNTIME=ON >/dev/null
-  ninja -C "$build" -j"${KVASIR_JOBS:-2}" kvasir cuda_ops_test cuda_e2e_test grammar_bench nccl_communicator_test
+  # KVASIR_BUILD_EXTRA: more test targets to carry (e.g. cuda_tensor_parallel_test for stage multihost).
+  extra=${KVASIR_BUILD_EXTRA:-}
+  ninja -C "$build" -j"${KVASIR_JOBS:-2}" kvasir cuda_ops_test cuda_e2e_test grammar_bench nccl_communicator_test $extra
   mkdir -p "$root/.carry/bin" "$root/.carry/lib"
+  extra_paths=$(for t in $extra; do (cd "$build" && find . -name "$t" -type f -perm -u+x | head -1); done)
   for b in kvasir src/backend/cuda/cuda_ops_test src/backend/cuda/cuda_e2e_test src/structured/grammar_bench \
-           src/dist/nccl_communicator_test; do
+           src/dist/nccl_communicator_test $extra_paths; do
     cp "$build/tools/$b" "$root/.carry/bin/" 2>/dev/null || cp "$build/$b" "$root/.carry/bin/"
   done
   strip "$root/.carry/bin/"* 2>/dev/null || true
@@ -316,6 +325,37 @@ if has mp; then
     i=$(echo "${mpr[${k}_inproc]}" | med); m=$(echo "${mpr[${k}_mp]}" | med)
     note "mp $k: in-process ${mpr[${k}_inproc]}| mp ${mpr[${k}_mp]}| mp/in-process $(awk -v a="$m" -v b="$i" 'BEGIN {if (b > 0) printf "%.3f", a / b; else print "n/a"}')"
   done
+fi
+if has multihost; then
+  nccl_dir=$(dirname "$(find /usr/local/cuda/lib64 /opt/torch/.venv -name 'libnccl.so.2' 2>/dev/null | head -1)" 2>/dev/null)
+  export LD_LIBRARY_PATH="${nccl_dir:-.}:$LD_LIBRARY_PATH"
+  if [[ ! -x $bin/cuda_tensor_parallel_test ]]; then
+    cmake -S "$root" -B /tmp/kb -G Ninja -DCMAKE_BUILD_TYPE=Release -DKVASIR_CUDA=ON >"$OUT/build_tp_test.log" 2>&1 &&
+      ninja -C /tmp/kb -j16 cuda_tensor_parallel_test >>"$OUT/build_tp_test.log" 2>&1 &&
+      cp /tmp/kb/src/backend/cuda/cuda_tensor_parallel_test "$bin/" || note "multihost: building cuda_tensor_parallel_test FAILED"
+  fi
+  # Bar: every across-hosts case passes (TP=2 skipped on one GPU), with "(NCCL)" in each rank's name.
+  timeout 240 "$bin/cuda_tensor_parallel_test" --gtest_filter='*AcrossHosts*:*OneRankThroughTheDeviceCommunicator*' \
+    >"$OUT/multihost_tp_test.log" 2>&1
+  note "multihost: cuda_tensor_parallel_test across hosts: rc=$? $(grep -E '^\[  (PASSED|SKIPPED) ' "$OUT/multihost_tp_test.log" | tr '\n' ' ')$(grep -c '^\[  FAILED  \]' "$OUT/multihost_tp_test.log") failed; $(grep -m1 -oE 'rank 0 of 1: .*\(NCCL\)' "$OUT/multihost_tp_test.log" | head -c 120)"
+  if [[ $(nvidia-smi -L | wc -l) -ge 2 ]]; then
+    # Two nodes on loopback, one GPU each. Bar: both exit 0, rank 0's backend says NCCL (not the
+    # custom all-reduce), and the run reports a throughput.
+    port=$((29600 + RANDOM % 300))
+    common="bench throughput --model $model --load-format dummy --device cuda --num-prompts 64 --input-len 128
+            --output-len 64 --tensor-parallel-size 2 --nnodes 2 --master-addr 127.0.0.1 --master-port $port"
+    KVASIR_HOST_ID=node-1 CUDA_VISIBLE_DEVICES=1 timeout 300 "$bin/kvasir" $common --node-rank 1 --headless \
+      >"$OUT/multihost_node1.log" 2>&1 &
+    node1=$!
+    KVASIR_HOST_ID=node-0 CUDA_VISIBLE_DEVICES=0 timeout 300 "$bin/kvasir" $common --node-rank 0 \
+      >"$OUT/multihost_node0.log" 2>&1
+    rc0=$?
+    wait $node1
+    rc1=$?
+    note "multihost: TP=2 over 2 simulated nodes: node 0 rc=$rc0, node 1 rc=$rc1; $(grep -m1 -oE 'tensor-parallel rank 0 of 2 \([^)]*\)' "$OUT/multihost_node0.log"); $(grep -oE 'Throughput: .*' "$OUT/multihost_node0.log" | head -1)"
+  else
+    note "multihost: one GPU: the two-node TP=2 run needs 2 (kind nvidia-h200-x2)"
+  fi
 fi
 if has matrix; then
   # Issue 19's benchmark matrix, each run's JSON kept as $OUT/matrix_*.json and all of them merged

@@ -6,6 +6,7 @@
 //  - the tensor-parallel path at TP=1 (the backend's device communicator over one rank: vocabulary
 //    shard, custom all-reduce, logits all-gather): equal to the reference to rounding noise (the
 //    sums over one rank are copies), with decode steps replayed from graphs;
+//  - the same at TP=1 (and TP=2) as a group across hosts: NCCL only, no custom all-reduce;
 //  - TP=2 when there are two GPUs (each rank a forked process on its own device): every rank's
 //    logits identical bit for bit, close to the reference (bf16 activations summed in another
 //    order), the same greedy tokens almost everywhere.
@@ -70,7 +71,10 @@ int cuda_devices() {
   } while (0)
 
 // tp 0: the plain path; tp >= 1: the tensor-parallel path over tp ranks (device communicator).
-int run_rank(const char* config_text, int rank, int tp, const std::string& group, RunLogits* out) {
+// one_host false: the group is treated as spanning hosts (the backend must not set up the custom
+// all-reduce, whose CUDA IPC reaches one host only; every collective goes to NCCL).
+int run_rank(const char* config_text, int rank, int tp, const std::string& group, RunLogits* out,
+             bool one_host = true) {
   std::unique_ptr<dist::ShmCommunicator> boot;
   if (tp > 1) {
     dist::ShmCommunicatorOptions so;
@@ -95,8 +99,12 @@ int run_rank(const char* config_text, int rank, int tp, const std::string& group
   co.tp_size = std::max(tp, 1);
   co.tp_bootstrap = boot.get();
   co.device_collectives = tp >= 1;
+  co.tp_on_one_host = one_host;
   auto backend = create_cuda_backend(co);
   RANK_CHECK(backend.ok(), "backend: %s", backend.status().to_string().c_str());
+  if (tp >= 1 && !one_host)
+    RANK_CHECK((*backend)->name().find("(NCCL)") != std::string::npos, "a group across hosts is not NCCL-only: %s",
+               (*backend)->name().c_str());
   RANK_CHECK(((*backend)->device_group_size() > 0) == (tp >= 1), "device communicator %s",
              tp >= 1 ? "missing" : "unexpected");
   ModelOptions mo;
@@ -160,19 +168,19 @@ int vocab_of(const char* config_text) {
 }
 
 // Runs the plain path once and the tensor-parallel path at `tp` ranks.
-void compare(const char* config_text, int tp, double max_rel_l2) {
+void compare(const char* config_text, int tp, double max_rel_l2, bool one_host = true) {
   const int vocab = vocab_of(config_text);
   Shared plain(1), split(tp);
   const auto p = dist::testing::run_ranks(1, [&](int rank) { return run_rank(config_text, rank, 0, "", plain.r); });
   ASSERT_EQ(p[0], 0) << "plain run";
   const std::string group = "cuda-tp-" + std::to_string(getpid()) + "-" + std::to_string(tp);
   const auto codes =
-      dist::testing::run_ranks(tp, [&](int rank) { return run_rank(config_text, rank, tp, group, split.r + rank); });
+      dist::testing::run_ranks(tp, [&](int rank) { return run_rank(config_text, rank, tp, group, split.r + rank, one_host); });
   for (int r = 0; r < tp; ++r) ASSERT_EQ(codes[r], 0) << "rank " << r << " of " << tp;
   // Decode steps replay graphs when the custom all-reduce carries their collectives (NCCL calls
   // are not captured, so with KVASIR_DISABLE_CUSTOM_ALL_REDUCE set every step runs eagerly).
   const char* nccl_only = std::getenv("KVASIR_DISABLE_CUSTOM_ALL_REDUCE");
-  if (nccl_only == nullptr || *nccl_only == '\0' || std::strcmp(nccl_only, "0") == 0) {
+  if (one_host && (nccl_only == nullptr || *nccl_only == '\0' || std::strcmp(nccl_only, "0") == 0)) {
     for (int r = 0; r < tp; ++r) EXPECT_GT(split.r[r].graph_replays, 0) << "rank " << r << ": no decode graph replayed";
   }
   int agree = 0, total = 0, bitwise_steps = 0;
@@ -220,6 +228,18 @@ TEST(CudaTensorParallelTest, LlamaShapeOneRankThroughTheDeviceCommunicator) {
 TEST(CudaTensorParallelTest, Qwen3ShapeOneRankThroughTheDeviceCommunicator) {
   if (!have_gpu()) GTEST_SKIP() << "no CUDA device";
   compare(kQwen3Config, 1, 1e-6);
+}
+
+// A group whose ranks are on several hosts: NCCL for every collective (no custom all-reduce), the
+// same logits (over one rank the sums are copies either way).
+TEST(CudaTensorParallelTest, LlamaShapeOneRankAcrossHostsUsesNcclOnly) {
+  if (!have_gpu()) GTEST_SKIP() << "no CUDA device";
+  compare(kLlamaConfig, 1, 1e-6, /*one_host=*/false);
+}
+
+TEST(CudaTensorParallelTest, LlamaShapeTwoRanksAcrossHostsUseNcclOnly) {
+  if (!have_two_gpus()) GTEST_SKIP() << "fewer than 2 CUDA devices";
+  compare(kLlamaConfig, 2, 5e-2, /*one_host=*/false);
 }
 
 TEST(CudaTensorParallelTest, LlamaShapeTwoRanks) {
