@@ -33,7 +33,7 @@ TINY = os.path.join(REPO, "tests", "data", "tiny", "llama3", "model.gguf")
 NAME = "tiny"
 HTTP_PORT = 8000    # inside node 0's fresh namespace: nothing else listens there
 MASTER_PORT = 29555
-MAX_MODEL_LEN = 1024
+MAX_MODEL_LEN = 4096
 ENGINE = ("--model", TINY, "--served-model-name", NAME, "--exact-matmul", "--threads", "1",
           "--kv-cache-memory", "64MiB", "--max-num-seqs", "16")
 PROMPTS = ["The capital of France is", "def fibonacci(n):", "Once upon a time"]
