@@ -1,7 +1,7 @@
 """Servers whose model runs in worker processes (tensor and pipeline parallel groups, the
 multiprocess executor, multi-node groups): their workers, and a rank killed while requests stream
-(three live streams, a kill once all three have tokens flowing, then every stream must end with an
-error and /health must say 503 within a second)."""
+(three live streams, a kill once all three have tokens flowing, then every stream still live must
+end with an error and /health must say 503 within a second)."""
 import json
 import threading
 import time
