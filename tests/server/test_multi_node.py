@@ -13,7 +13,8 @@ The model is the tiny Llama 3 (4 heads, 2 KV heads: TP=2 splits the KV heads, TP
 them) with --max-model-len past its 64 positions so a stream lasts long enough to be cut.
 A layout is a parameter (LAYOUTS): tensor parallel over the nodes, a pipeline stage per node, and
 two stages of two tensor-parallel ranks (each stage on one node with kvasir's launcher, each stage
-spanning both nodes under mpirun).
+spanning both nodes under mpirun; and, on loopback, four simulated hosts with each stage spanning
+two of them).
 """
 import json
 import os
@@ -52,6 +53,7 @@ LAYOUTS = [
 
 # Which transport each stage's tensor-parallel group takes, by launcher (rank_setup.cpp says it).
 STAGE_GROUPS = {"built-in": "meet over shared memory (one host)", "mpirun": "meet over TCP (across hosts)"}
+STAGES_SPAN_HOSTS = STAGE_GROUPS["mpirun"]
 
 
 def check_stage_groups(layout, logs, launcher):
@@ -307,3 +309,43 @@ def test_mpirun_a_killed_remote_rank_fails_every_stream_and_every_process(two_ho
         check_group_failed(node0.base, errors, killed_at, torn_down_by_launcher=True)
     assert node0.proc.wait(timeout=15) != 0, node0.logs()
     assert wait_empty(hosts) == [[], []], "a rank or an Open MPI daemon outlived mpirun"
+
+
+def test_built_in_launcher_stages_spanning_simulated_hosts_meet_over_tcp(want, tmp_path):
+    """TP=2 x PP=2 with kvasir's own launcher over four "hosts" on this host's loopback: --nnodes 4
+    (one rank per node) and each node its own $KVASIR_HOST_ID, so each stage's tensor-parallel group
+    spans two hosts and meets over TCP (the namespaces above give each stage one node). Completions
+    equal the unsplit server's; SIGTERM to node 0 stops every node with status 0."""
+    master, http = free_port(), free_port()
+    procs = []
+    try:
+        for node in (3, 2, 1, 0):  # node 0 last: the others dial it until it listens
+            argv = [kvasir_bin(), "serve", *ENGINE, "--max-model-len", str(MAX_MODEL_LEN), "--tensor-parallel-size", "2",
+                    "--pipeline-parallel-size", "2", "--port", str(http), "--nnodes", "4", "--node-rank", str(node),
+                    "--master-addr", "127.0.0.1", "--master-port", str(master)] + (["--headless"] if node else [])
+            procs.append(subprocess.Popen(argv, stdout=log_file(tmp_path, f"node{node}.log"), stderr=subprocess.STDOUT,
+                                          env={**os.environ, "KVASIR_HOST_ID": f"simulated-host-{node}"}))
+        node0 = procs[-1]
+        base = f"http://127.0.0.1:{http}"
+        deadline = time.time() + 60
+        while True:
+            assert all(p.poll() is None for p in procs), (tmp_path / "node0.log").read_text()[-3000:]
+            assert time.time() < deadline, "node 0 did not become healthy:\n" + (tmp_path / "node0.log").read_text()
+            try:
+                if httpx.get(base + "/health", timeout=2).status_code == 200:
+                    break
+            except httpx.HTTPError:
+                pass
+            time.sleep(0.2)
+        assert [complete(base, p) for p in PROMPTS] == want
+        logs = "".join((tmp_path / f"node{n}.log").read_text() for n in range(4))
+        for stage in (0, 1):
+            assert f"pipeline stage {stage}: its tensor-parallel ranks {2 * stage}..{2 * stage + 1} " \
+                   f"{STAGES_SPAN_HOSTS}" in logs, logs
+        node0.send_signal(signal.SIGTERM)
+        assert [p.wait(timeout=30) for p in procs] == [0, 0, 0, 0], logs
+    finally:
+        for p in procs:
+            if p.poll() is None:
+                p.kill()
+                p.wait()
