@@ -1,0 +1,117 @@
+// Work balancing for FlashInfer's SM90 prefill: every (query head, sequence, query tile) is one
+// work item; items are dealt, most expensive sequences first and each sequence's last (longest
+// causal) tile first, to whichever CTA has the least estimated work so far. The cost model is
+// FlashInfer's: 2 * tile rows + keys the tile sees (causal: up to its last query's position).
+#include "backend/cuda/attention_prefill_flashinfer_plan.h"
+
+#include <algorithm>
+#include <functional>
+#include <numeric>
+#include <queue>
+#include <utility>
+
+#include "common/check.h"
+
+namespace kvasir::cuda {
+namespace {
+
+constexpr int64_t kAlignInts = 4;  // 16 bytes
+
+int64_t align_up(int64_t n) { return (n + kAlignInts - 1) / kAlignInts * kAlignInts; }
+
+int ceil_div(int a, int b) { return (a + b - 1) / b; }
+
+}  // namespace
+
+int flashinfer_prefill_cta_tile_q(int head_dim) { return head_dim == 64 ? 192 : 128; }
+
+int64_t flashinfer_plan_field_offset(FlashInferPlanField f, int num_ctas, int64_t num_works) {
+  const int i = static_cast<int>(f);
+  if (i == 0) return 0;
+  return align_up(num_ctas + 1) + static_cast<int64_t>(i - 1) * align_up(num_works);
+}
+
+int64_t FlashInferPrefillPlan::field_offset(FlashInferPlanField f) const {
+  return flashinfer_plan_field_offset(f, num_ctas, num_works);
+}
+
+void plan_flashinfer_prefill(const FlashInferPrefillPlanInput& in, FlashInferPrefillPlan& out) {
+  KVASIR_CHECK_MSG(in.num_ctas > 0 && in.num_heads > 0 && in.num_seqs >= 0,
+                   "FlashInfer prefill plan: needs CTAs, heads and a sequence count");
+  const int tile_q = flashinfer_prefill_cta_tile_q(in.head_dim);
+  struct Seq {
+    int index, qo_len, kv_len;
+  };
+  std::vector<Seq> seqs;
+  seqs.reserve(static_cast<size_t>(in.num_seqs));
+  for (int s = 0; s < in.num_seqs; ++s) {
+    const int qo_len = in.query_start_loc[s + 1] - in.query_start_loc[s], kv_len = in.seq_lens[s];
+    KVASIR_CHECK_MSG(qo_len >= 0 && kv_len >= qo_len,
+                     "FlashInfer prefill plan: a sequence has fewer keys than queries or a negative query count");
+    if (qo_len >= in.min_query_len) seqs.push_back({s, qo_len, kv_len});
+  }
+  // Longest contexts first (stable: equal lengths keep step order, so the plan is deterministic).
+  std::stable_sort(seqs.begin(), seqs.end(), [](const Seq& a, const Seq& b) { return a.kv_len > b.kv_len; });
+
+  int64_t works_per_head = 0;
+  for (const Seq& q : seqs) works_per_head += ceil_div(q.qo_len, tile_q);
+  const int64_t num_works = works_per_head * in.num_heads;
+  const int num_ctas = in.num_ctas;
+
+  // Per CTA, in dealing order: the work items it was given (indices into a flat list).
+  struct Work {
+    int32_t tile, head;
+    const Seq* seq;
+  };
+  std::vector<Work> works;
+  works.reserve(static_cast<size_t>(num_works));
+  std::vector<int32_t> cta_of;
+  cta_of.reserve(static_cast<size_t>(num_works));
+  using Load = std::pair<double, int>;  // (estimated cost so far, CTA); ties go to the lower CTA
+  std::priority_queue<Load, std::vector<Load>, std::greater<Load>> heap;
+  for (int c = 0; c < num_ctas; ++c) heap.push({0.0, c});
+  for (int h = 0; h < in.num_heads; ++h) {
+    for (const Seq& q : seqs) {
+      const int tiles = ceil_div(q.qo_len, tile_q);
+      for (int t = tiles - 1; t >= 0; --t) {
+        // Keys seen by the tile's last query (queries sit at the end of the keys, causal).
+        const int kv_end = t + 1 == tiles ? q.kv_len : std::min(q.kv_len - q.qo_len + (t + 1) * tile_q, q.kv_len);
+        const auto [cost, c] = heap.top();
+        heap.pop();
+        heap.push({cost + 2.0 * tile_q + kv_end, c});
+        works.push_back({t, h, &q});
+        cta_of.push_back(c);
+      }
+    }
+  }
+
+  // Group by CTA, keeping each CTA's dealing order (a counting sort).
+  out.num_ctas = num_ctas;
+  out.num_works = num_works;
+  out.data.assign(static_cast<size_t>(out.field_offset(FlashInferPlanField::kNumFields)), 0);
+  int32_t* indptr = out.data.data();
+  for (int32_t c : cta_of) ++indptr[c + 1];
+  std::partial_sum(indptr, indptr + num_ctas + 1, indptr);
+  std::vector<int32_t> next(indptr, indptr + num_ctas);
+  auto field = [&](FlashInferPlanField f) { return out.data.data() + out.field_offset(f); };
+  int32_t* tiles = field(FlashInferPlanField::kQoTileIndices);
+  int32_t* qo_indptr = field(FlashInferPlanField::kQoIndptr);
+  int32_t* kv_indptr = field(FlashInferPlanField::kKvIndptr);
+  int32_t* qo_lens = field(FlashInferPlanField::kQoLens);
+  int32_t* kv_lens = field(FlashInferPlanField::kKvLens);
+  int32_t* heads = field(FlashInferPlanField::kHeadIndices);
+  int32_t* batch = field(FlashInferPlanField::kBatchIndices);
+  for (size_t i = 0; i < works.size(); ++i) {
+    const Work& w = works[i];
+    const int32_t j = next[static_cast<size_t>(cta_of[i])]++;
+    tiles[j] = w.tile;
+    qo_indptr[j] = in.query_start_loc[w.seq->index];
+    kv_indptr[j] = w.seq->index * in.max_blocks_per_seq;
+    qo_lens[j] = w.seq->qo_len;
+    kv_lens[j] = w.seq->kv_len;
+    heads[j] = w.head;
+    batch[j] = w.seq->index;
+  }
+}
+
+}  // namespace kvasir::cuda

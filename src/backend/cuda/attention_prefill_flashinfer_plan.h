@@ -1,0 +1,60 @@
+// The host-side plan of FlashInfer's SM90 paged prefill (attention_prefill_flashinfer.h): which
+// (query tile, query head, sequence) work items each persistent CTA walks, balanced by estimated
+// cost (longest-processing-time first over a min-heap of CTA loads, as FlashInfer's
+// PrefillSM90Plan does), computed from the step's query lengths and sequence lengths the
+// backend already holds on the host, into one int32 array the step stages with its other inputs
+// (no workspace of its own, no extra copy or device sync). Plain C++: tested on the CPU.
+// Must not touch the device or know about requests.
+#pragma once
+
+#include <cstdint>
+#include <vector>
+
+namespace kvasir::cuda {
+
+// The arrays of the plan, in the order they sit in FlashInferPrefillPlan::data.
+enum class FlashInferPlanField {
+  kWorkIndptr,     // [num_ctas + 1]: CTA c walks works [work_indptr[c], work_indptr[c + 1])
+  kQoTileIndices,  // [num_works]: query tile of the sequence (tile t: queries t*cta_tile_q ...)
+  kQoIndptr,       // [num_works]: the sequence's first query row in q / out
+  kKvIndptr,       // [num_works]: the sequence's first page in kv_indices (s * max_blocks_per_seq)
+  kQoLens,         // [num_works]: the sequence's query count
+  kKvLens,         // [num_works]: the sequence's key count (context + queries)
+  kHeadIndices,    // [num_works]: query head
+  kBatchIndices,   // [num_works]: sequence index in the step
+  kNumFields,
+};
+
+// Query rows per CTA tile of FlashInfer's SM90 paged prefill for this head size (its kernel traits:
+// 192 at 64, else 128); the plan's tiles must match the kernel's.
+int flashinfer_prefill_cta_tile_q(int head_dim);
+
+struct FlashInferPrefillPlanInput {
+  const int32_t* query_start_loc = nullptr;  // [num_seqs + 1] query rows of each sequence
+  const int32_t* seq_lens = nullptr;         // [num_seqs] keys of each sequence (context + queries)
+  int num_seqs = 0;
+  int max_blocks_per_seq = 0;
+  int num_heads = 0;
+  int head_dim = 0;
+  int num_ctas = 0;  // persistent CTAs: the device's SM count
+  // Sequences with at most this many queries are left out (the decode kernel takes them).
+  int min_query_len = 2;
+};
+
+struct FlashInferPrefillPlan {
+  int num_ctas = 0;
+  int64_t num_works = 0;
+  std::vector<int32_t> data;  // the fields above, each starting at field_offset()
+  // int32 elements from data's start to the field (every field 16-byte aligned).
+  int64_t field_offset(FlashInferPlanField f) const;
+  const int32_t* field(FlashInferPlanField f) const { return data.data() + field_offset(f); }
+};
+
+// Builds the plan in place (out's storage is reused: no allocation once it has grown). A bad input
+// (negative lengths, a sequence with more queries than keys) is a broken invariant: it aborts.
+void plan_flashinfer_prefill(const FlashInferPrefillPlanInput& in, FlashInferPrefillPlan& out);
+
+// Offsets of the fields for these counts (the device side computes the same from num_ctas, num_works).
+int64_t flashinfer_plan_field_offset(FlashInferPlanField f, int num_ctas, int64_t num_works);
+
+}  // namespace kvasir::cuda
