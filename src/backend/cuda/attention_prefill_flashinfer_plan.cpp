@@ -114,4 +114,24 @@ void plan_flashinfer_prefill(const FlashInferPrefillPlanInput& in, FlashInferPre
   }
 }
 
+void FlashInferPlanCache::key_of(const FlashInferPrefillPlanInput& in, std::vector<int32_t>& key) {
+  key.clear();
+  key.insert(key.end(), {in.num_seqs, in.max_blocks_per_seq, in.num_heads, in.head_dim, in.num_ctas, in.min_query_len});
+  key.insert(key.end(), in.query_start_loc, in.query_start_loc + in.num_seqs + 1);
+  key.insert(key.end(), in.seq_lens, in.seq_lens + in.num_seqs);
+}
+
+const FlashInferPrefillPlan& FlashInferPlanCache::get(const FlashInferPrefillPlanInput& in) {
+  key_of(in, key_);
+  for (Entry& e : entries_) {
+    if (e.key == key_) return e.plan;
+  }
+  Entry& e = entries_[next_];
+  next_ = (next_ + 1) % kEntries;
+  e.key.swap(key_);
+  plan_flashinfer_prefill(in, e.plan);
+  ++plans_made_;
+  return e.plan;
+}
+
 }  // namespace kvasir::cuda

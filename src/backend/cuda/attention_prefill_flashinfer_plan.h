@@ -54,6 +54,29 @@ struct FlashInferPrefillPlan {
 // (negative lengths, a sequence with more queries than keys) is a broken invariant: it aborts.
 void plan_flashinfer_prefill(const FlashInferPrefillPlanInput& in, FlashInferPrefillPlan& out);
 
+// The plans of the last few distinct inputs. Every layer of a step asks with the same input, so a
+// step plans once; the step's staging copies a host array once per (address, size), so a plan's
+// array is never rewritten while another input is in use: a step may use up to kEntries distinct
+// inputs (layers that differ in heads or head size) before the oldest entry is reused.
+class FlashInferPlanCache {
+ public:
+  static constexpr int kEntries = 4;
+  // The plan for this input, made now unless one of the entries was made from an equal input.
+  const FlashInferPrefillPlan& get(const FlashInferPrefillPlanInput& in);
+  int64_t plans_made() const { return plans_made_; }
+
+ private:
+  struct Entry {
+    std::vector<int32_t> key;  // the input, flattened (empty: unused)
+    FlashInferPrefillPlan plan;
+  };
+  static void key_of(const FlashInferPrefillPlanInput& in, std::vector<int32_t>& key);
+  Entry entries_[kEntries];
+  int next_ = 0;  // the entry replaced next
+  int64_t plans_made_ = 0;
+  std::vector<int32_t> key_;  // reused while looking up
+};
+
 // Offsets of the fields for these counts (the device side computes the same from num_ctas, num_works).
 int64_t flashinfer_plan_field_offset(FlashInferPlanField f, int num_ctas, int64_t num_works);
 

@@ -158,6 +158,36 @@ TEST(FlashInferPrefillPlan, IsDeterministic) {
   EXPECT_EQ(plan_of(s, 16, 128, 132).data, plan_of(s, 16, 128, 132).data);
 }
 
+// Every layer of a step asks with the same input: one plan, the same array (so the step stages
+// it once); a second input gets its own entry and the first one's array is left alone.
+TEST(FlashInferPrefillPlan, CacheReusesAPlanAndKeepsOtherInputsApart) {
+  const Step a = make_step({300, 1}, {300, 40}), b = make_step({300, 1}, {301, 40});
+  FlashInferPrefillPlanInput ia, ib;
+  for (auto [in, s] : {std::pair{&ia, &a}, std::pair{&ib, &b}}) {
+    in->query_start_loc = s->query_start_loc.data();
+    in->seq_lens = s->seq_lens.data();
+    in->num_seqs = 2;
+    in->max_blocks_per_seq = s->max_blocks_per_seq;
+    in->num_heads = 8;
+    in->head_dim = 128;
+    in->num_ctas = 16;
+  }
+  FlashInferPlanCache cache;
+  const FlashInferPrefillPlan& pa = cache.get(ia);
+  const std::vector<int32_t> pa_data = pa.data;
+  const int32_t* pa_ptr = pa.data.data();
+  EXPECT_EQ(&cache.get(ia), &pa);
+  EXPECT_EQ(cache.plans_made(), 1);
+  const FlashInferPrefillPlan& pb = cache.get(ib);
+  EXPECT_NE(&pb, &pa);
+  EXPECT_EQ(cache.plans_made(), 2);
+  EXPECT_EQ(pa.data.data(), pa_ptr);
+  EXPECT_EQ(pa.data, pa_data);
+  EXPECT_EQ(pb.field(F::kKvLens)[0], 301);
+  EXPECT_EQ(&cache.get(ia), &pa);
+  EXPECT_EQ(cache.plans_made(), 2);
+}
+
 TEST(FlashInferPrefillPlanDeathTest, MoreQueriesThanKeysAborts) {
   const Step s = make_step({10}, {5});
   EXPECT_DEATH(plan_of(s, 4, 128, 8), "fewer keys than queries");
