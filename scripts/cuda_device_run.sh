@@ -334,10 +334,10 @@ if has fiprefill; then
   fi_parts=${KVASIR_FI_PARTS:-"tests memcheck bench long"}
   fi_has() { [[ " $fi_parts " == *" $1 "* ]]; }
   if fi_has tests; then
-    timeout 400 "$bin/cuda_ops_test" --gtest_filter='CudaPrefillPaths.*' >"$OUT/fi_tests.log" 2>&1
+    timeout 400 "$bin/cuda_ops_test" --gtest_filter='CudaPrefillPaths.*:CudaPrefillKnob*' >"$OUT/fi_tests.log" 2>&1
     rc=$?
     grep -E "FAILED|Failure|rel_l2|Expected|SKIPPED" "$OUT/fi_tests.log" | head -20
-    note "fiprefill tests (CudaPrefillPaths.*): rc=$rc $(grep -E '^\[  (PASSED|SKIPPED) ' "$OUT/fi_tests.log" | tr '\n' ' ')$(grep -c '^\[  FAILED  \]' "$OUT/fi_tests.log") failed"
+    note "fiprefill tests (CudaPrefillPaths.*, CudaPrefillKnob*): rc=$rc $(grep -E '^\[  (PASSED|SKIPPED) ' "$OUT/fi_tests.log" | tr '\n' ' ')$(grep -c '^\[  FAILED  \]' "$OUT/fi_tests.log") failed"
     for path in flashinfer own; do
       KVASIR_CUDA_PREFILL=$path timeout 300 "$bin/cuda_ops_test" --gtest_filter='CudaAttention.*:CudaOps.Decode*' \
         >"$OUT/fi_tests_attention_$path.log" 2>&1
@@ -346,7 +346,7 @@ if has fiprefill; then
   fi
   if fi_has memcheck && command -v compute-sanitizer >/dev/null; then
     timeout 500 compute-sanitizer --tool memcheck --leak-check no "$bin/cuda_ops_test" \
-      --gtest_filter='CudaPrefillPaths.*:-CudaPrefillPaths.UnknownKnobValueAbortsNamingIt' >"$OUT/fi_memcheck.log" 2>&1
+      --gtest_filter='CudaPrefillPaths.*' >"$OUT/fi_memcheck.log" 2>&1
     rc=$?
     tail -5 "$OUT/fi_memcheck.log"
     note "fiprefill memcheck: rc=$rc $(grep -E 'ERROR SUMMARY' "$OUT/fi_memcheck.log" | tail -1) $(grep -c '^\[  FAILED  \]' "$OUT/fi_memcheck.log") failed"
@@ -355,20 +355,20 @@ if has fiprefill; then
     local name=$1 path=$2 len=$3; shift 3
     KVASIR_CUDA_PREFILL=$path timeout 300 "$bin/kvasir" bench latency --device cuda --load-format dummy --model "$model" \
       --batch-size 1 --input-len "$len" --output-len 1 --num-iters 1 --num-iters-warmup 1 "$@" >"$OUT/fi_lat_$name.log" 2>&1
-    echo "$name rc=$? $(grep -E '^prefill' "$OUT/fi_lat_$name.log") | $(grep -E '^prefill attention calls' "$OUT/fi_lat_$name.log")" >&2
+    echo "$name rc=$? $(grep -E '^prefill:' "$OUT/fi_lat_$name.log") | $(grep -E '^prefill attention calls' "$OUT/fi_lat_$name.log")" >&2
     grep -E '^prefill:' "$OUT/fi_lat_$name.log" | awk '{print $2}'
   }
   fi_median() { sort -g | awk '{v[NR]=$1} END{if (NR == 0) print "none"; else print (NR % 2 ? v[(NR + 1) / 2] : (v[NR / 2] + v[NR / 2 + 1]) / 2)}'; }
   fi_ab() {  # label, input length, rounds
-    local label=$1 len=$2 rounds=$3 r own=() fi=() t
+    local label=$1 len=$2 rounds=$3 r own=() fis=() t
     for ((r = 1; r <= rounds; r++)); do
       t=$(fi_lat "${label}_own_r$r" own "$len"); own+=("${t:-}")
-      t=$(fi_lat "${label}_flashinfer_r$r" flashinfer "$len"); fi+=("${t:-}")
+      t=$(fi_lat "${label}_flashinfer_r$r" flashinfer "$len"); fis+=("${t:-}")
     done
     local mo mf
     mo=$(printf '%s\n' "${own[@]}" | grep -E '^[0-9.]+$' | fi_median)
-    mf=$(printf '%s\n' "${fi[@]}" | grep -E '^[0-9.]+$' | fi_median)
-    note "fiprefill b1 prefill $len tokens: own ${own[*]} s (median $mo), flashinfer ${fi[*]} s (median $mf)$(awk -v o="$mo" -v f="$mf" 'BEGIN{if (o + 0 > 0 && f + 0 > 0) printf ", %.2fx", o / f}')"
+    mf=$(printf '%s\n' "${fis[@]}" | grep -E '^[0-9.]+$' | fi_median)
+    note "fiprefill b1 prefill $len tokens: own ${own[*]} s (median $mo), flashinfer ${fis[*]} s (median $mf)$(awk -v o="$mo" -v f="$mf" 'BEGIN{if (o + 0 > 0 && f + 0 > 0) printf ", %.2fx", o / f}')"
     note "  flashinfer run: $(grep -E '^prefill attention calls' "$OUT/fi_lat_${label}_flashinfer_r1.log")"
   }
   fi_has bench && fi_ab 32k 32000 "${KVASIR_FI_ROUNDS:-3}"

@@ -15,6 +15,7 @@
 #include <vector>
 
 #include "backend/cuda/cuda_ops_test_fixture.h"
+#include "backend/cuda/cuda_tuning.h"
 
 namespace kvasir {
 namespace {
@@ -143,8 +144,26 @@ TEST_F(CudaPrefillPaths, DefaultIsFlashInferWhereBuilt) {
   run_on({"default prompt", 32, 8, 128, {200}, {200}}, flashinfer_built_and_sm90());
 }
 
-TEST_F(CudaPrefillPaths, UnknownKnobValueAbortsNamingIt) {
-  EXPECT_DEATH(use("flashinfr"), "KVASIR_CUDA_PREFILL must be flashinfer or own, not 'flashinfr'");
+// The knob as read (host only: these run without a GPU too).
+TEST(CudaPrefillKnob, ReadsFlashInferOwnAndUnset) {
+  using cuda::PrefillAttentionKernel;
+  unsetenv("KVASIR_CUDA_PREFILL");
+  EXPECT_EQ(cuda::read_cuda_tuning().recording.prefill_attention, PrefillAttentionKernel::kFlashInfer);
+  setenv("KVASIR_CUDA_PREFILL", "own", 1);
+  EXPECT_EQ(cuda::read_cuda_tuning().recording.prefill_attention, PrefillAttentionKernel::kOwn);
+  EXPECT_NE(cuda::describe(cuda::read_cuda_tuning()).find("KVASIR_CUDA_PREFILL=own"), std::string::npos);
+  setenv("KVASIR_CUDA_PREFILL", "flashinfer", 1);
+  EXPECT_EQ(cuda::read_cuda_tuning().recording.prefill_attention, PrefillAttentionKernel::kFlashInfer);
+  unsetenv("KVASIR_CUDA_PREFILL");
+}
+
+TEST(CudaPrefillKnobDeathTest, UnknownValueAbortsNamingIt) {
+  EXPECT_DEATH(
+      {
+        setenv("KVASIR_CUDA_PREFILL", "flashinfr", 1);
+        cuda::read_cuda_tuning();
+      },
+      "KVASIR_CUDA_PREFILL must be flashinfer or own, not 'flashinfr'");
 }
 
 }  // namespace
