@@ -7,7 +7,6 @@
 #include <algorithm>
 #include <functional>
 #include <numeric>
-#include <queue>
 #include <utility>
 
 #include "common/check.h"
@@ -39,48 +38,45 @@ void plan_flashinfer_prefill(const FlashInferPrefillPlanInput& in, FlashInferPre
   KVASIR_CHECK_MSG(in.num_ctas > 0 && in.num_heads > 0 && in.num_seqs >= 0,
                    "FlashInfer prefill plan: needs CTAs, heads and a sequence count");
   const int tile_q = flashinfer_prefill_cta_tile_q(in.head_dim);
-  struct Seq {
-    int index, qo_len, kv_len;
-  };
-  std::vector<Seq> seqs;
-  seqs.reserve(static_cast<size_t>(in.num_seqs));
+  using Seq = FlashInferPrefillPlan::Scratch::Seq;
+  using Work = FlashInferPrefillPlan::Scratch::Work;
+  std::vector<Seq>& seqs = out.scratch.seqs;
+  seqs.clear();
   for (int s = 0; s < in.num_seqs; ++s) {
     const int qo_len = in.query_start_loc[s + 1] - in.query_start_loc[s], kv_len = in.seq_lens[s];
     KVASIR_CHECK_MSG(qo_len >= 0 && kv_len >= qo_len,
                      "FlashInfer prefill plan: a sequence has fewer keys than queries or a negative query count");
     if (qo_len >= in.min_query_len) seqs.push_back({s, qo_len, kv_len});
   }
-  // Longest contexts first (stable: equal lengths keep step order, so the plan is deterministic).
-  std::stable_sort(seqs.begin(), seqs.end(), [](const Seq& a, const Seq& b) { return a.kv_len > b.kv_len; });
+  // Longest contexts first; equal lengths in step order, so the plan is deterministic.
+  std::sort(seqs.begin(), seqs.end(),
+            [](const Seq& a, const Seq& b) { return a.kv_len != b.kv_len ? a.kv_len > b.kv_len : a.index < b.index; });
 
   int64_t works_per_head = 0;
   for (const Seq& q : seqs) works_per_head += ceil_div(q.qo_len, tile_q);
   const int64_t num_works = works_per_head * in.num_heads;
   const int num_ctas = in.num_ctas;
 
-  // Per CTA, in dealing order: the work items it was given (indices into a flat list).
-  struct Work {
-    int32_t tile, head;
-    const Seq* seq;
-  };
-  std::vector<Work> works;
-  works.reserve(static_cast<size_t>(num_works));
-  std::vector<int32_t> cta_of;
-  cta_of.reserve(static_cast<size_t>(num_works));
-  using Load = std::pair<double, int>;  // (estimated cost so far, CTA); ties go to the lower CTA
-  std::priority_queue<Load, std::vector<Load>, std::greater<Load>> heap;
-  for (int c = 0; c < num_ctas; ++c) heap.push({0.0, c});
+  // Deal every item to the least-loaded CTA (a min-heap on (cost, CTA): ties go to the lower CTA).
+  std::vector<Work>& works = out.scratch.works;
+  works.clear();
+  auto& heap = out.scratch.heap;
+  heap.clear();
+  for (int c = 0; c < num_ctas; ++c) heap.push_back({0.0, c});
+  const auto later = std::greater<std::pair<double, int32_t>>();
+  std::make_heap(heap.begin(), heap.end(), later);
   for (int h = 0; h < in.num_heads; ++h) {
-    for (const Seq& q : seqs) {
+    for (size_t i = 0; i < seqs.size(); ++i) {
+      const Seq& q = seqs[i];
       const int tiles = ceil_div(q.qo_len, tile_q);
       for (int t = tiles - 1; t >= 0; --t) {
         // Keys seen by the tile's last query (queries sit at the end of the keys, causal).
         const int kv_end = t + 1 == tiles ? q.kv_len : std::min(q.kv_len - q.qo_len + (t + 1) * tile_q, q.kv_len);
-        const auto [cost, c] = heap.top();
-        heap.pop();
-        heap.push({cost + 2.0 * tile_q + kv_end, c});
-        works.push_back({t, h, &q});
-        cta_of.push_back(c);
+        std::pop_heap(heap.begin(), heap.end(), later);
+        auto& least = heap.back();
+        least.first += 2.0 * tile_q + kv_end;
+        works.push_back({t, h, static_cast<int32_t>(i), least.second});
+        std::push_heap(heap.begin(), heap.end(), later);
       }
     }
   }
@@ -90,9 +86,10 @@ void plan_flashinfer_prefill(const FlashInferPrefillPlanInput& in, FlashInferPre
   out.num_works = num_works;
   out.data.assign(static_cast<size_t>(out.field_offset(FlashInferPlanField::kNumFields)), 0);
   int32_t* indptr = out.data.data();
-  for (int32_t c : cta_of) ++indptr[c + 1];
+  for (const Work& w : works) ++indptr[w.cta + 1];
   std::partial_sum(indptr, indptr + num_ctas + 1, indptr);
-  std::vector<int32_t> next(indptr, indptr + num_ctas);
+  std::vector<int32_t>& next = out.scratch.next;
+  next.assign(indptr, indptr + num_ctas);
   auto field = [&](FlashInferPlanField f) { return out.data.data() + out.field_offset(f); };
   int32_t* tiles = field(FlashInferPlanField::kQoTileIndices);
   int32_t* qo_indptr = field(FlashInferPlanField::kQoIndptr);
@@ -101,16 +98,16 @@ void plan_flashinfer_prefill(const FlashInferPrefillPlanInput& in, FlashInferPre
   int32_t* kv_lens = field(FlashInferPlanField::kKvLens);
   int32_t* heads = field(FlashInferPlanField::kHeadIndices);
   int32_t* batch = field(FlashInferPlanField::kBatchIndices);
-  for (size_t i = 0; i < works.size(); ++i) {
-    const Work& w = works[i];
-    const int32_t j = next[static_cast<size_t>(cta_of[i])]++;
+  for (const Work& w : works) {
+    const Seq& q = seqs[static_cast<size_t>(w.seq)];
+    const int32_t j = next[static_cast<size_t>(w.cta)]++;
     tiles[j] = w.tile;
-    qo_indptr[j] = in.query_start_loc[w.seq->index];
-    kv_indptr[j] = w.seq->index * in.max_blocks_per_seq;
-    qo_lens[j] = w.seq->qo_len;
-    kv_lens[j] = w.seq->kv_len;
+    qo_indptr[j] = in.query_start_loc[q.index];
+    kv_indptr[j] = q.index * in.max_blocks_per_seq;
+    qo_lens[j] = q.qo_len;
+    kv_lens[j] = q.kv_len;
     heads[j] = w.head;
-    batch[j] = w.seq->index;
+    batch[j] = q.index;
   }
 }
 

@@ -8,6 +8,7 @@
 #pragma once
 
 #include <cstdint>
+#include <utility>
 #include <vector>
 
 namespace kvasir::cuda {
@@ -45,6 +46,19 @@ struct FlashInferPrefillPlan {
   int num_ctas = 0;
   int64_t num_works = 0;
   std::vector<int32_t> data;  // the fields above, each starting at field_offset()
+  // plan_flashinfer_prefill's working storage, kept so that replanning allocates nothing once grown.
+  struct Scratch {
+    struct Seq {
+      int32_t index, qo_len, kv_len;
+    };
+    struct Work {
+      int32_t tile, head, seq, cta;  // seq: index into seqs
+    };
+    std::vector<Seq> seqs;
+    std::vector<Work> works;
+    std::vector<std::pair<double, int32_t>> heap;  // (estimated cost so far, CTA)
+    std::vector<int32_t> next;
+  } scratch;
   // int32 elements from data's start to the field (every field 16-byte aligned).
   int64_t field_offset(FlashInferPlanField f) const;
   const int32_t* field(FlashInferPlanField f) const { return data.data() + field_offset(f); }
