@@ -325,8 +325,8 @@ fi
 if has fiprefill; then
   # Issue 19: FlashInfer's SM90 paged prefill (KVASIR_CUDA_PREFILL=flashinfer, the default where
   # built) against our mma.sync kernel (=own). KVASIR_FI_PARTS ["tests memcheck bench long"]:
-  # tests  the prefill op tests on both paths against the CPU (CudaPrefillPaths.*), and the
-         # older CudaAttention.* cases under each knob;
+  # tests  the prefill op tests on both paths against the CPU (CudaPrefillPaths.*), the older
+  #        CudaAttention.* cases and cuda_e2e_test under each knob;
   # memcheck  compute-sanitizer memcheck on CudaPrefillPaths.* (FlashInfer's kernel and the fallbacks);
   # bench  b1 32,000-token prefill (Llama-8B shape, dummy weights, default 2,048-token chunks),
   #        KVASIR_FI_ROUNDS [3] interleaved rounds of own then flashinfer, medians (bar 1.5 s);
@@ -342,6 +342,11 @@ if has fiprefill; then
       KVASIR_CUDA_PREFILL=$path timeout 300 "$bin/cuda_ops_test" --gtest_filter='CudaAttention.*:CudaOps.Decode*' \
         >"$OUT/fi_tests_attention_$path.log" 2>&1
       note "fiprefill CudaAttention.* with KVASIR_CUDA_PREFILL=$path: rc=$? $(grep -E '^\[  PASSED' "$OUT/fi_tests_attention_$path.log" | head -1) $(grep -c '^\[  FAILED  \]' "$OUT/fi_tests_attention_$path.log") failed"
+    done
+    # End to end (tiny real models: prefill logits and greedy decode against the CPU) on each path.
+    for path in flashinfer own; do
+      KVASIR_CUDA_PREFILL=$path timeout 240 "$bin/cuda_e2e_test" >"$OUT/fi_e2e_$path.log" 2>&1
+      note "fiprefill e2e with KVASIR_CUDA_PREFILL=$path: rc=$? $(grep -E '^\[  PASSED' "$OUT/fi_e2e_$path.log" | head -1) $(grep -c '^\[  FAILED  \]' "$OUT/fi_e2e_$path.log") failed; $(grep -oE 'prefill attention calls: flashinfer [0-9]+, own [0-9]+' "$OUT/fi_e2e_$path.log" | head -1)"
     done
   fi
   if fi_has memcheck && command -v compute-sanitizer >/dev/null; then
