@@ -96,7 +96,8 @@ void launch_hd(const FlashInferPrefillArgs& a, cudaStream_t s) {
 
 template <int HD>
 void raise_smem_limit() {
-  KVASIR_CUDA_CHECK(cudaFuncSetAttribute(kernel_of<HD>(), cudaFuncAttributeMaxDynamicSharedMemorySize, smem_bytes<HD>()));
+  KVASIR_CUDA_CHECK(
+      cudaFuncSetAttribute(kernel_of<HD>(), cudaFuncAttributeMaxDynamicSharedMemorySize, smem_bytes<HD>()));
 }
 
 }  // namespace

@@ -51,7 +51,9 @@ class CudaPrefillPaths : public cuda_test::CudaAttention {
     const size_t at = st.find("prefill attention calls:");
     EXPECT_NE(at, std::string::npos) << st;
     long long fi = -1, own = -1;
-    if (at != std::string::npos) std::sscanf(st.c_str() + at, "prefill attention calls: flashinfer %lld, own %lld", &fi, &own);
+    if (at != std::string::npos) {
+      std::sscanf(st.c_str() + at, "prefill attention calls: flashinfer %lld, own %lld", &fi, &own);
+    }
     return {fi, own};
   }
   // Runs the case and checks that its prefill went to the expected kernel.

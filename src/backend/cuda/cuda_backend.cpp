@@ -106,8 +106,10 @@ Status CudaBackend::init() {
 #if KVASIR_HAVE_FLASHINFER
   flashinfer_prefill_ = flashinfer_wanted && prop.major == 9 && prop.minor == 0;
   if (flashinfer_prefill_) cuda::init_flashinfer_prefill_kernels();
-  KVASIR_LOG_INFO("CUDA prefill attention: %s", flashinfer_prefill_ ? "FlashInfer SM90 (own kernel where it cannot)"
-                  : flashinfer_wanted ? "own kernel (FlashInfer's needs an sm_90 device)" : "own kernel (KVASIR_CUDA_PREFILL=own)");
+  KVASIR_LOG_INFO("CUDA prefill attention: %s",
+                  flashinfer_prefill_ ? "FlashInfer SM90 (own kernel where it cannot)"
+                  : flashinfer_wanted ? "own kernel (FlashInfer's needs an sm_90 device)"
+                                      : "own kernel (KVASIR_CUDA_PREFILL=own)");
 #else
   KVASIR_LOG_INFO("CUDA prefill attention: own kernel%s", flashinfer_wanted ? " (built without FlashInfer)" : "");
 #endif

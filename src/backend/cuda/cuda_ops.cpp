@@ -220,7 +220,9 @@ void CudaBackend::exec_flashinfer_prefill(const cuda::AttentionOp& op, const uin
 #if KVASIR_HAVE_FLASHINFER
   const auto* plan = reinterpret_cast<const int32_t*>(arena + op.prefill_work);
   const int ctas = static_cast<int>(op.flashinfer_ctas);
-  auto field = [&](cuda::FlashInferPlanField f) { return plan + cuda::flashinfer_plan_field_offset(f, ctas, op.num_work); };
+  auto field = [&](cuda::FlashInferPlanField f) {
+    return plan + cuda::flashinfer_plan_field_offset(f, ctas, op.num_work);
+  };
   cuda::FlashInferPrefillArgs a;
   a.q = op.q;
   a.k_cache = op.k_cache;
