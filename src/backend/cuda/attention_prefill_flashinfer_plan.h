@@ -26,6 +26,10 @@ enum class FlashInferPlanField {
   kNumFields,
 };
 
+// The backend gives a call to FlashInfer's prefill only when some sequence has this many queries
+// (cuda_ops.cpp says why); shorter multi-token rows stay on our kernel.
+inline constexpr int kFlashInferMinQueryLen = 64;
+
 // Query rows per CTA tile of FlashInfer's SM90 paged prefill for this head size (its kernel traits:
 // 192 at 64, else 128); the plan's tiles must match the kernel's.
 int flashinfer_prefill_cta_tile_q(int head_dim);

@@ -68,8 +68,10 @@ class CudaPrefillPaths : public cuda_test::CudaAttention {
 
 TEST_F(CudaPrefillPaths, FlashInferPromptLengthsUpTo4k) {
   use_flashinfer();
-  // Around the 128-row tiles (head_dim 128, 256) and the 192-row ones (64), single and batched.
-  for (int len : {2, 17, 127, 128, 129, 255, 257, 1000}) {
+  // Around the 128-row tiles (head_dim 128, 256) and the 192-row ones (64), single and batched;
+  // below kFlashInferMinQueryLen queries a call stays on our kernel.
+  for (int len : {2, 17, 63}) run_on({"short prompt 32/8/128", 32, 8, 128, {len}, {len}}, false);
+  for (int len : {64, 127, 128, 129, 255, 257, 1000}) {
     run_on({"fi prompt 32/8/128", 32, 8, 128, {len}, {len}}, true);
   }
   for (int len : {191, 192, 193, 385}) run_on({"fi prompt 16/4/64", 16, 4, 64, {len}, {len}}, true);
@@ -95,6 +97,8 @@ TEST_F(CudaPrefillPaths, FlashInferGqaRatiosAndHeadDims) {
     }
   }
   run_on({"fi group of seven", 28, 4, 128, {90, 31}, {90, 30}}, true);
+  // Short rows beside a long one go with it to FlashInfer (one kernel per call).
+  run_on({"fi long with short rows", 32, 8, 128, {500, 40, 9, 3}, {200, 5, 9, 1}}, true);
 }
 
 TEST_F(CudaPrefillPaths, FlashInferBlockSizes) {
@@ -108,7 +112,7 @@ TEST_F(CudaPrefillPaths, FlashInferBlockSizes) {
 
 TEST_F(CudaPrefillPaths, FlashInferManySequencesMixedWithDecode) {
   use_flashinfer();
-  AttnCase c{"fi x24 mixed", 16, 4, 128, {}, {}};
+  AttnCase c{"fi x24 mixed", 16, 4, 128, {700}, {700}};  // one sure long prompt, then random rows
   for (int i = 0; i < 24; ++i) {
     const int len = 1 + static_cast<int>(rng_() % 1200);
     c.seq_lens.push_back(len);

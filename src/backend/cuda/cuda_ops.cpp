@@ -46,9 +46,18 @@ void CudaBackend::attention(const Tensor& q, const Tensor& k_cache, const Tensor
   work_.clear();
   // Prefill rows: FlashInfer's SM90 kernel where it computes exactly this attention (causal, no
   // window, no soft-cap, no sinks; bf16 and the head sizes were checked above; TMA loads of Q need
-  // 16-byte aligned rows), else ours. Decided per call: a model's sliding-window layers keep ours.
-  const bool flashinfer = !pure_decode && flashinfer_prefill_ && p.sliding_window <= 0 && p.softcap <= 0.0f && !sinks &&
-                          cuda::aligned16(q.data) && cuda::aligned16(out.data);
+  // 16-byte aligned rows) and where some sequence has at least kFlashInferMinQueryLen queries, else
+  // ours. Decided per call: a model's sliding-window layers keep ours. The length rule keeps short
+  // multi-token rows (speculative verification, short prompts) on ours: FlashInfer's tiles are 128
+  // or 192 queries of one head, so a few queries would fill a few percent of a tile and every head
+  // of a GQA group would read the group's keys again, where our tiles pack the group's heads.
+  int max_query_len = 0;
+  for (int s = 0; !pure_decode && s < S; ++s) {
+    max_query_len = std::max(max_query_len, m.query_start_loc[s + 1] - m.query_start_loc[s]);
+  }
+  const bool flashinfer = !pure_decode && flashinfer_prefill_ && max_query_len >= cuda::kFlashInferMinQueryLen &&
+                          p.sliding_window <= 0 && p.softcap <= 0.0f && !sinks && cuda::aligned16(q.data) &&
+                          cuda::aligned16(out.data);
   const cuda::FlashInferPrefillPlan* fi_plan = nullptr;
   if (!pure_decode) {
     const int tq = cuda::prefill_tokens_per_tile(heads, kv_heads, hd);
