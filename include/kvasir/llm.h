@@ -75,6 +75,8 @@ class LLM {
 
  private:
   LLM() = default;
+  // Replicas --data-parallel-size-local .. --data-parallel-size - 1, on other nodes.
+  static Status add_remote_replicas(const EngineArgs& args, LLM& llm, std::vector<std::unique_ptr<Engine>>& engines);
   // --pipeline-parallel-size and --tensor-parallel-size both > 1: rank 0's stage's own
   // tensor-parallel group; outlives the replicas' models, which use it.
   std::unique_ptr<dist::Communicator> stage_comm_;
@@ -90,6 +92,9 @@ class LLM {
   // whole group's communicator and the worker processes; outlives engines_, whose
   // BroadcastingWorker stops the workers when it goes.
   std::unique_ptr<TensorParallelProcesses> tp_;
+  // Data-parallel replicas on other nodes (api/remote_replica.h): each one's step group, in
+  // replica order; outlives engines_, whose BroadcastingWorkers stop those replicas when they go.
+  std::vector<std::unique_ptr<dist::Communicator>> remote_replica_comms_;
   std::unique_ptr<EngineGroup> engines_;
   int num_kv_blocks_ = 0;
   int max_model_len_ = 0;
