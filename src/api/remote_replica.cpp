@@ -1,5 +1,6 @@
 #include "api/remote_replica.h"
 
+#include <cstdlib>
 #include <string>
 #include <thread>
 #include <vector>
@@ -22,7 +23,24 @@ constexpr int64_t kTimeoutMs = 60'000;
 
 std::string named(int replica) { return "data-parallel replica " + std::to_string(replica); }
 
-StatusOr<std::unique_ptr<dist::Communicator>> join_step_group(const EngineArgs& args, int replica, int rank) {
+// Node 0's Worker for a remote replica: a failed step says which replica and where, since the
+// step group's own words ("model rank 0", "rank 1") name ranks of a group the user never made.
+class RemoteReplicaWorker final : public Worker {
+ public:
+  RemoteReplicaWorker(std::string name, std::unique_ptr<Worker> steps) : name_(std::move(name)), steps_(std::move(steps)) {}
+  StepResult execute_model(const SchedulerOutput& so, const GrammarBitmaskFuture& bitmask) override {
+    StepResult r = steps_->execute_model(so, bitmask);
+    if (!r.ok()) return Status(r.status().code(), name_ + ": " + r.status().message());
+    return r;
+  }
+
+ private:
+  std::string name_;
+  std::unique_ptr<Worker> steps_;
+};
+
+StatusOr<std::unique_ptr<dist::Communicator>> join_step_group(const EngineArgs& args, int replica, int rank,
+                                                               int64_t timeout_ms = kTimeoutMs) {
   dist::TcpCommunicatorOptions o;
   o.master_addr = args.data_parallel.address;
   o.master_port = args.data_parallel.replica_port(replica);
@@ -30,7 +48,7 @@ StatusOr<std::unique_ptr<dist::Communicator>> join_step_group(const EngineArgs& 
   o.group_id = "kvasir-dp-replica-" + std::to_string(replica);
   o.rank = rank;
   o.world_size = 2;
-  o.timeout_ms = kTimeoutMs;
+  o.timeout_ms = timeout_ms;
   KVASIR_ASSIGN_OR_RETURN(auto c, dist::TcpCommunicator::create(o));
   return std::unique_ptr<dist::Communicator>(std::move(c));
 }
@@ -59,7 +77,9 @@ StatusOr<RemoteReplica> connect_remote_replica(const EngineArgs& args, int repli
                             " port " + std::to_string(args.data_parallel.replica_port(replica)) +
                             " (--data-parallel-rpc-port + " + std::to_string(replica) + ")";
   RemoteReplica r;
-  auto comm = join_step_group(args, replica, kNodeZero);
+  // Test-only (tests/server/test_multi_node_dp.py): a node that never joins, named without waiting a minute.
+  const char* test_timeout = std::getenv("KVASIR_TEST_DP_JOIN_TIMEOUT_MS");
+  auto comm = join_step_group(args, replica, kNodeZero, test_timeout ? std::atoll(test_timeout) : kTimeoutMs);
   if (!comm.ok())
     return Status(comm.status().code(), where + ": its node did not join: " + comm.status().message());
   r.comm = std::move(comm).value();
@@ -69,7 +89,10 @@ StatusOr<RemoteReplica> connect_remote_replica(const EngineArgs& args, int repli
                   where + ": did not start: " + info.status().message() + "; see its node's messages");
   r.num_kv_blocks = info->num_kv_blocks;
   r.max_model_len = info->max_model_len;
-  r.worker = std::make_unique<BroadcastingWorker>(*r.comm, std::make_unique<RemoteWorker>(*r.comm, kReplica));
+  r.worker = std::make_unique<RemoteReplicaWorker>(
+      named(replica) + " (on another node, met at " + args.data_parallel.address + ":" +
+          std::to_string(args.data_parallel.replica_port(replica)) + ")",
+      std::make_unique<BroadcastingWorker>(*r.comm, std::make_unique<RemoteWorker>(*r.comm, kReplica)));
   KVASIR_LOG_INFO("%s: on another node, reached at %s:%d, %d KV blocks", named(replica).c_str(),
                   args.data_parallel.address.c_str(), args.data_parallel.replica_port(replica), r.num_kv_blocks);
   return r;
