@@ -97,7 +97,7 @@ std::string engine_flags_help() {
          "                               sequences so the stages overlap; the last stage's logits go to\n"
          "                               every rank (default 1). Every family (DeepSeek and GPT-OSS with\n"
          "                               --tensor-parallel-size 1); fewer layers than N is refused\n"
-         "  --data-parallel-size N       N whole engine replicas behind one front (default 1; on other nodes below):\n"
+         "  --data-parallel-size N       N whole engine replicas behind one front (default 1):\n"
          "                               each has its own scheduler, KV cache and prefix cache; a request goes\n"
          "                               to the replica caching the longest prefix of its prompt, else to the\n"
          "                               least loaded. CPU only; the replicas split --threads (default all\n"
