@@ -167,6 +167,9 @@ int cmd_serve(int argc, char** argv) {
     // then stop every process and exit non-zero, as vLLM does when its engine dies.
     if (!worker_processes) continue;
     if (const std::string fault = app.engine_fault(); !fault.empty()) {
+      // A replica's failed step with every node still there leaves the server answering 503, as
+      // data parallelism on one host does; a node gone cannot step again.
+      if (remote_replicas && !app.lost_remote_replica()) continue;
       KVASIR_LOG_ERROR("%s failed (%s); exiting",
                        tensor_parallel    ? "tensor-parallel group"
                        : remote_replicas ? "data-parallel group (a replica on another node)"

@@ -45,6 +45,7 @@ struct GenerationResult {
 };
 
 struct TensorParallelProcesses;
+class RemoteReplicaLink;
 namespace dist {
 class Communicator;
 }
@@ -72,6 +73,9 @@ class LLM {
   int max_model_len() const { return max_model_len_; }
   // Whether the engine loop keeps a step in flight (EngineArgs::async_scheduling_on, resolved).
   bool async_scheduling() const { return async_scheduling_; }
+  // Whether a data-parallel replica on another node lost its link to this one (its node died):
+  // the replica cannot step again (api/remote_replica.h).
+  bool lost_remote_replica() const;
 
  private:
   LLM() = default;
@@ -94,7 +98,7 @@ class LLM {
   std::unique_ptr<TensorParallelProcesses> tp_;
   // Data-parallel replicas on other nodes (api/remote_replica.h): each one's step group, in
   // replica order; outlives engines_, whose BroadcastingWorkers stop those replicas when they go.
-  std::vector<std::unique_ptr<dist::Communicator>> remote_replica_comms_;
+  std::vector<std::unique_ptr<RemoteReplicaLink>> remote_replica_links_;
   std::unique_ptr<EngineGroup> engines_;
   int num_kv_blocks_ = 0;
   int max_model_len_ = 0;

@@ -35,6 +35,13 @@ LLM::~LLM() {
 
 Engine& LLM::engine() { return engines_->replica(0); }
 
+bool LLM::lost_remote_replica() const {
+  for (const auto& link : remote_replica_links_) {
+    if (link->lost()) return true;
+  }
+  return false;
+}
+
 namespace {
 
 // What one engine is sized by: the planned KV cache and the model's EOS ids.
@@ -188,7 +195,7 @@ Status LLM::add_remote_replicas(const EngineArgs& args, LLM& llm, std::vector<st
     KVASIR_RETURN_IF_ERROR(eo.scheduler.validate());
     engines.push_back(std::make_unique<Engine>(eo, *m.tokenizer, m.config.vocab_size,
                                                executor_for(async, std::move(remote.worker))));
-    llm.remote_replica_comms_.push_back(std::move(remote.comm));
+    llm.remote_replica_links_.push_back(std::move(remote.comm));
   }
   return Status();
 }

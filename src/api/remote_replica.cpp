@@ -82,7 +82,7 @@ StatusOr<RemoteReplica> connect_remote_replica(const EngineArgs& args, int repli
   auto comm = join_step_group(args, replica, kNodeZero, test_timeout ? std::atoll(test_timeout) : kTimeoutMs);
   if (!comm.ok())
     return Status(comm.status().code(), where + ": its node did not join: " + comm.status().message());
-  r.comm = std::move(comm).value();
+  r.comm = std::make_unique<RemoteReplicaLink>(std::move(comm).value());
   auto info = recv_model_rank_info(*r.comm, kReplica);
   if (!info.ok())
     return Status(info.status().code(),
