@@ -166,7 +166,11 @@ int cmd_serve(int argc, char** argv) {
     // requests already got their error and /health its 503; give clients a moment to see that,
     // then stop every process and exit non-zero, as vLLM does when its engine dies.
     if (!worker_processes) continue;
-    if (const std::string fault = app.engine_fault(); !fault.empty()) {
+    std::string fault = app.engine_fault();
+    // An idle replica's node that died is seen by the keep-alive (every 5 s), before any step.
+    if (fault.empty() && remote_replicas && app.lost_remote_replica())
+      fault = "a data-parallel replica's node was lost while idle";
+    if (!fault.empty()) {
       // A replica's failed step with every node still there leaves the server answering 503, as
       // data parallelism on one host does; a node gone cannot step again.
       if (remote_replicas && !app.lost_remote_replica()) continue;

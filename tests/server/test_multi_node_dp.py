@@ -7,7 +7,8 @@ over TCP at --data-parallel-address:--data-parallel-rpc-port + 1 (api/remote_rep
 Greedy completions equal the single server's and both replicas serve (per-replica series of
 /metrics, engine="i"); a repeated long prefix goes to one replica, whose prefix-cache hits grow
 while the other's stay put; node 1 killed mid-stream ends every live request with an error,
-/health 503 within a second, node 0 exits non-zero; bad flags are refused by name. The model is
+/health 503 within a second, node 0 exits non-zero (and killed while idle, node 0 exits within
+the keep-alive); bad flags are refused by name. The model is
 the tiny Llama 3 with --max-model-len past its 64 positions so a stream lasts long enough to cut.
 """
 import os
@@ -152,6 +153,17 @@ def test_the_remote_node_killed_mid_stream_fails_every_stream_and_node_zero_exit
         check_group_failed(node0.base, errors, killed, naming="data-parallel replica")
     assert node0.proc.wait(timeout=15) != 0, node0.logs()
     assert "data-parallel group (a replica on another node) failed" in node0.logs(), node0.logs()
+    assert wait_empty(hosts) == [[], []], "a process outlived the group"
+
+
+def test_an_idle_remote_node_killed_ends_node_zero_too(two_hosts, tmp_path):
+    """No request in flight: the keep-alive node 0 sends every 5 s finds the link gone, and the
+    server exits non-zero instead of waiting for a request to fail."""
+    hosts = two_hosts
+    node0, node1 = start_nodes(hosts, tmp_path)
+    node1.send_signal(signal.SIGKILL)
+    assert node0.proc.wait(timeout=15) != 0, node0.logs()
+    assert "a data-parallel replica's node was lost while idle" in node0.logs(), node0.logs()
     assert wait_empty(hosts) == [[], []], "a process outlived the group"
 
 
