@@ -100,6 +100,12 @@ StatusOr<RemoteReplica> connect_remote_replica(const EngineArgs& args, int repli
 
 int run_headless_replicas(const EngineArgs& args) {
   const DataParallelArgs& dp = args.data_parallel;
+  // Before joining or loading anything: node 0 then names this node as not started.
+  if (device_flag_selects_gpu(args.device)) {
+    KVASIR_LOG_ERROR("data-parallel replicas across nodes run on the CPU backend only (not supported yet on CUDA); "
+                     "pass --device cpu");
+    return 1;
+  }
   const int local = dp.local_size(args.data_parallel_size);
   std::vector<Status> results(static_cast<size_t>(local));
   std::vector<std::thread> threads;
