@@ -80,7 +80,7 @@ class LLM {
  private:
   LLM() = default;
   // Replicas --data-parallel-size-local .. --data-parallel-size - 1, on other nodes.
-  static Status add_remote_replicas(const EngineArgs& args, LLM& llm, std::vector<std::unique_ptr<Engine>>& engines);
+  Status add_remote_replicas(const EngineArgs& args, std::vector<std::unique_ptr<Engine>>& engines);
   // --pipeline-parallel-size and --tensor-parallel-size both > 1: rank 0's stage's own
   // tensor-parallel group; outlives the replicas' models, which use it.
   std::unique_ptr<dist::Communicator> stage_comm_;
