@@ -18,7 +18,7 @@ import subprocess
 import httpx
 import pytest
 
-from conftest import MODEL, REPO, Server, kvasir_bin
+from conftest import MODEL, REPO, Server, free_port, kvasir_bin
 from netns import two_hosts  # noqa: F401 (a fixture)
 from test_multi_node import Node0, log_file, pids_in, wait_empty
 from worker_processes import check_group_failed, stream_until_cut
@@ -194,12 +194,13 @@ def test_bad_data_parallel_flags_are_refused_by_name():
 
 def test_a_remote_node_that_never_joins_is_named():
     """Node 0 waits for replica 1's node at its port; with nobody there it says where it waited."""
+    port = free_port()  # replica 1's: --data-parallel-rpc-port + 1
     p = subprocess.run([kvasir_bin(), "serve", *ENGINE, "--port", "0", "--data-parallel-size", "2",
-                        "--data-parallel-size-local", "1", "--data-parallel-rpc-port", str(RPC_PORT)],
+                        "--data-parallel-size-local", "1", "--data-parallel-rpc-port", str(port - 1)],
                        capture_output=True, text=True, timeout=120,
                        env={**os.environ, "KVASIR_TEST_DP_JOIN_TIMEOUT_MS": "1000"})
     assert p.returncode != 0
-    assert "data-parallel replica 1 at --data-parallel-address 127.0.0.1 port 29651" in p.stderr, p.stderr[-2000:]
+    assert f"data-parallel replica 1 at --data-parallel-address 127.0.0.1 port {port}" in p.stderr, p.stderr[-2000:]
     assert "its node did not join" in p.stderr, p.stderr[-2000:]
 
 
