@@ -97,7 +97,7 @@ Status ModelRunner::build_batch(bool pad_for_device) {
   rows_.clear();
   input_ids_.clear(), positions_.clear(), slot_mapping_.clear(), query_start_loc_.assign(1, 0);
   seq_lens_.clear(), sample_rows_.clear(), prompt_rows_.clear(), prompt_targets_.clear();
-  seq_rows_.clear();
+  seq_rows_.clear(), verify_rows_.clear();
   const int bs = config_.block_size;
   // A step of decode and verify rows only becomes a pure decode step on the device: each verify
   // token its own one-query sequence whose context ends at that token. All the step's K/V is
