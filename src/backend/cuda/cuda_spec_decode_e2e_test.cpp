@@ -53,7 +53,7 @@ RunResult run(const std::string& config_path, const std::vector<PromptInput>& pr
   EXPECT_TRUE(llm.ok()) << llm.status().message();
   if (!llm.ok()) return res;
   SamplingParams sp;
-  sp.max_tokens = 40;
+  sp.max_tokens = 160;  // enough verify steps at batch 1 to outnumber the eager ones (first sightings)
   sp.ignore_eos = true;
   sp.temperature = 0.0f;
   auto out = (*llm)->generate(prompts, sp);
