@@ -82,8 +82,9 @@ bool ModelRunner::can_sample_on_device(const SchedulerOutput& so) const {
   if (num_drafts == 0) return true;
   // A verify step samples 1 + k rows per request: all of them must fit the logits workspace (the
   // host path computes logits in chunks instead), and grammar rows stay on the host path.
+  // The read-back bound counts the bucket padding too (at most 7 rows past a multiple of 8).
   return so.structured_output_req_ids.empty() && num_sampled_rows <= model_.max_num_logits() &&
-         num_sampled_rows + static_cast<int>(scheduled_.size()) <= kMaxDeviceVerifyReadBack;
+         num_sampled_rows + 7 + static_cast<int>(scheduled_.size()) <= kMaxDeviceVerifyReadBack;
 }
 
 bool ModelRunner::all_rows_decode_or_verify() const {
@@ -152,11 +153,12 @@ Status ModelRunner::build_batch(bool pad_for_device) {
   if (pad_for_device) {
     max_blocks = static_cast<size_t>(next_pow2(static_cast<int>(max_blocks)));
     // Padding sequences: token 0 at position 0 over block 0, written nowhere (slot -1), sampled
-    // greedily and dropped. Buckets reach past max_num_seqs only for verify rows, as far as the
-    // logits workspace (sized for them) goes.
+    // greedily and dropped. A step with verify rows (more sequences than requests) has more
+    // sequences than max_num_seqs allows; its buckets go as far as the logits workspace, sized
+    // for them (max_num_seqs x (1 + k) with speculation on a GPU, setup/loaded_model.cpp).
     if (input_ids_.size() == num_real_seqs && num_real_seqs > 0) {
-      num_seqs = static_cast<size_t>(caps_.decode_bucket(
-          static_cast<int>(num_real_seqs), std::max(config_.max_num_seqs, model_.max_num_logits())));
+      const int cap = num_real_seqs > rows_.size() ? model_.max_num_logits() : config_.max_num_seqs;
+      num_seqs = static_cast<size_t>(caps_.decode_bucket(static_cast<int>(num_real_seqs), cap));
       for (size_t i = num_real_seqs; i < num_seqs; ++i) {
         sample_rows_.push_back(static_cast<int32_t>(input_ids_.size()));
         input_ids_.push_back(0);
