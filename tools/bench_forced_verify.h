@@ -7,6 +7,8 @@
 // so every step verifies exactly K drafts. Drafts repeat the sequence's last two tokens: on dummy
 // weights, whose greedy output is a 2-cycle, they are the target's own greedy tokens and the
 // reported acceptance is near 100%; on real weights it is lower and the step cost the same.
+// bench latency runs ceil(output_len / (1 + K)) such steps, so they cover the contexts the plain
+// run's output_len steps cover, and reports ms per step.
 // Test and measurement only: not a decoding method, its tokens are not a model's output.
 #pragma once
 
