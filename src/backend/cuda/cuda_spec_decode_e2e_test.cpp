@@ -10,6 +10,8 @@
 // runner code is tests/spec_decode_device_path_test.cpp (CPU). Skips without a GPU.
 #include <gtest/gtest.h>
 
+#include <algorithm>
+#include <cmath>
 #include <cstdio>
 #include <cstdlib>
 #include <random>
@@ -17,9 +19,12 @@
 #include <vector>
 
 #include "backend/cuda/cuda_backend.h"
+#include "common/json.h"
 #include "engine/engine.h"
 #include "engine/engine_group.h"
 #include "kvasir/llm.h"
+#include "model/registry.h"
+#include "runner/contiguous_batch.h"
 #include "setup/loaded_model.h"
 
 namespace kvasir {
@@ -86,6 +91,75 @@ RunResult run(const std::string& config_path, const std::vector<PromptInput>& pr
     std::sscanf(st.c_str() + at, "device steps %lld (graph replays %lld", &res.device_steps, &res.graph_replays);
   }
   return res;
+}
+
+// The verify layout on the GPU: a step of 1 + k tokens per sequence as one-query sequences (a pure
+// decode step: the decode attention kernel over block tables shared by a request's rows, each
+// row's K/V written by the same step) against the same tokens as multi-token queries (the
+// prefill kernel), on two caches after the same prompts. Logits agree to bf16 rounding and their
+// argmax almost everywhere; the K/V the steps leave behind serves the next plain decode step alike.
+TEST(CudaSpecDecode, OneQueryRowsLayoutMatchesMultiTokenQueries) {
+  if (cuda_device_count() == 0) GTEST_SKIP() << "no CUDA device";
+  auto json = parse_json(kSpecLlamaConfig);
+  ASSERT_TRUE(json.ok());
+  auto cfg = model_config_from_hf_json(*json, nullptr);
+  ASSERT_TRUE(cfg.ok()) << cfg.status().message();
+  auto weights = open_dummy_weights(dummy_weight_specs(*cfg, false), 77, "tiny");
+  ASSERT_TRUE(weights.ok());
+  auto gpu = create_cuda_backend(CudaBackendOptions{});
+  ASSERT_TRUE(gpu.ok()) << gpu.status().message();
+  ModelOptions mo;
+  mo.max_num_tokens = 256;
+  mo.max_num_logits = 64;
+  auto m = DecoderModel::create(*cfg, **weights, **gpu, mo);
+  ASSERT_TRUE(m.ok()) << m.status().message();
+  const int B = 4, bs = 16, max_len = 128, vocab = static_cast<int>(cfg->vocab_size);
+  std::mt19937 rng(8);
+  std::vector<std::vector<int32_t>> prompts(B), step(B);
+  for (int s = 0; s < B; ++s) {
+    prompts[s].resize(static_cast<size_t>(9 + 14 * s));  // block boundaries fall inside some steps
+    for (auto& t : prompts[s]) t = static_cast<int32_t>(3 + rng() % 500);
+    step[s].resize(static_cast<size_t>(1 + (s + 2) % 5));  // 1 + k tokens, k = 2, 3, 4, 0
+    for (auto& t : step[s]) t = static_cast<int32_t>(3 + rng() % 500);
+  }
+  std::vector<float> logits[2], after[2];
+  for (int layout = 0; layout < 2; ++layout) {
+    ContiguousBatch cb(B, max_len, bs);
+    auto cache = (*m)->allocate_kv_cache(cb.num_blocks_needed(), bs);
+    ASSERT_TRUE(cache.ok());
+    std::vector<float> lp(static_cast<size_t>(B) * vocab);
+    ASSERT_TRUE((*m)->forward(cb.build(prompts), *cache, lp.data()).ok());
+    cb.commit();
+    const ForwardBatch& fb = cb.build(step, /*all_logits=*/true, /*one_query_rows=*/layout == 1);
+    logits[layout].resize(static_cast<size_t>(fb.num_logits) * vocab);
+    ASSERT_TRUE((*m)->forward(fb, *cache, logits[layout].data()).ok());
+    cb.commit();
+    // One plain decode step on top: reads the K/V the step under test wrote.
+    std::vector<std::vector<int32_t>> next(B, std::vector<int32_t>{7});
+    after[layout].resize(static_cast<size_t>(B) * vocab);
+    ASSERT_TRUE((*m)->forward(cb.build(next), *cache, after[layout].data()).ok());
+    cb.commit();
+  }
+  auto rel_l2 = [](const std::vector<float>& a, const std::vector<float>& b) {
+    double num = 0, den = 0;
+    for (size_t i = 0; i < a.size(); ++i) {
+      num += (static_cast<double>(a[i]) - b[i]) * (a[i] - b[i]);
+      den += static_cast<double>(b[i]) * b[i];
+    }
+    return den > 0 ? std::sqrt(num / den) : INFINITY;
+  };
+  const double step_err = rel_l2(logits[1], logits[0]), after_err = rel_l2(after[1], after[0]);
+  std::printf("one-query rows vs multi-token queries: logits rel L2 %.3g, next step %.3g\n", step_err, after_err);
+  EXPECT_LT(step_err, 3e-2);
+  EXPECT_LT(after_err, 3e-2);
+  const int rows = static_cast<int>(logits[0].size() / vocab);
+  int agree = 0;
+  for (int r = 0; r < rows; ++r) {
+    const float* a = logits[0].data() + static_cast<size_t>(r) * vocab;
+    const float* b = logits[1].data() + static_cast<size_t>(r) * vocab;
+    agree += (std::max_element(a, a + vocab) - a) == (std::max_element(b, b + vocab) - b);
+  }
+  EXPECT_GE(agree * 10, rows * 9) << agree << " of " << rows << " rows agree on the argmax";
 }
 
 TEST(CudaSpecDecode, GreedyNgramFollowsPlainWithVerifyStepsReplayedAsGraphs) {
