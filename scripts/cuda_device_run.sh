@@ -329,7 +329,7 @@ if has specgpu; then
   note "specgpu op tests (CudaSampling.*): rc=$? $(grep -E '^\[  PASSED' "$OUT/spec_ops_test.log" | head -1) $(grep -c '^\[  FAILED  \]' "$OUT/spec_ops_test.log") failed"
   timeout 240 "$bin/cuda_e2e_test" --gtest_filter='CudaSpecDecode.*:CudaEndToEnd.EngineRuns*' >"$OUT/spec_e2e_test.log" 2>&1
   note "specgpu e2e (CudaSpecDecode.*): rc=$? $(grep -E '^\[  PASSED' "$OUT/spec_e2e_test.log" | head -1) $(grep -c '^\[  FAILED  \]' "$OUT/spec_e2e_test.log") failed"
-  note "  $(grep -E '^one request:' "$OUT/spec_e2e_test.log" | head -1)"
+  note "  $(grep -hE '^(one request|one at a time|batched|one-query rows)' "$OUT/spec_e2e_test.log" | tr '\n' ';' | cut -c1-500)"
   declare -A sms=()
   for round in $(seq 1 "${KVASIR_SPEC_ROUNDS:-3}"); do
     for b in 1 16; do
