@@ -25,6 +25,8 @@
 # batch-64 A/B runs (e.g. gemv64:KVASIR_MOE_GEMV_TOKENS=64).
 # Stage specgpu (issue 16): the device verify tests, k = 4 forced verify steps against plain decode
 # steps at batch 1 and 16 (KVASIR_SPEC_ROUNDS interleaved rounds, 3), ngram throughput at batch 1 and 16.
+# Stage fiprefill (issue 19): FlashInfer's SM90 prefill against our kernel: op tests on both paths,
+# memcheck, 32k and 128k b1 prefill A/B by KVASIR_CUDA_PREFILL, interleaved (KVASIR_FI_PARTS picks).
 set -uo pipefail
 root=$(cd "$(dirname "$0")/.." && pwd)
 cd "$root"
@@ -32,6 +34,9 @@ cd "$root"
 if [[ "${1:-}" == "--build" ]]; then
   # Here, on the build machine: a binary the GPU machine can run (sm_90a + PTX, static libstdc++).
   build=${KVASIR_BUILD_DIR:-$root/build-cuda}
+  # FlashInfer's headers (the prefill path; cmake/flashinfer.cmake runs the same at configure):
+  # without them the build still works, with our own prefill kernel only.
+  bash "$root/scripts/fetch_flashinfer.sh" || echo "FlashInfer headers unavailable: FlashInfer prefill path OFF"
   cmake -S "$root" -B "$build" -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo -DKVASIR_CUDA=ON \
         -DKVASIR_STATIC_RUNTIME=ON >/dev/null
   ninja -C "$build" -j"${KVASIR_JOBS:-2}" kvasir cuda_ops_test cuda_e2e_test grammar_bench nccl_communicator_test
@@ -365,6 +370,63 @@ if has specgpu; then
       note "  $(grep -hE 'device steps|speculative verify steps' "$log" | tr '\n' ' ' | cut -c1-400)"
     done
   done
+fi
+if has fiprefill; then
+  # Issue 19: FlashInfer's SM90 paged prefill (KVASIR_CUDA_PREFILL=flashinfer, the default where
+  # built) against our mma.sync kernel (=own). KVASIR_FI_PARTS ["tests memcheck bench long"]:
+  # tests  the prefill op tests on both paths against the CPU (CudaPrefillPaths.*), the older
+  #        CudaAttention.* cases and cuda_e2e_test under each knob;
+  # memcheck  compute-sanitizer memcheck on CudaPrefillPaths.* (FlashInfer's kernel and the fallbacks);
+  # bench  b1 32,000-token prefill (Llama-8B shape, dummy weights, default 2,048-token chunks),
+  #        KVASIR_FI_ROUNDS [3] interleaved rounds of own then flashinfer, medians (bar 1.5 s);
+  # long   the same at 130,944 tokens (128k less the output), KVASIR_FI_LONG_ROUNDS [1] rounds.
+  fi_parts=${KVASIR_FI_PARTS:-"tests memcheck bench long"}
+  fi_has() { [[ " $fi_parts " == *" $1 "* ]]; }
+  if fi_has tests; then
+    timeout 400 "$bin/cuda_ops_test" --gtest_filter='CudaPrefillPaths.*:CudaPrefillKnob*' >"$OUT/fi_tests.log" 2>&1
+    rc=$?
+    grep -E "FAILED|Failure|rel_l2|Expected|SKIPPED" "$OUT/fi_tests.log" | head -20
+    note "fiprefill tests (CudaPrefillPaths.*, CudaPrefillKnob*): rc=$rc $(grep -E '^\[  (PASSED|SKIPPED) ' "$OUT/fi_tests.log" | tr '\n' ' ')$(grep -c '^\[  FAILED  \]' "$OUT/fi_tests.log") failed"
+    for path in flashinfer own; do
+      KVASIR_CUDA_PREFILL=$path timeout 300 "$bin/cuda_ops_test" --gtest_filter='CudaAttention.*:CudaOps.Decode*' \
+        >"$OUT/fi_tests_attention_$path.log" 2>&1
+      note "fiprefill CudaAttention.* with KVASIR_CUDA_PREFILL=$path: rc=$? $(grep -E '^\[  PASSED' "$OUT/fi_tests_attention_$path.log" | head -1) $(grep -c '^\[  FAILED  \]' "$OUT/fi_tests_attention_$path.log") failed"
+    done
+    # End to end (tiny real models: prefill logits and greedy decode against the CPU) on each path.
+    for path in flashinfer own; do
+      KVASIR_CUDA_PREFILL=$path timeout 240 "$bin/cuda_e2e_test" >"$OUT/fi_e2e_$path.log" 2>&1
+      note "fiprefill e2e with KVASIR_CUDA_PREFILL=$path: rc=$? $(grep -E '^\[  PASSED' "$OUT/fi_e2e_$path.log" | head -1) $(grep -c '^\[  FAILED  \]' "$OUT/fi_e2e_$path.log") failed; $(grep -oE 'prefill attention calls: flashinfer [0-9]+, own [0-9]+' "$OUT/fi_e2e_$path.log" | head -1)"
+    done
+  fi
+  if fi_has memcheck && command -v compute-sanitizer >/dev/null; then
+    timeout 500 compute-sanitizer --tool memcheck --leak-check no "$bin/cuda_ops_test" \
+      --gtest_filter='CudaPrefillPaths.*' >"$OUT/fi_memcheck.log" 2>&1
+    rc=$?
+    tail -5 "$OUT/fi_memcheck.log"
+    note "fiprefill memcheck: rc=$rc $(grep -E 'ERROR SUMMARY' "$OUT/fi_memcheck.log" | tail -1) $(grep -c '^\[  FAILED  \]' "$OUT/fi_memcheck.log") failed"
+  fi
+  fi_lat() {  # name, path, input length, extra args: one latency run, its prefill seconds on stdout
+    local name=$1 path=$2 len=$3; shift 3
+    KVASIR_CUDA_PREFILL=$path timeout 300 "$bin/kvasir" bench latency --device cuda --load-format dummy --model "$model" \
+      --batch-size 1 --input-len "$len" --output-len 1 --num-iters 1 --num-iters-warmup 1 "$@" >"$OUT/fi_lat_$name.log" 2>&1
+    echo "$name rc=$? $(grep -E '^prefill:' "$OUT/fi_lat_$name.log") | $(grep -E '^prefill attention calls' "$OUT/fi_lat_$name.log")" >&2
+    grep -E '^prefill:' "$OUT/fi_lat_$name.log" | awk '{print $2}'
+  }
+  fi_median() { sort -g | awk '{v[NR]=$1} END{if (NR == 0) print "none"; else print (NR % 2 ? v[(NR + 1) / 2] : (v[NR / 2] + v[NR / 2 + 1]) / 2)}'; }
+  fi_ab() {  # label, input length, rounds
+    local label=$1 len=$2 rounds=$3 r own=() fis=() t
+    for ((r = 1; r <= rounds; r++)); do
+      t=$(fi_lat "${label}_own_r$r" own "$len"); own+=("${t:-}")
+      t=$(fi_lat "${label}_flashinfer_r$r" flashinfer "$len"); fis+=("${t:-}")
+    done
+    local mo mf
+    mo=$(printf '%s\n' "${own[@]}" | grep -E '^[0-9.]+$' | fi_median)
+    mf=$(printf '%s\n' "${fis[@]}" | grep -E '^[0-9.]+$' | fi_median)
+    note "fiprefill b1 prefill $len tokens: own ${own[*]} s (median $mo), flashinfer ${fis[*]} s (median $mf)$(awk -v o="$mo" -v f="$mf" 'BEGIN{if (o + 0 > 0 && f + 0 > 0) printf ", %.2fx", o / f}')"
+    note "  flashinfer run: $(grep -E '^prefill attention calls' "$OUT/fi_lat_${label}_flashinfer_r1.log")"
+  }
+  fi_has bench && fi_ab 32k 32000 "${KVASIR_FI_ROUNDS:-3}"
+  fi_has long && fi_ab 128k 130944 "${KVASIR_FI_LONG_ROUNDS:-1}"
 fi
 if has matrix; then
   # Issue 19's benchmark matrix, each run's JSON kept as $OUT/matrix_*.json and all of them merged

@@ -37,6 +37,14 @@ if [ -d tests/server ]; then
     tests/server/test_api.py tests/server/test_concurrency.py tests/server/test_faults.py \
     tests/server/test_shutdown.py tests/server/test_responses.py tests/server/test_speculative.py \
     tests/server/test_tool_calls.py
+  # Two replicas on two nodes (network namespaces, root; tests/server/dp_nodes.py): node 0's
+  # replica in the server, node 1's a --headless process over the link; ~1 min on 2 cores.
+  if [ "$(id -u)" = 0 ]; then
+    KVASIR_TEST_DATA_PARALLEL_NODES=1 KVASIR_BIN="$root/build/tools/kvasir" timeout -k 30 900 python3 -m pytest -q \
+      tests/server/test_api.py tests/server/test_concurrency.py tests/server/test_shutdown.py
+  else
+    echo "SKIPPED: the server suite with data-parallel replicas on two nodes needs root (ip netns add)" >&2
+  fi
 fi
 # Real clients unchanged (openai, langchain-openai, instructor, openai-agents) against `kvasir
 # serve`: structured outputs, tool calling, the Responses API, prompt scoring, and the

@@ -11,6 +11,7 @@
 #include <vector>
 
 #include "setup/loaded_model.h"
+#include "api/remote_replica.h"
 #include "api/tensor_parallel_group.h"
 #include "args.h"
 #include "bench_forced_verify.h"
@@ -384,6 +385,8 @@ int cmd_bench(int argc, char** argv) {
   }
   // A tensor-parallel worker (started by its node's launcher, another node's rank, an mpirun
   // rank past 0), or a multiprocess executor's model rank: only steps.
+  // A --headless node of data-parallel replicas (node 0 runs this command without it): only steps.
+  if (ea->launch.headless && ea->data_parallel_size > 1) return run_headless_replicas(*ea);
   auto plan = plan_launch(*ea);
   if (!plan.ok()) {
     std::fprintf(stderr, "kvasir bench: %s\n", plan.status().message().c_str());

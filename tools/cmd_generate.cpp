@@ -9,6 +9,7 @@
 
 #include "server/sampling_json.h"
 #include "server/structured_outputs_json.h"
+#include "api/remote_replica.h"
 #include "api/tensor_parallel_group.h"
 #include "args.h"
 #include "commands.h"
@@ -237,6 +238,8 @@ int cmd_generate(int argc, char** argv) {
   }
   // A tensor-parallel worker (started by its node's launcher, another node's rank, an mpirun
   // rank past 0): only steps.
+  // A --headless node of data-parallel replicas (node 0 runs this command without it): only steps.
+  if (ea->launch.headless && ea->data_parallel_size > 1) return run_headless_replicas(*ea);
   auto plan = plan_launch(*ea);
   if (!plan.ok()) {
     std::fprintf(stderr, "kvasir generate: %s\n", plan.status().message().c_str());

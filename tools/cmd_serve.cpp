@@ -12,6 +12,7 @@
 #include "commands.h"
 #include "common/log.h"
 #include "engine_flags.h"
+#include "api/remote_replica.h"
 #include "api/tensor_parallel_group.h"
 #include "server/serving_app.h"
 
@@ -120,6 +121,8 @@ int cmd_serve(int argc, char** argv) {
     return 2;
   }
 
+  // A --headless node of data-parallel replicas: no HTTP, only its replicas' steps.
+  if (cfg->engine.launch.headless && cfg->engine.data_parallel_size > 1) return run_headless_replicas(cfg->engine);
   // A tensor-parallel worker (started by its node's launcher, a --headless node's rank, an mpirun
   // rank past 0): no HTTP, only steps.
   auto plan = plan_launch(cfg->engine);
@@ -139,7 +142,10 @@ int cmd_serve(int argc, char** argv) {
 
   // The model runs (partly or wholly) in worker processes: a group that lost one cannot step again.
   const bool tensor_parallel = cfg->engine.parallel_layout().world_size() > 1;  // tensor or pipeline
-  const bool worker_processes = tensor_parallel || cfg->engine.distributed_executor_backend == "mp";
+  // Data-parallel replicas on other nodes: a node that died cannot step again either.
+  const bool remote_replicas = cfg->engine.data_parallel.spans_nodes(cfg->engine.data_parallel_size);
+  const bool worker_processes =
+      tensor_parallel || remote_replicas || cfg->engine.distributed_executor_backend == "mp";
   server::ServingApp app(std::move(*cfg));
   if (Status st = app.start_http(); !st.ok()) {
     std::fprintf(stderr, "kvasir serve: %s\n", st.message().c_str());
@@ -160,8 +166,18 @@ int cmd_serve(int argc, char** argv) {
     // requests already got their error and /health its 503; give clients a moment to see that,
     // then stop every process and exit non-zero, as vLLM does when its engine dies.
     if (!worker_processes) continue;
-    if (const std::string fault = app.engine_fault(); !fault.empty()) {
-      KVASIR_LOG_ERROR("%s failed (%s); exiting", tensor_parallel ? "tensor-parallel group" : "model worker process",
+    std::string fault = app.engine_fault();
+    // An idle replica's node that died is seen by the keep-alive (every 5 s), before any step.
+    if (fault.empty() && remote_replicas && app.lost_remote_replica())
+      fault = "a data-parallel replica's node was lost while idle";
+    if (!fault.empty()) {
+      // A replica's failed step with every node still there leaves the server answering 503, as
+      // data parallelism on one host does; a node gone cannot step again.
+      if (remote_replicas && !app.lost_remote_replica()) continue;
+      KVASIR_LOG_ERROR("%s failed (%s); exiting",
+                       tensor_parallel    ? "tensor-parallel group"
+                       : remote_replicas ? "data-parallel group (a replica on another node)"
+                                          : "model worker process",
                        fault.c_str());
       take_signal(set, kBrokenGroupGraceMs);
       app.shutdown(0);

@@ -10,7 +10,8 @@ void add_engine_flags(std::set<std::string>& v, std::set<std::string>& b) {
                         "long-prefill-token-threshold", "max-num-partial-prefills",
                         "max-long-partial-prefills", "load-format", "gpu-memory-utilization", "kv-cache-dtype", "dtype",
                         "quantization", "tokenizer", "structured-outputs-config", "tensor-parallel-size",
-                        "pipeline-parallel-size", "data-parallel-size", "speculative-config", "nnodes",
+                        "pipeline-parallel-size", "data-parallel-size", "data-parallel-size-local",
+                        "data-parallel-start-rank", "data-parallel-address", "data-parallel-rpc-port", "speculative-config", "nnodes",
                         "node-rank", "master-addr", "master-port", "distributed-executor-backend"}) {
     v.insert(f);
   }
@@ -96,7 +97,7 @@ std::string engine_flags_help() {
          "                               sequences so the stages overlap; the last stage's logits go to\n"
          "                               every rank (default 1). Every family (DeepSeek and GPT-OSS with\n"
          "                               --tensor-parallel-size 1); fewer layers than N is refused\n"
-         "  --data-parallel-size N       N whole engine replicas in this process behind one front (default 1):\n"
+         "  --data-parallel-size N       N whole engine replicas behind one front (default 1):\n"
          "                               each has its own scheduler, KV cache and prefix cache; a request goes\n"
          "                               to the replica caching the longest prefix of its prompt, else to the\n"
          "                               least loaded. CPU only; the replicas split --threads (default all\n"
@@ -104,6 +105,18 @@ std::string engine_flags_help() {
          "                               vLLM. /metrics adds per-replica engine=\"i\" series beside the totals.\n"
          "                               Not with --tensor-parallel-size, --pipeline-parallel-size > 1,\n"
          "                               --distributed-executor-backend mp or --nnodes\n"
+         "  Data-parallel replicas across nodes (vLLM's flags; CPU only): node 0 runs the API server, the\n"
+         "  routing and every replica's scheduler; another node's replica runs its forward passes there,\n"
+         "  reached over TCP. E.g. node 0: --data-parallel-size 2 --data-parallel-size-local 1\n"
+         "  --data-parallel-address A; node 1: the same plus --headless --data-parallel-start-rank 1\n"
+         "  --data-parallel-size-local N  replicas on this node (default: --data-parallel-size); node 0 runs\n"
+         "                               0 .. N-1 (0: an API-only node 0)\n"
+         "  --data-parallel-start-rank S  a --headless node's first replica: it runs S .. S+N-1 (default 0)\n"
+         "  --data-parallel-address A    node 0's address; it listens there for the other nodes' replicas\n"
+         "                               (default 127.0.0.1)\n"
+         "  --data-parallel-rpc-port P   replica i meets node 0 at A:P+i (default 29550)\n"
+         "  --headless                   with --data-parallel-size: a node that runs only its replicas'\n"
+         "                               forward passes, no API server\n"
          "  --enable-expert-parallel     MoE models: each of the N ranks holds whole routed experts (rank r\n"
          "                               the r-th contiguous share) instead of every expert's slice; routing\n"
          "                               on every rank, one all-reduce after the MoE layer; attention and\n"
@@ -198,6 +211,23 @@ StatusOr<EngineArgs> engine_args_from(const Args& a) {
   KVASIR_ASSIGN_OR_RETURN(int64_t dp, a.get_int("data-parallel-size", 1));
   if (dp < 1 || dp > 64) return invalid_argument("--data-parallel-size must be in [1, 64]");
   e.data_parallel_size = static_cast<int>(dp);
+  if (a.has("data-parallel-size-local")) {
+    KVASIR_ASSIGN_OR_RETURN(int64_t local, a.get_int("data-parallel-size-local", 0));
+    if (local < 0 || local > 64) return invalid_argument("--data-parallel-size-local must be in [0, 64]");
+    e.data_parallel.size_local = static_cast<int>(local);
+  }
+  KVASIR_ASSIGN_OR_RETURN(int64_t dp_start, a.get_int("data-parallel-start-rank", 0));
+  if (dp_start < 0 || dp_start > 64) return invalid_argument("--data-parallel-start-rank must be in [0, 64]");
+  e.data_parallel.start_rank = static_cast<int>(dp_start);
+  KVASIR_ASSIGN_OR_RETURN(int64_t dp_port, a.get_int("data-parallel-rpc-port", DataParallelArgs::kDefaultRpcPort));
+  if (dp_port < 1 || dp_port > 65535) return invalid_argument("--data-parallel-rpc-port must be in [1, 65535]");
+  e.data_parallel.rpc_port = static_cast<int>(dp_port);
+  e.data_parallel.rpc_port_given = a.has("data-parallel-rpc-port");
+  if (a.has("data-parallel-address")) {
+    if (a.get("data-parallel-address").empty()) return invalid_argument("--data-parallel-address must not be empty");
+    e.data_parallel.address = a.get("data-parallel-address");
+    e.data_parallel.address_given = true;
+  }
   e.enable_expert_parallel = a.get_bool("enable-expert-parallel", false);
   if (a.has("structured-outputs-config")) {
     KVASIR_ASSIGN_OR_RETURN(e.structured_outputs, parse_structured_outputs_config(a.get("structured-outputs-config")));

@@ -45,6 +45,7 @@ struct GenerationResult {
 };
 
 struct TensorParallelProcesses;
+class RemoteReplicaLink;
 namespace dist {
 class Communicator;
 }
@@ -72,9 +73,14 @@ class LLM {
   int max_model_len() const { return max_model_len_; }
   // Whether the engine loop keeps a step in flight (EngineArgs::async_scheduling_on, resolved).
   bool async_scheduling() const { return async_scheduling_; }
+  // Whether a data-parallel replica on another node lost its link to this one (its node died):
+  // the replica cannot step again (api/remote_replica.h).
+  bool lost_remote_replica() const;
 
  private:
   LLM() = default;
+  // Replicas --data-parallel-size-local .. --data-parallel-size - 1, on other nodes.
+  Status add_remote_replicas(const EngineArgs& args, std::vector<std::unique_ptr<Engine>>& engines);
   // --pipeline-parallel-size and --tensor-parallel-size both > 1: rank 0's stage's own
   // tensor-parallel group; outlives the replicas' models, which use it.
   std::unique_ptr<dist::Communicator> stage_comm_;
@@ -90,6 +96,9 @@ class LLM {
   // whole group's communicator and the worker processes; outlives engines_, whose
   // BroadcastingWorker stops the workers when it goes.
   std::unique_ptr<TensorParallelProcesses> tp_;
+  // Data-parallel replicas on other nodes (api/remote_replica.h): each one's step group, in
+  // replica order; outlives engines_, whose BroadcastingWorkers stop those replicas when they go.
+  std::vector<std::unique_ptr<RemoteReplicaLink>> remote_replica_links_;
   std::unique_ptr<EngineGroup> engines_;
   int num_kv_blocks_ = 0;
   int max_model_len_ = 0;

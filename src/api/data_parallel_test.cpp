@@ -29,6 +29,17 @@ TEST(DataParallelReplicaArgs, ThreadsSplitAndPerEngineKnobsStay) {
   EXPECT_EQ(data_parallel_replica_args(a, 2, 64).num_threads, 1);
 }
 
+TEST(DataParallelReplicaArgs, ThreadsSplitBetweenThisNodesReplicasOnly) {
+  EngineArgs a;
+  a.data_parallel_size = 4;
+  a.data_parallel.size_local = 2;  // the other two run on another node, on its cores
+  a.num_threads = 6;
+  EXPECT_EQ(data_parallel_replica_args(a, 0, 64).num_threads, 3);
+  EXPECT_EQ(data_parallel_replica_args(a, 1, 64).num_threads, 3);
+  a.data_parallel.size_local = 1;
+  EXPECT_EQ(data_parallel_replica_args(a, 0, 64).num_threads, 6);
+}
+
 TEST(DataParallelArgs, RefusedWithTensorParallelism) {
   EngineArgs a;
   a.data_parallel_size = 2;

@@ -10,6 +10,7 @@
 #include "api/launch_plan.h"
 #include "api/multiprocess_executor.h"
 #include "api/rank_setup.h"
+#include "api/remote_replica.h"
 #include "api/tensor_parallel_group.h"
 #include "api/data_parallel.h"
 #include "engine/engine.h"
@@ -33,6 +34,13 @@ LLM::~LLM() {
 }
 
 Engine& LLM::engine() { return engines_->replica(0); }
+
+bool LLM::lost_remote_replica() const {
+  for (const auto& link : remote_replica_links_) {
+    if (link->lost()) return true;
+  }
+  return false;
+}
 
 namespace {
 
@@ -117,10 +125,11 @@ StatusOr<std::unique_ptr<LLM>> LLM::create(const EngineArgs& args) {
     KVASIR_RETURN_IF_ERROR(check_pipeline_parallel_model(args));
     KVASIR_ASSIGN_OR_RETURN(llm->tp_, form_tensor_parallel_group(plan));
   }
-  // One whole engine per data-parallel replica, each on its share of the host
+  // One whole engine per data-parallel replica of this node, each on its share of the host
   // (api/data_parallel.h); the group in front routes requests between them.
   const int hardware_threads = static_cast<int>(std::thread::hardware_concurrency());
-  for (int i = 0; i < args.data_parallel_size; ++i) {
+  const int num_local = args.data_parallel.local_size(args.data_parallel_size);
+  for (int i = 0; i < num_local; ++i) {
     const EngineArgs ra = data_parallel_replica_args(args, i, hardware_threads);
     KVASIR_ASSIGN_OR_RETURN(RankSetup setup, set_up_rank(ra, llm->tp_.get()));
     if (args.data_parallel_size > 1 && setup.model->backend->device() != Device::kCpu) {
@@ -152,8 +161,43 @@ StatusOr<std::unique_ptr<LLM>> LLM::create(const EngineArgs& args) {
     llm->replicas_.push_back(Replica{std::move(setup.model), std::move(setup.cache),
                                      std::make_unique<LoadedDraftModel>(std::move(setup.draft))});
   }
+  KVASIR_RETURN_IF_ERROR(llm->add_remote_replicas(args, engines));
   llm->engines_ = std::make_unique<EngineGroup>(std::move(engines));
   return llm;
+}
+
+Status LLM::add_remote_replicas(const EngineArgs& args, std::vector<std::unique_ptr<Engine>>& engines) {
+  const int num_local = args.data_parallel.local_size(args.data_parallel_size);
+  if (num_local == args.data_parallel_size) return Status();
+  if (replicas_.empty()) {
+    // An API-only node 0: the engines still need the tokenizer, config and EOS ids.
+    KVASIR_ASSIGN_OR_RETURN(auto front, load_model_without_weights(args.model.empty() ? default_model_path() : args.model,
+                                                                   LoadOptions::from(args)));
+    replicas_.push_back(Replica{std::move(front), nullptr, nullptr});
+  }
+  const LoadedModel& m = *replicas_.front().model;
+  for (int i = num_local; i < args.data_parallel_size; ++i) {
+    KVASIR_ASSIGN_OR_RETURN(RemoteReplica remote, connect_remote_replica(args, i));
+    const bool async = args.async_scheduling_on(/*model_on_gpu=*/false);  // remote replicas run on the CPU
+    if (num_local == 0 && i == 0) {
+      async_scheduling_ = async;
+      max_model_len_ = remote.max_model_len;
+      num_kv_blocks_ = remote.num_kv_blocks;
+    } else if (remote.max_model_len != max_model_len_ || remote.num_kv_blocks != num_kv_blocks_) {
+      // The server checks every request against one max_model_len; the same flags on every node give one plan.
+      return invalid_argument("data-parallel replica " + std::to_string(i) + " planned " +
+                              std::to_string(remote.num_kv_blocks) + " KV blocks and max_model_len " +
+                              std::to_string(remote.max_model_len) + ", replica 0 " +
+                              std::to_string(num_kv_blocks_) + " and " + std::to_string(max_model_len_) +
+                              ": give every node the same --kv-cache-memory, --max-model-len and model");
+    }
+    EngineOptions eo = engine_options(args, remote.max_model_len, remote.num_kv_blocks, m.eos_token_ids, async);
+    KVASIR_RETURN_IF_ERROR(eo.scheduler.validate());
+    engines.push_back(std::make_unique<Engine>(eo, *m.tokenizer, m.config.vocab_size,
+                                               executor_for(async, std::move(remote.worker))));
+    remote_replica_links_.push_back(std::move(remote.comm));
+  }
+  return Status();
 }
 
 StatusOr<std::vector<GenerationResult>> LLM::generate(const std::vector<PromptInput>& prompts, const SamplingParams& params,

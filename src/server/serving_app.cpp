@@ -105,6 +105,8 @@ std::string ServingApp::engine_fault() {
   return why.empty() ? "the engine failed" : why;
 }
 
+bool ServingApp::lost_remote_replica() const { return llm_ && llm_->lost_remote_replica(); }
+
 Status ServingApp::load() {
   if (cfg_.engine.model.empty()) cfg_.engine.model = default_model_path();
   KVASIR_ASSIGN_OR_RETURN(llm_, LLM::create(cfg_.engine));

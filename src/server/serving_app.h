@@ -48,6 +48,8 @@ class ServingApp {
   int port() const;
   // The engine failed (a step's error; /health answers 503) and why; "" while it runs.
   std::string engine_fault();
+  // A data-parallel replica on another node lost its link (its node died): LLM::lost_remote_replica.
+  bool lost_remote_replica() const;
   // Returns once every client was answered (or aborted) and the engine stopped.
   // `interrupted` is polled while draining: true cuts the drain short (a second Ctrl-C).
   void shutdown(double timeout_s, const std::function<bool()>& interrupted = {});

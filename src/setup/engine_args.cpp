@@ -48,6 +48,7 @@ Status EngineArgs::validate() const {
   if (data_parallel_size < 1 || data_parallel_size > 64) {
     return invalid_argument("--data-parallel-size must be in [1, 64]");
   }
+  KVASIR_RETURN_IF_ERROR(data_parallel.validate(data_parallel_size, launch.headless));
   if (data_parallel_size > 1 && tensor_parallel_size > 1) {
     // Replicas live in one process; a tensor-parallel rank 0 re-runs the command line as its
     // workers, one group per process. D groups of TP ranks would need a launcher of their own.

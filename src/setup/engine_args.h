@@ -9,6 +9,7 @@
 #include "common/status.h"
 #include "core/dtype.h"
 #include "dist/parallel_layout.h"
+#include "setup/data_parallel_args.h"
 #include "setup/launch_args.h"
 #include "spec/speculative_config.h"
 
@@ -87,6 +88,9 @@ struct EngineArgs {
   // front (engine/engine_group.h); on the CPU they split --threads and --kv-cache-memory
   // (api/data_parallel.h).
   int data_parallel_size = 1;
+  // Where the replicas run: all on this node (default), or spread over nodes with vLLM's
+  // --data-parallel-size-local / -start-rank / -address / -rpc-port (api/remote_replica.h).
+  DataParallelArgs data_parallel;
   StructuredOutputsConfig structured_outputs;
   SpeculativeConfig speculative;           // vLLM's --speculative-config; method empty = off
 

@@ -7,6 +7,10 @@ stays inside a few minutes on a 2-core machine.
 $KVASIR_TEST_DATA_PARALLEL=D starts every server of the suite with `--data-parallel-size D` (unless
 a test chooses its own parallel sizes): `KVASIR_TEST_DATA_PARALLEL=2 pytest tests/server` runs the
 whole suite against two engine replicas. CI runs the DP_SUBSET files that way (scripts/test.sh).
+
+$KVASIR_TEST_DATA_PARALLEL_NODES=1 runs the suite against two replicas on two nodes instead (two
+network namespaces; dp_nodes.py): every server is node 0 with one replica, its second replica a
+--headless process in node 1's namespace. Needs root.
 """
 import json
 import os
@@ -24,6 +28,11 @@ REPO = os.path.abspath(os.path.join(os.path.dirname(__file__), "..", ".."))
 MODEL = os.environ.get("KVASIR_TEST_MODEL", os.path.join(REPO, "models", "SmolLM2-135M-Instruct.Q4_1.gguf"))
 MODEL_NAME = "smol"
 DATA_PARALLEL = os.environ.get("KVASIR_TEST_DATA_PARALLEL", "")
+DATA_PARALLEL_NODES = None
+if os.environ.get("KVASIR_TEST_DATA_PARALLEL_NODES", "") not in ("", "0"):
+    sys.path.insert(0, os.path.dirname(__file__))
+    from dp_nodes import DataParallelNodes
+    DATA_PARALLEL_NODES = DataParallelNodes()  # before any thread: this process moves into node 0
 
 # 1,000 concurrent connections need more than the usual 1,024 descriptors (the server inherits it).
 _soft, _hard = resource.getrlimit(resource.RLIMIT_NOFILE)
@@ -52,15 +61,22 @@ class Server:
         self.port = free_port()
         self.base = f"http://127.0.0.1:{self.port}"
         mml = ["--max-model-len", str(max_model_len)] if max_model_len is not None else []
-        if DATA_PARALLEL and not any(a in ("--data-parallel-size", "--tensor-parallel-size") for a in extra_args):
+        own_sizes = any(a in ("--data-parallel-size", "--tensor-parallel-size") for a in extra_args)
+        if DATA_PARALLEL and not DATA_PARALLEL_NODES and not own_sizes:
             extra_args = (*extra_args, "--data-parallel-size", DATA_PARALLEL)
         args = [kvasir_bin(), "serve", MODEL, "--port", str(self.port), "--served-model-name", MODEL_NAME,
                 "--kv-cache-memory", "256MiB", *mml, "--max-num-seqs", "256",
                 "--max-num-batched-tokens", "2048", "--max-body-bytes", str(1 << 20), *extra_args]
         self.log_path = f"/tmp/kvasir_serve_test_{self.port}.log"
         self.log = open(self.log_path, "wb")
-        self.proc = subprocess.Popen(args, stdout=self.log, stderr=subprocess.STDOUT, cwd=REPO,
-                                     env={**os.environ, **(env or {})})
+        env = {**os.environ, **(env or {})}
+        self.node1 = None  # the --headless node of KVASIR_TEST_DATA_PARALLEL_NODES
+        if DATA_PARALLEL_NODES and not own_sizes:
+            rpc_port = DATA_PARALLEL_NODES.rpc_port()
+            self.node1_log = open(self.log_path + ".node1", "wb")
+            self.node1 = DATA_PARALLEL_NODES.start_node1(args, rpc_port, self.node1_log, env)
+            args = [*args, *DATA_PARALLEL_NODES.node0_flags(rpc_port)]
+        self.proc = subprocess.Popen(args, stdout=self.log, stderr=subprocess.STDOUT, cwd=REPO, env=env)
         self.wait_healthy()
 
     def wait_healthy(self, timeout=120):
@@ -68,6 +84,10 @@ class Server:
         while time.time() < deadline:
             if self.proc.poll() is not None:
                 raise RuntimeError(f"kvasir serve exited with {self.proc.returncode}:\n{self.logs()}")
+            if self.node1 is not None and self.node1.poll() is not None:
+                with open(self.log_path + ".node1", "rb") as f:
+                    node1 = f.read().decode(errors="replace")[-3000:]
+                raise RuntimeError(f"node 1 (--headless) exited with {self.node1.returncode}:\n{node1}")
             try:
                 if httpx.get(self.base + "/health", timeout=2).status_code == 200:
                     return
@@ -112,6 +132,16 @@ class Server:
                 self.proc.kill()
                 self.proc.wait()
         self.log.close()
+        if self.node1 is not None:
+            # Node 0 stops its remote replica as it shuts down: node 1 then exits by itself.
+            try:
+                node1_rc = self.node1.wait(timeout=15)
+            except subprocess.TimeoutExpired:
+                self.node1.kill()
+                node1_rc = self.node1.wait()
+            self.node1_log.close()
+            if self.proc.returncode == 0 and node1_rc != 0:
+                return f"node 1 exited with {node1_rc}"
         return self.proc.returncode
 
 

@@ -11,6 +11,9 @@
 #include <vector>
 
 #include "backend/cuda/cuda_check.h"
+#if KVASIR_HAVE_FLASHINFER
+#include "backend/cuda/attention_prefill_flashinfer.h"
+#endif
 #include "backend/cuda/gemm.h"
 #include "backend/cuda/kernels.h"
 #include "backend/cuda/moe_kernels.h"
@@ -98,6 +101,18 @@ Status CudaBackend::init() {
   KVASIR_CUDA_RETURN_IF_ERROR(cudaStreamCreateWithFlags(&stream_, cudaStreamNonBlocking));
   KVASIR_RETURN_IF_ERROR(gemm_.init(kGemmWorkspace));
   cuda::init_attention_kernels();
+  // FlashInfer's prefill kernel is sm_90a machine code only (wgmma, setmaxnreg): a 9.0 device.
+  const bool flashinfer_wanted = tuning_.recording.prefill_attention == cuda::PrefillAttentionKernel::kFlashInfer;
+#if KVASIR_HAVE_FLASHINFER
+  flashinfer_prefill_ = flashinfer_wanted && prop.major == 9 && prop.minor == 0;
+  if (flashinfer_prefill_) cuda::init_flashinfer_prefill_kernels();
+  KVASIR_LOG_INFO("CUDA prefill attention: %s",
+                  flashinfer_prefill_ ? "FlashInfer SM90 (own kernel where it cannot)"
+                  : flashinfer_wanted ? "own kernel (FlashInfer's needs an sm_90 device)"
+                                      : "own kernel (KVASIR_CUDA_PREFILL=own)");
+#else
+  KVASIR_LOG_INFO("CUDA prefill attention: own kernel%s", flashinfer_wanted ? " (built without FlashInfer)" : "");
+#endif
   cuda::init_gemv_kernels();
   cuda::init_moe_kernels();
   KVASIR_CUDA_RETURN_IF_ERROR(cudaMallocHost(reinterpret_cast<void**>(&tokens_host_), 65536 * sizeof(int32_t)));
@@ -291,8 +306,12 @@ std::string CudaBackend::stats() const {
                 static_cast<long long>(s.steps), static_cast<long long>(s.graph_steps),
                 static_cast<long long>(s.captures), busy, idle, busy + idle > 0 ? 100.0 * idle / (busy + idle) : 0.0, gb,
                 gi, gb + gi > 0 ? 100.0 * gi / (gb + gi) : 0.0);
+  char prefill[160];
+  std::snprintf(prefill, sizeof(prefill), "\nprefill attention calls: flashinfer %lld, own %lld (host plans made %lld)",
+                static_cast<long long>(prefill_calls_flashinfer_), static_cast<long long>(prefill_calls_own_),
+                static_cast<long long>(flashinfer_plans_.plans_made()));
   const std::string prof = queue_->profile_report();
-  return prof.empty() ? std::string(buf) : std::string(buf) + "\n" + prof;
+  return std::string(buf) + prefill + (prof.empty() ? "" : "\n" + prof);
 }
 
 int cuda_device_count() {

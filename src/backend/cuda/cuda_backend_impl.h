@@ -8,6 +8,7 @@
 #include <unordered_map>
 #include <vector>
 
+#include "backend/cuda/attention_prefill_flashinfer_plan.h"
 #include "backend/cuda/cuda_backend.h"
 #include "backend/cuda/cuda_tuning.h"
 #include "backend/cuda/gemm.h"
@@ -109,6 +110,7 @@ class CudaBackend final : public Backend {
   // A weight's memory: small ones from the shared slab (cuda_backend.cpp), large ones their own.
   StatusOr<std::unique_ptr<Buffer>> allocate_weight(size_t bytes);
   void exec_write_latent_kv(const cuda::WriteLatentKvOp& op, const uint8_t* arena, cudaStream_t s);
+  void exec_flashinfer_prefill(const cuda::AttentionOp& op, const uint8_t* arena, cudaStream_t s);
   void exec_mla_attention(const cuda::MlaAttentionOp& op, const uint8_t* arena, cudaStream_t s);
   void exec_all_reduce(const cuda::AllReduceOp& op, Elem elem, cudaStream_t s);
   void exec_all_gather_columns(const cuda::AllGatherColumnsOp& op, cudaStream_t s);
@@ -146,6 +148,11 @@ class CudaBackend final : public Backend {
   // Host-built attention schedules, reused.
   std::vector<int32_t> decode_seqs_;
   std::vector<cuda::PrefillWork> work_;
+  // FlashInfer prefill (attention_prefill_flashinfer.h): whether this backend may take it (built,
+  // sm_90 device, KVASIR_CUDA_PREFILL), its plans, and how many prefill calls went to each kernel.
+  bool flashinfer_prefill_ = false;
+  cuda::FlashInferPlanCache flashinfer_plans_;
+  int64_t prefill_calls_flashinfer_ = 0, prefill_calls_own_ = 0;
   // MLA: per-head products on cuBLASLt (made on the first mla_attention), grow-only scratch.
   struct OwnedDeviceMemory {
     void* ptr = nullptr;

@@ -6,6 +6,9 @@
 
 #include "backend/cuda/cuda_backend_impl.h"
 #include "backend/cuda/cuda_check.h"
+#if KVASIR_HAVE_FLASHINFER
+#include "backend/cuda/attention_prefill_flashinfer.h"
+#endif
 #include "backend/cuda/moe_kernels.h"
 
 namespace kvasir {
@@ -41,6 +44,21 @@ void CudaBackend::attention(const Tensor& q, const Tensor& k_cache, const Tensor
   const bool pure_decode = m.num_tokens == S;
   decode_seqs_.clear();
   work_.clear();
+  // Prefill rows: FlashInfer's SM90 kernel where it computes exactly this attention (causal, no
+  // window, no soft-cap, no sinks; bf16 and the head sizes were checked above; TMA loads of Q need
+  // 16-byte aligned rows) and where some sequence has at least kFlashInferMinQueryLen queries, else
+  // ours. Decided per call: a model's sliding-window layers keep ours. The length rule keeps short
+  // multi-token rows (speculative verification, short prompts) on ours: FlashInfer's tiles are 128
+  // or 192 queries of one head, so a few queries would fill a few percent of a tile and every head
+  // of a GQA group would read the group's keys again, where our tiles pack the group's heads.
+  int max_query_len = 0;
+  for (int s = 0; !pure_decode && s < S; ++s) {
+    max_query_len = std::max(max_query_len, m.query_start_loc[s + 1] - m.query_start_loc[s]);
+  }
+  const bool flashinfer = !pure_decode && flashinfer_prefill_ && max_query_len >= cuda::kFlashInferMinQueryLen &&
+                          p.sliding_window <= 0 && p.softcap <= 0.0f && !sinks && cuda::aligned16(q.data) &&
+                          cuda::aligned16(out.data);
+  const cuda::FlashInferPrefillPlan* fi_plan = nullptr;
   if (!pure_decode) {
     const int tq = cuda::prefill_tokens_per_tile(heads, kv_heads, hd);
     for (int s = 0; s < S; ++s) {
@@ -48,17 +66,33 @@ void CudaBackend::attention(const Tensor& q, const Tensor& k_cache, const Tensor
       KVASIR_CHECK(len >= 0 && m.seq_lens[s] >= len);
       if (len == 1) decode_seqs_.push_back(s);
       // Later tiles see more keys: launch them first so the tail of the grid is short.
-      for (int b = q0 + ((len - 1) / tq) * tq; len > 1 && b >= q0; b -= tq) work_.push_back({s, b});
+      for (int b = q0 + ((len - 1) / tq) * tq; !flashinfer && len > 1 && b >= q0; b -= tq) work_.push_back({s, b});
     }
+    if (flashinfer) {
+      cuda::FlashInferPrefillPlanInput in;
+      in.query_start_loc = m.query_start_loc;
+      in.seq_lens = m.seq_lens;
+      in.num_seqs = S;
+      in.max_blocks_per_seq = m.max_blocks_per_seq;
+      in.num_heads = heads;
+      in.head_dim = hd;
+      in.num_ctas = num_sms_;
+      fi_plan = &flashinfer_plans_.get(in);
+      if (fi_plan->num_works == 0) fi_plan = nullptr;  // every row decodes
+    }
+    if (fi_plan != nullptr) ++prefill_calls_flashinfer_;
+    else if (!work_.empty()) ++prefill_calls_own_;
   }
+  const bool has_prefill = fi_plan != nullptr || !work_.empty();
   const int nd = pure_decode ? S : static_cast<int>(decode_seqs_.size());
   const cuda::DecodeSplit split = cuda::plan_decode_split(nd, heads, kv_heads, hd, m.max_blocks_per_seq, m.block_size, num_sms_,
                                                           sinks);
   const int64_t partial_floats = cuda::decode_scratch_floats(nd, heads, hd, split);
   void* partial = partial_floats > 0 ? device_scratch(partial_, partial_cap_, static_cast<size_t>(partial_floats) * 4) : nullptr;
 
+  // A prefill's launch shape depends on its lengths: such a step is never captured in a graph.
   cuda::AttentionOp& r =
-      queue_->add(work_.empty() ? OpKind::kDecodeAttention : OpKind::kPrefillAttention, work_.empty()).attention;
+      queue_->add(has_prefill ? OpKind::kPrefillAttention : OpKind::kDecodeAttention, !has_prefill).attention;
   r.q = q.data;
   r.k_cache = k_cache.data;
   r.v_cache = v_cache.data;
@@ -70,8 +104,14 @@ void CudaBackend::attention(const Tensor& q, const Tensor& k_cache, const Tensor
   r.block_tables = queue_->stage(m.block_tables, static_cast<size_t>(S) * m.max_blocks_per_seq * sizeof(int32_t));
   r.decode_seqs = decode_seqs_.empty() ? cuda::kNotStaged
                                        : queue_->stage(decode_seqs_.data(), decode_seqs_.size() * sizeof(int32_t));
-  r.prefill_work =
-      work_.empty() ? cuda::kNotStaged : queue_->stage(work_.data(), work_.size() * sizeof(cuda::PrefillWork));
+  if (fi_plan != nullptr) {
+    r.prefill_work = queue_->stage(fi_plan->data.data(), fi_plan->data.size() * sizeof(int32_t));
+    r.flashinfer_ctas = fi_plan->num_ctas;
+    r.num_tokens = m.num_tokens;
+  } else {
+    r.prefill_work =
+        work_.empty() ? cuda::kNotStaged : queue_->stage(work_.data(), work_.size() * sizeof(cuda::PrefillWork));
+  }
   r.num_seqs = S;
   r.max_blocks_per_seq = m.max_blocks_per_seq;
   r.block_size = m.block_size;
@@ -80,7 +120,7 @@ void CudaBackend::attention(const Tensor& q, const Tensor& k_cache, const Tensor
   r.head_dim = hd;
   r.sliding_window = p.sliding_window;
   r.num_decode = nd;
-  r.num_work = static_cast<int64_t>(work_.size());
+  r.num_work = fi_plan != nullptr ? fi_plan->num_works : static_cast<int64_t>(work_.size());
   r.num_splits = split.num_splits;
   r.partition_tokens = split.partition_tokens;
   r.all_heads = split.all_heads ? 1 : 0;
@@ -223,9 +263,45 @@ void CudaBackend::exec_attention(const cuda::AttentionOp& op, const uint8_t* are
     cuda::DecodeSplit split{static_cast<int>(op.num_splits), static_cast<int>(op.partition_tokens), op.all_heads != 0};
     cuda::launch_decode_attention(a, seqs, nd, split, op.partial, s);
   }
-  if (nw > 0) {
+  if (nw > 0 && op.flashinfer_ctas > 0) {
+    exec_flashinfer_prefill(op, arena, s);
+  } else if (nw > 0) {
     cuda::launch_prefill_attention(a, reinterpret_cast<const cuda::PrefillWork*>(arena + op.prefill_work), nw, s);
   }
+}
+
+void CudaBackend::exec_flashinfer_prefill(const cuda::AttentionOp& op, const uint8_t* arena, cudaStream_t s) {
+#if KVASIR_HAVE_FLASHINFER
+  const auto* plan = reinterpret_cast<const int32_t*>(arena + op.prefill_work);
+  const int ctas = static_cast<int>(op.flashinfer_ctas);
+  auto field = [&](cuda::FlashInferPlanField f) {
+    return plan + cuda::flashinfer_plan_field_offset(f, ctas, op.num_work);
+  };
+  cuda::FlashInferPrefillArgs a;
+  a.q = op.q;
+  a.k_cache = op.k_cache;
+  a.v_cache = op.v_cache;
+  a.out = op.out;
+  a.block_tables = reinterpret_cast<const int32_t*>(arena + op.block_tables);
+  a.work_indptr = field(cuda::FlashInferPlanField::kWorkIndptr);
+  a.qo_tile_indices = field(cuda::FlashInferPlanField::kQoTileIndices);
+  a.qo_indptr = field(cuda::FlashInferPlanField::kQoIndptr);
+  a.kv_indptr = field(cuda::FlashInferPlanField::kKvIndptr);
+  a.qo_lens = field(cuda::FlashInferPlanField::kQoLens);
+  a.kv_lens = field(cuda::FlashInferPlanField::kKvLens);
+  a.head_indices = field(cuda::FlashInferPlanField::kHeadIndices);
+  a.batch_indices = field(cuda::FlashInferPlanField::kBatchIndices);
+  a.num_tokens = op.num_tokens;
+  a.num_heads = static_cast<int>(op.num_heads);
+  a.num_kv_heads = static_cast<int>(op.num_kv_heads);
+  a.head_dim = static_cast<int>(op.head_dim);
+  a.block_size = static_cast<int>(op.block_size);
+  a.scale = op.scale;
+  a.num_ctas = ctas;
+  cuda::launch_flashinfer_prefill(a, s);
+#else
+  KVASIR_CHECK_MSG(false, "a FlashInfer prefill was recorded in a build without FlashInfer");
+#endif
 }
 
 void CudaBackend::execute(const OpRecord& op, const uint8_t* arena, cudaStream_t s) {

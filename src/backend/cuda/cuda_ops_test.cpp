@@ -23,6 +23,8 @@ using cuda_test::read_back;
 using cuda_test::rel_l2;
 using cuda_test::CudaOps;
 using cuda_test::host_tensor;
+using cuda_test::AttnCase;
+using cuda_test::CudaAttention;
 
 
 TEST_F(CudaOps, EmbeddingMatchesCpu) {
@@ -159,24 +161,10 @@ TEST_F(CudaOps, RopeMatchesCpu) {
   }
 }
 
-// A paged-attention scenario: sequences with context lengths and query counts, random blocks.
-struct AttnCase {
-  const char* name;
-  int heads, kvh, hd;
-  std::vector<int> seq_lens, q_lens;
-  int window = 0;
-  float softcap = 0.0f;
-  int block_size = 16;
-  int extra_blocks = 2;  // block-table capacity beyond the longest sequence
-  bool sinks = false;    // attention-sink logits per head (gpt-oss)
-};
+}  // namespace
 
-class CudaAttention : public CudaOps {
- protected:
-  void run(const AttnCase& c);
-};
-
-void CudaAttention::run(const AttnCase& c) {
+// Declared with the fixture (cuda_ops_test_fixture.h): other files of this binary run cases too.
+void cuda_test::CudaAttention::run(const AttnCase& c) {
   const int S = static_cast<int>(c.seq_lens.size()), bs = c.block_size;
   int max_blocks = 0, total_blocks = 0, total_ctx = 0, total_q = 0;
   for (int s = 0; s < S; ++s) {
@@ -266,6 +254,8 @@ void CudaAttention::run(const AttnCase& c) {
   cpu_->attention(host_tensor(q, {total_q, c.heads, c.hd}), ckt, cvt, m, cpu_ap, rt);
   EXPECT_LT(rel_l2(read_back(*gpu_, out.t), ref), 2e-2) << c.name;
 }
+
+namespace {
 
 TEST_F(CudaAttention, DecodeGqa) { run({"decode 32/8/128", 32, 8, 128, {1, 17, 100, 300, 513}, {1, 1, 1, 1, 1}}); }
 TEST_F(CudaAttention, DecodeGroupOfSeven) { run({"decode 28/4/128", 28, 4, 128, {33, 250, 1000}, {1, 1, 1}}); }

@@ -51,4 +51,24 @@ class CudaOps : public ::testing::Test {
   std::mt19937 rng_{1234};
 };
 
+// A paged-attention scenario: sequences with context lengths and query counts, random blocks.
+struct AttnCase {
+  const char* name;
+  int heads, kvh, hd;
+  std::vector<int> seq_lens, q_lens;
+  int window = 0;
+  float softcap = 0.0f;
+  int block_size = 16;
+  int extra_blocks = 2;  // block-table capacity beyond the longest sequence
+  bool sinks = false;    // attention-sink logits per head (gpt-oss)
+};
+
+// run(): writes the case's context through write_kv on both backends, attends on both, compares
+// (cuda_ops_test.cpp); cuda_attention_prefill_test.cpp runs it on backends made under each
+// KVASIR_CUDA_PREFILL.
+class CudaAttention : public CudaOps {
+ protected:
+  void run(const AttnCase& c);
+};
+
 }  // namespace kvasir::cuda_test

@@ -4,6 +4,9 @@
 #include <cstdlib>
 #include <cstring>
 #include <initializer_list>
+#include <string>
+
+#include "common/check.h"
 
 namespace kvasir::cuda {
 namespace {
@@ -51,7 +54,21 @@ DecodeAttentionKernel env_decode_attention() {
   return DecodeAttentionKernel::kAuto;
 }
 
+PrefillAttentionKernel env_prefill_attention() {
+  const char* e = std::getenv("KVASIR_CUDA_PREFILL");
+  if (e == nullptr || *e == '\0') return PrefillAttentionKernel::kFlashInfer;
+  for (PrefillAttentionKernel k : {PrefillAttentionKernel::kFlashInfer, PrefillAttentionKernel::kOwn}) {
+    if (std::strcmp(e, prefill_attention_kernel_name(k)) == 0) return k;
+  }
+  KVASIR_CHECK_MSG(false, (std::string("KVASIR_CUDA_PREFILL must be flashinfer or own, not '") + e + "'").c_str());
+  return PrefillAttentionKernel::kOwn;
+}
+
 }  // namespace
+
+const char* prefill_attention_kernel_name(PrefillAttentionKernel k) {
+  return k == PrefillAttentionKernel::kOwn ? "own" : "flashinfer";
+}
 
 const char* decode_attention_kernel_name(DecodeAttentionKernel k) {
   switch (k) {
@@ -71,6 +88,7 @@ CudaTuning read_cuda_tuning() {
   t.recording.profile = env_flag("KVASIR_CUDA_PROFILE", false);
   t.recording.moe_gemv_max_tokens = env_int("KVASIR_MOE_GEMV_TOKENS", 8, 0, 256);
   t.recording.moe_fuse_route = std::getenv("KVASIR_MOE_FUSE_ROUTE") == nullptr ? -1 : env_int("KVASIR_MOE_FUSE_ROUTE", 0, 0, 1);
+  t.recording.prefill_attention = env_prefill_attention();
   KernelTuning& k = t.kernels;
   k.decode_attention = env_decode_attention();
   k.all_heads_ctas_per_sm = env_int("KVASIR_CUDA_V3_CTAS", 2, 1, 64);
@@ -97,16 +115,16 @@ const KernelTuning& kernel_tuning() {
 std::string describe(const CudaTuning& t) {
   const RecordingTuning& r = t.recording;
   const KernelTuning& k = t.kernels;
-  char buf[640];
+  char buf[704];
   std::snprintf(buf, sizeof(buf),
                 "KVASIR_CUDA_FUSE=%d KVASIR_CUDA_FUSE_NORM=%d KVASIR_CUDA_PROFILE=%d KVASIR_CUDA_ATTN=%s "
                 "KVASIR_CUDA_V3_CTAS=%d KVASIR_CUDA_V3_PART=%d KVASIR_CUDA_V3_MIN_CTAS=%d KVASIR_CUDA_SPLITS_BY_CONTEXT=%d KVASIR_CUDA_PREFILL_KT=%d KVASIR_CUDA_TMA_STAGES=%d "
                 "KVASIR_CUDA_ROPE_HEADS=%d KVASIR_GEMV_EARLY=%d KVASIR_GEMV_SPLIT=%d KVASIR_GEMV_MINB=%d "
-                "KVASIR_GEMV_PREFETCH_MB=%d KVASIR_CUDA_PDL=%d KVASIR_MOE_GEMV_TOKENS=%d KVASIR_MOE_FUSE_ROUTE=%d",
+                "KVASIR_GEMV_PREFETCH_MB=%d KVASIR_CUDA_PDL=%d KVASIR_MOE_GEMV_TOKENS=%d KVASIR_MOE_FUSE_ROUTE=%d KVASIR_CUDA_PREFILL=%s",
                 r.fuse, r.fuse_norm, r.profile, decode_attention_kernel_name(k.decode_attention),
                 k.all_heads_ctas_per_sm, k.all_heads_max_partition, k.all_heads_min_ctas, k.splits_by_context, k.prefill_key_tile, k.mma_bulk_stages,
                 k.rope_per_head, k.gemv_early, k.gemv_split, k.gemv_min_blocks, k.gemv_prefetch_mb, k.pdl,
-                r.moe_gemv_max_tokens, r.moe_fuse_route);
+                r.moe_gemv_max_tokens, r.moe_fuse_route, prefill_attention_kernel_name(r.prefill_attention));
   return buf;
 }
 

@@ -42,6 +42,14 @@ struct KernelTuning {
   bool pdl = true;                    // KVASIR_CUDA_PDL=0: no programmatic dependent launches
 };
 
+// KVASIR_CUDA_PREFILL: which kernel runs the prefill rows of attention (per call, where it can:
+// attention_prefill_flashinfer.h lists what FlashInfer's path takes; the rest always runs ours).
+enum class PrefillAttentionKernel {
+  kFlashInfer,  // "flashinfer" (default; only where the build has it and the device is sm_90)
+  kOwn,         // "own": attention_prefill.cu for every prefill
+};
+const char* prefill_attention_kernel_name(PrefillAttentionKernel k);
+
 // Read by CudaBackend when it starts (each backend reads its own; the op tests build two).
 struct RecordingTuning {
   bool fuse = true;        // KVASIR_CUDA_FUSE=0: one record per op (for A/B timing)
@@ -57,6 +65,7 @@ struct RecordingTuning {
   // Qwen3-30B-A3B (768 CTAs: one wave plain, two folded) and won on DeepSeek-V2-Lite (1,056 CTAs:
   // two waves both ways), so the rule is the wave count.
   int moe_fuse_route = -1;
+  PrefillAttentionKernel prefill_attention = PrefillAttentionKernel::kFlashInfer;  // KVASIR_CUDA_PREFILL
 };
 
 struct CudaTuning {
@@ -64,7 +73,8 @@ struct CudaTuning {
   KernelTuning kernels;
 };
 
-// Every knob as the environment sets it now.
+// Every knob as the environment sets it now. KVASIR_CUDA_PREFILL other than flashinfer or own aborts
+// with a message naming it (a typo would otherwise silently benchmark the other kernel).
 CudaTuning read_cuda_tuning();
 // The kernel knobs in force for this process: read_cuda_tuning().kernels on first use, then fixed.
 const KernelTuning& kernel_tuning();

@@ -166,9 +166,11 @@ struct AttentionOp {
   ArenaOffset seq_lens;         // int32 [num_seqs]
   ArenaOffset block_tables;     // int32 [num_seqs, max_blocks_per_seq]
   ArenaOffset decode_seqs;      // int32 [num_decode] or kNotStaged (every sequence decodes)
-  ArenaOffset prefill_work;     // PrefillWork [num_work] or kNotStaged
+  ArenaOffset prefill_work;     // PrefillWork [num_work], a FlashInferPrefillPlan (flashinfer_ctas > 0), or kNotStaged
   int64_t num_seqs, max_blocks_per_seq, block_size, num_heads, num_kv_heads, head_dim, sliding_window;
-  int64_t num_decode, num_work;
+  int64_t num_decode, num_work;  // num_work: tiles of our kernel, or the FlashInfer plan's work items
+  int32_t flashinfer_ctas;       // > 0: the prefill rows go to FlashInfer's kernel on this many CTAs
+  int32_t num_tokens;            // query rows of the step (FlashInfer's bound for its TMA loads of q)
   int64_t num_splits, partition_tokens, all_heads;  // the DecodeSplit planned at record time
   float scale, softcap;
 };
@@ -344,7 +346,7 @@ struct OpRecord {
 static_assert(sizeof(EmbeddingOp) == 56 && sizeof(LinearOp) == 56 && sizeof(GemvProjection) == 40);
 static_assert(sizeof(MultiGemvOp) == 4 * 8 + kGemvMaxOutputs * 40 + 3 * 8 + 8);
 static_assert(sizeof(GemvGatedOp) == 7 * 8 + 4 * 8 + 8 && sizeof(RopeOp) == 4 * 8 + 6 * 8 + 8 + 2 * 8 + 6 * 8);
-static_assert(sizeof(AttentionOp) == 11 * 8 + 12 * 8 + 8 && sizeof(OpRecord) == 8 + sizeof(MoeExpertsOp));
+static_assert(sizeof(AttentionOp) == 11 * 8 + 13 * 8 + 8 && sizeof(OpRecord) == 8 + sizeof(MoeExpertsOp));
 static_assert(sizeof(MoeRouteOp) == 4 * 8 + 8 * 8 + 8 && sizeof(MoeExpertsOp) == 10 * 8 + 7 * 8 + 4 * 4 + 8 + 2 * 8 + 4 * 4 + 2 * 4);
 static_assert(sizeof(AllReduceOp) == 2 * 8 && sizeof(AllGatherColumnsOp) == 7 * 8);
 static_assert(sizeof(WriteLatentKvOp) == 8 * 8 + 4 * 4 && sizeof(MlaAttentionOp) == 12 * 8 + 16 * 4 + 8);
