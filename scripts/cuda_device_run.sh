@@ -29,6 +29,8 @@
 # configs/mixtral-8x7b.json), each batch-1 decode step beside its floor (scripts/decode_floor.py);
 # KVASIR_MOE_TP_PROMPTS (300) sets its throughput run, KVASIR_MOE_AB ("name:VAR=v,...") adds
 # batch-64 A/B runs (e.g. gemv64:KVASIR_MOE_GEMV_TOKENS=64).
+# Stage specgpu (issue 16): the device verify tests, k = 4 forced verify steps against plain decode
+# steps at batch 1 and 16 (KVASIR_SPEC_ROUNDS interleaved rounds, 3), ngram throughput at batch 1 and 16.
 # Stage fiprefill (issue 19): FlashInfer's SM90 prefill against our kernel: op tests on both paths,
 # memcheck, 32k and 128k b1 prefill A/B by KVASIR_CUDA_PREFILL, interleaved (KVASIR_FI_PARTS picks).
 set -uo pipefail
@@ -361,6 +363,53 @@ if has multihost; then
   else
     note "multihost: one GPU: the two-node TP=2 run needs 2 (kind nvidia-h200-x2)"
   fi
+fi
+if has specgpu; then
+  # Issue 16 on the device path: the verify tests, then what a k = 4 verify step costs against a
+  # plain decode step (bench latency --num-speculative-tokens-forced 4: every step verifies 4 drafts
+  # in the one-query-rows layout and commits them; bars 1.15x at batch 1, 1.3x at batch 16), plain
+  # and forced interleaved, KVASIR_SPEC_ROUNDS rounds (3), medians; then ngram end to end
+  # (bench throughput 128/256, every draft verified) at batch 1 and 16 against plain.
+  timeout 240 "$bin/cuda_ops_test" --gtest_filter='CudaSampling.*' >"$OUT/spec_ops_test.log" 2>&1
+  note "specgpu op tests (CudaSampling.*): rc=$? $(grep -E '^\[  PASSED' "$OUT/spec_ops_test.log" | head -1) $(grep -c '^\[  FAILED  \]' "$OUT/spec_ops_test.log") failed"
+  timeout 240 "$bin/cuda_e2e_test" --gtest_filter='CudaSpecDecode.*:CudaEndToEnd.EngineRuns*' >"$OUT/spec_e2e_test.log" 2>&1
+  note "specgpu e2e (CudaSpecDecode.*): rc=$? $(grep -E '^\[  PASSED' "$OUT/spec_e2e_test.log" | head -1) $(grep -c '^\[  FAILED  \]' "$OUT/spec_e2e_test.log") failed"
+  note "  $(grep -hE '^(one request|one at a time|batched|one-query rows)' "$OUT/spec_e2e_test.log" | tr '\n' ';' | cut -c1-500)"
+  declare -A sms=()
+  for round in $(seq 1 "${KVASIR_SPEC_ROUNDS:-3}"); do
+    for b in 1 16; do
+      for k in 0 4; do
+        log="$OUT/spec_lat_b${b}_k${k}_$round.log"
+        timeout 150 "$bin/kvasir" bench latency --model $model --load-format dummy --device cuda --input-len 128 \
+          --output-len 128 --num-iters 3 --batch-size $b --num-speculative-tokens-forced $k >"$log" 2>&1
+        v=$(grep -oE '\(([0-9.]+) ms per step\)' "$log" | grep -oE '[0-9.]+')
+        sms[b${b}_k$k]+="${v:-FAIL} "
+        [[ -z $v ]] && note "spec latency b$b k$k failed: $(tail -2 "$log" | tr '\n' ' ')"
+      done
+    done
+  done
+  med() { tr ' ' '\n' | grep -E '^[0-9.]+$' | sort -g | awk '{a[NR]=$1} END {if (NR) print (NR%2 ? a[(NR+1)/2] : (a[NR/2]+a[NR/2+1])/2); else print 0}'; }
+  for b in 1 16; do
+    p=$(echo "${sms[b${b}_k0]}" | med); f=$(echo "${sms[b${b}_k4]}" | med)
+    [[ $b == 1 ]] && bar=1.15 || bar=1.3
+    note "spec verify k=4 batch $b: plain ms/step ${sms[b${b}_k0]}| forced ${sms[b${b}_k4]}| ratio $(awk -v a="$f" -v b="$p" 'BEGIN {if (b > 0) printf "%.3f", a / b; else print "n/a"}') (bar $bar)"
+    note "  $(grep -hE '^forced verify|graph replays' "$OUT/spec_lat_b${b}_k4_1.log" | tr '\n' ' ' | cut -c1-400)"
+  done
+  ngram='{"method":"ngram","num_speculative_tokens":4,"prompt_lookup_max":3,"prompt_lookup_min":1}'
+  for b in 1 16; do
+    for mode in plain ngram; do
+      log="$OUT/spec_tp_b${b}_$mode.log"
+      if [[ $mode == ngram ]]; then
+        KVASIR_TEST_SPEC_VERIFY_ALL_DRAFTS=1 timeout 200 "$bin/kvasir" bench throughput --model $model --load-format dummy \
+          --device cuda --num-prompts $b --input-len 128 --output-len 256 --speculative-config "$ngram" >"$log" 2>&1
+      else
+        timeout 200 "$bin/kvasir" bench throughput --model $model --load-format dummy --device cuda --num-prompts $b \
+          --input-len 128 --output-len 256 >"$log" 2>&1
+      fi
+      note "spec throughput b$b $mode: rc=$? $(grep -E '^Throughput' "$log") $(grep -oE 'mean acceptance length [0-9.]+' "$log")"
+      note "  $(grep -hE 'device steps|speculative verify steps' "$log" | tr '\n' ' ' | cut -c1-400)"
+    done
+  done
 fi
 if has fiprefill; then
   # Issue 19: FlashInfer's SM90 paged prefill (KVASIR_CUDA_PREFILL=flashinfer, the default where

@@ -14,6 +14,7 @@
 #include "api/remote_replica.h"
 #include "api/tensor_parallel_group.h"
 #include "args.h"
+#include "bench_forced_verify.h"
 #include "commands.h"
 #include "common/json.h"
 #include "common/mapped_file.h"
@@ -81,16 +82,24 @@ int bench_latency(const Args& a, const EngineArgs& ea) {
   }
   auto in_len = a.get_int("input-len", 128), out_len = a.get_int("output-len", 128);
   auto batch = a.get_int("batch-size", 1), iters = a.get_int("num-iters", 5), warm = a.get_int("num-iters-warmup", 1);
-  for (auto* v : {&in_len, &out_len, &batch, &iters, &warm}) {
+  auto forced = a.get_int("num-speculative-tokens-forced", 0);
+  for (auto* v : {&in_len, &out_len, &batch, &iters, &warm, &forced}) {
     if (!v->ok() || **v < 0 || **v > 1 << 20) {
       std::fprintf(stderr, "kvasir bench latency: bad numeric flag\n");
       return 2;
     }
   }
   const int B = static_cast<int>(*batch), I = static_cast<int>(std::max<int64_t>(1, *in_len)), O = static_cast<int>(*out_len);
+  // --num-speculative-tokens-forced K: every decode step a K-draft verify (bench_forced_verify.h).
+  const int K = static_cast<int>(*forced);
+  if (K > 64) {
+    std::fprintf(stderr, "kvasir bench latency: --num-speculative-tokens-forced must be in [0, 64]\n");
+    return 2;
+  }
+  const int rows_per_step = B * (1 + K);
   LoadOptions lo = LoadOptions::from(ea);
-  lo.model.max_num_tokens = std::max(B, std::min(B * I, ea.max_num_batched_tokens));
-  lo.model.max_num_logits = B;
+  lo.model.max_num_tokens = std::max(rows_per_step, std::min(B * I, ea.max_num_batched_tokens));
+  lo.model.max_num_logits = rows_per_step;
   auto m = load_model(ea.model.empty() ? default_model_path() : ea.model, lo);
   if (!m.ok()) {
     std::fprintf(stderr, "kvasir bench latency: %s\n", m.status().message().c_str());
@@ -99,7 +108,11 @@ int bench_latency(const Args& a, const EngineArgs& ea) {
   LoadedModel& lm = **m;
   const int vocab = lm.config.vocab_size;
   const int bs = ea.block_size;
-  ContiguousBatch layout(B, I + O + 1, bs);
+  // Forced verify steps cover the same output length in fewer steps (1 + K positions each), so
+  // they attend over the same contexts as the plain steps they are compared with.
+  const int steps = K > 0 ? (O + K) / (1 + K) : O;
+  const int max_seq_len = I + steps * (1 + K) + 1;
+  ContiguousBatch layout(B, max_seq_len, bs);
   auto cache = lm.model->allocate_kv_cache(layout.num_blocks_needed(), bs);
   if (!cache.ok()) {
     std::fprintf(stderr, "kvasir bench latency: %s\n", cache.status().message().c_str());
@@ -108,11 +121,12 @@ int bench_latency(const Args& a, const EngineArgs& ea) {
   std::mt19937 rng(1234);
   std::vector<float> logits(static_cast<size_t>(B) * vocab);
   std::vector<double> prefill_s, decode_s;
+  ForcedVerifyResult forced_total;
   bool device_greedy = lm.backend->name() != "cpu" && std::getenv("KVASIR_BENCH_HOST_ARGMAX") == nullptr;
   std::vector<DeviceSamplingRow> greedy_rows(static_cast<size_t>(B));  // temperature 0: argmax
   std::vector<int32_t> next_ids(static_cast<size_t>(B));
   for (int it = 0; it < *warm + *iters; ++it) {
-    ContiguousBatch cb(B, I + O + 1, bs);
+    ContiguousBatch cb(B, max_seq_len, bs);
     std::vector<std::vector<int32_t>> prompts(static_cast<size_t>(B));
     for (auto& p : prompts) p = random_tokens(rng, I, vocab);
     // Prefill in chunks of max_num_tokens, one sequence's chunk at a time when B * I is larger.
@@ -137,7 +151,21 @@ int bench_latency(const Args& a, const EngineArgs& ea) {
       const float* row = logits.data() + static_cast<size_t>(s) * vocab;
       next[static_cast<size_t>(s)] = {static_cast<int32_t>(std::max_element(row, row + vocab) - row)};
     }
-    for (int g = 0; g < O; ++g) {
+    if (K > 0) {
+      std::vector<int32_t> last(static_cast<size_t>(B)), first(static_cast<size_t>(B));
+      for (int s = 0; s < B; ++s) {
+        last[static_cast<size_t>(s)] = prompts[static_cast<size_t>(s)].back();
+        first[static_cast<size_t>(s)] = next[static_cast<size_t>(s)][0];
+      }
+      auto r = run_forced_verify_decode(*lm.model, *cache, cb, last, first, steps, K,
+                                        device_greedy && lm.backend->supports_device_sampling());
+      if (!r.ok()) {
+        std::fprintf(stderr, "kvasir bench latency: %s\n", r.status().message().c_str());
+        return 1;
+      }
+      if (it >= *warm) forced_total.draft_tokens += r->draft_tokens, forced_total.accepted_tokens += r->accepted_tokens;
+    }
+    for (int g = 0; g < (K > 0 ? 0 : O); ++g) {
       // Greedy next tokens: on the device when the backend samples there (only token ids come
       // back, as in the engine), else a host argmax over the read-back logits.
       const ForwardBatch& fb = cb.build(next);
@@ -176,12 +204,22 @@ int bench_latency(const Args& a, const EngineArgs& ea) {
     }
   }
   const double p = median(prefill_s), d = median(decode_s);
-  const double prefill_tps = B * I / p, decode_tps = O > 0 ? B * O / d : 0;
+  // Forced verify steps commit 1 + K positions per sequence.
+  const double prefill_tps = B * I / p, decode_tps = steps > 0 ? static_cast<double>(B) * steps * (1 + K) / d : 0;
   std::printf("model: %s (%s)\nbackend: %s\nbatch %d, input %d, output %d, %lld iterations (median)\n",
               lm.path.c_str(), lm.config.architecture.c_str(), lm.backend->name().c_str(), B, I, O,
               static_cast<long long>(*iters));
   std::printf("prefill: %.3f s  %.1f tokens/s\n", p, prefill_tps);
-  std::printf("decode:  %.3f s  %.1f tokens/s  (%.2f ms per step)\n", d, decode_tps, O > 0 ? d / O * 1e3 : 0.0);
+  std::printf("decode:  %.3f s  %.1f tokens/s  (%.2f ms per step)\n", d, decode_tps, steps > 0 ? d / steps * 1e3 : 0.0);
+  const double acceptance = forced_total.draft_tokens > 0 ? static_cast<double>(forced_total.accepted_tokens) /
+                                                                static_cast<double>(forced_total.draft_tokens)
+                                                          : 0.0;
+  if (K > 0) {
+    std::printf("forced verify: %d steps, each verifying %d drafts per sequence (%d rows a step) and committing them "
+                "all; the verify kept %.1f%% of the drafts (all of them when the drafts, the last two tokens repeated, "
+                "are the target's greedy tokens: dummy weights' 2-cycle)\n",
+                steps, K, rows_per_step, 100.0 * acceptance);
+  }
   if (const std::string st = lm.backend->stats(); !st.empty()) std::printf("%s\n", st.c_str());
   Json j = Json::object();
   j.set("model", lm.path);
@@ -193,11 +231,19 @@ int bench_latency(const Args& a, const EngineArgs& ea) {
   j.set("decode_s_median", d);
   j.set("prefill_tokens_per_s", prefill_tps);
   j.set("decode_tokens_per_s", decode_tps);
-  j.set("decode_ms_per_step", O > 0 ? d / O * 1e3 : 0.0);
+  j.set("decode_ms_per_step", steps > 0 ? d / steps * 1e3 : 0.0);
+  j.set("decode_steps", steps);
+  j.set("num_speculative_tokens_forced", K);
+  if (K > 0) j.set("forced_verify_draft_acceptance", acceptance);
   return write_json(a, j);
 }
 
 int bench_throughput(const Args& a, EngineArgs ea) {
+  if (a.has("num-speculative-tokens-forced")) {
+    std::fprintf(stderr, "kvasir bench throughput: --num-speculative-tokens-forced is a bench latency flag (use "
+                         "--speculative-config here)\n");
+    return 2;
+  }
   auto num = a.get_int("num-prompts", 64), in_len = a.get_int("input-len", 128), out_len = a.get_int("output-len", 128);
   for (auto* v : {&num, &in_len, &out_len}) {
     if (!v->ok() || **v < 1 || **v > 1 << 20) {
@@ -303,6 +349,8 @@ void usage() {
   std::fprintf(stderr,
                "usage: kvasir bench latency [--input-len 128] [--output-len 128] [--batch-size 1] [--num-iters 5]\n"
                "                            [--num-iters-warmup 1] [--output-json F] [engine options]\n"
+               "                            [--num-speculative-tokens-forced K]  (test only: every decode step\n"
+               "                            verifies K drafts and commits them all, to time a K-draft verify step)\n"
                "       kvasir bench throughput [--num-prompts 64] [--input-len 128] [--output-len 128]\n"
                "                            [--prompts-file F.jsonl] [--output-json F] [engine options]\n"
                "       kvasir bench serve [options]   (load-test an OpenAI-compatible server; see --help)\n"
@@ -320,7 +368,8 @@ int cmd_bench(int argc, char** argv) {
   const std::string which = argv[0];
   if (which == "serve") return cmd_bench_serve(argc - 1, argv + 1);  // a client: no engine flags
   std::set<std::string> value_flags = {"input-len", "output-len", "batch-size", "num-iters", "num-iters-warmup",
-                                       "output-json", "num-prompts", "prompts-file"};
+                                       "output-json", "num-prompts", "prompts-file",
+                                       "num-speculative-tokens-forced"};
   std::set<std::string> bool_flags = {"help"};
   add_engine_flags(value_flags, bool_flags);
   auto args = Args::parse(argc - 1, argv + 1, value_flags, bool_flags);

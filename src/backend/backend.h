@@ -11,6 +11,7 @@
 #include <memory>
 #include <string>
 
+#include "backend/draft_verify.h"
 #include "backend/moe_params.h"
 #include "backend/tensor.h"
 #include "common/check.h"
@@ -222,6 +223,20 @@ class Backend {
   virtual bool supports_device_sampling() const { return false; }
   virtual Status sample(const Tensor& logits, const DeviceSamplingRow* rows, int num_rows, int32_t* out_tokens) {
     return unimplemented(name() + " has no device sampling");
+  }
+  // With device sampling: a speculative verify step. Samples every row as sample() does, then
+  // keeps each request's drafts while they equal its samples (backend/draft_verify.h) and brings
+  // back only the emitted tokens: out_num_emitted host [num_requests], out_tokens host [num_rows]
+  // holding them packed in request order. Rows no request covers (padding) are sampled and
+  // dropped. `drafts`: host [num_draft_tokens]. This default reads every sample back and verifies
+  // on the host; a device with a verify kernel does it there.
+  virtual Status sample_and_verify(const Tensor& logits, const DeviceSamplingRow* rows, int num_rows,
+                                   const DraftVerifyRow* requests, int num_requests, const int32_t* drafts,
+                                   int num_draft_tokens, int32_t* out_tokens, int32_t* out_num_emitted) {
+    KVASIR_RETURN_IF_ERROR(validate_draft_verify_rows(requests, num_requests, num_rows, num_draft_tokens));
+    KVASIR_RETURN_IF_ERROR(sample(logits, rows, num_rows, out_tokens));
+    verify_drafts_on_host(out_tokens, requests, num_requests, drafts, out_tokens, out_num_emitted);
+    return Status();
   }
   // Optional, with device sampling: grammar masks on device logits before sample(). Row i of
   // `words` ([num_rows, words_per_row], host, XGrammar's layout) applies to logits row

@@ -39,6 +39,12 @@ ModelRunner::~ModelRunner() {
                     c ? "constrained" : "free", static_cast<long long>(t.steps), t.record_us / n / 1e3,
                     t.sample_us / n / 1e3, t.after_us / n / 1e3);
   }
+  if (verify_steps_[kVerifyHost] + verify_steps_[kVerifyDevice] + verify_steps_[kVerifyOneQueryRows] > 0) {
+    KVASIR_LOG_INFO("speculative verify steps: %lld on the device as one-query rows (graph-replayable), %lld on the "
+                    "device as multi-token queries, %lld on the host sampling path",
+                    static_cast<long long>(verify_steps_[kVerifyOneQueryRows]),
+                    static_cast<long long>(verify_steps_[kVerifyDevice]), static_cast<long long>(verify_steps_[kVerifyHost]));
+  }
   if (bitmask_steps_ > 0) {
     KVASIR_LOG_INFO("grammar masks: the runner waited %.3f ms per step on average over %lld steps",
                     bitmask_wait_us_ / 1000.0 / static_cast<double>(bitmask_steps_), static_cast<long long>(bitmask_steps_));
@@ -67,9 +73,23 @@ bool needs_host_sampler(const SamplingParams& p, int num_generated) {
 bool ModelRunner::can_sample_on_device(const SchedulerOutput& so) const {
   if (!config_.device_sampling || !caps_.device_sampling) return false;
   if (!so.structured_output_req_ids.empty() && !caps_.device_token_bitmask) return false;
+  int num_sampled_rows = 0, num_drafts = 0;
   for (const ScheduledRequest& s : scheduled_) {
-    // Verify steps sample at several positions per request: the host path does that.
-    if (s.num_drafts > 0 || needs_host_sampler(s.state->params, s.state->num_output_tokens())) return false;
+    if (needs_host_sampler(s.state->params, s.state->num_output_tokens())) return false;
+    if (s.samples) num_sampled_rows += 1 + s.num_drafts;
+    num_drafts += s.num_drafts;
+  }
+  if (num_drafts == 0) return true;
+  // A verify step samples 1 + k rows per request: all of them must fit the logits workspace (the
+  // host path computes logits in chunks instead), and grammar rows stay on the host path.
+  // The read-back bound counts the bucket padding too (at most 7 rows past a multiple of 8).
+  return so.structured_output_req_ids.empty() && num_sampled_rows <= model_.max_num_logits() &&
+         num_sampled_rows + 7 + static_cast<int>(scheduled_.size()) <= kMaxDeviceVerifyReadBack;
+}
+
+bool ModelRunner::all_rows_decode_or_verify() const {
+  for (const ScheduledRequest& s : scheduled_) {
+    if (!s.samples || s.num_tokens != 1 + s.num_drafts) return false;
   }
   return true;
 }
@@ -78,7 +98,15 @@ Status ModelRunner::build_batch(bool pad_for_device) {
   rows_.clear();
   input_ids_.clear(), positions_.clear(), slot_mapping_.clear(), query_start_loc_.assign(1, 0);
   seq_lens_.clear(), sample_rows_.clear(), prompt_rows_.clear(), prompt_targets_.clear();
+  seq_rows_.clear(), verify_rows_.clear();
   const int bs = config_.block_size;
+  // A step of decode and verify rows only becomes a pure decode step on the device: each verify
+  // token its own one-query sequence whose context ends at that token. All the step's K/V is
+  // written before attention reads it, so token j of a request sees the tokens before it in this
+  // step (causal within the request) exactly as one multi-token query would; but the step keeps
+  // the decode shape the backend pads to buckets and replays as a graph.
+  const bool one_query_rows = pad_for_device && all_rows_decode_or_verify();
+  one_query_rows_ = one_query_rows;
   for (const ScheduledRequest& s : scheduled_) {
     CachedRequestState& r = *s.state;
     const int32_t n = s.num_tokens, start = s.start;
@@ -87,6 +115,11 @@ Status ModelRunner::build_batch(bool pad_for_device) {
       input_ids_.push_back(r.tokens[static_cast<size_t>(p)]);
       positions_.push_back(p);
       slot_mapping_.push_back(int64_t{r.block_ids[static_cast<size_t>(p / bs)]} * bs + p % bs);
+      if (one_query_rows) {
+        query_start_loc_.push_back(static_cast<int32_t>(input_ids_.size()));
+        seq_lens_.push_back(p + 1);
+        seq_rows_.push_back(static_cast<int32_t>(rows_.size()));
+      }
     }
     if (r.params.prompt_logprobs.has_value() && start < r.num_prompt_tokens - 1) {
       // Position p predicts prompt token p + 1; the last prompt position predicts the first output.
@@ -105,22 +138,28 @@ Status ModelRunner::build_batch(bool pad_for_device) {
       // A verify step samples at the last known token and after each draft.
       for (int32_t j = s.num_drafts; j >= 0; --j) sample_rows_.push_back(row.first_token_row + n - 1 - j);
     }
-    query_start_loc_.push_back(static_cast<int32_t>(input_ids_.size()));
-    seq_lens_.push_back(start + n);
+    if (!one_query_rows) {
+      query_start_loc_.push_back(static_cast<int32_t>(input_ids_.size()));
+      seq_lens_.push_back(start + n);
+      seq_rows_.push_back(static_cast<int32_t>(rows_.size()));
+    }
     rows_.push_back(row);
   }
 
-  size_t num_seqs = rows_.size();
+  const size_t num_real_seqs = seq_rows_.size();
+  size_t num_seqs = num_real_seqs;
   size_t max_blocks = 1;
   for (const auto& row : rows_) max_blocks = std::max(max_blocks, row.req->block_ids.size());
   if (pad_for_device) {
     max_blocks = static_cast<size_t>(next_pow2(static_cast<int>(max_blocks)));
     // Padding sequences: token 0 at position 0 over block 0, written nowhere (slot -1), sampled
-    // greedily and dropped.
-    if (input_ids_.size() == rows_.size() && !rows_.empty()) {
-      num_seqs = static_cast<size_t>(
-          caps_.decode_bucket(static_cast<int>(rows_.size()), config_.max_num_seqs));
-      for (size_t i = rows_.size(); i < num_seqs; ++i) {
+    // greedily and dropped. A step with verify rows (more sequences than requests) has more
+    // sequences than max_num_seqs allows; its buckets go as far as the logits workspace, sized
+    // for them (max_num_seqs x (1 + k) with speculation on a GPU, setup/loaded_model.cpp).
+    if (input_ids_.size() == num_real_seqs && num_real_seqs > 0) {
+      const int cap = num_real_seqs > rows_.size() ? model_.max_num_logits() : config_.max_num_seqs;
+      num_seqs = static_cast<size_t>(caps_.decode_bucket(static_cast<int>(num_real_seqs), cap));
+      for (size_t i = num_real_seqs; i < num_seqs; ++i) {
         sample_rows_.push_back(static_cast<int32_t>(input_ids_.size()));
         input_ids_.push_back(0);
         positions_.push_back(0);
@@ -131,8 +170,9 @@ Status ModelRunner::build_batch(bool pad_for_device) {
     }
   }
   block_tables_.assign(num_seqs * max_blocks, 0);
-  for (size_t i = 0; i < rows_.size(); ++i) {
-    std::copy(rows_[i].req->block_ids.begin(), rows_[i].req->block_ids.end(), block_tables_.begin() + i * max_blocks);
+  for (size_t i = 0; i < num_real_seqs; ++i) {
+    const std::vector<BlockId>& ids = rows_[static_cast<size_t>(seq_rows_[i])].req->block_ids;
+    std::copy(ids.begin(), ids.end(), block_tables_.begin() + static_cast<std::ptrdiff_t>(i * max_blocks));
   }
   batch_ = ForwardBatch{};
   batch_.num_tokens = static_cast<int>(input_ids_.size());
@@ -204,16 +244,26 @@ Status ModelRunner::collect_bitmask_rows(const GrammarBitmaskFuture& bitmask) {
 Status ModelRunner::sample_on_device(const GrammarBitmaskFuture& bitmask) {
   const int n = static_cast<int>(sample_rows_.size());
   device_rows_.assign(static_cast<size_t>(n), DeviceSamplingRow{});  // padding rows: greedy
+  verify_rows_.clear(), verify_drafts_.clear();
+  bool any_drafts = false;
   for (const auto& row : rows_) {
     if (row.logits_row < 0) continue;
     const CachedRequestState& r = *row.req;
-    DeviceSamplingRow& d = device_rows_[static_cast<size_t>(row.logits_row)];
-    d.temperature = r.params.temperature;
-    d.top_p = r.params.top_p;
-    d.min_p = r.params.min_p;
-    d.top_k = r.params.top_k;
-    d.rng_key = row.rng_key;
-    d.position = r.tokens.size() - static_cast<size_t>(r.num_prompt_tokens);
+    // The tokens end with the drafts: row j of a verify draws at output position g + j, as the
+    // plain step that would sample that token (sample/rejection_sampler.h).
+    const uint64_t g = r.tokens.size() - static_cast<size_t>(r.num_prompt_tokens) - static_cast<size_t>(row.num_drafts);
+    for (int j = 0; j <= row.num_drafts; ++j) {
+      DeviceSamplingRow& d = device_rows_[static_cast<size_t>(row.logits_row + j)];
+      d.temperature = r.params.temperature;
+      d.top_p = r.params.top_p;
+      d.min_p = r.params.min_p;
+      d.top_k = r.params.top_k;
+      d.rng_key = row.rng_key;
+      d.position = g + static_cast<uint64_t>(j);
+    }
+    verify_rows_.push_back(DraftVerifyRow{row.logits_row, row.num_drafts, static_cast<int32_t>(verify_drafts_.size()), 0});
+    verify_drafts_.insert(verify_drafts_.end(), r.tokens.end() - row.num_drafts, r.tokens.end());
+    any_drafts = any_drafts || row.num_drafts > 0;
   }
   KVASIR_ASSIGN_OR_RETURN(Tensor logits, model_.compute_logits_on_device(sample_rows_.data(), n));
   // The masks may still be filling on the engine's side: start the forward pass first, so the
@@ -227,7 +277,15 @@ Status ModelRunner::sample_on_device(const GrammarBitmaskFuture& bitmask) {
         static_cast<int>(bitmask_logits_rows_.size())));
   }
   sampler_out_.sampled_token_ids.resize(static_cast<size_t>(n));
-  return model_.backend().sample(logits, device_rows_.data(), n, sampler_out_.sampled_token_ids.data());
+  if (!any_drafts) {
+    verify_rows_.clear();  // a plain step: every sampled row is its request's token
+    return model_.backend().sample(logits, device_rows_.data(), n, sampler_out_.sampled_token_ids.data());
+  }
+  verify_num_emitted_.resize(verify_rows_.size());
+  return model_.backend().sample_and_verify(logits, device_rows_.data(), n, verify_rows_.data(),
+                                            static_cast<int>(verify_rows_.size()), verify_drafts_.data(),
+                                            static_cast<int>(verify_drafts_.size()),
+                                            sampler_out_.sampled_token_ids.data(), verify_num_emitted_.data());
 }
 
 void ModelRunner::propose_drafts(ModelRunnerOutput& result) {
@@ -269,16 +327,26 @@ StatusOr<ModelRunnerOutput> ModelRunner::execute(const SchedulerOutput& so, cons
     else model_.backend().synchronize();
     const auto t_sampled = Clock::now();
     result.outputs.reserve(rows_.size());
+    // A verify step's tokens come back packed per sampling request (verify_rows_ order).
+    size_t verify_index = 0, packed = 0;
     for (const auto& row : rows_) {
       RunnerRequestOutput out;
       out.req_id = *row.req_id;
-      if (row.logits_row >= 0) {
+      if (row.logits_row >= 0 && !verify_rows_.empty()) {
+        const int emitted = verify_num_emitted_[verify_index++];
+        const std::span<const int32_t> tokens(sampler_out_.sampled_token_ids.data() + packed, static_cast<size_t>(emitted));
+        packed += static_cast<size_t>(emitted);
+        out.sampled_token_ids.assign(tokens.begin(), tokens.end());
+        if (row.num_drafts > 0) InputBatch::finish_verify(*row.req, row.num_drafts, tokens);
+        else InputBatch::append_sampled(*row.req, tokens[0]);
+      } else if (row.logits_row >= 0) {
         const int32_t tok = sampler_out_.sampled_token_ids[static_cast<size_t>(row.logits_row)];
         out.sampled_token_ids.push_back(tok);
         InputBatch::append_sampled(*row.req, tok);
       }
       result.outputs.push_back(std::move(out));
     }
+    if (!verify_rows_.empty()) ++verify_steps_[one_query_rows_ ? kVerifyOneQueryRows : kVerifyDevice];
     if (!sample_rows_.empty()) {
       StepTimes& t = device_times_[bitmask.valid()];
       ++t.steps;
@@ -334,6 +402,9 @@ StatusOr<ModelRunnerOutput> ModelRunner::execute(const SchedulerOutput& so, cons
     }
   }
   if (!states_.empty()) sampler_.sample(sample_logits_, states_, &sampler_out_);
+  if (std::any_of(rows_.begin(), rows_.end(), [](const ScheduledRow& r) { return r.num_drafts > 0; })) {
+    ++verify_steps_[kVerifyHost];
+  }
 
   result.outputs.reserve(rows_.size());
   for (const auto& row : rows_) {

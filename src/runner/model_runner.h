@@ -28,7 +28,8 @@ struct RunnerConfig {
   int max_num_seqs = 256;       // largest decode batch padded to a CUDA-graph bucket
   bool device_sampling = true;  // sample on the device when the backend can and no row needs the host
   // Speculative decoding: the runner proposes drafts after each sampled step (method set) and
-  // verifies the drafts the scheduler sends back, always on the host sampling path.
+  // verifies the drafts the scheduler sends back: on the device (Backend::sample_and_verify) when
+  // every row of the step can be sampled there, else on the host sampling path.
   SpeculativeConfig speculative;
 };
 
@@ -68,6 +69,8 @@ class ModelRunner {
   // so a device backend sees few distinct step shapes (each replayed as one CUDA graph).
   Status build_batch(bool pad_for_device);
   bool can_sample_on_device(const SchedulerOutput& so) const;
+  // Every scheduled request computes only its last known token and its drafts, and samples.
+  bool all_rows_decode_or_verify() const;
   Status sample_on_device(const GrammarBitmaskFuture& bitmask);
   // Waits for the step's bitmask and lists, per grammar row, the sampling-logits row it masks.
   Status collect_bitmask_rows(const GrammarBitmaskFuture& bitmask);
@@ -84,8 +87,20 @@ class ModelRunner {
   InputBatch input_batch_;
   std::vector<ScheduledRequest> scheduled_;  // this step's requests, in batch order
 
+  // The most ints a device verify step reads back (the CUDA backend's pinned buffer).
+  static constexpr int kMaxDeviceVerifyReadBack = 65536;
+
   // Per-step host arrays, reused (they only grow).
   std::vector<ScheduledRow> rows_;
+  std::vector<int32_t> seq_rows_;  // [attention sequence] -> index in rows_ (verify tokens may be one sequence each)
+  bool one_query_rows_ = false;    // this step's verify tokens are one-query sequences (build_batch)
+  // A device verify step: one request per sampling row (rows_ order), the drafts, and what came back.
+  std::vector<DraftVerifyRow> verify_rows_;
+  std::vector<int32_t> verify_drafts_, verify_num_emitted_;
+  // Verify steps by path, logged at destruction: the host-path ones are the fallbacks (a row needs
+  // the host sampler, a grammar, or more rows than the logits workspace).
+  enum { kVerifyOneQueryRows, kVerifyDevice, kVerifyHost, kNumVerifyPaths };
+  int64_t verify_steps_[kNumVerifyPaths] = {};
   std::vector<int32_t> input_ids_, positions_, query_start_loc_, seq_lens_, block_tables_;
   std::vector<int64_t> slot_mapping_;
   std::vector<int32_t> sample_rows_, prompt_rows_, prompt_targets_;

@@ -206,6 +206,13 @@ LoadOptions LoadOptions::from(const EngineArgs& args) {
   lo.quantization = args.quantization;
   lo.model.max_num_tokens = args.max_num_batched_tokens;
   lo.model.max_num_logits = args.max_num_seqs;
+  // A verify step on a GPU samples 1 + k rows per request in one call (ModelRunner's device
+  // verify); the CPU computes logits in chunks of max_num_logits and keeps the smaller workspace.
+  if (args.speculative.enabled() && device_flag_selects_gpu(args.device)) {
+    lo.model.max_num_logits = static_cast<int>(std::min<int64_t>(
+        int64_t{args.max_num_seqs} * (1 + args.speculative.num_speculative_tokens),
+        std::max(args.max_num_seqs, args.max_num_batched_tokens)));
+  }
   lo.model.tp.expert_parallel = args.enable_expert_parallel;
   return lo;
 }

@@ -74,6 +74,11 @@ class CudaBackend final : public Backend {
   bool supports_device_sampling() const override { return true; }
   BackendCapabilities capabilities() const override;
   Status sample(const Tensor& logits, const DeviceSamplingRow* rows, int num_rows, int32_t* out_tokens) override;
+  // Sampling plus the verify kernel (verify_drafts.cu) in the same step: one read-back of the
+  // counts and the accepted ids.
+  Status sample_and_verify(const Tensor& logits, const DeviceSamplingRow* rows, int num_rows,
+                           const DraftVerifyRow* requests, int num_requests, const int32_t* drafts,
+                           int num_draft_tokens, int32_t* out_tokens, int32_t* out_num_emitted) override;
   bool supports_device_token_bitmask() const override { return true; }
   Status apply_token_bitmask(Tensor& logits, const int32_t* words, int words_per_row, const int32_t* logits_rows,
                              int num_rows) override;

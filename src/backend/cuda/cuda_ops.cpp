@@ -174,6 +174,51 @@ Status CudaBackend::sample(const Tensor& logits, const DeviceSamplingRow* rows, 
   return Status();
 }
 
+Status CudaBackend::sample_and_verify(const Tensor& logits, const DeviceSamplingRow* rows, int num_rows,
+                                      const DraftVerifyRow* requests, int num_requests, const int32_t* drafts,
+                                      int num_draft_tokens, int32_t* out_tokens, int32_t* out_num_emitted) {
+  bind_device();
+  static_assert(sizeof(DraftVerifyRow) == sizeof(cuda::DraftVerifyRowParams), "verify row layouts must match");
+  if (logits.dtype != DType::kF32 || !is_dev(logits) || logits.rows() < num_rows) {
+    return invalid_argument("device verify needs float32 device logits with a row per sampled position");
+  }
+  // The read-back (counts, then up to one token per row) lands in the 65536-entry pinned buffer.
+  if (num_rows < 0 || num_requests < 0 || num_rows + num_requests > 65536) {
+    return invalid_argument("device verify: too many rows");
+  }
+  KVASIR_RETURN_IF_ERROR(validate_draft_verify_rows(requests, num_requests, num_rows, num_draft_tokens));
+  if (num_rows == 0) return Status();
+  // Device scratch: the samples [num_rows], then the counts [num_requests] and packed tokens [num_rows].
+  const size_t out_ints = static_cast<size_t>(num_requests) + static_cast<size_t>(num_rows);
+  auto* scratch = static_cast<int32_t*>(
+      device_scratch(tokens_dev_, tokens_cap_, (static_cast<size_t>(num_rows) + out_ints) * sizeof(int32_t)));
+  cuda::SampleOp& r = queue_->add(OpKind::kSample, true).sample;
+  r.logits = static_cast<const float*>(logits.data);
+  r.tokens = scratch;
+  r.params = queue_->stage(rows, static_cast<size_t>(num_rows) * sizeof(DeviceSamplingRow));
+  r.num_rows = num_rows;
+  r.vocab = logits.cols();
+  if (num_requests > 0) {
+    cuda::VerifyDraftsOp& v = queue_->add(OpKind::kVerifyDrafts, true).verify_drafts;
+    v.samples = scratch;
+    v.out = scratch + num_rows;
+    v.requests = queue_->stage(requests, static_cast<size_t>(num_requests) * sizeof(DraftVerifyRow));
+    v.drafts = num_draft_tokens > 0 ? queue_->stage(drafts, static_cast<size_t>(num_draft_tokens) * sizeof(int32_t))
+                                    : cuda::kNotStaged;
+    v.num_requests = num_requests;
+  }
+  queue_->flush();
+  KVASIR_CUDA_CHECK(cudaMemcpyAsync(tokens_host_, scratch + num_rows, out_ints * sizeof(int32_t),
+                                    cudaMemcpyDeviceToHost, stream_));
+  queue_->finish();
+  for (void* p : retired_) cudaFree(p);
+  retired_.clear();
+  int64_t packed = 0;
+  for (int i = 0; i < num_requests; ++i) packed += out_num_emitted[i] = tokens_host_[i];
+  std::memcpy(out_tokens, tokens_host_ + num_requests, static_cast<size_t>(packed) * sizeof(int32_t));
+  return Status();
+}
+
 Status CudaBackend::apply_token_bitmask(Tensor& logits, const int32_t* words, int words_per_row,
                                        const int32_t* logits_rows, int num_rows) {
   if (logits.dtype != DType::kF32 || !is_dev(logits)) return invalid_argument("token bitmask needs float32 device logits");
@@ -384,6 +429,13 @@ void CudaBackend::execute(const OpRecord& op, const uint8_t* arena, cudaStream_t
     case OpKind::kMoeExperts:
       exec_moe_experts(op.moe_experts, s);
       break;
+    case OpKind::kVerifyDrafts: {
+      const cuda::VerifyDraftsOp& r = op.verify_drafts;
+      const int n = static_cast<int>(r.num_requests);
+      cuda::launch_verify_drafts(r.samples, reinterpret_cast<const cuda::DraftVerifyRowParams*>(at(r.requests)), n,
+                                 r.drafts == cuda::kNotStaged ? nullptr : i32(r.drafts), r.out, r.out + n, s);
+      break;
+    }
     case OpKind::kSample: {
       const cuda::SampleOp& r = op.sample;
       cuda::launch_sample(r.logits, static_cast<int>(r.num_rows), r.vocab,

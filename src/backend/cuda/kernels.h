@@ -149,6 +149,17 @@ struct SamplingRowParams {  // mirrors DeviceSamplingRow (backend.h)
 };
 void launch_sample(const float* logits, int num_rows, int64_t vocab, const SamplingRowParams* params,
                    int32_t* out_tokens, cudaStream_t s);
+// --- verify_drafts.cu -------------------------------------------------------------------------
+struct DraftVerifyRowParams {  // mirrors DraftVerifyRow (backend/draft_verify.h)
+  int32_t first_row;
+  int32_t num_drafts;
+  int32_t draft_offset;
+  int32_t unused;
+};
+// After launch_sample: out_num_emitted [num_requests], out_tokens [sum of the counts] packed in
+// request order (backend/draft_verify.h). `drafts` and `requests` validated by the caller.
+void launch_verify_drafts(const int32_t* samples, const DraftVerifyRowParams* requests, int num_requests,
+                          const int32_t* drafts, int32_t* out_num_emitted, int32_t* out_tokens, cudaStream_t s);
 // logits[logits_rows[i], t] = -inf where bit t of mask row i is clear; rows < 0 are skipped.
 void launch_token_bitmask(float* logits, int64_t vocab, const int32_t* words, int words_per_row,
                           const int32_t* logits_rows, int num_rows, cudaStream_t s);

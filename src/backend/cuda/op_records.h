@@ -30,6 +30,7 @@ enum class OpKind : int32_t {
   kSoftcap,
   kGather,
   kSample,
+  kVerifyDrafts,
   kTokenBitmask,
   kMoeRoute,
   kMoeExperts,
@@ -201,6 +202,15 @@ struct SampleOp {
   int64_t num_rows, vocab;
 };
 
+// After a SampleOp: each request's accepted drafts and its next token, packed (verify_drafts.cu).
+struct VerifyDraftsOp {
+  const int32_t* samples;       // [num_rows] the SampleOp's tokens
+  int32_t* out;                 // [num_requests] counts, then the packed tokens
+  ArenaOffset requests;         // DraftVerifyRowParams [num_requests]
+  ArenaOffset drafts;           // int32 [num_draft_tokens], kNotStaged when there are none
+  int64_t num_requests;
+};
+
 struct TokenBitmaskOp {
   float* logits;                // [*, vocab]
   ArenaOffset words;            // int32 [num_rows, words_per_row]
@@ -320,6 +330,7 @@ struct OpRecord {
     SoftcapOp softcap;
     GatherOp gather;
     SampleOp sample;
+    VerifyDraftsOp verify_drafts;
     TokenBitmaskOp token_bitmask;
     MoeRouteOp moe_route;
     MoeExpertsOp moe_experts;

@@ -1,0 +1,244 @@
+// The runner's device verify path (one-query-rows layout, bucket padding, Backend::
+// sample_and_verify) on the CPU: the tiny Llama runs on a backend that forwards every op to the
+// CPU backend but says it samples on the device and pads decode batches to buckets, its sample()
+// being the host Sampler. Greedy and seeded outputs with ngram drafts must equal the plain ones
+// token for token (the verify rows draw at the positions a plain step would), and the verify steps
+// must have taken the device path as pure decode steps. A GPU runs the same runner code
+// (src/backend/cuda/cuda_spec_decode_e2e_test.cpp); this catches its host-side mistakes without one.
+#include <gtest/gtest.h>
+
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "backend/cpu/cpu_backend.h"
+#include "engine/engine.h"
+#include "model/decoder_model.h"
+#include "runner/model_runner.h"
+#include "sample/sampler.h"
+#include "setup/loaded_model.h"
+
+namespace kvasir {
+namespace {
+
+const std::string kTiny = std::string(KVASIR_SOURCE_DIR) + "/tests/data/tiny/llama3/model.gguf";
+
+// The CPU backend behind a device's sampling capabilities.
+class HostSamplingBackend final : public Backend {
+ public:
+  explicit HostSamplingBackend(int32_t vocab) : sampler_(vocab) {
+    CpuBackendOptions o;
+    o.num_threads = 1;
+    o.precision = MatmulPrecision::kExact;
+    cpu_ = std::make_unique<CpuBackend>(o);
+  }
+  Device device() const override { return cpu_->device(); }
+  std::string name() const override { return "host-sampling(" + cpu_->name() + ")"; }
+  DType activation_dtype() const override { return cpu_->activation_dtype(); }
+  DType kv_cache_dtype() const override { return cpu_->kv_cache_dtype(); }
+  StatusOr<std::unique_ptr<Buffer>> allocate(size_t bytes) override { return cpu_->allocate(bytes); }
+  StatusOr<Tensor> upload_weight(const Tensor& w, std::unique_ptr<Buffer>* owner) override {
+    return cpu_->upload_weight(w, owner);
+  }
+  StatusOr<Tensor> upload_vocab_table(const Tensor& w, std::unique_ptr<Buffer>* owner) override {
+    return cpu_->upload_vocab_table(w, owner);
+  }
+  void copy_to_host(const Tensor& src, void* dst) override { cpu_->copy_to_host(src, dst); }
+  void synchronize() override { cpu_->synchronize(); }
+  void embedding(const Tensor& t, const int32_t* ids, int n, float scale, Tensor& out) override {
+    cpu_->embedding(t, ids, n, scale, out);
+  }
+  void linear(const Tensor& x, const Tensor& w, const Tensor* bias, Tensor& out) override { cpu_->linear(x, w, bias, out); }
+  void rms_norm(const Tensor& x, const Tensor& w, float eps, Tensor& out) override { cpu_->rms_norm(x, w, eps, out); }
+  void add_rms_norm(Tensor& r, const Tensor& x, const Tensor& w, float eps, Tensor& out) override {
+    cpu_->add_rms_norm(r, x, w, eps, out);
+  }
+  void add(Tensor& a, const Tensor& b) override { cpu_->add(a, b); }
+  void rope(Tensor& q, Tensor& k, const int32_t* positions, const RopeParams& p) override { cpu_->rope(q, k, positions, p); }
+  void write_kv(const Tensor& k, const Tensor& v, Tensor& kc, Tensor& vc, const AttentionMetadata& m) override {
+    cpu_->write_kv(k, v, kc, vc, m);
+  }
+  void attention(const Tensor& q, const Tensor& kc, const Tensor& vc, const AttentionMetadata& m,
+                 const AttentionParams& p, Tensor& out) override {
+    last_step_pure_decode_ = m.num_tokens == m.num_seqs;
+    cpu_->attention(q, kc, vc, m, p, out);
+  }
+  void gated_activation(const Tensor& g, const Tensor& u, GateActivation act, Tensor& out) override {
+    cpu_->gated_activation(g, u, act, out);
+  }
+  void softcap(Tensor& x, float cap) override { cpu_->softcap(x, cap); }
+  void gather_rows(const Tensor& src, const int32_t* rows, int k, Tensor& out) override { cpu_->gather_rows(src, rows, k, out); }
+
+  bool supports_device_sampling() const override { return true; }
+  BackendCapabilities capabilities() const override {
+    BackendCapabilities c = Backend::capabilities();
+    c.decode_batch_buckets = true;
+    return c;
+  }
+  // The host Sampler with each row's knobs, key and position: what the CUDA kernel computes.
+  Status sample(const Tensor& logits, const DeviceSamplingRow* rows, int num_rows, int32_t* out_tokens) override {
+    params_.assign(static_cast<size_t>(num_rows), SamplingParams{});
+    states_.assign(static_cast<size_t>(num_rows), SamplingRequestState{});
+    for (int i = 0; i < num_rows; ++i) {
+      SamplingParams& p = params_[static_cast<size_t>(i)];
+      p.temperature = rows[i].temperature, p.top_p = rows[i].top_p, p.min_p = rows[i].min_p, p.top_k = rows[i].top_k;
+      SamplingRequestState& s = states_[static_cast<size_t>(i)];
+      s.params = &p;
+      s.num_generated_tokens = static_cast<int>(rows[i].position);
+      s.rng_key = rows[i].rng_key;
+    }
+    const size_t vocab = static_cast<size_t>(logits.cols());
+    sampler_.sample(std::span<float>(static_cast<float*>(logits.data), static_cast<size_t>(num_rows) * vocab), states_, &out_);
+    std::copy(out_.sampled_token_ids.begin(), out_.sampled_token_ids.begin() + num_rows, out_tokens);
+    return Status();
+  }
+  Status sample_and_verify(const Tensor& logits, const DeviceSamplingRow* rows, int num_rows,
+                           const DraftVerifyRow* requests, int num_requests, const int32_t* drafts, int num_draft_tokens,
+                           int32_t* out_tokens, int32_t* out_num_emitted) override {
+    ++verify_steps_;
+    if (last_step_pure_decode_) ++pure_decode_verify_steps_;
+    return Backend::sample_and_verify(logits, rows, num_rows, requests, num_requests, drafts, num_draft_tokens,
+                                      out_tokens, out_num_emitted);
+  }
+
+  int verify_steps_ = 0, pure_decode_verify_steps_ = 0;
+
+ private:
+  std::unique_ptr<CpuBackend> cpu_;
+  Sampler sampler_;
+  std::vector<SamplingParams> params_;
+  std::vector<SamplingRequestState> states_;
+  SamplerOutput out_;
+  bool last_step_pure_decode_ = false;
+};
+
+struct Run {
+  std::vector<std::vector<int32_t>> outputs;
+  int verify_steps = 0, pure_decode_verify_steps = 0;
+  int64_t accepted = 0;  // drafts kept
+};
+
+constexpr int kBlocks = 96, kMaxTokens = 24;
+
+// seed_base + i seeds prompt i of a sampled run.
+Run generate(LoadedModel& lm, bool speculative, const SamplingParams& sp, const std::vector<std::vector<int32_t>>& prompts,
+             uint64_t seed_base = 100) {
+  Run run;
+  HostSamplingBackend backend(static_cast<int32_t>(lm.config.vocab_size));
+  ModelOptions mo;
+  mo.max_num_tokens = 256;
+  mo.max_num_logits = 16 * 5;  // max_num_seqs x (1 + k), as setup sizes it on a GPU
+  auto model = DecoderModel::create(lm.config, *lm.weights, backend, mo);
+  EXPECT_TRUE(model.ok()) << model.status().to_string();
+  if (!model.ok()) return run;
+  auto cache = (*model)->allocate_kv_cache(kBlocks, 16);
+  EXPECT_TRUE(cache.ok());
+  if (!cache.ok()) return run;
+  RunnerConfig rc;
+  rc.max_model_len = 256;
+  rc.eos_token_ids = lm.eos_token_ids;
+  rc.max_num_seqs = 16;
+  EngineOptions eo;
+  eo.scheduler.max_num_seqs = 16;
+  eo.scheduler.max_num_batched_tokens = 256;
+  eo.scheduler.max_model_len = 256;
+  eo.scheduler.num_blocks = kBlocks;
+  eo.eos_token_ids = lm.eos_token_ids;
+  if (speculative) {
+    rc.speculative.method = "ngram";
+    rc.speculative.num_speculative_tokens = 4;
+    rc.speculative.prompt_lookup_min = 1;
+    rc.speculative.prompt_lookup_max = 3;
+    eo.scheduler.num_speculative_tokens = 4;
+    eo.scheduler.spec_verify_all_drafts = true;
+  }
+  eo.scheduler.fill_defaults();
+  {
+    Engine engine(eo, *lm.tokenizer, static_cast<int32_t>(lm.config.vocab_size),
+                  std::make_unique<ModelRunner>(**model, *cache, rc));
+    std::vector<std::shared_ptr<RequestStream>> streams;
+    for (size_t i = 0; i < prompts.size(); ++i) {
+      SamplingParams p = sp;
+      if (p.temperature > 0) p.seed = seed_base + i;
+      auto s = engine.add_request("r" + std::to_string(i), prompts[i], p);
+      EXPECT_TRUE(s.ok()) << s.status().to_string();
+      if (!s.ok()) return run;
+      streams.push_back(*s);
+    }
+    for (auto& s : streams) {
+      std::vector<int32_t> out;
+      RequestOutput d;
+      while (s->next(&d)) {
+        out.insert(out.end(), d.token_ids.begin(), d.token_ids.end());
+        if (d.finished) break;
+      }
+      run.outputs.push_back(out);
+    }
+    run.accepted = engine.metrics().spec_decode_num_accepted_tokens.load();
+  }
+  run.verify_steps = backend.verify_steps_;
+  run.pure_decode_verify_steps = backend.pure_decode_verify_steps_;
+  return run;
+}
+
+void expect_speculative_equals_plain(const SamplingParams& sp) {
+  LoadOptions lo;
+  lo.device = "cpu";
+  lo.num_threads = 1;
+  lo.exact_matmul = true;
+  auto lm = load_model(kTiny, lo);
+  ASSERT_TRUE(lm.ok()) << lm.status().to_string();
+  // Repetitive prompts so ngram drafts from the first step; lengths cross block boundaries.
+  std::vector<std::vector<int32_t>> prompts;
+  for (int i = 0; i < 5; ++i) {
+    std::vector<int32_t> p;
+    for (int n = 0; n < 9 + 6 * i; ++n) p.push_back(40 + (n % (2 + i)) * 7 + i);
+    prompts.push_back(p);
+  }
+  const Run plain = generate(**lm, false, sp, prompts);
+  const Run spec = generate(**lm, true, sp, prompts);
+  ASSERT_EQ(plain.outputs.size(), prompts.size());
+  ASSERT_EQ(spec.outputs.size(), prompts.size());
+  for (size_t i = 0; i < prompts.size(); ++i) {
+    EXPECT_EQ(plain.outputs[i].size(), static_cast<size_t>(kMaxTokens));
+    EXPECT_EQ(spec.outputs[i], plain.outputs[i]) << "prompt " << i;
+  }
+  std::printf("verify steps %d (%d as pure decode steps), %lld drafts kept\n", spec.verify_steps,
+              spec.pure_decode_verify_steps, static_cast<long long>(spec.accepted));
+  EXPECT_EQ(plain.verify_steps, 0);
+  // Kept drafts make rows past the first count: each must draw where a plain step would.
+  EXPECT_GT(spec.accepted, 0);
+  EXPECT_GT(spec.verify_steps, 0) << "no verify step took the device path";
+  EXPECT_GT(spec.pure_decode_verify_steps, 0) << "no verify step ran as a pure decode step";
+  // One request at a time too (batch 1: the bucket padding of 1 + k rows).
+  const Run one = generate(**lm, true, sp, {prompts[2]}, 102);
+  ASSERT_EQ(one.outputs.size(), 1u);
+  EXPECT_EQ(one.outputs[0], plain.outputs[2]);
+  // Sampled outputs wander off the prompt's tokens, so one request may find nothing to draft.
+  if (sp.temperature == 0.0f) {
+    EXPECT_GT(one.pure_decode_verify_steps, 0);
+  }
+}
+
+TEST(SpecDecodeDevicePath, GreedyEqualsPlainThroughOneQueryRowVerifySteps) {
+  SamplingParams sp;
+  sp.temperature = 0.0f;
+  sp.max_tokens = kMaxTokens;
+  sp.ignore_eos = true;
+  expect_speculative_equals_plain(sp);
+}
+
+TEST(SpecDecodeDevicePath, SeededSamplingEqualsPlainThroughOneQueryRowVerifySteps) {
+  SamplingParams sp;
+  // Peaked enough that drafts are often kept, random enough that a draw at the wrong position
+  // would change tokens.
+  sp.temperature = 0.5f;
+  sp.top_p = 0.95f;
+  sp.top_k = 3;
+  sp.max_tokens = kMaxTokens;
+  sp.ignore_eos = true;
+  expect_speculative_equals_plain(sp);
+}
+
+}  // namespace
+}  // namespace kvasir
