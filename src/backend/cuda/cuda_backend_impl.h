@@ -114,6 +114,8 @@ class CudaBackend final : public Backend {
   static bool keeps_fp8(const Tensor& host_weight);
   StatusOr<Tensor> upload_fp8_weight(const Tensor& host_weight, std::unique_ptr<Buffer>* owner);
   void linear_fp8(const Tensor& x, const Tensor& w, const Tensor* bias, Tensor& out);
+  // gate/up FP8 GEMVs just recorded take the activation into their epilogue; false if they cannot.
+  bool fold_fp8_gated_activation(const Tensor& gate, const Tensor& up, GateActivation act, Tensor& out);
   void exec_fp8_linear(const cuda::Fp8LinearOp& op, Elem elem, cudaStream_t s);
   // Makes this backend's device current on the calling thread: the runner may call from a thread
   // other than the one that made the backend, and a tensor-parallel rank's device is not 0.

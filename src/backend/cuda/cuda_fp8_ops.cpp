@@ -4,7 +4,8 @@
 // e4m3 codes with a float32 scale per output row: half the bytes of bf16. Other schemes (block
 // scales, per-token-group inputs, weight-only FP8) stay on the bf16 path, dequantized at load.
 // At run time linear() records an Fp8LinearOp (projections of one input merge, as the bf16 q/k/v
-// GEMV does); it runs as the FP8 GEMV up to kFp8GemvMaxRows tokens (bf16 activations), else as
+// GEMV does, and gate/up then take the gated activation); it runs as the FP8 GEMV up to
+// kFp8GemvMaxRows tokens (bf16 activations), else as
 // activation quantization + cuBLASLt FP8 GEMM + scaling epilogue (W8A8, as the CPU reference).
 #include <algorithm>
 #include <cmath>
@@ -155,10 +156,28 @@ void CudaBackend::linear_fp8(const Tensor& x, const Tensor& w, const Tensor* bia
   r.static_scale = static_scale;
 }
 
+bool CudaBackend::fold_fp8_gated_activation(const Tensor& gate, const Tensor& up, GateActivation act, Tensor& out) {
+  OpRecord* last = queue_->last();
+  if (!fuse_ || last == nullptr || last->kind != OpKind::kFp8Linear || out.data != gate.data ||
+      (act != GateActivation::kSilu && act != GateActivation::kGeluTanh)) {
+    return false;
+  }
+  cuda::Fp8LinearOp& r = last->fp8_linear;
+  // In place only (the unfused op leaves gate = x·wg otherwise), on the GEMV path, no biases.
+  if (r.x_fp8 != nullptr || r.gated != cuda::kFp8NoAct || r.num_proj != 2 || r.proj[0].y != gate.data ||
+      r.proj[1].y != up.data || r.proj[0].bias != nullptr || r.proj[1].bias != nullptr ||
+      r.proj[0].out_features != r.proj[1].out_features || last->elem != static_cast<int32_t>(Elem::kBf16) ||
+      gate.numel() != r.rows * r.proj[0].out_features) {
+    return false;
+  }
+  r.gated = act == GateActivation::kGeluTanh ? cuda::kFp8GeluTanh : cuda::kFp8Silu;
+  return true;
+}
+
 void CudaBackend::exec_fp8_linear(const cuda::Fp8LinearOp& op, Elem elem, cudaStream_t s) {
   const int64_t n = op.rows, k = op.in_features;
   if (op.x_fp8 == nullptr) {
-    cuda::launch_fp8_gemv(op.x, op.proj, static_cast<int>(op.num_proj), static_cast<int>(n), k, elem, s);
+    cuda::launch_fp8_gemv(op.x, op.proj, static_cast<int>(op.num_proj), static_cast<int>(n), k, elem, op.gated, s);
     return;
   }
   cuda::launch_quantize_fp8_rows(op.x, n, k, op.static_scale, op.x_fp8, op.x_scales, s);

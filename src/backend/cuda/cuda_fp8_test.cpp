@@ -208,6 +208,34 @@ TEST_F(CudaFp8, MergedProjectionsOfOneInputEachMatchCpu) {
   }
 }
 
+// gate/up then the gated activation in place: folded into the FP8 GEMV's epilogue up to 8 rows,
+// separate ops above; either way out and up match the CPU's linear + gated_activation.
+TEST_F(CudaFp8, GateUpWithActivationMatchesCpu) {
+  const int k = 1024, m = 2048;
+  for (GateActivation act : {GateActivation::kSilu, GateActivation::kGeluTanh}) {
+    for (int n : {1, 3, 8, 20}) {
+      SCOPED_TRACE("rows " + std::to_string(n) + (act == GateActivation::kSilu ? " silu" : " gelu_tanh"));
+      auto x = random_values(rng_, static_cast<size_t>(n) * k);
+      Fp8Weight wg = random_fp8_weight(rng_, m, k, true), wu = random_fp8_weight(rng_, m, k, true);
+      DeviceTensor xg(DType::kBF16, {n, k}), gate(DType::kBF16, {n, m}), up(DType::kBF16, {n, m});
+      xg.set(x);
+      Tensor tg = upload_fp8(wg, m, k, dynamic_token()), tu = upload_fp8(wu, m, k, dynamic_token());
+      gpu_->linear(xg.t, tg, nullptr, gate.t);
+      gpu_->linear(xg.t, tu, nullptr, up.t);
+      gpu_->gated_activation(gate.t, up.t, act, gate.t);
+      const std::vector<float> got_out = read_back(*gpu_, gate.t), got_up = read_back(*gpu_, up.t);
+      const InputQuant q = n <= 8 ? InputQuant{} : dynamic_token();
+      std::vector<float> rg = cpu_linear(x, n, k, wg.dense, m, q, nullptr);
+      std::vector<float> ru = cpu_linear(x, n, k, wu.dense, m, q, nullptr);
+      std::vector<float> ro(rg.size());
+      Tensor og = host_tensor(rg, {n, m}), ou = host_tensor(ru, {n, m}), oo = host_tensor(ro, {n, m});
+      cpu_->gated_activation(og, ou, act, oo);
+      EXPECT_LT(cuda_test::rel_l2(got_up, ru), 4 * kU);
+      EXPECT_LT(cuda_test::rel_l2(got_out, ro), 4 * kU);
+    }
+  }
+}
+
 // An all-zero weight row has scale 0 (online quantization of a zero row): its outputs are 0 (+ bias),
 // never NaN from 0 / 0.
 TEST_F(CudaFp8, ZeroScaleRowsGiveZeros) {

@@ -26,6 +26,8 @@ struct Fp8GemvArgs {
   int64_t k;
   int num_proj;
   int f32_out;
+  int gated;  // Fp8GateAct
+  int unused;
 };
 
 __device__ __forceinline__ uint4 load_stream(const uint8_t* p) {
@@ -67,12 +69,51 @@ __device__ __forceinline__ void fma16(const uint4& wv, const bf16* __restrict__ 
   }
 }
 
+// A round of kUnroll 16-byte loads of row wr from column i (lane's first), when whole.
+__device__ __forceinline__ bool load_round(const uint8_t* wr, int64_t k, int64_t i, uint4 (&w)[kUnroll]) {
+  if (i + (kUnroll - 1) * kStep >= k) return false;
+#pragma unroll
+  for (int u = 0; u < kUnroll; ++u) w[u] = load_stream(wr + i + u * kStep);
+  return true;
+}
+
+// acc[t] = x[t, :] . codes of row wr, summed over the warp; `full` says whether the first round
+// is already in w (issued before the PDL wait).
+template <int N>
+__device__ __forceinline__ void row_dot(const bf16* __restrict__ x, const uint8_t* wr, int64_t k, int lane, bool full,
+                                        uint4 (&w)[kUnroll], float (&acc)[N]) {
+#pragma unroll
+  for (int t = 0; t < N; ++t) acc[t] = 0.0f;
+  int64_t i = static_cast<int64_t>(lane) * 16;
+  while (full) {
+#pragma unroll
+    for (int u = 0; u < kUnroll; ++u) fma16<N>(w[u], x, k, i + u * kStep, acc);
+    i += kUnroll * kStep;
+    full = load_round(wr, k, i, w);
+  }
+  for (; i < k; i += kStep) fma16<N>(load_stream(wr + i), x, k, i, acc);
+#pragma unroll
+  for (int t = 0; t < N; ++t) acc[t] = warp_sum(acc[t]);
+}
+
+__device__ __forceinline__ float gate_act(float g, int act) {
+  if (act == kFp8GeluTanh) {
+    const float kAlpha = 0.7978845608028654f;
+    return 0.5f * g * (1.0f + tanhf(kAlpha * (g + 0.044715f * g * g * g)));
+  }
+  return g / (1.0f + expf(-g));
+}
+
 template <int N>
 __global__ void __launch_bounds__(kWarps * 32) fp8_gemv_kernel(Fp8GemvArgs a) {
   const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
   const int64_t g = static_cast<int64_t>(blockIdx.x) * kWarps + warp;
+  // Gated: warp g owns row g of both gate (proj 0) and up (proj 1); else row g of the
+  // concatenated projections.
   int p = 0;
-  while (p + 1 < a.num_proj && g >= a.row_end[p]) ++p;
+  if (a.gated == kFp8NoAct) {
+    while (p + 1 < a.num_proj && g >= a.row_end[p]) ++p;
+  }
   const bool active = g < a.row_end[p];
   const int64_t r = g - (p == 0 ? 0 : a.row_end[p - 1]);
   const Fp8Projection& pr = a.proj[p];
@@ -80,34 +121,32 @@ __global__ void __launch_bounds__(kWarps * 32) fp8_gemv_kernel(Fp8GemvArgs a) {
   const uint8_t* wr = static_cast<const uint8_t*>(pr.w) + r * k;
   // First round before the wait: weights are constant.
   uint4 w[kUnroll];
-  int64_t i = static_cast<int64_t>(lane) * 16;
-  bool full = active && i + (kUnroll - 1) * kStep < k;
-  if (full) {
-#pragma unroll
-    for (int u = 0; u < kUnroll; ++u) w[u] = load_stream(wr + i + u * kStep);
-  }
+  const bool full = active && load_round(wr, k, static_cast<int64_t>(lane) * 16, w);
   pdl_begin();
   if (!active) return;
   float acc[N];
+  row_dot<N>(a.x, wr, k, lane, full, w, acc);
+  const int64_t m = pr.out_features;
+  if (a.gated != kFp8NoAct) {
+    const Fp8Projection& up = a.proj[1];
+    const uint8_t* ur = static_cast<const uint8_t*>(up.w) + r * k;
+    float uacc[N];
+    row_dot<N>(a.x, ur, k, lane, load_round(ur, k, static_cast<int64_t>(lane) * 16, w), w, uacc);
+    if (lane != 0) return;
+    const float gs = pr.w_scales[r], us = up.w_scales[r];
 #pragma unroll
-  for (int t = 0; t < N; ++t) acc[t] = 0.0f;
-  while (full) {
-#pragma unroll
-    for (int u = 0; u < kUnroll; ++u) fma16<N>(w[u], a.x, k, i + u * kStep, acc);
-    i += kUnroll * kStep;
-    full = i + (kUnroll - 1) * kStep < k;
-    if (full) {
-#pragma unroll
-      for (int u = 0; u < kUnroll; ++u) w[u] = load_stream(wr + i + u * kStep);
+    for (int t = 0; t < N; ++t) {
+      // Rounded like the unfused ops: gate and up are bf16 tensors there.
+      const float gv = __bfloat162float(__float2bfloat16(acc[t] * gs));
+      const float uv = __bfloat162float(__float2bfloat16(uacc[t] * us));
+      static_cast<bf16*>(up.y)[t * m + r] = __float2bfloat16(uv);
+      static_cast<bf16*>(pr.y)[t * m + r] = __float2bfloat16(gate_act(gv, a.gated) * uv);
     }
+    return;
   }
-  for (; i < k; i += kStep) fma16<N>(load_stream(wr + i), a.x, k, i, acc);
-#pragma unroll
-  for (int t = 0; t < N; ++t) acc[t] = warp_sum(acc[t]);
   if (lane != 0) return;
   const float scale = pr.w_scales[r];
   const float bias = pr.bias != nullptr ? pr.bias[r] : 0.0f;
-  const int64_t m = pr.out_features;
 #pragma unroll
   for (int t = 0; t < N; ++t) {
     const float v = acc[t] * scale + bias;
@@ -125,14 +164,18 @@ void launch_n(const Fp8GemvArgs& a, unsigned blocks, cudaStream_t s) {
 
 bool fp8_gemv_supported(int64_t n, int64_t k) { return n >= 1 && n <= kFp8GemvMaxRows && k > 0 && k % 16 == 0; }
 
-void launch_fp8_gemv(const void* x, const Fp8Projection* proj, int num_proj, int n, int64_t k, Elem out,
+void launch_fp8_gemv(const void* x, const Fp8Projection* proj, int num_proj, int n, int64_t k, Elem out, int gated,
                      cudaStream_t s) {
   KVASIR_CHECK(fp8_gemv_supported(n, k) && num_proj >= 1 && num_proj <= kFp8MaxProjections && aligned16(x));
+  KVASIR_CHECK(gated == kFp8NoAct ||
+               (num_proj == 2 && out == Elem::kBf16 && proj[0].out_features == proj[1].out_features &&
+                proj[0].bias == nullptr && proj[1].bias == nullptr));
   Fp8GemvArgs a{};
   a.x = static_cast<const bf16*>(x);
   a.k = k;
   a.num_proj = num_proj;
   a.f32_out = out == Elem::kF32 ? 1 : 0;
+  a.gated = gated;
   int64_t rows = 0;
   for (int p = 0; p < num_proj; ++p) {
     KVASIR_CHECK(aligned16(proj[p].w));
@@ -140,6 +183,7 @@ void launch_fp8_gemv(const void* x, const Fp8Projection* proj, int num_proj, int
     rows += proj[p].out_features;
     a.row_end[p] = rows;
   }
+  if (gated != kFp8NoAct) rows = a.row_end[0];  // one warp per gate/up row pair
   if (rows <= 0) return;
   const unsigned blocks = static_cast<unsigned>((rows + kWarps - 1) / kWarps);
   switch (n) {

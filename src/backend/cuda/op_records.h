@@ -303,8 +303,8 @@ struct AllGatherColumnsOp {
 };
 
 // Up to kFp8MaxProjections FP8 projections of one bf16 input (cuda_fp8_ops.cpp): the FP8 GEMV for
-// decode-sized batches, else x quantized once into x_fp8 / x_scales (scratch) for cuBLASLt's FP8
-// GEMM and its scaling epilogue.
+// decode-sized batches (gate/up may carry the gated activation), else x quantized once into
+// x_fp8 / x_scales (scratch) for cuBLASLt's FP8 GEMM and its scaling epilogue.
 struct Fp8LinearOp {
   const void* x;          // [rows, in_features] bf16
   void* x_fp8;            // [rows, in_features] e4m3 scratch (GEMM path) or null
@@ -312,7 +312,7 @@ struct Fp8LinearOp {
   Fp8Projection proj[kFp8MaxProjections];
   int64_t rows, in_features, num_proj;
   float static_scale;     // the input's static scale; 0: dynamic per token
-  float unused;
+  int32_t gated;          // Fp8GateAct: gate/up with the activation folded in (GEMV path only)
 };
 
 // What StepQueue stores: the kind, the element type where the op has one (Elem), and the record
