@@ -5,8 +5,9 @@
 // scales, per-token-group inputs, weight-only FP8) stay on the bf16 path, dequantized at load.
 // At run time linear() records an Fp8LinearOp (projections of one input merge, as the bf16 q/k/v
 // GEMV does, and gate/up then take the gated activation); it runs as the FP8 GEMV up to
-// kFp8GemvMaxRows tokens (bf16 activations), else as
-// activation quantization + cuBLASLt FP8 GEMM + scaling epilogue (W8A8, as the CPU reference).
+// kFp8GemvMaxRows tokens (bf16 activations), else as activation quantization + cuBLASLt FP8 GEMM
+// with its outer-vector scaling (or, where that is unavailable, a scaling epilogue): W8A8, as the
+// CPU reference computes it.
 #include <algorithm>
 #include <cmath>
 #include <vector>
@@ -183,6 +184,11 @@ void CudaBackend::exec_fp8_linear(const cuda::Fp8LinearOp& op, Elem elem, cudaSt
   cuda::launch_quantize_fp8_rows(op.x, n, k, op.static_scale, op.x_fp8, op.x_scales, s);
   for (int i = 0; i < op.num_proj; ++i) {
     const cuda::Fp8Projection& p = op.proj[i];
+    // The scales inside the GEMM where cuBLASLt can (no extra pass over the output), else after it.
+    if (fp8_gemm_.run_scaled(op.x_fp8, p.w, op.x_scales, p.w_scales, p.y, n, p.out_features, k, s)) {
+      if (p.bias != nullptr) cuda::launch_add_bias(p.y, p.bias, n, p.out_features, Elem::kBf16, s);
+      continue;
+    }
     fp8_gemm_.run(op.x_fp8, p.w, p.y, n, p.out_features, k, s);
     cuda::launch_fp8_scale_rows_cols(p.y, op.x_scales, p.w_scales, p.bias, n, p.out_features, s);
   }
