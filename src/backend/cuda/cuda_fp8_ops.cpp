@@ -125,7 +125,7 @@ void CudaBackend::linear_fp8(const Tensor& x, const Tensor& w, const Tensor* bia
   if (fuse_ && last != nullptr && last->kind == OpKind::kFp8Linear && last->elem == elem) {
     cuda::Fp8LinearOp& r = last->fp8_linear;
     if (r.x == x.data && r.rows == n && r.in_features == k && r.static_scale == static_scale &&
-        r.num_proj < cuda::kFp8MaxProjections && !writes(r, out.data)) {
+        r.gated == cuda::kFp8NoAct && r.num_proj < cuda::kFp8MaxProjections && !writes(r, out.data)) {
       cuda::Fp8Projection& slot = r.proj[r.num_proj++];
       slot.w = pr.w;
       slot.w_scales = pr.w_scales;
