@@ -153,15 +153,17 @@ TEST(CudaEndToEnd, QwenShapedModelMatchesCpu) { compare_models(kQwenConfig); }
 // land one e4m3 step (12.5%) away from the CPU's, a percent or two per linear: 15% logits rel L2
 // per step, 7 in 10 greedy tokens (teacher-forced) on these near-flat random-weight logits.
 // 3 sequences: decode through the FP8 GEMV with bf16 activations, not e4m3-rounded as the CPU's
-// (up to 2^-4 relative per element): 20% and 6 in 10.
+// (up to 2^-4 relative per element). Measured on the CPU (these weights, W8A8 against the same
+// model with its input quantization off): 5.0-5.6% logits rel L2 per step, 28 of 30 greedy
+// tokens, for both models: 12% and 7 in 10 stated here (bf16 activations add about a percent).
 TEST(CudaEndToEnd, Fp8LlamaShapedModelFollowsCpuW8A8ThroughTheGemm) {
   compare_models(kLlamaConfig, 0, Fp8Check{true, 12, 0.15, 70, 3 * 7});
 }
 TEST(CudaEndToEnd, Fp8LlamaShapedModelFollowsCpuW8A8ThroughTheGemv) {
-  compare_models(kLlamaConfig, 0, Fp8Check{true, 3, 0.2, 60, 3 * 7});
+  compare_models(kLlamaConfig, 0, Fp8Check{true, 3, 0.12, 70, 3 * 7});
 }
 TEST(CudaEndToEnd, Fp8QwenShapedModelFollowsCpuW8A8ThroughTheGemv) {
-  compare_models(kQwenConfig, 0, Fp8Check{true, 3, 0.2, 60, 2 * 7});
+  compare_models(kQwenConfig, 0, Fp8Check{true, 3, 0.12, 70, 2 * 7});
 }
 TEST(CudaEndToEnd, Qwen3MoeShapedModelMatchesCpu) { compare_models(kQwen3MoeConfig, 3); }
 TEST(CudaEndToEnd, Qwen2MoeShapedModelMatchesCpu) { compare_models(kQwen2MoeConfig, 3); }
