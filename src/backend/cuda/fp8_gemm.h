@@ -41,6 +41,8 @@ class Fp8GemmRunner {
   };
   using Key = std::tuple<int64_t, int64_t, int64_t, int, bool>;  // n, m, k, alignment, outer-vector scaled
   const Plan& plan_for(const Key& key);
+  cublasStatus_t launch_scaled(const Plan& p, const void* xq, const void* w, const float* x_scales,
+                               const float* w_scales, void* out, cudaStream_t s);
   void ensure_handle();
   // Outer-vector scaling against the unscaled product times the scales, once (synchronous).
   bool outer_vec_scaling_works(cudaStream_t s);
