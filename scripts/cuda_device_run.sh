@@ -33,6 +33,9 @@
 # steps at batch 1 and 16 (KVASIR_SPEC_ROUNDS interleaved rounds, 3), ngram throughput at batch 1 and 16.
 # Stage fiprefill (issue 19): FlashInfer's SM90 prefill against our kernel: op tests on both paths,
 # memcheck, 32k and 128k b1 prefill A/B by KVASIR_CUDA_PREFILL, interleaved (KVASIR_FI_PARTS picks).
+# Stage fp8 (issue 15): the FP8 op / e2e tests and their memcheck, then --quantization fp8 beside
+# bf16 on Llama-3.1-8B-shaped dummy weights: batch-1 decode in KVASIR_FP8_ROUNDS interleaved rounds
+# (medians, the 2.25 ms bar and the 1.86 ms floor), batch 64, throughput KVASIR_FP8_TP_PROMPTS x 128/128.
 set -uo pipefail
 root=$(cd "$(dirname "$0")/.." && pwd)
 cd "$root"
@@ -467,6 +470,54 @@ if has fiprefill; then
   }
   fi_has bench && fi_ab 32k 32000 "${KVASIR_FI_ROUNDS:-3}"
   fi_has long && fi_ab 128k 130944 "${KVASIR_FI_LONG_ROUNDS:-1}"
+fi
+if has fp8; then
+  # Issue 15, FP8 W8A8 (--quantization fp8: per-channel e4m3 weights, dynamic per-token inputs):
+  # the FP8 op tests and e2e cases, memcheck on them, then Llama-3.1-8B-shaped dummy weights in FP8
+  # beside bf16: batch-1 decode in KVASIR_FP8_ROUNDS interleaved rounds (3, medians; bar 2.25 ms,
+  # floor 8.0 GB / 4.32 TB/s = 1.86 ms), batch 64, and throughput KVASIR_FP8_TP_PROMPTS x 128/128.
+  # KVASIR_FP8_PARTS ["tests memcheck bench tp"] picks parts: all of them take more than one
+  # 10-minute call (memcheck ~3 min, bench ~5 min).
+  fp8_has() { [[ " ${KVASIR_FP8_PARTS:-tests memcheck bench tp} " == *" $1 "* ]]; }
+  if fp8_has tests; then
+    timeout 300 "$bin/cuda_ops_test" --gtest_filter='CudaFp8.*' >"$OUT/fp8_ops_test.log" 2>&1
+    note "fp8 op tests: rc=$? $(grep -E '^\[  PASSED' "$OUT/fp8_ops_test.log" | head -1) $(grep -c '^\[  FAILED  \]' "$OUT/fp8_ops_test.log") failed"
+    grep -E "Failure|bound|FAILED" "$OUT/fp8_ops_test.log" | head -10
+    timeout 300 "$bin/cuda_e2e_test" --gtest_filter='CudaEndToEnd.Fp8*:CudaEndToEnd.EngineRunsFp8*' >"$OUT/fp8_e2e_test.log" 2>&1
+    note "fp8 e2e: rc=$? $(grep -E '^\[  PASSED' "$OUT/fp8_e2e_test.log" | head -1) $(grep -c '^\[  FAILED  \]' "$OUT/fp8_e2e_test.log") failed; $(grep -oE 'greedy agreement [0-9]+ / [0-9]+' "$OUT/fp8_e2e_test.log" | tr '\n' ' ')"
+  fi
+  if fp8_has memcheck && command -v compute-sanitizer >/dev/null; then
+    timeout 300 compute-sanitizer --tool memcheck --leak-check no "$bin/cuda_ops_test" --gtest_filter='CudaFp8.*' \
+      >"$OUT/memcheck_fp8.log" 2>&1
+    note "memcheck, fp8 ops: rc=$? $(grep -E 'ERROR SUMMARY' "$OUT/memcheck_fp8.log" | tail -1)"
+  fi
+  fp8_lat() {  # name, extra args: prints the decode ms per step
+    local name=$1; shift
+    timeout 200 "$bin/kvasir" bench latency --model configs/llama-3.1-8b.json --load-format dummy --device cuda \
+      --input-len 128 --output-len 128 --num-iters 3 "$@" >"$OUT/fp8_lat_$name.log" 2>&1
+    grep -oE '\(([0-9.]+) ms per step\)' "$OUT/fp8_lat_$name.log" | grep -oE '[0-9.]+' | head -1
+  }
+  fmed() { tr ' ' '\n' | grep -E '^[0-9.]+$' | sort -g | awk '{a[NR]=$1} END {if (NR) print (NR%2 ? a[(NR+1)/2] : (a[NR/2]+a[NR/2+1])/2); else print 0}'; }
+  if fp8_has bench; then
+    f8=""; b16=""
+    for round in $(seq 1 "${KVASIR_FP8_ROUNDS:-3}"); do
+      f8+="$(fp8_lat "fp8_b1_r$round" --batch-size 1 --quantization fp8) "
+      b16+="$(fp8_lat "bf16_b1_r$round" --batch-size 1) "
+    done
+    mf=$(echo "$f8" | fmed); mb=$(echo "$b16" | fmed)
+    note "fp8 latency b1 (ms/step): fp8 [$f8] median $mf (bar 2.25: $(awk -v a="$mf" 'BEGIN {print (a > 0 && a <= 2.25) ? "met" : "NOT met"}'); $(awk -v a="$mf" 'BEGIN {printf "%.2f", a / 1.86}')x the 1.86 floor) | bf16 [$b16] median $mb | fp8/bf16 $(awk -v a="$mf" -v b="$mb" 'BEGIN {if (b > 0) printf "%.3f", a / b; else print "n/a"}')"
+    note "  fp8 run kept: $(grep -oE 'FP8 weights [0-9]+ \([0-9.]+ MiB\)' "$OUT/fp8_lat_fp8_b1_r1.log" | head -1) (Llama-3.1-8B: 224 linears)"
+    [[ -z $mf || $mf == 0 ]] && tail -5 "$OUT/fp8_lat_fp8_b1_r1.log"
+    f64=$(fp8_lat fp8_b64 --batch-size 64 --quantization fp8); b64=$(fp8_lat bf16_b64 --batch-size 64)
+    note "fp8 latency b64 (ms/step): fp8 ${f64:-FAIL} | bf16 ${b64:-FAIL}"
+  fi
+  n=${KVASIR_FP8_TP_PROMPTS:-1000}
+  fp8_has tp && for q in fp8 bf16; do
+    [[ $q == fp8 ]] && qargs="--quantization fp8" || qargs=
+    timeout 300 "$bin/kvasir" bench throughput --model configs/llama-3.1-8b.json --load-format dummy --device cuda \
+      --num-prompts "$n" --input-len 128 --output-len 128 --gpu-memory-utilization 0.9 $qargs >"$OUT/fp8_tp_$q.log" 2>&1
+    note "fp8 stage throughput $q ($n x 128/128): rc=$? $(grep -E '^Throughput' "$OUT/fp8_tp_$q.log")"
+  done
 fi
 if has matrix; then
   # Issue 19's benchmark matrix, each run's JSON kept as $OUT/matrix_*.json and all of them merged

@@ -24,6 +24,10 @@ struct Tensor {
   Device device = Device::kCpu;
   // A weight's FP8 input-activation quantization (kNone for everything else).
   InputQuant input_quant;
+  // FP8 (e4m3) weights: the per-output-row float32 scales, [rows()] (a per-tensor scale repeated);
+  // value = code x scale. On a host tensor handed to upload_weight it may instead describe a
+  // float32 matrix that is exactly codes x scales (a backend with FP8 kernels keeps the codes).
+  const float* weight_scales = nullptr;
 
   static Tensor make(void* data, DType dtype, std::initializer_list<int64_t> dims,
                      Device device = Device::kCpu) {

@@ -1,8 +1,8 @@
 // InputQuant: how a linear layer's input activations are quantized to FP8 before its matmul
 // (compressed-tensors W8A8 and fp8 checkpoints, --quantization fp8). Plain data that travels with
 // the weight (WeightTensor -> Tensor), so each backend applies it where it multiplies: the CPU
-// rounds the input to float8_e4m3fn and back (quant/fp8_activations.h), an FP8 GEMM would
-// quantize for real. Must not hold kernels.
+// rounds the input to float8_e4m3fn and back (quant/fp8_activations.h), the CUDA backend's FP8
+// GEMM quantizes for real (its decode-sized GEMV keeps bf16 inputs). Must not hold kernels.
 #pragma once
 
 #include <cstdint>

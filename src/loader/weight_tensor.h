@@ -25,6 +25,11 @@ struct WeightTensor {
   size_t nbytes = 0;
   // Set by quant's QuantizedWeightSource on linears whose inputs the scheme quantizes.
   InputQuant input_quant;
+  // Set by QuantizedWeightSource on FP8 linears with per-tensor or per-channel weight scales
+  // ([out_features] float32, owned by the source): `data` (float32) is exactly codes x these row
+  // scales, so a backend with FP8 kernels recovers the e4m3 codes (block-scaled weights leave it
+  // null). Only valid for the whole matrix: a row or column slice must drop it.
+  const float* fp8_row_scales = nullptr;
 
   int64_t num_elements() const {
     int64_t n = 1;

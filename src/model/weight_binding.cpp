@@ -111,7 +111,8 @@ StatusOr<Tensor> WeightBinder::bind_one(const WeightSpec& spec) {
   KVASIR_RETURN_IF_ERROR(check_weight_type(spec, w));
   switch (spec.kind) {
     case WeightKind::kMatrix:
-      return upload(w, /*vocab_table=*/spec.role == "token_embd.weight" || spec.role == "output.weight");
+      return upload(w, /*vocab_table=*/spec.role == "token_embd.weight" || spec.role == "output.weight",
+                    /*keep_fp8=*/!name->outer_slice());
     case WeightKind::kNorm:
       // GGUF Gemma files store (1 + w) (offset 0); HF files store w and add 1 in the forward pass.
       return to_f32_vector(w, static_cast<float>(config_.norm_weight_offset));
@@ -336,13 +337,15 @@ StatusOr<Tensor> WeightBinder::transposed_matrix(const WeightSpec& spec, const W
   return upload(out);
 }
 
-StatusOr<Tensor> WeightBinder::upload(const WeightTensor& w, bool vocab_table) {
+StatusOr<Tensor> WeightBinder::upload(const WeightTensor& w, bool vocab_table, bool keep_fp8) {
   if (!dtype_info(w.dtype)) return unimplemented("unsupported dtype for weight " + w.name);
   Tensor host;
   host.dtype = w.dtype;
   host.ndim = static_cast<int>(w.shape.size());
   for (int i = 0; i < host.ndim; ++i) host.shape[static_cast<size_t>(i)] = w.shape[static_cast<size_t>(i)];
   host.data = const_cast<uint8_t*>(w.data);
+  host.input_quant = w.input_quant;
+  host.weight_scales = keep_fp8 ? w.fp8_row_scales : nullptr;
   // Kernels assume aligned rows; safetensors payloads can sit at any offset, so copy those.
   if (reinterpret_cast<uintptr_t>(w.data) % 32 != 0) {
     KVASIR_ASSIGN_OR_RETURN(auto buf, allocate_host_buffer(w.nbytes));
@@ -355,6 +358,7 @@ StatusOr<Tensor> WeightBinder::upload(const WeightTensor& w, bool vocab_table) {
   if (!t.ok()) return Status(t.status().code(), "weight " + w.name + ": " + t.status().message());
   if (owner) owned_.push_back(std::move(owner));
   t->input_quant = w.input_quant;  // whatever form the backend keeps the weight in
+  if (t->dtype != DType::kF8E4M3) t->weight_scales = nullptr;  // never a host pointer on a kept tensor
   return t;
 }
 

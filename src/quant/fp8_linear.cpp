@@ -61,9 +61,7 @@ Status check_fp8_linear(const std::string& module, const QuantizedLinear& l) {
                      std::to_string(a->group_size));
   }
   if (l.scheme->format == "online") {
-    if (w.data == nullptr) {
-      return unimplemented("--quantization fp8: weight " + w.name + " has no host data (dummy weights made on the device)");
-    }
+    // No host data: dummy weights a device makes itself (the CUDA backend makes FP8 codes).
     if (w.dtype != DType::kF32 && w.dtype != DType::kBF16 && w.dtype != DType::kF16) {
       return unimplemented("--quantization fp8: weight " + w.name + " is " + std::string(dtype_name(w.dtype)) +
                            "; only float32, bfloat16 and float16 weights are quantized at load");
@@ -129,6 +127,32 @@ void dequantize_fp8_linear(const QuantizedLinear& l, float* dst) {
       row[c] = fp8_e4m3_to_f32(codes[c]) * scales[si];
     }
   }
+}
+
+std::vector<float> fp8_row_scales(const QuantizedLinear& l) {
+  const WeightTensor& w = l.weight;
+  const int64_t out = w.shape[0], in = w.shape[1];
+  std::vector<float> scales(static_cast<size_t>(out));
+  if (l.scheme->format == "online") {
+    // The same amax dequantize_fp8_linear takes, so code x scale reproduces its matrix.
+    const size_t rb = w.nbytes / static_cast<size_t>(out);
+    std::vector<uint8_t> raw(rb);
+    std::vector<float> row(static_cast<size_t>(in));
+    for (int64_t r = 0; r < out; ++r) {
+      std::memcpy(raw.data(), w.data + static_cast<size_t>(r) * rb, rb);
+      dequantize_row(w.dtype, raw.data(), row.data(), in);
+      float amax = 0.0f;
+      for (float v : row) amax = std::fmax(amax, std::fabs(v));
+      scales[static_cast<size_t>(r)] = amax / kFp8E4m3Max;
+    }
+    return scales;
+  }
+  const QuantArgs& args = *l.scheme->weights;
+  if (w.dtype != DType::kF8E4M3 || args.strategy == ScaleStrategy::kBlock) return {};
+  for (int64_t r = 0; r < out; ++r) {
+    scales[static_cast<size_t>(r)] = scale_at(l.weight_scale, args.strategy == ScaleStrategy::kChannel ? r : 0);
+  }
+  return scales;
 }
 
 }  // namespace kvasir::quant

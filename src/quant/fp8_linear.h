@@ -7,6 +7,7 @@
 #pragma once
 
 #include <string>
+#include <vector>
 
 #include "common/status.h"
 #include "quant/quantized_weight_source.h"
@@ -20,6 +21,11 @@ Status check_fp8_linear(const std::string& module, const QuantizedLinear& l);
 // weight, quantize-then-dequantize per channel for the online scheme (scale = max|row| / 448,
 // code = e4m3(w / scale)).
 void dequantize_fp8_linear(const QuantizedLinear& l, float* dst);
+
+// The per-output-row scales of `l` ([out], a per-tensor scale repeated) such that the matrix
+// dequantize_fp8_linear gives is exactly e4m3 codes x these scales, for backends that keep the
+// codes; empty where no such scales exist (block scales, e5m2 codes). Online: max|row| / 448.
+std::vector<float> fp8_row_scales(const QuantizedLinear& l);
 
 // A float32 value of a one-element (or [n] / [n, 1]) F32 / BF16 / F16 scale tensor, element i.
 float scale_at(const WeightTensor& s, int64_t i);

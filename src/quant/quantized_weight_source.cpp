@@ -100,6 +100,8 @@ class QuantizedWeightSource final : public WeightSource {
   std::set<std::string> consumed_;                  // scale tensors read here, hidden from the model
   // Dequantized weights by tensor name, made on first use: a fused weight is asked for more than once.
   mutable std::map<std::string, std::unique_ptr<float[], AlignedFloats>> dense_;
+  // Their per-row FP8 scales (fp8_row_scales), for backends that keep the codes.
+  mutable std::map<std::string, std::vector<float>> row_scales_;
 };
 
 StatusOr<WeightTensor> QuantizedWeightSource::optional_tensor(const std::string& name) {
@@ -223,6 +225,15 @@ StatusOr<WeightTensor> QuantizedWeightSource::tensor(std::string_view name) cons
   auto it = linears_.find(strip(key, ".weight"));
   if (it == linears_.end()) return inner_->tensor(name);
   const QuantizedLinear& l = it->second;
+  if (l.weight.data == nullptr) {
+    // Dummy weights a device fills itself (--load-format dummy): no values to quantize here; the
+    // input quantization tells the backend the weight is an FP8 linear.
+    WeightTensor out = l.weight;
+    out.input_quant = input_quant_of(l);
+    out.dtype = DType::kF32;
+    out.nbytes = static_cast<size_t>(l.weight.num_elements()) * sizeof(float);
+    return out;
+  }
   auto d = dense_.find(key);
   if (d == dense_.end()) {
     const size_t n = static_cast<size_t>(l.weight.num_elements());
@@ -230,8 +241,11 @@ StatusOr<WeightTensor> QuantizedWeightSource::tensor(std::string_view name) cons
     dequantize_fp8_linear(l, buf.get());
     d = dense_.emplace(key, std::move(buf)).first;
   }
+  auto rs = row_scales_.find(key);
+  if (rs == row_scales_.end()) rs = row_scales_.emplace(key, fp8_row_scales(l)).first;
   WeightTensor out = l.weight;
   out.input_quant = input_quant_of(l);
+  out.fp8_row_scales = rs->second.empty() ? nullptr : rs->second.data();
   out.dtype = DType::kF32;
   out.data = reinterpret_cast<const uint8_t*>(d->second.get());
   out.nbytes = static_cast<size_t>(l.weight.num_elements()) * sizeof(float);

@@ -9,6 +9,7 @@
 #include <cstring>
 #include <map>
 
+#include "loader/dummy_weights.h"
 #include "quant/fp8.h"
 
 namespace kvasir::quant {
@@ -180,6 +181,73 @@ TEST(QuantizedWeightSource, OnlineFp8RoundsEachRowOnItsOwnScale) {
   EXPECT_EQ(got[0], 1.0f);      // the row's largest value is exact
   EXPECT_NE(got[6], -57.0f);    // e4m3 has 3 mantissa bits: 57 / (100/448) = 255.4 rounds to 256
   EXPECT_EQ(read_f32(**q, "lm_head.weight"), w);  // vLLM leaves lm_head alone
+}
+
+// Backends that keep FP8 codes (CUDA) read them back from the float32 matrix with these row scales.
+void expect_codes_recovered(const WeightSource& src, const std::string& name) {
+  const WeightTensor t = *src.tensor(name);
+  ASSERT_NE(t.fp8_row_scales, nullptr) << name;
+  const std::vector<float> w = read_f32(src, name);
+  const int64_t rows = t.shape[0], cols = t.shape[1];
+  for (int64_t r = 0; r < rows; ++r) {
+    const float s = t.fp8_row_scales[r];
+    for (int64_t c = 0; c < cols; ++c) {
+      const float v = w[static_cast<size_t>(r * cols + c)];
+      const float back = s == 0.0f ? 0.0f : fp8_e4m3_to_f32(f32_to_fp8_e4m3(v / s)) * s;
+      EXPECT_EQ(back, v) << name << " [" << r << ", " << c << "]";
+    }
+  }
+}
+
+TEST(QuantizedWeightSource, RowScalesGiveTheCodesBackForPerChannelPerTensorAndOnline) {
+  auto channel = open_quantized_weights(one_layer(3, 4, {3, 1}, {0.5f, 2.0f, 0.125f}),
+                                        parse(ct_config("channel", kDynamicTokenActs)));
+  ASSERT_TRUE(channel.ok()) << channel.status().message();
+  expect_codes_recovered(**channel, std::string(kQ) + ".weight");
+  EXPECT_EQ((*channel)->tensor(std::string(kQ) + ".weight")->fp8_row_scales[1], 2.0f);
+  auto tensor_src = one_layer(2, 4, {1}, {0.75f});
+  tensor_src->add_f32(std::string(kQ) + ".input_scale", {1}, {0.03f});
+  auto tensor = open_quantized_weights(std::move(tensor_src), parse(ct_config("tensor", kStaticTensorActs)));
+  ASSERT_TRUE(tensor.ok()) << tensor.status().message();
+  expect_codes_recovered(**tensor, std::string(kQ) + ".weight");
+  EXPECT_EQ((*tensor)->tensor(std::string(kQ) + ".weight")->fp8_row_scales[1], 0.75f);
+  auto online_src = std::make_unique<MemorySource>();
+  online_src->add_f32("model.layers.0.mlp.up_proj.weight", {3, 4},
+                      {1.0f, -0.3f, 0.01f, 0.7f, 100.0f, 3.3f, -57.0f, 0.0f, 0, 0, 0, 0});
+  auto online = open_quantized_weights(std::move(online_src), **online_quantization("fp8"));
+  ASSERT_TRUE(online.ok()) << online.status().message();
+  expect_codes_recovered(**online, "model.layers.0.mlp.up_proj.weight");
+  EXPECT_EQ((*online)->tensor("model.layers.0.mlp.up_proj.weight")->fp8_row_scales[2], 0.0f);  // all-zero row
+  EXPECT_EQ((*channel)->tensor("lm_head.weight")->fp8_row_scales, nullptr);  // not quantized
+}
+
+TEST(QuantizedWeightSource, BlockScaledWeightsHaveNoRowScales) {
+  auto src = std::make_unique<MemorySource>();
+  src->add("model.layers.0.mlp.down_proj.weight", DType::kF8E4M3, {5, 8}, codes(5, 8));
+  src->add_f32("model.layers.0.mlp.down_proj.weight_scale_inv", {3, 2}, {1, 2, 3, 4, 5, 6});
+  auto q = open_quantized_weights(std::move(src), parse(R"({"quant_method": "fp8", "weight_block_size": [2, 4]})"));
+  ASSERT_TRUE(q.ok()) << q.status().message();
+  EXPECT_EQ((*q)->tensor("model.layers.0.mlp.down_proj.weight")->fp8_row_scales, nullptr);
+}
+
+// --load-format dummy on a GPU: the weights have no host values; online quantization passes them
+// through marked as FP8 linears for the device to fill.
+TEST(QuantizedWeightSource, OnlineFp8PassesDeviceDummyWeightsThrough) {
+  std::vector<DummyTensorSpec> specs(1);
+  specs[0].name = "model.layers.0.mlp.up_proj.weight";
+  specs[0].dtype = DType::kBF16;
+  specs[0].shape = {64, 32};
+  specs[0].on_device = true;
+  auto dummy = open_dummy_weights(specs, 1, "dummy");
+  ASSERT_TRUE(dummy.ok());
+  auto q = open_quantized_weights(std::move(*dummy), **online_quantization("fp8"));
+  ASSERT_TRUE(q.ok()) << q.status().message();
+  auto t = (*q)->tensor("model.layers.0.mlp.up_proj.weight");
+  ASSERT_TRUE(t.ok()) << t.status().message();
+  EXPECT_EQ(t->data, nullptr);
+  EXPECT_EQ(t->fp8_row_scales, nullptr);
+  EXPECT_EQ(t->input_quant.kind, InputQuant::Kind::kDynamicToken);
+  EXPECT_EQ(t->shape, (std::vector<int64_t>{64, 32}));
 }
 
 TEST(QuantizedWeightSource, KvCacheScalesAreReadAndChecked) {

@@ -77,6 +77,7 @@ CudaBackend::~CudaBackend() {
   for (void* p : retired_) cudaFree(p);
   if (partial_ != nullptr) cudaFree(partial_);
   if (moe_scratch_ != nullptr) cudaFree(moe_scratch_);
+  if (fp8_act_ != nullptr) cudaFree(fp8_act_);
   for (auto& [views, t] : moe_tables_) cudaFree(t.table);
   if (tokens_dev_ != nullptr) cudaFree(tokens_dev_);
   if (tokens_host_ != nullptr) cudaFreeHost(tokens_host_);
@@ -211,6 +212,7 @@ StatusOr<std::unique_ptr<Buffer>> CudaBackend::allocate_weight(size_t bytes) {
 StatusOr<Tensor> CudaBackend::upload_weight(const Tensor& host, std::unique_ptr<Buffer>* owner) {
   bind_device();
   synchronize();
+  if (keeps_fp8(host)) return upload_fp8_weight(host, owner);
   const bool matrix = host.ndim >= 2;
   const DType dt = matrix ? DType::kBF16 : DType::kF32;
   const int64_t n = host.numel();
@@ -307,12 +309,18 @@ std::string CudaBackend::stats() const {
                 static_cast<long long>(s.steps), static_cast<long long>(s.graph_steps),
                 static_cast<long long>(s.captures), busy, idle, busy + idle > 0 ? 100.0 * idle / (busy + idle) : 0.0, gb,
                 gi, gb + gi > 0 ? 100.0 * gi / (gb + gi) : 0.0);
+  std::string out(buf);
+  if (fp8_weights_ > 0) {
+    std::snprintf(buf, sizeof(buf), "; FP8 weights %lld (%.1f MiB)", static_cast<long long>(fp8_weights_),
+                  static_cast<double>(fp8_weight_bytes_) / (1 << 20));
+    out += buf;
+  }
   char prefill[160];
   std::snprintf(prefill, sizeof(prefill), "\nprefill attention calls: flashinfer %lld, own %lld (host plans made %lld)",
                 static_cast<long long>(prefill_calls_flashinfer_), static_cast<long long>(prefill_calls_own_),
                 static_cast<long long>(flashinfer_plans_.plans_made()));
   const std::string prof = queue_->profile_report();
-  return std::string(buf) + prefill + (prof.empty() ? "" : "\n" + prof);
+  return out + prefill + (prof.empty() ? "" : "\n" + prof);
 }
 
 int cuda_device_count() {

@@ -11,6 +11,7 @@
 #include "backend/cuda/attention_prefill_flashinfer_plan.h"
 #include "backend/cuda/cuda_backend.h"
 #include "backend/cuda/cuda_tuning.h"
+#include "backend/cuda/fp8_gemm.h"
 #include "backend/cuda/gemm.h"
 #include "backend/cuda/head_gemm.h"
 #include "backend/cuda/kernels.h"
@@ -114,6 +115,13 @@ class CudaBackend final : public Backend {
   void exec_mla_attention(const cuda::MlaAttentionOp& op, const uint8_t* arena, cudaStream_t s);
   void exec_all_reduce(const cuda::AllReduceOp& op, Elem elem, cudaStream_t s);
   void exec_all_gather_columns(const cuda::AllGatherColumnsOp& op, cudaStream_t s);
+  // FP8 W8A8 linears (cuda_fp8_ops.cpp): weights kept as e4m3 codes + row scales.
+  static bool keeps_fp8(const Tensor& host_weight);
+  StatusOr<Tensor> upload_fp8_weight(const Tensor& host_weight, std::unique_ptr<Buffer>* owner);
+  void linear_fp8(const Tensor& x, const Tensor& w, const Tensor* bias, Tensor& out);
+  // gate/up FP8 GEMVs just recorded take the activation into their epilogue; false if they cannot.
+  bool fold_fp8_gated_activation(const Tensor& gate, const Tensor& up, GateActivation act, Tensor& out);
+  void exec_fp8_linear(const cuda::Fp8LinearOp& op, Elem elem, cudaStream_t s);
   // Makes this backend's device current on the calling thread: the runner may call from a thread
   // other than the one that made the backend, and a tensor-parallel rank's device is not 0.
   void bind_device() const;
@@ -163,6 +171,12 @@ class CudaBackend final : public Backend {
   int mla_gemm_path_ = 0;  // KVASIR_MLA_GEMM (cuda_mla_ops.cpp), read when head_gemm_ is made
   OwnedDeviceMemory mla_scratch_;
   std::vector<cuda::PrefillWork> mla_work_;
+  // FP8 linears: cuBLASLt FP8 GEMMs (made on first use) and the quantized activations' scratch.
+  cuda::Fp8GemmRunner fp8_gemm_;
+  void* fp8_act_ = nullptr;
+  size_t fp8_act_cap_ = 0;
+  int64_t fp8_weights_ = 0;  // weights kept as e4m3 (stats(): proof a model runs FP8)
+  size_t fp8_weight_bytes_ = 0;
 };
 
 }  // namespace kvasir

@@ -398,6 +398,9 @@ void CudaBackend::execute(const OpRecord& op, const uint8_t* arena, cudaStream_t
     case OpKind::kAllGatherColumns:
       exec_all_gather_columns(op.all_gather_columns, s);
       break;
+    case OpKind::kFp8Linear:
+      exec_fp8_linear(op.fp8_linear, elem, s);
+      break;
     case OpKind::kNumKinds:
       KVASIR_CHECK_MSG(false, "not an op");
       break;

@@ -9,6 +9,7 @@
 
 #include <cstdint>
 
+#include "backend/cuda/fp8_kernels.h"
 #include "backend/cuda/kernels.h"
 
 namespace kvasir::cuda {
@@ -38,6 +39,7 @@ enum class OpKind : int32_t {
   kMlaAttention,
   kAllReduce,
   kAllGatherColumns,
+  kFp8Linear,
   kNumKinds,
 };
 
@@ -310,6 +312,19 @@ struct AllGatherColumnsOp {
   int64_t rows, local_cols, out_cols, world;
 };
 
+// Up to kFp8MaxProjections FP8 projections of one bf16 input (cuda_fp8_ops.cpp): the FP8 GEMV for
+// decode-sized batches (gate/up may carry the gated activation), else x quantized once into
+// x_fp8 / x_scales (scratch) for cuBLASLt's FP8 GEMM and its scaling epilogue.
+struct Fp8LinearOp {
+  const void* x;          // [rows, in_features] bf16
+  void* x_fp8;            // [rows, in_features] e4m3 scratch (GEMM path) or null
+  float* x_scales;        // [rows] scratch (GEMM path) or null
+  Fp8Projection proj[kFp8MaxProjections];
+  int64_t rows, in_features, num_proj;
+  float static_scale;     // the input's static scale; 0: dynamic per token
+  int32_t gated;          // Fp8GateAct: gate/up with the activation folded in (GEMV path only)
+};
+
 // What StepQueue stores: the kind, the element type where the op has one (Elem), and the record
 // of that kind (the other union members stay zero).
 struct OpRecord {
@@ -338,6 +353,7 @@ struct OpRecord {
     MlaAttentionOp mla_attention;
     AllReduceOp all_reduce;
     AllGatherColumnsOp all_gather_columns;
+    Fp8LinearOp fp8_linear;
   };
 };
 
@@ -348,6 +364,7 @@ static_assert(sizeof(MultiGemvOp) == 4 * 8 + kGemvMaxOutputs * 40 + 3 * 8 + 8);
 static_assert(sizeof(GemvGatedOp) == 7 * 8 + 4 * 8 + 8 && sizeof(RopeOp) == 4 * 8 + 6 * 8 + 8 + 2 * 8 + 6 * 8);
 static_assert(sizeof(AttentionOp) == 11 * 8 + 13 * 8 + 8 && sizeof(OpRecord) == 8 + sizeof(MoeExpertsOp));
 static_assert(sizeof(MoeRouteOp) == 4 * 8 + 8 * 8 + 8 && sizeof(MoeExpertsOp) == 10 * 8 + 7 * 8 + 4 * 4 + 8 + 2 * 8 + 4 * 4 + 2 * 4);
+static_assert(sizeof(Fp8Projection) == 40 && sizeof(Fp8LinearOp) == 3 * 8 + kFp8MaxProjections * 40 + 3 * 8 + 8);
 static_assert(sizeof(AllReduceOp) == 2 * 8 && sizeof(AllGatherColumnsOp) == 7 * 8);
 static_assert(sizeof(WriteLatentKvOp) == 8 * 8 + 4 * 4 && sizeof(MlaAttentionOp) == 12 * 8 + 16 * 4 + 8);
 
