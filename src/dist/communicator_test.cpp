@@ -82,22 +82,6 @@ struct Group {
   }
 };
 
-#define RANK_CHECK(cond, ...)                                              \
-  do {                                                                     \
-    if (!(cond)) {                                                         \
-      std::fprintf(stderr, "rank %d: %s:%d: ", rank, __FILE__, __LINE__); \
-      std::fprintf(stderr, __VA_ARGS__);                                   \
-      std::fprintf(stderr, "\n");                                          \
-      return 1;                                                            \
-    }                                                                      \
-  } while (0)
-
-#define RANK_OK(expr)                                                                     \
-  do {                                                                                    \
-    Status s_ = (expr);                                                                   \
-    RANK_CHECK(s_.ok(), "%s failed: %s", #expr, s_.to_string().c_str());                  \
-  } while (0)
-
 bool same_bits(float a, float b) { return std::memcmp(&a, &b, 4) == 0; }
 
 // The serial reference: float32 sum in rank order 0, 1, ..., n-1, written out independently of

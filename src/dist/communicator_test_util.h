@@ -15,6 +15,24 @@
 #include <string>
 #include <vector>
 
+// Inside a rank's body (a function of `int rank` returning its exit code): print where and why
+// the rank failed, then return 1 from the body.
+#define RANK_CHECK(cond, ...)                                              \
+  do {                                                                     \
+    if (!(cond)) {                                                         \
+      std::fprintf(stderr, "rank %d: %s:%d: ", rank, __FILE__, __LINE__); \
+      std::fprintf(stderr, __VA_ARGS__);                                   \
+      std::fprintf(stderr, "\n");                                          \
+      return 1;                                                            \
+    }                                                                      \
+  } while (0)
+
+#define RANK_OK(expr)                                                    \
+  do {                                                                   \
+    Status s_ = (expr);                                                  \
+    RANK_CHECK(s_.ok(), "%s failed: %s", #expr, s_.to_string().c_str()); \
+  } while (0)
+
 namespace kvasir::dist::testing {
 
 // Rank r's element i of buffer `salt`: a float in [-8, 8) with a full mantissa, so that sums round.

@@ -29,21 +29,6 @@ int device_count() {
   return codes[0] >= 0 && codes[0] <= 100 ? codes[0] : 0;
 }
 
-#define RANK_CHECK(cond, ...)                                              \
-  do {                                                                     \
-    if (!(cond)) {                                                         \
-      std::fprintf(stderr, "rank %d: %s:%d: ", rank, __FILE__, __LINE__); \
-      std::fprintf(stderr, __VA_ARGS__);                                   \
-      std::fprintf(stderr, "\n");                                          \
-      return 1;                                                            \
-    }                                                                      \
-  } while (0)
-#define RANK_OK(expr)                                                                    \
-  do {                                                                                   \
-    Status s_ = (expr);                                                                  \
-    RANK_CHECK(s_.ok(), "%s failed: %s", #expr, s_.to_string().c_str());                 \
-  } while (0)
-
 // A device buffer for one rank's test.
 struct DeviceBuffer {
   void* p = nullptr;

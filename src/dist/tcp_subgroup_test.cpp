@@ -29,22 +29,6 @@ namespace {
 using testing::input_value;
 using testing::run_ranks;
 
-#define RANK_CHECK(cond, ...)                                              \
-  do {                                                                     \
-    if (!(cond)) {                                                         \
-      std::fprintf(stderr, "rank %d: %s:%d: ", rank, __FILE__, __LINE__); \
-      std::fprintf(stderr, __VA_ARGS__);                                   \
-      std::fprintf(stderr, "\n");                                          \
-      return 1;                                                            \
-    }                                                                      \
-  } while (0)
-
-#define RANK_OK(expr)                                                    \
-  do {                                                                   \
-    Status s_ = (expr);                                                  \
-    RANK_CHECK(s_.ok(), "%s failed: %s", #expr, s_.to_string().c_str()); \
-  } while (0)
-
 // The parent: a TCP group on loopback whose rank 0 listens on a socket bound before the fork.
 struct Parent {
   int listen_fd = -1;

@@ -60,16 +60,6 @@ int cuda_devices() {
   return codes[0] >= 0 && codes[0] <= 100 ? codes[0] : 0;
 }
 
-#define RANK_CHECK(cond, ...)                                              \
-  do {                                                                     \
-    if (!(cond)) {                                                         \
-      std::fprintf(stderr, "rank %d: %s:%d: ", rank, __FILE__, __LINE__); \
-      std::fprintf(stderr, __VA_ARGS__);                                   \
-      std::fprintf(stderr, "\n");                                          \
-      return 1;                                                            \
-    }                                                                      \
-  } while (0)
-
 // tp 0: the plain path; tp >= 1: the tensor-parallel path over tp ranks (device communicator).
 // one_host false: the group is treated as spanning hosts (the backend must not set up the custom
 // all-reduce, whose CUDA IPC reaches one host only; every collective goes to NCCL).
