@@ -7,6 +7,8 @@
 // first CTA also writes them out); and a residual add in the epilogue (residual += bf16(x · w)).
 // A single token's GEMV up to 512 MB of weights splits each row over 2 or 4 warps of a CTA
 // (partial sums meet in shared memory), so CTAs are short and the last wave's tail small.
+#include <algorithm>
+
 #include "backend/cuda/cuda_common.cuh"
 #include "backend/cuda/kernels.h"
 
@@ -467,7 +469,11 @@ void init_gemv_kernels() {
   init_norm_n<8>();
 }
 
-bool gemv_supported(int64_t n, int64_t k) { return n >= 1 && n <= kGemvMaxRows && k % 8 == 0; }
+// Up to kGemvMaxRows (KVASIR_GEMV_MAX_ROWS lowers it for A/B runs against cuBLASLt): the rows share
+// each weight load, but their FMAs and activation loads run on CUDA cores.
+bool gemv_supported(int64_t n, int64_t k) {
+  return n >= 1 && n <= std::min<int64_t>(kGemvMaxRows, kernel_tuning().gemv_max_rows) && k % 8 == 0;
+}
 
 void launch_gemv_multi(const GemvInput& in, const GemvOut* outs, int num, int n, int64_t k, Elem out, cudaStream_t s) {
   KVASIR_CHECK(num >= 1 && num <= kGemvMaxOutputs);
