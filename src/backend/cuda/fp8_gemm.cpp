@@ -5,19 +5,13 @@
 #include <vector>
 
 #include "backend/cuda/cuda_check.h"
+#include "backend/cuda/gemm.h"
 #include "common/log.h"
 
 namespace kvasir::cuda {
 namespace {
 
 constexpr size_t kWorkspaceBytes = size_t{32} << 20;
-
-int alignment_of(const void* p) {
-  const auto v = reinterpret_cast<uintptr_t>(p);
-  int a = 256;
-  while (a > 1 && (v % static_cast<uintptr_t>(a)) != 0) a >>= 1;
-  return a;
-}
 
 }  // namespace
 
@@ -86,9 +80,9 @@ bool Fp8GemmRunner::run_scaled(const void* xq, const void* w, const float* x_sca
   if (n <= 0 || m <= 0) return true;
   if (outer_vec_ < 0) outer_vec_ = outer_vec_scaling_works(s) ? 1 : 0;
   if (outer_vec_ == 0) return false;
-  int align = alignment_of(xq);
-  if (alignment_of(w) < align) align = alignment_of(w);
-  if (alignment_of(out) < align) align = alignment_of(out);
+  int align = pointer_alignment(xq);
+  if (pointer_alignment(w) < align) align = pointer_alignment(w);
+  if (pointer_alignment(out) < align) align = pointer_alignment(out);
   const Plan& p = plan_for(Key{n, m, k, align, true});
   if (!p.ok) return false;
   // A launch the library refuses launched nothing: the caller's unscaled GEMM + epilogue instead.
@@ -165,9 +159,9 @@ bool Fp8GemmRunner::outer_vec_scaling_works(cudaStream_t s) {
 
 void Fp8GemmRunner::run(const void* xq, const void* w, void* out, int64_t n, int64_t m, int64_t k, cudaStream_t s) {
   if (n <= 0 || m <= 0) return;
-  int align = alignment_of(xq);
-  if (alignment_of(w) < align) align = alignment_of(w);
-  if (alignment_of(out) < align) align = alignment_of(out);
+  int align = pointer_alignment(xq);
+  if (pointer_alignment(w) < align) align = pointer_alignment(w);
+  if (pointer_alignment(out) < align) align = pointer_alignment(out);
   const Plan& p = plan_for(Key{n, m, k, align, false});
   const float alpha = 1.0f, beta = 0.0f;
   KVASIR_CUBLAS_CHECK(cublasLtMatmul(handle_, p.op, &alpha, w, p.a, xq, p.b, &beta, out, p.c, out, p.d, &p.algo,

@@ -5,16 +5,13 @@
 #include "backend/cuda/cuda_check.h"
 
 namespace kvasir::cuda {
-namespace {
 
-int alignment_of(const void* p) {
+int pointer_alignment(const void* p) {
   const auto v = reinterpret_cast<uintptr_t>(p);
   int a = 256;
   while (a > 1 && (v % static_cast<uintptr_t>(a)) != 0) a >>= 1;
   return a;
 }
-
-}  // namespace
 
 GemmRunner::~GemmRunner() {
   for (auto& [key, p] : plans_) {
@@ -69,9 +66,9 @@ const GemmRunner::Plan& GemmRunner::plan_for(const Key& key) {
 void GemmRunner::run(const void* x, const void* w, void* out, int64_t n, int64_t m, int64_t k, Elem out_type,
                      cudaStream_t s) {
   if (n <= 0 || m <= 0) return;
-  int align = alignment_of(x);
-  if (alignment_of(w) < align) align = alignment_of(w);
-  if (alignment_of(out) < align) align = alignment_of(out);
+  int align = pointer_alignment(x);
+  if (pointer_alignment(w) < align) align = pointer_alignment(w);
+  if (pointer_alignment(out) < align) align = pointer_alignment(out);
   const Plan& p = plan_for(Key{n, m, k, static_cast<int>(out_type), align});
   const float alpha = 1.0f, beta = 0.0f;
   KVASIR_CUBLAS_CHECK(cublasLtMatmul(handle_, p.op, &alpha, w, p.a, x, p.b, &beta, out, p.c, out, p.c, &p.algo,

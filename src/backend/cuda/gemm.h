@@ -15,6 +15,10 @@
 
 namespace kvasir::cuda {
 
+// The largest power of two (up to 256) that p is aligned to: cuBLASLt's plan preference for
+// operand alignment (its heuristics pick kernels by it).
+int pointer_alignment(const void* p);
+
 class GemmRunner {
  public:
   GemmRunner() = default;
