@@ -169,25 +169,23 @@ TEST(CudaEndToEnd, Qwen3MoeShapedModelMatchesCpu) { compare_models(kQwen3MoeConf
 TEST(CudaEndToEnd, Qwen2MoeShapedModelMatchesCpu) { compare_models(kQwen2MoeConfig, 3); }
 TEST(CudaEndToEnd, MixtralShapedModelMatchesCpu) { compare_models(kMixtralConfig, 3); }
 
-TEST(CudaEndToEnd, EngineRunsWithDeviceSamplingReproducibly) {
-  if (cuda_device_count() == 0) GTEST_SKIP() << "no CUDA device";
-  const std::string dir = ::testing::TempDir() + "/kvasir_cuda_e2e_config.json";
-  {
-    FILE* f = std::fopen(dir.c_str(), "w");
-    ASSERT_NE(f, nullptr);
-    std::fputs(kLlamaConfig, f);
+// Writes `text` to a file under the test temp dir and returns its path (a dummy-weight config).
+std::string write_temp_file(const std::string& name, const char* text) {
+  const std::string path = ::testing::TempDir() + "/" + name;
+  FILE* f = std::fopen(path.c_str(), "w");
+  EXPECT_NE(f, nullptr) << path;
+  if (f != nullptr) {
+    std::fputs(text, f);
     std::fclose(f);
   }
-  std::vector<std::vector<int32_t>> outs[2];
+  return path;
+}
+
+// Runs 12 random prompts x 20 tokens through a fresh engine twice; each run's outputs go to
+// outs[run] and its backend stats to stats[run]. Every output must be 20 in-vocabulary tokens.
+void generate_twice(const EngineArgs& a, const SamplingParams& sp, std::vector<std::vector<int32_t>> (&outs)[2],
+                    std::string (&stats)[2]) {
   for (int run = 0; run < 2; ++run) {
-    EngineArgs a;
-    a.model = dir;
-    a.device = "cuda";
-    a.load_format = "dummy";
-    a.max_num_seqs = 16;
-    a.max_num_batched_tokens = 64;
-    a.gpu_memory_utilization = 0.1;
-    a.seed = 3;
     auto llm = LLM::create(a);
     ASSERT_TRUE(llm.ok()) << llm.status().message();
     std::vector<PromptInput> prompts(12);
@@ -196,12 +194,6 @@ TEST(CudaEndToEnd, EngineRunsWithDeviceSamplingReproducibly) {
       p.token_ids.resize(5 + rng() % 60);
       for (auto& t : p.token_ids) t = static_cast<int32_t>(3 + rng() % 500);
     }
-    SamplingParams sp;
-    sp.max_tokens = 20;
-    sp.ignore_eos = true;
-    sp.temperature = 0.8f;
-    sp.top_k = 40;
-    sp.top_p = 0.9f;
     auto res = (*llm)->generate(prompts, sp);
     ASSERT_TRUE(res.ok());
     for (const auto& r : *res) {
@@ -210,8 +202,36 @@ TEST(CudaEndToEnd, EngineRunsWithDeviceSamplingReproducibly) {
       for (int32_t t : r.outputs[0].token_ids) ASSERT_TRUE(t >= 0 && t < 512);
       outs[run].push_back(r.outputs[0].token_ids);
     }
-    std::printf("%s\n", (*llm)->model().backend->stats().c_str());
+    stats[run] = (*llm)->model().backend->stats();
+    std::printf("%s\n", stats[run].c_str());
   }
+}
+
+EngineArgs dummy_llama_args(const std::string& config_name) {
+  EngineArgs a;
+  a.model = write_temp_file(config_name, kLlamaConfig);
+  a.device = "cuda";
+  a.load_format = "dummy";
+  a.max_num_seqs = 16;
+  a.max_num_batched_tokens = 64;
+  a.gpu_memory_utilization = 0.1;
+  return a;
+}
+
+TEST(CudaEndToEnd, EngineRunsWithDeviceSamplingReproducibly) {
+  if (cuda_device_count() == 0) GTEST_SKIP() << "no CUDA device";
+  EngineArgs a = dummy_llama_args("kvasir_cuda_e2e_config.json");
+  a.seed = 3;
+  SamplingParams sp;
+  sp.max_tokens = 20;
+  sp.ignore_eos = true;
+  sp.temperature = 0.8f;
+  sp.top_k = 40;
+  sp.top_p = 0.9f;
+  std::vector<std::vector<int32_t>> outs[2];
+  std::string stats[2];
+  generate_twice(a, sp, outs, stats);
+  if (::testing::Test::HasFatalFailure()) return;
   EXPECT_EQ(outs[0], outs[1]);
 }
 
@@ -220,46 +240,18 @@ TEST(CudaEndToEnd, EngineRunsWithDeviceSamplingReproducibly) {
 // through the FP8 GEMM; greedy output reproducible run to run.
 TEST(CudaEndToEnd, EngineRunsFp8DummyWeightsReproducibly) {
   if (cuda_device_count() == 0) GTEST_SKIP() << "no CUDA device";
-  const std::string dir = ::testing::TempDir() + "/kvasir_cuda_e2e_fp8_config.json";
-  {
-    FILE* f = std::fopen(dir.c_str(), "w");
-    ASSERT_NE(f, nullptr);
-    std::fputs(kLlamaConfig, f);
-    std::fclose(f);
-  }
+  EngineArgs a = dummy_llama_args("kvasir_cuda_e2e_fp8_config.json");
+  a.quantization = "fp8";
+  SamplingParams sp;
+  sp.max_tokens = 20;
+  sp.ignore_eos = true;
+  sp.temperature = 0.0f;
   std::vector<std::vector<int32_t>> outs[2];
-  for (int run = 0; run < 2; ++run) {
-    EngineArgs a;
-    a.model = dir;
-    a.device = "cuda";
-    a.load_format = "dummy";
-    a.quantization = "fp8";
-    a.max_num_seqs = 16;
-    a.max_num_batched_tokens = 64;
-    a.gpu_memory_utilization = 0.1;
-    auto llm = LLM::create(a);
-    ASSERT_TRUE(llm.ok()) << llm.status().message();
-    std::vector<PromptInput> prompts(12);
-    std::mt19937 rng(11);
-    for (auto& p : prompts) {
-      p.token_ids.resize(5 + rng() % 60);
-      for (auto& t : p.token_ids) t = static_cast<int32_t>(3 + rng() % 500);
-    }
-    SamplingParams sp;
-    sp.max_tokens = 20;
-    sp.ignore_eos = true;
-    sp.temperature = 0.0f;
-    auto res = (*llm)->generate(prompts, sp);
-    ASSERT_TRUE(res.ok());
-    for (const auto& r : *res) {
-      ASSERT_TRUE(r.error.empty()) << r.error;
-      ASSERT_EQ(r.outputs[0].token_ids.size(), 20u);
-      for (int32_t t : r.outputs[0].token_ids) ASSERT_TRUE(t >= 0 && t < 512);
-      outs[run].push_back(r.outputs[0].token_ids);
-    }
-    const std::string stats = (*llm)->model().backend->stats();
-    std::printf("%s\n", stats.c_str());
-    EXPECT_NE(stats.find("FP8 weights 21 "), std::string::npos) << "3 layers x 7 linears kept in e4m3";
+  std::string stats[2];
+  generate_twice(a, sp, outs, stats);
+  if (::testing::Test::HasFatalFailure()) return;
+  for (const std::string& s : stats) {
+    EXPECT_NE(s.find("FP8 weights 21 "), std::string::npos) << "3 layers x 7 linears kept in e4m3";
   }
   EXPECT_EQ(outs[0], outs[1]);
 }
