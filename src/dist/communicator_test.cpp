@@ -42,15 +42,8 @@ struct Group {
     static int counter = 0;
     group_id = "test-" + std::to_string(getpid()) + "-" + std::to_string(++counter);
     if (kind == Kind::kTcp) {
-      listen_fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
-      sockaddr_in addr{};
-      addr.sin_family = AF_INET;
-      addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-      socklen_t len = sizeof(addr);
-      if (bind(listen_fd, reinterpret_cast<sockaddr*>(&addr), len) != 0 || listen(listen_fd, 64) != 0 ||
-          getsockname(listen_fd, reinterpret_cast<sockaddr*>(&addr), &len) != 0)
-        ADD_FAILURE() << "cannot listen on loopback: " << std::strerror(errno);
-      port = ntohs(addr.sin_port);
+      listen_fd = testing::listen_on_loopback(&port);
+      if (listen_fd < 0) ADD_FAILURE() << "cannot listen on loopback: " << std::strerror(errno);
     }
   }
   ~Group() {

@@ -3,7 +3,10 @@
 // rank can compute for any other rank, so the serial reference needs no exchange. Test-only.
 #pragma once
 
+#include <arpa/inet.h>
+#include <netinet/in.h>
 #include <signal.h>
+#include <sys/socket.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -34,6 +37,23 @@
   } while (0)
 
 namespace kvasir::dist::testing {
+
+// A socket listening on 127.0.0.1 at a free port (written to *port), made by the parent before it
+// forks so that rank 0 can take it over; -1 when loopback refuses.
+inline int listen_on_loopback(int* port) {
+  const int fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+  sockaddr_in addr{};
+  addr.sin_family = AF_INET;
+  addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  socklen_t len = sizeof(addr);
+  if (fd < 0 || bind(fd, reinterpret_cast<sockaddr*>(&addr), len) != 0 || listen(fd, 64) != 0 ||
+      getsockname(fd, reinterpret_cast<sockaddr*>(&addr), &len) != 0) {
+    if (fd >= 0) close(fd);
+    return -1;
+  }
+  *port = ntohs(addr.sin_port);
+  return fd;
+}
 
 // Rank r's element i of buffer `salt`: a float in [-8, 8) with a full mantissa, so that sums round.
 inline float input_value(int r, uint64_t i, uint64_t salt) {

@@ -38,17 +38,12 @@ struct Parent {
   Parent() {
     static int counter = 0;
     group_id = "subgroup-test-" + std::to_string(getpid()) + "-" + std::to_string(++counter);
-    listen_fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
-    sockaddr_in addr{};
-    addr.sin_family = AF_INET;
-    addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-    socklen_t len = sizeof(addr);
-    if (bind(listen_fd, reinterpret_cast<sockaddr*>(&addr), len) != 0 || listen(listen_fd, 64) != 0 ||
-        getsockname(listen_fd, reinterpret_cast<sockaddr*>(&addr), &len) != 0)
-      ADD_FAILURE() << "cannot listen on loopback: " << std::strerror(errno);
-    port = ntohs(addr.sin_port);
+    listen_fd = testing::listen_on_loopback(&port);
+    if (listen_fd < 0) ADD_FAILURE() << "cannot listen on loopback: " << std::strerror(errno);
   }
-  ~Parent() { close(listen_fd); }
+  ~Parent() {
+    if (listen_fd >= 0) close(listen_fd);
+  }
 
   StatusOr<std::unique_ptr<TcpCommunicator>> join(int rank, int n, int64_t timeout_ms = 30'000) const {
     TcpCommunicatorOptions o;
