@@ -2,8 +2,10 @@
 
 #include <algorithm>
 #include <cstring>
+#include <mutex>
 
 #include "backend/host_buffer.h"
+#include "common/log.h"
 #include "quant/dequantize.h"
 
 namespace kvasir {
@@ -346,6 +348,14 @@ StatusOr<Tensor> WeightBinder::upload(const WeightTensor& w, bool vocab_table, b
   host.data = const_cast<uint8_t*>(w.data);
   host.input_quant = w.input_quant;
   host.weight_scales = keep_fp8 ? w.fp8_row_scales : nullptr;
+  if (w.fp8_row_scales != nullptr && !keep_fp8 && backend_.device() != Device::kCpu) {
+    // Said, not silent: the slice runs with its FP8-rounded values in the backend's compute type.
+    static std::once_flag said;
+    std::call_once(said, [] {
+      KVASIR_LOG_WARN("FP8 weights sliced for tensor parallelism run in bf16 on this backend (FP8 slices "
+                      "per rank are not built): FP8 numerics, bf16 memory and speed");
+    });
+  }
   // Kernels assume aligned rows; safetensors payloads can sit at any offset, so copy those.
   if (reinterpret_cast<uintptr_t>(w.data) % 32 != 0) {
     KVASIR_ASSIGN_OR_RETURN(auto buf, allocate_host_buffer(w.nbytes));
