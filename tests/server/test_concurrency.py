@@ -112,10 +112,12 @@ def _stream_gaps(base, num_tokens):
     return [b - a for a, b in zip(stamps, stamps[1:])]
 
 
-def _upload_loop(port, raw, stop, statuses):
-    """One client sending a ~30 MB request again and again (a fresh connection each time)."""
+def _upload_loop(port, raw, stop, statuses, seconds):
+    """One client sending a ~30 MB request again and again (a fresh connection each time); each
+    answer's status and its round trip in seconds."""
     import socket
     while not stop.is_set():
+        t0 = time.perf_counter()
         with socket.create_connection(("127.0.0.1", port), timeout=60) as s:
             s.sendall(raw)
             data = b""
@@ -125,6 +127,7 @@ def _upload_loop(port, raw, stop, statuses):
                     break
                 data += chunk
             statuses.append(int(data.split(b" ", 2)[1]) if data else None)
+            seconds.append(time.perf_counter() - t0)
 
 
 def _raw_post(path, obj):
@@ -135,10 +138,12 @@ def _raw_post(path, obj):
 
 def _measure(server, num_tokens, uploads):
     """Streams one completion while /health is probed (and `uploads` clients upload); returns the
-    stream's gaps, the /health latencies (ms), each uploader's statuses and the peak VmRSS."""
+    stream's gaps, the /health latencies (ms), each uploader's statuses and round trips (s) and the
+    peak VmRSS."""
     import threading
     stop = threading.Event()
     statuses = [[] for _ in uploads]
+    seconds = [[] for _ in uploads]
     health_ms, peak_rss = [], [0]
 
     def probe():
@@ -150,7 +155,7 @@ def _measure(server, num_tokens, uploads):
                 peak_rss[0] = max(peak_rss[0], _vm_rss_bytes(server.proc.pid))
                 time.sleep(0.01)
 
-    threads = [threading.Thread(target=_upload_loop, args=(server.port, raw, stop, statuses[i]))
+    threads = [threading.Thread(target=_upload_loop, args=(server.port, raw, stop, statuses[i], seconds[i]))
                for i, raw in enumerate(uploads)] + [threading.Thread(target=probe)]
     for t in threads:
         t.start()
@@ -162,7 +167,7 @@ def _measure(server, num_tokens, uploads):
         for t in threads:
             t.join(60)
     health_ms.sort()
-    return gaps, health_ms, statuses, peak_rss[0]
+    return gaps, health_ms, statuses, seconds, peak_rss[0]
 
 
 def test_big_uploads_block_neither_health_nor_a_running_stream():
@@ -177,28 +182,27 @@ def test_big_uploads_block_neither_health_nor_a_running_stream():
         del big_text
         _stream_gaps(server.base, 4)  # warm-up
         rss_idle = _vm_rss_bytes(server.proc.pid)
-        # The bounds are relative to the same measurement without uploads, taken just before, so
-        # a busy 2-core machine moves both; /health keeps an absolute 50 ms bound unless the
-        # machine alone already exceeds it. A second try only if noise spoiled the first.
-        for attempt in range(2):
-            unloaded, idle_health_ms, _, _ = _measure(server, 40, [])
-            loaded, health_ms, statuses, peak_rss = _measure(server, 40, uploads)
-            # Every upload was answered (400: no context holds 30 MB of prompt) while the stream ran.
-            assert all(s and all(x == 400 for x in s) for s in statuses), statuses
-            p99 = health_ms[int(len(health_ms) * 0.99)]
-            idle_p99 = idle_health_ms[int(len(idle_health_ms) * 0.99)]
-            health_bound = max(50.0, 2 * idle_p99)
-            mean_unloaded = sum(unloaded) / len(unloaded)
-            mean_loaded = sum(loaded) / len(loaded)
-            grown = peak_rss - rss_idle
-            print(f"attempt {attempt}: /health p99 {idle_p99:.1f} -> {p99:.1f} ms ({len(health_ms)} probes); mean gap "
-                  f"{mean_unloaded * 1000:.1f} -> {mean_loaded * 1000:.1f} ms (max {max(loaded) * 1000:.0f}); uploads "
-                  f"{[len(s) for s in statuses]}; RSS +{grown >> 20} MiB")
-            assert grown < len(uploads) * RSS_PER_REQUEST_BODIES * BIG_BODY_BYTES, f"RSS grew by {grown >> 20} MiB"
-            if p99 < health_bound and mean_loaded < 2 * mean_unloaded:
-                break
-        else:
-            raise AssertionError(f"/health p99 {p99:.1f} ms (bound {health_bound:.0f}), mean gap {mean_loaded * 1000:.1f} ms"
-                                 f" against {mean_unloaded * 1000:.1f} ms unloaded (bound 2x)")
+        # "Blocked" is a matter of order, not of speed: an I/O thread parsing a 30 MB body would hold
+        # every stream chunk and /health answer behind it for about as long as that upload's own round
+        # trip. So the stream's longest gap and the slowest /health answer must each be well under
+        # the quickest upload's round trip, and the stream must have gone on while uploads were
+        # answered. On a busy 2-core machine the uploads do slow the stream down (they share the
+        # cores); that is printed, not asserted: speed is shown by the bench tools.
+        unloaded, idle_health_ms, _, _, _ = _measure(server, 40, [])
+        loaded, health_ms, statuses, seconds, peak_rss = _measure(server, 40, uploads)
+        # Every upload was answered (400: no context holds 30 MB of prompt) while the stream ran.
+        assert all(s and all(x == 400 for x in s) for s in statuses), statuses
+        quickest_upload = min(min(s) for s in seconds)
+        grown = peak_rss - rss_idle
+        print(f"/health max {idle_health_ms[-1]:.1f} -> {health_ms[-1]:.1f} ms ({len(health_ms)} probes); mean gap "
+              f"{sum(unloaded) / len(unloaded) * 1000:.1f} -> {sum(loaded) / len(loaded) * 1000:.1f} ms "
+              f"(max {max(loaded) * 1000:.0f}); uploads {[len(s) for s in statuses]}, quickest "
+              f"{quickest_upload * 1000:.0f} ms; RSS +{grown >> 20} MiB")
+        assert grown < len(uploads) * RSS_PER_REQUEST_BODIES * BIG_BODY_BYTES, f"RSS grew by {grown >> 20} MiB"
+        assert sum(len(s) for s in statuses) >= 2, "the uploads did not overlap the stream"
+        assert max(loaded) < quickest_upload / 2, \
+            f"stream gap {max(loaded) * 1000:.0f} ms against an upload round trip of {quickest_upload * 1000:.0f} ms"
+        assert health_ms[-1] < quickest_upload * 1000 / 2, \
+            f"/health took {health_ms[-1]:.0f} ms against an upload round trip of {quickest_upload * 1000:.0f} ms"
     finally:
         assert server.stop() == 0, server.logs()
