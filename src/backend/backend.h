@@ -97,11 +97,16 @@ struct BackendCapabilities {
   bool graph_replay = false;  // graphs are actually captured (false under --enforce-eager)
   int max_graphs = 0;         // captured step shapes kept; further shapes run eagerly
 
-  // The padded size of a pure-decode batch of n sequences: n itself without buckets; else 1, 2,
-  // 4, then multiples of 8 (vLLM's capture sizes), capped at max_num_seqs but never below n.
+  // Batches of up to this many sequences are their own bucket (a batch-1 verify step of k = 4
+  // drafts is 5 one-query rows: padding it to 8 would cost 3 rows of GEMV work for nothing).
+  int exact_decode_buckets_up_to = 2;
+
+  // The padded size of a pure-decode batch of n sequences: n itself without buckets; else every
+  // size up to exact_decode_buckets_up_to, then 1, 2, 4 and multiples of 8 (vLLM's capture
+  // sizes), capped at max_num_seqs but never below n.
   int decode_bucket(int n, int max_num_seqs) const {
     if (!decode_batch_buckets) return n;
-    const int b = n <= 1 ? 1 : (n <= 2 ? 2 : (n <= 4 ? 4 : (n + 7) / 8 * 8));
+    const int b = n <= exact_decode_buckets_up_to ? n : (n <= 2 ? 2 : (n <= 4 ? 4 : (n + 7) / 8 * 8));
     return std::max(n, std::min(b, max_num_seqs));
   }
 };

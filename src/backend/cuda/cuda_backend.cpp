@@ -286,6 +286,9 @@ BackendCapabilities CudaBackend::capabilities() const {
   // Decode batches are bucketed even under --enforce-eager (as before the capabilities query):
   // the same padded shapes keep eager and graph runs computing the same batches.
   c.decode_batch_buckets = true;
+  // Every batch size up to 8 its own graph: the GEMVs take 1-8 rows natively, so padding 5 rows
+  // (a batch-1 verify of 4 drafts) to 8 only adds work.
+  c.exact_decode_buckets_up_to = tuning_.kernels.exact_decode_buckets;
   c.graph_replay = opts_.enable_graphs;
   c.max_graphs = opts_.max_graphs;
   return c;
