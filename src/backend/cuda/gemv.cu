@@ -9,13 +9,13 @@
 // (partial sums meet in shared memory), so CTAs are short and the last wave's tail small.
 #include <algorithm>
 
-#include "backend/cuda/cuda_common.cuh"
-#include "backend/cuda/kernels.h"
+#include "backend/cuda/gemv_common.cuh"
 
 namespace kvasir::cuda {
 namespace {
 
-constexpr int kWarps = 8;
+using namespace gemv_detail;
+
 constexpr int kUnroll = 4;
 constexpr int kStep = 32 * 8;  // elements of a row one warp covers per load
 constexpr int64_t kPrefetchBytes = kUnroll * kStep * 2;
@@ -40,30 +40,6 @@ int split_for(int n, bool norm, int64_t rows, int64_t k) {
 }
 
 int gemv_minb() { return kernel_tuning().gemv_min_blocks; }
-
-__device__ __forceinline__ uint4 load_stream(const bf16* p) {
-  uint4 r;
-  asm("ld.global.nc.L1::no_allocate.v4.u32 {%0, %1, %2, %3}, [%4];"
-      : "=r"(r.x), "=r"(r.y), "=r"(r.z), "=r"(r.w)
-      : "l"(p));
-  return r;
-}
-
-__device__ __forceinline__ void unpack8(const uint4& u, float (&v)[8]) {
-  const __nv_bfloat162* h = reinterpret_cast<const __nv_bfloat162*>(&u);
-#pragma unroll
-  for (int i = 0; i < 4; ++i) {
-    const float2 f = __bfloat1622float2(h[i]);
-    v[2 * i] = f.x;
-    v[2 * i + 1] = f.y;
-  }
-}
-
-__device__ __forceinline__ void load_g8(const float* g, float (&v)[8]) {
-  const float4 a = *reinterpret_cast<const float4*>(g);
-  const float4 b = *reinterpret_cast<const float4*>(g + 4);
-  v[0] = a.x, v[1] = a.y, v[2] = a.z, v[3] = a.w, v[4] = b.x, v[5] = b.y, v[6] = b.z, v[7] = b.w;
-}
 
 template <int N>
 __device__ __forceinline__ void fma_chunk(const uint4& wv, const bf16* __restrict__ x, int64_t k, int64_t i,
@@ -116,69 +92,6 @@ __device__ __forceinline__ void row_dot(const bf16* __restrict__ x, const bf16* 
 #pragma unroll
   for (int t = 0; t < N; ++t) acc[t] = warp_sum(acc[t]);
 }
-
-// With a norm folded in, the CTA normalises its input rows once into shared memory the way
-// rms_norm does (h = bf16(x * inv * g), inv = 1 / rms(x)), and its warps read h from there; the
-// first CTA also writes h out. Returns where the warps read their input.
-template <int N, bool kNorm>
-__device__ __forceinline__ const bf16* stage_input(const GemvInput& in, int64_t k, bf16* hs) {
-  const auto* x = static_cast<const bf16*>(in.x);
-  if constexpr (!kNorm) {
-    return x;
-  } else {
-    __shared__ float red[kWarps][N];
-    const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
-    float ss[N];
-#pragma unroll
-    for (int t = 0; t < N; ++t) ss[t] = 0.0f;
-    for (int64_t i = threadIdx.x * 8; i < k; i += kWarps * 32 * 8) {
-#pragma unroll
-      for (int t = 0; t < N; ++t) {
-        const uint4 u = *reinterpret_cast<const uint4*>(x + t * k + i);
-        *reinterpret_cast<uint4*>(hs + t * k + i) = u;
-        float v[8];
-        unpack8(u, v);
-#pragma unroll
-        for (int e = 0; e < 8; ++e) ss[t] += v[e] * v[e];
-      }
-    }
-#pragma unroll
-    for (int t = 0; t < N; ++t) {
-      ss[t] = warp_sum(ss[t]);
-      if (lane == 0) red[warp][t] = ss[t];
-    }
-    __syncthreads();
-    float inv[N];
-#pragma unroll
-    for (int t = 0; t < N; ++t) {
-      float sum = 0.0f;
-#pragma unroll
-      for (int w = 0; w < kWarps; ++w) sum += red[w][t];
-      inv[t] = 1.0f / sqrtf(sum / static_cast<float>(k) + in.eps);
-    }
-    bf16* h_out = blockIdx.x == 0 ? static_cast<bf16*>(in.h_out) : nullptr;
-    for (int64_t i = threadIdx.x * 8; i < k; i += kWarps * 32 * 8) {
-      float gf[8];
-      load_g8(in.norm_w + i, gf);
-#pragma unroll
-      for (int t = 0; t < N; ++t) {
-        float v[8];
-        unpack8(*reinterpret_cast<const uint4*>(hs + t * k + i), v);
-#pragma unroll
-        for (int e = 0; e < 8; ++e) v[e] = v[e] * inv[t] * gf[e];
-        store8(hs + t * k + i, v);
-        if (h_out != nullptr) store8(h_out + t * k + i, v);
-      }
-    }
-    __syncthreads();
-    return hs;
-  }
-}
-
-struct Segments {
-  GemvOut seg[kGemvMaxOutputs];
-  int num;
-};
 
 // Rows beyond the first round are pulled towards L2 before the wait up to pf_bytes per row (the
 // host sizes it so a kernel's prefetch stays well inside L2: whole rows prefetched by early CTAs
@@ -467,6 +380,7 @@ void init_gemv_kernels() {
   init_norm_n<6>();
   init_norm_n<7>();
   init_norm_n<8>();
+  init_gemv_tc_kernels();
 }
 
 // Up to kGemvMaxRows (KVASIR_GEMV_MAX_ROWS lowers it for A/B runs against cuBLASLt): the rows share
@@ -477,6 +391,7 @@ bool gemv_supported(int64_t n, int64_t k) {
 
 void launch_gemv_multi(const GemvInput& in, const GemvOut* outs, int num, int n, int64_t k, Elem out, cudaStream_t s) {
   KVASIR_CHECK(num >= 1 && num <= kGemvMaxOutputs);
+  if (gemv_tc_applies(n, outs, num)) return launch_gemv_tc_multi(in, outs, num, n, k, out, s);
   Segments segs{};
   int64_t rows = 0;
   for (int i = 0; i < num; ++i) {
@@ -505,6 +420,8 @@ void launch_gemv(const void* x, const void* w, const float* bias, int n, int64_t
 
 void launch_gemv_gated(const GemvInput& in, const void* w_gate, const void* w_up, int n, int64_t m, int64_t k,
                        bool gelu_tanh, void* y, void* up_out, cudaStream_t s) {
+  const GemvOut gate{w_gate, nullptr, y, m, nullptr};
+  if (gemv_tc_applies(n, &gate, 1)) return launch_gemv_tc_gated(in, w_gate, w_up, n, m, k, gelu_tanh, y, up_out, s);
   const auto* wg = static_cast<const bf16*>(w_gate);
   const auto* wu = static_cast<const bf16*>(w_up);
   auto* out = static_cast<bf16*>(y);

@@ -83,6 +83,14 @@ void launch_gemv_multi(const GemvInput& in, const GemvOut* outs, int num, int n,
 // y = act(x · w_gate^T) * (x · w_up^T), bf16 out; up_out (optional) receives x · w_up^T.   y [n, m]
 void launch_gemv_gated(const GemvInput& in, const void* w_gate, const void* w_up, int n, int64_t m, int64_t k,
                        bool gelu_tanh, void* y, void* up_out, cudaStream_t s);
+// gemv_tensor_core.cu: the same on tensor cores for n >= KVASIR_GEMV_TC_MIN_ROWS tokens when every
+// projection's row count is a multiple of 16; launch_gemv_multi / launch_gemv_gated pick it.
+bool gemv_tc_applies(int64_t n, const GemvOut* outs, int num);
+void init_gemv_tc_kernels();
+void launch_gemv_tc_multi(const GemvInput& in, const GemvOut* outs, int num, int n, int64_t k, Elem out,
+                          cudaStream_t s);
+void launch_gemv_tc_gated(const GemvInput& in, const void* w_gate, const void* w_up, int n, int64_t m, int64_t k,
+                          bool gelu_tanh, void* y, void* up_out, cudaStream_t s);
 
 // --- attention.cu -----------------------------------------------------------------------------
 struct AttentionArgs {
