@@ -39,6 +39,7 @@ struct KernelTuning {
   int gemv_split = 2;                 // KVASIR_GEMV_SPLIT 1|2|4: warps per row of single-token GEMVs
   int gemv_max_rows = 8;              // KVASIR_GEMV_MAX_ROWS [1, 8]: most rows a GEMV takes (more: cuBLASLt)
   int gemv_tc_min_rows = 2;           // KVASIR_GEMV_TC_MIN_ROWS [1, 9]: fewest tokens a GEMV runs on tensor cores (9: never)
+  int gemv_tc_variant = 0;            // KVASIR_GEMV_TC_VARIANT 0|1: the tensor-core GEMV's build (gemv_tensor_core.cu)
   int exact_decode_buckets = 8;       // KVASIR_CUDA_EXACT_BUCKETS [2, 8]: decode batches up to this size are not padded
   int gemv_min_blocks = 1;            // KVASIR_GEMV_MINB 1|4|5: register-capped GEMV builds (A/B)
   int gemv_prefetch_mb = 0;           // KVASIR_GEMV_PREFETCH_MB [0, 48]: weights pulled to L2 early

@@ -22,18 +22,24 @@ using namespace gemv_detail;
 
 constexpr int kGroupRows = 16;
 constexpr int kTcStep = 32;    // columns of a row group one warp covers per step
-constexpr int kTcUnroll = 4;   // steps whose loads are in flight together
-// Enough warps in flight to keep the H200's memory busy (132 SMs x 16 warps).
-constexpr int64_t kTcTargetWarps = 2048;
+// Two builds (KVASIR_GEMV_TC_VARIANT): U = 4 steps in flight per round, double-buffered, at two
+// CTAs per SM (128 registers), or U = 2 at three CTAs per SM (85 registers). Without a bound the
+// compiler took 130 registers: one CTA per SM, and 1-token GEMVs ran 16% slower than on CUDA cores.
+struct TcShape {
+  int unroll, min_blocks;
+};
+constexpr TcShape kTcShapes[2] = {{4, 2}, {2, 3}};
 
+template <int U>
 struct TcRound {
-  uint4 lo[kTcUnroll], hi[kTcUnroll];  // rows g and g + 8
+  uint4 lo[U], hi[U];  // rows g and g + 8
 };
 
+template <int U>
 __device__ __forceinline__ void tc_load_round(const bf16* __restrict__ w0, int64_t k, int64_t ke, int64_t i, int c,
-                                              TcRound& f) {
+                                              TcRound<U>& f) {
 #pragma unroll
-  for (int u = 0; u < kTcUnroll; ++u) {
+  for (int u = 0; u < U; ++u) {
     const int64_t col = i + u * kTcStep + 8 * c;
     if (col < ke) {
       f.lo[u] = load_stream(w0 + col);
@@ -46,23 +52,23 @@ __device__ __forceinline__ void tc_load_round(const bf16* __restrict__ w0, int64
 
 // acc (the m16n8 accumulator fragment) += w[16 rows, kb:ke] · x[tokens, kb:ke]^T, starting from a
 // loaded first round f. w0 points at row g of the group; x rows are k apart.
-template <int N>
+template <int N, int U>
 __device__ __forceinline__ void tc_group_dot(const bf16* __restrict__ x, const bf16* __restrict__ w0, int64_t k,
-                                             int64_t kb, int64_t ke, int lane, TcRound& f, float (&acc)[4]) {
+                                             int64_t kb, int64_t ke, int lane, TcRound<U>& f, float (&acc)[4]) {
   const int g = lane >> 2, c = lane & 3;
   acc[0] = acc[1] = acc[2] = acc[3] = 0.0f;
   const bf16* xg = x + (g < N ? g : 0) * k;
-  for (int64_t i = kb; i < ke; i += kTcUnroll * kTcStep) {
-    uint4 xv[kTcUnroll];
+  for (int64_t i = kb; i < ke; i += U * kTcStep) {
+    uint4 xv[U];
 #pragma unroll
-    for (int u = 0; u < kTcUnroll; ++u) {
+    for (int u = 0; u < U; ++u) {
       const int64_t col = i + u * kTcStep + 8 * c;
       xv[u] = g < N && col < ke ? *reinterpret_cast<const uint4*>(xg + col) : make_uint4(0, 0, 0, 0);
     }
-    TcRound cur = f;
-    if (i + kTcUnroll * kTcStep < ke) tc_load_round(w0, k, ke, i + kTcUnroll * kTcStep, c, f);
+    TcRound<U> cur = f;
+    if (i + U * kTcStep < ke) tc_load_round<U>(w0, k, ke, i + U * kTcStep, c, f);
 #pragma unroll
-    for (int u = 0; u < kTcUnroll; ++u) {
+    for (int u = 0; u < U; ++u) {
       const uint32_t a0[4] = {cur.lo[u].x, cur.hi[u].x, cur.lo[u].y, cur.hi[u].y};
       mma_bf16(acc, a0, xv[u].x, xv[u].y);
       const uint32_t a1[4] = {cur.lo[u].z, cur.hi[u].z, cur.lo[u].w, cur.hi[u].w};
@@ -71,10 +77,11 @@ __device__ __forceinline__ void tc_group_dot(const bf16* __restrict__ x, const b
   }
 }
 
-// Columns [kb, ke) of split part `part` of S, in whole rounds.
+// Columns [kb, ke) of split part `part` of S, in whole rounds of the wider build (so both builds
+// split the columns alike).
 template <int S>
 __device__ __forceinline__ void tc_split_range(int64_t k, int part, int64_t& kb, int64_t& ke) {
-  constexpr int64_t kRound = kTcUnroll * kTcStep;
+  constexpr int64_t kRound = 4 * kTcStep;
   const int64_t per = ((k + kRound - 1) / kRound + S - 1) / S * kRound;
   kb = part * per;
   ke = kb + per < k ? kb + per : k;
@@ -102,8 +109,8 @@ __device__ __forceinline__ bool tc_split_reduce(float (&acc)[V], int warp, int l
   }
 }
 
-template <int N, bool kNorm, int S>
-__global__ void __launch_bounds__(kWarps * 32) gemv_tc_kernel(GemvInput in, Segments segs, int64_t groups, int64_t k,
+template <int N, bool kNorm, int S, int V>
+__global__ void __launch_bounds__(kWarps * 32, kTcShapes[V].min_blocks) gemv_tc_kernel(GemvInput in, Segments segs, int64_t groups, int64_t k,
                                                               bool f32_out) {
   pdl_launch_dependents();
   extern __shared__ __align__(16) unsigned char gemv_smem[];
@@ -125,13 +132,14 @@ __global__ void __launch_bounds__(kWarps * 32) gemv_tc_kernel(GemvInput in, Segm
   tc_split_range<S>(k, warp % S, kb, ke);
   const int g = lane >> 2, c = lane & 3;
   const bf16* w0 = static_cast<const bf16*>(o.w) + (r + g) * k;
-  TcRound f{};
-  if (live && kb < ke) tc_load_round(w0, k, ke, kb, c, f);  // weights: before the wait
+  constexpr int U = kTcShapes[V].unroll;
+  TcRound<U> f{};
+  if (live && kb < ke) tc_load_round<U>(w0, k, ke, kb, c, f);  // weights: before the wait
   pdl_wait();
   const bf16* x = stage_input<N, kNorm>(in, k, reinterpret_cast<bf16*>(gemv_smem));
   if (S == 1 && !live) return;
   float acc[4] = {0.0f, 0.0f, 0.0f, 0.0f};
-  if (live && kb < ke) tc_group_dot<N>(x, w0, k, kb, ke, lane, f, acc);
+  if (live && kb < ke) tc_group_dot<N, U>(x, w0, k, kb, ke, lane, f, acc);
   if (!tc_split_reduce<S, 4>(acc, warp, lane) || !live) return;
 #pragma unroll
   for (int j = 0; j < 4; ++j) {
@@ -152,8 +160,8 @@ __global__ void __launch_bounds__(kWarps * 32) gemv_tc_kernel(GemvInput in, Segm
   }
 }
 
-template <int N, bool kNorm, int S>
-__global__ void __launch_bounds__(kWarps * 32) gemv_tc_gated_kernel(GemvInput in, const bf16* __restrict__ wg,
+template <int N, bool kNorm, int S, int V>
+__global__ void __launch_bounds__(kWarps * 32, kTcShapes[V].min_blocks) gemv_tc_gated_kernel(GemvInput in, const bf16* __restrict__ wg,
                                                                     const bf16* __restrict__ wu, int64_t m, int64_t k,
                                                                     bool gelu_tanh, bf16* __restrict__ y,
                                                                     bf16* __restrict__ up_out) {
@@ -165,19 +173,20 @@ __global__ void __launch_bounds__(kWarps * 32) gemv_tc_gated_kernel(GemvInput in
   int64_t kb, ke;
   tc_split_range<S>(k, warp % S, kb, ke);
   const int g = lane >> 2, c = lane & 3;
-  TcRound f{};
-  if (live && kb < ke) tc_load_round(wg + (r + g) * k, k, ke, kb, c, f);
+  constexpr int U = kTcShapes[V].unroll;
+  TcRound<U> f{};
+  if (live && kb < ke) tc_load_round<U>(wg + (r + g) * k, k, ke, kb, c, f);
   pdl_wait();
   const bf16* x = stage_input<N, kNorm>(in, k, reinterpret_cast<bf16*>(gemv_smem));
   if (S == 1 && !live) return;
   float gu[8] = {};
   if (live && kb < ke) {
     float a[4];
-    tc_group_dot<N>(x, wg + (r + g) * k, k, kb, ke, lane, f, a);
+    tc_group_dot<N, U>(x, wg + (r + g) * k, k, kb, ke, lane, f, a);
 #pragma unroll
     for (int j = 0; j < 4; ++j) gu[j] = a[j];
-    tc_load_round(wu + (r + g) * k, k, ke, kb, c, f);
-    tc_group_dot<N>(x, wu + (r + g) * k, k, kb, ke, lane, f, a);
+    tc_load_round<U>(wu + (r + g) * k, k, ke, kb, c, f);
+    tc_group_dot<N, U>(x, wu + (r + g) * k, k, kb, ke, lane, f, a);
 #pragma unroll
     for (int j = 0; j < 4; ++j) gu[4 + j] = a[j];
   }
@@ -202,21 +211,30 @@ __global__ void __launch_bounds__(kWarps * 32) gemv_tc_gated_kernel(GemvInput in
   }
 }
 
-// Warps per row group: the fewest that put kTcTargetWarps in flight, from the shape alone.
+// Warps per row group: the fewest that fill every SM's CTA slots (132 SMs on the H200), from the
+// shape alone (never from the token count).
 int tc_split(int64_t groups) {
+  const int64_t target = int64_t{132} * kTcShapes[1].min_blocks * kWarps;
   for (int s : {1, 2, 4}) {
-    if (groups * s >= kTcTargetWarps) return s;
+    if (groups * s >= target) return s;
   }
   return 8;
 }
 
-template <int N, int S>
-void launch_tc(const GemvInput& in, const Segments& segs, int64_t groups, int64_t k, Elem out, cudaStream_t s) {
+int tc_variant() { return kernel_tuning().gemv_tc_variant; }
+
+template <int N, int S, int V>
+void launch_tc_v(const GemvInput& in, const Segments& segs, int64_t groups, int64_t k, Elem out, cudaStream_t s) {
   const unsigned blocks = static_cast<unsigned>((groups + kWarps / S - 1) / (kWarps / S));
   const bool norm = in.norm_w != nullptr;
   const size_t smem = norm ? static_cast<size_t>(N) * k * sizeof(bf16) : 0;
-  if (norm) launch(gemv_tc_kernel<N, true, S>, blocks, kWarps * 32, smem, s, in, segs, groups, k, out == Elem::kF32);
-  else launch(gemv_tc_kernel<N, false, S>, blocks, kWarps * 32, smem, s, in, segs, groups, k, out == Elem::kF32);
+  if (norm) launch(gemv_tc_kernel<N, true, S, V>, blocks, kWarps * 32, smem, s, in, segs, groups, k, out == Elem::kF32);
+  else launch(gemv_tc_kernel<N, false, S, V>, blocks, kWarps * 32, smem, s, in, segs, groups, k, out == Elem::kF32);
+}
+template <int N, int S>
+void launch_tc(const GemvInput& in, const Segments& segs, int64_t groups, int64_t k, Elem out, cudaStream_t s) {
+  if (tc_variant() == 1) launch_tc_v<N, S, 1>(in, segs, groups, k, out, s);
+  else launch_tc_v<N, S, 0>(in, segs, groups, k, out, s);
 }
 template <int N>
 void launch_tc_n(const GemvInput& in, const Segments& segs, int64_t groups, int64_t k, Elem out, cudaStream_t s) {
@@ -228,15 +246,21 @@ void launch_tc_n(const GemvInput& in, const Segments& segs, int64_t groups, int6
   }
 }
 
-template <int N, int S>
-void launch_tc_gated(const GemvInput& in, const bf16* wg, const bf16* wu, int64_t m, int64_t k, bool gelu, bf16* y,
-                     bf16* up_out, cudaStream_t s) {
+template <int N, int S, int V>
+void launch_tc_gated_v(const GemvInput& in, const bf16* wg, const bf16* wu, int64_t m, int64_t k, bool gelu, bf16* y,
+                       bf16* up_out, cudaStream_t s) {
   const int64_t groups = m / kGroupRows;
   const unsigned blocks = static_cast<unsigned>((groups + kWarps / S - 1) / (kWarps / S));
   const bool norm = in.norm_w != nullptr;
   const size_t smem = norm ? static_cast<size_t>(N) * k * sizeof(bf16) : 0;
-  if (norm) launch(gemv_tc_gated_kernel<N, true, S>, blocks, kWarps * 32, smem, s, in, wg, wu, m, k, gelu, y, up_out);
-  else launch(gemv_tc_gated_kernel<N, false, S>, blocks, kWarps * 32, smem, s, in, wg, wu, m, k, gelu, y, up_out);
+  if (norm) launch(gemv_tc_gated_kernel<N, true, S, V>, blocks, kWarps * 32, smem, s, in, wg, wu, m, k, gelu, y, up_out);
+  else launch(gemv_tc_gated_kernel<N, false, S, V>, blocks, kWarps * 32, smem, s, in, wg, wu, m, k, gelu, y, up_out);
+}
+template <int N, int S>
+void launch_tc_gated(const GemvInput& in, const bf16* wg, const bf16* wu, int64_t m, int64_t k, bool gelu, bf16* y,
+                     bf16* up_out, cudaStream_t s) {
+  if (tc_variant() == 1) launch_tc_gated_v<N, S, 1>(in, wg, wu, m, k, gelu, y, up_out, s);
+  else launch_tc_gated_v<N, S, 0>(in, wg, wu, m, k, gelu, y, up_out, s);
 }
 template <int N>
 void launch_tc_gated_n(const GemvInput& in, const bf16* wg, const bf16* wu, int64_t m, int64_t k, bool gelu, bf16* y,
@@ -253,9 +277,12 @@ void launch_tc_gated_n(const GemvInput& in, const bf16* wg, const bf16* wu, int6
 template <int N, int S>
 void init_tc_s() {
   const int smem = static_cast<int>(kGemvNormSmemMax);
-  KVASIR_CUDA_CHECK(cudaFuncSetAttribute(gemv_tc_kernel<N, true, S>, cudaFuncAttributeMaxDynamicSharedMemorySize, smem));
-  KVASIR_CUDA_CHECK(
-      cudaFuncSetAttribute(gemv_tc_gated_kernel<N, true, S>, cudaFuncAttributeMaxDynamicSharedMemorySize, smem));
+  for (auto* f : {gemv_tc_kernel<N, true, S, 0>, gemv_tc_kernel<N, true, S, 1>}) {
+    KVASIR_CUDA_CHECK(cudaFuncSetAttribute(f, cudaFuncAttributeMaxDynamicSharedMemorySize, smem));
+  }
+  for (auto* f : {gemv_tc_gated_kernel<N, true, S, 0>, gemv_tc_gated_kernel<N, true, S, 1>}) {
+    KVASIR_CUDA_CHECK(cudaFuncSetAttribute(f, cudaFuncAttributeMaxDynamicSharedMemorySize, smem));
+  }
 }
 template <int N>
 void init_tc_n() {
