@@ -56,6 +56,13 @@ struct FlashInferDecodePlan {
 // int32 elements from the plan's start to the field, for these counts (the device side uses the same).
 int64_t flashinfer_decode_field_offset(FlashInferDecodeField f, int num_seqs, int num_works);
 
+// Bytes of the kernel's partial results for num_works rows: bf16 outputs [num_works, num_heads,
+// head_dim], then float log-sum-exps [num_works, num_heads] (16-byte aligned: head_dim % 8 == 0).
+inline int64_t flashinfer_decode_partial_bytes(int num_works, int num_heads, int head_dim) {
+  const int64_t rows = static_cast<int64_t>(num_works) * num_heads;
+  return rows * head_dim * 2 + rows * 4;
+}
+
 // Builds the plan in place (storage reused). A sequence with no keys, more keys than its table
 // holds, or more sequences than rows is a broken invariant: it aborts (the backend checks the
 // sequence count before it asks).
