@@ -49,17 +49,33 @@ struct DecodeShape {
 };
 
 constexpr int kGroups[] = {1, 2, 4, 8};
-int g_ctas_per_sm[3][9] = {};  // [head dim 64/128/256][group]
 
 int hd_index(int head_dim) { return head_dim == 64 ? 0 : head_dim == 128 ? 1 : head_dim == 256 ? 2 : -1; }
 
+// Resident CTAs per SM, [head dim 64/128/256][group]: measured once per process (every device of a
+// run is the same model), thread-safe for tensor-parallel ranks starting together.
+struct CtasPerSm {
+  int n[3][9] = {};
+};
+
 template <uint32_t HD>
-void measure_hd() {
+void measure_hd(CtasPerSm& t) {
   const int i = hd_index(static_cast<int>(HD));
-  g_ctas_per_sm[i][1] = DecodeShape<HD, 1>::ctas_per_sm();
-  g_ctas_per_sm[i][2] = DecodeShape<HD, 2>::ctas_per_sm();
-  g_ctas_per_sm[i][4] = DecodeShape<HD, 4>::ctas_per_sm();
-  g_ctas_per_sm[i][8] = DecodeShape<HD, 8>::ctas_per_sm();
+  t.n[i][1] = DecodeShape<HD, 1>::ctas_per_sm();
+  t.n[i][2] = DecodeShape<HD, 2>::ctas_per_sm();
+  t.n[i][4] = DecodeShape<HD, 4>::ctas_per_sm();
+  t.n[i][8] = DecodeShape<HD, 8>::ctas_per_sm();
+}
+
+const CtasPerSm& ctas_per_sm_table() {
+  static const CtasPerSm t = [] {
+    CtasPerSm m;
+    measure_hd<64>(m);
+    measure_hd<128>(m);
+    measure_hd<256>(m);
+    return m;
+  }();
+  return t;
 }
 
 template <uint32_t HD>
@@ -95,14 +111,10 @@ bool flashinfer_decode_shape_ok(int num_heads, int num_kv_heads, int head_dim) {
 
 int flashinfer_decode_ctas_per_sm(int num_heads, int num_kv_heads, int head_dim) {
   if (!flashinfer_decode_shape_ok(num_heads, num_kv_heads, head_dim)) return 0;
-  return g_ctas_per_sm[hd_index(head_dim)][num_heads / num_kv_heads];
+  return ctas_per_sm_table().n[hd_index(head_dim)][num_heads / num_kv_heads];
 }
 
-void init_flashinfer_decode_kernels() {
-  measure_hd<64>();
-  measure_hd<128>();
-  measure_hd<256>();
-}
+void init_flashinfer_decode_kernels() { (void)ctas_per_sm_table(); }
 
 void launch_flashinfer_decode(const FlashInferDecodeArgs& a, cudaStream_t s) {
   KVASIR_CHECK_MSG(flashinfer_decode_shape_ok(a.num_heads, a.num_kv_heads, a.head_dim),

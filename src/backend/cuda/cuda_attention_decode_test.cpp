@@ -1,7 +1,7 @@
 // The decode paths behind CudaBackend::attention, each forced by KVASIR_CUDA_DECODE, against the
 // CPU backend: FlashInfer's split-KV decode over context lengths 1..128k (around block and chunk
 // edges, short contexts in long tables), batches of 1..8 mixed lengths, GQA ratios 1/2/4/8, head
-// dims 64/128/256, block sizes 8..128; the calls it does not take (window, soft-cap, sinks, a group
+// dims 64/128/256, block sizes 8..128; the table bound; the calls it does not take (window, soft-cap, sinks, a group
 // of 7, more sequences than KVASIR_CUDA_DECODE_FI_MAX_SEQS, mixed steps) going to our kernels; a
 // captured decode graph replayed while the lengths (and so the plan's chunks) change, bit-equal to
 // an eager backend; the knob. The backend's stats line says which path took each call, so a test
@@ -38,12 +38,16 @@ bool flashinfer_built_and_sm90() {
 #endif
 }
 
-std::unique_ptr<Backend> backend_under(const char* knob, bool graphs = true) {
+// A backend made under KVASIR_CUDA_DECODE=knob and KVASIR_CUDA_DECODE_FI_MIN_TOKENS=min_table
+// (null: unset, the default bound; the path tests use 0 so that short tables take FlashInfer too).
+std::unique_ptr<Backend> backend_under(const char* knob, bool graphs = true, const char* min_table = "0") {
   setenv("KVASIR_CUDA_DECODE", knob, 1);
+  if (min_table != nullptr) setenv("KVASIR_CUDA_DECODE_FI_MIN_TOKENS", min_table, 1);
   CudaBackendOptions o;
   o.enable_graphs = graphs;
   auto b = create_cuda_backend(o);
   unsetenv("KVASIR_CUDA_DECODE");
+  unsetenv("KVASIR_CUDA_DECODE_FI_MIN_TOKENS");
   EXPECT_TRUE(b.ok()) << b.status().message();
   return b.ok() ? std::move(*b) : nullptr;
 }
@@ -68,8 +72,8 @@ long long graph_replays(const Backend& b) {
 
 class CudaDecodePaths : public cuda_test::CudaAttention {
  protected:
-  void use(const char* knob) {
-    auto b = backend_under(knob);
+  void use(const char* knob, const char* min_table = "0") {
+    auto b = backend_under(knob, true, min_table);
     ASSERT_NE(b, nullptr);
     gpu_ = std::move(b);
   }
@@ -179,6 +183,23 @@ TEST_F(CudaDecodePaths, OwnKnobKeepsEveryDecodeOnOwnKernels) {
   run_on(decode("own b4", 32, 8, 128, {17, 9000, 1, 300}), false);
 }
 
+// The table bound (KVASIR_CUDA_DECODE_FI_MIN_TOKENS, default 1,024 tokens): a short table stays
+// on our kernels, the same context in a longer table goes to FlashInfer.
+TEST_F(CudaDecodePaths, TableBoundKeepsShortTablesOnOwnKernels) {
+  if (!flashinfer_built_and_sm90()) GTEST_SKIP() << "no FlashInfer decode path (build or device)";
+  use("flashinfer", nullptr);
+  AttnCase small = decode("100 keys, 144-token table", 32, 8, 128, {100});
+  run_on(small, false);
+  AttnCase big = decode("100 keys, 1,712-token table", 32, 8, 128, {100});
+  big.extra_blocks = 100;
+  run_on(big, true);
+  use("flashinfer", "4096");
+  run_on(decode("3000 keys, 3,040-token table", 32, 8, 128, {3000}), false);
+  AttnCase long_table = decode("3000 keys, 4,640-token table", 32, 8, 128, {3000});
+  long_table.extra_blocks = 102;
+  run_on(long_table, true);
+}
+
 TEST_F(CudaDecodePaths, DefaultIsFlashInferWhereBuilt) {
   unsetenv("KVASIR_CUDA_DECODE");
   auto b = create_cuda_backend(CudaBackendOptions{});
@@ -272,7 +293,7 @@ TEST_F(CudaDecodePaths, GraphReplayWithChangingLengthsEqualsEager) {
 }
 
 // The knob as read (host only: these run without a GPU too).
-TEST(CudaDecodeKnob, ReadsFlashInferOwnUnsetAndTheBatchBound) {
+TEST(CudaDecodeKnob, ReadsFlashInferOwnUnsetAndTheBounds) {
   using cuda::DecodeAttentionPath;
   unsetenv("KVASIR_CUDA_DECODE");
   unsetenv("KVASIR_CUDA_DECODE_FI_MAX_SEQS");
@@ -288,6 +309,11 @@ TEST(CudaDecodeKnob, ReadsFlashInferOwnUnsetAndTheBatchBound) {
   EXPECT_EQ(cuda::read_cuda_tuning().recording.flashinfer_decode_max_seqs, 64);
   EXPECT_NE(cuda::describe(cuda::read_cuda_tuning()).find("KVASIR_CUDA_DECODE_FI_MAX_SEQS=64"), std::string::npos);
   unsetenv("KVASIR_CUDA_DECODE_FI_MAX_SEQS");
+  EXPECT_EQ(cuda::read_cuda_tuning().recording.flashinfer_decode_min_table, cuda::kFlashInferDecodeMinTableTokens);
+  setenv("KVASIR_CUDA_DECODE_FI_MIN_TOKENS", "0", 1);
+  EXPECT_EQ(cuda::read_cuda_tuning().recording.flashinfer_decode_min_table, 0);
+  EXPECT_NE(cuda::describe(cuda::read_cuda_tuning()).find("KVASIR_CUDA_DECODE_FI_MIN_TOKENS=0"), std::string::npos);
+  unsetenv("KVASIR_CUDA_DECODE_FI_MIN_TOKENS");
 }
 
 TEST(CudaDecodeKnobDeathTest, UnknownValueAbortsNamingIt) {

@@ -10,7 +10,8 @@
 namespace kvasir {
 
 // FlashInfer's decode takes a pure decode call (one query per sequence, query row s of sequence s)
-// of at most KVASIR_CUDA_DECODE_FI_MAX_SEQS sequences that computes plain attention: bf16 cache,
+// of at most KVASIR_CUDA_DECODE_FI_MAX_SEQS sequences, with a block table of at least
+// KVASIR_CUDA_DECODE_FI_MIN_TOKENS tokens (cuda_tuning.h says why the table), that computes plain attention: bf16 cache,
 // no window, soft-cap or sinks (its variant here has none of them), a head dim and GQA group its
 // kernels are built for, 16-byte aligned rows. Its launch shape is (rows, kv heads) with rows =
 // the kernel's resident CTAs over the kv heads, fixed for the shape, so the call is graphable.
@@ -22,6 +23,9 @@ const cuda::FlashInferDecodePlan* CudaBackend::flashinfer_decode_plan(const Tens
   if (!flashinfer_decode_) return nullptr;
   const int S = m.num_seqs;
   if (S <= 0 || S > tuning_.recording.flashinfer_decode_max_seqs || m.num_tokens != S) return nullptr;
+  if (static_cast<int64_t>(m.max_blocks_per_seq) * m.block_size < tuning_.recording.flashinfer_decode_min_table) {
+    return nullptr;
+  }
   for (int s = 0; s <= S; ++s) {
     if (m.query_start_loc[s] != s) return nullptr;
   }

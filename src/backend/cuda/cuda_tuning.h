@@ -54,7 +54,8 @@ enum class PrefillAttentionKernel {
 const char* prefill_attention_kernel_name(PrefillAttentionKernel k);
 
 // KVASIR_CUDA_DECODE: which kernel runs pure decode steps (one query per sequence) of up to
-// KVASIR_CUDA_DECODE_FI_MAX_SEQS sequences (attention_decode_flashinfer.h lists what FlashInfer's
+// KVASIR_CUDA_DECODE_FI_MAX_SEQS sequences whose block table holds at least
+// KVASIR_CUDA_DECODE_FI_MIN_TOKENS tokens (attention_decode_flashinfer.h lists what FlashInfer's
 // path takes; the rest, and bigger batches, run attention.cu's plan, which KVASIR_CUDA_ATTN steers).
 enum class DecodeAttentionPath {
   kFlashInfer,  // "flashinfer" (default; only where the build has it and the device is sm_90)
@@ -64,6 +65,11 @@ const char* decode_attention_path_name(DecodeAttentionPath k);
 // The default batch bound of FlashInfer's decode: the long-context batches of issue 19 (1..8);
 // from 8 sequences up attention.cu's mma_bulk streams the KV cache at 3.6 TB/s (attention.cu).
 inline constexpr int kFlashInferDecodeMaxSeqs = 8;
+// The default table bound: FlashInfer's decode takes a call only when its block table holds at
+// least this many tokens (max_blocks_per_seq x block_size). The runner sizes decode tables to the
+// next power of two of the blocks in use, so this follows the context while staying fixed for a
+// captured graph; short contexts keep attention.cu's per-head plan, tuned for them (attention.cu).
+inline constexpr int kFlashInferDecodeMinTableTokens = 1024;
 
 // Read by CudaBackend when it starts (each backend reads its own; the op tests build two).
 struct RecordingTuning {
@@ -83,6 +89,7 @@ struct RecordingTuning {
   PrefillAttentionKernel prefill_attention = PrefillAttentionKernel::kFlashInfer;  // KVASIR_CUDA_PREFILL
   DecodeAttentionPath decode_attention = DecodeAttentionPath::kFlashInfer;         // KVASIR_CUDA_DECODE
   int flashinfer_decode_max_seqs = kFlashInferDecodeMaxSeqs;  // KVASIR_CUDA_DECODE_FI_MAX_SEQS [1, 4096]
+  int flashinfer_decode_min_table = kFlashInferDecodeMinTableTokens;  // KVASIR_CUDA_DECODE_FI_MIN_TOKENS [0, 2^30]
 };
 
 struct CudaTuning {
