@@ -48,14 +48,15 @@ struct DecodeShape {
   }
 };
 
-constexpr int kGroups[] = {1, 2, 4, 8};
+// The group sizes FlashInfer's dispatcher (DISPATCH_GQA_GROUP_SIZE) instantiates.
+constexpr int kGroups[] = {1, 2, 3, 4, 6, 8, 16};
 
 int hd_index(int head_dim) { return head_dim == 64 ? 0 : head_dim == 128 ? 1 : head_dim == 256 ? 2 : -1; }
 
 // Resident CTAs per SM, [head dim 64/128/256][group]: measured once per process (every device of a
 // run is the same model), thread-safe for tensor-parallel ranks starting together.
 struct CtasPerSm {
-  int n[3][9] = {};
+  int n[3][17] = {};
 };
 
 template <uint32_t HD>
@@ -65,6 +66,9 @@ void measure_hd(CtasPerSm& t) {
   t.n[i][2] = DecodeShape<HD, 2>::ctas_per_sm();
   t.n[i][4] = DecodeShape<HD, 4>::ctas_per_sm();
   t.n[i][8] = DecodeShape<HD, 8>::ctas_per_sm();
+  t.n[i][3] = DecodeShape<HD, 3>::ctas_per_sm();
+  t.n[i][6] = DecodeShape<HD, 6>::ctas_per_sm();
+  t.n[i][16] = DecodeShape<HD, 16>::ctas_per_sm();
 }
 
 const CtasPerSm& ctas_per_sm_table() {
@@ -118,7 +122,7 @@ void init_flashinfer_decode_kernels() { (void)ctas_per_sm_table(); }
 
 void launch_flashinfer_decode(const FlashInferDecodeArgs& a, cudaStream_t s) {
   KVASIR_CHECK_MSG(flashinfer_decode_shape_ok(a.num_heads, a.num_kv_heads, a.head_dim),
-                   "FlashInfer decode: head_dim 64/128/256 and a GQA group of 1, 2, 4 or 8");
+                   "FlashInfer decode: head_dim 64/128/256 and a GQA group of 1, 2, 3, 4, 6, 8 or 16");
   KVASIR_CHECK_MSG(a.num_works >= a.num_seqs && a.num_seqs > 0, "FlashInfer decode: fewer CTA rows than sequences");
   switch (a.head_dim) {
     case 64: launch_hd<64>(a, s); break;

@@ -2,7 +2,7 @@
 // multi-stage cp.async pipeline of K/V rows per (chunk, kv head) CTA whose GQA group rows share one
 // load) and its merge of the chunks' partial results, behind a plain launcher so that the
 // backend's C++ never sees FlashInfer headers. For pure decode steps (one query per sequence),
-// bf16 Q/KV/out, head_dim 64/128/256, GQA groups 1/2/4/8, no sliding window, soft-cap or sinks:
+// bf16 Q/KV/out, head_dim 64/128/256, GQA groups 1/2/3/4/6/8/16, no sliding window, soft-cap or sinks:
 // flashinfer_decode_shape_ok() and the backend decide, the rest runs attention.cu's kernels.
 // Reads our paged KV cache and block table in place through a host plan
 // (attention_decode_flashinfer_plan.h) whose launch shape never depends on lengths: graph-capturable.
