@@ -539,7 +539,15 @@ print(c["num_hidden_layers"] * kvh * hd * 2 * 2)' "$fd_cfg")
         done
         floor=$(awk -v w="$fd_wfloor" -v b="$b" -v l="$len" -v o="$fd_out" -v t="$fd_kvtok" \
           'BEGIN{printf "%.2f", w + b * (l + o / 2) * t / 4.32e12 * 1e3}')
-        note "fidecode b$b ctx $len (+$fd_out): own ${own[*]} ms/step, flashinfer ${fis[*]} ms/step; floor $floor ms (weights $fd_wfloor + KV)"
+        # KVASIR_FD_AB ("name:VAR=v,..." entries): more runs of our kernels under other knobs, e.g.
+        # mma:KVASIR_CUDA_ATTN=mma_bulk or c4:KVASIR_CUDA_V3_CTAS=4, to compare our best with FlashInfer.
+        extra=""
+        for spec in ${KVASIR_FD_AB:-}; do
+          # A subshell: the knobs stay in this run.
+          t=$(export $(echo "${spec#*:}" | tr ',' ' '); fd_lat "b${b}_${len}_${spec%%:*}" own "$b" "$len")
+          extra+=", own/${spec%%:*} $t"
+        done
+        note "fidecode b$b ctx $len (+$fd_out): own ${own[*]} ms/step, flashinfer ${fis[*]} ms/step$extra; floor $floor ms (weights $fd_wfloor + KV)"
         note "  flashinfer run: $(grep -E '^decode attention calls' "$OUT/fd_lat_b${b}_${len}_flashinfer_r1.log")"
       done
     done
