@@ -20,7 +20,9 @@ const cuda::FlashInferDecodePlan* CudaBackend::flashinfer_decode_plan(const Tens
                                                                       const AttentionMetadata& m,
                                                                       const AttentionParams& p) {
 #if KVASIR_HAVE_FLASHINFER
-  if (!flashinfer_decode_) return nullptr;
+  // A kernel forced by KVASIR_CUDA_ATTN runs every decode batch (the A/B runs and the forced-kernel
+  // op tests rely on it), so FlashInfer steps aside.
+  if (!flashinfer_decode_ || tuning_.kernels.decode_attention != cuda::DecodeAttentionKernel::kAuto) return nullptr;
   const int S = m.num_seqs;
   if (S <= 0 || S > tuning_.recording.flashinfer_decode_max_seqs || m.num_tokens != S) return nullptr;
   if (static_cast<int64_t>(m.max_blocks_per_seq) * m.block_size < tuning_.recording.flashinfer_decode_min_table) {

@@ -56,7 +56,8 @@ const char* prefill_attention_kernel_name(PrefillAttentionKernel k);
 // KVASIR_CUDA_DECODE: which kernel runs pure decode steps (one query per sequence) of up to
 // KVASIR_CUDA_DECODE_FI_MAX_SEQS sequences whose block table holds at least
 // KVASIR_CUDA_DECODE_FI_MIN_TOKENS tokens (attention_decode_flashinfer.h lists what FlashInfer's
-// path takes; the rest, and bigger batches, run attention.cu's plan, which KVASIR_CUDA_ATTN steers).
+// path takes; the rest, and bigger batches, run attention.cu's plan, which KVASIR_CUDA_ATTN steers;
+// a kernel forced by KVASIR_CUDA_ATTN runs every decode, FlashInfer's path included).
 enum class DecodeAttentionPath {
   kFlashInfer,  // "flashinfer" (default; only where the build has it and the device is sm_90)
   kOwn,         // "own": attention.cu's kernels for every decode
