@@ -125,7 +125,8 @@ if has tests; then
   nccl_dir=$(dirname "$(find /usr/local/cuda/lib64 /opt/torch/.venv -name 'libnccl.so.2' 2>/dev/null | head -1)" 2>/dev/null)
   LD_LIBRARY_PATH="${nccl_dir:-.}:$LD_LIBRARY_PATH" timeout 120 "$bin/nccl_communicator_test" >"$OUT/nccl_test.log" 2>&1
   note "nccl communicator test: rc=$? $(grep -E '^\[  (PASSED|SKIPPED) ' "$OUT/nccl_test.log" | tr '\n' ' ')$(grep -c '^\[  FAILED  \]' "$OUT/nccl_test.log") failed"
-  timeout 240 "$bin/cuda_ops_test" >"$OUT/ops_test.log" 2>&1
+  # 360 s: the decode-path tests (CudaDecodePaths.*, contexts up to 128k against the CPU) joined.
+  timeout 360 "$bin/cuda_ops_test" >"$OUT/ops_test.log" 2>&1
   rc=$?
   grep -E "^\[  (PASSED|FAILED) |FAILED|Failure|rel|Expected" "$OUT/ops_test.log" | head -40
   note "op tests: rc=$rc $(grep -E '^\[  PASSED' "$OUT/ops_test.log" | head -1) $(grep -c '^\[  FAILED  \]' "$OUT/ops_test.log") failed"
