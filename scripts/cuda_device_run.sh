@@ -33,6 +33,9 @@
 # steps at batch 1 and 16 (KVASIR_SPEC_ROUNDS interleaved rounds, 3), ngram throughput at batch 1 and 16.
 # Stage fiprefill (issue 19): FlashInfer's SM90 prefill against our kernel: op tests on both paths,
 # memcheck, 32k and 128k b1 prefill A/B by KVASIR_CUDA_PREFILL, interleaved (KVASIR_FI_PARTS picks).
+# Stage fidecode (issue 19): FlashInfer's split-KV decode (KVASIR_CUDA_DECODE=flashinfer) against our
+# kernels (=own): the decode op tests on both paths, memcheck, b1 and b8 decode at 8k/32k/128k
+# contexts A/B interleaved, ms/step beside the floor (weights + KV) (KVASIR_FD_PARTS picks).
 # Stage fp8 (issue 15): the FP8 op / e2e tests and their memcheck, then --quantization fp8 beside
 # bf16 on Llama-3.1-8B-shaped dummy weights: batch-1 decode in KVASIR_FP8_ROUNDS interleaved rounds
 # (medians, the 2.25 ms bar and the 1.86 ms floor), batch 64, throughput KVASIR_FP8_TP_PROMPTS x 128/128.
@@ -122,7 +125,8 @@ if has tests; then
   nccl_dir=$(dirname "$(find /usr/local/cuda/lib64 /opt/torch/.venv -name 'libnccl.so.2' 2>/dev/null | head -1)" 2>/dev/null)
   LD_LIBRARY_PATH="${nccl_dir:-.}:$LD_LIBRARY_PATH" timeout 120 "$bin/nccl_communicator_test" >"$OUT/nccl_test.log" 2>&1
   note "nccl communicator test: rc=$? $(grep -E '^\[  (PASSED|SKIPPED) ' "$OUT/nccl_test.log" | tr '\n' ' ')$(grep -c '^\[  FAILED  \]' "$OUT/nccl_test.log") failed"
-  timeout 240 "$bin/cuda_ops_test" >"$OUT/ops_test.log" 2>&1
+  # 360 s: the decode-path tests (CudaDecodePaths.*, contexts up to 128k against the CPU) joined.
+  timeout 360 "$bin/cuda_ops_test" >"$OUT/ops_test.log" 2>&1
   rc=$?
   grep -E "^\[  (PASSED|FAILED) |FAILED|Failure|rel|Expected" "$OUT/ops_test.log" | head -40
   note "op tests: rc=$rc $(grep -E '^\[  PASSED' "$OUT/ops_test.log" | head -1) $(grep -c '^\[  FAILED  \]' "$OUT/ops_test.log") failed"
@@ -470,6 +474,85 @@ if has fiprefill; then
   }
   fi_has bench && fi_ab 32k 32000 "${KVASIR_FI_ROUNDS:-3}"
   fi_has long && fi_ab 128k 130944 "${KVASIR_FI_LONG_ROUNDS:-1}"
+fi
+if has fidecode; then
+  # Issue 19: FlashInfer's split-KV paged decode (KVASIR_CUDA_DECODE=flashinfer, the default where
+  # built; pure decode steps of up to KVASIR_CUDA_DECODE_FI_MAX_SEQS [8] sequences) against our
+  # kernels (=own). KVASIR_FD_PARTS ["tests memcheck bench"]:
+  # tests     the decode op tests on both paths against the CPU (CudaDecodePaths.*, the knob), the
+  #           older CudaAttention.* / CudaOps.Decode* cases under each knob, cuda_e2e_test under each;
+  # memcheck  compute-sanitizer memcheck on CudaDecodePaths.* (FlashInfer's kernel, merge, fallbacks);
+  # bench     Llama-8B-shape dummy weights, decode ms/step at KVASIR_FD_LENS ["128 8192 32000 130944"]
+  #           contexts for KVASIR_FD_BATCHES ["1 8"] (b8 at 128k skipped: 137 GB of KV), own then
+  #           flashinfer, KVASIR_FD_ROUNDS [1] interleaved rounds, each beside the floor: the
+  #           weights (scripts/decode_floor.py) + the KV cache at the mean decode context, at 4.32 TB/s
+  #           (bars at b1: 32k <= 5.1 ms against a 4.44 ms floor; 128 <= 3.85). The flashinfer runs
+  #           use table bound KVASIR_FD_MIN_TOKENS [0], so the 128-token pair says whether FlashInfer
+  #           should take short contexts too (the default bound, 1,024 table tokens, keeps them ours).
+  fd_parts=${KVASIR_FD_PARTS:-"tests memcheck bench"}
+  fd_has() { [[ " $fd_parts " == *" $1 "* ]]; }
+  if fd_has tests; then
+    timeout 500 "$bin/cuda_ops_test" --gtest_filter='CudaDecodePaths.*:CudaDecodeKnob*' >"$OUT/fd_tests.log" 2>&1
+    rc=$?
+    grep -E "FAILED|Failure|rel_l2|Expected|SKIPPED" "$OUT/fd_tests.log" | head -20
+    note "fidecode tests (CudaDecodePaths.*, CudaDecodeKnob*): rc=$rc $(grep -E '^\[  (PASSED|SKIPPED) ' "$OUT/fd_tests.log" | tr '\n' ' ')$(grep -c '^\[  FAILED  \]' "$OUT/fd_tests.log") failed"
+    for path in flashinfer own; do
+      # Table bound 0: every pure decode case of up to 8 sequences goes to FlashInfer under its knob.
+      KVASIR_CUDA_DECODE=$path KVASIR_CUDA_DECODE_FI_MIN_TOKENS=0 timeout 300 "$bin/cuda_ops_test" \
+        --gtest_filter='CudaAttention.*:CudaOps.Decode*:CudaOps.Fused*' \
+        >"$OUT/fd_tests_attention_$path.log" 2>&1
+      note "fidecode CudaAttention.*/CudaOps.Decode*/Fused* with KVASIR_CUDA_DECODE=$path: rc=$? $(grep -E '^\[  PASSED' "$OUT/fd_tests_attention_$path.log" | head -1) $(grep -c '^\[  FAILED  \]' "$OUT/fd_tests_attention_$path.log") failed"
+      KVASIR_CUDA_DECODE=$path KVASIR_CUDA_DECODE_FI_MIN_TOKENS=0 timeout 240 "$bin/cuda_e2e_test" >"$OUT/fd_e2e_$path.log" 2>&1
+      note "fidecode e2e with KVASIR_CUDA_DECODE=$path: rc=$? $(grep -E '^\[  PASSED' "$OUT/fd_e2e_$path.log" | head -1) $(grep -c '^\[  FAILED  \]' "$OUT/fd_e2e_$path.log") failed; $(grep -oE 'decode attention calls: flashinfer [0-9]+, own [0-9]+' "$OUT/fd_e2e_$path.log" | head -1)"
+    done
+  fi
+  if fd_has memcheck && command -v compute-sanitizer >/dev/null; then
+    # The 128k cases take the CPU reference most of the time; memcheck runs the rest.
+    timeout 500 compute-sanitizer --tool memcheck --leak-check no "$bin/cuda_ops_test" \
+      --gtest_filter='CudaDecodePaths.*:-CudaDecodePaths.FlashInferContextLengthsUpTo128k' >"$OUT/fd_memcheck.log" 2>&1
+    rc=$?
+    tail -5 "$OUT/fd_memcheck.log"
+    note "fidecode memcheck: rc=$rc $(grep -E 'ERROR SUMMARY' "$OUT/fd_memcheck.log" | tail -1) $(grep -c '^\[  FAILED  \]' "$OUT/fd_memcheck.log") failed"
+  fi
+  if fd_has bench; then
+    fd_cfg=configs/llama-3.1-8b.json
+    read -r fd_wfloor _ < <(python3 scripts/decode_floor.py "$fd_cfg")
+    fd_kvtok=$(python3 -c 'import json, sys
+c = json.load(open(sys.argv[1]))
+kvh = c.get("num_key_value_heads", c["num_attention_heads"]); hd = c.get("head_dim") or c["hidden_size"] // c["num_attention_heads"]
+print(c["num_hidden_layers"] * kvh * hd * 2 * 2)' "$fd_cfg")
+    fd_out=${KVASIR_FD_OUT_LEN:-64}
+    fd_lat() {  # name, path, batch, context: one latency run, its ms per step on stdout
+      local name=$1 path=$2 b=$3 len=$4
+      KVASIR_CUDA_DECODE=$path KVASIR_CUDA_DECODE_FI_MIN_TOKENS=${KVASIR_FD_MIN_TOKENS:-0} timeout 400 "$bin/kvasir" bench latency --device cuda --load-format dummy --model "$fd_cfg" \
+        --batch-size "$b" --input-len "$len" --output-len "$fd_out" --num-iters 1 --num-iters-warmup 1 \
+        --max-num-batched-tokens 16384 >"$OUT/fd_lat_$name.log" 2>&1
+      echo "$name rc=$? $(grep -E '^decode:' "$OUT/fd_lat_$name.log") | $(grep -E '^decode attention calls' "$OUT/fd_lat_$name.log")" >&2
+      grep -oE '\(([0-9.]+) ms per step\)' "$OUT/fd_lat_$name.log" | grep -oE '[0-9.]+' | head -1
+    }
+    for len in ${KVASIR_FD_LENS:-128 8192 32000 130944}; do
+      for b in ${KVASIR_FD_BATCHES:-1 8}; do
+        if (( b * (len + fd_out) > 300000 )); then note "fidecode b$b ctx $len: skipped (KV cache does not fit beside the weights)"; continue; fi
+        own=() fis=()
+        for ((r = 1; r <= ${KVASIR_FD_ROUNDS:-1}; r++)); do
+          own+=("$(fd_lat "b${b}_${len}_own_r$r" own "$b" "$len")")
+          fis+=("$(fd_lat "b${b}_${len}_flashinfer_r$r" flashinfer "$b" "$len")")
+        done
+        floor=$(awk -v w="$fd_wfloor" -v b="$b" -v l="$len" -v o="$fd_out" -v t="$fd_kvtok" \
+          'BEGIN{printf "%.2f", w + b * (l + o / 2) * t / 4.32e12 * 1e3}')
+        # KVASIR_FD_AB ("name:VAR=v,..." entries): more runs of our kernels under other knobs, e.g.
+        # mma:KVASIR_CUDA_ATTN=mma_bulk or c4:KVASIR_CUDA_V3_CTAS=4, to compare our best with FlashInfer.
+        extra=""
+        for spec in ${KVASIR_FD_AB:-}; do
+          # A subshell: the knobs stay in this run.
+          t=$(export $(echo "${spec#*:}" | tr ',' ' '); fd_lat "b${b}_${len}_${spec%%:*}" own "$b" "$len")
+          extra+=", own/${spec%%:*} $t"
+        done
+        note "fidecode b$b ctx $len (+$fd_out): own ${own[*]} ms/step, flashinfer ${fis[*]} ms/step$extra; floor $floor ms (weights $fd_wfloor + KV)"
+        note "  flashinfer run: $(grep -E '^decode attention calls' "$OUT/fd_lat_b${b}_${len}_flashinfer_r1.log")"
+      done
+    done
+  fi
 fi
 if has fp8; then
   # Issue 15, FP8 W8A8 (--quantization fp8: per-channel e4m3 weights, dynamic per-token inputs):

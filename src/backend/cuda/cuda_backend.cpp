@@ -12,6 +12,7 @@
 
 #include "backend/cuda/cuda_check.h"
 #if KVASIR_HAVE_FLASHINFER
+#include "backend/cuda/attention_decode_flashinfer.h"
 #include "backend/cuda/attention_prefill_flashinfer.h"
 #endif
 #include "backend/cuda/gemm.h"
@@ -113,6 +114,18 @@ Status CudaBackend::init() {
                                       : "own kernel (KVASIR_CUDA_PREFILL=own)");
 #else
   KVASIR_LOG_INFO("CUDA prefill attention: own kernel%s", flashinfer_wanted ? " (built without FlashInfer)" : "");
+#endif
+  // FlashInfer's decode kernel is built into the same sm_90a library.
+  const bool fi_decode_wanted = tuning_.recording.decode_attention == cuda::DecodeAttentionPath::kFlashInfer;
+#if KVASIR_HAVE_FLASHINFER
+  flashinfer_decode_ = fi_decode_wanted && prop.major == 9 && prop.minor == 0;
+  if (flashinfer_decode_) cuda::init_flashinfer_decode_kernels();
+  KVASIR_LOG_INFO("CUDA decode attention: %s",
+                  flashinfer_decode_ ? "FlashInfer split-KV up to KVASIR_CUDA_DECODE_FI_MAX_SEQS sequences (own kernels beyond and where it cannot)"
+                  : fi_decode_wanted ? "own kernels (FlashInfer's needs an sm_90 device)"
+                                     : "own kernels (KVASIR_CUDA_DECODE=own)");
+#else
+  KVASIR_LOG_INFO("CUDA decode attention: own kernels%s", fi_decode_wanted ? " (built without FlashInfer)" : "");
 #endif
   cuda::init_gemv_kernels();
   cuda::init_moe_kernels();
@@ -318,10 +331,13 @@ std::string CudaBackend::stats() const {
                   static_cast<double>(fp8_weight_bytes_) / (1 << 20));
     out += buf;
   }
-  char prefill[160];
-  std::snprintf(prefill, sizeof(prefill), "\nprefill attention calls: flashinfer %lld, own %lld (host plans made %lld)",
+  char prefill[320];
+  std::snprintf(prefill, sizeof(prefill),
+                "\nprefill attention calls: flashinfer %lld, own %lld (host plans made %lld)"
+                "\ndecode attention calls: flashinfer %lld, own %lld (host plans made %lld)",
                 static_cast<long long>(prefill_calls_flashinfer_), static_cast<long long>(prefill_calls_own_),
-                static_cast<long long>(flashinfer_plans_.plans_made()));
+                static_cast<long long>(flashinfer_plans_.plans_made()), static_cast<long long>(decode_calls_flashinfer_),
+                static_cast<long long>(decode_calls_own_), static_cast<long long>(flashinfer_decode_plans_.plans_made()));
   const std::string prof = queue_->profile_report();
   return out + prefill + (prof.empty() ? "" : "\n" + prof);
 }

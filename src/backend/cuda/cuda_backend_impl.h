@@ -8,6 +8,7 @@
 #include <unordered_map>
 #include <vector>
 
+#include "backend/cuda/attention_decode_flashinfer_plan.h"
 #include "backend/cuda/attention_prefill_flashinfer_plan.h"
 #include "backend/cuda/cuda_backend.h"
 #include "backend/cuda/cuda_tuning.h"
@@ -112,6 +113,11 @@ class CudaBackend final : public Backend {
   StatusOr<std::unique_ptr<Buffer>> allocate_weight(size_t bytes);
   void exec_write_latent_kv(const cuda::WriteLatentKvOp& op, const uint8_t* arena, cudaStream_t s);
   void exec_flashinfer_prefill(const cuda::AttentionOp& op, const uint8_t* arena, cudaStream_t s);
+  // FlashInfer's decode (cuda_decode_flashinfer_ops.cpp): the plan of a call it takes, else null.
+  const cuda::FlashInferDecodePlan* flashinfer_decode_plan(const Tensor& q, const Tensor& k_cache, const Tensor& v_cache,
+                                                           const Tensor& out, const AttentionMetadata& m,
+                                                           const AttentionParams& p);
+  void exec_flashinfer_decode(const cuda::AttentionOp& op, const uint8_t* arena, cudaStream_t s);
   void exec_mla_attention(const cuda::MlaAttentionOp& op, const uint8_t* arena, cudaStream_t s);
   void exec_all_reduce(const cuda::AllReduceOp& op, Elem elem, cudaStream_t s);
   void exec_all_gather_columns(const cuda::AllGatherColumnsOp& op, cudaStream_t s);
@@ -161,6 +167,11 @@ class CudaBackend final : public Backend {
   bool flashinfer_prefill_ = false;
   cuda::FlashInferPlanCache flashinfer_plans_;
   int64_t prefill_calls_flashinfer_ = 0, prefill_calls_own_ = 0;
+  // FlashInfer decode (attention_decode_flashinfer.h): whether this backend may take it (built,
+  // sm_90 device, KVASIR_CUDA_DECODE), its plans, and how many decode calls went to each path.
+  bool flashinfer_decode_ = false;
+  cuda::FlashInferDecodePlanCache flashinfer_decode_plans_;
+  int64_t decode_calls_flashinfer_ = 0, decode_calls_own_ = 0;
   // MLA: per-head products on cuBLASLt (made on the first mla_attention), grow-only scratch.
   struct OwnedDeviceMemory {
     void* ptr = nullptr;

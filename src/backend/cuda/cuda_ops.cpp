@@ -85,10 +85,19 @@ void CudaBackend::attention(const Tensor& q, const Tensor& k_cache, const Tensor
   }
   const bool has_prefill = fi_plan != nullptr || !work_.empty();
   const int nd = pure_decode ? S : static_cast<int>(decode_seqs_.size());
-  const cuda::DecodeSplit split = cuda::plan_decode_split(nd, heads, kv_heads, hd, m.max_blocks_per_seq, m.block_size, num_sms_,
-                                                          sinks);
-  const int64_t partial_floats = cuda::decode_scratch_floats(nd, heads, hd, split);
-  void* partial = partial_floats > 0 ? device_scratch(partial_, partial_cap_, static_cast<size_t>(partial_floats) * 4) : nullptr;
+  // Pure decode steps of a few sequences: FlashInfer's split-KV decode where it takes the call
+  // (cuda_decode_flashinfer_ops.cpp), else the plan of attention.cu.
+  const cuda::FlashInferDecodePlan* fi_decode =
+      pure_decode ? flashinfer_decode_plan(q, k_cache, v_cache, out, m, p) : nullptr;
+  const cuda::DecodeSplit split =
+      fi_decode != nullptr ? cuda::DecodeSplit{}
+                           : cuda::plan_decode_split(nd, heads, kv_heads, hd, m.max_blocks_per_seq, m.block_size, num_sms_, sinks);
+  const int64_t partial_bytes = fi_decode != nullptr
+                                    ? cuda::flashinfer_decode_partial_bytes(fi_decode->num_works, heads, hd)
+                                    : cuda::decode_scratch_floats(nd, heads, hd, split) * 4;
+  void* partial = partial_bytes > 0 ? device_scratch(partial_, partial_cap_, static_cast<size_t>(partial_bytes)) : nullptr;
+  if (fi_decode != nullptr) ++decode_calls_flashinfer_;
+  else if (nd > 0) ++decode_calls_own_;
 
   // A prefill's launch shape depends on its lengths: such a step is never captured in a graph.
   cuda::AttentionOp& r =
@@ -124,6 +133,11 @@ void CudaBackend::attention(const Tensor& q, const Tensor& k_cache, const Tensor
   r.num_splits = split.num_splits;
   r.partition_tokens = split.partition_tokens;
   r.all_heads = split.all_heads ? 1 : 0;
+  r.decode_plan = cuda::kNotStaged;
+  if (fi_decode != nullptr) {
+    r.flashinfer_decode_works = fi_decode->num_works;
+    r.decode_plan = queue_->stage(fi_decode->data.data(), fi_decode->data.size() * sizeof(int32_t));
+  }
   r.scale = p.scale;
   r.softcap = p.softcap;
 }
@@ -257,7 +271,9 @@ void CudaBackend::exec_attention(const cuda::AttentionOp& op, const uint8_t* are
   a.softcap = op.softcap;
   a.sinks = op.sinks;
   const int nd = static_cast<int>(op.num_decode), nw = static_cast<int>(op.num_work);
-  if (nd > 0) {
+  if (nd > 0 && op.flashinfer_decode_works > 0) {
+    exec_flashinfer_decode(op, arena, s);
+  } else if (nd > 0) {
     const int32_t* seqs =
         op.decode_seqs != cuda::kNotStaged ? reinterpret_cast<const int32_t*>(arena + op.decode_seqs) : nullptr;
     cuda::DecodeSplit split{static_cast<int>(op.num_splits), static_cast<int>(op.partition_tokens), op.all_heads != 0};

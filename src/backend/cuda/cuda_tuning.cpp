@@ -64,7 +64,21 @@ PrefillAttentionKernel env_prefill_attention() {
   return PrefillAttentionKernel::kOwn;
 }
 
+DecodeAttentionPath env_decode_path() {
+  const char* e = std::getenv("KVASIR_CUDA_DECODE");
+  if (e == nullptr || *e == '\0') return DecodeAttentionPath::kFlashInfer;
+  for (DecodeAttentionPath k : {DecodeAttentionPath::kFlashInfer, DecodeAttentionPath::kOwn}) {
+    if (std::strcmp(e, decode_attention_path_name(k)) == 0) return k;
+  }
+  KVASIR_CHECK_MSG(false, (std::string("KVASIR_CUDA_DECODE must be flashinfer or own, not '") + e + "'").c_str());
+  return DecodeAttentionPath::kOwn;
+}
+
 }  // namespace
+
+const char* decode_attention_path_name(DecodeAttentionPath k) {
+  return k == DecodeAttentionPath::kOwn ? "own" : "flashinfer";
+}
 
 const char* prefill_attention_kernel_name(PrefillAttentionKernel k) {
   return k == PrefillAttentionKernel::kOwn ? "own" : "flashinfer";
@@ -89,6 +103,11 @@ CudaTuning read_cuda_tuning() {
   t.recording.moe_gemv_max_tokens = env_int("KVASIR_MOE_GEMV_TOKENS", 8, 0, 256);
   t.recording.moe_fuse_route = std::getenv("KVASIR_MOE_FUSE_ROUTE") == nullptr ? -1 : env_int("KVASIR_MOE_FUSE_ROUTE", 0, 0, 1);
   t.recording.prefill_attention = env_prefill_attention();
+  t.recording.decode_attention = env_decode_path();
+  t.recording.flashinfer_decode_max_seqs =
+      env_int("KVASIR_CUDA_DECODE_FI_MAX_SEQS", kFlashInferDecodeMaxSeqs, 1, 4096);
+  t.recording.flashinfer_decode_min_table =
+      env_int("KVASIR_CUDA_DECODE_FI_MIN_TOKENS", kFlashInferDecodeMinTableTokens, 0, 1 << 30);
   KernelTuning& k = t.kernels;
   k.decode_attention = env_decode_attention();
   k.all_heads_ctas_per_sm = env_int("KVASIR_CUDA_V3_CTAS", 2, 1, 64);
@@ -119,16 +138,19 @@ const KernelTuning& kernel_tuning() {
 std::string describe(const CudaTuning& t) {
   const RecordingTuning& r = t.recording;
   const KernelTuning& k = t.kernels;
-  char buf[1024];
+  char buf[1152];
   std::snprintf(buf, sizeof(buf),
                 "KVASIR_CUDA_FUSE=%d KVASIR_CUDA_FUSE_NORM=%d KVASIR_CUDA_PROFILE=%d KVASIR_CUDA_ATTN=%s "
                 "KVASIR_CUDA_V3_CTAS=%d KVASIR_CUDA_V3_PART=%d KVASIR_CUDA_V3_MIN_CTAS=%d KVASIR_CUDA_SPLITS_BY_CONTEXT=%d KVASIR_CUDA_PREFILL_KT=%d KVASIR_CUDA_TMA_STAGES=%d "
                 "KVASIR_CUDA_ROPE_HEADS=%d KVASIR_GEMV_EARLY=%d KVASIR_GEMV_SPLIT=%d KVASIR_GEMV_MAX_ROWS=%d KVASIR_GEMV_TC_MIN_ROWS=%d KVASIR_GEMV_TC_VARIANT=%d KVASIR_CUDA_EXACT_BUCKETS=%d KVASIR_GEMV_MINB=%d "
-                "KVASIR_GEMV_PREFETCH_MB=%d KVASIR_CUDA_PDL=%d KVASIR_MOE_GEMV_TOKENS=%d KVASIR_MOE_FUSE_ROUTE=%d KVASIR_CUDA_PREFILL=%s",
+                "KVASIR_GEMV_PREFETCH_MB=%d KVASIR_CUDA_PDL=%d KVASIR_MOE_GEMV_TOKENS=%d KVASIR_MOE_FUSE_ROUTE=%d KVASIR_CUDA_PREFILL=%s "
+                "KVASIR_CUDA_DECODE=%s KVASIR_CUDA_DECODE_FI_MAX_SEQS=%d KVASIR_CUDA_DECODE_FI_MIN_TOKENS=%d",
                 r.fuse, r.fuse_norm, r.profile, decode_attention_kernel_name(k.decode_attention),
                 k.all_heads_ctas_per_sm, k.all_heads_max_partition, k.all_heads_min_ctas, k.splits_by_context, k.prefill_key_tile, k.mma_bulk_stages,
                 k.rope_per_head, k.gemv_early, k.gemv_split, k.gemv_max_rows, k.gemv_tc_min_rows, k.gemv_tc_variant, k.exact_decode_buckets, k.gemv_min_blocks, k.gemv_prefetch_mb, k.pdl,
-                r.moe_gemv_max_tokens, r.moe_fuse_route, prefill_attention_kernel_name(r.prefill_attention));
+                r.moe_gemv_max_tokens, r.moe_fuse_route, prefill_attention_kernel_name(r.prefill_attention),
+                decode_attention_path_name(r.decode_attention), r.flashinfer_decode_max_seqs,
+                r.flashinfer_decode_min_table);
   return buf;
 }
 

@@ -54,6 +54,25 @@ enum class PrefillAttentionKernel {
 };
 const char* prefill_attention_kernel_name(PrefillAttentionKernel k);
 
+// KVASIR_CUDA_DECODE: which kernel runs pure decode steps (one query per sequence) of up to
+// KVASIR_CUDA_DECODE_FI_MAX_SEQS sequences whose block table holds at least
+// KVASIR_CUDA_DECODE_FI_MIN_TOKENS tokens (attention_decode_flashinfer.h lists what FlashInfer's
+// path takes; the rest, and bigger batches, run attention.cu's plan, which KVASIR_CUDA_ATTN steers;
+// a kernel forced by KVASIR_CUDA_ATTN runs every decode, FlashInfer's path included).
+enum class DecodeAttentionPath {
+  kFlashInfer,  // "flashinfer" (default; only where the build has it and the device is sm_90)
+  kOwn,         // "own": attention.cu's kernels for every decode
+};
+const char* decode_attention_path_name(DecodeAttentionPath k);
+// The default batch bound of FlashInfer's decode: the long-context batches of issue 19 (1..8);
+// from 8 sequences up attention.cu's mma_bulk streams the KV cache at 3.6 TB/s (attention.cu).
+inline constexpr int kFlashInferDecodeMaxSeqs = 8;
+// The default table bound: FlashInfer's decode takes a call only when its block table holds at
+// least this many tokens (max_blocks_per_seq x block_size). The runner sizes decode tables to the
+// next power of two of the blocks in use, so this follows the context while staying fixed for a
+// captured graph; short contexts keep attention.cu's per-head plan, tuned for them (attention.cu).
+inline constexpr int kFlashInferDecodeMinTableTokens = 1024;
+
 // Read by CudaBackend when it starts (each backend reads its own; the op tests build two).
 struct RecordingTuning {
   bool fuse = true;        // KVASIR_CUDA_FUSE=0: one record per op (for A/B timing)
@@ -70,6 +89,9 @@ struct RecordingTuning {
   // two waves both ways), so the rule is the wave count.
   int moe_fuse_route = -1;
   PrefillAttentionKernel prefill_attention = PrefillAttentionKernel::kFlashInfer;  // KVASIR_CUDA_PREFILL
+  DecodeAttentionPath decode_attention = DecodeAttentionPath::kFlashInfer;         // KVASIR_CUDA_DECODE
+  int flashinfer_decode_max_seqs = kFlashInferDecodeMaxSeqs;  // KVASIR_CUDA_DECODE_FI_MAX_SEQS [1, 4096]
+  int flashinfer_decode_min_table = kFlashInferDecodeMinTableTokens;  // KVASIR_CUDA_DECODE_FI_MIN_TOKENS [0, 2^30]
 };
 
 struct CudaTuning {
@@ -77,8 +99,8 @@ struct CudaTuning {
   KernelTuning kernels;
 };
 
-// Every knob as the environment sets it now. KVASIR_CUDA_PREFILL other than flashinfer or own aborts
-// with a message naming it (a typo would otherwise silently benchmark the other kernel).
+// Every knob as the environment sets it now. KVASIR_CUDA_PREFILL or KVASIR_CUDA_DECODE other than
+// flashinfer or own aborts with a message naming it (a typo would otherwise silently benchmark the other kernel).
 CudaTuning read_cuda_tuning();
 // The kernel knobs in force for this process: read_cuda_tuning().kernels on first use, then fixed.
 const KernelTuning& kernel_tuning();

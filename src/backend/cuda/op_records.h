@@ -173,7 +173,12 @@ struct AttentionOp {
   int64_t num_decode, num_work;  // num_work: tiles of our kernel, or the FlashInfer plan's work items
   int32_t flashinfer_ctas;       // > 0: the prefill rows go to FlashInfer's kernel on this many CTAs
   int32_t num_tokens;            // query rows of the step (FlashInfer's bound for its TMA loads of q)
-  int64_t num_splits, partition_tokens, all_heads;  // the DecodeSplit planned at record time
+  int32_t num_splits, partition_tokens;  // the DecodeSplit planned at record time
+  int32_t all_heads;
+  // > 0: the decode rows go to FlashInfer's decode kernel (attention_decode_flashinfer.h) on this
+  // many CTA rows, with the FlashInferDecodePlan staged at decode_plan; num_splits etc. unused.
+  int32_t flashinfer_decode_works;
+  ArenaOffset decode_plan;
   float scale, softcap;
 };
 
