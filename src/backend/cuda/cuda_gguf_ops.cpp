@@ -1,0 +1,104 @@
+// GGUF block weights on the CUDA backend. At load, a 2-D weight of a type the GGUF kernels read
+// (Q4_0, Q4_1, Q5_0, Q5_1, Q8_0, Q4_K, Q5_K, Q6_K: gguf_kernels.h) is copied byte for byte, its
+// blocks as the file stores them (a Q4_K_M 8B: 4.6 GiB instead of 15 GiB of bf16); every other
+// type, and 3-D tensors (stacked MoE experts, which the MoE kernels read as bf16), are still
+// dequantized to bf16 at load. At run time linear() records a GgufLinearOp: up to
+// kGgufGemvMaxRows tokens it runs the GGUF GEMV (dequantizing in registers, one pass over the
+// weight bytes), above that the weight is dequantized into a bf16 scratch (in output-feature
+// slices of at most kGgufScratchElems when larger, as an untied lm_head) and multiplied by
+// cuBLASLt: a dequantization costs one read of the blocks and one write of bf16, small beside a
+// prefill GEMM's tensor-core time. embedding() reads quantized token tables (and so a tied
+// lm_head's table serves both) through the same decoders.
+#include <algorithm>
+
+#include "backend/cuda/cuda_backend_impl.h"
+#include "backend/cuda/cuda_check.h"
+#include "backend/cuda/gguf_kernels.h"
+
+namespace kvasir {
+namespace {
+
+// bf16 elements of the GEMM path's weight scratch (128 MiB): every projection of an 8B model fits
+// whole (ffn 14336 x 4096 = 58.7M); a 128k-vocabulary lm_head goes in slices.
+constexpr int64_t kGgufScratchElems = int64_t{64} << 20;
+
+bool is_dev(const Tensor& t) { return t.device == Device::kCuda; }
+
+}  // namespace
+
+bool CudaBackend::keeps_gguf(const Tensor& host) {
+  return host.ndim == 2 && host.data != nullptr && cuda::gguf_kernel_type(host.dtype) && host.cols() % 8 == 0;
+}
+
+StatusOr<Tensor> CudaBackend::upload_gguf_weight(const Tensor& host, std::unique_ptr<Buffer>* owner) {
+  const size_t bytes = host.nbytes();
+  // allocate_weight's memory is 256-byte aligned and rows are whole blocks: the kernels' aligned loads hold.
+  KVASIR_ASSIGN_OR_RETURN(auto buf, allocate_weight(bytes));
+  KVASIR_CUDA_RETURN_IF_ERROR(cudaMemcpyAsync(buf->data(), host.data, bytes, cudaMemcpyHostToDevice, stream_));
+  // The source may be a temporary of the caller's: the copy must be done before we return.
+  KVASIR_CUDA_RETURN_IF_ERROR(cudaStreamSynchronize(stream_));
+  Tensor t = host;
+  t.data = buf->data();
+  t.device = Device::kCuda;
+  ++gguf_weights_;
+  gguf_weight_bytes_ += bytes;
+  *owner = std::move(buf);
+  return t;
+}
+
+void CudaBackend::linear_gguf(const Tensor& x, const Tensor& w, const Tensor* bias, Tensor& out) {
+  const int64_t n = x.rows(), k = x.cols(), m = w.rows();
+  KVASIR_CHECK_MSG(is_dev(x) && is_dev(w) && is_dev(out) && x.dtype == DType::kBF16,
+                   "GGUF linear: input must be bf16 on the device");
+  KVASIR_CHECK_MSG(w.cols() == k && out.cols() == m && out.rows() == n && out.data != x.data,
+                   "GGUF linear: weight [out, in] must match input [rows, in] and output [rows, out], another tensor");
+  if (bias != nullptr) KVASIR_CHECK(bias->dtype == DType::kF32 && bias->numel() == m && is_dev(*bias));
+  const Elem elem = elem_of(out.dtype);
+  if (n == 0 || m == 0) return;
+  OpRecord& rec = queue_->add(OpKind::kGgufLinear, true);
+  rec.elem = static_cast<int32_t>(elem);
+  cuda::GgufLinearOp& r = rec.gguf_linear;
+  r.x = x.data;
+  r.w = w.data;
+  r.bias = bias != nullptr ? static_cast<const float*>(bias->data) : nullptr;
+  r.out = out.data;
+  r.rows = n;
+  r.out_features = m;
+  r.in_features = k;
+  r.dtype = static_cast<int32_t>(w.dtype);
+  if (n <= cuda::kGgufGemvMaxRows && cuda::aligned16(x.data)) return;  // the GEMV
+  // Slices are whole multiples of 128 features (cuBLASLt's tiles), at least one.
+  const int64_t whole = std::max<int64_t>(128, kGgufScratchElems / k / 128 * 128);
+  r.chunk_rows = m * k <= kGgufScratchElems ? m : std::min(m, whole);
+  r.w_bf16 = device_scratch(gguf_w_bf16_, gguf_w_bf16_cap_, static_cast<size_t>(r.chunk_rows * k) * 2);
+  if (r.chunk_rows < m) {
+    const size_t es = elem == Elem::kF32 ? 4 : 2;
+    r.out_tmp = device_scratch(gguf_out_tmp_, gguf_out_tmp_cap_, static_cast<size_t>(n * r.chunk_rows) * es);
+  }
+}
+
+void CudaBackend::exec_gguf_linear(const cuda::GgufLinearOp& op, Elem elem, cudaStream_t s) {
+  const int64_t n = op.rows, m = op.out_features, k = op.in_features;
+  const auto dt = static_cast<DType>(op.dtype);
+  if (op.w_bf16 == nullptr) {
+    cuda::launch_gguf_gemv(op.x, op.w, dt, op.bias, op.out, static_cast<int>(n), m, k, elem, s);
+    return;
+  }
+  const size_t es = elem == Elem::kF32 ? 4 : 2;
+  for (int64_t r0 = 0; r0 < m; r0 += op.chunk_rows) {
+    const int64_t mc = std::min(op.chunk_rows, m - r0);
+    cuda::launch_gguf_dequantize(op.w, dt, r0, mc, k, op.w_bf16, Elem::kBf16, s);
+    if (op.out_tmp == nullptr) {
+      gemm_.run(op.x, op.w_bf16, op.out, n, mc, k, elem, s);
+      continue;
+    }
+    gemm_.run(op.x, op.w_bf16, op.out_tmp, n, mc, k, elem, s);
+    KVASIR_CUDA_CHECK(cudaMemcpy2DAsync(static_cast<uint8_t*>(op.out) + static_cast<size_t>(r0) * es,
+                                        static_cast<size_t>(m) * es, op.out_tmp, static_cast<size_t>(mc) * es,
+                                        static_cast<size_t>(mc) * es, static_cast<size_t>(n), cudaMemcpyDeviceToDevice,
+                                        s));
+  }
+  if (op.bias != nullptr) cuda::launch_add_bias(op.out, op.bias, n, m, elem, s);
+}
+
+}  // namespace kvasir

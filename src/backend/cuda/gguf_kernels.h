@@ -1,0 +1,38 @@
+// The CUDA backend's GGUF block-format kernels: weights stay in the blocks the file stores
+// (Q4_0, Q4_1, Q5_0, Q5_1, Q8_0, Q4_K, Q5_K, Q6_K; layouts in quant/block_formats.h), rows
+// contiguous, uploaded byte for byte. gguf_gemv.cu: the GEMV for decode-sized batches (1 ..
+// kGgufGemvMaxRows tokens) dequantizing in registers, one pass over the weight bytes for every
+// token. gguf_dequantize.cu: rows to bf16 (the GEMM path's scratch, embedding lookups) or float32
+// (tests), equal to quant::dequantize_row before rounding.
+// Host-callable launchers only; must not know ops, records or models.
+#pragma once
+
+#include <cuda_runtime_api.h>
+
+#include <cstdint>
+
+#include "backend/cuda/kernels.h"
+#include "core/dtype.h"
+
+namespace kvasir::cuda {
+
+inline constexpr int kGgufGemvMaxRows = 8;
+
+// Whether the kernels here read weights of type t (kept in their blocks on the device).
+bool gguf_kernel_type(DType t);
+
+// y[t, r] = x[t, :] · w[r, :] (+ bias[r]) for t < n (1..kGgufGemvMaxRows); x [n, k] bf16, 16-byte
+// aligned; w [m, k] in blocks of type t, 16-byte aligned; y [n, m] bf16 or float32 (out).
+void launch_gguf_gemv(const void* x, const void* w, DType t, const float* bias, void* y, int n, int64_t m, int64_t k,
+                      Elem out, cudaStream_t s);
+
+// out[r - row0, :] = rows row0 .. row0 + rows of w [*, k] dequantized, as bf16 or float32 (out,
+// 16-byte aligned).
+void launch_gguf_dequantize(const void* w, DType t, int64_t row0, int64_t rows, int64_t k, void* out, Elem elem,
+                            cudaStream_t s);
+
+// out[i, :] = bf16(scale * dequantize(table[ids[i], :])), table [vocab, d] in blocks of type t.
+void launch_gguf_embedding(const void* table, DType t, const int32_t* ids, int n, int64_t d, int64_t vocab, float scale,
+                           void* out, cudaStream_t s);
+
+}  // namespace kvasir::cuda
