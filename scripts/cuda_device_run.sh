@@ -10,6 +10,8 @@
 # pack; kept in /tmp/lc while the machine stays warm); gguf writes a random Llama-3.1-8B-shaped
 # F16 GGUF to local disk (scripts/cuda_random_gguf.py, gguf wheel from .whl); gguf_bench runs
 # llama-bench / llama-batched-bench and kvasir's benches on that file (stage lconly: llama.cpp only).
+# KVASIR_GGUF_TYPE=q4_k_m makes both stages use llama.cpp's Q4_K_M mix instead (Q4_K + Q6_K blocks,
+# which kvasir keeps in their blocks on the GPU: issue 15's GGUF k-quants side by side).
 # Backend knobs for A/B runs (environment): KVASIR_CUDA_PDL=0, KVASIR_CUDA_FUSE=0,
 # KVASIR_CUDA_FUSE_NORM=1, KVASIR_CUDA_ATTN=2, KVASIR_CUDA_PROFILE=1 (per-op device time),
 # KVASIR_GEMV_PREFETCH_MB, KVASIR_CUDA_V3_CTAS / _PART; stage ab runs the batch-1 latency once per
@@ -169,6 +171,10 @@ if has memcheck; then
     timeout 180 compute-sanitizer --tool memcheck --leak-check no "$bin/cuda_ops_test" --gtest_filter='CudaMla.*' \
       >"$OUT/memcheck_mla.log" 2>&1
     note "memcheck, MLA: rc=$? $(grep -E 'ERROR SUMMARY' "$OUT/memcheck_mla.log" | tail -1)"
+    # GGUF block weights: decoders, embedding, GEMV (1..8 rows) and the sliced dequantize + GEMM path.
+    timeout 240 compute-sanitizer --tool memcheck --leak-check no "$bin/cuda_ops_test" --gtest_filter='CudaGguf.*' \
+      >"$OUT/memcheck_gguf.log" 2>&1
+    note "memcheck, GGUF: rc=$? $(grep -E 'ERROR SUMMARY' "$OUT/memcheck_gguf.log" | tail -1)"
   else
     note "memcheck: compute-sanitizer not found"
   fi
@@ -285,11 +291,12 @@ if has moe; then
     note "  $(grep -E 'device steps' "$OUT/moe_throughput.log" | head -1)"
   fi
 fi
-gguf=/tmp/llama8b-f16.gguf
+gguf_type=${KVASIR_GGUF_TYPE:-f16}
+gguf=/tmp/llama8b-$gguf_type.gguf
 if has gguf && [[ ! -f $gguf ]]; then
   python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target /tmp/site .whl/gguf-*.whl \
     >"$OUT/gguf.log" 2>&1
-  PYTHONPATH=/tmp/site PYTHONUNBUFFERED=1 timeout 300 python3 scripts/cuda_random_gguf.py $gguf >>"$OUT/gguf.log" 2>&1
+  PYTHONPATH=/tmp/site PYTHONUNBUFFERED=1 timeout 300 python3 scripts/cuda_random_gguf.py $gguf --type "$gguf_type" >>"$OUT/gguf.log" 2>&1
   note "gguf: rc=$? $(tail -1 "$OUT/gguf.log") $(du -h $gguf 2>/dev/null | cut -f1)"
 fi
 if has lcwait; then
@@ -704,8 +711,8 @@ if has peer && [[ -f .carry/hf_llama8b.py ]]; then
   note "peer (HF transformers): $(tail -3 "$OUT/peer.log" | tr '\n' ' ')"
 fi
 if has gguf_bench && [[ -f $gguf ]]; then
-  # After the llama.cpp build (so neither engine shares the CPUs with it): kvasir on the GGUF (its
-  # F16 weights become bf16 on the device), then llama.cpp on the same file.
+  # After the llama.cpp build (so neither engine shares the CPUs with it): kvasir on the GGUF (F16
+  # weights become bf16 on the device; Q4_K/Q6_K stay in their blocks), then llama.cpp on the same file.
   lc_wait "${KVASIR_LC_WAIT:-420}"
   if ! has lconly; then
     # Batch 1 with a 512-token prompt: its prefill is llama-bench's pp512, its 128 decode steps
@@ -717,6 +724,7 @@ if has gguf_bench && [[ -f $gguf ]]; then
     timeout 150 "$bin/kvasir" bench latency --model $gguf --device cuda --batch-size 64 --input-len 128 \
       --output-len 128 --num-iters 3 >"$OUT/gguf_lat_b64.log" 2>&1
     note "kvasir gguf b64 128/128: rc=$? $(grep -E '^(prefill|decode)' "$OUT/gguf_lat_b64.log" | tr '\n' ' ')"
+    note "  $(grep -E 'device steps' "$OUT/gguf_lat_b64.log" | head -1)"
   fi
   lb=$lc/build-cuda/bin
   if [[ -x $lb/llama-bench ]]; then
