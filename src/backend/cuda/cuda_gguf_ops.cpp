@@ -3,17 +3,21 @@
 // blocks as the file stores them (a Q4_K_M 8B: 4.6 GiB instead of 15 GiB of bf16); every other
 // type, and 3-D tensors (stacked MoE experts, which the MoE kernels read as bf16), are still
 // dequantized to bf16 at load. At run time linear() records a GgufLinearOp: up to
-// kGgufGemvMaxRows tokens it runs the GGUF GEMV (dequantizing in registers, one pass over the
-// weight bytes), above that the weight is dequantized into a bf16 scratch (in output-feature
+// kGgufGemvMaxRows tokens (kGgufKquantGemvMaxRows for Q4_K/Q5_K/Q6_K) it runs a GEMV dequantizing
+// in registers, one pass over the weight bytes per 16 tokens (the K-quants on the tensor cores,
+// gguf_kquant_gemv.cu; the rest in float32, gguf_gemv.cu); above that the weight is dequantized into a bf16 scratch (in output-feature
 // slices of at most kGgufScratchElems when larger, as an untied lm_head) and multiplied by
 // cuBLASLt: a dequantization costs one read of the blocks and one write of bf16, small beside a
 // prefill GEMM's tensor-core time. embedding() reads quantized token tables (and so a tied
 // lm_head's table serves both) through the same decoders.
 #include <algorithm>
+#include <cstdlib>
+#include <cstring>
 
 #include "backend/cuda/cuda_backend_impl.h"
 #include "backend/cuda/cuda_check.h"
 #include "backend/cuda/gguf_kernels.h"
+#include "common/log.h"
 
 namespace kvasir {
 namespace {
@@ -23,6 +27,32 @@ namespace {
 constexpr int64_t kGgufScratchElems = int64_t{64} << 20;
 
 bool is_dev(const Tensor& t) { return t.device == Device::kCuda; }
+
+// Q4_K / Q5_K / Q6_K decode on the tensor cores (bf16-rounded weights, gguf_kquant_gemv.cu) unless
+// KVASIR_GGUF_GEMV=exact puts them on the float32 GEMV with the reference's exact weights (A/B runs,
+// accuracy checks).
+bool kquant_on_tensor_cores(DType t) {
+  static const bool exact = [] {
+    const char* e = std::getenv("KVASIR_GGUF_GEMV");
+    const bool x = e != nullptr && std::strcmp(e, "exact") == 0;
+    KVASIR_LOG_INFO("GGUF GEMV: K-quants on %s", x ? "the float32 GEMV (KVASIR_GGUF_GEMV=exact)" : "the tensor cores");
+    return x;
+  }();
+  return !exact && (t == DType::kQ4_K || t == DType::kQ5_K || t == DType::kQ6_K);
+}
+
+// Up to how many tokens a weight of type t goes through a GEMV (else dequantize + cuBLASLt).
+int gemv_max_rows(DType t) {
+  if (!kquant_on_tensor_cores(t)) return cuda::kGgufGemvMaxRows;
+  static const int rows = [] {
+    const char* e = std::getenv("KVASIR_GGUF_GEMV_ROWS");
+    const int v = e != nullptr ? std::atoi(e) : cuda::kGgufKquantGemvMaxRows;
+    const int r = v >= 1 && v <= 4096 ? v : cuda::kGgufKquantGemvMaxRows;
+    KVASIR_LOG_INFO("GGUF K-quant GEMV up to %d tokens (KVASIR_GGUF_GEMV_ROWS), dequantize + cuBLASLt above", r);
+    return r;
+  }();
+  return rows;
+}
 
 }  // namespace
 
@@ -66,7 +96,7 @@ void CudaBackend::linear_gguf(const Tensor& x, const Tensor& w, const Tensor* bi
   r.out_features = m;
   r.in_features = k;
   r.dtype = static_cast<int32_t>(w.dtype);
-  if (n <= cuda::kGgufGemvMaxRows && cuda::aligned16(x.data)) return;  // the GEMV
+  if (n <= gemv_max_rows(w.dtype) && cuda::aligned16(x.data)) return;  // a GEMV
   // Slices are whole multiples of 128 features (cuBLASLt's tiles), at least one.
   const int64_t whole = std::max<int64_t>(128, kGgufScratchElems / k / 128 * 128);
   r.chunk_rows = m * k <= kGgufScratchElems ? m : std::min(m, whole);
@@ -81,7 +111,11 @@ void CudaBackend::exec_gguf_linear(const cuda::GgufLinearOp& op, Elem elem, cuda
   const int64_t n = op.rows, m = op.out_features, k = op.in_features;
   const auto dt = static_cast<DType>(op.dtype);
   if (op.w_bf16 == nullptr) {
-    cuda::launch_gguf_gemv(op.x, op.w, dt, op.bias, op.out, static_cast<int>(n), m, k, elem, s);
+    if (kquant_on_tensor_cores(dt)) {
+      cuda::launch_gguf_kquant_gemv(op.x, op.w, dt, op.bias, op.out, static_cast<int>(n), m, k, elem, s);
+    } else {
+      cuda::launch_gguf_gemv(op.x, op.w, dt, op.bias, op.out, static_cast<int>(n), m, k, elem, s);
+    }
     return;
   }
   const size_t es = elem == Elem::kF32 ? 4 : 2;

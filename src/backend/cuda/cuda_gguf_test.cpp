@@ -1,7 +1,8 @@
 // GGUF block weights on the CUDA backend against the CPU backend: for every type the GPU keeps in
 // its blocks, the device decoders equal quant::dequantize_row bit for bit (float32 rows, and bf16
 // embedding rows equal the CPU's rounded to bf16), and linear() follows the CPU's exact quantized
-// matmul through the GEMV (1..8 rows) and the dequantize + cuBLASLt path (above 8, including an
+// matmul through the GEMVs (float32 for every type up to 8 rows; the K-quants' tensor-core one up
+// to 32, 16 tokens per pass) and the dequantize + cuBLASLt path (above those, including an
 // lm_head-sized weight that goes in slices). Random blocks: random quant bytes with sane fp16
 // scales (a few subnormal and negative ones, so the conversions' edge cases are met).
 #include <cuda_runtime_api.h>
@@ -133,7 +134,8 @@ TEST_F(CudaGguf, LinearMatchesCpuThroughGemvAndGemm) {
   const LinearCase cases[] = {{1, 1, 64, false, false},  {1, 16, 1000, true, true},  {2, 3, 96, false, true},
                               {3, 5, 130, true, false},  {4, 16, 512, false, true},  {5, 2, 7, false, true},
                               {7, 9, 300, true, true},   {8, 16, 256, false, false}, {8, 4, 1001, true, true},
-                              {9, 4, 384, false, true},  {33, 3, 200, true, false},  {130, 16, 512, false, true}};
+                              {9, 4, 384, false, true},  {16, 8, 136, true, true},   {20, 2, 64, false, true},
+                              {32, 3, 96, true, false},  {33, 3, 200, true, false},  {130, 16, 512, false, true}};
   for (const Format& f : formats()) {
     for (const LinearCase& c : cases) {
       const int64_t k = c.blocks * block_elems(f.type);
@@ -151,12 +153,24 @@ TEST_F(CudaGguf, LinearMatchesCpuThroughGemvAndGemm) {
       Tensor rt = host_tensor(ref, {c.n, c.m});
       Tensor bt = host_tensor(b, {c.m});
       cpu_->linear(host_tensor(x, {c.n, k}), Tensor::make(bytes.data(), f.type, {c.m, k}), c.bias ? &bt : nullptr, rt);
-      // GEMV: the CPU's weights exactly, float32 sums in another order (1e-4 for float32 outputs).
-      // GEMM: the weights rounded to bf16 first (2^-9 relative each), as the bf16 path's.
-      const bool gemv = c.n <= cuda::kGgufGemvMaxRows;
-      const double bound = !c.f32_out ? 1e-2 : (gemv ? 1e-4 : 5e-3);
+      // Float32 GEMV (legacy types): the CPU's weights exactly, float32 sums in another order
+      // (1e-4 for float32 outputs). Tensor-core GEMV (K-quants) and GEMM: the weights rounded to
+      // bf16 first (2^-9 relative each), as the bf16 path's.
+      // K-quants: the tensor-core GEMV up to 32 tokens (16 per pass); the rest: up to 8.
+      const bool kquant = block_elems(f.type) == 256;
+      const bool gemv = c.n <= (kquant ? cuda::kGgufKquantGemvMaxRows : cuda::kGgufGemvMaxRows);
+      const double bound = !c.f32_out ? 1e-2 : (gemv && !kquant ? 1e-4 : 5e-3);
       EXPECT_LT(rel_l2(read_back(*gpu_, out.t), ref), bound)
           << f.name << " " << c.n << "x" << k << " -> " << c.m << (c.bias ? " bias" : "") << (gemv ? " gemv" : " gemm");
+      if (kquant && c.n <= cuda::kGgufGemvMaxRows) {
+        // The K-quants' float32 GEMV as well (what KVASIR_GGUF_GEMV=exact runs): exact weights.
+        DeviceTensor exact(c.f32_out ? DType::kF32 : DType::kBF16, {c.n, c.m});
+        cuda::launch_gguf_gemv(xg.t.data, wg.data, f.type, c.bias ? static_cast<const float*>(bg.data) : nullptr,
+                               exact.t.data, c.n, c.m, k, c.f32_out ? cuda::Elem::kF32 : cuda::Elem::kBf16, nullptr);
+        ASSERT_EQ(cudaDeviceSynchronize(), cudaSuccess);
+        EXPECT_LT(rel_l2(read_back(*gpu_, exact.t), ref), c.f32_out ? 1e-4 : 1e-2)
+            << f.name << " float32 GEMV " << c.n << "x" << k << " -> " << c.m;
+      }
     }
   }
 }

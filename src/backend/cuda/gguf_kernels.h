@@ -2,7 +2,7 @@
 // (Q4_0, Q4_1, Q5_0, Q5_1, Q8_0, Q4_K, Q5_K, Q6_K; layouts in quant/block_formats.h), rows
 // contiguous, uploaded byte for byte. gguf_gemv.cu: the GEMV for decode-sized batches (1 ..
 // kGgufGemvMaxRows tokens) dequantizing in registers, one pass over the weight bytes for every
-// token. gguf_dequantize.cu: rows to bf16 (the GEMM path's scratch, embedding lookups) or float32
+// token; gguf_kquant_gemv.cu: the K-quants' GEMV on the tensor cores. gguf_dequantize.cu: rows to bf16 (the GEMM path's scratch, embedding lookups) or float32
 // (tests), equal to quant::dequantize_row before rounding.
 // Host-callable launchers only; must not know ops, records or models.
 #pragma once
@@ -17,6 +17,11 @@
 namespace kvasir::cuda {
 
 inline constexpr int kGgufGemvMaxRows = 8;
+// Tokens the backend sends to the K-quants' tensor-core GEMV (16 per pass over the weights) before
+// dequantize + cuBLASLt: two passes (about 2x 1 ms on an 8B) against one dequantization of every
+// weight per step (~35 GB of traffic). A first estimate: measure with kvasir bench latency at
+// batch 16..64 (KVASIR_GGUF_GEMV_ROWS overrides it).
+inline constexpr int kGgufKquantGemvMaxRows = 32;
 
 // Whether the kernels here read weights of type t (kept in their blocks on the device).
 bool gguf_kernel_type(DType t);
@@ -25,6 +30,11 @@ bool gguf_kernel_type(DType t);
 // aligned; w [m, k] in blocks of type t, 16-byte aligned; y [n, m] bf16 or float32 (out).
 void launch_gguf_gemv(const void* x, const void* w, DType t, const float* bias, void* y, int n, int64_t m, int64_t k,
                       Elem out, cudaStream_t s);
+
+// The same for Q4_K / Q5_K / Q6_K on the tensor cores (gguf_kquant_gemv.cu), any n >= 1 (16 tokens
+// per pass over the weights): the weights rounded to bf16 before the products, float32 sums.
+void launch_gguf_kquant_gemv(const void* x, const void* w, DType t, const float* bias, void* y, int n, int64_t m,
+                             int64_t k, Elem out, cudaStream_t s);
 
 // out[r - row0, :] = rows row0 .. row0 + rows of w [*, k] dequantized, as bf16 or float32 (out,
 // 16-byte aligned).

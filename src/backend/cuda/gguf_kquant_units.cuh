@@ -1,0 +1,161 @@
+// The K-quant GEMV's unit of work (gguf_kquant_gemv.cu): 32 weights of one row that share their
+// fetches, decoded into the B fragments of eight m16n8k16 bf16 MMAs, and the same 32 columns of an
+// activation row as the matching A fragments. A unit's element e (0..31) sits at column col(e);
+// MMA j takes elements 4j .. 4j+3: b[2j] = bf16x2(w[4j], w[4j+1]), b[2j+1] = bf16x2(w[4j+2],
+// w[4j+3]), a[2j] / a[2j+1] the same columns of x. Any column order works for a dot product as
+// long as A and B agree, so a unit follows the block layout (one 16-byte load of quant bytes per
+// unit for Q4_K/Q5_K):
+//   Q4_K / Q5_K: unit u of a row = super-block u / 8, group g = (u % 8) / 2, half h = u % 2;
+//     e < 16: column 64g + 16h + e (low nibble of qs[32g + 16h + e], sub-block 2g);
+//     e >= 16: column 64g + 32 + 16h + (e - 16) (high nibble of the same byte, sub-block 2g + 1).
+//   Q6_K: unit u = super-block u / 8, half h = (u % 8) / 4, l0 = 8 (u % 4); element e = 8q + i is
+//     column 128h + 32q + l0 + i (quarter q of the half, scale 8h + l0 / 16 + 2q).
+// Weights are the reference's float32 values (gguf_blocks.cuh's operations) rounded to bf16, as
+// the GEMM path's dequantized scratch. Header-only device code (a host test harness can include
+// it with stand-ins for the intrinsics).
+#pragma once
+
+#include <cuda_bf16.h>
+
+#include "backend/cuda/gguf_blocks.cuh"
+
+namespace kvasir::cuda::gguf {
+
+// 0 <= v < 2^23 as a float, exactly, without the (quarter-rate) integer conversion; `minus` is
+// subtracted in the same operation (v - minus exact for the small integers used here).
+__device__ __forceinline__ float small_uint_to_float(uint32_t v, float minus) {
+  return __fsub_rn(__uint_as_float(0x4B000000u | v), 8388608.0f + minus);
+}
+
+__device__ __forceinline__ uint32_t bf16x2_bits(float lo, float hi) {
+  const __nv_bfloat162 v = __floats2bfloat162_rn(lo, hi);
+  return *reinterpret_cast<const uint32_t*>(&v);
+}
+
+__device__ __forceinline__ uint32_t byte_at(uint32_t w0, uint32_t w1, uint32_t w2, int i) {
+  const uint32_t w = i < 4 ? w0 : (i < 8 ? w1 : w2);
+  return (w >> (8 * (i & 3))) & 0xffu;
+}
+
+// The (scale, min) pair j of a Q4_K/Q5_K super-block from its 12 scale bytes as three words.
+__device__ __forceinline__ void scale_min_words(uint32_t w0, uint32_t w1, uint32_t w2, int j, uint32_t* sc,
+                                                uint32_t* mn) {
+  if (j < 4) {
+    *sc = byte_at(w0, w1, w2, j) & 63;
+    *mn = byte_at(w0, w1, w2, j + 4) & 63;
+  } else {
+    *sc = (byte_at(w0, w1, w2, j + 4) & 0x0f) | ((byte_at(w0, w1, w2, j - 4) >> 6) << 4);
+    *mn = (byte_at(w0, w1, w2, j + 4) >> 4) | ((byte_at(w0, w1, w2, j) >> 6) << 4);
+  }
+}
+
+struct KUnitQ4_K {
+  static constexpr int kBlockBytes = 144;
+  static constexpr bool kHighBit = false;
+};
+struct KUnitQ5_K {
+  static constexpr int kBlockBytes = 176;
+  static constexpr bool kHighBit = true;
+};
+
+// First columns of a unit's two 16-element runs (Q4_K/Q5_K), or of its four 8-element runs (Q6_K).
+template <class F>
+__device__ __forceinline__ void unit_columns(int64_t u, int64_t (&c)[4]) {
+  const int64_t base = (u >> 3) * 256;
+  if constexpr (F::kBlockBytes == 210) {
+    const int h = static_cast<int>((u & 7) >> 2), l0 = 8 * static_cast<int>(u & 3);
+#pragma unroll
+    for (int q = 0; q < 4; ++q) c[q] = base + 128 * h + 32 * q + l0;
+  } else {
+    const int g = static_cast<int>((u & 7) >> 1), h = static_cast<int>(u & 1);
+    c[0] = base + 64 * g + 16 * h;
+    c[1] = c[0] + 8;
+    c[2] = c[0] + 32;
+    c[3] = c[2] + 8;
+  }
+}
+
+// a[0..16): the unit's 32 columns of x (bf16 pairs, element order), four 16-byte loads.
+template <class F>
+__device__ __forceinline__ void unit_x(const __nv_bfloat16* __restrict__ x, int64_t u, uint32_t (&a)[16]) {
+  int64_t c[4];
+  unit_columns<F>(u, c);
+#pragma unroll
+  for (int p = 0; p < 4; ++p) {
+    const uint4 v = *reinterpret_cast<const uint4*>(x + c[p]);
+    a[4 * p] = v.x;
+    a[4 * p + 1] = v.y;
+    a[4 * p + 2] = v.z;
+    a[4 * p + 3] = v.w;
+  }
+}
+
+// b[0..16): the unit's 32 weights of row `row` as bf16 pairs (element order).
+template <class F>
+__device__ __forceinline__ void unit_w(const uint8_t* row, int64_t u, uint32_t (&b)[16]) {
+  const uint8_t* blk = row + (u >> 3) * F::kBlockBytes;
+  if constexpr (F::kBlockBytes == 210) {
+    const int h = static_cast<int>((u & 7) >> 2), l0 = 8 * static_cast<int>(u & 3);
+    const float d = f16_at(blk + 208);
+    const uint2 qla = u64_at2(blk + 64 * h + l0), qlb = u64_at2(blk + 64 * h + 32 + l0);
+    const uint2 qh = u64_at2(blk + 128 + 32 * h + l0);
+    const uint8_t* sc = blk + 192 + 8 * h + (l0 >> 4);
+#pragma unroll
+    for (int q = 0; q < 4; ++q) {
+      const float ds = __fmul_rn(d, static_cast<float>(static_cast<int8_t>(sc[2 * q])));
+      const uint2& ql = (q & 1) ? qlb : qla;
+      float w[8];
+#pragma unroll
+      for (int i = 0; i < 8; ++i) {
+        const uint32_t v = ((byte_of(ql, i) >> (4 * (q >> 1))) & 0x0f) | (((byte_of(qh, i) >> (2 * q)) & 3) << 4);
+        w[i] = __fmul_rn(ds, small_uint_to_float(v, 32.0f));
+      }
+#pragma unroll
+      for (int i = 0; i < 4; ++i) b[4 * q + i] = bf16x2_bits(w[2 * i], w[2 * i + 1]);
+    }
+  } else {
+    const int g = static_cast<int>((u & 7) >> 1), h = static_cast<int>(u & 1);
+    const uint32_t dd = __ldg(reinterpret_cast<const uint32_t*>(blk));
+    const float d = __half2float(__ushort_as_half(static_cast<unsigned short>(dd & 0xffffu)));
+    const float dmin = __half2float(__ushort_as_half(static_cast<unsigned short>(dd >> 16)));
+    const uint32_t s0 = __ldg(reinterpret_cast<const uint32_t*>(blk + 4));
+    const uint32_t s1 = __ldg(reinterpret_cast<const uint32_t*>(blk + 8));
+    const uint32_t s2 = __ldg(reinterpret_cast<const uint32_t*>(blk + 12));
+    float dl[2], ml[2];
+#pragma unroll
+    for (int s = 0; s < 2; ++s) {
+      uint32_t sc, mn;
+      scale_min_words(s0, s1, s2, 2 * g + s, &sc, &mn);
+      dl[s] = __fmul_rn(d, small_uint_to_float(sc, 0.0f));
+      ml[s] = __fmul_rn(dmin, small_uint_to_float(mn, 0.0f));
+    }
+    const uint4 q = __ldg(reinterpret_cast<const uint4*>(blk + (F::kHighBit ? 48 : 16) + 32 * g + 16 * h));
+    uint4 qh = make_uint4(0, 0, 0, 0);
+    if constexpr (F::kHighBit) qh = __ldg(reinterpret_cast<const uint4*>(blk + 16 + 16 * h));
+    const uint32_t qw[4] = {q.x, q.y, q.z, q.w};
+    const uint32_t hw[4] = {qh.x, qh.y, qh.z, qh.w};
+#pragma unroll
+    for (int s = 0; s < 2; ++s) {  // s = 0: low nibbles (sub-block 2g), 1: high (2g + 1)
+      const int bit = 2 * g + s;
+#pragma unroll
+      for (int wi = 0; wi < 4; ++wi) {
+        float w[4];
+#pragma unroll
+        for (int i = 0; i < 4; ++i) {
+          uint32_t v = (qw[wi] >> (8 * i + 4 * s)) & 0x0f;
+          if constexpr (F::kHighBit) v |= ((hw[wi] >> (8 * i + bit)) & 1) << 4;
+          w[i] = __fsub_rn(__fmul_rn(dl[s], small_uint_to_float(v, 0.0f)), ml[s]);
+        }
+        b[8 * s + 2 * wi] = bf16x2_bits(w[0], w[1]);
+        b[8 * s + 2 * wi + 1] = bf16x2_bits(w[2], w[3]);
+      }
+    }
+  }
+}
+
+struct KUnitQ6_K {
+  static constexpr int kBlockBytes = 210;
+  static constexpr bool kHighBit = false;
+};
+
+}  // namespace kvasir::cuda::gguf
