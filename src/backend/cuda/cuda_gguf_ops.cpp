@@ -82,6 +82,9 @@ void CudaBackend::linear_gguf(const Tensor& x, const Tensor& w, const Tensor* bi
                    "GGUF linear: input must be bf16 on the device");
   KVASIR_CHECK_MSG(w.cols() == k && out.cols() == m && out.rows() == n && out.data != x.data,
                    "GGUF linear: weight [out, in] must match input [rows, in] and output [rows, out], another tensor");
+  // Uploaded weights are; a view starting at another row of a format whose rows are not whole 16
+  // bytes (Q6_K of 256 columns: 210 bytes) would not be, and the kernels' wide loads need it.
+  KVASIR_CHECK_MSG(cuda::aligned16(w.data), "GGUF linear: the weight must start 16-byte aligned");
   if (bias != nullptr) KVASIR_CHECK(bias->dtype == DType::kF32 && bias->numel() == m && is_dev(*bias));
   const Elem elem = elem_of(out.dtype);
   if (n == 0 || m == 0) return;
