@@ -11,7 +11,9 @@
 # F16 GGUF to local disk (scripts/cuda_random_gguf.py, gguf wheel from .whl); gguf_bench runs
 # llama-bench / llama-batched-bench and kvasir's benches on that file (stage lconly: llama.cpp only).
 # KVASIR_GGUF_TYPE=q4_k_m makes both stages use llama.cpp's Q4_K_M mix instead (Q4_K + Q6_K blocks,
-# which kvasir keeps in their blocks on the GPU: issue 15's GGUF k-quants side by side).
+# which kvasir keeps in their blocks on the GPU: issue 15's GGUF k-quants side by side). Stage
+# gguftests: the GGUF block-weight op tests (both K-quant GEMVs), their memcheck, and the default
+# GGUF models against the CPU (cuda_e2e_test; skips unless models/ holds the two files).
 # Backend knobs for A/B runs (environment): KVASIR_CUDA_PDL=0, KVASIR_CUDA_FUSE=0,
 # KVASIR_CUDA_FUSE_NORM=1, KVASIR_CUDA_ATTN=2, KVASIR_CUDA_PROFILE=1 (per-op device time),
 # KVASIR_GEMV_PREFETCH_MB, KVASIR_CUDA_V3_CTAS / _PART; stage ab runs the batch-1 latency once per
@@ -290,6 +292,24 @@ if has moe; then
     note "moe throughput qwen3-30b-a3b ($n x 1000/1000): rc=$? $(grep -E '^Throughput' "$OUT/moe_throughput.log")"
     note "  $(grep -E 'device steps' "$OUT/moe_throughput.log" | head -1)"
   fi
+fi
+if has gguftests; then
+  timeout 300 "$bin/cuda_ops_test" --gtest_filter='CudaGguf.*' >"$OUT/gguf_ops.log" 2>&1
+  rc=$?
+  grep -E "^\[  (PASSED|FAILED) |Failure|rel|Expected|mismatch" "$OUT/gguf_ops.log" | head -30
+  note "gguf op tests: rc=$rc $(grep -E '^\[  PASSED' "$OUT/gguf_ops.log" | head -1) $(grep -c '^\[  FAILED  \]' "$OUT/gguf_ops.log") failed"
+  KVASIR_GGUF_GEMV=exact timeout 300 "$bin/cuda_ops_test" --gtest_filter='CudaGguf.Linear*' >"$OUT/gguf_ops_exact.log" 2>&1
+  note "gguf op tests, KVASIR_GGUF_GEMV=exact: rc=$? $(grep -E '^\[  PASSED' "$OUT/gguf_ops_exact.log" | head -1) $(grep -c '^\[  FAILED  \]' "$OUT/gguf_ops_exact.log") failed"
+  if command -v compute-sanitizer >/dev/null; then
+    timeout 300 compute-sanitizer --tool memcheck --leak-check no "$bin/cuda_ops_test" --gtest_filter='CudaGguf.*' \
+      >"$OUT/gguf_memcheck.log" 2>&1
+    note "gguf memcheck: rc=$? $(grep -E 'ERROR SUMMARY' "$OUT/gguf_memcheck.log" | tail -1)"
+  fi
+  timeout 300 "$bin/cuda_e2e_test" --gtest_filter='CudaGgufEndToEnd.*' >"$OUT/gguf_e2e.log" 2>&1
+  rc=$?
+  grep -E "agreement|rel L2|^\[  (PASSED|FAILED|SKIPPED) |Failure" "$OUT/gguf_e2e.log" | head -12
+  note "gguf e2e (default models): rc=$rc $(grep -E '^\[  (PASSED|SKIPPED)' "$OUT/gguf_e2e.log" | tr '\n' ' ')"
+  for l in $(grep -oE 'models/[A-Za-z0-9_.-]+: greedy agreement [0-9]+ / [0-9]+' "$OUT/gguf_e2e.log" | tr ' ' '_'); do note "  $l"; done
 fi
 gguf_type=${KVASIR_GGUF_TYPE:-f16}
 gguf=/tmp/llama8b-$gguf_type.gguf
