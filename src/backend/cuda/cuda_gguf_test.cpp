@@ -155,11 +155,12 @@ TEST_F(CudaGguf, LinearMatchesCpuThroughGemvAndGemm) {
       cpu_->linear(host_tensor(x, {c.n, k}), Tensor::make(bytes.data(), f.type, {c.m, k}), c.bias ? &bt : nullptr, rt);
       // Float32 GEMV (legacy types): the CPU's weights exactly, float32 sums in another order
       // (1e-4 for float32 outputs). Tensor-core GEMV (K-quants) and GEMM: the weights rounded to
-      // bf16 first (2^-9 relative each), as the bf16 path's.
+      // bf16 first (2^-9 relative each, as the bf16 path's): 1-3e-3 rel L2 measured on these
+      // blocks in a host emulation of the tensor-core GEMV; a wrong scale or nibble gives > 0.1.
       // K-quants: the tensor-core GEMV up to 32 tokens (16 per pass); the rest: up to 8.
       const bool kquant = block_elems(f.type) == 256;
       const bool gemv = c.n <= (kquant ? cuda::kGgufKquantGemvMaxRows : cuda::kGgufGemvMaxRows);
-      const double bound = !c.f32_out ? 1e-2 : (gemv && !kquant ? 1e-4 : 5e-3);
+      const double bound = c.f32_out && gemv && !kquant ? 1e-4 : 1e-2;
       EXPECT_LT(rel_l2(read_back(*gpu_, out.t), ref), bound)
           << f.name << " " << c.n << "x" << k << " -> " << c.m << (c.bias ? " bias" : "") << (gemv ? " gemv" : " gemm");
       if (kquant && c.n <= cuda::kGgufGemvMaxRows) {
@@ -195,7 +196,7 @@ TEST_F(CudaGguf, LmHeadLargerThanTheScratchGoesInSlices) {
   Tensor rt = host_tensor(ref, {n, m});
   cpu_->linear(host_tensor(x, {n, k}), Tensor::make(bytes.data(), f.type, {m, k}), nullptr, rt);
   const auto got = read_back(*gpu_, out.t);
-  EXPECT_LT(rel_l2(got, ref), 5e-3);
+  EXPECT_LT(rel_l2(got, ref), 1e-2);
   // The last slice's columns, on their own (a misplaced copy would leave NaN or wrong rows there).
   std::vector<float> tail_got, tail_ref;
   for (int t = 0; t < n; ++t) {
@@ -204,7 +205,7 @@ TEST_F(CudaGguf, LmHeadLargerThanTheScratchGoesInSlices) {
       tail_ref.push_back(ref[static_cast<size_t>(t * m + c)]);
     }
   }
-  EXPECT_LT(rel_l2(tail_got, tail_ref), 5e-3);
+  EXPECT_LT(rel_l2(tail_got, tail_ref), 1e-2);
 }
 
 // Types without a GGUF kernel (Q2_K here) and 3-D tensors (stacked MoE experts) still become bf16.
