@@ -2,7 +2,8 @@
 // (chunk c = elements 8c .. 8c+7) straight from the blocks as the file stores them (layouts in
 // quant/block_formats.h). Every value is computed with the same float32 operations in the same
 // order as quant/dequantize.cpp's scalar reference (explicit __fmul_rn/__fadd_rn/__fsub_rn: no
-// contraction into FMAs), so a decoded weight equals the CPU's bit for bit.
+// contraction into FMAs; small integers become floats exactly through small_uint_to_float), so a
+// decoded weight equals the CPU's bit for bit.
 // Alignment: rows start 16-byte aligned on the device (the CUDA backend's allocations, rows of
 // whole blocks); Q4_K and Q5_K blocks (144, 176 bytes) stay 16-byte aligned, so their quant bytes
 // are read 8 at a time; the other blocks are only 2-byte aligned and are read 16 bits at a time.
@@ -33,8 +34,12 @@ __device__ __forceinline__ uint2 u64_at2(const uint8_t* p) { return make_uint2(u
 
 __device__ __forceinline__ uint2 u64_at8(const uint8_t* p) { return __ldg(reinterpret_cast<const uint2*>(p)); }
 
-__device__ __forceinline__ int byte_of(const uint2& v, int i) {
-  return static_cast<int>(((i < 4 ? v.x : v.y) >> (8 * (i & 3))) & 0xffu);
+__device__ __forceinline__ uint32_t byte_of(const uint2& v, int i) { return ((i < 4 ? v.x : v.y) >> (8 * (i & 3))) & 0xffu; }
+
+// 0 <= v < 2^23 as a float minus `minus`, exactly (for the small integers here), without the
+// quarter-rate integer-to-float conversion: 2^23 + v is v's bit pattern under a float exponent.
+__device__ __forceinline__ float small_uint_to_float(uint32_t v, float minus) {
+  return __fsub_rn(__uint_as_float(0x4B000000u | v), 8388608.0f + minus);
 }
 
 // The 6-bit (scale, min) pair j of a Q4_K/Q5_K super-block (quant::kquant_scale_min).
@@ -57,7 +62,7 @@ struct Q4_0 {
     const uint2 q = u64_at2(b + 2 + 8 * (sub & 1));
     const int shift = (sub >> 1) * 4;
 #pragma unroll
-    for (int i = 0; i < 8; ++i) w[i] = __fmul_rn(static_cast<float>(((byte_of(q, i) >> shift) & 0x0f) - 8), d);
+    for (int i = 0; i < 8; ++i) w[i] = __fmul_rn(small_uint_to_float((byte_of(q, i) >> shift) & 0x0f, 8.0f), d);
   }
 };
 
@@ -70,7 +75,7 @@ struct Q4_1 {
     const uint2 q = u64_at2(b + 4 + 8 * (sub & 1));
     const int shift = (sub >> 1) * 4;
 #pragma unroll
-    for (int i = 0; i < 8; ++i) w[i] = __fadd_rn(__fmul_rn(static_cast<float>((byte_of(q, i) >> shift) & 0x0f), d), m);
+    for (int i = 0; i < 8; ++i) w[i] = __fadd_rn(__fmul_rn(small_uint_to_float((byte_of(q, i) >> shift) & 0x0f, 0.0f), d), m);
   }
 };
 
@@ -90,9 +95,9 @@ struct Q5 {
 #pragma unroll
     for (int i = 0; i < 8; ++i) {
       const int j = 8 * sub + i;
-      const int v = ((byte_of(q, i) >> shift) & 0x0f) | static_cast<int>(((qh >> j) & 1u) << 4);
-      if constexpr (kMin) w[i] = __fadd_rn(__fmul_rn(static_cast<float>(v), d), m);
-      else w[i] = __fmul_rn(static_cast<float>(v - 16), d);
+      const uint32_t v = ((byte_of(q, i) >> shift) & 0x0f) | (((qh >> j) & 1u) << 4);
+      if constexpr (kMin) w[i] = __fadd_rn(__fmul_rn(small_uint_to_float(v, 0.0f), d), m);
+      else w[i] = __fmul_rn(small_uint_to_float(v, 16.0f), d);
     }
   }
 };
@@ -107,7 +112,7 @@ struct Q8_0 {
     const float d = f16_at(b);
     const uint2 q = u64_at2(b + 2 + 8 * sub);
 #pragma unroll
-    for (int i = 0; i < 8; ++i) w[i] = __fmul_rn(static_cast<float>(static_cast<int8_t>(byte_of(q, i))), d);
+    for (int i = 0; i < 8; ++i) w[i] = __fmul_rn(small_uint_to_float(byte_of(q, i) ^ 0x80u, 128.0f), d);
   }
 };
 
@@ -123,16 +128,17 @@ struct QK45 {
     const float d = f16_at(b), dmin = f16_at(b + 2);
     int sc, mn;
     kquant_scale_min(b + 4, is, &sc, &mn);
-    const float d0 = __fmul_rn(d, static_cast<float>(sc)), n0 = __fmul_rn(dmin, static_cast<float>(mn));
+    const float d0 = __fmul_rn(d, small_uint_to_float(static_cast<uint32_t>(sc), 0.0f));
+    const float n0 = __fmul_rn(dmin, small_uint_to_float(static_cast<uint32_t>(mn), 0.0f));
     const uint8_t* qs = b + (kHighBit ? 48 : 16);
     const uint2 q = u64_at8(qs + 32 * g + l0);
     uint2 h = make_uint2(0, 0);
     if constexpr (kHighBit) h = u64_at8(b + 16 + l0);
 #pragma unroll
     for (int i = 0; i < 8; ++i) {
-      int v = (byte_of(q, i) >> (4 * hi)) & 0x0f;
+      uint32_t v = (byte_of(q, i) >> (4 * hi)) & 0x0f;
       if constexpr (kHighBit) v |= ((byte_of(h, i) >> is) & 1) << 4;
-      w[i] = __fsub_rn(__fmul_rn(d0, static_cast<float>(v)), n0);
+      w[i] = __fsub_rn(__fmul_rn(d0, small_uint_to_float(v, 0.0f)), n0);
     }
   }
 };
@@ -155,8 +161,8 @@ struct Q6_K {
     const int lshift = (quarter >> 1) * 4, hshift = 2 * quarter;
 #pragma unroll
     for (int i = 0; i < 8; ++i) {
-      const int v = (((byte_of(ql, i) >> lshift) & 0x0f) | (((byte_of(qh, i) >> hshift) & 3) << 4)) - 32;
-      w[i] = __fmul_rn(ds, static_cast<float>(v));
+      const uint32_t v = ((byte_of(ql, i) >> lshift) & 0x0f) | (((byte_of(qh, i) >> hshift) & 3) << 4);
+      w[i] = __fmul_rn(ds, small_uint_to_float(v, 32.0f));
     }
   }
 };

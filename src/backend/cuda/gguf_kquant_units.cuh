@@ -21,12 +21,6 @@
 
 namespace kvasir::cuda::gguf {
 
-// 0 <= v < 2^23 as a float, exactly, without the (quarter-rate) integer conversion; `minus` is
-// subtracted in the same operation (v - minus exact for the small integers used here).
-__device__ __forceinline__ float small_uint_to_float(uint32_t v, float minus) {
-  return __fsub_rn(__uint_as_float(0x4B000000u | v), 8388608.0f + minus);
-}
-
 __device__ __forceinline__ uint32_t bf16x2_bits(float lo, float hi) {
   const __nv_bfloat162 v = __floats2bfloat162_rn(lo, hi);
   return *reinterpret_cast<const uint32_t*>(&v);
