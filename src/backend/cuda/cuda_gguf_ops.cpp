@@ -5,7 +5,8 @@
 // dequantized to bf16 at load. At run time linear() records a GgufLinearOp: up to
 // kGgufGemvMaxRows tokens (kGgufKquantGemvMaxRows for Q4_K/Q5_K/Q6_K) it runs a GEMV dequantizing
 // in registers, one pass over the weight bytes per 16 tokens (the K-quants on the tensor cores,
-// gguf_kquant_gemv.cu; the rest in float32, gguf_gemv.cu); above that the weight is dequantized into a bf16 scratch (in output-feature
+// gguf_kquant_gemv.cu, where up to three projections of one input and type share a launch; the
+// rest in float32, gguf_gemv.cu); above that the weight is dequantized into a bf16 scratch (in output-feature
 // slices of at most kGgufScratchElems when larger, as an untied lm_head) and multiplied by
 // cuBLASLt: a dequantization costs one read of the blocks and one write of bf16, small beside a
 // prefill GEMM's tensor-core time. embedding() reads quantized token tables (and so a tied
@@ -39,6 +40,13 @@ bool kquant_on_tensor_cores(DType t) {
     return x;
   }();
   return !exact && (t == DType::kQ4_K || t == DType::kQ5_K || t == DType::kQ6_K);
+}
+
+bool writes(const cuda::GgufLinearOp& op, const void* p) {
+  for (int i = 0; i < op.num_proj; ++i) {
+    if (op.proj[i].y == p) return true;
+  }
+  return false;
 }
 
 // Up to how many tokens a weight of type t goes through a GEMV (else dequantize + cuBLASLt).
@@ -88,18 +96,38 @@ void CudaBackend::linear_gguf(const Tensor& x, const Tensor& w, const Tensor* bi
   if (bias != nullptr) KVASIR_CHECK(bias->dtype == DType::kF32 && bias->numel() == m && is_dev(*bias));
   const Elem elem = elem_of(out.dtype);
   if (n == 0 || m == 0) return;
+  const bool gemv = n <= gemv_max_rows(w.dtype) && cuda::aligned16(x.data);
+  const auto* b = bias != nullptr ? static_cast<const float*>(bias->data) : nullptr;
+  // Another projection of the same input (q/k/v, gate/up) joins the previous K-quant GEMV: one
+  // launch for all of them (the float32 GEMV and the GEMM path take one projection each).
+  OpRecord* last = queue_->last();
+  if (fuse_ && gemv && kquant_on_tensor_cores(w.dtype) && last != nullptr && last->kind == OpKind::kGgufLinear &&
+      last->elem == static_cast<int32_t>(elem)) {
+    cuda::GgufLinearOp& r = last->gguf_linear;
+    if (r.w_bf16 == nullptr && r.x == x.data && r.rows == n && r.in_features == k &&
+        r.dtype == static_cast<int32_t>(w.dtype) && r.num_proj < cuda::kGgufMaxProjections && !writes(r, out.data)) {
+      cuda::GgufProjection& slot = r.proj[r.num_proj++];
+      slot.w = w.data;
+      slot.bias = b;
+      slot.y = out.data;
+      slot.out_features = m;
+      return;
+    }
+  }
   OpRecord& rec = queue_->add(OpKind::kGgufLinear, true);
   rec.elem = static_cast<int32_t>(elem);
   cuda::GgufLinearOp& r = rec.gguf_linear;
   r.x = x.data;
-  r.w = w.data;
-  r.bias = bias != nullptr ? static_cast<const float*>(bias->data) : nullptr;
-  r.out = out.data;
+  cuda::GgufProjection& slot = r.proj[0];
+  slot.w = w.data;
+  slot.bias = b;
+  slot.y = out.data;
+  slot.out_features = m;
+  r.num_proj = 1;
   r.rows = n;
-  r.out_features = m;
   r.in_features = k;
   r.dtype = static_cast<int32_t>(w.dtype);
-  if (n <= gemv_max_rows(w.dtype) && cuda::aligned16(x.data)) return;  // a GEMV
+  if (gemv) return;
   // Slices are whole multiples of 128 features (cuBLASLt's tiles), at least one.
   const int64_t whole = std::max<int64_t>(128, kGgufScratchElems / k / 128 * 128);
   r.chunk_rows = m * k <= kGgufScratchElems ? m : std::min(m, whole);
@@ -111,31 +139,33 @@ void CudaBackend::linear_gguf(const Tensor& x, const Tensor& w, const Tensor* bi
 }
 
 void CudaBackend::exec_gguf_linear(const cuda::GgufLinearOp& op, Elem elem, cudaStream_t s) {
-  const int64_t n = op.rows, m = op.out_features, k = op.in_features;
+  const int64_t n = op.rows, k = op.in_features;
   const auto dt = static_cast<DType>(op.dtype);
+  const cuda::GgufProjection& p0 = op.proj[0];
   if (op.w_bf16 == nullptr) {
     if (kquant_on_tensor_cores(dt)) {
-      cuda::launch_gguf_kquant_gemv(op.x, op.w, dt, op.bias, op.out, static_cast<int>(n), m, k, elem, s);
+      cuda::launch_gguf_kquant_gemv(op.x, op.proj, static_cast<int>(op.num_proj), dt, static_cast<int>(n), k, elem, s);
     } else {
-      cuda::launch_gguf_gemv(op.x, op.w, dt, op.bias, op.out, static_cast<int>(n), m, k, elem, s);
+      cuda::launch_gguf_gemv(op.x, p0.w, dt, p0.bias, p0.y, static_cast<int>(n), p0.out_features, k, elem, s);
     }
     return;
   }
+  const int64_t m = p0.out_features;
   const size_t es = elem == Elem::kF32 ? 4 : 2;
   for (int64_t r0 = 0; r0 < m; r0 += op.chunk_rows) {
     const int64_t mc = std::min(op.chunk_rows, m - r0);
-    cuda::launch_gguf_dequantize(op.w, dt, r0, mc, k, op.w_bf16, Elem::kBf16, s);
+    cuda::launch_gguf_dequantize(p0.w, dt, r0, mc, k, op.w_bf16, Elem::kBf16, s);
     if (op.out_tmp == nullptr) {
-      gemm_.run(op.x, op.w_bf16, op.out, n, mc, k, elem, s);
+      gemm_.run(op.x, op.w_bf16, p0.y, n, mc, k, elem, s);
       continue;
     }
     gemm_.run(op.x, op.w_bf16, op.out_tmp, n, mc, k, elem, s);
-    KVASIR_CUDA_CHECK(cudaMemcpy2DAsync(static_cast<uint8_t*>(op.out) + static_cast<size_t>(r0) * es,
+    KVASIR_CUDA_CHECK(cudaMemcpy2DAsync(static_cast<uint8_t*>(p0.y) + static_cast<size_t>(r0) * es,
                                         static_cast<size_t>(m) * es, op.out_tmp, static_cast<size_t>(mc) * es,
                                         static_cast<size_t>(mc) * es, static_cast<size_t>(n), cudaMemcpyDeviceToDevice,
                                         s));
   }
-  if (op.bias != nullptr) cuda::launch_add_bias(op.out, op.bias, n, m, elem, s);
+  if (p0.bias != nullptr) cuda::launch_add_bias(p0.y, p0.bias, n, m, elem, s);
 }
 
 }  // namespace kvasir

@@ -176,6 +176,52 @@ TEST_F(CudaGguf, LinearMatchesCpuThroughGemvAndGemm) {
   }
 }
 
+// q/k/v-like projections of one input recorded back to back (K-quants: up to three share one
+// tensor-core GEMV launch; a projection of another type or a fourth starts a new one), each
+// output checked against the CPU.
+TEST_F(CudaGguf, ProjectionsOfOneInputFollowTheCpu) {
+  const Format& q4k = formats()[5];
+  const Format& q6k = formats()[7];
+  ASSERT_EQ(q4k.type, DType::kQ4_K);
+  ASSERT_EQ(q6k.type, DType::kQ6_K);
+  const int64_t k = 3 * 256;
+  for (int n : {1, 5, 12}) {
+    // q, k (Q4_K), v (Q6_K: another launch), then four more Q4_K projections (3 + 1).
+    const std::vector<std::pair<const Format*, int64_t>> projs = {{&q4k, 96}, {&q4k, 40}, {&q6k, 40}, {&q4k, 64},
+                                                                  {&q4k, 24}, {&q4k, 136}, {&q4k, 8}};
+    auto x = random_values(rng_, static_cast<size_t>(n * k));
+    DeviceTensor xg(DType::kBF16, {n, k});
+    xg.set(x);
+    std::vector<std::vector<uint8_t>> bytes;
+    std::vector<std::vector<float>> biases;
+    std::vector<std::unique_ptr<DeviceTensor>> outs;
+    for (size_t i = 0; i < projs.size(); ++i) {
+      const auto [f, m] = projs[i];
+      bytes.push_back(random_blocks(rng_, *f, m, k, sane_scale(f->type, k) * 16.0f));
+      biases.push_back(random_values(rng_, static_cast<size_t>(m)));
+      outs.push_back(std::make_unique<DeviceTensor>(DType::kF32, std::initializer_list<int64_t>{n, m}));
+    }
+    // Every upload first: an upload flushes the step, and the projections must be recorded back to back.
+    std::vector<Tensor> wgs, bgs;
+    for (size_t i = 0; i < projs.size(); ++i) {
+      const auto [f, m] = projs[i];
+      wgs.push_back(upload_blocks(bytes[i], f->type, m, k));
+      ASSERT_NE(wgs.back().data, nullptr);
+      bgs.push_back(upload(biases[i], {m}));
+    }
+    for (size_t i = 0; i < projs.size(); ++i) gpu_->linear(xg.t, wgs[i], i % 2 == 0 ? &bgs[i] : nullptr, outs[i]->t);
+    for (size_t i = 0; i < projs.size(); ++i) {
+      const auto [f, m] = projs[i];
+      std::vector<float> ref(static_cast<size_t>(n * m));
+      Tensor rt = host_tensor(ref, {n, m});
+      Tensor bt = host_tensor(biases[i], {m});
+      cpu_->linear(host_tensor(x, {n, k}), Tensor::make(bytes[i].data(), f->type, {m, k}), i % 2 == 0 ? &bt : nullptr,
+                   rt);
+      EXPECT_LT(rel_l2(read_back(*gpu_, outs[i]->t), ref), 1e-2) << "projection " << i << ", " << n << " tokens";
+    }
+  }
+}
+
 // A 17,000 x 4096 Q6_K lm_head is 69.6M elements, over the 64M-element bf16 scratch: the GEMM path
 // dequantizes and multiplies it in two slices of output features (16,384 + 616), each product
 // copied into its columns of the float32 logits.

@@ -31,10 +31,20 @@ bool gguf_kernel_type(DType t);
 void launch_gguf_gemv(const void* x, const void* w, DType t, const float* bias, void* y, int n, int64_t m, int64_t k,
                       Elem out, cudaStream_t s);
 
+// One projection of x for the K-quants' GEMV: y = x · w^T (+ bias).
+struct GgufProjection {
+  const void* w;          // [out_features, k] blocks, 16-byte aligned
+  const float* bias;      // [out_features] or null
+  void* y;                // [n, out_features] bf16 or float32
+  int64_t out_features;
+};
+inline constexpr int kGgufMaxProjections = 3;
+
 // The same for Q4_K / Q5_K / Q6_K on the tensor cores (gguf_kquant_gemv.cu), any n >= 1 (16 tokens
-// per pass over the weights): the weights rounded to bf16 before the products, float32 sums.
-void launch_gguf_kquant_gemv(const void* x, const void* w, DType t, const float* bias, void* y, int n, int64_t m,
-                             int64_t k, Elem out, cudaStream_t s);
+// per pass over the weights), proj[0..num_proj) of one x (q/k/v, gate/up) in one launch per pass:
+// the weights rounded to bf16 before the products, float32 sums.
+void launch_gguf_kquant_gemv(const void* x, const GgufProjection* proj, int num_proj, DType t, int n, int64_t k,
+                             Elem out, cudaStream_t s);
 
 // out[r - row0, :] = rows row0 .. row0 + rows of w [*, k] dequantized, as bf16 or float32 (out,
 // 16-byte aligned).

@@ -9,7 +9,8 @@
 // weight for any batch up to 16. More tokens take more passes (the backend sends batches up to
 // kGgufKquantGemvMaxRows here, larger ones to dequantize + cuBLASLt).
 // The 8 warps of a CTA share its 8 rows and split the row's units; their float32 partial sums meet
-// in shared memory. Weights are rounded to bf16 before the products (as the GEMM path's scratch
+// in shared memory. Up to three projections of one x (q/k/v, gate/up) share a launch: CTAs are the
+// projections' 8-row tiles one after another. Weights are rounded to bf16 before the products (as the GEMM path's scratch
 // and the bf16 backend's weights); the backend's KVASIR_GGUF_GEMV=exact keeps these types on the
 // float32 GEMV instead (cuda_gguf_ops.cpp).
 #include "backend/cuda/cuda_common.cuh"
@@ -26,23 +27,29 @@ constexpr int kTokens = 16;  // the MMA's M: tokens per launch (A rows 8..15 use
 
 struct KGemvArgs {
   const bf16* x;
-  const uint8_t* w;
-  const float* bias;
-  void* y;
-  int64_t m, k, row_bytes;
-  int n, f32_out;
+  GgufProjection proj[kGgufMaxProjections];
+  int64_t tile_end[kGgufMaxProjections];  // prefix sums of the projections' 8-row tiles
+  int64_t k, row_bytes, y_offset;         // y_offset: this pass's first token (a row of every y)
+  int n, f32_out, num_proj, unused;
 };
 
 // kHigh: more than 8 tokens, A rows 8..15 (fragment registers 1 and 3) carry tokens 8..15.
+// At most 64 registers: 4 CTAs (32 warps) per SM keep enough weight loads in flight.
 template <class F, bool kHigh>
-__global__ void __launch_bounds__(kWarps * 32) kquant_gemv_kernel(KGemvArgs a) {
+__global__ void __launch_bounds__(kWarps * 32, 4) kquant_gemv_kernel(KGemvArgs a) {
   __shared__ float partial[kWarps][kTokens][8];  // [warp][token][row]
   const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
   const int group = lane >> 2, tig = lane & 3;  // the mma fragments' groupID / thread-in-group
-  const int64_t row0 = static_cast<int64_t>(blockIdx.x) * 8;
+  // This CTA's projection and 8-row tile in it.
+  const int64_t tile = blockIdx.x;
+  int p = 0;
+  while (p + 1 < a.num_proj && tile >= a.tile_end[p]) ++p;
+  const GgufProjection& pr = a.proj[p];
+  const int64_t m = pr.out_features;
+  const int64_t row0 = (tile - (p == 0 ? 0 : a.tile_end[p - 1])) * 8;
   // B: row row0 + group (rows past m repeat the last; their sums are never written).
-  const int64_t wrow = row0 + group < a.m ? row0 + group : a.m - 1;
-  const uint8_t* wr = a.w + wrow * a.row_bytes;
+  const int64_t wrow = row0 + group < m ? row0 + group : m - 1;
+  const uint8_t* wr = static_cast<const uint8_t*>(pr.w) + wrow * a.row_bytes;
   // A: tokens `group` and group + 8; lanes past n load token 0 and zero it (no divergence before
   // the MMAs).
   const uint32_t keep_lo = group < a.n ? 0xffffffffu : 0u, keep_hi = group + 8 < a.n ? 0xffffffffu : 0u;
@@ -75,42 +82,48 @@ __global__ void __launch_bounds__(kWarps * 32) kquant_gemv_kernel(KGemvArgs a) {
   if (threadIdx.x >= kTokens * 8) return;
   const int t = threadIdx.x >> 3, rr = threadIdx.x & 7;
   const int64_t r = row0 + rr;
-  if (t >= a.n || r >= a.m) return;
+  if (t >= a.n || r >= m) return;
   float v = 0.0f;
 #pragma unroll
   for (int w = 0; w < kWarps; ++w) v += partial[w][t][rr];
-  if (a.bias != nullptr) v += a.bias[r];
-  if (a.f32_out) static_cast<float*>(a.y)[t * a.m + r] = v;
-  else static_cast<bf16*>(a.y)[t * a.m + r] = __float2bfloat16(v);
+  if (pr.bias != nullptr) v += pr.bias[r];
+  const int64_t at = a.y_offset * m + t * m + r;
+  if (a.f32_out) static_cast<float*>(pr.y)[at] = v;
+  else static_cast<bf16*>(pr.y)[at] = __float2bfloat16(v);
 }
 
 template <class F>
 void launch_format(const KGemvArgs& a, cudaStream_t s) {
-  const unsigned blocks = static_cast<unsigned>((a.m + 7) / 8);
+  const unsigned blocks = static_cast<unsigned>(a.tile_end[a.num_proj - 1]);
   if (a.n > 8) launch(kquant_gemv_kernel<F, true>, blocks, kWarps * 32, 0, s, a);
   else launch(kquant_gemv_kernel<F, false>, blocks, kWarps * 32, 0, s, a);
 }
 
 }  // namespace
 
-void launch_gguf_kquant_gemv(const void* x, const void* w, DType t, const float* bias, void* y, int n, int64_t m,
-                             int64_t k, Elem out, cudaStream_t s) {
-  KVASIR_CHECK_MSG(n >= 1 && k % 256 == 0 && aligned16(x) && aligned16(w),
-                   "K-quant GEMV: whole super-blocks, 16-byte aligned input and weight");
-  if (m <= 0) return;
-  const size_t es = out == Elem::kF32 ? 4 : 2;
+void launch_gguf_kquant_gemv(const void* x, const GgufProjection* proj, int num_proj, DType t, int n, int64_t k,
+                             Elem out, cudaStream_t s) {
+  KVASIR_CHECK_MSG(n >= 1 && k % 256 == 0 && aligned16(x) && num_proj >= 1 && num_proj <= kGgufMaxProjections,
+                   "K-quant GEMV: whole super-blocks, a 16-byte aligned input, 1..3 projections");
+  KGemvArgs a{};
+  a.k = k;
+  a.row_bytes = static_cast<int64_t>(*row_bytes(t, k));
+  a.f32_out = out == Elem::kF32 ? 1 : 0;
+  a.num_proj = num_proj;
+  int64_t tiles = 0;
+  for (int p = 0; p < num_proj; ++p) {
+    KVASIR_CHECK_MSG(aligned16(proj[p].w) && proj[p].out_features >= 0, "K-quant GEMV: 16-byte aligned weights");
+    a.proj[p] = proj[p];
+    tiles += (proj[p].out_features + 7) / 8;
+    a.tile_end[p] = tiles;
+  }
+  if (tiles == 0) return;
+  for (int p = 0; p < num_proj; ++p) KVASIR_CHECK_MSG(proj[p].out_features > 0, "K-quant GEMV: empty projection");
   // 16 tokens per pass over the weights.
   for (int t0 = 0; t0 < n; t0 += kTokens) {
-    KGemvArgs a{};
     a.x = static_cast<const bf16*>(x) + static_cast<int64_t>(t0) * k;
-    a.w = static_cast<const uint8_t*>(w);
-    a.bias = bias;
-    a.y = static_cast<uint8_t*>(y) + static_cast<size_t>(t0) * static_cast<size_t>(m) * es;
-    a.m = m;
-    a.k = k;
-    a.row_bytes = static_cast<int64_t>(*row_bytes(t, k));
+    a.y_offset = t0;
     a.n = n - t0 < kTokens ? n - t0 : kTokens;
-    a.f32_out = out == Elem::kF32 ? 1 : 0;
     switch (t) {
       case DType::kQ4_K: launch_format<gguf::KUnitQ4_K>(a, s); break;
       case DType::kQ5_K: launch_format<gguf::KUnitQ5_K>(a, s); break;
