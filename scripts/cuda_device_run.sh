@@ -745,6 +745,19 @@ if has gguf_bench && [[ -f $gguf ]]; then
       --output-len 128 --num-iters 3 >"$OUT/gguf_lat_b64.log" 2>&1
     note "kvasir gguf b64 128/128: rc=$? $(grep -E '^(prefill|decode)' "$OUT/gguf_lat_b64.log" | tr '\n' ' ')"
     note "  $(grep -E 'device steps' "$OUT/gguf_lat_b64.log" | head -1)"
+    if [[ $gguf_type != f16 ]]; then
+      # Batched decode of K-quants: batch 16 (one tensor-core GEMV pass per step), and batch 64
+      # with the GEMV up to 64 tokens (4 passes) against the default dequantize + cuBLASLt above 32.
+      timeout 150 "$bin/kvasir" bench latency --model $gguf --device cuda --batch-size 16 --input-len 128 \
+        --output-len 128 --num-iters 3 >"$OUT/gguf_lat_b16.log" 2>&1
+      note "kvasir gguf b16 128/128: rc=$? $(grep -E '^(prefill|decode)' "$OUT/gguf_lat_b16.log" | tr '\n' ' ')"
+      KVASIR_GGUF_GEMV_ROWS=64 timeout 150 "$bin/kvasir" bench latency --model $gguf --device cuda --batch-size 64 \
+        --input-len 128 --output-len 128 --num-iters 3 >"$OUT/gguf_lat_b64_gemv.log" 2>&1
+      note "kvasir gguf b64 128/128, KVASIR_GGUF_GEMV_ROWS=64: rc=$? $(grep -E '^(prefill|decode)' "$OUT/gguf_lat_b64_gemv.log" | tr '\n' ' ')"
+      KVASIR_GGUF_GEMV=exact timeout 150 "$bin/kvasir" bench latency --model $gguf --device cuda --batch-size 1 \
+        --input-len 512 --output-len 128 --num-iters 3 >"$OUT/gguf_lat_b1_exact.log" 2>&1
+      note "kvasir gguf b1 512/128, KVASIR_GGUF_GEMV=exact (float32 GEMV): rc=$? $(grep -E '^decode' "$OUT/gguf_lat_b1_exact.log")"
+    fi
   fi
   lb=$lc/build-cuda/bin
   if [[ -x $lb/llama-bench ]]; then
