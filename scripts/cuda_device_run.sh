@@ -305,7 +305,8 @@ if has gguftests; then
       >"$OUT/gguf_memcheck.log" 2>&1
     note "gguf memcheck: rc=$? $(grep -E 'ERROR SUMMARY' "$OUT/gguf_memcheck.log" | tail -1)"
   fi
-  timeout 300 "$bin/cuda_e2e_test" --gtest_filter='CudaGgufEndToEnd.*' >"$OUT/gguf_e2e.log" 2>&1
+  KVASIR_MODELS_DIR=${KVASIR_MODELS_DIR:-$root/models} timeout 300 "$bin/cuda_e2e_test" \
+    --gtest_filter='CudaGgufEndToEnd.*' >"$OUT/gguf_e2e.log" 2>&1
   rc=$?
   grep -E "agreement|rel L2|^\[  (PASSED|FAILED|SKIPPED) |Failure" "$OUT/gguf_e2e.log" | head -12
   note "gguf e2e (default models): rc=$rc $(grep -E '^\[  (PASSED|SKIPPED)' "$OUT/gguf_e2e.log" | tr '\n' ' ')"

@@ -3,11 +3,12 @@
 // backend's exact run: prefill (the dequantize + cuBLASLt path) and decode steps (the GGUF GEMV),
 // teacher-forced with the CPU's greedy tokens, within cuda_e2e_test's bf16 tolerance (per-step
 // logits rel L2 under 5e-2, at least 80% of the greedy tokens agreeing). Skips without a GPU or
-// without the model files (scripts/setup.sh fetches them).
+// without the model files (scripts/setup.sh fetches them; $KVASIR_MODELS_DIR points elsewhere).
 #include <gtest/gtest.h>
 
 #include <algorithm>
 #include <cmath>
+#include <cstdlib>
 #include <filesystem>
 #include <string>
 #include <vector>
@@ -42,7 +43,10 @@ std::unique_ptr<LoadedModel> load(const std::string& path, const char* device) {
 
 void follows_cpu(const char* rel_path) {
   if (cuda_device_count() == 0) GTEST_SKIP() << "no CUDA device";
-  const std::string path = std::string(KVASIR_SOURCE_DIR) + "/" + rel_path;
+  // $KVASIR_MODELS_DIR (a machine the binary was carried to), else the source tree's models/.
+  const char* dir = std::getenv("KVASIR_MODELS_DIR");
+  const std::string path = dir != nullptr ? std::string(dir) + "/" + std::filesystem::path(rel_path).filename().string()
+                                          : std::string(KVASIR_SOURCE_DIR) + "/" + rel_path;
   if (!std::filesystem::exists(path)) GTEST_SKIP() << path << " missing: run scripts/setup.sh";
   auto cpu = load(path, "cpu");
   auto gpu = load(path, "cuda");
