@@ -12,7 +12,7 @@
 # llama-bench / llama-batched-bench and kvasir's benches on that file (stage lconly: llama.cpp only).
 # KVASIR_GGUF_TYPE=q4_k_m makes both stages use llama.cpp's Q4_K_M mix instead (Q4_K + Q6_K blocks,
 # which kvasir keeps in their blocks on the GPU: issue 15's GGUF k-quants side by side). Stage
-# gguftests: the GGUF block-weight op tests (both K-quant GEMVs), their memcheck, and the default
+# gguftests: the GGUF block-weight op tests (both GEMVs), their memcheck, and the default
 # GGUF models against the CPU (cuda_e2e_test; skips unless models/ holds the two files).
 # Backend knobs for A/B runs (environment): KVASIR_CUDA_PDL=0, KVASIR_CUDA_FUSE=0,
 # KVASIR_CUDA_FUSE_NORM=1, KVASIR_CUDA_ATTN=2, KVASIR_CUDA_PROFILE=1 (per-op device time),
@@ -747,7 +747,7 @@ if has gguf_bench && [[ -f $gguf ]]; then
     note "kvasir gguf b64 128/128: rc=$? $(grep -E '^(prefill|decode)' "$OUT/gguf_lat_b64.log" | tr '\n' ' ')"
     note "  $(grep -E 'device steps' "$OUT/gguf_lat_b64.log" | head -1)"
     if [[ $gguf_type != f16 ]]; then
-      # Batched decode of K-quants: batch 16 (one tensor-core GEMV pass per step), and batch 64
+      # Batched decode of block weights: batch 16 (one tensor-core GEMV pass per step), and batch 64
       # with the GEMV up to 64 tokens (4 passes) against the default dequantize + cuBLASLt above 32.
       timeout 150 "$bin/kvasir" bench latency --model $gguf --device cuda --batch-size 16 --input-len 128 \
         --output-len 128 --num-iters 3 >"$OUT/gguf_lat_b16.log" 2>&1

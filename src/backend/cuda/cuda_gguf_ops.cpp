@@ -3,14 +3,14 @@
 // blocks as the file stores them (a Q4_K_M 8B: 4.6 GiB instead of 15 GiB of bf16); every other
 // type, and 3-D tensors (stacked MoE experts, which the MoE kernels read as bf16), are still
 // dequantized to bf16 at load. At run time linear() records a GgufLinearOp: up to
-// kGgufGemvMaxRows tokens (kGgufKquantGemvMaxRows for Q4_K/Q5_K/Q6_K) it runs a GEMV dequantizing
-// in registers, one pass over the weight bytes per 16 tokens (the K-quants on the tensor cores,
-// gguf_kquant_gemv.cu, where up to three projections of one input and type share a launch; the
-// rest in float32, gguf_gemv.cu); above that the weight is dequantized into a bf16 scratch (in output-feature
-// slices of at most kGgufScratchElems when larger, as an untied lm_head) and multiplied by
-// cuBLASLt: a dequantization costs one read of the blocks and one write of bf16, small beside a
-// prefill GEMM's tensor-core time. embedding() reads quantized token tables (and so a tied
-// lm_head's table serves both) through the same decoders.
+// kGgufMmaGemvMaxRows tokens the tensor-core GEMV (gguf_mma_gemv.cu: weights decoded in registers
+// into MMA fragments, one pass over the weight bytes per 16 tokens, up to three projections of one
+// input and type in one launch; or with KVASIR_GGUF_GEMV=exact the float32 GEMV up to
+// kGgufGemvMaxRows, gguf_gemv.cu); above that the weight is dequantized into a bf16 scratch (in
+// output-feature slices of at most kGgufScratchElems when larger, as an untied lm_head) and
+// multiplied by cuBLASLt: a dequantization costs one read of the blocks and one write of bf16,
+// small beside a prefill GEMM's tensor-core time. embedding() reads quantized token tables (and so
+// a tied lm_head's table serves both) through the same decoders.
 #include <algorithm>
 #include <cstdlib>
 #include <cstring>
@@ -29,17 +29,17 @@ constexpr int64_t kGgufScratchElems = int64_t{64} << 20;
 
 bool is_dev(const Tensor& t) { return t.device == Device::kCuda; }
 
-// Q4_K / Q5_K / Q6_K decode on the tensor cores (bf16-rounded weights, gguf_kquant_gemv.cu) unless
-// KVASIR_GGUF_GEMV=exact puts them on the float32 GEMV with the reference's exact weights (A/B runs,
-// accuracy checks).
-bool kquant_on_tensor_cores(DType t) {
+// Decode-sized batches on the tensor-core GEMV (bf16-rounded weights, gguf_mma_gemv.cu) unless
+// KVASIR_GGUF_GEMV=exact puts them on the float32 GEMV with the reference's exact weights (A/B
+// runs, accuracy checks).
+bool on_tensor_cores(DType t) {
   static const bool exact = [] {
     const char* e = std::getenv("KVASIR_GGUF_GEMV");
     const bool x = e != nullptr && std::strcmp(e, "exact") == 0;
-    KVASIR_LOG_INFO("GGUF GEMV: K-quants on %s", x ? "the float32 GEMV (KVASIR_GGUF_GEMV=exact)" : "the tensor cores");
+    KVASIR_LOG_INFO("GGUF GEMV: %s", x ? "float32, exact weights (KVASIR_GGUF_GEMV=exact)" : "tensor cores, bf16 weights");
     return x;
   }();
-  return !exact && (t == DType::kQ4_K || t == DType::kQ5_K || t == DType::kQ6_K);
+  return !exact && cuda::gguf_kernel_type(t);
 }
 
 bool writes(const cuda::GgufLinearOp& op, const void* p) {
@@ -51,12 +51,12 @@ bool writes(const cuda::GgufLinearOp& op, const void* p) {
 
 // Up to how many tokens a weight of type t goes through a GEMV (else dequantize + cuBLASLt).
 int gemv_max_rows(DType t) {
-  if (!kquant_on_tensor_cores(t)) return cuda::kGgufGemvMaxRows;
+  if (!on_tensor_cores(t)) return cuda::kGgufGemvMaxRows;
   static const int rows = [] {
     const char* e = std::getenv("KVASIR_GGUF_GEMV_ROWS");
-    const int v = e != nullptr ? std::atoi(e) : cuda::kGgufKquantGemvMaxRows;
-    const int r = v >= 1 && v <= 4096 ? v : cuda::kGgufKquantGemvMaxRows;
-    KVASIR_LOG_INFO("GGUF K-quant GEMV up to %d tokens (KVASIR_GGUF_GEMV_ROWS), dequantize + cuBLASLt above", r);
+    const int v = e != nullptr ? std::atoi(e) : cuda::kGgufMmaGemvMaxRows;
+    const int r = v >= 1 && v <= 4096 ? v : cuda::kGgufMmaGemvMaxRows;
+    KVASIR_LOG_INFO("GGUF tensor-core GEMV up to %d tokens (KVASIR_GGUF_GEMV_ROWS), dequantize + cuBLASLt above", r);
     return r;
   }();
   return rows;
@@ -98,10 +98,10 @@ void CudaBackend::linear_gguf(const Tensor& x, const Tensor& w, const Tensor* bi
   if (n == 0 || m == 0) return;
   const bool gemv = n <= gemv_max_rows(w.dtype) && cuda::aligned16(x.data);
   const auto* b = bias != nullptr ? static_cast<const float*>(bias->data) : nullptr;
-  // Another projection of the same input (q/k/v, gate/up) joins the previous K-quant GEMV: one
+  // Another projection of the same input (q/k/v, gate/up) joins the previous tensor-core GEMV: one
   // launch for all of them (the float32 GEMV and the GEMM path take one projection each).
   OpRecord* last = queue_->last();
-  if (fuse_ && gemv && kquant_on_tensor_cores(w.dtype) && last != nullptr && last->kind == OpKind::kGgufLinear &&
+  if (fuse_ && gemv && on_tensor_cores(w.dtype) && last != nullptr && last->kind == OpKind::kGgufLinear &&
       last->elem == static_cast<int32_t>(elem)) {
     cuda::GgufLinearOp& r = last->gguf_linear;
     if (r.w_bf16 == nullptr && r.x == x.data && r.rows == n && r.in_features == k &&
@@ -143,8 +143,8 @@ void CudaBackend::exec_gguf_linear(const cuda::GgufLinearOp& op, Elem elem, cuda
   const auto dt = static_cast<DType>(op.dtype);
   const cuda::GgufProjection& p0 = op.proj[0];
   if (op.w_bf16 == nullptr) {
-    if (kquant_on_tensor_cores(dt)) {
-      cuda::launch_gguf_kquant_gemv(op.x, op.proj, static_cast<int>(op.num_proj), dt, static_cast<int>(n), k, elem, s);
+    if (on_tensor_cores(dt)) {
+      cuda::launch_gguf_mma_gemv(op.x, op.proj, static_cast<int>(op.num_proj), dt, static_cast<int>(n), k, elem, s);
     } else {
       cuda::launch_gguf_gemv(op.x, p0.w, dt, p0.bias, p0.y, static_cast<int>(n), p0.out_features, k, elem, s);
     }

@@ -1,8 +1,8 @@
 // GGUF block weights on the CUDA backend against the CPU backend: for every type the GPU keeps in
 // its blocks, the device decoders equal quant::dequantize_row bit for bit (float32 rows, and bf16
 // embedding rows equal the CPU's rounded to bf16), and linear() follows the CPU's exact quantized
-// matmul through the GEMVs (float32 for every type up to 8 rows; the K-quants' tensor-core one up
-// to 32, 16 tokens per pass) and the dequantize + cuBLASLt path (above those, including an
+// matmul through the GEMVs (the tensor-core one up to 32 rows, 16 tokens per pass; the float32 one
+// up to 8, called directly) and the dequantize + cuBLASLt path (above 32, including an
 // lm_head-sized weight that goes in slices). Random blocks: random quant bytes with sane fp16
 // scales (a few subnormal and negative ones, so the conversions' edge cases are met).
 #include <cuda_runtime_api.h>
@@ -153,18 +153,15 @@ TEST_F(CudaGguf, LinearMatchesCpuThroughGemvAndGemm) {
       Tensor rt = host_tensor(ref, {c.n, c.m});
       Tensor bt = host_tensor(b, {c.m});
       cpu_->linear(host_tensor(x, {c.n, k}), Tensor::make(bytes.data(), f.type, {c.m, k}), c.bias ? &bt : nullptr, rt);
-      // Float32 GEMV (legacy types): the CPU's weights exactly, float32 sums in another order
-      // (1e-4 for float32 outputs). Tensor-core GEMV (K-quants) and GEMM: the weights rounded to
-      // bf16 first (2^-9 relative each, as the bf16 path's): 1-3e-3 rel L2 measured on these
-      // blocks in a host emulation of the tensor-core GEMV; a wrong scale or nibble gives > 0.1.
-      // K-quants: the tensor-core GEMV up to 32 tokens (16 per pass); the rest: up to 8.
-      const bool kquant = block_elems(f.type) == 256;
-      const bool gemv = c.n <= (kquant ? cuda::kGgufKquantGemvMaxRows : cuda::kGgufGemvMaxRows);
-      const double bound = c.f32_out && gemv && !kquant ? 1e-4 : 1e-2;
-      EXPECT_LT(rel_l2(read_back(*gpu_, out.t), ref), bound)
+      // Tensor-core GEMV (up to 32 tokens, 16 per pass) and GEMM: the weights rounded to bf16
+      // first (2^-9 relative each, as the bf16 path's): 1-3e-3 rel L2 measured on these blocks in a
+      // host emulation of the tensor-core GEMV; a wrong scale or nibble gives > 0.1.
+      const bool gemv = c.n <= cuda::kGgufMmaGemvMaxRows;
+      EXPECT_LT(rel_l2(read_back(*gpu_, out.t), ref), 1e-2)
           << f.name << " " << c.n << "x" << k << " -> " << c.m << (c.bias ? " bias" : "") << (gemv ? " gemv" : " gemm");
-      if (kquant && c.n <= cuda::kGgufGemvMaxRows) {
-        // The K-quants' float32 GEMV as well (what KVASIR_GGUF_GEMV=exact runs): exact weights.
+      if (c.n <= cuda::kGgufGemvMaxRows) {
+        // The float32 GEMV as well (what KVASIR_GGUF_GEMV=exact runs): the CPU's weights exactly,
+        // float32 sums in another order (1e-4 for float32 outputs).
         DeviceTensor exact(c.f32_out ? DType::kF32 : DType::kBF16, {c.n, c.m});
         cuda::launch_gguf_gemv(xg.t.data, wg.data, f.type, c.bias ? static_cast<const float*>(bg.data) : nullptr,
                                exact.t.data, c.n, c.m, k, c.f32_out ? cuda::Elem::kF32 : cuda::Elem::kBf16, nullptr);
@@ -176,7 +173,7 @@ TEST_F(CudaGguf, LinearMatchesCpuThroughGemvAndGemm) {
   }
 }
 
-// q/k/v-like projections of one input recorded back to back (K-quants: up to three share one
+// q/k/v-like projections of one input recorded back to back (up to three of one type share a
 // tensor-core GEMV launch; a projection of another type or a fourth starts a new one), each
 // output checked against the CPU.
 TEST_F(CudaGguf, ProjectionsOfOneInputFollowTheCpu) {

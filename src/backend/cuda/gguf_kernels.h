@@ -2,7 +2,7 @@
 // (Q4_0, Q4_1, Q5_0, Q5_1, Q8_0, Q4_K, Q5_K, Q6_K; layouts in quant/block_formats.h), rows
 // contiguous, uploaded byte for byte. gguf_gemv.cu: the GEMV for decode-sized batches (1 ..
 // kGgufGemvMaxRows tokens) dequantizing in registers, one pass over the weight bytes for every
-// token; gguf_kquant_gemv.cu: the K-quants' GEMV on the tensor cores. gguf_dequantize.cu: rows to bf16 (the GEMM path's scratch, embedding lookups) or float32
+// token; gguf_mma_gemv.cu: the same on the tensor cores (bf16-rounded weights). gguf_dequantize.cu: rows to bf16 (the GEMM path's scratch, embedding lookups) or float32
 // (tests), equal to quant::dequantize_row before rounding.
 // Host-callable launchers only; must not know ops, records or models.
 #pragma once
@@ -17,11 +17,11 @@
 namespace kvasir::cuda {
 
 inline constexpr int kGgufGemvMaxRows = 8;
-// Tokens the backend sends to the K-quants' tensor-core GEMV (16 per pass over the weights) before
+// Tokens the backend sends to the tensor-core GEMV (16 per pass over the weights) before
 // dequantize + cuBLASLt: two passes (about 2x 1 ms on an 8B) against one dequantization of every
 // weight per step (~35 GB of traffic). A first estimate: measure with kvasir bench latency at
 // batch 16..64 (KVASIR_GGUF_GEMV_ROWS overrides it).
-inline constexpr int kGgufKquantGemvMaxRows = 32;
+inline constexpr int kGgufMmaGemvMaxRows = 32;
 
 // Whether the kernels here read weights of type t (kept in their blocks on the device).
 bool gguf_kernel_type(DType t);
@@ -31,7 +31,7 @@ bool gguf_kernel_type(DType t);
 void launch_gguf_gemv(const void* x, const void* w, DType t, const float* bias, void* y, int n, int64_t m, int64_t k,
                       Elem out, cudaStream_t s);
 
-// One projection of x for the K-quants' GEMV: y = x · w^T (+ bias).
+// One projection of x for the tensor-core GEMV: y = x · w^T (+ bias).
 struct GgufProjection {
   const void* w;          // [out_features, k] blocks, 16-byte aligned
   const float* bias;      // [out_features] or null
@@ -40,10 +40,10 @@ struct GgufProjection {
 };
 inline constexpr int kGgufMaxProjections = 3;
 
-// The same for Q4_K / Q5_K / Q6_K on the tensor cores (gguf_kquant_gemv.cu), any n >= 1 (16 tokens
-// per pass over the weights), proj[0..num_proj) of one x (q/k/v, gate/up) in one launch per pass:
-// the weights rounded to bf16 before the products, float32 sums.
-void launch_gguf_kquant_gemv(const void* x, const GgufProjection* proj, int num_proj, DType t, int n, int64_t k,
+// The same on the tensor cores (gguf_mma_gemv.cu), any type above, any n >= 1 (16 tokens per pass
+// over the weights), proj[0..num_proj) of one x (q/k/v, gate/up) in one launch per pass: the
+// weights rounded to bf16 before the products, float32 sums.
+void launch_gguf_mma_gemv(const void* x, const GgufProjection* proj, int num_proj, DType t, int n, int64_t k,
                              Elem out, cudaStream_t s);
 
 // out[r - row0, :] = rows row0 .. row0 + rows of w [*, k] dequantized, as bf16 or float32 (out,

@@ -330,7 +330,7 @@ struct Fp8LinearOp {
 
 // x · w^T (+ bias) with w kept in GGUF blocks (cuda_gguf_ops.cpp): the GGUF GEMVs for decode-sized
 // batches (w_bf16 null; further projections of the same x and block type join, as q/k/v and
-// gate/up: one launch of the K-quants' GEMV), else w dequantized into bf16 scratch (w_bf16) and
+// gate/up: one launch of the tensor-core GEMV), else w dequantized into bf16 scratch (w_bf16) and
 // cuBLASLt, one projection, in slices of chunk_rows output features when the whole matrix would not
 // fit the scratch; a slice's product lands in out_tmp and is copied into its columns of out.
 struct GgufLinearOp {

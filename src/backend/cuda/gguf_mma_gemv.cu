@@ -1,21 +1,21 @@
-// GEMV for Q4_K / Q5_K / Q6_K weights on the tensor cores, 16 tokens per pass over the weights. The plain
-// GGUF GEMV (gguf_gemv.cu) spends about ten instructions per weight on decoding (integer
-// conversions at quarter rate, the reference's separate multiply and subtract) and then one FMA
-// per token, so an 8B model's decode step would be bound by instruction issue, not by the bytes.
-// Here a warp owns 8 output rows and each lane one row's 32-weight units (gguf_kquant_units.cuh:
-// one 16-byte fetch of quant bytes for Q4_K/Q5_K); the decoded weights become the B fragments of
-// m16n8k16 bf16 MMAs whose A fragments are the tokens' activations (16 rows: up to 16 tokens), so
-// a token costs nothing beyond the first but its activation loads: about four instructions per
-// weight for any batch up to 16. More tokens take more passes (the backend sends batches up to
-// kGgufKquantGemvMaxRows here, larger ones to dequantize + cuBLASLt).
+// GEMV over GGUF block weights on the tensor cores, 16 tokens per pass over the weights, every
+// type the backend keeps in blocks. The float32 GEMV (gguf_gemv.cu) spends about ten instructions
+// per weight on decoding (the reference's separate multiply and subtract, integer conversions) and
+// then one FMA per token, so an 8B model's decode step would be bound by instruction issue, not by
+// the bytes. Here a warp owns 8 output rows and each lane one row's 32-weight units
+// (gguf_mma_units.cuh: one 16-byte fetch of quant bytes for Q4_K/Q5_K); the decoded weights become
+// the B fragments of m16n8k16 bf16 MMAs whose A fragments are the tokens' activations (16 rows: up
+// to 16 tokens), so a token costs nothing beyond the first but its activation loads: about four
+// instructions per weight for any batch up to 16. More tokens take more passes (the backend sends
+// batches up to kGgufMmaGemvMaxRows here, larger ones to dequantize + cuBLASLt).
 // The 8 warps of a CTA share its 8 rows and split the row's units; their float32 partial sums meet
 // in shared memory. Up to three projections of one x (q/k/v, gate/up) share a launch: CTAs are the
-// projections' 8-row tiles one after another. Weights are rounded to bf16 before the products (as the GEMM path's scratch
-// and the bf16 backend's weights); the backend's KVASIR_GGUF_GEMV=exact keeps these types on the
-// float32 GEMV instead (cuda_gguf_ops.cpp).
+// projections' 8-row tiles one after another. Weights are rounded to bf16 before the products (as
+// the GEMM path's scratch and the bf16 backend's weights); the backend's KVASIR_GGUF_GEMV=exact
+// keeps every type on the float32 GEMV instead (cuda_gguf_ops.cpp).
 #include "backend/cuda/cuda_common.cuh"
 #include "backend/cuda/gguf_kernels.h"
-#include "backend/cuda/gguf_kquant_units.cuh"
+#include "backend/cuda/gguf_mma_units.cuh"
 #include "backend/cuda/warp_mma.cuh"
 
 namespace kvasir::cuda {
@@ -36,7 +36,7 @@ struct KGemvArgs {
 // kHigh: more than 8 tokens, A rows 8..15 (fragment registers 1 and 3) carry tokens 8..15.
 // At most 64 registers: 4 CTAs (32 warps) per SM keep enough weight loads in flight.
 template <class F, bool kHigh>
-__global__ void __launch_bounds__(kWarps * 32, 4) kquant_gemv_kernel(KGemvArgs a) {
+__global__ void __launch_bounds__(kWarps * 32, 4) mma_gemv_kernel(KGemvArgs a) {
   __shared__ float partial[kWarps][kTokens][8];  // [warp][token][row]
   const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
   const int group = lane >> 2, tig = lane & 3;  // the mma fragments' groupID / thread-in-group
@@ -58,18 +58,20 @@ __global__ void __launch_bounds__(kWarps * 32, 4) kquant_gemv_kernel(KGemvArgs a
   pdl_begin();
   const int64_t units = a.k / 32;
   float c[4] = {0.0f, 0.0f, 0.0f, 0.0f};
-  // units % 32 == 0 is not given (k = 14336: 448 units), but units % 8 == 0 is: a warp's four
-  // lane groups always have whole units, so every lane runs the same number of MMAs.
+  // The loop bound is the warp's (every lane runs the same MMAs); a lane group past the row's last
+  // unit (k = 576: 18 units) re-reads the last one and zeroes its activations.
   for (int64_t u0 = static_cast<int64_t>(warp) * 4; u0 < units; u0 += kWarps * 4) {
-    const int64_t u = u0 + tig;
+    const bool valid = u0 + tig < units;
+    const int64_t u = valid ? u0 + tig : units - 1;
+    const uint32_t lo = valid ? keep_lo : 0u, hi = valid ? keep_hi : 0u;
     uint32_t b[16], x[16], xh[16];
     gguf::unit_w<F>(wr, u, b);
     gguf::unit_x<F>(xlo, u, x);
     if constexpr (kHigh) gguf::unit_x<F>(xhi, u, xh);
 #pragma unroll
     for (int j = 0; j < 8; ++j) {
-      const uint32_t frag[4] = {x[2 * j] & keep_lo, kHigh ? xh[2 * j] & keep_hi : 0u, x[2 * j + 1] & keep_lo,
-                                kHigh ? xh[2 * j + 1] & keep_hi : 0u};
+      const uint32_t frag[4] = {x[2 * j] & lo, kHigh ? xh[2 * j] & hi : 0u, x[2 * j + 1] & lo,
+                                kHigh ? xh[2 * j + 1] & hi : 0u};
       mma_bf16(c, frag, b[2 * j], b[2 * j + 1]);
     }
   }
@@ -95,16 +97,17 @@ __global__ void __launch_bounds__(kWarps * 32, 4) kquant_gemv_kernel(KGemvArgs a
 template <class F>
 void launch_format(const KGemvArgs& a, cudaStream_t s) {
   const unsigned blocks = static_cast<unsigned>(a.tile_end[a.num_proj - 1]);
-  if (a.n > 8) launch(kquant_gemv_kernel<F, true>, blocks, kWarps * 32, 0, s, a);
-  else launch(kquant_gemv_kernel<F, false>, blocks, kWarps * 32, 0, s, a);
+  if (a.n > 8) launch(mma_gemv_kernel<F, true>, blocks, kWarps * 32, 0, s, a);
+  else launch(mma_gemv_kernel<F, false>, blocks, kWarps * 32, 0, s, a);
 }
 
 }  // namespace
 
-void launch_gguf_kquant_gemv(const void* x, const GgufProjection* proj, int num_proj, DType t, int n, int64_t k,
+void launch_gguf_mma_gemv(const void* x, const GgufProjection* proj, int num_proj, DType t, int n, int64_t k,
                              Elem out, cudaStream_t s) {
-  KVASIR_CHECK_MSG(n >= 1 && k % 256 == 0 && aligned16(x) && num_proj >= 1 && num_proj <= kGgufMaxProjections,
-                   "K-quant GEMV: whole super-blocks, a 16-byte aligned input, 1..3 projections");
+  KVASIR_CHECK_MSG(n >= 1 && gguf_kernel_type(t) && row_bytes(t, k).has_value() && aligned16(x) && num_proj >= 1 &&
+                       num_proj <= kGgufMaxProjections,
+                   "GGUF MMA GEMV: a GGUF block type, whole blocks, a 16-byte aligned input, 1..3 projections");
   KGemvArgs a{};
   a.k = k;
   a.row_bytes = static_cast<int64_t>(*row_bytes(t, k));
@@ -112,13 +115,13 @@ void launch_gguf_kquant_gemv(const void* x, const GgufProjection* proj, int num_
   a.num_proj = num_proj;
   int64_t tiles = 0;
   for (int p = 0; p < num_proj; ++p) {
-    KVASIR_CHECK_MSG(aligned16(proj[p].w) && proj[p].out_features >= 0, "K-quant GEMV: 16-byte aligned weights");
+    KVASIR_CHECK_MSG(aligned16(proj[p].w) && proj[p].out_features >= 0, "GGUF MMA GEMV: 16-byte aligned weights");
     a.proj[p] = proj[p];
     tiles += (proj[p].out_features + 7) / 8;
     a.tile_end[p] = tiles;
   }
   if (tiles == 0) return;
-  for (int p = 0; p < num_proj; ++p) KVASIR_CHECK_MSG(proj[p].out_features > 0, "K-quant GEMV: empty projection");
+  for (int p = 0; p < num_proj; ++p) KVASIR_CHECK_MSG(proj[p].out_features > 0, "GGUF MMA GEMV: empty projection");
   // 16 tokens per pass over the weights.
   for (int t0 = 0; t0 < n; t0 += kTokens) {
     a.x = static_cast<const bf16*>(x) + static_cast<int64_t>(t0) * k;
@@ -128,7 +131,12 @@ void launch_gguf_kquant_gemv(const void* x, const GgufProjection* proj, int num_
       case DType::kQ4_K: launch_format<gguf::KUnitQ4_K>(a, s); break;
       case DType::kQ5_K: launch_format<gguf::KUnitQ5_K>(a, s); break;
       case DType::kQ6_K: launch_format<gguf::KUnitQ6_K>(a, s); break;
-      default: KVASIR_CHECK_MSG(false, "K-quant GEMV: Q4_K, Q5_K or Q6_K weights");
+      case DType::kQ4_0: launch_format<gguf::KUnitQ4_0>(a, s); break;
+      case DType::kQ4_1: launch_format<gguf::KUnitQ4_1>(a, s); break;
+      case DType::kQ5_0: launch_format<gguf::KUnitQ5_0>(a, s); break;
+      case DType::kQ5_1: launch_format<gguf::KUnitQ5_1>(a, s); break;
+      case DType::kQ8_0: launch_format<gguf::KUnitQ8_0>(a, s); break;
+      default: KVASIR_CHECK_MSG(false, "GGUF MMA GEMV: not a GGUF block type");
     }
     KVASIR_CUDA_LAUNCH_CHECK();
   }

@@ -1,4 +1,4 @@
-// The K-quant GEMV's unit of work (gguf_kquant_gemv.cu): 32 weights of one row that share their
+// The tensor-core GGUF GEMV's unit of work (gguf_mma_gemv.cu): 32 weights of one row that share their
 // fetches, decoded into the B fragments of eight m16n8k16 bf16 MMAs, and the same 32 columns of an
 // activation row as the matching A fragments. A unit's element e (0..31) sits at column col(e);
 // MMA j takes elements 4j .. 4j+3: b[2j] = bf16x2(w[4j], w[4j+1]), b[2j+1] = bf16x2(w[4j+2],
@@ -10,6 +10,7 @@
 //     e >= 16: column 64g + 32 + 16h + (e - 16) (high nibble of the same byte, sub-block 2g + 1).
 //   Q6_K: unit u = super-block u / 8, half h = (u % 8) / 4, l0 = 8 (u % 4); element e = 8q + i is
 //     column 128h + 32q + l0 + i (quarter q of the half, scale 8h + l0 / 16 + 2q).
+//   Q4_0 / Q4_1 / Q5_0 / Q5_1 / Q8_0: unit u = block u, element e = column 32u + e.
 // Weights are the reference's float32 values (gguf_blocks.cuh's operations) rounded to bf16, as
 // the GEMM path's dequantized scratch. Header-only device code (a host test harness can include
 // it with stand-ins for the intrinsics).
@@ -43,20 +44,39 @@ __device__ __forceinline__ void scale_min_words(uint32_t w0, uint32_t w1, uint32
   }
 }
 
+// Unit decoders by format: kLegacy marks the 32-element block formats (unit = block).
 struct KUnitQ4_K {
   static constexpr int kBlockBytes = 144;
-  static constexpr bool kHighBit = false;
+  static constexpr bool kHighBit = false, kLegacy = false;
 };
 struct KUnitQ5_K {
   static constexpr int kBlockBytes = 176;
-  static constexpr bool kHighBit = true;
+  static constexpr bool kHighBit = true, kLegacy = false;
 };
+struct KUnitQ6_K {
+  static constexpr int kBlockBytes = 210;
+  static constexpr bool kHighBit = false, kLegacy = false;
+};
+// Legacy blocks: fp16 d [, fp16 m] [, 32 high bits] then 16 bytes of nibbles (or 32 int8 codes).
+template <int kBytes, bool kMinV, bool kHigh, bool kInt8>
+struct KUnitLegacy {
+  static constexpr int kBlockBytes = kBytes;
+  static constexpr bool kHighBit = kHigh, kLegacy = true, kMin = kMinV, kQ8 = kInt8;
+};
+using KUnitQ4_0 = KUnitLegacy<18, false, false, false>;
+using KUnitQ4_1 = KUnitLegacy<20, true, false, false>;
+using KUnitQ5_0 = KUnitLegacy<22, false, true, false>;
+using KUnitQ5_1 = KUnitLegacy<24, true, true, false>;
+using KUnitQ8_0 = KUnitLegacy<34, false, false, true>;
 
 // First columns of a unit's two 16-element runs (Q4_K/Q5_K), or of its four 8-element runs (Q6_K).
 template <class F>
 __device__ __forceinline__ void unit_columns(int64_t u, int64_t (&c)[4]) {
   const int64_t base = (u >> 3) * 256;
-  if constexpr (F::kBlockBytes == 210) {
+  if constexpr (F::kLegacy) {
+#pragma unroll
+    for (int p = 0; p < 4; ++p) c[p] = 32 * u + 8 * p;
+  } else if constexpr (F::kBlockBytes == 210) {
     const int h = static_cast<int>((u & 7) >> 2), l0 = 8 * static_cast<int>(u & 3);
 #pragma unroll
     for (int q = 0; q < 4; ++q) c[q] = base + 128 * h + 32 * q + l0;
@@ -87,6 +107,46 @@ __device__ __forceinline__ void unit_x(const __nv_bfloat16* __restrict__ x, int6
 // b[0..16): the unit's 32 weights of row `row` as bf16 pairs (element order).
 template <class F>
 __device__ __forceinline__ void unit_w(const uint8_t* row, int64_t u, uint32_t (&b)[16]) {
+  if constexpr (F::kLegacy) {
+    // The reference's operations (gguf_blocks.cuh): (q - 8) d, q d + m, (q - 16) d, q d + m, q d.
+    const uint8_t* blk = row + u * F::kBlockBytes;
+    const float d = f16_at(blk);
+    const float m = F::kMin ? f16_at(blk + 2) : 0.0f;
+    const uint8_t* qp = blk + (F::kMin ? 4 : 2);
+    uint32_t qh = 0;
+    if constexpr (F::kHighBit) {
+      qh = u32_at2(qp);
+      qp += 4;
+    }
+    if constexpr (F::kQ8) {
+#pragma unroll
+      for (int p = 0; p < 4; ++p) {
+        const uint2 q = u64_at2(qp + 8 * p);
+#pragma unroll
+        for (int i = 0; i < 4; ++i) {
+          const float w0 = __fmul_rn(small_uint_to_float(byte_of(q, 2 * i) ^ 0x80u, 128.0f), d);
+          const float w1 = __fmul_rn(small_uint_to_float(byte_of(q, 2 * i + 1) ^ 0x80u, 128.0f), d);
+          b[4 * p + i] = bf16x2_bits(w0, w1);
+        }
+      }
+    } else {
+      const uint2 q0 = u64_at2(qp), q1 = u64_at2(qp + 8);
+#pragma unroll
+      for (int e = 0; e < 32; e += 2) {
+        float w[2];
+#pragma unroll
+        for (int i = 0; i < 2; ++i) {
+          const int j = e + i, byte = j & 15;
+          uint32_t v = (byte_of(byte < 8 ? q0 : q1, byte & 7) >> (j < 16 ? 0 : 4)) & 0x0f;
+          if constexpr (F::kHighBit) v |= ((qh >> j) & 1u) << 4;
+          if constexpr (F::kMin) w[i] = __fadd_rn(__fmul_rn(small_uint_to_float(v, 0.0f), d), m);
+          else w[i] = __fmul_rn(small_uint_to_float(v, F::kHighBit ? 16.0f : 8.0f), d);
+        }
+        b[e / 2] = bf16x2_bits(w[0], w[1]);
+      }
+    }
+    return;
+  }
   const uint8_t* blk = row + (u >> 3) * F::kBlockBytes;
   if constexpr (F::kBlockBytes == 210) {
     const int h = static_cast<int>((u & 7) >> 2), l0 = 8 * static_cast<int>(u & 3);
@@ -146,10 +206,5 @@ __device__ __forceinline__ void unit_w(const uint8_t* row, int64_t u, uint32_t (
     }
   }
 }
-
-struct KUnitQ6_K {
-  static constexpr int kBlockBytes = 210;
-  static constexpr bool kHighBit = false;
-};
 
 }  // namespace kvasir::cuda::gguf
