@@ -1,11 +1,13 @@
-// GEMV over GGUF block weights for decode-sized batches: y[t, r] = x[t, :] · w[r, :] (+ bias[r])
-// for 1..kGgufGemvMaxRows tokens. One warp per output row; lane i decodes the row's 8-element
-// chunks i, i + 32, ... in registers (gguf_blocks.cuh: the CPU reference's values) and multiplies
-// each with every token's 8 activations (16-byte bf16 loads, from L1/L2 after the first row), so
-// the weight bytes are read once for all tokens. A warp's 32 lanes cover consecutive chunks: one
-// K-quant super-block or eight 32-element blocks per step, whole cache lines. Four chunks per lane
-// are decoded before their products, so their loads are in flight together. Float32
-// accumulation, warp reduction, bias once at the end.
+// The float32 GEMV over GGUF block weights (KVASIR_GGUF_GEMV=exact; the default decode path is the
+// tensor-core GEMV, gguf_mma_gemv.cu): y[t, r] = x[t, :] · w[r, :] (+ bias[r]) for
+// 1..kGgufGemvMaxRows tokens with the reference's exact weights. One warp per output row; lane i
+// decodes the row's 8-element chunks i, i + 32, ... in registers (gguf_blocks.cuh: the CPU
+// reference's values) and multiplies each with every token's 8 activations (16-byte bf16 loads,
+// from L1/L2 after the first row), so the weight bytes are read once for all tokens. A warp's 32
+// lanes cover consecutive chunks: one K-quant super-block or eight 32-element blocks per step,
+// whole cache lines. Four chunks per lane are decoded before their products, so their loads are in
+// flight together. Float32 accumulation, warp reduction, bias once at the end. About ten
+// instructions per weight for the decoding plus an FMA per token: bound by issue, not by bytes.
 #include "backend/cuda/cuda_common.cuh"
 #include "backend/cuda/gguf_blocks.cuh"
 #include "backend/cuda/gguf_kernels.h"

@@ -1,9 +1,10 @@
 // The CUDA backend's GGUF block-format kernels: weights stay in the blocks the file stores
 // (Q4_0, Q4_1, Q5_0, Q5_1, Q8_0, Q4_K, Q5_K, Q6_K; layouts in quant/block_formats.h), rows
-// contiguous, uploaded byte for byte. gguf_gemv.cu: the GEMV for decode-sized batches (1 ..
-// kGgufGemvMaxRows tokens) dequantizing in registers, one pass over the weight bytes for every
-// token; gguf_mma_gemv.cu: the same on the tensor cores (bf16-rounded weights). gguf_dequantize.cu: rows to bf16 (the GEMM path's scratch, embedding lookups) or float32
-// (tests), equal to quant::dequantize_row before rounding.
+// contiguous, uploaded byte for byte. gguf_mma_gemv.cu: the GEMV for decode-sized batches on the
+// tensor cores (bf16-rounded weights, 16 tokens per pass over the weight bytes); gguf_gemv.cu: a
+// float32 GEMV with the reference's exact weights (1 .. kGgufGemvMaxRows tokens, one pass);
+// gguf_dequantize.cu: rows to bf16 (the GEMM path's scratch, embedding lookups) or float32 (tests),
+// equal to quant::dequantize_row before rounding.
 // Host-callable launchers only; must not know ops, records or models.
 #pragma once
 
