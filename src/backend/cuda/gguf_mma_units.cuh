@@ -12,8 +12,8 @@
 //     column 128h + 32q + l0 + i (quarter q of the half, scale 8h + l0 / 16 + 2q).
 //   Q4_0 / Q4_1 / Q5_0 / Q5_1 / Q8_0: unit u = block u, element e = column 32u + e.
 // Weights are the reference's float32 values (gguf_blocks.cuh's operations) rounded to bf16, as
-// the GEMM path's dequantized scratch. Header-only device code (a host test harness can include
-// it with stand-ins for the intrinsics).
+// the GEMM path's dequantized scratch; Q4_K/Q5_K compute theirs in packed bf16 (see unit_w).
+// Header-only device code (a host test harness can include it with stand-ins for the intrinsics).
 #pragma once
 
 #include <cuda_bf16.h>
@@ -188,20 +188,28 @@ __device__ __forceinline__ void unit_w(const uint8_t* row, int64_t u, uint32_t (
     if constexpr (F::kHighBit) qh = __ldg(reinterpret_cast<const uint4*>(blk + 16 + 16 * h));
     const uint32_t qw[4] = {q.x, q.y, q.z, q.w};
     const uint32_t hw[4] = {qh.x, qh.y, qh.z, qh.w};
+    // Two weights per packed bf16 operation (this is the 8B's bulk: decoding, not the bytes, bounds
+    // the GEMV otherwise): the quants of two bytes become the halves of a bf16x2 through the
+    // exponent trick (0x4300 | q is 128 + q, exact for q < 128), minus 128 (exact), then
+    // q · bf16(d·sc) − bf16(dmin·m) in one fused bf16 operation: the scales rounded to bf16 once
+    // more than the reference's float32 weights (about 2^-9 each), one rounding of the result.
 #pragma unroll
     for (int s = 0; s < 2; ++s) {  // s = 0: low nibbles (sub-block 2g), 1: high (2g + 1)
       const int bit = 2 * g + s;
+      const __nv_bfloat162 scale = __float2bfloat162_rn(dl[s]), minus = __float2bfloat162_rn(-ml[s]);
+      const __nv_bfloat162 bias128 = __float2bfloat162_rn(128.0f);
 #pragma unroll
       for (int wi = 0; wi < 4; ++wi) {
-        float w[4];
 #pragma unroll
-        for (int i = 0; i < 4; ++i) {
-          uint32_t v = (qw[wi] >> (8 * i + 4 * s)) & 0x0f;
-          if constexpr (F::kHighBit) v |= ((hw[wi] >> (8 * i + bit)) & 1) << 4;
-          w[i] = __fsub_rn(__fmul_rn(dl[s], small_uint_to_float(v, 0.0f)), ml[s]);
+        for (int pair = 0; pair < 2; ++pair) {  // bytes 0, 1 then 2, 3 of the word, one per half
+          const uint32_t sel = pair == 0 ? 0x4140u : 0x4342u;
+          uint32_t v = (__byte_perm(qw[wi], 0u, sel) >> (4 * s)) & 0x000f000fu;
+          if constexpr (F::kHighBit) v |= ((__byte_perm(hw[wi], 0u, sel) >> bit) & 0x00010001u) << 4;
+          v |= 0x43004300u;
+          const __nv_bfloat162 q = __hsub2(*reinterpret_cast<const __nv_bfloat162*>(&v), bias128);
+          const __nv_bfloat162 w = __hfma2(q, scale, minus);
+          b[8 * s + 2 * wi + pair] = *reinterpret_cast<const uint32_t*>(&w);
         }
-        b[8 * s + 2 * wi] = bf16x2_bits(w[0], w[1]);
-        b[8 * s + 2 * wi + 1] = bf16x2_bits(w[2], w[3]);
       }
     }
   }
