@@ -154,7 +154,7 @@ TEST_F(CudaGguf, LinearMatchesCpuThroughGemvAndGemm) {
       Tensor bt = host_tensor(b, {c.m});
       cpu_->linear(host_tensor(x, {c.n, k}), Tensor::make(bytes.data(), f.type, {c.m, k}), c.bias ? &bt : nullptr, rt);
       // Tensor-core GEMV (up to 32 tokens, 16 per pass) and GEMM: the weights rounded to bf16
-      // first (2^-9 relative each, as the bf16 path's; Q4_K/Q5_K computed in packed bf16 with
+      // first (2^-9 relative each, as the bf16 path's; the K-quants computed in packed bf16 with
       // bf16-rounded scales): 1-4.5e-3 rel L2 (worst of 200 draws) in a host emulation of the
       // tensor-core GEMV on blocks like these; a wrong scale or nibble gives > 0.1.
       const bool gemv = c.n <= cuda::kGgufMmaGemvMaxRows;

@@ -12,7 +12,7 @@
 //     column 128h + 32q + l0 + i (quarter q of the half, scale 8h + l0 / 16 + 2q).
 //   Q4_0 / Q4_1 / Q5_0 / Q5_1 / Q8_0: unit u = block u, element e = column 32u + e.
 // Weights are the reference's float32 values (gguf_blocks.cuh's operations) rounded to bf16, as
-// the GEMM path's dequantized scratch; Q4_K/Q5_K compute theirs in packed bf16 (see unit_w).
+// the GEMM path's dequantized scratch; the K-quants compute theirs in packed bf16 (see unit_w).
 // Header-only device code (a host test harness can include it with stand-ins for the intrinsics).
 #pragma once
 
@@ -154,18 +154,25 @@ __device__ __forceinline__ void unit_w(const uint8_t* row, int64_t u, uint32_t (
     const uint2 qla = u64_at2(blk + 64 * h + l0), qlb = u64_at2(blk + 64 * h + 32 + l0);
     const uint2 qh = u64_at2(blk + 128 + 32 * h + l0);
     const uint8_t* sc = blk + 192 + 8 * h + (l0 >> 4);
+    // Two weights per packed bf16 operation, as Q4_K below: the 6-bit quants of two bytes become
+    // the halves of a bf16x2 as 128 + v (exact), minus 160 gives v - 32 (exact), times
+    // bf16(d·sc) with one rounding.
+    const __nv_bfloat162 bias160 = __float2bfloat162_rn(160.0f);
 #pragma unroll
     for (int q = 0; q < 4; ++q) {
-      const float ds = __fmul_rn(d, static_cast<float>(static_cast<int8_t>(sc[2 * q])));
+      const __nv_bfloat162 ds =
+          __float2bfloat162_rn(__fmul_rn(d, static_cast<float>(static_cast<int8_t>(sc[2 * q]))));
       const uint2& ql = (q & 1) ? qlb : qla;
-      float w[8];
 #pragma unroll
-      for (int i = 0; i < 8; ++i) {
-        const uint32_t v = ((byte_of(ql, i) >> (4 * (q >> 1))) & 0x0f) | (((byte_of(qh, i) >> (2 * q)) & 3) << 4);
-        w[i] = __fmul_rn(ds, small_uint_to_float(v, 32.0f));
+      for (int i = 0; i < 8; i += 2) {  // bytes i, i + 1 of the quarter, one per half
+        const uint32_t sel = (i & 2) ? 0x4342u : 0x4140u;
+        const uint32_t lw = i < 4 ? ql.x : ql.y, hw = i < 4 ? qh.x : qh.y;
+        uint32_t v = (__byte_perm(lw, 0u, sel) >> (4 * (q >> 1))) & 0x000f000fu;
+        v |= ((__byte_perm(hw, 0u, sel) >> (2 * q)) & 0x00030003u) << 4;
+        v |= 0x43004300u;
+        const __nv_bfloat162 w = __hmul2(__hsub2(*reinterpret_cast<const __nv_bfloat162*>(&v), bias160), ds);
+        b[4 * q + i / 2] = *reinterpret_cast<const uint32_t*>(&w);
       }
-#pragma unroll
-      for (int i = 0; i < 4; ++i) b[4 * q + i] = bf16x2_bits(w[2 * i], w[2 * i + 1]);
     }
   } else {
     const int g = static_cast<int>((u & 7) >> 1), h = static_cast<int>(u & 1);
@@ -188,7 +195,7 @@ __device__ __forceinline__ void unit_w(const uint8_t* row, int64_t u, uint32_t (
     if constexpr (F::kHighBit) qh = __ldg(reinterpret_cast<const uint4*>(blk + 16 + 16 * h));
     const uint32_t qw[4] = {q.x, q.y, q.z, q.w};
     const uint32_t hw[4] = {qh.x, qh.y, qh.z, qh.w};
-    // Two weights per packed bf16 operation (this is the 8B's bulk: decoding, not the bytes, bounds
+    // Two weights per packed bf16 operation (a Q4_K_M model's bulk: decoding, not the bytes, bounds
     // the GEMV otherwise): the quants of two bytes become the halves of a bf16x2 through the
     // exponent trick (0x4300 | q is 128 + q, exact for q < 128), minus 128 (exact), then
     // q · bf16(d·sc) − bf16(dmin·m) in one fused bf16 operation: the scales rounded to bf16 once
