@@ -128,14 +128,14 @@ void launch_gguf_mma_gemv(const void* x, const GgufProjection* proj, int num_pro
     a.y_offset = t0;
     a.n = n - t0 < kTokens ? n - t0 : kTokens;
     switch (t) {
-      case DType::kQ4_K: launch_format<gguf::KUnitQ4_K>(a, s); break;
-      case DType::kQ5_K: launch_format<gguf::KUnitQ5_K>(a, s); break;
-      case DType::kQ6_K: launch_format<gguf::KUnitQ6_K>(a, s); break;
-      case DType::kQ4_0: launch_format<gguf::KUnitQ4_0>(a, s); break;
-      case DType::kQ4_1: launch_format<gguf::KUnitQ4_1>(a, s); break;
-      case DType::kQ5_0: launch_format<gguf::KUnitQ5_0>(a, s); break;
-      case DType::kQ5_1: launch_format<gguf::KUnitQ5_1>(a, s); break;
-      case DType::kQ8_0: launch_format<gguf::KUnitQ8_0>(a, s); break;
+      case DType::kQ4_K: launch_format<gguf::UnitQ4_K>(a, s); break;
+      case DType::kQ5_K: launch_format<gguf::UnitQ5_K>(a, s); break;
+      case DType::kQ6_K: launch_format<gguf::UnitQ6_K>(a, s); break;
+      case DType::kQ4_0: launch_format<gguf::UnitQ4_0>(a, s); break;
+      case DType::kQ4_1: launch_format<gguf::UnitQ4_1>(a, s); break;
+      case DType::kQ5_0: launch_format<gguf::UnitQ5_0>(a, s); break;
+      case DType::kQ5_1: launch_format<gguf::UnitQ5_1>(a, s); break;
+      case DType::kQ8_0: launch_format<gguf::UnitQ8_0>(a, s); break;
       default: KVASIR_CHECK_MSG(false, "GGUF MMA GEMV: not a GGUF block type");
     }
     KVASIR_CUDA_LAUNCH_CHECK();

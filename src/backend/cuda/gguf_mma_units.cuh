@@ -45,29 +45,29 @@ __device__ __forceinline__ void scale_min_words(uint32_t w0, uint32_t w1, uint32
 }
 
 // Unit decoders by format: kLegacy marks the 32-element block formats (unit = block).
-struct KUnitQ4_K {
+struct UnitQ4_K {
   static constexpr int kBlockBytes = 144;
   static constexpr bool kHighBit = false, kLegacy = false;
 };
-struct KUnitQ5_K {
+struct UnitQ5_K {
   static constexpr int kBlockBytes = 176;
   static constexpr bool kHighBit = true, kLegacy = false;
 };
-struct KUnitQ6_K {
+struct UnitQ6_K {
   static constexpr int kBlockBytes = 210;
   static constexpr bool kHighBit = false, kLegacy = false;
 };
 // Legacy blocks: fp16 d [, fp16 m] [, 32 high bits] then 16 bytes of nibbles (or 32 int8 codes).
 template <int kBytes, bool kMinV, bool kHigh, bool kInt8>
-struct KUnitLegacy {
+struct UnitLegacy {
   static constexpr int kBlockBytes = kBytes;
   static constexpr bool kHighBit = kHigh, kLegacy = true, kMin = kMinV, kQ8 = kInt8;
 };
-using KUnitQ4_0 = KUnitLegacy<18, false, false, false>;
-using KUnitQ4_1 = KUnitLegacy<20, true, false, false>;
-using KUnitQ5_0 = KUnitLegacy<22, false, true, false>;
-using KUnitQ5_1 = KUnitLegacy<24, true, true, false>;
-using KUnitQ8_0 = KUnitLegacy<34, false, false, true>;
+using UnitQ4_0 = UnitLegacy<18, false, false, false>;
+using UnitQ4_1 = UnitLegacy<20, true, false, false>;
+using UnitQ5_0 = UnitLegacy<22, false, true, false>;
+using UnitQ5_1 = UnitLegacy<24, true, true, false>;
+using UnitQ8_0 = UnitLegacy<34, false, false, true>;
 
 // First columns of a unit's two 16-element runs (Q4_K/Q5_K), or of its four 8-element runs (Q6_K).
 template <class F>
