@@ -45,7 +45,7 @@ inline constexpr int kGgufMaxProjections = 3;
 // over the weights), proj[0..num_proj) of one x (q/k/v, gate/up) in one launch per pass: the
 // weights rounded to bf16 before the products, float32 sums.
 void launch_gguf_mma_gemv(const void* x, const GgufProjection* proj, int num_proj, DType t, int n, int64_t k,
-                             Elem out, cudaStream_t s);
+                          Elem out, cudaStream_t s);
 
 // out[r - row0, :] = rows row0 .. row0 + rows of w [*, k] dequantized, as bf16 or float32 (out,
 // 16-byte aligned).

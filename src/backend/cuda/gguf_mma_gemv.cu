@@ -25,7 +25,7 @@ constexpr int kWarps = 8;  // warps per CTA, all on the CTA's 8 rows
 
 constexpr int kTokens = 16;  // the MMA's M: tokens per launch (A rows 8..15 used from 9 tokens)
 
-struct KGemvArgs {
+struct MmaGemvArgs {
   const bf16* x;
   GgufProjection proj[kGgufMaxProjections];
   int64_t tile_end[kGgufMaxProjections];  // prefix sums of the projections' 8-row tiles
@@ -36,7 +36,7 @@ struct KGemvArgs {
 // kHigh: more than 8 tokens, A rows 8..15 (fragment registers 1 and 3) carry tokens 8..15.
 // At most 64 registers: 4 CTAs (32 warps) per SM keep enough weight loads in flight.
 template <class F, bool kHigh>
-__global__ void __launch_bounds__(kWarps * 32, 4) mma_gemv_kernel(KGemvArgs a) {
+__global__ void __launch_bounds__(kWarps * 32, 4) mma_gemv_kernel(MmaGemvArgs a) {
   __shared__ float partial[kWarps][kTokens][8];  // [warp][token][row]
   const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
   const int group = lane >> 2, tig = lane & 3;  // the mma fragments' groupID / thread-in-group
@@ -95,7 +95,7 @@ __global__ void __launch_bounds__(kWarps * 32, 4) mma_gemv_kernel(KGemvArgs a) {
 }
 
 template <class F>
-void launch_format(const KGemvArgs& a, cudaStream_t s) {
+void launch_format(const MmaGemvArgs& a, cudaStream_t s) {
   const unsigned blocks = static_cast<unsigned>(a.tile_end[a.num_proj - 1]);
   if (a.n > 8) launch(mma_gemv_kernel<F, true>, blocks, kWarps * 32, 0, s, a);
   else launch(mma_gemv_kernel<F, false>, blocks, kWarps * 32, 0, s, a);
@@ -104,11 +104,11 @@ void launch_format(const KGemvArgs& a, cudaStream_t s) {
 }  // namespace
 
 void launch_gguf_mma_gemv(const void* x, const GgufProjection* proj, int num_proj, DType t, int n, int64_t k,
-                             Elem out, cudaStream_t s) {
+                          Elem out, cudaStream_t s) {
   KVASIR_CHECK_MSG(n >= 1 && gguf_kernel_type(t) && row_bytes(t, k).has_value() && aligned16(x) && num_proj >= 1 &&
                        num_proj <= kGgufMaxProjections,
                    "GGUF MMA GEMV: a GGUF block type, whole blocks, a 16-byte aligned input, 1..3 projections");
-  KGemvArgs a{};
+  MmaGemvArgs a{};
   a.k = k;
   a.row_bytes = static_cast<int64_t>(*row_bytes(t, k));
   a.f32_out = out == Elem::kF32 ? 1 : 0;
