@@ -7,6 +7,7 @@
 // scales (a few subnormal and negative ones, so the conversions' edge cases are met).
 #include <cuda_runtime_api.h>
 
+#include <algorithm>
 #include <cmath>
 #include <cstring>
 
@@ -216,6 +217,36 @@ TEST_F(CudaGguf, ProjectionsOfOneInputFollowTheCpu) {
       cpu_->linear(host_tensor(x, {n, k}), Tensor::make(bytes[i].data(), f->type, {m, k}), i % 2 == 0 ? &bt : nullptr,
                    rt);
       EXPECT_LT(rel_l2(read_back(*gpu_, outs[i]->t), ref), 1e-2) << "projection " << i << ", " << n << " tokens";
+    }
+  }
+}
+
+// A token's output of the tensor-core GEMV does not depend on the batch around it (each MMA output
+// element is its own dot product, the other A rows only ride along): token 0 alone, among 7, among
+// 16 (rows 8..15 of the fragments) and in the second pass of 20 gives the same bits.
+TEST_F(CudaGguf, GemvRowsAreBatchInvariant) {
+  for (const Format* f : {&formats()[5], &formats()[4], &formats()[7]}) {  // Q4_K, Q8_0, Q6_K
+    const int64_t k = 4 * 256, m = 72;
+    auto bytes = random_blocks(rng_, *f, m, k, sane_scale(f->type, k) * 16.0f);
+    const Tensor wg = upload_blocks(bytes, f->type, m, k);
+    ASSERT_NE(wg.data, nullptr);
+    auto row = random_values(rng_, static_cast<size_t>(k));
+    std::vector<float> first;
+    for (int n : {1, 7, 16, 20}) {
+      // The row at token 0 (and at token 17 for n = 20: the second pass), random rows elsewhere.
+      auto x = random_values(rng_, static_cast<size_t>(n * k));
+      std::copy(row.begin(), row.end(), x.begin());
+      if (n == 20) std::copy(row.begin(), row.end(), x.begin() + 17 * k);
+      DeviceTensor xg(DType::kBF16, {n, k});
+      xg.set(x);
+      DeviceTensor out(DType::kF32, {n, m});
+      gpu_->linear(xg.t, wg, nullptr, out.t);
+      const auto got = read_back(*gpu_, out.t);
+      if (first.empty()) first.assign(got.begin(), got.begin() + m);
+      EXPECT_TRUE(std::equal(first.begin(), first.end(), got.begin())) << f->name << ": token 0 of " << n;
+      if (n == 20) {
+        EXPECT_TRUE(std::equal(first.begin(), first.end(), got.begin() + 17 * m)) << f->name << ": token 17";
+      }
     }
   }
 }
