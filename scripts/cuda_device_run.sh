@@ -10,6 +10,10 @@
 # pack; kept in /tmp/lc while the machine stays warm); gguf writes a random Llama-3.1-8B-shaped
 # F16 GGUF to local disk (scripts/cuda_random_gguf.py, gguf wheel from .whl); gguf_bench runs
 # llama-bench / llama-batched-bench and kvasir's benches on that file (stage lconly: llama.cpp only).
+# KVASIR_GGUF_TYPE=q4_k_m makes both stages use llama.cpp's Q4_K_M mix instead (Q4_K + Q6_K blocks,
+# which kvasir keeps in their blocks on the GPU: issue 15's GGUF k-quants side by side). Stage
+# gguftests: the GGUF block-weight op tests (both GEMVs), their memcheck, and the default
+# GGUF models against the CPU (cuda_e2e_test; skips unless models/ holds the two files).
 # Backend knobs for A/B runs (environment): KVASIR_CUDA_PDL=0, KVASIR_CUDA_FUSE=0,
 # KVASIR_CUDA_FUSE_NORM=1, KVASIR_CUDA_ATTN=2, KVASIR_CUDA_PROFILE=1 (per-op device time),
 # KVASIR_GEMV_PREFETCH_MB, KVASIR_CUDA_V3_CTAS / _PART; stage ab runs the batch-1 latency once per
@@ -173,6 +177,10 @@ if has memcheck; then
     timeout 180 compute-sanitizer --tool memcheck --leak-check no "$bin/cuda_ops_test" --gtest_filter='CudaMla.*' \
       >"$OUT/memcheck_mla.log" 2>&1
     note "memcheck, MLA: rc=$? $(grep -E 'ERROR SUMMARY' "$OUT/memcheck_mla.log" | tail -1)"
+    # GGUF block weights: decoders, embedding, GEMV (1..8 rows) and the sliced dequantize + GEMM path.
+    timeout 240 compute-sanitizer --tool memcheck --leak-check no "$bin/cuda_ops_test" --gtest_filter='CudaGguf.*' \
+      >"$OUT/memcheck_gguf.log" 2>&1
+    note "memcheck, GGUF: rc=$? $(grep -E 'ERROR SUMMARY' "$OUT/memcheck_gguf.log" | tail -1)"
   else
     note "memcheck: compute-sanitizer not found"
   fi
@@ -289,11 +297,31 @@ if has moe; then
     note "  $(grep -E 'device steps' "$OUT/moe_throughput.log" | head -1)"
   fi
 fi
-gguf=/tmp/llama8b-f16.gguf
+if has gguftests; then
+  timeout 300 "$bin/cuda_ops_test" --gtest_filter='CudaGguf.*' >"$OUT/gguf_ops.log" 2>&1
+  rc=$?
+  grep -E "^\[  (PASSED|FAILED) |Failure|rel|Expected|mismatch" "$OUT/gguf_ops.log" | head -30
+  note "gguf op tests: rc=$rc $(grep -E '^\[  PASSED' "$OUT/gguf_ops.log" | head -1) $(grep -c '^\[  FAILED  \]' "$OUT/gguf_ops.log") failed"
+  KVASIR_GGUF_GEMV=exact timeout 300 "$bin/cuda_ops_test" --gtest_filter='CudaGguf.Linear*' >"$OUT/gguf_ops_exact.log" 2>&1
+  note "gguf op tests, KVASIR_GGUF_GEMV=exact: rc=$? $(grep -E '^\[  PASSED' "$OUT/gguf_ops_exact.log" | head -1) $(grep -c '^\[  FAILED  \]' "$OUT/gguf_ops_exact.log") failed"
+  if command -v compute-sanitizer >/dev/null; then
+    timeout 300 compute-sanitizer --tool memcheck --leak-check no "$bin/cuda_ops_test" --gtest_filter='CudaGguf.*' \
+      >"$OUT/gguf_memcheck.log" 2>&1
+    note "gguf memcheck: rc=$? $(grep -E 'ERROR SUMMARY' "$OUT/gguf_memcheck.log" | tail -1)"
+  fi
+  KVASIR_MODELS_DIR=${KVASIR_MODELS_DIR:-$root/models} timeout 300 "$bin/cuda_e2e_test" \
+    --gtest_filter='CudaGgufEndToEnd.*' >"$OUT/gguf_e2e.log" 2>&1
+  rc=$?
+  grep -E "agreement|rel L2|^\[  (PASSED|FAILED|SKIPPED) |Failure" "$OUT/gguf_e2e.log" | head -12
+  note "gguf e2e (default models): rc=$rc $(grep -E '^\[  (PASSED|SKIPPED)' "$OUT/gguf_e2e.log" | tr '\n' ' ')"
+  for l in $(grep -oE 'models/[A-Za-z0-9_.-]+: greedy agreement [0-9]+ / [0-9]+' "$OUT/gguf_e2e.log" | tr ' ' '_'); do note "  $l"; done
+fi
+gguf_type=${KVASIR_GGUF_TYPE:-f16}
+gguf=/tmp/llama8b-$gguf_type.gguf
 if has gguf && [[ ! -f $gguf ]]; then
   python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target /tmp/site .whl/gguf-*.whl \
     >"$OUT/gguf.log" 2>&1
-  PYTHONPATH=/tmp/site PYTHONUNBUFFERED=1 timeout 300 python3 scripts/cuda_random_gguf.py $gguf >>"$OUT/gguf.log" 2>&1
+  PYTHONPATH=/tmp/site PYTHONUNBUFFERED=1 timeout 300 python3 scripts/cuda_random_gguf.py $gguf --type "$gguf_type" >>"$OUT/gguf.log" 2>&1
   note "gguf: rc=$? $(tail -1 "$OUT/gguf.log") $(du -h $gguf 2>/dev/null | cut -f1)"
 fi
 if has lcwait; then
@@ -787,8 +815,8 @@ if has peer && [[ -f .carry/hf_llama8b.py ]]; then
   note "peer (HF transformers): $(tail -3 "$OUT/peer.log" | tr '\n' ' ')"
 fi
 if has gguf_bench && [[ -f $gguf ]]; then
-  # After the llama.cpp build (so neither engine shares the CPUs with it): kvasir on the GGUF (its
-  # F16 weights become bf16 on the device), then llama.cpp on the same file.
+  # After the llama.cpp build (so neither engine shares the CPUs with it): kvasir on the GGUF (F16
+  # weights become bf16 on the device; Q4_K/Q6_K stay in their blocks), then llama.cpp on the same file.
   lc_wait "${KVASIR_LC_WAIT:-420}"
   if ! has lconly; then
     # Batch 1 with a 512-token prompt: its prefill is llama-bench's pp512, its 128 decode steps
@@ -800,6 +828,20 @@ if has gguf_bench && [[ -f $gguf ]]; then
     timeout 150 "$bin/kvasir" bench latency --model $gguf --device cuda --batch-size 64 --input-len 128 \
       --output-len 128 --num-iters 3 >"$OUT/gguf_lat_b64.log" 2>&1
     note "kvasir gguf b64 128/128: rc=$? $(grep -E '^(prefill|decode)' "$OUT/gguf_lat_b64.log" | tr '\n' ' ')"
+    note "  $(grep -E 'device steps' "$OUT/gguf_lat_b64.log" | head -1)"
+    if [[ $gguf_type != f16 ]]; then
+      # Batched decode of block weights: batch 16 (one tensor-core GEMV pass per step), and batch 64
+      # with the GEMV up to 64 tokens (4 passes) against the default dequantize + cuBLASLt above 32.
+      timeout 150 "$bin/kvasir" bench latency --model $gguf --device cuda --batch-size 16 --input-len 128 \
+        --output-len 128 --num-iters 3 >"$OUT/gguf_lat_b16.log" 2>&1
+      note "kvasir gguf b16 128/128: rc=$? $(grep -E '^(prefill|decode)' "$OUT/gguf_lat_b16.log" | tr '\n' ' ')"
+      KVASIR_GGUF_GEMV_ROWS=64 timeout 150 "$bin/kvasir" bench latency --model $gguf --device cuda --batch-size 64 \
+        --input-len 128 --output-len 128 --num-iters 3 >"$OUT/gguf_lat_b64_gemv.log" 2>&1
+      note "kvasir gguf b64 128/128, KVASIR_GGUF_GEMV_ROWS=64: rc=$? $(grep -E '^(prefill|decode)' "$OUT/gguf_lat_b64_gemv.log" | tr '\n' ' ')"
+      KVASIR_GGUF_GEMV=exact timeout 150 "$bin/kvasir" bench latency --model $gguf --device cuda --batch-size 1 \
+        --input-len 512 --output-len 128 --num-iters 3 >"$OUT/gguf_lat_b1_exact.log" 2>&1
+      note "kvasir gguf b1 512/128, KVASIR_GGUF_GEMV=exact (float32 GEMV): rc=$? $(grep -E '^decode' "$OUT/gguf_lat_b1_exact.log")"
+    fi
   fi
   lb=$lc/build-cuda/bin
   if [[ -x $lb/llama-bench ]]; then

@@ -79,6 +79,8 @@ CudaBackend::~CudaBackend() {
   if (partial_ != nullptr) cudaFree(partial_);
   if (moe_scratch_ != nullptr) cudaFree(moe_scratch_);
   if (fp8_act_ != nullptr) cudaFree(fp8_act_);
+  if (gguf_w_bf16_ != nullptr) cudaFree(gguf_w_bf16_);
+  if (gguf_out_tmp_ != nullptr) cudaFree(gguf_out_tmp_);
   for (auto& [views, t] : moe_tables_) cudaFree(t.table);
   if (tokens_dev_ != nullptr) cudaFree(tokens_dev_);
   if (tokens_host_ != nullptr) cudaFreeHost(tokens_host_);
@@ -226,6 +228,7 @@ StatusOr<Tensor> CudaBackend::upload_weight(const Tensor& host, std::unique_ptr<
   bind_device();
   synchronize();
   if (keeps_fp8(host)) return upload_fp8_weight(host, owner);
+  if (keeps_gguf(host)) return upload_gguf_weight(host, owner);
   const bool matrix = host.ndim >= 2;
   const DType dt = matrix ? DType::kBF16 : DType::kF32;
   const int64_t n = host.numel();
@@ -329,6 +332,11 @@ std::string CudaBackend::stats() const {
   if (fp8_weights_ > 0) {
     std::snprintf(buf, sizeof(buf), "; FP8 weights %lld (%.1f MiB)", static_cast<long long>(fp8_weights_),
                   static_cast<double>(fp8_weight_bytes_) / (1 << 20));
+    out += buf;
+  }
+  if (gguf_weights_ > 0) {
+    std::snprintf(buf, sizeof(buf), "; GGUF block weights %lld (%.1f MiB)", static_cast<long long>(gguf_weights_),
+                  static_cast<double>(gguf_weight_bytes_) / (1 << 20));
     out += buf;
   }
   char prefill[320];

@@ -128,6 +128,11 @@ class CudaBackend final : public Backend {
   // gate/up FP8 GEMVs just recorded take the activation into their epilogue; false if they cannot.
   bool fold_fp8_gated_activation(const Tensor& gate, const Tensor& up, GateActivation act, Tensor& out);
   void exec_fp8_linear(const cuda::Fp8LinearOp& op, Elem elem, cudaStream_t s);
+  // GGUF block weights (cuda_gguf_ops.cpp): Q4_0 .. Q6_K matrices kept as the file stores them.
+  static bool keeps_gguf(const Tensor& host_weight);
+  StatusOr<Tensor> upload_gguf_weight(const Tensor& host_weight, std::unique_ptr<Buffer>* owner);
+  void linear_gguf(const Tensor& x, const Tensor& w, const Tensor* bias, Tensor& out);
+  void exec_gguf_linear(const cuda::GgufLinearOp& op, Elem elem, cudaStream_t s);
   // Makes this backend's device current on the calling thread: the runner may call from a thread
   // other than the one that made the backend, and a tensor-parallel rank's device is not 0.
   void bind_device() const;
@@ -188,6 +193,13 @@ class CudaBackend final : public Backend {
   size_t fp8_act_cap_ = 0;
   int64_t fp8_weights_ = 0;  // weights kept as e4m3 (stats(): proof a model runs FP8)
   size_t fp8_weight_bytes_ = 0;
+  // GGUF linears on the GEMM path: the weight dequantized to bf16 and a slice's product (grow-only).
+  void* gguf_w_bf16_ = nullptr;
+  size_t gguf_w_bf16_cap_ = 0;
+  void* gguf_out_tmp_ = nullptr;
+  size_t gguf_out_tmp_cap_ = 0;
+  int64_t gguf_weights_ = 0;  // matrices kept in GGUF blocks (stats(): proof a model runs them)
+  size_t gguf_weight_bytes_ = 0;
 };
 
 }  // namespace kvasir

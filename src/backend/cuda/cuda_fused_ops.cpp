@@ -14,6 +14,7 @@
 
 #include "backend/cuda/cuda_backend_impl.h"
 #include "backend/cuda/cuda_check.h"
+#include "backend/cuda/gguf_kernels.h"
 
 namespace kvasir {
 namespace {
@@ -37,6 +38,7 @@ void reset(OpRecord& r, OpKind kind) {
 
 void CudaBackend::linear(const Tensor& x, const Tensor& w, const Tensor* bias, Tensor& out) {
   if (w.dtype == DType::kF8E4M3) return linear_fp8(x, w, bias, out);
+  if (cuda::gguf_kernel_type(w.dtype)) return linear_gguf(x, w, bias, out);
   const int64_t n = x.rows(), k = x.cols(), m = w.rows();
   KVASIR_CHECK(is_dev(x) && is_dev(w) && is_dev(out) && x.dtype == DType::kBF16 && w.dtype == DType::kBF16);
   KVASIR_CHECK(w.cols() == k && out.cols() == m && out.rows() == n);

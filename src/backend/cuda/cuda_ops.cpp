@@ -6,6 +6,7 @@
 
 #include "backend/cuda/cuda_backend_impl.h"
 #include "backend/cuda/cuda_check.h"
+#include "backend/cuda/gguf_kernels.h"
 #if KVASIR_HAVE_FLASHINFER
 #include "backend/cuda/attention_prefill_flashinfer.h"
 #endif
@@ -19,8 +20,13 @@ bool is_dev(const Tensor& t) { return t.device == Device::kCuda; }
 }  // namespace
 
 void CudaBackend::embedding(const Tensor& table, const int32_t* ids, int n, float scale, Tensor& out) {
-  KVASIR_CHECK(is_dev(table) && is_dev(out) && table.dtype == DType::kBF16 && out.dtype == DType::kBF16);
+  const bool gguf = cuda::gguf_kernel_type(table.dtype);
+  KVASIR_CHECK(is_dev(table) && is_dev(out) && (table.dtype == DType::kBF16 || gguf) && out.dtype == DType::kBF16);
   KVASIR_CHECK(out.cols() == table.cols() && out.rows() >= n);
+  if (gguf) {
+    // As the CPU: an id outside the table is a caller's bug, caught here rather than read as row 0.
+    for (int i = 0; i < n; ++i) KVASIR_CHECK_MSG(ids[i] >= 0 && ids[i] < table.rows(), "embedding: token id out of range");
+  }
   cuda::EmbeddingOp& r = queue_->add(OpKind::kEmbedding, true).embedding;
   r.table = table.data;
   r.out = out.data;
@@ -29,6 +35,7 @@ void CudaBackend::embedding(const Tensor& table, const int32_t* ids, int n, floa
   r.hidden = table.cols();
   r.vocab = table.rows();
   r.scale = scale;
+  r.table_dtype = static_cast<int32_t>(table.dtype);
 }
 
 void CudaBackend::attention(const Tensor& q, const Tensor& k_cache, const Tensor& v_cache, const AttentionMetadata& m,
@@ -327,7 +334,13 @@ void CudaBackend::execute(const OpRecord& op, const uint8_t* arena, cudaStream_t
   switch (op.kind) {
     case OpKind::kEmbedding: {
       const cuda::EmbeddingOp& r = op.embedding;
-      cuda::launch_embedding(r.table, i32(r.ids), static_cast<int>(r.num_tokens), r.hidden, r.vocab, r.scale, r.out, s);
+      const auto table_dtype = static_cast<DType>(r.table_dtype);
+      if (table_dtype == DType::kBF16) {
+        cuda::launch_embedding(r.table, i32(r.ids), static_cast<int>(r.num_tokens), r.hidden, r.vocab, r.scale, r.out, s);
+      } else {
+        cuda::launch_gguf_embedding(r.table, table_dtype, i32(r.ids), static_cast<int>(r.num_tokens), r.hidden, r.vocab,
+                                    r.scale, r.out, s);
+      }
       break;
     }
     case OpKind::kLinear: {
@@ -416,6 +429,9 @@ void CudaBackend::execute(const OpRecord& op, const uint8_t* arena, cudaStream_t
       break;
     case OpKind::kFp8Linear:
       exec_fp8_linear(op.fp8_linear, elem, s);
+      break;
+    case OpKind::kGgufLinear:
+      exec_gguf_linear(op.gguf_linear, elem, s);
       break;
     case OpKind::kNumKinds:
       KVASIR_CHECK_MSG(false, "not an op");

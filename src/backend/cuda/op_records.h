@@ -10,6 +10,7 @@
 #include <cstdint>
 
 #include "backend/cuda/fp8_kernels.h"
+#include "backend/cuda/gguf_kernels.h"
 #include "backend/cuda/kernels.h"
 
 namespace kvasir::cuda {
@@ -40,6 +41,7 @@ enum class OpKind : int32_t {
   kAllReduce,
   kAllGatherColumns,
   kFp8Linear,
+  kGgufLinear,
   kNumKinds,
 };
 
@@ -49,11 +51,12 @@ using ArenaOffset = int64_t;
 constexpr ArenaOffset kNotStaged = -1;
 
 struct EmbeddingOp {
-  const void* table;      // [vocab, hidden] bf16
+  const void* table;      // [vocab, hidden] bf16, or GGUF blocks of type table_dtype
   void* out;              // [num_tokens, hidden] bf16
   ArenaOffset ids;        // int32 [num_tokens]
   int64_t num_tokens, hidden, vocab;
-  float scale, unused;
+  float scale;
+  int32_t table_dtype;    // DType of the table
 };
 
 // x · w^T (+ bias) through cuBLASLt, or the plain GEMV for decode-sized batches.
@@ -330,6 +333,20 @@ struct Fp8LinearOp {
   int32_t gated;          // Fp8GateAct: gate/up with the activation folded in (GEMV path only)
 };
 
+// x · w^T (+ bias) with w kept in GGUF blocks (cuda_gguf_ops.cpp): the GGUF GEMVs for decode-sized
+// batches (w_bf16 null; further projections of the same x and block type join, as q/k/v and
+// gate/up: one launch of the tensor-core GEMV), else w dequantized into bf16 scratch (w_bf16) and
+// cuBLASLt, one projection, in slices of chunk_rows output features when the whole matrix would not
+// fit the scratch; a slice's product lands in out_tmp and is copied into its columns of out.
+struct GgufLinearOp {
+  const void* x;          // [rows, in_features] bf16
+  GgufProjection proj[kGgufMaxProjections];  // w [out_features, in_features] blocks of type dtype
+  void* w_bf16;           // [chunk_rows, in_features] bf16 scratch (GEMM path) or null
+  void* out_tmp;          // [rows, chunk_rows] scratch (GEMM path, chunk_rows < out_features) or null
+  int64_t rows, in_features, chunk_rows, num_proj;
+  int32_t dtype, unused;  // DType of every w
+};
+
 // What StepQueue stores: the kind, the element type where the op has one (Elem), and the record
 // of that kind (the other union members stay zero).
 struct OpRecord {
@@ -359,6 +376,7 @@ struct OpRecord {
     AllReduceOp all_reduce;
     AllGatherColumnsOp all_gather_columns;
     Fp8LinearOp fp8_linear;
+    GgufLinearOp gguf_linear;
   };
 };
 
@@ -370,6 +388,7 @@ static_assert(sizeof(GemvGatedOp) == 7 * 8 + 4 * 8 + 8 && sizeof(RopeOp) == 4 * 
 static_assert(sizeof(AttentionOp) == 11 * 8 + 13 * 8 + 8 && sizeof(OpRecord) == 8 + sizeof(MoeExpertsOp));
 static_assert(sizeof(MoeRouteOp) == 4 * 8 + 8 * 8 + 8 && sizeof(MoeExpertsOp) == 10 * 8 + 7 * 8 + 4 * 4 + 8 + 2 * 8 + 4 * 4 + 2 * 4);
 static_assert(sizeof(Fp8Projection) == 40 && sizeof(Fp8LinearOp) == 3 * 8 + kFp8MaxProjections * 40 + 3 * 8 + 8);
+static_assert(sizeof(GgufProjection) == 32 && sizeof(GgufLinearOp) == 8 + kGgufMaxProjections * 32 + 2 * 8 + 4 * 8 + 8);
 static_assert(sizeof(AllReduceOp) == 2 * 8 && sizeof(AllGatherColumnsOp) == 7 * 8);
 static_assert(sizeof(WriteLatentKvOp) == 8 * 8 + 4 * 4 && sizeof(MlaAttentionOp) == 12 * 8 + 16 * 4 + 8);
 

@@ -1,0 +1,171 @@
+// GGUF block weights on the CUDA backend. At load, a 2-D weight of a type the GGUF kernels read
+// (Q4_0, Q4_1, Q5_0, Q5_1, Q8_0, Q4_K, Q5_K, Q6_K: gguf_kernels.h) is copied byte for byte, its
+// blocks as the file stores them (a Q4_K_M 8B: 4.6 GiB instead of 15 GiB of bf16); every other
+// type, and 3-D tensors (stacked MoE experts, which the MoE kernels read as bf16), are still
+// dequantized to bf16 at load. At run time linear() records a GgufLinearOp: up to
+// kGgufMmaGemvMaxRows tokens the tensor-core GEMV (gguf_mma_gemv.cu: weights decoded in registers
+// into MMA fragments, one pass over the weight bytes per 16 tokens, up to three projections of one
+// input and type in one launch; or with KVASIR_GGUF_GEMV=exact the float32 GEMV up to
+// kGgufGemvMaxRows, gguf_gemv.cu); above that the weight is dequantized into a bf16 scratch (in
+// output-feature slices of at most kGgufScratchElems when larger, as an untied lm_head) and
+// multiplied by cuBLASLt: a dequantization costs one read of the blocks and one write of bf16,
+// small beside a prefill GEMM's tensor-core time. embedding() reads quantized token tables (and so
+// a tied lm_head's table serves both) through the same decoders.
+#include <algorithm>
+#include <cstdlib>
+#include <cstring>
+
+#include "backend/cuda/cuda_backend_impl.h"
+#include "backend/cuda/cuda_check.h"
+#include "backend/cuda/gguf_kernels.h"
+#include "common/log.h"
+
+namespace kvasir {
+namespace {
+
+// bf16 elements of the GEMM path's weight scratch (128 MiB): every projection of an 8B model fits
+// whole (ffn 14336 x 4096 = 58.7M); a 128k-vocabulary lm_head goes in slices.
+constexpr int64_t kGgufScratchElems = int64_t{64} << 20;
+
+bool is_dev(const Tensor& t) { return t.device == Device::kCuda; }
+
+// Decode-sized batches on the tensor-core GEMV (bf16-rounded weights, gguf_mma_gemv.cu) unless
+// KVASIR_GGUF_GEMV=exact puts them on the float32 GEMV with the reference's exact weights (A/B
+// runs, accuracy checks).
+bool on_tensor_cores(DType t) {
+  static const bool exact = [] {
+    const char* e = std::getenv("KVASIR_GGUF_GEMV");
+    const bool x = e != nullptr && std::strcmp(e, "exact") == 0;
+    KVASIR_LOG_INFO("GGUF GEMV: %s", x ? "float32, exact weights (KVASIR_GGUF_GEMV=exact)" : "tensor cores, bf16 weights");
+    return x;
+  }();
+  return !exact && cuda::gguf_kernel_type(t);
+}
+
+bool writes(const cuda::GgufLinearOp& op, const void* p) {
+  for (int i = 0; i < op.num_proj; ++i) {
+    if (op.proj[i].y == p) return true;
+  }
+  return false;
+}
+
+// Up to how many tokens a weight of type t goes through a GEMV (else dequantize + cuBLASLt).
+int gemv_max_rows(DType t) {
+  if (!on_tensor_cores(t)) return cuda::kGgufGemvMaxRows;
+  static const int rows = [] {
+    const char* e = std::getenv("KVASIR_GGUF_GEMV_ROWS");
+    const int v = e != nullptr ? std::atoi(e) : cuda::kGgufMmaGemvMaxRows;
+    const int r = v >= 1 && v <= 4096 ? v : cuda::kGgufMmaGemvMaxRows;
+    KVASIR_LOG_INFO("GGUF tensor-core GEMV up to %d tokens (KVASIR_GGUF_GEMV_ROWS), dequantize + cuBLASLt above", r);
+    return r;
+  }();
+  return rows;
+}
+
+}  // namespace
+
+bool CudaBackend::keeps_gguf(const Tensor& host) {
+  return host.ndim == 2 && host.data != nullptr && cuda::gguf_kernel_type(host.dtype) && host.cols() % 8 == 0;
+}
+
+StatusOr<Tensor> CudaBackend::upload_gguf_weight(const Tensor& host, std::unique_ptr<Buffer>* owner) {
+  const size_t bytes = host.nbytes();
+  // allocate_weight's memory is 256-byte aligned and rows are whole blocks: the kernels' aligned loads hold.
+  KVASIR_ASSIGN_OR_RETURN(auto buf, allocate_weight(bytes));
+  KVASIR_CUDA_RETURN_IF_ERROR(cudaMemcpyAsync(buf->data(), host.data, bytes, cudaMemcpyHostToDevice, stream_));
+  // The source may be a temporary of the caller's: the copy must be done before we return.
+  KVASIR_CUDA_RETURN_IF_ERROR(cudaStreamSynchronize(stream_));
+  Tensor t = host;
+  t.data = buf->data();
+  t.device = Device::kCuda;
+  ++gguf_weights_;
+  gguf_weight_bytes_ += bytes;
+  *owner = std::move(buf);
+  return t;
+}
+
+void CudaBackend::linear_gguf(const Tensor& x, const Tensor& w, const Tensor* bias, Tensor& out) {
+  const int64_t n = x.rows(), k = x.cols(), m = w.rows();
+  KVASIR_CHECK_MSG(is_dev(x) && is_dev(w) && is_dev(out) && x.dtype == DType::kBF16,
+                   "GGUF linear: input must be bf16 on the device");
+  KVASIR_CHECK_MSG(w.cols() == k && out.cols() == m && out.rows() == n && out.data != x.data,
+                   "GGUF linear: weight [out, in] must match input [rows, in] and output [rows, out], another tensor");
+  // Uploaded weights are; a view starting at another row of a format whose rows are not whole 16
+  // bytes (Q6_K of 256 columns: 210 bytes) would not be, and the kernels' wide loads need it.
+  KVASIR_CHECK_MSG(cuda::aligned16(w.data), "GGUF linear: the weight must start 16-byte aligned");
+  if (bias != nullptr) KVASIR_CHECK(bias->dtype == DType::kF32 && bias->numel() == m && is_dev(*bias));
+  const Elem elem = elem_of(out.dtype);
+  if (n == 0 || m == 0) return;
+  const bool gemv = n <= gemv_max_rows(w.dtype) && cuda::aligned16(x.data);
+  const auto* b = bias != nullptr ? static_cast<const float*>(bias->data) : nullptr;
+  // Another projection of the same input (q/k/v, gate/up) joins the previous tensor-core GEMV: one
+  // launch for all of them (the float32 GEMV and the GEMM path take one projection each).
+  OpRecord* last = queue_->last();
+  if (fuse_ && gemv && on_tensor_cores(w.dtype) && last != nullptr && last->kind == OpKind::kGgufLinear &&
+      last->elem == static_cast<int32_t>(elem)) {
+    cuda::GgufLinearOp& r = last->gguf_linear;
+    if (r.w_bf16 == nullptr && r.x == x.data && r.rows == n && r.in_features == k &&
+        r.dtype == static_cast<int32_t>(w.dtype) && r.num_proj < cuda::kGgufMaxProjections && !writes(r, out.data)) {
+      cuda::GgufProjection& slot = r.proj[r.num_proj++];
+      slot.w = w.data;
+      slot.bias = b;
+      slot.y = out.data;
+      slot.out_features = m;
+      return;
+    }
+  }
+  OpRecord& rec = queue_->add(OpKind::kGgufLinear, true);
+  rec.elem = static_cast<int32_t>(elem);
+  cuda::GgufLinearOp& r = rec.gguf_linear;
+  r.x = x.data;
+  cuda::GgufProjection& slot = r.proj[0];
+  slot.w = w.data;
+  slot.bias = b;
+  slot.y = out.data;
+  slot.out_features = m;
+  r.num_proj = 1;
+  r.rows = n;
+  r.in_features = k;
+  r.dtype = static_cast<int32_t>(w.dtype);
+  if (gemv) return;
+  // Slices are whole multiples of 128 features (cuBLASLt's tiles), at least one.
+  const int64_t whole = std::max<int64_t>(128, kGgufScratchElems / k / 128 * 128);
+  r.chunk_rows = m * k <= kGgufScratchElems ? m : std::min(m, whole);
+  r.w_bf16 = device_scratch(gguf_w_bf16_, gguf_w_bf16_cap_, static_cast<size_t>(r.chunk_rows * k) * 2);
+  if (r.chunk_rows < m) {
+    const size_t es = elem == Elem::kF32 ? 4 : 2;
+    r.out_tmp = device_scratch(gguf_out_tmp_, gguf_out_tmp_cap_, static_cast<size_t>(n * r.chunk_rows) * es);
+  }
+}
+
+void CudaBackend::exec_gguf_linear(const cuda::GgufLinearOp& op, Elem elem, cudaStream_t s) {
+  const int64_t n = op.rows, k = op.in_features;
+  const auto dt = static_cast<DType>(op.dtype);
+  const cuda::GgufProjection& p0 = op.proj[0];
+  if (op.w_bf16 == nullptr) {
+    if (on_tensor_cores(dt)) {
+      cuda::launch_gguf_mma_gemv(op.x, op.proj, static_cast<int>(op.num_proj), dt, static_cast<int>(n), k, elem, s);
+    } else {
+      cuda::launch_gguf_gemv(op.x, p0.w, dt, p0.bias, p0.y, static_cast<int>(n), p0.out_features, k, elem, s);
+    }
+    return;
+  }
+  const int64_t m = p0.out_features;
+  const size_t es = elem == Elem::kF32 ? 4 : 2;
+  for (int64_t r0 = 0; r0 < m; r0 += op.chunk_rows) {
+    const int64_t mc = std::min(op.chunk_rows, m - r0);
+    cuda::launch_gguf_dequantize(p0.w, dt, r0, mc, k, op.w_bf16, Elem::kBf16, s);
+    if (op.out_tmp == nullptr) {
+      gemm_.run(op.x, op.w_bf16, p0.y, n, mc, k, elem, s);
+      continue;
+    }
+    gemm_.run(op.x, op.w_bf16, op.out_tmp, n, mc, k, elem, s);
+    KVASIR_CUDA_CHECK(cudaMemcpy2DAsync(static_cast<uint8_t*>(p0.y) + static_cast<size_t>(r0) * es,
+                                        static_cast<size_t>(m) * es, op.out_tmp, static_cast<size_t>(mc) * es,
+                                        static_cast<size_t>(mc) * es, static_cast<size_t>(n), cudaMemcpyDeviceToDevice,
+                                        s));
+  }
+  if (p0.bias != nullptr) cuda::launch_add_bias(p0.y, p0.bias, n, m, elem, s);
+}
+
+}  // namespace kvasir

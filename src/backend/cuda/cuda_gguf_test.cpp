@@ -1,0 +1,301 @@
+// GGUF block weights on the CUDA backend against the CPU backend: for every type the GPU keeps in
+// its blocks, the device decoders equal quant::dequantize_row bit for bit (float32 rows, and bf16
+// embedding rows equal the CPU's rounded to bf16), and linear() follows the CPU's exact quantized
+// matmul through the GEMVs (the tensor-core one up to 32 rows, 16 tokens per pass; the float32 one
+// up to 8, called directly) and the dequantize + cuBLASLt path (above 32, including an
+// lm_head-sized weight that goes in slices). Random blocks: random quant bytes with sane fp16
+// scales (a few subnormal and negative ones, so the conversions' edge cases are met).
+#include <cuda_runtime_api.h>
+
+#include <algorithm>
+#include <cmath>
+#include <cstring>
+
+#include "backend/cuda/cuda_ops_test_fixture.h"
+#include "backend/cuda/gguf_kernels.h"
+#include "quant/block_formats.h"
+#include "quant/dequantize.h"
+
+namespace kvasir::cuda_test {
+namespace {
+
+struct Format {
+  DType type;
+  const char* name;
+  std::vector<int> scale_offsets;  // fp16 d (and m / dmin) fields inside a block
+};
+
+const std::vector<Format>& formats() {
+  static const std::vector<Format> f = {
+      {DType::kQ4_0, "Q4_0", {0}},    {DType::kQ4_1, "Q4_1", {0, 2}}, {DType::kQ5_0, "Q5_0", {0}},
+      {DType::kQ5_1, "Q5_1", {0, 2}}, {DType::kQ8_0, "Q8_0", {0}},    {DType::kQ4_K, "Q4_K", {0, 2}},
+      {DType::kQ5_K, "Q5_K", {0, 2}}, {DType::kQ6_K, "Q6_K", {208}},
+  };
+  return f;
+}
+
+int block_elems(DType t) { return dtype_info(t)->block_size; }
+size_t block_bytes(DType t) { return dtype_info(t)->type_size; }
+
+// rows x k weights of type f: random bytes, then each block's scales set to values of size
+// `scale` (every 97th block a subnormal, every 5th a negative one).
+std::vector<uint8_t> random_blocks(std::mt19937& rng, const Format& f, int64_t rows, int64_t k, float scale) {
+  const int64_t blocks = rows * k / block_elems(f.type);
+  std::vector<uint8_t> bytes(static_cast<size_t>(blocks) * block_bytes(f.type));
+  for (auto& b : bytes) b = static_cast<uint8_t>(rng());
+  std::uniform_real_distribution<float> mag(0.25f * scale, scale);
+  for (int64_t b = 0; b < blocks; ++b) {
+    uint8_t* blk = bytes.data() + static_cast<size_t>(b) * block_bytes(f.type);
+    for (int off : f.scale_offsets) {
+      float v = mag(rng);
+      if (b % 5 == 3) v = -v;
+      const quant::fp16_t h = b % 97 == 1 ? static_cast<quant::fp16_t>(1 + rng() % 1023) : quant::f32_to_fp16(v);
+      std::memcpy(blk + off, &h, 2);
+    }
+  }
+  return bytes;
+}
+
+// The scale that keeps x · w O(1) for inputs in [-1, 1]: values are up to ~32x the block scale.
+float sane_scale(DType t, int64_t k) {
+  const float per_value = t == DType::kQ8_0 ? 127.0f : (t == DType::kQ6_K ? 32.0f * 64.0f : 16.0f);
+  return 1.0f / (per_value * std::sqrt(static_cast<float>(k)));
+}
+
+class CudaGguf : public CudaOps {
+ protected:
+  // The weight on the GPU, which must have kept its blocks.
+  Tensor upload_blocks(std::vector<uint8_t>& bytes, DType t, int64_t rows, int64_t k) {
+    std::unique_ptr<Buffer> owner;
+    auto w = gpu_->upload_weight(Tensor::make(bytes.data(), t, {rows, k}), &owner);
+    EXPECT_TRUE(w.ok()) << w.status().message();
+    if (!w.ok()) return {};
+    EXPECT_EQ(w->dtype, t) << "the CUDA backend must keep " << dtype_name(t) << " weights in their blocks";
+    owned_.push_back(std::move(owner));
+    return *w;
+  }
+};
+
+TEST_F(CudaGguf, DecodersEqualTheCpuReferenceBitForBit) {
+  for (const Format& f : formats()) {
+    const int64_t rows = 9, k = 4 * 256;
+    auto bytes = random_blocks(rng_, f, rows, k, 0.01f);
+    const Tensor w = upload_blocks(bytes, f.type, rows, k);
+    ASSERT_NE(w.data, nullptr);
+    const int64_t row0 = 2, n = 6;  // an offset slice, as the GEMM path's
+    DeviceTensor out(DType::kF32, {n, k});
+    cuda::launch_gguf_dequantize(w.data, f.type, row0, n, k, out.t.data, cuda::Elem::kF32, nullptr);
+    ASSERT_EQ(cudaDeviceSynchronize(), cudaSuccess);
+    std::vector<float> got(static_cast<size_t>(n * k)), want(got.size());
+    ASSERT_EQ(cudaMemcpy(got.data(), out.t.data, got.size() * 4, cudaMemcpyDeviceToHost), cudaSuccess);
+    const size_t rb = *row_bytes(f.type, k);
+    for (int64_t r = 0; r < n; ++r) {
+      quant::dequantize_row(f.type, bytes.data() + static_cast<size_t>(row0 + r) * rb, want.data() + r * k, k);
+    }
+    int64_t mismatches = 0;
+    for (size_t i = 0; i < got.size(); ++i) {
+      uint32_t a, b;
+      std::memcpy(&a, &got[i], 4);
+      std::memcpy(&b, &want[i], 4);
+      if (a != b && mismatches++ < 3) ADD_FAILURE() << f.name << " element " << i << ": " << got[i] << " vs " << want[i];
+    }
+    EXPECT_EQ(mismatches, 0) << f.name;
+  }
+}
+
+TEST_F(CudaGguf, EmbeddingRowsEqualTheCpuRoundedToBf16) {
+  for (const Format& f : formats()) {
+    const int64_t vocab = 50, d = 512;
+    auto bytes = random_blocks(rng_, f, vocab, d, 0.02f);
+    const Tensor table = upload_blocks(bytes, f.type, vocab, d);
+    ASSERT_NE(table.data, nullptr);
+    const std::vector<int32_t> ids = {0, 49, 7, 7, 23, 1};
+    const int n = static_cast<int>(ids.size());
+    for (float scale : {1.0f, 22.627417f}) {  // Gemma scales by sqrt(hidden)
+      DeviceTensor out(DType::kBF16, {n, d});
+      gpu_->embedding(table, ids.data(), n, scale, out.t);
+      std::vector<float> ref(static_cast<size_t>(n * d));
+      Tensor rt = host_tensor(ref, {n, d});
+      cpu_->embedding(Tensor::make(bytes.data(), f.type, {vocab, d}), ids.data(), n, scale, rt);
+      const auto got = read_back(*gpu_, out.t);
+      int64_t mismatches = 0;
+      for (size_t i = 0; i < got.size(); ++i) mismatches += got[i] != round_bf16(ref[i]);
+      EXPECT_EQ(mismatches, 0) << f.name << " scale " << scale;
+    }
+  }
+}
+
+struct LinearCase {
+  int n;
+  int64_t blocks, m;  // in_features = blocks x the format's block size
+  bool bias, f32_out;
+};
+
+TEST_F(CudaGguf, LinearMatchesCpuThroughGemvAndGemm) {
+  const LinearCase cases[] = {{1, 1, 64, false, false},  {1, 16, 1000, true, true},  {2, 3, 96, false, true},
+                              {3, 5, 130, true, false},  {4, 16, 512, false, true},  {5, 2, 7, false, true},
+                              {7, 9, 300, true, true},   {8, 16, 256, false, false}, {8, 4, 1001, true, true},
+                              {9, 4, 384, false, true},  {16, 8, 136, true, true},   {20, 2, 64, false, true},
+                              {32, 3, 96, true, false},  {33, 3, 200, true, false},  {130, 16, 512, false, true}};
+  for (const Format& f : formats()) {
+    for (const LinearCase& c : cases) {
+      const int64_t k = c.blocks * block_elems(f.type);
+      auto bytes = random_blocks(rng_, f, c.m, k, sane_scale(f.type, k) * 16.0f);
+      const Tensor wg = upload_blocks(bytes, f.type, c.m, k);
+      ASSERT_NE(wg.data, nullptr);
+      auto x = random_values(rng_, static_cast<size_t>(c.n * k));
+      auto b = random_values(rng_, static_cast<size_t>(c.m));
+      DeviceTensor xg(DType::kBF16, {c.n, k});
+      xg.set(x);
+      Tensor bg = upload(b, {c.m});
+      DeviceTensor out(c.f32_out ? DType::kF32 : DType::kBF16, {c.n, c.m});
+      gpu_->linear(xg.t, wg, c.bias ? &bg : nullptr, out.t);
+      std::vector<float> ref(static_cast<size_t>(c.n * c.m));
+      Tensor rt = host_tensor(ref, {c.n, c.m});
+      Tensor bt = host_tensor(b, {c.m});
+      cpu_->linear(host_tensor(x, {c.n, k}), Tensor::make(bytes.data(), f.type, {c.m, k}), c.bias ? &bt : nullptr, rt);
+      // Tensor-core GEMV (up to 32 tokens, 16 per pass) and GEMM: the weights rounded to bf16
+      // first (2^-9 relative each, as the bf16 path's; the K-quants computed in packed bf16 with
+      // bf16-rounded scales): 1-4.5e-3 rel L2 (worst of 200 draws) in a host emulation of the
+      // tensor-core GEMV on blocks like these; a wrong scale or nibble gives > 0.1.
+      const bool gemv = c.n <= cuda::kGgufMmaGemvMaxRows;
+      EXPECT_LT(rel_l2(read_back(*gpu_, out.t), ref), 1e-2)
+          << f.name << " " << c.n << "x" << k << " -> " << c.m << (c.bias ? " bias" : "") << (gemv ? " gemv" : " gemm");
+      if (c.n <= cuda::kGgufGemvMaxRows) {
+        // The float32 GEMV as well (what KVASIR_GGUF_GEMV=exact runs): the CPU's weights exactly,
+        // float32 sums in another order (1e-4 for float32 outputs).
+        DeviceTensor exact(c.f32_out ? DType::kF32 : DType::kBF16, {c.n, c.m});
+        cuda::launch_gguf_gemv(xg.t.data, wg.data, f.type, c.bias ? static_cast<const float*>(bg.data) : nullptr,
+                               exact.t.data, c.n, c.m, k, c.f32_out ? cuda::Elem::kF32 : cuda::Elem::kBf16, nullptr);
+        ASSERT_EQ(cudaDeviceSynchronize(), cudaSuccess);
+        EXPECT_LT(rel_l2(read_back(*gpu_, exact.t), ref), c.f32_out ? 1e-4 : 1e-2)
+            << f.name << " float32 GEMV " << c.n << "x" << k << " -> " << c.m;
+      }
+    }
+  }
+}
+
+// q/k/v-like projections of one input recorded back to back (up to three of one type share a
+// tensor-core GEMV launch; a projection of another type or a fourth starts a new one), each
+// output checked against the CPU.
+TEST_F(CudaGguf, ProjectionsOfOneInputFollowTheCpu) {
+  const Format& q4k = formats()[5];
+  const Format& q6k = formats()[7];
+  ASSERT_EQ(q4k.type, DType::kQ4_K);
+  ASSERT_EQ(q6k.type, DType::kQ6_K);
+  const int64_t k = 3 * 256;
+  for (int n : {1, 5, 12}) {
+    // q, k (Q4_K), v (Q6_K: another launch), then four more Q4_K projections (3 + 1).
+    const std::vector<std::pair<const Format*, int64_t>> projs = {{&q4k, 96}, {&q4k, 40}, {&q6k, 40}, {&q4k, 64},
+                                                                  {&q4k, 24}, {&q4k, 136}, {&q4k, 8}};
+    auto x = random_values(rng_, static_cast<size_t>(n * k));
+    DeviceTensor xg(DType::kBF16, {n, k});
+    xg.set(x);
+    std::vector<std::vector<uint8_t>> bytes;
+    std::vector<std::vector<float>> biases;
+    std::vector<std::unique_ptr<DeviceTensor>> outs;
+    for (size_t i = 0; i < projs.size(); ++i) {
+      const auto [f, m] = projs[i];
+      bytes.push_back(random_blocks(rng_, *f, m, k, sane_scale(f->type, k) * 16.0f));
+      biases.push_back(random_values(rng_, static_cast<size_t>(m)));
+      outs.push_back(std::make_unique<DeviceTensor>(DType::kF32, std::initializer_list<int64_t>{n, m}));
+    }
+    // Every upload first: an upload flushes the step, and the projections must be recorded back to back.
+    std::vector<Tensor> wgs, bgs;
+    for (size_t i = 0; i < projs.size(); ++i) {
+      const auto [f, m] = projs[i];
+      wgs.push_back(upload_blocks(bytes[i], f->type, m, k));
+      ASSERT_NE(wgs.back().data, nullptr);
+      bgs.push_back(upload(biases[i], {m}));
+    }
+    for (size_t i = 0; i < projs.size(); ++i) gpu_->linear(xg.t, wgs[i], i % 2 == 0 ? &bgs[i] : nullptr, outs[i]->t);
+    for (size_t i = 0; i < projs.size(); ++i) {
+      const auto [f, m] = projs[i];
+      std::vector<float> ref(static_cast<size_t>(n * m));
+      Tensor rt = host_tensor(ref, {n, m});
+      Tensor bt = host_tensor(biases[i], {m});
+      cpu_->linear(host_tensor(x, {n, k}), Tensor::make(bytes[i].data(), f->type, {m, k}), i % 2 == 0 ? &bt : nullptr,
+                   rt);
+      EXPECT_LT(rel_l2(read_back(*gpu_, outs[i]->t), ref), 1e-2) << "projection " << i << ", " << n << " tokens";
+    }
+  }
+}
+
+// A token's output of the tensor-core GEMV does not depend on the batch around it (each MMA output
+// element is its own dot product, the other A rows only ride along): token 0 alone, among 7, among
+// 16 (rows 8..15 of the fragments) and in the second pass of 20 gives the same bits.
+TEST_F(CudaGguf, GemvRowsAreBatchInvariant) {
+  for (const Format* f : {&formats()[5], &formats()[4], &formats()[7]}) {  // Q4_K, Q8_0, Q6_K
+    const int64_t k = 4 * 256, m = 72;
+    auto bytes = random_blocks(rng_, *f, m, k, sane_scale(f->type, k) * 16.0f);
+    const Tensor wg = upload_blocks(bytes, f->type, m, k);
+    ASSERT_NE(wg.data, nullptr);
+    auto row = random_values(rng_, static_cast<size_t>(k));
+    std::vector<float> first;
+    for (int n : {1, 7, 16, 20}) {
+      // The row at token 0 (and at token 17 for n = 20: the second pass), random rows elsewhere.
+      auto x = random_values(rng_, static_cast<size_t>(n * k));
+      std::copy(row.begin(), row.end(), x.begin());
+      if (n == 20) std::copy(row.begin(), row.end(), x.begin() + 17 * k);
+      DeviceTensor xg(DType::kBF16, {n, k});
+      xg.set(x);
+      DeviceTensor out(DType::kF32, {n, m});
+      gpu_->linear(xg.t, wg, nullptr, out.t);
+      const auto got = read_back(*gpu_, out.t);
+      if (first.empty()) first.assign(got.begin(), got.begin() + m);
+      EXPECT_TRUE(std::equal(first.begin(), first.end(), got.begin())) << f->name << ": token 0 of " << n;
+      if (n == 20) {
+        EXPECT_TRUE(std::equal(first.begin(), first.end(), got.begin() + 17 * m)) << f->name << ": token 17";
+      }
+    }
+  }
+}
+
+// A 17,000 x 4096 Q6_K lm_head is 69.6M elements, over the 64M-element bf16 scratch: the GEMM path
+// dequantizes and multiplies it in two slices of output features (16,384 + 616), each product
+// copied into its columns of the float32 logits.
+TEST_F(CudaGguf, LmHeadLargerThanTheScratchGoesInSlices) {
+  const Format& f = formats().back();
+  ASSERT_EQ(f.type, DType::kQ6_K);
+  const int n = 11;
+  const int64_t k = 4096, m = 17000;
+  auto bytes = random_blocks(rng_, f, m, k, sane_scale(f.type, k) * 16.0f);
+  const Tensor wg = upload_blocks(bytes, f.type, m, k);
+  ASSERT_NE(wg.data, nullptr);
+  auto x = random_values(rng_, static_cast<size_t>(n * k));
+  DeviceTensor xg(DType::kBF16, {n, k});
+  xg.set(x);
+  DeviceTensor out(DType::kF32, {n, m});
+  gpu_->linear(xg.t, wg, nullptr, out.t);
+  std::vector<float> ref(static_cast<size_t>(n * m));
+  Tensor rt = host_tensor(ref, {n, m});
+  cpu_->linear(host_tensor(x, {n, k}), Tensor::make(bytes.data(), f.type, {m, k}), nullptr, rt);
+  const auto got = read_back(*gpu_, out.t);
+  EXPECT_LT(rel_l2(got, ref), 1e-2);
+  // The last slice's columns, on their own (a misplaced copy would leave NaN or wrong rows there).
+  std::vector<float> tail_got, tail_ref;
+  for (int t = 0; t < n; ++t) {
+    for (int64_t c = 16384; c < m; ++c) {
+      tail_got.push_back(got[static_cast<size_t>(t * m + c)]);
+      tail_ref.push_back(ref[static_cast<size_t>(t * m + c)]);
+    }
+  }
+  EXPECT_LT(rel_l2(tail_got, tail_ref), 1e-2);
+}
+
+// Types without a GGUF kernel (Q2_K here) and 3-D tensors (stacked MoE experts) still become bf16.
+TEST_F(CudaGguf, OtherTypesAndStackedTensorsAreStillDequantizedToBf16) {
+  std::vector<uint8_t> q2(static_cast<size_t>(4 * 2) * block_bytes(DType::kQ2_K), 0);
+  std::unique_ptr<Buffer> owner;
+  auto w = gpu_->upload_weight(Tensor::make(q2.data(), DType::kQ2_K, {4, 512}), &owner);
+  ASSERT_TRUE(w.ok()) << w.status().message();
+  EXPECT_EQ(w->dtype, DType::kBF16);
+  auto q4 = random_blocks(rng_, formats()[0], 2 * 8, 64, 0.01f);
+  std::unique_ptr<Buffer> owner3;
+  auto stacked = gpu_->upload_weight(Tensor::make(q4.data(), DType::kQ4_0, {2, 8, 64}), &owner3);
+  ASSERT_TRUE(stacked.ok()) << stacked.status().message();
+  EXPECT_EQ(stacked->dtype, DType::kBF16);
+}
+
+}  // namespace
+}  // namespace kvasir::cuda_test

@@ -1,0 +1,59 @@
+// The CUDA backend's GGUF block-format kernels: weights stay in the blocks the file stores
+// (Q4_0, Q4_1, Q5_0, Q5_1, Q8_0, Q4_K, Q5_K, Q6_K; layouts in quant/block_formats.h), rows
+// contiguous, uploaded byte for byte. gguf_mma_gemv.cu: the GEMV for decode-sized batches on the
+// tensor cores (bf16-rounded weights, 16 tokens per pass over the weight bytes); gguf_gemv.cu: a
+// float32 GEMV with the reference's exact weights (1 .. kGgufGemvMaxRows tokens, one pass);
+// gguf_dequantize.cu: rows to bf16 (the GEMM path's scratch, embedding lookups) or float32 (tests),
+// equal to quant::dequantize_row before rounding.
+// Host-callable launchers only; must not know ops, records or models.
+#pragma once
+
+#include <cuda_runtime_api.h>
+
+#include <cstdint>
+
+#include "backend/cuda/kernels.h"
+#include "core/dtype.h"
+
+namespace kvasir::cuda {
+
+inline constexpr int kGgufGemvMaxRows = 8;
+// Tokens the backend sends to the tensor-core GEMV (16 per pass over the weights) before
+// dequantize + cuBLASLt: two passes (about 2x 1 ms on an 8B) against one dequantization of every
+// weight per step (~35 GB of traffic). A first estimate: measure with kvasir bench latency at
+// batch 16..64 (KVASIR_GGUF_GEMV_ROWS overrides it).
+inline constexpr int kGgufMmaGemvMaxRows = 32;
+
+// Whether the kernels here read weights of type t (kept in their blocks on the device).
+bool gguf_kernel_type(DType t);
+
+// y[t, r] = x[t, :] · w[r, :] (+ bias[r]) for t < n (1..kGgufGemvMaxRows); x [n, k] bf16, 16-byte
+// aligned; w [m, k] in blocks of type t, 16-byte aligned; y [n, m] bf16 or float32 (out).
+void launch_gguf_gemv(const void* x, const void* w, DType t, const float* bias, void* y, int n, int64_t m, int64_t k,
+                      Elem out, cudaStream_t s);
+
+// One projection of x for the tensor-core GEMV: y = x · w^T (+ bias).
+struct GgufProjection {
+  const void* w;          // [out_features, k] blocks, 16-byte aligned
+  const float* bias;      // [out_features] or null
+  void* y;                // [n, out_features] bf16 or float32
+  int64_t out_features;
+};
+inline constexpr int kGgufMaxProjections = 3;
+
+// The same on the tensor cores (gguf_mma_gemv.cu), any type above, any n >= 1 (16 tokens per pass
+// over the weights), proj[0..num_proj) of one x (q/k/v, gate/up) in one launch per pass: the
+// weights rounded to bf16 before the products, float32 sums.
+void launch_gguf_mma_gemv(const void* x, const GgufProjection* proj, int num_proj, DType t, int n, int64_t k,
+                          Elem out, cudaStream_t s);
+
+// out[r - row0, :] = rows row0 .. row0 + rows of w [*, k] dequantized, as bf16 or float32 (out,
+// 16-byte aligned).
+void launch_gguf_dequantize(const void* w, DType t, int64_t row0, int64_t rows, int64_t k, void* out, Elem elem,
+                            cudaStream_t s);
+
+// out[i, :] = bf16(scale * dequantize(table[ids[i], :])), table [vocab, d] in blocks of type t.
+void launch_gguf_embedding(const void* table, DType t, const int32_t* ids, int n, int64_t d, int64_t vocab, float scale,
+                           void* out, cudaStream_t s);
+
+}  // namespace kvasir::cuda
