@@ -78,6 +78,7 @@ CudaBackend::~CudaBackend() {
   if (partial_ != nullptr) cudaFree(partial_);
   if (moe_scratch_ != nullptr) cudaFree(moe_scratch_);
   if (fp8_act_ != nullptr) cudaFree(fp8_act_);
+  if (w4a16_scratch_ != nullptr) cudaFree(w4a16_scratch_);
   for (auto& [views, t] : moe_tables_) cudaFree(t.table);
   if (tokens_dev_ != nullptr) cudaFree(tokens_dev_);
   if (tokens_host_ != nullptr) cudaFreeHost(tokens_host_);
@@ -213,6 +214,8 @@ StatusOr<Tensor> CudaBackend::upload_weight(const Tensor& host, std::unique_ptr<
   bind_device();
   synchronize();
   if (keeps_fp8(host)) return upload_fp8_weight(host, owner);
+  KVASIR_ASSIGN_OR_RETURN(const bool int4, keeps_int4(host));
+  if (int4) return upload_int4_weight(host, owner);
   const bool matrix = host.ndim >= 2;
   const DType dt = matrix ? DType::kBF16 : DType::kF32;
   const int64_t n = host.numel();
@@ -313,6 +316,11 @@ std::string CudaBackend::stats() const {
   if (fp8_weights_ > 0) {
     std::snprintf(buf, sizeof(buf), "; FP8 weights %lld (%.1f MiB)", static_cast<long long>(fp8_weights_),
                   static_cast<double>(fp8_weight_bytes_) / (1 << 20));
+    out += buf;
+  }
+  if (int4_weights_ > 0) {
+    std::snprintf(buf, sizeof(buf), "; W4A16 weights %lld (%.1f MiB)", static_cast<long long>(int4_weights_),
+                  static_cast<double>(int4_weight_bytes_) / (1 << 20));
     out += buf;
   }
   char prefill[160];

@@ -122,6 +122,13 @@ class CudaBackend final : public Backend {
   // gate/up FP8 GEMVs just recorded take the activation into their epilogue; false if they cannot.
   bool fold_fp8_gated_activation(const Tensor& gate, const Tensor& up, GateActivation act, Tensor& out);
   void exec_fp8_linear(const cuda::Fp8LinearOp& op, Elem elem, cudaStream_t s);
+  // W4A16 linears (cuda_w4a16_ops.cpp): 4-bit integer weights kept packed in the tile layout of
+  // quant/w4a16_layout.h; Unimplemented for integer weights no kernel here reads (8-bit).
+  StatusOr<bool> keeps_int4(const Tensor& host_weight) const;
+  StatusOr<Tensor> upload_int4_weight(const Tensor& host_weight, std::unique_ptr<Buffer>* owner);
+  void linear_w4a16(const Tensor& x, const Tensor& w, const Tensor* bias, Tensor& out);
+  bool fold_w4a16_gated_activation(const Tensor& gate, const Tensor& up, GateActivation act, Tensor& out);
+  void exec_w4a16_linear(const cuda::W4a16LinearOp& op, Elem elem, cudaStream_t s);
   // Makes this backend's device current on the calling thread: the runner may call from a thread
   // other than the one that made the backend, and a tensor-parallel rank's device is not 0.
   void bind_device() const;
@@ -177,6 +184,12 @@ class CudaBackend final : public Backend {
   size_t fp8_act_cap_ = 0;
   int64_t fp8_weights_ = 0;  // weights kept as e4m3 (stats(): proof a model runs FP8)
   size_t fp8_weight_bytes_ = 0;
+  // W4A16 linears: act-order gathers and split-GEMM workspaces (one grow-only scratch), and what
+  // was kept as int4 (stats()).
+  void* w4a16_scratch_ = nullptr;
+  size_t w4a16_scratch_cap_ = 0;
+  int64_t int4_weights_ = 0;
+  size_t int4_weight_bytes_ = 0;
 };
 
 }  // namespace kvasir

@@ -11,6 +11,7 @@
 
 #include "backend/cuda/fp8_kernels.h"
 #include "backend/cuda/kernels.h"
+#include "backend/cuda/w4a16_kernels.h"
 
 namespace kvasir::cuda {
 
@@ -40,6 +41,7 @@ enum class OpKind : int32_t {
   kAllReduce,
   kAllGatherColumns,
   kFp8Linear,
+  kW4a16Linear,
   kNumKinds,
 };
 
@@ -325,6 +327,28 @@ struct Fp8LinearOp {
   int32_t gated;          // Fp8GateAct: gate/up with the activation folded in (GEMV path only)
 };
 
+// Up to kW4a16MaxProjections W4A16 projections of one bf16 input (cuda_w4a16_ops.cpp), all with
+// the same group size and scale type: the W4A16 GEMV for up to kW4a16GemvMaxRows tokens (gate/up
+// may carry the gated activation), else one W4A16 GEMM per projection. Act-order weights (perm)
+// stand alone: their input is gathered into scratch first. The scratch holds x[:, perm] (rows x
+// in_features bf16, 256-byte aligned) and then the split GEMM's float32 workspace.
+struct W4a16RecordProjection {
+  const void* codes;
+  const void* scales;
+  const uint8_t* zeros;
+  const float* bias;
+  void* y;
+  int64_t out_features;
+};
+struct W4a16LinearOp {
+  const void* x;          // [rows, in_features] bf16
+  void* scratch;          // see above, or null
+  const int32_t* perm;    // [in_features] or null
+  W4a16RecordProjection proj[kW4a16MaxProjections];
+  int64_t rows;
+  int32_t in_features, group_size, num_proj, gated, scale_type, unused;
+};
+
 // What StepQueue stores: the kind, the element type where the op has one (Elem), and the record
 // of that kind (the other union members stay zero).
 struct OpRecord {
@@ -354,6 +378,7 @@ struct OpRecord {
     AllReduceOp all_reduce;
     AllGatherColumnsOp all_gather_columns;
     Fp8LinearOp fp8_linear;
+    W4a16LinearOp w4a16_linear;
   };
 };
 
@@ -365,6 +390,8 @@ static_assert(sizeof(GemvGatedOp) == 7 * 8 + 4 * 8 + 8 && sizeof(RopeOp) == 4 * 
 static_assert(sizeof(AttentionOp) == 11 * 8 + 13 * 8 + 8 && sizeof(OpRecord) == 8 + sizeof(MoeExpertsOp));
 static_assert(sizeof(MoeRouteOp) == 4 * 8 + 8 * 8 + 8 && sizeof(MoeExpertsOp) == 10 * 8 + 7 * 8 + 4 * 4 + 8 + 2 * 8 + 4 * 4 + 2 * 4);
 static_assert(sizeof(Fp8Projection) == 40 && sizeof(Fp8LinearOp) == 3 * 8 + kFp8MaxProjections * 40 + 3 * 8 + 8);
+static_assert(sizeof(W4a16RecordProjection) == 48 && sizeof(W4a16LinearOp) == 3 * 8 + kW4a16MaxProjections * 48 + 8 + 6 * 4 &&
+              sizeof(W4a16LinearOp) <= sizeof(MoeExpertsOp));
 static_assert(sizeof(AllReduceOp) == 2 * 8 && sizeof(AllGatherColumnsOp) == 7 * 8);
 static_assert(sizeof(WriteLatentKvOp) == 8 * 8 + 4 * 4 && sizeof(MlaAttentionOp) == 12 * 8 + 16 * 4 + 8);
 
