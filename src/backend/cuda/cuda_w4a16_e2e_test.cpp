@@ -31,7 +31,7 @@ namespace {
 const char* kLlamaConfig = R"({"model_type": "llama", "hidden_size": 512, "intermediate_size": 1024,
   "num_hidden_layers": 3, "num_attention_heads": 8, "num_key_value_heads": 2, "vocab_size": 512,
   "rms_norm_eps": 1e-5, "rope_theta": 500000.0, "max_position_embeddings": 4096,
-  "tie_word_embeddings": false, "eos_token_id": 2, "bos_token_id": 1)";
+  "tie_word_embeddings": false, "eos_token_id": 2, "bos_token_id": 1})";
 
 struct Variant {
   const char* name;

@@ -179,6 +179,8 @@ TEST_F(CudaW4a16, EveryFormatMatchesCpuOnManyShapes) {
   uint32_t seed = 1;
   for (const Format& f : kFormats) {
     for (const Shape& s : shapes) {
+      // Only GPTQ files may end in a shorter group (the others' checks refuse it).
+      if (f.layout != IntWeightLayout::kGptq && f.group > 0 && s.k % f.group != 0) continue;
       auto l = make_layer(f, s.m, s.k, seed++);
       for (int n : rows) {
         SCOPED_TRACE(name_of(f) + ": " + std::to_string(n) + "x" + std::to_string(s.k) + " -> " + std::to_string(s.m));
