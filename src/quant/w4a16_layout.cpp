@@ -79,13 +79,29 @@ StatusOr<W4a16Weight> make_w4a16_weight(const PackedIntWeight& w) {
   out.perm = group_order(w);
   const int64_t N = w.out_features, K = w.in_features, G = w.num_groups;
   out.codes.assign(static_cast<size_t>(N * K / 8), 0u);
+  // Where (row r, column c) of a 16 x 64 tile goes inside its 512 bytes, once: the loop below then
+  // adds the tile's base (a per-element position computation is most of the cost at 8B sizes).
+  int64_t in_tile[kW4a16TileRows][kW4a16TileCols];
+  int shift[kW4a16TileRows][kW4a16TileCols];
+  for (int64_t r = 0; r < kW4a16TileRows; ++r) {
+    for (int64_t c = 0; c < kW4a16TileCols; ++c) {
+      int nibble;
+      w4a16_code_position(kW4a16TileCols, r, c, &in_tile[r][c], &nibble);
+      shift[r][c] = 4 * nibble;
+    }
+  }
+  const int64_t chunks = K / kW4a16TileCols;
+  std::vector<uint32_t> row(static_cast<size_t>(K));
   for (int64_t n = 0; n < N; ++n) {
     for (int64_t k = 0; k < K; ++k) {
-      const int64_t col = out.perm.empty() ? k : out.perm[static_cast<size_t>(k)];
-      int64_t word;
-      int nibble;
-      w4a16_code_position(K, n, k, &word, &nibble);
-      out.codes[static_cast<size_t>(word)] |= packed_int_value(w, n, col) << (4 * nibble);
+      row[static_cast<size_t>(k)] = packed_int_value(w, n, out.perm.empty() ? k : out.perm[static_cast<size_t>(k)]);
+    }
+    const int64_t r = n % kW4a16TileRows;
+    for (int64_t kc = 0; kc < chunks; ++kc) {
+      uint32_t* tile = out.codes.data() + ((n / kW4a16TileRows) * chunks + kc) * 128;  // 128 words a tile
+      for (int64_t c = 0; c < kW4a16TileCols; ++c) {
+        tile[in_tile[r][c]] |= row[static_cast<size_t>(kc * kW4a16TileCols + c)] << shift[r][c];
+      }
     }
   }
   const size_t sb = scale_bytes(w.scale_dtype);
