@@ -78,7 +78,8 @@ CudaBackend::~CudaBackend() {
   if (partial_ != nullptr) cudaFree(partial_);
   if (moe_scratch_ != nullptr) cudaFree(moe_scratch_);
   if (fp8_act_ != nullptr) cudaFree(fp8_act_);
-  if (w4a16_scratch_ != nullptr) cudaFree(w4a16_scratch_);
+  if (w4a16_perm_ != nullptr) cudaFree(w4a16_perm_);
+  if (w4a16_ws_ != nullptr) cudaFree(w4a16_ws_);
   for (auto& [views, t] : moe_tables_) cudaFree(t.table);
   if (tokens_dev_ != nullptr) cudaFree(tokens_dev_);
   if (tokens_host_ != nullptr) cudaFreeHost(tokens_host_);

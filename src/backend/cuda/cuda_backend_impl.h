@@ -184,10 +184,13 @@ class CudaBackend final : public Backend {
   size_t fp8_act_cap_ = 0;
   int64_t fp8_weights_ = 0;  // weights kept as e4m3 (stats(): proof a model runs FP8)
   size_t fp8_weight_bytes_ = 0;
-  // W4A16 linears: act-order gathers and split-GEMM workspaces (one grow-only scratch), and what
-  // was kept as int4 (stats()).
-  void* w4a16_scratch_ = nullptr;
-  size_t w4a16_scratch_cap_ = 0;
+  // W4A16 linears: act-order gathers, the split GEMMs' workspace (zeroed when it grows; every GEMM
+  // leaves it zero), and what was kept as int4 (stats()).
+  void* w4a16_perm_ = nullptr;
+  size_t w4a16_perm_cap_ = 0;
+  void* w4a16_ws_ = nullptr;
+  size_t w4a16_ws_cap_ = 0;
+  void* w4a16_workspace(size_t bytes);
   int64_t int4_weights_ = 0;
   size_t int4_weight_bytes_ = 0;
 };

@@ -160,10 +160,7 @@ void CudaBackend::linear_w4a16(const Tensor& x, const Tensor& w, const Tensor* b
   if (bias != nullptr) KVASIR_CHECK(bias->dtype == DType::kF32 && bias->numel() == m && bias->device == Device::kCuda);
   const int32_t elem = static_cast<int32_t>(elem_of(out.dtype));
   const bool gemv = n <= cuda::kW4a16GemvMaxRows;
-  // Scratch: x[:, perm] (act-order), then the split GEMM's float32 workspace.
-  const size_t perm_bytes = q.perm != nullptr ? align256(static_cast<size_t>(n * k) * 2) : 0;
-  const size_t ws_bytes =
-      !gemv && cuda::w4a16_gemm_splits(n, m, k, num_sms_) > 1 ? static_cast<size_t>(n * m) * sizeof(float) : 0;
+  const size_t ws_bytes = gemv ? 0 : cuda::w4a16_gemm_workspace_bytes(n, m, k, num_sms_);
   cuda::W4a16RecordProjection pr{};
   pr.codes = w.data;
   pr.scales = q.scales;
@@ -172,6 +169,7 @@ void CudaBackend::linear_w4a16(const Tensor& x, const Tensor& w, const Tensor* b
   pr.y = out.data;
   pr.out_features = m;
   const int32_t scale_type = scale_type_of(q.scale_dtype);
+  static_assert(cuda::kW4a16MaxProjections < 128, "num_proj is an int16");
   // Another projection of the same input (q/k/v, gate/up) joins the previous record: one GEMV
   // launch for all of them. Act-order weights have their own column order and stay alone.
   OpRecord* last = queue_->last();
@@ -187,10 +185,12 @@ void CudaBackend::linear_w4a16(const Tensor& x, const Tensor& w, const Tensor* b
       slot.bias = pr.bias;
       slot.y = pr.y;
       slot.out_features = pr.out_features;
-      if (ws_bytes > 0) {
+      if (!gemv) {  // one workspace for the projections' GEMMs, one after the other
         size_t need = 0;
-        for (int i = 0; i < r.num_proj; ++i) need = std::max(need, static_cast<size_t>(n * r.proj[i].out_features) * 4);
-        r.scratch = device_scratch(w4a16_scratch_, w4a16_scratch_cap_, need);
+        for (int i = 0; i < r.num_proj; ++i) {
+          need = std::max(need, cuda::w4a16_gemm_workspace_bytes(n, r.proj[i].out_features, k, num_sms_));
+        }
+        r.workspace = need > 0 ? w4a16_workspace(need) : nullptr;
       }
       return;
     }
@@ -200,7 +200,8 @@ void CudaBackend::linear_w4a16(const Tensor& x, const Tensor& w, const Tensor* b
   cuda::W4a16LinearOp& r = rec.w4a16_linear;
   r.x = x.data;
   r.perm = q.perm;
-  if (perm_bytes + ws_bytes > 0) r.scratch = device_scratch(w4a16_scratch_, w4a16_scratch_cap_, perm_bytes + ws_bytes);
+  if (q.perm != nullptr) r.x_perm = device_scratch(w4a16_perm_, w4a16_perm_cap_, static_cast<size_t>(n * k) * 2);
+  if (ws_bytes > 0) r.workspace = w4a16_workspace(ws_bytes);
   cuda::W4a16RecordProjection& slot = r.proj[0];
   slot.codes = pr.codes;
   slot.scales = pr.scales;
@@ -213,7 +214,7 @@ void CudaBackend::linear_w4a16(const Tensor& x, const Tensor& w, const Tensor* b
   r.group_size = static_cast<int32_t>(q.group_size);
   r.num_proj = 1;
   r.gated = cuda::kW4a16NoAct;
-  r.scale_type = scale_type;
+  r.scale_type = static_cast<int16_t>(scale_type);
 }
 
 bool CudaBackend::fold_w4a16_gated_activation(const Tensor& gate, const Tensor& up, GateActivation act, Tensor& out) {
@@ -230,19 +231,25 @@ bool CudaBackend::fold_w4a16_gated_activation(const Tensor& gate, const Tensor& 
       gate.numel() != r.rows * r.proj[0].out_features) {
     return false;
   }
-  r.gated = act == GateActivation::kGeluTanh ? cuda::kW4a16GeluTanh : cuda::kW4a16Silu;
+  r.gated = static_cast<int16_t>(act == GateActivation::kGeluTanh ? cuda::kW4a16GeluTanh : cuda::kW4a16Silu);
   return true;
+}
+
+void* CudaBackend::w4a16_workspace(size_t bytes) {
+  const void* before = w4a16_ws_;
+  void* p = device_scratch(w4a16_ws_, w4a16_ws_cap_, bytes);
+  // A new block: zeroed once here, in stream order before any GEMM that uses it (each GEMM then
+  // leaves it zero).
+  if (p != before) KVASIR_CUDA_CHECK(cudaMemsetAsync(p, 0, w4a16_ws_cap_, stream_));
+  return p;
 }
 
 void CudaBackend::exec_w4a16_linear(const cuda::W4a16LinearOp& op, Elem elem, cudaStream_t s) {
   const int64_t n = op.rows, k = op.in_features;
   const void* x = op.x;
-  auto* scratch = static_cast<uint8_t*>(op.scratch);
-  size_t used = 0;
   if (op.perm != nullptr) {
-    cuda::launch_w4a16_permute_columns(op.x, op.perm, scratch, n, k, s);
-    x = scratch;
-    used = align256(static_cast<size_t>(n * k) * 2);
+    cuda::launch_w4a16_permute_columns(op.x, op.perm, op.x_perm, n, k, s);
+    x = op.x_perm;
   }
   cuda::W4a16Projection proj[cuda::kW4a16MaxProjections];
   for (int i = 0; i < op.num_proj; ++i) proj[i] = projection(op, i);
@@ -250,8 +257,7 @@ void CudaBackend::exec_w4a16_linear(const cuda::W4a16LinearOp& op, Elem elem, cu
     cuda::launch_w4a16_gemv(x, proj, op.num_proj, static_cast<int>(n), k, elem, op.gated, s);
     return;
   }
-  float* ws = scratch != nullptr ? reinterpret_cast<float*>(scratch + used) : nullptr;
-  for (int i = 0; i < op.num_proj; ++i) cuda::launch_w4a16_gemm(x, proj[i], n, k, elem, ws, num_sms_, s);
+  for (int i = 0; i < op.num_proj; ++i) cuda::launch_w4a16_gemm(x, proj[i], n, k, elem, op.workspace, num_sms_, s);
 }
 
 }  // namespace kvasir

@@ -330,8 +330,8 @@ struct Fp8LinearOp {
 // Up to kW4a16MaxProjections W4A16 projections of one bf16 input (cuda_w4a16_ops.cpp), all with
 // the same group size and scale type: the W4A16 GEMV for up to kW4a16GemvMaxRows tokens (gate/up
 // may carry the gated activation), else one W4A16 GEMM per projection. Act-order weights (perm)
-// stand alone: their input is gathered into scratch first. The scratch holds x[:, perm] (rows x
-// in_features bf16, 256-byte aligned) and then the split GEMM's float32 workspace.
+// stand alone: their input is gathered into x_perm (scratch) first. `workspace`: the split GEMMs'
+// sums and tile counters (w4a16_kernels.h), all zero between GEMMs.
 struct W4a16RecordProjection {
   const void* codes;
   const void* scales;
@@ -342,11 +342,13 @@ struct W4a16RecordProjection {
 };
 struct W4a16LinearOp {
   const void* x;          // [rows, in_features] bf16
-  void* scratch;          // see above, or null
+  void* x_perm;           // [rows, in_features] bf16 scratch, or null
   const int32_t* perm;    // [in_features] or null
+  void* workspace;        // or null: no split GEMM
   W4a16RecordProjection proj[kW4a16MaxProjections];
   int64_t rows;
-  int32_t in_features, group_size, num_proj, gated, scale_type, unused;
+  int32_t in_features, group_size;
+  int16_t num_proj, gated, scale_type, unused;
 };
 
 // What StepQueue stores: the kind, the element type where the op has one (Elem), and the record
@@ -390,7 +392,7 @@ static_assert(sizeof(GemvGatedOp) == 7 * 8 + 4 * 8 + 8 && sizeof(RopeOp) == 4 * 
 static_assert(sizeof(AttentionOp) == 11 * 8 + 13 * 8 + 8 && sizeof(OpRecord) == 8 + sizeof(MoeExpertsOp));
 static_assert(sizeof(MoeRouteOp) == 4 * 8 + 8 * 8 + 8 && sizeof(MoeExpertsOp) == 10 * 8 + 7 * 8 + 4 * 4 + 8 + 2 * 8 + 4 * 4 + 2 * 4);
 static_assert(sizeof(Fp8Projection) == 40 && sizeof(Fp8LinearOp) == 3 * 8 + kFp8MaxProjections * 40 + 3 * 8 + 8);
-static_assert(sizeof(W4a16RecordProjection) == 48 && sizeof(W4a16LinearOp) == 3 * 8 + kW4a16MaxProjections * 48 + 8 + 6 * 4 &&
+static_assert(sizeof(W4a16RecordProjection) == 48 && sizeof(W4a16LinearOp) == 4 * 8 + kW4a16MaxProjections * 48 + 8 + 2 * 4 + 4 * 2 &&
               sizeof(W4a16LinearOp) <= sizeof(MoeExpertsOp));
 static_assert(sizeof(AllReduceOp) == 2 * 8 && sizeof(AllGatherColumnsOp) == 7 * 8);
 static_assert(sizeof(WriteLatentKvOp) == 8 * 8 + 4 * 4 && sizeof(MlaAttentionOp) == 12 * 8 + 16 * 4 + 8);

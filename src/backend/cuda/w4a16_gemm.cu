@@ -7,7 +7,9 @@
 // groups' scales and zero points of the tile's 128 columns.
 // Codes become exact bf16 integers code - zero in registers; each group's float32 partial sums
 // are scaled once. When the tiles cannot fill the GPU (decode batches of a few dozen tokens),
-// K is split across CTAs that add into a float32 workspace, finished by one elementwise pass.
+// K is split across CTAs that add into a float32 workspace; the last CTA of a tile to finish (a
+// counter per tile) writes the tile's output and zeroes its sums and counter for the next GEMM,
+// so a split GEMM is one launch.
 #include "backend/cuda/w4a16_common.cuh"
 #include "backend/cuda/warp_mma.cuh"
 
@@ -25,7 +27,8 @@ static_assert(kStageBytes % 128 == 0 && kStages * kStageBytes <= 48 * 1024, "sta
 struct W4a16GemmArgs {
   const bf16* x;
   W4a16Projection p;
-  float* ws;  // split K: float32 [rows, out] accumulated with atomics; null: write y directly
+  float* ws;        // split K: float32 [rows, out] accumulated with atomics; null: write y directly
+  int32_t* counts;  // split K: CTAs done per output tile
   int64_t rows, k;
   int32_t kc_per_split, f32_out;
 };
@@ -196,19 +199,28 @@ __global__ void __launch_bounds__(kThreads) w4a16_gemm_kernel(W4a16GemmArgs a) {
       }
     }
   }
-}
-
-// y = ws (+ bias) after a split GEMM.
-__global__ void w4a16_finalize_kernel(const float* __restrict__ ws, const float* __restrict__ bias, void* y, int64_t rows,
-                                      int64_t cols, int f32_out) {
-  pdl_begin();
-  const int64_t n = rows * cols;
-  for (int64_t i = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x; i < n;
-       i += static_cast<int64_t>(gridDim.x) * blockDim.x) {
-    const float v = ws[i] + (bias != nullptr ? bias[i % cols] : 0.0f);
-    if (f32_out) static_cast<float*>(y)[i] = v;
-    else static_cast<bf16*>(y)[i] = __float2bfloat16(v);
+  if (a.ws == nullptr) return;
+  // Split K: the tile's last CTA to get here finishes it (the threadFenceReduction pattern: every
+  // CTA's sums are visible device-wide before it counts itself in).
+  __shared__ int last;
+  __threadfence();
+  __syncthreads();
+  const int64_t tile = static_cast<int64_t>(blockIdx.y) * gridDim.x + blockIdx.x;
+  if (tid == 0) last = atomicAdd(a.counts + tile, 1) == static_cast<int>(gridDim.z) - 1;
+  __syncthreads();
+  if (!last) return;
+  __threadfence();
+  for (int i = tid; i < kBM * kBN / 2; i += kThreads) {
+    const int64_t row = m0 + (2 * i) / kBN, col = n0 + (2 * i) % kBN;
+    if (row >= a.rows || col >= N) continue;
+    float* p = a.ws + row * N + col;
+    const float v0 = __ldcg(p), v1 = __ldcg(p + 1);  // from L2, where the atomics landed
+    __stcg(reinterpret_cast<float2*>(p), make_float2(0.0f, 0.0f));
+    const float b0 = a.p.bias != nullptr ? a.p.bias[col] : 0.0f, b1 = a.p.bias != nullptr ? a.p.bias[col + 1] : 0.0f;
+    if (a.f32_out) *reinterpret_cast<float2*>(static_cast<float*>(a.p.y) + row * N + col) = make_float2(v0 + b0, v1 + b1);
+    else *reinterpret_cast<uint32_t*>(static_cast<bf16*>(a.p.y) + row * N + col) = pack_bf16(v0 + b0, v1 + b1);
   }
+  if (tid == 0) a.counts[tile] = 0;
 }
 
 }  // namespace
@@ -221,7 +233,13 @@ int w4a16_gemm_splits(int64_t n, int64_t m, int64_t k, int num_sms) {
   return static_cast<int>(std::max<int64_t>(1, std::min<int64_t>(want, chunks / 4)));
 }
 
-void launch_w4a16_gemm(const void* x, const W4a16Projection& p, int64_t n, int64_t k, Elem out, float* workspace,
+size_t w4a16_gemm_workspace_bytes(int64_t n, int64_t m, int64_t k, int num_sms) {
+  if (w4a16_gemm_splits(n, m, k, num_sms) <= 1) return 0;
+  const int64_t tiles = ((m + kBN - 1) / kBN) * ((n + kBM - 1) / kBM);
+  return (static_cast<size_t>(n * m) * sizeof(float) + 255) / 256 * 256 + static_cast<size_t>(tiles) * sizeof(int32_t);
+}
+
+void launch_w4a16_gemm(const void* x, const W4a16Projection& p, int64_t n, int64_t k, Elem out, void* workspace,
                        int num_sms, cudaStream_t s) {
   KVASIR_CHECK_MSG(n >= 1 && w4a16_shape_supported(p.out_features, k) && aligned16(x) && aligned16(p.codes) &&
                        aligned16(p.scales) && (p.zeros == nullptr || aligned16(p.zeros)),
@@ -238,19 +256,13 @@ void launch_w4a16_gemm(const void* x, const W4a16Projection& p, int64_t n, int64
   const unsigned z = static_cast<unsigned>((chunks + a.kc_per_split - 1) / a.kc_per_split);
   if (splits > 1) {
     KVASIR_CHECK_MSG(workspace != nullptr, "W4A16 GEMM: a split GEMM needs its workspace");
-    KVASIR_CUDA_CHECK(cudaMemsetAsync(workspace, 0, static_cast<size_t>(n * p.out_features) * sizeof(float), s));
-    a.ws = workspace;
+    a.ws = static_cast<float*>(workspace);
+    a.counts = reinterpret_cast<int32_t*>(static_cast<uint8_t*>(workspace) +
+                                          (static_cast<size_t>(n * p.out_features) * sizeof(float) + 255) / 256 * 256);
   }
   const dim3 grid(static_cast<unsigned>((p.out_features + kBN - 1) / kBN), static_cast<unsigned>((n + kBM - 1) / kBM), z);
   launch(w4a16_gemm_kernel, grid, kThreads, 0, s, a);
   KVASIR_CUDA_LAUNCH_CHECK();
-  if (splits > 1) {
-    const int64_t total = n * p.out_features;
-    const unsigned blocks = static_cast<unsigned>(std::min<int64_t>((total + 255) / 256, 4096));
-    launch(w4a16_finalize_kernel, blocks, 256, 0, s, static_cast<const float*>(workspace), p.bias, p.y, n,
-           p.out_features, a.f32_out);
-    KVASIR_CUDA_LAUNCH_CHECK();
-  }
 }
 
 }  // namespace kvasir::cuda

@@ -9,10 +9,10 @@
 //  - w4a16_gemv.cu: 1..kW4a16GemvMaxRows tokens. One CTA per 16 output rows, its warps split K and
 //    stream the codes at the bandwidth floor (x from L1); up to three projections of one x in one
 //    launch, or gate/up with the gated activation.
-//  - w4a16_gemm.cu: more tokens. 64 x 64 output tiles, cp.async 4-stage pipeline of activations,
-//    codes, scales and zeros; split over K (float32 atomics into a workspace) when the tiles alone
-//    cannot fill the GPU.
-//  - w4a16_support.cu: act-order's column gather, the split GEMM's finalize, dummy weights.
+//  - w4a16_gemm.cu: more tokens. 64 x 128 output tiles, cp.async 3-stage pipeline of activations,
+//    codes, scales and zeros; split over K when the tiles alone cannot fill the GPU: float32 atomics
+//    into a workspace, the tile's last CTA (a counter per tile) writes the output and zeroes both.
+//  - w4a16_support.cu: act-order's column gather, dummy weights.
 // Host-callable launchers only; must not know ops, records or models.
 #pragma once
 
@@ -55,8 +55,11 @@ void launch_w4a16_gemv(const void* x, const W4a16Projection* proj, int num_proj,
 
 // How many K slices the GEMM of [n, k] x [m, k]^T runs in on `num_sms` SMs (1: no workspace).
 int w4a16_gemm_splits(int64_t n, int64_t m, int64_t k, int num_sms);
-// y = x · W^T (+ bias) for any n; `workspace` float32 [n, m] when w4a16_gemm_splits(...) > 1.
-void launch_w4a16_gemm(const void* x, const W4a16Projection& p, int64_t n, int64_t k, Elem out, float* workspace,
+// The split GEMM's workspace bytes (0 without a split): float32 [n, m] sums, then one int32
+// counter per output tile. It must be all zero before the first use; each GEMM leaves it so.
+size_t w4a16_gemm_workspace_bytes(int64_t n, int64_t m, int64_t k, int num_sms);
+// y = x · W^T (+ bias) for any n; `workspace` as above when w4a16_gemm_splits(...) > 1.
+void launch_w4a16_gemm(const void* x, const W4a16Projection& p, int64_t n, int64_t k, Elem out, void* workspace,
                        int num_sms, cudaStream_t s);
 
 // out[r, j] = x[r, perm[j]] (bf16): act-order's input columns in group order.
