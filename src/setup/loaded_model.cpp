@@ -332,6 +332,10 @@ StatusOr<std::unique_ptr<LoadedModel>> load_model(const std::string& path, const
   KVASIR_ASSIGN_OR_RETURN(m->backend, make_backend(opts));
   if (dummy) {
     const bool on_device = m->backend->device() != Device::kCpu;
+    if (!on_device && m->quantization) {  // said before any host dummy is made (8B: 16 GB of them)
+      return unimplemented(path + ": --load-format dummy with quant_method '" + m->quantization->method +
+                           "' needs a GPU backend (--device cuda), which fills the packed codes itself");
+    }
     KVASIR_ASSIGN_OR_RETURN(m->weights, open_dummy_weights(dummy_weight_specs(m->config, on_device), 0x6b76, path));
   }
   KVASIR_RETURN_IF_ERROR(apply_quantization(*m, opts.quantization, dummy));
