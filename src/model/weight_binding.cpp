@@ -107,6 +107,17 @@ StatusOr<Tensor> WeightBinder::bind_one(const WeightSpec& spec) {
   if (name->fused() && spec.kind == WeightKind::kVector) return bias_range(spec, *name);
   if (name->fused()) return spec.shape.size() == 3 ? stacked_rows(spec, *name) : fused_rows(spec, *name);
   KVASIR_ASSIGN_OR_RETURN(WeightTensor w, read(spec, *name));
+  if (w.packed_int != nullptr && !spec.linear_only) {
+    // An int4 form only a linear reads is no use to another op: it binds the dense values.
+    w.packed_int = nullptr;
+    if (backend_.device() != Device::kCpu) {
+      static std::once_flag said;
+      std::call_once(said, [] {
+        KVASIR_LOG_WARN("MoE expert weights of integer weight-only checkpoints run dequantized in bf16 on this "
+                        "backend (no int4 MoE kernel)");
+      });
+    }
+  }
   if (w.shape != spec.shape) {
     return data_loss("weight " + w.name + " has shape " + shape_text(w.shape) + ", expected " +
                      shape_text(spec.shape));
