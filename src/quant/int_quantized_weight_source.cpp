@@ -104,7 +104,8 @@ StatusOr<std::unique_ptr<WeightSource>> IntQuantizedWeightSource::wrap_dummy(std
     if (!ends_with(name, ".weight")) continue;
     const std::string module = name.substr(0, name.size() - 7);
     KVASIR_ASSIGN_OR_RETURN(WeightTensor w, src->base_->tensor(name));
-    if (!is_linear_weight(w, module)) continue;
+    // lm_head stays dense, as GPTQ / AWQ / llm-compressor leave it in real checkpoints.
+    if (!is_linear_weight(w, module) || module.substr(module.find_last_of('.') + 1) == "lm_head") continue;
     const QuantScheme* scheme = scheme_for_module(src->config_, module, /*is_linear=*/true);
     if (scheme == nullptr) continue;
     if (w.data != nullptr) {

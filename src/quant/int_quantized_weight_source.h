@@ -28,8 +28,9 @@ class IntQuantizedWeightSource final : public WeightSource {
   // checkpoint holds no packed layer at all, Unimplemented for a config mixing in other formats.
   static StatusOr<std::unique_ptr<WeightSource>> wrap(std::unique_ptr<WeightSource> base, QuantizationConfig config);
   // --load-format dummy: `base` holds dense dummy linears without values (a GPU fills them); each
-  // one the config targets is marked with its scheme (a PackedIntWeight without tensors) so a
-  // backend with int4 kernels makes dummy codes of that scheme. Unimplemented when a targeted
+  // one the config targets (lm_head aside, as real checkpoints leave it dense) is marked with its
+  // scheme (a PackedIntWeight without tensors) so a backend with int4 kernels makes dummy codes of
+  // that scheme. Unimplemented when a targeted
   // linear has host values (the CPU cannot make packed dummies).
   static StatusOr<std::unique_ptr<WeightSource>> wrap_dummy(std::unique_ptr<WeightSource> base,
                                                             QuantizationConfig config);

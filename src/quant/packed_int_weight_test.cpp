@@ -327,10 +327,12 @@ TEST(IntQuantizedWeightSource, DummyLinearsCarryTheirSchemeWithoutValues) {
   auto base = std::make_unique<MemoryWeightSource>();
   base->add(kLayer + ".weight", DType::kBF16, {32, 256}, {});
   base->add("model.embed_tokens.weight", DType::kBF16, {100, 256}, {});
+  base->add("lm_head.weight", DType::kBF16, {100, 256}, {});
   base->add_f16("model.norm.weight", {4}, {1, 2, 3, 4});
   auto src = IntQuantizedWeightSource::wrap_dummy(std::move(base), config_of("gptq", "gptq", {"Linear"}, 4, 128, true));
   ASSERT_TRUE(src.ok()) << src.status().message();
-  const std::vector<std::string> want = {"model.embed_tokens.weight", kLayer + ".weight", "model.norm.weight"};
+  const std::vector<std::string> want = {"lm_head.weight", "model.embed_tokens.weight", kLayer + ".weight",
+                                         "model.norm.weight"};
   EXPECT_EQ((*src)->tensor_names(), want);
   auto w = (*src)->tensor(kLayer + ".weight");
   ASSERT_TRUE(w.ok()) << w.status().message();
@@ -341,9 +343,11 @@ TEST(IntQuantizedWeightSource, DummyLinearsCarryTheirSchemeWithoutValues) {
   EXPECT_EQ(w->packed_int->group_size, 128);
   EXPECT_EQ(w->packed_int->num_groups, 2);
   EXPECT_EQ(w->packed_int->out_features, 32);
-  auto e = (*src)->tensor("model.embed_tokens.weight");
-  ASSERT_TRUE(e.ok());
-  EXPECT_EQ(e->packed_int, nullptr);
+  for (const char* dense : {"model.embed_tokens.weight", "lm_head.weight"}) {  // as real checkpoints keep them
+    auto e = (*src)->tensor(dense);
+    ASSERT_TRUE(e.ok());
+    EXPECT_EQ(e->packed_int, nullptr) << dense;
+  }
 
   auto host = std::make_unique<MemoryWeightSource>();
   host->add_f16(kLayer + ".weight", {2, 4}, std::vector<float>(8, 0.5f));
