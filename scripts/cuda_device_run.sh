@@ -43,6 +43,10 @@
 # Stage fp8 (issue 15): the FP8 op / e2e tests and their memcheck, then --quantization fp8 beside
 # bf16 on Llama-3.1-8B-shaped dummy weights: batch-1 decode in KVASIR_FP8_ROUNDS interleaved rounds
 # (medians, the 2.25 ms bar and the 1.86 ms floor), batch 64, throughput KVASIR_FP8_TP_PROMPTS x 128/128.
+# Stage w4a16 (issue 15): the W4A16 op / e2e tests and their memcheck, then GPTQ INT4 dummy weights
+# (configs/llama-3.1-8b-gptq-int4.json) beside bf16: batch-1 and batch-64 decode in KVASIR_W4_ROUNDS
+# interleaved rounds (medians; bars 1.4 ms and 0.6x bf16; the floor: int4 codes + f16 scales + bf16
+# lm_head / 4.32 TB/s). KVASIR_W4_PARTS ["tests memcheck bench"] picks parts.
 set -uo pipefail
 root=$(cd "$(dirname "$0")/.." && pwd)
 cd "$root"
@@ -629,6 +633,56 @@ if has fp8; then
       --num-prompts "$n" --input-len 128 --output-len 128 --gpu-memory-utilization 0.9 $qargs >"$OUT/fp8_tp_$q.log" 2>&1
     note "fp8 stage throughput $q ($n x 128/128): rc=$? $(grep -E '^Throughput' "$OUT/fp8_tp_$q.log")"
   done
+fi
+if has w4a16; then
+  w4_has() { [[ " ${KVASIR_W4_PARTS:-tests memcheck bench} " == *" $1 "* ]]; }
+  if w4_has tests; then
+    timeout 400 "$bin/cuda_ops_test" --gtest_filter='CudaW4a16.*' >"$OUT/w4a16_ops_test.log" 2>&1
+    note "w4a16 op tests: rc=$? $(grep -E '^\[  PASSED' "$OUT/w4a16_ops_test.log" | head -1) $(grep -c '^\[  FAILED  \]' "$OUT/w4a16_ops_test.log") failed"
+    grep -E "Failure|bound|FAILED" "$OUT/w4a16_ops_test.log" | head -10
+    timeout 300 "$bin/cuda_e2e_test" --gtest_filter='*W4a16*' >"$OUT/w4a16_e2e_test.log" 2>&1
+    note "w4a16 e2e: rc=$? $(grep -E '^\[  PASSED' "$OUT/w4a16_e2e_test.log" | head -1) $(grep -c '^\[  FAILED  \]' "$OUT/w4a16_e2e_test.log") failed; $(grep -oE 'greedy agreement [0-9]+ / [0-9]+' "$OUT/w4a16_e2e_test.log" | tr '\n' ' ')"
+    grep -E "Failure|FAILED" "$OUT/w4a16_e2e_test.log" | head -10
+  fi
+  if w4_has memcheck && command -v compute-sanitizer >/dev/null; then
+    # The kernels on every path (GEMV, gated GEMV, GEMM split and not, act-order gather, dummies)
+    # at shapes small enough for memcheck's pace.
+    timeout 400 compute-sanitizer --tool memcheck --leak-check no "$bin/cuda_ops_test" \
+      --gtest_filter='CudaW4a16.EveryFormat*:CudaW4a16.Merged*:CudaW4a16.GateUp*:CudaW4a16.Dummy*:CudaW4a16.EightBit*' \
+      >"$OUT/memcheck_w4a16.log" 2>&1
+    note "memcheck, w4a16 ops: rc=$? $(grep -E 'ERROR SUMMARY' "$OUT/memcheck_w4a16.log" | tail -1)"
+  fi
+  w4_lat() {  # name, config, extra args: prints the decode ms per step
+    local name=$1 cfg=$2; shift 2
+    timeout 200 "$bin/kvasir" bench latency --model "$cfg" --load-format dummy --device cuda \
+      --input-len 128 --output-len 128 --num-iters 3 "$@" >"$OUT/w4_lat_$name.log" 2>&1
+    grep -oE '\(([0-9.]+) ms per step\)' "$OUT/w4_lat_$name.log" | grep -oE '[0-9.]+' | head -1
+  }
+  w4med() { tr ' ' '\n' | grep -E '^[0-9.]+$' | sort -g | awk '{a[NR]=$1} END {if (NR) print (NR%2 ? a[(NR+1)/2] : (a[NR/2]+a[NR/2+1])/2); else print 0}'; }
+  if w4_has bench; then
+    int4_cfg=configs/llama-3.1-8b-gptq-int4.json
+    # The floor: every linear's int4 codes + one f16 scale per 128 weights, the bf16 lm_head.
+    floor=$(python3 -c "
+import json; c = json.load(open('$int4_cfg')); h = c['hidden_size']; i = c['intermediate_size']
+hd = c.get('head_dim') or h // c['num_attention_heads']; q = c['num_attention_heads'] * hd; kv = c['num_key_value_heads'] * hd
+p = c['num_hidden_layers'] * (h * (q + 2 * kv) + q * h + 3 * h * i); g = c['quantization_config']['group_size']
+b = p / 2 + p / g * 2 + c['vocab_size'] * h * 2; print('%.3f %.2f' % (b / 4.32e12 * 1e3, b / 1e9))")
+    fl=${floor% *}
+    i1=""; b1=""; i64=""; b64=""
+    for round in $(seq 1 "${KVASIR_W4_ROUNDS:-3}"); do
+      i1+="$(w4_lat "int4_b1_r$round" $int4_cfg --batch-size 1) "
+      b1+="$(w4_lat "bf16_b1_r$round" configs/llama-3.1-8b.json --batch-size 1) "
+      i64+="$(w4_lat "int4_b64_r$round" $int4_cfg --batch-size 64) "
+      b64+="$(w4_lat "bf16_b64_r$round" configs/llama-3.1-8b.json --batch-size 64) "
+    done
+    mi=$(echo "$i1" | w4med); mb=$(echo "$b1" | w4med); mi64=$(echo "$i64" | w4med); mb64=$(echo "$b64" | w4med)
+    note "w4a16 latency b1 (ms/step): int4 [$i1] median $mi (bar 1.40: $(awk -v a="$mi" 'BEGIN {print (a > 0 && a <= 1.40) ? "met" : "NOT met"}'); $(awk -v a="$mi" -v f="$fl" 'BEGIN {printf "%.2f", a / f}')x the floor ${fl} ms = ${floor#* } GB / 4.32 TB/s) | bf16 [$b1] median $mb"
+    note "w4a16 latency b64 (ms/step): int4 [$i64] median $mi64 | bf16 [$b64] median $mb64 | int4/bf16 $(awk -v a="$mi64" -v b="$mb64" 'BEGIN {if (b > 0) printf "%.3f (bar 0.60: %s)", a / b, (a / b <= 0.60 ? "met" : "NOT met"); else print "n/a"}')"
+    note "  int4 run kept: $(grep -oE 'W4A16 weights [0-9]+ \([0-9.]+ MiB\)' "$OUT/w4_lat_int4_b1_r1.log" | head -1) (Llama-3.1-8B: 224 linears)"
+    [[ -z $mi || $mi == 0 ]] && tail -5 "$OUT/w4_lat_int4_b1_r1.log"
+    KVASIR_CUDA_PROFILE=1 w4_lat int4_b1_profile $int4_cfg --batch-size 1 >/dev/null
+    grep -A30 '^profile' "$OUT/w4_lat_int4_b1_profile.log" | head -20
+  fi
 fi
 if has matrix; then
   # Issue 19's benchmark matrix, each run's JSON kept as $OUT/matrix_*.json and all of them merged

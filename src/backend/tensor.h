@@ -14,6 +14,22 @@
 
 namespace kvasir {
 
+namespace quant {
+struct PackedIntWeight;
+}
+
+// A weight a backend keeps as 4-bit integer codes with group scales (W4A16): the codes are the
+// Tensor's data (in the backend's own layout, quant/w4a16_layout.h on CUDA); the rest is here,
+// device pointers owned with the weight's Buffer.
+struct Int4Weight {
+  int64_t out_features = 0, in_features = 0;
+  int64_t group_size = 0, num_groups = 0;
+  DType scale_dtype = DType::kF16;
+  const void* scales = nullptr;       // [num_groups, out_features] of scale_dtype
+  const uint8_t* zeros = nullptr;     // [num_groups, out_features], or null: every zero point is 8
+  const int32_t* perm = nullptr;      // [in_features] act-order column order, or null
+};
+
 enum class Device { kCpu, kCuda };
 
 struct Tensor {
@@ -28,6 +44,12 @@ struct Tensor {
   // value = code x scale. On a host tensor handed to upload_weight it may instead describe a
   // float32 matrix that is exactly codes x scales (a backend with FP8 kernels keeps the codes).
   const float* weight_scales = nullptr;
+  // Integer weight-only linears. On a host tensor handed to upload_weight: the packed checkpoint
+  // tensors the (dense) data came from, for a backend with int4 kernels to keep instead (data may
+  // then be null: dummy weights of that scheme). On a device tensor: the backend kept the weight
+  // as int4 (dtype kI32, shape [out_features, in_features / 8] words) and this describes it.
+  const quant::PackedIntWeight* packed_int = nullptr;
+  const Int4Weight* int4 = nullptr;
 
   static Tensor make(void* data, DType dtype, std::initializer_list<int64_t> dims,
                      Device device = Device::kCpu) {

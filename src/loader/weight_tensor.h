@@ -13,6 +13,10 @@
 
 namespace kvasir {
 
+namespace quant {
+struct PackedIntWeight;
+}
+
 struct WeightTensor {
   std::string name;
   DType dtype = DType::kF32;
@@ -30,6 +34,11 @@ struct WeightTensor {
   // scales, so a backend with FP8 kernels recovers the e4m3 codes (block-scaled weights leave it
   // null). Only valid for the whole matrix: a row or column slice must drop it.
   const float* fp8_row_scales = nullptr;
+  // Set by quant's IntQuantizedWeightSource on integer weight-only linears (GPTQ, AWQ,
+  // pack-quantized; owned by the source): the packed tensors `data` was dequantized from, which a
+  // backend with int4 kernels keeps instead. data == nullptr with it set: dummy weights of that
+  // scheme (no codes; the backend fills its own). Only valid for the whole matrix.
+  const quant::PackedIntWeight* packed_int = nullptr;
 
   int64_t num_elements() const {
     int64_t n = 1;

@@ -256,10 +256,12 @@ void replace_mlp_with_moe(std::vector<WeightSpec>& layer, int i, int64_t hidden,
     // Stacked: GGUF only, and never made by --load-format dummy (which writes HF names).
     layer.push_back(matrix(stacked_role(pr.stem), g + stacked_role(pr.stem), "", {e_n, one[0], one[1]},
                            /*optional=*/true, /*expected=*/false));
+    layer.back().linear_only = false;  // read by moe_experts
     for (int e = 0; e < moe.num_experts; ++e) {
       layer.push_back(matrix(per_expert_role(pr.stem, e), g + per_expert_role(pr.stem, e),
                              p + hf.expert_prefix + std::to_string(e) + "." + hf.*pr.hf + ".weight", one,
                              /*optional=*/true));
+      layer.back().linear_only = false;
     }
   }
   if (moe.shared_intermediate_size > 0) {

@@ -90,6 +90,7 @@ StatusOr<WeightTensor> WeightBinder::read(const WeightSpec& spec, const WeightNa
                      std::to_string(name.full_outer));
   }
   const size_t entry = w.nbytes / static_cast<size_t>(name.full_outer);
+  w.packed_int = nullptr;  // describes the whole matrix, not this slice
   w.shape[0] = spec.shape[0];
   w.nbytes = entry * static_cast<size_t>(spec.shape[0]);
   if (w.data != nullptr) w.data += entry * static_cast<size_t>(name.outer_begin);
@@ -106,6 +107,17 @@ StatusOr<Tensor> WeightBinder::bind_one(const WeightSpec& spec) {
   if (name->fused() && spec.kind == WeightKind::kVector) return bias_range(spec, *name);
   if (name->fused()) return spec.shape.size() == 3 ? stacked_rows(spec, *name) : fused_rows(spec, *name);
   KVASIR_ASSIGN_OR_RETURN(WeightTensor w, read(spec, *name));
+  if (w.packed_int != nullptr && !spec.linear_only) {
+    // An int4 form only a linear reads is no use to another op: it binds the dense values.
+    w.packed_int = nullptr;
+    if (backend_.device() != Device::kCpu) {
+      static std::once_flag said;
+      std::call_once(said, [] {
+        KVASIR_LOG_WARN("MoE expert weights of integer weight-only checkpoints run dequantized in bf16 on this "
+                        "backend (no int4 MoE kernel)");
+      });
+    }
+  }
   if (w.shape != spec.shape) {
     return data_loss("weight " + w.name + " has shape " + shape_text(w.shape) + ", expected " +
                      shape_text(spec.shape));
@@ -348,12 +360,20 @@ StatusOr<Tensor> WeightBinder::upload(const WeightTensor& w, bool vocab_table, b
   host.data = const_cast<uint8_t*>(w.data);
   host.input_quant = w.input_quant;
   host.weight_scales = keep_fp8 ? w.fp8_row_scales : nullptr;
+  host.packed_int = keep_fp8 ? w.packed_int : nullptr;  // the whole matrix only, as the FP8 scales
   if (w.fp8_row_scales != nullptr && !keep_fp8 && backend_.device() != Device::kCpu) {
     // Said, not silent: the slice runs with its FP8-rounded values in the backend's compute type.
     static std::once_flag said;
     std::call_once(said, [] {
       KVASIR_LOG_WARN("FP8 weights sliced for tensor parallelism run in bf16 on this backend (FP8 slices "
                       "per rank are not built): FP8 numerics, bf16 memory and speed");
+    });
+  }
+  if (w.packed_int != nullptr && !keep_fp8 && backend_.device() != Device::kCpu) {
+    static std::once_flag said_int;
+    std::call_once(said_int, [] {
+      KVASIR_LOG_WARN("integer weight-only (GPTQ / AWQ / pack-quantized) weights sliced for tensor parallelism or "
+                      "split from a fused tensor run dequantized in bf16 on this backend (int4 slices are not built)");
     });
   }
   // Kernels assume aligned rows; safetensors payloads can sit at any offset, so copy those.
@@ -369,6 +389,7 @@ StatusOr<Tensor> WeightBinder::upload(const WeightTensor& w, bool vocab_table, b
   if (owner) owned_.push_back(std::move(owner));
   t->input_quant = w.input_quant;  // whatever form the backend keeps the weight in
   if (t->dtype != DType::kF8E4M3) t->weight_scales = nullptr;  // never a host pointer on a kept tensor
+  t->packed_int = nullptr;
   return t;
 }
 

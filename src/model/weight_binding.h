@@ -52,8 +52,8 @@ class WeightBinder {
   StatusOr<Tensor> to_f32_vector(const WeightTensor& w, float offset);
   // kHostMatrix: float32 on the host, owned here, never uploaded.
   StatusOr<Tensor> to_f32_host(const WeightTensor& w);
-  // `keep_fp8`: w is a whole matrix as its source gave it, so its fp8_row_scales still describe
-  // it and go to the backend (slices drop them: the backend then keeps the float values).
+  // `keep_fp8`: w is a whole matrix as its source gave it, so its fp8_row_scales (or packed_int)
+  // still describe it and go to the backend (slices drop them: the backend then keeps the float values).
   StatusOr<Tensor> upload(const WeightTensor& w, bool vocab_table = false, bool keep_fp8 = false);
 
   const WeightSource& src_;

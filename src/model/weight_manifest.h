@@ -59,6 +59,10 @@ struct WeightSpec {
   bool optional = false;
   // The config says the checkpoint has it: --load-format dummy makes it.
   bool expected = true;
+  // Matrices: read by Backend::linear only, so a backend may keep it in a form only its linear
+  // reads (int4 codes of an integer weight-only checkpoint). False for the MoE experts, which the
+  // moe_experts op reads in the backend's plain weight type.
+  bool linear_only = true;
 };
 
 struct WeightManifest {

@@ -91,10 +91,51 @@ Status IntQuantizedWeightSource::find_packed_layers() {
   return Status();
 }
 
+StatusOr<std::unique_ptr<WeightSource>> IntQuantizedWeightSource::wrap_dummy(std::unique_ptr<WeightSource> base,
+                                                                             QuantizationConfig config) {
+  for (const QuantScheme& s : config.schemes) {
+    if (!is_int_weight_format(s.format)) {
+      return unimplemented(base->path() + ": the quantization_config mixes format '" + s.format +
+                           "' with integer weight-only formats");
+    }
+  }
+  std::unique_ptr<IntQuantizedWeightSource> src(new IntQuantizedWeightSource(std::move(base), std::move(config)));
+  for (const std::string& name : src->base_->tensor_names()) {
+    if (!ends_with(name, ".weight")) continue;
+    const std::string module = name.substr(0, name.size() - 7);
+    KVASIR_ASSIGN_OR_RETURN(WeightTensor w, src->base_->tensor(name));
+    // lm_head stays dense, as GPTQ / AWQ / llm-compressor leave it in real checkpoints.
+    if (!is_linear_weight(w, module) || module.substr(module.find_last_of('.') + 1) == "lm_head") continue;
+    const QuantScheme* scheme = scheme_for_module(src->config_, module, /*is_linear=*/true);
+    if (scheme == nullptr) continue;
+    if (w.data != nullptr) {
+      return unimplemented("--load-format dummy with quant_method '" + src->config_.method + "': weight " + name +
+                           " has host values; dummy integer weights are made on a GPU backend (--device cuda), "
+                           "which fills the packed codes itself");
+    }
+    KVASIR_ASSIGN_OR_RETURN(IntWeightScheme s, int_weight_scheme(*scheme));
+    PackedIntWeight p;
+    p.layout = s.layout;
+    p.bits = s.bits;
+    p.out_features = w.shape[0];
+    p.in_features = w.shape[1];
+    p.group_size = s.group_size == -1 ? p.in_features : s.group_size;
+    p.num_groups = (p.in_features + p.group_size - 1) / p.group_size;
+    p.zero_offset = s.zero_offset;
+    src->packed_.emplace(name, p);
+  }
+  if (src->packed_.empty()) {
+    return invalid_argument(src->base_->path() + ": quant_method '" + src->config_.method +
+                            "' targets none of the dummy model's linear weights");
+  }
+  return std::unique_ptr<WeightSource>(std::move(src));
+}
+
 std::vector<std::string> IntQuantizedWeightSource::tensor_names() const {
   std::vector<std::string> out;
   for (std::string& n : base_->tensor_names()) {
-    if (!std::binary_search(hidden_.begin(), hidden_.end(), n)) out.push_back(std::move(n));
+    // (wrap_dummy's weights keep their base names: listed once, below.)
+    if (!std::binary_search(hidden_.begin(), hidden_.end(), n) && packed_.count(n) == 0) out.push_back(std::move(n));
   }
   for (const auto& [name, w] : packed_) out.push_back(name);
   std::sort(out.begin(), out.end());
@@ -121,6 +162,12 @@ StatusOr<WeightTensor> IntQuantizedWeightSource::tensor(std::string_view name) c
     return base_->tensor(name);
   }
   const PackedIntWeight& w = it->second;
+  if (w.qweight == nullptr) {
+    // Dummy weights (wrap_dummy): the base's tensor, no values; the scheme rides along.
+    KVASIR_ASSIGN_OR_RETURN(WeightTensor t, base_->tensor(name));
+    t.packed_int = &w;
+    return t;
+  }
   // GGML blocks where they hold the values exactly (packed_int_blocks.h), else float32.
   const DType type = exact_block_format(w).value_or(DType::kF32);
   const size_t nbytes = row_bytes(type, w.in_features).value() * static_cast<size_t>(w.out_features);
@@ -143,6 +190,7 @@ StatusOr<WeightTensor> IntQuantizedWeightSource::tensor(std::string_view name) c
   t.shape = {w.out_features, w.in_features};
   t.data = d->second.get();
   t.nbytes = nbytes;
+  t.packed_int = &w;
   return t;
 }
 

@@ -27,6 +27,13 @@ class IntQuantizedWeightSource final : public WeightSource {
   // int_weight_scheme.h); DataLoss naming the tensor or layer at fault, InvalidArgument when the
   // checkpoint holds no packed layer at all, Unimplemented for a config mixing in other formats.
   static StatusOr<std::unique_ptr<WeightSource>> wrap(std::unique_ptr<WeightSource> base, QuantizationConfig config);
+  // --load-format dummy: `base` holds dense dummy linears without values (a GPU fills them); each
+  // one the config targets (lm_head aside, as real checkpoints leave it dense) is marked with its
+  // scheme (a PackedIntWeight without tensors) so a backend with int4 kernels makes dummy codes of
+  // that scheme. Unimplemented when a targeted
+  // linear has host values (the CPU cannot make packed dummies).
+  static StatusOr<std::unique_ptr<WeightSource>> wrap_dummy(std::unique_ptr<WeightSource> base,
+                                                            QuantizationConfig config);
 
   WeightFormat format() const override { return base_->format(); }
   const std::string& path() const override { return base_->path(); }
@@ -35,7 +42,8 @@ class IntQuantizedWeightSource final : public WeightSource {
   StatusOr<WeightTensor> tensor(std::string_view name) const override;
   const GgufFile* gguf() const override { return base_->gguf(); }
 
-  // The packed form of the dense weight `weight_name` ("<layer>.weight"), or nullptr when it is not packed.
+  // The packed form of the dense weight `weight_name` ("<layer>.weight"), or nullptr when it is not
+  // packed (its tensor pointers are null for wrap_dummy's weights).
   const PackedIntWeight* packed(std::string_view weight_name) const;
   const QuantizationConfig& config() const { return config_; }
 

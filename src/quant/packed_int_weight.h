@@ -29,6 +29,7 @@ struct PackedIntWeight {
   int64_t group_size = 0;     // input columns per group (in_features for one group per row)
   int64_t num_groups = 0;
   // The tensors as mapped from the file: little-endian, not necessarily aligned (read through memcpy).
+  // All null: dummy weights of this scheme (IntQuantizedWeightSource::wrap_dummy), never dequantized.
   const uint8_t* qweight = nullptr;  // int32, shape per layout above
   // Zero points. GPTQ and AWQ: int32 [num_groups, out / pack], packed like their qweight's columns;
   // pack-quantized: int32 [out / pack, num_groups] packed along out (+ 2^(bits-1) like the weights).

@@ -315,6 +315,50 @@ TEST(IntQuantizedWeightSource, ShowsPackedLayersAsDenseWeightsAndPassesTheRestTh
   ASSERT_NE(packed, nullptr);
   EXPECT_EQ(packed->bits, 4);
   EXPECT_EQ(packed->num_groups, 2);
+  // The dense weight carries its packed form (what a backend with int4 kernels keeps); others none.
+  EXPECT_EQ(w->packed_int, packed);
+  EXPECT_EQ(norm->packed_int, nullptr);
+}
+
+// --load-format dummy on a GPU: linears without values the config targets carry their scheme
+// (a PackedIntWeight without tensors), listed once; host values are refused (no packed dummies
+// on the CPU); a config that targets nothing is refused.
+TEST(IntQuantizedWeightSource, DummyLinearsCarryTheirSchemeWithoutValues) {
+  auto base = std::make_unique<MemoryWeightSource>();
+  base->add(kLayer + ".weight", DType::kBF16, {32, 256}, {});
+  base->add("model.embed_tokens.weight", DType::kBF16, {100, 256}, {});
+  base->add("lm_head.weight", DType::kBF16, {100, 256}, {});
+  base->add_f16("model.norm.weight", {4}, {1, 2, 3, 4});
+  auto src = IntQuantizedWeightSource::wrap_dummy(std::move(base), config_of("gptq", "gptq", {"Linear"}, 4, 128, true));
+  ASSERT_TRUE(src.ok()) << src.status().message();
+  const std::vector<std::string> want = {"lm_head.weight", "model.embed_tokens.weight", kLayer + ".weight",
+                                         "model.norm.weight"};
+  EXPECT_EQ((*src)->tensor_names(), want);
+  auto w = (*src)->tensor(kLayer + ".weight");
+  ASSERT_TRUE(w.ok()) << w.status().message();
+  EXPECT_EQ(w->data, nullptr);
+  ASSERT_NE(w->packed_int, nullptr);
+  EXPECT_EQ(w->packed_int->qweight, nullptr);
+  EXPECT_EQ(w->packed_int->bits, 4);
+  EXPECT_EQ(w->packed_int->group_size, 128);
+  EXPECT_EQ(w->packed_int->num_groups, 2);
+  EXPECT_EQ(w->packed_int->out_features, 32);
+  for (const char* dense : {"model.embed_tokens.weight", "lm_head.weight"}) {  // as real checkpoints keep them
+    auto e = (*src)->tensor(dense);
+    ASSERT_TRUE(e.ok());
+    EXPECT_EQ(e->packed_int, nullptr) << dense;
+  }
+
+  auto host = std::make_unique<MemoryWeightSource>();
+  host->add_f16(kLayer + ".weight", {2, 4}, std::vector<float>(8, 0.5f));
+  auto refused = IntQuantizedWeightSource::wrap_dummy(std::move(host), config_of("gptq", "gptq", {"Linear"}, 4, 128, true));
+  ASSERT_FALSE(refused.ok());
+  EXPECT_EQ(refused.status().code(), StatusCode::kUnimplemented);
+  EXPECT_NE(refused.status().message().find("GPU backend"), std::string::npos) << refused.status().message();
+
+  auto none = std::make_unique<MemoryWeightSource>();
+  none->add_f16("model.norm.weight", {4}, {1, 2, 3, 4});
+  EXPECT_FALSE(IntQuantizedWeightSource::wrap_dummy(std::move(none), config_of("gptq", "gptq", {"Linear"}, 4, 128, true)).ok());
 }
 
 TEST(IntQuantizedWeightSource, ActOrderLayersAreFloat32) {

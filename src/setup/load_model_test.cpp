@@ -190,6 +190,29 @@ TEST(LoadModel, GenerationConfigIsReadOnceIntoTheModel) {
   EXPECT_EQ(p.max_tokens, 5);  // the default length is the caller's rule
 }
 
+// --load-format dummy with a quantization_config: integer weight-only schemes are made on a GPU
+// (the CPU refuses them by name: it has no packed dummies), any other method is refused, never
+// dropped in silence.
+TEST(LoadModel, DummyQuantizationConfigsAreRefusedOnTheCpuByName) {
+  std::string gptq(kTinyLlama);
+  gptq.insert(gptq.rfind('}'), R"(, "quantization_config": {"quant_method": "gptq", "bits": 4, "group_size": 64})");
+  ScratchDir dir("kvasir_setup_dummy_gptq");
+  dir.write("config.json", gptq);
+  auto m = load_model(dir.path(), dummy_cpu());
+  ASSERT_FALSE(m.ok());
+  EXPECT_EQ(m.status().code(), StatusCode::kUnimplemented);
+  EXPECT_NE(m.status().message().find("GPU backend"), std::string::npos) << m.status().message();
+
+  std::string fp8(kTinyLlama);
+  fp8.insert(fp8.rfind('}'), R"(, "quantization_config": {"quant_method": "fp8", "activation_scheme": "dynamic"})");
+  ScratchDir fdir("kvasir_setup_dummy_fp8");
+  fdir.write("config.json", fp8);
+  auto f = load_model(fdir.path(), dummy_cpu());
+  ASSERT_FALSE(f.ok());
+  EXPECT_EQ(f.status().code(), StatusCode::kUnimplemented);
+  EXPECT_NE(f.status().message().find("integer weight-only"), std::string::npos) << f.status().message();
+}
+
 // The multiprocess executor's front: what load_model reads, without a backend or a bound model.
 TEST(LoadModel, WithoutWeightsReadsWhatLoadModelReadsAndBindsNothing) {
   ScratchDir dir("kvasir_setup_noweights");

@@ -16,6 +16,7 @@
 #include "loader/dummy_weights.h"
 #include "loader/gguf_file.h"
 #include "model/registry.h"
+#include "quant/int_quantized_weight_source.h"
 #include "quant/quantized_weight_source.h"
 #include "tokenizer/gguf_vocab.h"
 #include "tokenizer/hf_loader.h"
@@ -126,6 +127,18 @@ StatusOr<std::unique_ptr<LoadedModel>> load_dummy_config(const std::string& path
     KVASIR_ASSIGN_OR_RETURN(gen, read_generation_config(path));
   }
   KVASIR_ASSIGN_OR_RETURN(m->config, model_config_from_hf_json(*json, gen ? &*gen : nullptr));
+  // Dummy weights take an integer weight-only quantization_config (GPTQ / AWQ / pack-quantized:
+  // a GPU fills packed codes of that scheme); any other method is refused, not ignored.
+  if (const Json* q = json->find("quantization_config"); q != nullptr && !q->is_null()) {
+    KVASIR_ASSIGN_OR_RETURN(m->quantization, quant::parse_quantization_config(*q, file + ": quantization_config"));
+    for (const quant::QuantScheme& s : m->quantization->schemes) {
+      if (!quant::is_int_weight_format(s.format)) {
+        return unimplemented(file + ": --load-format dummy takes integer weight-only quantization_configs (gptq, awq, "
+                             "compressed-tensors pack-quantized), not format '" + s.format +
+                             "' (for FP8 dummies use --quantization fp8 on an unquantized config)");
+      }
+    }
+  }
   if (gen) {
     KVASIR_ASSIGN_OR_RETURN(m->generation_defaults, generation_defaults_from_json(*gen, path + "/generation_config.json"));
   }
@@ -234,7 +247,7 @@ namespace {
 
 // The checkpoint's quantization_config, or --quantization fp8 for an unquantized one: the weight
 // source is wrapped so the model binds the quantized linears dequantized.
-Status apply_quantization(LoadedModel& m, const std::string& flag) {
+Status apply_quantization(LoadedModel& m, const std::string& flag, bool dummy) {
   KVASIR_ASSIGN_OR_RETURN(const std::string method, quant::quantization_flag_method(flag));
   if (!method.empty() && m.quantization) {
     // vLLM's rule: the flag may name the checkpoint's own method, never another.
@@ -246,6 +259,10 @@ Status apply_quantization(LoadedModel& m, const std::string& flag) {
     KVASIR_ASSIGN_OR_RETURN(m.quantization, quant::online_quantization(method));
   }
   if (!m.quantization) return Status();
+  if (dummy && !m.quantization->schemes.empty() && quant::is_int_weight_format(m.quantization->schemes[0].format)) {
+    KVASIR_ASSIGN_OR_RETURN(m.weights, quant::IntQuantizedWeightSource::wrap_dummy(std::move(m.weights), *m.quantization));
+    return Status();
+  }
   KVASIR_ASSIGN_OR_RETURN(m.weights, quant::open_quantized_weights(std::move(m.weights), *m.quantization));
   return Status();
 }
@@ -315,9 +332,13 @@ StatusOr<std::unique_ptr<LoadedModel>> load_model(const std::string& path, const
   KVASIR_ASSIGN_OR_RETURN(m->backend, make_backend(opts));
   if (dummy) {
     const bool on_device = m->backend->device() != Device::kCpu;
+    if (!on_device && m->quantization) {  // said before any host dummy is made (8B: 16 GB of them)
+      return unimplemented(path + ": --load-format dummy with quant_method '" + m->quantization->method +
+                           "' needs a GPU backend (--device cuda), which fills the packed codes itself");
+    }
     KVASIR_ASSIGN_OR_RETURN(m->weights, open_dummy_weights(dummy_weight_specs(m->config, on_device), 0x6b76, path));
   }
-  KVASIR_RETURN_IF_ERROR(apply_quantization(*m, opts.quantization));
+  KVASIR_RETURN_IF_ERROR(apply_quantization(*m, opts.quantization, dummy));
   KVASIR_ASSIGN_OR_RETURN(m->model, DecoderModel::create(m->config, *m->weights, *m->backend, opts.model));
   KVASIR_LOG_INFO("loaded %s: %s on %s", path.c_str(), m->config.to_string().c_str(), m->backend->name().c_str());
   return m;

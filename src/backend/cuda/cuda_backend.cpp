@@ -81,6 +81,8 @@ CudaBackend::~CudaBackend() {
   if (fp8_act_ != nullptr) cudaFree(fp8_act_);
   if (gguf_w_bf16_ != nullptr) cudaFree(gguf_w_bf16_);
   if (gguf_out_tmp_ != nullptr) cudaFree(gguf_out_tmp_);
+  if (w4a16_perm_ != nullptr) cudaFree(w4a16_perm_);
+  if (w4a16_ws_ != nullptr) cudaFree(w4a16_ws_);
   for (auto& [views, t] : moe_tables_) cudaFree(t.table);
   if (tokens_dev_ != nullptr) cudaFree(tokens_dev_);
   if (tokens_host_ != nullptr) cudaFreeHost(tokens_host_);
@@ -229,6 +231,8 @@ StatusOr<Tensor> CudaBackend::upload_weight(const Tensor& host, std::unique_ptr<
   synchronize();
   if (keeps_fp8(host)) return upload_fp8_weight(host, owner);
   if (keeps_gguf(host)) return upload_gguf_weight(host, owner);
+  KVASIR_ASSIGN_OR_RETURN(const bool int4, keeps_int4(host));
+  if (int4) return upload_int4_weight(host, owner);
   const bool matrix = host.ndim >= 2;
   const DType dt = matrix ? DType::kBF16 : DType::kF32;
   const int64_t n = host.numel();
@@ -337,6 +341,11 @@ std::string CudaBackend::stats() const {
   if (gguf_weights_ > 0) {
     std::snprintf(buf, sizeof(buf), "; GGUF block weights %lld (%.1f MiB)", static_cast<long long>(gguf_weights_),
                   static_cast<double>(gguf_weight_bytes_) / (1 << 20));
+    out += buf;
+  }
+  if (int4_weights_ > 0) {
+    std::snprintf(buf, sizeof(buf), "; W4A16 weights %lld (%.1f MiB)", static_cast<long long>(int4_weights_),
+                  static_cast<double>(int4_weight_bytes_) / (1 << 20));
     out += buf;
   }
   char prefill[320];

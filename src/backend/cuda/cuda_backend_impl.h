@@ -133,6 +133,13 @@ class CudaBackend final : public Backend {
   StatusOr<Tensor> upload_gguf_weight(const Tensor& host_weight, std::unique_ptr<Buffer>* owner);
   void linear_gguf(const Tensor& x, const Tensor& w, const Tensor* bias, Tensor& out);
   void exec_gguf_linear(const cuda::GgufLinearOp& op, Elem elem, cudaStream_t s);
+  // W4A16 linears (cuda_w4a16_ops.cpp): 4-bit integer weights kept packed in the tile layout of
+  // quant/w4a16_layout.h; Unimplemented for integer weights no kernel here reads (8-bit).
+  StatusOr<bool> keeps_int4(const Tensor& host_weight) const;
+  StatusOr<Tensor> upload_int4_weight(const Tensor& host_weight, std::unique_ptr<Buffer>* owner);
+  void linear_w4a16(const Tensor& x, const Tensor& w, const Tensor* bias, Tensor& out);
+  bool fold_w4a16_gated_activation(const Tensor& gate, const Tensor& up, GateActivation act, Tensor& out);
+  void exec_w4a16_linear(const cuda::W4a16LinearOp& op, Elem elem, cudaStream_t s);
   // Makes this backend's device current on the calling thread: the runner may call from a thread
   // other than the one that made the backend, and a tensor-parallel rank's device is not 0.
   void bind_device() const;
@@ -200,6 +207,15 @@ class CudaBackend final : public Backend {
   size_t gguf_out_tmp_cap_ = 0;
   int64_t gguf_weights_ = 0;  // matrices kept in GGUF blocks (stats(): proof a model runs them)
   size_t gguf_weight_bytes_ = 0;
+  // W4A16 linears: act-order gathers, the split GEMMs' workspace (zeroed when it grows; every GEMM
+  // leaves it zero), and what was kept as int4 (stats()).
+  void* w4a16_perm_ = nullptr;
+  size_t w4a16_perm_cap_ = 0;
+  void* w4a16_ws_ = nullptr;
+  size_t w4a16_ws_cap_ = 0;
+  void* w4a16_workspace(size_t bytes);
+  int64_t int4_weights_ = 0;
+  size_t int4_weight_bytes_ = 0;
 };
 
 }  // namespace kvasir

@@ -37,6 +37,7 @@ void reset(OpRecord& r, OpKind kind) {
 }  // namespace
 
 void CudaBackend::linear(const Tensor& x, const Tensor& w, const Tensor* bias, Tensor& out) {
+  if (w.int4 != nullptr) return linear_w4a16(x, w, bias, out);
   if (w.dtype == DType::kF8E4M3) return linear_fp8(x, w, bias, out);
   if (cuda::gguf_kernel_type(w.dtype)) return linear_gguf(x, w, bias, out);
   const int64_t n = x.rows(), k = x.cols(), m = w.rows();
@@ -198,6 +199,7 @@ void CudaBackend::gated_activation(const Tensor& gate, const Tensor& up, GateAct
     return;
   }
   if (fold_fp8_gated_activation(gate, up, act, out)) return;
+  if (fold_w4a16_gated_activation(gate, up, act, out)) return;
   cuda::GatedActOp& r = queue_->add(OpKind::kGatedAct, true).gated_act;
   r.gate = gate.data;
   r.up = up.data;

@@ -433,6 +433,9 @@ void CudaBackend::execute(const OpRecord& op, const uint8_t* arena, cudaStream_t
     case OpKind::kGgufLinear:
       exec_gguf_linear(op.gguf_linear, elem, s);
       break;
+    case OpKind::kW4a16Linear:
+      exec_w4a16_linear(op.w4a16_linear, elem, s);
+      break;
     case OpKind::kNumKinds:
       KVASIR_CHECK_MSG(false, "not an op");
       break;

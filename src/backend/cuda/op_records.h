@@ -12,6 +12,7 @@
 #include "backend/cuda/fp8_kernels.h"
 #include "backend/cuda/gguf_kernels.h"
 #include "backend/cuda/kernels.h"
+#include "backend/cuda/w4a16_kernels.h"
 
 namespace kvasir::cuda {
 
@@ -42,6 +43,7 @@ enum class OpKind : int32_t {
   kAllGatherColumns,
   kFp8Linear,
   kGgufLinear,
+  kW4a16Linear,
   kNumKinds,
 };
 
@@ -345,6 +347,28 @@ struct GgufLinearOp {
   void* out_tmp;          // [rows, chunk_rows] scratch (GEMM path, chunk_rows < out_features) or null
   int64_t rows, in_features, chunk_rows, num_proj;
   int32_t dtype, unused;  // DType of every w
+// Up to kW4a16MaxProjections W4A16 projections of one bf16 input (cuda_w4a16_ops.cpp), all with
+// the same group size and scale type: the W4A16 GEMV for up to kW4a16GemvMaxRows tokens (gate/up
+// may carry the gated activation), else one W4A16 GEMM per projection. Act-order weights (perm)
+// stand alone: their input is gathered into x_perm (scratch) first. `workspace`: the split GEMMs'
+// sums and tile counters (w4a16_kernels.h), all zero between GEMMs.
+struct W4a16RecordProjection {
+  const void* codes;
+  const void* scales;
+  const uint8_t* zeros;
+  const float* bias;
+  void* y;
+  int64_t out_features;
+};
+struct W4a16LinearOp {
+  const void* x;          // [rows, in_features] bf16
+  void* x_perm;           // [rows, in_features] bf16 scratch, or null
+  const int32_t* perm;    // [in_features] or null
+  void* workspace;        // or null: no split GEMM
+  W4a16RecordProjection proj[kW4a16MaxProjections];
+  int64_t rows;
+  int32_t in_features, group_size;
+  int16_t num_proj, gated, scale_type, unused;
 };
 
 // What StepQueue stores: the kind, the element type where the op has one (Elem), and the record
@@ -377,6 +401,7 @@ struct OpRecord {
     AllGatherColumnsOp all_gather_columns;
     Fp8LinearOp fp8_linear;
     GgufLinearOp gguf_linear;
+    W4a16LinearOp w4a16_linear;
   };
 };
 
@@ -389,6 +414,8 @@ static_assert(sizeof(AttentionOp) == 11 * 8 + 13 * 8 + 8 && sizeof(OpRecord) == 
 static_assert(sizeof(MoeRouteOp) == 4 * 8 + 8 * 8 + 8 && sizeof(MoeExpertsOp) == 10 * 8 + 7 * 8 + 4 * 4 + 8 + 2 * 8 + 4 * 4 + 2 * 4);
 static_assert(sizeof(Fp8Projection) == 40 && sizeof(Fp8LinearOp) == 3 * 8 + kFp8MaxProjections * 40 + 3 * 8 + 8);
 static_assert(sizeof(GgufProjection) == 32 && sizeof(GgufLinearOp) == 8 + kGgufMaxProjections * 32 + 2 * 8 + 4 * 8 + 8);
+static_assert(sizeof(W4a16RecordProjection) == 48 && sizeof(W4a16LinearOp) == 4 * 8 + kW4a16MaxProjections * 48 + 8 + 2 * 4 + 4 * 2 &&
+              sizeof(W4a16LinearOp) <= sizeof(MoeExpertsOp));
 static_assert(sizeof(AllReduceOp) == 2 * 8 && sizeof(AllGatherColumnsOp) == 7 * 8);
 static_assert(sizeof(WriteLatentKvOp) == 8 * 8 + 4 * 4 && sizeof(MlaAttentionOp) == 12 * 8 + 16 * 4 + 8);
 

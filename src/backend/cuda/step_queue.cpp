@@ -126,7 +126,7 @@ std::string StepQueue::profile_report() const {
                                  "add_rms_norm", "add", "rope", "write_kv", "rope+write_kv", "attention(decode)",
                                  "attention(prefill)", "gated_act", "softcap", "gather_rows", "sample", "verify_drafts", "token_bitmask",
                                  "moe_route", "moe_experts", "write_latent_kv", "mla_attention", "all_reduce", "all_gather_columns",
-                                 "fp8_linear", "gguf_linear(gemv/dequant+cuBLASLt)"};
+                                 "fp8_linear", "gguf_linear(gemv/dequant+cuBLASLt)", "w4a16_linear"};
   static_assert(sizeof(kNames) / sizeof(kNames[0]) == static_cast<size_t>(OpKind::kNumKinds), "one name per kind");
   if (!profile_) return {};
   std::string out = "profile (device ms, calls):";

@@ -1,0 +1,58 @@
+// Device helpers of the W4A16 kernels (w4a16_kernels.h): codes to exact bf16 integers, scales to
+// float, the streaming 16-byte load. Header-only device code; must not hold kernels.
+#pragma once
+
+#include <cuda_bf16.h>
+#include <cuda_fp16.h>
+
+#include <cstdint>
+
+#include "backend/cuda/cuda_common.cuh"
+#include "backend/cuda/w4a16_kernels.h"
+
+namespace kvasir::cuda {
+
+// bf16x2 of (128 + zero) in both halves: 128 + z has exponent 7 and mantissa z (z <= 16 < 128).
+__device__ __forceinline__ uint32_t w4a16_zero_pair(uint32_t zero) { return (0x4300u | zero) * 0x10001u; }
+
+// Pair q (0..3) of a layout word as the bf16x2 B-fragment register (code - zero) of both halves:
+// OR-ing a code into the mantissa of 128.0 gives 128 + code exactly, and (128 + code) - (128 + zero)
+// is a small integer, which bf16 holds exactly (so is the subtraction's result).
+__device__ __forceinline__ uint32_t w4a16_pair(uint32_t word, int q, uint32_t zero_pair) {
+  const uint32_t v = ((word >> (4 * q)) & 0x000F000Fu) | 0x43004300u;
+  __nv_bfloat162 a = *reinterpret_cast<const __nv_bfloat162*>(&v);
+  const __nv_bfloat162 z = *reinterpret_cast<const __nv_bfloat162*>(&zero_pair);
+  a = __hsub2(a, z);
+  return *reinterpret_cast<uint32_t*>(&a);
+}
+
+// Scale i of an array of `type` (W4a16ScaleType) as float32: exact for every type.
+__device__ __forceinline__ float w4a16_scale(const void* scales, int64_t i, int type) {
+  if (type == kW4a16ScaleF32) return static_cast<const float*>(scales)[i];
+  const uint16_t b = static_cast<const uint16_t*>(scales)[i];
+  if (type == kW4a16ScaleBf16) return __uint_as_float(static_cast<uint32_t>(b) << 16);
+  return __half2float(__ushort_as_half(b));
+}
+
+// 16 bytes that this kernel reads once: not kept in L1.
+__device__ __forceinline__ uint4 w4a16_load_stream(const void* p) {
+  uint4 r;
+  asm("ld.global.nc.L1::no_allocate.v4.u32 {%0, %1, %2, %3}, [%4];"
+               : "=r"(r.x), "=r"(r.y), "=r"(r.z), "=r"(r.w)
+               : "l"(p));
+  return r;
+}
+
+__device__ __forceinline__ uint32_t word_of(const uint4& v, int i) {
+  return i == 0 ? v.x : i == 1 ? v.y : i == 2 ? v.z : v.w;
+}
+
+__device__ __forceinline__ float w4a16_gate_act(float g, int act) {
+  if (act == kW4a16GeluTanh) {
+    const float kAlpha = 0.7978845608028654f;
+    return 0.5f * g * (1.0f + tanhf(kAlpha * (g + 0.044715f * g * g * g)));
+  }
+  return g / (1.0f + expf(-g));
+}
+
+}  // namespace kvasir::cuda

@@ -1,0 +1,73 @@
+// The CUDA backend's W4A16 linear kernels: 4-bit integer weights (GPTQ, AWQ, compressed-tensors
+// pack-quantized) kept in the tile layout of quant/w4a16_layout.h with their group scales (f16,
+// bf16 or f32 as stored) and integer zero points, bf16 activations, float32 accumulation.
+// Both kernels feed tensor cores (mma m16n8k16 bf16): each lane's 16-byte load of codes is its B
+// fragments for 4 k16 steps x 2 n8 tiles, dequantized in registers to the exact integers
+// code - zero (bf16 holds them exactly); the group scale multiplies the float32 partial sums of
+// each group, so no weight is ever rounded: the result is x times the checkpoint's own
+// dequantized weights up to float32 summation order.
+//  - w4a16_gemv.cu: 1..kW4a16GemvMaxRows tokens. One CTA per 16 output rows, its warps split K and
+//    stream the codes at the bandwidth floor (x from L1); up to three projections of one x in one
+//    launch, or gate/up with the gated activation.
+//  - w4a16_gemm.cu: more tokens. 64 x 128 output tiles, cp.async 3-stage pipeline of activations,
+//    codes, scales and zeros; split over K when the tiles alone cannot fill the GPU: float32 atomics
+//    into a workspace, the tile's last CTA (a counter per tile) writes the output and zeroes both.
+//  - w4a16_support.cu: act-order's column gather, dummy weights.
+// Host-callable launchers only; must not know ops, records or models.
+#pragma once
+
+#include <cuda_runtime_api.h>
+
+#include <cstdint>
+
+#include "backend/cuda/kernels.h"
+
+namespace kvasir::cuda {
+
+enum W4a16ScaleType : int32_t { kW4a16ScaleF16 = 0, kW4a16ScaleBf16 = 1, kW4a16ScaleF32 = 2 };
+
+// One projection: y = x · W^T (+ bias), W[n, k] = (code - zero) * scale of group k / group_size.
+struct W4a16Projection {
+  const void* codes;      // [out / 16, in / 64] tiles of 512 bytes
+  const void* scales;     // [num_groups, out] of scale_type
+  const uint8_t* zeros;   // [num_groups, out], or null: every zero point is 8
+  const float* bias;      // [out] or null
+  void* y;                // [rows, out] bf16 (or f32 for an f32 output)
+  int64_t out_features;
+  int64_t group_size;     // a multiple of 32, or in_features
+  int32_t scale_type;     // W4a16ScaleType
+  int32_t unused;
+};
+
+inline constexpr int kW4a16GemvMaxRows = 16;
+inline constexpr int kW4a16MaxProjections = 3;
+
+// The activation of a gated GEMV: proj[0].y = act(bf16(gate)) * bf16(up) in place of the gate,
+// proj[1].y = up (as gemv.cu's gate/up kernel; two projections, no biases, bf16 out).
+enum W4a16GateAct : int32_t { kW4a16NoAct = 0, kW4a16Silu = 1, kW4a16GeluTanh = 2 };
+
+// The layout's shape rules (quant/w4a16_layout.h): out % 16 == 0, in % 64 == 0.
+bool w4a16_shape_supported(int64_t out_features, int64_t in_features);
+
+// proj[0..num_proj) of x [n, k] bf16 (16-byte aligned), 1 <= n <= kW4a16GemvMaxRows.
+void launch_w4a16_gemv(const void* x, const W4a16Projection* proj, int num_proj, int n, int64_t k, Elem out,
+                       int gated, cudaStream_t s);
+
+// How many K slices the GEMM of [n, k] x [m, k]^T runs in on `num_sms` SMs (1: no workspace).
+int w4a16_gemm_splits(int64_t n, int64_t m, int64_t k, int num_sms);
+// The split GEMM's workspace bytes (0 without a split): float32 [n, m] sums, then one int32
+// counter per output tile. It must be all zero before the first use; each GEMM leaves it so.
+size_t w4a16_gemm_workspace_bytes(int64_t n, int64_t m, int64_t k, int num_sms);
+// y = x · W^T (+ bias) for any n; `workspace` as above when w4a16_gemm_splits(...) > 1.
+void launch_w4a16_gemm(const void* x, const W4a16Projection& p, int64_t n, int64_t k, Elem out, void* workspace,
+                       int num_sms, cudaStream_t s);
+
+// out[r, j] = x[r, perm[j]] (bf16): act-order's input columns in group order.
+void launch_w4a16_permute_columns(const void* x, const int32_t* perm, void* out, int64_t rows, int64_t cols,
+                                  cudaStream_t s);
+
+// Dummy weights: codes uniform over 0..15 (hashed from seed), every scale `scale` (f16), no zeros.
+void launch_fill_random_w4a16(void* codes, void* scales_f16, int64_t code_words, int64_t num_scales, uint64_t seed,
+                              float scale, cudaStream_t s);
+
+}  // namespace kvasir::cuda
