@@ -347,6 +347,8 @@ struct GgufLinearOp {
   void* out_tmp;          // [rows, chunk_rows] scratch (GEMM path, chunk_rows < out_features) or null
   int64_t rows, in_features, chunk_rows, num_proj;
   int32_t dtype, unused;  // DType of every w
+};
+
 // Up to kW4a16MaxProjections W4A16 projections of one bf16 input (cuda_w4a16_ops.cpp), all with
 // the same group size and scale type: the W4A16 GEMV for up to kW4a16GemvMaxRows tokens (gate/up
 // may carry the gated activation), else one W4A16 GEMM per projection. Act-order weights (perm)
