@@ -83,6 +83,8 @@ Status Eagle3Head::read_vocab_maps(const WeightSource& weights) {
       }
       d2t_[static_cast<size_t>(d)] = static_cast<int32_t>(off);
     }
+  } else if (weights.format() == WeightFormat::kDummy) {
+    // --load-format dummy: random matrices, and draft id d is target id d (d < vocab).
   } else if (dv != vocab) {
     return data_loss("EAGLE-3 head: draft_vocab_size " + std::to_string(dv) + " < vocab_size " +
                      std::to_string(vocab) + " needs the d2t tensor (draft id -> target id offset)");

@@ -172,5 +172,28 @@ TEST_F(Eagle3HeadTest, BadConfigsAreRefusedNamingTheField) {
   EXPECT_TRUE(has(head.status().message(), "lm_head.weight")) << head.status().message();
 }
 
+TEST(Eagle3HeadConfig, TheBenchmarkHeadFitsLlama31_8B) {
+  const std::string configs = std::string(KVASIR_SOURCE_DIR) + "/configs/";
+  auto target = model_config_from_hf_json(*parse_json(*read_text_file(configs + "llama-3.1-8b.json")), nullptr);
+  ASSERT_TRUE(target.ok()) << target.status().to_string();
+  auto head = parse_eagle3_head_config(*read_text_file(configs + "eagle3-llama-3.1-8b.json"), *target, "configs");
+  ASSERT_TRUE(head.ok()) << head.status().to_string();
+  EXPECT_EQ(head->aux_layer_ids, (std::vector<int>{2, 16, 29}));  // vLLM's default for 32 layers
+  EXPECT_EQ(head->draft_vocab_size, 32000);
+  int64_t params = 0;
+  const WeightManifest m = eagle3_head_manifest(*head);
+  for (const auto* list : {&m.model, &m.layers[0]}) {
+    for (const WeightSpec& s : *list) {
+      if (!s.expected) continue;  // the embedding is the target's
+      int64_t n = 1;
+      for (int64_t d : s.shape) n *= d;
+      params += n;
+    }
+  }
+  // fc 4096 x 12288, q/k/v over 8192 columns, o, MLP of 14336, lm_head 32000 x 4096, 4 norms.
+  EXPECT_EQ(params, 50331648 + (4096 + 2 * 1024) * int64_t{8192} + 4096 * 4096 + 3 * int64_t{4096} * 14336 +
+                        32000 * int64_t{4096} + 4 * 4096);
+}
+
 }  // namespace
 }  // namespace kvasir

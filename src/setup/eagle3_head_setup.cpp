@@ -41,7 +41,9 @@ StatusOr<LoadedEagle3Head> load_eagle3_head(const EngineArgs& args, LoadedModel&
     if (!w.ok()) return invalid_argument("--speculative-config: EAGLE-3 head " + path + ": " + w.status().message());
     h.weights = std::move(*w);
   }
-  auto head = Eagle3Head::create(*config, *h.weights, *target.model, args.max_num_batched_tokens, args.max_num_seqs);
+  // The head's passes are never larger than the target's: its workspace is the target's.
+  auto head = Eagle3Head::create(*config, *h.weights, *target.model, target.model->max_num_tokens(),
+                                 target.model->max_num_logits());
   if (!head.ok()) {
     return Status(head.status().code(), "--speculative-config: EAGLE-3 head " + path + ": " + head.status().message());
   }
