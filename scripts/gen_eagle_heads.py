@@ -16,7 +16,8 @@ numpy only (no torch): the files are what vLLM / SGLang load for an EAGLE-3 head
                 no embed_tokens, so the head embeds with the target's table.
                 golden.json + *.f32: the head's two passes as the runner runs them (reference
                 below): pass 1 over 6 positions with given fused hidden states (fc's [6, 192]
-                input), pass 2 one draft step at position 6 fed its own pass-1 output at position 5.
+                input), pass 2 one draft step at position 6 fed its own pass-1 output at position 5;
+                and pass 1 again with norm_before_residual (the residual is the normed state).
 src/model/eagle3_head_test.cpp loads both and compares Kvasir's logits (rel L2 < 1e-3).
 Seeded: rerunning reproduces the same bytes.
 """
@@ -82,8 +83,8 @@ def rope(x, positions):  # x [T, heads, HD], HF rotate_half (neox) pairing
 class HeadReference:
     """The head's forward (vLLM llama_eagle3.py), float32, with its KV cache as a list."""
 
-    def __init__(self, w, embed):
-        self.w, self.embed = w, embed
+    def __init__(self, w, embed, norm_before_residual=False):
+        self.w, self.embed, self.norm_before_residual = w, embed, norm_before_residual
         self.keys, self.values = [], []  # per cached position: [KV_HEADS, HD]
 
     def forward(self, ids, positions, hidden):  # hidden [T, H]: fc output or the head's own
@@ -91,6 +92,8 @@ class HeadReference:
         residual = hidden
         e = rms_norm(self.embed[ids], w["midlayer.input_layernorm.weight"])
         hn = rms_norm(hidden, w["midlayer.hidden_norm.weight"])
+        if self.norm_before_residual:  # vLLM's config flag: the residual is the normed state
+            residual = hn
         x = np.concatenate([e, hn], axis=-1)  # [T, 2H]
         T = len(ids)
         q = (x @ w["midlayer.self_attn.q_proj.weight"].T).reshape(T, HEADS, HD)
@@ -180,6 +183,10 @@ def main():
     draft1 = int(draft_to_target[int(np.argmax(logits1[-1]))])
     _, logits2 = ref.forward(np.array([draft1]), np.array([6]), prenorm1[-1:])
     draft2 = int(draft_to_target[int(np.argmax(logits2[-1]))])
+    # The norm_before_residual variant (a config flag vLLM reads), pass 1 only.
+    nbr = HeadReference(w, t["model.embed_tokens.weight"], norm_before_residual=True)
+    _, logits_nbr = nbr.forward(np.array(ids1), np.array(pos1), fused @ w["fc.weight"].T)
+    logits_nbr.tofile(os.path.join(hdir, "logits_pass1_norm_before_residual.f32"))
     fused.tofile(os.path.join(hdir, "fused_hidden_pass1.f32"))
     logits1.tofile(os.path.join(hdir, "logits_pass1.f32"))
     logits2.tofile(os.path.join(hdir, "logits_pass2.f32"))

@@ -188,6 +188,7 @@ Status Eagle3Head::forward(const ForwardBatch& batch, HiddenFrom from, const int
   backend_.embedding(embed_, batch.input_ids, T, 1.0f, emb);
   backend_.rms_norm(emb, attn_norm_, eps_, emb);
   backend_.rms_norm(hidden, hidden_norm_, eps_, hid);
+  if (config_.norm_before_residual) backend_.rms_norm(hidden, hidden_norm_, eps_, hidden);  // the residual too
   gather_rows_.clear();
   for (int i = 0; i < T; ++i) {
     gather_rows_.push_back(i);

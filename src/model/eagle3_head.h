@@ -3,6 +3,7 @@
 //   hidden = fc(target's hidden states entering its aux layers at p)   (first pass of a step)
 //          | the head's own output at p - 1                             (each later draft pass)
 //   x = [rmsnorm_in(embed(token p + 1)), rmsnorm_hidden(hidden)]        ([T, 2H]: q/k/v read both)
+//   (config norm_before_residual: hidden = rmsnorm_hidden(hidden) from here on)
 //   hidden += attention(x) over the head's own one-layer paged KV cache, RoPE at p
 //   hidden += mlp(rmsnorm_post(hidden))                                  (the pass's output)
 //   logits = lm_head(rmsnorm(hidden)) over the draft vocabulary; target id = d + d2t[d]

@@ -97,6 +97,10 @@ StatusOr<Eagle3HeadConfig> parse_eagle3_head_config(const std::string& json_text
       std::adjacent_find(c.aux_layer_ids.begin(), c.aux_layer_ids.end()) != c.aux_layer_ids.end()) {
     return head_error(where, "an EAGLE-3 head fuses exactly three distinct target layers (fc is [hidden, 3 x hidden])");
   }
+  if (const Json* nbr = j.find("norm_before_residual"); nbr != nullptr && !nbr->is_null()) {
+    if (!nbr->is_bool()) return head_error(where, "'norm_before_residual' must be true or false");
+    c.norm_before_residual = nbr->as_bool();
+  }
   // The layer itself through the llama reader (heads, head_dim, MLP, eps, RoPE), as one layer.
   j.set("architectures", Json(Json::Array{Json("LlamaForCausalLM")}));
   j.set("model_type", Json("llama"));

@@ -21,6 +21,8 @@ struct Eagle3HeadConfig {
   // The target layers whose input hidden states fc fuses, ascending (vLLM concatenates them in
   // layer order whatever order the config lists them in). Default (2, L/2, L-3), as vLLM's.
   std::vector<int> aux_layer_ids;
+  // vLLM's norm_before_residual: the layer's residual is the normed hidden state, not the raw one.
+  bool norm_before_residual = false;
 };
 
 // `json_text`: the head's config.json; `where`: its path, for messages. Every field is checked:

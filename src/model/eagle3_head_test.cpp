@@ -140,6 +140,47 @@ TEST_F(Eagle3HeadTest, LogitsAndDraftsMatchTheNumpyReference) {
   EXPECT_EQ(draft, p2.find("draft")->as_int());
 }
 
+TEST_F(Eagle3HeadTest, NormBeforeResidualMatchesItsReference) {
+  auto j = parse_json(head_config_text());
+  j->set("norm_before_residual", Json(true));
+  auto config = config_of(j->dump());
+  ASSERT_TRUE(config.ok()) << config.status().to_string();
+  EXPECT_TRUE(config->norm_before_residual);
+  auto head = Eagle3Head::create(*config, *head_weights_, *target_, 64, 8);
+  ASSERT_TRUE(head.ok()) << head.status().to_string();
+  auto cache = (*head)->allocate_kv_cache(4, 16);
+  ASSERT_TRUE(cache.ok());
+  auto golden = parse_json(*read_text_file(kDir + "tiny_head/golden.json"));
+  std::vector<int32_t> ids, pos;
+  for (const Json& x : golden->find("pass1")->find("input_ids")->as_array()) ids.push_back(static_cast<int32_t>(x.as_int()));
+  for (const Json& x : golden->find("pass1")->find("positions")->as_array()) pos.push_back(static_cast<int32_t>(x.as_int()));
+  const int T = static_cast<int>(ids.size());
+  const int64_t H = 64;
+  const Tensor& aux = target_->aux_hidden_states();
+  const std::vector<float> fused = read_f32(kDir + "tiny_head/fused_hidden_pass1.f32");
+  for (int i = 0; i < T; ++i) {
+    for (int jj = 0; jj < 3; ++jj) {
+      std::memcpy(aux.ptr<float>() + (jj * target_->max_num_tokens() + i) * H, fused.data() + (i * 3 + jj) * H,
+                  H * sizeof(float));
+    }
+  }
+  std::vector<int64_t> slots;
+  for (int p : pos) slots.push_back(16 + p);
+  std::vector<int32_t> qsl = {0, T}, seq_lens = {T}, tables = {1}, rows = {0, 1, 2, 3, 4, 5};
+  ForwardBatch b;
+  b.num_tokens = T;
+  b.input_ids = ids.data();
+  b.positions = pos.data();
+  b.attn = AttentionMetadata{1, T, qsl.data(), seq_lens.data(), tables.data(), 1, slots.data(), 16};
+  ASSERT_TRUE((*head)->forward(b, Eagle3Head::HiddenFrom::kTarget, rows.data(), *cache).ok());
+  std::vector<float> logits(static_cast<size_t>(T * 64));
+  ASSERT_TRUE((*head)->draft_logits(rows.data(), T, logits.data()).ok());
+  const std::vector<float> want = read_f32(kDir + "tiny_head/logits_pass1_norm_before_residual.f32");
+  EXPECT_LT(rel_l2(logits, want), 1e-3);
+  // And the flag matters: the default layer's logits are far from these.
+  EXPECT_GT(rel_l2(read_f32(kDir + "tiny_head/logits_pass1.f32"), want), 1e-2);
+}
+
 TEST_F(Eagle3HeadTest, BadConfigsAreRefusedNamingTheField) {
   const std::string good = head_config_text();
   auto with = [&](const std::string& key, const std::string& value) {
@@ -154,6 +195,7 @@ TEST_F(Eagle3HeadTest, BadConfigsAreRefusedNamingTheField) {
   EXPECT_TRUE(has(with("vocab_size", "300"), "vocab_size 300 differs"));
   EXPECT_TRUE(has(with("draft_vocab_size", "512"), "exceeds vocab_size"));
   EXPECT_TRUE(has(with("num_hidden_layers", "2"), "only single-layer"));
+  EXPECT_TRUE(has(with("norm_before_residual", "1"), "'norm_before_residual' must be true or false"));
   EXPECT_TRUE(has(with("eagle_config", R"({"eagle_aux_hidden_state_layer_ids": [0, 1, 3]})"),
                   "aux hidden-state layer 3 is outside the target's 3 layers"));
   EXPECT_TRUE(has(with("eagle_config", R"({"eagle_aux_hidden_state_layer_ids": [0, 1, 1]})"), "three distinct"));

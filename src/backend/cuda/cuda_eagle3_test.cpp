@@ -45,8 +45,11 @@ struct Side {
 
   void init(std::unique_ptr<Backend> b) {
     backend = std::move(b);
-    tw = std::move(*open_weights(kDir + "tiny_target"));
-    hw = std::move(*open_weights(kDir + "tiny_head"));
+    auto t = open_weights(kDir + "tiny_target");
+    auto h0 = open_weights(kDir + "tiny_head");
+    ASSERT_TRUE(t.ok() && h0.ok());
+    tw = std::move(t).value();
+    hw = std::move(h0).value();
     auto cfg = load_model_config(*tw);
     ASSERT_TRUE(cfg.ok());
     ModelOptions mo;
@@ -55,13 +58,17 @@ struct Side {
     auto m = DecoderModel::create(*cfg, *tw, *backend, mo);
     ASSERT_TRUE(m.ok()) << m.status().to_string();
     target = std::move(*m);
-    target_cache = std::move(*target->allocate_kv_cache(32, 4));
+    auto tc = target->allocate_kv_cache(32, 4);
+    ASSERT_TRUE(tc.ok());
+    target_cache = std::move(tc).value();
     auto hc = parse_eagle3_head_config(*read_text_file(kDir + "tiny_head/config.json"), *cfg, "tiny_head");
     ASSERT_TRUE(hc.ok());
     auto h = Eagle3Head::create(*hc, *hw, *target, 64, 8);
     ASSERT_TRUE(h.ok()) << h.status().to_string();
     head = std::move(*h);
-    head_cache = std::move(*head->allocate_kv_cache(32, 4));
+    auto hc2 = head->allocate_kv_cache(32, 4);
+    ASSERT_TRUE(hc2.ok());
+    head_cache = std::move(hc2).value();
     proposer = std::make_unique<Eagle3Proposer>(*head, head_cache);
   }
   // Target forward over one sequence's tokens at [first, first + n) (blocks 1..16).
