@@ -125,12 +125,7 @@ void Eagle3Proposer::run_step(std::span<const Eagle3StepRow> rows) {
   // own output there as the hidden state.
   for (int step = 1; s.ok() && !drafters_.empty(); ++step) {
     for (size_t i = 0; i < drafters_.size(); ++i) drafters_[i].row->drafts->push_back(sampled_[i]);
-    std::vector<Drafter> still;
-    still.reserve(drafters_.size());
-    for (const Drafter& d : drafters_) {
-      if (d.row->max_drafts > step) still.push_back(d);
-    }
-    drafters_.swap(still);
+    std::erase_if(drafters_, [step](const Drafter& d) { return d.row->max_drafts <= step; });
     if (drafters_.empty()) break;
     clear_pass();
     for (Drafter& d : drafters_) {
