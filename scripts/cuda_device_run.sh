@@ -35,6 +35,9 @@
 # batch-64 A/B runs (e.g. gemv64:KVASIR_MOE_GEMV_TOKENS=64).
 # Stage specgpu (issue 16): the device verify tests, k = 4 forced verify steps against plain decode
 # steps at batch 1 and 16 (KVASIR_SPEC_ROUNDS interleaved rounds, 3), ngram throughput at batch 1 and 16.
+# Stage eagle3 (issue 16): CudaEagle3.* (the head against its CPU twin, the engine with a dummy
+# head), then bench latency with the dummy EAGLE-3 head (configs/eagle3-llama-3.1-8b.json, k = 3)
+# beside plain decode at batch 1 and 16: the head's ms per decode step beside the target's.
 # Stage fiprefill (issue 19): FlashInfer's SM90 prefill against our kernel: op tests on both paths,
 # memcheck, 32k and 128k b1 prefill A/B by KVASIR_CUDA_PREFILL, interleaved (KVASIR_FI_PARTS picks).
 # Stage fidecode (issue 19): FlashInfer's split-KV decode (KVASIR_CUDA_DECODE=flashinfer) against our
@@ -447,6 +450,26 @@ if has specgpu; then
       fi
       note "spec throughput b$b $mode: rc=$? $(grep -E '^Throughput' "$log") $(grep -oE 'mean acceptance length [0-9.]+' "$log")"
       note "  $(grep -hE 'device steps|speculative verify steps' "$log" | tr '\n' ' ' | cut -c1-400)"
+    done
+  done
+fi
+
+if has eagle3; then
+  # Issue 16, EAGLE-3: the head against its CPU twin and through the engine (CudaEagle3.*), then
+  # its cost: bench latency on Llama-3.1-8B-shaped dummy weights with the dummy EAGLE-3 head
+  # (configs/eagle3-llama-3.1-8b.json, k = 3) beside plain decode, batch 1 and 16. The eagle3 line
+  # splits each decode step into the target's step and the head's drafting (1 + (k - 1) passes).
+  timeout 240 "$bin/cuda_e2e_test" --gtest_filter='CudaEagle3.*' >"$OUT/eagle3_test.log" 2>&1
+  note "eagle3 tests (CudaEagle3.*): rc=$? $(grep -E '^\[  PASSED' "$OUT/eagle3_test.log" | head -1) $(grep -c '^\[  FAILED  \]' "$OUT/eagle3_test.log") failed"
+  note "  $(grep -hE '^(draft pass|eagle3:|whole outputs)' "$OUT/eagle3_test.log" | tr '\n' ';' | cut -c1-500)"
+  e3='{"method":"eagle3","model":"configs/eagle3-llama-3.1-8b.json","num_speculative_tokens":3}'
+  for b in 1 16; do
+    for mode in plain eagle3; do
+      log="$OUT/eagle3_lat_b${b}_$mode.log"
+      extra=(); [[ $mode == eagle3 ]] && extra=(--speculative-config "$e3")
+      timeout 200 "$bin/kvasir" bench latency --model configs/llama-3.1-8b.json --load-format dummy --device cuda \
+        --input-len 128 --output-len 128 --num-iters 3 --batch-size $b "${extra[@]}" >"$log" 2>&1
+      note "eagle3 bench b$b $mode: rc=$? $(grep -hE '^(decode:|eagle3 head:)' "$log" | tr '\n' ' ' | cut -c1-400)"
     done
   done
 fi

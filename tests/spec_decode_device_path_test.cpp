@@ -5,15 +5,21 @@
 // token for token (the verify rows draw at the positions a plain step would), and the verify steps
 // must have taken the device path as pure decode steps. A GPU runs the same runner code
 // (src/backend/cuda/cuda_spec_decode_e2e_test.cpp); this catches its host-side mistakes without one.
+// The same with eagle3 drafts (the tiny target and head of tests/data/eagle3): the head is fed each
+// step's accepted rows as the device path packs them.
 #include <gtest/gtest.h>
 
 #include <memory>
+#include <optional>
 #include <string>
 #include <vector>
 
 #include "backend/cpu/cpu_backend.h"
 #include "engine/engine.h"
+#include "common/mapped_file.h"
 #include "model/decoder_model.h"
+#include "model/eagle3_head.h"
+#include "model/registry.h"
 #include "runner/model_runner.h"
 #include "sample/sampler.h"
 #include "setup/loaded_model.h"
@@ -22,11 +28,12 @@ namespace kvasir {
 namespace {
 
 const std::string kTiny = std::string(KVASIR_SOURCE_DIR) + "/tests/data/tiny/llama3/model.gguf";
+const std::string kEagle3 = std::string(KVASIR_SOURCE_DIR) + "/tests/data/eagle3/";
 
 // The CPU backend behind a device's sampling capabilities.
 class HostSamplingBackend final : public Backend {
  public:
-  explicit HostSamplingBackend(int32_t vocab) : sampler_(vocab) {
+  explicit HostSamplingBackend(int32_t vocab) : vocab_(vocab), sampler_(vocab) {
     CpuBackendOptions o;
     o.num_threads = 1;
     o.precision = MatmulPrecision::kExact;
@@ -88,7 +95,14 @@ class HostSamplingBackend final : public Backend {
       s.rng_key = rows[i].rng_key;
     }
     const size_t vocab = static_cast<size_t>(logits.cols());
-    sampler_.sample(std::span<float>(static_cast<float*>(logits.data), static_cast<size_t>(num_rows) * vocab), states_, &out_);
+    // Logits of another width (an EAGLE-3 head's draft vocabulary) get a sampler of their own,
+    // as a device's sampling kernel takes the width from the tensor.
+    Sampler* sampler = &sampler_;
+    if (static_cast<int32_t>(vocab) != vocab_) {
+      if (!other_ || other_vocab_ != vocab) other_ = std::make_unique<Sampler>(static_cast<int32_t>(vocab)), other_vocab_ = vocab;
+      sampler = other_.get();
+    }
+    sampler->sample(std::span<float>(static_cast<float*>(logits.data), static_cast<size_t>(num_rows) * vocab), states_, &out_);
     std::copy(out_.sampled_token_ids.begin(), out_.sampled_token_ids.begin() + num_rows, out_tokens);
     return Status();
   }
@@ -105,7 +119,10 @@ class HostSamplingBackend final : public Backend {
 
  private:
   std::unique_ptr<CpuBackend> cpu_;
+  int32_t vocab_;
   Sampler sampler_;
+  std::unique_ptr<Sampler> other_;
+  size_t other_vocab_ = 0;
   std::vector<SamplingParams> params_;
   std::vector<SamplingRequestState> states_;
   SamplerOutput out_;
@@ -116,19 +133,29 @@ struct Run {
   std::vector<std::vector<int32_t>> outputs;
   int verify_steps = 0, pure_decode_verify_steps = 0;
   int64_t accepted = 0;  // drafts kept
+  int64_t drafts = 0;    // draft tokens verified
 };
 
 constexpr int kBlocks = 96, kMaxTokens = 24;
 
-// seed_base + i seeds prompt i of a sampled run.
+// The eagle3 runs' model: the tiny target of tests/data/eagle3 and its head (the tokenizer, which
+// only detokenizes here, stays the tiny Llama's: both have 256 ids).
+struct Eagle3Models {
+  std::unique_ptr<WeightSource> target_weights, head_weights;
+  ModelConfig target_config;
+  std::optional<Eagle3HeadConfig> head_config;
+};
+
+// seed_base + i seeds prompt i of a sampled run. eagle3: draft with the head instead of ngram.
 Run generate(LoadedModel& lm, bool speculative, const SamplingParams& sp, const std::vector<std::vector<int32_t>>& prompts,
-             uint64_t seed_base = 100) {
+             uint64_t seed_base = 100, const Eagle3Models* eagle3 = nullptr) {
   Run run;
   HostSamplingBackend backend(static_cast<int32_t>(lm.config.vocab_size));
   ModelOptions mo;
   mo.max_num_tokens = 256;
   mo.max_num_logits = 16 * 5;  // max_num_seqs x (1 + k), as setup sizes it on a GPU
-  auto model = DecoderModel::create(lm.config, *lm.weights, backend, mo);
+  auto model = eagle3 != nullptr ? DecoderModel::create(eagle3->target_config, *eagle3->target_weights, backend, mo)
+                                 : DecoderModel::create(lm.config, *lm.weights, backend, mo);
   EXPECT_TRUE(model.ok()) << model.status().to_string();
   if (!model.ok()) return run;
   auto cache = (*model)->allocate_kv_cache(kBlocks, 16);
@@ -152,10 +179,28 @@ Run generate(LoadedModel& lm, bool speculative, const SamplingParams& sp, const 
     eo.scheduler.num_speculative_tokens = 4;
     eo.scheduler.spec_verify_all_drafts = true;
   }
+  std::unique_ptr<Eagle3Head> head;
+  KvCache head_cache;
+  DraftModelRef draft;
+  if (speculative && eagle3 != nullptr) {
+    auto h = Eagle3Head::create(*eagle3->head_config, *eagle3->head_weights, **model, mo.max_num_tokens, mo.max_num_logits);
+    EXPECT_TRUE(h.ok()) << h.status().to_string();
+    if (!h.ok()) return run;
+    head = std::move(h).value();
+    auto hc = head->allocate_kv_cache(kBlocks + 16 * 2, 16);
+    EXPECT_TRUE(hc.ok());
+    if (!hc.ok()) return run;
+    head_cache = std::move(hc).value();
+    rc.speculative = SpeculativeConfig{};
+    rc.speculative.method = "eagle3";
+    rc.speculative.num_speculative_tokens = 4;
+    draft.cache = &head_cache;
+    draft.eagle3_head = head.get();
+  }
   eo.scheduler.fill_defaults();
   {
     Engine engine(eo, *lm.tokenizer, static_cast<int32_t>(lm.config.vocab_size),
-                  std::make_unique<ModelRunner>(**model, *cache, rc));
+                  std::make_unique<ModelRunner>(**model, *cache, rc, draft));
     std::vector<std::shared_ptr<RequestStream>> streams;
     for (size_t i = 0; i < prompts.size(); ++i) {
       SamplingParams p = sp;
@@ -175,6 +220,7 @@ Run generate(LoadedModel& lm, bool speculative, const SamplingParams& sp, const 
       run.outputs.push_back(out);
     }
     run.accepted = engine.metrics().spec_decode_num_accepted_tokens.load();
+    run.drafts = engine.metrics().spec_decode_num_draft_tokens.load();
   }
   run.verify_steps = backend.verify_steps_;
   run.pure_decode_verify_steps = backend.pure_decode_verify_steps_;
@@ -238,6 +284,49 @@ TEST(SpecDecodeDevicePath, SeededSamplingEqualsPlainThroughOneQueryRowVerifyStep
   sp.max_tokens = kMaxTokens;
   sp.ignore_eos = true;
   expect_speculative_equals_plain(sp);
+}
+
+TEST(SpecDecodeDevicePath, Eagle3GreedyAndSeededEqualPlainThroughOneQueryRowVerifySteps) {
+  LoadOptions lo;
+  lo.device = "cpu";
+  lo.num_threads = 1;
+  lo.exact_matmul = true;
+  auto lm = load_model(kTiny, lo);  // for its tokenizer
+  ASSERT_TRUE(lm.ok()) << lm.status().to_string();
+  Eagle3Models e;
+  auto tw = open_weights(kEagle3 + "tiny_target");
+  auto hw = open_weights(kEagle3 + "tiny_head");
+  ASSERT_TRUE(tw.ok() && hw.ok());
+  e.target_weights = std::move(tw).value();
+  e.head_weights = std::move(hw).value();
+  auto tc = load_model_config(*e.target_weights);
+  ASSERT_TRUE(tc.ok());
+  e.target_config = *tc;
+  auto hc = parse_eagle3_head_config(*read_text_file(kEagle3 + "tiny_head/config.json"), *tc, "tiny_head");
+  ASSERT_TRUE(hc.ok()) << hc.status().to_string();
+  e.head_config = *hc;
+  std::vector<std::vector<int32_t>> prompts;
+  for (int i = 0; i < 5; ++i) {
+    std::vector<int32_t> p;
+    for (int n = 0; n < 9 + 6 * i; ++n) p.push_back(40 + (n % (2 + i)) * 7 + i);
+    prompts.push_back(p);
+  }
+  for (float temperature : {0.0f, 0.5f}) {
+    SamplingParams sp;
+    sp.temperature = temperature;
+    sp.top_k = 3;
+    sp.max_tokens = kMaxTokens;
+    sp.ignore_eos = true;
+    const kvasir::Run plain = generate(**lm, false, sp, prompts, 100, &e);
+    const kvasir::Run spec = generate(**lm, true, sp, prompts, 100, &e);
+    ASSERT_EQ(spec.outputs.size(), prompts.size());
+    for (size_t i = 0; i < prompts.size(); ++i) EXPECT_EQ(spec.outputs[i], plain.outputs[i]) << "prompt " << i;
+    std::printf("eagle3, temperature %.1f: verify steps %d (%d as pure decode steps), %lld of %lld drafts kept\n",
+                temperature, spec.verify_steps, spec.pure_decode_verify_steps, static_cast<long long>(spec.accepted),
+                static_cast<long long>(spec.drafts));
+    EXPECT_GT(spec.pure_decode_verify_steps, 0) << "no verify step ran as a pure decode step";
+    EXPECT_GT(spec.drafts, 0);
+  }
 }
 
 }  // namespace

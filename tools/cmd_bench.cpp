@@ -10,10 +10,12 @@
 #include <string>
 #include <vector>
 
+#include "setup/eagle3_head_setup.h"
 #include "setup/loaded_model.h"
 #include "api/remote_replica.h"
 #include "api/tensor_parallel_group.h"
 #include "args.h"
+#include "bench_eagle3.h"
 #include "bench_forced_verify.h"
 #include "commands.h"
 #include "common/json.h"
@@ -72,12 +74,14 @@ StatusOr<std::vector<std::string>> read_prompt_texts(const std::string& path) {
 int bench_latency(const Args& a, const EngineArgs& ea) {
   // The latency bench drives the model step by step without the engine loop, so a flag of the
   // engine loop would be accepted and do nothing: refuse it instead.
-  if (ea.async_scheduling.value_or(false) || ea.disable_async_output_proc || ea.speculative.enabled()) {
+  // eagle3 is the one speculative method timed here (bench_eagle3.h): its head's cost per step.
+  const bool eagle3 = ea.speculative.method == "eagle3";
+  if (ea.async_scheduling.value_or(false) || ea.disable_async_output_proc || (ea.speculative.enabled() && !eagle3)) {
     std::fprintf(stderr, "kvasir bench latency: %s is not supported here (this bench runs the model without the "
                          "engine loop); use bench throughput\n",
                  ea.async_scheduling.value_or(false) ? "--async-scheduling"
                  : ea.disable_async_output_proc ? "--disable-async-output-proc"
-                                                 : "--speculative-config");
+                                                 : "--speculative-config other than method eagle3");
     return 2;
   }
   auto in_len = a.get_int("input-len", 128), out_len = a.get_int("output-len", 128);
@@ -94,6 +98,11 @@ int bench_latency(const Args& a, const EngineArgs& ea) {
   const int K = static_cast<int>(*forced);
   if (K > 64) {
     std::fprintf(stderr, "kvasir bench latency: --num-speculative-tokens-forced must be in [0, 64]\n");
+    return 2;
+  }
+  if (K > 0 && eagle3) {
+    std::fprintf(stderr, "kvasir bench latency: --num-speculative-tokens-forced and --speculative-config eagle3 are two "
+                         "separate measurements; pass one\n");
     return 2;
   }
   const int rows_per_step = B * (1 + K);
@@ -118,6 +127,19 @@ int bench_latency(const Args& a, const EngineArgs& ea) {
     std::fprintf(stderr, "kvasir bench latency: %s\n", cache.status().message().c_str());
     return 1;
   }
+  std::unique_ptr<BenchEagle3> head_bench;
+  LoadedEagle3Head head;
+  if (eagle3) {
+    auto h = load_eagle3_head(ea, lm, layout.num_blocks_needed());
+    if (!h.ok()) {
+      std::fprintf(stderr, "kvasir bench latency: %s\n", h.status().message().c_str());
+      return 1;
+    }
+    head = std::move(*h);
+    head_bench = std::make_unique<BenchEagle3>(*head.head, *head.cache, B, ea.speculative.num_speculative_tokens);
+  }
+  double decode_head_s_total = 0;
+  std::vector<double> decode_target_s;
   std::mt19937 rng(1234);
   std::vector<float> logits(static_cast<size_t>(B) * vocab);
   std::vector<double> prefill_s, decode_s;
@@ -144,13 +166,24 @@ int bench_latency(const Args& a, const EngineArgs& ea) {
         return 1;
       }
       cb.commit();
+      if (head_bench && off + chunk < I) head_bench->after_pass(prompts, off, chunk, false, false);
     }
-    auto t1 = Clock::now();
     std::vector<std::vector<int32_t>> next(static_cast<size_t>(B));
     for (int s = 0; s < B; ++s) {
       const float* row = logits.data() + static_cast<size_t>(s) * vocab;
       next[static_cast<size_t>(s)] = {static_cast<int32_t>(std::max_element(row, row + vocab) - row)};
     }
+    // eagle3: the histories so far (prompt, then each greedy token); the head drafts after the
+    // last prefill chunk and after every decode step.
+    std::vector<std::vector<int32_t>> histories;
+    if (head_bench) {
+      histories = prompts;
+      for (int s = 0; s < B; ++s) histories[static_cast<size_t>(s)].push_back(next[static_cast<size_t>(s)][0]);
+      const int last_off = (I - 1) / chunk * chunk;
+      head_bench->after_pass(histories, last_off, I - last_off, true, false);
+    }
+    const double head_s_before = head_bench ? head_bench->decode_head_s() : 0.0;
+    auto t1 = Clock::now();
     if (K > 0) {
       std::vector<int32_t> last(static_cast<size_t>(B)), first(static_cast<size_t>(B));
       for (int s = 0; s < B; ++s) {
@@ -196,11 +229,19 @@ int bench_latency(const Args& a, const EngineArgs& ea) {
         return 1;
       }
       cb.commit();
+      if (head_bench) {
+        for (int s = 0; s < B; ++s) histories[static_cast<size_t>(s)].push_back(next[static_cast<size_t>(s)][0]);
+        head_bench->after_pass(histories, I + g, 1, true, true);
+      }
     }
     auto t2 = Clock::now();
+    if (head_bench) head_bench->finish_all();
     if (it >= *warm) {
+      const double head_s = head_bench ? head_bench->decode_head_s() - head_s_before : 0.0;
       prefill_s.push_back(std::chrono::duration<double>(t1 - t0).count());
       decode_s.push_back(std::chrono::duration<double>(t2 - t1).count());
+      decode_target_s.push_back(decode_s.back() - head_s);
+      decode_head_s_total += head_s;
     }
   }
   const double p = median(prefill_s), d = median(decode_s);
@@ -220,8 +261,24 @@ int bench_latency(const Args& a, const EngineArgs& ea) {
                 "are the target's greedy tokens: dummy weights' 2-cycle)\n",
                 steps, K, rows_per_step, 100.0 * acceptance);
   }
+  double head_ms_per_step = 0, target_ms_per_step = 0;
+  if (head_bench && O > 0 && !decode_target_s.empty()) {
+    // The decode line above is target plus head (the steps a speculating engine runs); this one
+    // splits it. Without speculation a step costs what the target part costs.
+    const int k = ea.speculative.num_speculative_tokens;
+    head_ms_per_step = decode_head_s_total / static_cast<double>(decode_target_s.size()) / O * 1e3;
+    target_ms_per_step = median(decode_target_s) / O * 1e3;
+    std::printf("eagle3 head: %.3f ms per decode step (k = %d: 1 pass over the step's %d tokens + %d one-token draft "
+                "passes, %.3f ms per draft token) beside %.3f ms for the target's step; head / target %.2f\n",
+                head_ms_per_step, k, B, k - 1, head_ms_per_step / k, target_ms_per_step,
+                target_ms_per_step > 0 ? head_ms_per_step / target_ms_per_step : 0.0);
+  }
   if (const std::string st = lm.backend->stats(); !st.empty()) std::printf("%s\n", st.c_str());
   Json j = Json::object();
+  if (head_bench) {
+    j.set("eagle3_head_ms_per_decode_step", head_ms_per_step);
+    j.set("eagle3_target_ms_per_decode_step", target_ms_per_step);
+  }
   j.set("model", lm.path);
   j.set("backend", lm.backend->name());
   j.set("batch_size", B);
@@ -351,6 +408,8 @@ void usage() {
                "                            [--num-iters-warmup 1] [--output-json F] [engine options]\n"
                "                            [--num-speculative-tokens-forced K]  (test only: every decode step\n"
                "                            verifies K drafts and commits them all, to time a K-draft verify step)\n"
+               "                            [--speculative-config '{\"method\": \"eagle3\", ...}']  (times the EAGLE-3\n"
+               "                            head's drafting per decode step beside the target's step)\n"
                "       kvasir bench throughput [--num-prompts 64] [--input-len 128] [--output-len 128]\n"
                "                            [--prompts-file F.jsonl] [--output-json F] [engine options]\n"
                "       kvasir bench serve [options]   (load-test an OpenAI-compatible server; see --help)\n"

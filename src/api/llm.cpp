@@ -159,7 +159,8 @@ StatusOr<std::unique_ptr<LLM>> LLM::create(const EngineArgs& args) {
     const LoadedModel& m = *setup.model;
     engines.push_back(std::make_unique<Engine>(eo, *m.tokenizer, m.config.vocab_size, executor_for(async, std::move(worker))));
     llm->replicas_.push_back(Replica{std::move(setup.model), std::move(setup.cache),
-                                     std::make_unique<LoadedDraftModel>(std::move(setup.draft))});
+                                     std::make_unique<LoadedDraftModel>(std::move(setup.draft)),
+                                     std::make_unique<LoadedEagle3Head>(std::move(setup.eagle3))});
   }
   KVASIR_RETURN_IF_ERROR(llm->add_remote_replicas(args, engines));
   llm->engines_ = std::make_unique<EngineGroup>(std::move(engines));

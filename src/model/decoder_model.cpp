@@ -368,8 +368,14 @@ Status DecoderModel::run_stage_layers(const ForwardBatch& batch, int row, KvCach
   Tensor x = w.x.slice_rows(row, T), h = w.h.slice_rows(row, T), o = w.o.slice_rows(row, T);
   BlockScratch scratch{w.q.slice_rows(0, T),    w.k.slice_rows(0, T),    w.v.slice_rows(0, T),
                        w.attn.slice_rows(0, T), w.gate.slice_rows(0, T), w.up.slice_rows(0, T)};
+  size_t next_aux = 0;
   for (size_t l = 0; l < layers_.size(); ++l) {
     Layer& L = layers_[l];
+    if (next_aux < aux_layers_.size() && aux_layers_[next_aux] == stage_.begin + static_cast<int>(l)) {
+      Tensor dst = aux_.slice_rows(static_cast<int64_t>(next_aux) * opts_.max_num_tokens, T);
+      backend_.gather_rows(x, aux_identity_rows_.data(), T, dst);
+      ++next_aux;
+    }
     backend_.rms_norm(x, L.attn_norm, eps_, h);
     L.attn->forward(backend_, h, batch, cache.k[l], cache.v[l], scratch, o);
     KVASIR_RETURN_IF_ERROR(all_reduce(o));  // row-parallel o_proj: each rank holds a partial sum
@@ -380,6 +386,29 @@ Status DecoderModel::run_stage_layers(const ForwardBatch& batch, int row, KvCach
     if (L.post_ffn_norm.data != nullptr) backend_.rms_norm(o, L.post_ffn_norm, eps_, o);
     backend_.add(x, o);
   }
+  return Status();
+}
+
+Status DecoderModel::capture_aux_hidden_states(const std::vector<int>& layers) {
+  if (sharded() || opts_.pp.size > 1) {
+    return unimplemented("hidden states for a speculative head under tensor or pipeline parallelism");
+  }
+  if (layers.empty()) return invalid_argument("no layers to capture hidden states from");
+  for (size_t i = 0; i < layers.size(); ++i) {
+    if (layers[i] < 0 || layers[i] >= config_.num_layers) {
+      return invalid_argument("hidden-state layer " + std::to_string(layers[i]) + " is outside the model's " +
+                              std::to_string(config_.num_layers) + " layers");
+    }
+    if (i > 0 && layers[i] <= layers[i - 1]) return invalid_argument("hidden-state layers must be sorted and distinct");
+  }
+  const int64_t rows = static_cast<int64_t>(layers.size()) * opts_.max_num_tokens;
+  const DType act = backend_.activation_dtype();
+  KVASIR_ASSIGN_OR_RETURN(auto buf, backend_.allocate(*row_bytes(act, config_.hidden_size) * static_cast<size_t>(rows)));
+  aux_ = Tensor::make(buf->data(), act, {rows, config_.hidden_size}, backend_.device());
+  ws_->buffers.push_back(std::move(buf));
+  aux_layers_ = layers;
+  aux_identity_rows_.resize(static_cast<size_t>(opts_.max_num_tokens));
+  for (int i = 0; i < opts_.max_num_tokens; ++i) aux_identity_rows_[static_cast<size_t>(i)] = i;
   return Status();
 }
 

@@ -67,6 +67,19 @@ class DecoderModel {
   int max_num_logits() const { return opts_.max_num_logits; }
   Backend& backend() { return backend_; }
 
+  // EAGLE-3 (model/eagle3_head.h): from now on every run_layers keeps the residual stream entering
+  // each of `layers` (vLLM's aux hidden states: layer i's input, i.e. layer i - 1's output; sorted,
+  // distinct, in [0, num_layers)). Whole models only (no tensor or pipeline parallelism).
+  Status capture_aux_hidden_states(const std::vector<int>& layers);
+  // [num captured layers * max_num_tokens, hidden]: captured layer j (ascending order) of the last
+  // run_layers at rows [j * max_num_tokens, j * max_num_tokens + its num_tokens). Valid until the
+  // next run_layers; empty (data == nullptr) when nothing is captured.
+  const Tensor& aux_hidden_states() const { return aux_; }
+  int max_num_tokens() const { return opts_.max_num_tokens; }
+  // The token embedding table as bound ([vocab_size, hidden]; unsharded models only) and the
+  // scale its rows are multiplied by: a speculative head without its own embeds with these.
+  const Tensor& token_embedding() const { return embed_; }
+
  private:
   struct Layer;
   DecoderModel(const ModelConfig& config, Backend& backend, const ModelOptions& opts);
@@ -106,6 +119,11 @@ class DecoderModel {
   struct Workspace;
   std::unique_ptr<Workspace> ws_;
   int last_num_tokens_ = 0;
+  // capture_aux_hidden_states: the layers, their rows, and the rows 0..max_num_tokens-1 that copy
+  // x into them (gather_rows is every backend's row copy).
+  std::vector<int> aux_layers_;
+  Tensor aux_;
+  std::vector<int32_t> aux_identity_rows_;
   float eps_;
   bool device_collectives_ = false;  // the backend's device communicator carries the collectives
 };

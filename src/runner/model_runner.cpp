@@ -23,6 +23,9 @@ ModelRunner::ModelRunner(DecoderModel& model, KvCache& cache, const RunnerConfig
   if (config.speculative.method == "draft_model") {
     KVASIR_CHECK_MSG(draft.model != nullptr && draft.cache != nullptr, "setup loads the draft model first");
     proposer_ = std::make_unique<DraftModelProposer>(*draft.model, *draft.cache, draft.max_tokens_per_forward);
+  } else if (config.speculative.method == "eagle3") {
+    KVASIR_CHECK_MSG(draft.eagle3_head != nullptr && draft.cache != nullptr, "setup loads the EAGLE-3 head first");
+    eagle3_ = std::make_unique<Eagle3Proposer>(*draft.eagle3_head, *draft.cache);
   } else if (config.speculative.enabled()) {
     StatusOr<std::unique_ptr<Proposer>> p = make_proposer(config.speculative);
     KVASIR_CHECK_MSG(p.ok(), "the speculative config was validated at start");
@@ -111,6 +114,7 @@ Status ModelRunner::build_batch(bool pad_for_device) {
     CachedRequestState& r = *s.state;
     const int32_t n = s.num_tokens, start = s.start;
     ScheduledRow row{s.req_id, &r, n, static_cast<int32_t>(input_ids_.size())};
+    row.start = start;
     for (int32_t p = start; p < start + n; ++p) {
       input_ids_.push_back(r.tokens[static_cast<size_t>(p)]);
       positions_.push_back(p);
@@ -288,7 +292,31 @@ Status ModelRunner::sample_on_device(const GrammarBitmaskFuture& bitmask) {
                                             sampler_out_.sampled_token_ids.data(), verify_num_emitted_.data());
 }
 
+void ModelRunner::propose_eagle3_drafts(ModelRunnerOutput& result) {
+  eagle3_rows_.clear();
+  for (size_t i = 0; i < rows_.size(); ++i) {
+    const ScheduledRow& row = rows_[i];
+    Eagle3StepRow e;
+    e.req_id = *row.req_id;
+    e.history = row.req->tokens;
+    e.first_position = row.start;
+    e.first_target_row = row.first_token_row;
+    e.num_valid = row.num_tokens;
+    if (row.logits_row >= 0) {
+      // Of a verify step's 1 + d tokens, the last known one and the accepted drafts stand.
+      const int emitted = static_cast<int>(result.outputs[i].sampled_token_ids.size());
+      e.num_valid = row.num_tokens - row.num_drafts + emitted - 1;
+      const int room = config_.max_model_len - static_cast<int>(row.req->tokens.size());
+      e.max_drafts = std::max(0, std::min(config_.speculative.num_speculative_tokens, room));
+      e.drafts = &result.outputs[i].spec_token_ids;
+    }
+    eagle3_rows_.push_back(e);
+  }
+  eagle3_->run_step(eagle3_rows_);
+}
+
 void ModelRunner::propose_drafts(ModelRunnerOutput& result) {
+  if (eagle3_) return propose_eagle3_drafts(result);
   if (!proposer_) return;
   proposal_ctxs_.clear(), proposal_max_.clear(), proposal_out_.clear();
   for (size_t i = 0; i < rows_.size(); ++i) {
@@ -311,6 +339,10 @@ StatusOr<ModelRunnerOutput> ModelRunner::execute(const SchedulerOutput& so, cons
   if (proposer_) {
     for (const std::string& id : so.finished_req_ids) proposer_->finish_request(id);
     for (const std::string& id : so.preempted_req_ids) proposer_->preempt_request(id);
+  }
+  if (eagle3_) {
+    for (const std::string& id : so.finished_req_ids) eagle3_->finish_request(id);
+    for (const std::string& id : so.preempted_req_ids) eagle3_->preempt_request(id);
   }
   KVASIR_RETURN_IF_ERROR(input_batch_.apply(so, &scheduled_));
   ModelRunnerOutput result;

@@ -12,6 +12,7 @@
 #include <vector>
 
 #include "model/decoder_model.h"
+#include "runner/eagle3_proposer.h"
 #include "runner/input_batch.h"
 #include "sample/sampler.h"
 #include "sched/grammar_bitmask.h"
@@ -34,11 +35,14 @@ struct RunnerConfig {
 };
 
 // The draft model of speculative method "draft_model": loaded and given its own KV cache at setup
-// (setup/draft_model.h), run by the runner's DraftModelProposer. Both outlive the runner.
+// (setup/draft_model.h), run by the runner's DraftModelProposer. For method "eagle3" the EAGLE-3
+// head (setup/eagle3_head_setup.h) and its cache instead, run by the runner's Eagle3Proposer.
+// All outlive the runner.
 struct DraftModelRef {
   DecoderModel* model = nullptr;
   KvCache* cache = nullptr;
   int max_tokens_per_forward = 0;  // the draft's workspace bound (--max-num-batched-tokens)
+  Eagle3Head* eagle3_head = nullptr;
 };
 
 class ModelRunner {
@@ -58,6 +62,7 @@ class ModelRunner {
     CachedRequestState* req;
     int32_t num_tokens;
     int32_t first_token_row;
+    int32_t start = 0;         // position of the step's first token
     uint64_t rng_key = 0;
     int logits_row = -1;       // row in the sampling logits, -1 when this step samples nothing
     int num_drafts = 0;        // verify step: logits rows logits_row .. logits_row + num_drafts
@@ -78,6 +83,8 @@ class ModelRunner {
   void fill_prompt_logprobs(const ScheduledRow& r, RunnerRequestOutput& out);
   // Drafts for every row that sampled this step (result.outputs is in rows_ order).
   void propose_drafts(ModelRunnerOutput& result);
+  // eagle3: every row's accepted tokens go through the head, whose drafts follow the sampling rows.
+  void propose_eagle3_drafts(ModelRunnerOutput& result);
 
   DecoderModel& model_;
   KvCache& cache_;
@@ -122,7 +129,9 @@ class ModelRunner {
   } device_times_[2];
   std::chrono::steady_clock::time_point t_submitted_;
   ForwardBatch batch_;
-  std::unique_ptr<Proposer> proposer_;  // null without speculative decoding
+  std::unique_ptr<Proposer> proposer_;  // null without speculative decoding or with eagle3
+  std::unique_ptr<Eagle3Proposer> eagle3_;  // method "eagle3": it needs the target's hidden states
+  std::vector<Eagle3StepRow> eagle3_rows_;
   // propose_drafts' per-step lists, reused.
   std::vector<ProposalContext> proposal_ctxs_;
   std::vector<int> proposal_max_;

@@ -75,12 +75,15 @@ Status EngineArgs::validate() const {
   }
   // draft_model is built and tested for one rank in the serving process; in a group or in the
   // multiprocess executor's workers it has never run.
-  if (speculative.method == "draft_model" && tensor_parallel_size > 1) {
-    return invalid_argument("--speculative-config method \"draft_model\" with --tensor-parallel-size > 1 is not supported yet");
+  // The same for eagle3, whose head also reads the target's unsharded hidden states.
+  const bool runs_a_model = speculative.method == "draft_model" || speculative.method == "eagle3";
+  if (runs_a_model && tensor_parallel_size > 1) {
+    return invalid_argument("--speculative-config method \"" + speculative.method +
+                            "\" with --tensor-parallel-size > 1 is not supported yet");
   }
-  if (speculative.method == "draft_model" && (pipeline_parallel_size > 1 || distributed_executor_backend == "mp")) {
-    return invalid_argument("--speculative-config method \"draft_model\" with --pipeline-parallel-size > 1 or "
-                            "--distributed-executor-backend mp is not supported yet");
+  if (runs_a_model && (pipeline_parallel_size > 1 || distributed_executor_backend == "mp")) {
+    return invalid_argument("--speculative-config method \"" + speculative.method +
+                            "\" with --pipeline-parallel-size > 1 or --distributed-executor-backend mp is not supported yet");
   }
   if (speculative.enabled() && async_scheduling.value_or(false)) {
     return invalid_argument("--speculative-config with --async-scheduling is not supported yet");

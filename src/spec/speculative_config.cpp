@@ -24,7 +24,7 @@ StatusOr<int> small_positive_int(const Json& v, const std::string& key) {
 }
 
 bool is_known_unbuilt_method(const std::string& m) {
-  for (const char* name : {"eagle", "eagle3", "mtp", "medusa", "mlp_speculator", "deepseek_mtp"}) {
+  for (const char* name : {"eagle", "mtp", "medusa", "mlp_speculator", "deepseek_mtp"}) {
     if (m == name) return true;
   }
   return false;
@@ -37,7 +37,10 @@ StatusOr<double> number(const Json& v, const std::string& key) {
   return v.as_double();
 }
 
-constexpr const char* kMethods = "the supported methods are \"ngram\", \"suffix\" and \"draft_model\"";
+constexpr const char* kMethods = "the supported methods are \"ngram\", \"suffix\", \"draft_model\" and \"eagle3\"";
+
+// Methods whose 'model' is a checkpoint the runner loads (a draft model, an EAGLE-3 head).
+bool method_takes_model(const std::string& m) { return m == "draft_model" || m == "eagle3"; }
 
 }  // namespace
 
@@ -111,20 +114,25 @@ StatusOr<SpeculativeConfig> parse_speculative_config(const std::string& json_tex
   if (is_known_unbuilt_method(c.method)) {
     return field_error("method \"" + c.method + "\" is not supported yet; " + kMethods);
   }
-  if (c.method != "ngram" && c.method != "suffix" && c.method != "draft_model") {
+  if (c.method != "ngram" && c.method != "suffix" && !method_takes_model(c.method)) {
     return field_error("unknown method \"" + c.method + "\"; " + kMethods);
   }
-  if (c.method != "draft_model" && !c.draft_model.empty()) {
-    return field_error("'model' (\"" + c.draft_model + "\") names a draft model, which only the \"draft_model\" method uses");
+  if (!method_takes_model(c.method) && !c.draft_model.empty()) {
+    return field_error("'model' (\"" + c.draft_model + "\") names a draft model, which only the \"draft_model\" and \"eagle3\" methods use");
   }
-  if (c.method != "draft_model" && has_draft_tp) {
-    return field_error("'draft_tensor_parallel_size' belongs to the \"draft_model\" method");
+  if (!method_takes_model(c.method) && has_draft_tp) {
+    return field_error("'draft_tensor_parallel_size' belongs to the \"draft_model\" and \"eagle3\" methods");
   }
-  if (c.method == "draft_model") {
-    if (model_is_ngram) return field_error("'model' \"ngram\" names the ngram method, not a draft model");
-    if (c.draft_model.empty()) return field_error("method \"draft_model\" needs 'model': the draft's .gguf file or HF directory");
-    if (has_min || has_max) return field_error("prompt_lookup_min/max belong to the \"ngram\" method, not \"draft_model\"");
-    if (!suffix_key.empty()) return field_error("'" + suffix_key + "' belongs to the \"suffix\" method, not \"draft_model\"");
+  if (method_takes_model(c.method)) {
+    const std::string m = "\"" + c.method + "\"";
+    if (model_is_ngram) return field_error("'model' \"ngram\" names the ngram method, not a " + m + " checkpoint");
+    if (c.draft_model.empty()) {
+      return field_error("method " + m + " needs 'model': " +
+                         (c.method == "eagle3" ? std::string("the EAGLE-3 head's HF directory (or its config.json with --load-format dummy)")
+                                               : std::string("the draft's .gguf file or HF directory")));
+    }
+    if (has_min || has_max) return field_error("prompt_lookup_min/max belong to the \"ngram\" method, not " + m);
+    if (!suffix_key.empty()) return field_error("'" + suffix_key + "' belongs to the \"suffix\" method, not " + m);
     if (!has_num) return field_error("'num_speculative_tokens' is required");
     return c;
   }

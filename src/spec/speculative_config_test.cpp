@@ -36,7 +36,7 @@ TEST(SpeculativeConfig, LookupBoundsDefaultAsVllm) {
 }
 
 TEST(SpeculativeConfig, UnbuiltMethodsAreRefusedByName) {
-  for (const char* m : {"eagle", "eagle3", "mtp"}) {
+  for (const char* m : {"eagle", "mtp"}) {
     const std::string e = error_of(std::string(R"({"method": ")") + m + R"(", "num_speculative_tokens": 3})");
     EXPECT_NE(e.find(std::string("\"") + m + "\" is not supported yet"), std::string::npos) << e;
   }
@@ -89,7 +89,27 @@ TEST(SpeculativeConfig, EveryBadFieldIsNamed) {
                 .find("prompt_lookup_min (4) must be <= prompt_lookup_max (2)"),
             std::string::npos);
   EXPECT_NE(error_of(R"({"method": "ngram", "num_speculative_tokens": 3, "draft_tensor_parallel_size": 1})")
-                .find("'draft_tensor_parallel_size' belongs to the \"draft_model\" method"),
+                .find("'draft_tensor_parallel_size' belongs to the \"draft_model\" and \"eagle3\" methods"),
+            std::string::npos);
+}
+
+}  // namespace
+}  // namespace kvasir
+
+namespace kvasir {
+namespace {
+
+TEST(SpeculativeConfig, Eagle3TakesTheHeadAsModel) {
+  auto c = parse_speculative_config(R"({"method": "eagle3", "model": "heads/e3", "num_speculative_tokens": 4})");
+  ASSERT_TRUE(c.ok()) << c.status().to_string();
+  EXPECT_EQ(c->method, "eagle3");
+  EXPECT_EQ(c->draft_model, "heads/e3");
+  EXPECT_EQ(c->num_speculative_tokens, 4);
+  EXPECT_NE(error_of(R"({"method": "eagle3", "num_speculative_tokens": 3})").find("EAGLE-3 head"), std::string::npos);
+  EXPECT_NE(error_of(R"({"method": "eagle3", "model": "h"})").find("'num_speculative_tokens' is required"),
+            std::string::npos);
+  EXPECT_NE(error_of(R"({"method": "eagle3", "model": "h", "num_speculative_tokens": 2, "prompt_lookup_max": 3})")
+                .find("not \"eagle3\""),
             std::string::npos);
 }
 

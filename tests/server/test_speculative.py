@@ -3,9 +3,13 @@ unbuilt config refuses to start naming what is wrong, greedy answers equal a ser
 speculation, the spec_decode counters move in /metrics, and a structured-output request is a 400
 naming the combination. The "draft_model" method (vLLM's 'model' shorthand, the same GGUF as its
 own draft) gives the plain server's greedy text with drafts accepted; a draft with another
-vocabulary refuses to start.
+vocabulary refuses to start. The "eagle3" method with a random-weight head of SmolLM2's shape
+(written here in the checkpoint format vLLM loads) gives the plain server's greedy text while the
+head drafts; a head for another hidden size refuses to start naming both sizes.
 """
+import json
 import os
+import struct
 import subprocess
 
 import httpx
@@ -63,7 +67,8 @@ def test_structured_outputs_with_speculation_is_a_400_naming_it(spec_server):
 
 
 @pytest.mark.parametrize("config, message", [
-    ('{"method": "eagle3", "num_speculative_tokens": 3}', 'method "eagle3" is not supported yet'),
+    ('{"method": "eagle", "num_speculative_tokens": 3}', 'method "eagle" is not supported yet'),
+    ('{"method": "eagle3", "num_speculative_tokens": 3}', "method \"eagle3\" needs 'model': the EAGLE-3 head"),
     ('{"method": "mtp", "num_speculative_tokens": 3}', 'method "mtp" is not supported yet'),
     ('{"method": "suffix", "prompt_lookup_max": 3}', 'belong to the "ngram" method'),
     ('{"method": "suffix", "suffix_decoding_min_token_prob": 1.5}', "min_token_prob"),
@@ -118,3 +123,73 @@ def test_a_draft_with_another_vocabulary_refuses_to_start():
     out = p.stdout.decode(errors="replace")
     assert p.returncode != 0, out[-2000:]
     assert "does not share the target's vocabulary" in out, out[-2000:]
+
+
+def write_eagle3_head(path, hidden=576, draft_vocab=1024, seed=3):
+    """A random EAGLE-3 head (config.json + model.safetensors) for SmolLM2-135M (9 heads / 3 KV
+    heads of 64, 30 layers: vLLM's default aux layers 2, 15, 27)."""
+    import numpy as np
+    rng = np.random.default_rng(seed)
+    heads, kv, hd, ffn, vocab = 9, 3, 64, 128, 49152
+    os.makedirs(path, exist_ok=True)
+    with open(os.path.join(path, "config.json"), "w") as f:
+        json.dump({"architectures": ["LlamaForCausalLMEagle3"], "model_type": "llama", "hidden_size": hidden,
+                   "num_attention_heads": heads, "num_key_value_heads": kv, "head_dim": hd,
+                   "intermediate_size": ffn, "vocab_size": vocab, "draft_vocab_size": draft_vocab,
+                   "rms_norm_eps": 1e-5, "rope_theta": 100000.0, "max_position_embeddings": 8192,
+                   "num_hidden_layers": 1}, f)
+    def m(*shape):
+        return (rng.standard_normal(shape) / np.sqrt(shape[-1])).astype(np.float32)
+    t = {"fc.weight": m(hidden, 3 * hidden), "norm.weight": np.ones(hidden, np.float32),
+         "lm_head.weight": m(draft_vocab, hidden),
+         "midlayer.input_layernorm.weight": np.ones(hidden, np.float32),
+         "midlayer.hidden_norm.weight": np.ones(hidden, np.float32),
+         "midlayer.post_attention_layernorm.weight": np.ones(hidden, np.float32),
+         "midlayer.self_attn.q_proj.weight": m(heads * hd, 2 * hidden),
+         "midlayer.self_attn.k_proj.weight": m(kv * hd, 2 * hidden),
+         "midlayer.self_attn.v_proj.weight": m(kv * hd, 2 * hidden),
+         "midlayer.self_attn.o_proj.weight": m(hidden, heads * hd),
+         "midlayer.mlp.gate_proj.weight": m(ffn, hidden), "midlayer.mlp.up_proj.weight": m(ffn, hidden),
+         "midlayer.mlp.down_proj.weight": m(hidden, ffn),
+         "d2t": (np.sort(rng.choice(vocab, draft_vocab, replace=False)) - np.arange(draft_vocab)).astype(np.int64)}
+    header, blobs, off = {}, [], 0
+    for name, a in t.items():
+        b = a.tobytes()
+        header[name] = {"dtype": "I64" if a.dtype == np.int64 else "F32", "shape": list(a.shape),
+                        "data_offsets": [off, off + len(b)]}
+        off += len(b)
+        blobs.append(b)
+    h = json.dumps(header).encode()
+    h += b" " * (-len(h) % 8)
+    with open(os.path.join(path, "model.safetensors"), "wb") as f:
+        f.write(struct.pack("<Q", len(h)) + h + b"".join(blobs))
+
+
+def test_eagle3_through_serve_equals_the_plain_server(server, tmp_path):
+    pytest.importorskip("numpy")
+    head = str(tmp_path / "head")
+    write_eagle3_head(head)
+    plain = complete(server)
+    eagle = Server("--speculative-config",
+                   '{"method": "eagle3", "model": "%s", "num_speculative_tokens": 3}' % head)
+    try:
+        before = eagle.metrics()
+        drafts_key = next(k for k in before if k.startswith("kvasir:spec_decode_num_drafts_total"))
+        spec = complete(eagle)
+        assert spec["text"] == plain["text"] and spec["finish_reason"] == plain["finish_reason"]
+        assert eagle.metrics()[drafts_key] > before[drafts_key]
+        assert "EAGLE-3 head" in eagle.logs()
+    finally:
+        assert eagle.stop() == 0, eagle.logs()
+
+
+def test_an_eagle3_head_for_another_model_refuses_to_start(tmp_path):
+    pytest.importorskip("numpy")
+    head = str(tmp_path / "wide")
+    write_eagle3_head(head, hidden=64, draft_vocab=16)
+    config = '{"method": "eagle3", "model": "%s", "num_speculative_tokens": 3}' % head
+    p = subprocess.run([kvasir_bin(), "serve", MODEL, "--port", "0", "--speculative-config", config],
+                       stdout=subprocess.PIPE, stderr=subprocess.STDOUT, timeout=60)
+    out = p.stdout.decode(errors="replace")
+    assert p.returncode != 0, out[-2000:]
+    assert "hidden_size 64 differs from the target's hidden_size 576" in out, out[-2000:]

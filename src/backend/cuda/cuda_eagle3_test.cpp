@@ -1,0 +1,220 @@
+// EAGLE-3 on the GPU. CpuTwin: the tiny target and head of tests/data/eagle3 on the CUDA backend
+// and on the CPU backend (exact matmuls), driven as the runner drives them (a prompt in two
+// chunks, then two verify-like steps), the head's draft logits compared at every pass (bf16 on
+// the GPU: rel L2 < 3e-2) and its drafts (argmax; a near-tie may flip one, so at most one differs).
+// Engine: a random-weight Llama with a dummy-weight head (configs-style config.json, --load-format
+// dummy) through the engine on the GPU: greedy outputs follow plain decoding over their first
+// kSameFirstTokens tokens (GPU batching is not bit-exact, as cuda_spec_decode_e2e_test says), the
+// head drafted, and nothing failed. Skips without a GPU.
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <cstdio>
+#include <cstdlib>
+#include <fstream>
+
+#include "backend/cpu/cpu_backend.h"
+#include "backend/cuda/cuda_backend.h"
+#include "common/mapped_file.h"
+#include "engine/engine.h"
+#include "engine/engine_group.h"
+#include "kvasir/llm.h"
+#include "loader/weight_source.h"
+#include "model/registry.h"
+#include "runner/eagle3_proposer.h"
+#include "setup/loaded_model.h"
+
+namespace kvasir {
+namespace {
+
+// From the working directory when it is a checkout (the GPU machine runs from its own copy, where
+// the build machine's KVASIR_SOURCE_DIR does not exist), else from the source tree.
+const std::string kDir = std::ifstream("tests/data/eagle3/tiny_head/config.json").good()
+                             ? std::string("tests/data/eagle3/")
+                             : std::string(KVASIR_SOURCE_DIR) + "/tests/data/eagle3/";
+
+// One backend's target + head + proposer over the tiny checkpoints.
+struct Side {
+  std::unique_ptr<Backend> backend;
+  std::unique_ptr<WeightSource> tw, hw;
+  std::unique_ptr<DecoderModel> target;
+  KvCache target_cache;
+  std::unique_ptr<Eagle3Head> head;
+  KvCache head_cache;
+  std::unique_ptr<Eagle3Proposer> proposer;
+
+  void init(std::unique_ptr<Backend> b) {
+    backend = std::move(b);
+    auto t = open_weights(kDir + "tiny_target");
+    auto h0 = open_weights(kDir + "tiny_head");
+    ASSERT_TRUE(t.ok() && h0.ok());
+    tw = std::move(t).value();
+    hw = std::move(h0).value();
+    auto cfg = load_model_config(*tw);
+    ASSERT_TRUE(cfg.ok());
+    ModelOptions mo;
+    mo.max_num_tokens = 64;
+    mo.max_num_logits = 8;
+    auto m = DecoderModel::create(*cfg, *tw, *backend, mo);
+    ASSERT_TRUE(m.ok()) << m.status().to_string();
+    target = std::move(*m);
+    auto tc = target->allocate_kv_cache(32, 4);
+    ASSERT_TRUE(tc.ok());
+    target_cache = std::move(tc).value();
+    auto hc = parse_eagle3_head_config(*read_text_file(kDir + "tiny_head/config.json"), *cfg, "tiny_head");
+    ASSERT_TRUE(hc.ok());
+    auto h = Eagle3Head::create(*hc, *hw, *target, 64, 8);
+    ASSERT_TRUE(h.ok()) << h.status().to_string();
+    head = std::move(*h);
+    auto hc2 = head->allocate_kv_cache(32, 4);
+    ASSERT_TRUE(hc2.ok());
+    head_cache = std::move(hc2).value();
+    proposer = std::make_unique<Eagle3Proposer>(*head, head_cache);
+  }
+  // Target forward over one sequence's tokens at [first, first + n) (blocks 1..16).
+  void forward(const std::vector<int32_t>& tokens, int32_t first) {
+    std::vector<int32_t> pos, qsl = {0, static_cast<int32_t>(tokens.size())}, lens, tables;
+    std::vector<int64_t> slots;
+    for (size_t j = 0; j < tokens.size(); ++j) {
+      const int32_t p = first + static_cast<int32_t>(j);
+      pos.push_back(p);
+      slots.push_back(int64_t{1 + p / 4} * 4 + p % 4);
+    }
+    lens.push_back(first + static_cast<int32_t>(tokens.size()));
+    for (int b = 1; b <= 16; ++b) tables.push_back(b);
+    ForwardBatch fb;
+    fb.num_tokens = static_cast<int>(tokens.size());
+    fb.input_ids = tokens.data();
+    fb.positions = pos.data();
+    fb.attn = AttentionMetadata{1, fb.num_tokens, qsl.data(), lens.data(), tables.data(), 16, slots.data(), 4};
+    ASSERT_TRUE(target->run_layers(fb, target_cache).ok());
+  }
+};
+
+TEST(CudaEagle3, HeadAndProposerMatchTheCpuTwin) {
+  if (cuda_device_count() == 0) GTEST_SKIP() << "no CUDA device";
+  Side gpu, cpu;
+  auto g = create_cuda_backend(CudaBackendOptions{});
+  ASSERT_TRUE(g.ok()) << g.status().message();
+  gpu.init(std::move(*g));
+  CpuBackendOptions bo;
+  bo.precision = MatmulPrecision::kExact;
+  cpu.init(std::make_unique<CpuBackend>(bo));
+  const std::vector<int32_t> prompt = {5, 17, 200, 33, 91, 4, 250, 12, 77, 140, 3, 9};
+  std::vector<int32_t> history = prompt;
+  history.push_back(60);
+  int differing = 0, compared = 0;
+  std::vector<TokenId> drafts[2];
+  auto step = [&](const std::vector<int32_t>& tokens, int32_t first, int32_t valid, const std::vector<int32_t>& hist,
+                  int k) {
+    Side* sides[2] = {&gpu, &cpu};
+    for (int s = 0; s < 2; ++s) {
+      sides[s]->forward(tokens, first);
+      Eagle3StepRow row{"r", hist, first, valid, 0, k, k > 0 ? &drafts[s] : nullptr};
+      sides[s]->proposer->run_step(std::span<const Eagle3StepRow>(&row, 1));
+      // The last pass's logits, on both backends.
+    }
+    if (k == 0) return;
+    std::vector<float> l[2];
+    for (int s = 0; s < 2; ++s) {
+      const int32_t row0 = 0;
+      l[s].resize(64);
+      ASSERT_TRUE(sides[s]->head->draft_logits(&row0, 1, l[s].data()).ok());
+    }
+    double num = 0, den = 0;
+    for (size_t i = 0; i < 64; ++i) num += (l[0][i] - l[1][i]) * (l[0][i] - l[1][i]), den += l[1][i] * l[1][i];
+    std::printf("draft pass logits rel L2 %.2e; drafts gpu", std::sqrt(num / den));
+    for (TokenId t : drafts[0]) std::printf(" %d", t);
+    std::printf(" cpu");
+    for (TokenId t : drafts[1]) std::printf(" %d", t);
+    std::printf("\n");
+    EXPECT_LT(std::sqrt(num / den), 3e-2);
+    ASSERT_EQ(drafts[0].size(), drafts[1].size());
+    for (size_t i = 0; i < drafts[0].size(); ++i) differing += drafts[0][i] != drafts[1][i], ++compared;
+  };
+  step(std::vector<int32_t>(prompt.begin(), prompt.begin() + 7), 0, 7, prompt, 0);
+  step(std::vector<int32_t>(prompt.begin() + 7, prompt.end()), 7, 5, history, 4);
+  // A verify of [60, cpu drafts...] that keeps the first draft, then the bonus 99.
+  const std::vector<TokenId> d = drafts[1];
+  std::vector<int32_t> verify = {60};
+  verify.insert(verify.end(), d.begin(), d.end());
+  history.push_back(d[0]);
+  history.push_back(99);
+  step(verify, 12, 2, history, 4);
+  EXPECT_LE(differing, 1) << "of " << compared << " drafts";
+}
+
+constexpr size_t kSameFirstTokens = 16;
+
+std::string write_file(const std::string& name, const std::string& text) {
+  const std::string path = ::testing::TempDir() + name;
+  std::ofstream(path) << text;
+  return path;
+}
+
+TEST(CudaEagle3, EngineWithADummyHeadFollowsPlainDecoding) {
+  if (cuda_device_count() == 0) GTEST_SKIP() << "no CUDA device";
+  const std::string target = write_file("eagle3_target.json", R"({"model_type": "llama", "hidden_size": 512,
+    "intermediate_size": 1024, "num_hidden_layers": 3, "num_attention_heads": 8, "num_key_value_heads": 2,
+    "vocab_size": 512, "rms_norm_eps": 1e-5, "rope_theta": 500000.0, "max_position_embeddings": 4096,
+    "tie_word_embeddings": false, "eos_token_id": 2, "bos_token_id": 1})");
+  const std::string head = write_file("eagle3_head.json", R"({"architectures": ["LlamaForCausalLMEagle3"],
+    "model_type": "llama", "hidden_size": 512, "intermediate_size": 1024, "num_attention_heads": 8,
+    "num_key_value_heads": 2, "vocab_size": 512, "draft_vocab_size": 256, "rms_norm_eps": 1e-5,
+    "rope_theta": 500000.0, "max_position_embeddings": 4096, "num_hidden_layers": 1})");
+  std::vector<PromptInput> prompts;
+  for (int i = 0; i < 6; ++i) {
+    std::vector<int32_t> ids;
+    for (int j = 0; j < 20 + 7 * i; ++j) ids.push_back(3 + (j * 37 + i * 11) % 500);
+    prompts.push_back(PromptInput{"", ids, std::nullopt});
+  }
+  std::vector<std::vector<int32_t>> out[2];
+  int64_t drafts = 0;
+  for (int spec = 0; spec < 2; ++spec) {
+    EngineArgs a;
+    a.model = target;
+    a.device = "cuda";
+    a.load_format = "dummy";
+    a.max_num_seqs = 16;
+    a.max_num_batched_tokens = 256;
+    a.gpu_memory_utilization = 0.1;
+    if (spec) {
+      a.speculative.method = "eagle3";
+      a.speculative.draft_model = head;
+      a.speculative.num_speculative_tokens = 3;
+      setenv("KVASIR_TEST_SPEC_VERIFY_ALL_DRAFTS", "1", 1);
+    }
+    auto llm = LLM::create(a);
+    unsetenv("KVASIR_TEST_SPEC_VERIFY_ALL_DRAFTS");
+    ASSERT_TRUE(llm.ok()) << llm.status().message();
+    SamplingParams sp;
+    sp.max_tokens = 48;
+    sp.ignore_eos = true;
+    sp.temperature = 0.0f;
+    auto res = (*llm)->generate(prompts, sp);
+    ASSERT_TRUE(res.ok());
+    for (const auto& r : *res) {
+      EXPECT_TRUE(r.error.empty()) << r.error;
+      out[spec].push_back(r.outputs.empty() ? std::vector<int32_t>{} : r.outputs[0].token_ids);
+    }
+    if (spec) {
+      const EngineMetrics& m = (*llm)->engines().replica(0).metrics();
+      drafts = m.spec_decode_num_drafts.load();
+      std::printf("eagle3: %lld drafts, %lld draft tokens, %lld accepted; %s\n", static_cast<long long>(drafts),
+                  static_cast<long long>(m.spec_decode_num_draft_tokens.load()),
+                  static_cast<long long>(m.spec_decode_num_accepted_tokens.load()), (*llm)->model().backend->stats().c_str());
+    }
+  }
+  EXPECT_GT(drafts, 0);
+  ASSERT_EQ(out[0].size(), out[1].size());
+  int whole = 0;
+  for (size_t i = 0; i < out[0].size(); ++i) {
+    ASSERT_GE(out[1][i].size(), kSameFirstTokens);
+    EXPECT_TRUE(std::equal(out[0][i].begin(), out[0][i].begin() + kSameFirstTokens, out[1][i].begin())) << "prompt " << i;
+    whole += out[0][i] == out[1][i];
+  }
+  std::printf("whole outputs equal: %d of %zu\n", whole, out[0].size());
+}
+
+}  // namespace
+}  // namespace kvasir

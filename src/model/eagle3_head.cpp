@@ -1,0 +1,250 @@
+#include "model/eagle3_head.h"
+
+#include <algorithm>
+#include <cstring>
+
+#include "model/weight_binding.h"
+
+namespace kvasir {
+
+Eagle3Head::Eagle3Head(const Eagle3HeadConfig& config, DecoderModel& target, int max_num_tokens, int max_num_rows)
+    : config_(config),
+      target_(target),
+      backend_(target.backend()),
+      max_num_tokens_(max_num_tokens),
+      max_num_rows_(max_num_rows),
+      eps_(static_cast<float>(config.layer.rms_norm_eps)),
+      rope_(std::make_unique<RopeTables>()) {}
+
+Eagle3Head::~Eagle3Head() = default;
+
+StatusOr<std::unique_ptr<Eagle3Head>> Eagle3Head::create(const Eagle3HeadConfig& config, const WeightSource& weights,
+                                                         DecoderModel& target, int max_num_tokens, int max_num_rows) {
+  if (max_num_tokens < 1 || max_num_rows < 1) return invalid_argument("EAGLE-3 head: workspace sizes must be positive");
+  if (max_num_tokens > target.max_num_tokens()) {
+    return invalid_argument("EAGLE-3 head: a pass of " + std::to_string(max_num_tokens) +
+                            " tokens exceeds the target's workspace of " + std::to_string(target.max_num_tokens()));
+  }
+  if (config.layer.hidden_size != target.config().hidden_size) {
+    return invalid_argument("EAGLE-3 head: hidden_size " + std::to_string(config.layer.hidden_size) +
+                            " differs from the target's " + std::to_string(target.config().hidden_size));
+  }
+  std::unique_ptr<Eagle3Head> h(new Eagle3Head(config, target, max_num_tokens, max_num_rows));
+  KVASIR_RETURN_IF_ERROR(h->bind(weights));
+  KVASIR_RETURN_IF_ERROR(h->read_vocab_maps(weights));
+  KVASIR_RETURN_IF_ERROR(h->allocate_workspace());
+  KVASIR_RETURN_IF_ERROR(target.capture_aux_hidden_states(config.aux_layer_ids));
+  return h;
+}
+
+Status Eagle3Head::bind(const WeightSource& weights) {
+  const WeightManifest manifest = eagle3_head_manifest(config_);
+  WeightBinder b(weights, backend_, config_.layer, owned_);
+  KVASIR_ASSIGN_OR_RETURN(LayerWeights top, b.bind(manifest.model));
+  KVASIR_ASSIGN_OR_RETURN(weights_, b.bind(manifest.layers[0]));
+  embed_ = top.get("token_embd.weight");
+  if (embed_.data == nullptr) {
+    // vLLM's rule: a head without embed_tokens embeds with the target's table.
+    embed_ = target_.token_embedding();
+    if (embed_.data == nullptr) return invalid_argument("EAGLE-3 head: the target's token embedding is not bound here");
+  }
+  fc_ = top.get("fc.weight");
+  norm_ = top.get("output_norm.weight");
+  lm_head_ = top.get("output.weight");
+  attn_norm_ = weights_.get("attn_norm.weight");
+  hidden_norm_ = weights_.get("hidden_norm.weight");
+  post_norm_ = weights_.get("ffn_norm.weight");
+  const ModelConfig& c = config_.layer;
+  rope_->global = make_rope_table(c.rope_theta, static_cast<int>(c.rotary_dim), c.rope_scaling);
+  rope_->sliding = rope_->global;
+  const BlockInit init{c, weights_, 0, false, rope_.get(), &backend_, max_num_tokens_};
+  KVASIR_ASSIGN_OR_RETURN(attn_, make_decoder_attention(init));
+  KVASIR_ASSIGN_OR_RETURN(mlp_, make_gated_mlp(init));
+  return Status();
+}
+
+// d2t[d]: target id of draft id d minus d (int64, [draft_vocab]); absent means the identity
+// (vLLM's zero-initialised parameter). t2d (the [vocab] bool mask of the other direction) is not
+// read: greedy drafting only maps draft ids to target ids.
+Status Eagle3Head::read_vocab_maps(const WeightSource& weights) {
+  const int64_t dv = config_.draft_vocab_size, vocab = config_.layer.vocab_size;
+  d2t_.assign(static_cast<size_t>(dv), 0);
+  if (weights.has_tensor("d2t")) {
+    KVASIR_ASSIGN_OR_RETURN(WeightTensor t, weights.tensor("d2t"));
+    if (t.dtype != DType::kI64 || t.shape.size() != 1 || t.shape[0] != dv) {
+      return data_loss("EAGLE-3 head: d2t must be int64 [draft_vocab_size = " + std::to_string(dv) + "]");
+    }
+    for (int64_t d = 0; d < dv; ++d) {
+      int64_t off = 0;
+      std::memcpy(&off, t.data + static_cast<size_t>(d) * sizeof(int64_t), sizeof(off));
+      if (d + off < 0 || d + off >= vocab) {
+        return data_loss("EAGLE-3 head: d2t maps draft id " + std::to_string(d) + " to " + std::to_string(d + off) +
+                         ", outside the target's vocabulary of " + std::to_string(vocab));
+      }
+      d2t_[static_cast<size_t>(d)] = static_cast<int32_t>(off);
+    }
+  } else if (weights.format() == WeightFormat::kDummy) {
+    // --load-format dummy: random matrices, and draft id d is target id d (d < vocab).
+  } else if (dv != vocab) {
+    return data_loss("EAGLE-3 head: draft_vocab_size " + std::to_string(dv) + " < vocab_size " +
+                     std::to_string(vocab) + " needs the d2t tensor (draft id -> target id offset)");
+  }
+  return Status();
+}
+
+Status Eagle3Head::allocate_workspace() {
+  const ModelConfig& c = config_.layer;
+  const int64_t T = max_num_tokens_, R = max_num_rows_, H = c.hidden_size;
+  const int64_t qd = c.num_heads * c.head_dim, kvd = c.num_kv_heads * c.head_dim;
+  const DType act = backend_.activation_dtype();
+  auto make = [&](Tensor& t, int64_t rows, int64_t cols, DType dt) -> Status {
+    KVASIR_ASSIGN_OR_RETURN(auto buf, backend_.allocate(*row_bytes(dt, cols) * static_cast<size_t>(rows)));
+    t = Tensor::make(buf->data(), dt, {rows, cols}, backend_.device());
+    buffers_.push_back(std::move(buf));
+    return Status();
+  };
+  KVASIR_RETURN_IF_ERROR(make(hidden_[0], T, H, act));
+  KVASIR_RETURN_IF_ERROR(make(hidden_[1], T, H, act));
+  KVASIR_RETURN_IF_ERROR(make(fused_, T, 3 * H, act));
+  KVASIR_RETURN_IF_ERROR(make(halves_, 2 * T, H, act));
+  KVASIR_RETURN_IF_ERROR(make(cat_, T, 2 * H, act));
+  KVASIR_RETURN_IF_ERROR(make(h_, T, H, act));
+  KVASIR_RETURN_IF_ERROR(make(o_, T, H, act));
+  KVASIR_RETURN_IF_ERROR(make(q_, T, qd, act));
+  KVASIR_RETURN_IF_ERROR(make(k_, T, kvd, act));
+  KVASIR_RETURN_IF_ERROR(make(v_, T, kvd, act));
+  KVASIR_RETURN_IF_ERROR(make(attn_out_, T, qd, act));
+  KVASIR_RETURN_IF_ERROR(make(gate_, T, c.intermediate_size, act));
+  KVASIR_RETURN_IF_ERROR(make(up_, T, c.intermediate_size, act));
+  KVASIR_RETURN_IF_ERROR(make(last_, R, H, act));
+  KVASIR_RETURN_IF_ERROR(make(logits_, R, config_.draft_vocab_size, DType::kF32));
+  gather_rows_.reserve(static_cast<size_t>(3 * T));
+  greedy_rows_.assign(static_cast<size_t>(R), DeviceSamplingRow{});  // temperature 0: argmax
+  return Status();
+}
+
+size_t Eagle3Head::kv_cache_bytes_per_block(int block_size) const {
+  const KvCacheShape s = attn_->cache_shape();
+  const size_t row = *row_bytes(backend_.kv_cache_dtype(), s.k_heads * s.k_dim) +
+                     *row_bytes(backend_.kv_cache_dtype(), s.v_heads * s.v_dim);
+  return row * static_cast<size_t>(block_size);
+}
+
+StatusOr<KvCache> Eagle3Head::allocate_kv_cache(int num_blocks, int block_size) {
+  if (num_blocks < 1 || block_size < 1) return invalid_argument("EAGLE-3 head: the KV cache needs at least one block");
+  KvCache c;
+  c.num_blocks = num_blocks;
+  c.block_size = block_size;
+  const KvCacheShape s = attn_->cache_shape();
+  for (auto [heads, dim, side] : {std::tuple{s.k_heads, s.k_dim, &c.k}, std::tuple{s.v_heads, s.v_dim, &c.v}}) {
+    const size_t bytes = *row_bytes(backend_.kv_cache_dtype(), heads * dim) * static_cast<size_t>(block_size) *
+                         static_cast<size_t>(num_blocks);
+    KVASIR_ASSIGN_OR_RETURN(auto buf, backend_.allocate(bytes));
+    side->push_back(Tensor::make(buf->data(), backend_.kv_cache_dtype(), {num_blocks, block_size, heads, dim},
+                                 backend_.device()));
+    c.buffers.push_back(std::move(buf));
+  }
+  return c;
+}
+
+Status Eagle3Head::forward(const ForwardBatch& batch, HiddenFrom from, const int32_t* hidden_rows, KvCache& cache) {
+  const int T = batch.num_tokens;
+  if (T < 1 || T > max_num_tokens_) {
+    return invalid_argument("EAGLE-3 head: a pass of " + std::to_string(T) + " tokens exceeds its workspace of " +
+                            std::to_string(max_num_tokens_));
+  }
+  const int64_t vocab = config_.layer.vocab_size;
+  for (int i = 0; i < T; ++i) {
+    if (batch.input_ids[i] < 0 || batch.input_ids[i] >= vocab) return invalid_argument("EAGLE-3 head: token id out of range");
+  }
+  const int64_t H = config_.layer.hidden_size;
+  const int next = from == HiddenFrom::kHead ? 1 - cur_ : cur_;
+  Tensor hidden = hidden_[next].slice_rows(0, T);
+  gather_rows_.clear();
+  if (from == HiddenFrom::kTarget) {
+    // fc's input [T, 3H] is [3T, H] with token i's layer-j state at row 3i + j.
+    const Tensor& aux = target_.aux_hidden_states();
+    const int64_t per_layer = target_.max_num_tokens();
+    for (int i = 0; i < T; ++i) {
+      if (hidden_rows[i] < 0 || hidden_rows[i] >= per_layer) return invalid_argument("EAGLE-3 head: target row out of range");
+      for (int64_t j = 0; j < 3; ++j) gather_rows_.push_back(static_cast<int32_t>(j * per_layer + hidden_rows[i]));
+    }
+    Tensor fused = fused_.slice_rows(0, T);
+    Tensor fused_rows = fused.reshape({3 * int64_t{T}, H});
+    backend_.gather_rows(aux, gather_rows_.data(), 3 * T, fused_rows);
+    backend_.linear(fused, fc_, nullptr, hidden);
+  } else {
+    for (int i = 0; i < T; ++i) {
+      if (hidden_rows[i] < 0 || hidden_rows[i] >= last_num_tokens_) return invalid_argument("EAGLE-3 head: own row out of range");
+    }
+    backend_.gather_rows(hidden_[cur_].slice_rows(0, last_num_tokens_), hidden_rows, T, hidden);
+  }
+  cur_ = next;
+  last_num_tokens_ = 0;
+  // [normed embedding | normed hidden]: both halves into [2T, H], then interleaved into [T, 2H].
+  Tensor emb = halves_.slice_rows(0, T), hid = halves_.slice_rows(T, T);
+  // Unscaled, whoever's table it is: vLLM shares the target's embedding module, and a family's
+  // embedding scale (Gemma's) lives in the family's forward, not in that module.
+  backend_.embedding(embed_, batch.input_ids, T, 1.0f, emb);
+  backend_.rms_norm(emb, attn_norm_, eps_, emb);
+  backend_.rms_norm(hidden, hidden_norm_, eps_, hid);
+  if (config_.norm_before_residual) backend_.rms_norm(hidden, hidden_norm_, eps_, hidden);  // the residual too
+  gather_rows_.clear();
+  for (int i = 0; i < T; ++i) {
+    gather_rows_.push_back(i);
+    gather_rows_.push_back(T + i);
+  }
+  Tensor cat = cat_.slice_rows(0, T);
+  Tensor cat_rows = cat.reshape({2 * int64_t{T}, H});
+  backend_.gather_rows(halves_.slice_rows(0, 2 * T), gather_rows_.data(), 2 * T, cat_rows);
+  BlockScratch s{q_.slice_rows(0, T), k_.slice_rows(0, T), v_.slice_rows(0, T),
+                 attn_out_.slice_rows(0, T), gate_.slice_rows(0, T), up_.slice_rows(0, T)};
+  Tensor h = h_.slice_rows(0, T), o = o_.slice_rows(0, T);
+  attn_->forward(backend_, cat, batch, cache.k[0], cache.v[0], s, o);
+  backend_.add_rms_norm(hidden, o, post_norm_, eps_, h);
+  mlp_->forward(backend_, h, s, o);
+  backend_.add(hidden, o);
+  last_num_tokens_ = T;
+  return Status();
+}
+
+StatusOr<Tensor> Eagle3Head::logits_on_device(const int32_t* rows, int num_rows) {
+  if (num_rows < 1 || num_rows > max_num_rows_) return invalid_argument("EAGLE-3 head: logits rows must be in [1, max]");
+  for (int i = 0; i < num_rows; ++i) {
+    if (rows[i] < 0 || rows[i] >= last_num_tokens_) return invalid_argument("EAGLE-3 head: logits row out of range");
+  }
+  Tensor last = last_.slice_rows(0, num_rows), out = logits_.slice_rows(0, num_rows);
+  backend_.gather_rows(hidden_[cur_].slice_rows(0, last_num_tokens_), rows, num_rows, last);
+  backend_.rms_norm(last, norm_, eps_, last);
+  backend_.linear(last, lm_head_, nullptr, out);
+  return out;
+}
+
+Status Eagle3Head::draft_logits(const int32_t* rows, int num_rows, float* out) {
+  KVASIR_ASSIGN_OR_RETURN(Tensor logits, logits_on_device(rows, num_rows));
+  backend_.copy_to_host(logits, out);
+  return Status();
+}
+
+Status Eagle3Head::greedy_target_tokens(const int32_t* rows, int num_rows, int32_t* out) {
+  KVASIR_ASSIGN_OR_RETURN(Tensor logits, logits_on_device(rows, num_rows));
+  if (backend_.capabilities().device_sampling) {
+    // Greedy rows: only the ids come back, not [rows, draft_vocab] floats.
+    KVASIR_RETURN_IF_ERROR(backend_.sample(logits, greedy_rows_.data(), num_rows, out));
+  } else {
+    const size_t dv = static_cast<size_t>(config_.draft_vocab_size);
+    host_logits_.resize(static_cast<size_t>(num_rows) * dv);
+    backend_.copy_to_host(logits, host_logits_.data());
+    for (int i = 0; i < num_rows; ++i) {
+      const float* l = host_logits_.data() + static_cast<size_t>(i) * dv;
+      out[i] = static_cast<int32_t>(std::max_element(l, l + dv) - l);
+    }
+  }
+  for (int i = 0; i < num_rows; ++i) {
+    if (out[i] < 0 || out[i] >= config_.draft_vocab_size) return internal_error("EAGLE-3 head: draft id out of range");
+    out[i] = target_id(out[i]);
+  }
+  return Status();
+}
+
+}  // namespace kvasir

@@ -1,0 +1,158 @@
+#include "model/eagle3_head_config.h"
+
+#include <algorithm>
+
+#include "common/json.h"
+#include "model/registry.h"
+
+namespace kvasir {
+namespace {
+
+Status head_error(const std::string& where, const std::string& m) {
+  return invalid_argument("EAGLE-3 head " + where + ": " + m);
+}
+
+}  // namespace
+
+StatusOr<Eagle3HeadConfig> parse_eagle3_head_config(const std::string& json_text, const ModelConfig& target,
+                                                    const std::string& where) {
+  auto parsed = parse_json(json_text);
+  if (!parsed.ok() || !parsed->is_object()) return head_error(where, "config.json is not a JSON object");
+  Json j = *parsed;
+  // The architecture: vLLM and SGLang register the head as LlamaForCausalLMEagle3 (vLLM also
+  // as Eagle3LlamaForCausalLM); an EAGLE-1/2 head (LlamaForCausalLMEagle) has no fc over three
+  // layers and no hidden_norm, so it is refused rather than run as something it is not.
+  const Json* arch = j.find("architectures");
+  if (arch == nullptr || !arch->is_array() || arch->as_array().size() != 1 || !arch->as_array()[0].is_string()) {
+    return head_error(where, "config.json needs 'architectures': [\"LlamaForCausalLMEagle3\"]");
+  }
+  const std::string a = arch->as_array()[0].as_string();
+  if (a != "LlamaForCausalLMEagle3" && a != "Eagle3LlamaForCausalLM") {
+    return head_error(where, "architecture \"" + a +
+                                 "\" is not an EAGLE-3 head (LlamaForCausalLMEagle3); EAGLE-1/2 heads (method "
+                                 "\"eagle\") are not supported yet");
+  }
+  auto positive = [&](const char* key, bool required, int64_t def) -> StatusOr<int64_t> {
+    const Json* v = j.find(key);
+    if (v == nullptr || v->is_null()) {
+      if (required) return head_error(where, std::string("config.json lacks '") + key + "'");
+      return def;
+    }
+    if (!v->is_int() || v->as_int() < 1) return head_error(where, std::string("'") + key + "' must be a positive integer");
+    return v->as_int();
+  };
+  KVASIR_ASSIGN_OR_RETURN(const int64_t hidden, positive("hidden_size", true, 0));
+  if (hidden != target.hidden_size) {
+    return head_error(where, "hidden_size " + std::to_string(hidden) + " differs from the target's hidden_size " +
+                                 std::to_string(target.hidden_size) + ": the head was trained for another model");
+  }
+  KVASIR_ASSIGN_OR_RETURN(const int64_t target_hidden, positive("target_hidden_size", false, hidden));
+  if (target_hidden != target.hidden_size) {
+    return head_error(where, "target_hidden_size " + std::to_string(target_hidden) + " differs from the target's " +
+                                 std::to_string(target.hidden_size));
+  }
+  KVASIR_ASSIGN_OR_RETURN(const int64_t vocab, positive("vocab_size", false, target.vocab_size));
+  if (vocab != target.vocab_size) {
+    return head_error(where, "vocab_size " + std::to_string(vocab) + " differs from the target's " +
+                                 std::to_string(target.vocab_size));
+  }
+  KVASIR_ASSIGN_OR_RETURN(const int64_t draft_vocab, positive("draft_vocab_size", false, vocab));
+  if (draft_vocab > vocab) {
+    return head_error(where, "draft_vocab_size " + std::to_string(draft_vocab) + " exceeds vocab_size " +
+                                 std::to_string(vocab));
+  }
+  KVASIR_ASSIGN_OR_RETURN(const int64_t num_layers, positive("num_hidden_layers", false, 1));
+  if (num_layers != 1) {
+    return head_error(where, "num_hidden_layers " + std::to_string(num_layers) +
+                                 ": only single-layer EAGLE-3 heads (one midlayer) are supported");
+  }
+  // Aux layer ids: eagle_config.eagle_aux_hidden_state_layer_ids (vLLM) or the same key at the top.
+  const Json* ids = nullptr;
+  if (const Json* ec = j.find("eagle_config"); ec != nullptr && ec->is_object()) ids = ec->find("eagle_aux_hidden_state_layer_ids");
+  if (ids == nullptr) ids = j.find("eagle_aux_hidden_state_layer_ids");
+  const int64_t L = target.num_layers;
+  Eagle3HeadConfig c;
+  if (ids != nullptr && !ids->is_null()) {
+    if (!ids->is_array()) return head_error(where, "'eagle_aux_hidden_state_layer_ids' must be a list of layer ids");
+    for (const Json& v : ids->as_array()) {
+      if (!v.is_int()) return head_error(where, "'eagle_aux_hidden_state_layer_ids' must hold integers");
+      c.aux_layer_ids.push_back(static_cast<int>(std::clamp<int64_t>(v.as_int(), -1, L)));
+      if (v.as_int() < 0 || v.as_int() >= L) {
+        return head_error(where, "aux hidden-state layer " + std::to_string(v.as_int()) + " is outside the target's " +
+                                     std::to_string(L) + " layers [0, " + std::to_string(L) + ")");
+      }
+    }
+  } else {
+    c.aux_layer_ids = {2, static_cast<int>(L / 2), static_cast<int>(L - 3)};
+    for (int id : c.aux_layer_ids) {
+      if (id < 0 || id >= L) {
+        return head_error(where, "the target has " + std::to_string(L) +
+                                     " layers, too few for the default aux hidden-state layers (2, L/2, L-3); name "
+                                     "them in eagle_config.eagle_aux_hidden_state_layer_ids");
+      }
+    }
+  }
+  std::sort(c.aux_layer_ids.begin(), c.aux_layer_ids.end());
+  if (c.aux_layer_ids.size() != 3 ||
+      std::adjacent_find(c.aux_layer_ids.begin(), c.aux_layer_ids.end()) != c.aux_layer_ids.end()) {
+    return head_error(where, "an EAGLE-3 head fuses exactly three distinct target layers (fc is [hidden, 3 x hidden])");
+  }
+  if (const Json* nbr = j.find("norm_before_residual"); nbr != nullptr && !nbr->is_null()) {
+    if (!nbr->is_bool()) return head_error(where, "'norm_before_residual' must be true or false");
+    c.norm_before_residual = nbr->as_bool();
+  }
+  // The layer itself through the llama reader (heads, head_dim, MLP, eps, RoPE), as one layer.
+  j.set("architectures", Json(Json::Array{Json("LlamaForCausalLM")}));
+  j.set("model_type", Json("llama"));
+  j.set("num_hidden_layers", Json(1));
+  j.set("vocab_size", Json(vocab));
+  j.set("tie_word_embeddings", Json(false));
+  auto layer = model_config_from_hf_json(j, nullptr);
+  if (!layer.ok()) return head_error(where, layer.status().message());
+  c.layer = *layer;
+  if (c.layer.attention_bias || c.layer.qk_norm || c.layer.sliding_window != 0) {
+    return head_error(where, "attention biases, QK-norm and sliding windows are not part of an EAGLE-3 head");
+  }
+  c.draft_vocab_size = draft_vocab;
+  return c;
+}
+
+WeightManifest eagle3_head_manifest(const Eagle3HeadConfig& c) {
+  const ModelConfig& m = c.layer;
+  const int64_t h = m.hidden_size, qd = m.num_heads * m.head_dim, kvd = m.num_kv_heads * m.head_dim;
+  const int64_t ffn = m.intermediate_size;
+  WeightManifest w;
+  auto add = [](std::vector<WeightSpec>& list, const std::string& role, const std::string& hf, WeightKind kind,
+                std::vector<int64_t> shape) -> WeightSpec& {
+    WeightSpec s;
+    s.role = role;
+    s.hf.name = hf;
+    s.kind = kind;
+    s.shape = std::move(shape);
+    list.push_back(std::move(s));
+    return list.back();
+  };
+  // Optional: a head without it embeds with the target's table (vLLM shares it then). Not made
+  // by --load-format dummy, so dummy heads share the target's too.
+  WeightSpec& embed = add(w.model, "token_embd.weight", "embed_tokens.weight", WeightKind::kMatrix, {m.vocab_size, h});
+  embed.optional = true;
+  embed.expected = false;
+  add(w.model, "fc.weight", "fc.weight", WeightKind::kMatrix, {h, 3 * h});
+  add(w.model, "output_norm.weight", "norm.weight", WeightKind::kNorm, {h});
+  add(w.model, "output.weight", "lm_head.weight", WeightKind::kMatrix, {c.draft_vocab_size, h});
+  w.layers.resize(1);
+  std::vector<WeightSpec>& L = w.layers[0];
+  add(L, "attn_norm.weight", "midlayer.input_layernorm.weight", WeightKind::kNorm, {h});
+  add(L, "hidden_norm.weight", "midlayer.hidden_norm.weight", WeightKind::kNorm, {h});
+  add(L, "attn_q.weight", "midlayer.self_attn.q_proj.weight", WeightKind::kMatrix, {qd, 2 * h});
+  add(L, "attn_k.weight", "midlayer.self_attn.k_proj.weight", WeightKind::kMatrix, {kvd, 2 * h});
+  add(L, "attn_v.weight", "midlayer.self_attn.v_proj.weight", WeightKind::kMatrix, {kvd, 2 * h});
+  add(L, "attn_output.weight", "midlayer.self_attn.o_proj.weight", WeightKind::kMatrix, {h, qd});
+  add(L, "ffn_norm.weight", "midlayer.post_attention_layernorm.weight", WeightKind::kNorm, {h});
+  add(L, "ffn_gate.weight", "midlayer.mlp.gate_proj.weight", WeightKind::kMatrix, {ffn, h});
+  add(L, "ffn_up.weight", "midlayer.mlp.up_proj.weight", WeightKind::kMatrix, {ffn, h});
+  add(L, "ffn_down.weight", "midlayer.mlp.down_proj.weight", WeightKind::kMatrix, {h, ffn});
+  return w;
+}
+
+}  // namespace kvasir
