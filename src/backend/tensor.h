@@ -28,6 +28,10 @@ struct Tensor {
   // value = code x scale. On a host tensor handed to upload_weight it may instead describe a
   // float32 matrix that is exactly codes x scales (a backend with FP8 kernels keeps the codes).
   const float* weight_scales = nullptr;
+  // An FP8 KV-cache tensor (--kv-cache-dtype fp8*): its per-tensor scale, the layer's k_scale or
+  // v_scale. write_kv stores x / cache_scale (saturated), attention reads code x cache_scale.
+  // 1 for every other tensor.
+  float cache_scale = 1.0f;
 
   static Tensor make(void* data, DType dtype, std::initializer_list<int64_t> dims,
                      Device device = Device::kCpu) {
@@ -67,6 +71,7 @@ struct Tensor {
   Tensor reshape(std::initializer_list<int64_t> dims) const {
     Tensor t = make(data, dtype, dims, device);
     KVASIR_CHECK(t.numel() == numel());
+    t.cache_scale = cache_scale;
     return t;
   }
 };
