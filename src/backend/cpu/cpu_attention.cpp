@@ -57,6 +57,8 @@ void CpuBackend::write_kv(const Tensor& k, const Tensor& v, Tensor& k_cache, Ten
   const bool f16 = kd == DType::kF16;
   KVASIR_CHECK((f16 || kd == DType::kF32 || is_fp8(kd)) && v_cache.dtype == kd);
   KVASIR_CHECK(k_cache.cache_scale > 0.0f && v_cache.cache_scale > 0.0f);
+  KVASIR_CHECK_MSG(is_fp8(kd) || (k_cache.cache_scale == 1.0f && v_cache.cache_scale == 1.0f),
+                   "write_kv: only an FP8 cache is scaled");
   for (int t = 0; t < m.num_tokens; ++t) {
     const int64_t slot = m.slot_mapping[t];
     if (slot < 0) continue;  // padding token: nothing to store
@@ -227,6 +229,8 @@ void CpuBackend::attention(const Tensor& q, const Tensor& k_cache, const Tensor&
   KVASIR_CHECK((kd == DType::kF16 || kd == DType::kF32 || is_fp8(kd)) && v_cache.dtype == kd);
   // FP8 codes widen to code values: K's scale joins the score scale, V's the final normalization
   // (both exactly 1 for float caches, so their results are unchanged to the bit).
+  KVASIR_CHECK_MSG(is_fp8(kd) || (k_cache.cache_scale == 1.0f && v_cache.cache_scale == 1.0f),
+                   "attention: only an FP8 cache is scaled");
   const float score_scale = p.scale * k_cache.cache_scale;
   const float v_scale = v_cache.cache_scale;
   // A sink joins each query's softmax once: in the unit when its keys are one range, else in the
