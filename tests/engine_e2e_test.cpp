@@ -251,8 +251,9 @@ TEST_F(EngineE2ETest, StopStringsNAndLogprobs) {
   }
 }
 
-// --kv-cache-dtype: float16 halves a block's bytes (so --kv-cache-memory holds twice the blocks);
-// what the backend cannot hold, and unknown names, are refused before anything loads.
+// --kv-cache-dtype: float16 halves a block's bytes (so --kv-cache-memory holds twice the blocks),
+// fp8 / fp8_e4m3 / fp8_e5m2 quarter them (one byte per element); what the backend cannot hold,
+// and unknown names, are refused before anything loads.
 TEST_F(EngineE2ETest, KvCacheDtypeFlag) {
   LoadOptions lo;
   auto f32 = load_model(repo_path(kModel), lo);
@@ -262,15 +263,43 @@ TEST_F(EngineE2ETest, KvCacheDtypeFlag) {
   EXPECT_EQ((*f32)->backend->kv_cache_dtype(), DType::kF32);
   EXPECT_EQ((*f16)->backend->kv_cache_dtype(), DType::kF16);
   EXPECT_EQ((*f32)->model->kv_cache_bytes_per_block(16), 2 * (*f16)->model->kv_cache_bytes_per_block(16));
+  for (auto [name, dtype] : {std::pair{"fp8", DType::kF8E4M3}, std::pair{"fp8_e4m3", DType::kF8E4M3},
+                             std::pair{"fp8_e5m2", DType::kF8E5M2}}) {
+    lo.kv_cache_dtype = name;
+    auto f8 = load_model(repo_path(kModel), lo);
+    ASSERT_TRUE(f8.ok()) << name << ": " << f8.status().to_string();
+    EXPECT_EQ((*f8)->backend->kv_cache_dtype(), dtype) << name;
+    EXPECT_EQ((*f16)->model->kv_cache_bytes_per_block(16), 2 * (*f8)->model->kv_cache_bytes_per_block(16)) << name;
+  }
   lo.kv_cache_dtype = "bfloat16";
   auto bf16 = load_model(repo_path(kModel), lo);
   ASSERT_FALSE(bf16.ok());
-  EXPECT_NE(bf16.status().message().find("float32 or float16"), std::string::npos) << bf16.status().message();
+  EXPECT_NE(bf16.status().message().find("float32, float16 or FP8"), std::string::npos) << bf16.status().message();
   EngineArgs ea = args(4, int64_t{64} << 20);
-  ea.kv_cache_dtype = "fp8";
+  ea.kv_cache_dtype = "fp4";
   auto bad = LLM::create(ea);
   ASSERT_FALSE(bad.ok());
   EXPECT_NE(bad.status().message().find("--kv-cache-dtype"), std::string::npos) << bad.status().message();
+}
+
+// An FP8 cache through the engine: a greedy request completes, and the same request twice gives
+// the same tokens (the cache is rewritten, never read stale, across requests and prefix hits).
+TEST_F(EngineE2ETest, Fp8KvCacheServesRequests) {
+  EngineArgs ea = args(4, int64_t{64} << 20);
+  ea.kv_cache_dtype = "fp8";
+  auto llm = LLM::create(ea);
+  ASSERT_TRUE(llm.ok()) << llm.status().to_string();
+  SamplingParams sp;
+  sp.temperature = 0;
+  sp.max_tokens = 16;
+  sp.ignore_eos = true;
+  std::vector<PromptInput> prompts(2, PromptInput{"The capital of France is", {}, std::nullopt});
+  auto first = (*llm)->generate(prompts, sp);
+  auto again = (*llm)->generate(prompts, sp);
+  ASSERT_TRUE(first.ok() && again.ok());
+  ASSERT_EQ((*first)[0].outputs.at(0).token_ids.size(), 16u);
+  EXPECT_EQ((*first)[0].outputs[0].token_ids, (*first)[1].outputs.at(0).token_ids);
+  EXPECT_EQ((*first)[0].outputs[0].token_ids, (*again)[0].outputs.at(0).token_ids);
 }
 
 // --dtype on the CPU: a GGUF loads with it (its blocks stay as they are; the HF directories'

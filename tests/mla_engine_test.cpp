@@ -97,6 +97,17 @@ TEST_P(MlaEngine, PreemptionUnderATinyLatentCacheGivesTheSameOutputs) {
   }
 }
 
+// The latent cache has no FP8 form: --kv-cache-dtype fp8 is refused naming MLA, never run in float.
+TEST_P(MlaEngine, Fp8KvCacheIsRefusedByName) {
+  for (const char* dtype : {"fp8", "fp8_e5m2"}) {
+    EngineArgs ea = args(GetParam().dir, 64, true);
+    ea.kv_cache_dtype = dtype;
+    auto llm = LLM::create(ea);
+    ASSERT_FALSE(llm.ok()) << dtype;
+    EXPECT_NE(llm.status().message().find("not supported for MLA models"), std::string::npos) << llm.status().message();
+  }
+}
+
 INSTANTIATE_TEST_SUITE_P(TinyDeepseek, MlaEngine, ::testing::ValuesIn(kModels),
                          [](const ::testing::TestParamInfo<TinyDeepseek>& info) {
                            return std::string(info.param.dir).substr(sizeof("tests/data/tiny/") - 1);

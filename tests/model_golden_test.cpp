@@ -257,6 +257,90 @@ TEST_P(ModelGoldenTest, Float16KvCache) {
   EXPECT_GE(agree * 20, n * kMinAgree);
 }
 
+// Greedy continuations of every golden prompt with the given KV-cache dtype (fast path).
+std::vector<std::vector<int32_t>> greedy_continuations(const std::string& path, const Golden& golden, const char* kv_dtype) {
+  EngineArgs ea;
+  ea.model = path;
+  ea.kv_cache_memory = int64_t{512} << 20;
+  ea.max_num_seqs = 32;
+  ea.kv_cache_dtype = kv_dtype;
+  auto llm = LLM::create(ea);
+  EXPECT_TRUE(llm.ok()) << llm.status().to_string();
+  if (!llm.ok()) return {};
+  std::vector<PromptInput> prompts;
+  for (const auto& p : golden.prompts) prompts.push_back(PromptInput{"", p.token_ids, std::nullopt});
+  SamplingParams sp;
+  sp.temperature = 0;
+  sp.max_tokens = static_cast<int>(golden.prompts[0].generated.size());
+  sp.ignore_eos = true;
+  auto res = (*llm)->generate(prompts, sp);
+  EXPECT_TRUE(res.ok());
+  std::vector<std::vector<int32_t>> out;
+  if (!res.ok()) return out;
+  for (const auto& r : *res) {
+    EXPECT_TRUE(r.error.empty()) << r.error;
+    out.push_back(r.outputs.empty() ? std::vector<int32_t>{} : r.outputs[0].token_ids);
+  }
+  return out;
+}
+
+// --kv-cache-dtype fp8 (e4m3, scale 1 as vLLM without checkpoint scales) and fp8_e5m2: K/V kept
+// as 8-bit codes, a quarter of the float32 cache's bytes per block (half of float16's: twice the
+// tokens per GiB), widened when read. Each K/V value moves by up to 2^-4 (e4m3) or 2^-3 (e5m2)
+// relative, ~100x float16's rounding, and 30 layers carry that into the logits; greedy
+// continuations of 64 tokens then leave the float cache's at the first close call. Issue 15 asks
+// for 19 of 20 continuations equal to the higher-precision cache's: NOT met on these small models
+// (measured below); the bars hold the measured quality so a regression in the FP8 path fails. The
+// GGUF cases suffice: the cache does not depend on the weights' format.
+TEST_P(ModelGoldenTest, Fp8KvCacheAgainstTheFloatCache) {
+  if (file_exists(path_ + "/config.json")) GTEST_SKIP() << "the FP8 cache is exercised through the GGUF cases";
+  const int num = static_cast<int>(std::min<size_t>(10, golden_.prompts.size()));
+  auto m32 = load(/*exact=*/false, mixed_batch_tokens(golden_), num);
+  auto m16 = load(/*exact=*/false, mixed_batch_tokens(golden_), num, "float16");
+  ASSERT_TRUE(m32 && m16);
+  const MixedBatchResult r32 = run_mixed_batch(*m32, golden_);
+  const size_t V = static_cast<size_t>(m32->config.vocab_size);
+  for (const char* dtype : {"fp8", "fp8_e5m2"}) {
+    auto m8 = load(/*exact=*/false, mixed_batch_tokens(golden_), num, dtype);
+    ASSERT_TRUE(m8);
+    EXPECT_EQ(m8->model->kv_cache_bytes_per_block(16) * 4, m32->model->kv_cache_bytes_per_block(16));
+    EXPECT_EQ(m8->model->kv_cache_bytes_per_block(16) * 2, m16->model->kv_cache_bytes_per_block(16));
+    const MixedBatchResult r8 = run_mixed_batch(*m8, golden_);
+    double worst = 0;
+    for (int i = 0; i < num; ++i) worst = std::max(worst, rel_l2(r8.batched.data() + i * V, r32.batched.data() + i * V, V));
+    std::printf("[ metrics ] %s (fast, kv %s): batched vs single %.3g, last-position logits vs float32 cache %.3g\n",
+                GetParam().path, dtype, r8.worst, worst);
+    EXPECT_LE(r8.worst, 1e-5) << dtype << ": still batch invariant";
+    // Measured (2026-12-03): SmolLM2 e4m3 0.080, e5m2 0.086; Gemma 3 e4m3 0.133, e5m2 0.078 (e4m3's
+    // subnormals start at 2^-6, where a scale of 1 leaves part of the small V values; e5m2's at
+    // 2^-14). A wrong scale gives ~5.
+    EXPECT_LT(worst, std::string(dtype) == "fp8" ? 0.2 : 0.12) << dtype;
+    EXPECT_GT(worst, 1e-4) << dtype << ": a cache this close to float32 is not storing FP8";
+  }
+  // Continuations (e4m3 only: the CI budget). Measured: SmolLM2 5 of 20 equal, 620 of 1,280 tokens
+  // before the first difference; Gemma 3 4 of 20, 555 of 1,280. A broken cache gives 0 and 0.
+  const auto reference = greedy_continuations(path_, golden_, "auto");
+  const auto got = greedy_continuations(path_, golden_, "fp8");
+  const int n = static_cast<int>(golden_.prompts.size());
+  ASSERT_EQ(static_cast<int>(reference.size()), n);
+  ASSERT_EQ(static_cast<int>(got.size()), n);
+  int agree = 0;
+  size_t agreeing_tokens = 0, total_tokens = 0;
+  for (int i = 0; i < n; ++i) {
+    size_t first = 0;
+    while (first < got[i].size() && first < reference[i].size() && got[i][first] == reference[i][first]) ++first;
+    agreeing_tokens += first;
+    total_tokens += reference[i].size();
+    if (got[i] == reference[i]) ++agree;
+    else std::printf("[ info    ] %s (kv fp8): %s leaves the float cache's continuation at token %zu\n", GetParam().path,
+                     golden_.prompts[i].id.c_str(), first);
+  }
+  std::printf("[ metrics ] %s (fast, kv fp8): %d of %d greedy continuations equal the float32 cache's; %zu of %zu tokens "
+              "before the first difference\n", GetParam().path, agree, n, agreeing_tokens, total_tokens);
+  EXPECT_GE(agree, 2);
+  EXPECT_GE(agreeing_tokens * 3, total_tokens) << "a third of the tokens agree before the first difference";
+}
+
 INSTANTIATE_TEST_SUITE_P(Models, ModelGoldenTest,
                          ::testing::Values(ModelCase{"smollm2", "models/SmolLM2-135M-Instruct.Q4_1.gguf"},
                                            ModelCase{"smollm2", "models/smollm2-hf"},

@@ -16,7 +16,8 @@ void add_engine_flags(std::set<std::string>& v, std::set<std::string>& b) {
     v.insert(f);
   }
   for (const char* f : {"enable-prefix-caching", "exact-matmul", "enforce-eager", "disable-async-output-proc",
-                        "async-scheduling", "no-async-scheduling", "enable-expert-parallel", "headless"}) {
+                        "async-scheduling", "no-async-scheduling", "enable-expert-parallel", "headless",
+                        "calculate-kv-scales"}) {
     b.insert(f);
   }
 }
@@ -33,7 +34,9 @@ std::string engine_flags_help() {
          "  --kv-cache-memory BYTES      KV cache size on the CPU, e.g. 4GiB (default 2GiB)\n"
          "  --kv-cache-dtype auto|float16|float32|bfloat16|fp8|fp8_e4m3|fp8_e5m2\n"
          "                               KV cache elements (auto: float32 on CPU, bfloat16 on CUDA;\n"
-         "                               float16 on CPU halves KV memory and decode attention traffic)\n"
+         "                               float16 on CPU halves KV memory and decode attention traffic;\n"
+         "                               fp8 = fp8_e4m3 and fp8_e5m2 keep 8-bit codes with the\n"
+         "                               checkpoint's per-layer k/v scales, else 1.0: CPU only so far)\n"
          "  --dtype auto|bfloat16|float16|float32\n"
          "                               weight element type (auto: as stored; CPU: dense matrices of an\n"
          "                               HF directory converted at load, e.g. float32 -> bfloat16 as\n"
@@ -178,6 +181,11 @@ StatusOr<EngineArgs> engine_args_from(const Args& a) {
   e.enable_prefix_caching = a.get_bool("enable-prefix-caching", true);
   e.exact_matmul = a.get_bool("exact-matmul", false);
   e.kv_cache_dtype = a.get("kv-cache-dtype", "auto");
+  // vLLM computes FP8 KV scales from the first batch's K and V; we take the checkpoint's or 1.0.
+  if (a.get_bool("calculate-kv-scales", false)) {
+    return invalid_argument("--calculate-kv-scales is not supported: FP8 KV-cache scales come from the checkpoint "
+                            "(k_scale / v_scale), else 1.0");
+  }
   e.dtype = a.get("dtype", "auto");
   e.quantization = a.get("quantization");
   e.scheduling_policy = a.get("scheduling-policy", "fcfs");

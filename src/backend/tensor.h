@@ -50,6 +50,10 @@ struct Tensor {
   // as int4 (dtype kI32, shape [out_features, in_features / 8] words) and this describes it.
   const quant::PackedIntWeight* packed_int = nullptr;
   const Int4Weight* int4 = nullptr;
+  // An FP8 KV-cache tensor (--kv-cache-dtype fp8*): its per-tensor scale, the layer's k_scale or
+  // v_scale. write_kv stores x / cache_scale (saturated), attention reads code x cache_scale.
+  // 1 for every other tensor.
+  float cache_scale = 1.0f;
 
   static Tensor make(void* data, DType dtype, std::initializer_list<int64_t> dims,
                      Device device = Device::kCpu) {
@@ -89,6 +93,7 @@ struct Tensor {
   Tensor reshape(std::initializer_list<int64_t> dims) const {
     Tensor t = make(data, dtype, dims, device);
     KVASIR_CHECK(t.numel() == numel());
+    t.cache_scale = cache_scale;
     return t;
   }
 };

@@ -9,6 +9,7 @@
 #include "dist/parallel_layout.h"
 #include "model/registry.h"
 #include "model/weight_binding.h"
+#include "quant/quantized_weight_source.h"
 
 namespace kvasir {
 
@@ -19,6 +20,8 @@ struct DecoderModel::Layer {
   Tensor post_ffn_norm;         // Gemma: norm of the MLP output before the residual add
   std::unique_ptr<AttentionBlock> attn;
   std::unique_ptr<MlpBlock> mlp;
+  // The checkpoint's per-tensor K / V cache scales (1 without them): an FP8 cache stores x / scale.
+  quant::KvCacheScales kv_scales;
 };
 
 // Activation buffers sized once for opts.max_num_tokens rows (the hot path allocates nothing).
@@ -102,6 +105,24 @@ StatusOr<std::unique_ptr<DecoderModel>> DecoderModel::create(const ModelConfig& 
   return m;
 }
 
+// The K / V cache scales a quantized checkpoint stores for a layer's attention module (the
+// module that holds its k_proj or fused qkv_proj: compressed-tensors' `<module>.k_scale`), else 1.
+static quant::KvCacheScales layer_kv_cache_scales(const WeightSource& src, const std::vector<WeightSpec>& layer) {
+  const std::map<std::string, quant::KvCacheScales>* scales = quant::kv_cache_scales(src);
+  if (scales == nullptr) return {};
+  for (const WeightSpec& spec : layer) {
+    if (spec.role != "attn_k.weight") continue;
+    const std::string& n = spec.hf.name;
+    for (const std::string proj : {".k_proj.weight", ".qkv_proj.weight"}) {
+      if (n.size() > proj.size() && n.compare(n.size() - proj.size(), proj.size(), proj) == 0) {
+        auto it = scales->find(n.substr(0, n.size() - proj.size()));
+        if (it != scales->end()) return it->second;
+      }
+    }
+  }
+  return {};
+}
+
 Status DecoderModel::bind_weights(const WeightSource& src, const ModelFamily& family) {
   WeightManifest manifest = family.manifest(full_config_);
   auto present = [&src](const WeightSpec& spec) {
@@ -159,6 +180,7 @@ Status DecoderModel::bind_weights(const WeightSource& src, const ModelFamily& fa
     BlockInit init{config_, w, i, config_.layer_is_sliding[static_cast<size_t>(i)], rope_.get(), &backend_,
                    opts_.max_num_tokens};
     KVASIR_ASSIGN_OR_RETURN(L.attn, family.make_attention(init));
+    L.kv_scales = layer_kv_cache_scales(src, manifest.layers[static_cast<size_t>(i)]);
     KVASIR_ASSIGN_OR_RETURN(L.mlp, family.make_mlp(init));
   }
   const int64_t head_rows = sharded() ? vocab_.padded_rows : config_.vocab_size;
@@ -299,7 +321,7 @@ StatusOr<KvCache> DecoderModel::allocate_kv_cache(int num_blocks, int block_size
   c.num_blocks = num_blocks;
   c.block_size = block_size;
   const DType kv_dtype = backend_.kv_cache_dtype();
-  auto make = [&](int64_t heads, int64_t dim, std::vector<Tensor>& side) -> Status {
+  auto make = [&](int64_t heads, int64_t dim, float scale, std::vector<Tensor>& side) -> Status {
     if (heads == 0) {
       side.push_back(Tensor{});
       return Status();
@@ -309,13 +331,15 @@ StatusOr<KvCache> DecoderModel::allocate_kv_cache(int num_blocks, int block_size
     KVASIR_ASSIGN_OR_RETURN(auto buf, backend_.allocate(bytes));
     // Not cleared: attention only reads slots written by write_kv, and untouched pages stay free.
     side.push_back(Tensor::make(buf->data(), kv_dtype, {num_blocks, block_size, heads, dim}, backend_.device()));
+    // Only an FP8 cache is scaled; float caches keep exact values whatever the checkpoint says.
+    if (kv_dtype == DType::kF8E4M3 || kv_dtype == DType::kF8E5M2) side.back().cache_scale = scale;
     c.buffers.push_back(std::move(buf));
     return Status();
   };
   for (const Layer& L : layers_) {
     const KvCacheShape s = L.attn->cache_shape();
-    KVASIR_RETURN_IF_ERROR(make(s.k_heads, s.k_dim, c.k));
-    KVASIR_RETURN_IF_ERROR(make(s.v_heads, s.v_dim, c.v));
+    KVASIR_RETURN_IF_ERROR(make(s.k_heads, s.k_dim, L.kv_scales.k_scale, c.k));
+    KVASIR_RETURN_IF_ERROR(make(s.v_heads, s.v_dim, L.kv_scales.v_scale, c.v));
   }
   return c;
 }

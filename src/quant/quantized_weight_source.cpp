@@ -146,35 +146,65 @@ Status QuantizedWeightSource::add_linear(const std::string& module, const Weight
   return Status();
 }
 
-// k_scale / v_scale of each attention module (compressed-tensors puts them on self_attn).
+// K / V cache scales of each attention module, under the names vLLM reads
+// (maybe_remap_kv_scale_name): `<attn>.k_scale` / `<attn>.v_scale` (compressed-tensors),
+// `<attn>.k_proj.k_scale` / `<attn>.v_proj.v_scale` (ModelOpt) and the deprecated `<attn>.kv_scale`
+// (one scale for both). compressed-tensors declares them (kv_cache_scheme: every attention module
+// must then have both); vLLM's fp8 method reads any it finds (the others stay 1).
 Status QuantizedWeightSource::find_kv_cache_scales(const std::vector<std::string>& names) {
+  struct ScaleName {
+    const char* suffix;  // after the attention module's name
+    bool k, v;           // which scales it sets
+  };
+  static constexpr ScaleName kScaleNames[] = {{".k_proj.k_scale", true, false},
+                                              {".v_proj.v_scale", false, true},
+                                              {".kv_scale", true, true},
+                                              {".k_scale", true, false},
+                                              {".v_scale", false, true}};
+  const bool declared = config_.kv_cache.has_value();
   std::set<std::string> attention_modules;
+  std::map<std::string, std::pair<bool, bool>> found;  // module -> (k seen, v seen)
   for (const std::string& n : names) {
     for (const char* proj : {".k_proj.weight", ".qkv_proj.weight"}) {
       if (ends_with(n, proj)) attention_modules.insert(strip(n, proj));
     }
-    for (const char* kv : {".k_scale", ".v_scale"}) {
-      if (!ends_with(n, kv)) continue;
-      if (!config_.kv_cache) {
+    for (const ScaleName& kv : kScaleNames) {
+      if (!ends_with(n, kv.suffix)) continue;
+      if (!declared && config_.method != "fp8") {
         return data_loss(n + " is in the checkpoint, but the quantization_config has no kv_cache_scheme");
       }
       KVASIR_ASSIGN_OR_RETURN(WeightTensor t, inner_->tensor(n));
       KVASIR_ASSIGN_OR_RETURN(float v, positive_scalar(t));
-      KvCacheScales& s = kv_scales_[strip(n, kv)];
-      (kv[1] == 'k' ? s.k_scale : s.v_scale) = v;
-      consumed_.insert(n);
-    }
-  }
-  if (!config_.kv_cache) return Status();
-  for (const std::string& m : attention_modules) {
-    for (const char* kv : {".k_scale", ".v_scale"}) {
-      if (!consumed_.count(m + kv)) {
-        return data_loss("the quantization_config's kv_cache_scheme needs " + m + kv + ", which the checkpoint lacks");
+      const std::string module = strip(n, kv.suffix);
+      auto& seen = found[module];
+      if ((kv.k && seen.first) || (kv.v && seen.second)) {
+        return data_loss(n + ": " + module + " has its K or V cache scale under two names");
       }
+      KvCacheScales& s = kv_scales_[module];
+      if (kv.k) {
+        s.k_scale = v;
+        seen.first = true;
+      }
+      if (kv.v) {
+        s.v_scale = v;
+        seen.second = true;
+      }
+      consumed_.insert(n);
+      break;  // the first (longest) suffix that matches names it
     }
   }
   for (const auto& [m, s] : kv_scales_) {
     if (!attention_modules.count(m)) return data_loss(m + ".k_scale / .v_scale belong to no attention module");
+  }
+  if (!declared) return Status();
+  for (const std::string& m : attention_modules) {
+    auto it = found.find(m);
+    if (it == found.end() || !it->second.first) {
+      return data_loss("the quantization_config's kv_cache_scheme needs " + m + ".k_scale, which the checkpoint lacks");
+    }
+    if (!it->second.second) {
+      return data_loss("the quantization_config's kv_cache_scheme needs " + m + ".v_scale, which the checkpoint lacks");
+    }
   }
   return Status();
 }

@@ -271,6 +271,33 @@ TEST(QuantizedWeightSource, KvCacheScalesAreReadAndChecked) {
   expect_refused(make(true), parse(ct_config("channel", kDynamicTokenActs)), "no kv_cache_scheme");
 }
 
+// vLLM's other names: ModelOpt's k_proj.k_scale / v_proj.v_scale, the deprecated kv_scale (both
+// scales); a scale named twice is refused.
+TEST(QuantizedWeightSource, KvCacheScalesUnderModelOptAndDeprecatedNames) {
+  const std::string cfg = ct_config("channel", kDynamicTokenActs,
+                                    R"(, "kv_cache_scheme": {"num_bits": 8, "type": "float", "strategy": "tensor", "dynamic": false})");
+  auto make = [&](std::vector<std::pair<std::string, float>> scales) {
+    auto s = one_layer(3, 4, {3, 1}, {1, 1, 1});
+    s->add("model.layers.0.self_attn.k_proj.weight", DType::kF8E4M3, {3, 4}, codes(3, 4));
+    s->add_f32("model.layers.0.self_attn.k_proj.weight_scale", {3, 1}, {1, 1, 1});
+    for (const auto& [name, v] : scales) s->add_f32("model.layers.0.self_attn." + name, {}, {v});
+    return s;
+  };
+  auto q = open_quantized_weights(make({{"k_proj.k_scale", 0.5f}, {"v_proj.v_scale", 2.0f}}), parse(cfg));
+  ASSERT_TRUE(q.ok()) << q.status().message();
+  auto kv = kv_cache_scales(**q)->at("model.layers.0.self_attn");
+  EXPECT_EQ(kv.k_scale, 0.5f);
+  EXPECT_EQ(kv.v_scale, 2.0f);
+  EXPECT_FALSE((*q)->has_tensor("model.layers.0.self_attn.k_proj.k_scale"));
+  q = open_quantized_weights(make({{"kv_scale", 0.125f}}), parse(cfg));
+  ASSERT_TRUE(q.ok()) << q.status().message();
+  kv = kv_cache_scales(**q)->at("model.layers.0.self_attn");
+  EXPECT_EQ(kv.k_scale, 0.125f);
+  EXPECT_EQ(kv.v_scale, 0.125f);
+  expect_refused(make({{"kv_scale", 0.125f}, {"k_scale", 0.5f}}), parse(cfg), "under two names");
+  expect_refused(make({{"k_proj.k_scale", 0.5f}}), parse(cfg), "model.layers.0.self_attn.v_scale");
+}
+
 TEST(QuantizedWeightSource, TensorsThatDisagreeWithTheConfigAreRefused) {
   const QuantizationConfig channel = parse(ct_config("channel", kDynamicTokenActs));
   // Scale shape for the strategy.

@@ -43,7 +43,9 @@ struct EngineArgs {
   int max_logprobs = 20;
   bool exact_matmul = false;         // CPU: float32 activations in quantized matmuls
   // KV cache element type: auto (the backend's: float32 on CPU, bfloat16 on CUDA), float16 (CPU:
-  // half the KV memory and decode-attention traffic), float32 (CPU). vLLM's --kv-cache-dtype.
+  // half the KV memory and decode-attention traffic), float32 (CPU), fp8 = fp8_e4m3 and fp8_e5m2
+  // (CPU so far: one byte per element, the checkpoint's per-layer scales or 1.0). vLLM's
+  // --kv-cache-dtype.
   std::string kv_cache_dtype = "auto";
   // vLLM's --dtype: auto (as stored), bfloat16, float16, float32. The CPU converts dense weight
   // matrices (an HF directory's) at load and computes in float32; CUDA computes in bfloat16 only.

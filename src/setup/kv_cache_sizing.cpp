@@ -86,7 +86,13 @@ StatusOr<int> plan_num_kv_blocks(LoadedModel& lm, const EngineArgs& args) {
   if (lm.backend->device() != Device::kCpu) {
     KVASIR_ASSIGN_OR_RETURN(kv_bytes, device_kv_cache_bytes(lm, args));
   }
-  return num_kv_blocks_for_budget(kv_bytes, per_block);
+  KVASIR_ASSIGN_OR_RETURN(const int blocks, num_kv_blocks_for_budget(kv_bytes, per_block));
+  // vLLM's "KV cache size: N tokens" line: what --kv-cache-dtype buys (fp8 holds twice bf16's).
+  KVASIR_LOG_INFO("KV cache size: %lld tokens (%d blocks of %d, %s, %lld bytes per token over all layers)",
+                  static_cast<long long>(kv_cache_capacity_tokens(blocks, args.block_size)), blocks, args.block_size,
+                  std::string(dtype_name(lm.backend->kv_cache_dtype())).c_str(),
+                  static_cast<long long>(per_block / args.block_size));
+  return blocks;
 }
 
 }  // namespace kvasir

@@ -103,3 +103,38 @@ def test_a_models_declared_context_past_any_cache_is_capped(tmp_path):
         p.send_signal(signal.SIGTERM)
         assert p.wait(timeout=30) == 0, log_path.read_text(errors="replace")[-2000:]
         os.unlink(path)
+
+
+def kv_cache_tokens_from_log(server):
+    m = re.search(r"KV cache size: (\d+) tokens \((\d+) blocks of 16, (\S+),", server.logs())
+    assert m, server.logs()
+    return int(m.group(1)), m.group(3)
+
+
+@pytest.mark.parametrize("dtype,element", [("fp8", "f8_e4m3"), ("fp8_e5m2", "f8_e5m2")])
+def test_fp8_kv_cache_serves_and_reports_the_tokens_it_holds(dtype, element):
+    # The same 8 MiB: float16 holds twice float32's tokens, FP8 twice float16's.
+    tokens = {}
+    for kv in ("float32", "float16", dtype):
+        s = Server("--kv-cache-memory", "8MiB", "--kv-cache-dtype", kv, max_model_len=None)
+        try:
+            tokens[kv], logged = kv_cache_tokens_from_log(s)
+            if kv == dtype:
+                assert logged == element
+                body = {"model": MODEL_NAME, "prompt": "The capital of France is", "max_tokens": 8,
+                        "temperature": 0, "ignore_eos": True}
+                r = httpx.post(s.base + C, json=body, timeout=60)
+                assert r.status_code == 200, r.text
+                assert r.json()["usage"]["completion_tokens"] == 8
+        finally:
+            assert s.stop() == 0, s.logs()
+    # Whole blocks (one is the null block): within a block of the exact ratio.
+    assert abs(tokens["float16"] - 2 * tokens["float32"]) <= 32, tokens
+    assert abs(tokens[dtype] - 2 * tokens["float16"]) <= 32, tokens
+
+
+def test_calculate_kv_scales_is_refused_by_name():
+    r = subprocess.run([kvasir_bin(), "serve", MODEL, "--port", "0", "--kv-cache-dtype", "fp8", "--calculate-kv-scales"],
+                       capture_output=True, text=True, timeout=60)
+    assert r.returncode != 0
+    assert "--calculate-kv-scales is not supported" in r.stderr, r.stderr

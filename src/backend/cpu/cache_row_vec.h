@@ -1,11 +1,15 @@
 // Vector helpers over KV-cache rows, shared by the CPU attention ops (cpu_attention.cpp and
-// cpu_mla_attention.cpp): the cache holds float32 or float16 (--kv-cache-dtype), widened to
-// float32 here (AVX2 + FMA + F16C; include only from files built with those flags).
+// cpu_mla_attention.cpp): the cache holds float32, float16 or FP8 codes (--kv-cache-dtype; the
+// FP8 tags and their widening are fp8_cache_codes.h's), widened to float32 here (AVX2 + FMA +
+// F16C; include only from files built with those flags). An FP8 row widens to its codes' values:
+// the caller applies the tensor's scale.
 #pragma once
 
 #include <immintrin.h>
 
 #include <cstdint>
+
+#include "backend/cpu/fp8_cache_codes.h"
 
 namespace kvasir::cpu {
 

@@ -6,8 +6,10 @@
 // Batch invariance: how a token's keys are split depends only on its own context length, and the
 // merge runs in a fixed order, so a token's output is bit-identical alone, batched, in a prefill
 // chunk or in a decode step.
-// The cache holds float32 or float16 (--kv-cache-dtype float16: K and V rounded to nearest when
-// written, widened to float32 when read; all arithmetic stays float32).
+// The cache holds float32, float16 (--kv-cache-dtype float16: K and V rounded to nearest when
+// written, widened to float32 when read) or FP8 codes (fp8 / fp8_e4m3 / fp8_e5m2: x / scale
+// rounded and saturated when written, with the tensor's per-layer cache_scale; the scale is
+// applied once per score and once per output, not per element). All arithmetic stays float32.
 #include <immintrin.h>
 
 #include <algorithm>
@@ -31,6 +33,19 @@ void to_f16(const float* x, uint16_t* y, int64_t n) {
   for (; i < n; ++i) y[i] = _cvtss_sh(x[i], _MM_FROUND_TO_NEAREST_INT);
 }
 
+// float32 / scale -> FP8 codes (fp8_cache_codes.h: round to nearest even, saturating). The
+// division (not a multiply by 1 / scale) is what vLLM's cache write computes.
+template <uint8_t (*Encode)(float)>
+void to_fp8(const float* x, uint8_t* y, int64_t n, float scale) {
+  if (scale == 1.0f) {
+    for (int64_t i = 0; i < n; ++i) y[i] = Encode(x[i]);
+  } else {
+    for (int64_t i = 0; i < n; ++i) y[i] = Encode(x[i] / scale);
+  }
+}
+
+bool is_fp8(DType t) { return t == DType::kF8E4M3 || t == DType::kF8E5M2; }
+
 }  // namespace
 
 void CpuBackend::write_kv(const Tensor& k, const Tensor& v, Tensor& k_cache, Tensor& v_cache,
@@ -38,15 +53,27 @@ void CpuBackend::write_kv(const Tensor& k, const Tensor& v, Tensor& k_cache, Ten
   const int64_t row = k.dim(1) * k.dim(2);  // kv_heads * head_dim
   const int64_t num_slots = k_cache.dim(0) * k_cache.dim(1);
   KVASIR_CHECK(k_cache.dim(2) * k_cache.dim(3) == row && v.numel() == k.numel());
-  const bool f16 = k_cache.dtype == DType::kF16;
-  KVASIR_CHECK((f16 || k_cache.dtype == DType::kF32) && v_cache.dtype == k_cache.dtype);
+  const DType kd = k_cache.dtype;
+  const bool f16 = kd == DType::kF16;
+  KVASIR_CHECK((f16 || kd == DType::kF32 || is_fp8(kd)) && v_cache.dtype == kd);
+  KVASIR_CHECK(k_cache.cache_scale > 0.0f && v_cache.cache_scale > 0.0f);
+  KVASIR_CHECK_MSG(is_fp8(kd) || (k_cache.cache_scale == 1.0f && v_cache.cache_scale == 1.0f),
+                   "write_kv: only an FP8 cache is scaled");
   for (int t = 0; t < m.num_tokens; ++t) {
     const int64_t slot = m.slot_mapping[t];
     if (slot < 0) continue;  // padding token: nothing to store
     KVASIR_CHECK(slot < num_slots);
     const float* ks = k.ptr<float>() + t * row;
     const float* vs = v.ptr<float>() + t * row;
-    if (f16) {
+    uint8_t* k8 = static_cast<uint8_t*>(k_cache.data) + slot * row;
+    uint8_t* v8 = static_cast<uint8_t*>(v_cache.data) + slot * row;
+    if (kd == DType::kF8E4M3) {
+      to_fp8<cpu::f32_to_e4m3_code>(ks, k8, row, k_cache.cache_scale);
+      to_fp8<cpu::f32_to_e4m3_code>(vs, v8, row, v_cache.cache_scale);
+    } else if (kd == DType::kF8E5M2) {
+      to_fp8<cpu::f32_to_e5m2_code>(ks, k8, row, k_cache.cache_scale);
+      to_fp8<cpu::f32_to_e5m2_code>(vs, v8, row, v_cache.cache_scale);
+    } else if (f16) {
       to_f16(ks, static_cast<uint16_t*>(k_cache.data) + slot * row, row);
       to_f16(vs, static_cast<uint16_t*>(v_cache.data) + slot * row, row);
     } else {
@@ -198,8 +225,14 @@ void CpuBackend::attention(const Tensor& q, const Tensor& k_cache, const Tensor&
   const float* qp = q.ptr<float>();
   float* op = out.ptr<float>();
   const int64_t kv_row = static_cast<int64_t>(kv_heads) * hd;
-  const bool f16 = k_cache.dtype == DType::kF16;
-  KVASIR_CHECK((f16 || k_cache.dtype == DType::kF32) && v_cache.dtype == k_cache.dtype);
+  const DType kd = k_cache.dtype;
+  KVASIR_CHECK((kd == DType::kF16 || kd == DType::kF32 || is_fp8(kd)) && v_cache.dtype == kd);
+  // FP8 codes widen to code values: K's scale joins the score scale, V's the final normalization
+  // (both exactly 1 for float caches, so their results are unchanged to the bit).
+  KVASIR_CHECK_MSG(is_fp8(kd) || (k_cache.cache_scale == 1.0f && v_cache.cache_scale == 1.0f),
+                   "attention: only an FP8 cache is scaled");
+  const float score_scale = p.scale * k_cache.cache_scale;
+  const float v_scale = v_cache.cache_scale;
   // A sink joins each query's softmax once: in the unit when its keys are one range, else in the
   // merge, after the ranges' states (so the key sums keep their order with or without sinks).
   const float* sinks = p.sinks.data != nullptr ? p.sinks.ptr<float>() : nullptr;
@@ -236,7 +269,7 @@ void CpuBackend::attention(const Tensor& q, const Tensor& k_cache, const Tensor&
           if (j + kPrefetchRows < j1) prefetch_row(kc + offsets[static_cast<size_t>(j - j0 + kPrefetchRows)], hd);
           const auto* key = kc + offsets[static_cast<size_t>(j - j0)];
           for (int g = 0; g < group; ++g) {
-            float sc = dot(qg + static_cast<int64_t>(g) * hd, key, hd) * p.scale;
+            float sc = dot(qg + static_cast<int64_t>(g) * hd, key, hd) * score_scale;
             if (p.softcap > 0.0f) sc = p.softcap * std::tanh(sc / p.softcap);
             scores[static_cast<size_t>(g) * len + (j - j0)] = sc;
           }
@@ -261,7 +294,7 @@ void CpuBackend::attention(const Tensor& q, const Tensor& k_cache, const Tensor&
         }
         weighted_sum(vc, offsets.data(), len, scores.data(), group, hd, outs);
         if (task.splits == 1) {
-          for (int g = 0; g < group; ++g) scale(1.0f / sums[g], outs[g], hd);
+          for (int g = 0; g < group; ++g) scale(v_scale / sums[g], outs[g], hd);
         }
       }
     };
@@ -273,7 +306,11 @@ void CpuBackend::attention(const Tensor& q, const Tensor& k_cache, const Tensor&
       pool_->parallel_for_dynamic(num_units, grain, unit_body);
     }
   };
-  if (f16) {
+  if (kd == DType::kF8E4M3) {
+    run_units(static_cast<const cpu::E4m3Code*>(k_cache.data), static_cast<const cpu::E4m3Code*>(v_cache.data));
+  } else if (kd == DType::kF8E5M2) {
+    run_units(static_cast<const cpu::E5m2Code*>(k_cache.data), static_cast<const cpu::E5m2Code*>(v_cache.data));
+  } else if (kd == DType::kF16) {
     run_units(static_cast<const uint16_t*>(k_cache.data), static_cast<const uint16_t*>(v_cache.data));
   } else {
     run_units(k_cache.ptr<float>(), v_cache.ptr<float>());
@@ -299,7 +336,7 @@ void CpuBackend::attention(const Tensor& q, const Tensor& k_cache, const Tensor&
           axpy(w, part, o, hd);
         }
         if (sink != -INFINITY) sum += std::exp(sink - mx);
-        scale(1.0f / sum, o, hd);
+        scale(v_scale / sum, o, hd);
       }
     }
   };
