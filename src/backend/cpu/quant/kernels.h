@@ -97,8 +97,9 @@ const KernelSet& kernels();
 namespace avx512 {
 const KernelSet& kernels();
 // Tile on PackedQ32 panels (packed_q32.h), any of its types, kQ8_32 activations (1 or 2 planes):
-// TileArgs.w is one panel, nr <= kPackedPanelRows. Bit-identical to the q32 tile of kernels().
-TileFn packed_q32_tile();
+// TileArgs.w is one panel, nr <= kPackedPanelRows; `nibbles`: the panel's nibble layout
+// (PackedQ32::nibbles()). Bit-identical to the q32 tile of kernels().
+TileFn packed_q32_tile(bool nibbles);
 // BF16 weights against ActBf16Layout rows with vdpbf16ps (kernels_avx512_bf16.cpp); the tile takes
 // up to 4 weight rows. Call only where cpu_has_avx512_bf16().
 TileFn bf16_tile_fn();

@@ -90,6 +90,8 @@ bool PackedQ32::supports(DType t) {
   return t == DType::kQ4_0 || t == DType::kQ4_1 || t == DType::kQ5_0 || t == DType::kQ5_1 || t == DType::kQ8_0;
 }
 
+bool PackedQ32::nibble_layout(DType t) { return t == DType::kQ4_0 || t == DType::kQ4_1; }
+
 PackedQ32::PackedQ32(DType t, int64_t m, int64_t k) : type_(t), m_(m), k_(k) {
   const int64_t panels = (m + kPackedPanelRows - 1) / kPackedPanelRows;
   bytes_ = static_cast<size_t>(panels) * panel_bytes();
@@ -111,10 +113,21 @@ std::unique_ptr<PackedQ32> PackedQ32::pack(const void* w, DType t, int64_t m, in
     const int64_t lane = r % kPackedPanelRows;
     for (int64_t b = 0; b < nb; ++b) {
       const UnpackedBlock u = unpack(t, row + static_cast<size_t>(b) * block_bytes);
-      uint8_t* blk = panel + static_cast<size_t>(b) * kPackedBlockBytes;
-      // Group g holds values 4g..4g+3 of every row: [row 0: 4 bytes | row 1: 4 bytes | ...].
-      for (int g = 0; g < 8; ++g) std::memcpy(blk + 64 * g + 4 * lane, u.u + 4 * g, 4);
-      auto* f = reinterpret_cast<float*>(blk + 512);
+      uint8_t* blk = panel + static_cast<size_t>(b) * out->block_bytes();
+      size_t values_bytes = 512;
+      if (out->nibbles()) {
+        // Pair h: groups h (low nibbles) and h + 4 (high nibbles) of every row.
+        for (int h = 0; h < 4; ++h) {
+          for (int j = 0; j < 4; ++j) {
+            blk[64 * h + 4 * lane + j] = static_cast<uint8_t>(u.u[4 * h + j] | (u.u[16 + 4 * h + j] << 4));
+          }
+        }
+        values_bytes = 256;
+      } else {
+        // Group g holds values 4g..4g+3 of every row: [row 0: 4 bytes | row 1: 4 bytes | ...].
+        for (int g = 0; g < 8; ++g) std::memcpy(blk + 64 * g + 4 * lane, u.u + 4 * g, 4);
+      }
+      auto* f = reinterpret_cast<float*>(blk + values_bytes);
       f[lane] = u.dw;
       f[16 + lane] = u.mw;
     }
