@@ -17,13 +17,13 @@ namespace kvasir {
 // need logits (a verify step; a plain decode batch of T sequences costs about the same), measured
 // on the CPU backend with SmolLM2-135M Q4_1, one thread, as process CPU time per step of
 // `kvasir bench latency --num-speculative-tokens-forced T-1` (BENCHMARKS.md, 2026-12-03: Xeon with
-// AMX, where batches under 16 rows run the in-place AVX-512 tile; medians of two rounds): 1.0,
-// 1.24, 1.46, 1.71, 2.03, 2.34 for T = 1..6, then about kTokenCost per further token. (The 2-vCPU
-// EPYC of earlier measurements, whose batches run on packed panels, had 1.0, 1.1, 1.35, 1.7, 2.1,
-// 2.4 for prefill steps: close enough that one curve serves both; a curve measured by the
-// running backend at start is not done.)
-inline constexpr double kStepCostByTokens[] = {1.0, 1.24, 1.46, 1.71, 2.03, 2.34};
-inline constexpr double kTokenCost = 0.33;      // each token past the table
+// AMX, batches of 2-31 rows on packed panels, the machine loaded by other jobs): 1.0, 1.19, 1.40,
+// 1.48, 1.62, 1.84 for T = 1..6 (with the in-place tile for every batch it was 1.0, 1.24, 1.46,
+// 1.71, 2.03, 2.34), then kTokenCost per further token (L2-hot matmuls: ~0.2; rounded up, so that
+// large batches err toward verifying nothing). A curve measured by the running backend at start
+// is not done.
+inline constexpr double kStepCostByTokens[] = {1.0, 1.19, 1.40, 1.48, 1.62, 1.84};
+inline constexpr double kTokenCost = 0.25;      // each token past the table
 inline constexpr double kLogitsRowCost = 0.08;  // what a token's logits row adds (prefill rows have none)
 double step_cost(int num_tokens, int num_logits_rows);
 
