@@ -69,6 +69,10 @@ struct TileArgs {
   float* y;              // y[(c / planes) * ldy + r] for r < nr, c < nc
   int64_t ldy;
   DequantFn dequant = nullptr;  // only for the generic dequantize-then-f32 tile
+  // Packed tiles: where the panel stores m (PackedQ32::stored_m()), its offset in the panel, else
+  // 0 and mw = m_from_d * dw; d_offset: where the fp16 scales start.
+  size_t d_offset = 0, m_offset = 0;
+  float m_from_d = 0.0f;
 };
 
 // Per-thread scratch a tile function may use.

@@ -36,8 +36,8 @@ KVASIR_INLINE __m512i bcast_i32(const unsigned char* p) {
 // pairs (packed_q32.h); groups then enter the int32 sums in the order 0, 4, 1, 5, ..., which
 // changes nothing (exact integer sums).
 template <int C, bool kPairs, bool kNibbles>
-KVASIR_INLINE void block(const unsigned char* blk, const unsigned char* act, long act_stride, long k, long b,
-                         __m512 P[C]) {
+KVASIR_INLINE void block(const unsigned char* blk, const unsigned char* d16, const unsigned char* m16, __m512 m_from_d,
+                         const unsigned char* act, long act_stride, long k, long b, __m512 P[C]) {
   constexpr long kP = kPairs ? 2 : 1;
   __m512i hi[C], lo[C];
   KVASIR_UNROLL for (int c = 0; c < C; ++c) {
@@ -62,9 +62,10 @@ KVASIR_INLINE void block(const unsigned char* blk, const unsigned char* act, lon
   } else {
     KVASIR_UNROLL for (int g = 0; g < 8; ++g) group(_mm512_load_si512(blk + 64 * g), g);
   }
-  constexpr long kValues = kNibbles ? 256 : 512;
-  const __m512 dw = _mm512_load_ps(reinterpret_cast<const float*>(blk + kValues));
-  const __m512 mw = _mm512_load_ps(reinterpret_cast<const float*>(blk + kValues + 64));
+  // The GGUF's halves widened exactly; an implied m is m_from_d * d, as gather_dm16 makes it.
+  const __m512 dw = _mm512_cvtph_ps(_mm256_load_si256(reinterpret_cast<const __m256i*>(d16 + 32 * b)));
+  const __m512 mw = m16 != nullptr ? _mm512_cvtph_ps(_mm256_load_si256(reinterpret_cast<const __m256i*>(m16 + 32 * b)))
+                                   : _mm512_mul_ps(dw, m_from_d);
   KVASIR_UNROLL for (int c = 0; c < C; ++c) {
     const unsigned char* a = act + c * kP * act_stride;
     const float* ds0 = reinterpret_cast<const float*>(a + k) + 2 * b;
@@ -78,9 +79,13 @@ KVASIR_INLINE void block(const unsigned char* blk, const unsigned char* act, lon
 }
 
 template <int C, bool kPairs, bool kNibbles>
-KVASIR_INLINE void tile_cols(const unsigned char* panel, int nr, const unsigned char* act, long act_stride, long k,
-                             float* y, long ldy) {
+KVASIR_INLINE void tile_cols(const TileArgs& a, int nr, const unsigned char* act, long act_stride, long k, float* y,
+                             long ldy) {
   const long nb = k / 32;
+  const auto* panel = static_cast<const unsigned char*>(a.w);
+  const unsigned char* d16 = panel + a.d_offset;
+  const unsigned char* m16 = a.m_offset != 0 ? panel + a.m_offset : nullptr;
+  const __m512 mfd = _mm512_set1_ps(a.m_from_d);
   __m512 P0[C], P1[C], P2[C], P3[C];
   KVASIR_UNROLL for (int c = 0; c < C; ++c) {
     P0[c] = _mm512_setzero_ps();
@@ -88,17 +93,17 @@ KVASIR_INLINE void tile_cols(const unsigned char* panel, int nr, const unsigned 
     P2[c] = _mm512_setzero_ps();
     P3[c] = _mm512_setzero_ps();
   }
-  constexpr long kB = static_cast<long>(kNibbles ? kPackedNibbleBlockBytes : kPackedBlockBytes);
+  constexpr long kB = static_cast<long>(kNibbles ? kPackedNibbleValueBytes : kPackedValueBytes);
   long b = 0;
   for (; b + 4 <= nb; b += 4) {
-    block<C, kPairs, kNibbles>(panel + b * kB, act, act_stride, k, b, P0);
-    block<C, kPairs, kNibbles>(panel + (b + 1) * kB, act, act_stride, k, b + 1, P1);
-    block<C, kPairs, kNibbles>(panel + (b + 2) * kB, act, act_stride, k, b + 2, P2);
-    block<C, kPairs, kNibbles>(panel + (b + 3) * kB, act, act_stride, k, b + 3, P3);
+    block<C, kPairs, kNibbles>(panel + b * kB, d16, m16, mfd, act, act_stride, k, b, P0);
+    block<C, kPairs, kNibbles>(panel + (b + 1) * kB, d16, m16, mfd, act, act_stride, k, b + 1, P1);
+    block<C, kPairs, kNibbles>(panel + (b + 2) * kB, d16, m16, mfd, act, act_stride, k, b + 2, P2);
+    block<C, kPairs, kNibbles>(panel + (b + 3) * kB, d16, m16, mfd, act, act_stride, k, b + 3, P3);
   }
-  if (b < nb) block<C, kPairs, kNibbles>(panel + b * kB, act, act_stride, k, b, P0);
-  if (b + 1 < nb) block<C, kPairs, kNibbles>(panel + (b + 1) * kB, act, act_stride, k, b + 1, P1);
-  if (b + 2 < nb) block<C, kPairs, kNibbles>(panel + (b + 2) * kB, act, act_stride, k, b + 2, P2);
+  if (b < nb) block<C, kPairs, kNibbles>(panel + b * kB, d16, m16, mfd, act, act_stride, k, b, P0);
+  if (b + 1 < nb) block<C, kPairs, kNibbles>(panel + (b + 1) * kB, d16, m16, mfd, act, act_stride, k, b + 1, P1);
+  if (b + 2 < nb) block<C, kPairs, kNibbles>(panel + (b + 2) * kB, d16, m16, mfd, act, act_stride, k, b + 2, P2);
   const __mmask16 rows = static_cast<__mmask16>((1u << nr) - 1u);
   KVASIR_UNROLL for (int c = 0; c < C; ++c) {
     const __m512 s = _mm512_add_ps(_mm512_add_ps(P0[c], P2[c]), _mm512_add_ps(P1[c], P3[c]));
@@ -111,21 +116,20 @@ constexpr int kCols = 4;
 
 template <bool kPairs, bool kNibbles>
 void tile_impl(const TileArgs& a) {
-  const auto* panel = static_cast<const unsigned char*>(a.w);
   const auto* act = static_cast<const unsigned char*>(a.act);
   const long as = static_cast<long>(a.act_stride);
   constexpr long kP = kPairs ? 2 : 1;
   const long inputs = a.nc / kP;
   long c = 0;
   for (; c + kCols <= inputs; c += kCols) {
-    tile_cols<kCols, kPairs, kNibbles>(panel, a.nr, act + c * kP * as, as, a.k, a.y + c * a.ldy, a.ldy);
+    tile_cols<kCols, kPairs, kNibbles>(a, a.nr, act + c * kP * as, as, a.k, a.y + c * a.ldy, a.ldy);
   }
   const unsigned char* x = act + c * kP * as;
   float* y = a.y + c * a.ldy;
   switch (inputs - c) {
-    case 1: tile_cols<1, kPairs, kNibbles>(panel, a.nr, x, as, a.k, y, a.ldy); break;
-    case 2: tile_cols<2, kPairs, kNibbles>(panel, a.nr, x, as, a.k, y, a.ldy); break;
-    case 3: tile_cols<3, kPairs, kNibbles>(panel, a.nr, x, as, a.k, y, a.ldy); break;
+    case 1: tile_cols<1, kPairs, kNibbles>(a, a.nr, x, as, a.k, y, a.ldy); break;
+    case 2: tile_cols<2, kPairs, kNibbles>(a, a.nr, x, as, a.k, y, a.ldy); break;
+    case 3: tile_cols<3, kPairs, kNibbles>(a, a.nr, x, as, a.k, y, a.ldy); break;
     default: break;
   }
 }

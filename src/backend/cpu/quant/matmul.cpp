@@ -309,6 +309,11 @@ void matmul_grouped(CpuIsa isa, const MatmulProblem* problems, int num_problems,
             std::max<int64_t>(1, static_cast<int64_t>(kActChunkBytes / (plan.planes * plan.act_stride)));
         if (amx) chunk = std::max(kAmxTileCols, chunk / kAmxTileCols * kAmxTileCols);
         a.ldy = p.m;
+        if (packed) {
+          a.d_offset = p.packed->d_offset();
+          a.m_offset = p.packed->stored_m() ? p.packed->m_offset() : 0;
+          a.m_from_d = p.packed->m_from_d();
+        }
         for (int64_t c0 = 0; c0 < p.n; c0 += chunk) {
           a.act = act + static_cast<size_t>(c0) * in_stride;
           a.nc = std::min(chunk, p.n - c0) * plan.planes;
