@@ -12,22 +12,28 @@ constexpr double kRelaxWeight = 0.008;  // a hopeless request retries one draft 
 }  // namespace
 
 double step_cost(int num_tokens, int num_logits_rows) {
-  return 1.0 + kTokenCost * std::max(0, num_tokens - kFreeTokens) + kLogitsRowCost * std::max(0, num_logits_rows - 1);
+  constexpr int kTable = static_cast<int>(sizeof(kStepCostByTokens) / sizeof(kStepCostByTokens[0]));
+  const int t = std::max(1, num_tokens);
+  const double all_rows = t <= kTable ? kStepCostByTokens[t - 1] : kStepCostByTokens[kTable - 1] + kTokenCost * (t - kTable);
+  // The table prices a logits row for every token; prefill tokens have none.
+  return all_rows - kLogitsRowCost * std::max(0, t - std::max(1, num_logits_rows));
 }
 
 int num_drafts_worth_verifying(int num_available, double acceptance_rate, int num_decodes, int num_step_tokens) {
   const int b = std::max(1, num_decodes);
   // What one emitted token is worth: the time per token of the plain step at this batch size.
   const double token_value = step_cost(b, b) / b;
-  double chance = 1.0;
-  int tokens = std::max(1, num_step_tokens), rows = b, n = 0;
-  while (n < num_available) {
+  const int tokens = std::max(1, num_step_tokens);
+  const double base = step_cost(tokens, b);
+  double chance = 1.0, expected_tokens = 0.0, best_gain = 0.0;
+  int best = 0;
+  for (int d = 1; d <= num_available; ++d) {
     chance *= acceptance_rate;
-    const double added = step_cost(tokens + 1, rows + 1) - step_cost(tokens, rows);
-    if (chance * token_value <= added) break;
-    ++n, ++tokens, ++rows;
+    expected_tokens += chance;
+    const double gain = expected_tokens * token_value - (step_cost(tokens + d, b + d) - base);
+    if (gain > best_gain) best_gain = gain, best = d;
   }
-  return n;
+  return best;
 }
 
 double updated_acceptance_rate(double rate, int num_verified, int num_accepted) {

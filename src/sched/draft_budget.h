@@ -1,23 +1,30 @@
 // How many of a request's speculative drafts are worth verifying this step (load-adaptive
 // speculation). A draft at position i is emitted only if drafts 1..i are all accepted, which an
 // ngram-style request does with probability about a^i (a: its per-draft acceptance rate, a running
-// estimate). Verifying it adds one query token (and one logits row) to the step. So draft i is
-// verified while a^i times what one emitted token is worth at this batch size exceeds what that
-// extra token adds to the step's time. Both come from one step-cost curve (step_cost): nearly
-// flat for the first tokens (the weights are read once for all of them), then linear once the
-// matmuls are bound by arithmetic, where a token is worth exactly what it costs and only near-
-// certain drafts would pay, so large batches verify none. Pure arithmetic on counts.
+// estimate). Verifying d drafts adds d query tokens (and logits rows) to the step. So the budget
+// verifies the d whose expected emitted tokens, each worth what a token of the plain step at this
+// batch size costs, beat most clearly what those d tokens add to the step's time; none if no d
+// pays. Both come from one step-cost curve (step_cost), which is not convex on the CPU (a third
+// token can cost less than the second), so every d is weighed, not just the next draft. The curve
+// rises from a one-token step and turns linear once the matmuls are bound by arithmetic, where a
+// token is worth exactly what it costs and only near-certain drafts would pay, so large batches
+// verify none. Pure arithmetic on counts.
 #pragma once
 
 namespace kvasir {
 
-// The step-cost curve, in units of a one-token step, measured with `kvasir bench latency`
-// (prefill of T tokens, one sequence) on the CPU backend with SmolLM2-135M Q4_1: 1.0, 1.1, 1.35,
-// 1.7, 2.1, 2.4 for T = 1..6 (its matmul kernel takes activation rows in pairs), and about
-// kLogitsRowCost more per extra logits row (a verify step needs one per position).
-inline constexpr int kFreeTokens = 2;             // tokens a step holds at the price of one
-inline constexpr double kTokenCost = 0.35;        // each token past those
-inline constexpr double kLogitsRowCost = 0.08;    // each logits row past the first
+// The step-cost curve, in units of a one-token step: a step of T tokens of one sequence that all
+// need logits (a verify step; a plain decode batch of T sequences costs about the same), measured
+// on the CPU backend with SmolLM2-135M Q4_1, one thread, as process CPU time per step of
+// `kvasir bench latency --num-speculative-tokens-forced T-1` (BENCHMARKS.md, 2026-12-03: Xeon with
+// AMX, batches of 2-31 rows on packed panels, the machine loaded by other jobs): 1.0, 1.19, 1.40,
+// 1.48, 1.62, 1.84 for T = 1..6 (with the in-place tile for every batch it was 1.0, 1.24, 1.46,
+// 1.71, 2.03, 2.34), then kTokenCost per further token (L2-hot matmuls: ~0.2; rounded up, so that
+// large batches err toward verifying nothing). A curve measured by the running backend at start
+// is not done.
+inline constexpr double kStepCostByTokens[] = {1.0, 1.19, 1.40, 1.48, 1.62, 1.84};
+inline constexpr double kTokenCost = 0.25;      // each token past the table
+inline constexpr double kLogitsRowCost = 0.08;  // what a token's logits row adds (prefill rows have none)
 double step_cost(int num_tokens, int num_logits_rows);
 
 // Drafts to verify, at most num_available: request has acceptance estimate `acceptance_rate`;

@@ -32,10 +32,11 @@ CpuBackend::CpuBackend(const CpuBackendOptions& opts)
                    "CPU KV cache: float32, float16, float8_e4m3fn or float8_e5m2");
   int n = opts.num_threads > 0 ? opts.num_threads : static_cast<int>(std::thread::hardware_concurrency());
   pool_ = std::make_unique<ThreadPool>(n < 1 ? 1 : n);
-  // AMX tiles read GGUF blocks in place; plain AVX-512 runs batches faster on packed panels.
-  pack_weights_ = cpu::active_isa() == cpu::CpuIsa::kAvx512;
+  // Batches of 2 or more rows run faster on packed panels (AMX machines too, below 32 rows: the
+  // AMX tile repacks its weights on every call); decode keeps reading the GGUF blocks.
+  pack_weights_ = cpu::active_isa() == cpu::CpuIsa::kAvx512 || cpu::active_isa() == cpu::CpuIsa::kAmx;
   KVASIR_LOG_INFO("CPU kernels: %s%s", std::string(cpu::isa_name(cpu::active_isa())).c_str(),
-                  pack_weights_ ? " (batched matmuls on int8 panels repacked at load)" : "");
+                  pack_weights_ ? " (batched matmuls on panels repacked at load, 4-bit types kept 4-bit)" : "");
 }
 
 CpuBackend::~CpuBackend() = default;

@@ -69,6 +69,10 @@ struct TileArgs {
   float* y;              // y[(c / planes) * ldy + r] for r < nr, c < nc
   int64_t ldy;
   DequantFn dequant = nullptr;  // only for the generic dequantize-then-f32 tile
+  // Packed tiles: where the panel stores m (PackedQ32::stored_m()), its offset in the panel, else
+  // 0 and mw = m_from_d * dw; d_offset: where the fp16 scales start.
+  size_t d_offset = 0, m_offset = 0;
+  float m_from_d = 0.0f;
 };
 
 // Per-thread scratch a tile function may use.
@@ -97,8 +101,9 @@ const KernelSet& kernels();
 namespace avx512 {
 const KernelSet& kernels();
 // Tile on PackedQ32 panels (packed_q32.h), any of its types, kQ8_32 activations (1 or 2 planes):
-// TileArgs.w is one panel, nr <= kPackedPanelRows. Bit-identical to the q32 tile of kernels().
-TileFn packed_q32_tile();
+// TileArgs.w is one panel, nr <= kPackedPanelRows; `nibbles`: the panel's nibble layout
+// (PackedQ32::nibbles()). Bit-identical to the q32 tile of kernels().
+TileFn packed_q32_tile(bool nibbles);
 // BF16 weights against ActBf16Layout rows with vdpbf16ps (kernels_avx512_bf16.cpp); the tile takes
 // up to 4 weight rows. Call only where cpu_has_avx512_bf16().
 TileFn bf16_tile_fn();

@@ -23,6 +23,7 @@ namespace {
 
 #define KVASIR_INLINE inline __attribute__((always_inline))
 #define KVASIR_UNROLL _Pragma("GCC unroll 16")
+#define KVASIR_INLINE_LAMBDA __attribute__((always_inline))
 
 KVASIR_INLINE __m512i bcast_i32(const unsigned char* p) {
   int v;
@@ -31,10 +32,12 @@ KVASIR_INLINE __m512i bcast_i32(const unsigned char* p) {
 }
 
 // One block b of C input rows into the accumulators P (the block's slot, b % 4, chosen by the
-// caller so that every index into P is a constant).
-template <int C, bool kPairs>
-KVASIR_INLINE void block(const unsigned char* blk, const unsigned char* act, long act_stride, long k, long b,
-                         __m512 P[C]) {
+// caller so that every index into P is a constant). kNibbles: the block's values are 4 nibble
+// pairs (packed_q32.h); groups then enter the int32 sums in the order 0, 4, 1, 5, ..., which
+// changes nothing (exact integer sums).
+template <int C, bool kPairs, bool kNibbles>
+KVASIR_INLINE void block(const unsigned char* blk, const unsigned char* d16, const unsigned char* m16, __m512 m_from_d,
+                         const unsigned char* act, long act_stride, long k, long b, __m512 P[C]) {
   constexpr long kP = kPairs ? 2 : 1;
   __m512i hi[C], lo[C];
   KVASIR_UNROLL for (int c = 0; c < C; ++c) {
@@ -42,16 +45,27 @@ KVASIR_INLINE void block(const unsigned char* blk, const unsigned char* act, lon
     if constexpr (kPairs) lo[c] = _mm512_setzero_si512();
   }
   const unsigned char* x = act + 32 * b;
-  KVASIR_UNROLL for (int g = 0; g < 8; ++g) {
-    const __m512i w = _mm512_load_si512(blk + 64 * g);
+  auto group = [&](__m512i w, int g) KVASIR_INLINE_LAMBDA {
     KVASIR_UNROLL for (int c = 0; c < C; ++c) {
       const unsigned char* xc = x + c * kP * act_stride + 4 * g;
       hi[c] = _mm512_dpbusd_epi32(hi[c], w, bcast_i32(xc));
       if constexpr (kPairs) lo[c] = _mm512_dpbusd_epi32(lo[c], w, bcast_i32(xc + act_stride));
     }
+  };
+  if constexpr (kNibbles) {
+    const __m512i low4 = _mm512_set1_epi8(0x0f);
+    KVASIR_UNROLL for (int h = 0; h < 4; ++h) {
+      const __m512i v = _mm512_load_si512(blk + 64 * h);
+      group(_mm512_and_si512(v, low4), h);
+      group(_mm512_and_si512(_mm512_srli_epi16(v, 4), low4), h + 4);
+    }
+  } else {
+    KVASIR_UNROLL for (int g = 0; g < 8; ++g) group(_mm512_load_si512(blk + 64 * g), g);
   }
-  const __m512 dw = _mm512_load_ps(reinterpret_cast<const float*>(blk + 512));
-  const __m512 mw = _mm512_load_ps(reinterpret_cast<const float*>(blk + 576));
+  // The GGUF's halves widened exactly; an implied m is m_from_d * d, as gather_dm16 makes it.
+  const __m512 dw = _mm512_cvtph_ps(_mm256_load_si256(reinterpret_cast<const __m256i*>(d16 + 32 * b)));
+  const __m512 mw = m16 != nullptr ? _mm512_cvtph_ps(_mm256_load_si256(reinterpret_cast<const __m256i*>(m16 + 32 * b)))
+                                   : _mm512_mul_ps(dw, m_from_d);
   KVASIR_UNROLL for (int c = 0; c < C; ++c) {
     const unsigned char* a = act + c * kP * act_stride;
     const float* ds0 = reinterpret_cast<const float*>(a + k) + 2 * b;
@@ -64,10 +78,14 @@ KVASIR_INLINE void block(const unsigned char* blk, const unsigned char* act, lon
   }
 }
 
-template <int C, bool kPairs>
-KVASIR_INLINE void tile_cols(const unsigned char* panel, int nr, const unsigned char* act, long act_stride, long k,
-                             float* y, long ldy) {
+template <int C, bool kPairs, bool kNibbles>
+KVASIR_INLINE void tile_cols(const TileArgs& a, int nr, const unsigned char* act, long act_stride, long k, float* y,
+                             long ldy) {
   const long nb = k / 32;
+  const auto* panel = static_cast<const unsigned char*>(a.w);
+  const unsigned char* d16 = panel + a.d_offset;
+  const unsigned char* m16 = a.m_offset != 0 ? panel + a.m_offset : nullptr;
+  const __m512 mfd = _mm512_set1_ps(a.m_from_d);
   __m512 P0[C], P1[C], P2[C], P3[C];
   KVASIR_UNROLL for (int c = 0; c < C; ++c) {
     P0[c] = _mm512_setzero_ps();
@@ -75,17 +93,17 @@ KVASIR_INLINE void tile_cols(const unsigned char* panel, int nr, const unsigned 
     P2[c] = _mm512_setzero_ps();
     P3[c] = _mm512_setzero_ps();
   }
-  constexpr long kB = static_cast<long>(kPackedBlockBytes);
+  constexpr long kB = static_cast<long>(kNibbles ? kPackedNibbleValueBytes : kPackedValueBytes);
   long b = 0;
   for (; b + 4 <= nb; b += 4) {
-    block<C, kPairs>(panel + b * kB, act, act_stride, k, b, P0);
-    block<C, kPairs>(panel + (b + 1) * kB, act, act_stride, k, b + 1, P1);
-    block<C, kPairs>(panel + (b + 2) * kB, act, act_stride, k, b + 2, P2);
-    block<C, kPairs>(panel + (b + 3) * kB, act, act_stride, k, b + 3, P3);
+    block<C, kPairs, kNibbles>(panel + b * kB, d16, m16, mfd, act, act_stride, k, b, P0);
+    block<C, kPairs, kNibbles>(panel + (b + 1) * kB, d16, m16, mfd, act, act_stride, k, b + 1, P1);
+    block<C, kPairs, kNibbles>(panel + (b + 2) * kB, d16, m16, mfd, act, act_stride, k, b + 2, P2);
+    block<C, kPairs, kNibbles>(panel + (b + 3) * kB, d16, m16, mfd, act, act_stride, k, b + 3, P3);
   }
-  if (b < nb) block<C, kPairs>(panel + b * kB, act, act_stride, k, b, P0);
-  if (b + 1 < nb) block<C, kPairs>(panel + (b + 1) * kB, act, act_stride, k, b + 1, P1);
-  if (b + 2 < nb) block<C, kPairs>(panel + (b + 2) * kB, act, act_stride, k, b + 2, P2);
+  if (b < nb) block<C, kPairs, kNibbles>(panel + b * kB, d16, m16, mfd, act, act_stride, k, b, P0);
+  if (b + 1 < nb) block<C, kPairs, kNibbles>(panel + (b + 1) * kB, d16, m16, mfd, act, act_stride, k, b + 1, P1);
+  if (b + 2 < nb) block<C, kPairs, kNibbles>(panel + (b + 2) * kB, d16, m16, mfd, act, act_stride, k, b + 2, P2);
   const __mmask16 rows = static_cast<__mmask16>((1u << nr) - 1u);
   KVASIR_UNROLL for (int c = 0; c < C; ++c) {
     const __m512 s = _mm512_add_ps(_mm512_add_ps(P0[c], P2[c]), _mm512_add_ps(P1[c], P3[c]));
@@ -96,37 +114,37 @@ KVASIR_INLINE void tile_cols(const unsigned char* panel, int nr, const unsigned 
 // Input rows per register tile: 4 P slots x C accumulators plus C (pairs: 2C) int32 sums.
 constexpr int kCols = 4;
 
-template <bool kPairs>
+template <bool kPairs, bool kNibbles>
 void tile_impl(const TileArgs& a) {
-  const auto* panel = static_cast<const unsigned char*>(a.w);
   const auto* act = static_cast<const unsigned char*>(a.act);
   const long as = static_cast<long>(a.act_stride);
   constexpr long kP = kPairs ? 2 : 1;
   const long inputs = a.nc / kP;
   long c = 0;
   for (; c + kCols <= inputs; c += kCols) {
-    tile_cols<kCols, kPairs>(panel, a.nr, act + c * kP * as, as, a.k, a.y + c * a.ldy, a.ldy);
+    tile_cols<kCols, kPairs, kNibbles>(a, a.nr, act + c * kP * as, as, a.k, a.y + c * a.ldy, a.ldy);
   }
   const unsigned char* x = act + c * kP * as;
   float* y = a.y + c * a.ldy;
   switch (inputs - c) {
-    case 1: tile_cols<1, kPairs>(panel, a.nr, x, as, a.k, y, a.ldy); break;
-    case 2: tile_cols<2, kPairs>(panel, a.nr, x, as, a.k, y, a.ldy); break;
-    case 3: tile_cols<3, kPairs>(panel, a.nr, x, as, a.k, y, a.ldy); break;
+    case 1: tile_cols<1, kPairs, kNibbles>(a, a.nr, x, as, a.k, y, a.ldy); break;
+    case 2: tile_cols<2, kPairs, kNibbles>(a, a.nr, x, as, a.k, y, a.ldy); break;
+    case 3: tile_cols<3, kPairs, kNibbles>(a, a.nr, x, as, a.k, y, a.ldy); break;
     default: break;
   }
 }
 
+template <bool kNibbles>
 void packed_tile(const TileArgs& a) {
   if (a.planes == 2) {
-    tile_impl<true>(a);
+    tile_impl<true, kNibbles>(a);
   } else {
-    tile_impl<false>(a);
+    tile_impl<false, kNibbles>(a);
   }
 }
 
 }  // namespace
 
-TileFn packed_q32_tile() { return packed_tile; }
+TileFn packed_q32_tile(bool nibbles) { return nibbles ? packed_tile<true> : packed_tile<false>; }
 
 }  // namespace kvasir::cpu::avx512

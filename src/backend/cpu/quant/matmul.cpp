@@ -31,12 +31,20 @@ constexpr int64_t kMinParallelQuantElems = int64_t{1} << 16;
 // EPYC VM, Qwen3-MoE bench decode (Q8_0): 0 -> 58-67 tok/s, 1 -> 76-79, 2 -> 75, 4 no better.
 constexpr int64_t kPrefetchTiles = 1;
 // Input rows from which the AMX tiles take over from the AVX-512 q8 tiles (same results; the
-// tile unit pays off once a 16-row activation tile is mostly full).
+// tile unit pays off once a 16-row activation tile is mostly full), and from the packed panels
+// where a weight has them: the AMX tile repacks its weights on every call, which the panels'
+// tile beats below 32 rows (matmul_bench --packed, q4_1 / q8_0 1536x576, one thread, L2-hot,
+// Xeon with AMX, 2026-12-03: n=16 panels 132 / 131 us, AMX 176 / 200 us; n=32 264 / 255 vs 281 /
+// 312; n=64 532 / 487 vs 516 / 522).
 constexpr int64_t kAmxMinRows = 16;
+constexpr int64_t kAmxMinRowsWithPanels = 32;
 // Input rows from which a weight's packed panels (packed_q32.h), where it has them, take over from
-// the in-place AVX-512 tile (same results). Batch 1 streams the 4-bit GGUF bytes (bandwidth-bound);
-// from 2 rows on the panels win (matmul_bench --model smollm2 --threads 1, caller CPU ms per step
-// on the 2-vCPU EPYC, in place / packed: n=2 10.9 / 8.3, n=4 17.0 / 11.2, n=8 29.8 / 21.1).
+// the in-place AVX-512 tile (same results). Batch 1 streams the GGUF bytes (fewest bytes, and
+// decode is bound by reading them); from 2 rows on the panels win: their tile needs no cross-lane
+// reduction, so each further row costs little (matmul_bench --model smollm2 --threads 1, caller
+// CPU ms per step on the 2-vCPU EPYC, in place / packed: n=2 10.9 / 8.3, n=4 17.0 / 11.2, n=8
+// 29.8 / 21.1; on the AMX Xeon, L2-hot q4_1 1536x576 us, in place / nibble panels: n=1 35.8 /
+// 12.7, n=2 51.7 / 20.6, n=4 85.0 / 33.8, n=8 154 / 70).
 constexpr int64_t kPackedMinRows = 2;
 
 bool is_dense(DType t) { return t == DType::kF32 || t == DType::kF16 || t == DType::kBF16; }
@@ -49,6 +57,7 @@ struct Plan {
   int planes = 1;               // activation rows the tile reads per input row (kQ16: 2)
   TileFn amx_tile = nullptr;    // AMX tile for batches of at least kAmxMinRows input rows
   TileFn packed_tile = nullptr; // tile on PackedQ32 panels, for problems that bring them
+  TileFn packed_nibble_tile = nullptr;  // the same on nibble panels (PackedQ32::nibbles())
 };
 
 Plan make_plan(CpuIsa isa, const KernelSet& ks, DType t, int64_t k, ActQuant mode) {
@@ -74,9 +83,10 @@ Plan make_plan(CpuIsa isa, const KernelSet& ks, DType t, int64_t k, ActQuant mod
       if (isa == CpuIsa::kAmx && p.format == ActFormat::kQ8_32 && cpu_supports(CpuIsa::kAmx)) {
         p.amx_tile = amx::amx_tile_fn(t);
       }
-      if (isa == CpuIsa::kAvx512 && p.format == ActFormat::kQ8_32 && PackedQ32::supports(t) &&
-          cpu_supports(CpuIsa::kAvx512)) {
-        p.packed_tile = avx512::packed_q32_tile();
+      if ((isa == CpuIsa::kAvx512 || isa == CpuIsa::kAmx) && p.format == ActFormat::kQ8_32 &&
+          PackedQ32::supports(t) && cpu_supports(CpuIsa::kAvx512)) {
+        p.packed_tile = avx512::packed_q32_tile(false);
+        p.packed_nibble_tile = avx512::packed_q32_tile(true);
       }
       return p;
     }
@@ -90,10 +100,12 @@ Plan make_plan(CpuIsa isa, const KernelSet& ks, DType t, int64_t k, ActQuant mod
 
 size_t thread_scratch_bytes(int64_t k) { return align_up(tile_scratch_floats(k) * sizeof(float), 64); }
 
-bool use_amx(const Plan& p, int64_t n) { return p.amx_tile != nullptr && n >= kAmxMinRows; }
+bool use_amx(const Plan& p, int64_t n, bool has_panels = false) {
+  return p.amx_tile != nullptr && n >= (has_panels ? kAmxMinRowsWithPanels : kAmxMinRows);
+}
 
 bool use_packed(const Plan& p, const MatmulProblem& q) {
-  return p.packed_tile != nullptr && q.packed != nullptr && q.n >= kPackedMinRows;
+  return p.packed_tile != nullptr && q.packed != nullptr && q.n >= kPackedMinRows && !use_amx(p, q.n, true);
 }
 
 // Input rows the activation buffer holds: AMX tiles read whole 16-row groups.
@@ -216,7 +228,7 @@ void matmul_grouped(CpuIsa isa, const MatmulProblem* problems, int num_problems,
     KVASIR_CHECK_MSG(p.packed == nullptr || (p.packed->type() == wtype && p.packed->m() == p.m && p.packed->k() == k),
                      "matmul: packed weights do not match the problem");
     const int64_t tile_rows =
-        use_packed(plan, p) ? kPackedPanelRows : use_amx(plan, p.n) ? kAmxTileRows : kTileRows;
+        use_packed(plan, p) ? kPackedPanelRows : use_amx(plan, p.n, p.packed != nullptr) ? kAmxTileRows : kTileRows;
     if (p.n > 0) total_tiles += (p.m + tile_rows - 1) / tile_rows;
     total_rows += p.n;
     total_macs += p.m * k * p.n;
@@ -284,9 +296,11 @@ void matmul_grouped(CpuIsa isa, const MatmulProblem* problems, int num_problems,
         if (end <= t0) continue;
         const MatmulProblem& p = problems[i];
         const bool packed = use_packed(plan, p);
-        const bool amx = !packed && use_amx(plan, p.n);
+        const bool amx = !packed && use_amx(plan, p.n, p.packed != nullptr);
         const int64_t tile_rows = packed ? kPackedPanelRows : amx ? kAmxTileRows : kTileRows;
-        const TileFn tile = packed ? plan.packed_tile : amx ? plan.amx_tile : plan.tile;
+        const TileFn tile = packed ? (p.packed->nibbles() ? plan.packed_nibble_tile : plan.packed_tile)
+                            : amx  ? plan.amx_tile
+                                   : plan.tile;
         const uint8_t* act =
             plan.format == ActFormat::kF32 ? reinterpret_cast<const uint8_t*>(p.x) : act_base + index[i].act_offset;
         // Input rows per pass; the tile sees planes * that many activation rows (AMX: whole
@@ -295,6 +309,11 @@ void matmul_grouped(CpuIsa isa, const MatmulProblem* problems, int num_problems,
             std::max<int64_t>(1, static_cast<int64_t>(kActChunkBytes / (plan.planes * plan.act_stride)));
         if (amx) chunk = std::max(kAmxTileCols, chunk / kAmxTileCols * kAmxTileCols);
         a.ldy = p.m;
+        if (packed) {
+          a.d_offset = p.packed->d_offset();
+          a.m_offset = p.packed->stored_m() ? p.packed->m_offset() : 0;
+          a.m_from_d = p.packed->m_from_d();
+        }
         for (int64_t c0 = 0; c0 < p.n; c0 += chunk) {
           a.act = act + static_cast<size_t>(c0) * in_stride;
           a.nc = std::min(chunk, p.n - c0) * plan.planes;

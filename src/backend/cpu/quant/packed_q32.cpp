@@ -10,11 +10,12 @@ namespace kvasir::cpu {
 namespace {
 
 // One GGUF block as the in-place AVX-512 tile sees it: the 32 unsigned values its vpdpbusd
-// multiplies, and (dw, mw) with w = dw * u + mw (gather_dm16: formats with a zero point fold it
-// into mw = kMFromD * dw; Q8_0's signed values are shifted by +128, an XOR, with mw = -128 dw).
+// multiplies, and the block's fp16 d (and m), with w = dw * u + mw (gather_dm16: formats with a
+// zero point fold it into mw = m_from_d() * dw; Q8_0's signed values are shifted by +128, an XOR,
+// with mw = -128 dw).
 struct UnpackedBlock {
   uint8_t u[32];
-  float dw, mw;
+  uint16_t d, m;  // the GGUF's fp16 bits (m: 0 where the format implies it)
 };
 
 template <typename B>
@@ -43,38 +44,38 @@ UnpackedBlock unpack(DType t, const uint8_t* p) {
     case DType::kQ4_0: {
       const auto b = load_block<quant::BlockQ4_0>(p);
       nibbles(b.qs, o.u);
-      o.dw = quant::fp16_to_f32(b.d);
-      o.mw = o.dw * -8.0f;
+      o.d = b.d;
+      o.m = {};
       break;
     }
     case DType::kQ4_1: {
       const auto b = load_block<quant::BlockQ4_1>(p);
       nibbles(b.qs, o.u);
-      o.dw = quant::fp16_to_f32(b.d);
-      o.mw = quant::fp16_to_f32(b.m);
+      o.d = b.d;
+      o.m = b.m;
       break;
     }
     case DType::kQ5_0: {
       const auto b = load_block<quant::BlockQ5_0>(p);
       nibbles(b.qs, o.u);
       add_high_bits(b.qh, o.u);
-      o.dw = quant::fp16_to_f32(b.d);
-      o.mw = o.dw * -16.0f;
+      o.d = b.d;
+      o.m = {};
       break;
     }
     case DType::kQ5_1: {
       const auto b = load_block<quant::BlockQ5_1>(p);
       nibbles(b.qs, o.u);
       add_high_bits(b.qh, o.u);
-      o.dw = quant::fp16_to_f32(b.d);
-      o.mw = quant::fp16_to_f32(b.m);
+      o.d = b.d;
+      o.m = b.m;
       break;
     }
     case DType::kQ8_0: {
       const auto b = load_block<quant::BlockQ8_0>(p);
       for (int i = 0; i < 32; ++i) o.u[i] = static_cast<uint8_t>(b.qs[i]) ^ 0x80u;
-      o.dw = quant::fp16_to_f32(b.d);
-      o.mw = o.dw * -128.0f;
+      o.d = b.d;
+      o.m = {};
       break;
     }
     default: KVASIR_CHECK_MSG(false, "PackedQ32: unsupported weight type");
@@ -89,6 +90,17 @@ void PackedQ32::Free::operator()(uint8_t* p) const { std::free(p); }
 bool PackedQ32::supports(DType t) {
   return t == DType::kQ4_0 || t == DType::kQ4_1 || t == DType::kQ5_0 || t == DType::kQ5_1 || t == DType::kQ8_0;
 }
+
+float PackedQ32::m_from_d() const {
+  switch (type_) {
+    case DType::kQ4_0: return -8.0f;
+    case DType::kQ5_0: return -16.0f;
+    case DType::kQ8_0: return -128.0f;
+    default: return 0.0f;
+  }
+}
+
+bool PackedQ32::nibble_layout(DType t) { return t == DType::kQ4_0 || t == DType::kQ4_1; }
 
 PackedQ32::PackedQ32(DType t, int64_t m, int64_t k) : type_(t), m_(m), k_(k) {
   const int64_t panels = (m + kPackedPanelRows - 1) / kPackedPanelRows;
@@ -111,12 +123,21 @@ std::unique_ptr<PackedQ32> PackedQ32::pack(const void* w, DType t, int64_t m, in
     const int64_t lane = r % kPackedPanelRows;
     for (int64_t b = 0; b < nb; ++b) {
       const UnpackedBlock u = unpack(t, row + static_cast<size_t>(b) * block_bytes);
-      uint8_t* blk = panel + static_cast<size_t>(b) * kPackedBlockBytes;
-      // Group g holds values 4g..4g+3 of every row: [row 0: 4 bytes | row 1: 4 bytes | ...].
-      for (int g = 0; g < 8; ++g) std::memcpy(blk + 64 * g + 4 * lane, u.u + 4 * g, 4);
-      auto* f = reinterpret_cast<float*>(blk + 512);
-      f[lane] = u.dw;
-      f[16 + lane] = u.mw;
+      uint8_t* blk = panel + static_cast<size_t>(b) * out->value_bytes();
+      if (out->nibbles()) {
+        // Pair h: groups h (low nibbles) and h + 4 (high nibbles) of every row.
+        for (int h = 0; h < 4; ++h) {
+          for (int j = 0; j < 4; ++j) {
+            blk[64 * h + 4 * lane + j] = static_cast<uint8_t>(u.u[4 * h + j] | (u.u[16 + 4 * h + j] << 4));
+          }
+        }
+      } else {
+        // Group g holds values 4g..4g+3 of every row: [row 0: 4 bytes | row 1: 4 bytes | ...].
+        for (int g = 0; g < 8; ++g) std::memcpy(blk + 64 * g + 4 * lane, u.u + 4 * g, 4);
+      }
+      const size_t scale = static_cast<size_t>(b) * kPackedScaleBytes + 2 * static_cast<size_t>(lane);
+      std::memcpy(panel + out->d_offset() + scale, &u.d, 2);
+      if (out->stored_m()) std::memcpy(panel + out->m_offset() + scale, &u.m, 2);
     }
   }
   return out;

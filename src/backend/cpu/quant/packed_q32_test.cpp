@@ -32,12 +32,21 @@ TEST(PackedQ32, PanelsHoldTheDequantizedWeights) {
     for (int64_t r = 0; r < 32; ++r) {
       if (r < m) quant::dequantize_row(t, w.data() + r * *row_bytes(t, k), ref.data(), k);
       for (int64_t i = 0; i < k; ++i) {
-        const uint8_t* blk = p->panel(r / 16) + (i / 32) * kPackedBlockBytes;
+        const uint8_t* panel = p->panel(r / 16);
+        const uint8_t* blk = panel + (i / 32) * p->value_bytes();
         const int64_t e = i % 32;
-        const uint8_t u = blk[64 * (e / 4) + 4 * (r % 16) + e % 4];
-        float dw, mw;
-        std::memcpy(&dw, blk + 512 + 4 * (r % 16), 4);
-        std::memcpy(&mw, blk + 576 + 4 * (r % 16), 4);
+        // Nibble panels: values e and e + 16 share a byte (low, high nibble) at e's 8-bit place.
+        const bool nib = PackedQ32::nibble_layout(t);
+        ASSERT_EQ(p->nibbles(), nib);
+        const int64_t at = nib ? e % 16 : e;
+        const uint8_t byte = blk[64 * (at / 4) + 4 * (r % 16) + at % 4];
+        const uint8_t u = nib ? static_cast<uint8_t>(e < 16 ? byte & 0x0f : byte >> 4) : byte;
+        const size_t scale = (i / 32) * kPackedScaleBytes + 2 * (r % 16);
+        quant::fp16_t d16 = 0, m16 = 0;
+        std::memcpy(&d16, panel + p->d_offset() + scale, 2);
+        if (p->stored_m()) std::memcpy(&m16, panel + p->m_offset() + scale, 2);
+        const float dw = quant::fp16_to_f32(d16);
+        const float mw = p->stored_m() ? quant::fp16_to_f32(m16) : dw * p->m_from_d();
         if (r >= m) {  // padding rows: zero weights and scales
           ASSERT_EQ(u, 0);
           ASSERT_EQ(dw, 0.0f);
@@ -46,6 +55,23 @@ TEST(PackedQ32, PanelsHoldTheDequantizedWeights) {
         }
         ASSERT_FLOAT_EQ(dw * static_cast<float>(u) + mw, ref[i]) << dtype_name(t) << " row " << r << " col " << i;
       }
+    }
+  }
+}
+
+// A batch reads no more memory than decode: the 4- and 8-bit types' panels are their GGUF bytes
+// rearranged (the 5-bit types widen to int8, ~1.5x).
+TEST(PackedQ32, PanelsOfQ4AndQ8HoldExactlyTheGgufBytes) {
+  std::mt19937 rng(3);
+  const int64_t m = 48, k = 576;
+  for (DType t : kTypes) {
+    const std::vector<uint8_t> w = random_weights(t, m, k, rng);
+    const size_t gguf = static_cast<size_t>(m) * *row_bytes(t, k);
+    const size_t bytes = PackedQ32::pack(w.data(), t, m, k)->bytes();
+    if (t == DType::kQ5_0 || t == DType::kQ5_1) {  // int8 values and fp16 d (and m) per row and block
+      EXPECT_EQ(bytes, static_cast<size_t>(m * (k / 32)) * (32 + (t == DType::kQ5_1 ? 4 : 2))) << dtype_name(t);
+    } else {
+      EXPECT_EQ(bytes, gguf) << dtype_name(t);
     }
   }
 }
@@ -74,13 +100,17 @@ TEST(PackedQ32, MatmulOnPanelsMatchesInPlaceBitwise) {
       }
       for (ActQuant mode : {ActQuant::kQ8, ActQuant::kQ16}) {
         std::vector<float> ya(static_cast<size_t>(n * m)), yb(static_cast<size_t>(n * m));
-        matmul(CpuIsa::kAvx512, w.data(), t, m, k, x.data(), n, ya.data(), it % 2 ? pool1 : pool2, mode, scratch,
-               p.get());
         matmul(CpuIsa::kAvx512, w.data(), t, m, k, x.data(), n, yb.data(), pool2, mode, scratch);
-        for (size_t i = 0; i < ya.size(); ++i) {
-          ASSERT_EQ(bits_from_f32(ya[i]), bits_from_f32(yb[i]))
-              << dtype_name(t) << " m=" << m << " k=" << k << " n=" << n << " mode=" << static_cast<int>(mode)
-              << " row " << i / m << " out " << i % m << ": " << ya[i] << " vs " << yb[i];
+        // AMX machines run panels below 32 rows and the AMX tile (on the GGUF bytes) above.
+        for (CpuIsa isa : {CpuIsa::kAvx512, CpuIsa::kAmx}) {
+          if (!cpu_supports(isa)) continue;
+          matmul(isa, w.data(), t, m, k, x.data(), n, ya.data(), it % 2 ? pool1 : pool2, mode, scratch, p.get());
+          for (size_t i = 0; i < ya.size(); ++i) {
+            ASSERT_EQ(bits_from_f32(ya[i]), bits_from_f32(yb[i]))
+                << dtype_name(t) << " isa=" << isa_name(isa) << " m=" << m << " k=" << k << " n=" << n
+                << " mode=" << static_cast<int>(mode) << " row " << i / m << " out " << i % m << ": " << ya[i]
+                << " vs " << yb[i];
+          }
         }
         ++cases;
       }
