@@ -304,11 +304,12 @@ TEST_F(CudaW4a16, DummyWeightsStayInt4AndGiveFiniteOutputs) {
       ASSERT_TRUE(std::isfinite(v));
       ss += static_cast<double>(v) * v;
     }
-    // x ~ U(-1, 1), w = (q - 8) / (8 sqrt(k)), q uniform on 0..15: E[w^2] = 5.5 / (64 k), so
-    // E[y^2] = k / 3 * 5.5 / (64 k) ~ 0.029: rms ~ 0.17.
+    // x ~ U(-1, 1), w = (q - 8) / (8 sqrt(k)), q uniform on 0..15: E[(q - 8)^2] = 344 / 16 = 21.5,
+    // so E[w^2] = 21.5 / (64 k) and E[y^2] = k / 3 * 21.5 / (64 k) ~ 0.112: rms ~ 0.335 (the H200
+    // measured 0.331 and 0.335).
     const double rms = std::sqrt(ss / static_cast<double>(got.size()));
-    EXPECT_GT(rms, 0.1) << "rows " << rows;
-    EXPECT_LT(rms, 0.3) << "rows " << rows;
+    EXPECT_GT(rms, 0.25) << "rows " << rows;
+    EXPECT_LT(rms, 0.42) << "rows " << rows;
   }
 }
 
