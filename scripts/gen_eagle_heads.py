@@ -28,7 +28,7 @@ import struct
 import numpy as np
 
 ROOT = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "tests", "data", "eagle3")
-H, HEADS, KV_HEADS, HD, FFN, VOCAB, DRAFT_VOCAB = 64, 4, 2, 16, 96, 256, 64
+H, HEADS, KV_HEADS, HD, FFN, VOCAB, DRAFT_VOCAB = 64, 4, 2, 64, 96, 256, 64  # head_dim 64: one the CUDA attention takes
 EPS, THETA = 1e-5, 10000.0
 AUX_LAYERS = [2, 0, 1]
 
