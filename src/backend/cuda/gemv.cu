@@ -399,17 +399,7 @@ void launch_gemv_multi(const GemvInput& in, const GemvOut* outs, int num, int n,
     rows += outs[i].m;
   }
   segs.num = num;
-  switch (n) {
-    case 1: launch_multi_n<1>(in, segs, rows, k, out, s); break;
-    case 2: launch_multi_n<2>(in, segs, rows, k, out, s); break;
-    case 3: launch_multi_n<3>(in, segs, rows, k, out, s); break;
-    case 4: launch_multi_n<4>(in, segs, rows, k, out, s); break;
-    case 5: launch_multi_n<5>(in, segs, rows, k, out, s); break;
-    case 6: launch_multi_n<6>(in, segs, rows, k, out, s); break;
-    case 7: launch_multi_n<7>(in, segs, rows, k, out, s); break;
-    case 8: launch_multi_n<8>(in, segs, rows, k, out, s); break;
-    default: KVASIR_CHECK_MSG(false, "gemv: unsupported row count");
-  }
+  with_token_count(n, [&](auto t) { launch_multi_n<decltype(t)::value>(in, segs, rows, k, out, s); });
 }
 
 void launch_gemv(const void* x, const void* w, const float* bias, int n, int64_t m, int64_t k, void* y, Elem out,
@@ -426,17 +416,7 @@ void launch_gemv_gated(const GemvInput& in, const void* w_gate, const void* w_up
   const auto* wu = static_cast<const bf16*>(w_up);
   auto* out = static_cast<bf16*>(y);
   auto* up = static_cast<bf16*>(up_out);
-  switch (n) {
-    case 1: launch_gated_n<1>(in, wg, wu, m, k, gelu_tanh, out, up, s); break;
-    case 2: launch_gated_n<2>(in, wg, wu, m, k, gelu_tanh, out, up, s); break;
-    case 3: launch_gated_n<3>(in, wg, wu, m, k, gelu_tanh, out, up, s); break;
-    case 4: launch_gated_n<4>(in, wg, wu, m, k, gelu_tanh, out, up, s); break;
-    case 5: launch_gated_n<5>(in, wg, wu, m, k, gelu_tanh, out, up, s); break;
-    case 6: launch_gated_n<6>(in, wg, wu, m, k, gelu_tanh, out, up, s); break;
-    case 7: launch_gated_n<7>(in, wg, wu, m, k, gelu_tanh, out, up, s); break;
-    case 8: launch_gated_n<8>(in, wg, wu, m, k, gelu_tanh, out, up, s); break;
-    default: KVASIR_CHECK_MSG(false, "gemv: unsupported row count");
-  }
+  with_token_count(n, [&](auto t) { launch_gated_n<decltype(t)::value>(in, wg, wu, m, k, gelu_tanh, out, up, s); });
 }
 
 }  // namespace kvasir::cuda

@@ -2,12 +2,31 @@
 // block shape, streaming weight loads, bf16 unpacking and the input staging with an RMSNorm folded in.
 #pragma once
 
+#include <type_traits>
+
 #include "backend/cuda/cuda_common.cuh"
 #include "backend/cuda/kernels.h"
 
 namespace kvasir::cuda::gemv_detail {
 
 inline constexpr int kWarps = 8;
+
+// Calls f(std::integral_constant<int, N>{}) for the token count n in 1..kGemvMaxRows: the host
+// side's one switch from a run-time count to the kernels' compile-time one.
+template <typename F>
+void with_token_count(int n, F&& f) {
+  switch (n) {
+    case 1: return f(std::integral_constant<int, 1>{});
+    case 2: return f(std::integral_constant<int, 2>{});
+    case 3: return f(std::integral_constant<int, 3>{});
+    case 4: return f(std::integral_constant<int, 4>{});
+    case 5: return f(std::integral_constant<int, 5>{});
+    case 6: return f(std::integral_constant<int, 6>{});
+    case 7: return f(std::integral_constant<int, 7>{});
+    case 8: return f(std::integral_constant<int, 8>{});
+    default: KVASIR_CHECK_MSG(false, "gemv: unsupported row count");
+  }
+}
 
 __device__ __forceinline__ uint4 load_stream(const bf16* p) {
   uint4 r;

@@ -323,17 +323,7 @@ void launch_gemv_tc_multi(const GemvInput& in, const GemvOut* outs, int num, int
   }
   segs.num = num;
   const int64_t groups = rows / kGroupRows;
-  switch (n) {
-    case 1: launch_tc_n<1>(in, segs, groups, k, out, s); break;
-    case 2: launch_tc_n<2>(in, segs, groups, k, out, s); break;
-    case 3: launch_tc_n<3>(in, segs, groups, k, out, s); break;
-    case 4: launch_tc_n<4>(in, segs, groups, k, out, s); break;
-    case 5: launch_tc_n<5>(in, segs, groups, k, out, s); break;
-    case 6: launch_tc_n<6>(in, segs, groups, k, out, s); break;
-    case 7: launch_tc_n<7>(in, segs, groups, k, out, s); break;
-    case 8: launch_tc_n<8>(in, segs, groups, k, out, s); break;
-    default: KVASIR_CHECK_MSG(false, "gemv: unsupported row count");
-  }
+  with_token_count(n, [&](auto t) { launch_tc_n<decltype(t)::value>(in, segs, groups, k, out, s); });
 }
 
 void launch_gemv_tc_gated(const GemvInput& in, const void* w_gate, const void* w_up, int n, int64_t m, int64_t k,
@@ -342,17 +332,7 @@ void launch_gemv_tc_gated(const GemvInput& in, const void* w_gate, const void* w
   const auto* wu = static_cast<const bf16*>(w_up);
   auto* out = static_cast<bf16*>(y);
   auto* up = static_cast<bf16*>(up_out);
-  switch (n) {
-    case 1: launch_tc_gated_n<1>(in, wg, wu, m, k, gelu_tanh, out, up, s); break;
-    case 2: launch_tc_gated_n<2>(in, wg, wu, m, k, gelu_tanh, out, up, s); break;
-    case 3: launch_tc_gated_n<3>(in, wg, wu, m, k, gelu_tanh, out, up, s); break;
-    case 4: launch_tc_gated_n<4>(in, wg, wu, m, k, gelu_tanh, out, up, s); break;
-    case 5: launch_tc_gated_n<5>(in, wg, wu, m, k, gelu_tanh, out, up, s); break;
-    case 6: launch_tc_gated_n<6>(in, wg, wu, m, k, gelu_tanh, out, up, s); break;
-    case 7: launch_tc_gated_n<7>(in, wg, wu, m, k, gelu_tanh, out, up, s); break;
-    case 8: launch_tc_gated_n<8>(in, wg, wu, m, k, gelu_tanh, out, up, s); break;
-    default: KVASIR_CHECK_MSG(false, "gemv: unsupported row count");
-  }
+  with_token_count(n, [&](auto t) { launch_tc_gated_n<decltype(t)::value>(in, wg, wu, m, k, gelu_tanh, out, up, s); });
 }
 
 }  // namespace kvasir::cuda
