@@ -230,9 +230,11 @@ StatusOr<Tensor> CudaBackend::upload_weight(const Tensor& host, std::unique_ptr<
   bind_device();
   synchronize();
   if (keeps_fp8(host)) return upload_fp8_weight(host, owner);
-  if (keeps_gguf(host)) return upload_gguf_weight(host, owner);
+  // Integer checkpoints come as GGML blocks where those hold their values exactly, with the packed
+  // form alongside: the W4A16 kernels take it before the GGUF-block path would take the blocks.
   KVASIR_ASSIGN_OR_RETURN(const bool int4, keeps_int4(host));
   if (int4) return upload_int4_weight(host, owner);
+  if (keeps_gguf(host)) return upload_gguf_weight(host, owner);
   const bool matrix = host.ndim >= 2;
   const DType dt = matrix ? DType::kBF16 : DType::kF32;
   const int64_t n = host.numel();
