@@ -46,6 +46,24 @@ class CudaOps : public ::testing::Test {
     owned_.push_back(std::move(owner));
     return *t;
   }
+  // linear() of random x [n, k] and w [m, k] (bias optional, bf16 or f32 out) on both backends:
+  // the relative L2 error of the GPU's result against the CPU's.
+  double linear_error(int n, int64_t k, int64_t m, bool bias, bool f32_out) {
+    auto x = random_values(rng_, static_cast<size_t>(n) * k);
+    auto w = random_values(rng_, static_cast<size_t>(m) * k, 1.0f / std::sqrt(static_cast<float>(k)));
+    auto b = random_values(rng_, static_cast<size_t>(m));
+    DeviceTensor xg(DType::kBF16, {n, k});
+    xg.set(x);
+    Tensor wg = upload(w, {m, k});
+    Tensor bg = upload(b, {m});
+    DeviceTensor out(f32_out ? DType::kF32 : DType::kBF16, {n, m});
+    gpu_->linear(xg.t, wg, bias ? &bg : nullptr, out.t);
+    std::vector<float> ref(static_cast<size_t>(n) * m);
+    Tensor rt = host_tensor(ref, {n, m});
+    Tensor bt = host_tensor(b, {m});
+    cpu_->linear(host_tensor(x, {n, k}), host_tensor(w, {m, k}), bias ? &bt : nullptr, rt);
+    return rel_l2(read_back(*gpu_, out.t), ref);
+  }
   std::unique_ptr<Backend> gpu_, cpu_;
   std::vector<std::unique_ptr<Buffer>> owned_;
   std::mt19937 rng_{1234};
