@@ -330,7 +330,10 @@ int bench_throughput(const Args& a, EngineArgs ea) {
   }
   SamplingParams sp;
   sp.temperature = 0.0f;
-  sp.ignore_eos = true;
+  // Every request makes --output-len tokens, as vLLM's bench throughput; --no-ignore-eos lets real
+  // prompts end where the model ends them (speculation on input-grounded prompts, where the text
+  // after the answer's EOS is not what a user would be served).
+  sp.ignore_eos = a.get_bool("ignore-eos", true);
   sp.max_tokens = static_cast<int>(*out_len);
   auto t0 = Clock::now();
   auto res = (*llm)->generate(prompts, sp);
@@ -411,7 +414,8 @@ void usage() {
                "                            [--speculative-config '{\"method\": \"eagle3\", ...}']  (times the EAGLE-3\n"
                "                            head's drafting per decode step beside the target's step)\n"
                "       kvasir bench throughput [--num-prompts 64] [--input-len 128] [--output-len 128]\n"
-               "                            [--prompts-file F.jsonl] [--output-json F] [engine options]\n"
+               "                            [--prompts-file F.jsonl] [--output-json F] [--no-ignore-eos]\n"
+               "                            [engine options]  (--no-ignore-eos: requests end at EOS or --output-len)\n"
                "       kvasir bench serve [options]   (load-test an OpenAI-compatible server; see --help)\n"
                "Engine options:\n%s",
                engine_flags_help().c_str());
@@ -429,7 +433,7 @@ int cmd_bench(int argc, char** argv) {
   std::set<std::string> value_flags = {"input-len", "output-len", "batch-size", "num-iters", "num-iters-warmup",
                                        "output-json", "num-prompts", "prompts-file",
                                        "num-speculative-tokens-forced"};
-  std::set<std::string> bool_flags = {"help"};
+  std::set<std::string> bool_flags = {"help", "ignore-eos"};
   add_engine_flags(value_flags, bool_flags);
   auto args = Args::parse(argc - 1, argv + 1, value_flags, bool_flags);
   if (!args.ok() || args->get_bool("help", false)) {

@@ -366,3 +366,25 @@ TEST(EngineArgs, AsyncSchedulingDefaultsOnForAGpuAndTheFlagWins) {
 
 }  // namespace
 }  // namespace kvasir
+
+namespace kvasir {
+namespace {
+
+// A verify step's logits rows (1 + k per request) fit one chunk on the CPU too: in chunks of one
+// row, batch-1 verify read the whole lm_head once per row.
+TEST(LoadOptions, LogitsRowsHoldAVerifyStepOnTheCpu) {
+  EngineArgs a;
+  a.device = "cpu";
+  a.max_num_seqs = 1;
+  EXPECT_EQ(LoadOptions::from(a).model.max_num_logits, 1);
+  a.speculative.method = "ngram";
+  a.speculative.num_speculative_tokens = 4;
+  EXPECT_EQ(LoadOptions::from(a).model.max_num_logits, 5);
+  a.max_num_seqs = 16;  // 80 rows: capped at 64
+  EXPECT_EQ(LoadOptions::from(a).model.max_num_logits, 64);
+  a.max_num_seqs = 256;  // never fewer than max_num_seqs
+  EXPECT_EQ(LoadOptions::from(a).model.max_num_logits, 256);
+}
+
+}  // namespace
+}  // namespace kvasir
