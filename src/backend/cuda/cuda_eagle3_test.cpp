@@ -1,7 +1,8 @@
 // EAGLE-3 on the GPU. CpuTwin: the tiny target and head of tests/data/eagle3 on the CUDA backend
 // and on the CPU backend (exact matmuls), driven as the runner drives them (a prompt in two
-// chunks, then two verify-like steps), the head's draft logits compared at every pass (bf16 on
-// the GPU: rel L2 < 3e-2) and its drafts (argmax; a near-tie may flip one, so at most one differs).
+// chunks, then two verify-like steps): the target's aux states each step (what the head reads;
+// bf16 on the GPU: rel L2 < 2e-2), the head's draft logits of each step's last pass (rel L2 <
+// 3e-2) and its drafts (argmax; a near-tie may flip one, so at most one differs).
 // Engine: a random-weight Llama with a dummy-weight head (configs-style config.json, --load-format
 // dummy) through the engine on the GPU: greedy outputs follow plain decoding over their first
 // kSameFirstTokens tokens (GPU batching is not bit-exact, as cuda_spec_decode_e2e_test says), the
@@ -11,6 +12,7 @@
 #include <cmath>
 #include <cstdio>
 #include <cstdlib>
+#include <cstring>
 #include <fstream>
 
 #include "backend/cpu/cpu_backend.h"
@@ -71,6 +73,30 @@ struct Side {
     head_cache = std::move(hc2).value();
     proposer = std::make_unique<Eagle3Proposer>(*head, head_cache);
   }
+  // The first `rows` rows of each captured aux layer, as float32 (bf16 on the GPU).
+  std::vector<float> aux_rows(int rows) {
+    const Tensor& aux = target->aux_hidden_states();
+    std::vector<uint8_t> raw(aux.row_bytes() * static_cast<size_t>(aux.rows()));
+    backend->copy_to_host(aux, raw.data());
+    const int64_t H = aux.cols(), per_layer = target->max_num_tokens();
+    std::vector<float> out;
+    for (int64_t j = 0; j < aux.rows() / per_layer; ++j) {
+      for (int64_t r = 0; r < rows; ++r) {
+        for (int64_t c = 0; c < H; ++c) {
+          const size_t i = static_cast<size_t>((j * per_layer + r) * H + c);
+          if (aux.dtype == DType::kF32) {
+            out.push_back(reinterpret_cast<const float*>(raw.data())[i]);
+          } else {
+            const uint32_t bits = uint32_t{reinterpret_cast<const uint16_t*>(raw.data())[i]} << 16;
+            float f;
+            std::memcpy(&f, &bits, 4);
+            out.push_back(f);
+          }
+        }
+      }
+    }
+    return out;
+  }
   // Target forward over one sequence's tokens at [first, first + n) (blocks 1..16).
   void forward(const std::vector<int32_t>& tokens, int32_t first) {
     std::vector<int32_t> pos, qsl = {0, static_cast<int32_t>(tokens.size())}, lens, tables;
@@ -110,6 +136,15 @@ TEST(CudaEagle3, HeadAndProposerMatchTheCpuTwin) {
     Side* sides[2] = {&gpu, &cpu};
     for (int s = 0; s < 2; ++s) {
       sides[s]->forward(tokens, first);
+      if (s == 1) {
+        // The target's aux states of this step agree before the head reads them.
+        const std::vector<float> a = gpu.aux_rows(static_cast<int>(tokens.size())), b = cpu.aux_rows(static_cast<int>(tokens.size()));
+        ASSERT_EQ(a.size(), b.size());
+        double n2 = 0, d2 = 0;
+        for (size_t i = 0; i < a.size(); ++i) n2 += (a[i] - b[i]) * (a[i] - b[i]), d2 += b[i] * b[i];
+        std::printf("step at %d: target aux states rel L2 %.2e\n", first, std::sqrt(n2 / d2));
+        EXPECT_LT(std::sqrt(n2 / d2), 2e-2);
+      }
       Eagle3StepRow row{"r", hist, first, valid, 0, k, k > 0 ? &drafts[s] : nullptr};
       sides[s]->proposer->run_step(std::span<const Eagle3StepRow>(&row, 1));
       // The last pass's logits, on both backends.
@@ -127,6 +162,10 @@ TEST(CudaEagle3, HeadAndProposerMatchTheCpuTwin) {
     for (TokenId t : drafts[0]) std::printf(" %d", t);
     std::printf(" cpu");
     for (TokenId t : drafts[1]) std::printf(" %d", t);
+    std::printf("; logits gpu");
+    for (int i = 0; i < 6; ++i) std::printf(" %.3f", l[0][i]);
+    std::printf(" cpu");
+    for (int i = 0; i < 6; ++i) std::printf(" %.3f", l[1][i]);
     std::printf("\n");
     EXPECT_LT(std::sqrt(num / den), 3e-2);
     ASSERT_EQ(drafts[0].size(), drafts[1].size());
