@@ -141,12 +141,15 @@ TEST_P(CudaW4a16EndToEnd, FollowsCpuDequantization) {
     ContiguousBatch bc(B, max_len, bs), bg(B, max_len, bs);
     std::vector<float> lc(static_cast<size_t>(B) * vocab), lg(lc.size());
     int agree = 0, total = 0;
+    double worst = 0;
     for (int it = 0; it < 10; ++it) {
       ASSERT_TRUE((*mc)->forward(bc.build(step), *kc, lc.data()).ok());
       ASSERT_TRUE((*mg)->forward(bg.build(step), *kg, lg.data()).ok());
       bc.commit();
       bg.commit();
-      EXPECT_LT(rel_l2(lg, lc), 5e-2) << "step " << it;
+      const double err = rel_l2(lg, lc);
+      worst = std::max(worst, err);
+      EXPECT_LT(err, 5e-2) << "step " << it;
       for (int s = 0; s < B; ++s) {
         const float* rc = lc.data() + static_cast<size_t>(s) * vocab;
         const float* rg = lg.data() + static_cast<size_t>(s) * vocab;
@@ -158,7 +161,8 @@ TEST_P(CudaW4a16EndToEnd, FollowsCpuDequantization) {
       }
     }
     const std::string stats = (*gpu)->stats();
-    std::printf("%s: greedy agreement %d / %d; %s\n", v.name, agree, total, stats.c_str());
+    std::printf("%s, batch %d: greedy agreement %d / %d, worst step's logits rel L2 %.4f; %s\n", v.name, batch, agree,
+                total, worst, stats.c_str());
     EXPECT_NE(stats.find("W4A16 weights 21 "), std::string::npos) << "3 layers x 7 linears kept int4";
     EXPECT_GE(agree * 100, total * 80);
   }
