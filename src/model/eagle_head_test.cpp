@@ -237,5 +237,29 @@ TEST_F(EagleHeadTest, TheEagle3HeadRefusesKeysItWouldIgnore) {
             "accepted");
 }
 
+TEST(EagleHeadConfig, TheBenchmarkHeadFitsLlama3_8B) {
+  const std::string configs = std::string(KVASIR_SOURCE_DIR) + "/configs/";
+  auto target = model_config_from_hf_json(*parse_json(text_of(configs + "llama-3.1-8b.json")), nullptr);
+  ASSERT_TRUE(target.ok()) << target.status().to_string();
+  auto head = parse_eagle_head_config(text_of(configs + "eagle-llama-3-8b.json"), *target, "configs");
+  ASSERT_TRUE(head.ok()) << head.status().to_string();
+  ASSERT_TRUE(head->fc_bias.has_value());
+  EXPECT_TRUE(*head->fc_bias);
+  int64_t params = 0;
+  const WeightManifest m = eagle_head_manifest(*head);
+  for (const auto* list : {&m.model, &m.layers[0]}) {
+    for (const WeightSpec& s : *list) {
+      if (!s.expected) continue;
+      int64_t n = 1;
+      for (int64_t d : s.shape) n *= d;
+      params += n;
+    }
+  }
+  // fc 4096 x 8192 + bias, q/o 4096 x 4096, k/v 1024 x 4096, MLP of 14336, one norm: EAGLE-LLaMA3's
+  // 0.25 B parameters besides the target's embedding and lm_head.
+  EXPECT_EQ(params, 4096 * int64_t{8192} + 4096 + 2 * int64_t{4096} * 4096 + 2 * int64_t{1024} * 4096 +
+                        3 * int64_t{4096} * 14336 + 4096);
+}
+
 }  // namespace
 }  // namespace kvasir
