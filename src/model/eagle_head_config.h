@@ -32,8 +32,10 @@ StatusOr<EagleHeadConfig> parse_eagle_head_config(const std::string& json_text, 
 
 // The head's weights under their checkpoint names (role -> HF name), every shape from `c`:
 // fc [H, 2H] and its optional bias; layer 0's attention, post_attention_layernorm and MLP (no
-// input_layernorm: EAGLE's first layer has none). embed_tokens / lm_head are the target's and
-// are not listed (a checkpoint's copies are left unread, as vLLM and SGLang do).
+// input_layernorm: EAGLE's first layer has none; vLLM makes it an Identity, so a checkpoint's copy
+// is left unread). embed_tokens / lm_head are the target's and are not listed (a checkpoint's
+// copies are left unread, as vLLM and SGLang do). Names are unprefixed (vLLM's load_weights adds
+// "model."); the speculators format (fusion_fc, transformer.*) is not read.
 WeightManifest eagle_head_manifest(const EagleHeadConfig& c);
 
 }  // namespace kvasir
