@@ -38,6 +38,8 @@
 # Stage eagle3 (issue 16): CudaEagle3.* (the head against its CPU twin, the engine with a dummy
 # head), then bench latency with the dummy EAGLE-3 head (configs/eagle3-llama-3.1-8b.json, k = 3)
 # beside plain decode at batch 1 and 16: the head's ms per decode step beside the target's.
+# Stage eagle (EAGLE-1/2 heads): CudaEagle.* (the same two tests with the EAGLE-1 head), then bench
+# latency with the dummy EAGLE-1 head (configs/eagle-llama-3-8b.json, k = 3) at batch 1 and 16.
 # Stage fiprefill (issue 19): FlashInfer's SM90 prefill against our kernel: op tests on both paths,
 # memcheck, 32k and 128k b1 prefill A/B by KVASIR_CUDA_PREFILL, interleaved (KVASIR_FI_PARTS picks).
 # Stage fidecode (issue 19): FlashInfer's split-KV decode (KVASIR_CUDA_DECODE=flashinfer) against our
@@ -471,6 +473,21 @@ if has eagle3; then
         --input-len 128 --output-len 128 --num-iters 3 --batch-size $b "${extra[@]}" >"$log" 2>&1
       note "eagle3 bench b$b $mode: rc=$? $(grep -hE '^(decode:|eagle3 head:)' "$log" | tr '\n' ' ' | cut -c1-400)"
     done
+  done
+fi
+
+if has eagle; then
+  # EAGLE-1/2: the head against its CPU twin and through the engine (CudaEagle.*), then its cost
+  # beside the target's step with the dummy head of configs/eagle-llama-3-8b.json (k = 3).
+  timeout 240 "$bin/cuda_e2e_test" --gtest_filter='CudaEagle.*' >"$OUT/eagle_test.log" 2>&1
+  note "eagle tests (CudaEagle.*): rc=$? $(grep -E '^\[  PASSED' "$OUT/eagle_test.log" | head -1) $(grep -c '^\[  FAILED  \]' "$OUT/eagle_test.log") failed"
+  note "  $(grep -hE '^(draft pass|eagle:|whole outputs)' "$OUT/eagle_test.log" | tr '\n' ';' | cut -c1-500)"
+  e1='{"method":"eagle","model":"configs/eagle-llama-3-8b.json","num_speculative_tokens":3}'
+  for b in 1 16; do
+    log="$OUT/eagle_lat_b${b}.log"
+    timeout 200 "$bin/kvasir" bench latency --model configs/llama-3.1-8b.json --load-format dummy --device cuda \
+      --input-len 128 --output-len 128 --num-iters 3 --batch-size $b --speculative-config "$e1" >"$log" 2>&1
+    note "eagle bench b$b: rc=$? $(grep -hE '^(decode:|eagle head:)' "$log" | tr '\n' ' ' | cut -c1-400)"
   done
 fi
 if has fiprefill; then

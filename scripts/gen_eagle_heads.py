@@ -1,8 +1,10 @@
 #!/usr/bin/env python3
-"""Build a tiny random-weight EAGLE-3 head, the tiny Llama target it drafts for, and a float32
-numpy reference of the head's forward pass, whose outputs are committed as golden data.
+"""Build a tiny random-weight EAGLE-3 head, a tiny random-weight EAGLE-1 head, the tiny Llama
+target both draft for, and float32 numpy references of the heads' forward passes, whose outputs
+are committed as golden data.
 
     python3 scripts/gen_eagle_heads.py        # -> tests/data/eagle3/{tiny_target,tiny_head}/
+                                              #    tests/data/eagle/tiny_head/
 
 numpy only (no torch): the files are what vLLM / SGLang load for an EAGLE-3 head
 (llama_eagle3.py), written by a small safetensors writer below:
@@ -19,7 +21,20 @@ numpy only (no torch): the files are what vLLM / SGLang load for an EAGLE-3 head
                 input), pass 2 one draft step at position 6 fed its own pass-1 output at position 5;
                 and pass 1 again with norm_before_residual (the residual is the normed state).
 src/model/eagle3_head_test.cpp loads both and compares Kvasir's logits (rel L2 < 1e-3).
-Seeded: rerunning reproduces the same bytes.
+
+  eagle/tiny_head/  EagleLlamaForCausalLM (EAGLE-1/2, vLLM's llama_eagle.py): config.json with
+                "bias": true, model.safetensors with fc.weight [64, 128] + fc.bias, layers.0.*
+                (no input_layernorm: EAGLE's first layer has none; post_attention_layernorm,
+                q/k/v/o over hidden, gate/up/down), and an embed_tokens.weight that vLLM and SGLang
+                leave unread (both embed with the target's table; so does the reference).
+                golden.json + *.f32: the target (numpy, below) over 7 prompt tokens, its
+                final-normed hidden states (what vLLM hands the "eagle" drafter), then the head's
+                pass 1 over positions 0..5 (token p + 1 with the target's state at p) and pass 2, one
+                draft step at position 6 fed its own pass-1 output at position 5; logits are the
+                target's lm_head over the head's output, no norm before it.
+src/model/eagle_head_test.cpp compares Kvasir's (rel L2 < 1e-3).
+Seeded: rerunning reproduces the same bytes (the EAGLE-1 part draws from its own generator, so
+the EAGLE-3 files did not change when it was added).
 """
 import json
 import os
@@ -28,6 +43,7 @@ import struct
 import numpy as np
 
 ROOT = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "tests", "data", "eagle3")
+EAGLE1_ROOT = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "tests", "data", "eagle")
 H, HEADS, KV_HEADS, HD, FFN, VOCAB, DRAFT_VOCAB = 64, 4, 2, 64, 96, 256, 64  # head_dim 64: one the CUDA attention takes
 EPS, THETA = 1e-5, 10000.0
 AUX_LAYERS = [2, 0, 1]
@@ -124,6 +140,108 @@ class HeadReference:
         return prenorm, logits.astype(np.float32)
 
 
+def attention(q, k, v, keys, values):
+    """Causal attention of q [T, HEADS, HD] over a cache list that k, v [T, KV_HEADS, HD] extend."""
+    base = len(keys)
+    keys += list(k)
+    values += list(v)
+    K, V = np.stack(keys), np.stack(values)
+    T = q.shape[0]
+    out = np.zeros((T, HEADS, HD), np.float64)
+    for t in range(T):
+        ctx = base + t + 1
+        for hh in range(HEADS):
+            kv = hh // (HEADS // KV_HEADS)
+            s = K[:ctx, kv] @ q[t, hh] / np.sqrt(HD)
+            p = np.exp(s - s.max())
+            p /= p.sum()
+            out[t, hh] = p @ V[:ctx, kv]
+    return out.reshape(T, HEADS * HD).astype(np.float32)
+
+
+def llama_layer(x, w, prefix, positions, keys, values, input_norm=True):
+    """One HF Llama decoder layer, float32: x [T, H] -> [T, H]; input_norm False skips
+    input_layernorm (EAGLE's first layer)."""
+    T = x.shape[0]
+    h = rms_norm(x, w[prefix + "input_layernorm.weight"]) if input_norm else x
+    q = (h @ w[prefix + "self_attn.q_proj.weight"].T).reshape(T, HEADS, HD)
+    k = (h @ w[prefix + "self_attn.k_proj.weight"].T).reshape(T, KV_HEADS, HD)
+    v = (h @ w[prefix + "self_attn.v_proj.weight"].T).reshape(T, KV_HEADS, HD)
+    q, k = rope(q, positions), rope(k, positions)
+    x = x + attention(q, k, v, keys, values) @ w[prefix + "self_attn.o_proj.weight"].T
+    h = rms_norm(x, w[prefix + "post_attention_layernorm.weight"])
+    g = h @ w[prefix + "mlp.gate_proj.weight"].T
+    u = h @ w[prefix + "mlp.up_proj.weight"].T
+    return (x + (g / (1.0 + np.exp(-g)) * u) @ w[prefix + "mlp.down_proj.weight"].T).astype(np.float32)
+
+
+def target_final_hidden(t, ids, positions):
+    """The tiny target's final-normed hidden states [T, H] (one prefill, fresh caches)."""
+    x = t["model.embed_tokens.weight"][ids]
+    for i in range(3):
+        x = llama_layer(x, t, f"model.layers.{i}.", positions, [], [])
+    return rms_norm(x, t["model.norm.weight"])
+
+
+class EagleReference:
+    """An EAGLE-1/2 head's forward (vLLM llama_eagle.py), float32, its KV cache as lists:
+    x = fc(cat(embed(token), hidden)) + fc.bias; layer 0 without input_layernorm; logits are the
+    target's lm_head over the output, no norm."""
+
+    def __init__(self, w, target):
+        self.w, self.t = w, target
+        self.keys, self.values = [], []
+
+    def forward(self, ids, positions, hidden):
+        e = self.t["model.embed_tokens.weight"][ids]  # the target's table, not the head's copy
+        x = np.concatenate([e, hidden], axis=-1) @ self.w["fc.weight"].T + self.w["fc.bias"]
+        out = llama_layer(x.astype(np.float32), self.w, "layers.0.", positions, self.keys, self.values,
+                          input_norm=False)
+        return out, (out @ self.t["lm_head.weight"].T).astype(np.float32)
+
+
+def build_eagle1_head(t):
+    rng = np.random.default_rng(20261204)
+    hdir = os.path.join(EAGLE1_ROOT, "tiny_head")
+    os.makedirs(hdir, exist_ok=True)
+    w = {"fc.weight": rand(rng, H, 2 * H),
+         "fc.bias": (0.1 * rng.standard_normal(H)).astype(np.float32),
+         "layers.0.post_attention_layernorm.weight": (1 + 0.1 * rng.standard_normal(H)).astype(np.float32),
+         "layers.0.self_attn.q_proj.weight": rand(rng, HEADS * HD, H),
+         "layers.0.self_attn.k_proj.weight": rand(rng, KV_HEADS * HD, H),
+         "layers.0.self_attn.v_proj.weight": rand(rng, KV_HEADS * HD, H),
+         "layers.0.self_attn.o_proj.weight": rand(rng, H, HEADS * HD),
+         "layers.0.mlp.gate_proj.weight": rand(rng, FFN, H),
+         "layers.0.mlp.up_proj.weight": rand(rng, FFN, H),
+         "layers.0.mlp.down_proj.weight": rand(rng, H, FFN),
+         # A stale copy of an embedding: vLLM and SGLang use the target's instead.
+         "embed_tokens.weight": rand(rng, VOCAB, H, scale=1.0)}
+    cfg = llama_config(architectures=["EagleLlamaForCausalLM"], num_hidden_layers=1, bias=True)
+    with open(os.path.join(hdir, "config.json"), "w") as f:
+        json.dump(cfg, f, indent=2)
+    write_safetensors(os.path.join(hdir, "model.safetensors"), w)
+    # The target over a 7-token prompt; the head's pass 1 over positions 0..5 (token p + 1, the
+    # target's state at p), then one draft step at position 6 fed its own output at position 5.
+    prompt = [int(x) for x in rng.integers(3, VOCAB, 7)]
+    hidden = target_final_hidden(t, np.array(prompt), np.arange(7))
+    ref = EagleReference(w, t)
+    ids1, pos1 = prompt[1:], list(range(6))
+    out1, logits1 = ref.forward(np.array(ids1), np.array(pos1), hidden[:6])
+    draft1 = int(np.argmax(logits1[-1]))
+    _, logits2 = ref.forward(np.array([draft1]), np.array([6]), out1[-1:])
+    draft2 = int(np.argmax(logits2[-1]))
+    hidden.tofile(os.path.join(hdir, "target_hidden.f32"))
+    logits1.tofile(os.path.join(hdir, "logits_pass1.f32"))
+    logits2.tofile(os.path.join(hdir, "logits_pass2.f32"))
+    golden = {"prompt": prompt,
+              "pass1": {"input_ids": ids1, "positions": pos1, "draft": draft1},
+              "pass2": {"input_ids": [draft1], "positions": [6], "hidden_from_pass1_row": 5, "draft": draft2},
+              "vocab_size": VOCAB, "hidden_size": H}
+    with open(os.path.join(hdir, "golden.json"), "w") as f:
+        json.dump(golden, f, indent=2)
+    print("wrote", hdir)
+
+
 def main():
     rng = np.random.default_rng(20261203)
     # The target: a plain tiny Llama (Kvasir's own golden tests cover the decoder itself).
@@ -196,6 +314,7 @@ def main():
     with open(os.path.join(hdir, "golden.json"), "w") as f:
         json.dump(golden, f, indent=2)
     print("wrote", tdir, hdir)
+    build_eagle1_head(t)
 
 
 if __name__ == "__main__":

@@ -5,8 +5,9 @@
 // token for token (the verify rows draw at the positions a plain step would), and the verify steps
 // must have taken the device path as pure decode steps. A GPU runs the same runner code
 // (src/backend/cuda/cuda_spec_decode_e2e_test.cpp); this catches its host-side mistakes without one.
-// The same with eagle3 drafts (the tiny target and head of tests/data/eagle3): the head is fed each
-// step's accepted rows as the device path packs them.
+// The same with eagle3 and eagle drafts (the tiny target and EAGLE-3 head of tests/data/eagle3,
+// the EAGLE-1 head of tests/data/eagle): the head is fed each step's accepted rows as the device
+// path packs them.
 #include <gtest/gtest.h>
 
 #include <memory>
@@ -19,6 +20,7 @@
 #include "common/mapped_file.h"
 #include "model/decoder_model.h"
 #include "model/eagle3_head.h"
+#include "model/eagle_head.h"
 #include "model/registry.h"
 #include "runner/model_runner.h"
 #include "sample/sampler.h"
@@ -29,6 +31,7 @@ namespace {
 
 const std::string kTiny = std::string(KVASIR_SOURCE_DIR) + "/tests/data/tiny/llama3/model.gguf";
 const std::string kEagle3 = std::string(KVASIR_SOURCE_DIR) + "/tests/data/eagle3/";
+const std::string kEagle = std::string(KVASIR_SOURCE_DIR) + "/tests/data/eagle/";
 
 // The CPU backend behind a device's sampling capabilities.
 class HostSamplingBackend final : public Backend {
@@ -138,12 +141,13 @@ struct Run {
 
 constexpr int kBlocks = 96, kMaxTokens = 24;
 
-// The eagle3 runs' model: the tiny target of tests/data/eagle3 and its head (the tokenizer, which
-// only detokenizes here, stays the tiny Llama's: both have 256 ids).
+// The eagle3 / eagle runs' model: the tiny target of tests/data/eagle3 and a head (the tokenizer,
+// which only detokenizes here, stays the tiny Llama's: both have 256 ids). One config is set.
 struct Eagle3Models {
   std::unique_ptr<WeightSource> target_weights, head_weights;
   ModelConfig target_config;
-  std::optional<Eagle3HeadConfig> head_config;
+  std::optional<Eagle3HeadConfig> head_config;      // method "eagle3"
+  std::optional<EagleHeadConfig> eagle_head_config;  // method "eagle"
 };
 
 // seed_base + i seeds prompt i of a sampled run. eagle3: draft with the head instead of ngram.
@@ -179,23 +183,31 @@ Run generate(LoadedModel& lm, bool speculative, const SamplingParams& sp, const 
     eo.scheduler.num_speculative_tokens = 4;
     eo.scheduler.spec_verify_all_drafts = true;
   }
-  std::unique_ptr<Eagle3Head> head;
+  std::unique_ptr<DraftHead> head;
   KvCache head_cache;
   DraftModelRef draft;
   if (speculative && eagle3 != nullptr) {
-    auto h = Eagle3Head::create(*eagle3->head_config, *eagle3->head_weights, **model, mo.max_num_tokens, mo.max_num_logits);
-    EXPECT_TRUE(h.ok()) << h.status().to_string();
-    if (!h.ok()) return run;
-    head = std::move(h).value();
+    if (eagle3->head_config) {
+      auto h = Eagle3Head::create(*eagle3->head_config, *eagle3->head_weights, **model, mo.max_num_tokens, mo.max_num_logits);
+      EXPECT_TRUE(h.ok()) << h.status().to_string();
+      if (!h.ok()) return run;
+      head = std::move(h).value();
+    } else {
+      auto h = EagleHead::create(*eagle3->eagle_head_config, *eagle3->head_weights, **model, mo.max_num_tokens,
+                                 mo.max_num_logits);
+      EXPECT_TRUE(h.ok()) << h.status().to_string();
+      if (!h.ok()) return run;
+      head = std::move(h).value();
+    }
     auto hc = head->allocate_kv_cache(kBlocks + 16 * 2, 16);
     EXPECT_TRUE(hc.ok());
     if (!hc.ok()) return run;
     head_cache = std::move(hc).value();
     rc.speculative = SpeculativeConfig{};
-    rc.speculative.method = "eagle3";
+    rc.speculative.method = eagle3->head_config ? "eagle3" : "eagle";
     rc.speculative.num_speculative_tokens = 4;
     draft.cache = &head_cache;
-    draft.eagle3_head = head.get();
+    draft.eagle_head = head.get();
   }
   eo.scheduler.fill_defaults();
   {
@@ -286,7 +298,8 @@ TEST(SpecDecodeDevicePath, SeededSamplingEqualsPlainThroughOneQueryRowVerifyStep
   expect_speculative_equals_plain(sp);
 }
 
-TEST(SpecDecodeDevicePath, Eagle3GreedyAndSeededEqualPlainThroughOneQueryRowVerifySteps) {
+// method: "eagle3" or "eagle".
+void eagle_greedy_and_seeded_equal_plain(const std::string& method) {
   LoadOptions lo;
   lo.device = "cpu";
   lo.num_threads = 1;
@@ -295,16 +308,23 @@ TEST(SpecDecodeDevicePath, Eagle3GreedyAndSeededEqualPlainThroughOneQueryRowVeri
   ASSERT_TRUE(lm.ok()) << lm.status().to_string();
   Eagle3Models e;
   auto tw = open_weights(kEagle3 + "tiny_target");
-  auto hw = open_weights(kEagle3 + "tiny_head");
+  const std::string head_dir = (method == "eagle3" ? kEagle3 : kEagle) + "tiny_head";
+  auto hw = open_weights(head_dir);
   ASSERT_TRUE(tw.ok() && hw.ok());
   e.target_weights = std::move(tw).value();
   e.head_weights = std::move(hw).value();
   auto tc = load_model_config(*e.target_weights);
   ASSERT_TRUE(tc.ok());
   e.target_config = *tc;
-  auto hc = parse_eagle3_head_config(*read_text_file(kEagle3 + "tiny_head/config.json"), *tc, "tiny_head");
-  ASSERT_TRUE(hc.ok()) << hc.status().to_string();
-  e.head_config = *hc;
+  if (method == "eagle3") {
+    auto hc = parse_eagle3_head_config(*read_text_file(head_dir + "/config.json"), *tc, "tiny_head");
+    ASSERT_TRUE(hc.ok()) << hc.status().to_string();
+    e.head_config = *hc;
+  } else {
+    auto hc = parse_eagle_head_config(*read_text_file(head_dir + "/config.json"), *tc, "tiny_head");
+    ASSERT_TRUE(hc.ok()) << hc.status().to_string();
+    e.eagle_head_config = *hc;
+  }
   std::vector<std::vector<int32_t>> prompts;
   for (int i = 0; i < 5; ++i) {
     std::vector<int32_t> p;
@@ -321,12 +341,20 @@ TEST(SpecDecodeDevicePath, Eagle3GreedyAndSeededEqualPlainThroughOneQueryRowVeri
     const kvasir::Run spec = generate(**lm, true, sp, prompts, 100, &e);
     ASSERT_EQ(spec.outputs.size(), prompts.size());
     for (size_t i = 0; i < prompts.size(); ++i) EXPECT_EQ(spec.outputs[i], plain.outputs[i]) << "prompt " << i;
-    std::printf("eagle3, temperature %.1f: verify steps %d (%d as pure decode steps), %lld of %lld drafts kept\n",
-                temperature, spec.verify_steps, spec.pure_decode_verify_steps, static_cast<long long>(spec.accepted),
+    std::printf("%s, temperature %.1f: verify steps %d (%d as pure decode steps), %lld of %lld drafts kept\n",
+                method.c_str(), temperature, spec.verify_steps, spec.pure_decode_verify_steps, static_cast<long long>(spec.accepted),
                 static_cast<long long>(spec.drafts));
     EXPECT_GT(spec.pure_decode_verify_steps, 0) << "no verify step ran as a pure decode step";
     EXPECT_GT(spec.drafts, 0);
   }
+}
+
+TEST(SpecDecodeDevicePath, Eagle3GreedyAndSeededEqualPlainThroughOneQueryRowVerifySteps) {
+  eagle_greedy_and_seeded_equal_plain("eagle3");
+}
+
+TEST(SpecDecodeDevicePath, EagleGreedyAndSeededEqualPlainThroughOneQueryRowVerifySteps) {
+  eagle_greedy_and_seeded_equal_plain("eagle");
 }
 
 }  // namespace

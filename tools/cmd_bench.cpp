@@ -10,12 +10,12 @@
 #include <string>
 #include <vector>
 
-#include "setup/eagle3_head_setup.h"
+#include "setup/eagle_head_setup.h"
 #include "setup/loaded_model.h"
 #include "api/remote_replica.h"
 #include "api/tensor_parallel_group.h"
 #include "args.h"
-#include "bench_eagle3.h"
+#include "bench_eagle_head.h"
 #include "bench_forced_verify.h"
 #include "commands.h"
 #include "common/json.h"
@@ -74,14 +74,16 @@ StatusOr<std::vector<std::string>> read_prompt_texts(const std::string& path) {
 int bench_latency(const Args& a, const EngineArgs& ea) {
   // The latency bench drives the model step by step without the engine loop, so a flag of the
   // engine loop would be accepted and do nothing: refuse it instead.
-  // eagle3 is the one speculative method timed here (bench_eagle3.h): its head's cost per step.
-  const bool eagle3 = ea.speculative.method == "eagle3";
-  if (ea.async_scheduling.value_or(false) || ea.disable_async_output_proc || (ea.speculative.enabled() && !eagle3)) {
+  // eagle and eagle3 are the speculative methods timed here (bench_eagle_head.h): the head's cost
+  // per step.
+  const std::string& method = ea.speculative.method;
+  const bool eagle_head = method == "eagle" || method == "eagle3";
+  if (ea.async_scheduling.value_or(false) || ea.disable_async_output_proc || (ea.speculative.enabled() && !eagle_head)) {
     std::fprintf(stderr, "kvasir bench latency: %s is not supported here (this bench runs the model without the "
                          "engine loop); use bench throughput\n",
                  ea.async_scheduling.value_or(false) ? "--async-scheduling"
                  : ea.disable_async_output_proc ? "--disable-async-output-proc"
-                                                 : "--speculative-config other than method eagle3");
+                                                 : "--speculative-config other than method eagle / eagle3");
     return 2;
   }
   auto in_len = a.get_int("input-len", 128), out_len = a.get_int("output-len", 128);
@@ -100,9 +102,9 @@ int bench_latency(const Args& a, const EngineArgs& ea) {
     std::fprintf(stderr, "kvasir bench latency: --num-speculative-tokens-forced must be in [0, 64]\n");
     return 2;
   }
-  if (K > 0 && eagle3) {
-    std::fprintf(stderr, "kvasir bench latency: --num-speculative-tokens-forced and --speculative-config eagle3 are two "
-                         "separate measurements; pass one\n");
+  if (K > 0 && eagle_head) {
+    std::fprintf(stderr, "kvasir bench latency: --num-speculative-tokens-forced and --speculative-config %s are two "
+                         "separate measurements; pass one\n", method.c_str());
     return 2;
   }
   const int rows_per_step = B * (1 + K);
@@ -127,16 +129,16 @@ int bench_latency(const Args& a, const EngineArgs& ea) {
     std::fprintf(stderr, "kvasir bench latency: %s\n", cache.status().message().c_str());
     return 1;
   }
-  std::unique_ptr<BenchEagle3> head_bench;
-  LoadedEagle3Head head;
-  if (eagle3) {
-    auto h = load_eagle3_head(ea, lm, layout.num_blocks_needed());
+  std::unique_ptr<BenchEagleHead> head_bench;
+  LoadedEagleHead head;
+  if (eagle_head) {
+    auto h = load_eagle_head(ea, lm, layout.num_blocks_needed());
     if (!h.ok()) {
       std::fprintf(stderr, "kvasir bench latency: %s\n", h.status().message().c_str());
       return 1;
     }
     head = std::move(*h);
-    head_bench = std::make_unique<BenchEagle3>(*head.head, *head.cache, B, ea.speculative.num_speculative_tokens);
+    head_bench = std::make_unique<BenchEagleHead>(*head.head, *head.cache, B, ea.speculative.num_speculative_tokens);
   }
   double decode_head_s_total = 0;
   std::vector<double> decode_target_s;
@@ -173,7 +175,7 @@ int bench_latency(const Args& a, const EngineArgs& ea) {
       const float* row = logits.data() + static_cast<size_t>(s) * vocab;
       next[static_cast<size_t>(s)] = {static_cast<int32_t>(std::max_element(row, row + vocab) - row)};
     }
-    // eagle3: the histories so far (prompt, then each greedy token); the head drafts after the
+    // eagle / eagle3: the histories so far (prompt, then each greedy token); the head drafts after the
     // last prefill chunk and after every decode step.
     std::vector<std::vector<int32_t>> histories;
     if (head_bench) {
@@ -268,16 +270,16 @@ int bench_latency(const Args& a, const EngineArgs& ea) {
     const int k = ea.speculative.num_speculative_tokens;
     head_ms_per_step = decode_head_s_total / static_cast<double>(decode_target_s.size()) / O * 1e3;
     target_ms_per_step = median(decode_target_s) / O * 1e3;
-    std::printf("eagle3 head: %.3f ms per decode step (k = %d: 1 pass over the step's %d tokens + %d one-token draft "
+    std::printf("%s head: %.3f ms per decode step (k = %d: 1 pass over the step's %d tokens + %d one-token draft "
                 "passes, %.3f ms per draft token) beside %.3f ms for the target's step; head / target %.2f\n",
-                head_ms_per_step, k, B, k - 1, head_ms_per_step / k, target_ms_per_step,
+                method.c_str(), head_ms_per_step, k, B, k - 1, head_ms_per_step / k, target_ms_per_step,
                 target_ms_per_step > 0 ? head_ms_per_step / target_ms_per_step : 0.0);
   }
   if (const std::string st = lm.backend->stats(); !st.empty()) std::printf("%s\n", st.c_str());
   Json j = Json::object();
   if (head_bench) {
-    j.set("eagle3_head_ms_per_decode_step", head_ms_per_step);
-    j.set("eagle3_target_ms_per_decode_step", target_ms_per_step);
+    j.set(method + "_head_ms_per_decode_step", head_ms_per_step);
+    j.set(method + "_target_ms_per_decode_step", target_ms_per_step);
   }
   j.set("model", lm.path);
   j.set("backend", lm.backend->name());
@@ -411,8 +413,8 @@ void usage() {
                "                            [--num-iters-warmup 1] [--output-json F] [engine options]\n"
                "                            [--num-speculative-tokens-forced K]  (test only: every decode step\n"
                "                            verifies K drafts and commits them all, to time a K-draft verify step)\n"
-               "                            [--speculative-config '{\"method\": \"eagle3\", ...}']  (times the EAGLE-3\n"
-               "                            head's drafting per decode step beside the target's step)\n"
+               "                            [--speculative-config '{\"method\": \"eagle3\"|\"eagle\", ...}']  (times the\n"
+               "                            EAGLE head's drafting per decode step beside the target's step)\n"
                "       kvasir bench throughput [--num-prompts 64] [--input-len 128] [--output-len 128]\n"
                "                            [--prompts-file F.jsonl] [--output-json F] [--no-ignore-eos]\n"
                "                            [engine options]  (--no-ignore-eos: requests end at EOS or --output-len)\n"

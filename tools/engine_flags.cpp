@@ -129,11 +129,11 @@ std::string engine_flags_help() {
          "                               {\"backend\": \"xgrammar\"|\"auto\", \"disable_any_whitespace\": bool,\n"
          "                               \"disable_additional_properties\": bool, \"enable_in_reasoning\": bool}\n"
          "  --speculative-config JSON    speculative decoding, vLLM's keys: {\"method\": \"ngram\"|\"suffix\"|\n"
-         "                               \"draft_model\"|\"eagle3\", \"num_speculative_tokens\": N, \"prompt_lookup_min\": N,\n"
+         "                               \"draft_model\"|\"eagle\"|\"eagle3\", \"num_speculative_tokens\": N, \"prompt_lookup_min\": N,\n"
          "                               \"prompt_lookup_max\": N, \"suffix_decoding_max_tree_depth\": N, ...,\n"
          "                               \"model\": PATH (draft_model: a .gguf / HF directory with the target's\n"
-         "                               vocabulary; 'model' alone implies draft_model; eagle3: the EAGLE-3 head's\n"
-         "                               HF directory, or its config.json with --load-format dummy),\n"
+         "                               vocabulary; 'model' alone implies draft_model; eagle / eagle3: the EAGLE-1/2\n"
+         "                               / EAGLE-3 head's HF directory, or its config.json with --load-format dummy),\n"
          "                               \"draft_tensor_parallel_size\": 1}\n";
 }
 

@@ -51,7 +51,7 @@ class Communicator;
 }
 struct KvCache;
 struct LoadedDraftModel;
-struct LoadedEagle3Head;
+struct LoadedEagleHead;
 
 class LLM {
  public:
@@ -91,8 +91,9 @@ class LLM {
     std::unique_ptr<KvCache> cache;  // the runner keeps a reference (null under mp: no model here)
     // Speculative "draft_model": the draft and its own KV cache, which the runner's proposer uses.
     std::unique_ptr<LoadedDraftModel> draft;
-    // Speculative "eagle3": the head, its weights and its KV cache, which the runner's proposer uses.
-    std::unique_ptr<LoadedEagle3Head> eagle3;
+    // Speculative "eagle" / "eagle3": the head, its weights and its KV cache, which the runner's
+    // proposer uses.
+    std::unique_ptr<LoadedEagleHead> eagle_head;
   };
   std::vector<Replica> replicas_;
   // More than one rank (tensor x pipeline parallel) or --distributed-executor-backend mp: the

@@ -160,7 +160,7 @@ StatusOr<std::unique_ptr<LLM>> LLM::create(const EngineArgs& args) {
     engines.push_back(std::make_unique<Engine>(eo, *m.tokenizer, m.config.vocab_size, executor_for(async, std::move(worker))));
     llm->replicas_.push_back(Replica{std::move(setup.model), std::move(setup.cache),
                                      std::make_unique<LoadedDraftModel>(std::move(setup.draft)),
-                                     std::make_unique<LoadedEagle3Head>(std::move(setup.eagle3))});
+                                     std::make_unique<LoadedEagleHead>(std::move(setup.eagle_head))});
   }
   KVASIR_RETURN_IF_ERROR(llm->add_remote_replicas(args, engines));
   llm->engines_ = std::make_unique<EngineGroup>(std::move(engines));

@@ -163,10 +163,10 @@ StatusOr<RankSetup> set_up_rank(const EngineArgs& args, TensorParallelProcesses*
   if (args.speculative.method == "draft_model") {
     KVASIR_ASSIGN_OR_RETURN(r.draft, load_draft_model(args, *r.model, r.num_kv_blocks));
     draft = DraftModelRef{r.draft.model->model.get(), r.draft.cache.get(), args.max_num_batched_tokens};
-  } else if (args.speculative.method == "eagle3") {
-    KVASIR_ASSIGN_OR_RETURN(r.eagle3, load_eagle3_head(args, *r.model, r.num_kv_blocks));
-    draft.cache = r.eagle3.cache.get();
-    draft.eagle3_head = r.eagle3.head.get();
+  } else if (args.speculative.method == "eagle" || args.speculative.method == "eagle3") {
+    KVASIR_ASSIGN_OR_RETURN(r.eagle_head, load_eagle_head(args, *r.model, r.num_kv_blocks));
+    draft.cache = r.eagle_head.cache.get();
+    draft.eagle_head = r.eagle_head.head.get();
   }
   r.runner = std::make_unique<ModelRunner>(*r.model->model, *r.cache, rc, draft);
   return r;

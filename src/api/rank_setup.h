@@ -10,7 +10,7 @@
 #include "api/tensor_parallel_group.h"
 #include "runner/model_runner.h"
 #include "setup/draft_model.h"
-#include "setup/eagle3_head_setup.h"
+#include "setup/eagle_head_setup.h"
 #include "setup/engine_args.h"
 #include "setup/loaded_model.h"
 
@@ -26,7 +26,7 @@ struct RankSetup {
   int max_model_len = 0;
   std::unique_ptr<KvCache> cache;  // stable address: the runner keeps a reference
   LoadedDraftModel draft;          // speculative method "draft_model" only; before the runner, which uses it
-  LoadedEagle3Head eagle3;         // speculative method "eagle3" only; before the runner, which uses it
+  LoadedEagleHead eagle_head;      // speculative method "eagle" / "eagle3" only; before the runner, which uses it
   std::unique_ptr<ModelRunner> runner;
 };
 

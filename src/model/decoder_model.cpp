@@ -363,6 +363,10 @@ Status DecoderModel::run_layers(const ForwardBatch& batch, KvCache& cache) {
     KVASIR_RETURN_IF_ERROR(embed(batch, 0));
     KVASIR_RETURN_IF_ERROR(run_stage_layers(batch, 0, cache));
   }
+  if (final_hidden_.data != nullptr) {
+    Tensor out = final_hidden_.slice_rows(0, T);
+    backend_.rms_norm(ws_->x.slice_rows(0, T), final_norm_, eps_, out);
+  }
   last_num_tokens_ = T;
   return Status();
 }
@@ -433,6 +437,19 @@ Status DecoderModel::capture_aux_hidden_states(const std::vector<int>& layers) {
   aux_layers_ = layers;
   aux_identity_rows_.resize(static_cast<size_t>(opts_.max_num_tokens));
   for (int i = 0; i < opts_.max_num_tokens; ++i) aux_identity_rows_[static_cast<size_t>(i)] = i;
+  return Status();
+}
+
+Status DecoderModel::capture_final_hidden_states() {
+  if (sharded() || opts_.pp.size > 1) {
+    return unimplemented("hidden states for a speculative head under tensor or pipeline parallelism");
+  }
+  if (final_hidden_.data != nullptr) return Status();
+  const DType act = backend_.activation_dtype();
+  KVASIR_ASSIGN_OR_RETURN(auto buf, backend_.allocate(*row_bytes(act, config_.hidden_size) *
+                                                      static_cast<size_t>(opts_.max_num_tokens)));
+  final_hidden_ = Tensor::make(buf->data(), act, {opts_.max_num_tokens, config_.hidden_size}, backend_.device());
+  ws_->buffers.push_back(std::move(buf));
   return Status();
 }
 

@@ -76,6 +76,17 @@ class DecoderModel {
   // next run_layers; empty (data == nullptr) when nothing is captured.
   const Tensor& aux_hidden_states() const { return aux_; }
   int max_num_tokens() const { return opts_.max_num_tokens; }
+  // EAGLE-1/2 (model/eagle_head.h): from now on every run_layers also keeps the final-normed
+  // hidden state of each token (the vector lm_head reads: what vLLM's runner hands its "eagle"
+  // drafter as target_hidden_states, since vLLM's LlamaModel.forward returns self.norm(...)).
+  // Whole models only (no tensor or pipeline parallelism).
+  Status capture_final_hidden_states();
+  // [max_num_tokens, hidden]: token i of the last run_layers at row i (i < its num_tokens).
+  // Valid until the next run_layers; empty (data == nullptr) when nothing is captured.
+  const Tensor& final_hidden_states() const { return final_hidden_; }
+  // lm_head as bound ([vocab_size, hidden]; the embedding when tied; unsharded models only): an
+  // EAGLE-1 head projects its output with the target's.
+  const Tensor& lm_head() const { return lm_head_; }
   // The token embedding table as bound ([vocab_size, hidden]; unsharded models only) and the
   // scale its rows are multiplied by: a speculative head without its own embeds with these.
   const Tensor& token_embedding() const { return embed_; }
@@ -124,6 +135,7 @@ class DecoderModel {
   std::vector<int> aux_layers_;
   Tensor aux_;
   std::vector<int32_t> aux_identity_rows_;
+  Tensor final_hidden_;  // capture_final_hidden_states: [max_num_tokens, hidden]
   float eps_;
   bool device_collectives_ = false;  // the backend's device communicator carries the collectives
 };

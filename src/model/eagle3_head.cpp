@@ -124,27 +124,11 @@ Status Eagle3Head::allocate_workspace() {
 }
 
 size_t Eagle3Head::kv_cache_bytes_per_block(int block_size) const {
-  const KvCacheShape s = attn_->cache_shape();
-  const size_t row = *row_bytes(backend_.kv_cache_dtype(), s.k_heads * s.k_dim) +
-                     *row_bytes(backend_.kv_cache_dtype(), s.v_heads * s.v_dim);
-  return row * static_cast<size_t>(block_size);
+  return head_kv_cache_bytes_per_block(backend_, attn_->cache_shape(), block_size);
 }
 
 StatusOr<KvCache> Eagle3Head::allocate_kv_cache(int num_blocks, int block_size) {
-  if (num_blocks < 1 || block_size < 1) return invalid_argument("EAGLE-3 head: the KV cache needs at least one block");
-  KvCache c;
-  c.num_blocks = num_blocks;
-  c.block_size = block_size;
-  const KvCacheShape s = attn_->cache_shape();
-  for (auto [heads, dim, side] : {std::tuple{s.k_heads, s.k_dim, &c.k}, std::tuple{s.v_heads, s.v_dim, &c.v}}) {
-    const size_t bytes = *row_bytes(backend_.kv_cache_dtype(), heads * dim) * static_cast<size_t>(block_size) *
-                         static_cast<size_t>(num_blocks);
-    KVASIR_ASSIGN_OR_RETURN(auto buf, backend_.allocate(bytes));
-    side->push_back(Tensor::make(buf->data(), backend_.kv_cache_dtype(), {num_blocks, block_size, heads, dim},
-                                 backend_.device()));
-    c.buffers.push_back(std::move(buf));
-  }
-  return c;
+  return allocate_head_kv_cache(backend_, attn_->cache_shape(), num_blocks, block_size);
 }
 
 Status Eagle3Head::forward(const ForwardBatch& batch, HiddenFrom from, const int32_t* hidden_rows, KvCache& cache) {
@@ -228,18 +212,7 @@ Status Eagle3Head::draft_logits(const int32_t* rows, int num_rows, float* out) {
 
 Status Eagle3Head::greedy_target_tokens(const int32_t* rows, int num_rows, int32_t* out) {
   KVASIR_ASSIGN_OR_RETURN(Tensor logits, logits_on_device(rows, num_rows));
-  if (backend_.capabilities().device_sampling) {
-    // Greedy rows: only the ids come back, not [rows, draft_vocab] floats.
-    KVASIR_RETURN_IF_ERROR(backend_.sample(logits, greedy_rows_.data(), num_rows, out));
-  } else {
-    const size_t dv = static_cast<size_t>(config_.draft_vocab_size);
-    host_logits_.resize(static_cast<size_t>(num_rows) * dv);
-    backend_.copy_to_host(logits, host_logits_.data());
-    for (int i = 0; i < num_rows; ++i) {
-      const float* l = host_logits_.data() + static_cast<size_t>(i) * dv;
-      out[i] = static_cast<int32_t>(std::max_element(l, l + dv) - l);
-    }
-  }
+  KVASIR_RETURN_IF_ERROR(greedy_columns(backend_, logits, num_rows, greedy_rows_, host_logits_, out));
   for (int i = 0; i < num_rows; ++i) {
     if (out[i] < 0 || out[i] >= config_.draft_vocab_size) return internal_error("EAGLE-3 head: draft id out of range");
     out[i] = target_id(out[i]);

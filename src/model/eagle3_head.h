@@ -9,7 +9,7 @@
 //   logits = lm_head(rmsnorm(hidden)) over the draft vocabulary; target id = d + d2t[d]
 // as vLLM's / SGLang's llama_eagle3.py. Concatenations are row gathers of a [2T, H] (or [3T, H])
 // buffer into a [T, 2H] (or [T, 3H]) one, so no backend needs an op of its own. Must not know
-// about requests: runner/eagle3_proposer.h keeps the positions, blocks and rollbacks.
+// about requests: runner/eagle_proposer.h keeps the positions, blocks and rollbacks.
 #pragma once
 
 #include <memory>
@@ -19,34 +19,30 @@
 #include "loader/weight_source.h"
 #include "model/blocks.h"
 #include "model/decoder_model.h"
+#include "model/draft_head.h"
 #include "model/eagle3_head_config.h"
 #include "model/forward_batch.h"
 #include "model/kv_cache.h"
 
 namespace kvasir {
 
-class Eagle3Head {
+class Eagle3Head final : public DraftHead {
  public:
   // Binds the head's weights from `weights` on the target's backend and makes the target keep
   // the hidden states of config.aux_layer_ids. max_num_tokens: the most tokens of one pass (the
   // target's --max-num-batched-tokens); max_num_rows: the most logits rows of one call.
   static StatusOr<std::unique_ptr<Eagle3Head>> create(const Eagle3HeadConfig& config, const WeightSource& weights,
                                                       DecoderModel& target, int max_num_tokens, int max_num_rows);
-  ~Eagle3Head();
+  ~Eagle3Head() override;
 
   const Eagle3HeadConfig& config() const { return config_; }
-  size_t kv_cache_bytes_per_block(int block_size) const;
-  StatusOr<KvCache> allocate_kv_cache(int num_blocks, int block_size);
-
-  enum class HiddenFrom { kTarget, kHead };
-  // batch.input_ids: the token AFTER each position (target ids); batch.positions: the positions;
-  // batch.attn: over the head's cache. hidden_rows[i] [batch.num_tokens]: the row of token i's
-  // hidden state: a token row of the target's last run_layers (kTarget), or a row of this head's
-  // previous forward (kHead).
-  Status forward(const ForwardBatch& batch, HiddenFrom from, const int32_t* hidden_rows, KvCache& cache);
+  size_t kv_cache_bytes_per_block(int block_size) const override;
+  StatusOr<KvCache> allocate_kv_cache(int num_blocks, int block_size) override;
+  // DraftHead::forward; kTarget rows index the target's captured aux hidden states.
+  Status forward(const ForwardBatch& batch, HiddenFrom from, const int32_t* hidden_rows, KvCache& cache) override;
   // Greedy drafts: for each of `rows` of the last forward, the target id of the draft
   // vocabulary's argmax. out: [num_rows] host; num_rows <= max_num_rows.
-  Status greedy_target_tokens(const int32_t* rows, int num_rows, int32_t* out);
+  Status greedy_target_tokens(const int32_t* rows, int num_rows, int32_t* out) override;
   // float32 logits over the draft vocabulary, [num_rows, draft_vocab_size] host (tests).
   Status draft_logits(const int32_t* rows, int num_rows, float* out);
   // The target id of draft id d.

@@ -3,6 +3,7 @@
 #include <algorithm>
 
 #include "common/json.h"
+#include "model/head_config_keys.h"
 #include "model/registry.h"
 
 namespace kvasir {
@@ -29,8 +30,19 @@ StatusOr<Eagle3HeadConfig> parse_eagle3_head_config(const std::string& json_text
   const std::string a = arch->as_array()[0].as_string();
   if (a != "LlamaForCausalLMEagle3" && a != "Eagle3LlamaForCausalLM") {
     return head_error(where, "architecture \"" + a +
-                                 "\" is not an EAGLE-3 head (LlamaForCausalLMEagle3); EAGLE-1/2 heads (method "
-                                 "\"eagle\") are not supported yet");
+                                 "\" is not an EAGLE-3 head (LlamaForCausalLMEagle3); an EAGLE-1/2 head is speculative "
+                                 "method \"eagle\"");
+  }
+  KVASIR_RETURN_IF_ERROR(check_head_config_keys(j,
+                                                {"draft_vocab_size", "target_hidden_size", "eagle_config",
+                                                 "eagle_aux_hidden_state_layer_ids", "norm_before_residual",
+                                                 "tie_word_embeddings"},
+                                                "EAGLE-3 head " + where));
+  // lm_head is the head's own [draft_vocab, H] matrix (vLLM's Eagle3LlamaForCausalLM); tied to
+  // an embedding it would be another head.
+  if (const Json* tie = j.find("tie_word_embeddings"); tie != nullptr && !tie->is_null()) {
+    if (!tie->is_bool()) return head_error(where, "'tie_word_embeddings' must be true or false");
+    if (tie->as_bool()) return head_error(where, "'tie_word_embeddings': true is not supported (an EAGLE-3 head has its own lm_head)");
   }
   auto positive = [&](const char* key, bool required, int64_t def) -> StatusOr<int64_t> {
     const Json* v = j.find(key);
@@ -68,7 +80,18 @@ StatusOr<Eagle3HeadConfig> parse_eagle3_head_config(const std::string& json_text
   }
   // Aux layer ids: eagle_config.eagle_aux_hidden_state_layer_ids (vLLM) or the same key at the top.
   const Json* ids = nullptr;
-  if (const Json* ec = j.find("eagle_config"); ec != nullptr && ec->is_object()) ids = ec->find("eagle_aux_hidden_state_layer_ids");
+  if (const Json* ec = j.find("eagle_config"); ec != nullptr && !ec->is_null()) {
+    if (!ec->is_object()) return head_error(where, "'eagle_config' must be an object");
+    for (const auto& [key, v] : ec->as_object()) {
+      if (key == "eagle_aux_hidden_state_layer_ids") continue;
+      // vLLM reads use_aux_hidden_state (default true): false would feed the last hidden state,
+      // which is not this head's computation.
+      if (key == "use_aux_hidden_state" && v.is_bool() && v.as_bool()) continue;
+      return head_error(where, "eagle_config." + key + " " + v.dump() + " is not supported (eagle_aux_hidden_state_layer_ids, "
+                               "use_aux_hidden_state true)");
+    }
+    ids = ec->find("eagle_aux_hidden_state_layer_ids");
+  }
   if (ids == nullptr) ids = j.find("eagle_aux_hidden_state_layer_ids");
   const int64_t L = target.num_layers;
   Eagle3HeadConfig c;

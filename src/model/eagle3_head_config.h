@@ -28,7 +28,8 @@ struct Eagle3HeadConfig {
 // `json_text`: the head's config.json; `where`: its path, for messages. Every field is checked:
 // the architecture, hidden_size against the target's (a head for another model is refused naming
 // both), vocab_size, draft_vocab_size <= vocab_size, num_hidden_layers 1, the three aux layer ids
-// distinct and inside the target's layers.
+// distinct and inside the target's layers; every key either read, harmless metadata, or refused
+// by name (model/head_config_keys.h; a tied lm_head, eagle_config keys other than the aux ids).
 StatusOr<Eagle3HeadConfig> parse_eagle3_head_config(const std::string& json_text, const ModelConfig& target,
                                                     const std::string& where);
 

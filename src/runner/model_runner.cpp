@@ -23,9 +23,9 @@ ModelRunner::ModelRunner(DecoderModel& model, KvCache& cache, const RunnerConfig
   if (config.speculative.method == "draft_model") {
     KVASIR_CHECK_MSG(draft.model != nullptr && draft.cache != nullptr, "setup loads the draft model first");
     proposer_ = std::make_unique<DraftModelProposer>(*draft.model, *draft.cache, draft.max_tokens_per_forward);
-  } else if (config.speculative.method == "eagle3") {
-    KVASIR_CHECK_MSG(draft.eagle3_head != nullptr && draft.cache != nullptr, "setup loads the EAGLE-3 head first");
-    eagle3_ = std::make_unique<Eagle3Proposer>(*draft.eagle3_head, *draft.cache);
+  } else if (config.speculative.method == "eagle" || config.speculative.method == "eagle3") {
+    KVASIR_CHECK_MSG(draft.eagle_head != nullptr && draft.cache != nullptr, "setup loads the EAGLE head first");
+    eagle_ = std::make_unique<EagleProposer>(*draft.eagle_head, *draft.cache);
   } else if (config.speculative.enabled()) {
     StatusOr<std::unique_ptr<Proposer>> p = make_proposer(config.speculative);
     KVASIR_CHECK_MSG(p.ok(), "the speculative config was validated at start");
@@ -292,11 +292,11 @@ Status ModelRunner::sample_on_device(const GrammarBitmaskFuture& bitmask) {
                                             sampler_out_.sampled_token_ids.data(), verify_num_emitted_.data());
 }
 
-void ModelRunner::propose_eagle3_drafts(ModelRunnerOutput& result) {
-  eagle3_rows_.clear();
+void ModelRunner::propose_eagle_drafts(ModelRunnerOutput& result) {
+  eagle_rows_.clear();
   for (size_t i = 0; i < rows_.size(); ++i) {
     const ScheduledRow& row = rows_[i];
-    Eagle3StepRow e;
+    EagleStepRow e;
     e.req_id = *row.req_id;
     e.history = row.req->tokens;
     e.first_position = row.start;
@@ -310,13 +310,13 @@ void ModelRunner::propose_eagle3_drafts(ModelRunnerOutput& result) {
       e.max_drafts = std::max(0, std::min(config_.speculative.num_speculative_tokens, room));
       e.drafts = &result.outputs[i].spec_token_ids;
     }
-    eagle3_rows_.push_back(e);
+    eagle_rows_.push_back(e);
   }
-  eagle3_->run_step(eagle3_rows_);
+  eagle_->run_step(eagle_rows_);
 }
 
 void ModelRunner::propose_drafts(ModelRunnerOutput& result) {
-  if (eagle3_) return propose_eagle3_drafts(result);
+  if (eagle_) return propose_eagle_drafts(result);
   if (!proposer_) return;
   proposal_ctxs_.clear(), proposal_max_.clear(), proposal_out_.clear();
   for (size_t i = 0; i < rows_.size(); ++i) {
@@ -340,9 +340,9 @@ StatusOr<ModelRunnerOutput> ModelRunner::execute(const SchedulerOutput& so, cons
     for (const std::string& id : so.finished_req_ids) proposer_->finish_request(id);
     for (const std::string& id : so.preempted_req_ids) proposer_->preempt_request(id);
   }
-  if (eagle3_) {
-    for (const std::string& id : so.finished_req_ids) eagle3_->finish_request(id);
-    for (const std::string& id : so.preempted_req_ids) eagle3_->preempt_request(id);
+  if (eagle_) {
+    for (const std::string& id : so.finished_req_ids) eagle_->finish_request(id);
+    for (const std::string& id : so.preempted_req_ids) eagle_->preempt_request(id);
   }
   KVASIR_RETURN_IF_ERROR(input_batch_.apply(so, &scheduled_));
   ModelRunnerOutput result;

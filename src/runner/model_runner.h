@@ -12,7 +12,7 @@
 #include <vector>
 
 #include "model/decoder_model.h"
-#include "runner/eagle3_proposer.h"
+#include "runner/eagle_proposer.h"
 #include "runner/input_batch.h"
 #include "sample/sampler.h"
 #include "sched/grammar_bitmask.h"
@@ -35,14 +35,15 @@ struct RunnerConfig {
 };
 
 // The draft model of speculative method "draft_model": loaded and given its own KV cache at setup
-// (setup/draft_model.h), run by the runner's DraftModelProposer. For method "eagle3" the EAGLE-3
-// head (setup/eagle3_head_setup.h) and its cache instead, run by the runner's Eagle3Proposer.
+// (setup/draft_model.h), run by the runner's DraftModelProposer. For methods "eagle" and "eagle3"
+// the EAGLE head (setup/eagle_head_setup.h) and its cache instead, run by the runner's
+// EagleProposer.
 // All outlive the runner.
 struct DraftModelRef {
   DecoderModel* model = nullptr;
   KvCache* cache = nullptr;
   int max_tokens_per_forward = 0;  // the draft's workspace bound (--max-num-batched-tokens)
-  Eagle3Head* eagle3_head = nullptr;
+  DraftHead* eagle_head = nullptr;
 };
 
 class ModelRunner {
@@ -83,8 +84,9 @@ class ModelRunner {
   void fill_prompt_logprobs(const ScheduledRow& r, RunnerRequestOutput& out);
   // Drafts for every row that sampled this step (result.outputs is in rows_ order).
   void propose_drafts(ModelRunnerOutput& result);
-  // eagle3: every row's accepted tokens go through the head, whose drafts follow the sampling rows.
-  void propose_eagle3_drafts(ModelRunnerOutput& result);
+  // eagle / eagle3: every row's accepted tokens go through the head, whose drafts follow the
+  // sampling rows.
+  void propose_eagle_drafts(ModelRunnerOutput& result);
 
   DecoderModel& model_;
   KvCache& cache_;
@@ -129,9 +131,9 @@ class ModelRunner {
   } device_times_[2];
   std::chrono::steady_clock::time_point t_submitted_;
   ForwardBatch batch_;
-  std::unique_ptr<Proposer> proposer_;  // null without speculative decoding or with eagle3
-  std::unique_ptr<Eagle3Proposer> eagle3_;  // method "eagle3": it needs the target's hidden states
-  std::vector<Eagle3StepRow> eagle3_rows_;
+  std::unique_ptr<Proposer> proposer_;  // null without speculative decoding or with eagle / eagle3
+  std::unique_ptr<EagleProposer> eagle_;  // methods "eagle", "eagle3": they need the target's hidden states
+  std::vector<EagleStepRow> eagle_rows_;
   // propose_drafts' per-step lists, reused.
   std::vector<ProposalContext> proposal_ctxs_;
   std::vector<int> proposal_max_;

@@ -75,8 +75,9 @@ Status EngineArgs::validate() const {
   }
   // draft_model is built and tested for one rank in the serving process; in a group or in the
   // multiprocess executor's workers it has never run.
-  // The same for eagle3, whose head also reads the target's unsharded hidden states.
-  const bool runs_a_model = speculative.method == "draft_model" || speculative.method == "eagle3";
+  // The same for eagle and eagle3, whose heads also read the target's unsharded hidden states.
+  const bool runs_a_model =
+      speculative.method == "draft_model" || speculative.method == "eagle" || speculative.method == "eagle3";
   if (runs_a_model && tensor_parallel_size > 1) {
     return invalid_argument("--speculative-config method \"" + speculative.method +
                             "\" with --tensor-parallel-size > 1 is not supported yet");

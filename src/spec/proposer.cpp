@@ -21,9 +21,9 @@ StatusOr<std::unique_ptr<Proposer>> make_proposer(const SpeculativeConfig& confi
     KVASIR_RETURN_IF_ERROR(config.suffix.validate());
     return std::unique_ptr<Proposer>(new SuffixProposer(config.suffix));
   }
-  if (config.method == "draft_model" || config.method == "eagle3") {
+  if (config.method == "draft_model" || config.method == "eagle" || config.method == "eagle3") {
     return invalid_argument("the " + config.method + " proposer is built by the runner from the loaded " +
-                            (config.method == "eagle3" ? "EAGLE-3 head" : "draft model"));
+                            (config.method == "draft_model" ? "draft model" : "EAGLE head"));
   }
   return invalid_argument("no proposer for speculative method \"" + config.method + "\"");
 }

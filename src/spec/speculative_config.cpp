@@ -24,7 +24,7 @@ StatusOr<int> small_positive_int(const Json& v, const std::string& key) {
 }
 
 bool is_known_unbuilt_method(const std::string& m) {
-  for (const char* name : {"eagle", "mtp", "medusa", "mlp_speculator", "deepseek_mtp"}) {
+  for (const char* name : {"mtp", "medusa", "mlp_speculator", "deepseek_mtp"}) {
     if (m == name) return true;
   }
   return false;
@@ -37,10 +37,11 @@ StatusOr<double> number(const Json& v, const std::string& key) {
   return v.as_double();
 }
 
-constexpr const char* kMethods = "the supported methods are \"ngram\", \"suffix\", \"draft_model\" and \"eagle3\"";
+constexpr const char* kMethods =
+    "the supported methods are \"ngram\", \"suffix\", \"draft_model\", \"eagle\" and \"eagle3\"";
 
-// Methods whose 'model' is a checkpoint the runner loads (a draft model, an EAGLE-3 head).
-bool method_takes_model(const std::string& m) { return m == "draft_model" || m == "eagle3"; }
+// Methods whose 'model' is a checkpoint the runner loads (a draft model, an EAGLE-1/2 or EAGLE-3 head).
+bool method_takes_model(const std::string& m) { return m == "draft_model" || m == "eagle" || m == "eagle3"; }
 
 }  // namespace
 
@@ -118,17 +119,18 @@ StatusOr<SpeculativeConfig> parse_speculative_config(const std::string& json_tex
     return field_error("unknown method \"" + c.method + "\"; " + kMethods);
   }
   if (!method_takes_model(c.method) && !c.draft_model.empty()) {
-    return field_error("'model' (\"" + c.draft_model + "\") names a draft model, which only the \"draft_model\" and \"eagle3\" methods use");
+    return field_error("'model' (\"" + c.draft_model + "\") names a draft model, which only the \"draft_model\", \"eagle\" and \"eagle3\" methods use");
   }
   if (!method_takes_model(c.method) && has_draft_tp) {
-    return field_error("'draft_tensor_parallel_size' belongs to the \"draft_model\" and \"eagle3\" methods");
+    return field_error("'draft_tensor_parallel_size' belongs to the \"draft_model\", \"eagle\" and \"eagle3\" methods");
   }
   if (method_takes_model(c.method)) {
     const std::string m = "\"" + c.method + "\"";
     if (model_is_ngram) return field_error("'model' \"ngram\" names the ngram method, not a " + m + " checkpoint");
     if (c.draft_model.empty()) {
       return field_error("method " + m + " needs 'model': " +
-                         (c.method == "eagle3" ? std::string("the EAGLE-3 head's HF directory (or its config.json with --load-format dummy)")
+                         (c.method == "eagle3"  ? std::string("the EAGLE-3 head's HF directory (or its config.json with --load-format dummy)")
+                          : c.method == "eagle" ? std::string("the EAGLE-1/2 head's HF directory (or its config.json with --load-format dummy)")
                                                : std::string("the draft's .gguf file or HF directory")));
     }
     if (has_min || has_max) return field_error("prompt_lookup_min/max belong to the \"ngram\" method, not " + m);

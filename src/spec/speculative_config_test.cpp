@@ -36,7 +36,7 @@ TEST(SpeculativeConfig, LookupBoundsDefaultAsVllm) {
 }
 
 TEST(SpeculativeConfig, UnbuiltMethodsAreRefusedByName) {
-  for (const char* m : {"eagle", "mtp"}) {
+  for (const char* m : {"mtp", "medusa"}) {
     const std::string e = error_of(std::string(R"({"method": ")") + m + R"(", "num_speculative_tokens": 3})");
     EXPECT_NE(e.find(std::string("\"") + m + "\" is not supported yet"), std::string::npos) << e;
   }
@@ -89,7 +89,7 @@ TEST(SpeculativeConfig, EveryBadFieldIsNamed) {
                 .find("prompt_lookup_min (4) must be <= prompt_lookup_max (2)"),
             std::string::npos);
   EXPECT_NE(error_of(R"({"method": "ngram", "num_speculative_tokens": 3, "draft_tensor_parallel_size": 1})")
-                .find("'draft_tensor_parallel_size' belongs to the \"draft_model\" and \"eagle3\" methods"),
+                .find("'draft_tensor_parallel_size' belongs to the \"draft_model\", \"eagle\" and \"eagle3\" methods"),
             std::string::npos);
 }
 
@@ -111,6 +111,28 @@ TEST(SpeculativeConfig, Eagle3TakesTheHeadAsModel) {
   EXPECT_NE(error_of(R"({"method": "eagle3", "model": "h", "num_speculative_tokens": 2, "prompt_lookup_max": 3})")
                 .find("not \"eagle3\""),
             std::string::npos);
+}
+
+TEST(SpeculativeConfig, EagleTakesTheHeadAsModel) {
+  auto c = parse_speculative_config(
+      R"({"method": "eagle", "model": "yuhuili/EAGLE-LLaMA3-Instruct-8B", "num_speculative_tokens": 5})");
+  ASSERT_TRUE(c.ok()) << c.status().to_string();
+  EXPECT_EQ(c->method, "eagle");
+  EXPECT_EQ(c->draft_model, "yuhuili/EAGLE-LLaMA3-Instruct-8B");
+  EXPECT_EQ(c->num_speculative_tokens, 5);
+  EXPECT_NE(error_of(R"({"method": "eagle", "num_speculative_tokens": 3})").find("EAGLE-1/2 head"), std::string::npos);
+  EXPECT_NE(error_of(R"({"method": "eagle", "model": "h", "num_speculative_tokens": 2, "suffix_decoding_max_tree_depth": 3})")
+                .find("not \"eagle\""),
+            std::string::npos);
+}
+
+TEST(SpeculativeConfig, TreeDraftingAndOtherUnbuiltOptionsAreRefusedByName) {
+  // vLLM's tree drafting for EAGLE and its other drafter options change what is proposed.
+  for (const char* key : {"speculative_token_tree", "disable_padded_drafter_batch", "draft_model_revision"}) {
+    const std::string e =
+        error_of(std::string(R"({"method": "eagle", "model": "h", "num_speculative_tokens": 2, ")") + key + R"(": "x"})");
+    EXPECT_NE(e.find(std::string("'") + key + "' is not supported"), std::string::npos) << e;
+  }
 }
 
 }  // namespace

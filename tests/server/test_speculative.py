@@ -3,9 +3,11 @@ unbuilt config refuses to start naming what is wrong, greedy answers equal a ser
 speculation, the spec_decode counters move in /metrics, and a structured-output request is a 400
 naming the combination. The "draft_model" method (vLLM's 'model' shorthand, the same GGUF as its
 own draft) gives the plain server's greedy text with drafts accepted; a draft with another
-vocabulary refuses to start. The "eagle3" method with a random-weight head of SmolLM2's shape
-(written here in the checkpoint format vLLM loads) gives the plain server's greedy text while the
-head drafts; a head for another hidden size refuses to start naming both sizes.
+vocabulary refuses to start. The "eagle3" and "eagle" (EAGLE-1/2) methods with a random-weight
+head of SmolLM2's shape (written here in the checkpoint formats vLLM loads) give the plain
+server's greedy text while the head drafts; a head for another hidden size refuses to start
+naming both sizes, and a head config.json with a key that would change the head's computation
+(mlp_bias true) refuses to start naming it.
 """
 import json
 import os
@@ -67,7 +69,9 @@ def test_structured_outputs_with_speculation_is_a_400_naming_it(spec_server):
 
 
 @pytest.mark.parametrize("config, message", [
-    ('{"method": "eagle", "num_speculative_tokens": 3}', 'method "eagle" is not supported yet'),
+    ('{"method": "eagle", "num_speculative_tokens": 3}', "method \"eagle\" needs 'model': the EAGLE-1/2 head"),
+    ('{"method": "eagle", "model": "h", "num_speculative_tokens": 3, "speculative_token_tree": "[(0,)]"}',
+     "'speculative_token_tree' is not supported"),
     ('{"method": "eagle3", "num_speculative_tokens": 3}', "method \"eagle3\" needs 'model': the EAGLE-3 head"),
     ('{"method": "mtp", "num_speculative_tokens": 3}', 'method "mtp" is not supported yet'),
     ('{"method": "suffix", "prompt_lookup_max": 3}', 'belong to the "ngram" method'),
@@ -165,31 +169,105 @@ def write_eagle3_head(path, hidden=576, draft_vocab=1024, seed=3):
         f.write(struct.pack("<Q", len(h)) + h + b"".join(blobs))
 
 
-def test_eagle3_through_serve_equals_the_plain_server(server, tmp_path):
+def write_eagle_head(path, hidden=576, seed=4, extra=None):
+    """A random EAGLE-1/2 head (vLLM's EagleLlamaForCausalLM: config.json + model.safetensors with
+    fc [hidden, 2 x hidden] + fc.bias and layers.0.* without input_layernorm) for SmolLM2-135M."""
+    import numpy as np
+    rng = np.random.default_rng(seed)
+    heads, kv, hd, ffn, vocab = 9, 3, 64, 128, 49152
+    os.makedirs(path, exist_ok=True)
+    config = {"architectures": ["EagleLlamaForCausalLM"], "model_type": "llama", "hidden_size": hidden,
+              "num_attention_heads": heads, "num_key_value_heads": kv, "head_dim": hd,
+              "intermediate_size": ffn, "vocab_size": vocab, "rms_norm_eps": 1e-5, "rope_theta": 100000.0,
+              "max_position_embeddings": 8192, "num_hidden_layers": 1, "bias": True}
+    config.update(extra or {})
+    with open(os.path.join(path, "config.json"), "w") as f:
+        json.dump(config, f)
+    def m(*shape):
+        return (rng.standard_normal(shape) / np.sqrt(shape[-1])).astype(np.float32)
+    t = {"fc.weight": m(hidden, 2 * hidden), "fc.bias": m(hidden),
+         "layers.0.post_attention_layernorm.weight": np.ones(hidden, np.float32),
+         "layers.0.self_attn.q_proj.weight": m(heads * hd, hidden),
+         "layers.0.self_attn.k_proj.weight": m(kv * hd, hidden),
+         "layers.0.self_attn.v_proj.weight": m(kv * hd, hidden),
+         "layers.0.self_attn.o_proj.weight": m(hidden, heads * hd),
+         "layers.0.mlp.gate_proj.weight": m(ffn, hidden), "layers.0.mlp.up_proj.weight": m(ffn, hidden),
+         "layers.0.mlp.down_proj.weight": m(hidden, ffn)}
+    header, blobs, off = {}, [], 0
+    for name, a in t.items():
+        b = a.tobytes()
+        header[name] = {"dtype": "F32", "shape": list(a.shape), "data_offsets": [off, off + len(b)]}
+        off += len(b)
+        blobs.append(b)
+    h = json.dumps(header).encode()
+    h += b" " * (-len(h) % 8)
+    with open(os.path.join(path, "model.safetensors"), "wb") as f:
+        f.write(struct.pack("<Q", len(h)) + h + b"".join(blobs))
+
+
+def write_head(method, path, hidden=576):
+    if method == "eagle3":
+        write_eagle3_head(path, hidden=hidden, draft_vocab=1024 if hidden == 576 else 16)
+    else:
+        write_eagle_head(path, hidden=hidden)
+
+
+HEAD_LOG = {"eagle3": "EAGLE-3 head", "eagle": "EAGLE head"}
+
+
+@pytest.mark.parametrize("method", ["eagle3", "eagle"])
+def test_eagle_heads_through_serve_equal_the_plain_server(server, tmp_path, method):
     pytest.importorskip("numpy")
     head = str(tmp_path / "head")
-    write_eagle3_head(head)
+    write_head(method, head)
     plain = complete(server)
     eagle = Server("--speculative-config",
-                   '{"method": "eagle3", "model": "%s", "num_speculative_tokens": 3}' % head)
+                   '{"method": "%s", "model": "%s", "num_speculative_tokens": 3}' % (method, head))
     try:
         before = eagle.metrics()
         drafts_key = next(k for k in before if k.startswith("kvasir:spec_decode_num_drafts_total"))
         spec = complete(eagle)
         assert spec["text"] == plain["text"] and spec["finish_reason"] == plain["finish_reason"]
         assert eagle.metrics()[drafts_key] > before[drafts_key]
-        assert "EAGLE-3 head" in eagle.logs()
+        assert HEAD_LOG[method] + " " + head in eagle.logs()
     finally:
         assert eagle.stop() == 0, eagle.logs()
 
 
-def test_an_eagle3_head_for_another_model_refuses_to_start(tmp_path):
-    pytest.importorskip("numpy")
-    head = str(tmp_path / "wide")
-    write_eagle3_head(head, hidden=64, draft_vocab=16)
-    config = '{"method": "eagle3", "model": "%s", "num_speculative_tokens": 3}' % head
+def refused_start(config):
     p = subprocess.run([kvasir_bin(), "serve", MODEL, "--port", "0", "--speculative-config", config],
                        stdout=subprocess.PIPE, stderr=subprocess.STDOUT, timeout=60)
     out = p.stdout.decode(errors="replace")
     assert p.returncode != 0, out[-2000:]
+    return out
+
+
+@pytest.mark.parametrize("method", ["eagle3", "eagle"])
+def test_an_eagle_head_for_another_model_refuses_to_start(tmp_path, method):
+    pytest.importorskip("numpy")
+    head = str(tmp_path / "wide")
+    write_head(method, head, hidden=64)
+    out = refused_start('{"method": "%s", "model": "%s", "num_speculative_tokens": 3}' % (method, head))
     assert "hidden_size 64 differs from the target's hidden_size 576" in out, out[-2000:]
+
+
+@pytest.mark.parametrize("method", ["eagle3", "eagle"])
+def test_an_eagle_head_config_key_it_would_ignore_refuses_to_start(tmp_path, method):
+    pytest.importorskip("numpy")
+    head = str(tmp_path / "mlp_bias")
+    write_head(method, head)
+    with open(os.path.join(head, "config.json")) as f:
+        config = json.load(f)
+    config["mlp_bias"] = True
+    with open(os.path.join(head, "config.json"), "w") as f:
+        json.dump(config, f)
+    out = refused_start('{"method": "%s", "model": "%s", "num_speculative_tokens": 3}' % (method, head))
+    assert "'mlp_bias': true is not supported" in out, out[-2000:]
+
+
+def test_an_eagle3_head_given_as_method_eagle_refuses_to_start(tmp_path):
+    pytest.importorskip("numpy")
+    head = str(tmp_path / "e3")
+    write_eagle3_head(head)
+    out = refused_start('{"method": "eagle", "model": "%s", "num_speculative_tokens": 3}' % head)
+    assert 'is an EAGLE-3 head: speculative method \"eagle3\"' in out, out[-2000:]

@@ -1,7 +1,8 @@
-// Eagle3Proposer: vLLM's "eagle3" speculative method. After each target step it runs the step's
-// tokens through the EAGLE-3 head (model/eagle3_head.h) with the target's hidden states of those
-// tokens, then drafts k tokens greedily per sampling request: draft 1 from the last accepted
-// position, drafts 2..k from one-token passes that feed the head its own previous output. Every
+// EagleProposer: vLLM's "eagle" and "eagle3" speculative methods. After each target step it runs
+// the step's tokens through the head (model/draft_head.h: an EAGLE-1/2 head, model/eagle_head.h,
+// or an EAGLE-3 head, model/eagle3_head.h) with the target's hidden states of those tokens,
+// then drafts k tokens greedily per sampling request: draft 1 from the last accepted position,
+// drafts 2..k from one-token passes that feed the head its own previous output. Every
 // pass is batched across the step's requests. Lives next to the ModelRunner (it needs the head and
 // a KV cache); it knows requests only as ids with histories, and the head knows nothing of them.
 //
@@ -21,13 +22,13 @@
 #include <unordered_map>
 #include <vector>
 
-#include "model/eagle3_head.h"
+#include "model/draft_head.h"
 #include "spec/proposer.h"
 
 namespace kvasir {
 
 // One request of the target's step, after its samples were folded into `history`.
-struct Eagle3StepRow {
+struct EagleStepRow {
   std::string_view req_id;
   std::span<const TokenId> history;  // prompt then accepted outputs
   int32_t first_position = 0;        // the step's first token's position
@@ -37,12 +38,12 @@ struct Eagle3StepRow {
   std::vector<TokenId>* drafts = nullptr;  // cleared, then filled when max_drafts > 0
 };
 
-class Eagle3Proposer {
+class EagleProposer {
  public:
   // `cache`: the head's own; both outlive the proposer.
-  Eagle3Proposer(Eagle3Head& head, KvCache& cache);
+  EagleProposer(DraftHead& head, KvCache& cache);
 
-  void run_step(std::span<const Eagle3StepRow> rows);
+  void run_step(std::span<const EagleStepRow> rows);
   void finish_request(std::string_view req_id) { release(req_id); }
   void preempt_request(std::string_view req_id) { release(req_id); }
 
@@ -62,7 +63,7 @@ class Eagle3Proposer {
   // last pass's output.
   struct Drafter {
     HeadRequest* req;
-    const Eagle3StepRow* row;
+    const EagleStepRow* row;
     int32_t position;
     int32_t out_row;
   };
@@ -72,10 +73,10 @@ class Eagle3Proposer {
   // Appends one token at `position` (cache index position - r.start) of a new sequence.
   void add_token(HeadRequest& r, int32_t position, TokenId next_token, int32_t hidden_row);
   void end_sequence(HeadRequest& r, int32_t position);
-  Status run_pass(Eagle3Head::HiddenFrom from);
+  Status run_pass(DraftHead::HiddenFrom from);
   void clear_pass();
 
-  Eagle3Head& head_;
+  DraftHead& head_;
   KvCache& cache_;
   int block_size_;
   std::vector<int32_t> free_blocks_;

@@ -1,6 +1,6 @@
-// `kvasir bench latency --speculative-config '{"method": "eagle3", ...}'`: the EAGLE-3 head's cost
-// beside the target's. After each forward pass of the bench's batch the head runs as the runner
-// runs it (runner/eagle3_proposer.h: the pass's tokens with the target's hidden states, then
+// `kvasir bench latency --speculative-config '{"method": "eagle3" | "eagle", ...}'`: the EAGLE
+// head's cost beside the target's. After each forward pass of the bench's batch the head runs as the runner
+// runs it (runner/eagle_proposer.h: the pass's tokens with the target's hidden states, then
 // k - 1 one-token draft passes, batched over the sequences), timed apart from the target's step
 // (each head pass ends in a read-back of its greedy ids, so its time is the device's too). The
 // drafts are not verified (the bench's decode stays the plain greedy one): this measures what a
@@ -11,13 +11,13 @@
 #include <string>
 #include <vector>
 
-#include "runner/eagle3_proposer.h"
+#include "runner/eagle_proposer.h"
 
 namespace kvasir {
 
-class BenchEagle3 {
+class BenchEagleHead {
  public:
-  BenchEagle3(Eagle3Head& head, KvCache& cache, int batch_size, int num_speculative_tokens);
+  BenchEagleHead(DraftHead& head, KvCache& cache, int batch_size, int num_speculative_tokens);
 
   // After a target pass that computed positions [first_position, first_position + n) of every
   // sequence s (rows s * n .. s * n + n - 1 of the pass); histories[s] holds the tokens through
@@ -33,11 +33,11 @@ class BenchEagle3 {
   int64_t drafts_proposed() const { return drafts_proposed_; }
 
  private:
-  Eagle3Proposer proposer_;
+  EagleProposer proposer_;
   int batch_size_, k_;
   std::vector<std::string> ids_;
   std::vector<std::vector<TokenId>> drafts_;
-  std::vector<Eagle3StepRow> rows_;
+  std::vector<EagleStepRow> rows_;
   int64_t decode_steps_ = 0, drafts_proposed_ = 0;
   double decode_head_s_ = 0;
 };

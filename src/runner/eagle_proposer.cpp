@@ -1,4 +1,4 @@
-#include "runner/eagle3_proposer.h"
+#include "runner/eagle_proposer.h"
 
 #include <algorithm>
 
@@ -7,20 +7,20 @@
 
 namespace kvasir {
 
-Eagle3Proposer::Eagle3Proposer(Eagle3Head& head, KvCache& cache)
+EagleProposer::EagleProposer(DraftHead& head, KvCache& cache)
     : head_(head), cache_(cache), block_size_(cache.block_size) {
   // Block 0 is the null block, as in the target's pool; hand out the highest ids first.
   for (int b = cache.num_blocks - 1; b >= 1; --b) free_blocks_.push_back(b);
 }
 
-void Eagle3Proposer::release(std::string_view req_id) {
+void EagleProposer::release(std::string_view req_id) {
   auto it = requests_.find(std::string(req_id));
   if (it == requests_.end()) return;
   free_blocks_.insert(free_blocks_.end(), it->second.block_ids.begin(), it->second.block_ids.end());
   requests_.erase(it);
 }
 
-bool Eagle3Proposer::reserve_blocks(HeadRequest& r, int64_t num_indices) {
+bool EagleProposer::reserve_blocks(HeadRequest& r, int64_t num_indices) {
   const size_t need = static_cast<size_t>((num_indices + block_size_ - 1) / block_size_);
   if (need <= r.block_ids.size()) return true;
   if (need - r.block_ids.size() > free_blocks_.size()) return false;
@@ -31,13 +31,13 @@ bool Eagle3Proposer::reserve_blocks(HeadRequest& r, int64_t num_indices) {
   return true;
 }
 
-void Eagle3Proposer::clear_pass() {
+void EagleProposer::clear_pass() {
   pass_reqs_.clear(), input_ids_.clear(), positions_.clear(), hidden_rows_.clear(), seq_lens_.clear();
   slot_mapping_.clear(), sample_rows_.clear();
   query_start_loc_.assign(1, 0);
 }
 
-void Eagle3Proposer::add_token(HeadRequest& r, int32_t position, TokenId next_token, int32_t hidden_row) {
+void EagleProposer::add_token(HeadRequest& r, int32_t position, TokenId next_token, int32_t hidden_row) {
   const int32_t c = position - r.start;
   input_ids_.push_back(next_token);
   positions_.push_back(position);
@@ -45,13 +45,13 @@ void Eagle3Proposer::add_token(HeadRequest& r, int32_t position, TokenId next_to
   slot_mapping_.push_back(int64_t{r.block_ids[static_cast<size_t>(c / block_size_)]} * block_size_ + c % block_size_);
 }
 
-void Eagle3Proposer::end_sequence(HeadRequest& r, int32_t position) {
+void EagleProposer::end_sequence(HeadRequest& r, int32_t position) {
   pass_reqs_.push_back(&r);
   query_start_loc_.push_back(static_cast<int32_t>(input_ids_.size()));
   seq_lens_.push_back(position - r.start + 1);  // the context ends at this sequence's last position
 }
 
-Status Eagle3Proposer::run_pass(Eagle3Head::HiddenFrom from) {
+Status EagleProposer::run_pass(DraftHead::HiddenFrom from) {
   size_t max_blocks = 1;
   for (const HeadRequest* r : pass_reqs_) max_blocks = std::max(max_blocks, r->block_ids.size());
   block_tables_.assign(pass_reqs_.size() * max_blocks, 0);
@@ -78,11 +78,11 @@ Status Eagle3Proposer::run_pass(Eagle3Head::HiddenFrom from) {
   return head_.greedy_target_tokens(sample_rows_.data(), static_cast<int>(sample_rows_.size()), sampled_.data());
 }
 
-void Eagle3Proposer::run_step(std::span<const Eagle3StepRow> rows) {
+void EagleProposer::run_step(std::span<const EagleStepRow> rows) {
   clear_pass();
   drafters_.clear();
   // Pass 1: every request's newly accepted positions, with the target's hidden states.
-  for (const Eagle3StepRow& row : rows) {
+  for (const EagleStepRow& row : rows) {
     if (row.drafts != nullptr) row.drafts->clear();
     if (row.num_valid <= 0) continue;
     HeadRequest& r = requests_[std::string(row.req_id)];
@@ -96,7 +96,7 @@ void Eagle3Proposer::run_step(std::span<const Eagle3StepRow> rows) {
     }
     const int32_t last = row.first_position + row.num_valid - 1;
     if (static_cast<size_t>(last) + 1 >= row.history.size()) {
-      KVASIR_LOG_WARN("EAGLE-3: request %.*s has no token after position %d; proposing nothing for it",
+      KVASIR_LOG_WARN("EAGLE: request %.*s has no token after position %d; proposing nothing for it",
                       static_cast<int>(row.req_id.size()), row.req_id.data(), last);
       release(row.req_id);
       continue;
@@ -120,7 +120,7 @@ void Eagle3Proposer::run_step(std::span<const Eagle3StepRow> rows) {
     }
   }
   if (input_ids_.empty()) return;
-  Status s = run_pass(Eagle3Head::HiddenFrom::kTarget);
+  Status s = run_pass(DraftHead::HiddenFrom::kTarget);
   // Drafts 2..k: each drafting request feeds its last draft at the next position, with the head's
   // own output there as the hidden state.
   for (int step = 1; s.ok() && !drafters_.empty(); ++step) {
@@ -136,13 +136,13 @@ void Eagle3Proposer::run_step(std::span<const Eagle3StepRow> rows) {
       d.out_row = static_cast<int32_t>(input_ids_.size()) - 1;
       sample_rows_.push_back(d.out_row);
     }
-    s = run_pass(Eagle3Head::HiddenFrom::kHead);
+    s = run_pass(DraftHead::HiddenFrom::kHead);
   }
   if (!s.ok()) {
     // Drafts are only guesses: a failed pass costs speculation, never the output. The head's
     // caches are unknown now, so every request of the step starts over.
-    KVASIR_LOG_WARN("EAGLE-3 head forward failed (%s); proposing nothing this step", s.to_string().c_str());
-    for (const Eagle3StepRow& row : rows) {
+    KVASIR_LOG_WARN("EAGLE head forward failed (%s); proposing nothing this step", s.to_string().c_str());
+    for (const EagleStepRow& row : rows) {
       if (row.drafts != nullptr) row.drafts->clear();
       release(row.req_id);
     }

@@ -1,8 +1,9 @@
-// EAGLE-3 on the GPU. CpuTwin: the tiny target and head of tests/data/eagle3 on the CUDA backend
-// and on the CPU backend (exact matmuls), driven as the runner drives them (a prompt in two
-// chunks, then two verify-like steps): the target's aux states each step (what the head reads;
-// bf16 on the GPU: rel L2 < 2e-2), the head's draft logits of each step's last pass (rel L2 <
-// 3e-2) and its drafts (argmax; a near-tie may flip one, so at most one differs).
+// EAGLE-3 (CudaEagle3.*) and EAGLE-1 (CudaEagle.*) on the GPU. CpuTwin: the tiny target of
+// tests/data/eagle3 with the EAGLE-3 head there or the EAGLE-1 head of tests/data/eagle, on the
+// CUDA backend and on the CPU backend (exact matmuls), driven as the runner drives them (a prompt in
+// two chunks, then two verify-like steps): the target's aux states each step (EAGLE-3: what the
+// head reads; bf16 on the GPU: rel L2 < 2e-2), the head's draft logits of each step's last pass
+// (rel L2 < 3e-2) and its drafts (argmax; a near-tie may flip one, so at most one differs).
 // Engine: a random-weight Llama with a dummy-weight head (configs-style config.json, --load-format
 // dummy) through the engine on the GPU: greedy outputs follow plain decoding over their first
 // kSameFirstTokens tokens (GPU batching is not bit-exact, as cuda_spec_decode_e2e_test says), the
@@ -22,8 +23,10 @@
 #include "engine/engine_group.h"
 #include "kvasir/llm.h"
 #include "loader/weight_source.h"
+#include "model/eagle3_head.h"
+#include "model/eagle_head.h"
 #include "model/registry.h"
-#include "runner/eagle3_proposer.h"
+#include "runner/eagle_proposer.h"
 #include "setup/loaded_model.h"
 
 namespace kvasir {
@@ -34,6 +37,9 @@ namespace {
 const std::string kDir = std::ifstream("tests/data/eagle3/tiny_head/config.json").good()
                              ? std::string("tests/data/eagle3/")
                              : std::string(KVASIR_SOURCE_DIR) + "/tests/data/eagle3/";
+const std::string kEagleDir = std::ifstream("tests/data/eagle/tiny_head/config.json").good()
+                                  ? std::string("tests/data/eagle/")
+                                  : std::string(KVASIR_SOURCE_DIR) + "/tests/data/eagle/";
 
 // One backend's target + head + proposer over the tiny checkpoints.
 struct Side {
@@ -41,14 +47,18 @@ struct Side {
   std::unique_ptr<WeightSource> tw, hw;
   std::unique_ptr<DecoderModel> target;
   KvCache target_cache;
-  std::unique_ptr<Eagle3Head> head;
+  std::unique_ptr<DraftHead> head;
+  Eagle3Head* eagle3 = nullptr;  // one of the two: the head as its kind
+  EagleHead* eagle = nullptr;
   KvCache head_cache;
-  std::unique_ptr<Eagle3Proposer> proposer;
+  std::unique_ptr<EagleProposer> proposer;
 
-  void init(std::unique_ptr<Backend> b) {
+  // method: "eagle3" or "eagle".
+  void init(std::unique_ptr<Backend> b, const std::string& method) {
     backend = std::move(b);
+    const std::string head_dir = (method == "eagle3" ? kDir : kEagleDir) + "tiny_head";
     auto t = open_weights(kDir + "tiny_target");
-    auto h0 = open_weights(kDir + "tiny_head");
+    auto h0 = open_weights(head_dir);
     ASSERT_TRUE(t.ok() && h0.ok());
     tw = std::move(t).value();
     hw = std::move(h0).value();
@@ -63,15 +73,30 @@ struct Side {
     auto tc = target->allocate_kv_cache(32, 4);
     ASSERT_TRUE(tc.ok());
     target_cache = std::move(tc).value();
-    auto hc = parse_eagle3_head_config(*read_text_file(kDir + "tiny_head/config.json"), *cfg, "tiny_head");
-    ASSERT_TRUE(hc.ok());
-    auto h = Eagle3Head::create(*hc, *hw, *target, 64, 8);
-    ASSERT_TRUE(h.ok()) << h.status().to_string();
-    head = std::move(*h);
+    if (method == "eagle3") {
+      auto hc = parse_eagle3_head_config(*read_text_file(head_dir + "/config.json"), *cfg, "tiny_head");
+      ASSERT_TRUE(hc.ok());
+      auto h = Eagle3Head::create(*hc, *hw, *target, 64, 8);
+      ASSERT_TRUE(h.ok()) << h.status().to_string();
+      eagle3 = h->get();
+      head = std::move(*h);
+    } else {
+      auto hc = parse_eagle_head_config(*read_text_file(head_dir + "/config.json"), *cfg, "tiny_head");
+      ASSERT_TRUE(hc.ok());
+      auto h = EagleHead::create(*hc, *hw, *target, 64, 8);
+      ASSERT_TRUE(h.ok()) << h.status().to_string();
+      eagle = h->get();
+      head = std::move(*h);
+    }
     auto hc2 = head->allocate_kv_cache(32, 4);
     ASSERT_TRUE(hc2.ok());
     head_cache = std::move(hc2).value();
-    proposer = std::make_unique<Eagle3Proposer>(*head, head_cache);
+    proposer = std::make_unique<EagleProposer>(*head, head_cache);
+  }
+  // The head's logits row width (its draft vocabulary) and the last pass's logits of `row`.
+  int64_t logits_cols() const { return eagle3 ? eagle3->config().draft_vocab_size : eagle->config().layer.vocab_size; }
+  Status draft_logits(int32_t row, float* out) {
+    return eagle3 ? eagle3->draft_logits(&row, 1, out) : eagle->draft_logits(&row, 1, out);
   }
   // The first `rows` rows of each captured aux layer, as float32 (bf16 on the GPU).
   std::vector<float> aux_rows(int rows) {
@@ -117,15 +142,14 @@ struct Side {
   }
 };
 
-TEST(CudaEagle3, HeadAndProposerMatchTheCpuTwin) {
-  if (cuda_device_count() == 0) GTEST_SKIP() << "no CUDA device";
+void head_and_proposer_match_the_cpu_twin(const std::string& method) {
   Side gpu, cpu;
   auto g = create_cuda_backend(CudaBackendOptions{});
   ASSERT_TRUE(g.ok()) << g.status().message();
-  gpu.init(std::move(*g));
+  gpu.init(std::move(*g), method);
   CpuBackendOptions bo;
   bo.precision = MatmulPrecision::kExact;
-  cpu.init(std::make_unique<CpuBackend>(bo));
+  cpu.init(std::make_unique<CpuBackend>(bo), method);
   const std::vector<int32_t> prompt = {5, 17, 200, 33, 91, 4, 250, 12, 77, 140, 3, 9};
   std::vector<int32_t> history = prompt;
   history.push_back(60);
@@ -136,7 +160,7 @@ TEST(CudaEagle3, HeadAndProposerMatchTheCpuTwin) {
     Side* sides[2] = {&gpu, &cpu};
     for (int s = 0; s < 2; ++s) {
       sides[s]->forward(tokens, first);
-      if (s == 1) {
+      if (s == 1 && method == "eagle3") {
         // The target's aux states of this step agree before the head reads them.
         const std::vector<float> a = gpu.aux_rows(static_cast<int>(tokens.size())), b = cpu.aux_rows(static_cast<int>(tokens.size()));
         ASSERT_EQ(a.size(), b.size());
@@ -145,19 +169,19 @@ TEST(CudaEagle3, HeadAndProposerMatchTheCpuTwin) {
         std::printf("step at %d: target aux states rel L2 %.2e\n", first, std::sqrt(n2 / d2));
         EXPECT_LT(std::sqrt(n2 / d2), 2e-2);
       }
-      Eagle3StepRow row{"r", hist, first, valid, 0, k, k > 0 ? &drafts[s] : nullptr};
-      sides[s]->proposer->run_step(std::span<const Eagle3StepRow>(&row, 1));
+      EagleStepRow row{"r", hist, first, valid, 0, k, k > 0 ? &drafts[s] : nullptr};
+      sides[s]->proposer->run_step(std::span<const EagleStepRow>(&row, 1));
       // The last pass's logits, on both backends.
     }
     if (k == 0) return;
     std::vector<float> l[2];
+    const size_t cols = static_cast<size_t>(cpu.logits_cols());
     for (int s = 0; s < 2; ++s) {
-      const int32_t row0 = 0;
-      l[s].resize(64);
-      ASSERT_TRUE(sides[s]->head->draft_logits(&row0, 1, l[s].data()).ok());
+      l[s].resize(cols);
+      ASSERT_TRUE(sides[s]->draft_logits(0, l[s].data()).ok());
     }
     double num = 0, den = 0;
-    for (size_t i = 0; i < 64; ++i) num += (l[0][i] - l[1][i]) * (l[0][i] - l[1][i]), den += l[1][i] * l[1][i];
+    for (size_t i = 0; i < cols; ++i) num += (l[0][i] - l[1][i]) * (l[0][i] - l[1][i]), den += l[1][i] * l[1][i];
     std::printf("draft pass logits rel L2 %.2e; drafts gpu", std::sqrt(num / den));
     for (TokenId t : drafts[0]) std::printf(" %d", t);
     std::printf(" cpu");
@@ -183,6 +207,16 @@ TEST(CudaEagle3, HeadAndProposerMatchTheCpuTwin) {
   EXPECT_LE(differing, 1) << "of " << compared << " drafts";
 }
 
+TEST(CudaEagle3, HeadAndProposerMatchTheCpuTwin) {
+  if (cuda_device_count() == 0) GTEST_SKIP() << "no CUDA device";
+  head_and_proposer_match_the_cpu_twin("eagle3");
+}
+
+TEST(CudaEagle, HeadAndProposerMatchTheCpuTwin) {
+  if (cuda_device_count() == 0) GTEST_SKIP() << "no CUDA device";
+  head_and_proposer_match_the_cpu_twin("eagle");
+}
+
 constexpr size_t kSameFirstTokens = 16;
 
 std::string write_file(const std::string& name, const std::string& text) {
@@ -191,15 +225,21 @@ std::string write_file(const std::string& name, const std::string& text) {
   return path;
 }
 
-TEST(CudaEagle3, EngineWithADummyHeadFollowsPlainDecoding) {
-  if (cuda_device_count() == 0) GTEST_SKIP() << "no CUDA device";
+// method "eagle3" or "eagle": its head's config.json, dummy weights.
+void engine_with_a_dummy_head_follows_plain_decoding(const std::string& method) {
   const std::string target = write_file("eagle3_target.json", R"({"model_type": "llama", "hidden_size": 512,
     "intermediate_size": 1024, "num_hidden_layers": 3, "num_attention_heads": 8, "num_key_value_heads": 2,
     "vocab_size": 512, "rms_norm_eps": 1e-5, "rope_theta": 500000.0, "max_position_embeddings": 4096,
     "tie_word_embeddings": false, "eos_token_id": 2, "bos_token_id": 1})");
-  const std::string head = write_file("eagle3_head.json", R"({"architectures": ["LlamaForCausalLMEagle3"],
+  const std::string head =
+      method == "eagle3"
+          ? write_file("eagle3_head.json", R"({"architectures": ["LlamaForCausalLMEagle3"],
     "model_type": "llama", "hidden_size": 512, "intermediate_size": 1024, "num_attention_heads": 8,
     "num_key_value_heads": 2, "vocab_size": 512, "draft_vocab_size": 256, "rms_norm_eps": 1e-5,
+    "rope_theta": 500000.0, "max_position_embeddings": 4096, "num_hidden_layers": 1})")
+          : write_file("eagle_head.json", R"({"architectures": ["EagleLlamaForCausalLM"],
+    "model_type": "llama", "hidden_size": 512, "intermediate_size": 1024, "num_attention_heads": 8,
+    "num_key_value_heads": 2, "vocab_size": 512, "rms_norm_eps": 1e-5, "bias": true,
     "rope_theta": 500000.0, "max_position_embeddings": 4096, "num_hidden_layers": 1})");
   std::vector<PromptInput> prompts;
   for (int i = 0; i < 6; ++i) {
@@ -218,7 +258,7 @@ TEST(CudaEagle3, EngineWithADummyHeadFollowsPlainDecoding) {
     a.max_num_batched_tokens = 256;
     a.gpu_memory_utilization = 0.1;
     if (spec) {
-      a.speculative.method = "eagle3";
+      a.speculative.method = method;
       a.speculative.draft_model = head;
       a.speculative.num_speculative_tokens = 3;
       setenv("KVASIR_TEST_SPEC_VERIFY_ALL_DRAFTS", "1", 1);
@@ -239,7 +279,7 @@ TEST(CudaEagle3, EngineWithADummyHeadFollowsPlainDecoding) {
     if (spec) {
       const EngineMetrics& m = (*llm)->engines().replica(0).metrics();
       drafts = m.spec_decode_num_drafts.load();
-      std::printf("eagle3: %lld drafts, %lld draft tokens, %lld accepted; %s\n", static_cast<long long>(drafts),
+      std::printf("%s: %lld drafts, %lld draft tokens, %lld accepted; %s\n", method.c_str(), static_cast<long long>(drafts),
                   static_cast<long long>(m.spec_decode_num_draft_tokens.load()),
                   static_cast<long long>(m.spec_decode_num_accepted_tokens.load()), (*llm)->model().backend->stats().c_str());
     }
@@ -253,6 +293,16 @@ TEST(CudaEagle3, EngineWithADummyHeadFollowsPlainDecoding) {
     whole += out[0][i] == out[1][i];
   }
   std::printf("whole outputs equal: %d of %zu\n", whole, out[0].size());
+}
+
+TEST(CudaEagle3, EngineWithADummyHeadFollowsPlainDecoding) {
+  if (cuda_device_count() == 0) GTEST_SKIP() << "no CUDA device";
+  engine_with_a_dummy_head_follows_plain_decoding("eagle3");
+}
+
+TEST(CudaEagle, EngineWithADummyHeadFollowsPlainDecoding) {
+  if (cuda_device_count() == 0) GTEST_SKIP() << "no CUDA device";
+  engine_with_a_dummy_head_follows_plain_decoding("eagle");
 }
 
 }  // namespace

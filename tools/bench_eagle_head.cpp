@@ -1,20 +1,20 @@
-#include "bench_eagle3.h"
+#include "bench_eagle_head.h"
 
 #include <chrono>
 
 namespace kvasir {
 
-BenchEagle3::BenchEagle3(Eagle3Head& head, KvCache& cache, int batch_size, int num_speculative_tokens)
+BenchEagleHead::BenchEagleHead(DraftHead& head, KvCache& cache, int batch_size, int num_speculative_tokens)
     : proposer_(head, cache), batch_size_(batch_size), k_(num_speculative_tokens) {
   for (int s = 0; s < batch_size; ++s) ids_.push_back("bench-" + std::to_string(s));
   drafts_.resize(static_cast<size_t>(batch_size));
 }
 
-void BenchEagle3::after_pass(const std::vector<std::vector<int32_t>>& histories, int first_position, int n, bool draft,
+void BenchEagleHead::after_pass(const std::vector<std::vector<int32_t>>& histories, int first_position, int n, bool draft,
                              bool decode) {
   rows_.clear();
   for (int s = 0; s < batch_size_; ++s) {
-    rows_.push_back(Eagle3StepRow{ids_[static_cast<size_t>(s)], histories[static_cast<size_t>(s)], first_position, n,
+    rows_.push_back(EagleStepRow{ids_[static_cast<size_t>(s)], histories[static_cast<size_t>(s)], first_position, n,
                                   s * n, draft ? k_ : 0, &drafts_[static_cast<size_t>(s)]});
   }
   const auto t0 = std::chrono::steady_clock::now();
@@ -27,7 +27,7 @@ void BenchEagle3::after_pass(const std::vector<std::vector<int32_t>>& histories,
   }
 }
 
-void BenchEagle3::finish_all() {
+void BenchEagleHead::finish_all() {
   for (const std::string& id : ids_) proposer_.finish_request(id);
 }
 

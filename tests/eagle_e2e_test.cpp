@@ -1,17 +1,20 @@
-// Speculative method "eagle3" end to end on the real SmolLM2 (CPU): greedy tokens equal plain
-// decoding token for token one at a time, batched and under forced preemption, and seeded
-// sampling with n > 1 matches plain; the spec_decode counters count the head's drafts and some are
-// accepted; a head for another hidden size, or a path that is no head, is refused at load.
+// Speculative methods "eagle3" and "eagle" (each test runs for both) end to end on the real
+// SmolLM2 (CPU): greedy tokens equal plain decoding token for token one at a time, batched and
+// under forced preemption, and seeded sampling with n > 1 matches plain; the spec_decode counters
+// count the head's drafts and some are accepted; a head for another hidden size, or a path that
+// is no head, is refused at load.
 //
-// The head is written here, into a temporary directory, in the checkpoint format vLLM loads
-// (config.json + model.safetensors, scripts/gen_eagle_heads.py's tiny head has the same layout),
-// built from SmolLM2's own weights rather than random ones, so that some drafts are accepted: fc
-// picks the hidden state entering the last layer (aux layers 2, 15, 29; fc = [0 | 0 | I]),
-// attention and MLP outputs are zero, and norm / lm_head are the target's final norm and its
-// (tied) embedding rows of a draft vocabulary of the first 8192 ids. At position p that guesses
-// token p + 1 (which the head already knows) as token p + 2, so a draft is accepted where the
-// text repeats a token: a few percent (the counters are printed), enough to exercise accepting
-// and rolling back. A trained head accepts far more; none is small enough to commit.
+// The heads are written here, into a temporary directory, in the checkpoint formats vLLM loads
+// (config.json + model.safetensors, scripts/gen_eagle_heads.py's tiny heads have the same
+// layouts), built from SmolLM2's own weights rather than random ones, so that some drafts are
+// accepted. EAGLE-3: fc picks the hidden state entering the last layer (aux layers 2, 15, 29;
+// fc = [0 | 0 | I]), attention and MLP outputs are zero, and norm / lm_head are the target's
+// final norm and its (tied) embedding rows of a draft vocabulary of the first 8192 ids. EAGLE-1:
+// fc = [0 | I] picks the target's final-normed hidden state, attention and MLP outputs are zero,
+// and the target's own lm_head reads it. At position p both guess token p + 1 (which the head
+// already knows) as token p + 2, so a draft is accepted where the text repeats a token: a few
+// percent (the counters are printed), enough to exercise accepting and rolling back. A trained
+// head accepts far more; none is small enough to commit.
 #include <gtest/gtest.h>
 
 #include <sys/stat.h>
@@ -81,7 +84,14 @@ std::vector<float> dequantized(const WeightSource& w, const std::string& name, i
   return out;
 }
 
-std::string config_json(int64_t hidden) {
+std::string eagle_config_json(int64_t hidden) {
+  return R"({"architectures": ["EagleLlamaForCausalLM"], "model_type": "llama", "hidden_size": )" +
+         std::to_string(hidden) + R"(, "num_attention_heads": 9, "num_key_value_heads": 3, "head_dim": 64,
+  "intermediate_size": 64, "vocab_size": 49152, "rms_norm_eps": 1e-5, "rope_theta": 100000.0,
+  "max_position_embeddings": 8192, "num_hidden_layers": 1, "bias": false})";
+}
+
+std::string eagle3_config_json(int64_t hidden) {
   return R"({"architectures": ["LlamaForCausalLMEagle3"], "model_type": "llama", "hidden_size": )" +
          std::to_string(hidden) + R"(, "num_attention_heads": 9, "num_key_value_heads": 3, "head_dim": 64,
   "intermediate_size": 64, "vocab_size": 49152, "draft_vocab_size": 8192, "rms_norm_eps": 1e-5,
@@ -89,20 +99,43 @@ std::string config_json(int64_t hidden) {
   "eagle_config": {"eagle_aux_hidden_state_layer_ids": [2, 15, 29]}})";
 }
 
-// Writes the head described above into `dir`.
-void write_head(const std::string& dir) {
+// Small fixed q/k/v so attention runs real numbers; its output projection is zero.
+std::vector<float> pattern(int64_t n, float scale) {
+  std::vector<float> v(static_cast<size_t>(n));
+  for (int64_t i = 0; i < n; ++i) v[static_cast<size_t>(i)] = scale * static_cast<float>((i * 7919) % 17 - 8) / 8.0f;
+  return v;
+}
+
+// Writes the EAGLE-1 head described above into `dir`.
+void write_eagle_head(const std::string& dir) {
+  ::mkdir(dir.c_str(), 0755);
+  const int64_t H = kHidden, qd = kHeads * kHeadDim, kvd = kKvHeads * kHeadDim;
+  std::vector<float> fc(static_cast<size_t>(H * 2 * H), 0.0f);
+  for (int64_t i = 0; i < H; ++i) fc[static_cast<size_t>(i * 2 * H + H + i)] = 1.0f;
+  const std::vector<float> ones(static_cast<size_t>(H), 1.0f);
+  std::vector<StTensor> t = {
+      {"fc.weight", "F32", {H, 2 * H}, f32_bytes(fc)},
+      {"layers.0.post_attention_layernorm.weight", "F32", {H}, f32_bytes(ones)},
+      {"layers.0.self_attn.q_proj.weight", "F32", {qd, H}, f32_bytes(pattern(qd * H, 0.02f))},
+      {"layers.0.self_attn.k_proj.weight", "F32", {kvd, H}, f32_bytes(pattern(kvd * H, 0.02f))},
+      {"layers.0.self_attn.v_proj.weight", "F32", {kvd, H}, f32_bytes(pattern(kvd * H, 0.02f))},
+      {"layers.0.self_attn.o_proj.weight", "F32", {H, qd}, f32_bytes(std::vector<float>(static_cast<size_t>(H * qd)))},
+      {"layers.0.mlp.gate_proj.weight", "F32", {kFfn, H}, f32_bytes(pattern(kFfn * H, 0.05f))},
+      {"layers.0.mlp.up_proj.weight", "F32", {kFfn, H}, f32_bytes(pattern(kFfn * H, 0.05f))},
+      {"layers.0.mlp.down_proj.weight", "F32", {H, kFfn}, f32_bytes(std::vector<float>(static_cast<size_t>(H * kFfn)))},
+  };
+  write_safetensors(dir + "/model.safetensors", t);
+  std::ofstream(dir + "/config.json") << eagle_config_json(kHidden);
+}
+
+// Writes the EAGLE-3 head described above into `dir`.
+void write_eagle3_head(const std::string& dir) {
   ::mkdir(dir.c_str(), 0755);
   auto src = open_weights(repo_path(kGguf));
   ASSERT_TRUE(src.ok());
   const int64_t H = kHidden, qd = kHeads * kHeadDim, kvd = kKvHeads * kHeadDim;
   std::vector<float> fc(static_cast<size_t>(H * 3 * H), 0.0f);
   for (int64_t i = 0; i < H; ++i) fc[static_cast<size_t>(i * 3 * H + 2 * H + i)] = 1.0f;
-  // Small fixed q/k/v so attention runs real numbers; its output projection is zero.
-  auto pattern = [](int64_t n, float scale) {
-    std::vector<float> v(static_cast<size_t>(n));
-    for (int64_t i = 0; i < n; ++i) v[static_cast<size_t>(i)] = scale * static_cast<float>((i * 7919) % 17 - 8) / 8.0f;
-    return v;
-  };
   const std::vector<float> ones(static_cast<size_t>(H), 1.0f);
   std::vector<StTensor> t = {
       {"fc.weight", "F32", {H, 3 * H}, f32_bytes(fc)},
@@ -122,7 +155,7 @@ void write_head(const std::string& dir) {
       {"d2t", "I64", {kDraftVocab}, Bytes(static_cast<size_t>(kDraftVocab) * 8, 0)},
   };
   write_safetensors(dir + "/model.safetensors", t);
-  std::ofstream(dir + "/config.json") << config_json(kHidden);
+  std::ofstream(dir + "/config.json") << eagle3_config_json(kHidden);
 }
 
 std::vector<PromptInput> prompts() {
@@ -136,22 +169,27 @@ std::vector<PromptInput> prompts() {
   return out;
 }
 
-class Eagle3E2ETest : public ::testing::Test {
+// The parameter: the speculative method ("eagle3" or "eagle").
+class EagleE2ETest : public ::testing::TestWithParam<std::string> {
  protected:
   static void SetUpTestSuite() {
     if (!file_exists(repo_path(kGguf))) return;
-    head_dir_ = "/tmp/kvasir_eagle3_e2e_" + std::to_string(::getpid());
-    write_head(head_dir_);
+    head_dir_ = "/tmp/kvasir_eagle_e2e_" + std::to_string(::getpid());
+    write_eagle3_head(head_dir_ + "_eagle3");
+    write_eagle_head(head_dir_ + "_eagle");
   }
   static void TearDownTestSuite() {
     if (head_dir_.empty()) return;
-    std::remove((head_dir_ + "/model.safetensors").c_str());
-    std::remove((head_dir_ + "/config.json").c_str());
-    ::rmdir(head_dir_.c_str());
+    for (const char* m : {"_eagle3", "_eagle"}) {
+      std::remove((head_dir_ + m + "/model.safetensors").c_str());
+      std::remove((head_dir_ + m + "/config.json").c_str());
+      ::rmdir((head_dir_ + m).c_str());
+    }
   }
   void SetUp() override {
     if (!file_exists(repo_path(kGguf))) GTEST_SKIP() << "models missing: run scripts/setup.sh";
   }
+  static std::string head_dir() { return head_dir_ + "_" + GetParam(); }
   static EngineArgs args(bool eagle, int max_num_seqs = 8, int64_t kv_bytes = int64_t{64} << 20) {
     EngineArgs ea;
     ea.model = repo_path(kGguf);
@@ -159,8 +197,8 @@ class Eagle3E2ETest : public ::testing::Test {
     ea.max_num_batched_tokens = 256;
     ea.kv_cache_memory = kv_bytes;
     if (eagle) {
-      ea.speculative.method = "eagle3";
-      ea.speculative.draft_model = head_dir_;
+      ea.speculative.method = GetParam();
+      ea.speculative.draft_model = head_dir();
       ea.speculative.num_speculative_tokens = 3;
     }
     return ea;
@@ -194,9 +232,9 @@ class Eagle3E2ETest : public ::testing::Test {
   static std::string head_dir_;
 };
 
-std::string Eagle3E2ETest::head_dir_;
+std::string EagleE2ETest::head_dir_;
 
-TEST_F(Eagle3E2ETest, GreedyEqualsPlainOneAtATimeBatchedAndUnderPreemption) {
+TEST_P(EagleE2ETest, GreedyEqualsPlainOneAtATimeBatchedAndUnderPreemption) {
   const auto ps = prompts();
   std::vector<std::vector<int32_t>> expected;
   {
@@ -233,7 +271,7 @@ TEST_F(Eagle3E2ETest, GreedyEqualsPlainOneAtATimeBatchedAndUnderPreemption) {
   unsetenv("KVASIR_TEST_SPEC_VERIFY_ALL_DRAFTS");
 }
 
-TEST_F(Eagle3E2ETest, SeededSamplingWithNGreaterThanOneMatchesPlain) {
+TEST_P(EagleE2ETest, SeededSamplingWithNGreaterThanOneMatchesPlain) {
   const auto ps = prompts();
   SamplingParams sp;
   sp.temperature = 0.8f;
@@ -255,10 +293,10 @@ TEST_F(Eagle3E2ETest, SeededSamplingWithNGreaterThanOneMatchesPlain) {
   EXPECT_GT((*spec)->engine().metrics().spec_decode_num_drafts.load(), 0);
 }
 
-TEST_F(Eagle3E2ETest, AHeadForAnotherModelOrNoHeadIsRefusedAtLoad) {
-  const std::string dir = head_dir_ + "_wide";
+TEST_P(EagleE2ETest, AHeadForAnotherModelOrNoHeadIsRefusedAtLoad) {
+  const std::string dir = head_dir() + "_wide";
   ::mkdir(dir.c_str(), 0755);
-  std::ofstream(dir + "/config.json") << config_json(4096);
+  std::ofstream(dir + "/config.json") << (GetParam() == "eagle3" ? eagle3_config_json(4096) : eagle_config_json(4096));
   EngineArgs ea = args(true, 1);
   ea.speculative.draft_model = dir;
   auto wide = LLM::create(ea);
@@ -272,6 +310,9 @@ TEST_F(Eagle3E2ETest, AHeadForAnotherModelOrNoHeadIsRefusedAtLoad) {
   ASSERT_FALSE(file.ok());
   EXPECT_NE(file.status().message().find("must be an HF directory"), std::string::npos) << file.status().message();
 }
+
+INSTANTIATE_TEST_SUITE_P(BothMethods, EagleE2ETest, ::testing::Values("eagle3", "eagle"),
+                         [](const ::testing::TestParamInfo<std::string>& i) { return i.param; });
 
 }  // namespace
 }  // namespace kvasir::testing

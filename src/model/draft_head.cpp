@@ -1,0 +1,47 @@
+#include "model/draft_head.h"
+
+#include <algorithm>
+#include <tuple>
+
+namespace kvasir {
+
+size_t head_kv_cache_bytes_per_block(Backend& backend, const KvCacheShape& s, int block_size) {
+  const size_t row = *row_bytes(backend.kv_cache_dtype(), s.k_heads * s.k_dim) +
+                     *row_bytes(backend.kv_cache_dtype(), s.v_heads * s.v_dim);
+  return row * static_cast<size_t>(block_size);
+}
+
+StatusOr<KvCache> allocate_head_kv_cache(Backend& backend, const KvCacheShape& s, int num_blocks, int block_size) {
+  if (num_blocks < 1 || block_size < 1) return invalid_argument("speculative head: the KV cache needs at least one block");
+  KvCache c;
+  c.num_blocks = num_blocks;
+  c.block_size = block_size;
+  for (auto [heads, dim, side] : {std::tuple{s.k_heads, s.k_dim, &c.k}, std::tuple{s.v_heads, s.v_dim, &c.v}}) {
+    const size_t bytes = *row_bytes(backend.kv_cache_dtype(), heads * dim) * static_cast<size_t>(block_size) *
+                         static_cast<size_t>(num_blocks);
+    KVASIR_ASSIGN_OR_RETURN(auto buf, backend.allocate(bytes));
+    side->push_back(Tensor::make(buf->data(), backend.kv_cache_dtype(), {num_blocks, block_size, heads, dim},
+                                 backend.device()));
+    c.buffers.push_back(std::move(buf));
+  }
+  return c;
+}
+
+Status greedy_columns(Backend& backend, const Tensor& logits, int num_rows, std::vector<DeviceSamplingRow>& greedy_rows,
+                      std::vector<float>& host_logits, int32_t* out) {
+  if (backend.capabilities().device_sampling) {
+    // Greedy rows (temperature 0): only the ids come back, not [rows, cols] floats.
+    if (greedy_rows.size() < static_cast<size_t>(num_rows)) greedy_rows.assign(static_cast<size_t>(num_rows), DeviceSamplingRow{});
+    return backend.sample(logits, greedy_rows.data(), num_rows, out);
+  }
+  const size_t cols = static_cast<size_t>(logits.shape[1]);
+  host_logits.resize(static_cast<size_t>(num_rows) * cols);
+  backend.copy_to_host(logits, host_logits.data());
+  for (int i = 0; i < num_rows; ++i) {
+    const float* l = host_logits.data() + static_cast<size_t>(i) * cols;
+    out[i] = static_cast<int32_t>(std::max_element(l, l + cols) - l);
+  }
+  return Status();
+}
+
+}  // namespace kvasir

@@ -1,0 +1,45 @@
+// DraftHead: what the runner's EagleProposer (runner/eagle_proposer.h) needs of a speculative
+// head that drafts from the target's hidden states: an EAGLE-3 head (model/eagle3_head.h) or an
+// EAGLE-1/2 head (model/eagle_head.h). One layer over its own paged KV cache, run with backend
+// ops only; it must not know about requests (the proposer keeps positions, blocks, rollbacks).
+// Also the pieces both heads share: their KV cache and greedy drafting from device logits.
+#pragma once
+
+#include <memory>
+#include <vector>
+
+#include "backend/backend.h"
+#include "model/forward_batch.h"
+#include "model/kv_cache.h"
+
+namespace kvasir {
+
+class DraftHead {
+ public:
+  virtual ~DraftHead() = default;
+
+  virtual size_t kv_cache_bytes_per_block(int block_size) const = 0;
+  virtual StatusOr<KvCache> allocate_kv_cache(int num_blocks, int block_size) = 0;
+
+  enum class HiddenFrom { kTarget, kHead };
+  // batch.input_ids: the token AFTER each position (target ids); batch.positions: the positions;
+  // batch.attn: over the head's cache. hidden_rows[i] [batch.num_tokens]: the row of token i's
+  // hidden state: a token row of the target's last run_layers (kTarget), or a row of this head's
+  // previous forward (kHead).
+  virtual Status forward(const ForwardBatch& batch, HiddenFrom from, const int32_t* hidden_rows, KvCache& cache) = 0;
+  // Greedy drafts: for each of `rows` of the last forward, the argmax token as a target id.
+  // out: [num_rows] host.
+  virtual Status greedy_target_tokens(const int32_t* rows, int num_rows, int32_t* out) = 0;
+};
+
+// The one-layer KV cache of a head whose attention caches `shape`, in the backend's KV dtype.
+size_t head_kv_cache_bytes_per_block(Backend& backend, const KvCacheShape& shape, int block_size);
+StatusOr<KvCache> allocate_head_kv_cache(Backend& backend, const KvCacheShape& shape, int num_blocks, int block_size);
+
+// The argmax column of each of logits' [num_rows, cols] float32 rows into out (host): sampled on
+// the device when the backend can (only the ids come back), else over a host copy. The vectors
+// are the caller's reused scratch.
+Status greedy_columns(Backend& backend, const Tensor& logits, int num_rows, std::vector<DeviceSamplingRow>& greedy_rows,
+                      std::vector<float>& host_logits, int32_t* out);
+
+}  // namespace kvasir

@@ -1,0 +1,182 @@
+#include "model/eagle_head.h"
+
+#include "model/weight_binding.h"
+
+namespace kvasir {
+
+EagleHead::EagleHead(const EagleHeadConfig& config, DecoderModel& target, int max_num_tokens, int max_num_rows)
+    : config_(config),
+      target_(target),
+      backend_(target.backend()),
+      max_num_tokens_(max_num_tokens),
+      max_num_rows_(max_num_rows),
+      eps_(static_cast<float>(config.layer.rms_norm_eps)),
+      rope_(std::make_unique<RopeTables>()) {}
+
+EagleHead::~EagleHead() = default;
+
+StatusOr<std::unique_ptr<EagleHead>> EagleHead::create(const EagleHeadConfig& config, const WeightSource& weights,
+                                                       DecoderModel& target, int max_num_tokens, int max_num_rows) {
+  if (max_num_tokens < 1 || max_num_rows < 1) return invalid_argument("EAGLE head: workspace sizes must be positive");
+  if (max_num_tokens > target.max_num_tokens()) {
+    return invalid_argument("EAGLE head: a pass of " + std::to_string(max_num_tokens) +
+                            " tokens exceeds the target's workspace of " + std::to_string(target.max_num_tokens()));
+  }
+  if (config.layer.hidden_size != target.config().hidden_size) {
+    return invalid_argument("EAGLE head: hidden_size " + std::to_string(config.layer.hidden_size) +
+                            " differs from the target's " + std::to_string(target.config().hidden_size));
+  }
+  if (config.layer.vocab_size != target.config().vocab_size) {
+    return invalid_argument("EAGLE head: vocab_size " + std::to_string(config.layer.vocab_size) +
+                            " differs from the target's " + std::to_string(target.config().vocab_size));
+  }
+  std::unique_ptr<EagleHead> h(new EagleHead(config, target, max_num_tokens, max_num_rows));
+  KVASIR_RETURN_IF_ERROR(h->bind(weights));
+  KVASIR_RETURN_IF_ERROR(h->allocate_workspace());
+  KVASIR_RETURN_IF_ERROR(target.capture_final_hidden_states());
+  return h;
+}
+
+Status EagleHead::bind(const WeightSource& weights) {
+  const WeightManifest manifest = eagle_head_manifest(config_);
+  WeightBinder b(weights, backend_, config_.layer, owned_);
+  KVASIR_ASSIGN_OR_RETURN(LayerWeights top, b.bind(manifest.model));
+  KVASIR_ASSIGN_OR_RETURN(weights_, b.bind(manifest.layers[0]));
+  embed_ = target_.token_embedding();
+  lm_head_ = target_.lm_head();
+  if (embed_.data == nullptr || lm_head_.data == nullptr) {
+    return invalid_argument("EAGLE head: the target's token embedding and lm_head are not bound here");
+  }
+  fc_ = top.get("fc.weight");
+  fc_bias_ = top.get("fc.bias");
+  if (config_.fc_bias.has_value() && *config_.fc_bias != has_fc_bias()) {
+    return data_loss(std::string("EAGLE head: config.json says 'bias': ") + (*config_.fc_bias ? "true" : "false") +
+                     " but the checkpoint " + (has_fc_bias() ? "holds" : "lacks") + " fc.bias");
+  }
+  post_norm_ = weights_.get("ffn_norm.weight");
+  const ModelConfig& c = config_.layer;
+  rope_->global = make_rope_table(c.rope_theta, static_cast<int>(c.rotary_dim), c.rope_scaling);
+  rope_->sliding = rope_->global;
+  const BlockInit init{c, weights_, 0, false, rope_.get(), &backend_, max_num_tokens_};
+  KVASIR_ASSIGN_OR_RETURN(attn_, make_decoder_attention(init));
+  KVASIR_ASSIGN_OR_RETURN(mlp_, make_gated_mlp(init));
+  return Status();
+}
+
+Status EagleHead::allocate_workspace() {
+  const ModelConfig& c = config_.layer;
+  const int64_t T = max_num_tokens_, R = max_num_rows_, H = c.hidden_size;
+  const int64_t qd = c.num_heads * c.head_dim, kvd = c.num_kv_heads * c.head_dim;
+  const DType act = backend_.activation_dtype();
+  auto make = [&](Tensor& t, int64_t rows, int64_t cols, DType dt) -> Status {
+    KVASIR_ASSIGN_OR_RETURN(auto buf, backend_.allocate(*row_bytes(dt, cols) * static_cast<size_t>(rows)));
+    t = Tensor::make(buf->data(), dt, {rows, cols}, backend_.device());
+    buffers_.push_back(std::move(buf));
+    return Status();
+  };
+  KVASIR_RETURN_IF_ERROR(make(hidden_[0], T, H, act));
+  KVASIR_RETURN_IF_ERROR(make(hidden_[1], T, H, act));
+  KVASIR_RETURN_IF_ERROR(make(halves_, 2 * T, H, act));
+  KVASIR_RETURN_IF_ERROR(make(cat_, T, 2 * H, act));
+  KVASIR_RETURN_IF_ERROR(make(h_, T, H, act));
+  KVASIR_RETURN_IF_ERROR(make(o_, T, H, act));
+  KVASIR_RETURN_IF_ERROR(make(q_, T, qd, act));
+  KVASIR_RETURN_IF_ERROR(make(k_, T, kvd, act));
+  KVASIR_RETURN_IF_ERROR(make(v_, T, kvd, act));
+  KVASIR_RETURN_IF_ERROR(make(attn_out_, T, qd, act));
+  KVASIR_RETURN_IF_ERROR(make(gate_, T, c.intermediate_size, act));
+  KVASIR_RETURN_IF_ERROR(make(up_, T, c.intermediate_size, act));
+  KVASIR_RETURN_IF_ERROR(make(last_, R, H, act));
+  KVASIR_RETURN_IF_ERROR(make(logits_, R, c.vocab_size, DType::kF32));
+  gather_rows_.reserve(static_cast<size_t>(2 * T));
+  greedy_rows_.assign(static_cast<size_t>(R), DeviceSamplingRow{});  // temperature 0: argmax
+  return Status();
+}
+
+size_t EagleHead::kv_cache_bytes_per_block(int block_size) const {
+  return head_kv_cache_bytes_per_block(backend_, attn_->cache_shape(), block_size);
+}
+
+StatusOr<KvCache> EagleHead::allocate_kv_cache(int num_blocks, int block_size) {
+  return allocate_head_kv_cache(backend_, attn_->cache_shape(), num_blocks, block_size);
+}
+
+Status EagleHead::forward(const ForwardBatch& batch, HiddenFrom from, const int32_t* hidden_rows, KvCache& cache) {
+  const int T = batch.num_tokens;
+  if (T < 1 || T > max_num_tokens_) {
+    return invalid_argument("EAGLE head: a pass of " + std::to_string(T) + " tokens exceeds its workspace of " +
+                            std::to_string(max_num_tokens_));
+  }
+  const int64_t vocab = config_.layer.vocab_size;
+  for (int i = 0; i < T; ++i) {
+    if (batch.input_ids[i] < 0 || batch.input_ids[i] >= vocab) return invalid_argument("EAGLE head: token id out of range");
+  }
+  const int64_t H = config_.layer.hidden_size;
+  // [embedding | hidden state]: both halves into [2T, H], then interleaved into fc's [T, 2H].
+  Tensor emb = halves_.slice_rows(0, T), hid = halves_.slice_rows(T, T);
+  if (from == HiddenFrom::kTarget) {
+    const Tensor& states = target_.final_hidden_states();
+    for (int i = 0; i < T; ++i) {
+      if (hidden_rows[i] < 0 || hidden_rows[i] >= target_.max_num_tokens()) {
+        return invalid_argument("EAGLE head: target row out of range");
+      }
+    }
+    backend_.gather_rows(states, hidden_rows, T, hid);
+  } else {
+    for (int i = 0; i < T; ++i) {
+      if (hidden_rows[i] < 0 || hidden_rows[i] >= last_num_tokens_) return invalid_argument("EAGLE head: own row out of range");
+    }
+    backend_.gather_rows(hidden_[cur_].slice_rows(0, last_num_tokens_), hidden_rows, T, hid);
+  }
+  cur_ = 1 - cur_;
+  last_num_tokens_ = 0;
+  // Unscaled, as vLLM's shared embedding module (a family's scale lives in its forward).
+  backend_.embedding(embed_, batch.input_ids, T, 1.0f, emb);
+  gather_rows_.clear();
+  for (int i = 0; i < T; ++i) {
+    gather_rows_.push_back(i);
+    gather_rows_.push_back(T + i);
+  }
+  Tensor cat = cat_.slice_rows(0, T);
+  Tensor cat_rows = cat.reshape({2 * int64_t{T}, H});
+  backend_.gather_rows(halves_.slice_rows(0, 2 * T), gather_rows_.data(), 2 * T, cat_rows);
+  Tensor x = hidden_[cur_].slice_rows(0, T);
+  backend_.linear(cat, fc_, has_fc_bias() ? &fc_bias_ : nullptr, x);
+  BlockScratch s{q_.slice_rows(0, T), k_.slice_rows(0, T), v_.slice_rows(0, T),
+                 attn_out_.slice_rows(0, T), gate_.slice_rows(0, T), up_.slice_rows(0, T)};
+  Tensor h = h_.slice_rows(0, T), o = o_.slice_rows(0, T);
+  attn_->forward(backend_, x, batch, cache.k[0], cache.v[0], s, o);  // layer 0: no input_layernorm
+  backend_.add_rms_norm(x, o, post_norm_, eps_, h);
+  mlp_->forward(backend_, h, s, o);
+  backend_.add(x, o);
+  last_num_tokens_ = T;
+  return Status();
+}
+
+StatusOr<Tensor> EagleHead::logits_on_device(const int32_t* rows, int num_rows) {
+  if (num_rows < 1 || num_rows > max_num_rows_) return invalid_argument("EAGLE head: logits rows must be in [1, max]");
+  for (int i = 0; i < num_rows; ++i) {
+    if (rows[i] < 0 || rows[i] >= last_num_tokens_) return invalid_argument("EAGLE head: logits row out of range");
+  }
+  Tensor last = last_.slice_rows(0, num_rows), out = logits_.slice_rows(0, num_rows);
+  backend_.gather_rows(hidden_[cur_].slice_rows(0, last_num_tokens_), rows, num_rows, last);
+  backend_.linear(last, lm_head_, nullptr, out);  // no norm: vLLM's compute_logits is lm_head alone
+  return out;
+}
+
+Status EagleHead::draft_logits(const int32_t* rows, int num_rows, float* out) {
+  KVASIR_ASSIGN_OR_RETURN(Tensor logits, logits_on_device(rows, num_rows));
+  backend_.copy_to_host(logits, out);
+  return Status();
+}
+
+Status EagleHead::greedy_target_tokens(const int32_t* rows, int num_rows, int32_t* out) {
+  KVASIR_ASSIGN_OR_RETURN(Tensor logits, logits_on_device(rows, num_rows));
+  KVASIR_RETURN_IF_ERROR(greedy_columns(backend_, logits, num_rows, greedy_rows_, host_logits_, out));
+  for (int i = 0; i < num_rows; ++i) {
+    if (out[i] < 0 || out[i] >= config_.layer.vocab_size) return internal_error("EAGLE head: draft id out of range");
+  }
+  return Status();
+}
+
+}  // namespace kvasir
