@@ -260,9 +260,12 @@ void CpuBackend::attention(const Tensor& q, const Tensor& k_cache, const Tensor&
         const float* qg = qp + (static_cast<int64_t>(task.token) * num_heads + kvh * group) * hd;
         scores.resize(static_cast<size_t>(len) * group);
         offsets.resize(static_cast<size_t>(len));
-        for (int32_t j = j0; j < j1; ++j) {
-          const int64_t slot = static_cast<int64_t>(table[j / bs]) * bs + j % bs;
-          offsets[static_cast<size_t>(j - j0)] = slot * kv_row + static_cast<int64_t>(kvh) * hd;
+        // A block at a time: one table lookup (and no division) per block rather than per key.
+        for (int32_t j = j0; j < j1;) {
+          const int32_t blk = j / bs, end = std::min(j1, (blk + 1) * bs);
+          const int64_t first = (static_cast<int64_t>(table[blk]) * bs - static_cast<int64_t>(blk) * bs) * kv_row +
+                                static_cast<int64_t>(kvh) * hd;
+          for (; j < end; ++j) offsets[static_cast<size_t>(j - j0)] = first + static_cast<int64_t>(j) * kv_row;
         }
         // Scores for the whole GQA group, reading each key once.
         for (int32_t j = j0; j < j1; ++j) {
