@@ -119,6 +119,7 @@ Status Eagle3Head::allocate_workspace() {
   KVASIR_RETURN_IF_ERROR(make(last_, R, H, act));
   KVASIR_RETURN_IF_ERROR(make(logits_, R, config_.draft_vocab_size, DType::kF32));
   gather_rows_.reserve(static_cast<size_t>(3 * T));
+  interleave_rows_.reserve(static_cast<size_t>(2 * T));
   greedy_rows_.assign(static_cast<size_t>(R), DeviceSamplingRow{});  // temperature 0: argmax
   return Status();
 }
@@ -173,14 +174,16 @@ Status Eagle3Head::forward(const ForwardBatch& batch, HiddenFrom from, const int
   backend_.rms_norm(emb, attn_norm_, eps_, emb);
   backend_.rms_norm(hidden, hidden_norm_, eps_, hid);
   if (config_.norm_before_residual) backend_.rms_norm(hidden, hidden_norm_, eps_, hidden);  // the residual too
-  gather_rows_.clear();
+  // A separate array from the other gathers': host arrays handed to ops stay unchanged until the
+  // backend's next read-back (backend.h), and the GPU copies them when the step runs.
+  interleave_rows_.clear();
   for (int i = 0; i < T; ++i) {
-    gather_rows_.push_back(i);
-    gather_rows_.push_back(T + i);
+    interleave_rows_.push_back(i);
+    interleave_rows_.push_back(T + i);
   }
   Tensor cat = cat_.slice_rows(0, T);
   Tensor cat_rows = cat.reshape({2 * int64_t{T}, H});
-  backend_.gather_rows(halves_.slice_rows(0, 2 * T), gather_rows_.data(), 2 * T, cat_rows);
+  backend_.gather_rows(halves_.slice_rows(0, 2 * T), interleave_rows_.data(), 2 * T, cat_rows);
   BlockScratch s{q_.slice_rows(0, T), k_.slice_rows(0, T), v_.slice_rows(0, T),
                  attn_out_.slice_rows(0, T), gate_.slice_rows(0, T), up_.slice_rows(0, T)};
   Tensor h = h_.slice_rows(0, T), o = o_.slice_rows(0, T);

@@ -88,7 +88,7 @@ Status EagleHead::allocate_workspace() {
   KVASIR_RETURN_IF_ERROR(make(up_, T, c.intermediate_size, act));
   KVASIR_RETURN_IF_ERROR(make(last_, R, H, act));
   KVASIR_RETURN_IF_ERROR(make(logits_, R, c.vocab_size, DType::kF32));
-  gather_rows_.reserve(static_cast<size_t>(2 * T));
+  interleave_rows_.reserve(static_cast<size_t>(2 * T));
   greedy_rows_.assign(static_cast<size_t>(R), DeviceSamplingRow{});  // temperature 0: argmax
   return Status();
 }
@@ -132,14 +132,16 @@ Status EagleHead::forward(const ForwardBatch& batch, HiddenFrom from, const int3
   last_num_tokens_ = 0;
   // Unscaled, as vLLM's shared embedding module (a family's scale lives in its forward).
   backend_.embedding(embed_, batch.input_ids, T, 1.0f, emb);
-  gather_rows_.clear();
+  // A separate array from the other gathers': host arrays handed to ops stay unchanged until the
+  // backend's next read-back (backend.h), and the GPU copies them when the step runs.
+  interleave_rows_.clear();
   for (int i = 0; i < T; ++i) {
-    gather_rows_.push_back(i);
-    gather_rows_.push_back(T + i);
+    interleave_rows_.push_back(i);
+    interleave_rows_.push_back(T + i);
   }
   Tensor cat = cat_.slice_rows(0, T);
   Tensor cat_rows = cat.reshape({2 * int64_t{T}, H});
-  backend_.gather_rows(halves_.slice_rows(0, 2 * T), gather_rows_.data(), 2 * T, cat_rows);
+  backend_.gather_rows(halves_.slice_rows(0, 2 * T), interleave_rows_.data(), 2 * T, cat_rows);
   Tensor x = hidden_[cur_].slice_rows(0, T);
   backend_.linear(cat, fc_, has_fc_bias() ? &fc_bias_ : nullptr, x);
   BlockScratch s{q_.slice_rows(0, T), k_.slice_rows(0, T), v_.slice_rows(0, T),

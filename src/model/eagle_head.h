@@ -76,7 +76,7 @@ class EagleHead final : public DraftHead {
   Tensor q_, k_, v_, attn_out_, gate_, up_;
   Tensor last_;       // [R, H]
   Tensor logits_;     // [R, vocab] float32
-  std::vector<int32_t> gather_rows_;  // host row lists of the gathers
+  std::vector<int32_t> interleave_rows_;  // [2T] each token's normed embedding row, then its hidden row
   std::vector<float> host_logits_;
   std::vector<DeviceSamplingRow> greedy_rows_;
 };

@@ -3,13 +3,15 @@
 // CUDA backend and on the CPU backend (exact matmuls), driven as the runner drives them (a prompt in
 // two chunks, then two verify-like steps): the target's aux states each step (EAGLE-3: what the
 // head reads; bf16 on the GPU: rel L2 < 2e-2), the head's draft logits of each step's last pass
-// (rel L2 < 3e-2) and its drafts (argmax; a near-tie may flip one, so at most one differs).
+// (rel L2 < 3e-2, where the drafts fed to that pass agree) and its drafts (argmax; a near tie may
+// flip one, so at most one differs).
 // Engine: a random-weight Llama with a dummy-weight head (configs-style config.json, --load-format
 // dummy) through the engine on the GPU: greedy outputs follow plain decoding over their first
 // kSameFirstTokens tokens (GPU batching is not bit-exact, as cuda_spec_decode_e2e_test says), the
 // head drafted, and nothing failed. Skips without a GPU.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cmath>
 #include <cstdio>
 #include <cstdlib>
@@ -139,6 +141,9 @@ struct Side {
     fb.positions = pos.data();
     fb.attn = AttentionMetadata{1, fb.num_tokens, qsl.data(), lens.data(), tables.data(), 16, slots.data(), 4};
     ASSERT_TRUE(target->run_layers(fb, target_cache).ok());
+    // These host arrays die here: the step must run before (backend.h), as the runner's sampling
+    // runs it before its proposer drafts.
+    backend->synchronize();
   }
 };
 
@@ -191,8 +196,13 @@ void head_and_proposer_match_the_cpu_twin(const std::string& method) {
     std::printf(" cpu");
     for (int i = 0; i < 6; ++i) std::printf(" %.3f", l[1][i]);
     std::printf("\n");
-    EXPECT_LT(std::sqrt(num / den), 3e-2);
     ASSERT_EQ(drafts[0].size(), drafts[1].size());
+    // The last pass read the drafts before it: once a near tie flipped one of them (bf16 against
+    // float32), its inputs differ on the two sides and its logits are not comparable.
+    const bool same_inputs = std::equal(drafts[0].begin(), drafts[0].end() - 1, drafts[1].begin());
+    if (same_inputs) {
+      EXPECT_LT(std::sqrt(num / den), 3e-2);
+    }
     for (size_t i = 0; i < drafts[0].size(); ++i) differing += drafts[0][i] != drafts[1][i], ++compared;
   };
   step(std::vector<int32_t>(prompt.begin(), prompt.begin() + 7), 0, 7, prompt, 0);

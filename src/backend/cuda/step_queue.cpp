@@ -68,8 +68,17 @@ OpRecord& StepQueue::add(OpKind kind, bool graphable) {
 }
 
 int64_t StepQueue::stage(const void* host, size_t bytes) {
-  for (const Staged& s : staged_) {
-    if (s.host == host && s.bytes == bytes) return s.offset;
+  // The same (pointer, size) staged earlier in this step is the same array (the backend's contract:
+  // host inputs stay unchanged until the next read-back), so a block table read by every layer is
+  // copied once. Small arrays are also compared, and copied again if they differ: a freed array
+  // whose address a new one of the same size took, or one refilled between two ops, must not
+  // hand an op the earlier contents (an EAGLE head's pass once read the target's positions as its
+  // row indices that way). Large ones (block tables) keep the contract unchecked: comparing them
+  // would cost what copying them does.
+  for (auto it = staged_.rbegin(); it != staged_.rend(); ++it) {
+    if (it->host != host || it->bytes != bytes) continue;
+    if (bytes > kComparedStageBytes || std::memcmp(host_arena_ + it->offset, host, bytes) == 0) return it->offset;
+    break;  // changed: copy it again below (later lookups find the newer copy first)
   }
   const size_t off = (used_ + kAlign - 1) / kAlign * kAlign;
   if (off + bytes > host_cap_) {

@@ -37,7 +37,9 @@ class StepQueue {
 
   // A zeroed record at the end of the step. graphable = its launch shape depends only on counts.
   OpRecord& add(OpKind kind, bool graphable);
-  // Copies host bytes into the arena (once per step per (pointer, size)); returns the offset.
+  // Copies host bytes into the arena (once per step per (pointer, size) and contents for arrays
+  // of at most kComparedStageBytes; larger ones once per (pointer, size)); returns the offset.
+  static constexpr size_t kComparedStageBytes = 4096;
   int64_t stage(const void* host, size_t bytes);
   bool empty() const { return ops_.empty(); }
   // The step's last record, for fusing the next op into it; null when the step is empty.
