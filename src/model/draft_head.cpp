@@ -1,6 +1,7 @@
 #include "model/draft_head.h"
 
 #include <algorithm>
+#include <string>
 #include <tuple>
 
 namespace kvasir {
@@ -25,6 +26,37 @@ StatusOr<KvCache> allocate_head_kv_cache(Backend& backend, const KvCacheShape& s
     c.buffers.push_back(std::move(buf));
   }
   return c;
+}
+
+Status allocate_head_tensor(Backend& backend, int64_t rows, int64_t cols, DType dtype,
+                            std::vector<std::unique_ptr<Buffer>>& owned, Tensor& t) {
+  KVASIR_ASSIGN_OR_RETURN(auto buf, backend.allocate(*row_bytes(dtype, cols) * static_cast<size_t>(rows)));
+  t = Tensor::make(buf->data(), dtype, {rows, cols}, backend.device());
+  owned.push_back(std::move(buf));
+  return Status();
+}
+
+Status check_head_pass(const ForwardBatch& batch, int max_num_tokens, int64_t vocab, const char* who) {
+  const int T = batch.num_tokens;
+  if (T < 1 || T > max_num_tokens) {
+    return invalid_argument(std::string(who) + ": a pass of " + std::to_string(T) + " tokens exceeds its workspace of " +
+                            std::to_string(max_num_tokens));
+  }
+  for (int i = 0; i < T; ++i) {
+    if (batch.input_ids[i] < 0 || batch.input_ids[i] >= vocab) return invalid_argument(std::string(who) + ": token id out of range");
+  }
+  return Status();
+}
+
+void side_by_side(Backend& backend, const Tensor& halves, int num_tokens, std::vector<int32_t>& rows, Tensor& out) {
+  const int T = num_tokens;
+  rows.clear();
+  for (int i = 0; i < T; ++i) {
+    rows.push_back(i);
+    rows.push_back(T + i);
+  }
+  Tensor out_rows = out.reshape({2 * int64_t{T}, halves.cols()});
+  backend.gather_rows(halves.slice_rows(0, 2 * T), rows.data(), 2 * T, out_rows);
 }
 
 Status greedy_columns(Backend& backend, const Tensor& logits, int num_rows, std::vector<DeviceSamplingRow>& greedy_rows,

@@ -2,7 +2,8 @@
 // head that drafts from the target's hidden states: an EAGLE-3 head (model/eagle3_head.h) or an
 // EAGLE-1/2 head (model/eagle_head.h). One layer over its own paged KV cache, run with backend
 // ops only; it must not know about requests (the proposer keeps positions, blocks, rollbacks).
-// Also the pieces both heads share: their KV cache and greedy drafting from device logits.
+// Also the pieces both heads share: their KV cache, workspace, input checks, the side-by-side
+// gather, and greedy drafting from device logits.
 #pragma once
 
 #include <memory>
@@ -35,6 +36,19 @@ class DraftHead {
 // The one-layer KV cache of a head whose attention caches `shape`, in the backend's KV dtype.
 size_t head_kv_cache_bytes_per_block(Backend& backend, const KvCacheShape& shape, int block_size);
 StatusOr<KvCache> allocate_head_kv_cache(Backend& backend, const KvCacheShape& shape, int num_blocks, int block_size);
+
+// A workspace tensor [rows, cols] of `dtype` on the backend, its buffer kept in `owned`.
+Status allocate_head_tensor(Backend& backend, int64_t rows, int64_t cols, DType dtype,
+                            std::vector<std::unique_ptr<Buffer>>& owned, Tensor& t);
+
+// A pass's inputs: 1..max_num_tokens tokens, each a target id below `vocab`; `who` names the head
+// in the message.
+Status check_head_pass(const ForwardBatch& batch, int max_num_tokens, int64_t vocab, const char* who);
+
+// out [T, 2H] = each token's row of halves' first T rows beside its row of the next T ([2T, H]):
+// a row gather, so no backend needs a concatenation op. `rows` is the caller's own host array
+// (no other op of the step may read it refilled: backend.h).
+void side_by_side(Backend& backend, const Tensor& halves, int num_tokens, std::vector<int32_t>& rows, Tensor& out);
 
 // The argmax column of each of logits' [num_rows, cols] float32 rows into out (host): sampled on
 // the device when the backend can (only the ids come back), else over a host copy. The vectors

@@ -97,11 +97,8 @@ Status Eagle3Head::allocate_workspace() {
   const int64_t T = max_num_tokens_, R = max_num_rows_, H = c.hidden_size;
   const int64_t qd = c.num_heads * c.head_dim, kvd = c.num_kv_heads * c.head_dim;
   const DType act = backend_.activation_dtype();
-  auto make = [&](Tensor& t, int64_t rows, int64_t cols, DType dt) -> Status {
-    KVASIR_ASSIGN_OR_RETURN(auto buf, backend_.allocate(*row_bytes(dt, cols) * static_cast<size_t>(rows)));
-    t = Tensor::make(buf->data(), dt, {rows, cols}, backend_.device());
-    buffers_.push_back(std::move(buf));
-    return Status();
+  auto make = [&](Tensor& t, int64_t rows, int64_t cols, DType dt) {
+    return allocate_head_tensor(backend_, rows, cols, dt, buffers_, t);
   };
   KVASIR_RETURN_IF_ERROR(make(hidden_[0], T, H, act));
   KVASIR_RETURN_IF_ERROR(make(hidden_[1], T, H, act));
@@ -133,15 +130,8 @@ StatusOr<KvCache> Eagle3Head::allocate_kv_cache(int num_blocks, int block_size) 
 }
 
 Status Eagle3Head::forward(const ForwardBatch& batch, HiddenFrom from, const int32_t* hidden_rows, KvCache& cache) {
+  KVASIR_RETURN_IF_ERROR(check_head_pass(batch, max_num_tokens_, config_.layer.vocab_size, "EAGLE-3 head"));
   const int T = batch.num_tokens;
-  if (T < 1 || T > max_num_tokens_) {
-    return invalid_argument("EAGLE-3 head: a pass of " + std::to_string(T) + " tokens exceeds its workspace of " +
-                            std::to_string(max_num_tokens_));
-  }
-  const int64_t vocab = config_.layer.vocab_size;
-  for (int i = 0; i < T; ++i) {
-    if (batch.input_ids[i] < 0 || batch.input_ids[i] >= vocab) return invalid_argument("EAGLE-3 head: token id out of range");
-  }
   const int64_t H = config_.layer.hidden_size;
   const int next = from == HiddenFrom::kHead ? 1 - cur_ : cur_;
   Tensor hidden = hidden_[next].slice_rows(0, T);
@@ -174,16 +164,8 @@ Status Eagle3Head::forward(const ForwardBatch& batch, HiddenFrom from, const int
   backend_.rms_norm(emb, attn_norm_, eps_, emb);
   backend_.rms_norm(hidden, hidden_norm_, eps_, hid);
   if (config_.norm_before_residual) backend_.rms_norm(hidden, hidden_norm_, eps_, hidden);  // the residual too
-  // A separate array from the other gathers': host arrays handed to ops stay unchanged until the
-  // backend's next read-back (backend.h), and the GPU copies them when the step runs.
-  interleave_rows_.clear();
-  for (int i = 0; i < T; ++i) {
-    interleave_rows_.push_back(i);
-    interleave_rows_.push_back(T + i);
-  }
   Tensor cat = cat_.slice_rows(0, T);
-  Tensor cat_rows = cat.reshape({2 * int64_t{T}, H});
-  backend_.gather_rows(halves_.slice_rows(0, 2 * T), interleave_rows_.data(), 2 * T, cat_rows);
+  side_by_side(backend_, halves_, T, interleave_rows_, cat);
   BlockScratch s{q_.slice_rows(0, T), k_.slice_rows(0, T), v_.slice_rows(0, T),
                  attn_out_.slice_rows(0, T), gate_.slice_rows(0, T), up_.slice_rows(0, T)};
   Tensor h = h_.slice_rows(0, T), o = o_.slice_rows(0, T);

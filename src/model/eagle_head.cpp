@@ -68,11 +68,8 @@ Status EagleHead::allocate_workspace() {
   const int64_t T = max_num_tokens_, R = max_num_rows_, H = c.hidden_size;
   const int64_t qd = c.num_heads * c.head_dim, kvd = c.num_kv_heads * c.head_dim;
   const DType act = backend_.activation_dtype();
-  auto make = [&](Tensor& t, int64_t rows, int64_t cols, DType dt) -> Status {
-    KVASIR_ASSIGN_OR_RETURN(auto buf, backend_.allocate(*row_bytes(dt, cols) * static_cast<size_t>(rows)));
-    t = Tensor::make(buf->data(), dt, {rows, cols}, backend_.device());
-    buffers_.push_back(std::move(buf));
-    return Status();
+  auto make = [&](Tensor& t, int64_t rows, int64_t cols, DType dt) {
+    return allocate_head_tensor(backend_, rows, cols, dt, buffers_, t);
   };
   KVASIR_RETURN_IF_ERROR(make(hidden_[0], T, H, act));
   KVASIR_RETURN_IF_ERROR(make(hidden_[1], T, H, act));
@@ -102,16 +99,8 @@ StatusOr<KvCache> EagleHead::allocate_kv_cache(int num_blocks, int block_size) {
 }
 
 Status EagleHead::forward(const ForwardBatch& batch, HiddenFrom from, const int32_t* hidden_rows, KvCache& cache) {
+  KVASIR_RETURN_IF_ERROR(check_head_pass(batch, max_num_tokens_, config_.layer.vocab_size, "EAGLE head"));
   const int T = batch.num_tokens;
-  if (T < 1 || T > max_num_tokens_) {
-    return invalid_argument("EAGLE head: a pass of " + std::to_string(T) + " tokens exceeds its workspace of " +
-                            std::to_string(max_num_tokens_));
-  }
-  const int64_t vocab = config_.layer.vocab_size;
-  for (int i = 0; i < T; ++i) {
-    if (batch.input_ids[i] < 0 || batch.input_ids[i] >= vocab) return invalid_argument("EAGLE head: token id out of range");
-  }
-  const int64_t H = config_.layer.hidden_size;
   // [embedding | hidden state]: both halves into [2T, H], then interleaved into fc's [T, 2H].
   Tensor emb = halves_.slice_rows(0, T), hid = halves_.slice_rows(T, T);
   if (from == HiddenFrom::kTarget) {
@@ -132,16 +121,8 @@ Status EagleHead::forward(const ForwardBatch& batch, HiddenFrom from, const int3
   last_num_tokens_ = 0;
   // Unscaled, as vLLM's shared embedding module (a family's scale lives in its forward).
   backend_.embedding(embed_, batch.input_ids, T, 1.0f, emb);
-  // A separate array from the other gathers': host arrays handed to ops stay unchanged until the
-  // backend's next read-back (backend.h), and the GPU copies them when the step runs.
-  interleave_rows_.clear();
-  for (int i = 0; i < T; ++i) {
-    interleave_rows_.push_back(i);
-    interleave_rows_.push_back(T + i);
-  }
   Tensor cat = cat_.slice_rows(0, T);
-  Tensor cat_rows = cat.reshape({2 * int64_t{T}, H});
-  backend_.gather_rows(halves_.slice_rows(0, 2 * T), interleave_rows_.data(), 2 * T, cat_rows);
+  side_by_side(backend_, halves_, T, interleave_rows_, cat);
   Tensor x = hidden_[cur_].slice_rows(0, T);
   backend_.linear(cat, fc_, has_fc_bias() ? &fc_bias_ : nullptr, x);
   BlockScratch s{q_.slice_rows(0, T), k_.slice_rows(0, T), v_.slice_rows(0, T),
