@@ -20,7 +20,7 @@ numpy only (no torch): the files are what vLLM / SGLang load for an EAGLE-3 head
                 below): pass 1 over 6 positions with given fused hidden states (fc's [6, 192]
                 input), pass 2 one draft step at position 6 fed its own pass-1 output at position 5;
                 and pass 1 again with norm_before_residual (the residual is the normed state).
-src/model/eagle3_head_test.cpp loads both and compares Kvasir's logits (rel L2 < 1e-3).
+src/model/draft_heads/eagle3_head_test.cpp loads both and compares Kvasir's logits (rel L2 < 1e-3).
 
   eagle/tiny_head/  EagleLlamaForCausalLM (EAGLE-1/2, vLLM's llama_eagle.py): config.json with
                 "bias": true, model.safetensors with fc.weight [64, 128] + fc.bias, layers.0.*
@@ -32,7 +32,7 @@ src/model/eagle3_head_test.cpp loads both and compares Kvasir's logits (rel L2 <
                 pass 1 over positions 0..5 (token p + 1 with the target's state at p) and pass 2, one
                 draft step at position 6 fed its own pass-1 output at position 5; logits are the
                 target's lm_head over the head's output, no norm before it.
-src/model/eagle_head_test.cpp compares Kvasir's (rel L2 < 1e-3).
+src/model/draft_heads/eagle_head_test.cpp compares Kvasir's (rel L2 < 1e-3).
 Seeded: rerunning reproduces the same bytes (the EAGLE-1 part draws from its own generator, so
 the EAGLE-3 files did not change when it was added).
 """

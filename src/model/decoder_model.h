@@ -67,7 +67,7 @@ class DecoderModel {
   int max_num_logits() const { return opts_.max_num_logits; }
   Backend& backend() { return backend_; }
 
-  // EAGLE-3 (model/eagle3_head.h): from now on every run_layers keeps the residual stream entering
+  // EAGLE-3 (model/draft_heads/eagle3_head.h): from now on every run_layers keeps the residual stream entering
   // each of `layers` (vLLM's aux hidden states: layer i's input, i.e. layer i - 1's output; sorted,
   // distinct, in [0, num_layers)). Whole models only (no tensor or pipeline parallelism).
   Status capture_aux_hidden_states(const std::vector<int>& layers);
@@ -76,7 +76,7 @@ class DecoderModel {
   // next run_layers; empty (data == nullptr) when nothing is captured.
   const Tensor& aux_hidden_states() const { return aux_; }
   int max_num_tokens() const { return opts_.max_num_tokens; }
-  // EAGLE-1/2 (model/eagle_head.h): from now on every run_layers also keeps the final-normed
+  // EAGLE-1/2 (model/draft_heads/eagle_head.h): from now on every run_layers also keeps the final-normed
   // hidden state of each token (the vector lm_head reads: what vLLM's runner hands its "eagle"
   // drafter as target_hidden_states, since vLLM's LlamaModel.forward returns self.norm(...)).
   // Whole models only (no tensor or pipeline parallelism).

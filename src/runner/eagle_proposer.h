@@ -1,6 +1,6 @@
 // EagleProposer: vLLM's "eagle" and "eagle3" speculative methods. After each target step it runs
-// the step's tokens through the head (model/draft_head.h: an EAGLE-1/2 head, model/eagle_head.h,
-// or an EAGLE-3 head, model/eagle3_head.h) with the target's hidden states of those tokens,
+// the step's tokens through the head (model/draft_heads/draft_head.h: an EAGLE-1/2 head, model/draft_heads/eagle_head.h,
+// or an EAGLE-3 head, model/draft_heads/eagle3_head.h) with the target's hidden states of those tokens,
 // then drafts k tokens greedily per sampling request: draft 1 from the last accepted position,
 // drafts 2..k from one-token passes that feed the head its own previous output. Every
 // pass is batched across the step's requests. Lives next to the ModelRunner (it needs the head and
@@ -22,7 +22,7 @@
 #include <unordered_map>
 #include <vector>
 
-#include "model/draft_head.h"
+#include "model/draft_heads/draft_head.h"
 #include "spec/proposer.h"
 
 namespace kvasir {

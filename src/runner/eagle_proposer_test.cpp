@@ -12,8 +12,8 @@
 #include "backend/cpu/cpu_backend.h"
 #include "common/mapped_file.h"
 #include "loader/weight_source.h"
-#include "model/eagle3_head.h"
-#include "model/eagle_head.h"
+#include "model/draft_heads/eagle3_head.h"
+#include "model/draft_heads/eagle_head.h"
 #include "model/registry.h"
 
 namespace kvasir {

@@ -3,8 +3,8 @@
 #include "common/log.h"
 #include "common/mapped_file.h"
 #include "loader/dummy_weights.h"
-#include "model/eagle3_head.h"
-#include "model/eagle_head.h"
+#include "model/draft_heads/eagle3_head.h"
+#include "model/draft_heads/eagle_head.h"
 #include "setup/draft_model.h"
 
 #include <sys/stat.h>

@@ -1,5 +1,5 @@
-// The head of speculative method "eagle" (an EAGLE-1/2 head, model/eagle_head.h) or "eagle3" (an
-// EAGLE-3 head, model/eagle3_head.h): its config.json read against the target's, its weights
+// The head of speculative method "eagle" (an EAGLE-1/2 head, model/draft_heads/eagle_head.h) or "eagle3" (an
+// EAGLE-3 head, model/draft_heads/eagle3_head.h): its config.json read against the target's, its weights
 // bound on the target's backend (model.safetensors of an HF directory, or random ones from its
 // config.json with --load-format dummy), the target told which hidden states to keep, and the
 // head's own KV cache. Must not run anything: the runner's EagleProposer does.
@@ -7,7 +7,7 @@
 
 #include <memory>
 
-#include "model/draft_head.h"
+#include "model/draft_heads/draft_head.h"
 #include "model/kv_cache.h"
 #include "setup/engine_args.h"
 #include "setup/loaded_model.h"

@@ -2,7 +2,7 @@
 // llama_eagle3.py load: architectures LlamaForCausalLMEagle3, one Llama decoder layer, draft_vocab_size,
 // eagle_config.eagle_aux_hidden_state_layer_ids), read and checked against the target's config
 // once at load, and the list of weights such a head's model.safetensors holds. Plain data: must
-// not bind or run anything (model/eagle3_head.h does).
+// not bind or run anything (model/draft_heads/eagle3_head.h does).
 #pragma once
 
 #include <string>
@@ -29,14 +29,14 @@ struct Eagle3HeadConfig {
 // the architecture, hidden_size against the target's (a head for another model is refused naming
 // both), vocab_size, draft_vocab_size <= vocab_size, num_hidden_layers 1, the three aux layer ids
 // distinct and inside the target's layers; every key either read, harmless metadata, or refused
-// by name (model/head_config_keys.h; a tied lm_head, eagle_config keys other than the aux ids).
+// by name (model/draft_heads/head_config_keys.h; a tied lm_head, eagle_config keys other than the aux ids).
 StatusOr<Eagle3HeadConfig> parse_eagle3_head_config(const std::string& json_text, const ModelConfig& target,
                                                     const std::string& where);
 
 // The head's weights under their checkpoint names (role -> HF name), every shape from `c`:
 // model-level embed_tokens (optional: absent means the target's embedding), fc [H, 3H],
 // norm, lm_head [draft_vocab, H]; layer 0 the midlayer (q/k/v read 2H columns, hidden_norm).
-// d2t / t2d are integer tensors read apart (model/eagle3_head.cpp).
+// d2t / t2d are integer tensors read apart (model/draft_heads/eagle3_head.cpp).
 WeightManifest eagle3_head_manifest(const Eagle3HeadConfig& c);
 
 }  // namespace kvasir

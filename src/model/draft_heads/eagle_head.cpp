@@ -1,4 +1,4 @@
-#include "model/eagle_head.h"
+#include "model/draft_heads/eagle_head.h"
 
 #include "model/weight_binding.h"
 

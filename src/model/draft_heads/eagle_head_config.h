@@ -3,7 +3,7 @@
 // yuhuili/EAGLE-LLaMA3-Instruct-8B: architectures LlamaForCausalLM / EagleLlamaForCausalLM /
 // LlamaForCausalLMEagle / EAGLEModel, one Llama decoder layer), read and checked against the
 // target's config once at load, and the list of weights such a head's model.safetensors holds.
-// Plain data: must not bind or run anything (model/eagle_head.h does).
+// Plain data: must not bind or run anything (model/draft_heads/eagle_head.h does).
 #pragma once
 
 #include <optional>
@@ -26,7 +26,7 @@ struct EagleHeadConfig {
 // `json_text`: the head's config.json; `where`: its path, for messages. Every field is checked:
 // the architecture, hidden_size (and vocab_size when given) against the target's,
 // num_hidden_layers 1, and every key either read, harmless metadata, or refused by name
-// (model/head_config_keys.h; HASS's add_para_norm, a tied or scaled lm_head, ...).
+// (model/draft_heads/head_config_keys.h; HASS's add_para_norm, a tied or scaled lm_head, ...).
 StatusOr<EagleHeadConfig> parse_eagle_head_config(const std::string& json_text, const ModelConfig& target,
                                                   const std::string& where);
 

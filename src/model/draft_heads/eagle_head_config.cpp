@@ -1,7 +1,7 @@
-#include "model/eagle_head_config.h"
+#include "model/draft_heads/eagle_head_config.h"
 
 #include "common/json.h"
-#include "model/head_config_keys.h"
+#include "model/draft_heads/head_config_keys.h"
 #include "model/registry.h"
 
 namespace kvasir {

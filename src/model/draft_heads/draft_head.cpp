@@ -1,4 +1,4 @@
-#include "model/draft_head.h"
+#include "model/draft_heads/draft_head.h"
 
 #include <algorithm>
 #include <string>

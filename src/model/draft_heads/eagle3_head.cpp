@@ -1,4 +1,4 @@
-#include "model/eagle3_head.h"
+#include "model/draft_heads/eagle3_head.h"
 
 #include <algorithm>
 #include <cstring>

@@ -4,7 +4,7 @@
 // a draft step is fed the head's own output; logits rel L2 < 1e-3 and the greedy drafts equal.
 // And the config checks: every bad or unsupported field refused with a message naming it, for
 // this head and (the keys both heads share) the EAGLE-3 head.
-#include "model/eagle_head.h"
+#include "model/draft_heads/eagle_head.h"
 
 #include <gtest/gtest.h>
 
@@ -15,7 +15,7 @@
 #include "common/json.h"
 #include "common/mapped_file.h"
 #include "loader/weight_source.h"
-#include "model/eagle3_head_config.h"
+#include "model/draft_heads/eagle3_head_config.h"
 #include "model/registry.h"
 
 namespace kvasir {

@@ -1,4 +1,4 @@
-#include "model/head_config_keys.h"
+#include "model/draft_heads/head_config_keys.h"
 
 #include <algorithm>
 

@@ -2,7 +2,7 @@
 // a pass over six accepted positions fed the target's fused hidden states, then a draft step fed
 // the head's own output; logits rel L2 < 1e-3 and the greedy drafts (through d2t) equal. And the
 // config checks: every bad field refused with a message naming it.
-#include "model/eagle3_head.h"
+#include "model/draft_heads/eagle3_head.h"
 
 #include <gtest/gtest.h>
 

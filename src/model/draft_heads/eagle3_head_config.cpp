@@ -1,9 +1,9 @@
-#include "model/eagle3_head_config.h"
+#include "model/draft_heads/eagle3_head_config.h"
 
 #include <algorithm>
 
 #include "common/json.h"
-#include "model/head_config_keys.h"
+#include "model/draft_heads/head_config_keys.h"
 #include "model/registry.h"
 
 namespace kvasir {

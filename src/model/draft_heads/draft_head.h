@@ -1,6 +1,6 @@
 // DraftHead: what the runner's EagleProposer (runner/eagle_proposer.h) needs of a speculative
-// head that drafts from the target's hidden states: an EAGLE-3 head (model/eagle3_head.h) or an
-// EAGLE-1/2 head (model/eagle_head.h). One layer over its own paged KV cache, run with backend
+// head that drafts from the target's hidden states: an EAGLE-3 head (model/draft_heads/eagle3_head.h) or an
+// EAGLE-1/2 head (model/draft_heads/eagle_head.h). One layer over its own paged KV cache, run with backend
 // ops only; it must not know about requests (the proposer keeps positions, blocks, rollbacks).
 // Also the pieces both heads share: their KV cache, workspace, input checks, the side-by-side
 // gather, and greedy drafting from device logits.

@@ -19,8 +19,8 @@
 #include "loader/weight_source.h"
 #include "model/blocks.h"
 #include "model/decoder_model.h"
-#include "model/draft_head.h"
-#include "model/eagle3_head_config.h"
+#include "model/draft_heads/draft_head.h"
+#include "model/draft_heads/eagle3_head_config.h"
 #include "model/forward_batch.h"
 #include "model/kv_cache.h"
 
