@@ -2,7 +2,6 @@
 
 #include "common/json.h"
 #include "model/draft_heads/head_config_keys.h"
-#include "model/registry.h"
 
 namespace kvasir {
 namespace {
@@ -62,43 +61,15 @@ StatusOr<EagleHeadConfig> parse_eagle_head_config(const std::string& json_text, 
   if (const Json* tie = j.find("tie_word_embeddings"); tie != nullptr && !tie->is_null() && !tie->is_bool()) {
     return head_error(where, "'tie_word_embeddings' must be true or false");
   }
-  auto positive = [&](const char* key, bool required, int64_t def) -> StatusOr<int64_t> {
-    const Json* v = j.find(key);
-    if (v == nullptr || v->is_null()) {
-      if (required) return head_error(where, std::string("config.json lacks '") + key + "'");
-      return def;
-    }
-    if (!v->is_int() || v->as_int() < 1) return head_error(where, std::string("'") + key + "' must be a positive integer");
-    return v->as_int();
-  };
-  KVASIR_ASSIGN_OR_RETURN(const int64_t hidden, positive("hidden_size", true, 0));
-  if (hidden != target.hidden_size) {
-    return head_error(where, "hidden_size " + std::to_string(hidden) + " differs from the target's hidden_size " +
-                                 std::to_string(target.hidden_size) + ": the head was trained for another model");
-  }
-  KVASIR_ASSIGN_OR_RETURN(const int64_t vocab, positive("vocab_size", false, target.vocab_size));
-  if (vocab != target.vocab_size) {
-    return head_error(where, "vocab_size " + std::to_string(vocab) + " differs from the target's " +
-                                 std::to_string(target.vocab_size));
-  }
+  const std::string what = "EAGLE head " + where;
+  KVASIR_ASSIGN_OR_RETURN(const int64_t vocab, check_head_sizes(j, target, what));
   // vLLM runs N layers (the first without input_layernorm); the EAGLE-1/2 heads published have one.
-  KVASIR_ASSIGN_OR_RETURN(const int64_t num_layers, positive("num_hidden_layers", false, 1));
+  KVASIR_ASSIGN_OR_RETURN(const int64_t num_layers, head_positive_int(j, "num_hidden_layers", false, 1, what));
   if (num_layers != 1) {
     return head_error(where, "num_hidden_layers " + std::to_string(num_layers) +
                                  ": only single-layer EAGLE heads are supported");
   }
-  // The layer itself through the llama reader (heads, head_dim, MLP, eps, RoPE), as one layer.
-  j.set("architectures", Json(Json::Array{Json("LlamaForCausalLM")}));
-  j.set("model_type", Json("llama"));
-  j.set("num_hidden_layers", Json(1));
-  j.set("vocab_size", Json(vocab));
-  j.set("tie_word_embeddings", Json(false));
-  auto layer = model_config_from_hf_json(j, nullptr);
-  if (!layer.ok()) return head_error(where, layer.status().message());
-  c.layer = *layer;
-  if (c.layer.attention_bias || c.layer.qk_norm || c.layer.sliding_window != 0) {
-    return head_error(where, "attention biases, QK-norm and sliding windows are not part of an EAGLE head");
-  }
+  KVASIR_ASSIGN_OR_RETURN(c.layer, head_layer_config(j, vocab, what, "EAGLE head"));
   return c;
 }
 

@@ -2,6 +2,8 @@
 
 #include <algorithm>
 
+#include "model/registry.h"
+
 namespace kvasir {
 namespace {
 
@@ -46,6 +48,45 @@ Status check_head_config_keys(const Json& config, std::initializer_list<std::str
     }
   }
   return Status();
+}
+
+StatusOr<int64_t> head_positive_int(const Json& config, const char* key, bool required, int64_t def,
+                                    const std::string& what) {
+  const Json* v = config.find(key);
+  if (v == nullptr || v->is_null()) {
+    if (required) return invalid_argument(what + ": config.json lacks '" + key + "'");
+    return def;
+  }
+  if (!v->is_int() || v->as_int() < 1) return invalid_argument(what + ": '" + key + "' must be a positive integer");
+  return v->as_int();
+}
+
+StatusOr<int64_t> check_head_sizes(const Json& config, const ModelConfig& target, const std::string& what) {
+  KVASIR_ASSIGN_OR_RETURN(const int64_t hidden, head_positive_int(config, "hidden_size", true, 0, what));
+  if (hidden != target.hidden_size) {
+    return invalid_argument(what + ": hidden_size " + std::to_string(hidden) + " differs from the target's hidden_size " +
+                            std::to_string(target.hidden_size) + ": the head was trained for another model");
+  }
+  KVASIR_ASSIGN_OR_RETURN(const int64_t vocab, head_positive_int(config, "vocab_size", false, target.vocab_size, what));
+  if (vocab != target.vocab_size) {
+    return invalid_argument(what + ": vocab_size " + std::to_string(vocab) + " differs from the target's " +
+                            std::to_string(target.vocab_size));
+  }
+  return vocab;
+}
+
+StatusOr<ModelConfig> head_layer_config(Json config, int64_t vocab, const std::string& what, const std::string& kind) {
+  config.set("architectures", Json(Json::Array{Json("LlamaForCausalLM")}));
+  config.set("model_type", Json("llama"));
+  config.set("num_hidden_layers", Json(1));
+  config.set("vocab_size", Json(vocab));
+  config.set("tie_word_embeddings", Json(false));
+  auto layer = model_config_from_hf_json(config, nullptr);
+  if (!layer.ok()) return invalid_argument(what + ": " + layer.status().message());
+  if (layer->attention_bias || layer->qk_norm || layer->sliding_window != 0) {
+    return invalid_argument(what + ": attention biases, QK-norm and sliding windows are not part of an " + kind);
+  }
+  return *layer;
 }
 
 }  // namespace kvasir

@@ -1,7 +1,8 @@
-// The keys a speculative head's config.json (EAGLE-1/2 or EAGLE-3) may hold. A head config is
-// read once at load; a key that would change the head's computation and that Kvasir does not
-// implement must be refused by name rather than silently ignored. Plain data checks: must not
-// bind or run anything.
+// What both speculative heads' config.json readers (EAGLE-1/2, EAGLE-3) share: the keys a head
+// config may hold (a key that would change the head's computation and that Kvasir does not
+// implement is refused by name rather than silently ignored), its integer fields, its sizes
+// against the target's, and its decoder layer read as a one-layer llama. Plain data checks: must
+// not bind or run anything.
 #pragma once
 
 #include <initializer_list>
@@ -10,6 +11,7 @@
 
 #include "common/json.h"
 #include "common/status.h"
+#include "config/model_config.h"
 
 namespace kvasir {
 
@@ -22,5 +24,19 @@ namespace kvasir {
 // `what`: "EAGLE-3 head <path>" and the like, for messages.
 Status check_head_config_keys(const Json& config, std::initializer_list<std::string_view> head_keys,
                               const std::string& what);
+
+// `key` as a positive integer; absent (or null): an error naming it when `required`, else `def`.
+// Messages begin with `what`.
+StatusOr<int64_t> head_positive_int(const Json& config, const char* key, bool required, int64_t def,
+                                    const std::string& what);
+
+// hidden_size (required) and vocab_size (default: the target's) must equal the target's: a head is
+// trained for one model. Returns the vocabulary size.
+StatusOr<int64_t> check_head_sizes(const Json& config, const ModelConfig& target, const std::string& what);
+
+// The head's decoder layer through the llama reader (heads, head_dim, MLP, eps, RoPE) as a
+// one-layer model of `vocab` tokens; attention biases, QK-norm and sliding windows are refused
+// (`kind`: "EAGLE head", for the message).
+StatusOr<ModelConfig> head_layer_config(Json config, int64_t vocab, const std::string& what, const std::string& kind);
 
 }  // namespace kvasir
