@@ -10,6 +10,7 @@
 // path packs them.
 #include <gtest/gtest.h>
 
+#include <cctype>
 #include <memory>
 #include <optional>
 #include <string>
@@ -24,6 +25,7 @@
 #include "model/registry.h"
 #include "runner/model_runner.h"
 #include "sample/sampler.h"
+#include "sample/token_bitmask.h"
 #include "setup/loaded_model.h"
 
 namespace kvasir {
@@ -80,6 +82,18 @@ class HostSamplingBackend final : public Backend {
   void gather_rows(const Tensor& src, const int32_t* rows, int k, Tensor& out) override { cpu_->gather_rows(src, rows, k, out); }
 
   bool supports_device_sampling() const override { return true; }
+  bool supports_device_token_bitmask() const override { return true; }
+  Status apply_token_bitmask(Tensor& logits, const int32_t* words, int words_per_row, const int32_t* logits_rows,
+                             int num_rows) override {
+    const size_t vocab = static_cast<size_t>(logits.cols());
+    for (int i = 0; i < num_rows; ++i) {
+      ::kvasir::apply_token_bitmask(
+          std::span<float>(static_cast<float*>(logits.data) + static_cast<size_t>(logits_rows[i]) * vocab, vocab),
+          std::span<const int32_t>(words + static_cast<size_t>(i) * static_cast<size_t>(words_per_row),
+                                   static_cast<size_t>(words_per_row)));
+    }
+    return Status();
+  }
   BackendCapabilities capabilities() const override {
     BackendCapabilities c = Backend::capabilities();
     c.decode_batch_buckets = true;
@@ -276,6 +290,57 @@ void expect_speculative_equals_plain(const SamplingParams& sp) {
   if (sp.temperature == 0.0f) {
     EXPECT_GT(one.pure_decode_verify_steps, 0);
   }
+}
+
+// Grammar rows on the device path: each verify position's mask lands on its own logits row of the
+// one-query-rows layout. The grammar forbids a character plain greedy decoding writes, so the
+// masks change the output; the constrained outputs with drafts equal those without.
+TEST(SpecDecodeDevicePath, GrammarMasksEachDraftPositionThroughOneQueryRowVerifySteps) {
+  LoadOptions lo;
+  lo.device = "cpu";
+  lo.num_threads = 1;
+  lo.exact_matmul = true;
+  auto lm = load_model(kTiny, lo);
+  ASSERT_TRUE(lm.ok()) << lm.status().to_string();
+  std::vector<std::vector<int32_t>> prompts;
+  for (int i = 0; i < 4; ++i) {
+    std::vector<int32_t> p;
+    for (int n = 0; n < 12 + 5 * i; ++n) p.push_back(40 + (n % (2 + i)) * 7 + i);
+    prompts.push_back(p);
+  }
+  SamplingParams sp;
+  sp.temperature = 0.0f;
+  sp.max_tokens = kMaxTokens;
+  sp.ignore_eos = true;
+  const auto free_run = generate(**lm, false, sp, prompts);
+  ASSERT_EQ(free_run.outputs.size(), prompts.size());
+  std::string text;
+  for (const auto& o : free_run.outputs) text += (*lm)->tokenizer->decode(o, true);
+  char forbidden = 0;
+  for (char c : text) {
+    if (std::isalnum(static_cast<unsigned char>(c))) {
+      forbidden = c;
+      break;
+    }
+  }
+  ASSERT_NE(forbidden, 0) << "plain outputs have no letter or digit to forbid: " << text;
+  sp.structured_outputs = StructuredOutputSpec{};
+  sp.structured_outputs->kind = StructuredOutputSpec::Kind::kRegex;
+  // No stop token before 64 characters: the masks, not EOS, shape every step.
+  sp.structured_outputs->text = std::string("[^") + forbidden + "]{64,256}";
+  const auto plain = generate(**lm, false, sp, prompts);
+  const auto spec = generate(**lm, true, sp, prompts);
+  ASSERT_EQ(plain.outputs.size(), prompts.size());
+  ASSERT_EQ(spec.outputs.size(), prompts.size());
+  EXPECT_NE(plain.outputs, free_run.outputs) << "the grammar changed nothing: nothing was tested";
+  for (size_t i = 0; i < prompts.size(); ++i) {
+    EXPECT_EQ(spec.outputs[i], plain.outputs[i]) << "prompt " << i;
+    EXPECT_EQ((*lm)->tokenizer->decode(plain.outputs[i], true).find(forbidden), std::string::npos);
+  }
+  std::printf("constrained: verify steps %d (%d as pure decode steps), %lld drafts kept\n", spec.verify_steps,
+              spec.pure_decode_verify_steps, static_cast<long long>(spec.accepted));
+  EXPECT_GT(spec.accepted, 0);
+  EXPECT_GT(spec.pure_decode_verify_steps, 0) << "no constrained verify step took the device path";
 }
 
 TEST(SpecDecodeDevicePath, GreedyEqualsPlainThroughOneQueryRowVerifySteps) {

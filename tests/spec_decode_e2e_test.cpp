@@ -2,7 +2,8 @@
 // equal plain decoding token for token, one at a time, batched and under forced preemption;
 // seeded sampling (top-p, penalties, min_tokens, logit bias), logprobs, prompt logprobs, n > 1
 // and stop strings give what plain decoding gives (verification samples each position exactly as
-// a plain step would, with the same random draw); the drafts are really accepted.
+// a plain step would, with the same random draw); the drafts are really accepted; grammar-
+// constrained outputs verify drafts under the grammar and equal plain constrained decoding.
 #include <gtest/gtest.h>
 
 #include <cstdio>
@@ -200,21 +201,90 @@ TEST_F(SpecDecodeE2ETest, StopStringsAndStopTokensInsideAcceptedRuns) {
   }
 }
 
-TEST_F(SpecDecodeE2ETest, GrammarsAndAsyncSchedulingAreRefusedWithSpeculation) {
+TEST_F(SpecDecodeE2ETest, AsyncSchedulingIsRefusedWithSpeculation) {
   EngineArgs ea = args(true);
   ea.async_scheduling = true;
   auto refused = LLM::create(ea);
   ASSERT_FALSE(refused.ok());
   EXPECT_NE(refused.status().message().find("--async-scheduling"), std::string::npos);
-  auto llm = LLM::create(args(true));
-  ASSERT_TRUE(llm.ok());
-  SamplingParams sp;
-  sp.structured_outputs = StructuredOutputSpec{};
-  sp.structured_outputs->kind = StructuredOutputSpec::Kind::kChoice;
-  sp.structured_outputs->choices = {"yes", "no"};
-  auto r = (*llm)->engine().add_request("g", {1, 2, 3}, sp);
-  ASSERT_FALSE(r.ok());
-  EXPECT_NE(r.status().message().find("structured outputs with speculative decoding"), std::string::npos);
+}
+
+// Grammar-constrained requests verify drafts under a mask per draft position (the grammar's state
+// after the drafts before it): greedy and seeded sampled outputs equal plain constrained decoding,
+// the drafts that copy the prompt into the JSON are accepted, and every output obeys its grammar.
+TEST_F(SpecDecodeE2ETest, StructuredOutputsVerifyDraftsUnderTheGrammar) {
+  const std::string text =
+      "Alice Johnson lives in Paris and works as a baker. She said: \"the quick brown fox jumps over the lazy "
+      "dog\". Her phone number is 555-1234.";
+  auto constrained = [&](StructuredOutputSpec::Kind kind, std::string payload, std::vector<std::string> choices,
+                         const std::string& ask, float temperature) {
+    SamplingParams sp;
+    sp.temperature = temperature;
+    sp.top_p = 0.9f;
+    sp.seed = 7;
+    sp.max_tokens = 64;
+    sp.structured_outputs = StructuredOutputSpec{};
+    sp.structured_outputs->kind = kind;
+    sp.structured_outputs->text = std::move(payload);
+    sp.structured_outputs->choices = std::move(choices);
+    return PromptInput{"Text: " + text + "\n" + ask, {}, sp};
+  };
+  const std::string schema =
+      R"({"type":"object","properties":{"name":{"type":"string"},"city":{"type":"string"},)"
+      R"("quote":{"type":"string"}},"required":["name","city","quote"],"additionalProperties":false})";
+  using K = StructuredOutputSpec::Kind;
+  std::vector<PromptInput> ps;
+  for (float t : {0.0f, 0.8f}) {
+    ps.push_back(constrained(K::kJsonSchema, schema, {}, "Her name, city and quote as JSON:", t));
+    ps.push_back(constrained(K::kRegex, "[0-9]{3}-[0-9]{4}", {}, "Her phone number:", t));
+    ps.push_back(constrained(K::kChoice, "", {"Paris", "London", "Berlin"}, "Her city:", t));
+    ps.push_back(constrained(K::kJsonObject, "", {}, "Everything about her as a JSON object:", t));
+  }
+  SamplingParams unused;
+  auto plain = LLM::create(args(false, 8));
+  ASSERT_TRUE(plain.ok());
+  const auto want = run(**plain, ps, unused);
+  plain->reset();
+  for (const bool verify_all : {false, true}) {
+    if (verify_all) setenv("KVASIR_TEST_SPEC_VERIFY_ALL_DRAFTS", "1", 1);
+    auto spec = LLM::create(args(true, verify_all ? 8 : 1));
+    unsetenv("KVASIR_TEST_SPEC_VERIFY_ALL_DRAFTS");
+    ASSERT_TRUE(spec.ok()) << spec.status().to_string();
+    const auto got = run(**spec, ps, unused);
+    ASSERT_EQ(got.size(), want.size());
+    for (size_t i = 0; i < want.size(); ++i) {
+      EXPECT_EQ(got[i].outputs[0].token_ids, want[i].outputs[0].token_ids) << "prompt " << i << ": " << got[i].outputs[0].text;
+      EXPECT_EQ(got[i].outputs[0].text, want[i].outputs[0].text);
+    }
+    const EngineMetrics& m = (*spec)->engine().metrics();
+    std::printf("[ metrics ] constrained, %s: %lld drafts, %lld draft tokens, %lld accepted\n",
+                verify_all ? "batched, every draft verified" : "one at a time",
+                static_cast<long long>(m.spec_decode_num_drafts.load()),
+                static_cast<long long>(m.spec_decode_num_draft_tokens.load()),
+                static_cast<long long>(m.spec_decode_num_accepted_tokens.load()));
+    EXPECT_GT(m.spec_decode_num_accepted_tokens.load(), 0) << "no draft was accepted under a grammar: nothing was tested";
+  }
+  for (size_t i = 0; i < want.size(); ++i) {
+    const std::string& out = want[i].outputs[0].text;
+    switch (i % 4) {
+      case 0: {
+        auto j = parse_json(out);
+        ASSERT_TRUE(j.ok()) << out;
+        EXPECT_NE(j->find("name"), nullptr) << out;
+        EXPECT_NE(j->find("quote"), nullptr) << out;
+        break;
+      }
+      case 1:
+        EXPECT_EQ(out.size(), 8u) << out;
+        EXPECT_EQ(out[3], '-') << out;
+        break;
+      case 2:
+        EXPECT_TRUE(out == "Paris" || out == "London" || out == "Berlin") << out;
+        break;
+      default:
+        EXPECT_TRUE(parse_json(out).ok()) << out;
+    }
+  }
 }
 
 }  // namespace

@@ -66,10 +66,6 @@ StatusOr<std::shared_ptr<RequestStream>> Engine::add_request(const std::string& 
   if (shut_down_ || core_->dead()) return unavailable("engine is not running" + (core_->dead() ? ": " + core_->fault() : std::string()));
   KVASIR_RETURN_IF_ERROR(validator_.check(prompt_token_ids, params));
   std::shared_ptr<const structured::CompiledGrammar> grammar;
-  if (params.structured_outputs && opts_.scheduler.num_speculative_tokens > 0) {
-    // Verifying drafts needs a grammar mask per draft position and matcher rollback: not built.
-    return invalid_argument("structured outputs with speculative decoding (--speculative-config) are not supported yet");
-  }
   if (params.structured_outputs) {
     KVASIR_ASSIGN_OR_RETURN(structured::GrammarCompiler * compiler, grammar_compiler());
     KVASIR_ASSIGN_OR_RETURN(grammar, compiler->compile(*params.structured_outputs));

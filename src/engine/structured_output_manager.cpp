@@ -81,15 +81,35 @@ void StructuredOutputManager::accept_outputs(const EngineCoreOutputs& outs) {
   }
 }
 
+int32_t StructuredOutputManager::first_constrained_position(const Entry& e, const std::vector<TokenId>& drafts) {
+  std::vector<TokenId> tail = e.tail;
+  for (size_t j = 0; j < drafts.size(); ++j) {
+    tail.push_back(drafts[j]);
+    if (tail.size() > e.starts_after.size()) tail.erase(tail.begin());
+    if (ends_with(tail, e.starts_after)) return static_cast<int32_t>(j) + 1;
+  }
+  return -1;
+}
+
 GrammarBitmaskFuture StructuredOutputManager::fill_async(const SchedulerOutput& so, std::shared_future<void> ready) {
   Task task;
   task.ready = std::move(ready);
   for (const std::string& id : so.structured_output_req_ids) {
     auto it = entries_.find(id);
-    if (it == entries_.end() || !it->second.active) continue;
-    task.rows.push_back(it->second.row);
+    if (it == entries_.end()) continue;
+    RowJob job;
+    job.row = it->second.row;
+    auto d = so.scheduled_spec_decode_tokens.find(id);
+    if (d != so.scheduled_spec_decode_tokens.end()) job.drafts = d->second;
+    if (!it->second.active) {
+      job.first_position = first_constrained_position(it->second, job.drafts);
+      if (job.first_position < 0) continue;
+    }
+    job.first_mask_row = task.num_mask_rows;
+    task.num_mask_rows += job.num_mask_rows();
+    task.jobs.push_back(std::move(job));
   }
-  if (task.rows.empty()) return {};
+  if (task.jobs.empty()) return {};
   GrammarBitmaskFuture f = task.result.get_future().share();
   tasks_.push(std::move(task));
   return f;
@@ -98,7 +118,8 @@ GrammarBitmaskFuture StructuredOutputManager::fill_async(const SchedulerOutput& 
 void StructuredOutputManager::fill_rows(Task& task, GrammarBitmask& mask, size_t begin, size_t end) {
   const size_t w = static_cast<size_t>(words_per_row_);
   for (size_t i = begin; i < end; ++i) {
-    Row& row = *task.rows[i];
+    RowJob& job = task.jobs[i];
+    Row& row = *job.row;
     for (TokenId t : row.pending) {
       if (!row.matcher->accept_token(t)) {
         ++num_rejected_;
@@ -106,7 +127,35 @@ void StructuredOutputManager::fill_rows(Task& task, GrammarBitmask& mask, size_t
       }
     }
     row.pending.clear();
-    row.matcher->fill_bitmask(std::span<int32_t>(mask.words.data() + i * w, w));
+    // Walks the drafts: the row of position p is the mask after drafts [first, p). A draft the
+    // matcher refuses is mostly refused by its own row too, so verification stops there and the
+    // rows after it are never read (left all-allowed). The exception is a terminated matcher
+    // (a stop token accepted; with ignore_eos the output goes on): its rows allow only the stop
+    // tokens, which it no longer accepts, so every row after it is that same stop-only row.
+    int32_t walked = 0;
+    enum class After { kWalking, kUnreachable, kSameRow } after = After::kWalking;
+    int32_t* out = mask.words.data() + job.first_mask_row * w;
+    const auto num_drafts = static_cast<int32_t>(job.drafts.size());
+    for (int32_t p = job.first_position; p <= num_drafts; ++p, out += w) {
+      if (after == After::kUnreachable) {
+        std::fill(out, out + w, -1);
+        continue;
+      }
+      if (after == After::kSameRow) {
+        std::copy(out - w, out, out);
+        continue;
+      }
+      row.matcher->fill_bitmask(std::span<int32_t>(out, w));
+      if (p == num_drafts) break;
+      const TokenId draft = job.drafts[static_cast<size_t>(p)];
+      if (row.matcher->accept_token(draft)) {
+        ++walked;
+      } else {
+        after = structured::bitmask_allows(std::span<const int32_t>(out, w), draft) ? After::kSameRow
+                                                                                    : After::kUnreachable;
+      }
+    }
+    row.matcher->rollback(walked);
   }
 }
 
@@ -117,11 +166,17 @@ void StructuredOutputManager::loop() {
     if (task->ready.valid()) task->ready.wait();
     const auto t0 = std::chrono::steady_clock::now();
     auto mask = std::make_shared<GrammarBitmask>();
-    const size_t n = task->rows.size();
+    const size_t n = task->jobs.size();
     mask->words_per_row = words_per_row_;
-    mask->words.assign(n * static_cast<size_t>(words_per_row_), 0);
-    mask->req_ids.reserve(n);
-    for (const auto& row : task->rows) mask->req_ids.push_back(row->req_id);
+    mask->words.assign(task->num_mask_rows * static_cast<size_t>(words_per_row_), 0);
+    mask->req_ids.reserve(task->num_mask_rows);
+    mask->positions.reserve(task->num_mask_rows);
+    for (const RowJob& job : task->jobs) {
+      for (size_t r = 0; r < job.num_mask_rows(); ++r) {
+        mask->req_ids.push_back(job.row->req_id);
+        mask->positions.push_back(job.first_position + static_cast<int32_t>(r));
+      }
+    }
     const size_t parts = std::min(helpers_.size() + 1, std::max<size_t>(1, n / kRowsPerHelper));
     if (parts <= 1) {
       fill_rows(*task, *mask, 0, n);

@@ -49,7 +49,8 @@ class StructuredOutputManager {
   // Fills the rows of so.structured_output_req_ids on the worker, once `ready` is satisfied (the
   // fold of the step before, under async scheduling; invalid = now), each after accepting its
   // queued tokens. Rows of requests whose grammar has not started yet (still reasoning) are left
-  // out.
+  // out. A request verifying drafts gets a row per draft position: its matcher walks the drafts
+  // and is rolled back after (the tokens the step accepts come back through accept_outputs).
   GrammarBitmaskFuture fill_async(const SchedulerOutput& so, std::shared_future<void> ready);
 
   // Tokens a matcher refused since start (the mask should make this impossible; for tests).
@@ -71,14 +72,26 @@ class StructuredOutputManager {
     std::vector<TokenId> tail;          // the last output tokens, while waiting for starts_after
     bool active = true;
   };
+  // One request's rows of a step: positions first_position..drafts.size() (see GrammarBitmask).
+  struct RowJob {
+    std::shared_ptr<Row> row;
+    std::vector<TokenId> drafts;  // the step's drafts to verify, if any
+    int32_t first_position = 0;   // > 0: the grammar starts inside the drafts (reasoning ends there)
+    size_t first_mask_row = 0;
+    size_t num_mask_rows() const { return drafts.size() - static_cast<size_t>(first_position) + 1; }
+  };
   struct Task {
     std::shared_future<void> ready;
-    std::vector<std::shared_ptr<Row>> rows;
+    std::vector<RowJob> jobs;
+    size_t num_mask_rows = 0;
     std::promise<std::shared_ptr<const GrammarBitmask>> result;
   };
   void loop();
   void fill_rows(Task& task, GrammarBitmask& mask, size_t begin, size_t end);
   static bool ends_with(const std::vector<TokenId>& seq, const std::vector<TokenId>& suffix);
+  // For a request still reasoning: the first draft position its grammar constrains (the drafts
+  // end the reasoning before it), or -1 when the step stays unconstrained.
+  static int32_t first_constrained_position(const Entry& e, const std::vector<TokenId>& drafts);
 
   const int32_t words_per_row_;
   std::unordered_map<std::string, Entry> entries_;

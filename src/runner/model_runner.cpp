@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <chrono>
+#include <string>
 
 #include "common/check.h"
 #include "common/log.h"
@@ -84,9 +85,9 @@ bool ModelRunner::can_sample_on_device(const SchedulerOutput& so) const {
   }
   if (num_drafts == 0) return true;
   // A verify step samples 1 + k rows per request: all of them must fit the logits workspace (the
-  // host path computes logits in chunks instead), and grammar rows stay on the host path.
+  // host path computes logits in chunks instead). Grammar rows mask each draft position's row.
   // The read-back bound counts the bucket padding too (at most 7 rows past a multiple of 8).
-  return so.structured_output_req_ids.empty() && num_sampled_rows <= model_.max_num_logits() &&
+  return num_sampled_rows <= model_.max_num_logits() &&
          num_sampled_rows + 7 + static_cast<int>(scheduled_.size()) <= kMaxDeviceVerifyReadBack;
 }
 
@@ -232,12 +233,21 @@ Status ModelRunner::collect_bitmask_rows(const GrammarBitmaskFuture& bitmask) {
       m.words.size() != m.req_ids.size() * static_cast<size_t>(m.words_per_row)) {
     return internal_error("grammar bitmask has the wrong shape for the model's vocabulary");
   }
+  if (!m.positions.empty() && m.positions.size() != m.req_ids.size()) {
+    return internal_error("grammar bitmask has a position list that does not match its rows");
+  }
   bitmask_logits_rows_.assign(m.req_ids.size(), -1);
-  // Few grammar rows per step: a scan of the step's rows per mask row beats building a map.
+  // Few grammar rows per step: a scan of the step's rows per mask row beats building a map. A
+  // verify row's 1 + d sampling rows are consecutive from its logits_row.
   for (size_t i = 0; i < m.req_ids.size(); ++i) {
     for (const auto& row : rows_) {
       if (row.logits_row >= 0 && *row.req_id == m.req_ids[i]) {
-        bitmask_logits_rows_[i] = row.logits_row;
+        const int32_t position = m.position(i);
+        if (position < 0 || position > row.num_drafts) {
+          return internal_error("grammar bitmask row for position " + std::to_string(position) + " of request " +
+                                m.req_ids[i] + ", which verifies " + std::to_string(row.num_drafts) + " drafts");
+        }
+        bitmask_logits_rows_[i] = row.logits_row + position;
         break;
       }
     }

@@ -14,7 +14,7 @@ using wire::Reader;
 using wire::Writer;
 
 constexpr uint32_t kMagic = 0x314f534b;  // "KSO1"
-constexpr uint32_t kVersion = 2;  // 2: drafts to verify (speculative decoding)
+constexpr uint32_t kVersion = 3;  // 2: drafts to verify (speculative decoding); 3: mask positions
 
 // A field added to one of these structs must be added to the codec too (and kVersion bumped):
 // these sizes change with it and stop the build here.
@@ -139,6 +139,7 @@ void encode_step(const SchedulerOutput& so, const GrammarBitmask* bitmask, std::
     w.strs(bitmask->req_ids);
     w.pod(bitmask->words_per_row);
     w.pods(bitmask->words);
+    w.pods(bitmask->positions);
   }
 }
 
@@ -192,9 +193,12 @@ StatusOr<StepMessage> decode_step(const uint8_t* data, size_t size) {
     b.req_ids = r.strs();
     b.words_per_row = r.pod<int32_t>();
     b.words = r.pods<int32_t>();
+    b.positions = r.pods<int32_t>();
     if (r.ok() && (b.words_per_row < 0 ||
                    b.words.size() != static_cast<size_t>(b.words_per_row) * b.req_ids.size()))
       return data_loss("step message: the grammar bitmask's size does not match its rows");
+    if (r.ok() && !b.positions.empty() && b.positions.size() != b.req_ids.size())
+      return data_loss("step message: the grammar bitmask's positions do not match its rows");
     m.grammar_bitmask = std::move(b);
   }
   if (!r.ok()) return data_loss("step message: truncated or corrupt");

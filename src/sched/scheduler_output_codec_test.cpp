@@ -103,7 +103,7 @@ SchedulerOutput full_output() {
 
 TEST(SchedulerOutputCodecTest, EveryFieldSurvivesTheRoundTrip) {
   const SchedulerOutput so = full_output();
-  GrammarBitmask mask{{"req-1"}, 2, {0x7fffffff, -1}};
+  GrammarBitmask mask{{"req-1", "req-1"}, 1, {0x7fffffff, -1}, {0, 1}};
   std::vector<uint8_t> bytes;
   encode_step(so, &mask, bytes);
   auto m = decode_step(bytes.data(), bytes.size());
@@ -113,6 +113,7 @@ TEST(SchedulerOutputCodecTest, EveryFieldSurvivesTheRoundTrip) {
   EXPECT_EQ(m->grammar_bitmask->req_ids, mask.req_ids);
   EXPECT_EQ(m->grammar_bitmask->words_per_row, mask.words_per_row);
   EXPECT_EQ(m->grammar_bitmask->words, mask.words);
+  EXPECT_EQ(m->grammar_bitmask->positions, mask.positions);
 
   encode_step(SchedulerOutput{}, nullptr, bytes);
   auto empty = decode_step(bytes.data(), bytes.size());

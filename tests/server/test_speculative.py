@@ -1,7 +1,7 @@
 """Speculative decoding on the server (issue 16): --speculative-config with vLLM's keys, a bad or
 unbuilt config refuses to start naming what is wrong, greedy answers equal a server without
-speculation, the spec_decode counters move in /metrics, and a structured-output request is a 400
-naming the combination. The "draft_model" method (vLLM's 'model' shorthand, the same GGUF as its
+speculation, the spec_decode counters move in /metrics, structured outputs (choice, regex, a JSON
+schema) equal the plain server's constrained outputs. The "draft_model" method (vLLM's 'model' shorthand, the same GGUF as its
 own draft) gives the plain server's greedy text with drafts accepted; a draft with another
 vocabulary refuses to start. The "eagle3" and "eagle" (EAGLE-1/2) methods with a random-weight
 head of SmolLM2's shape (written here in the checkpoint formats vLLM loads) give the plain
@@ -17,7 +17,7 @@ import subprocess
 import httpx
 import pytest
 
-from conftest import MODEL, MODEL_NAME, Server, assert_error_envelope, kvasir_bin
+from conftest import MODEL, MODEL_NAME, Server, kvasir_bin
 
 C = "/v1/completions"
 NGRAM = '{"method": "ngram", "num_speculative_tokens": 3, "prompt_lookup_min": 2, "prompt_lookup_max": 4}'
@@ -61,11 +61,25 @@ def test_logprobs_and_n_work_with_speculation(server, spec_server):
         assert len(c["logprobs"]["tokens"]) == len(c["logprobs"]["token_logprobs"]) > 0
 
 
-def test_structured_outputs_with_speculation_is_a_400_naming_it(spec_server):
-    r = httpx.post(spec_server.base + C, json={"model": MODEL_NAME, "prompt": "yes or no?", "max_tokens": 4,
-                                               "structured_outputs": {"choice": ["yes", "no"]}}, timeout=60)
-    err = assert_error_envelope(r, 400)
-    assert "structured outputs with speculative decoding" in err["message"]
+def test_structured_outputs_with_speculation_equal_plain_constrained_outputs(server, spec_server):
+    text = ("Alice Johnson lives in Paris. She said: \"the quick brown fox jumps over the lazy dog\". "
+            "Her phone number is 555-1234.\n")
+    schema = {"type": "object", "properties": {"name": {"type": "string"}, "quote": {"type": "string"}},
+              "required": ["name", "quote"], "additionalProperties": False}
+    cases = [
+        {"prompt": text + "Her city:", "structured_outputs": {"choice": ["Paris", "London"]}},
+        {"prompt": text + "Her phone number:", "structured_outputs": {"regex": "[0-9]{3}-[0-9]{4}"}},
+        {"prompt": text + "Her name and quote as JSON:",
+         "response_format": {"type": "json_schema", "json_schema": {"name": "p", "schema": schema}}},
+    ]
+    for case in cases:
+        body = {"model": MODEL_NAME, "max_tokens": 48, "temperature": 0, **case}
+        plain = httpx.post(server.base + C, json=body, timeout=120)
+        spec = httpx.post(spec_server.base + C, json=body, timeout=120)
+        assert plain.status_code == 200 and spec.status_code == 200, (plain.text, spec.text)
+        assert spec.json()["choices"][0]["text"] == plain.json()["choices"][0]["text"]
+    out = json.loads(spec.json()["choices"][0]["text"])
+    assert set(out) == {"name", "quote"}
 
 
 @pytest.mark.parametrize("config, message", [
