@@ -129,7 +129,7 @@ EngineCore::InFlight EngineCore::submit_step(std::shared_future<void> folded) {
   if (structured_ && constrained(*so)) bitmask = structured_->fill_async(*so, std::move(folded));
   StepFuture result = executor_->execute(so, std::move(bitmask));
   times.hand_off_us += us_since(t1);
-  return InFlight{std::move(so), std::move(result)};
+  return InFlight{std::move(so), std::move(result), t1};
 }
 
 bool EngineCore::finish_step(InFlight& step) {
@@ -145,6 +145,9 @@ bool EngineCore::finish_step(InFlight& step) {
     fail_everything(ro.status().message());
     return false;
   }
+  // The draft budget's step costs: a synchronous loop's step runs from hand-off to result alone
+  // (with async scheduling two steps overlap, and speculation is off).
+  if (!async_scheduling_) scheduler_.observe_step_time(*step.so, std::chrono::duration<double>(Clock::now() - step.handed_off).count());
   EngineCoreOutputs outs = scheduler_.update_from_output(*step.so, *ro);
   if (structured_) {
     const auto t2 = Clock::now();

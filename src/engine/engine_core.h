@@ -6,6 +6,7 @@
 #pragma once
 
 #include <atomic>
+#include <chrono>
 #include <functional>
 #include <memory>
 #include <mutex>
@@ -75,6 +76,7 @@ class EngineCore {
   struct InFlight {
     std::shared_ptr<const SchedulerOutput> so;
     StepFuture result;
+    std::chrono::steady_clock::time_point handed_off;  // when the executor got it
   };
   void loop();
   // `folded`: satisfied once the step before is folded back (async scheduling), so grammar

@@ -11,26 +11,19 @@ constexpr double kRelaxWeight = 0.008;  // a hopeless request retries one draft 
 
 }  // namespace
 
-double step_cost(int num_tokens, int num_logits_rows) {
-  constexpr int kTable = static_cast<int>(sizeof(kStepCostByTokens) / sizeof(kStepCostByTokens[0]));
-  const int t = std::max(1, num_tokens);
-  const double all_rows = t <= kTable ? kStepCostByTokens[t - 1] : kStepCostByTokens[kTable - 1] + kTokenCost * (t - kTable);
-  // The table prices a logits row for every token; prefill tokens have none.
-  return all_rows - kLogitsRowCost * std::max(0, t - std::max(1, num_logits_rows));
-}
-
-int num_drafts_worth_verifying(int num_available, double acceptance_rate, int num_decodes, int num_step_tokens) {
+int num_drafts_worth_verifying(const StepCostCurve& costs, int num_available, double acceptance_rate, int num_decodes,
+                               int num_step_tokens) {
   const int b = std::max(1, num_decodes);
   // What one emitted token is worth: the time per token of the plain step at this batch size.
-  const double token_value = step_cost(b, b) / b;
+  const double token_value = costs.cost(b, b) / b;
   const int tokens = std::max(1, num_step_tokens);
-  const double base = step_cost(tokens, b);
+  const double base = costs.cost(tokens, b);
   double chance = 1.0, expected_tokens = 0.0, best_gain = 0.0;
   int best = 0;
   for (int d = 1; d <= num_available; ++d) {
     chance *= acceptance_rate;
     expected_tokens += chance;
-    const double gain = expected_tokens * token_value - (step_cost(tokens + d, b + d) - base);
+    const double gain = expected_tokens * token_value - (costs.cost(tokens + d, b + d) - base);
     if (gain > best_gain) best_gain = gain, best = d;
   }
   return best;

@@ -164,7 +164,12 @@ int Scheduler::num_drafts_to_verify(Request& r, int budget, int num_decodes, int
   const int room = std::min(r.max_tokens() - r.num_output_tokens() - 1, config_.max_model_len - r.num_tokens());
   const int cap = std::min({static_cast<int>(drafts.size()), config_.num_speculative_tokens, budget, room});
   if (config_.spec_verify_all_drafts) return cap;
-  const int n = num_drafts_worth_verifying(cap, r.spec_acceptance_rate(), num_decodes, num_step_tokens);
+  int n = num_drafts_worth_verifying(step_costs_, cap, r.spec_acceptance_rate(), num_decodes, num_step_tokens);
+  if (probe_this_step_ && n < cap && !step_costs_.learned(num_step_tokens + n + 1)) {
+    ++n;
+    probe_this_step_ = false;
+    return n;
+  }
   if (n == 0 && cap > 0) r.set_spec_acceptance_rate(relaxed_acceptance_rate(r.spec_acceptance_rate()));
   return n;
 }
@@ -302,13 +307,28 @@ void Scheduler::schedule_waiting(StepPlan& plan, PartialPrefillLimits& limits) {
   for (auto it = held_back.rbegin(); it != held_back.rend(); ++it) waiting_.push_front(*it);
 }
 
+void Scheduler::observe_step_time(const SchedulerOutput& so, double seconds) {
+  if (config_.num_speculative_tokens == 0 || so.total_num_scheduled_tokens == 0) return;
+  for (const auto& [id, n] : so.num_scheduled_tokens) {
+    auto d = so.scheduled_spec_decode_tokens.find(id);
+    const int drafts = d == so.scheduled_spec_decode_tokens.end() ? 0 : static_cast<int>(d->second.size());
+    if (n != 1 + drafts) return;  // a prefill chunk: not a point of the curve
+  }
+  step_costs_.observe(so.total_num_scheduled_tokens, seconds);
+}
+
 SchedulerOutput Scheduler::schedule() {
+  if (config_.num_speculative_tokens > 0 && ++steps_since_probe_ >= kProbeEvery) {
+    steps_since_probe_ = 0;
+    probe_this_step_ = true;
+  }
   StepPlan plan;
   plan.token_budget = config_.max_num_batched_tokens;
   PartialPrefillLimits limits = make_partial_prefill_limits();
   schedule_running(plan, limits);
   // As vLLM: no admissions in a step that had to preempt; the freed blocks go to those preempted.
   if (plan.preempted.empty()) schedule_waiting(plan, limits);
+  probe_this_step_ = false;
   return encode(plan);
 }
 

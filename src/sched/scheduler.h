@@ -19,6 +19,7 @@
 #include "sched/request_queue.h"
 #include "sched/scheduler_config.h"
 #include "sched/scheduler_output.h"
+#include "sched/step_cost_curve.h"
 
 namespace kvasir {
 
@@ -52,6 +53,11 @@ class Scheduler {
   // reported here.
   EngineCoreOutputs update_from_output(const SchedulerOutput& scheduler_output,
                                        const ModelRunnerOutput& runner_output);
+
+  // A step's wall time, from hand-off to result: pure decode / verify steps teach the draft
+  // budget's step-cost curve (step_cost_curve.h); other steps are ignored.
+  void observe_step_time(const SchedulerOutput& scheduler_output, double seconds);
+  const StepCostCurve& step_costs() const { return step_costs_; }
 
   bool has_unfinished_requests() const { return !requests_.empty(); }
   int num_running_reqs() const { return static_cast<int>(running_.size()); }
@@ -137,6 +143,13 @@ class Scheduler {
   RequestIdx next_idx_ = 1;
   int64_t num_preemptions_ = 0;
   SchedulerStats spec_stats_;  // only its spec_* fields: speculative decoding since start
+  StepCostCurve step_costs_;
+  // Every kProbeEvery steps one request may verify one draft more than the budget chose, when the
+  // step size that makes is not learned yet: otherwise a step size the prior prices too high would
+  // never be run, so never measured (a GPU, where a few more tokens cost almost nothing).
+  static constexpr int kProbeEvery = 8;
+  int steps_since_probe_ = 0;
+  bool probe_this_step_ = false;
 };
 
 }  // namespace kvasir

@@ -197,20 +197,21 @@ TEST(SchedulerSpec, PoorAcceptanceBacksOff) {
 }
 
 TEST(SchedulerSpec, DraftBudgetFollowsAcceptanceAndBatchSize) {
+  const StepCostCurve prior;  // nothing learned: the prior curve
   // Batch 1: a second token costs ~0.19 of a step, a third ~0.21, a fourth only ~0.08; the budget
   // takes the d with the best expected net gain, so it looks past a dear draft to cheap ones.
-  EXPECT_EQ(num_drafts_worth_verifying(4, 0.15, 1, 1), 0);  // 0.15 tokens for 0.19 of a step
-  EXPECT_EQ(num_drafts_worth_verifying(4, 0.3, 1, 1), 1);
-  EXPECT_EQ(num_drafts_worth_verifying(4, 0.5, 1, 1), 3);   // 0.875 tokens for 0.48 beats 0.75 for 0.40
-  EXPECT_EQ(num_drafts_worth_verifying(4, 0.6, 1, 1), 3);
-  EXPECT_EQ(num_drafts_worth_verifying(4, 0.95, 1, 1), 4);
-  EXPECT_EQ(num_drafts_worth_verifying(2, 0.95, 1, 1), 2);
-  EXPECT_EQ(num_drafts_worth_verifying(4, 0.05, 1, 1), 0);
+  EXPECT_EQ(num_drafts_worth_verifying(prior, 4, 0.15, 1, 1), 0);  // 0.15 tokens for 0.19 of a step
+  EXPECT_EQ(num_drafts_worth_verifying(prior, 4, 0.3, 1, 1), 1);
+  EXPECT_EQ(num_drafts_worth_verifying(prior, 4, 0.5, 1, 1), 3);   // 0.875 tokens for 0.48 beats 0.75 for 0.40
+  EXPECT_EQ(num_drafts_worth_verifying(prior, 4, 0.6, 1, 1), 3);
+  EXPECT_EQ(num_drafts_worth_verifying(prior, 4, 0.95, 1, 1), 4);
+  EXPECT_EQ(num_drafts_worth_verifying(prior, 2, 0.95, 1, 1), 2);
+  EXPECT_EQ(num_drafts_worth_verifying(prior, 4, 0.05, 1, 1), 0);
   // Larger batches: a token is worth about what it costs, so even good drafts stop.
-  EXPECT_EQ(num_drafts_worth_verifying(4, 0.9, 16, 16), 0);
-  EXPECT_EQ(num_drafts_worth_verifying(4, 0.9, 256, 256), 0);
-  EXPECT_GE(num_drafts_worth_verifying(4, 0.9, 2, 2), num_drafts_worth_verifying(4, 0.9, 8, 8));
-  EXPECT_GT(step_cost(4, 4), step_cost(2, 2));
+  EXPECT_EQ(num_drafts_worth_verifying(prior, 4, 0.9, 16, 16), 0);
+  EXPECT_EQ(num_drafts_worth_verifying(prior, 4, 0.9, 256, 256), 0);
+  EXPECT_GE(num_drafts_worth_verifying(prior, 4, 0.9, 2, 2), num_drafts_worth_verifying(prior, 4, 0.9, 8, 8));
+  EXPECT_GT(prior.cost(4, 4), prior.cost(2, 2));
   EXPECT_LT(updated_acceptance_rate(0.7, 4, 0), 0.7);
   EXPECT_GT(updated_acceptance_rate(0.7, 4, 4), 0.7);
   EXPECT_GT(relaxed_acceptance_rate(0.1), 0.1);
@@ -225,7 +226,9 @@ TEST(SchedulerSpec, LargeBatchesVerifyNoDrafts) {
   h.runner.propose = drafts_with(4, 3);
   for (int i = 0; i < 32; ++i) ASSERT_TRUE(h.add("r" + std::to_string(i), tokens(4, 100 + 10 * i), 16).ok());
   h.run_to_completion();
-  EXPECT_EQ(h.last_stats.spec_num_draft_tokens, 0);
+  // Only the step-cost curve's probes (one draft every kProbeEvery steps while the step size is
+  // not learned; nothing is timed here, so it never is): ~17 steps.
+  EXPECT_LE(h.last_stats.spec_num_draft_tokens, 3);
   // The same batch with every draft verified: the switch above is what stopped them.
   c.spec_verify_all_drafts = true;
   Harness all(c);
