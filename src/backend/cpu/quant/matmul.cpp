@@ -30,14 +30,25 @@ constexpr int64_t kMinParallelQuantElems = int64_t{1} << 16;
 // Which tile ahead of the one being computed a thread prefetches (see prefetch_span). On the 2-core
 // EPYC VM, Qwen3-MoE bench decode (Q8_0): 0 -> 58-67 tok/s, 1 -> 76-79, 2 -> 75, 4 no better.
 constexpr int64_t kPrefetchTiles = 1;
-// Input rows from which the AMX tiles take over from the AVX-512 q8 tiles (same results; the
-// tile unit pays off once a 16-row activation tile is mostly full), and from the packed panels
-// where a weight has them: the AMX tile repacks its weights on every call, which the panels'
-// tile beats below 32 rows (matmul_bench --packed, q4_1 / q8_0 1536x576, one thread, L2-hot,
-// Xeon with AMX, 2026-12-03: n=16 panels 132 / 131 us, AMX 176 / 200 us; n=32 264 / 255 vs 281 /
-// 312; n=64 532 / 487 vs 516 / 522).
+// Input rows from which the AMX tile on GGUF rows takes over from the AVX-512 q8 tiles where a
+// weight has no panels (same results; the tile unit pays off once a 16-row activation tile is
+// mostly full).
 constexpr int64_t kAmxMinRows = 16;
-constexpr int64_t kAmxMinRowsWithPanels = 32;
+// Activation rows (input rows x planes) from which the AMX tile on a weight's panels takes over
+// from the AVX-512 panel tile (same results). It pays a fixed ~0.3 us per 16-row panel (tile
+// configuration, pipeline fill; nibble panels: splitting the nibbles into B tiles), then much
+// less per row. matmul_bench --packed, one thread, L2-hot, q16 (2 planes), AMX Xeon, 2026-12-03,
+// AVX-512 panels / AMX panels us: q4_1 1536x576 n=4 40.6 / 43.3, n=5 56.8 / 49.0, n=8 80.2 /
+// 68.3; q8_0 1536x576 n=4 38.8 / 35.1, n=5 52.9 / 40.2, n=8 76.7 / 56.6; q4_1 576x576 n=4 15.9
+// / 17.3, n=5 22.9 / 19.5 (q8, 1 plane, q4_1 1536x576: n=8 47.9 / 47.5, n=10 61.8 / 56.2). Nibble
+// panels of long rows (k > 1024) win only from 32: q4_1 576x1536 n=8 83.8 / 94.6, n=12 125 / 143,
+// n=16 167 / 160 (why is not pinned down: their split B tiles, 24 KiB at k = 1536, may crowd L1,
+// but splitting each block pair just before use, into a 16-block ring, was slower everywhere).
+// With panels the GGUF AMX tile never runs on an AMX host: it repacks its weights every call
+// (n=32 q4_1 / q8_0 1536x576: 321 / 339 us, the panels' AMX tile 267 / 250).
+constexpr int64_t kPackedAmxMinPlaneRows = 10;
+constexpr int64_t kPackedAmxMinPlaneRowsLongNibbles = 32;
+constexpr int64_t kLongNibbleRowK = 1024;
 // Input rows from which a weight's packed panels (packed_q32.h), where it has them, take over from
 // the in-place AVX-512 tile (same results). Batch 1 streams the GGUF bytes (fewest bytes, and
 // decode is bound by reading them); from 2 rows on the panels win: their tile needs no cross-lane
@@ -58,6 +69,8 @@ struct Plan {
   TileFn amx_tile = nullptr;    // AMX tile for batches of at least kAmxMinRows input rows
   TileFn packed_tile = nullptr; // tile on PackedQ32 panels, for problems that bring them
   TileFn packed_nibble_tile = nullptr;  // the same on nibble panels (PackedQ32::nibbles())
+  TileFn packed_amx_tile = nullptr;     // AMX tile on panels (use_packed_amx)
+  TileFn packed_amx_nibble_tile = nullptr;
 };
 
 Plan make_plan(CpuIsa isa, const KernelSet& ks, DType t, int64_t k, ActQuant mode) {
@@ -87,6 +100,10 @@ Plan make_plan(CpuIsa isa, const KernelSet& ks, DType t, int64_t k, ActQuant mod
           PackedQ32::supports(t) && cpu_supports(CpuIsa::kAvx512)) {
         p.packed_tile = avx512::packed_q32_tile(false);
         p.packed_nibble_tile = avx512::packed_q32_tile(true);
+        if (isa == CpuIsa::kAmx && cpu_supports(CpuIsa::kAmx)) {
+          p.packed_amx_tile = amx::packed_q32_tile(false);
+          p.packed_amx_nibble_tile = amx::packed_q32_tile(true);
+        }
       }
       return p;
     }
@@ -100,12 +117,33 @@ Plan make_plan(CpuIsa isa, const KernelSet& ks, DType t, int64_t k, ActQuant mod
 
 size_t thread_scratch_bytes(int64_t k) { return align_up(tile_scratch_floats(k) * sizeof(float), 64); }
 
-bool use_amx(const Plan& p, int64_t n, bool has_panels = false) {
-  return p.amx_tile != nullptr && n >= (has_panels ? kAmxMinRowsWithPanels : kAmxMinRows);
+bool use_amx(const Plan& p, int64_t n) { return p.amx_tile != nullptr && n >= kAmxMinRows; }
+
+// `packed`: the problem's panels, or nullptr for the smallest batch that might use them.
+bool use_packed_amx(const Plan& p, int64_t n, const PackedQ32* packed) {
+  const bool long_nibbles = packed != nullptr && packed->nibbles() && packed->k() > kLongNibbleRowK;
+  return p.packed_amx_tile != nullptr &&
+         n * p.planes >= (long_nibbles ? kPackedAmxMinPlaneRowsLongNibbles : kPackedAmxMinPlaneRows);
 }
 
-bool use_packed(const Plan& p, const MatmulProblem& q) {
-  return p.packed_tile != nullptr && q.packed != nullptr && q.n >= kPackedMinRows && !use_amx(p, q.n, true);
+// Which tile computes a problem (every choice gives the same bits).
+enum class TileKind { kInPlace, kInPlaceAmx, kPanels, kPanelsAmx };
+
+TileKind tile_kind(const Plan& p, const MatmulProblem& q) {
+  if (q.packed != nullptr && p.packed_tile != nullptr && q.n >= kPackedMinRows) {
+    return use_packed_amx(p, q.n, q.packed) ? TileKind::kPanelsAmx : TileKind::kPanels;
+  }
+  return use_amx(p, q.n) ? TileKind::kInPlaceAmx : TileKind::kInPlace;
+}
+
+int64_t tile_rows(TileKind kind) {
+  switch (kind) {
+    case TileKind::kPanels:
+    case TileKind::kPanelsAmx: return kPackedPanelRows;
+    case TileKind::kInPlaceAmx: return kAmxTileRows;
+    case TileKind::kInPlace: break;
+  }
+  return kTileRows;
 }
 
 // Input rows the activation buffer holds: AMX tiles read whole 16-row groups.
@@ -117,9 +155,11 @@ size_t act_scratch_bytes(const Plan& p, int64_t n) {
   return p.format == ActFormat::kF32 ? 0 : p.act_stride * static_cast<size_t>(p.planes * padded_rows(p, n));
 }
 
+// Sized for either AMX tile (whether the problem brings panels or not: matmul_scratch_bytes does
+// not know).
 size_t per_thread_bytes(const Plan& p, int64_t k, int64_t n) {
   const size_t b = thread_scratch_bytes(k);
-  return use_amx(p, n) ? std::max(b, align_up(amx_scratch_bytes(k), 64)) : b;
+  return use_amx(p, n) || use_packed_amx(p, n, nullptr) ? std::max(b, align_up(amx_scratch_bytes(k), 64)) : b;
 }
 
 // A tile's weight rows are one contiguous span, and so are consecutive tiles, but a tile walks
@@ -227,9 +267,8 @@ void matmul_grouped(CpuIsa isa, const MatmulProblem* problems, int num_problems,
     index[i] = {act_offset, total_tiles, total_rows};
     KVASIR_CHECK_MSG(p.packed == nullptr || (p.packed->type() == wtype && p.packed->m() == p.m && p.packed->k() == k),
                      "matmul: packed weights do not match the problem");
-    const int64_t tile_rows =
-        use_packed(plan, p) ? kPackedPanelRows : use_amx(plan, p.n, p.packed != nullptr) ? kAmxTileRows : kTileRows;
-    if (p.n > 0) total_tiles += (p.m + tile_rows - 1) / tile_rows;
+    const int64_t rows = tile_rows(tile_kind(plan, p));
+    if (p.n > 0) total_tiles += (p.m + rows - 1) / rows;
     total_rows += p.n;
     total_macs += p.m * k * p.n;
     act_offset += act_scratch_bytes(plan, p.n);
@@ -277,6 +316,7 @@ void matmul_grouped(CpuIsa isa, const MatmulProblem* problems, int num_problems,
       parallel ? std::max<int64_t>(1, total_tiles / (kRunsPerThread * num_threads)) : total_tiles;
   std::atomic<int64_t> next_tile{0};
   auto body = [&](int share, int) {
+    bool used_panels_amx = false;
     TileArgs a;
     a.w_stride = rb;
     a.k = k;
@@ -295,12 +335,16 @@ void matmul_grouped(CpuIsa isa, const MatmulProblem* problems, int num_problems,
         const int64_t end = std::min(t1, index[i + 1].tile_begin);
         if (end <= t0) continue;
         const MatmulProblem& p = problems[i];
-        const bool packed = use_packed(plan, p);
-        const bool amx = !packed && use_amx(plan, p.n, p.packed != nullptr);
-        const int64_t tile_rows = packed ? kPackedPanelRows : amx ? kAmxTileRows : kTileRows;
-        const TileFn tile = packed ? (p.packed->nibbles() ? plan.packed_nibble_tile : plan.packed_tile)
-                            : amx  ? plan.amx_tile
-                                   : plan.tile;
+        const TileKind kind = tile_kind(plan, p);
+        used_panels_amx |= kind == TileKind::kPanelsAmx;
+        const bool packed = kind == TileKind::kPanels || kind == TileKind::kPanelsAmx;
+        const bool amx = kind == TileKind::kInPlaceAmx;
+        const int64_t rows = tile_rows(kind);
+        const bool nibbles = packed && p.packed->nibbles();
+        const TileFn tile = kind == TileKind::kPanelsAmx ? (nibbles ? plan.packed_amx_nibble_tile : plan.packed_amx_tile)
+                            : packed                     ? (nibbles ? plan.packed_nibble_tile : plan.packed_tile)
+                            : amx                        ? plan.amx_tile
+                                                         : plan.tile;
         const uint8_t* act =
             plan.format == ActFormat::kF32 ? reinterpret_cast<const uint8_t*>(p.x) : act_base + index[i].act_offset;
         // Input rows per pass; the tile sees planes * that many activation rows (AMX: whole
@@ -318,8 +362,8 @@ void matmul_grouped(CpuIsa isa, const MatmulProblem* problems, int num_problems,
           a.act = act + static_cast<size_t>(c0) * in_stride;
           a.nc = std::min(chunk, p.n - c0) * plan.planes;
           for (int64_t t = t0 - index[i].tile_begin; t < end - index[i].tile_begin; ++t) {
-            const int64_t r0 = t * tile_rows;
-            a.nr = static_cast<int>(std::min(tile_rows, p.m - r0));
+            const int64_t r0 = t * rows;
+            a.nr = static_cast<int>(std::min(rows, p.m - r0));
             a.y = p.y + c0 * p.m + r0;
             if (packed) {  // panels stream linearly: the hardware prefetcher keeps up
               a.w = p.packed->panel(t);
@@ -327,10 +371,10 @@ void matmul_grouped(CpuIsa isa, const MatmulProblem* problems, int num_problems,
               continue;
             }
             a.w = static_cast<const uint8_t*>(p.w) + static_cast<size_t>(r0) * rb;
-            const int64_t pf_row = r0 + kPrefetchTiles * tile_rows;
+            const int64_t pf_row = r0 + kPrefetchTiles * rows;
             if (pf_row < p.m) {
               prefetch_span(static_cast<const uint8_t*>(p.w) + static_cast<size_t>(pf_row) * rb,
-                            static_cast<size_t>(std::min(tile_rows, p.m - pf_row)) * rb);
+                            static_cast<size_t>(std::min(rows, p.m - pf_row)) * rb);
             }
             tile(a);
           }
@@ -338,6 +382,7 @@ void matmul_grouped(CpuIsa isa, const MatmulProblem* problems, int num_problems,
         t0 = end;
       }
     }
+    if (used_panels_amx) amx::release_tiles();
   };
   if (parallel) {
     pool.run_on_all(body);
