@@ -3,7 +3,8 @@
 // unit (TDPBSUD: signed activations x unsigned weight values), the float scaling on AVX-512. Two
 // weight sources: GGUF rows (Q4_0, Q4_1, Q8_0), repacked into the tile layout on every call, and
 // packed panels (packed_q32.h, all five types), whose blocks already are that layout (nibble
-// types: split into their two nibble planes), which makes the tile cheap enough for small batches. Built with AMX flags for this file only; called only after cpu_isa.cpp has
+// types: split into their two nibble planes), which makes the tile cheap enough for small
+// batches. Built with AMX flags for this file only; called only after cpu_isa.cpp has
 // checked cpuid and obtained the kernel's permission to use tile data (amx_available()).
 // Must reproduce q32_tile_cols_z's float arithmetic exactly (see "The shared float order" in
 // kern_q32_z.inc): a row's result may not depend on which kernel the batch size picked.
@@ -326,6 +327,13 @@ struct PreparedWeights {
   const unsigned char* b_tiles;
   const float* dw;
   const float* mw;
+  // Panels: the next panel (the caller's next call, where the weight has one), prefetched a
+  // slice per block pair of the first group: each call reads its panel's scales and values up
+  // front, in a pattern the hardware prefetcher does not run ahead of (--model smollm2, 7 input
+  // rows, one thread: 17.9 -> 15.2 ms a step; 1536x576 q4_1 from L3 111 -> 84 us, from L2 61.6 ->
+  // 66.8 us).
+  const unsigned char* prefetch = nullptr;
+  long prefetch_bytes_per_pair = 0;
 };
 
 // The scratch of one call (amx_scratch_bytes): B blocks | dw[nb][16] | mw[nb][16] | 2 stages |
@@ -350,7 +358,7 @@ struct Scratch {
   // Exact plane rows use at most half of each stage (8 blocks x 1 KiB); the second stage then
   // starts 512 bytes off a 4 KiB multiple from the first, so that the epilogue's loads from one
   // stage do not falsely wait (4K aliasing) on the tile stores into the other while a group has
-  // up to 8 plane rows (512 bytes per block).
+  // up to 8 plane rows (512 bytes per block; q4_1 1536x576, 8 input rows x 2 planes: 78 -> 74 us).
   void offset_second_stage() {
     static_assert(2 * kStageInts * 4 >= 8 * 1024 + 512 + 8 * 1024, "both stages before pacc");
     static_assert(Layout<kPairs, true>::kBlockInts == 256, "8 blocks of exact rows: 8 KiB");
@@ -402,9 +410,13 @@ PreparedWeights prepare_panel(const TileArgs& a, long nb, unsigned char* bbuf, f
     _mm512_store_ps(dw + 16 * b, d);
     _mm512_store_ps(mw + 16 * b, m);
   }
+  PreparedWeights pw{panel, dw, mw};
+  const long panel_bytes = ((a.m_offset != 0 ? a.m_offset : a.d_offset) + nb * 32 + 63) / 64 * 64;
+  pw.prefetch = panel + panel_bytes;
+  pw.prefetch_bytes_per_pair = (panel_bytes / ((nb + 1) / 2) + 63) / 64 * 64;
   if constexpr (!kNibbles) {
     static_assert(kPackedValueBytes == kBBytes, "an 8-bit panel block is one B tile");
-    return {panel, dw, mw};
+    return pw;
   } else {
     const __m512i low4 = _mm512_set1_epi8(0x0f);
     for (long b = 0; b < nb; ++b) {
@@ -416,7 +428,8 @@ PreparedWeights prepare_panel(const TileArgs& a, long nb, unsigned char* bbuf, f
         _mm512_store_si512(out + 64 * (h + 4), _mm512_and_si512(_mm512_srli_epi16(q, 4), low4));
       }
     }
-    return {bbuf, dw, mw};
+    pw.b_tiles = bbuf;
+    return pw;
   }
 }
 
@@ -466,6 +479,12 @@ void run_stages(const TileArgs& a, const PreparedWeights& pw, const Scratch<kPai
   // Block pair q of stage s. kExact: pairs alternate between two sets of result tiles, so each
   // pair's store is issued after the next pair's dot products (one set: at once).
   auto compute = [&](long s, int q) KVASIR_INLINE_LAMBDA {
+    if (pw.prefetch != nullptr && s < nchunks) {  // a prefetch past the weight's end does no harm
+      const unsigned char* p = pw.prefetch + (stage_b0(s) / 2 + q) * pw.prefetch_bytes_per_pair;
+      for (long l = 0; l < pw.prefetch_bytes_per_pair; l += 64) {
+        _mm_prefetch(reinterpret_cast<const char*>(p + l), _MM_HINT_T0);
+      }
+    }
     pair_compute<kPairs, kExact>(q, stage_x(s), in_stride, as, pw.b_tiles, stage_b0(s), stage_nbk(s), 2 * q);
   };
   auto store = [&](long s, int q) KVASIR_INLINE_LAMBDA {

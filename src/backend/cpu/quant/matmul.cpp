@@ -36,19 +36,24 @@ constexpr int64_t kPrefetchTiles = 1;
 constexpr int64_t kAmxMinRows = 16;
 // Activation rows (input rows x planes) from which the AMX tile on a weight's panels takes over
 // from the AVX-512 panel tile (same results). It pays a fixed ~0.3 us per 16-row panel (tile
-// configuration, pipeline fill; nibble panels: splitting the nibbles into B tiles), then much
-// less per row. matmul_bench --packed, one thread, L2-hot, q16 (2 planes), AMX Xeon, 2026-12-03,
-// AVX-512 panels / AMX panels us: q4_1 1536x576 n=4 40.6 / 43.3, n=5 56.8 / 49.0, n=8 80.2 /
-// 68.3; q8_0 1536x576 n=4 38.8 / 35.1, n=5 52.9 / 40.2, n=8 76.7 / 56.6; q4_1 576x576 n=4 15.9
-// / 17.3, n=5 22.9 / 19.5 (q8, 1 plane, q4_1 1536x576: n=8 47.9 / 47.5, n=10 61.8 / 56.2). Nibble
-// panels of long rows (k > 1024) win only from 32: q4_1 576x1536 n=8 83.8 / 94.6, n=12 125 / 143,
-// n=16 167 / 160 (why is not pinned down: their split B tiles, 24 KiB at k = 1536, may crowd L1,
-// but splitting each block pair just before use, into a 16-block ring, was slower everywhere).
-// With panels the GGUF AMX tile never runs on an AMX host: it repacks its weights every call
-// (n=32 q4_1 / q8_0 1536x576: 321 / 339 us, the panels' AMX tile 267 / 250).
-constexpr int64_t kPackedAmxMinPlaneRows = 10;
-constexpr int64_t kPackedAmxMinPlaneRowsLongNibbles = 32;
-constexpr int64_t kLongNibbleRowK = 1024;
+// configuration, pipeline fill, prefetching the next panel; nibble panels: splitting the nibbles
+// into B tiles), then much less per row. Measured on the AMX Xeon (2 vCPUs shared with builds;
+// 2026-12-03), AVX-512 panels / AMX panels, q16 (2 planes), one thread:
+//   matmul_bench --model smollm2 (weights L3-resident), ms a step: n=2 10.7-11.0 / 10.6 (same),
+//     n=4 12.9-13.0 / 11.9, n=7 18.0-18.3 / 15.0-15.4.
+//   matmul_bench --packed L2-hot / L3 ("cold") us, 1536x576: q4_1 n=3 31.4 / 39.0 hot, 78.8 / 77.6
+//     cold; n=4 40.5 / 44.5, 88.7 / 82.2; n=5 55.9 / 50.4, 97.2 / 88.5; n=8 79.9 / 76.2, 128 / 108.
+//     q8_0 n=4 40.0 / 41.2, 121 / 125; n=5 53.9 / 46.4, 131 / 129.
+// So from 4 input rows in q16 (8 in q8), where the model's steps gain and hot calls lose little.
+// Rows longer than 1024 (k = 1536: down_proj) win only from 32: 576x1536 q4_1 n=8 82.8 / 101 hot,
+// 124 / 134 cold; q8_0 n=8 79.2 / 80.3, 164 / 169 (why is not pinned down; for nibble panels,
+// splitting each block pair just before use into a ring of B tiles, instead of all at once, was
+// slower everywhere).
+// With panels the GGUF AMX tile never runs on an AMX host: it repacks its weights on every call
+// (n=32 q4_1 / q8_0 1536x576: 321 / 339 us hot, the panels' AMX tile 267 / 250).
+constexpr int64_t kPackedAmxMinPlaneRows = 8;
+constexpr int64_t kPackedAmxMinPlaneRowsLongRows = 32;
+constexpr int64_t kLongRowK = 1024;
 // Input rows from which a weight's packed panels (packed_q32.h), where it has them, take over from
 // the in-place AVX-512 tile (same results). Batch 1 streams the GGUF bytes (fewest bytes, and
 // decode is bound by reading them); from 2 rows on the panels win: their tile needs no cross-lane
@@ -121,9 +126,9 @@ bool use_amx(const Plan& p, int64_t n) { return p.amx_tile != nullptr && n >= kA
 
 // `packed`: the problem's panels, or nullptr for the smallest batch that might use them.
 bool use_packed_amx(const Plan& p, int64_t n, const PackedQ32* packed) {
-  const bool long_nibbles = packed != nullptr && packed->nibbles() && packed->k() > kLongNibbleRowK;
+  const bool long_rows = packed != nullptr && packed->k() > kLongRowK;
   return p.packed_amx_tile != nullptr &&
-         n * p.planes >= (long_nibbles ? kPackedAmxMinPlaneRowsLongNibbles : kPackedAmxMinPlaneRows);
+         n * p.planes >= (long_rows ? kPackedAmxMinPlaneRowsLongRows : kPackedAmxMinPlaneRows);
 }
 
 // Which tile computes a problem (every choice gives the same bits).
@@ -146,7 +151,8 @@ int64_t tile_rows(TileKind kind) {
   return kTileRows;
 }
 
-// Input rows the activation buffer holds: AMX tiles read whole 16-row groups.
+// Input rows the activation buffer holds: the AMX tile on GGUF rows reads whole 16-row groups (the
+// one on panels reads only the rows it is given).
 int64_t padded_rows(const Plan& p, int64_t n) {
   return use_amx(p, n) ? (n + kAmxTileCols - 1) / kAmxTileCols * kAmxTileCols : n;
 }
@@ -341,10 +347,10 @@ void matmul_grouped(CpuIsa isa, const MatmulProblem* problems, int num_problems,
         const bool amx = kind == TileKind::kInPlaceAmx;
         const int64_t rows = tile_rows(kind);
         const bool nibbles = packed && p.packed->nibbles();
-        const TileFn tile = kind == TileKind::kPanelsAmx ? (nibbles ? plan.packed_amx_nibble_tile : plan.packed_amx_tile)
-                            : packed                     ? (nibbles ? plan.packed_nibble_tile : plan.packed_tile)
-                            : amx                        ? plan.amx_tile
-                                                         : plan.tile;
+        const TileFn panel_tile = kind == TileKind::kPanelsAmx
+                                      ? (nibbles ? plan.packed_amx_nibble_tile : plan.packed_amx_tile)
+                                      : (nibbles ? plan.packed_nibble_tile : plan.packed_tile);
+        const TileFn tile = packed ? panel_tile : amx ? plan.amx_tile : plan.tile;
         const uint8_t* act =
             plan.format == ActFormat::kF32 ? reinterpret_cast<const uint8_t*>(p.x) : act_base + index[i].act_offset;
         // Input rows per pass; the tile sees planes * that many activation rows (AMX: whole
