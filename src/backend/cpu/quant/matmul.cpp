@@ -37,21 +37,24 @@ constexpr int64_t kAmxMinRows = 16;
 // Activation rows (input rows x planes) from which the AMX tile on a weight's panels takes over
 // from the AVX-512 panel tile (same results). It pays a fixed ~0.3 us per 16-row panel (tile
 // configuration, pipeline fill, prefetching the next panel; nibble panels: splitting the nibbles
-// into B tiles), then much less per row. Measured on the AMX Xeon (2 vCPUs shared with builds;
-// 2026-12-03), AVX-512 panels / AMX panels, q16 (2 planes), one thread:
-//   matmul_bench --model smollm2 (weights L3-resident), ms a step: n=2 10.7-11.0 / 10.6 (same),
-//     n=4 12.9-13.0 / 11.9, n=7 18.0-18.3 / 15.0-15.4.
-//   matmul_bench --packed L2-hot / L3 ("cold") us, 1536x576: q4_1 n=3 31.4 / 39.0 hot, 78.8 / 77.6
-//     cold; n=4 40.5 / 44.5, 88.7 / 82.2; n=5 55.9 / 50.4, 97.2 / 88.5; n=8 79.9 / 76.2, 128 / 108.
-//     q8_0 n=4 40.0 / 41.2, 121 / 125; n=5 53.9 / 46.4, 131 / 129.
-// So from 4 input rows in q16 (8 in q8), where the model's steps gain and hot calls lose little.
+// into B tiles), then much less per row. Measured on the AMX Xeon (2 vCPUs, shared with builds;
+// 2026-12-03), AVX-512 panels / AMX panels, q16 (2 planes):
+//   matmul_bench --model smollm2 (weights L3-resident), ms a step, one thread: n=2 10.7-11.0 /
+//     10.6, n=4 12.9-13.0 / 11.9, n=7 21.5-23.4 / 18.5-19.9; two threads: n=4 8.5-9.0 / 8.7-9.5,
+//     n=7 11.7-12.4 / 11.3-12.3.
+//   matmul_bench --packed, 1536x576 q4_1, L2-hot / L3 ("cold") us: one thread n=4 41.1 / 43.9,
+//     105 / 82; n=7 74.1 / 65.0, 141 / 101; n=16 160 / 145, 227 / 177; two threads (the tile
+//     unit seems shared between the two vCPUs: hot scales worse) n=4 27.5 / 36.1, 57 / 54; n=7
+//     44.8 / 50.3, 79 / 68; q8_0 one thread n=7 69.7 / 62.6 hot, 154 / 155 cold.
+// So from 7 input rows in q16 (14 in q8): one thread gains everywhere, two threads lose hot and
+// gain from L3, and the model's step is no slower; at 4 rows two threads lost in the model too.
 // Rows longer than 1024 (k = 1536: down_proj) win only from 32: 576x1536 q4_1 n=8 82.8 / 101 hot,
 // 124 / 134 cold; q8_0 n=8 79.2 / 80.3, 164 / 169 (why is not pinned down; for nibble panels,
 // splitting each block pair just before use into a ring of B tiles, instead of all at once, was
 // slower everywhere).
 // With panels the GGUF AMX tile never runs on an AMX host: it repacks its weights on every call
 // (n=32 q4_1 / q8_0 1536x576: 321 / 339 us hot, the panels' AMX tile 267 / 250).
-constexpr int64_t kPackedAmxMinPlaneRows = 8;
+constexpr int64_t kPackedAmxMinPlaneRows = 14;
 constexpr int64_t kPackedAmxMinPlaneRowsLongRows = 32;
 constexpr int64_t kLongRowK = 1024;
 // Input rows from which a weight's packed panels (packed_q32.h), where it has them, take over from
