@@ -116,6 +116,13 @@ namespace amx {
 // next multiple of kAmxTileCols input rows (callers pad the buffer), and amx_scratch_bytes(k) of
 // per-thread scratch. Call only where cpu_supports(CpuIsa::kAmx).
 TileFn amx_tile_fn(DType t);
+// The same on PackedQ32 panels (any of its types; `nibbles`: PackedQ32::nibbles()): TileArgs.w is
+// one panel, as for avx512::packed_q32_tile, whose bits it gives. Reads only the nc activation
+// rows it is given (no padding), and amx_scratch_bytes(k) of per-thread scratch. Call only where
+// cpu_supports(CpuIsa::kAmx). It leaves the tile unit configured for the thread's next call: the
+// thread calls release_tiles() after its last one.
+TileFn packed_q32_tile(bool nibbles);
+void release_tiles();
 }  // namespace amx
 constexpr int64_t kAmxTileRows = 16, kAmxTileCols = 16;
 inline size_t amx_scratch_bytes(int64_t k) {

@@ -30,14 +30,33 @@ constexpr int64_t kMinParallelQuantElems = int64_t{1} << 16;
 // Which tile ahead of the one being computed a thread prefetches (see prefetch_span). On the 2-core
 // EPYC VM, Qwen3-MoE bench decode (Q8_0): 0 -> 58-67 tok/s, 1 -> 76-79, 2 -> 75, 4 no better.
 constexpr int64_t kPrefetchTiles = 1;
-// Input rows from which the AMX tiles take over from the AVX-512 q8 tiles (same results; the
-// tile unit pays off once a 16-row activation tile is mostly full), and from the packed panels
-// where a weight has them: the AMX tile repacks its weights on every call, which the panels'
-// tile beats below 32 rows (matmul_bench --packed, q4_1 / q8_0 1536x576, one thread, L2-hot,
-// Xeon with AMX, 2026-12-03: n=16 panels 132 / 131 us, AMX 176 / 200 us; n=32 264 / 255 vs 281 /
-// 312; n=64 532 / 487 vs 516 / 522).
+// Input rows from which the AMX tile on GGUF rows takes over from the AVX-512 q8 tiles where a
+// weight has no panels (same results; the tile unit pays off once a 16-row activation tile is
+// mostly full).
 constexpr int64_t kAmxMinRows = 16;
-constexpr int64_t kAmxMinRowsWithPanels = 32;
+// Activation rows (input rows x planes) from which the AMX tile on a weight's panels takes over
+// from the AVX-512 panel tile (same results). It pays a fixed ~0.3 us per 16-row panel (tile
+// configuration, pipeline fill, prefetching the next panel; nibble panels: splitting the nibbles
+// into B tiles), then much less per row. Measured on the AMX Xeon (2 vCPUs, shared with builds;
+// 2026-12-03), AVX-512 panels / AMX panels, q16 (2 planes):
+//   matmul_bench --model smollm2 (weights L3-resident), ms a step, one thread: n=2 10.7-11.0 /
+//     10.6, n=4 12.9-13.0 / 11.9, n=7 21.5-23.4 / 18.5-19.9; two threads: n=4 8.5-9.0 / 8.7-9.5,
+//     n=7 11.7-12.4 / 11.3-12.3.
+//   matmul_bench --packed, 1536x576 q4_1, L2-hot / L3 ("cold") us: one thread n=4 41.1 / 43.9,
+//     105 / 82; n=7 74.1 / 65.0, 141 / 101; n=16 160 / 145, 227 / 177; two threads (the tile
+//     unit seems shared between the two vCPUs: hot scales worse) n=4 27.5 / 36.1, 57 / 54; n=7
+//     44.8 / 50.3, 79 / 68; q8_0 one thread n=7 69.7 / 62.6 hot, 154 / 155 cold.
+// So from 7 input rows in q16 (14 in q8): one thread gains everywhere, two threads lose hot and
+// gain from L3, and the model's step is no slower; at 4 rows two threads lost in the model too.
+// Rows longer than 1024 (k = 1536: down_proj) win only from 32: 576x1536 q4_1 n=8 82.8 / 101 hot,
+// 124 / 134 cold; q8_0 n=8 79.2 / 80.3, 164 / 169 (why is not pinned down; for nibble panels,
+// splitting each block pair just before use into a ring of B tiles, instead of all at once, was
+// slower everywhere).
+// With panels the GGUF AMX tile never runs on an AMX host: it repacks its weights on every call
+// (n=32 q4_1 / q8_0 1536x576: 321 / 339 us hot, the panels' AMX tile 267 / 250).
+constexpr int64_t kPackedAmxMinPlaneRows = 14;
+constexpr int64_t kPackedAmxMinPlaneRowsLongRows = 32;
+constexpr int64_t kLongRowK = 1024;
 // Input rows from which a weight's packed panels (packed_q32.h), where it has them, take over from
 // the in-place AVX-512 tile (same results). Batch 1 streams the GGUF bytes (fewest bytes, and
 // decode is bound by reading them); from 2 rows on the panels win: their tile needs no cross-lane
@@ -58,6 +77,8 @@ struct Plan {
   TileFn amx_tile = nullptr;    // AMX tile for batches of at least kAmxMinRows input rows
   TileFn packed_tile = nullptr; // tile on PackedQ32 panels, for problems that bring them
   TileFn packed_nibble_tile = nullptr;  // the same on nibble panels (PackedQ32::nibbles())
+  TileFn packed_amx_tile = nullptr;     // AMX tile on panels (use_packed_amx)
+  TileFn packed_amx_nibble_tile = nullptr;
 };
 
 Plan make_plan(CpuIsa isa, const KernelSet& ks, DType t, int64_t k, ActQuant mode) {
@@ -87,6 +108,10 @@ Plan make_plan(CpuIsa isa, const KernelSet& ks, DType t, int64_t k, ActQuant mod
           PackedQ32::supports(t) && cpu_supports(CpuIsa::kAvx512)) {
         p.packed_tile = avx512::packed_q32_tile(false);
         p.packed_nibble_tile = avx512::packed_q32_tile(true);
+        if (isa == CpuIsa::kAmx && cpu_supports(CpuIsa::kAmx)) {
+          p.packed_amx_tile = amx::packed_q32_tile(false);
+          p.packed_amx_nibble_tile = amx::packed_q32_tile(true);
+        }
       }
       return p;
     }
@@ -100,15 +125,37 @@ Plan make_plan(CpuIsa isa, const KernelSet& ks, DType t, int64_t k, ActQuant mod
 
 size_t thread_scratch_bytes(int64_t k) { return align_up(tile_scratch_floats(k) * sizeof(float), 64); }
 
-bool use_amx(const Plan& p, int64_t n, bool has_panels = false) {
-  return p.amx_tile != nullptr && n >= (has_panels ? kAmxMinRowsWithPanels : kAmxMinRows);
+bool use_amx(const Plan& p, int64_t n) { return p.amx_tile != nullptr && n >= kAmxMinRows; }
+
+// `packed`: the problem's panels, or nullptr for the smallest batch that might use them.
+bool use_packed_amx(const Plan& p, int64_t n, const PackedQ32* packed) {
+  const bool long_rows = packed != nullptr && packed->k() > kLongRowK;
+  return p.packed_amx_tile != nullptr &&
+         n * p.planes >= (long_rows ? kPackedAmxMinPlaneRowsLongRows : kPackedAmxMinPlaneRows);
 }
 
-bool use_packed(const Plan& p, const MatmulProblem& q) {
-  return p.packed_tile != nullptr && q.packed != nullptr && q.n >= kPackedMinRows && !use_amx(p, q.n, true);
+// Which tile computes a problem (every choice gives the same bits).
+enum class TileKind { kInPlace, kInPlaceAmx, kPanels, kPanelsAmx };
+
+TileKind tile_kind(const Plan& p, const MatmulProblem& q) {
+  if (q.packed != nullptr && p.packed_tile != nullptr && q.n >= kPackedMinRows) {
+    return use_packed_amx(p, q.n, q.packed) ? TileKind::kPanelsAmx : TileKind::kPanels;
+  }
+  return use_amx(p, q.n) ? TileKind::kInPlaceAmx : TileKind::kInPlace;
 }
 
-// Input rows the activation buffer holds: AMX tiles read whole 16-row groups.
+int64_t tile_rows(TileKind kind) {
+  switch (kind) {
+    case TileKind::kPanels:
+    case TileKind::kPanelsAmx: return kPackedPanelRows;
+    case TileKind::kInPlaceAmx: return kAmxTileRows;
+    case TileKind::kInPlace: break;
+  }
+  return kTileRows;
+}
+
+// Input rows the activation buffer holds: the AMX tile on GGUF rows reads whole 16-row groups (the
+// one on panels reads only the rows it is given).
 int64_t padded_rows(const Plan& p, int64_t n) {
   return use_amx(p, n) ? (n + kAmxTileCols - 1) / kAmxTileCols * kAmxTileCols : n;
 }
@@ -117,9 +164,11 @@ size_t act_scratch_bytes(const Plan& p, int64_t n) {
   return p.format == ActFormat::kF32 ? 0 : p.act_stride * static_cast<size_t>(p.planes * padded_rows(p, n));
 }
 
+// Sized for either AMX tile (whether the problem brings panels or not: matmul_scratch_bytes does
+// not know).
 size_t per_thread_bytes(const Plan& p, int64_t k, int64_t n) {
   const size_t b = thread_scratch_bytes(k);
-  return use_amx(p, n) ? std::max(b, align_up(amx_scratch_bytes(k), 64)) : b;
+  return use_amx(p, n) || use_packed_amx(p, n, nullptr) ? std::max(b, align_up(amx_scratch_bytes(k), 64)) : b;
 }
 
 // A tile's weight rows are one contiguous span, and so are consecutive tiles, but a tile walks
@@ -227,9 +276,8 @@ void matmul_grouped(CpuIsa isa, const MatmulProblem* problems, int num_problems,
     index[i] = {act_offset, total_tiles, total_rows};
     KVASIR_CHECK_MSG(p.packed == nullptr || (p.packed->type() == wtype && p.packed->m() == p.m && p.packed->k() == k),
                      "matmul: packed weights do not match the problem");
-    const int64_t tile_rows =
-        use_packed(plan, p) ? kPackedPanelRows : use_amx(plan, p.n, p.packed != nullptr) ? kAmxTileRows : kTileRows;
-    if (p.n > 0) total_tiles += (p.m + tile_rows - 1) / tile_rows;
+    const int64_t rows = tile_rows(tile_kind(plan, p));
+    if (p.n > 0) total_tiles += (p.m + rows - 1) / rows;
     total_rows += p.n;
     total_macs += p.m * k * p.n;
     act_offset += act_scratch_bytes(plan, p.n);
@@ -277,6 +325,7 @@ void matmul_grouped(CpuIsa isa, const MatmulProblem* problems, int num_problems,
       parallel ? std::max<int64_t>(1, total_tiles / (kRunsPerThread * num_threads)) : total_tiles;
   std::atomic<int64_t> next_tile{0};
   auto body = [&](int share, int) {
+    bool used_panels_amx = false;
     TileArgs a;
     a.w_stride = rb;
     a.k = k;
@@ -295,12 +344,16 @@ void matmul_grouped(CpuIsa isa, const MatmulProblem* problems, int num_problems,
         const int64_t end = std::min(t1, index[i + 1].tile_begin);
         if (end <= t0) continue;
         const MatmulProblem& p = problems[i];
-        const bool packed = use_packed(plan, p);
-        const bool amx = !packed && use_amx(plan, p.n, p.packed != nullptr);
-        const int64_t tile_rows = packed ? kPackedPanelRows : amx ? kAmxTileRows : kTileRows;
-        const TileFn tile = packed ? (p.packed->nibbles() ? plan.packed_nibble_tile : plan.packed_tile)
-                            : amx  ? plan.amx_tile
-                                   : plan.tile;
+        const TileKind kind = tile_kind(plan, p);
+        used_panels_amx |= kind == TileKind::kPanelsAmx;
+        const bool packed = kind == TileKind::kPanels || kind == TileKind::kPanelsAmx;
+        const bool amx = kind == TileKind::kInPlaceAmx;
+        const int64_t rows = tile_rows(kind);
+        const bool nibbles = packed && p.packed->nibbles();
+        const TileFn panel_tile = kind == TileKind::kPanelsAmx
+                                      ? (nibbles ? plan.packed_amx_nibble_tile : plan.packed_amx_tile)
+                                      : (nibbles ? plan.packed_nibble_tile : plan.packed_tile);
+        const TileFn tile = packed ? panel_tile : amx ? plan.amx_tile : plan.tile;
         const uint8_t* act =
             plan.format == ActFormat::kF32 ? reinterpret_cast<const uint8_t*>(p.x) : act_base + index[i].act_offset;
         // Input rows per pass; the tile sees planes * that many activation rows (AMX: whole
@@ -318,8 +371,8 @@ void matmul_grouped(CpuIsa isa, const MatmulProblem* problems, int num_problems,
           a.act = act + static_cast<size_t>(c0) * in_stride;
           a.nc = std::min(chunk, p.n - c0) * plan.planes;
           for (int64_t t = t0 - index[i].tile_begin; t < end - index[i].tile_begin; ++t) {
-            const int64_t r0 = t * tile_rows;
-            a.nr = static_cast<int>(std::min(tile_rows, p.m - r0));
+            const int64_t r0 = t * rows;
+            a.nr = static_cast<int>(std::min(rows, p.m - r0));
             a.y = p.y + c0 * p.m + r0;
             if (packed) {  // panels stream linearly: the hardware prefetcher keeps up
               a.w = p.packed->panel(t);
@@ -327,10 +380,10 @@ void matmul_grouped(CpuIsa isa, const MatmulProblem* problems, int num_problems,
               continue;
             }
             a.w = static_cast<const uint8_t*>(p.w) + static_cast<size_t>(r0) * rb;
-            const int64_t pf_row = r0 + kPrefetchTiles * tile_rows;
+            const int64_t pf_row = r0 + kPrefetchTiles * rows;
             if (pf_row < p.m) {
               prefetch_span(static_cast<const uint8_t*>(p.w) + static_cast<size_t>(pf_row) * rb,
-                            static_cast<size_t>(std::min(tile_rows, p.m - pf_row)) * rb);
+                            static_cast<size_t>(std::min(rows, p.m - pf_row)) * rb);
             }
             tile(a);
           }
@@ -338,6 +391,7 @@ void matmul_grouped(CpuIsa isa, const MatmulProblem* problems, int num_problems,
         t0 = end;
       }
     }
+    if (used_panels_amx) amx::release_tiles();
   };
   if (parallel) {
     pool.run_on_all(body);

@@ -2,10 +2,14 @@
 
 #include <gtest/gtest.h>
 
+#include <sys/mman.h>
+#include <unistd.h>
+
 #include <cstring>
 #include <random>
 #include <vector>
 
+#include "backend/cpu/quant/kernels.h"
 #include "backend/cpu/quant/matmul.h"
 #include "backend/cpu/quant/quant_test_util.h"
 #include "quant/block_formats.h"
@@ -171,6 +175,126 @@ TEST(PackedQ32, GroupedWithPanelsEqualsOneCallPerProblem) {
       ASSERT_EQ(bits_from_f32(grouped[i][j]), bits_from_f32(single[i][j])) << "problem " << i << " element " << j;
     }
   }
+}
+
+// Activation rows that end exactly at an inaccessible page: a tile that reads a row past the ones
+// it is given (the AMX panel tile takes no padding) faults instead of passing by luck.
+class GuardedRows {
+ public:
+  explicit GuardedRows(size_t bytes) {
+    const size_t page = static_cast<size_t>(sysconf(_SC_PAGESIZE));
+    len_ = (bytes + page - 1) / page * page + page;
+    base_ = static_cast<uint8_t*>(mmap(nullptr, len_, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0));
+    EXPECT_NE(base_, MAP_FAILED);
+    EXPECT_EQ(mprotect(base_ + len_ - page, page, PROT_NONE), 0);
+    rows_ = base_ + len_ - page - bytes;
+  }
+  ~GuardedRows() { munmap(base_, len_); }
+  uint8_t* rows() const { return rows_; }
+
+ private:
+  uint8_t* base_;
+  uint8_t* rows_;
+  size_t len_;
+};
+
+constexpr int64_t kSmallBatchNs[] = {2, 3, 4, 7, 8, 9, 15, 16, 17, 31};
+
+// The AMX tile on panels gives the AVX-512 panel tile's bits, called directly (whichever batch
+// sizes matmul picks it for): every type, 1 and 2 planes, small batches around its 16-row tiles,
+// a partial last panel (m = 37), k from one block to 48.
+TEST(PackedQ32, AmxTileOnPanelsGivesTheAvx512PanelTileBits) {
+  if (!cpu_supports(CpuIsa::kAmx)) GTEST_SKIP() << "no usable AMX-INT8 on this machine (cpuid or OS permission)";
+  std::mt19937 rng(77);
+  const int64_t m = 37;
+  const KernelSet& ks = kernel_set(CpuIsa::kAvx512);
+  int cases = 0;
+  for (DType t : kTypes) {
+    for (int64_t k : {int64_t{32}, int64_t{576}, int64_t{1536}}) {
+      const std::vector<uint8_t> w = random_weights(t, m, k, rng);
+      const std::unique_ptr<PackedQ32> p = PackedQ32::pack(w.data(), t, m, k);
+      const TileFn amx_tile = amx::packed_q32_tile(p->nibbles());
+      const TileFn avx_tile = avx512::packed_q32_tile(p->nibbles());
+      ASSERT_NE(amx_tile, nullptr);
+      std::vector<float> amx_scratch(amx_scratch_bytes(k) / sizeof(float) + 16);
+      std::vector<float> avx_scratch(tile_scratch_floats(k) + 16);
+      for (int planes : {1, 2}) {
+        const size_t stride = Act32Layout::row_bytes(k);
+        for (int64_t n : kSmallBatchNs) {
+          std::vector<float> x = random_floats(static_cast<size_t>(n * k), rng);
+          for (int64_t i = 0; i < k; ++i) x[static_cast<size_t>(k + i)] *= 1000.0f;  // scales vary widely
+          GuardedRows act(stride * static_cast<size_t>(planes * n));
+          for (int64_t j = 0; j < n; ++j) {
+            uint8_t* row = act.rows() + static_cast<size_t>(j * planes) * stride;
+            (planes == 2 ? ks.quantize_act32_planes : ks.quantize_act32)(x.data() + j * k, k, row);
+          }
+          std::vector<float> ya(static_cast<size_t>(n * m), -1.0f), yb(ya.size(), -2.0f);
+          for (int64_t panel = 0; panel * kPackedPanelRows < m; ++panel) {
+            TileArgs a;
+            a.w = p->panel(panel);
+            a.w_stride = 0;
+            a.nr = static_cast<int>(std::min<int64_t>(kPackedPanelRows, m - panel * kPackedPanelRows));
+            a.k = k;
+            a.act = act.rows();
+            a.act_stride = stride;
+            a.nc = n * planes;
+            a.planes = planes;
+            a.ldy = m;
+            a.d_offset = p->d_offset();
+            a.m_offset = p->stored_m() ? p->m_offset() : 0;
+            a.m_from_d = p->m_from_d();
+            a.scratch = reinterpret_cast<float*>(align_up(reinterpret_cast<uintptr_t>(amx_scratch.data()), 64));
+            a.y = ya.data() + panel * kPackedPanelRows;
+            amx_tile(a);
+            a.scratch = reinterpret_cast<float*>(align_up(reinterpret_cast<uintptr_t>(avx_scratch.data()), 64));
+            a.y = yb.data() + panel * kPackedPanelRows;
+            avx_tile(a);
+          }
+          amx::release_tiles();
+          for (size_t i = 0; i < ya.size(); ++i) {
+            ASSERT_EQ(bits_from_f32(ya[i]), bits_from_f32(yb[i]))
+                << dtype_name(t) << " k=" << k << " n=" << n << " planes=" << planes << " row " << i / m << " out "
+                << i % m << ": " << ya[i] << " vs " << yb[i];
+          }
+          ++cases;
+        }
+      }
+    }
+  }
+  EXPECT_EQ(cases, 5 * 3 * 2 * 10);
+}
+
+// Through matmul: an AMX host's choice among its panel tiles (and their scratch and activation
+// sizing) gives the AVX-512 host's bits at the same batches, both thread counts.
+TEST(PackedQ32, AmxHostMatmulOnPanelsGivesTheAvx512HostBits) {
+  if (!cpu_supports(CpuIsa::kAmx)) GTEST_SKIP() << "no usable AMX-INT8 on this machine (cpuid or OS permission)";
+  std::mt19937 rng(78);
+  ThreadPool pool1(1), pool2(2);
+  MatmulScratch scratch;
+  const int64_t m = 53;
+  int cases = 0;
+  for (DType t : kTypes) {
+    for (int64_t k : {int64_t{32}, int64_t{576}, int64_t{1536}}) {
+      const std::vector<uint8_t> w = random_weights(t, m, k, rng);
+      const std::unique_ptr<PackedQ32> p = PackedQ32::pack(w.data(), t, m, k);
+      for (ActQuant mode : {ActQuant::kQ8, ActQuant::kQ16}) {
+        for (int64_t n : kSmallBatchNs) {
+          const std::vector<float> x = random_floats(static_cast<size_t>(n * k), rng);
+          std::vector<float> ya(static_cast<size_t>(n * m)), yb(ya.size());
+          matmul(CpuIsa::kAmx, w.data(), t, m, k, x.data(), n, ya.data(), n % 2 ? pool1 : pool2, mode, scratch,
+                 p.get());
+          matmul(CpuIsa::kAvx512, w.data(), t, m, k, x.data(), n, yb.data(), pool2, mode, scratch, p.get());
+          for (size_t i = 0; i < ya.size(); ++i) {
+            ASSERT_EQ(bits_from_f32(ya[i]), bits_from_f32(yb[i]))
+                << dtype_name(t) << " k=" << k << " n=" << n << " mode=" << static_cast<int>(mode) << " row "
+                << i / m << " out " << i % m;
+          }
+          ++cases;
+        }
+      }
+    }
+  }
+  EXPECT_EQ(cases, 5 * 3 * 2 * 10);
 }
 
 }  // namespace
