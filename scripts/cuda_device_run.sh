@@ -413,7 +413,7 @@ if has specgpu; then
   # plain decode step (bench latency --num-speculative-tokens-forced 4: every step verifies 4 drafts
   # in the one-query-rows layout and commits them; bars 1.15x at batch 1, 1.3x at batch 16), plain
   # and forced interleaved, KVASIR_SPEC_ROUNDS rounds (3), medians; then ngram end to end
-  # (bench throughput 128/256, every draft verified) at batch 1 and 16 against plain.
+  # (bench throughput 128/256) against plain, below.
   timeout 240 "$bin/cuda_ops_test" --gtest_filter='CudaSampling.*' >"$OUT/spec_ops_test.log" 2>&1
   note "specgpu op tests (CudaSampling.*): rc=$? $(grep -E '^\[  PASSED' "$OUT/spec_ops_test.log" | head -1) $(grep -c '^\[  FAILED  \]' "$OUT/spec_ops_test.log") failed"
   timeout 240 "$bin/cuda_e2e_test" --gtest_filter='CudaSpecDecode.*:CudaEndToEnd.EngineRuns*' >"$OUT/spec_e2e_test.log" 2>&1
@@ -439,18 +439,24 @@ if has specgpu; then
     note "spec verify k=4 batch $b: plain ms/step ${sms[b${b}_k0]}| forced ${sms[b${b}_k4]}| ratio $(awk -v a="$f" -v b="$p" 'BEGIN {if (b > 0) printf "%.3f", a / b; else print "n/a"}') (bar $bar)"
     note "  $(grep -hE '^forced verify|graph replays' "$OUT/spec_lat_b${b}_k4_1.log" | tr '\n' ' ' | cut -c1-400)"
   done
+  # Modes: plain; ngram with every draft verified (1, 16); ngram with the draft budget deciding
+  # (its step-cost curve learned from this GPU's steps) at 1, 16, 64 and 256: the load-adaptive
+  # bar, at least 0.95x plain at every batch.
   ngram='{"method":"ngram","num_speculative_tokens":4,"prompt_lookup_max":3,"prompt_lookup_min":1}'
-  for b in 1 16; do
-    for mode in plain ngram; do
+  for b in 1 16 64 256; do
+    modes="plain budget"
+    [[ $b -le 16 ]] && modes="plain ngram budget"
+    for mode in $modes; do
       log="$OUT/spec_tp_b${b}_$mode.log"
-      if [[ $mode == ngram ]]; then
-        KVASIR_TEST_SPEC_VERIFY_ALL_DRAFTS=1 timeout 200 "$bin/kvasir" bench throughput --model $model --load-format dummy \
-          --device cuda --num-prompts $b --input-len 128 --output-len 256 --speculative-config "$ngram" >"$log" 2>&1
-      else
-        timeout 200 "$bin/kvasir" bench throughput --model $model --load-format dummy --device cuda --num-prompts $b \
-          --input-len 128 --output-len 256 >"$log" 2>&1
-      fi
-      note "spec throughput b$b $mode: rc=$? $(grep -E '^Throughput' "$log") $(grep -oE 'mean acceptance length [0-9.]+' "$log")"
+      case $mode in
+        ngram) KVASIR_TEST_SPEC_VERIFY_ALL_DRAFTS=1 timeout 200 "$bin/kvasir" bench throughput --model $model --load-format dummy \
+          --device cuda --num-prompts $b --max-num-seqs $b --input-len 128 --output-len 256 --speculative-config "$ngram" >"$log" 2>&1 ;;
+        budget) timeout 200 "$bin/kvasir" bench throughput --model $model --load-format dummy \
+          --device cuda --num-prompts $b --max-num-seqs $b --input-len 128 --output-len 256 --speculative-config "$ngram" >"$log" 2>&1 ;;
+        *) timeout 200 "$bin/kvasir" bench throughput --model $model --load-format dummy --device cuda --num-prompts $b \
+          --max-num-seqs $b --input-len 128 --output-len 256 >"$log" 2>&1 ;;
+      esac
+      note "spec throughput b$b $mode: rc=$? $(grep -E '^Throughput' "$log") $(grep -oE 'mean acceptance length [0-9.]+' "$log") $(grep -oE '[0-9]+ draft tokens' "$log" | head -1)"
       note "  $(grep -hE 'device steps|speculative verify steps' "$log" | tr '\n' ' ' | cut -c1-400)"
     done
   done

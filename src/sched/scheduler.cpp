@@ -165,7 +165,7 @@ int Scheduler::num_drafts_to_verify(Request& r, int budget, int num_decodes, int
   const int cap = std::min({static_cast<int>(drafts.size()), config_.num_speculative_tokens, budget, room});
   if (config_.spec_verify_all_drafts) return cap;
   int n = num_drafts_worth_verifying(step_costs_, cap, r.spec_acceptance_rate(), num_decodes, num_step_tokens);
-  if (probe_this_step_ && n < cap && !step_costs_.learned(num_step_tokens + n + 1)) {
+  if (probe_this_step_ && num_decodes <= kProbeMaxDecodes && n < cap && !step_costs_.learned(num_step_tokens + n + 1)) {
     ++n;
     probe_this_step_ = false;
     return n;

@@ -146,8 +146,12 @@ class Scheduler {
   StepCostCurve step_costs_;
   // Every kProbeEvery steps one request may verify one draft more than the budget chose, when the
   // step size that makes is not learned yet: otherwise a step size the prior prices too high would
-  // never be run, so never measured (a GPU, where a few more tokens cost almost nothing).
+  // never be run, so never measured. Only in steps of at most kProbeMaxDecodes decodes: on a GPU a
+  // probe at batch 64 made steps of new shapes (graph captures, eager steps), 0.943x plain
+  // throughput on an H200 (BENCHMARKS.md, 2026-12-03), and learning one token a probe is too slow
+  // to pay there.
   static constexpr int kProbeEvery = 8;
+  static constexpr int kProbeMaxDecodes = 4;
   int steps_since_probe_ = 0;
   bool probe_this_step_ = false;
 };
