@@ -253,20 +253,31 @@ Run generate(LoadedModel& lm, bool speculative, const SamplingParams& sp, const 
   return run;
 }
 
-void expect_speculative_equals_plain(const SamplingParams& sp) {
+// The tiny Llama on one CPU thread with exact matmuls.
+auto load_tiny() {
   LoadOptions lo;
   lo.device = "cpu";
   lo.num_threads = 1;
   lo.exact_matmul = true;
-  auto lm = load_model(kTiny, lo);
-  ASSERT_TRUE(lm.ok()) << lm.status().to_string();
-  // Repetitive prompts so ngram drafts from the first step; lengths cross block boundaries.
+  return load_model(kTiny, lo);
+}
+
+// Repetitive prompts so ngram drafts from the first step; lengths (first, then `step` more each)
+// cross block boundaries.
+std::vector<std::vector<int32_t>> repetitive_prompts(int count, int first, int step) {
   std::vector<std::vector<int32_t>> prompts;
-  for (int i = 0; i < 5; ++i) {
+  for (int i = 0; i < count; ++i) {
     std::vector<int32_t> p;
-    for (int n = 0; n < 9 + 6 * i; ++n) p.push_back(40 + (n % (2 + i)) * 7 + i);
+    for (int n = 0; n < first + step * i; ++n) p.push_back(40 + (n % (2 + i)) * 7 + i);
     prompts.push_back(p);
   }
+  return prompts;
+}
+
+void expect_speculative_equals_plain(const SamplingParams& sp) {
+  auto lm = load_tiny();
+  ASSERT_TRUE(lm.ok()) << lm.status().to_string();
+  const std::vector<std::vector<int32_t>> prompts = repetitive_prompts(5, 9, 6);
   const Run plain = generate(**lm, false, sp, prompts);
   const Run spec = generate(**lm, true, sp, prompts);
   ASSERT_EQ(plain.outputs.size(), prompts.size());
@@ -296,18 +307,9 @@ void expect_speculative_equals_plain(const SamplingParams& sp) {
 // one-query-rows layout. The grammar forbids a character plain greedy decoding writes, so the
 // masks change the output; the constrained outputs with drafts equal those without.
 TEST(SpecDecodeDevicePath, GrammarMasksEachDraftPositionThroughOneQueryRowVerifySteps) {
-  LoadOptions lo;
-  lo.device = "cpu";
-  lo.num_threads = 1;
-  lo.exact_matmul = true;
-  auto lm = load_model(kTiny, lo);
+  auto lm = load_tiny();
   ASSERT_TRUE(lm.ok()) << lm.status().to_string();
-  std::vector<std::vector<int32_t>> prompts;
-  for (int i = 0; i < 4; ++i) {
-    std::vector<int32_t> p;
-    for (int n = 0; n < 12 + 5 * i; ++n) p.push_back(40 + (n % (2 + i)) * 7 + i);
-    prompts.push_back(p);
-  }
+  const std::vector<std::vector<int32_t>> prompts = repetitive_prompts(4, 12, 5);
   SamplingParams sp;
   sp.temperature = 0.0f;
   sp.max_tokens = kMaxTokens;
