@@ -76,4 +76,35 @@ Status greedy_columns(Backend& backend, const Tensor& logits, int num_rows, std:
   return Status();
 }
 
+Status HeadLayerStep::allocate(Backend& backend, const ModelConfig& layer, int64_t max_tokens,
+                               std::vector<std::unique_ptr<Buffer>>& owned) {
+  const int64_t T = max_tokens, H = layer.hidden_size;
+  const int64_t qd = layer.num_heads * layer.head_dim, kvd = layer.num_kv_heads * layer.head_dim;
+  const DType act = backend.activation_dtype();
+  for (auto [t, cols] : {std::pair<Tensor*, int64_t>{&h_, H}, {&o_, H}, {&q_, qd}, {&k_, kvd}, {&v_, kvd},
+                         {&attn_out_, qd}, {&gate_, layer.intermediate_size}, {&up_, layer.intermediate_size}}) {
+    KVASIR_RETURN_IF_ERROR(allocate_head_tensor(backend, T, cols, act, owned, *t));
+  }
+  return Status();
+}
+
+void HeadLayerStep::run(Backend& backend, AttentionBlock& attn, MlpBlock& mlp, const Tensor& post_norm, float eps,
+                        const Tensor& attn_in, Tensor& residual, const ForwardBatch& batch, KvCache& cache) {
+  const int T = batch.num_tokens;
+  BlockScratch s{q_.slice_rows(0, T), k_.slice_rows(0, T), v_.slice_rows(0, T),
+                 attn_out_.slice_rows(0, T), gate_.slice_rows(0, T), up_.slice_rows(0, T)};
+  Tensor h = h_.slice_rows(0, T), o = o_.slice_rows(0, T);
+  attn.forward(backend, attn_in, batch, cache.k[0], cache.v[0], s, o);
+  backend.add_rms_norm(residual, o, post_norm, eps, h);
+  mlp.forward(backend, h, s, o);
+  backend.add(residual, o);
+}
+
+Status check_own_rows(const int32_t* hidden_rows, int num_tokens, int num_rows, const char* who) {
+  for (int i = 0; i < num_tokens; ++i) {
+    if (hidden_rows[i] < 0 || hidden_rows[i] >= num_rows) return invalid_argument(std::string(who) + ": own row out of range");
+  }
+  return Status();
+}
+
 }  // namespace kvasir

@@ -10,6 +10,7 @@
 #include <vector>
 
 #include "backend/backend.h"
+#include "model/blocks.h"
 #include "model/forward_batch.h"
 #include "model/kv_cache.h"
 
@@ -41,9 +42,27 @@ StatusOr<KvCache> allocate_head_kv_cache(Backend& backend, const KvCacheShape& s
 Status allocate_head_tensor(Backend& backend, int64_t rows, int64_t cols, DType dtype,
                             std::vector<std::unique_ptr<Buffer>>& owned, Tensor& t);
 
+// Both heads' llama layer after its input: residual += attention(attn_in) over layer 0 of the
+// head's cache, then residual += mlp(post_norm(residual)), in workspace for up to max_tokens
+// tokens. attn_in is already normed where the head norms it (EAGLE-3) or not (EAGLE-1/2 layer 0).
+class HeadLayerStep {
+ public:
+  Status allocate(Backend& backend, const ModelConfig& layer, int64_t max_tokens,
+                  std::vector<std::unique_ptr<Buffer>>& owned);
+  void run(Backend& backend, AttentionBlock& attn, MlpBlock& mlp, const Tensor& post_norm, float eps,
+           const Tensor& attn_in, Tensor& residual, const ForwardBatch& batch, KvCache& cache);
+
+ private:
+  Tensor h_, o_;  // [T, H]
+  Tensor q_, k_, v_, attn_out_, gate_, up_;
+};
+
 // A pass's inputs: 1..max_num_tokens tokens, each a target id below `vocab`; `who` names the head
 // in the message.
 Status check_head_pass(const ForwardBatch& batch, int max_num_tokens, int64_t vocab, const char* who);
+
+// hidden_rows [num_tokens] all rows of the head's previous forward (num_rows of them).
+Status check_own_rows(const int32_t* hidden_rows, int num_tokens, int num_rows, const char* who);
 
 // out [T, 2H] = each token's row of halves' first T rows beside its row of the next T ([2T, H]):
 // a row gather, so no backend needs a concatenation op. `rows` is the caller's own host array

@@ -95,7 +95,6 @@ Status Eagle3Head::read_vocab_maps(const WeightSource& weights) {
 Status Eagle3Head::allocate_workspace() {
   const ModelConfig& c = config_.layer;
   const int64_t T = max_num_tokens_, R = max_num_rows_, H = c.hidden_size;
-  const int64_t qd = c.num_heads * c.head_dim, kvd = c.num_kv_heads * c.head_dim;
   const DType act = backend_.activation_dtype();
   auto make = [&](Tensor& t, int64_t rows, int64_t cols, DType dt) {
     return allocate_head_tensor(backend_, rows, cols, dt, buffers_, t);
@@ -105,15 +104,8 @@ Status Eagle3Head::allocate_workspace() {
   KVASIR_RETURN_IF_ERROR(make(fused_, T, 3 * H, act));
   KVASIR_RETURN_IF_ERROR(make(halves_, 2 * T, H, act));
   KVASIR_RETURN_IF_ERROR(make(cat_, T, 2 * H, act));
-  KVASIR_RETURN_IF_ERROR(make(h_, T, H, act));
-  KVASIR_RETURN_IF_ERROR(make(o_, T, H, act));
-  KVASIR_RETURN_IF_ERROR(make(q_, T, qd, act));
-  KVASIR_RETURN_IF_ERROR(make(k_, T, kvd, act));
-  KVASIR_RETURN_IF_ERROR(make(v_, T, kvd, act));
-  KVASIR_RETURN_IF_ERROR(make(attn_out_, T, qd, act));
-  KVASIR_RETURN_IF_ERROR(make(gate_, T, c.intermediate_size, act));
-  KVASIR_RETURN_IF_ERROR(make(up_, T, c.intermediate_size, act));
   KVASIR_RETURN_IF_ERROR(make(last_, R, H, act));
+  KVASIR_RETURN_IF_ERROR(layer_.allocate(backend_, c, T, buffers_));
   KVASIR_RETURN_IF_ERROR(make(logits_, R, config_.draft_vocab_size, DType::kF32));
   gather_rows_.reserve(static_cast<size_t>(3 * T));
   interleave_rows_.reserve(static_cast<size_t>(2 * T));
@@ -149,9 +141,7 @@ Status Eagle3Head::forward(const ForwardBatch& batch, HiddenFrom from, const int
     backend_.gather_rows(aux, gather_rows_.data(), 3 * T, fused_rows);
     backend_.linear(fused, fc_, nullptr, hidden);
   } else {
-    for (int i = 0; i < T; ++i) {
-      if (hidden_rows[i] < 0 || hidden_rows[i] >= last_num_tokens_) return invalid_argument("EAGLE-3 head: own row out of range");
-    }
+    KVASIR_RETURN_IF_ERROR(check_own_rows(hidden_rows, T, last_num_tokens_, "EAGLE-3 head"));
     backend_.gather_rows(hidden_[cur_].slice_rows(0, last_num_tokens_), hidden_rows, T, hidden);
   }
   cur_ = next;
@@ -166,13 +156,7 @@ Status Eagle3Head::forward(const ForwardBatch& batch, HiddenFrom from, const int
   if (config_.norm_before_residual) backend_.rms_norm(hidden, hidden_norm_, eps_, hidden);  // the residual too
   Tensor cat = cat_.slice_rows(0, T);
   side_by_side(backend_, halves_, T, interleave_rows_, cat);
-  BlockScratch s{q_.slice_rows(0, T), k_.slice_rows(0, T), v_.slice_rows(0, T),
-                 attn_out_.slice_rows(0, T), gate_.slice_rows(0, T), up_.slice_rows(0, T)};
-  Tensor h = h_.slice_rows(0, T), o = o_.slice_rows(0, T);
-  attn_->forward(backend_, cat, batch, cache.k[0], cache.v[0], s, o);
-  backend_.add_rms_norm(hidden, o, post_norm_, eps_, h);
-  mlp_->forward(backend_, h, s, o);
-  backend_.add(hidden, o);
+  layer_.run(backend_, *attn_, *mlp_, post_norm_, eps_, cat, hidden, batch, cache);
   last_num_tokens_ = T;
   return Status();
 }

@@ -75,8 +75,7 @@ class Eagle3Head final : public DraftHead {
   Tensor fused_;            // [T, 3H] the target's aux states side by side (fc's input)
   Tensor halves_;           // [2T, H] normed embeddings, then normed hidden states
   Tensor cat_;              // [T, 2H] the two halves side by side
-  Tensor h_, o_;            // [T, H]
-  Tensor q_, k_, v_, attn_out_, gate_, up_;
+  HeadLayerStep layer_;  // the layer's workspace
   Tensor last_;             // [R, H]
   Tensor logits_;           // [R, draft_vocab] float32
   std::vector<int32_t> gather_rows_;  // [3T] the aux states' rows, token by token

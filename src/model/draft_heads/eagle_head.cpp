@@ -66,7 +66,6 @@ Status EagleHead::bind(const WeightSource& weights) {
 Status EagleHead::allocate_workspace() {
   const ModelConfig& c = config_.layer;
   const int64_t T = max_num_tokens_, R = max_num_rows_, H = c.hidden_size;
-  const int64_t qd = c.num_heads * c.head_dim, kvd = c.num_kv_heads * c.head_dim;
   const DType act = backend_.activation_dtype();
   auto make = [&](Tensor& t, int64_t rows, int64_t cols, DType dt) {
     return allocate_head_tensor(backend_, rows, cols, dt, buffers_, t);
@@ -75,15 +74,8 @@ Status EagleHead::allocate_workspace() {
   KVASIR_RETURN_IF_ERROR(make(hidden_[1], T, H, act));
   KVASIR_RETURN_IF_ERROR(make(halves_, 2 * T, H, act));
   KVASIR_RETURN_IF_ERROR(make(cat_, T, 2 * H, act));
-  KVASIR_RETURN_IF_ERROR(make(h_, T, H, act));
-  KVASIR_RETURN_IF_ERROR(make(o_, T, H, act));
-  KVASIR_RETURN_IF_ERROR(make(q_, T, qd, act));
-  KVASIR_RETURN_IF_ERROR(make(k_, T, kvd, act));
-  KVASIR_RETURN_IF_ERROR(make(v_, T, kvd, act));
-  KVASIR_RETURN_IF_ERROR(make(attn_out_, T, qd, act));
-  KVASIR_RETURN_IF_ERROR(make(gate_, T, c.intermediate_size, act));
-  KVASIR_RETURN_IF_ERROR(make(up_, T, c.intermediate_size, act));
   KVASIR_RETURN_IF_ERROR(make(last_, R, H, act));
+  KVASIR_RETURN_IF_ERROR(layer_.allocate(backend_, c, T, buffers_));
   KVASIR_RETURN_IF_ERROR(make(logits_, R, c.vocab_size, DType::kF32));
   interleave_rows_.reserve(static_cast<size_t>(2 * T));
   greedy_rows_.assign(static_cast<size_t>(R), DeviceSamplingRow{});  // temperature 0: argmax
@@ -112,9 +104,7 @@ Status EagleHead::forward(const ForwardBatch& batch, HiddenFrom from, const int3
     }
     backend_.gather_rows(states, hidden_rows, T, hid);
   } else {
-    for (int i = 0; i < T; ++i) {
-      if (hidden_rows[i] < 0 || hidden_rows[i] >= last_num_tokens_) return invalid_argument("EAGLE head: own row out of range");
-    }
+    KVASIR_RETURN_IF_ERROR(check_own_rows(hidden_rows, T, last_num_tokens_, "EAGLE head"));
     backend_.gather_rows(hidden_[cur_].slice_rows(0, last_num_tokens_), hidden_rows, T, hid);
   }
   cur_ = 1 - cur_;
@@ -125,13 +115,7 @@ Status EagleHead::forward(const ForwardBatch& batch, HiddenFrom from, const int3
   side_by_side(backend_, halves_, T, interleave_rows_, cat);
   Tensor x = hidden_[cur_].slice_rows(0, T);
   backend_.linear(cat, fc_, has_fc_bias() ? &fc_bias_ : nullptr, x);
-  BlockScratch s{q_.slice_rows(0, T), k_.slice_rows(0, T), v_.slice_rows(0, T),
-                 attn_out_.slice_rows(0, T), gate_.slice_rows(0, T), up_.slice_rows(0, T)};
-  Tensor h = h_.slice_rows(0, T), o = o_.slice_rows(0, T);
-  attn_->forward(backend_, x, batch, cache.k[0], cache.v[0], s, o);  // layer 0: no input_layernorm
-  backend_.add_rms_norm(x, o, post_norm_, eps_, h);
-  mlp_->forward(backend_, h, s, o);
-  backend_.add(x, o);
+  layer_.run(backend_, *attn_, *mlp_, post_norm_, eps_, x, x, batch, cache);  // layer 0: no input_layernorm
   last_num_tokens_ = T;
   return Status();
 }

@@ -72,8 +72,7 @@ class EagleHead final : public DraftHead {
   int last_num_tokens_ = 0;
   Tensor halves_;     // [2T, H] embeddings, then the hidden states fed in
   Tensor cat_;        // [T, 2H] the two halves side by side (fc's input)
-  Tensor h_, o_;      // [T, H]
-  Tensor q_, k_, v_, attn_out_, gate_, up_;
+  HeadLayerStep layer_;  // the layer's workspace
   Tensor last_;       // [R, H]
   Tensor logits_;     // [R, vocab] float32
   std::vector<int32_t> interleave_rows_;  // [2T] each token's normed embedding row, then its hidden row
