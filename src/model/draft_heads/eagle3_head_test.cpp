@@ -14,30 +14,19 @@
 #include "common/json.h"
 #include "common/mapped_file.h"
 #include "loader/weight_source.h"
+#include "model/draft_heads/draft_head_test_util.h"
 #include "model/registry.h"
 
 namespace kvasir {
 namespace {
 
+using testing::draft_step_logits;
+using testing::first_pass_logits;
+using testing::ints;
+using testing::read_f32;
+using testing::rel_l2;
+
 const std::string kDir = std::string(KVASIR_SOURCE_DIR) + "/tests/data/eagle3/";
-
-std::vector<float> read_f32(const std::string& path) {
-  std::ifstream f(path, std::ios::binary | std::ios::ate);
-  EXPECT_TRUE(f.good()) << path;
-  std::vector<float> v(static_cast<size_t>(f.tellg()) / sizeof(float));
-  f.seekg(0);
-  f.read(reinterpret_cast<char*>(v.data()), static_cast<std::streamsize>(v.size() * sizeof(float)));
-  return v;
-}
-
-double rel_l2(const std::vector<float>& a, const std::vector<float>& b) {
-  double num = 0, den = 0;
-  for (size_t i = 0; i < a.size(); ++i) {
-    num += (double{a[i]} - b[i]) * (double{a[i]} - b[i]);
-    den += double{b[i]} * b[i];
-  }
-  return std::sqrt(num / den);
-}
 
 std::string head_config_text() {
   auto t = read_text_file(kDir + "tiny_head/config.json");
@@ -67,6 +56,22 @@ class Eagle3HeadTest : public ::testing::Test {
     ASSERT_TRUE(hw.ok()) << hw.status().to_string();
     head_weights_ = std::move(*hw);
   }
+  // The target's captured states of the golden's first pass, as a target forward would leave
+  // them: layer j's rows at [j * max_num_tokens, ...), fc's input being the three side by side in
+  // layer order.
+  void fill_target_states(int num_tokens) {
+    const int64_t H = 64;
+    const Tensor& aux = target_->aux_hidden_states();
+    ASSERT_EQ(aux.dtype, DType::kF32);
+    const std::vector<float> fused = read_f32(kDir + "tiny_head/fused_hidden_pass1.f32");
+    ASSERT_EQ(fused.size(), static_cast<size_t>(num_tokens * 3 * H));
+    for (int i = 0; i < num_tokens; ++i) {
+      for (int j = 0; j < 3; ++j) {
+        std::memcpy(aux.ptr<float>() + (j * target_->max_num_tokens() + i) * H, fused.data() + (i * 3 + j) * H,
+                    H * sizeof(float));
+      }
+    }
+  }
   StatusOr<Eagle3HeadConfig> config_of(const std::string& text) {
     return parse_eagle3_head_config(text, target_config_, "tiny_head");
   }
@@ -86,57 +91,19 @@ TEST_F(Eagle3HeadTest, LogitsAndDraftsMatchTheNumpyReference) {
   ASSERT_TRUE(cache.ok());
   auto golden = parse_json(*read_text_file(kDir + "tiny_head/golden.json"));
   ASSERT_TRUE(golden.ok());
-  auto ints = [](const Json& a) {
-    std::vector<int32_t> v;
-    for (const Json& x : a.as_array()) v.push_back(static_cast<int32_t>(x.as_int()));
-    return v;
-  };
   const Json& p1 = *golden->find("pass1");
   const Json& p2 = *golden->find("pass2");
-  std::vector<int32_t> ids = ints(*p1.find("input_ids")), pos = ints(*p1.find("positions"));
-  const int T = static_cast<int>(ids.size());
-  const int64_t H = 64;
-  // The target's captured states, as a target forward would leave them: layer j's rows at
-  // [j * max_num_tokens, ...), fc's input being the three side by side in layer order.
-  const Tensor& aux = target_->aux_hidden_states();
-  ASSERT_EQ(aux.dtype, DType::kF32);
-  const std::vector<float> fused = read_f32(kDir + "tiny_head/fused_hidden_pass1.f32");
-  ASSERT_EQ(fused.size(), static_cast<size_t>(T * 3 * H));
-  for (int i = 0; i < T; ++i) {
-    for (int j = 0; j < 3; ++j) {
-      std::memcpy(aux.ptr<float>() + (j * target_->max_num_tokens() + i) * H, fused.data() + (i * 3 + j) * H,
-                  H * sizeof(float));
-    }
-  }
-  std::vector<int64_t> slots;
-  for (int p : pos) slots.push_back(16 + p);  // block 1
-  std::vector<int32_t> qsl = {0, T}, seq_lens = {T}, tables = {1}, rows = {0, 1, 2, 3, 4, 5};
-  ForwardBatch b;
-  b.num_tokens = T;
-  b.input_ids = ids.data();
-  b.positions = pos.data();
-  b.attn = AttentionMetadata{1, T, qsl.data(), seq_lens.data(), tables.data(), 1, slots.data(), 16};
-  ASSERT_TRUE((*head)->forward(b, Eagle3Head::HiddenFrom::kTarget, rows.data(), *cache).ok());
-  std::vector<float> logits(static_cast<size_t>(T * 64));
-  ASSERT_TRUE((*head)->draft_logits(rows.data(), T, logits.data()).ok());
+  ASSERT_NO_FATAL_FAILURE(fill_target_states(static_cast<int>(ints(*p1.find("input_ids")).size())));
+  const std::vector<float> logits = first_pass_logits(**head, *cache, p1, 64);
   EXPECT_LT(rel_l2(logits, read_f32(kDir + "tiny_head/logits_pass1.f32")), 1e-3);
-  int32_t draft = -1;
-  ASSERT_TRUE((*head)->greedy_target_tokens(&rows[5], 1, &draft).ok());
+  int32_t draft = -1, last = 5, row0 = 0;
+  ASSERT_TRUE((*head)->greedy_target_tokens(&last, 1, &draft).ok());
   EXPECT_EQ(draft, p1.find("draft")->as_int());
 
   // Draft step: position 6, fed draft 1 and the head's own output at position 5.
-  std::vector<int32_t> ids2 = {draft}, pos2 = {6}, qsl2 = {0, 1}, lens2 = {7}, from = {5}, row0 = {0};
-  std::vector<int64_t> slots2 = {22};
-  ForwardBatch b2;
-  b2.num_tokens = 1;
-  b2.input_ids = ids2.data();
-  b2.positions = pos2.data();
-  b2.attn = AttentionMetadata{1, 1, qsl2.data(), lens2.data(), tables.data(), 1, slots2.data(), 16};
-  ASSERT_TRUE((*head)->forward(b2, Eagle3Head::HiddenFrom::kHead, from.data(), *cache).ok());
-  std::vector<float> logits2(64);
-  ASSERT_TRUE((*head)->draft_logits(row0.data(), 1, logits2.data()).ok());
+  const std::vector<float> logits2 = draft_step_logits(**head, *cache, draft, 64);
   EXPECT_LT(rel_l2(logits2, read_f32(kDir + "tiny_head/logits_pass2.f32")), 1e-3);
-  ASSERT_TRUE((*head)->greedy_target_tokens(row0.data(), 1, &draft).ok());
+  ASSERT_TRUE((*head)->greedy_target_tokens(&row0, 1, &draft).ok());
   EXPECT_EQ(draft, p2.find("draft")->as_int());
 }
 
@@ -151,30 +118,9 @@ TEST_F(Eagle3HeadTest, NormBeforeResidualMatchesItsReference) {
   auto cache = (*head)->allocate_kv_cache(4, 16);
   ASSERT_TRUE(cache.ok());
   auto golden = parse_json(*read_text_file(kDir + "tiny_head/golden.json"));
-  std::vector<int32_t> ids, pos;
-  for (const Json& x : golden->find("pass1")->find("input_ids")->as_array()) ids.push_back(static_cast<int32_t>(x.as_int()));
-  for (const Json& x : golden->find("pass1")->find("positions")->as_array()) pos.push_back(static_cast<int32_t>(x.as_int()));
-  const int T = static_cast<int>(ids.size());
-  const int64_t H = 64;
-  const Tensor& aux = target_->aux_hidden_states();
-  const std::vector<float> fused = read_f32(kDir + "tiny_head/fused_hidden_pass1.f32");
-  for (int i = 0; i < T; ++i) {
-    for (int jj = 0; jj < 3; ++jj) {
-      std::memcpy(aux.ptr<float>() + (jj * target_->max_num_tokens() + i) * H, fused.data() + (i * 3 + jj) * H,
-                  H * sizeof(float));
-    }
-  }
-  std::vector<int64_t> slots;
-  for (int p : pos) slots.push_back(16 + p);
-  std::vector<int32_t> qsl = {0, T}, seq_lens = {T}, tables = {1}, rows = {0, 1, 2, 3, 4, 5};
-  ForwardBatch b;
-  b.num_tokens = T;
-  b.input_ids = ids.data();
-  b.positions = pos.data();
-  b.attn = AttentionMetadata{1, T, qsl.data(), seq_lens.data(), tables.data(), 1, slots.data(), 16};
-  ASSERT_TRUE((*head)->forward(b, Eagle3Head::HiddenFrom::kTarget, rows.data(), *cache).ok());
-  std::vector<float> logits(static_cast<size_t>(T * 64));
-  ASSERT_TRUE((*head)->draft_logits(rows.data(), T, logits.data()).ok());
+  const Json& p1 = *golden->find("pass1");
+  ASSERT_NO_FATAL_FAILURE(fill_target_states(static_cast<int>(ints(*p1.find("input_ids")).size())));
+  const std::vector<float> logits = first_pass_logits(**head, *cache, p1, 64);
   const std::vector<float> want = read_f32(kDir + "tiny_head/logits_pass1_norm_before_residual.f32");
   EXPECT_LT(rel_l2(logits, want), 1e-3);
   // And the flag matters: the default layer's logits are far from these.

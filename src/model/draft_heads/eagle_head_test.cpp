@@ -15,39 +15,21 @@
 #include "common/json.h"
 #include "common/mapped_file.h"
 #include "loader/weight_source.h"
+#include "model/draft_heads/draft_head_test_util.h"
 #include "model/draft_heads/eagle3_head_config.h"
 #include "model/registry.h"
 
 namespace kvasir {
 namespace {
 
+using testing::draft_step_logits;
+using testing::first_pass_logits;
+using testing::ints;
+using testing::read_f32;
+using testing::rel_l2;
+
 const std::string kTargetDir = std::string(KVASIR_SOURCE_DIR) + "/tests/data/eagle3/tiny_target";
 const std::string kDir = std::string(KVASIR_SOURCE_DIR) + "/tests/data/eagle/tiny_head/";
-
-std::vector<float> read_f32(const std::string& path) {
-  std::ifstream f(path, std::ios::binary | std::ios::ate);
-  EXPECT_TRUE(f.good()) << path;
-  std::vector<float> v(static_cast<size_t>(f.tellg()) / sizeof(float));
-  f.seekg(0);
-  f.read(reinterpret_cast<char*>(v.data()), static_cast<std::streamsize>(v.size() * sizeof(float)));
-  return v;
-}
-
-double rel_l2(const std::vector<float>& a, const std::vector<float>& b) {
-  EXPECT_EQ(a.size(), b.size());
-  double num = 0, den = 0;
-  for (size_t i = 0; i < a.size() && i < b.size(); ++i) {
-    num += (double{a[i]} - b[i]) * (double{a[i]} - b[i]);
-    den += double{b[i]} * b[i];
-  }
-  return std::sqrt(num / den);
-}
-
-std::vector<int32_t> ints(const Json& a) {
-  std::vector<int32_t> v;
-  for (const Json& x : a.as_array()) v.push_back(static_cast<int32_t>(x.as_int()));
-  return v;
-}
 
 std::string text_of(const std::string& path) {
   auto t = read_text_file(path);
@@ -128,37 +110,16 @@ TEST_F(EagleHeadTest, LogitsAndDraftsMatchTheNumpyReference) {
   std::vector<float> got_states(states.ptr<float>(), states.ptr<float>() + 7 * H);
   EXPECT_LT(rel_l2(got_states, want_states), 1e-4);
 
-  std::vector<int32_t> ids = ints(*p1.find("input_ids")), pos = ints(*p1.find("positions"));
-  const int T = static_cast<int>(ids.size());
-  std::vector<int64_t> slots;
-  for (int p : pos) slots.push_back(16 + p);  // block 1
-  std::vector<int32_t> qsl = {0, T}, seq_lens = {T}, tables = {1}, rows = {0, 1, 2, 3, 4, 5};
-  ForwardBatch b;
-  b.num_tokens = T;
-  b.input_ids = ids.data();
-  b.positions = pos.data();
-  b.attn = AttentionMetadata{1, T, qsl.data(), seq_lens.data(), tables.data(), 1, slots.data(), 16};
-  ASSERT_TRUE((*head)->forward(b, DraftHead::HiddenFrom::kTarget, rows.data(), *cache).ok());
-  std::vector<float> logits(static_cast<size_t>(T * V));
-  ASSERT_TRUE((*head)->draft_logits(rows.data(), T, logits.data()).ok());
+  const std::vector<float> logits = first_pass_logits(**head, *cache, p1, V);
   EXPECT_LT(rel_l2(logits, read_f32(kDir + "logits_pass1.f32")), 1e-3);
-  int32_t draft = -1;
-  ASSERT_TRUE((*head)->greedy_target_tokens(&rows[5], 1, &draft).ok());
+  int32_t draft = -1, last = 5, row0 = 0;
+  ASSERT_TRUE((*head)->greedy_target_tokens(&last, 1, &draft).ok());
   EXPECT_EQ(draft, p1.find("draft")->as_int());
 
   // Draft step: position 6, fed draft 1 and the head's own output at position 5.
-  std::vector<int32_t> ids2 = {draft}, pos2 = {6}, qsl2 = {0, 1}, lens2 = {7}, from = {5}, row0 = {0};
-  std::vector<int64_t> slots2 = {22};
-  ForwardBatch b2;
-  b2.num_tokens = 1;
-  b2.input_ids = ids2.data();
-  b2.positions = pos2.data();
-  b2.attn = AttentionMetadata{1, 1, qsl2.data(), lens2.data(), tables.data(), 1, slots2.data(), 16};
-  ASSERT_TRUE((*head)->forward(b2, DraftHead::HiddenFrom::kHead, from.data(), *cache).ok());
-  std::vector<float> logits2(static_cast<size_t>(V));
-  ASSERT_TRUE((*head)->draft_logits(row0.data(), 1, logits2.data()).ok());
+  const std::vector<float> logits2 = draft_step_logits(**head, *cache, draft, V);
   EXPECT_LT(rel_l2(logits2, read_f32(kDir + "logits_pass2.f32")), 1e-3);
-  ASSERT_TRUE((*head)->greedy_target_tokens(row0.data(), 1, &draft).ok());
+  ASSERT_TRUE((*head)->greedy_target_tokens(&row0, 1, &draft).ok());
   EXPECT_EQ(draft, p2.find("draft")->as_int());
 }
 
