@@ -22,11 +22,11 @@ StatusOr<Eagle3HeadConfig> parse_eagle3_head_config(const std::string& json_text
   // The architecture: vLLM and SGLang register the head as LlamaForCausalLMEagle3 (vLLM also
   // as Eagle3LlamaForCausalLM); an EAGLE-1/2 head (LlamaForCausalLMEagle) has no fc over three
   // layers and no hidden_norm, so it is refused rather than run as something it is not.
-  const Json* arch = j.find("architectures");
-  if (arch == nullptr || !arch->is_array() || arch->as_array().size() != 1 || !arch->as_array()[0].is_string()) {
+  const std::string* arch = single_architecture(j);
+  if (arch == nullptr) {
     return head_error(where, "config.json needs 'architectures': [\"LlamaForCausalLMEagle3\"]");
   }
-  const std::string a = arch->as_array()[0].as_string();
+  const std::string& a = *arch;
   if (a != "LlamaForCausalLMEagle3" && a != "Eagle3LlamaForCausalLM") {
     return head_error(where, "architecture \"" + a +
                                  "\" is not an EAGLE-3 head (LlamaForCausalLMEagle3); an EAGLE-1/2 head is speculative "

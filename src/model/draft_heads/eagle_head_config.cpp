@@ -19,12 +19,12 @@ StatusOr<EagleHeadConfig> parse_eagle_head_config(const std::string& json_text, 
   Json j = *parsed;
   // The names an EAGLE-1/2 head goes by: the EAGLE checkpoints' own LlamaForCausalLM, vLLM's
   // EagleLlamaForCausalLM (and its older EAGLEModel), SGLang's LlamaForCausalLMEagle.
-  const Json* arch = j.find("architectures");
-  if (arch == nullptr || !arch->is_array() || arch->as_array().size() != 1 || !arch->as_array()[0].is_string()) {
+  const std::string* arch = single_architecture(j);
+  if (arch == nullptr) {
     return head_error(where, "config.json needs 'architectures': [\"EagleLlamaForCausalLM\"] (or LlamaForCausalLM, "
                              "LlamaForCausalLMEagle, EAGLEModel)");
   }
-  const std::string a = arch->as_array()[0].as_string();
+  const std::string& a = *arch;
   if (a == "LlamaForCausalLMEagle3" || a == "Eagle3LlamaForCausalLM") {
     return head_error(where, "architecture \"" + a + "\" is an EAGLE-3 head: speculative method \"eagle3\"");
   }

@@ -89,4 +89,12 @@ StatusOr<ModelConfig> head_layer_config(Json config, int64_t vocab, const std::s
   return *layer;
 }
 
+const std::string* single_architecture(const Json& config) {
+  const Json* arch = config.find("architectures");
+  if (arch == nullptr || !arch->is_array() || arch->as_array().size() != 1 || !arch->as_array()[0].is_string()) {
+    return nullptr;
+  }
+  return &arch->as_array()[0].as_string();
+}
+
 }  // namespace kvasir

@@ -25,6 +25,9 @@ namespace kvasir {
 Status check_head_config_keys(const Json& config, std::initializer_list<std::string_view> head_keys,
                               const std::string& what);
 
+// The config's one architecture name (`architectures` is a list of one string), or nullptr.
+const std::string* single_architecture(const Json& config);
+
 // `key` as a positive integer; absent (or null): an error naming it when `required`, else `def`.
 // Messages begin with `what`.
 StatusOr<int64_t> head_positive_int(const Json& config, const char* key, bool required, int64_t def,
