@@ -16,16 +16,14 @@
 #include <string>
 #include <vector>
 
-#include "backend/cpu/cpu_backend.h"
 #include "engine/engine.h"
 #include "common/mapped_file.h"
 #include "model/decoder_model.h"
 #include "model/draft_heads/eagle3_head.h"
 #include "model/draft_heads/eagle_head.h"
 #include "model/registry.h"
+#include "runner/host_sampling_backend_test_util.h"
 #include "runner/model_runner.h"
-#include "sample/sampler.h"
-#include "sample/token_bitmask.h"
 #include "setup/loaded_model.h"
 
 namespace kvasir {
@@ -34,117 +32,6 @@ namespace {
 const std::string kTiny = std::string(KVASIR_SOURCE_DIR) + "/tests/data/tiny/llama3/model.gguf";
 const std::string kEagle3 = std::string(KVASIR_SOURCE_DIR) + "/tests/data/eagle3/";
 const std::string kEagle = std::string(KVASIR_SOURCE_DIR) + "/tests/data/eagle/";
-
-// The CPU backend behind a device's sampling capabilities.
-class HostSamplingBackend final : public Backend {
- public:
-  explicit HostSamplingBackend(int32_t vocab) : vocab_(vocab), sampler_(vocab) {
-    CpuBackendOptions o;
-    o.num_threads = 1;
-    o.precision = MatmulPrecision::kExact;
-    cpu_ = std::make_unique<CpuBackend>(o);
-  }
-  Device device() const override { return cpu_->device(); }
-  std::string name() const override { return "host-sampling(" + cpu_->name() + ")"; }
-  DType activation_dtype() const override { return cpu_->activation_dtype(); }
-  DType kv_cache_dtype() const override { return cpu_->kv_cache_dtype(); }
-  StatusOr<std::unique_ptr<Buffer>> allocate(size_t bytes) override { return cpu_->allocate(bytes); }
-  StatusOr<Tensor> upload_weight(const Tensor& w, std::unique_ptr<Buffer>* owner) override {
-    return cpu_->upload_weight(w, owner);
-  }
-  StatusOr<Tensor> upload_vocab_table(const Tensor& w, std::unique_ptr<Buffer>* owner) override {
-    return cpu_->upload_vocab_table(w, owner);
-  }
-  void copy_to_host(const Tensor& src, void* dst) override { cpu_->copy_to_host(src, dst); }
-  void synchronize() override { cpu_->synchronize(); }
-  void embedding(const Tensor& t, const int32_t* ids, int n, float scale, Tensor& out) override {
-    cpu_->embedding(t, ids, n, scale, out);
-  }
-  void linear(const Tensor& x, const Tensor& w, const Tensor* bias, Tensor& out) override { cpu_->linear(x, w, bias, out); }
-  void rms_norm(const Tensor& x, const Tensor& w, float eps, Tensor& out) override { cpu_->rms_norm(x, w, eps, out); }
-  void add_rms_norm(Tensor& r, const Tensor& x, const Tensor& w, float eps, Tensor& out) override {
-    cpu_->add_rms_norm(r, x, w, eps, out);
-  }
-  void add(Tensor& a, const Tensor& b) override { cpu_->add(a, b); }
-  void rope(Tensor& q, Tensor& k, const int32_t* positions, const RopeParams& p) override { cpu_->rope(q, k, positions, p); }
-  void write_kv(const Tensor& k, const Tensor& v, Tensor& kc, Tensor& vc, const AttentionMetadata& m) override {
-    cpu_->write_kv(k, v, kc, vc, m);
-  }
-  void attention(const Tensor& q, const Tensor& kc, const Tensor& vc, const AttentionMetadata& m,
-                 const AttentionParams& p, Tensor& out) override {
-    last_step_pure_decode_ = m.num_tokens == m.num_seqs;
-    cpu_->attention(q, kc, vc, m, p, out);
-  }
-  void gated_activation(const Tensor& g, const Tensor& u, GateActivation act, Tensor& out) override {
-    cpu_->gated_activation(g, u, act, out);
-  }
-  void softcap(Tensor& x, float cap) override { cpu_->softcap(x, cap); }
-  void gather_rows(const Tensor& src, const int32_t* rows, int k, Tensor& out) override { cpu_->gather_rows(src, rows, k, out); }
-
-  bool supports_device_sampling() const override { return true; }
-  bool supports_device_token_bitmask() const override { return true; }
-  Status apply_token_bitmask(Tensor& logits, const int32_t* words, int words_per_row, const int32_t* logits_rows,
-                             int num_rows) override {
-    const size_t vocab = static_cast<size_t>(logits.cols());
-    for (int i = 0; i < num_rows; ++i) {
-      ::kvasir::apply_token_bitmask(
-          std::span<float>(static_cast<float*>(logits.data) + static_cast<size_t>(logits_rows[i]) * vocab, vocab),
-          std::span<const int32_t>(words + static_cast<size_t>(i) * static_cast<size_t>(words_per_row),
-                                   static_cast<size_t>(words_per_row)));
-    }
-    return Status();
-  }
-  BackendCapabilities capabilities() const override {
-    BackendCapabilities c = Backend::capabilities();
-    c.decode_batch_buckets = true;
-    return c;
-  }
-  // The host Sampler with each row's knobs, key and position: what the CUDA kernel computes.
-  Status sample(const Tensor& logits, const DeviceSamplingRow* rows, int num_rows, int32_t* out_tokens) override {
-    params_.assign(static_cast<size_t>(num_rows), SamplingParams{});
-    states_.assign(static_cast<size_t>(num_rows), SamplingRequestState{});
-    for (int i = 0; i < num_rows; ++i) {
-      SamplingParams& p = params_[static_cast<size_t>(i)];
-      p.temperature = rows[i].temperature, p.top_p = rows[i].top_p, p.min_p = rows[i].min_p, p.top_k = rows[i].top_k;
-      SamplingRequestState& s = states_[static_cast<size_t>(i)];
-      s.params = &p;
-      s.num_generated_tokens = static_cast<int>(rows[i].position);
-      s.rng_key = rows[i].rng_key;
-    }
-    const size_t vocab = static_cast<size_t>(logits.cols());
-    // Logits of another width (an EAGLE-3 head's draft vocabulary) get a sampler of their own,
-    // as a device's sampling kernel takes the width from the tensor.
-    Sampler* sampler = &sampler_;
-    if (static_cast<int32_t>(vocab) != vocab_) {
-      if (!other_ || other_vocab_ != vocab) other_ = std::make_unique<Sampler>(static_cast<int32_t>(vocab)), other_vocab_ = vocab;
-      sampler = other_.get();
-    }
-    sampler->sample(std::span<float>(static_cast<float*>(logits.data), static_cast<size_t>(num_rows) * vocab), states_, &out_);
-    std::copy(out_.sampled_token_ids.begin(), out_.sampled_token_ids.begin() + num_rows, out_tokens);
-    return Status();
-  }
-  Status sample_and_verify(const Tensor& logits, const DeviceSamplingRow* rows, int num_rows,
-                           const DraftVerifyRow* requests, int num_requests, const int32_t* drafts, int num_draft_tokens,
-                           int32_t* out_tokens, int32_t* out_num_emitted) override {
-    ++verify_steps_;
-    if (last_step_pure_decode_) ++pure_decode_verify_steps_;
-    return Backend::sample_and_verify(logits, rows, num_rows, requests, num_requests, drafts, num_draft_tokens,
-                                      out_tokens, out_num_emitted);
-  }
-
-  int verify_steps_ = 0, pure_decode_verify_steps_ = 0;
-
- private:
-  std::unique_ptr<CpuBackend> cpu_;
-  int32_t vocab_;
-  Sampler sampler_;
-  std::unique_ptr<Sampler> other_;
-  size_t other_vocab_ = 0;
-  std::vector<SamplingParams> params_;
-  std::vector<SamplingRequestState> states_;
-  SamplerOutput out_;
-  bool last_step_pure_decode_ = false;
-};
 
 struct Run {
   std::vector<std::vector<int32_t>> outputs;

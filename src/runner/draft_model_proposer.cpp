@@ -8,7 +8,13 @@
 namespace kvasir {
 
 DraftModelProposer::DraftModelProposer(DecoderModel& model, KvCache& cache, int max_tokens_per_forward)
-    : model_(model), cache_(cache), block_size_(cache.block_size), max_tokens_per_forward_(max_tokens_per_forward) {
+    : model_(model),
+      cache_(cache),
+      block_size_(cache.block_size),
+      max_tokens_per_forward_(max_tokens_per_forward),
+      device_sampling_(model.backend().capabilities().device_sampling),
+      pass_(model.backend().capabilities(), cache.block_size, std::min(max_tokens_per_forward, model.max_num_tokens()),
+            model.max_num_logits()) {
   KVASIR_CHECK(max_tokens_per_forward_ >= 1);
   // Block 0 is the null block, as in the target's pool; hand out the highest ids first.
   for (int b = 1; b < cache.num_blocks; ++b) free_blocks_.push_back(b);
@@ -115,56 +121,48 @@ void DraftModelProposer::propose_batch(std::span<const ProposalContext> ctxs, st
 
 Status DraftModelProposer::forward(const std::vector<Work*>& works, const std::vector<std::vector<TokenId>>& feeds,
                                    const std::vector<bool>& sample) {
-  input_ids_.clear(), positions_.clear(), slot_mapping_.clear(), seq_lens_.clear(), logits_rows_.clear();
-  query_start_loc_.assign(1, 0);
-  const int bs = block_size_;
-  size_t max_blocks = 1;
+  pass_.clear();
   for (size_t i = 0; i < works.size(); ++i) {
     DraftRequest& r = *works[i]->req;
+    pass_.begin_sequence(r.block_ids);
     for (const TokenId t : feeds[i]) {
       const int32_t p = static_cast<int32_t>(r.tokens.size());
-      input_ids_.push_back(t);
-      positions_.push_back(p);
-      slot_mapping_.push_back(int64_t{r.block_ids[static_cast<size_t>(p / bs)]} * bs + p % bs);
+      pass_.add_token(t, p, p);
       r.tokens.push_back(t);
     }
-    if (sample[i]) logits_rows_.push_back(static_cast<int32_t>(input_ids_.size()) - 1);
-    query_start_loc_.push_back(static_cast<int32_t>(input_ids_.size()));
-    seq_lens_.push_back(static_cast<int32_t>(r.tokens.size()));
-    max_blocks = std::max(max_blocks, r.block_ids.size());
+    pass_.end_sequence();
+    if (sample[i]) pass_.sample_last_token();
   }
-  block_tables_.assign(works.size() * max_blocks, 0);
-  for (size_t i = 0; i < works.size(); ++i) {
-    const auto& b = works[i]->req->block_ids;
-    std::copy(b.begin(), b.end(), block_tables_.begin() + static_cast<std::ptrdiff_t>(i * max_blocks));
-  }
-  ForwardBatch batch;
-  batch.num_tokens = static_cast<int>(input_ids_.size());
-  batch.input_ids = input_ids_.data();
-  batch.positions = positions_.data();
-  batch.attn.num_seqs = static_cast<int>(works.size());
-  batch.attn.num_tokens = batch.num_tokens;
-  batch.attn.query_start_loc = query_start_loc_.data();
-  batch.attn.seq_lens = seq_lens_.data();
-  batch.attn.block_tables = block_tables_.data();
-  batch.attn.max_blocks_per_seq = static_cast<int>(max_blocks);
-  batch.attn.slot_mapping = slot_mapping_.data();
-  batch.attn.block_size = bs;
+  const ForwardBatch& batch = pass_.build();
   ++num_forward_passes_;
+  if (pass_.one_query_rows()) ++num_one_query_passes_;
   KVASIR_RETURN_IF_ERROR(model_.run_layers(batch, cache_));
-  if (logits_rows_.empty()) return Status();
+  const int n = pass_.num_padded_samples();
+  if (n == 0) return Status();
+  sampled_.resize(static_cast<size_t>(n));
+  const int chunk = model_.max_num_logits();
   const size_t vocab = static_cast<size_t>(model_.config().vocab_size);
-  logits_.resize(logits_rows_.size() * vocab);
-  const size_t chunk = static_cast<size_t>(model_.max_num_logits());
-  for (size_t b = 0; b < logits_rows_.size(); b += chunk) {
-    const int n = static_cast<int>(std::min(logits_rows_.size() - b, chunk));
-    KVASIR_RETURN_IF_ERROR(model_.compute_logits(logits_rows_.data() + b, n, logits_.data() + b * vocab));
+  for (int b = 0; b < n; b += chunk) {
+    const int m = std::min(n - b, chunk);
+    const int32_t* rows = pass_.sample_rows() + b;
+    if (device_sampling_) {
+      // Greedy rows on the device: only the ids come back, and the pass (its layers, lm_head and
+      // argmax) ends in one read-back, which a padded pass replays as one graph.
+      KVASIR_ASSIGN_OR_RETURN(Tensor logits, model_.compute_logits_on_device(rows, m));
+      greedy_rows_.assign(static_cast<size_t>(m), DeviceSamplingRow{});
+      KVASIR_RETURN_IF_ERROR(model_.backend().sample(logits, greedy_rows_.data(), m, sampled_.data() + b));
+      continue;
+    }
+    logits_.resize(static_cast<size_t>(m) * vocab);
+    KVASIR_RETURN_IF_ERROR(model_.compute_logits(rows, m, logits_.data()));
+    for (int i = 0; i < m; ++i) {
+      const float* l = logits_.data() + static_cast<size_t>(i) * vocab;
+      sampled_[static_cast<size_t>(b + i)] = static_cast<TokenId>(std::max_element(l, l + vocab) - l);
+    }
   }
   size_t row = 0;
   for (size_t i = 0; i < works.size(); ++i) {
-    if (!sample[i]) continue;
-    const float* l = logits_.data() + row++ * vocab;
-    works[i]->out->push_back(static_cast<TokenId>(std::max_element(l, l + vocab) - l));
+    if (sample[i]) works[i]->out->push_back(sampled_[row++]);
   }
   return Status();
 }

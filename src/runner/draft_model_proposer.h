@@ -2,8 +2,11 @@
 // vocabulary runs on the target's backend with its own paged KV cache (block ids of its own,
 // allocated here from a free list) and proposes k tokens greedily per request per step: one
 // forward pass over every asking request's new tokens, then k - 1 one-token passes, each batched
-// across requests. Lives next to the ModelRunner (it needs a model and a cache); it knows requests
-// only as ids with histories, and the model knows nothing of requests.
+// across requests. Passes are laid out by DraftPassBatch: on a backend that replays graphs, the
+// short ones (a step's accepted tokens, one draft each) become padded decode shapes whose greedy
+// drafts are sampled on the device, so they replay as captured graphs. Lives next to the
+// ModelRunner (it needs a model and a cache); it knows requests only as ids with histories, and
+// the model knows nothing of requests.
 //
 // KV consistency: per request it remembers the tokens whose KV it holds. Each call compares that
 // with the request's history (prompt + accepted outputs): the common prefix stays, everything after
@@ -19,6 +22,7 @@
 #include <vector>
 
 #include "model/decoder_model.h"
+#include "runner/draft_pass_batch.h"
 #include "spec/proposer.h"
 
 namespace kvasir {
@@ -39,6 +43,8 @@ class DraftModelProposer final : public Proposer {
   int num_tracked_requests() const { return static_cast<int>(requests_.size()); }
   // Forward passes the draft ran and drafts it failed to place (no blocks), for tests and logs.
   int64_t num_forward_passes() const { return num_forward_passes_; }
+  // Passes laid out as padded one-query rows (graph-replayable on a device; runner/draft_pass_batch.h).
+  int64_t num_one_query_passes() const { return num_one_query_passes_; }
   int64_t num_skipped_for_blocks() const { return num_skipped_for_blocks_; }
 
  private:
@@ -66,13 +72,15 @@ class DraftModelProposer final : public Proposer {
   KvCache& cache_;
   int block_size_;
   int max_tokens_per_forward_;
+  bool device_sampling_;  // greedy drafts on the device: ids come back, not logits
   std::vector<int32_t> free_blocks_;
   std::unordered_map<std::string, DraftRequest> requests_;
-  int64_t num_forward_passes_ = 0, num_skipped_for_blocks_ = 0;
-  // Per-pass host arrays, reused.
-  std::vector<int32_t> input_ids_, positions_, query_start_loc_, seq_lens_, block_tables_, logits_rows_;
-  std::vector<int64_t> slot_mapping_;
-  std::vector<float> logits_;
+  int64_t num_forward_passes_ = 0, num_one_query_passes_ = 0, num_skipped_for_blocks_ = 0;
+  // The pass being built and its results, reused.
+  DraftPassBatch pass_;
+  std::vector<int32_t> sampled_;
+  std::vector<DeviceSamplingRow> greedy_rows_;
+  std::vector<float> logits_;  // host logits where the backend does not sample
 };
 
 }  // namespace kvasir

@@ -3,7 +3,8 @@
 // or an EAGLE-3 head, model/draft_heads/eagle3_head.h) with the target's hidden states of those tokens,
 // then drafts k tokens greedily per sampling request: draft 1 from the last accepted position,
 // drafts 2..k from one-token passes that feed the head its own previous output. Every
-// pass is batched across the step's requests. Lives next to the ModelRunner (it needs the head and
+// pass is batched across the step's requests and laid out by DraftPassBatch: on a backend that
+// replays graphs, as padded decode shapes that replay as captured graphs. Lives next to the ModelRunner (it needs the head and
 // a KV cache); it knows requests only as ids with histories, and the head knows nothing of them.
 //
 // The head's paged KV cache has block ids of its own (a free list here; block 0 never handed out).
@@ -23,6 +24,7 @@
 #include <vector>
 
 #include "model/draft_heads/draft_head.h"
+#include "runner/draft_pass_batch.h"
 #include "spec/proposer.h"
 
 namespace kvasir {
@@ -50,6 +52,8 @@ class EagleProposer {
   int num_free_blocks() const { return static_cast<int>(free_blocks_.size()); }
   int num_tracked_requests() const { return static_cast<int>(requests_.size()); }
   int64_t num_forward_passes() const { return num_forward_passes_; }
+  // Passes laid out as padded one-query rows (graph-replayable on a device; runner/draft_pass_batch.h).
+  int64_t num_one_query_passes() const { return num_one_query_passes_; }
   int64_t num_restarts() const { return num_restarts_; }
   int64_t num_skipped_for_blocks() const { return num_skipped_for_blocks_; }
 
@@ -70,23 +74,17 @@ class EagleProposer {
 
   void release(std::string_view req_id);
   bool reserve_blocks(HeadRequest& r, int64_t num_indices);
-  // Appends one token at `position` (cache index position - r.start) of a new sequence.
-  void add_token(HeadRequest& r, int32_t position, TokenId next_token, int32_t hidden_row);
-  void end_sequence(HeadRequest& r, int32_t position);
+  // Runs pass_ (its tags are the tokens' hidden rows) and greedy-samples its sample rows into sampled_.
   Status run_pass(DraftHead::HiddenFrom from);
-  void clear_pass();
 
   DraftHead& head_;
   KvCache& cache_;
   int block_size_;
   std::vector<int32_t> free_blocks_;
   std::unordered_map<std::string, HeadRequest> requests_;
-  int64_t num_forward_passes_ = 0, num_restarts_ = 0, num_skipped_for_blocks_ = 0;
-  // Per-pass host arrays, reused.
-  std::vector<HeadRequest*> pass_reqs_;
-  std::vector<int32_t> input_ids_, positions_, hidden_rows_, query_start_loc_, seq_lens_, block_tables_;
-  std::vector<int32_t> sample_rows_, sampled_;
-  std::vector<int64_t> slot_mapping_;
+  int64_t num_forward_passes_ = 0, num_one_query_passes_ = 0, num_restarts_ = 0, num_skipped_for_blocks_ = 0;
+  DraftPassBatch pass_;            // the pass being built, reused
+  std::vector<int32_t> sampled_;   // its greedy drafts (padded count)
   std::vector<Drafter> drafters_;
 };
 

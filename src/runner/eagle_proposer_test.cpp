@@ -10,6 +10,7 @@
 #include <gtest/gtest.h>
 
 #include "backend/cpu/cpu_backend.h"
+#include "runner/host_sampling_backend_test_util.h"
 #include "common/mapped_file.h"
 #include "loader/weight_source.h"
 #include "model/draft_heads/eagle3_head.h"
@@ -23,51 +24,75 @@ const std::string kDir = std::string(KVASIR_SOURCE_DIR) + "/tests/data/eagle3/";
 const std::string kEagleDir = std::string(KVASIR_SOURCE_DIR) + "/tests/data/eagle/";
 
 // The parameter: the speculative method whose head drafts ("eagle3" or "eagle").
-class EagleProposerTest : public ::testing::TestWithParam<std::string> {
+// The parameter: the speculative method whose head drafts ("eagle3" or "eagle"), and whether the
+// backend pads decode batches (a graph-replaying device: the proposer's short passes become padded
+// one-query rows, runner/draft_pass_batch.h) or not.
+struct ProposerParam {
+  std::string method;
+  bool padded;
+};
+
+class EagleProposerTest : public ::testing::TestWithParam<ProposerParam> {
  protected:
+  // A target and its head on one backend.
+  struct Stack {
+    std::unique_ptr<DecoderModel> target;
+    KvCache target_cache;
+    std::unique_ptr<DraftHead> head;
+  };
   void SetUp() override {
     auto w = open_weights(kDir + "tiny_target");
     ASSERT_TRUE(w.ok()) << w.status().to_string();
     target_weights_ = std::move(*w);
     auto config = load_model_config(*target_weights_);
     ASSERT_TRUE(config.ok());
+    config_ = *config;
+    const std::string head_dir = (GetParam().method == "eagle3" ? kDir : kEagleDir) + "tiny_head";
+    auto hw = open_weights(head_dir);
+    ASSERT_TRUE(hw.ok());
+    head_weights_ = std::move(*hw);
+    head_config_json_ = *read_text_file(head_dir + "/config.json");
+    backend_ = make_backend(GetParam().padded);
+    ASSERT_NO_FATAL_FAILURE(build(*backend_, stack_));
+    target_ = stack_.target.get();
+    head_ = stack_.head.get();
+  }
+  std::unique_ptr<Backend> make_backend(bool padded) {
+    if (padded) return std::make_unique<HostSamplingBackend>(static_cast<int32_t>(config_.vocab_size));
     CpuBackendOptions bo;
     bo.precision = MatmulPrecision::kExact;
-    backend_ = std::make_unique<CpuBackend>(bo);
+    return std::make_unique<CpuBackend>(bo);
+  }
+  void build(Backend& backend, Stack& s) {
     ModelOptions mo;
     mo.max_num_tokens = 64;
     mo.max_num_logits = 8;
-    auto m = DecoderModel::create(*config, *target_weights_, *backend_, mo);
+    auto m = DecoderModel::create(config_, *target_weights_, backend, mo);
     ASSERT_TRUE(m.ok()) << m.status().to_string();
-    target_ = std::move(*m);
-    auto tc = target_->allocate_kv_cache(128, 4);
+    s.target = std::move(*m);
+    auto tc = s.target->allocate_kv_cache(128, 4);
     ASSERT_TRUE(tc.ok());
-    target_cache_ = std::move(*tc);
-    if (GetParam() == "eagle3") {
-      auto hw = open_weights(kDir + "tiny_head");
-      ASSERT_TRUE(hw.ok());
-      head_weights_ = std::move(*hw);
-      auto hc = parse_eagle3_head_config(*read_text_file(kDir + "tiny_head/config.json"), *config, "tiny_head");
+    s.target_cache = std::move(*tc);
+    if (GetParam().method == "eagle3") {
+      auto hc = parse_eagle3_head_config(head_config_json_, config_, "tiny_head");
       ASSERT_TRUE(hc.ok()) << hc.status().to_string();
-      auto head = Eagle3Head::create(*hc, *head_weights_, *target_, 64, 8);
+      auto head = Eagle3Head::create(*hc, *head_weights_, *s.target, 64, 8);
       ASSERT_TRUE(head.ok()) << head.status().to_string();
-      head_ = std::move(*head);
+      s.head = std::move(*head);
     } else {
-      auto hw = open_weights(kEagleDir + "tiny_head");
-      ASSERT_TRUE(hw.ok());
-      head_weights_ = std::move(*hw);
-      auto hc = parse_eagle_head_config(*read_text_file(kEagleDir + "tiny_head/config.json"), *config, "tiny_head");
+      auto hc = parse_eagle_head_config(head_config_json_, config_, "tiny_head");
       ASSERT_TRUE(hc.ok()) << hc.status().to_string();
-      auto head = EagleHead::create(*hc, *head_weights_, *target_, 64, 8);
+      auto head = EagleHead::create(*hc, *head_weights_, *s.target, 64, 8);
       ASSERT_TRUE(head.ok()) << head.status().to_string();
-      head_ = std::move(*head);
+      s.head = std::move(*head);
     }
   }
-  std::unique_ptr<EagleProposer> make(int num_blocks) {
-    auto c = head_->allocate_kv_cache(num_blocks, 4);
+  std::unique_ptr<EagleProposer> make(int num_blocks, DraftHead* head = nullptr) {
+    if (head == nullptr) head = head_;
+    auto c = head->allocate_kv_cache(num_blocks, 4);
     EXPECT_TRUE(c.ok());
     caches_.push_back(std::make_unique<KvCache>(std::move(*c)));
-    return std::make_unique<EagleProposer>(*head_, *caches_.back());
+    return std::make_unique<EagleProposer>(*head, *caches_.back());
   }
   // The target's forward over sequences given as (slot base, tokens, first position): each
   // sequence owns target blocks [16 s, 16 s + 16) of 4 tokens, so it may run several times.
@@ -76,7 +101,7 @@ class EagleProposerTest : public ::testing::TestWithParam<std::string> {
     std::vector<TokenId> tokens;
     int32_t first_position;
   };
-  void target_forward(const std::vector<Seq>& seqs) {
+  void target_forward(const std::vector<Seq>& seqs, Stack* other = nullptr) {
     std::vector<int32_t> ids, pos, qsl = {0}, lens, tables;
     std::vector<int64_t> slots;
     for (const Seq& s : seqs) {
@@ -96,7 +121,8 @@ class EagleProposerTest : public ::testing::TestWithParam<std::string> {
     batch.positions = pos.data();
     batch.attn = AttentionMetadata{static_cast<int>(seqs.size()), batch.num_tokens, qsl.data(), lens.data(),
                                    tables.data(), 16, slots.data(), 4};
-    ASSERT_TRUE(target_->run_layers(batch, target_cache_).ok());
+    Stack& on = other != nullptr ? *other : stack_;
+    ASSERT_TRUE(on.target->run_layers(batch, on.target_cache).ok());
   }
   // One fresh proposer over the whole history in one step (the target recomputes all of it):
   // the drafts a cache that never rolled back gives.
@@ -109,10 +135,12 @@ class EagleProposerTest : public ::testing::TestWithParam<std::string> {
     return drafts;
   }
   std::unique_ptr<WeightSource> target_weights_, head_weights_;
-  std::unique_ptr<CpuBackend> backend_;
-  std::unique_ptr<DecoderModel> target_;
-  KvCache target_cache_;
-  std::unique_ptr<DraftHead> head_;
+  ModelConfig config_;
+  std::string head_config_json_;
+  std::unique_ptr<Backend> backend_;
+  Stack stack_;
+  DecoderModel* target_ = nullptr;
+  DraftHead* head_ = nullptr;
   std::vector<std::unique_ptr<KvCache>> caches_;
 };
 
@@ -215,8 +243,71 @@ TEST_P(EagleProposerTest, BlocksComeBackAndAFullPoolGivesNoDrafts) {
   EXPECT_EQ(p->num_tracked_requests(), 0);
 }
 
-INSTANTIATE_TEST_SUITE_P(BothHeadKinds, EagleProposerTest, ::testing::Values("eagle3", "eagle"),
-                         [](const ::testing::TestParamInfo<std::string>& i) { return i.param; });
+// The padded layout drafts exactly what the plain one drafts (the CPU's exact matmuls are batch
+// invariant, so padding rows change nothing of the real ones): a prompt, then verify steps of
+// different accepted counts, two requests batched; every padded pass but the prompt's is one-query
+// rows. (In the plain instantiation both sides are plain: the comparison still runs.)
+TEST_P(EagleProposerTest, PaddedOneQueryPassesDraftWhatPlainPassesDraft) {
+  std::unique_ptr<Backend> plain_backend = make_backend(false);
+  Stack plain;
+  ASSERT_NO_FATAL_FAILURE(build(*plain_backend, plain));
+  auto p = make(64), q = make(64, plain.head.get());
+  const std::vector<TokenId> prompt_b = {9, 8, 7, 6, 5, 4, 3, 2, 1, 11, 13, 17, 19, 23, 29, 31, 37, 41};
+  std::vector<TokenId> ha = kPrompt, hb = prompt_b;
+  ha.push_back(60);
+  hb.push_back(31);
+  // Step 0: both prompts (b's 18 tokens are a run too long for one-query rows).
+  std::vector<Seq> seqs = {{0, kPrompt, 0}, {1, prompt_b, 0}};
+  std::vector<TokenId> dp[2], dq[2];
+  int32_t first[2] = {0, 0}, valid[2] = {10, 18};
+  int64_t steps = 0;
+  for (int step = 0; step < 5; ++step) {
+    target_forward(seqs);
+    target_forward(seqs, &plain);
+    int32_t row = 0, rows_of[2];
+    for (int i = 0; i < 2; ++i) rows_of[i] = row, row += static_cast<int32_t>(seqs[static_cast<size_t>(i)].tokens.size());
+    const EagleStepRow rp[] = {{"a", ha, first[0], valid[0], rows_of[0], 4, &dp[0]}, {"b", hb, first[1], valid[1], rows_of[1], 3, &dp[1]}};
+    const EagleStepRow rq[] = {{"a", ha, first[0], valid[0], rows_of[0], 4, &dq[0]}, {"b", hb, first[1], valid[1], rows_of[1], 3, &dq[1]}};
+    p->run_step(rp);
+    q->run_step(rq);
+    ++steps;
+    for (int i = 0; i < 2; ++i) {
+      EXPECT_EQ(dp[i], dq[i]) << "step " << step << " request " << i;
+      ASSERT_FALSE(dq[i].empty());
+    }
+    // A verify step of [last, drafts...] that keeps step % (k + 1) drafts of a and one of b, then
+    // a bonus token off the drafts.
+    std::vector<TokenId>* hist[2] = {&ha, &hb};
+    const int keep[2] = {std::min<int>(step % 5, static_cast<int>(dq[0].size())), 1};
+    seqs.clear();
+    for (int i = 0; i < 2; ++i) {
+      std::vector<TokenId>& h = *hist[i];
+      const int32_t pos = static_cast<int32_t>(h.size()) - 1;
+      std::vector<TokenId> verify = {h.back()};
+      verify.insert(verify.end(), dq[i].begin(), dq[i].end());
+      seqs.push_back({i, verify, pos});
+      for (int j = 0; j < keep[i]; ++j) h.push_back(dq[i][static_cast<size_t>(j)]);
+      h.push_back(static_cast<TokenId>(100 + step * 7 + i));
+      first[i] = pos;
+      valid[i] = 1 + keep[i];
+    }
+  }
+  if (GetParam().padded) {
+    EXPECT_GT(p->num_one_query_passes(), 0);
+    EXPECT_LT(p->num_one_query_passes(), p->num_forward_passes()) << "the prompt pass keeps the multi-token layout";
+    EXPECT_EQ(p->num_forward_passes() - p->num_one_query_passes(), 1);
+  } else {
+    EXPECT_EQ(p->num_one_query_passes(), 0);
+  }
+  EXPECT_EQ(q->num_one_query_passes(), 0);
+}
+
+INSTANTIATE_TEST_SUITE_P(BothHeadKindsAndLayouts, EagleProposerTest,
+                         ::testing::Values(ProposerParam{"eagle3", false}, ProposerParam{"eagle", false},
+                                           ProposerParam{"eagle3", true}, ProposerParam{"eagle", true}),
+                         [](const ::testing::TestParamInfo<ProposerParam>& i) {
+                           return i.param.method + (i.param.padded ? "_padded" : "_plain");
+                         });
 
 }  // namespace
 }  // namespace kvasir

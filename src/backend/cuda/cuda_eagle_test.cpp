@@ -8,7 +8,10 @@
 // Engine: a random-weight Llama with a dummy-weight head (configs-style config.json, --load-format
 // dummy) through the engine on the GPU: greedy outputs follow plain decoding over their first
 // kSameFirstTokens tokens (GPU batching is not bit-exact, as cuda_spec_decode_e2e_test says), the
-// head drafted, and nothing failed. Skips without a GPU.
+// head drafted, and nothing failed.
+// Graphs: the head's passes in steady decoding (a verify step's accepted tokens, then one-token
+// draft passes) are padded one-query rows (runner/draft_pass_batch.h), so they replay captured
+// graphs. Skips without a GPU.
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -225,6 +228,63 @@ TEST(CudaEagle3, HeadAndProposerMatchTheCpuTwin) {
 TEST(CudaEagle, HeadAndProposerMatchTheCpuTwin) {
   if (cuda_device_count() == 0) GTEST_SKIP() << "no CUDA device";
   head_and_proposer_match_the_cpu_twin("eagle");
+}
+
+// The step queue's counters from CudaBackend::stats(): graph replays (captures included).
+int64_t graph_steps(const Backend& b) {
+  long long steps = 0, graphs = 0;
+  const std::string st = b.stats();
+  EXPECT_EQ(std::sscanf(st.c_str(), "device steps %lld (graph replays %lld", &steps, &graphs), 2) << st;
+  return graphs;
+}
+
+void draft_passes_replay_captured_graphs(const std::string& method) {
+  Side gpu;
+  auto g = create_cuda_backend(CudaBackendOptions{});
+  ASSERT_TRUE(g.ok()) << g.status().message();
+  gpu.init(std::move(*g), method);
+  const std::vector<int32_t> prompt = {5, 17, 200, 33, 91, 4, 250, 12, 77, 140, 3, 9};
+  std::vector<int32_t> history = prompt;
+  history.push_back(60);
+  constexpr int k = 3;
+  std::vector<TokenId> drafts;
+  gpu.forward(prompt, 0);
+  EagleStepRow first{"r", history, 0, 12, 0, k, &drafts};
+  gpu.proposer->run_step(std::span<const EagleStepRow>(&first, 1));
+  ASSERT_EQ(drafts.size(), static_cast<size_t>(k));
+  // Verify steps that keep the first draft, then a bonus token: 2 accepted positions each.
+  int64_t replays = 0, passes = 0;
+  for (int step = 0; step < 12; ++step) {
+    const int32_t pos = static_cast<int32_t>(history.size()) - 1;
+    std::vector<int32_t> verify = {history.back()};
+    verify.insert(verify.end(), drafts.begin(), drafts.end());
+    gpu.forward(verify, pos);
+    history.push_back(drafts[0]);
+    history.push_back(static_cast<int32_t>(100 + step));
+    const int64_t g0 = graph_steps(*gpu.backend), p0 = gpu.proposer->num_forward_passes();
+    EagleStepRow row{"r", history, pos, 2, 0, k, &drafts};
+    gpu.proposer->run_step(std::span<const EagleStepRow>(&row, 1));
+    ASSERT_EQ(drafts.size(), static_cast<size_t>(k));
+    replays += graph_steps(*gpu.backend) - g0;
+    passes += gpu.proposer->num_forward_passes() - p0;
+  }
+  std::printf("%s: %lld of %lld head passes ran as graphs; %s\n", method.c_str(), static_cast<long long>(replays),
+              static_cast<long long>(passes), gpu.backend->stats().c_str());
+  EXPECT_EQ(passes, 12 * k);
+  EXPECT_EQ(gpu.proposer->num_one_query_passes(), gpu.proposer->num_forward_passes() - 1) << "only the prompt's pass is multi-token";
+  // Each shape (first pass / one-token pass, block table width) runs eagerly once, then is
+  // captured: most passes are graphs.
+  EXPECT_GE(replays, passes * 2 / 3);
+}
+
+TEST(CudaEagle3, DraftPassesReplayCapturedGraphs) {
+  if (cuda_device_count() == 0) GTEST_SKIP() << "no CUDA device";
+  draft_passes_replay_captured_graphs("eagle3");
+}
+
+TEST(CudaEagle, DraftPassesReplayCapturedGraphs) {
+  if (cuda_device_count() == 0) GTEST_SKIP() << "no CUDA device";
+  draft_passes_replay_captured_graphs("eagle");
 }
 
 constexpr size_t kSameFirstTokens = 16;

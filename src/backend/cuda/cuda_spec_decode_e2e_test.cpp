@@ -49,7 +49,9 @@ struct RunResult {
   int64_t drafts = 0, accepted = 0;
 };
 
-RunResult run(const std::string& config_path, const std::vector<PromptInput>& prompts, bool speculative) {
+// method: "ngram", or "draft_model" (the same config drafting for itself: the same dummy weights).
+RunResult run(const std::string& config_path, const std::vector<PromptInput>& prompts, bool speculative,
+              const std::string& method = "ngram", int max_tokens = 160) {
   RunResult res;
   EngineArgs a;
   a.model = config_path;
@@ -60,10 +62,14 @@ RunResult run(const std::string& config_path, const std::vector<PromptInput>& pr
   a.gpu_memory_utilization = 0.1;
   a.seed = 5;
   if (speculative) {
-    a.speculative.method = "ngram";
+    a.speculative.method = method;
     a.speculative.num_speculative_tokens = 4;
-    a.speculative.prompt_lookup_min = 1;
-    a.speculative.prompt_lookup_max = 3;
+    if (method == "draft_model") {
+      a.speculative.draft_model = config_path;
+    } else {
+      a.speculative.prompt_lookup_min = 1;
+      a.speculative.prompt_lookup_max = 3;
+    }
     setenv("KVASIR_TEST_SPEC_VERIFY_ALL_DRAFTS", "1", 1);
   }
   auto llm = LLM::create(a);
@@ -71,7 +77,7 @@ RunResult run(const std::string& config_path, const std::vector<PromptInput>& pr
   EXPECT_TRUE(llm.ok()) << llm.status().message();
   if (!llm.ok()) return res;
   SamplingParams sp;
-  sp.max_tokens = 160;  // enough verify steps at batch 1 to outnumber the eager ones (first sightings)
+  sp.max_tokens = max_tokens;  // 160: enough verify steps at batch 1 to outnumber the eager ones (first sightings)
   sp.ignore_eos = true;
   sp.temperature = 0.0f;
   auto out = (*llm)->generate(prompts, sp);
@@ -85,7 +91,7 @@ RunResult run(const std::string& config_path, const std::vector<PromptInput>& pr
   res.drafts = mt.spec_decode_num_drafts.load();
   res.accepted = mt.spec_decode_num_accepted_tokens.load();
   const std::string st = (*llm)->model().backend->stats();
-  std::printf("%s: %s\n", speculative ? "ngram" : "plain", st.c_str());
+  std::printf("%s: %s\n", speculative ? method.c_str() : "plain", st.c_str());
   const size_t at = st.find("device steps ");
   if (at != std::string::npos) {
     std::sscanf(st.c_str() + at, "device steps %lld (graph replays %lld", &res.device_steps, &res.graph_replays);
@@ -211,6 +217,44 @@ TEST(CudaSpecDecode, GreedyNgramFollowsPlainWithVerifyStepsReplayedAsGraphs) {
               static_cast<long long>(spec1.drafts), static_cast<long long>(spec1.accepted), spec1.device_steps,
               spec1.graph_replays);
   EXPECT_GT(spec1.drafts - eager_steps, 0) << "verify steps did not replay graphs";
+}
+
+// draft_model on the GPU: the draft's passes after the prompt (a verify step's accepted tokens,
+// then one-token passes) are padded one-query rows with greedy drafts sampled on the device
+// (runner/draft_pass_batch.h), so they replay graphs: a run of one request 2.5x longer adds many
+// verify steps (each with its draft passes) but few eager device steps (only the first sightings
+// of the longer block tables). Unpadded, every step's catch-up pass (multi-token queries) ran
+// eagerly. Outputs follow plain decoding as the ngram ones do.
+TEST(CudaSpecDecode, DraftModelPassesReplayGraphs) {
+  if (cuda_device_count() == 0) GTEST_SKIP() << "no CUDA device";
+  const std::string path = ::testing::TempDir() + "/kvasir_cuda_spec_draft_config.json";
+  {
+    FILE* f = std::fopen(path.c_str(), "w");
+    ASSERT_NE(f, nullptr);
+    std::fputs(kSpecLlamaConfig, f);
+    std::fclose(f);
+  }
+  std::vector<PromptInput> prompts(1);
+  for (int n = 0; n < 40; ++n) prompts[0].token_ids.push_back(3 + (n * 53) % 500);
+  const RunResult plain = run(path, prompts, false);
+  RunResult spec[2];
+  const int lengths[2] = {160, 400};
+  for (int i = 0; i < 2; ++i) {
+    spec[i] = run(path, prompts, true, "draft_model", lengths[i]);
+    ASSERT_EQ(spec[i].outputs.size(), 1u);
+    ASSERT_GT(spec[i].device_steps, 0) << "no step statistics in the backend's stats line";
+    std::printf("draft_model, %d tokens: %lld verify steps, %lld accepted; %lld device steps, %lld graph replays\n",
+                lengths[i], static_cast<long long>(spec[i].drafts), static_cast<long long>(spec[i].accepted),
+                spec[i].device_steps, spec[i].graph_replays);
+    EXPECT_GT(spec[i].drafts, 0);
+  }
+  const size_t same = common_prefix(spec[0].outputs[0], plain.outputs[0]);
+  std::printf("draft_model: %zu of 160 tokens equal plain before any difference\n", same);
+  EXPECT_GE(same, kSameFirstTokens);
+  const long long more_eager = (spec[1].device_steps - spec[1].graph_replays) - (spec[0].device_steps - spec[0].graph_replays);
+  const long long more_verify = spec[1].drafts - spec[0].drafts;
+  ASSERT_GT(more_verify, 10);
+  EXPECT_LT(more_eager * 2, more_verify) << "the draft's passes did not replay graphs";
 }
 
 }  // namespace

@@ -32,6 +32,13 @@ class DraftHead {
   // Greedy drafts: for each of `rows` of the last forward, the argmax token as a target id.
   // out: [num_rows] host.
   virtual Status greedy_target_tokens(const int32_t* rows, int num_rows, int32_t* out) = 0;
+
+  // What a proposer lays its passes out for: the backend's capabilities (graph replay wants
+  // padded decode shapes) and the workspace's bounds (tokens of one pass, rows of one
+  // greedy_target_tokens call).
+  virtual BackendCapabilities backend_capabilities() const = 0;
+  virtual int max_num_tokens() const = 0;
+  virtual int max_num_rows() const = 0;
 };
 
 // The one-layer KV cache of a head whose attention caches `shape`, in the backend's KV dtype.

@@ -43,6 +43,9 @@ class Eagle3Head final : public DraftHead {
   // Greedy drafts: for each of `rows` of the last forward, the target id of the draft
   // vocabulary's argmax. out: [num_rows] host; num_rows <= max_num_rows.
   Status greedy_target_tokens(const int32_t* rows, int num_rows, int32_t* out) override;
+  BackendCapabilities backend_capabilities() const override { return backend_.capabilities(); }
+  int max_num_tokens() const override { return max_num_tokens_; }
+  int max_num_rows() const override { return max_num_rows_; }
   // float32 logits over the draft vocabulary, [num_rows, draft_vocab_size] host (tests).
   Status draft_logits(const int32_t* rows, int num_rows, float* out);
   // The target id of draft id d.

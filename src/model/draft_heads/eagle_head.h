@@ -44,6 +44,9 @@ class EagleHead final : public DraftHead {
   Status forward(const ForwardBatch& batch, HiddenFrom from, const int32_t* hidden_rows, KvCache& cache) override;
   // out: [num_rows] host target ids; num_rows <= max_num_rows.
   Status greedy_target_tokens(const int32_t* rows, int num_rows, int32_t* out) override;
+  BackendCapabilities backend_capabilities() const override { return backend_.capabilities(); }
+  int max_num_tokens() const override { return max_num_tokens_; }
+  int max_num_rows() const override { return max_num_rows_; }
   // float32 logits over the target's vocabulary, [num_rows, vocab_size] host (tests).
   Status draft_logits(const int32_t* rows, int num_rows, float* out);
 
