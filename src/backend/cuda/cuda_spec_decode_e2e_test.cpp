@@ -37,6 +37,16 @@ const char* kSpecLlamaConfig = R"({"model_type": "llama", "hidden_size": 512, "i
 
 constexpr size_t kSameFirstTokens = 16;
 
+// kSpecLlamaConfig in the test's temporary directory under `name`; empty when it cannot be written.
+std::string write_spec_config(const std::string& name) {
+  const std::string path = ::testing::TempDir() + "/" + name;
+  FILE* f = std::fopen(path.c_str(), "w");
+  if (f == nullptr) return "";
+  std::fputs(kSpecLlamaConfig, f);
+  std::fclose(f);
+  return path;
+}
+
 size_t common_prefix(const std::vector<int32_t>& a, const std::vector<int32_t>& b) {
   size_t n = 0;
   while (n < a.size() && n < b.size() && a[n] == b[n]) ++n;
@@ -170,13 +180,8 @@ TEST(CudaSpecDecode, OneQueryRowsLayoutMatchesMultiTokenQueries) {
 
 TEST(CudaSpecDecode, GreedyNgramFollowsPlainWithVerifyStepsReplayedAsGraphs) {
   if (cuda_device_count() == 0) GTEST_SKIP() << "no CUDA device";
-  const std::string path = ::testing::TempDir() + "/kvasir_cuda_spec_config.json";
-  {
-    FILE* f = std::fopen(path.c_str(), "w");
-    ASSERT_NE(f, nullptr);
-    std::fputs(kSpecLlamaConfig, f);
-    std::fclose(f);
-  }
+  const std::string path = write_spec_config("kvasir_cuda_spec_config.json");
+  ASSERT_FALSE(path.empty());
   // Repetitive prompts of different lengths, so ngram finds matches from the first step.
   std::vector<PromptInput> prompts(6);
   std::mt19937 rng(17);
@@ -227,13 +232,8 @@ TEST(CudaSpecDecode, GreedyNgramFollowsPlainWithVerifyStepsReplayedAsGraphs) {
 // eagerly. Outputs follow plain decoding as the ngram ones do.
 TEST(CudaSpecDecode, DraftModelPassesReplayGraphs) {
   if (cuda_device_count() == 0) GTEST_SKIP() << "no CUDA device";
-  const std::string path = ::testing::TempDir() + "/kvasir_cuda_spec_draft_config.json";
-  {
-    FILE* f = std::fopen(path.c_str(), "w");
-    ASSERT_NE(f, nullptr);
-    std::fputs(kSpecLlamaConfig, f);
-    std::fclose(f);
-  }
+  const std::string path = write_spec_config("kvasir_cuda_spec_draft_config.json");
+  ASSERT_FALSE(path.empty());
   std::vector<PromptInput> prompts(1);
   for (int n = 0; n < 40; ++n) prompts[0].token_ids.push_back(3 + (n * 53) % 500);
   const RunResult plain = run(path, prompts, false);
