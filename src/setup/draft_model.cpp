@@ -47,10 +47,14 @@ Status check_same_vocabulary(const LoadedModel& target, const LoadedModel& draft
 StatusOr<LoadedDraftModel> load_draft_model(const EngineArgs& args, const LoadedModel& target, int target_kv_blocks) {
   LoadOptions lo = LoadOptions::from(args);
   lo.quantization.clear();  // the target's checkpoint format; the draft's own config says its own
-  lo.load_format = "auto";
-  lo.tokenizer.clear();
+  if (args.load_format != "dummy") {
+    lo.load_format = "auto";
+    lo.tokenizer.clear();
+  }
+  // With --load-format dummy (as vLLM) the draft too is a config.json with random weights, and it
+  // takes the target's --tokenizer: both then hold the same vocabulary.
   LoadedDraftModel d;
-  auto m = load_model(args.speculative.draft_model, lo);
+  auto m = load_model(args.speculative.draft_model, lo, &target.model->backend());
   if (!m.ok()) {
     return Status(m.status().code(), "--speculative-config: loading the draft model " + args.speculative.draft_model +
                                           ": " + m.status().message());

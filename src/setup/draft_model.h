@@ -26,7 +26,8 @@ int num_draft_kv_blocks(int target_kv_blocks, int block_size, int max_num_seqs, 
 Status check_same_vocabulary(const LoadedModel& target, const LoadedModel& draft);
 
 // Loads args.speculative.draft_model with the target's device and threads (not its
-// --quantization, which names the target's checkpoint format), checks the vocabulary and
+// --quantization, which names the target's checkpoint format; with --load-format dummy a
+// config.json with random weights and the target's --tokenizer), checks the vocabulary and
 // allocates num_draft_kv_blocks blocks.
 StatusOr<LoadedDraftModel> load_draft_model(const EngineArgs& args, const LoadedModel& target, int target_kv_blocks);
 

@@ -335,12 +335,15 @@ bool device_flag_selects_gpu(const std::string& device) {
   return device == "cuda";
 }
 
-StatusOr<std::unique_ptr<LoadedModel>> load_model(const std::string& path, const LoadOptions& opts) {
+StatusOr<std::unique_ptr<LoadedModel>> load_model(const std::string& path, const LoadOptions& opts, Backend* backend) {
   KVASIR_ASSIGN_OR_RETURN(std::unique_ptr<LoadedModel> m, load_model_without_weights(path, opts));
   const bool dummy = opts.load_format == "dummy";
-  KVASIR_ASSIGN_OR_RETURN(m->backend, make_backend(opts));
+  if (backend == nullptr) {
+    KVASIR_ASSIGN_OR_RETURN(m->backend, make_backend(opts));
+    backend = m->backend.get();
+  }
   if (dummy) {
-    const bool on_device = m->backend->device() != Device::kCpu;
+    const bool on_device = backend->device() != Device::kCpu;
     if (!on_device && m->quantization) {  // said before any host dummy is made (8B: 16 GB of them)
       return unimplemented(path + ": --load-format dummy with quant_method '" + m->quantization->method +
                            "' needs a GPU backend (--device cuda), which fills the packed codes itself");
@@ -348,8 +351,8 @@ StatusOr<std::unique_ptr<LoadedModel>> load_model(const std::string& path, const
     KVASIR_ASSIGN_OR_RETURN(m->weights, open_dummy_weights(dummy_weight_specs(m->config, on_device), 0x6b76, path));
   }
   KVASIR_RETURN_IF_ERROR(apply_quantization(*m, opts.quantization, dummy));
-  KVASIR_ASSIGN_OR_RETURN(m->model, DecoderModel::create(m->config, *m->weights, *m->backend, opts.model));
-  KVASIR_LOG_INFO("loaded %s: %s on %s", path.c_str(), m->config.to_string().c_str(), m->backend->name().c_str());
+  KVASIR_ASSIGN_OR_RETURN(m->model, DecoderModel::create(m->config, *m->weights, *backend, opts.model));
+  KVASIR_LOG_INFO("loaded %s: %s on %s", path.c_str(), m->config.to_string().c_str(), backend->name().c_str());
   return m;
 }
 

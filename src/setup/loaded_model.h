@@ -67,7 +67,11 @@ struct LoadedModel {
 
 // With load_format "dummy", `path` is an HF config.json (or a directory holding one) and the
 // weights are deterministic random values (initialised on the device for a GPU backend).
-StatusOr<std::unique_ptr<LoadedModel>> load_model(const std::string& path, const LoadOptions& opts);
+// `backend`: run on this one (another model's, which outlives this one; `backend` of the result
+// stays null) instead of a backend of its own made from opts (a draft model shares the target's
+// device, stream and step queue).
+StatusOr<std::unique_ptr<LoadedModel>> load_model(const std::string& path, const LoadOptions& opts,
+                                                  Backend* backend = nullptr);
 
 // Whether --device (auto | cpu | cuda) puts the model on a GPU, as make_backend decides: cuda, or
 // auto with a CUDA device present (for a process that makes no backend, the multiprocess front).

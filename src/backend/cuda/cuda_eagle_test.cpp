@@ -254,7 +254,8 @@ void draft_passes_replay_captured_graphs(const std::string& method) {
   ASSERT_EQ(drafts.size(), static_cast<size_t>(k));
   // Verify steps that keep the first draft, then a bonus token: 2 accepted positions each.
   int64_t replays = 0, passes = 0;
-  for (int step = 0; step < 12; ++step) {
+  constexpr int kSteps = 24;  // positions up to 63: the 16 target blocks of 4 the Side's forward uses
+  for (int step = 0; step < kSteps; ++step) {
     const int32_t pos = static_cast<int32_t>(history.size()) - 1;
     std::vector<int32_t> verify = {history.back()};
     verify.insert(verify.end(), drafts.begin(), drafts.end());
@@ -270,11 +271,13 @@ void draft_passes_replay_captured_graphs(const std::string& method) {
   }
   std::printf("%s: %lld of %lld head passes ran as graphs; %s\n", method.c_str(), static_cast<long long>(replays),
               static_cast<long long>(passes), gpu.backend->stats().c_str());
-  EXPECT_EQ(passes, 12 * k);
-  EXPECT_EQ(gpu.proposer->num_one_query_passes(), gpu.proposer->num_forward_passes() - 1) << "only the prompt's pass is multi-token";
-  // Each shape (first pass / one-token pass, block table width) runs eagerly once, then is
-  // captured: most passes are graphs.
-  EXPECT_GE(replays, passes * 2 / 3);
+  EXPECT_EQ(passes, kSteps * k);
+  // The prompt's 12 tokens are a short run too.
+  EXPECT_EQ(gpu.proposer->num_one_query_passes(), gpu.proposer->num_forward_passes());
+  // Each shape (first pass / one-token pass, block table width, the head's double-buffered
+  // hidden states) runs eagerly once, then is captured: most passes are graphs. Unpadded, every
+  // step's first pass (2 tokens of one sequence: prefill attention) ran eagerly: at most 2/3.
+  EXPECT_GE(replays * 4, passes * 3);
 }
 
 TEST(CudaEagle3, DraftPassesReplayCapturedGraphs) {
