@@ -4,7 +4,10 @@
 // k - 1 one-token draft passes, batched over the sequences), timed apart from the target's step
 // (each head pass ends in a read-back of its greedy ids, so its time is the device's too). The
 // drafts are not verified (the bench's decode stays the plain greedy one): this measures what a
-// step's drafting costs, not what it saves; bench throughput measures acceptance.
+// step's drafting costs, not what it saves; bench throughput measures acceptance. With
+// --num-speculative-tokens-forced K the decode steps are K-draft verify steps that commit all
+// 1 + K positions, so the head's first pass each step covers 1 + K tokens per sequence: the
+// drafting cost at full acceptance.
 #pragma once
 
 #include <cstdint>

@@ -8,7 +8,8 @@ namespace kvasir {
 
 StatusOr<ForcedVerifyResult> run_forced_verify_decode(DecoderModel& model, KvCache& cache, ContiguousBatch& cb,
                                                       std::vector<int32_t> last, std::vector<int32_t> next,
-                                                      int num_steps, int num_drafts, bool device) {
+                                                      int num_steps, int num_drafts, bool device,
+                                                      const ForcedVerifyStepFn& after_step) {
   const int B = static_cast<int>(next.size()), K = num_drafts, rows = B * (1 + K);
   if (rows > model.max_num_logits()) return invalid_argument("forced verify: batch * (1 + K) rows exceed the logits workspace");
   const size_t vocab = static_cast<size_t>(model.config().vocab_size);
@@ -57,6 +58,7 @@ StatusOr<ForcedVerifyResult> run_forced_verify_decode(DecoderModel& model, KvCac
     }
     res.draft_tokens += int64_t{B} * K;
     ++res.steps;
+    if (after_step) KVASIR_RETURN_IF_ERROR(after_step(step, next));
   }
   return res;
 }

@@ -13,6 +13,7 @@
 #pragma once
 
 #include <cstdint>
+#include <functional>
 #include <vector>
 
 #include "common/status.h"
@@ -30,8 +31,14 @@ struct ForcedVerifyResult {
 // After the prefill of `cb`'s sequences: `last[s]` = sequence s's last prompt token, `next[s]` =
 // its greedy next token. Runs `num_steps` verify steps of num_drafts drafts per sequence.
 // device: sample and verify on the device (the backend has device sampling); else host argmax.
+// after_step (optional): called after each step with the 1 + K tokens each sequence committed
+// and the token after them (what a proposer that drafts from the step is handed: an EAGLE head's
+// pass over the step's 1 + K accepted positions, as at full acceptance).
+using ForcedVerifyStepFn =
+    std::function<Status(const std::vector<std::vector<int32_t>>& committed, const std::vector<int32_t>& next)>;
 StatusOr<ForcedVerifyResult> run_forced_verify_decode(DecoderModel& model, KvCache& cache, ContiguousBatch& cb,
                                                       std::vector<int32_t> last, std::vector<int32_t> next,
-                                                      int num_steps, int num_drafts, bool device);
+                                                      int num_steps, int num_drafts, bool device,
+                                                      const ForcedVerifyStepFn& after_step = {});
 
 }  // namespace kvasir

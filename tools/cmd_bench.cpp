@@ -102,11 +102,6 @@ int bench_latency(const Args& a, const EngineArgs& ea) {
     std::fprintf(stderr, "kvasir bench latency: --num-speculative-tokens-forced must be in [0, 64]\n");
     return 2;
   }
-  if (K > 0 && eagle_head) {
-    std::fprintf(stderr, "kvasir bench latency: --num-speculative-tokens-forced and --speculative-config %s are two "
-                         "separate measurements; pass one\n", method.c_str());
-    return 2;
-  }
   const int rows_per_step = B * (1 + K);
   LoadOptions lo = LoadOptions::from(ea);
   lo.model.max_num_tokens = std::max(rows_per_step, std::min(B * I, ea.max_num_batched_tokens));
@@ -192,8 +187,25 @@ int bench_latency(const Args& a, const EngineArgs& ea) {
         last[static_cast<size_t>(s)] = prompts[static_cast<size_t>(s)].back();
         first[static_cast<size_t>(s)] = next[static_cast<size_t>(s)][0];
       }
+      // With a head: after each verify step it drafts from the step's 1 + K committed positions
+      // (an EAGLE step at full acceptance: its first pass is 1 + K tokens per sequence).
+      int position = I;
+      ForcedVerifyStepFn after_step;
+      if (head_bench) {
+        after_step = [&](const std::vector<std::vector<int32_t>>& committed, const std::vector<int32_t>& after) {
+          for (int s = 0; s < B; ++s) {
+            auto& h = histories[static_cast<size_t>(s)];
+            const auto& c = committed[static_cast<size_t>(s)];
+            h.insert(h.end(), c.begin() + 1, c.end());  // c[0] is already the history's last token
+            h.push_back(after[static_cast<size_t>(s)]);
+          }
+          head_bench->after_pass(histories, position, 1 + K, true, true);
+          position += 1 + K;
+          return Status();
+        };
+      }
       auto r = run_forced_verify_decode(*lm.model, *cache, cb, last, first, steps, K,
-                                        device_greedy && lm.backend->supports_device_sampling());
+                                        device_greedy && lm.backend->supports_device_sampling(), after_step);
       if (!r.ok()) {
         std::fprintf(stderr, "kvasir bench latency: %s\n", r.status().message().c_str());
         return 1;
@@ -268,11 +280,11 @@ int bench_latency(const Args& a, const EngineArgs& ea) {
     // The decode line above is target plus head (the steps a speculating engine runs); this one
     // splits it. Without speculation a step costs what the target part costs.
     const int k = ea.speculative.num_speculative_tokens;
-    head_ms_per_step = decode_head_s_total / static_cast<double>(decode_target_s.size()) / O * 1e3;
-    target_ms_per_step = median(decode_target_s) / O * 1e3;
+    head_ms_per_step = decode_head_s_total / static_cast<double>(decode_target_s.size()) / steps * 1e3;
+    target_ms_per_step = median(decode_target_s) / steps * 1e3;
     std::printf("%s head: %.3f ms per decode step (k = %d: 1 pass over the step's %d tokens + %d one-token draft "
                 "passes, %.3f ms per draft token) beside %.3f ms for the target's step; head / target %.2f\n",
-                method.c_str(), head_ms_per_step, k, B, k - 1, head_ms_per_step / k, target_ms_per_step,
+                method.c_str(), head_ms_per_step, k, B * (1 + K), k - 1, head_ms_per_step / k, target_ms_per_step,
                 target_ms_per_step > 0 ? head_ms_per_step / target_ms_per_step : 0.0);
   }
   if (const std::string st = lm.backend->stats(); !st.empty()) std::printf("%s\n", st.c_str());
@@ -414,7 +426,9 @@ void usage() {
                "                            [--num-speculative-tokens-forced K]  (test only: every decode step\n"
                "                            verifies K drafts and commits them all, to time a K-draft verify step)\n"
                "                            [--speculative-config '{\"method\": \"eagle3\"|\"eagle\", ...}']  (times the\n"
-               "                            EAGLE head's drafting per decode step beside the target's step)\n"
+               "                            EAGLE head's drafting per decode step beside the target's step; with\n"
+               "                            --num-speculative-tokens-forced, its drafting from each step's 1 + K\n"
+               "                            committed tokens, as at full acceptance)\n"
                "       kvasir bench throughput [--num-prompts 64] [--input-len 128] [--output-len 128]\n"
                "                            [--prompts-file F.jsonl] [--output-json F] [--no-ignore-eos]\n"
                "                            [engine options]  (--no-ignore-eos: requests end at EOS or --output-len)\n"
