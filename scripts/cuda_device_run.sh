@@ -42,8 +42,8 @@
 # (CudaEagle3.*, CudaEagle.*, CudaSpecDecode.DraftModel*), then A/B by KVASIR_TEST_DRAFT_PASSES_UNPADDED
 # (1: the proposers' passes unpadded, as before they were graph-replayable), KVASIR_DG_ROUNDS (2)
 # interleaved rounds: the EAGLE-3 and EAGLE-1 heads' ms per decode step at full acceptance (bench
-# latency, k = 3 forced verify steps, batch 1 and 16), and draft_model end to end at batch 1
-# (configs/llama-3.2-1b.json, and the 8B drafting for itself, k = 4, every draft verified).
+# latency, k = 3 forced verify steps, batch 1 and 16), and draft_model's (configs/llama-3.2-1b.json,
+# k = 4) at batch 1, at plain and at forced verify steps.
 # Stage eagle (EAGLE-1/2 heads): CudaEagle.* (the same two tests with the EAGLE-1 head), then bench
 # latency with the dummy EAGLE-1 head (configs/eagle-llama-3-8b.json, k = 3) at batch 1 and 16.
 # Stage fiprefill (issue 19): FlashInfer's SM90 prefill against our kernel: op tests on both paths,
@@ -475,7 +475,6 @@ if has draftgraphs; then
   e3='{"method":"eagle3","model":"configs/eagle3-llama-3.1-8b.json","num_speculative_tokens":3}'
   e1='{"method":"eagle","model":"configs/eagle-llama-3-8b.json","num_speculative_tokens":3}'
   dm='{"method":"draft_model","model":"configs/llama-3.2-1b.json","num_speculative_tokens":4}'
-  ds='{"method":"draft_model","model":"configs/llama-3.1-8b.json","num_speculative_tokens":4}'
   for round in $(seq 1 "${KVASIR_DG_ROUNDS:-2}"); do
     # Heads at full acceptance: every step a k = 3 verify that commits all 4 positions, the head's
     # first pass then 4 tokens per sequence (f3: the same verify steps without a head).
@@ -492,18 +491,26 @@ if has draftgraphs; then
         note "dg r$round b$b $mode: rc=$? $(grep -hE '^(decode:|eagle3? head:)' "$log" | tr '\n' ' ' | cut -c1-300)"
       done
     done
-    # draft_model end to end, every draft verified: the 1B shape (random weights: drafts rejected,
-    # catch-up passes of 1 token) and the 8B drafting for itself (the same dummy weights: drafts
-    # accepted, catch-up passes of 1 + accepted tokens).
-    for mode in plain dm dmu ds dsu; do
-      log="$OUT/dg_tp_b1_${mode}_$round.log"
-      cfg=(); unp=0
-      case $mode in dm*) cfg=(--speculative-config "$dm") ;; ds*) cfg=(--speculative-config "$ds") ;; esac
+    # draft_model (configs/llama-3.2-1b.json drafting k = 4 for the 8B): its cost per decode step
+    # beside the target's (bench latency), at plain decode steps (catch-up of 1 token) and at full
+    # acceptance (k = 4 forced verify steps: catch-up of 5 tokens), padded and not.
+    for mode in dm dmf dmfu; do
+      log="$OUT/dg_lat_b1_${mode}_$round.log"
+      cfg=(--speculative-config "$dm"); unp=0
+      [[ $mode == *f* ]] && cfg+=(--num-speculative-tokens-forced 4)
       [[ $mode == *u ]] && unp=1
-      KVASIR_TEST_SPEC_VERIFY_ALL_DRAFTS=1 KVASIR_TEST_DRAFT_PASSES_UNPADDED=$unp timeout 200 "$bin/kvasir" bench throughput \
-        --model configs/llama-3.1-8b.json --load-format dummy --device cuda --num-prompts 1 --max-num-seqs 1 \
-        --input-len 128 --output-len 256 "${cfg[@]}" >"$log" 2>&1
-      note "dg r$round b1 $mode: rc=$? $(grep -E '^Throughput' "$log") $(grep -oE 'mean acceptance length [0-9.]+' "$log") $(grep -hoE 'device steps [0-9]+ \(graph replays [0-9]+' "$log" | head -1)"
+      KVASIR_TEST_DRAFT_PASSES_UNPADDED=$unp timeout 150 "$bin/kvasir" bench latency --model configs/llama-3.1-8b.json \
+        --load-format dummy --device cuda --input-len 128 --output-len 128 --num-iters 3 --batch-size 1 "${cfg[@]}" >"$log" 2>&1
+      note "dg r$round b1 $mode: rc=$? $(grep -hE '^(decode:|draft_model model:)' "$log" | tr '\n' ' ' | cut -c1-300) $(tail -1 "$log" | grep -i error)"
+    done
+    # End to end through the engine at the default --gpu-memory-utilization (the draft's cache
+    # planned into the budget), the draft budget deciding.
+    for mode in plain dm; do
+      log="$OUT/dg_tp_b1_${mode}_$round.log"
+      cfg=(); [[ $mode == dm ]] && cfg=(--speculative-config "$dm")
+      timeout 200 "$bin/kvasir" bench throughput --model configs/llama-3.1-8b.json --load-format dummy --device cuda \
+        --num-prompts 1 --max-num-seqs 1 --input-len 128 --output-len 256 "${cfg[@]}" >"$log" 2>&1
+      note "dg r$round b1 tp $mode: rc=$? $(grep -E '^Throughput' "$log") $(grep -oE '[0-9]+ draft tokens' "$log" | head -1) $(grep -hoE 'device steps [0-9]+ \(graph replays [0-9]+' "$log" | head -1) $(grep -hE 'KV budget|KV cache size' "$log" | tr '\n' ' ' | cut -c1-250) $(tail -1 "$log" | grep -i error)"
     done
   done
 fi

@@ -1,7 +1,5 @@
 #include "bench_eagle_head.h"
 
-#include <chrono>
-
 namespace kvasir {
 
 BenchEagleHead::BenchEagleHead(DraftHead& head, KvCache& cache, int batch_size, int num_speculative_tokens)
@@ -10,21 +8,17 @@ BenchEagleHead::BenchEagleHead(DraftHead& head, KvCache& cache, int batch_size, 
   drafts_.resize(static_cast<size_t>(batch_size));
 }
 
-void BenchEagleHead::after_pass(const std::vector<std::vector<int32_t>>& histories, int first_position, int n, bool draft,
-                             bool decode) {
+int64_t BenchEagleHead::propose(const std::vector<std::vector<int32_t>>& histories, int first_position, int n,
+                                bool draft) {
   rows_.clear();
   for (int s = 0; s < batch_size_; ++s) {
     rows_.push_back(EagleStepRow{ids_[static_cast<size_t>(s)], histories[static_cast<size_t>(s)], first_position, n,
                                   s * n, draft ? k_ : 0, &drafts_[static_cast<size_t>(s)]});
   }
-  const auto t0 = std::chrono::steady_clock::now();
   proposer_.run_step(rows_);
-  const double s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
-  for (const auto& d : drafts_) drafts_proposed_ += static_cast<int64_t>(d.size());
-  if (decode) {
-    ++decode_steps_;
-    decode_head_s_ += s;
-  }
+  int64_t made = 0;
+  for (const auto& d : drafts_) made += static_cast<int64_t>(d.size());
+  return made;
 }
 
 void BenchEagleHead::finish_all() {

@@ -10,11 +10,13 @@
 #include <string>
 #include <vector>
 
+#include "setup/draft_model.h"
 #include "setup/eagle_head_setup.h"
 #include "setup/loaded_model.h"
 #include "api/remote_replica.h"
 #include "api/tensor_parallel_group.h"
 #include "args.h"
+#include "bench_draft_model.h"
 #include "bench_eagle_head.h"
 #include "bench_forced_verify.h"
 #include "commands.h"
@@ -74,16 +76,18 @@ StatusOr<std::vector<std::string>> read_prompt_texts(const std::string& path) {
 int bench_latency(const Args& a, const EngineArgs& ea) {
   // The latency bench drives the model step by step without the engine loop, so a flag of the
   // engine loop would be accepted and do nothing: refuse it instead.
-  // eagle and eagle3 are the speculative methods timed here (bench_eagle_head.h): the head's cost
-  // per step.
+  // eagle, eagle3 and draft_model are the speculative methods timed here (bench_drafter.h): the
+  // drafting model's cost per step.
   const std::string& method = ea.speculative.method;
   const bool eagle_head = method == "eagle" || method == "eagle3";
-  if (ea.async_scheduling.value_or(false) || ea.disable_async_output_proc || (ea.speculative.enabled() && !eagle_head)) {
+  const bool draft_model = method == "draft_model";
+  if (ea.async_scheduling.value_or(false) || ea.disable_async_output_proc ||
+      (ea.speculative.enabled() && !eagle_head && !draft_model)) {
     std::fprintf(stderr, "kvasir bench latency: %s is not supported here (this bench runs the model without the "
                          "engine loop); use bench throughput\n",
                  ea.async_scheduling.value_or(false) ? "--async-scheduling"
                  : ea.disable_async_output_proc ? "--disable-async-output-proc"
-                                                 : "--speculative-config other than method eagle / eagle3");
+                                                 : "--speculative-config other than method eagle / eagle3 / draft_model");
     return 2;
   }
   auto in_len = a.get_int("input-len", 128), out_len = a.get_int("output-len", 128);
@@ -124,8 +128,9 @@ int bench_latency(const Args& a, const EngineArgs& ea) {
     std::fprintf(stderr, "kvasir bench latency: %s\n", cache.status().message().c_str());
     return 1;
   }
-  std::unique_ptr<BenchEagleHead> head_bench;
+  std::unique_ptr<BenchDrafter> head_bench;
   LoadedEagleHead head;
+  LoadedDraftModel draft;
   if (eagle_head) {
     auto h = load_eagle_head(ea, lm, layout.num_blocks_needed());
     if (!h.ok()) {
@@ -134,6 +139,15 @@ int bench_latency(const Args& a, const EngineArgs& ea) {
     }
     head = std::move(*h);
     head_bench = std::make_unique<BenchEagleHead>(*head.head, *head.cache, B, ea.speculative.num_speculative_tokens);
+  } else if (draft_model) {
+    auto d = load_draft_model(ea, lm, layout.num_blocks_needed());
+    if (!d.ok()) {
+      std::fprintf(stderr, "kvasir bench latency: %s\n", d.status().message().c_str());
+      return 1;
+    }
+    draft = std::move(*d);
+    head_bench = std::make_unique<BenchDraftModel>(*draft.model->model, *draft.cache, lo.model.max_num_tokens, B,
+                                                   ea.speculative.num_speculative_tokens, I);
   }
   double decode_head_s_total = 0;
   std::vector<double> decode_target_s;
@@ -179,7 +193,7 @@ int bench_latency(const Args& a, const EngineArgs& ea) {
       const int last_off = (I - 1) / chunk * chunk;
       head_bench->after_pass(histories, last_off, I - last_off, true, false);
     }
-    const double head_s_before = head_bench ? head_bench->decode_head_s() : 0.0;
+    const double head_s_before = head_bench ? head_bench->decode_s() : 0.0;
     auto t1 = Clock::now();
     if (K > 0) {
       std::vector<int32_t> last(static_cast<size_t>(B)), first(static_cast<size_t>(B));
@@ -251,7 +265,7 @@ int bench_latency(const Args& a, const EngineArgs& ea) {
     auto t2 = Clock::now();
     if (head_bench) head_bench->finish_all();
     if (it >= *warm) {
-      const double head_s = head_bench ? head_bench->decode_head_s() - head_s_before : 0.0;
+      const double head_s = head_bench ? head_bench->decode_s() - head_s_before : 0.0;
       prefill_s.push_back(std::chrono::duration<double>(t1 - t0).count());
       decode_s.push_back(std::chrono::duration<double>(t2 - t1).count());
       decode_target_s.push_back(decode_s.back() - head_s);
@@ -282,9 +296,10 @@ int bench_latency(const Args& a, const EngineArgs& ea) {
     const int k = ea.speculative.num_speculative_tokens;
     head_ms_per_step = decode_head_s_total / static_cast<double>(decode_target_s.size()) / steps * 1e3;
     target_ms_per_step = median(decode_target_s) / steps * 1e3;
-    std::printf("%s head: %.3f ms per decode step (k = %d: 1 pass over the step's %d tokens + %d one-token draft "
-                "passes, %.3f ms per draft token) beside %.3f ms for the target's step; head / target %.2f\n",
-                method.c_str(), head_ms_per_step, k, B * (1 + K), k - 1, head_ms_per_step / k, target_ms_per_step,
+    std::printf("%s %s: %.3f ms per decode step (k = %d: 1 pass over the step's %d tokens + %d one-token draft "
+                "passes, %.3f ms per draft token) beside %.3f ms for the target's step; %s / target %.2f\n",
+                method.c_str(), draft_model ? "model" : "head", head_ms_per_step, k, B * (1 + K), k - 1,
+                head_ms_per_step / k, target_ms_per_step, draft_model ? "draft" : "head",
                 target_ms_per_step > 0 ? head_ms_per_step / target_ms_per_step : 0.0);
   }
   if (const std::string st = lm.backend->stats(); !st.empty()) std::printf("%s\n", st.c_str());

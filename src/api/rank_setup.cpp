@@ -143,7 +143,14 @@ StatusOr<RankSetup> set_up_rank(const EngineArgs& args, TensorParallelProcesses*
   }
   KVASIR_ASSIGN_OR_RETURN(r.model, load_model(args.model.empty() ? default_model_path() : args.model, lo));
   r.max_model_len = resolve_max_model_len(args, r.model->config);
-  KVASIR_ASSIGN_OR_RETURN(r.num_kv_blocks, plan_num_kv_blocks(*r.model, args));
+  // A draft model loads before the target's cache is planned: its weights are then in use, and on
+  // a device its cache shares the target's budget.
+  CompanionKv companion;
+  if (args.speculative.method == "draft_model") {
+    KVASIR_ASSIGN_OR_RETURN(r.draft, load_draft_model(args, *r.model));
+    companion = draft_kv_companion(r.draft, args);
+  }
+  KVASIR_ASSIGN_OR_RETURN(r.num_kv_blocks, plan_num_kv_blocks(*r.model, args, companion));
   if (tp != nullptr) {
     KVASIR_ASSIGN_OR_RETURN(r.num_kv_blocks, agree_num_kv_blocks(*tp->comm, r.num_kv_blocks));
   }
@@ -161,7 +168,7 @@ StatusOr<RankSetup> set_up_rank(const EngineArgs& args, TensorParallelProcesses*
   rc.speculative = args.speculative;
   DraftModelRef draft;
   if (args.speculative.method == "draft_model") {
-    KVASIR_ASSIGN_OR_RETURN(r.draft, load_draft_model(args, *r.model, r.num_kv_blocks));
+    KVASIR_RETURN_IF_ERROR(allocate_draft_kv_cache(r.draft, args, r.num_kv_blocks));
     draft = DraftModelRef{r.draft.model->model.get(), r.draft.cache.get(), args.max_num_batched_tokens};
   } else if (args.speculative.method == "eagle" || args.speculative.method == "eagle3") {
     KVASIR_ASSIGN_OR_RETURN(r.eagle_head, load_eagle_head(args, *r.model, r.num_kv_blocks));

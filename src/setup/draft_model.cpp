@@ -44,7 +44,7 @@ Status check_same_vocabulary(const LoadedModel& target, const LoadedModel& draft
   return Status();
 }
 
-StatusOr<LoadedDraftModel> load_draft_model(const EngineArgs& args, const LoadedModel& target, int target_kv_blocks) {
+StatusOr<LoadedDraftModel> load_draft_model(const EngineArgs& args, const LoadedModel& target) {
   LoadOptions lo = LoadOptions::from(args);
   lo.quantization.clear();  // the target's checkpoint format; the draft's own config says its own
   if (args.load_format != "dummy") {
@@ -61,6 +61,18 @@ StatusOr<LoadedDraftModel> load_draft_model(const EngineArgs& args, const Loaded
   }
   d.model = std::move(*m);
   KVASIR_RETURN_IF_ERROR(check_same_vocabulary(target, *d.model));
+  return d;
+}
+
+CompanionKv draft_kv_companion(const LoadedDraftModel& draft, const EngineArgs& args) {
+  CompanionKv c;
+  c.bytes_per_block = static_cast<int64_t>(draft.model->model->kv_cache_bytes_per_block(args.block_size));
+  c.fixed_bytes = c.bytes_per_block * num_draft_kv_blocks(0, args.block_size, args.max_num_seqs,
+                                                          args.speculative.num_speculative_tokens);
+  return c;
+}
+
+Status allocate_draft_kv_cache(LoadedDraftModel& d, const EngineArgs& args, int target_kv_blocks) {
   const int blocks = num_draft_kv_blocks(target_kv_blocks, args.block_size, args.max_num_seqs,
                                          args.speculative.num_speculative_tokens);
   d.cache = std::make_unique<KvCache>();
@@ -68,6 +80,12 @@ StatusOr<LoadedDraftModel> load_draft_model(const EngineArgs& args, const Loaded
   KVASIR_LOG_INFO("draft model %s: %d KV blocks of %d tokens (%.1f MiB)", args.speculative.draft_model.c_str(), blocks,
                   args.block_size,
                   static_cast<double>(d.model->model->kv_cache_bytes_per_block(args.block_size)) * blocks / (1 << 20));
+  return Status();
+}
+
+StatusOr<LoadedDraftModel> load_draft_model(const EngineArgs& args, const LoadedModel& target, int target_kv_blocks) {
+  KVASIR_ASSIGN_OR_RETURN(LoadedDraftModel d, load_draft_model(args, target));
+  KVASIR_RETURN_IF_ERROR(allocate_draft_kv_cache(d, args, target_kv_blocks));
   return d;
 }
 

@@ -7,6 +7,7 @@
 
 #include "model/kv_cache.h"
 #include "setup/engine_args.h"
+#include "setup/kv_cache_sizing.h"
 #include "setup/loaded_model.h"
 
 namespace kvasir {
@@ -25,10 +26,16 @@ int num_draft_kv_blocks(int target_kv_blocks, int block_size, int max_num_seqs, 
 // logits width, the tokenizer's size, BOS/EOS ids, or the ids a few probe strings encode to.
 Status check_same_vocabulary(const LoadedModel& target, const LoadedModel& draft);
 
-// Loads args.speculative.draft_model with the target's device and threads (not its
-// --quantization, which names the target's checkpoint format; with --load-format dummy a
-// config.json with random weights and the target's --tokenizer), checks the vocabulary and
-// allocates num_draft_kv_blocks blocks.
+// Loads args.speculative.draft_model onto the target's backend (not with its --quantization,
+// which names the target's checkpoint format; with --load-format dummy a config.json with random
+// weights and the target's --tokenizer) and checks the vocabulary; no cache yet. Load it before
+// the target's KV cache is planned, so its weights count as in use, and plan with
+// draft_kv_companion: on a device the draft's cache shares the target's budget.
+StatusOr<LoadedDraftModel> load_draft_model(const EngineArgs& args, const LoadedModel& target);
+CompanionKv draft_kv_companion(const LoadedDraftModel& draft, const EngineArgs& args);
+// Allocates the draft's num_draft_kv_blocks blocks for a target cache of target_kv_blocks.
+Status allocate_draft_kv_cache(LoadedDraftModel& draft, const EngineArgs& args, int target_kv_blocks);
+// Both: load, then allocate (the target's cache already planned without the draft).
 StatusOr<LoadedDraftModel> load_draft_model(const EngineArgs& args, const LoadedModel& target, int target_kv_blocks);
 
 }  // namespace kvasir

@@ -80,13 +80,21 @@ StatusOr<int64_t> device_kv_cache_bytes(LoadedModel& lm, const EngineArgs& args)
   return budget - used - kHeadroom;
 }
 
-StatusOr<int> plan_num_kv_blocks(LoadedModel& lm, const EngineArgs& args) {
+StatusOr<int> plan_num_kv_blocks(LoadedModel& lm, const EngineArgs& args, const CompanionKv& companion) {
   const auto per_block = static_cast<int64_t>(lm.model->kv_cache_bytes_per_block(args.block_size));
-  int64_t kv_bytes = args.kv_cache_memory;
+  int64_t kv_bytes = args.kv_cache_memory, budget_per_block = per_block;
   if (lm.backend->device() != Device::kCpu) {
     KVASIR_ASSIGN_OR_RETURN(kv_bytes, device_kv_cache_bytes(lm, args));
+    if (companion.bytes_per_block > 0 || companion.fixed_bytes > 0) {
+      KVASIR_LOG_INFO("KV budget %.2f GiB shared with the draft's cache (%lld bytes per block beside the target's %lld, "
+                      "%.1f MiB fixed)", static_cast<double>(kv_bytes) / (1 << 30),
+                      static_cast<long long>(companion.bytes_per_block), static_cast<long long>(per_block),
+                      static_cast<double>(companion.fixed_bytes) / (1 << 20));
+    }
+    kv_bytes -= companion.fixed_bytes;
+    budget_per_block += companion.bytes_per_block;
   }
-  KVASIR_ASSIGN_OR_RETURN(const int blocks, num_kv_blocks_for_budget(kv_bytes, per_block));
+  KVASIR_ASSIGN_OR_RETURN(const int blocks, num_kv_blocks_for_budget(kv_bytes, budget_per_block));
   // vLLM's "KV cache size: N tokens" line: what --kv-cache-dtype buys (fp8 holds twice bf16's).
   KVASIR_LOG_INFO("KV cache size: %lld tokens (%d blocks of %d, %s, %lld bytes per token over all layers)",
                   static_cast<long long>(kv_cache_capacity_tokens(blocks, args.block_size)), blocks, args.block_size,

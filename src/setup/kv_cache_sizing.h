@@ -38,7 +38,16 @@ StatusOr<int> num_kv_blocks_for_budget(int64_t kv_bytes, int64_t bytes_per_block
 // scratch, goes to the cache. ResourceExhausted when nothing is left.
 StatusOr<int64_t> device_kv_cache_bytes(LoadedModel& model, const EngineArgs& args);
 
+// KV cache another model keeps beside the target's (a draft model's: one draft block per target
+// block, plus fixed blocks for its unverified drafts), planned into a device's budget.
+struct CompanionKv {
+  int64_t bytes_per_block = 0;  // per target block
+  int64_t fixed_bytes = 0;
+};
+
 // The number of KV blocks for `model` under `args`: the CPU budget, or the device's measured one.
-StatusOr<int> plan_num_kv_blocks(LoadedModel& model, const EngineArgs& args);
+// On a device the companion's cache shares that budget (the target gets fewer blocks); on the CPU
+// --kv-cache-memory is the target's alone and the companion's cache comes on top.
+StatusOr<int> plan_num_kv_blocks(LoadedModel& model, const EngineArgs& args, const CompanionKv& companion = {});
 
 }  // namespace kvasir

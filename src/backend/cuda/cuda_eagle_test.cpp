@@ -23,6 +23,7 @@
 
 #include "backend/cpu/cpu_backend.h"
 #include "backend/cuda/cuda_backend.h"
+#include "backend/cuda/cuda_test_util.h"
 #include "common/mapped_file.h"
 #include "engine/engine.h"
 #include "engine/engine_group.h"
@@ -230,14 +231,6 @@ TEST(CudaEagle, HeadAndProposerMatchTheCpuTwin) {
   head_and_proposer_match_the_cpu_twin("eagle");
 }
 
-// The step queue's counters from CudaBackend::stats(): graph replays (captures included).
-int64_t graph_steps(const Backend& b) {
-  long long steps = 0, graphs = 0;
-  const std::string st = b.stats();
-  EXPECT_EQ(std::sscanf(st.c_str(), "device steps %lld (graph replays %lld", &steps, &graphs), 2) << st;
-  return graphs;
-}
-
 void draft_passes_replay_captured_graphs(const std::string& method) {
   Side gpu;
   auto g = create_cuda_backend(CudaBackendOptions{});
@@ -262,11 +255,11 @@ void draft_passes_replay_captured_graphs(const std::string& method) {
     gpu.forward(verify, pos);
     history.push_back(drafts[0]);
     history.push_back(static_cast<int32_t>(100 + step));
-    const int64_t g0 = graph_steps(*gpu.backend), p0 = gpu.proposer->num_forward_passes();
+    const int64_t g0 = cuda_test::step_counts(*gpu.backend).graph_replays, p0 = gpu.proposer->num_forward_passes();
     EagleStepRow row{"r", history, pos, 2, 0, k, &drafts};
     gpu.proposer->run_step(std::span<const EagleStepRow>(&row, 1));
     ASSERT_EQ(drafts.size(), static_cast<size_t>(k));
-    replays += graph_steps(*gpu.backend) - g0;
+    replays += cuda_test::step_counts(*gpu.backend).graph_replays - g0;
     passes += gpu.proposer->num_forward_passes() - p0;
   }
   std::printf("%s: %lld of %lld head passes ran as graphs; %s\n", method.c_str(), static_cast<long long>(replays),

@@ -19,12 +19,14 @@
 #include <vector>
 
 #include "backend/cuda/cuda_backend.h"
+#include "backend/cuda/cuda_test_util.h"
 #include "common/json.h"
 #include "engine/engine.h"
 #include "engine/engine_group.h"
 #include "kvasir/llm.h"
 #include "model/registry.h"
 #include "runner/contiguous_batch.h"
+#include "runner/draft_model_proposer.h"
 #include "setup/loaded_model.h"
 
 namespace kvasir {
@@ -59,9 +61,10 @@ struct RunResult {
   int64_t drafts = 0, accepted = 0;
 };
 
-// method: "ngram", or "draft_model" (the same config drafting for itself: the same dummy weights).
+// method: "ngram", or "draft_model" (the same config drafting for itself; its random weights are
+// drawn after the target's on the shared backend, so they are other ones and drafts are rejected).
 RunResult run(const std::string& config_path, const std::vector<PromptInput>& prompts, bool speculative,
-              const std::string& method = "ngram", int max_tokens = 160) {
+              const std::string& method = "ngram") {
   RunResult res;
   EngineArgs a;
   a.model = config_path;
@@ -87,7 +90,7 @@ RunResult run(const std::string& config_path, const std::vector<PromptInput>& pr
   EXPECT_TRUE(llm.ok()) << llm.status().message();
   if (!llm.ok()) return res;
   SamplingParams sp;
-  sp.max_tokens = max_tokens;  // 160: enough verify steps at batch 1 to outnumber the eager ones (first sightings)
+  sp.max_tokens = 160;  // enough verify steps at batch 1 to outnumber the eager ones (first sightings)
   sp.ignore_eos = true;
   sp.temperature = 0.0f;
   auto out = (*llm)->generate(prompts, sp);
@@ -100,14 +103,41 @@ RunResult run(const std::string& config_path, const std::vector<PromptInput>& pr
   const EngineMetrics& mt = (*llm)->engines().replica(0).metrics();
   res.drafts = mt.spec_decode_num_drafts.load();
   res.accepted = mt.spec_decode_num_accepted_tokens.load();
-  const std::string st = (*llm)->model().backend->stats();
-  std::printf("%s: %s\n", speculative ? method.c_str() : "plain", st.c_str());
-  const size_t at = st.find("device steps ");
-  if (at != std::string::npos) {
-    std::sscanf(st.c_str() + at, "device steps %lld (graph replays %lld", &res.device_steps, &res.graph_replays);
-  }
+  const Backend& backend = *(*llm)->model().backend;
+  std::printf("%s: %s\n", speculative ? method.c_str() : "plain", backend.stats().c_str());
+  const cuda_test::StepCounts counts = cuda_test::step_counts(backend);
+  res.device_steps = counts.steps;
+  res.graph_replays = counts.graph_replays;
   return res;
 }
+
+// The random-weight Llama of kSpecLlamaConfig on a CUDA backend, for tests that drive the model
+// directly (max 256 tokens a pass, 64 logits rows).
+struct DummySpecModel {
+  ModelConfig cfg;
+  std::unique_ptr<WeightSource> weights;
+  std::unique_ptr<Backend> backend;
+  std::unique_ptr<DecoderModel> model;
+  void init() {
+    auto json = parse_json(kSpecLlamaConfig);
+    ASSERT_TRUE(json.ok());
+    auto c = model_config_from_hf_json(*json, nullptr);
+    ASSERT_TRUE(c.ok()) << c.status().message();
+    cfg = *c;
+    auto w = open_dummy_weights(dummy_weight_specs(cfg, false), 77, "tiny");
+    ASSERT_TRUE(w.ok());
+    weights = std::move(*w);
+    auto gpu = create_cuda_backend(CudaBackendOptions{});
+    ASSERT_TRUE(gpu.ok()) << gpu.status().message();
+    backend = std::move(*gpu);
+    ModelOptions mo;
+    mo.max_num_tokens = 256;
+    mo.max_num_logits = 64;
+    auto m = DecoderModel::create(cfg, *weights, *backend, mo);
+    ASSERT_TRUE(m.ok()) << m.status().message();
+    model = std::move(*m);
+  }
+};
 
 // The verify layout on the GPU: a step of 1 + k tokens per sequence as one-query sequences (a pure
 // decode step: the decode attention kernel over block tables shared by a request's rows, each
@@ -116,20 +146,9 @@ RunResult run(const std::string& config_path, const std::vector<PromptInput>& pr
 // argmax almost everywhere; the K/V the steps leave behind serves the next plain decode step alike.
 TEST(CudaSpecDecode, OneQueryRowsLayoutMatchesMultiTokenQueries) {
   if (cuda_device_count() == 0) GTEST_SKIP() << "no CUDA device";
-  auto json = parse_json(kSpecLlamaConfig);
-  ASSERT_TRUE(json.ok());
-  auto cfg = model_config_from_hf_json(*json, nullptr);
-  ASSERT_TRUE(cfg.ok()) << cfg.status().message();
-  auto weights = open_dummy_weights(dummy_weight_specs(*cfg, false), 77, "tiny");
-  ASSERT_TRUE(weights.ok());
-  auto gpu = create_cuda_backend(CudaBackendOptions{});
-  ASSERT_TRUE(gpu.ok()) << gpu.status().message();
-  ModelOptions mo;
-  mo.max_num_tokens = 256;
-  mo.max_num_logits = 64;
-  auto m = DecoderModel::create(*cfg, **weights, **gpu, mo);
-  ASSERT_TRUE(m.ok()) << m.status().message();
-  const int B = 4, bs = 16, max_len = 128, vocab = static_cast<int>(cfg->vocab_size);
+  DummySpecModel d;
+  ASSERT_NO_FATAL_FAILURE(d.init());
+  const int B = 4, bs = 16, max_len = 128, vocab = static_cast<int>(d.cfg.vocab_size);
   std::mt19937 rng(8);
   std::vector<std::vector<int32_t>> prompts(B), step(B);
   for (int s = 0; s < B; ++s) {
@@ -141,19 +160,19 @@ TEST(CudaSpecDecode, OneQueryRowsLayoutMatchesMultiTokenQueries) {
   std::vector<float> logits[2], after[2];
   for (int layout = 0; layout < 2; ++layout) {
     ContiguousBatch cb(B, max_len, bs);
-    auto cache = (*m)->allocate_kv_cache(cb.num_blocks_needed(), bs);
+    auto cache = d.model->allocate_kv_cache(cb.num_blocks_needed(), bs);
     ASSERT_TRUE(cache.ok());
     std::vector<float> lp(static_cast<size_t>(B) * vocab);
-    ASSERT_TRUE((*m)->forward(cb.build(prompts), *cache, lp.data()).ok());
+    ASSERT_TRUE(d.model->forward(cb.build(prompts), *cache, lp.data()).ok());
     cb.commit();
     const ForwardBatch& fb = cb.build(step, /*all_logits=*/true, /*one_query_rows=*/layout == 1);
     logits[layout].resize(static_cast<size_t>(fb.num_logits) * vocab);
-    ASSERT_TRUE((*m)->forward(fb, *cache, logits[layout].data()).ok());
+    ASSERT_TRUE(d.model->forward(fb, *cache, logits[layout].data()).ok());
     cb.commit();
     // One plain decode step on top: reads the K/V the step under test wrote.
     std::vector<std::vector<int32_t>> next(B, std::vector<int32_t>{7});
     after[layout].resize(static_cast<size_t>(B) * vocab);
-    ASSERT_TRUE((*m)->forward(cb.build(next), *cache, after[layout].data()).ok());
+    ASSERT_TRUE(d.model->forward(cb.build(next), *cache, after[layout].data()).ok());
     cb.commit();
   }
   auto rel_l2 = [](const std::vector<float>& a, const std::vector<float>& b) {
@@ -224,37 +243,65 @@ TEST(CudaSpecDecode, GreedyNgramFollowsPlainWithVerifyStepsReplayedAsGraphs) {
   EXPECT_GT(spec1.drafts - eager_steps, 0) << "verify steps did not replay graphs";
 }
 
-// draft_model on the GPU: the draft's passes after the prompt (a verify step's accepted tokens,
-// then one-token passes) are padded one-query rows with greedy drafts sampled on the device
-// (runner/draft_pass_batch.h), so they replay graphs: a run of one request 2.5x longer adds many
-// verify steps (each with its draft passes) but few eager device steps (only the first sightings
-// of the longer block tables). Unpadded, every step's catch-up pass (multi-token queries) ran
-// eagerly. Outputs follow plain decoding as the ngram ones do.
-TEST(CudaSpecDecode, DraftModelPassesReplayGraphs) {
+// draft_model end to end on the GPU: the draft runs on the target's backend (its passes are steps
+// of the same queue, so the counts below hold both), outputs follow plain decoding as the ngram
+// ones do, and nearly every device step replays a graph (the drafts are rejected, so each catch-up
+// is the one token the verify emitted; only prompts and first sightings run eagerly).
+TEST(CudaSpecDecode, DraftModelEndToEndReplaysGraphs) {
   if (cuda_device_count() == 0) GTEST_SKIP() << "no CUDA device";
   const std::string path = write_spec_config("kvasir_cuda_spec_draft_config.json");
   ASSERT_FALSE(path.empty());
   std::vector<PromptInput> prompts(1);
   for (int n = 0; n < 40; ++n) prompts[0].token_ids.push_back(3 + (n * 53) % 500);
   const RunResult plain = run(path, prompts, false);
-  RunResult spec[2];
-  const int lengths[2] = {160, 400};
-  for (int i = 0; i < 2; ++i) {
-    spec[i] = run(path, prompts, true, "draft_model", lengths[i]);
-    ASSERT_EQ(spec[i].outputs.size(), 1u);
-    ASSERT_GT(spec[i].device_steps, 0) << "no step statistics in the backend's stats line";
-    std::printf("draft_model, %d tokens: %lld verify steps, %lld accepted; %lld device steps, %lld graph replays\n",
-                lengths[i], static_cast<long long>(spec[i].drafts), static_cast<long long>(spec[i].accepted),
-                spec[i].device_steps, spec[i].graph_replays);
-    EXPECT_GT(spec[i].drafts, 0);
-  }
-  const size_t same = common_prefix(spec[0].outputs[0], plain.outputs[0]);
-  std::printf("draft_model: %zu of 160 tokens equal plain before any difference\n", same);
+  const RunResult spec = run(path, prompts, true, "draft_model");
+  ASSERT_EQ(plain.outputs.size(), 1u);
+  ASSERT_EQ(spec.outputs.size(), 1u);
+  const size_t same = common_prefix(spec.outputs[0], plain.outputs[0]);
+  std::printf("draft_model: %zu of 160 tokens equal plain before any difference; %lld verify steps, %lld accepted; "
+              "%lld device steps, %lld graph replays\n",
+              same, static_cast<long long>(spec.drafts), static_cast<long long>(spec.accepted), spec.device_steps,
+              spec.graph_replays);
   EXPECT_GE(same, kSameFirstTokens);
-  const long long more_eager = (spec[1].device_steps - spec[1].graph_replays) - (spec[0].device_steps - spec[0].graph_replays);
-  const long long more_verify = spec[1].drafts - spec[0].drafts;
-  ASSERT_GT(more_verify, 10);
-  EXPECT_LT(more_eager * 2, more_verify) << "the draft's passes did not replay graphs";
+  EXPECT_GT(spec.drafts, 0);
+  ASSERT_GT(spec.device_steps, 0) << "no step statistics in the backend's stats line";
+  // The target's verify steps and the draft's passes: at least 4 device steps per verify step.
+  EXPECT_GE(spec.device_steps, 4 * spec.drafts) << "the draft's passes are not steps of the target's queue";
+  EXPECT_GE(spec.graph_replays * 10, spec.device_steps * 9);
+}
+
+// DraftModelProposer on the GPU, driven as the runner drives it after verify steps that each keep
+// one of k = 3 drafts: every call catches up 2 tokens (the kept draft and the bonus), then runs 2
+// one-token passes. All but the prompt's catch-up are padded one-query rows (runner/
+// draft_pass_batch.h) and replay graphs from each shape's second sighting. Unpadded, every
+// catch-up (2 tokens of one sequence: prefill attention) ran eagerly: at most 2/3 graphs.
+TEST(CudaSpecDecode, DraftModelProposerPassesReplayGraphs) {
+  if (cuda_device_count() == 0) GTEST_SKIP() << "no CUDA device";
+  DummySpecModel d;
+  ASSERT_NO_FATAL_FAILURE(d.init());
+  auto cache = d.model->allocate_kv_cache(32, 16);
+  ASSERT_TRUE(cache.ok());
+  DraftModelProposer proposer(*d.model, *cache, 256);
+  std::vector<int32_t> history;
+  for (int n = 0; n < 41; ++n) history.push_back(3 + (n * 53) % 500);
+  constexpr int k = 3, kSteps = 24;
+  std::vector<TokenId> drafts;
+  proposer.propose(ProposalContext{"r", history, 40}, k, &drafts);
+  ASSERT_EQ(drafts.size(), static_cast<size_t>(k));
+  long long replays = 0, passes = 0;
+  for (int step = 0; step < kSteps; ++step) {
+    history.push_back(drafts[0]);
+    history.push_back(drafts[1] == 7 ? 8 : 7);  // the target said something else after it
+    const long long g0 = cuda_test::step_counts(*d.backend).graph_replays, p0 = proposer.num_forward_passes();
+    proposer.propose(ProposalContext{"r", history, 40}, k, &drafts);
+    ASSERT_EQ(drafts.size(), static_cast<size_t>(k));
+    replays += cuda_test::step_counts(*d.backend).graph_replays - g0;
+    passes += proposer.num_forward_passes() - p0;
+  }
+  std::printf("draft_model proposer: %lld of %lld passes ran as graphs; %s\n", replays, passes, d.backend->stats().c_str());
+  EXPECT_EQ(passes, kSteps * k);
+  EXPECT_EQ(proposer.num_one_query_passes(), proposer.num_forward_passes() - 1) << "only the prompt's catch-up is multi-token";
+  EXPECT_GE(replays * 4, passes * 3);
 }
 
 }  // namespace

@@ -7,8 +7,10 @@
 
 #include <cmath>
 #include <cstdint>
+#include <cstdio>
 #include <cstring>
 #include <random>
+#include <string>
 #include <vector>
 
 #include "backend/backend.h"
@@ -30,6 +32,19 @@ inline float bf16_bits_to_f32(uint16_t h) {
 }
 
 inline float round_bf16(float f) { return bf16_bits_to_f32(f32_to_bf16_bits(f)); }
+
+// The step queue's counters from a CUDA backend's stats() line: device steps and graph replays
+// (captures included); -1 each when the line has none.
+struct StepCounts {
+  long long steps = -1, graph_replays = -1;
+};
+inline StepCounts step_counts(const Backend& b) {
+  StepCounts c;
+  const std::string st = b.stats();
+  const size_t at = st.find("device steps ");
+  if (at != std::string::npos) std::sscanf(st.c_str() + at, "device steps %lld (graph replays %lld", &c.steps, &c.graph_replays);
+  return c;
+}
 
 // Uniform in [-scale, scale], rounded to bf16 so both backends see identical inputs.
 inline std::vector<float> random_values(std::mt19937& rng, size_t n, float scale = 1.0f) {
