@@ -1,8 +1,8 @@
 // Speculative methods "eagle3" and "eagle" (each test runs for both) end to end on the real
 // SmolLM2 (CPU): greedy tokens equal plain decoding token for token one at a time, batched and
 // under forced preemption, and seeded sampling with n > 1 matches plain; the spec_decode counters
-// count the head's drafts and some are accepted; a head for another hidden size, or a path that
-// is no head, is refused at load.
+// count the head's drafts (and, with every draft verified, some accepted); a head for another
+// hidden size, or a path that is no head, is refused at load.
 //
 // The heads are written here, into a temporary directory, in the checkpoint formats vLLM loads
 // (config.json + model.safetensors, scripts/gen_eagle_heads.py's tiny heads have the same
@@ -221,13 +221,19 @@ class EagleE2ETest : public ::testing::TestWithParam<std::string> {
     sp.ignore_eos = true;
     return sp;
   }
-  static void report(const char* what, LLM& llm) {
+  // expect_accepted: every draft was verified, so the head's few-percent guesses were accepted
+  // somewhere; under the adaptive budget a poor head is asked for few drafts (it may get none
+  // accepted), but some are verified.
+  static void report(const char* what, LLM& llm, bool expect_accepted = true) {
     const EngineMetrics& m = llm.engine().metrics();
     std::printf("[ metrics ] %s: %lld drafts, %lld draft tokens, %lld accepted, mean acceptance length %.2f\n", what,
                 static_cast<long long>(m.spec_decode_num_drafts.load()),
                 static_cast<long long>(m.spec_decode_num_draft_tokens.load()),
                 static_cast<long long>(m.spec_decode_num_accepted_tokens.load()), m.spec_decode_mean_acceptance_length());
-    EXPECT_GT(m.spec_decode_num_accepted_tokens.load(), 0) << what << ": no draft was ever accepted";
+    EXPECT_GT(m.spec_decode_num_drafts.load(), 0) << what << ": no draft was ever verified";
+    if (expect_accepted) {
+      EXPECT_GT(m.spec_decode_num_accepted_tokens.load(), 0) << what << ": no draft was ever accepted";
+    }
   }
   static std::string head_dir_;
 };
@@ -248,7 +254,7 @@ TEST_P(EagleE2ETest, GreedyEqualsPlainOneAtATimeBatchedAndUnderPreemption) {
     std::vector<std::vector<int32_t>> got;
     for (const auto& p : ps) got.push_back(run(**solo, {p}, greedy())[0]);
     EXPECT_EQ(got, expected);
-    report("one at a time", **solo);
+    report("one at a time", **solo, /*expect_accepted=*/false);
   }
   // Batched steps verify every draft: the adaptive budget would verify few at these batch sizes.
   setenv("KVASIR_TEST_SPEC_VERIFY_ALL_DRAFTS", "1", 1);

@@ -106,6 +106,10 @@ class Request {
   void set_spec_token_ids(std::vector<TokenId> t) { spec_token_ids_ = std::move(t); }
   double spec_acceptance_rate() const { return spec_acceptance_rate_; }
   void set_spec_acceptance_rate(double a) { spec_acceptance_rate_ = a; }
+  // The last step asked the runner for no drafts (SchedulerOutput::num_drafts_to_propose): none
+  // is coming because the budget would drop them, not because none was found.
+  bool spec_drafts_withheld() const { return spec_drafts_withheld_; }
+  void set_spec_drafts_withheld(bool w) { spec_drafts_withheld_ = w; }
 
   int num_preemptions() const { return num_preemptions_; }
   void count_preemption() { ++num_preemptions_; }
@@ -138,6 +142,7 @@ class Request {
   int num_preemptions_ = 0;
   std::vector<TokenId> spec_token_ids_;
   double spec_acceptance_rate_ = 0.7;  // a prior that tries a few drafts before any evidence
+  bool spec_drafts_withheld_ = false;
   bool ever_scheduled_ = false;
   std::vector<BlockHash> block_hashes_;
   std::optional<TokenId> stop_token_id_;

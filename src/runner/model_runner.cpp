@@ -302,7 +302,19 @@ Status ModelRunner::sample_on_device(const GrammarBitmaskFuture& bitmask) {
                                             sampler_out_.sampled_token_ids.data(), verify_num_emitted_.data());
 }
 
-void ModelRunner::propose_eagle_drafts(ModelRunnerOutput& result) {
+int ModelRunner::drafts_to_propose(const std::string& req_id, int room,
+                                   const std::unordered_map<std::string, int32_t>& caps) const {
+  int k = std::min(config_.speculative.num_speculative_tokens, room);
+  // A proposer that runs a model drafts only what the next step's budget could verify; ngram and
+  // suffix look up their drafts on the host for next to nothing, so they take k (the budget's
+  // probes need drafts to probe with).
+  if (eagle_ || config_.speculative.method == "draft_model") {
+    if (const auto it = caps.find(req_id); it != caps.end()) k = std::min(k, static_cast<int>(it->second));
+  }
+  return std::max(0, k);
+}
+
+void ModelRunner::propose_eagle_drafts(ModelRunnerOutput& result, const std::unordered_map<std::string, int32_t>& caps) {
   eagle_rows_.clear();
   for (size_t i = 0; i < rows_.size(); ++i) {
     const ScheduledRow& row = rows_[i];
@@ -317,7 +329,8 @@ void ModelRunner::propose_eagle_drafts(ModelRunnerOutput& result) {
       const int emitted = static_cast<int>(result.outputs[i].sampled_token_ids.size());
       e.num_valid = row.num_tokens - row.num_drafts + emitted - 1;
       const int room = config_.max_model_len - static_cast<int>(row.req->tokens.size());
-      e.max_drafts = std::max(0, std::min(config_.speculative.num_speculative_tokens, room));
+      // With no drafts wanted the head still takes the step's tokens (its cache stays current).
+      e.max_drafts = drafts_to_propose(*row.req_id, room, caps);
       e.drafts = &result.outputs[i].spec_token_ids;
     }
     eagle_rows_.push_back(e);
@@ -325,8 +338,8 @@ void ModelRunner::propose_eagle_drafts(ModelRunnerOutput& result) {
   eagle_->run_step(eagle_rows_);
 }
 
-void ModelRunner::propose_drafts(ModelRunnerOutput& result) {
-  if (eagle_) return propose_eagle_drafts(result);
+void ModelRunner::propose_drafts(ModelRunnerOutput& result, const std::unordered_map<std::string, int32_t>& caps) {
+  if (eagle_) return propose_eagle_drafts(result, caps);
   if (!proposer_) return;
   proposal_ctxs_.clear(), proposal_max_.clear(), proposal_out_.clear();
   for (size_t i = 0; i < rows_.size(); ++i) {
@@ -335,9 +348,8 @@ void ModelRunner::propose_drafts(ModelRunnerOutput& result) {
     const CachedRequestState& r = *row.req;
     // Never past max_model_len: the scheduler trims further (max_tokens, its draft budget).
     const int room = config_.max_model_len - static_cast<int>(r.tokens.size());
-    const int k = std::min(config_.speculative.num_speculative_tokens, room);
     proposal_ctxs_.push_back(ProposalContext{*row.req_id, r.tokens, r.num_prompt_tokens});
-    proposal_max_.push_back(std::max(0, k));
+    proposal_max_.push_back(drafts_to_propose(*row.req_id, room, caps));
     proposal_out_.push_back(&result.outputs[i].spec_token_ids);
   }
   // One call for the step: a draft model batches its passes across the requests.
@@ -396,7 +408,7 @@ StatusOr<ModelRunnerOutput> ModelRunner::execute(const SchedulerOutput& so, cons
       t.record_us += std::chrono::duration<double, std::micro>(t_submitted_ - t_enter).count();
       t.sample_us += std::chrono::duration<double, std::micro>(t_sampled - t_submitted_).count();
     }
-    propose_drafts(result);
+    propose_drafts(result, so.num_drafts_to_propose);
     return result;
   }
   KVASIR_RETURN_IF_ERROR(compute_logits(sample_rows_, sample_logits_));
@@ -472,7 +484,7 @@ StatusOr<ModelRunnerOutput> ModelRunner::execute(const SchedulerOutput& so, cons
     }
     result.outputs.push_back(std::move(out));
   }
-  propose_drafts(result);
+  propose_drafts(result, so.num_drafts_to_propose);
   return result;
 }
 

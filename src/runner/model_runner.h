@@ -82,11 +82,15 @@ class ModelRunner {
   Status collect_bitmask_rows(const GrammarBitmaskFuture& bitmask);
   Status compute_logits(const std::vector<int32_t>& rows, std::vector<float>& out);
   void fill_prompt_logprobs(const ScheduledRow& r, RunnerRequestOutput& out);
-  // Drafts for every row that sampled this step (result.outputs is in rows_ order).
-  void propose_drafts(ModelRunnerOutput& result);
+  // Drafts for every row that sampled this step (result.outputs is in rows_ order); caps: the
+  // step's SchedulerOutput::num_drafts_to_propose.
+  void propose_drafts(ModelRunnerOutput& result, const std::unordered_map<std::string, int32_t>& caps);
   // eagle / eagle3: every row's accepted tokens go through the head, whose drafts follow the
   // sampling rows.
-  void propose_eagle_drafts(ModelRunnerOutput& result);
+  void propose_eagle_drafts(ModelRunnerOutput& result, const std::unordered_map<std::string, int32_t>& caps);
+  // How many drafts to ask a request's proposer for: k, within `room` (max_model_len), and for a
+  // proposer that runs a model within the scheduler's cap.
+  int drafts_to_propose(const std::string& req_id, int room, const std::unordered_map<std::string, int32_t>& caps) const;
 
   DecoderModel& model_;
   KvCache& cache_;

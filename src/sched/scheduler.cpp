@@ -159,6 +159,9 @@ Scheduler::AllocResult Scheduler::allocate_or_preempt(Request* request, int num_
 
 int Scheduler::num_drafts_to_verify(Request& r, int budget, int num_decodes, int num_step_tokens) {
   const std::vector<TokenId>& drafts = r.spec_token_ids();
+  // Drafts withheld by the last step (num_drafts_to_propose) count as drafts the budget skipped:
+  // the estimate relaxes, so the request is tried again later.
+  if (drafts.empty() && r.spec_drafts_withheld()) r.set_spec_acceptance_rate(relaxed_acceptance_rate(r.spec_acceptance_rate()));
   if (drafts.empty() || budget <= 0) return 0;
   // Drafts past max_tokens would be cut anyway; this also keeps positions below max_model_len.
   const int room = std::min(r.max_tokens() - r.num_output_tokens() - 1, config_.max_model_len - r.num_tokens());
@@ -172,6 +175,16 @@ int Scheduler::num_drafts_to_verify(Request& r, int budget, int num_decodes, int
   }
   if (n == 0 && cap > 0) r.set_spec_acceptance_rate(relaxed_acceptance_rate(r.spec_acceptance_rate()));
   return n;
+}
+
+bool Scheduler::drafts_worth_proposing(const Request& r, int num_decodes) const {
+  if (config_.spec_verify_all_drafts) return true;
+  // As if no other request drafted next step (the budget there sees at least these tokens), and
+  // when the next step may probe: a probe verifies a draft the estimate alone would not.
+  const bool next_step_probes = config_.num_speculative_tokens > 0 && steps_since_probe_ + 1 >= kProbeEvery;
+  if (next_step_probes && num_decodes <= kProbeMaxDecodes && !step_costs_.learned(num_decodes + 1)) return true;
+  return num_drafts_worth_verifying(step_costs_, config_.num_speculative_tokens, r.spec_acceptance_rate(), num_decodes,
+                                    num_decodes) > 0;
 }
 
 bool Scheduler::allocate_with_drafts(Request& r, int num_drafts, std::vector<BlockId>& new_blocks) {
@@ -369,6 +382,8 @@ SchedulerOutput Scheduler::encode(StepPlan& plan) {
     d.num_computed_tokens = r->num_computed_tokens();
     out.scheduled_cached_reqs.push_back(std::move(d));
   }
+  int num_sampling = 0;  // this step's batch size, as the next step's draft budget will see it
+  for (const auto& [req, n] : plan.num_tokens) num_sampling += req->num_computed_tokens() + n >= num_tokens_with_placeholders(*req);
   for (const auto& [req, n] : plan.num_tokens) {
     out.num_scheduled_tokens[req->req_id()] = n;
     out.total_num_scheduled_tokens += n;
@@ -378,6 +393,11 @@ SchedulerOutput Scheduler::encode(StepPlan& plan) {
     // Samples when its computed tokens reach every known (or in-flight) token (drafts beyond).
     const bool samples = req->num_computed_tokens() >= num_tokens_with_placeholders(*req);
     if (samples && req->grammar()) out.structured_output_req_ids.push_back(req->req_id());
+    if (samples && config_.num_speculative_tokens > 0) {
+      const bool withhold = !drafts_worth_proposing(*req, num_sampling);
+      req->set_spec_drafts_withheld(withhold);
+      if (withhold) out.num_drafts_to_propose[req->req_id()] = 0;
+    }
     // Async: this step samples a token nobody knows yet; the next schedule() may already compute it.
     if (config_.async_scheduling && samples) {
       req->set_num_output_placeholders(req->num_output_placeholders() + 1);

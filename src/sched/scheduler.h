@@ -110,6 +110,9 @@ class Scheduler {
   // their slots when they fit without preempting anyone (speculation never evicts work).
   // num_step_tokens: what the step holds already (r's decode and the decodes still to come).
   int num_drafts_to_verify(Request& r, int budget, int num_decodes, int num_step_tokens);
+  // Whether the next step's budget could verify any of r's drafts at a batch of num_decodes (or
+  // a probe could take one): a model-running proposer's passes are wasted otherwise.
+  bool drafts_worth_proposing(const Request& r, int num_decodes) const;
   bool allocate_with_drafts(Request& r, int num_drafts, std::vector<BlockId>& new_blocks);
   void schedule_waiting(StepPlan& plan, PartialPrefillLimits& limits);
   SchedulerOutput encode(StepPlan& plan);

@@ -60,6 +60,11 @@ struct SchedulerOutput {
   // verifies. They are the last entries of its num_scheduled_tokens (positions after its last
   // known token); the runner samples at each and returns the accepted run plus one token.
   std::unordered_map<std::string, std::vector<TokenId>> scheduled_spec_decode_tokens;
+  // Speculative decoding: requests that sample this step and whose drafts the next step's budget
+  // would drop at this batch size and acceptance estimate, with how many drafts to propose (0).
+  // A proposer that runs a model (draft_model, eagle / eagle3) drafts no more than that; a
+  // host-only one (ngram, suffix) may ignore it. Absent: num_speculative_tokens.
+  std::unordered_map<std::string, int32_t> num_drafts_to_propose;
 };
 
 

@@ -14,14 +14,15 @@ using wire::Reader;
 using wire::Writer;
 
 constexpr uint32_t kMagic = 0x314f534b;  // "KSO1"
-constexpr uint32_t kVersion = 3;  // 2: drafts to verify (speculative decoding); 3: mask positions
+// 2: drafts to verify (speculative decoding); 3: mask positions; 4: drafts to propose
+constexpr uint32_t kVersion = 4;
 
 // A field added to one of these structs must be added to the codec too (and kVersion bumped):
 // these sizes change with it and stop the build here.
 static_assert(sizeof(SamplingParams) == 232, "SamplingParams changed: update scheduler_output_codec.cpp");
 static_assert(sizeof(NewRequestData) == 344, "NewRequestData changed: update scheduler_output_codec.cpp");
 static_assert(sizeof(CachedRequestData) == 96, "CachedRequestData changed: update scheduler_output_codec.cpp");
-static_assert(sizeof(SchedulerOutput) == 240, "SchedulerOutput changed: update scheduler_output_codec.cpp");
+static_assert(sizeof(SchedulerOutput) == 296, "SchedulerOutput changed: update scheduler_output_codec.cpp");
 static_assert(sizeof(StructuredOutputSpec) == 64, "StructuredOutputSpec changed: update scheduler_output_codec.cpp");
 
 void write_params(Writer& w, const SamplingParams& p) {
@@ -130,6 +131,13 @@ void encode_step(const SchedulerOutput& so, const GrammarBitmask* bitmask, std::
     w.str(id);
     w.pods(d);
   }
+  std::vector<std::pair<std::string, int32_t>> to_propose(so.num_drafts_to_propose.begin(), so.num_drafts_to_propose.end());
+  std::sort(to_propose.begin(), to_propose.end());
+  w.pod(static_cast<uint32_t>(to_propose.size()));
+  for (const auto& [id, n] : to_propose) {
+    w.str(id);
+    w.pod(n);
+  }
   w.pod(so.total_num_scheduled_tokens);
   w.strs(so.finished_req_ids);
   w.strs(so.preempted_req_ids);
@@ -183,6 +191,13 @@ StatusOr<StepMessage> decode_step(const uint8_t* data, size_t size) {
     std::vector<TokenId> d = r.pods<TokenId>();
     if (!so.scheduled_spec_decode_tokens.emplace(std::move(id), std::move(d)).second)
       return data_loss("step message: a request has drafts twice");
+  }
+  for (uint32_t i = 0, n = r.count(8); i < n && r.ok(); ++i) {
+    std::string id = r.str();
+    const int32_t count = r.pod<int32_t>();
+    if (r.ok() && count < 0) return data_loss("step message: a negative number of drafts to propose");
+    if (!so.num_drafts_to_propose.emplace(std::move(id), count).second)
+      return data_loss("step message: a request has drafts to propose twice");
   }
   so.total_num_scheduled_tokens = r.pod<int32_t>();
   so.finished_req_ids = r.strs();

@@ -196,6 +196,57 @@ TEST(SchedulerSpec, PoorAcceptanceBacksOff) {
   EXPECT_GT(h.last_stats.spec_num_drafts, 0);
 }
 
+// A proposer that runs a model is asked for no drafts the next step would drop: with always-wrong
+// drafts at batch 1 it drafts only now and then (the withheld steps relax the estimate, so it is
+// tried again), and the outputs are plain decoding's.
+TEST(SchedulerSpec, ModelProposersAreAskedOnlyForDraftsTheBudgetCouldVerify) {
+  SchedulerConfig c = spec_config(64, 4);
+  c.spec_verify_all_drafts = false;
+  const auto want = plain_outputs(c, 1, 200);
+  Harness h(c);
+  h.runner.propose = drafts_with(4, 0);
+  h.runner.honor_proposal_caps = true;
+  ASSERT_TRUE(h.add("r0", tokens(5, 100), 200).ok());
+  int withheld = 0;
+  while (h.sched.has_unfinished_requests()) {
+    ASSERT_LT(h.num_steps, 2000);
+    const SchedulerOutput so = h.step();
+    for (const auto& [id, n] : so.num_drafts_to_propose) {
+      EXPECT_EQ(n, 0) << id;
+      EXPECT_TRUE(so.num_scheduled_tokens.count(id)) << "a cap for a request this step does not run";
+      ++withheld;
+    }
+  }
+  EXPECT_EQ(h.outputs, want);
+  EXPECT_GT(withheld, 100) << "the budget dropped drafts, yet they were asked for";
+  EXPECT_LT(h.runner.num_proposals, 200 / 2);
+  EXPECT_GT(h.last_stats.spec_num_drafts, 2) << "withheld steps must relax the estimate so drafting resumes";
+  // Right drafts are always asked for.
+  Harness good(c);
+  good.runner.propose = drafts_with(4, 4);
+  good.runner.honor_proposal_caps = true;
+  ASSERT_TRUE(good.add("r0", tokens(5, 100), 60).ok());
+  while (good.sched.has_unfinished_requests()) {
+    ASSERT_LT(good.num_steps, 2000);
+    EXPECT_TRUE(good.step().num_drafts_to_propose.empty());
+  }
+}
+
+// At large batches the budget verifies nothing, so a model-running proposer is asked for nothing.
+TEST(SchedulerSpec, LargeBatchesAskModelProposersForNoDrafts) {
+  SchedulerConfig c = spec_config(512, 4);
+  c.spec_verify_all_drafts = false;
+  c.max_num_seqs = 32;
+  c.max_num_batched_tokens = 256;
+  Harness h(c);
+  h.runner.propose = drafts_with(4, 3);
+  h.runner.honor_proposal_caps = true;
+  for (int i = 0; i < 32; ++i) ASSERT_TRUE(h.add("r" + std::to_string(i), tokens(4, 100 + 10 * i), 16).ok());
+  h.run_to_completion();
+  EXPECT_EQ(h.runner.num_proposals, 0);
+  EXPECT_EQ(h.last_stats.spec_num_draft_tokens, 0);
+}
+
 TEST(SchedulerSpec, DraftBudgetFollowsAcceptanceAndBatchSize) {
   const StepCostCurve prior;  // nothing learned: the prior curve
   // Batch 1: a second token costs ~0.19 of a step, a third ~0.21, a fourth only ~0.08; the budget

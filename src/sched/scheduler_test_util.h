@@ -40,6 +40,10 @@ class FakeRunner {
   // Speculative decoding: drafts proposed after each sampled step (null: none). Verification
   // samples at every draft position and keeps drafts equal to the samples, as the real runner.
   std::function<std::vector<TokenId>(const std::string&, const std::vector<TokenId>&)> propose;
+  // Drafts no more than SchedulerOutput::num_drafts_to_propose says, as a model-running proposer
+  // does; counts the proposals made.
+  bool honor_proposal_caps = false;
+  int num_proposals = 0;
 
   ModelRunnerOutput execute(const SchedulerOutput& so) {
     ModelRunnerOutput out;
@@ -78,7 +82,15 @@ class FakeRunner {
         InputBatch::append_sampled(st, t);
         ro.sampled_token_ids.push_back(t);
       }
-      if (s.samples && propose) ro.spec_token_ids = propose(id, st.tokens);
+      if (s.samples && propose) {
+        const auto cap = so.num_drafts_to_propose.find(id);
+        if (honor_proposal_caps && cap != so.num_drafts_to_propose.end() && cap->second == 0) {
+          ro.spec_token_ids.clear();
+        } else {
+          ro.spec_token_ids = propose(id, st.tokens);
+          ++num_proposals;
+        }
+      }
       out.outputs.push_back(std::move(ro));
     }
     return out;
