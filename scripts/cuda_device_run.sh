@@ -44,6 +44,8 @@
 # interleaved rounds: the EAGLE-3 and EAGLE-1 heads' ms per decode step at full acceptance (bench
 # latency, k = 3 forced verify steps, batch 1 and 16), and draft_model's (configs/llama-3.2-1b.json,
 # k = 4) at batch 1, at plain and at forced verify steps.
+# Stage specadapt (issue 16): the load-adaptive bar for eagle3 and draft_model (dummy head / 1B
+# draft, the budget deciding) against plain at batch 1, 16 and 64 (KVASIR_SA_ROUNDS rounds, 2).
 # Stage eagle (EAGLE-1/2 heads): CudaEagle.* (the same two tests with the EAGLE-1 head), then bench
 # latency with the dummy EAGLE-1 head (configs/eagle-llama-3-8b.json, k = 3) at batch 1 and 16.
 # Stage fiprefill (issue 19): FlashInfer's SM90 prefill against our kernel: op tests on both paths,
@@ -511,6 +513,29 @@ if has draftgraphs; then
       timeout 200 "$bin/kvasir" bench throughput --model configs/llama-3.1-8b.json --load-format dummy --device cuda \
         --num-prompts 1 --max-num-seqs 1 --input-len 128 --output-len 256 "${cfg[@]}" >"$log" 2>&1
       note "dg r$round b1 tp $mode: rc=$? $(grep -E '^Throughput' "$log") $(grep -oE '[0-9]+ draft tokens' "$log" | head -1) $(grep -hoE 'device steps [0-9]+ \(graph replays [0-9]+' "$log" | head -1) $(grep -hE 'KV budget|KV cache size' "$log" | tr '\n' ' ' | cut -c1-250) $(tail -1 "$log" | grep -i error)"
+    done
+  done
+fi
+
+if has specadapt; then
+  # Issue 16's load-adaptive bar for the model-running proposers: bench throughput with the draft
+  # budget deciding (and num_drafts_to_propose withholding the passes it would drop) against plain
+  # at batch 1, 16 and 64, KVASIR_SA_ROUNDS (2) interleaved rounds. Dummy weights: the heads' and
+  # the draft's guesses are rejected, so this is the worst case, where drafting must stop.
+  timeout 300 "$bin/cuda_e2e_test" --gtest_filter='CudaEagle3.*:CudaEagle.*:CudaSpecDecode.DraftModel*' >"$OUT/specadapt_test.log" 2>&1
+  note "specadapt tests: rc=$? $(grep -E '^\[  PASSED' "$OUT/specadapt_test.log" | head -1) $(grep -c '^\[  FAILED  \]' "$OUT/specadapt_test.log") failed: $(grep '^\[  FAILED  \]' "$OUT/specadapt_test.log" | head -3 | tr '\n' ' ')"
+  e3='{"method":"eagle3","model":"configs/eagle3-llama-3.1-8b.json","num_speculative_tokens":3}'
+  dm='{"method":"draft_model","model":"configs/llama-3.2-1b.json","num_speculative_tokens":4}'
+  for round in $(seq 1 "${KVASIR_SA_ROUNDS:-2}"); do
+    for b in 1 16 64; do
+      for mode in plain e3 dm; do
+        log="$OUT/sa_b${b}_${mode}_$round.log"
+        cfg=()
+        case $mode in e3) cfg=(--speculative-config "$e3") ;; dm) cfg=(--speculative-config "$dm") ;; esac
+        timeout 200 "$bin/kvasir" bench throughput --model configs/llama-3.1-8b.json --load-format dummy --device cuda \
+          --num-prompts $b --max-num-seqs $b --input-len 128 --output-len 256 "${cfg[@]}" >"$log" 2>&1
+        note "sa r$round b$b $mode: rc=$? $(grep -E '^Throughput' "$log") $(grep -oE '[0-9]+ draft tokens' "$log" | head -1) $(tail -1 "$log" | grep -i error)"
+      done
     done
   done
 fi

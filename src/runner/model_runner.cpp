@@ -329,9 +329,12 @@ void ModelRunner::propose_eagle_drafts(ModelRunnerOutput& result, const std::uno
       const int emitted = static_cast<int>(result.outputs[i].sampled_token_ids.size());
       e.num_valid = row.num_tokens - row.num_drafts + emitted - 1;
       const int room = config_.max_model_len - static_cast<int>(row.req->tokens.size());
-      // With no drafts wanted the head still takes the step's tokens (its cache stays current).
       e.max_drafts = drafts_to_propose(*row.req_id, room, caps);
       e.drafts = &result.outputs[i].spec_token_ids;
+      // Drafts withheld by the scheduler: the head skips the step altogether (at large batches
+      // its pass would cost ~5% of each step for nothing). When drafting resumes the head
+      // restarts its context there, as after a prefix-cache hit: drafts are guesses.
+      if (const auto it = caps.find(*row.req_id); it != caps.end() && it->second == 0) e.num_valid = 0;
     }
     eagle_rows_.push_back(e);
   }
