@@ -17,6 +17,7 @@
 #include "engine/engine_group.h"
 #include "executor/in_process_executor.h"
 #include "executor/step_broadcast.h"
+#include "setup/draft_cost.h"
 #include "setup/kv_cache_sizing.h"
 #include "setup/loaded_model.h"
 
@@ -46,7 +47,7 @@ namespace {
 
 // What one engine is sized by: the planned KV cache and the model's EOS ids.
 EngineOptions engine_options(const EngineArgs& args, int max_model_len, int num_kv_blocks,
-                             const std::vector<int32_t>& eos_token_ids, bool async_scheduling) {
+                             const std::vector<int32_t>& eos_token_ids, bool async_scheduling, const ModelConfig& target) {
   EngineOptions eo;
   eo.scheduler.max_num_seqs = args.max_num_seqs;
   eo.scheduler.max_num_batched_tokens = args.max_num_batched_tokens;
@@ -60,6 +61,12 @@ EngineOptions engine_options(const EngineArgs& args, int max_model_len, int num_
   eo.scheduler.policy = args.scheduling_policy == "priority" ? SchedulingPolicy::kPriority : SchedulingPolicy::kFcfs;
   eo.scheduler.async_scheduling = async_scheduling;
   eo.scheduler.num_speculative_tokens = args.speculative.enabled() ? args.speculative.num_speculative_tokens : 0;
+  eo.scheduler.spec_draft_cost_ratio = args.speculative.enabled() ? draft_cost_ratio(args, target) : 0.0;
+  if (eo.scheduler.spec_draft_cost_ratio > 0) {
+    KVASIR_LOG_INFO("speculative %s: a draft token costs %.3f of a target token (weights read per pass / per step); "
+                    "drafts are proposed only where the budget expects them to pay for that",
+                    args.speculative.method.c_str(), eo.scheduler.spec_draft_cost_ratio);
+  }
   if (const char* all = std::getenv("KVASIR_TEST_SPEC_VERIFY_ALL_DRAFTS"); all && std::string(all) == "1") {
     eo.scheduler.spec_verify_all_drafts = true;  // tests and verify-step measurements only
   }
@@ -110,7 +117,8 @@ StatusOr<std::unique_ptr<LLM>> LLM::create(const EngineArgs& args) {
     llm->num_kv_blocks_ = front.num_kv_blocks;
     const bool async = resolve_async_scheduling(args, device_flag_selects_gpu(args.device));
     llm->async_scheduling_ = async;
-    EngineOptions eo = engine_options(args, front.max_model_len, front.num_kv_blocks, front.model->eos_token_ids, async);
+    EngineOptions eo = engine_options(args, front.max_model_len, front.num_kv_blocks, front.model->eos_token_ids, async,
+                                      front.model->config);
     KVASIR_RETURN_IF_ERROR(eo.scheduler.validate());
     const LoadedModel& m = *front.model;
     engines.push_back(std::make_unique<Engine>(eo, *m.tokenizer, m.config.vocab_size,
@@ -138,7 +146,8 @@ StatusOr<std::unique_ptr<LLM>> LLM::create(const EngineArgs& args) {
     }
     const bool async = i == 0 ? resolve_async_scheduling(ra, setup.model->backend->device() != Device::kCpu)
                               : ra.async_scheduling_on(setup.model->backend->device() != Device::kCpu);
-    EngineOptions eo = engine_options(ra, setup.max_model_len, setup.num_kv_blocks, setup.model->eos_token_ids, async);
+    EngineOptions eo = engine_options(ra, setup.max_model_len, setup.num_kv_blocks, setup.model->eos_token_ids, async,
+                                      setup.model->config);
     KVASIR_RETURN_IF_ERROR(eo.scheduler.validate());
     if (i == 0) {
       llm->async_scheduling_ = async;
@@ -192,7 +201,7 @@ Status LLM::add_remote_replicas(const EngineArgs& args, std::vector<std::unique_
                               std::to_string(num_kv_blocks_) + " and " + std::to_string(max_model_len_) +
                               ": give every node the same --kv-cache-memory, --max-model-len and model");
     }
-    EngineOptions eo = engine_options(args, remote.max_model_len, remote.num_kv_blocks, m.eos_token_ids, async);
+    EngineOptions eo = engine_options(args, remote.max_model_len, remote.num_kv_blocks, m.eos_token_ids, async, m.config);
     KVASIR_RETURN_IF_ERROR(eo.scheduler.validate());
     engines.push_back(std::make_unique<Engine>(eo, *m.tokenizer, m.config.vocab_size,
                                                executor_for(async, std::move(remote.worker))));

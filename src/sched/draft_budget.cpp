@@ -12,7 +12,7 @@ constexpr double kRelaxWeight = 0.008;  // a hopeless request retries one draft 
 }  // namespace
 
 int num_drafts_worth_verifying(const StepCostCurve& costs, int num_available, double acceptance_rate, int num_decodes,
-                               int num_step_tokens) {
+                               int num_step_tokens, double draft_cost) {
   const int b = std::max(1, num_decodes);
   // What one emitted token is worth: the time per token of the plain step at this batch size.
   const double token_value = costs.cost(b, b) / b;
@@ -23,7 +23,7 @@ int num_drafts_worth_verifying(const StepCostCurve& costs, int num_available, do
   for (int d = 1; d <= num_available; ++d) {
     chance *= acceptance_rate;
     expected_tokens += chance;
-    const double gain = expected_tokens * token_value - (costs.cost(tokens + d, b + d) - base);
+    const double gain = (expected_tokens - d * draft_cost) * token_value - (costs.cost(tokens + d, b + d) - base);
     if (gain > best_gain) best_gain = gain, best = d;
   }
   return best;

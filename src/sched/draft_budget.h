@@ -19,8 +19,10 @@ namespace kvasir {
 // Drafts to verify, at most num_available: request has acceptance estimate `acceptance_rate`;
 // the step has `num_decodes` decoding requests (one logits row each) and already holds
 // `num_step_tokens` tokens (this request's own decode token included).
+// draft_cost: what making each draft costs, in units of one emitted token's worth (0 when the
+// drafts exist already; SchedulerConfig::spec_draft_cost_ratio when deciding whether to make them).
 int num_drafts_worth_verifying(const StepCostCurve& costs, int num_available, double acceptance_rate, int num_decodes,
-                               int num_step_tokens);
+                               int num_step_tokens, double draft_cost = 0);
 
 // The acceptance estimate after a verify step that accepted `num_accepted` of `num_verified`
 // drafts. Each draft examined (the accepted ones, and the first rejected one) is one observation.

@@ -184,7 +184,7 @@ bool Scheduler::drafts_worth_proposing(const Request& r, int num_decodes) const 
   const bool next_step_probes = config_.num_speculative_tokens > 0 && steps_since_probe_ + 1 >= kProbeEvery;
   if (next_step_probes && num_decodes <= kProbeMaxDecodes && !step_costs_.learned(num_decodes + 1)) return true;
   return num_drafts_worth_verifying(step_costs_, config_.num_speculative_tokens, r.spec_acceptance_rate(), num_decodes,
-                                    num_decodes) > 0;
+                                    num_decodes, config_.spec_draft_cost_ratio) > 0;
 }
 
 bool Scheduler::allocate_with_drafts(Request& r, int num_drafts, std::vector<BlockId>& new_blocks) {

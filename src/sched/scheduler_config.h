@@ -42,6 +42,11 @@ struct SchedulerConfig {
   // size and acceptance: for tests that need drafts in large batches and for measuring verify
   // steps. Set from $KVASIR_TEST_SPEC_VERIFY_ALL_DRAFTS by the LLM facade; no flag.
   bool spec_verify_all_drafts = false;
+  // What one draft token costs to propose, in units of what one emitted token is worth: a
+  // drafting model's weights per pass against the target's per step (setup/draft_cost.h); 0 for
+  // host proposers. Weighed when deciding whether a request's drafts are worth proposing at all
+  // (SchedulerOutput::num_drafts_to_propose), not when verifying drafts already made.
+  double spec_draft_cost_ratio = 0;
 
   // vLLM's derived default: with max_num_partial_prefills > 1 and no threshold, a prompt is long
   // past 4% of max_model_len. Call once max_model_len is known, before validate().
