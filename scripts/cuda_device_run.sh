@@ -45,7 +45,8 @@
 # latency, k = 3 forced verify steps, batch 1 and 16), and draft_model's (configs/llama-3.2-1b.json,
 # k = 4) at batch 1, at plain and at forced verify steps.
 # Stage specadapt (issue 16): the load-adaptive bar for eagle3 and draft_model (dummy head / 1B
-# draft, the budget deciding) against plain at batch 1, 16 and 64 (KVASIR_SA_ROUNDS rounds, 2).
+# draft, the budget deciding) and ngram (random prompts) against plain at batch 1, 16 and 64
+# (KVASIR_SA_ROUNDS rounds, 2).
 # Stage eagle (EAGLE-1/2 heads): CudaEagle.* (the same two tests with the EAGLE-1 head), then bench
 # latency with the dummy EAGLE-1 head (configs/eagle-llama-3-8b.json, k = 3) at batch 1 and 16.
 # Stage fiprefill (issue 19): FlashInfer's SM90 prefill against our kernel: op tests on both paths,
@@ -528,10 +529,11 @@ if has specadapt; then
   dm='{"method":"draft_model","model":"configs/llama-3.2-1b.json","num_speculative_tokens":4}'
   for round in $(seq 1 "${KVASIR_SA_ROUNDS:-2}"); do
     for b in 1 16 64; do
-      for mode in plain e3 dm; do
+      for mode in plain e3 dm ng; do
         log="$OUT/sa_b${b}_${mode}_$round.log"
         cfg=()
-        case $mode in e3) cfg=(--speculative-config "$e3") ;; dm) cfg=(--speculative-config "$dm") ;; esac
+        case $mode in e3) cfg=(--speculative-config "$e3") ;; dm) cfg=(--speculative-config "$dm") ;;
+          ng) cfg=(--speculative-config '{"method":"ngram","num_speculative_tokens":4,"prompt_lookup_max":3,"prompt_lookup_min":1}') ;; esac
         timeout 200 "$bin/kvasir" bench throughput --model configs/llama-3.1-8b.json --load-format dummy --device cuda \
           --num-prompts $b --max-num-seqs $b --input-len 128 --output-len 256 "${cfg[@]}" >"$log" 2>&1
         note "sa r$round b$b $mode: rc=$? $(grep -E '^Throughput' "$log") $(grep -oE '[0-9]+ draft tokens' "$log" | head -1) $(tail -1 "$log" | grep -i error)"
