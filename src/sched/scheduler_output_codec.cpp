@@ -25,6 +25,26 @@ static_assert(sizeof(CachedRequestData) == 96, "CachedRequestData changed: updat
 static_assert(sizeof(SchedulerOutput) == 296, "SchedulerOutput changed: update scheduler_output_codec.cpp");
 static_assert(sizeof(StructuredOutputSpec) == 64, "StructuredOutputSpec changed: update scheduler_output_codec.cpp");
 
+// A per-request count, sorted by id: the same SchedulerOutput always encodes to the same bytes.
+void write_counts(Writer& w, const std::unordered_map<std::string, int32_t>& counts) {
+  std::vector<std::pair<std::string, int32_t>> sorted(counts.begin(), counts.end());
+  std::sort(sorted.begin(), sorted.end());
+  w.pod(static_cast<uint32_t>(sorted.size()));
+  for (const auto& [id, n] : sorted) {
+    w.str(id);
+    w.pod(n);
+  }
+}
+
+Status read_counts(Reader& r, std::unordered_map<std::string, int32_t>& counts, const char* twice) {
+  for (uint32_t i = 0, n = r.count(8); i < n && r.ok(); ++i) {
+    std::string id = r.str();
+    const int32_t count = r.pod<int32_t>();
+    if (!counts.emplace(std::move(id), count).second) return data_loss(std::string("step message: ") + twice);
+  }
+  return Status();
+}
+
 void write_params(Writer& w, const SamplingParams& p) {
   w.pod<int32_t>(p.n);
   w.pod(p.temperature);
@@ -114,15 +134,8 @@ void encode_step(const SchedulerOutput& so, const GrammarBitmask* bitmask, std::
     w.pods(r.new_block_ids);
     w.pod(r.num_computed_tokens);
   }
-  // Sorted by id: the same SchedulerOutput always encodes to the same bytes.
-  std::vector<std::pair<std::string, int32_t>> counts(so.num_scheduled_tokens.begin(), so.num_scheduled_tokens.end());
-  std::sort(counts.begin(), counts.end());
-  w.pod(static_cast<uint32_t>(counts.size()));
-  for (const auto& [id, n] : counts) {
-    w.str(id);
-    w.pod(n);
-  }
-  // Speculative decoding's drafts to verify, sorted by id as above.
+  write_counts(w, so.num_scheduled_tokens);
+  // Speculative decoding's drafts to verify, sorted by id as the counts are.
   std::vector<std::pair<std::string, std::vector<TokenId>>> drafts(so.scheduled_spec_decode_tokens.begin(),
                                                                    so.scheduled_spec_decode_tokens.end());
   std::sort(drafts.begin(), drafts.end());
@@ -131,13 +144,7 @@ void encode_step(const SchedulerOutput& so, const GrammarBitmask* bitmask, std::
     w.str(id);
     w.pods(d);
   }
-  std::vector<std::pair<std::string, int32_t>> to_propose(so.num_drafts_to_propose.begin(), so.num_drafts_to_propose.end());
-  std::sort(to_propose.begin(), to_propose.end());
-  w.pod(static_cast<uint32_t>(to_propose.size()));
-  for (const auto& [id, n] : to_propose) {
-    w.str(id);
-    w.pod(n);
-  }
+  write_counts(w, so.num_drafts_to_propose);
   w.pod(so.total_num_scheduled_tokens);
   w.strs(so.finished_req_ids);
   w.strs(so.preempted_req_ids);
@@ -181,23 +188,16 @@ StatusOr<StepMessage> decode_step(const uint8_t* data, size_t size) {
     q.num_computed_tokens = r.pod<int32_t>();
     so.scheduled_cached_reqs.push_back(std::move(q));
   }
-  for (uint32_t i = 0, n = r.count(8); i < n && r.ok(); ++i) {
-    std::string id = r.str();
-    const int32_t count = r.pod<int32_t>();
-    if (!so.num_scheduled_tokens.emplace(std::move(id), count).second) return data_loss("step message: a request is scheduled twice");
-  }
+  KVASIR_RETURN_IF_ERROR(read_counts(r, so.num_scheduled_tokens, "a request is scheduled twice"));
   for (uint32_t i = 0, n = r.count(8); i < n && r.ok(); ++i) {
     std::string id = r.str();
     std::vector<TokenId> d = r.pods<TokenId>();
     if (!so.scheduled_spec_decode_tokens.emplace(std::move(id), std::move(d)).second)
       return data_loss("step message: a request has drafts twice");
   }
-  for (uint32_t i = 0, n = r.count(8); i < n && r.ok(); ++i) {
-    std::string id = r.str();
-    const int32_t count = r.pod<int32_t>();
-    if (r.ok() && count < 0) return data_loss("step message: a negative number of drafts to propose");
-    if (!so.num_drafts_to_propose.emplace(std::move(id), count).second)
-      return data_loss("step message: a request has drafts to propose twice");
+  KVASIR_RETURN_IF_ERROR(read_counts(r, so.num_drafts_to_propose, "a request has drafts to propose twice"));
+  for (const auto& [id, n] : so.num_drafts_to_propose) {
+    if (n < 0) return data_loss("step message: a negative number of drafts to propose");
   }
   so.total_num_scheduled_tokens = r.pod<int32_t>();
   so.finished_req_ids = r.strs();

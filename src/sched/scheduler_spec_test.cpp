@@ -196,6 +196,15 @@ TEST(SchedulerSpec, PoorAcceptanceBacksOff) {
   EXPECT_GT(h.last_stats.spec_num_drafts, 0);
 }
 
+// 32 requests at once, the adaptive budget deciding.
+SchedulerConfig large_batch_config() {
+  SchedulerConfig c = spec_config(512, 4);
+  c.spec_verify_all_drafts = false;
+  c.max_num_seqs = 32;
+  c.max_num_batched_tokens = 256;
+  return c;
+}
+
 // A proposer that runs a model is asked for no drafts the next step would drop: with always-wrong
 // drafts at batch 1 it drafts only now and then (the withheld steps relax the estimate, so it is
 // tried again), and the outputs are plain decoding's.
@@ -234,11 +243,7 @@ TEST(SchedulerSpec, ModelProposersAreAskedOnlyForDraftsTheBudgetCouldVerify) {
 
 // At large batches the budget verifies nothing, so a model-running proposer is asked for nothing.
 TEST(SchedulerSpec, LargeBatchesAskModelProposersForNoDrafts) {
-  SchedulerConfig c = spec_config(512, 4);
-  c.spec_verify_all_drafts = false;
-  c.max_num_seqs = 32;
-  c.max_num_batched_tokens = 256;
-  Harness h(c);
+  Harness h(large_batch_config());
   h.runner.propose = drafts_with(4, 3);
   h.runner.honor_proposal_caps = true;
   for (int i = 0; i < 32; ++i) ASSERT_TRUE(h.add("r" + std::to_string(i), tokens(4, 100 + 10 * i), 16).ok());
@@ -269,10 +274,7 @@ TEST(SchedulerSpec, DraftBudgetFollowsAcceptanceAndBatchSize) {
 }
 
 TEST(SchedulerSpec, LargeBatchesVerifyNoDrafts) {
-  SchedulerConfig c = spec_config(512, 4);
-  c.spec_verify_all_drafts = false;
-  c.max_num_seqs = 32;
-  c.max_num_batched_tokens = 256;
+  SchedulerConfig c = large_batch_config();
   Harness h(c);
   h.runner.propose = drafts_with(4, 3);
   for (int i = 0; i < 32; ++i) ASSERT_TRUE(h.add("r" + std::to_string(i), tokens(4, 100 + 10 * i), 16).ok());
