@@ -46,7 +46,7 @@
 # k = 4) at batch 1, at plain and at forced verify steps.
 # Stage specadapt (issue 16): the load-adaptive bar for eagle3 and draft_model (dummy head / 1B
 # draft, the budget deciding) and ngram (random prompts) against plain at batch 1, 16 and 64
-# (KVASIR_SA_ROUNDS rounds, 2).
+# (KVASIR_SA_ROUNDS rounds, 2; KVASIR_SA_BATCHES picks the batches; KVASIR_SA_TESTS=0 skips the tests).
 # Stage eagle (EAGLE-1/2 heads): CudaEagle.* (the same two tests with the EAGLE-1 head), then bench
 # latency with the dummy EAGLE-1 head (configs/eagle-llama-3-8b.json, k = 3) at batch 1 and 16.
 # Stage fiprefill (issue 19): FlashInfer's SM90 prefill against our kernel: op tests on both paths,
@@ -523,12 +523,12 @@ if has specadapt; then
   # budget deciding (and num_drafts_to_propose withholding the passes it would drop) against plain
   # at batch 1, 16 and 64, KVASIR_SA_ROUNDS (2) interleaved rounds. Dummy weights: the heads' and
   # the draft's guesses are rejected, so this is the worst case, where drafting must stop.
-  timeout 300 "$bin/cuda_e2e_test" --gtest_filter='CudaEagle3.*:CudaEagle.*:CudaSpecDecode.DraftModel*' >"$OUT/specadapt_test.log" 2>&1
+  [[ ${KVASIR_SA_TESTS:-1} == 1 ]] && timeout 300 "$bin/cuda_e2e_test" --gtest_filter='CudaEagle3.*:CudaEagle.*:CudaSpecDecode.DraftModel*' >"$OUT/specadapt_test.log" 2>&1
   note "specadapt tests: rc=$? $(grep -E '^\[  PASSED' "$OUT/specadapt_test.log" | head -1) $(grep -c '^\[  FAILED  \]' "$OUT/specadapt_test.log") failed: $(grep '^\[  FAILED  \]' "$OUT/specadapt_test.log" | head -3 | tr '\n' ' ')"
   e3='{"method":"eagle3","model":"configs/eagle3-llama-3.1-8b.json","num_speculative_tokens":3}'
   dm='{"method":"draft_model","model":"configs/llama-3.2-1b.json","num_speculative_tokens":4}'
   for round in $(seq 1 "${KVASIR_SA_ROUNDS:-2}"); do
-    for b in 1 16 64; do
+    for b in ${KVASIR_SA_BATCHES:-1 16 64}; do
       for mode in plain e3 dm ng; do
         log="$OUT/sa_b${b}_${mode}_$round.log"
         cfg=()
