@@ -301,7 +301,9 @@ def _request_on(sock, body):
 def test_sigterm_under_load_drains_everything():
     s = Server("--shutdown-timeout", "120")
     idle = _keepalive_socket(s.port)
-    threads, results = _load_in_threads(s.base, 8, 4, 24)
+    # Long enough that the drain outlasts the checks below on a fast host (24 tokens each once
+    # finished within the 0.3 s, and the server had exited before the idle connection asked).
+    threads, results = _load_in_threads(s.base, 8, 4, 96)
     t0 = time.time()
     s.proc.send_signal(signal.SIGTERM)
     time.sleep(0.3)
@@ -327,7 +329,7 @@ def test_sigterm_under_load_drains_everything():
         assert ev[-1] == "[DONE]" and json.loads(ev[-2])["choices"][0]["finish_reason"] == "length"
     for r in results["plain"]:
         assert not isinstance(r, Exception), r
-        assert r.status_code == 200 and r.json()["usage"]["completion_tokens"] == 24
+        assert r.status_code == 200 and r.json()["usage"]["completion_tokens"] == 96
     print(f"drained 8 streams + 4 plain requests and exited 0 in {time.time() - t0:.1f}s")
 
 
