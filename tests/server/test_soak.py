@@ -28,7 +28,7 @@ def test_short_soak(tmp_path):
            "--server-arg=--kv-cache-memory=128MiB", "--server-arg=--max-model-len=512",
            "--server-arg=--max-num-seqs=16", "--server-arg=--max-num-queued-reqs=8",
            "--clients", "8", "--duration", str(seconds), "--max-tokens", "32", "--max-prompt-words", "100",
-           "--overload-duration", str(max(5.0, seconds / 3)), "--overload-rate", "30", "--require-rejections",
+           "--overload-duration", str(max(5.0, seconds / 3)), "--overload-rate", "80", "--require-rejections",
            # 4 normal + 4 hostile streams at most: within the queue bound of 8, so no 429 is expected.
            "--hostile-duration", str(max(5.0, seconds / 4)), "--hostile-clients", "4", "--hostile-normal-clients", "4",
            "--hostile-pool", "6",
