@@ -4,6 +4,7 @@
 
 #include "common/check.h"
 #include "common/log.h"
+#include "model/draft_heads/draft_head.h"
 
 namespace kvasir {
 
@@ -12,7 +13,6 @@ DraftModelProposer::DraftModelProposer(DecoderModel& model, KvCache& cache, int 
       cache_(cache),
       block_size_(cache.block_size),
       max_tokens_per_forward_(max_tokens_per_forward),
-      device_sampling_(model.backend().capabilities().device_sampling),
       pass_(model.backend().capabilities(), cache.block_size, std::min(max_tokens_per_forward, model.max_num_tokens()),
             model.max_num_logits()) {
   KVASIR_CHECK(max_tokens_per_forward_ >= 1);
@@ -141,24 +141,12 @@ Status DraftModelProposer::forward(const std::vector<Work*>& works, const std::v
   if (n == 0) return Status();
   sampled_.resize(static_cast<size_t>(n));
   const int chunk = model_.max_num_logits();
-  const size_t vocab = static_cast<size_t>(model_.config().vocab_size);
   for (int b = 0; b < n; b += chunk) {
     const int m = std::min(n - b, chunk);
-    const int32_t* rows = pass_.sample_rows() + b;
-    if (device_sampling_) {
-      // Greedy rows on the device: only the ids come back, and the pass (its layers, lm_head and
-      // argmax) ends in one read-back, which a padded pass replays as one graph.
-      KVASIR_ASSIGN_OR_RETURN(Tensor logits, model_.compute_logits_on_device(rows, m));
-      greedy_rows_.assign(static_cast<size_t>(m), DeviceSamplingRow{});
-      KVASIR_RETURN_IF_ERROR(model_.backend().sample(logits, greedy_rows_.data(), m, sampled_.data() + b));
-      continue;
-    }
-    logits_.resize(static_cast<size_t>(m) * vocab);
-    KVASIR_RETURN_IF_ERROR(model_.compute_logits(rows, m, logits_.data()));
-    for (int i = 0; i < m; ++i) {
-      const float* l = logits_.data() + static_cast<size_t>(i) * vocab;
-      sampled_[static_cast<size_t>(b + i)] = static_cast<TokenId>(std::max_element(l, l + vocab) - l);
-    }
+    // Greedy on the device where the backend samples (only the ids come back, and a padded pass
+    // ends in one read-back that replays as one graph), else over a host copy.
+    KVASIR_ASSIGN_OR_RETURN(Tensor logits, model_.compute_logits_on_device(pass_.sample_rows() + b, m));
+    KVASIR_RETURN_IF_ERROR(greedy_columns(model_.backend(), logits, m, greedy_rows_, logits_, sampled_.data() + b));
   }
   size_t row = 0;
   for (size_t i = 0; i < works.size(); ++i) {

@@ -72,7 +72,6 @@ class DraftModelProposer final : public Proposer {
   KvCache& cache_;
   int block_size_;
   int max_tokens_per_forward_;
-  bool device_sampling_;  // greedy drafts on the device: ids come back, not logits
   std::vector<int32_t> free_blocks_;
   std::unordered_map<std::string, DraftRequest> requests_;
   int64_t num_forward_passes_ = 0, num_one_query_passes_ = 0, num_skipped_for_blocks_ = 0;
@@ -80,7 +79,7 @@ class DraftModelProposer final : public Proposer {
   DraftPassBatch pass_;
   std::vector<int32_t> sampled_;
   std::vector<DeviceSamplingRow> greedy_rows_;
-  std::vector<float> logits_;  // host logits where the backend does not sample
+  std::vector<float> logits_;  // greedy_columns' host copy where the backend does not sample
 };
 
 }  // namespace kvasir
