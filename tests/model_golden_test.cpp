@@ -313,8 +313,9 @@ TEST_P(ModelGoldenTest, Fp8KvCacheAgainstTheFloatCache) {
     EXPECT_LE(r8.worst, 1e-5) << dtype << ": still batch invariant";
     // Measured (2026-12-03): SmolLM2 e4m3 0.080, e5m2 0.086; Gemma 3 e4m3 0.133, e5m2 0.078 (e4m3's
     // subnormals start at 2^-6, where a scale of 1 leaves part of the small V values; e5m2's at
-    // 2^-14). A wrong scale gives ~5.
-    EXPECT_LT(worst, std::string(dtype) == "fp8" ? 0.2 : 0.12) << dtype;
+    // 2^-14). The figure moves with the float32 run's rounding order: SmolLM2 e5m2 0.086-0.123
+    // (2026-12-04, AMD EPYC Zen 5, by kernel set). A wrong scale gives ~5.
+    EXPECT_LT(worst, 0.2) << dtype;
     EXPECT_GT(worst, 1e-4) << dtype << ": a cache this close to float32 is not storing FP8";
   }
   // Continuations (e4m3 only: the CI budget). Measured: SmolLM2 5 of 20 equal, 620 of 1,280 tokens

@@ -40,11 +40,11 @@ float dot(const float* a, const T* b, int64_t n) {
   return s;
 }
 
-// out[i] = a . rows[i] for eight rows of n values (n a multiple of 8): one accumulator per row, so
-// eight independent FMA chains, and the eight sums reduced together (9 shuffles and adds, where
-// eight dot() calls spend ~6 each).
+// a . rows[i] for eight rows of n values (n a multiple of 8), in lane i: one accumulator per row,
+// so eight independent FMA chains, and the eight sums reduced together (9 shuffles and adds,
+// where eight dot() calls spend ~6 each).
 template <typename T>
-void dot8(const float* a, const T* const* rows, int64_t n, float* out) {
+__m256 dot8(const float* a, const T* const* rows, int64_t n) {
   // Unrolled by pragma: GCC at -O2 would keep acc on the stack.
   __m256 acc[8];
 #pragma GCC unroll 8
@@ -57,8 +57,7 @@ void dot8(const float* a, const T* const* rows, int64_t n, float* out) {
   const __m256 h0123 = _mm256_hadd_ps(_mm256_hadd_ps(acc[0], acc[1]), _mm256_hadd_ps(acc[2], acc[3]));
   const __m256 h4567 = _mm256_hadd_ps(_mm256_hadd_ps(acc[4], acc[5]), _mm256_hadd_ps(acc[6], acc[7]));
   // Each h holds its four rows' sums of the low lanes, then of the high lanes.
-  _mm256_storeu_ps(out, _mm256_add_ps(_mm256_permute2f128_ps(h0123, h4567, 0x20),
-                                      _mm256_permute2f128_ps(h0123, h4567, 0x31)));
+  return _mm256_add_ps(_mm256_permute2f128_ps(h0123, h4567, 0x20), _mm256_permute2f128_ps(h0123, h4567, 0x31));
 }
 
 // y += w * x

@@ -18,9 +18,9 @@
 #include <type_traits>
 #include <vector>
 
+#include "backend/cpu/attention_kernels.h"
 #include "backend/cpu/cache_row_vec.h"
 #include "backend/cpu/cpu_backend.h"
-#include "backend/cpu/vec_exp.h"
 
 namespace kvasir {
 namespace {
@@ -96,40 +96,9 @@ int num_splits(int32_t ctx) {
   return std::clamp((ctx + kMinKeysPerSplit - 1) / kMinKeysPerSplit, 1, kMaxSplits);
 }
 
-// Keys and values sit in scattered blocks of the paged cache, far past the hardware prefetcher's
-// reach: fetch the row kPrefetchRows ahead while working on this one.
-constexpr int kPrefetchRows = 8;
-
-template <typename T>
-void prefetch_row(const T* row, int hd) {
-  const char* b = reinterpret_cast<const char*>(row);
-  for (size_t off = 0; off < static_cast<size_t>(hd) * sizeof(T); off += 64) _mm_prefetch(b + off, _MM_HINT_T0);
-}
-
 // Cache rows widened to float32 (cache_row_vec.h, shared with cpu_mla_attention.cpp).
 using cpu::axpy;
-using cpu::dot;
-using cpu::dot8;
-using cpu::hsum;
 using cpu::load1;
-using cpu::load8;
-
-float exp_shifted(float* sc, int32_t len, float mx) {
-  const __m256 m = _mm256_set1_ps(mx);
-  __m256 acc = _mm256_setzero_ps();
-  int32_t j = 0;
-  for (; j + 8 <= len; j += 8) {
-    const __m256 v = cpu::exp8(_mm256_sub_ps(_mm256_loadu_ps(sc + j), m));
-    _mm256_storeu_ps(sc + j, v);
-    acc = _mm256_add_ps(acc, v);
-  }
-  float sum = hsum(acc);
-  for (; j < len; ++j) {
-    sc[j] = std::exp(sc[j] - mx);
-    sum += sc[j];
-  }
-  return sum;
-}
 
 // The largest of x[0..n) (max is exact in any order).
 float max_of(const float* x, int32_t n) {
@@ -148,39 +117,11 @@ void scale(float s, float* y, int n) {
   for (int d = 0; d < n; ++d) y[d] *= s;
 }
 
-// o_g = sum_j p[g][j] * v_j for a block of G query heads, v_j = vc + offsets[j]. Each value row is
-// loaded once per 16 columns and the G outputs stay in registers across the keys.
-// The loops over G are unrolled by hand (pragmas): GCC at -O2 otherwise keeps acc on the stack,
-// and each FMA then waits on a store and a reload (measured: the attention's hottest lines).
-template <int G, typename T>
-void weighted_sum_block(const T* vc, const int64_t* offsets, int32_t len, const float* p, int hd, float* const* o) {
-  for (int d = 0; d < hd; d += 16) {
-    __m256 acc[G][2];
-#pragma GCC unroll 8
-    for (int g = 0; g < G; ++g) acc[g][0] = acc[g][1] = _mm256_setzero_ps();
-    for (int32_t j = 0; j < len; ++j) {
-      if (d == 0 && j + kPrefetchRows < len) prefetch_row(vc + offsets[j + kPrefetchRows], hd);
-      const T* v = vc + offsets[j] + d;
-      const __m256 v0 = load8(v), v1 = load8(v + 8);
-#pragma GCC unroll 8
-      for (int g = 0; g < G; ++g) {
-        const __m256 w = _mm256_broadcast_ss(p + static_cast<size_t>(g) * len + j);
-        acc[g][0] = _mm256_fmadd_ps(w, v0, acc[g][0]);
-        acc[g][1] = _mm256_fmadd_ps(w, v1, acc[g][1]);
-      }
-    }
-#pragma GCC unroll 8
-    for (int g = 0; g < G; ++g) {
-      _mm256_storeu_ps(o[g] + d, acc[g][0]);
-      _mm256_storeu_ps(o[g] + d + 8, acc[g][1]);
-    }
-  }
-}
-
-// o_g = sum_j p[g * len + j] * v_j for every g < group (o_g overwritten).
+// o_g = sum_j p[g * len + j] * v_j for every g < group (o_g overwritten): the kernel set's when
+// hd is a multiple of 16, else one axpy per key.
 template <typename T>
-void weighted_sum(const T* vc, const int64_t* offsets, int32_t len, const float* p, int group, int hd,
-                  float* const* o) {
+void weighted_sum(const cpu::AttentionKernels<T>& kernels, const T* vc, const int64_t* offsets, int32_t len,
+                  const float* p, int group, int hd, float* const* o) {
   if (hd % 16 != 0) {
     for (int g = 0; g < group; ++g) {
       std::fill(o[g], o[g] + hd, 0.0f);
@@ -188,15 +129,7 @@ void weighted_sum(const T* vc, const int64_t* offsets, int32_t len, const float*
     }
     return;
   }
-  for (int g0 = 0; g0 < group; g0 += 4) {
-    const float* pg = p + static_cast<size_t>(g0) * len;
-    switch (std::min(4, group - g0)) {
-      case 1: weighted_sum_block<1, T>(vc, offsets, len, pg, hd, o + g0); break;
-      case 2: weighted_sum_block<2, T>(vc, offsets, len, pg, hd, o + g0); break;
-      case 3: weighted_sum_block<3, T>(vc, offsets, len, pg, hd, o + g0); break;
-      default: weighted_sum_block<4, T>(vc, offsets, len, pg, hd, o + g0); break;
-    }
-  }
+  kernels.weighted_sum(vc, offsets, len, p, group, hd, o);
 }
 
 struct AttnTask {
@@ -260,6 +193,8 @@ void CpuBackend::attention(const Tensor& q, const Tensor& k_cache, const Tensor&
 
   // The units over a cache of float32 or float16 elements (kc, vc).
   auto run_units = [&](const auto* kc, const auto* vc) {
+    using Elem = std::remove_cv_t<std::remove_pointer_t<decltype(kc)>>;
+    const cpu::AttentionKernels<Elem>& kernels = cpu::attention_kernels<Elem>();
     auto unit_body = [&](int64_t b, int64_t e) {
       thread_local std::vector<float> scores;  // grow to the longest key range once, then reused
       thread_local std::vector<int64_t> offsets;
@@ -287,25 +222,13 @@ void CpuBackend::attention(const Tensor& q, const Tensor& k_cache, const Tensor&
                                 static_cast<int64_t>(kvh) * hd;
           for (; j < end; ++j) offsets[static_cast<size_t>(j - j0)] = first + static_cast<int64_t>(j) * kv_row;
         }
-        // Scores for the whole GQA group: eight keys at a time against one query head (dot8),
-        // the keys of a range staying in L1 for the group's other heads.
-        using Key = std::remove_cv_t<std::remove_pointer_t<decltype(kc)>>;
-        const Key* keys[8];
-        const int32_t whole = hd % 8 == 0 ? len / 8 * 8 : 0;
+        // Scores for the whole GQA group, a head at a time: the range's keys stay in L1 for the
+        // group's other heads.
         for (int g = 0; g < group; ++g) {
-          const float* q = qg + static_cast<int64_t>(g) * hd;
           float* sc = scores.data() + static_cast<size_t>(g) * len;
-          for (int32_t j = 0; j < whole; j += 8) {
-            for (int i = 0; i < 8; ++i) {
-              if (g == 0 && j + i + kPrefetchRows < len) prefetch_row(kc + offsets[static_cast<size_t>(j + i + kPrefetchRows)], hd);
-              keys[i] = kc + offsets[static_cast<size_t>(j + i)];
-            }
-            dot8(q, keys, hd, sc + j);
-          }
-          for (int32_t j = whole; j < len; ++j) sc[j] = dot(q, kc + offsets[static_cast<size_t>(j)], hd);
-          for (int32_t j = 0; j < len; ++j) {
-            sc[j] *= score_scale;
-            if (p.softcap > 0.0f) sc[j] = p.softcap * std::tanh(sc[j] / p.softcap);
+          kernels.scores(qg + static_cast<int64_t>(g) * hd, kc, offsets.data(), len, hd, score_scale, g == 0, sc);
+          if (p.softcap > 0.0f) {
+            for (int32_t j = 0; j < len; ++j) sc[j] = p.softcap * std::tanh(sc[j] / p.softcap);
           }
         }
         for (int g = 0; g < group; ++g) {
@@ -313,7 +236,7 @@ void CpuBackend::attention(const Tensor& q, const Tensor& k_cache, const Tensor&
           const float mx = max_of(sc, len);
           const float sink = sinks != nullptr && task.splits == 1 ? sinks[kvh * group + g] : -INFINITY;
           const float top = std::max(mx, sink);
-          float sum = exp_shifted(sc, len, top);
+          float sum = kernels.exp_sum(sc, len, top);
           if (sink != -INFINITY) sum += std::exp(sink - top);
           float* o = task.splits == 1
                          ? op + (static_cast<int64_t>(task.token) * num_heads + kvh * group + g) * hd
@@ -325,7 +248,7 @@ void CpuBackend::attention(const Tensor& q, const Tensor& k_cache, const Tensor&
             o[hd + 1] = sum;
           }
         }
-        weighted_sum(vc, offsets.data(), len, scores.data(), group, hd, outs);
+        weighted_sum(kernels, vc, offsets.data(), len, scores.data(), group, hd, outs);
         if (task.splits == 1) {
           for (int g = 0; g < group; ++g) scale(v_scale / sums[g], outs[g], hd);
         }

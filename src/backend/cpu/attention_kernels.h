@@ -1,0 +1,46 @@
+// The inner loops of CPU paged attention (cpu_attention.cpp) over one (token, kv head, key range)
+// unit, as a set per ISA: AVX2 (attention_kernels_avx2.cpp, every x86-64 CPU the backend runs on)
+// and AVX-512 (attention_kernels_avx512.cpp: full-width registers, twice the multiply-adds per
+// instruction where the core has 512-bit units). Both sets compute every float in the same order,
+// so they are bit-identical (tested): a machine's ISA never changes a token's output. Keys and
+// values are cache rows of T (float32, float16 bits, FP8 codes; fp8_cache_codes.h), reached
+// through per-key element offsets into the cache; FP8 caches keep the AVX2 set.
+#pragma once
+
+#include <cstdint>
+
+namespace kvasir::cpu {
+
+// FP8 cache code tags (fp8_cache_codes.h).
+struct E4m3Code;
+struct E5m2Code;
+
+template <typename T>
+struct AttentionKernels {
+  // out[j] = (q . keys[j]) * scale over hd values (the dot rounded, then scaled), for j < len,
+  // keys[j] = kc + offsets[j]. With hd a multiple of 8 every key takes dot8's order (eight lanes of
+  // FMA chains, then its shuffle tree; a last group of fewer than 8 keys is padded with its last
+  // key), else dot's. `prefetch`: fetch rows a few keys ahead (the first head of a group reads
+  // them from memory).
+  void (*scores)(const float* q, const T* kc, const int64_t* offsets, int32_t len, int hd, float scale, bool prefetch,
+                 float* out);
+  // sc[j] = e^(sc[j] - mx) for j < len; returns their sum (eight lanes in key order, then the tail).
+  float (*exp_sum)(float* sc, int32_t len, float mx);
+  // o[g][d] = sum_j p[g * len + j] * v_j[d] in key order, for g < group (o[g] overwritten),
+  // v_j = vc + offsets[j]. hd must be a multiple of 16.
+  void (*weighted_sum)(const T* vc, const int64_t* offsets, int32_t len, const float* p, int group, int hd,
+                       float* const* o);
+};
+
+// The AVX2 set (any x86-64 CPU the backend runs on).
+template <typename T>
+const AttentionKernels<T>& attention_kernels_avx2();
+// The AVX-512 set, or nullptr where T has none (FP8 codes). Call only on a CPU with AVX-512.
+template <typename T>
+const AttentionKernels<T>* attention_kernels_avx512();
+// The set this process runs: AVX-512 when active_isa() (cpu_isa.h, KVASIR_CPU_ISA pins it) is
+// not AVX2 and T has one, else AVX2.
+template <typename T>
+const AttentionKernels<T>& attention_kernels();
+
+}  // namespace kvasir::cpu

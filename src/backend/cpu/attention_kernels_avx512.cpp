@@ -1,0 +1,233 @@
+// The AVX-512 attention kernels (attention_kernels.h) for float32 and float16 caches: the AVX2
+// set's arithmetic, lane for lane, in registers twice as wide.
+// - scores: 16 keys at a time, two per register (key i in the low eight lanes, key i + 8 in the
+//   high eight), each half running dot8's FMA chain; the shuffle tree is dot8's hadd/permute
+//   tree done within each half, so every score is dot8's to the bit.
+// - exp_sum: 16 exponentials per instruction (exp8's polynomial, op for op), summed into eight
+//   lanes in key order as the AVX2 loop does.
+// - weighted_sum: each output lane is the same FMA chain over the keys; 64 columns of up to four
+//   heads stay in registers, so a value row is read once per key instead of once per 16 columns.
+// Built with AVX-512 flags and called only after the run-time check (attention_kernels()); like
+// the quant kernels it uses no standard-library inline functions, which would carry these flags
+// into other files' calls (the tails call the AVX2 set).
+#include <immintrin.h>
+
+#include "backend/cpu/attention_kernels.h"
+
+#if defined(__GNUC__) && !defined(__clang__)
+#pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
+#endif
+
+namespace kvasir::cpu {
+namespace {
+
+#define KVASIR_INLINE inline __attribute__((always_inline))
+
+constexpr int kPrefetchRows = 8;
+
+template <typename T>
+KVASIR_INLINE void prefetch_row(const T* row, int hd) {
+  const char* b = reinterpret_cast<const char*>(row);
+  for (long off = 0; off < static_cast<long>(hd) * static_cast<long>(sizeof(T)); off += 64) {
+    _mm_prefetch(b + off, _MM_HINT_T0);
+  }
+}
+
+// 16 values of a cache row widened to float32 (exactly, as the AVX2 loads do).
+KVASIR_INLINE __m512 load16(const float* p) { return _mm512_loadu_ps(p); }
+KVASIR_INLINE __m512 load16(const uint16_t* p) {
+  return _mm512_cvtph_ps(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(p)));
+}
+// Eight values of row a in the low half, eight of row b in the high half.
+KVASIR_INLINE __m512 load8_pair(const float* a, const float* b) {
+  return _mm512_insertf32x8(_mm512_castps256_ps512(_mm256_loadu_ps(a)), _mm256_loadu_ps(b), 1);
+}
+KVASIR_INLINE __m512 load8_pair(const uint16_t* a, const uint16_t* b) {
+  const __m128i lo = _mm_loadu_si128(reinterpret_cast<const __m128i*>(a));
+  const __m128i hi = _mm_loadu_si128(reinterpret_cast<const __m128i*>(b));
+  return _mm512_cvtph_ps(_mm256_inserti128_si256(_mm256_castsi128_si256(lo), hi, 1));
+}
+
+// _mm256_hadd_ps(a, b) in each 256-bit half: [a0+a1, a2+a3, b0+b1, b2+b3] per 128-bit lane.
+KVASIR_INLINE __m512 hadd_halves(__m512 a, __m512 b) {
+  return _mm512_add_ps(_mm512_shuffle_ps(a, b, _MM_SHUFFLE(2, 0, 2, 0)), _mm512_shuffle_ps(a, b, _MM_SHUFFLE(3, 1, 3, 1)));
+}
+
+// Keys j .. j + 15 (the last n < 16 of them repeated past the range's end) into out[j .. j + n).
+template <typename T>
+KVASIR_INLINE void scores16(const float* q, const T* kc, const int64_t* offsets, int32_t j, int n, int hd, __m512 scale,
+                            float* out) {
+  const T* keys[16];
+  for (int i = 0; i < 16; ++i) keys[i] = kc + offsets[j + (i < n ? i : n - 1)];
+  __m512 acc[8];
+#pragma GCC unroll 8
+  for (int i = 0; i < 8; ++i) acc[i] = _mm512_setzero_ps();
+  for (int d = 0; d < hd; d += 8) {
+    const __m512 qv = _mm512_broadcast_f32x8(_mm256_loadu_ps(q + d));
+#pragma GCC unroll 8
+    for (int i = 0; i < 8; ++i) acc[i] = _mm512_fmadd_ps(qv, load8_pair(keys[i] + d, keys[i + 8] + d), acc[i]);
+  }
+  const __m512 h0123 = hadd_halves(hadd_halves(acc[0], acc[1]), hadd_halves(acc[2], acc[3]));
+  const __m512 h4567 = hadd_halves(hadd_halves(acc[4], acc[5]), hadd_halves(acc[6], acc[7]));
+  // dot8's permute2f128 pair per half: x = [h0123.L0, h4567.L0 | h0123.L2, h4567.L2], y the odd
+  // 128-bit lanes likewise.
+  const __m512 even = _mm512_shuffle_f32x4(h0123, h4567, _MM_SHUFFLE(2, 0, 2, 0));
+  const __m512 odd = _mm512_shuffle_f32x4(h0123, h4567, _MM_SHUFFLE(3, 1, 3, 1));
+  const __m512 x = _mm512_shuffle_f32x4(even, even, _MM_SHUFFLE(3, 1, 2, 0));
+  const __m512 y = _mm512_shuffle_f32x4(odd, odd, _MM_SHUFFLE(3, 1, 2, 0));
+  const __m512 v = _mm512_mul_ps(_mm512_add_ps(x, y), scale);
+  _mm512_mask_storeu_ps(out + j, static_cast<__mmask16>((1u << n) - 1u), v);
+}
+
+template <typename T>
+void scores(const float* q, const T* kc, const int64_t* offsets, int32_t len, int hd, float scale, bool prefetch,
+            float* out) {
+  if (hd % 8 != 0) {
+    attention_kernels_avx2<T>().scores(q, kc, offsets, len, hd, scale, prefetch, out);
+    return;
+  }
+  const __m512 s = _mm512_set1_ps(scale);
+  int32_t j = 0;
+  for (; j + 16 <= len; j += 16) {
+    if (prefetch) {
+      for (int i = 0; i < 16; ++i) {
+        if (j + i + 2 * kPrefetchRows < len) prefetch_row(kc + offsets[j + i + 2 * kPrefetchRows], hd);
+      }
+    }
+    scores16(q, kc, offsets, j, 16, hd, s, out);
+  }
+  // A last group of 9 to 15 keys as one padded pair of eights; of 1 to 8 as the AVX2 set's one.
+  if (len - j > 8) {
+    scores16(q, kc, offsets, j, len - j, hd, s, out);
+  } else if (j < len) {
+    attention_kernels_avx2<T>().scores(q, kc, offsets + j, len - j, hd, scale, prefetch, out + j);
+  }
+}
+
+// exp8 (vec_exp.h) on 16 lanes, op for op.
+KVASIR_INLINE __m512 exp16(__m512 x) {
+  x = _mm512_min_ps(_mm512_max_ps(x, _mm512_set1_ps(-87.0f)), _mm512_set1_ps(88.0f));
+  const __m512 n = _mm512_roundscale_ps(_mm512_mul_ps(x, _mm512_set1_ps(1.44269504088896341f)),
+                                        _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
+  __m512 r = _mm512_fnmadd_ps(n, _mm512_set1_ps(0.693359375f), x);
+  r = _mm512_fnmadd_ps(n, _mm512_set1_ps(-2.12194440e-4f), r);
+  __m512 p = _mm512_set1_ps(1.9875691500e-4f);
+  p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(1.3981999507e-3f));
+  p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(8.3334519073e-3f));
+  p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(4.1665795894e-2f));
+  p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(1.6666665459e-1f));
+  p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(5.0000001201e-1f));
+  p = _mm512_fmadd_ps(p, _mm512_mul_ps(r, r), _mm512_add_ps(r, _mm512_set1_ps(1.0f)));
+  const __m512i e = _mm512_slli_epi32(_mm512_add_epi32(_mm512_cvtps_epi32(n), _mm512_set1_epi32(127)), 23);
+  return _mm512_mul_ps(p, _mm512_castsi512_ps(e));
+}
+
+// cache_row_vec.h's hsum.
+KVASIR_INLINE float hsum8(__m256 v) {
+  __m128 s = _mm_add_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
+  s = _mm_add_ps(s, _mm_movehl_ps(s, s));
+  s = _mm_add_ss(s, _mm_movehdup_ps(s));
+  return _mm_cvtss_f32(s);
+}
+
+float exp_sum(float* sc, int32_t len, float mx) {
+  const __m512 m = _mm512_set1_ps(mx);
+  __m256 acc = _mm256_setzero_ps();
+  int32_t j = 0;
+  for (; j + 16 <= len; j += 16) {
+    const __m512 v = exp16(_mm512_sub_ps(_mm512_loadu_ps(sc + j), m));
+    _mm512_storeu_ps(sc + j, v);
+    acc = _mm256_add_ps(acc, _mm512_castps512_ps256(v));
+    acc = _mm256_add_ps(acc, _mm512_extractf32x8_ps(v, 1));
+  }
+  if (j + 8 <= len) {
+    const __m512 v = exp16(_mm512_sub_ps(_mm512_castps256_ps512(_mm256_loadu_ps(sc + j)), m));
+    _mm256_storeu_ps(sc + j, _mm512_castps512_ps256(v));
+    acc = _mm256_add_ps(acc, _mm512_castps512_ps256(v));
+    j += 8;
+  }
+  float sum = hsum8(acc);
+  for (; j < len; ++j) {
+    sc[j] = __builtin_expf(sc[j] - mx);
+    sum += sc[j];
+  }
+  return sum;
+}
+
+// o_g[d0 .. d0 + 16 NV) for G heads per pass over the keys.
+template <int G, int NV, typename T>
+void weighted_sum_block(const T* vc, const int64_t* offsets, int32_t len, const float* p, int hd, float* const* o) {
+  for (int d0 = 0; d0 < hd; d0 += 16 * NV) {
+    __m512 acc[G][NV];
+#pragma GCC unroll 16
+    for (int g = 0; g < G; ++g) {
+#pragma GCC unroll 4
+      for (int k = 0; k < NV; ++k) acc[g][k] = _mm512_setzero_ps();
+    }
+    for (int32_t j = 0; j < len; ++j) {
+      if (d0 == 0 && j + kPrefetchRows < len) prefetch_row(vc + offsets[j + kPrefetchRows], hd);
+      const T* v = vc + offsets[j] + d0;
+      __m512 vv[NV];
+#pragma GCC unroll 4
+      for (int k = 0; k < NV; ++k) vv[k] = load16(v + 16 * k);
+#pragma GCC unroll 16
+      for (int g = 0; g < G; ++g) {
+        const __m512 w = _mm512_set1_ps(p[static_cast<long>(g) * len + j]);
+#pragma GCC unroll 4
+        for (int k = 0; k < NV; ++k) acc[g][k] = _mm512_fmadd_ps(w, vv[k], acc[g][k]);
+      }
+    }
+#pragma GCC unroll 16
+    for (int g = 0; g < G; ++g) {
+#pragma GCC unroll 4
+      for (int k = 0; k < NV; ++k) _mm512_storeu_ps(o[g] + d0 + 16 * k, acc[g][k]);
+    }
+  }
+}
+
+template <int NV, typename T>
+void weighted_sum_heads(const T* vc, const int64_t* offsets, int32_t len, const float* p, int group, int hd,
+                        float* const* o) {
+  for (int g0 = 0; g0 < group; g0 += 4) {
+    const float* pg = p + static_cast<long>(g0) * len;
+    switch (group - g0 < 4 ? group - g0 : 4) {
+      case 1: weighted_sum_block<1, NV, T>(vc, offsets, len, pg, hd, o + g0); break;
+      case 2: weighted_sum_block<2, NV, T>(vc, offsets, len, pg, hd, o + g0); break;
+      case 3: weighted_sum_block<3, NV, T>(vc, offsets, len, pg, hd, o + g0); break;
+      default: weighted_sum_block<4, NV, T>(vc, offsets, len, pg, hd, o + g0); break;
+    }
+  }
+}
+
+template <typename T>
+void weighted_sum(const T* vc, const int64_t* offsets, int32_t len, const float* p, int group, int hd,
+                  float* const* o) {
+  if (hd % 64 == 0) {
+    weighted_sum_heads<4, T>(vc, offsets, len, p, group, hd, o);
+  } else {
+    weighted_sum_heads<1, T>(vc, offsets, len, p, group, hd, o);
+  }
+}
+
+template <typename T>
+constexpr AttentionKernels<T> kAvx512{scores<T>, exp_sum, weighted_sum<T>};
+
+}  // namespace
+
+template <typename T>
+const AttentionKernels<T>* attention_kernels_avx512() {
+  return &kAvx512<T>;
+}
+template <>
+const AttentionKernels<E4m3Code>* attention_kernels_avx512<E4m3Code>() {
+  return nullptr;
+}
+template <>
+const AttentionKernels<E5m2Code>* attention_kernels_avx512<E5m2Code>() {
+  return nullptr;
+}
+
+template const AttentionKernels<float>* attention_kernels_avx512<float>();
+template const AttentionKernels<uint16_t>* attention_kernels_avx512<uint16_t>();
+
+}  // namespace kvasir::cpu
