@@ -147,6 +147,18 @@ class Backend {
   virtual void embedding(const Tensor& table, const int32_t* ids, int n, float scale, Tensor& out) = 0;
   // out = x · w^T (+ bias)                                     x [n, in], w [out, in], out [n, out]
   virtual void linear(const Tensor& x, const Tensor& w, const Tensor* bias, Tensor& out) = 0;
+  // linear(x, *t.w, t.bias, *t.out) for each of `count` targets reading the same x (a layer's
+  // q / k / v, gate / up). Each out is what linear gives; a backend may share work between them
+  // (the CPU quantizes x once and runs all products in one parallel region). Default: one linear
+  // per target, in order.
+  struct LinearTarget {
+    const Tensor* w = nullptr;
+    const Tensor* bias = nullptr;
+    Tensor* out = nullptr;
+  };
+  virtual void linears(const Tensor& x, const LinearTarget* targets, int count) {
+    for (int i = 0; i < count; ++i) linear(x, *targets[i].w, targets[i].bias, *targets[i].out);
+  }
   // out = x / rms(x) * w, row-wise                             x [rows, d], w [d]
   virtual void rms_norm(const Tensor& x, const Tensor& w, float eps, Tensor& out) = 0;
   // residual += x; out = rms_norm(residual)                    all [rows, d]

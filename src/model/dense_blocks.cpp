@@ -47,9 +47,10 @@ class DecoderAttention final : public AttentionBlock {
   void forward(Backend& b, const Tensor& h, const ForwardBatch& batch, Tensor& k_cache,
                Tensor& v_cache, BlockScratch& s, Tensor& out) override {
     const int64_t T = h.rows();
-    b.linear(h, wq_, bq_.data ? &bq_ : nullptr, s.q);
-    b.linear(h, wk_, bk_.data ? &bk_ : nullptr, s.k);
-    b.linear(h, wv_, bv_.data ? &bv_ : nullptr, s.v);
+    const Backend::LinearTarget qkv[] = {{&wq_, bq_.data ? &bq_ : nullptr, &s.q},
+                                         {&wk_, bk_.data ? &bk_ : nullptr, &s.k},
+                                         {&wv_, bv_.data ? &bv_ : nullptr, &s.v}};
+    b.linears(h, qkv, 3);
     if (q_norm_.data != nullptr) {
       Tensor qh = s.q.reshape({T * heads_, hd_}), kh = s.k.reshape({T * kv_heads_, hd_});
       b.rms_norm(qh, q_norm_, eps_, qh);
@@ -123,8 +124,8 @@ class GatedMlp final : public MlpBlock {
   }
 
   void forward(Backend& b, const Tensor& h, BlockScratch& s, Tensor& out) override {
-    b.linear(h, w_gate_, nullptr, s.gate);
-    b.linear(h, w_up_, nullptr, s.up);
+    const Backend::LinearTarget gate_up[] = {{&w_gate_, nullptr, &s.gate}, {&w_up_, nullptr, &s.up}};
+    b.linears(h, gate_up, 2);
     b.gated_activation(s.gate, s.up, act_, s.gate);
     b.linear(s.gate, w_down_, nullptr, out);
   }

@@ -101,21 +101,56 @@ void CpuBackend::linear(const Tensor& x, const Tensor& w, const Tensor* bias, Te
     });
     xin = q;
   }
-  const cpu::PackedQ32* packed = nullptr;
-  if (n > 1 && pack_weights_) {
-    const cpu::PackedQ32* p = packed_->find(w.data);
-    // A view of part of a packed weight (same first byte, fewer rows) reads the GGUF bytes.
-    if (p != nullptr && p->type() == w.dtype && p->m() == m && p->k() == k) packed = p;
+  cpu::matmul(w.data, w.dtype, m, k, xin, n, out.ptr<float>(), *pool_, act_quant(), scratch_, panels_of(w, n));
+  if (bias != nullptr) add_bias(*bias, out);
+}
+
+void CpuBackend::linears(const Tensor& x, const LinearTarget* targets, int count) {
+  const int64_t n = x.rows(), k = x.cols();
+  bool grouped = count > 1;
+  for (int i = 0; i < count && grouped; ++i) {
+    const Tensor& w = *targets[i].w;
+    grouped = w.dtype == targets[0].w->dtype && w.cols() == k && w.input_quant.kind == InputQuant::Kind::kNone;
   }
-  cpu::matmul(w.data, w.dtype, m, k, xin, n, out.ptr<float>(), *pool_,
-              precision_ == MatmulPrecision::kExact ? cpu::ActQuant::kF32 : cpu::ActQuant::kQ16, scratch_, packed);
-  if (bias != nullptr) {
-    KVASIR_CHECK(bias->dtype == DType::kF32 && bias->numel() == m);
-    const float* b = bias->ptr<float>();
-    for (int64_t i = 0; i < n; ++i) {
-      float* row = out.ptr<float>() + i * m;
-      for (int64_t j = 0; j < m; ++j) row[j] += b[j];
-    }
+  if (!grouped) {
+    Backend::linears(x, targets, count);
+    return;
+  }
+  // One parallel region over every product, the activations quantized once (matmul_grouped
+  // shares them between problems reading the same rows).
+  constexpr int kMaxTargets = 8;
+  KVASIR_CHECK(count <= kMaxTargets);
+  cpu::MatmulProblem problems[kMaxTargets];
+  for (int i = 0; i < count; ++i) {
+    const Tensor& w = *targets[i].w;
+    Tensor& out = *targets[i].out;
+    KVASIR_CHECK(out.cols() == w.rows() && out.rows() == n);
+    problems[i] = {w.data, w.rows(), x.ptr<float>(), n, out.ptr<float>(), panels_of(w, n)};
+  }
+  cpu::matmul_grouped(problems, count, targets[0].w->dtype, k, *pool_, act_quant(), scratch_);
+  for (int i = 0; i < count; ++i) {
+    if (targets[i].bias != nullptr) add_bias(*targets[i].bias, *targets[i].out);
+  }
+}
+
+cpu::ActQuant CpuBackend::act_quant() const {
+  return precision_ == MatmulPrecision::kExact ? cpu::ActQuant::kF32 : cpu::ActQuant::kQ16;
+}
+
+const cpu::PackedQ32* CpuBackend::panels_of(const Tensor& w, int64_t n) const {
+  if (n <= 1 || !pack_weights_) return nullptr;
+  const cpu::PackedQ32* p = packed_->find(w.data);
+  // A view of part of a packed weight (same first byte, fewer rows) reads the GGUF bytes.
+  return p != nullptr && p->type() == w.dtype && p->m() == w.rows() && p->k() == w.cols() ? p : nullptr;
+}
+
+void CpuBackend::add_bias(const Tensor& bias, Tensor& out) {
+  const int64_t n = out.rows(), m = out.cols();
+  KVASIR_CHECK(bias.dtype == DType::kF32 && bias.numel() == m);
+  const float* b = bias.ptr<float>();
+  for (int64_t i = 0; i < n; ++i) {
+    float* row = out.ptr<float>() + i * m;
+    for (int64_t j = 0; j < m; ++j) row[j] += b[j];
   }
 }
 
@@ -152,14 +187,23 @@ void CpuBackend::add(Tensor& a, const Tensor& b) {
   for (int64_t i = 0; i < n; ++i) ap[i] += bp[i];
 }
 
-static void rope_heads(float* x, int64_t heads, int64_t hd, int32_t pos, const RopeParams& p) {
+// cos and sin (times the attention factor) of position pos for each of the rotary pairs: every
+// head of the token rotates by the same angles.
+static void rope_angles(int32_t pos, const RopeParams& p, float* cs) {
+  const int half = p.rotary_dim / 2;
+  for (int i = 0; i < half; ++i) {
+    const float theta = static_cast<float>(pos) * p.inv_freq[i];
+    cs[2 * i] = std::cos(theta) * p.attention_factor;
+    cs[2 * i + 1] = std::sin(theta) * p.attention_factor;
+  }
+}
+
+static void rope_heads(float* x, int64_t heads, int64_t hd, const float* cs, const RopeParams& p) {
   const int half = p.rotary_dim / 2;
   for (int64_t h = 0; h < heads; ++h) {
     float* v = x + h * hd;
     for (int i = 0; i < half; ++i) {
-      const float theta = static_cast<float>(pos) * p.inv_freq[i];
-      const float c = std::cos(theta) * p.attention_factor;
-      const float s = std::sin(theta) * p.attention_factor;
+      const float c = cs[2 * i], s = cs[2 * i + 1];
       const int i0 = p.neox ? i : 2 * i;
       const int i1 = p.neox ? i + half : 2 * i + 1;
       const float a = v[i0], b = v[i1];
@@ -173,9 +217,12 @@ void CpuBackend::rope(Tensor& q, Tensor& k, const int32_t* positions, const Rope
   const int64_t n = q.dim(0), hd = q.dim(2);
   KVASIR_CHECK(k.dim(0) == n && k.dim(2) == hd && p.rotary_dim <= hd && p.rotary_dim % 2 == 0);
   auto body = [&](int64_t b, int64_t e) {
+    thread_local std::vector<float> cs;
+    cs.resize(static_cast<size_t>(p.rotary_dim));
     for (int64_t t = b; t < e; ++t) {
-      rope_heads(q.ptr<float>() + t * q.dim(1) * hd, q.dim(1), hd, positions[t], p);
-      rope_heads(k.ptr<float>() + t * k.dim(1) * hd, k.dim(1), hd, positions[t], p);
+      rope_angles(positions[t], p, cs.data());
+      rope_heads(q.ptr<float>() + t * q.dim(1) * hd, q.dim(1), hd, cs.data(), p);
+      rope_heads(k.ptr<float>() + t * k.dim(1) * hd, k.dim(1), hd, cs.data(), p);
     }
   };
   if (n < 4) body(0, n);

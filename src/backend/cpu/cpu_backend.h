@@ -51,6 +51,7 @@ class CpuBackend final : public Backend {
 
   void embedding(const Tensor& table, const int32_t* ids, int n, float scale, Tensor& out) override;
   void linear(const Tensor& x, const Tensor& w, const Tensor* bias, Tensor& out) override;
+  void linears(const Tensor& x, const LinearTarget* targets, int count) override;
   void rms_norm(const Tensor& x, const Tensor& w, float eps, Tensor& out) override;
   void add_rms_norm(Tensor& residual, const Tensor& x, const Tensor& w, float eps, Tensor& out) override;
   void add(Tensor& a, const Tensor& b) override;
@@ -76,6 +77,12 @@ class CpuBackend final : public Backend {
                    const MoeExpertWeights& experts, Tensor& out) override;
 
  private:
+  // The activation mode of the matmuls (MatmulPrecision).
+  cpu::ActQuant act_quant() const;
+  // w's panels (packed_q32.h) for a batch of n rows, if it has them and they fit a batch.
+  const cpu::PackedQ32* panels_of(const Tensor& w, int64_t n) const;
+  static void add_bias(const Tensor& bias, Tensor& out);
+
   std::unique_ptr<ThreadPool> pool_;
   MatmulPrecision precision_;
   DType kv_dtype_;

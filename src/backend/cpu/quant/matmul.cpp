@@ -216,8 +216,14 @@ namespace {
 struct ProblemIndex {
   size_t act_offset;    // its quantized activation rows, from the start of the activation region
   int64_t tile_begin;   // its first row tile in the call's tile numbering
-  int64_t row_begin;    // its first input row among all problems' rows
+  int64_t row_begin;    // its first input row among the rows to quantize
+  bool shares_rows;     // reads the previous problem's x: its rows are that problem's, not quantized again
 };
+
+// Problem i reads the same activation rows as problem i - 1 (a layer's q / k / v, gate / up).
+bool same_rows_as_previous(const MatmulProblem* problems, int i) {
+  return i > 0 && problems[i].x == problems[i - 1].x && problems[i].n == problems[i - 1].n;
+}
 
 size_t index_bytes(int num_problems) {
   return align_up(sizeof(ProblemIndex) * static_cast<size_t>(num_problems + 1), 64);
@@ -231,7 +237,7 @@ struct GroupedLayout {
 GroupedLayout grouped_layout(const Plan& plan, const MatmulProblem* problems, int num_problems, int64_t k) {
   GroupedLayout l;
   for (int i = 0; i < num_problems; ++i) {
-    l.act_bytes += act_scratch_bytes(plan, problems[i].n);
+    if (!same_rows_as_previous(problems, i)) l.act_bytes += act_scratch_bytes(plan, problems[i].n);
     l.per_thread = std::max(l.per_thread, per_thread_bytes(plan, k, problems[i].n));
   }
   return l;
@@ -273,16 +279,19 @@ void matmul_grouped(CpuIsa isa, const MatmulProblem* problems, int num_problems,
   for (int i = 0; i < num_problems; ++i) {
     const MatmulProblem& p = problems[i];
     KVASIR_CHECK(p.m >= 0 && p.n >= 0);
-    index[i] = {act_offset, total_tiles, total_rows};
+    const bool shares = same_rows_as_previous(problems, i);
+    index[i] = {shares ? index[i - 1].act_offset : act_offset, total_tiles, total_rows, shares};
     KVASIR_CHECK_MSG(p.packed == nullptr || (p.packed->type() == wtype && p.packed->m() == p.m && p.packed->k() == k),
                      "matmul: packed weights do not match the problem");
     const int64_t rows = tile_rows(tile_kind(plan, p));
     if (p.n > 0) total_tiles += (p.m + rows - 1) / rows;
-    total_rows += p.n;
     total_macs += p.m * k * p.n;
-    act_offset += act_scratch_bytes(plan, p.n);
+    if (!shares) {
+      total_rows += p.n;
+      act_offset += act_scratch_bytes(plan, p.n);
+    }
   }
-  index[num_problems] = {act_offset, total_tiles, total_rows};
+  index[num_problems] = {act_offset, total_tiles, total_rows, false};
   if (total_tiles == 0) return;
 
   const size_t in_stride = static_cast<size_t>(plan.planes) * plan.act_stride;
@@ -309,10 +318,10 @@ void matmul_grouped(CpuIsa isa, const MatmulProblem* problems, int num_problems,
       quantize_rows(0, total_rows);
     }
     for (int i = 0; i < num_problems; ++i) {
-      if (!use_amx(plan, problems[i].n)) continue;
+      if (index[i].shares_rows || !use_amx(plan, problems[i].n)) continue;
       // The padding rows are read by the tiles, never stored: keep them defined.
       const size_t used = in_stride * static_cast<size_t>(problems[i].n);
-      std::memset(act_base + index[i].act_offset + used, 0, index[i + 1].act_offset - index[i].act_offset - used);
+      std::memset(act_base + index[i].act_offset + used, 0, act_scratch_bytes(plan, problems[i].n) - used);
     }
   }
 

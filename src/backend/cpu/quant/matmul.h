@@ -87,7 +87,9 @@ size_t matmul_grouped_scratch_bytes(const MatmulProblem* problems, int num_probl
 
 // matmul for each problem (all of one weight type and k) in a single parallel region whose row
 // tiles span every problem, so many small products (the experts of a MoE layer, each with a few
-// tokens) keep every thread busy. Each y is bit-identical to matmul's for the same problem.
+// tokens) keep every thread busy. A problem with the same x and n as the one before it (a layer's
+// q / k / v) reuses that problem's quantized activations. Each y is bit-identical to matmul's for
+// the same problem.
 void matmul_grouped(const MatmulProblem* problems, int num_problems, DType wtype, int64_t k, ThreadPool& pool,
                     ActQuant mode, MatmulScratch& scratch);
 void matmul_grouped(CpuIsa isa, const MatmulProblem* problems, int num_problems, DType wtype, int64_t k,

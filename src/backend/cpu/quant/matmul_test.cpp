@@ -251,6 +251,45 @@ TEST_P(MatmulTest, GroupedEqualsOneCallPerProblem) {
   }
 }
 
+// Problems reading the same rows as the one before them (a layer's q / k / v, gate / up) share
+// one quantization of those rows; every output still equals its own matmul call, also when a
+// problem with other rows sits between two sharing runs and at batch sizes that take AMX tiles.
+TEST_P(MatmulTest, GroupedProblemsSharingRowsEqualOneCallPerProblem) {
+  const DType t = GetParam();
+  std::mt19937 rng(static_cast<uint32_t>(t) + 11);
+  const int64_t k = block_size(t) == 256 ? 512 : 96;
+  const int64_t ms[] = {40, 13, 13, 7, 33, 33};
+  for (int64_t n : {int64_t{1}, int64_t{5}, int64_t{48}}) {
+    const std::vector<float> a = random_floats(static_cast<size_t>(n * k), rng);
+    const std::vector<float> b = random_floats(static_cast<size_t>(n * k), rng);
+    const float* xs[] = {a.data(), a.data(), a.data(), b.data(), a.data(), a.data()};
+    std::vector<std::vector<uint8_t>> ws;
+    for (int64_t m : ms) ws.push_back(random_weights(t, m, k, rng));
+    ThreadPool pool(3);
+    MatmulScratch scratch;
+    for (CpuIsa isa : runnable_isas()) {
+      for (ActQuant mode : {ActQuant::kF32, ActQuant::kQ8, ActQuant::kQ16}) {
+        std::vector<std::vector<float>> grouped(6), single(6);
+        MatmulProblem problems[6];
+        for (int i = 0; i < 6; ++i) {
+          grouped[i].assign(static_cast<size_t>(n * ms[i]), -1.0f);
+          single[i].assign(grouped[i].size(), -2.0f);
+          problems[i] = {ws[i].data(), ms[i], xs[i], n, grouped[i].data()};
+          matmul(isa, ws[i].data(), t, ms[i], k, xs[i], n, single[i].data(), pool, mode, scratch);
+        }
+        matmul_grouped(isa, problems, 6, t, k, pool, mode, scratch);
+        for (int i = 0; i < 6; ++i) {
+          for (size_t j = 0; j < grouped[i].size(); ++j) {
+            ASSERT_EQ(bits_from_f32(grouped[i][j]), bits_from_f32(single[i][j]))
+                << dtype_name(t) << " " << isa_name(isa) << " mode=" << static_cast<int>(mode) << " n=" << n
+                << " problem " << i << " element " << j;
+          }
+        }
+      }
+    }
+  }
+}
+
 // The AMX tiles (large batches) must give the AVX-512 kernels' bits: a row's result may not
 // depend on the batch size that picked the kernel. Random shapes around the tile edges.
 TEST(Matmul, AmxMatchesAvx512Bitwise) {
