@@ -2,6 +2,8 @@
 
 #include <cstdlib>
 
+#include "setup/loaded_model.h"
+
 namespace kvasir {
 
 void add_engine_flags(std::set<std::string>& v, std::set<std::string>& b) {
@@ -29,7 +31,7 @@ std::string engine_flags_help() {
          "  --device auto|cpu|cuda       (default auto)\n"
          "  --threads N                  CPU threads (default: all cores)\n"
          "  --max-num-seqs N             (default 256)\n"
-         "  --max-num-batched-tokens N   (default 2048)\n"
+         "  --max-num-batched-tokens N   tokens in one step (default 2048 on a GPU, 512 on the CPU)\n"
          "  --block-size N               KV block size in tokens (default 16)\n"
          "  --kv-cache-memory BYTES      KV cache size on the CPU, e.g. 4GiB (default 2GiB)\n"
          "  --kv-cache-dtype auto|float16|float32|bfloat16|fp8|fp8_e4m3|fp8_e5m2\n"
@@ -144,7 +146,8 @@ StatusOr<EngineArgs> engine_args_from(const Args& a) {
   e.device = a.get("device", "auto");
   KVASIR_ASSIGN_OR_RETURN(int64_t threads, a.get_int("threads", 0));
   KVASIR_ASSIGN_OR_RETURN(int64_t seqs, a.get_int("max-num-seqs", e.max_num_seqs));
-  KVASIR_ASSIGN_OR_RETURN(int64_t tokens, a.get_int("max-num-batched-tokens", e.max_num_batched_tokens));
+  KVASIR_ASSIGN_OR_RETURN(int64_t tokens, a.get_int("max-num-batched-tokens",
+                                                    default_max_num_batched_tokens(device_flag_selects_gpu(e.device))));
   KVASIR_ASSIGN_OR_RETURN(int64_t bs, a.get_int("block-size", e.block_size));
   KVASIR_ASSIGN_OR_RETURN(int64_t seed, a.get_int("seed", 0));
   KVASIR_ASSIGN_OR_RETURN(int64_t max_lp, a.get_int("max-logprobs", e.max_logprobs));

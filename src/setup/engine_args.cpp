@@ -92,6 +92,8 @@ Status EngineArgs::validate() const {
   return Status();
 }
 
+int default_max_num_batched_tokens(bool on_gpu) { return on_gpu ? 2048 : 512; }
+
 bool EngineArgs::async_scheduling_on(bool model_on_gpu) const {
   if (async_scheduling.has_value()) return *async_scheduling;
   return model_on_gpu && !speculative.enabled();

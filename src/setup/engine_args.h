@@ -28,13 +28,21 @@ StatusOr<StructuredOutputsConfig> parse_structured_outputs_config(const std::str
 // The largest max_model_len: --max-model-len's bound, and the cap on a model's declared length.
 constexpr int kMaxModelLenLimit = 1 << 24;
 
+// --max-num-batched-tokens when not given: 2048 on a GPU (vLLM's serving default), 512 on the CPU.
+// A CPU step's time grows with its tokens and has no fixed launch cost for a larger budget to
+// spread, so smaller steps cost no throughput; and prompts that arrive together (a burst of
+// clients) then get their first tokens in turn rather than all at the end of one long step
+// (measured, BENCHMARKS.md "CPU beside vLLM-CPU": 16 prompts of 128 tokens, TTFT median 1.24 s at
+// 2048, 0.63 s at 512, at the same output rate).
+int default_max_num_batched_tokens(bool on_gpu);
+
 struct EngineArgs {
   std::string model;                 // path to .gguf or HF directory; empty = default model
   std::string tokenizer;             // vLLM's --tokenizer: another .gguf / HF dir; empty = the model's
   std::string device = "auto";
   int num_threads = 0;               // CPU threads; 0 = all cores
   int max_num_seqs = 256;
-  int max_num_batched_tokens = 2048;
+  int max_num_batched_tokens = 2048;  // the command line's default is per device: default_max_num_batched_tokens
   int block_size = 16;
   int64_t kv_cache_memory = int64_t{2} << 30;  // bytes of KV cache on the CPU
   std::optional<int> max_model_len;  // default: the model's max_position_embeddings
