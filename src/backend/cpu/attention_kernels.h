@@ -17,12 +17,12 @@ struct E5m2Code;
 
 template <typename T>
 struct AttentionKernels {
-  // out[j] = (q . keys[j]) * scale over hd values (the dot rounded, then scaled), for j < len,
-  // keys[j] = kc + offsets[j]. With hd a multiple of 8 every key takes dot8's order (eight lanes of
-  // FMA chains, then its shuffle tree; a last group of fewer than 8 keys is padded with its last
-  // key), else dot's. `prefetch`: fetch rows a few keys ahead (the first head of a group reads
-  // them from memory).
-  void (*scores)(const float* q, const T* kc, const int64_t* offsets, int32_t len, int hd, float scale, bool prefetch,
+  // out[g * len + j] = (q_g . keys[j]) * scale (the dot rounded, then scaled) for the group's
+  // heads g < group (q_g = q + g * hd) and keys j < len, keys[j] = kc + offsets[j]. With hd a
+  // multiple of 8 every score takes dot8's order (eight lanes of FMA chains, then its shuffle
+  // tree; a last run of fewer than 8 keys is padded with its last key), else dot's. Rows are
+  // prefetched a few keys ahead on the first pass over them.
+  void (*scores)(const float* q, int group, const T* kc, const int64_t* offsets, int32_t len, int hd, float scale,
                  float* out);
   // sc[j] = e^(sc[j] - mx) for j < len; returns their sum (eight lanes in key order, then the tail).
   float (*exp_sum)(float* sc, int32_t len, float mx);

@@ -22,11 +22,11 @@ void prefetch_row(const T* row, int hd) {
   for (size_t off = 0; off < static_cast<size_t>(hd) * sizeof(T); off += 64) _mm_prefetch(b + off, _MM_HINT_T0);
 }
 
-// Eight keys at a time against one query head (dot8), the keys of a range staying in L1 for the
-// group's other heads.
+// Eight keys at a time against one query head (dot8); a head at a time, the range's keys staying
+// in L1 for the group's other heads.
 template <typename T>
-void scores(const float* q, const T* kc, const int64_t* offsets, int32_t len, int hd, float scale, bool prefetch,
-            float* out) {
+void head_scores(const float* q, const T* kc, const int64_t* offsets, int32_t len, int hd, float scale, bool prefetch,
+                 float* out) {
   if (hd % 8 != 0) {
     for (int32_t j = 0; j < len; ++j) out[j] = dot(q, kc + offsets[j], hd) * scale;
     return;
@@ -47,6 +47,14 @@ void scores(const float* q, const T* kc, const int64_t* offsets, int32_t len, in
       _mm256_store_ps(lanes, v);
       for (int i = 0; i < n; ++i) out[j + i] = lanes[i];
     }
+  }
+}
+
+template <typename T>
+void scores(const float* q, int group, const T* kc, const int64_t* offsets, int32_t len, int hd, float scale,
+            float* out) {
+  for (int g = 0; g < group; ++g) {
+    head_scores(q + static_cast<int64_t>(g) * hd, kc, offsets, len, hd, scale, g == 0, out + static_cast<int64_t>(g) * len);
   }
 }
 

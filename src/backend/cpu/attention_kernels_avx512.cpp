@@ -1,8 +1,9 @@
 // The AVX-512 attention kernels (attention_kernels.h) for float32 and float16 caches: the AVX2
 // set's arithmetic, lane for lane, in registers twice as wide.
-// - scores: 16 keys at a time, two per register (key i in the low eight lanes, key i + 8 in the
-//   high eight), each half running dot8's FMA chain; the shuffle tree is dot8's hadd/permute
-//   tree done within each half, so every score is dot8's to the bit.
+// - scores: two query heads per register (head g in the low eight lanes, g + 1 in the high
+//   eight), each key chunk broadcast to both halves, so each half runs dot8's FMA chain; the
+//   shuffle tree is dot8's hadd/permute tree done within each half, so every score is dot8's to
+//   the bit. (Two keys per register instead needs an insert per FMA and ran no faster than AVX2.)
 // - exp_sum: 16 exponentials per instruction (exp8's polynomial, op for op), summed into eight
 //   lanes in key order as the AVX2 loop does.
 // - weighted_sum: each output lane is the same FMA chain over the keys; 64 columns of up to four
@@ -48,25 +49,20 @@ KVASIR_INLINE __m512 load8_pair(const uint16_t* a, const uint16_t* b) {
   return _mm512_cvtph_ps(_mm256_inserti128_si256(_mm256_castsi128_si256(lo), hi, 1));
 }
 
+// The same eight values of a row in both halves.
+KVASIR_INLINE __m512 load8_both(const float* p) { return _mm512_broadcast_f32x8(_mm256_loadu_ps(p)); }
+KVASIR_INLINE __m512 load8_both(const uint16_t* p) {
+  return _mm512_cvtph_ps(_mm256_broadcastsi128_si256(_mm_loadu_si128(reinterpret_cast<const __m128i*>(p))));
+}
+
 // _mm256_hadd_ps(a, b) in each 256-bit half: [a0+a1, a2+a3, b0+b1, b2+b3] per 128-bit lane.
 KVASIR_INLINE __m512 hadd_halves(__m512 a, __m512 b) {
   return _mm512_add_ps(_mm512_shuffle_ps(a, b, _MM_SHUFFLE(2, 0, 2, 0)), _mm512_shuffle_ps(a, b, _MM_SHUFFLE(3, 1, 3, 1)));
 }
 
-// Keys j .. j + 15 (the last n < 16 of them repeated past the range's end) into out[j .. j + n).
-template <typename T>
-KVASIR_INLINE void scores16(const float* q, const T* kc, const int64_t* offsets, int32_t j, int n, int hd, __m512 scale,
-                            float* out) {
-  const T* keys[16];
-  for (int i = 0; i < 16; ++i) keys[i] = kc + offsets[j + (i < n ? i : n - 1)];
-  __m512 acc[8];
-#pragma GCC unroll 8
-  for (int i = 0; i < 8; ++i) acc[i] = _mm512_setzero_ps();
-  for (int d = 0; d < hd; d += 8) {
-    const __m512 qv = _mm512_broadcast_f32x8(_mm256_loadu_ps(q + d));
-#pragma GCC unroll 8
-    for (int i = 0; i < 8; ++i) acc[i] = _mm512_fmadd_ps(qv, load8_pair(keys[i] + d, keys[i + 8] + d), acc[i]);
-  }
+// dot8's hadd/permute tree within each 256-bit half of acc[0..7], times scale: in each half,
+// lane i is key i's score for that half's head.
+KVASIR_INLINE __m512 reduce8_halves(const __m512* acc, __m512 scale) {
   const __m512 h0123 = hadd_halves(hadd_halves(acc[0], acc[1]), hadd_halves(acc[2], acc[3]));
   const __m512 h4567 = hadd_halves(hadd_halves(acc[4], acc[5]), hadd_halves(acc[6], acc[7]));
   // dot8's permute2f128 pair per half: x = [h0123.L0, h4567.L0 | h0123.L2, h4567.L2], y the odd
@@ -75,32 +71,111 @@ KVASIR_INLINE void scores16(const float* q, const T* kc, const int64_t* offsets,
   const __m512 odd = _mm512_shuffle_f32x4(h0123, h4567, _MM_SHUFFLE(3, 1, 3, 1));
   const __m512 x = _mm512_shuffle_f32x4(even, even, _MM_SHUFFLE(3, 1, 2, 0));
   const __m512 y = _mm512_shuffle_f32x4(odd, odd, _MM_SHUFFLE(3, 1, 2, 0));
-  const __m512 v = _mm512_mul_ps(_mm512_add_ps(x, y), scale);
-  _mm512_mask_storeu_ps(out + j, static_cast<__mmask16>((1u << n) - 1u), v);
+  return _mm512_mul_ps(_mm512_add_ps(x, y), scale);
+}
+
+// Scores of two heads (q0 in the low eight lanes, q1 in the high eight) and, with kSingle, of a
+// third (q2, in eight-lane registers) for keys j .. j + 7 (the last n < 8 repeated past the
+// range's end). Each key chunk is loaded once, broadcast to both halves, and feeds every head's
+// FMA: each head runs dot8's FMA chain and dot8's shuffle tree, so its scores are dot8's.
+// HD: the head size when the queries fit in registers (64, 128), else 0.
+template <int HD, bool kSingle, typename T>
+KVASIR_INLINE void heads_scores8(const float* q0, const float* q1, const float* q2, const T* kc,
+                                 const int64_t* offsets, int32_t j, int n, int hd, __m512 scale, float* out0,
+                                 float* out1, float* out2) {
+  __m512 acc[8];
+  __m256 acc2[8];
+#pragma GCC unroll 8
+  for (int i = 0; i < 8; ++i) {
+    acc[i] = _mm512_setzero_ps();
+    if (kSingle) acc2[i] = _mm256_setzero_ps();
+  }
+  if (HD > 0) {
+    __m512 qv[HD > 0 ? HD / 8 : 1];
+#pragma GCC unroll 16
+    for (int c = 0; c < HD / 8; ++c) qv[c] = load8_pair(q0 + 8 * c, q1 + 8 * c);
+#pragma GCC unroll 8
+    for (int i = 0; i < 8; ++i) {
+      const T* key = kc + offsets[j + (i < n ? i : n - 1)];
+#pragma GCC unroll 16
+      for (int c = 0; c < HD / 8; ++c) {
+        const __m512 k = load8_both(key + 8 * c);
+        acc[i] = _mm512_fmadd_ps(qv[c], k, acc[i]);
+        if (kSingle) acc2[i] = _mm256_fmadd_ps(_mm256_loadu_ps(q2 + 8 * c), _mm512_castps512_ps256(k), acc2[i]);
+      }
+    }
+  } else {
+    const T* keys[8];
+    for (int i = 0; i < 8; ++i) keys[i] = kc + offsets[j + (i < n ? i : n - 1)];
+    for (int d = 0; d < hd; d += 8) {
+      const __m512 qv = load8_pair(q0 + d, q1 + d);
+#pragma GCC unroll 8
+      for (int i = 0; i < 8; ++i) {
+        const __m512 k = load8_both(keys[i] + d);
+        acc[i] = _mm512_fmadd_ps(qv, k, acc[i]);
+        if (kSingle) acc2[i] = _mm256_fmadd_ps(_mm256_loadu_ps(q2 + d), _mm512_castps512_ps256(k), acc2[i]);
+      }
+    }
+  }
+  const __mmask8 keep = static_cast<__mmask8>((1u << n) - 1u);
+  const __m512 v = reduce8_halves(acc, scale);
+  _mm256_mask_storeu_ps(out0 + j, keep, _mm512_castps512_ps256(v));
+  _mm256_mask_storeu_ps(out1 + j, keep, _mm512_extractf32x8_ps(v, 1));
+  if (kSingle) {
+    // The single head's eight accumulators in the low halves; the high halves are discarded.
+    __m512 lo[8];
+#pragma GCC unroll 8
+    for (int i = 0; i < 8; ++i) lo[i] = _mm512_castps256_ps512(acc2[i]);
+    _mm256_mask_storeu_ps(out2 + j, keep, _mm512_castps512_ps256(reduce8_halves(lo, scale)));
+  }
+}
+
+template <int HD, bool kSingle, typename T>
+void heads_scores(const float* q0, const float* q1, const float* q2, const T* kc, const int64_t* offsets, int32_t len,
+                  int hd, float scale, bool prefetch, float* out0, float* out1, float* out2) {
+  const __m512 s = _mm512_set1_ps(scale);
+  for (int32_t j = 0; j < len; j += 8) {
+    if (prefetch) {
+      for (int i = 0; i < 8; ++i) {
+        if (j + i + kPrefetchRows < len) prefetch_row(kc + offsets[j + i + kPrefetchRows], hd);
+      }
+    }
+    heads_scores8<HD, kSingle>(q0, q1, q2, kc, offsets, j, len - j < 8 ? len - j : 8, hd, s, out0, out1, out2);
+  }
+}
+
+// Heads in pairs, the last three together when the count is odd (one pass over the keys for a
+// group of 3); a group of one through the AVX2 set (the same order, one head per register).
+template <int HD, typename T>
+void scores_hd(const float* q, int group, const T* kc, const int64_t* offsets, int32_t len, int hd, float scale,
+               float* out) {
+  if (group == 1) {
+    attention_kernels_avx2<T>().scores(q, 1, kc, offsets, len, hd, scale, out);
+    return;
+  }
+  auto qh = [&](int g) { return q + static_cast<long>(g) * hd; };
+  auto oh = [&](int g) { return out + static_cast<long>(g) * len; };
+  int g = 0;
+  for (; group - g >= 2 && group - g != 3; g += 2) {
+    heads_scores<HD, false>(qh(g), qh(g + 1), nullptr, kc, offsets, len, hd, scale, g == 0, oh(g), oh(g + 1), nullptr);
+  }
+  if (group - g == 3) {
+    heads_scores<HD, true>(qh(g), qh(g + 1), qh(g + 2), kc, offsets, len, hd, scale, g == 0, oh(g), oh(g + 1),
+                           oh(g + 2));
+  }
 }
 
 template <typename T>
-void scores(const float* q, const T* kc, const int64_t* offsets, int32_t len, int hd, float scale, bool prefetch,
+void scores(const float* q, int group, const T* kc, const int64_t* offsets, int32_t len, int hd, float scale,
             float* out) {
   if (hd % 8 != 0) {
-    attention_kernels_avx2<T>().scores(q, kc, offsets, len, hd, scale, prefetch, out);
-    return;
-  }
-  const __m512 s = _mm512_set1_ps(scale);
-  int32_t j = 0;
-  for (; j + 16 <= len; j += 16) {
-    if (prefetch) {
-      for (int i = 0; i < 16; ++i) {
-        if (j + i + 2 * kPrefetchRows < len) prefetch_row(kc + offsets[j + i + 2 * kPrefetchRows], hd);
-      }
-    }
-    scores16(q, kc, offsets, j, 16, hd, s, out);
-  }
-  // A last group of 9 to 15 keys as one padded pair of eights; of 1 to 8 as the AVX2 set's one.
-  if (len - j > 8) {
-    scores16(q, kc, offsets, j, len - j, hd, s, out);
-  } else if (j < len) {
-    attention_kernels_avx2<T>().scores(q, kc, offsets + j, len - j, hd, scale, prefetch, out + j);
+    attention_kernels_avx2<T>().scores(q, group, kc, offsets, len, hd, scale, out);
+  } else if (hd == 64) {
+    scores_hd<64>(q, group, kc, offsets, len, hd, scale, out);
+  } else if (hd == 128) {
+    scores_hd<128>(q, group, kc, offsets, len, hd, scale, out);
+  } else {
+    scores_hd<0>(q, group, kc, offsets, len, hd, scale, out);
   }
 }
 

@@ -62,12 +62,19 @@ void check_bit_identical() {
     for (int len : lens) {
       const Rows<T> k = make_rows<T>(rng, len, hd);
       const Rows<T> v = make_rows<T>(rng, len, hd);
+      for (int heads : {1, 2, 3, 4, 7}) {
+        std::vector<float> qs(static_cast<size_t>(heads) * hd);
+        for (auto& x : qs) x = nd(rng);
+        std::vector<float> a(static_cast<size_t>(heads) * len), b(a.size(), -1.0f);
+        narrow.scores(qs.data(), heads, k.cache.data(), k.offsets.data(), len, hd, 0.1767767f, a.data());
+        wide->scores(qs.data(), heads, k.cache.data(), k.offsets.data(), len, hd, 0.1767767f, b.data());
+        ASSERT_TRUE(same_bits(a, b)) << "scores, hd " << hd << " len " << len << " heads " << heads;
+      }
       std::vector<float> q(static_cast<size_t>(hd));
       for (auto& x : q) x = nd(rng);
       std::vector<float> s_narrow(static_cast<size_t>(len)), s_wide(static_cast<size_t>(len));
-      narrow.scores(q.data(), k.cache.data(), k.offsets.data(), len, hd, 0.1767767f, true, s_narrow.data());
-      wide->scores(q.data(), k.cache.data(), k.offsets.data(), len, hd, 0.1767767f, true, s_wide.data());
-      ASSERT_TRUE(same_bits(s_narrow, s_wide)) << "scores, hd " << hd << " len " << len;
+      narrow.scores(q.data(), 1, k.cache.data(), k.offsets.data(), len, hd, 0.1767767f, s_narrow.data());
+      wide->scores(q.data(), 1, k.cache.data(), k.offsets.data(), len, hd, 0.1767767f, s_wide.data());
 
       // Shifted by their max as attention does, so some exponentials underflow toward 0.
       float mx = s_narrow[0];

@@ -222,14 +222,10 @@ void CpuBackend::attention(const Tensor& q, const Tensor& k_cache, const Tensor&
                                 static_cast<int64_t>(kvh) * hd;
           for (; j < end; ++j) offsets[static_cast<size_t>(j - j0)] = first + static_cast<int64_t>(j) * kv_row;
         }
-        // Scores for the whole GQA group, a head at a time: the range's keys stay in L1 for the
-        // group's other heads.
-        for (int g = 0; g < group; ++g) {
-          float* sc = scores.data() + static_cast<size_t>(g) * len;
-          kernels.scores(qg + static_cast<int64_t>(g) * hd, kc, offsets.data(), len, hd, score_scale, g == 0, sc);
-          if (p.softcap > 0.0f) {
-            for (int32_t j = 0; j < len; ++j) sc[j] = p.softcap * std::tanh(sc[j] / p.softcap);
-          }
+        // Scores for the whole GQA group.
+        kernels.scores(qg, group, kc, offsets.data(), len, hd, score_scale, scores.data());
+        if (p.softcap > 0.0f) {
+          for (float& x : scores) x = p.softcap * std::tanh(x / p.softcap);
         }
         for (int g = 0; g < group; ++g) {
           float* sc = scores.data() + static_cast<size_t>(g) * len;
