@@ -59,7 +59,7 @@ enum class ActFormat { kF32, kQ8_32, kQ8_K, kBF16 };
 struct TileArgs {
   const uint8_t* w;      // first weight row of the tile
   size_t w_stride;       // bytes between weight rows
-  int nr;                // rows in the tile, 1..4 (AMX: 1..16)
+  int nr;                // rows in the tile, 1..4 (AMX: 1..16; AVX-512 panels: 1..32)
   int64_t k;             // elements per row
   const void* act;       // first activation row: f32 [nc, k] or a quantized layout above
   size_t act_stride;     // bytes between activation rows
@@ -73,6 +73,7 @@ struct TileArgs {
   // 0 and mw = m_from_d * dw; d_offset: where the fp16 scales start.
   size_t d_offset = 0, m_offset = 0;
   float m_from_d = 0.0f;
+  size_t panel_bytes = 0;  // packed tiles: from one panel to the next
 };
 
 // Per-thread scratch a tile function may use.
@@ -101,7 +102,8 @@ const KernelSet& kernels();
 namespace avx512 {
 const KernelSet& kernels();
 // Tile on PackedQ32 panels (packed_q32.h), any of its types, kQ8_32 activations (1 or 2 planes):
-// TileArgs.w is one panel, nr <= kPackedPanelRows; `nibbles`: the panel's nibble layout
+// TileArgs.w is a panel and nr <= 2 * kPackedPanelRows: above kPackedPanelRows the tile also reads
+// the next panel (TileArgs.panel_bytes on); `nibbles`: the panel's nibble layout
 // (PackedQ32::nibbles()). Bit-identical to the q32 tile of kernels().
 TileFn packed_q32_tile(bool nibbles);
 // BF16 weights against ActBf16Layout rows with vdpbf16ps (kernels_avx512_bf16.cpp); the tile takes

@@ -20,7 +20,10 @@ namespace {
 constexpr int64_t kTileRows = 4;
 // Activation rows processed per pass over a weight tile: small enough to stay in L2 while the
 // tile's rows are reused against every one of them, so weights stream from memory once per pass.
-constexpr size_t kActChunkBytes = size_t{1} << 20;
+// A quarter of a 1 MB L2 (Zen 4/5): at 1 MB a 512-row q16 batch of k = 576 (737 KB) fell out of
+// L2 beside the weights (matmul_bench --packed q4_1 n=512, one thread on the Zen 5 EPYC, GMAC/s
+// at 1 MB / 256 KB: 1536x576 169 / 175, 576x1536 161 / 170, 576x576 161 / 165).
+constexpr size_t kActChunkBytes = size_t{1} << 18;
 // Below this many multiply-adds a second thread costs more than it saves (~1 us of work).
 constexpr int64_t kMinParallelMacs = int64_t{1} << 16;
 // Dynamic load balancing: runs of row tiles per thread (more = better balance, more atomics).
@@ -146,7 +149,7 @@ TileKind tile_kind(const Plan& p, const MatmulProblem& q) {
 
 int64_t tile_rows(TileKind kind) {
   switch (kind) {
-    case TileKind::kPanels:
+    case TileKind::kPanels: return 2 * kPackedPanelRows;  // the AVX-512 tile takes panel pairs
     case TileKind::kPanelsAmx: return kPackedPanelRows;
     case TileKind::kInPlaceAmx: return kAmxTileRows;
     case TileKind::kInPlace: break;
@@ -384,7 +387,8 @@ void matmul_grouped(CpuIsa isa, const MatmulProblem* problems, int num_problems,
             a.nr = static_cast<int>(std::min(rows, p.m - r0));
             a.y = p.y + c0 * p.m + r0;
             if (packed) {  // panels stream linearly: the hardware prefetcher keeps up
-              a.w = p.packed->panel(t);
+              a.w = p.packed->panel(t * rows / kPackedPanelRows);
+              a.panel_bytes = p.packed->panel_bytes();
               tile(a);
               continue;
             }
