@@ -50,7 +50,7 @@ TEST(DequantizeRow, SimdMatchesReferenceBitForBit) {
 
 TEST(QuantizeAct, SimdMatchesReferenceBitForBit) {
   std::mt19937 rng(11);
-  for (int64_t k : {256, 768, 4096}) {
+  for (int64_t k : {256, 576, 768, 1536, 4096}) {
     std::vector<float> x = random_floats(static_cast<size_t>(k), rng, -4.0f, 4.0f);
     for (int i = 0; i < 32; ++i) x[static_cast<size_t>(i)] = 0.0f;  // an all-zero block: d = 0
     x[40] = 0.5f / 127.0f * 3.0f;                                   // a tie-breaking candidate
