@@ -132,13 +132,35 @@ void weighted_sum(const cpu::AttentionKernels<T>& kernels, const T* vc, const in
   kernels.weighted_sum(vc, offsets, len, p, group, hd, o);
 }
 
+// o_g = ... for two tokens over the union of their key ranges (r0, r1: attention_kernels.h's
+// weighted_sum_pair), each token's result as weighted_sum()'s over its own range.
+template <typename T>
+void weighted_sum_pair(const cpu::AttentionKernels<T>& kernels, const T* vc, const int64_t* offsets,
+                       const int32_t* r0, const int32_t* r1, const float* const* p, int group, int hd,
+                       float* const* const* o) {
+  if (hd % 16 != 0) {
+    for (int t = 0; t < 2; ++t) weighted_sum(kernels, vc, offsets + r0[t], r1[t] - r0[t], p[t], group, hd, o[t]);
+    return;
+  }
+  kernels.weighted_sum_pair(vc, offsets, r0, r1, p, group, hd, o);
+}
+
 struct AttnTask {
   int token;       // row in q / out
   int seq;         // sequence index in the metadata
   int32_t pos;     // absolute position of the token
   int32_t lo;      // first key position it sees
   int splits;      // key ranges
-  int64_t unit0;   // its first unit: units unit0 + kvh * splits + s
+  int64_t unit0;   // its first unit: units unit0 + kvh * splits + s (its partials' place)
+};
+
+// What one thread runs at a time: a token, or two neighbouring tokens of a sequence with as many
+// key ranges (a prefill's), whose ranges nearly coincide and run as one, each key read once for
+// both (attention_kernels.h's pair entry points: each token's result as if alone).
+struct AttnJob {
+  int task;        // its first task
+  int num_tokens;  // 1 or 2: tasks task .. task + num_tokens - 1
+  int64_t unit0;   // its first work item: items unit0 + kvh * splits + s
 };
 
 }  // namespace
@@ -154,8 +176,10 @@ void CpuBackend::attention(const Tensor& q, const Tensor& k_cache, const Tensor&
   KVASIR_CHECK_MSG(group <= kMaxGroup, "attention: more query heads per kv head than supported");
 
   std::vector<AttnTask> tasks;
+  std::vector<AttnJob> jobs;
   tasks.reserve(static_cast<size_t>(m.num_tokens));
-  int64_t num_units = 0;
+  jobs.reserve(static_cast<size_t>(m.num_tokens));
+  int64_t num_units = 0, num_items = 0;
   bool any_split = false;
   for (int s = 0; s < m.num_seqs; ++s) {
     const int q0 = m.query_start_loc[s], q1 = m.query_start_loc[s + 1];
@@ -166,6 +190,14 @@ void CpuBackend::attention(const Tensor& q, const Tensor& k_cache, const Tensor&
       const int32_t lo = p.sliding_window > 0 ? std::max(0, pos - p.sliding_window + 1) : 0;
       const int splits = num_splits(pos - lo + 1);
       any_split |= splits > 1;
+      // Pair with the previous token when it is alone, of this sequence, and cut the same way.
+      const int prev = static_cast<int>(tasks.size()) - 1;
+      if (t > q0 && jobs.back().num_tokens == 1 && tasks[static_cast<size_t>(prev)].splits == splits) {
+        jobs.back().num_tokens = 2;
+      } else {
+        jobs.push_back({prev + 1, 1, num_items});
+        num_items += static_cast<int64_t>(kv_heads) * splits;
+      }
       tasks.push_back({t, s, pos, lo, splits, num_units});
       num_units += static_cast<int64_t>(kv_heads) * splits;
     }
@@ -196,66 +228,102 @@ void CpuBackend::attention(const Tensor& q, const Tensor& k_cache, const Tensor&
     using Elem = std::remove_cv_t<std::remove_pointer_t<decltype(kc)>>;
     const cpu::AttentionKernels<Elem>& kernels = cpu::attention_kernels<Elem>();
     auto unit_body = [&](int64_t b, int64_t e) {
-      thread_local std::vector<float> scores;  // grow to the longest key range once, then reused
+      thread_local std::vector<float> scores;  // grow to the longest key ranges once, then reused
       thread_local std::vector<int64_t> offsets;
-      float* outs[kMaxGroup];
-      float sums[kMaxGroup];
-      for (int64_t unit = b; unit < e; ++unit) {
-        // The task owning this unit: the last whose first unit is <= unit (tasks are in unit order).
-        const AttnTask& task = *(std::upper_bound(tasks.begin(), tasks.end(), unit,
-                                                  [](int64_t u, const AttnTask& t) { return u < t.unit0; }) -
-                                 1);
-        const int64_t local = unit - task.unit0;
-        const int kvh = static_cast<int>(local / task.splits), split = static_cast<int>(local % task.splits);
-        const int32_t ctx = task.pos - task.lo + 1;
-        const int32_t j0 = task.lo + static_cast<int32_t>(static_cast<int64_t>(ctx) * split / task.splits);
-        const int32_t j1 = task.lo + static_cast<int32_t>(static_cast<int64_t>(ctx) * (split + 1) / task.splits);
-        const int32_t len = j1 - j0;
-        const int32_t* table = m.block_tables + static_cast<int64_t>(task.seq) * m.max_blocks_per_seq;
-        const float* qg = qp + (static_cast<int64_t>(task.token) * num_heads + kvh * group) * hd;
-        scores.resize(static_cast<size_t>(len) * group);
-        offsets.resize(static_cast<size_t>(len));
+      float* outs[2][kMaxGroup];
+      float sums[2][kMaxGroup];
+      // The job owning item b: the last whose first item is <= b (jobs are in item order); later
+      // items walk forward from it.
+      size_t ji = static_cast<size_t>(
+          std::upper_bound(jobs.begin(), jobs.end(), b, [](int64_t u, const AttnJob& j) { return u < j.unit0; }) -
+          jobs.begin() - 1);
+      for (int64_t item = b; item < e; ++item) {
+        while (ji + 1 < jobs.size() && jobs[ji + 1].unit0 <= item) ++ji;
+        const AttnJob& job = jobs[ji];
+        const int n = job.num_tokens;
+        const AttnTask* task[2] = {&tasks[static_cast<size_t>(job.task)], &tasks[static_cast<size_t>(job.task + n - 1)]};
+        const int splits = task[0]->splits;
+        const int64_t local = item - job.unit0;
+        const int kvh = static_cast<int>(local / splits), split = static_cast<int>(local % splits);
+        // Each token's range, as it would be alone; the union [u0, u1) is what the pass reads.
+        int32_t j0[2] = {}, j1[2] = {};
+        for (int t = 0; t < n; ++t) {
+          const int32_t ctx = task[t]->pos - task[t]->lo + 1;
+          j0[t] = task[t]->lo + static_cast<int32_t>(static_cast<int64_t>(ctx) * split / splits);
+          j1[t] = task[t]->lo + static_cast<int32_t>(static_cast<int64_t>(ctx) * (split + 1) / splits);
+        }
+        const int32_t u0 = std::min(j0[0], j0[n - 1]), u1 = std::max(j1[0], j1[n - 1]);
+        int32_t r0[2] = {}, r1[2] = {}, len[2] = {};
+        for (int t = 0; t < n; ++t) {
+          r0[t] = j0[t] - u0;
+          r1[t] = j1[t] - u0;
+          len[t] = j1[t] - j0[t];
+        }
+        const int32_t* table = m.block_tables + static_cast<int64_t>(task[0]->seq) * m.max_blocks_per_seq;
+        scores.resize(static_cast<size_t>(len[0] + (n == 2 ? len[1] : 0)) * group);
+        offsets.resize(static_cast<size_t>(u1 - u0));
         // A block at a time: one table lookup (and no division) per block rather than per key.
-        for (int32_t j = j0; j < j1;) {
-          const int32_t blk = j / bs, end = std::min(j1, (blk + 1) * bs);
+        for (int32_t j = u0; j < u1;) {
+          const int32_t blk = j / bs, end = std::min(u1, (blk + 1) * bs);
           const int64_t first = (static_cast<int64_t>(table[blk]) * bs - static_cast<int64_t>(blk) * bs) * kv_row +
                                 static_cast<int64_t>(kvh) * hd;
-          for (; j < end; ++j) offsets[static_cast<size_t>(j - j0)] = first + static_cast<int64_t>(j) * kv_row;
+          for (int64_t off = first + static_cast<int64_t>(j) * kv_row; j < end; ++j, off += kv_row) {
+            offsets[static_cast<size_t>(j - u0)] = off;
+          }
         }
-        // Scores for the whole GQA group.
-        kernels.scores(qg, group, kc, offsets.data(), len, hd, score_scale, scores.data());
+        // Scores for the whole GQA group of each token: token t's at sc[t], [group, len[t]].
+        float* sc[2] = {scores.data(), scores.data() + static_cast<size_t>(len[0]) * group};
+        const float* qg[2];
+        for (int t = 0; t < n; ++t) qg[t] = qp + (static_cast<int64_t>(task[t]->token) * num_heads + kvh * group) * hd;
+        if (n == 1) {
+          kernels.scores(qg[0], group, kc, offsets.data(), len[0], hd, score_scale, sc[0]);
+        } else {
+          kernels.scores_pair(qg, group, kc, offsets.data(), u1 - u0, r0, r1, hd, score_scale, sc);
+        }
         if (p.softcap > 0.0f) {
           for (float& x : scores) x = p.softcap * std::tanh(x / p.softcap);
         }
-        for (int g = 0; g < group; ++g) {
-          float* sc = scores.data() + static_cast<size_t>(g) * len;
-          const float mx = max_of(sc, len);
-          const float sink = sinks != nullptr && task.splits == 1 ? sinks[kvh * group + g] : -INFINITY;
-          const float top = std::max(mx, sink);
-          float sum = kernels.exp_sum(sc, len, top);
-          if (sink != -INFINITY) sum += std::exp(sink - top);
-          float* o = task.splits == 1
-                         ? op + (static_cast<int64_t>(task.token) * num_heads + kvh * group + g) * hd
-                         : partials + (unit * group + g) * partial_stride;
-          outs[g] = o;
-          sums[g] = sum;
-          if (task.splits > 1) {
-            o[hd] = top;
-            o[hd + 1] = sum;
+        for (int t = 0; t < n; ++t) {
+          const AttnTask& tk = *task[t];
+          const int64_t unit = tk.unit0 + local;  // this token's own unit: its partials' place
+          for (int g = 0; g < group; ++g) {
+            float* x = sc[t] + static_cast<size_t>(g) * len[t];
+            const float mx = max_of(x, len[t]);
+            const float sink = sinks != nullptr && splits == 1 ? sinks[kvh * group + g] : -INFINITY;
+            const float top = std::max(mx, sink);
+            float sum = kernels.exp_sum(x, len[t], top);
+            if (sink != -INFINITY) sum += std::exp(sink - top);
+            float* o = splits == 1 ? op + (static_cast<int64_t>(tk.token) * num_heads + kvh * group + g) * hd
+                                   : partials + (unit * group + g) * partial_stride;
+            outs[t][g] = o;
+            if (splits > 1) {
+              o[hd] = top;
+              o[hd + 1] = sum;
+            } else {
+              sums[t][g] = sum;
+            }
           }
         }
-        weighted_sum(kernels, vc, offsets.data(), len, scores.data(), group, hd, outs);
-        if (task.splits == 1) {
-          for (int g = 0; g < group; ++g) scale(v_scale / sums[g], outs[g], hd);
+        if (n == 1) {
+          weighted_sum(kernels, vc, offsets.data(), len[0], sc[0], group, hd, outs[0]);
+        } else {
+          const float* pw[2] = {sc[0], sc[1]};
+          float* const* ow[2] = {outs[0], outs[1]};
+          weighted_sum_pair(kernels, vc, offsets.data(), r0, r1, pw, group, hd, ow);
+        }
+        if (splits == 1) {
+          for (int t = 0; t < n; ++t) {
+            for (int g = 0; g < group; ++g) scale(v_scale / sums[t][g], outs[t][g], hd);
+          }
         }
       }
     };
-    if (num_units < 2) {
-      unit_body(0, num_units);
+    if (num_items < 2) {
+      unit_body(0, num_items);
     } else {
-      // Units differ in length (contexts, split remainders): hand them out dynamically.
-      const int64_t grain = std::max<int64_t>(1, num_units / (8 * pool_->num_threads()));
-      pool_->parallel_for_dynamic(num_units, grain, unit_body);
+      // Items differ in length (contexts, split remainders, pairs): hand them out dynamically.
+      const int64_t grain = std::max<int64_t>(1, num_items / (8 * pool_->num_threads()));
+      pool_->parallel_for_dynamic(num_items, grain, unit_body);
     }
   };
   if (kd == DType::kF8E4M3) {
