@@ -233,7 +233,8 @@ void pairs_scores(const HeadPair* hp, const T* kc, const int64_t* offsets, int32
 #pragma GCC unroll 8
       for (int i = 0; i < 8; ++i) acc[k][i] = _mm512_setzero_ps();
     }
-#pragma GCC unroll 16
+    // Not unrolled: unrolled, GCC copied the query chunks between stack slots and ran no faster.
+#pragma GCC unroll 1
     for (int c = 0; c < nc; ++c) {
 #pragma GCC unroll 8
       for (int i = 0; i < 8; ++i) {

@@ -230,6 +230,7 @@ void CpuBackend::attention(const Tensor& q, const Tensor& k_cache, const Tensor&
     auto unit_body = [&](int64_t b, int64_t e) {
       thread_local std::vector<float> scores;  // grow to the longest key ranges once, then reused
       thread_local std::vector<int64_t> offsets;
+      const int64_t row = kv_row;  // a copy: through the reference, each offset's store reloaded it
       float* outs[2][kMaxGroup];
       float sums[2][kMaxGroup];
       // The job owning item b: the last whose first item is <= b (jobs are in item order); later
@@ -265,9 +266,9 @@ void CpuBackend::attention(const Tensor& q, const Tensor& k_cache, const Tensor&
         // A block at a time: one table lookup (and no division) per block rather than per key.
         for (int32_t j = u0; j < u1;) {
           const int32_t blk = j / bs, end = std::min(u1, (blk + 1) * bs);
-          const int64_t first = (static_cast<int64_t>(table[blk]) * bs - static_cast<int64_t>(blk) * bs) * kv_row +
+          const int64_t first = (static_cast<int64_t>(table[blk]) * bs - static_cast<int64_t>(blk) * bs) * row +
                                 static_cast<int64_t>(kvh) * hd;
-          for (int64_t off = first + static_cast<int64_t>(j) * kv_row; j < end; ++j, off += kv_row) {
+          for (int64_t off = first + static_cast<int64_t>(j) * row; j < end; ++j, off += row) {
             offsets[static_cast<size_t>(j - u0)] = off;
           }
         }
@@ -347,16 +348,32 @@ void CpuBackend::attention(const Tensor& q, const Tensor& k_cache, const Tensor&
         float mx = sink;
         for (int s = 0; s < task.splits; ++s) mx = std::max(mx, first[s * group * partial_stride + hd]);
         float* o = op + (static_cast<int64_t>(task.token) * num_heads + kvh * group + g) * hd;
-        std::fill(o, o + hd, 0.0f);
+        const int64_t stride = static_cast<int64_t>(group) * partial_stride;  // between ranges
+        float w[kMaxSplits];
         float sum = 0.0f;
         for (int s = 0; s < task.splits; ++s) {
-          const float* part = first + s * group * partial_stride;
-          const float w = std::exp(part[hd] - mx);
-          sum += w * part[hd + 1];
-          axpy(w, part, o, hd);
+          const float* part = first + s * stride;
+          w[s] = std::exp(part[hd] - mx);
+          sum += w[s] * part[hd + 1];
         }
         if (sink != -INFINITY) sum += std::exp(sink - mx);
-        scale(v_scale / sum, o, hd);
+        const float inv = v_scale / sum;
+        if (hd % 8 == 0) {
+          // Eight columns at a time through all ranges, kept in a register: each column is the
+          // same FMA chain from 0 in range order as axpy's, then the same multiply as scale's.
+          const __m256 iv = _mm256_set1_ps(inv);
+          for (int d = 0; d < hd; d += 8) {
+            __m256 acc = _mm256_setzero_ps();
+            for (int s = 0; s < task.splits; ++s) {
+              acc = _mm256_fmadd_ps(_mm256_set1_ps(w[s]), _mm256_loadu_ps(first + s * stride + d), acc);
+            }
+            _mm256_storeu_ps(o + d, _mm256_mul_ps(acc, iv));
+          }
+        } else {
+          std::fill(o, o + hd, 0.0f);
+          for (int s = 0; s < task.splits; ++s) axpy(w[s], first + s * stride, o, hd);
+          scale(inv, o, hd);
+        }
       }
     }
   };
