@@ -13,6 +13,7 @@
 #include <immintrin.h>
 
 #include <algorithm>
+#include <atomic>
 #include <cmath>
 #include <cstring>
 #include <type_traits>
@@ -204,8 +205,15 @@ void CpuBackend::attention(const Tensor& q, const Tensor& k_cache, const Tensor&
   }
   // A split unit's un-normalized result per query head: o[hd] (sum of exp * v), max, sum of exp.
   const int64_t partial_stride = hd + 2;
-  if (any_split) attn_partials_.resize(static_cast<size_t>(num_units * group * partial_stride));
+  if (any_split) {
+    attn_partials_.resize(static_cast<size_t>(num_units * group * partial_stride));
+    attn_pending_.resize(tasks.size() * static_cast<size_t>(kv_heads));
+    for (size_t t = 0; t < tasks.size(); ++t) {
+      std::fill_n(attn_pending_.begin() + static_cast<int64_t>(t) * kv_heads, kv_heads, tasks[t].splits);
+    }
+  }
   float* partials = attn_partials_.data();
+  int32_t* pending = attn_pending_.data();
 
   const float* qp = q.ptr<float>();
   float* op = out.ptr<float>();
@@ -222,6 +230,45 @@ void CpuBackend::attention(const Tensor& q, const Tensor& k_cache, const Tensor&
   // merge, after the ranges' states (so the key sums keep their order with or without sinks).
   const float* sinks = p.sinks.data != nullptr ? p.sinks.ptr<float>() : nullptr;
   KVASIR_CHECK(sinks == nullptr || (p.sinks.dtype == DType::kF32 && p.sinks.numel() == num_heads));
+
+  // Merges a token's key ranges, in range order, for one kv head's query group: run by the thread
+  // that finishes the last of them (attn_pending_), while they are still in its cache. Which
+  // thread that is does not matter: the order of the merge's arithmetic is fixed.
+  auto merge = [&](const AttnTask& task, int kvh) {
+    for (int g = 0; g < group; ++g) {
+      const float* first = partials + ((task.unit0 + kvh * task.splits) * group + g) * partial_stride;
+      const float sink = sinks != nullptr ? sinks[kvh * group + g] : -INFINITY;
+      float mx = sink;
+      for (int s = 0; s < task.splits; ++s) mx = std::max(mx, first[s * group * partial_stride + hd]);
+      float* o = op + (static_cast<int64_t>(task.token) * num_heads + kvh * group + g) * hd;
+      const int64_t stride = static_cast<int64_t>(group) * partial_stride;  // between ranges
+      float w[kMaxSplits];
+      float sum = 0.0f;
+      for (int s = 0; s < task.splits; ++s) {
+        const float* part = first + s * stride;
+        w[s] = std::exp(part[hd] - mx);
+        sum += w[s] * part[hd + 1];
+      }
+      if (sink != -INFINITY) sum += std::exp(sink - mx);
+      const float inv = v_scale / sum;
+      if (hd % 8 == 0) {
+        // Eight columns at a time through all ranges, kept in a register: each column is the
+        // same FMA chain from 0 in range order as axpy's, then the same multiply as scale's.
+        const __m256 iv = _mm256_set1_ps(inv);
+        for (int d = 0; d < hd; d += 8) {
+          __m256 acc = _mm256_setzero_ps();
+          for (int s = 0; s < task.splits; ++s) {
+            acc = _mm256_fmadd_ps(_mm256_set1_ps(w[s]), _mm256_loadu_ps(first + s * stride + d), acc);
+          }
+          _mm256_storeu_ps(o + d, _mm256_mul_ps(acc, iv));
+        }
+      } else {
+        std::fill(o, o + hd, 0.0f);
+        for (int s = 0; s < task.splits; ++s) axpy(w[s], first + s * stride, o, hd);
+        scale(inv, o, hd);
+      }
+    }
+  };
 
   // The units over a cache of float32 or float16 elements (kc, vc).
   auto run_units = [&](const auto* kc, const auto* vc) {
@@ -316,6 +363,13 @@ void CpuBackend::attention(const Tensor& q, const Tensor& k_cache, const Tensor&
           for (int t = 0; t < n; ++t) {
             for (int g = 0; g < group; ++g) scale(v_scale / sums[t][g], outs[t][g], hd);
           }
+        } else {
+          // The last range of a (token, kv head) to finish merges them all: acq_rel makes every
+          // range's partials, written before its own decrement, visible to that thread.
+          for (int t = 0; t < n; ++t) {
+            std::atomic_ref<int32_t> left(pending[static_cast<size_t>(job.task + t) * kv_heads + kvh]);
+            if (left.fetch_sub(1, std::memory_order_acq_rel) == 1) merge(*task[t], kvh);
+          }
         }
       }
     };
@@ -335,52 +389,6 @@ void CpuBackend::attention(const Tensor& q, const Tensor& k_cache, const Tensor&
     run_units(static_cast<const uint16_t*>(k_cache.data), static_cast<const uint16_t*>(v_cache.data));
   } else {
     run_units(k_cache.ptr<float>(), v_cache.ptr<float>());
-  }
-  // Merges a token's key ranges, in range order, for one kv head's query group.
-  auto merge_body = [&](int64_t b, int64_t e) {
-    for (int64_t item = b; item < e; ++item) {
-      const AttnTask& task = tasks[static_cast<size_t>(item / kv_heads)];
-      if (task.splits == 1) continue;
-      const int kvh = static_cast<int>(item % kv_heads);
-      for (int g = 0; g < group; ++g) {
-        const float* first = partials + ((task.unit0 + kvh * task.splits) * group + g) * partial_stride;
-        const float sink = sinks != nullptr ? sinks[kvh * group + g] : -INFINITY;
-        float mx = sink;
-        for (int s = 0; s < task.splits; ++s) mx = std::max(mx, first[s * group * partial_stride + hd]);
-        float* o = op + (static_cast<int64_t>(task.token) * num_heads + kvh * group + g) * hd;
-        const int64_t stride = static_cast<int64_t>(group) * partial_stride;  // between ranges
-        float w[kMaxSplits];
-        float sum = 0.0f;
-        for (int s = 0; s < task.splits; ++s) {
-          const float* part = first + s * stride;
-          w[s] = std::exp(part[hd] - mx);
-          sum += w[s] * part[hd + 1];
-        }
-        if (sink != -INFINITY) sum += std::exp(sink - mx);
-        const float inv = v_scale / sum;
-        if (hd % 8 == 0) {
-          // Eight columns at a time through all ranges, kept in a register: each column is the
-          // same FMA chain from 0 in range order as axpy's, then the same multiply as scale's.
-          const __m256 iv = _mm256_set1_ps(inv);
-          for (int d = 0; d < hd; d += 8) {
-            __m256 acc = _mm256_setzero_ps();
-            for (int s = 0; s < task.splits; ++s) {
-              acc = _mm256_fmadd_ps(_mm256_set1_ps(w[s]), _mm256_loadu_ps(first + s * stride + d), acc);
-            }
-            _mm256_storeu_ps(o + d, _mm256_mul_ps(acc, iv));
-          }
-        } else {
-          std::fill(o, o + hd, 0.0f);
-          for (int s = 0; s < task.splits; ++s) axpy(w[s], first + s * stride, o, hd);
-          scale(inv, o, hd);
-        }
-      }
-    }
-  };
-  if (any_split) {
-    const int64_t items = static_cast<int64_t>(tasks.size()) * kv_heads;
-    if (items < 2) merge_body(0, items);
-    else pool_->parallel_for(items, merge_body);
   }
 }
 
