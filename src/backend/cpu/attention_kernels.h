@@ -1,5 +1,5 @@
 // The inner loops of CPU paged attention (cpu_attention.cpp) over one (token, kv head, key range)
-// unit, as a set per ISA: AVX2 (attention_kernels_avx2.cpp, every x86-64 CPU the backend runs on)
+// unit or a pair of them, as a set per ISA: AVX2 (attention_kernels_avx2.cpp, every x86-64 CPU the backend runs on)
 // and AVX-512 (attention_kernels_avx512.cpp: full-width registers, twice the multiply-adds per
 // instruction where the core has 512-bit units). Both sets compute every float in the same order,
 // so they are bit-identical (tested): attention gives the same bits on every x86 CPU. Keys and
@@ -8,7 +8,7 @@
 // The *_pair entry points run two tokens of one sequence (a prefill's neighbours, whose key
 // ranges nearly coincide) in one pass over the union of their ranges; each token's results equal
 // the single-token kernels' over its own range, bit for bit (tested), so pairing never changes a
-// token's output.
+// token's output. The AVX2 set runs a pair as each token alone: the reference.
 #pragma once
 
 #include <cstdint>

@@ -8,6 +8,10 @@
 //   lanes in key order as the AVX2 loop does.
 // - weighted_sum: each output lane is the same FMA chain over the keys; 64 columns of up to four
 //   heads stay in registers, so a value row is read once per key instead of once per 16 columns.
+// - scores_pair: both tokens' heads two per register (a group of three: six heads, three full
+//   registers), each key chunk loaded once for all of them; each lane dot8's chain and tree.
+// - weighted_sum_pair: up to three heads of each token per pass, a shared value row read once
+//   for both; each token's chains run over its own keys only (the edges in their own loops).
 // Built with AVX-512 flags and called only after the run-time check (attention_kernels()); like
 // the quant kernels it uses no standard-library inline functions, which would carry these flags
 // into other files' calls (the tails call the AVX2 set).

@@ -2,10 +2,14 @@
 // its sequence's cached keys through the block table, so prefill, chunked prefill and decode are
 // one code path. Work is split over (token, kv-head, key range) units so a GQA group reads each key
 // once and a single decoding sequence still spreads over every thread (flash-decoding); partial
-// results of a token's key ranges are merged afterwards.
-// Batch invariance: how a token's keys are split depends only on its own context length, and the
-// merge runs in a fixed order, so a token's output is bit-identical alone, batched, in a prefill
-// chunk or in a decode step.
+// results of a token's key ranges are merged, by the thread that finishes its last range. Two
+// neighbouring tokens of a sequence cut into as many ranges (a prefill's) run their units for a
+// (kv head, range) as one, over the union of their nearly equal ranges, each key read once for
+// both (attention_kernels.h's pair entry points); each token's arithmetic stays its own.
+// Batch invariance: how a token's keys are split depends only on its own context length, a
+// paired token's results equal its results alone to the bit, and the merge runs in a fixed
+// order, so a token's output is bit-identical alone, batched, in a prefill chunk or in a decode
+// step.
 // The cache holds float32, float16 (--kv-cache-dtype float16: K and V rounded to nearest when
 // written, widened to float32 when read) or FP8 codes (fp8 / fp8_e4m3 / fp8_e5m2: x / scale
 // rounded and saturated when written, with the tensor's per-layer cache_scale; the scale is
