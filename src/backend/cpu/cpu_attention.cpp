@@ -289,6 +289,24 @@ void CpuBackend::attention(const Tensor& q, const Tensor& k_cache, const Tensor&
       size_t ji = static_cast<size_t>(
           std::upper_bound(jobs.begin(), jobs.end(), b, [](int64_t u, const AttnJob& j) { return u < j.unit0; }) -
           jobs.begin() - 1);
+      // The ranges of one (job, kv head) done in a row here, not yet counted off attn_pending_:
+      // the thread whose count leaves none merges that kv head's ranges of the job's tokens.
+      // Counted once per run (most runs are all of a token's ranges), not once per range: each
+      // locked decrement waits for the partials' stores to drain (measured, 1.8% of a prefill).
+      // acq_rel makes every range's partials, written before its count, visible to the merger.
+      size_t run_job = 0;
+      int run_kvh = -1, run_ranges = 0;
+      auto count_off = [&] {
+        if (run_ranges == 0) return;
+        const AttnJob& rj = jobs[run_job];
+        for (int t = 0; t < rj.num_tokens; ++t) {
+          std::atomic_ref<int32_t> left(pending[static_cast<size_t>(rj.task + t) * kv_heads + run_kvh]);
+          if (left.fetch_sub(run_ranges, std::memory_order_acq_rel) == run_ranges) {
+            merge(tasks[static_cast<size_t>(rj.task + t)], run_kvh);
+          }
+        }
+        run_ranges = 0;
+      };
       for (int64_t item = b; item < e; ++item) {
         while (ji + 1 < jobs.size() && jobs[ji + 1].unit0 <= item) ++ji;
         const AttnJob& job = jobs[ji];
@@ -297,6 +315,11 @@ void CpuBackend::attention(const Tensor& q, const Tensor& k_cache, const Tensor&
         const int splits = task[0]->splits;
         const int64_t local = item - job.unit0;
         const int kvh = static_cast<int>(local / splits), split = static_cast<int>(local % splits);
+        if (ji != run_job || kvh != run_kvh) {
+          count_off();
+          run_job = ji;
+          run_kvh = kvh;
+        }
         // Each token's range, as it would be alone; the union [u0, u1) is what the pass reads.
         int32_t j0[2] = {}, j1[2] = {};
         for (int t = 0; t < n; ++t) {
@@ -368,14 +391,10 @@ void CpuBackend::attention(const Tensor& q, const Tensor& k_cache, const Tensor&
             for (int g = 0; g < group; ++g) scale(v_scale / sums[t][g], outs[t][g], hd);
           }
         } else {
-          // The last range of a (token, kv head) to finish merges them all: acq_rel makes every
-          // range's partials, written before its own decrement, visible to that thread.
-          for (int t = 0; t < n; ++t) {
-            std::atomic_ref<int32_t> left(pending[static_cast<size_t>(job.task + t) * kv_heads + kvh]);
-            if (left.fetch_sub(1, std::memory_order_acq_rel) == 1) merge(*task[t], kvh);
-          }
+          ++run_ranges;
         }
       }
+      count_off();
     };
     if (num_items < 2) {
       unit_body(0, num_items);
