@@ -118,8 +118,21 @@ void weighted_sum(const T* vc, const int64_t* offsets, int32_t len, const float*
   }
 }
 
+// The pair entry points as each token alone: the reference the AVX-512 set's joint passes match.
 template <typename T>
-constexpr AttentionKernels<T> kAvx2{scores<T>, exp_sum, weighted_sum<T>};
+void scores_pair(const float* const* q, int group, const T* kc, const int64_t* offsets, int32_t, const int32_t* r0,
+                 const int32_t* r1, int hd, float scale, float* const* out) {
+  for (int t = 0; t < 2; ++t) scores(q[t], group, kc, offsets + r0[t], r1[t] - r0[t], hd, scale, out[t]);
+}
+
+template <typename T>
+void weighted_sum_pair(const T* vc, const int64_t* offsets, const int32_t* r0, const int32_t* r1,
+                       const float* const* p, int group, int hd, float* const* const* o) {
+  for (int t = 0; t < 2; ++t) weighted_sum(vc, offsets + r0[t], r1[t] - r0[t], p[t], group, hd, o[t]);
+}
+
+template <typename T>
+constexpr AttentionKernels<T> kAvx2{scores<T>, exp_sum, weighted_sum<T>, scores_pair<T>, weighted_sum_pair<T>};
 
 }  // namespace
 

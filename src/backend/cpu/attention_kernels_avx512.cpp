@@ -8,6 +8,10 @@
 //   lanes in key order as the AVX2 loop does.
 // - weighted_sum: each output lane is the same FMA chain over the keys; 64 columns of up to four
 //   heads stay in registers, so a value row is read once per key instead of once per 16 columns.
+// - scores_pair: both tokens' heads two per register (a group of three: six heads, three full
+//   registers), each key chunk loaded once for all of them; each lane dot8's chain and tree.
+// - weighted_sum_pair: up to three heads of each token per pass, a shared value row read once
+//   for both; each token's chains run over its own keys only (the edges in their own loops).
 // Built with AVX-512 flags and called only after the run-time check (attention_kernels()); like
 // the quant kernels it uses no standard-library inline functions, which would carry these flags
 // into other files' calls (the tails call the AVX2 set).
@@ -180,6 +184,119 @@ void scores(const float* q, int group, const T* kc, const int64_t* offsets, int3
   }
 }
 
+// scores_pair: the two tokens' 2 * group heads in registers of two (head 2m in the low half, 2m + 1
+// in the high, heads counted token by token), up to three registers per pass over the union of
+// the ranges: for a group of 3 both tokens' six heads fill three full registers, where one token
+// alone fills one and a half. Each lane's key chunk runs dot8's FMA chain and shuffle tree as in
+// heads_scores8, and a head keeps the scores of its own token's keys (masked stores).
+struct HeadPair {
+  const float* q[2];  // the low and the high half's query head
+  float* out[2];      // their score rows (key u of the union at out[h][u - r0 of its token])
+  int token[2];
+};
+
+// The lanes of the chunk of n keys at j whose key lies in [r0, r1).
+KVASIR_INLINE __mmask8 range_mask(int32_t j, int n, int32_t r0, int32_t r1) {
+  const int32_t a = r0 - j > 0 ? r0 - j : 0, b = r1 - j < n ? r1 - j : n;
+  return b <= a ? __mmask8{0} : static_cast<__mmask8>(((1u << b) - 1u) & ~((1u << a) - 1u));
+}
+
+// out + i as an address only: masked stores there touch only in-range lanes, so the address may
+// lie before out's row (a chunk that starts before the token's range).
+KVASIR_INLINE float* shifted(float* out, int32_t i) {
+  return reinterpret_cast<float*>(reinterpret_cast<char*>(out) + static_cast<long>(i) * static_cast<long>(sizeof(float)));
+}
+
+// K registers of head pairs over keys u < len. Chunks outer, keys inner: a chunk of each of the
+// eight keys is loaded once for all K registers, and the K query chunks stay in registers.
+// HD: the head size when known at compile time, else 0 (hd <= kMaxPairHd).
+constexpr int kMaxPairHd = 256;
+template <int HD, int K, typename T>
+void pairs_scores(const HeadPair* hp, const T* kc, const int64_t* offsets, int32_t len, const int32_t* r0,
+                  const int32_t* r1, int hd, float scale, bool prefetch) {
+  const __m512 s = _mm512_set1_ps(scale);
+  const int nc = HD > 0 ? HD / 8 : hd / 8;
+  __m512 qv[K][HD > 0 ? HD / 8 : kMaxPairHd / 8];
+#pragma GCC unroll 4
+  for (int k = 0; k < K; ++k) {
+    for (int c = 0; c < nc; ++c) qv[k][c] = load8_pair(hp[k].q[0] + 8 * c, hp[k].q[1] + 8 * c);
+  }
+  for (int32_t j = 0; j < len; j += 8) {
+    if (prefetch) {
+      for (int i = 0; i < 8; ++i) {
+        if (j + i + kPrefetchRows < len) prefetch_row(kc + offsets[j + i + kPrefetchRows], HD > 0 ? HD : hd);
+      }
+    }
+    const int n = len - j < 8 ? len - j : 8;
+    const T* keys[8];
+#pragma GCC unroll 8
+    for (int i = 0; i < 8; ++i) keys[i] = kc + offsets[j + (i < n ? i : n - 1)];
+    __m512 acc[K][8];
+#pragma GCC unroll 4
+    for (int k = 0; k < K; ++k) {
+#pragma GCC unroll 8
+      for (int i = 0; i < 8; ++i) acc[k][i] = _mm512_setzero_ps();
+    }
+    // Not unrolled: unrolled, GCC copied the query chunks between stack slots and ran no faster.
+#pragma GCC unroll 1
+    for (int c = 0; c < nc; ++c) {
+#pragma GCC unroll 8
+      for (int i = 0; i < 8; ++i) {
+        const __m512 kv = load8_both(keys[i] + 8 * c);
+#pragma GCC unroll 4
+        for (int k = 0; k < K; ++k) acc[k][i] = _mm512_fmadd_ps(qv[k][c], kv, acc[k][i]);
+      }
+    }
+    const __mmask8 keep[2] = {range_mask(j, n, r0[0], r1[0]), range_mask(j, n, r0[1], r1[1])};
+#pragma GCC unroll 4
+    for (int k = 0; k < K; ++k) {
+      const __m512 v = reduce8_halves(acc[k], s);
+      const int t0 = hp[k].token[0], t1 = hp[k].token[1];
+      _mm256_mask_storeu_ps(shifted(hp[k].out[0], j - r0[t0]), keep[t0], _mm512_castps512_ps256(v));
+      _mm256_mask_storeu_ps(shifted(hp[k].out[1], j - r0[t1]), keep[t1], _mm512_extractf32x8_ps(v, 1));
+    }
+  }
+}
+
+template <typename T>
+void scores_pair(const float* const* q, int group, const T* kc, const int64_t* offsets, int32_t len, const int32_t* r0,
+                 const int32_t* r1, int hd, float scale, float* const* out) {
+  if (hd % 8 != 0 || hd > kMaxPairHd) {
+    for (int t = 0; t < 2; ++t) scores(q[t], group, kc, offsets + r0[t], r1[t] - r0[t], hd, scale, out[t]);
+    return;
+  }
+  // Head h of the pair's 2 * group: token h / group's head h % group.
+  auto head = [&](int h, int half, HeadPair& hp) {
+    const int t = h / group, g = h % group;
+    hp.q[half] = q[t] + static_cast<long>(g) * hd;
+    hp.out[half] = out[t] + static_cast<long>(g) * (r1[t] - r0[t]);
+    hp.token[half] = t;
+  };
+  for (int m0 = 0; m0 < group; m0 += 3) {
+    const int k = group - m0 < 3 ? group - m0 : 3;
+    HeadPair hp[3];
+    for (int i = 0; i < k; ++i) {
+      head(2 * (m0 + i), 0, hp[i]);
+      head(2 * (m0 + i) + 1, 1, hp[i]);
+    }
+    const bool pf = m0 == 0;
+#define KVASIR_PAIRS(HD)                                                                                   \
+  switch (k) {                                                                                             \
+    case 1: pairs_scores<HD, 1>(hp, kc, offsets, len, r0, r1, hd, scale, pf); break;                       \
+    case 2: pairs_scores<HD, 2>(hp, kc, offsets, len, r0, r1, hd, scale, pf); break;                       \
+    default: pairs_scores<HD, 3>(hp, kc, offsets, len, r0, r1, hd, scale, pf); break;                      \
+  }
+    if (hd == 64) {
+      KVASIR_PAIRS(64)
+    } else if (hd == 128) {
+      KVASIR_PAIRS(128)
+    } else {
+      KVASIR_PAIRS(0)
+    }
+#undef KVASIR_PAIRS
+  }
+}
+
 // exp8 (vec_exp.h) on 16 lanes, op for op, with its constants.
 KVASIR_INLINE __m512 exp16(__m512 x) {
   using namespace exp_poly;
@@ -286,8 +403,95 @@ void weighted_sum(const T* vc, const int64_t* offsets, int32_t len, const float*
   }
 }
 
+// weighted_sum_pair: G heads of each token per pass over the union, in three spans: the keys of
+// only the token whose range starts first, the shared keys (each value row read once for both
+// tokens' 2G heads), the keys of only the token whose range ends last. Each output lane's FMA
+// chain thus runs over its own token's keys alone, in key order, as weighted_sum_block's does.
+template <int G, int NV, bool kFirst, bool kSecond, typename T>
+KVASIR_INLINE void pair_span(__m512 (&acc)[2][G][NV], const T* vc, const int64_t* offsets, int32_t u0, int32_t u1,
+                             int32_t len, const float* const* p, const int32_t* r0, const int32_t* lens, int d0,
+                             int hd) {
+  for (int32_t u = u0; u < u1; ++u) {
+    if (d0 == 0 && u + kPrefetchRows < len) prefetch_row(vc + offsets[u + kPrefetchRows], hd);
+    const T* v = vc + offsets[u] + d0;
+    __m512 vv[NV];
+#pragma GCC unroll 4
+    for (int k = 0; k < NV; ++k) vv[k] = load16(v + 16 * k);
+#pragma GCC unroll 2
+    for (int t = 0; t < 2; ++t) {
+      if (t == 0 ? !kFirst : !kSecond) continue;
+#pragma GCC unroll 4
+      for (int g = 0; g < G; ++g) {
+        const __m512 w = _mm512_set1_ps(p[t][static_cast<long>(g) * lens[t] + (u - r0[t])]);
+#pragma GCC unroll 4
+        for (int k = 0; k < NV; ++k) acc[t][g][k] = _mm512_fmadd_ps(w, vv[k], acc[t][g][k]);
+      }
+    }
+  }
+}
+
+// o[t][g][d0 .. d0 + 16 NV) for G heads of both tokens; their ranges overlap.
+template <int G, int NV, typename T>
+void weighted_sum_pair_block(const T* vc, const int64_t* offsets, const int32_t* r0, const int32_t* r1,
+                             const float* const* p, int hd, float* const* const* o) {
+  const int32_t lens[2] = {r1[0] - r0[0], r1[1] - r0[1]};
+  const int32_t s0 = r0[0] > r0[1] ? r0[0] : r0[1], s1 = r1[0] < r1[1] ? r1[0] : r1[1];
+  const int32_t len = r1[0] > r1[1] ? r1[0] : r1[1];
+  for (int d0 = 0; d0 < hd; d0 += 16 * NV) {
+    __m512 acc[2][G][NV];
+#pragma GCC unroll 2
+    for (int t = 0; t < 2; ++t) {
+#pragma GCC unroll 4
+      for (int g = 0; g < G; ++g) {
+#pragma GCC unroll 4
+        for (int k = 0; k < NV; ++k) acc[t][g][k] = _mm512_setzero_ps();
+      }
+    }
+    if (r0[0] < r0[1]) pair_span<G, NV, true, false>(acc, vc, offsets, r0[0], s0, len, p, r0, lens, d0, hd);
+    if (r0[1] < r0[0]) pair_span<G, NV, false, true>(acc, vc, offsets, r0[1], s0, len, p, r0, lens, d0, hd);
+    pair_span<G, NV, true, true>(acc, vc, offsets, s0, s1, len, p, r0, lens, d0, hd);
+    if (r1[0] > r1[1]) pair_span<G, NV, true, false>(acc, vc, offsets, s1, r1[0], len, p, r0, lens, d0, hd);
+    if (r1[1] > r1[0]) pair_span<G, NV, false, true>(acc, vc, offsets, s1, r1[1], len, p, r0, lens, d0, hd);
+#pragma GCC unroll 2
+    for (int t = 0; t < 2; ++t) {
+#pragma GCC unroll 4
+      for (int g = 0; g < G; ++g) {
+#pragma GCC unroll 4
+        for (int k = 0; k < NV; ++k) _mm512_storeu_ps(o[t][g] + d0 + 16 * k, acc[t][g][k]);
+      }
+    }
+  }
+}
+
+template <int NV, typename T>
+void weighted_sum_pair_heads(const T* vc, const int64_t* offsets, const int32_t* r0, const int32_t* r1,
+                             const float* const* p, int group, int hd, float* const* const* o) {
+  for (int g0 = 0; g0 < group; g0 += 3) {
+    const float* pg[2] = {p[0] + static_cast<long>(g0) * (r1[0] - r0[0]), p[1] + static_cast<long>(g0) * (r1[1] - r0[1])};
+    float* const* og[2] = {o[0] + g0, o[1] + g0};
+    switch (group - g0 < 3 ? group - g0 : 3) {
+      case 1: weighted_sum_pair_block<1, NV, T>(vc, offsets, r0, r1, pg, hd, og); break;
+      case 2: weighted_sum_pair_block<2, NV, T>(vc, offsets, r0, r1, pg, hd, og); break;
+      default: weighted_sum_pair_block<3, NV, T>(vc, offsets, r0, r1, pg, hd, og); break;
+    }
+  }
+}
+
 template <typename T>
-constexpr AttentionKernels<T> kAvx512{scores<T>, exp_sum, weighted_sum<T>};
+void weighted_sum_pair(const T* vc, const int64_t* offsets, const int32_t* r0, const int32_t* r1,
+                       const float* const* p, int group, int hd, float* const* const* o) {
+  const bool overlap = (r0[0] > r0[1] ? r0[0] : r0[1]) < (r1[0] < r1[1] ? r1[0] : r1[1]);
+  if (!overlap) {
+    for (int t = 0; t < 2; ++t) weighted_sum(vc, offsets + r0[t], r1[t] - r0[t], p[t], group, hd, o[t]);
+  } else if (hd % 64 == 0) {
+    weighted_sum_pair_heads<4, T>(vc, offsets, r0, r1, p, group, hd, o);
+  } else {
+    weighted_sum_pair_heads<1, T>(vc, offsets, r0, r1, p, group, hd, o);
+  }
+}
+
+template <typename T>
+constexpr AttentionKernels<T> kAvx512{scores<T>, exp_sum, weighted_sum<T>, scores_pair<T>, weighted_sum_pair<T>};
 
 }  // namespace
 

@@ -259,71 +259,78 @@ TEST(CpuAttention, Fp8CacheStaysCloseToTheFloatCache) {
 
 
 // Batch invariance, bit for bit: each of a sequence's last n tokens gives the same output as one
-// query (a decode step), as the run of a verify step or prefill chunk, and as one-query rows over
-// a shared block table (the device verify layout), with 1 and 3 threads. The tokens straddle a
-// range boundary (512) and, for the second length, the context length where the span doubles.
+// query (a decode step), as the run of a verify step or prefill chunk (where neighbouring tokens
+// run as pairs), and as one-query rows over a shared block table (the device verify layout), with
+// 1 and 3 threads, float32 and float16 caches, with and without a sliding window (whose ranges
+// shift by a key per token). The tokens straddle a range boundary (512) and, for the second
+// length, the context length where the span doubles.
 TEST(CpuAttention, ATokenIsBitIdenticalAloneInARunAndAsOneQueryRows) {
   const int heads = 6, kv_heads = 2, hd = 64, bs = 16, n = 7;
-  for (int len : {516, 520}) {
-    for (int threads : {1, 3}) {
-      CpuBackend b(CpuBackendOptions{threads, MatmulPrecision::kExact, DType::kF32});
-      const int blocks = (len + bs - 1) / bs;
-      std::mt19937 rng(99);
-      std::uniform_real_distribution<float> d(-1.0f, 1.0f);
-      auto random = [&](size_t count) {
-        std::vector<float> v(count);
-        for (float& x : v) x = d(rng);
-        return v;
-      };
-      std::vector<float> kc(static_cast<size_t>(blocks) * bs * kv_heads * hd), vc(kc.size());
-      Tensor kct = Tensor::make(kc.data(), DType::kF32, {blocks, bs, kv_heads, hd});
-      Tensor vct = Tensor::make(vc.data(), DType::kF32, {blocks, bs, kv_heads, hd});
-      std::vector<int32_t> table(static_cast<size_t>(blocks));
-      std::iota(table.rbegin(), table.rend(), 0);  // blocks in reverse: not the identity
-      std::vector<int64_t> slots;
-      for (int p = 0; p < len; ++p) slots.push_back(int64_t{table[static_cast<size_t>(p / bs)]} * bs + p % bs);
-      std::vector<float> keys = random(static_cast<size_t>(len) * kv_heads * hd), values = random(keys.size());
-      AttentionMetadata wm;
-      wm.num_tokens = len;
-      wm.slot_mapping = slots.data();
-      wm.block_size = bs;
-      b.write_kv(Tensor::make(keys.data(), DType::kF32, {len, kv_heads, hd}),
-                 Tensor::make(values.data(), DType::kF32, {len, kv_heads, hd}), kct, vct, wm);
-      const std::vector<float> q = random(static_cast<size_t>(n) * heads * hd);
-      const size_t row = static_cast<size_t>(heads) * hd;
-      // Sequences over the one block table: (query count, context length) each.
-      auto attend = [&](const std::vector<std::pair<int, int>>& seqs, const float* qrows) {
-        std::vector<int32_t> qsl{0}, lens, tables;
-        for (const auto& [nq, ctx] : seqs) {
-          qsl.push_back(qsl.back() + nq);
-          lens.push_back(ctx);
-          tables.insert(tables.end(), table.begin(), table.end());
+  for (auto [dtype, window] : {std::pair{DType::kF32, 0}, std::pair{DType::kF16, 0}, std::pair{DType::kF32, 300}}) {
+    for (int len : {516, 520}) {
+      for (int threads : {1, 3}) {
+        CpuBackend b(CpuBackendOptions{threads, MatmulPrecision::kExact, dtype});
+        const int blocks = (len + bs - 1) / bs;
+        std::mt19937 rng(99);
+        std::uniform_real_distribution<float> d(-1.0f, 1.0f);
+        auto random = [&](size_t count) {
+          std::vector<float> v(count);
+          for (float& x : v) x = d(rng);
+          return v;
+        };
+        std::vector<float> kc(static_cast<size_t>(blocks) * bs * kv_heads * hd), vc(kc.size());
+        // (float16 elements use the first half of the float buffers)
+        Tensor kct = Tensor::make(kc.data(), dtype, {blocks, bs, kv_heads, hd});
+        Tensor vct = Tensor::make(vc.data(), dtype, {blocks, bs, kv_heads, hd});
+        std::vector<int32_t> table(static_cast<size_t>(blocks));
+        std::iota(table.rbegin(), table.rend(), 0);  // blocks in reverse: not the identity
+        std::vector<int64_t> slots;
+        for (int p = 0; p < len; ++p) slots.push_back(int64_t{table[static_cast<size_t>(p / bs)]} * bs + p % bs);
+        std::vector<float> keys = random(static_cast<size_t>(len) * kv_heads * hd), values = random(keys.size());
+        AttentionMetadata wm;
+        wm.num_tokens = len;
+        wm.slot_mapping = slots.data();
+        wm.block_size = bs;
+        b.write_kv(Tensor::make(keys.data(), DType::kF32, {len, kv_heads, hd}),
+                   Tensor::make(values.data(), DType::kF32, {len, kv_heads, hd}), kct, vct, wm);
+        const std::vector<float> q = random(static_cast<size_t>(n) * heads * hd);
+        const size_t row = static_cast<size_t>(heads) * hd;
+        // Sequences over the one block table: (query count, context length) each.
+        auto attend = [&](const std::vector<std::pair<int, int>>& seqs, const float* qrows) {
+          std::vector<int32_t> qsl{0}, lens, tables;
+          for (const auto& [nq, ctx] : seqs) {
+            qsl.push_back(qsl.back() + nq);
+            lens.push_back(ctx);
+            tables.insert(tables.end(), table.begin(), table.end());
+          }
+          AttentionMetadata m;
+          m.num_seqs = static_cast<int>(seqs.size());
+          m.num_tokens = qsl.back();
+          m.query_start_loc = qsl.data();
+          m.seq_lens = lens.data();
+          m.block_tables = tables.data();
+          m.max_blocks_per_seq = blocks;
+          m.block_size = bs;
+          AttentionParams ap{1.0f / std::sqrt(static_cast<float>(hd)), window, 0.0f};
+          std::vector<float> out(static_cast<size_t>(m.num_tokens) * row, NAN);
+          std::vector<float> qin(qrows, qrows + out.size());
+          Tensor ot = Tensor::make(out.data(), DType::kF32, {m.num_tokens, heads, hd});
+          b.attention(Tensor::make(qin.data(), DType::kF32, {m.num_tokens, heads, hd}), kct, vct, m, ap, ot);
+          return out;
+        };
+        const std::vector<float> as_run = attend({{n, len}}, q.data());
+        std::vector<std::pair<int, int>> one_query_rows;
+        for (int t = 0; t < n; ++t) one_query_rows.push_back({1, len - n + t + 1});
+        const std::vector<float> as_rows = attend(one_query_rows, q.data());
+        for (int t = 0; t < n; ++t) {
+          const std::vector<float> alone = attend({{1, len - n + t + 1}}, q.data() + t * row);
+          EXPECT_EQ(std::memcmp(alone.data(), as_run.data() + t * row, row * sizeof(float)), 0)
+              << "token " << t << " of " << len << ", " << threads << " threads, " << dtype_name(dtype) << ", window "
+              << window << ": alone vs in a run";
+          EXPECT_EQ(std::memcmp(alone.data(), as_rows.data() + t * row, row * sizeof(float)), 0)
+              << "token " << t << " of " << len << ", " << threads << " threads, " << dtype_name(dtype) << ", window "
+              << window << ": alone vs one-query rows";
         }
-        AttentionMetadata m;
-        m.num_seqs = static_cast<int>(seqs.size());
-        m.num_tokens = qsl.back();
-        m.query_start_loc = qsl.data();
-        m.seq_lens = lens.data();
-        m.block_tables = tables.data();
-        m.max_blocks_per_seq = blocks;
-        m.block_size = bs;
-        AttentionParams ap{1.0f / std::sqrt(static_cast<float>(hd)), 0, 0.0f};
-        std::vector<float> out(static_cast<size_t>(m.num_tokens) * row, NAN);
-        std::vector<float> qin(qrows, qrows + out.size());
-        Tensor ot = Tensor::make(out.data(), DType::kF32, {m.num_tokens, heads, hd});
-        b.attention(Tensor::make(qin.data(), DType::kF32, {m.num_tokens, heads, hd}), kct, vct, m, ap, ot);
-        return out;
-      };
-      const std::vector<float> as_run = attend({{n, len}}, q.data());
-      std::vector<std::pair<int, int>> one_query_rows;
-      for (int t = 0; t < n; ++t) one_query_rows.push_back({1, len - n + t + 1});
-      const std::vector<float> as_rows = attend(one_query_rows, q.data());
-      for (int t = 0; t < n; ++t) {
-        const std::vector<float> alone = attend({{1, len - n + t + 1}}, q.data() + t * row);
-        EXPECT_EQ(std::memcmp(alone.data(), as_run.data() + t * row, row * sizeof(float)), 0)
-            << "token " << t << " of " << len << ", " << threads << " threads: alone vs in a run";
-        EXPECT_EQ(std::memcmp(alone.data(), as_rows.data() + t * row, row * sizeof(float)), 0)
-            << "token " << t << " of " << len << ", " << threads << " threads: alone vs one-query rows";
       }
     }
   }

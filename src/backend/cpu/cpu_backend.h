@@ -93,6 +93,7 @@ class CpuBackend final : public Backend {
   std::shared_ptr<cpu::PackedWeights> packed_ = std::make_shared<cpu::PackedWeights>();
   std::vector<float> input_fp8_;  // linear: FP8-rounded inputs of W8A8 weights (grows to the largest batch)
   std::vector<float> attn_partials_;  // attention: per-unit results of split key ranges
+  std::vector<int32_t> attn_pending_;  // attention: per (token, kv head), its ranges not yet done
   // mla_attention: latent queries, latent outputs, split results, units (grow to the largest
   // batch once, then are reused)
   struct MlaTask {
