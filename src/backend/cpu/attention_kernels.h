@@ -1,6 +1,6 @@
 // The inner loops of CPU paged attention (cpu_attention.cpp) over one (token, kv head, key range)
-// unit or a pair of them, as a set per ISA: AVX2 (attention_kernels_avx2.cpp, every x86-64 CPU the backend runs on)
-// and AVX-512 (attention_kernels_avx512.cpp: full-width registers, twice the multiply-adds per
+// unit or a pair of them, as a set per ISA: AVX2 (attention_kernels_avx2.cpp, every x86-64 CPU
+// the backend runs on) and AVX-512 (attention_kernels_avx512.cpp: full-width registers, twice the multiply-adds per
 // instruction where the core has 512-bit units). Both sets compute every float in the same order,
 // so they are bit-identical (tested): attention gives the same bits on every x86 CPU. Keys and
 // values are cache rows of T (float32, float16 bits, FP8 codes; fp8_cache_codes.h), reached
