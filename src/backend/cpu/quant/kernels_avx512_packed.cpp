@@ -37,6 +37,15 @@ KVASIR_INLINE __m512i bcast_i32(const unsigned char* p) {
   return _mm512_set1_epi32(v);
 }
 
+// Block b's 16 scales d and m of a panel: the GGUF's halves widened exactly; an implied m is
+// m_from_d * d, as gather_dm16 makes it.
+KVASIR_INLINE void block_scales(const unsigned char* d16, const unsigned char* m16, __m512 m_from_d, long b, __m512* dw,
+                                __m512* mw) {
+  *dw = _mm512_cvtph_ps(_mm256_load_si256(reinterpret_cast<const __m256i*>(d16 + 32 * b)));
+  *mw = m16 != nullptr ? _mm512_cvtph_ps(_mm256_load_si256(reinterpret_cast<const __m256i*>(m16 + 32 * b)))
+                       : _mm512_mul_ps(*dw, m_from_d);
+}
+
 // One block b of C input rows into the accumulators P (the block's slot, b % 4, chosen by the
 // caller so that every index into P is a constant). kNibbles: the block's values are 4 nibble
 // pairs (packed_q32.h); groups then enter the int32 sums in the order 0, 4, 1, 5, ..., which
@@ -68,10 +77,8 @@ KVASIR_INLINE void block(const unsigned char* blk, const unsigned char* d16, con
   } else {
     KVASIR_UNROLL for (int g = 0; g < 8; ++g) group(_mm512_load_si512(blk + 64 * g), g);
   }
-  // The GGUF's halves widened exactly; an implied m is m_from_d * d, as gather_dm16 makes it.
-  const __m512 dw = _mm512_cvtph_ps(_mm256_load_si256(reinterpret_cast<const __m256i*>(d16 + 32 * b)));
-  const __m512 mw = m16 != nullptr ? _mm512_cvtph_ps(_mm256_load_si256(reinterpret_cast<const __m256i*>(m16 + 32 * b)))
-                                   : _mm512_mul_ps(dw, m_from_d);
+  __m512 dw, mw;
+  block_scales(d16, m16, m_from_d, b, &dw, &mw);
   KVASIR_UNROLL for (int c = 0; c < C; ++c) {
     const unsigned char* a = act + c * kP * act_stride;
     const float* ds0 = reinterpret_cast<const float*>(a + k) + 2 * b;
@@ -180,12 +187,9 @@ KVASIR_INLINE void block2(const unsigned char* blkA, const unsigned char* blkB, 
   } else {
     KVASIR_UNROLL for (int g = 0; g < 8; ++g) group(_mm512_load_si512(blkA + 64 * g), _mm512_load_si512(blkB + 64 * g), g);
   }
-  const __m512 dwA = _mm512_cvtph_ps(_mm256_load_si256(reinterpret_cast<const __m256i*>(dA + 32 * b)));
-  const __m512 dwB = _mm512_cvtph_ps(_mm256_load_si256(reinterpret_cast<const __m256i*>(dB + 32 * b)));
-  const __m512 mwA = mA != nullptr ? _mm512_cvtph_ps(_mm256_load_si256(reinterpret_cast<const __m256i*>(mA + 32 * b)))
-                                   : _mm512_mul_ps(dwA, m_from_d);
-  const __m512 mwB = mB != nullptr ? _mm512_cvtph_ps(_mm256_load_si256(reinterpret_cast<const __m256i*>(mB + 32 * b)))
-                                   : _mm512_mul_ps(dwB, m_from_d);
+  __m512 dwA, mwA, dwB, mwB;
+  block_scales(dA, mA, m_from_d, b, &dwA, &mwA);
+  block_scales(dB, mB, m_from_d, b, &dwB, &mwB);
   KVASIR_UNROLL for (int c = 0; c < C; ++c) {
     const unsigned char* a = act + c * kP * act_stride;
     const float* ds0 = reinterpret_cast<const float*>(a + k) + 2 * b;
