@@ -140,7 +140,6 @@ RequestResult run_request(const RequestConfig &cfg, const BenchRequest &req) {
     auto n = conn->read_some(buf.data(), buf.size(), deadline);
     if (!n.ok())
       return fail(n.status().message());
-    const Clock::time_point now = Clock::now();
     body.clear();
     const ResponseParser::Result pr =
         *n == 0 ? parser.finish()
@@ -153,8 +152,11 @@ RequestResult run_request(const RequestConfig &cfg, const BenchRequest &req) {
     } else if (!body.empty()) {
       events.clear();
       sse.feed(body, &events);
+      // Each event is timestamped as it is handled, as vLLM's client stamps each chunk it
+      // iterates: events that arrived in one read (a client descheduled while the server
+      // streamed) then show tiny gaps rather than exactly zero.
       for (const SseEvent &e : events) {
-        if (Status s = apply_stream_data(e.data, cfg.chat(), now, &st, &r);
+        if (Status s = apply_stream_data(e.data, cfg.chat(), Clock::now(), &st, &r);
             !s.ok())
           return fail(s.message());
       }
