@@ -266,7 +266,11 @@ TEST(CpuAttention, Fp8CacheStaysCloseToTheFloatCache) {
 // length, the context length where the span doubles.
 TEST(CpuAttention, ATokenIsBitIdenticalAloneInARunAndAsOneQueryRows) {
   const int heads = 6, kv_heads = 2, hd = 64, bs = 16, n = 7;
-  for (auto [dtype, window] : {std::pair{DType::kF32, 0}, std::pair{DType::kF16, 0}, std::pair{DType::kF32, 300}}) {
+  for (const auto& [cache_dtype, cache_window] :
+       {std::pair{DType::kF32, 0}, std::pair{DType::kF16, 0}, std::pair{DType::kF32, 300}}) {
+    // Plain copies: the lambdas below capture them, which clang before 16 refuses for bindings.
+    const DType dtype = cache_dtype;
+    const int window = cache_window;
     for (int len : {516, 520}) {
       for (int threads : {1, 3}) {
         CpuBackend b(CpuBackendOptions{threads, MatmulPrecision::kExact, dtype});
