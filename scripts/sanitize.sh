@@ -7,7 +7,8 @@
 #         against the ASan `kvasir` binary
 #   tsan  clang ThreadSanitizer build (-DKVASIR_TSAN=ON): the concurrency tests (thread pool,
 #         scheduler queues, executor worker, engine core loop, HTTP server: acceptor, I/O
-#         threads, outbox, serving pump, the grammar compiler's cache and pool, the shm and TCP
+#         threads, outbox, serving pump, the grammar compiler's cache and pool, CPU attention's
+#         merge of a token's key ranges by the thread that finishes the last, the shm and TCP
 #         communicators and tensor-parallel steps across forked ranks) and the engine's threads (front, EngineCore, executor,
 #         OutputProcessor) on the real model: an abort mid-generation, n > 1, overlapped vs
 #         lock-step output processing, and async scheduling
@@ -145,7 +146,7 @@ stage_tsan() {
   local b="${KVASIR_TSAN_BUILD_DIR:-$root/build-tsan}"
   configure "$b" -DKVASIR_TSAN=ON
   local tests=(common_test thread_pool_test sched_test executor_test engine_core_test http_server_test openai_server_test
-    structured_test communicator_test step_broadcast_test)
+    structured_test communicator_test step_broadcast_test cpu_attention_test)
   timed ninja -C "$b" -j"$jobs" "${tests[@]}" engine_e2e_test structured_e2e_test data_parallel_engine_test \
     $([ "$full" = 1 ] && echo kvasir)
   export TSAN_OPTIONS="halt_on_error=1:second_deadlock_stack=1:exitcode=66:suppressions=$supp/tsan.supp"
