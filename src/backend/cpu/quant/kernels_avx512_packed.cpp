@@ -98,6 +98,12 @@ KVASIR_INLINE void block(const unsigned char* blk, const unsigned char* d16, con
 #endif
 constexpr long kPanelPrefetchBytes = KVASIR_PANEL_PREFETCH_BYTES;
 
+// Bytes [from, to) of the panel at p: its scales (d, then m where stored), which its first block
+// needs before the stream prefetch reaches them.
+KVASIR_INLINE void prefetch_scales(const unsigned char* p, long from, long to) {
+  for (long l = from; l < to; l += 64) _mm_prefetch(reinterpret_cast<const char*>(p + l), _MM_HINT_T0);
+}
+
 template <int C, bool kPairs, bool kNibbles>
 KVASIR_INLINE void tile_cols(const TileArgs& a, int nr, const unsigned char* act, long act_stride, long k, float* y,
                              long ldy) {
@@ -117,11 +123,8 @@ KVASIR_INLINE void tile_cols(const TileArgs& a, int nr, const unsigned char* act
   // The next panel's scales: its first block needs them, and the stream prefetch below reaches
   // them only halfway through that panel (they follow its values), so without this every panel
   // began with a miss to memory (one thread, 1536 x 576 Q4_1 from DRAM, 2 rows: 71-77 us).
-  const long panel_bytes = (m16 != nullptr ? a.m_offset : a.d_offset) + nb * 32;
-  for (long l = 0; l < nb * 32; l += 64) {
-    _mm_prefetch(reinterpret_cast<const char*>(panel + panel_bytes + a.d_offset + l), _MM_HINT_T0);
-    if (m16 != nullptr) _mm_prefetch(reinterpret_cast<const char*>(panel + panel_bytes + a.m_offset + l), _MM_HINT_T0);
-  }
+  const long scales_end = (m16 != nullptr ? a.m_offset : a.d_offset) + nb * 32;
+  prefetch_scales(panel + scales_end, a.d_offset, scales_end);
   long b = 0;
   for (; b + 4 <= nb; b += 4) {
     // Panels are contiguous, so this runs into the next panel (and its scales) near the end. The
@@ -231,12 +234,9 @@ KVASIR_INLINE void tile_cols2(const TileArgs& a, int nr, const unsigned char* ac
   constexpr long kB = static_cast<long>(kNibbles ? kPackedNibbleValueBytes : kPackedValueBytes);
   // As tile_cols: the next panels' scales now, each stream kPanelPrefetchBytes ahead as it goes.
   const long pb = static_cast<long>(a.panel_bytes);
-  const unsigned char* next = pB + pb;
-  const long value_end = (mA != nullptr ? a.m_offset : a.d_offset) + nb * 32;
-  for (long l = static_cast<long>(a.d_offset); l < value_end; l += 64) {
-    _mm_prefetch(reinterpret_cast<const char*>(next + l), _MM_HINT_T0);
-    _mm_prefetch(reinterpret_cast<const char*>(next + a.panel_bytes + l), _MM_HINT_T0);
-  }
+  const long scales_end = (mA != nullptr ? a.m_offset : a.d_offset) + nb * 32;
+  prefetch_scales(pB + pb, a.d_offset, scales_end);
+  prefetch_scales(pB + 2 * pb, a.d_offset, scales_end);
   long b = 0;
   for (; b + 4 <= nb; b += 4) {
     // Past its panel's end, each stream continues in the next pair (its own panel there: one
