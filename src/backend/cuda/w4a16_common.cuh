@@ -43,6 +43,25 @@ __device__ __forceinline__ uint4 w4a16_load_stream(const void* p) {
   return r;
 }
 
+// Groups without a division in the loops: the group of 32-column half hh is hh / d for
+// d = group_size / 32, computed as umulhi(hh, magic) with magic = ceil(2^32 / d), exact while
+// hh < 2^20 and d < 2^12 (hh d / 2^32 errs by less than hh / 2^32 < 1 / d); magic 0 stands for
+// d = 1 (2^32 does not fit).
+struct W4a16Groups {
+  uint32_t magic;
+  int32_t split_chunks;  // group_size % 64 != 0: a 64-column chunk's halves may lie in two groups
+};
+inline bool w4a16_groups_supported(int64_t group_size, int64_t in_features) {
+  return group_size >= 32 && group_size % 32 == 0 && group_size < 32 * 4096 && in_features < 32 * (int64_t{1} << 20);
+}
+inline W4a16Groups w4a16_groups(int64_t group_size) {
+  const uint64_t d = static_cast<uint64_t>(group_size / 32);
+  return {static_cast<uint32_t>(((uint64_t{1} << 32) + d - 1) / d), group_size % 64 != 0 ? 1 : 0};
+}
+__device__ __forceinline__ uint32_t w4a16_group_of(uint32_t hh, uint32_t magic) {
+  return magic == 0 ? hh : __umulhi(hh, magic);
+}
+
 __device__ __forceinline__ uint32_t word_of(const uint4& v, int i) {
   return i == 0 ? v.x : i == 1 ? v.y : i == 2 ? v.z : v.w;
 }

@@ -30,6 +30,7 @@ struct W4a16GemmArgs {
   float* ws;        // split K: float32 [rows, out] accumulated with atomics; null: write y directly
   int32_t* counts;  // split K: CTAs done per output tile
   int64_t rows, k;
+  W4a16Groups groups;  // 32-column half -> its group, without a division
   int32_t kc_per_split, f32_out;
 };
 
@@ -52,7 +53,8 @@ __device__ __forceinline__ void load_stage(uint8_t* st, const W4a16GemmArgs& a, 
     cp_async16(B + tile * 512 + l * 16,
                static_cast<const uint8_t*>(a.p.codes) + ((ok ? nt : 0) * chunks + kc) * 512 + l * 16, ok);
   }
-  const int64_t g0 = kc * 64 / a.p.group_size, g1 = (kc * 64 + 32) / a.p.group_size;
+  const uint32_t g0 = w4a16_group_of(2 * static_cast<uint32_t>(kc), a.groups.magic);
+  const uint32_t g1 = a.groups.split_chunks ? w4a16_group_of(2 * static_cast<uint32_t>(kc) + 1, a.groups.magic) : g0;
   const int sb = a.p.scale_type == kW4a16ScaleF32 ? 4 : 2;
   uint8_t* S = st + kABytes + kBBytes;
   uint8_t* Z = S + kSBytes;
@@ -84,7 +86,9 @@ __device__ __forceinline__ void compute_stage(const uint8_t* st, const W4a16Gemm
   const uint8_t* A = st;
   const uint8_t* S = st + kABytes + kBBytes;
   const uint8_t* Z = S + kSBytes;
-  const bool split = (kc * 64) / a.p.group_size != (kc * 64 + 32) / a.p.group_size;
+  const bool split = a.groups.split_chunks &&
+                     w4a16_group_of(2 * static_cast<uint32_t>(kc), a.groups.magic) !=
+                         w4a16_group_of(2 * static_cast<uint32_t>(kc) + 1, a.groups.magic);
   uint4 bv[2];
 #pragma unroll
   for (int i = 0; i < 2; ++i) bv[i] = *reinterpret_cast<const uint4*>(st + kABytes + (wn * 2 + i) * 512 + lane * 16);
@@ -244,9 +248,12 @@ void launch_w4a16_gemm(const void* x, const W4a16Projection& p, int64_t n, int64
   KVASIR_CHECK_MSG(n >= 1 && w4a16_shape_supported(p.out_features, k) && aligned16(x) && aligned16(p.codes) &&
                        aligned16(p.scales) && (p.zeros == nullptr || aligned16(p.zeros)),
                    "W4A16 GEMM: out_features % 16, in_features % 64 and 16-byte aligned operands");
+  KVASIR_CHECK_MSG(w4a16_groups_supported(p.group_size, k),
+                   "W4A16 GEMM: group size a multiple of 32 (or the row) below 131072, in_features below 2^25");
   const int splits = w4a16_gemm_splits(n, p.out_features, k, num_sms);
   const int64_t chunks = k / 64;
   W4a16GemmArgs a{};
+  a.groups = w4a16_groups(p.group_size);
   a.x = static_cast<const bf16*>(x);
   a.p = p;
   a.rows = n;

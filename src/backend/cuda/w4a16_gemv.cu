@@ -1,14 +1,18 @@
 // W4A16 for decode-sized batches (1..kW4a16GemvMaxRows tokens): bandwidth-bound, so the codes are
-// streamed once with 16-byte non-caching loads and everything else is arranged around that.
+// streamed once with 16-byte non-caching loads and every other instruction per 16 bytes counts
+// (an SM must consume ~16 bytes of codes a cycle; a lane's 16 bytes leave ~100 warp instructions).
 // One CTA owns 16 output rows (one layout tile row, 512 bytes per 64 input columns); its 8 warps
-// take interleaved 64-column chunks, so the CTA reads one contiguous 4 KiB window per step, with
-// kUnroll chunks per warp in flight and the next round issued before the current one is used.
-// Each chunk is 8 tensor-core mma (4 k16 steps x 2 n8 tiles) on the tokens zero-padded to 16 rows:
-// per 8 weights a lane spends 3 integer/bf16 instructions to dequantize, fewer than a float FMA
-// GEMV would spend per weight and token. Group scales multiply each group's float32 partial sums.
-// The warps' partial tiles are summed through shared memory, then bias / gated activation.
-// The first round of codes is requested before the PDL wait (weights are never written by an
-// earlier kernel); activations only after it.
+// take interleaved 64-column chunks, kUnroll chunks per warp in flight, the next round issued
+// before the current one is used, the first before the PDL wait (weights are never written by an
+// earlier kernel), together with cp.async copies of the tile's group scales and zero points into
+// shared memory (so a chunk reads them from shared memory, not from L2 at a dependent latency).
+// The weights are the A operand of mma m16n8k16: a lane's 16 bytes of the layout are exactly its A
+// fragments (rows g and g + 8, columns 2t, 2t + 1, 2t + 8, 2t + 9 of 4 k16 steps), dequantized in
+// registers to the exact integers code - zero (3 integer/bf16 instructions per two weights); the
+// tokens are the 8-wide B operand (one mma per k16 step for up to 8 tokens, two for up to 16), read
+// from L1. Group scales multiply each group's float32 partial sums; the group of a 32-column half
+// comes from a multiply by a host-computed reciprocal (no division in the loop). The warps' partial
+// tiles are summed through shared memory, then bias / gated activation.
 #include "backend/cuda/w4a16_common.cuh"
 #include "backend/cuda/warp_mma.cuh"
 
@@ -16,120 +20,223 @@ namespace kvasir::cuda {
 namespace {
 
 constexpr int kWarps = 8;
+constexpr int kThreads = kWarps * 32;
 
 struct W4a16GemvArgs {
   const bf16* x;
   W4a16Projection proj[kW4a16MaxProjections];
   int64_t tile_end[kW4a16MaxProjections];  // prefix sums of out_features / 16
   int64_t k;
-  int32_t num_proj, rows, f32_out, gated;
+  W4a16Groups groups;  // 32-column half -> its group
+  int32_t num_groups, num_proj, rows, f32_out, gated, unused;
 };
 
-// A fragment of the k16 step whose lane column is kk: x rows g (and g + 8), zero past `rows`.
-template <bool kRows16>
-__device__ __forceinline__ void load_a(const bf16* __restrict__ x, int64_t k, int rows, int g, int64_t kk,
-                                       uint32_t (&a)[4]) {
-  const auto* r0 = reinterpret_cast<const uint32_t*>(x + g * k + kk);
-  a[0] = g < rows ? __ldg(r0) : 0u;
-  a[2] = g < rows ? __ldg(r0 + 4) : 0u;  // columns kk + 8, kk + 9
-  if constexpr (kRows16) {
-    const auto* r1 = reinterpret_cast<const uint32_t*>(x + (g + 8) * k + kk);
-    a[1] = g + 8 < rows ? __ldg(r1) : 0u;
-    a[3] = g + 8 < rows ? __ldg(r1 + 4) : 0u;
+// d += A (16x16) * B (16x8); not volatile, so the compiler may schedule it among the loads.
+__device__ __forceinline__ void mma16816(float (&d)[4], uint32_t a0, uint32_t a1, uint32_t a2, uint32_t a3,
+                                         uint32_t b0, uint32_t b1) {
+  asm("mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 {%0, %1, %2, %3}, {%4, %5, %6, %7}, {%8, %9}, "
+      "{%0, %1, %2, %3};"
+      : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
+      : "r"(a0), "r"(a1), "r"(a2), "r"(a3), "r"(b0), "r"(b1));
+}
+
+template <int kScale>
+constexpr int scale_bytes() {
+  return kScale == kW4a16ScaleF32 ? 4 : 2;
+}
+
+// Scale i of a shared-memory array of kScale elements, as float32 (exact for every type).
+template <int kScale>
+__device__ __forceinline__ float smem_scale(const uint8_t* s, int i) {
+  if constexpr (kScale == kW4a16ScaleF32) {
+    return reinterpret_cast<const float*>(s)[i];
   } else {
-    a[1] = 0u;
-    a[3] = 0u;
+    const uint16_t b = reinterpret_cast<const uint16_t*>(s)[i];
+    if constexpr (kScale == kW4a16ScaleBf16) return __uint_as_float(static_cast<uint32_t>(b) << 16);
+    else return __half2float(__ushort_as_half(b));
   }
 }
 
-// acc[h] += chunk kc's contribution to output rows 16 nt + 8 h + 2t (+1) (C fragment order:
-// tokens g, g, g + 8, g + 8). One group per chunk unless a group boundary splits it (groups of 32).
-template <bool kRows16>
-__device__ __forceinline__ void chunk(const W4a16Projection& pr, const uint4& v, const bf16* __restrict__ x, int64_t k,
-                                      int rows, int64_t nt, int64_t kc, int g, int t, float (&acc)[2][4]) {
-  const int64_t m = pr.out_features;
-  const int64_t g0 = (kc * 64) / pr.group_size, g1 = (kc * 64 + 32) / pr.group_size;
-  const bool split = g1 != g0;
-  float tmp[2][4];
-  uint32_t z2[2];
+extern __shared__ __align__(16) uint8_t w4a16_smem[];
+
+// Four bf16 pairs of (128 + nibble q) from word >> 4q: (w & 0x000F000F) | 0x43004300 as one LOP3
+// (the compiler otherwise spends an AND and an OR with two immediates).
+__device__ __forceinline__ uint32_t nibble_pair(uint32_t w) {
+  uint32_t r;
+  asm("lop3.b32 %0, %1, %2, %3, 0xEA;" : "=r"(r) : "r"(w), "n"(0x000F000F), "r"(0x43004300u));
+  return r;
+}
+
+// (128 + code) - (128 + zero), both halves: exact small integers in bf16.
+__device__ __forceinline__ uint32_t minus_zero(uint32_t v, uint32_t zero_pair) {
+  __nv_bfloat162 a = *reinterpret_cast<const __nv_bfloat162*>(&v);
+  const __nv_bfloat162 z = *reinterpret_cast<const __nv_bfloat162*>(&zero_pair);
+  a = __hsub2(a, z);
+  return *reinterpret_cast<uint32_t*>(&a);
+}
+
+// One projection's view for a CTA: its lane's code stream and where the tile's scales and zeros
+// sit in shared memory (byte offsets into w4a16_smem, so reads are plain shared loads).
+struct TileView {
+  const uint4* codes;     // this lane's 16 bytes of chunk 0; chunk kc is 32 * kc further
+  uint32_t scales;        // [groups][16] of the scale type
+  uint32_t zeros;         // [groups][16] bytes
+  bool has_zeros;         // else every zero point is 8
+};
+
+template <int NT>
+__device__ __forceinline__ void flush(float (&tmp)[NT][4], float s0, float s8, float (&acc)[NT][4]) {
+#pragma unroll
+  for (int o = 0; o < NT; ++o) {
+    acc[o][0] = fmaf(tmp[o][0], s0, acc[o][0]);
+    acc[o][1] = fmaf(tmp[o][1], s0, acc[o][1]);
+    acc[o][2] = fmaf(tmp[o][2], s8, acc[o][2]);
+    acc[o][3] = fmaf(tmp[o][3], s8, acc[o][3]);
+#pragma unroll
+    for (int c = 0; c < 4; ++c) tmp[o][c] = 0.0f;
+  }
+}
+
+// acc += chunk kc of this lane: output rows g, g + 8 of the tile (C fragment: [0], [1] row g,
+// tokens 2t, 2t + 1 of each 8-token octet; [2], [3] row g + 8). xw[o]: the lane's x row of octet o
+// (token 8 o + g, or the last token where there are fewer: a B column only reaches its own C
+// column, and the columns of missing tokens are never written) as bf16 pairs, offset by t.
+template <int NT, int kScale>
+__device__ __forceinline__ void chunk(const uint4& v, int64_t kc, const TileView& tv, const uint32_t* const (&xw)[NT],
+                                      uint32_t magic, bool split_chunks, int g, float (&acc)[NT][4]) {
+  const uint32_t g0 = w4a16_group_of(2 * static_cast<uint32_t>(kc), magic);
+  const uint32_t g1 = split_chunks ? w4a16_group_of(2 * static_cast<uint32_t>(kc) + 1, magic) : g0;
+  const uint8_t* scales = w4a16_smem + tv.scales;
+  const uint8_t* zeros = w4a16_smem + tv.zeros;
+  float tmp[NT][4];
+#pragma unroll
+  for (int o = 0; o < NT; ++o) {
+#pragma unroll
+    for (int c = 0; c < 4; ++c) tmp[o][c] = 0.0f;
+  }
+  uint32_t z0 = 0x43084308u, z8 = 0x43084308u;  // zero point 8 (w4a16_zero_pair(8))
 #pragma unroll
   for (int jh = 0; jh < 2; ++jh) {
-    const int64_t grp = jh == 0 ? g0 : g1;
-    if (jh == 0 || split) {
-#pragma unroll
-      for (int h = 0; h < 2; ++h) {
-#pragma unroll
-        for (int c = 0; c < 4; ++c) tmp[h][c] = 0.0f;
-        z2[h] = w4a16_zero_pair(pr.zeros != nullptr ? pr.zeros[grp * m + nt * 16 + h * 8 + g] : 8u);
-      }
+    const uint32_t grp = jh == 0 ? g0 : g1;
+    if (jh == 1 && g1 != g0) {  // a group boundary inside the chunk (groups of 32, 96, ...)
+      flush<NT>(tmp, smem_scale<kScale>(scales, g0 * 16 + g), smem_scale<kScale>(scales, g0 * 16 + g + 8), acc);
     }
+    if (tv.has_zeros && (jh == 0 || g1 != g0)) {
+      z0 = w4a16_zero_pair(zeros[grp * 16 + g]);
+      z8 = w4a16_zero_pair(zeros[grp * 16 + g + 8]);
+    }
+    const uint32_t w0 = word_of(v, jh), w1 = word_of(v, 2 + jh);  // rows g and g + 8
 #pragma unroll
     for (int ksub = 0; ksub < 2; ++ksub) {
-      uint32_t a[4];
-      load_a<kRows16>(x, k, rows, g, kc * 64 + (2 * jh + ksub) * 16 + 2 * t, a);
+      const uint32_t a0 = minus_zero(nibble_pair(w0 >> (8 * ksub)), z0);
+      const uint32_t a1 = minus_zero(nibble_pair(w1 >> (8 * ksub)), z8);
+      const uint32_t a2 = minus_zero(nibble_pair(w0 >> (8 * ksub + 4)), z0);
+      const uint32_t a3 = minus_zero(nibble_pair(w1 >> (8 * ksub + 4)), z8);
+      const int off = (2 * jh + ksub) * 8;  // bf16 pairs: columns 16 step + 2t (+8)
 #pragma unroll
-      for (int h = 0; h < 2; ++h) {
-        const uint32_t w = word_of(v, h * 2 + jh);
-        mma_bf16(tmp[h], a, w4a16_pair(w, ksub * 2, z2[h]), w4a16_pair(w, ksub * 2 + 1, z2[h]));
-      }
-    }
-    if (jh == 1 || split) {
-#pragma unroll
-      for (int h = 0; h < 2; ++h) {
-        const int64_t c = nt * 16 + h * 8 + 2 * t;
-        const float s0 = w4a16_scale(pr.scales, grp * m + c, pr.scale_type);
-        const float s1 = w4a16_scale(pr.scales, grp * m + c + 1, pr.scale_type);
-        acc[h][0] = fmaf(tmp[h][0], s0, acc[h][0]);
-        acc[h][1] = fmaf(tmp[h][1], s1, acc[h][1]);
-        acc[h][2] = fmaf(tmp[h][2], s0, acc[h][2]);
-        acc[h][3] = fmaf(tmp[h][3], s1, acc[h][3]);
+      for (int o = 0; o < NT; ++o) {
+        const uint32_t* xc = xw[o] + kc * 32;  // immediate offsets below
+        mma16816(tmp[o], a0, a1, a2, a3, __ldg(xc + off), __ldg(xc + off + 4));
       }
     }
   }
+  flush<NT>(tmp, smem_scale<kScale>(scales, g1 * 16 + g), smem_scale<kScale>(scales, g1 * 16 + g + 8), acc);
 }
 
 template <int kProj, int kUnroll>
-__device__ __forceinline__ void load_round(const uint8_t* const (&base)[kProj], int64_t kc0, int64_t chunks,
+__device__ __forceinline__ void load_round(const TileView (&tv)[kProj], int64_t kc0, int64_t chunks,
                                            uint4 (&w)[kProj][kUnroll]) {
 #pragma unroll
   for (int u = 0; u < kUnroll; ++u) {
     const int64_t kc = kc0 + static_cast<int64_t>(u) * kWarps;
 #pragma unroll
-    for (int i = 0; i < kProj; ++i) w[i][u] = kc < chunks ? w4a16_load_stream(base[i] + kc * 512) : make_uint4(0, 0, 0, 0);
+    for (int i = 0; i < kProj; ++i) w[i][u] = kc < chunks ? w4a16_load_stream(tv[i].codes + kc * 32) : make_uint4(0, 0, 0, 0);
   }
 }
 
-template <bool kRows16, bool kGated>
-__global__ void __launch_bounds__(kWarps * 32, 2) w4a16_gemv_kernel(W4a16GemvArgs a) {
+// Copies projection p's scales (and zeros) of tile nt into shared memory (cp.async, not waited for).
+template <int kScale>
+__device__ __forceinline__ void stage_group_data(const W4a16Projection& pr, int64_t nt, int groups, uint8_t* s_scales,
+                                                 uint8_t* s_zeros) {
+  constexpr int kPieces = scale_bytes<kScale>();  // 16-byte pieces per group: 16 scales of 2 or 4 bytes
+  const int64_t m = pr.out_features;
+  const auto* src = static_cast<const uint8_t*>(pr.scales);
+  for (int i = threadIdx.x; i < groups * kPieces; i += kThreads) {
+    const int grp = i / kPieces, part = i % kPieces;
+    cp_async16(s_scales + i * 16, src + (static_cast<int64_t>(grp) * m + nt * 16) * kPieces + part * 16, true);
+  }
+  if (pr.zeros != nullptr) {
+    for (int i = threadIdx.x; i < groups; i += kThreads) {
+      cp_async16(s_zeros + i * 16, pr.zeros + static_cast<int64_t>(i) * m + nt * 16, true);
+    }
+  }
+}
+
+template <int NT, bool kGated, int kScale>
+__global__ void __launch_bounds__(kThreads, 2) w4a16_gemv_kernel(W4a16GemvArgs a) {
   constexpr int kProj = kGated ? 2 : 1;
   constexpr int kUnroll = kGated ? 2 : 4;
-  __shared__ float red[kWarps][kProj][16][16];
+  constexpr int kEs = scale_bytes<kScale>();
+  __shared__ float red[kWarps][kProj][16][NT * 8];
   const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31, g = lane >> 2, t = lane & 3;
-  const int64_t tile = blockIdx.x;
-  int p = 0;
-  if constexpr (!kGated) {
-    while (p + 1 < a.num_proj && tile >= a.tile_end[p]) ++p;
-  }
-  const int64_t nt = tile - (p == 0 ? 0 : a.tile_end[p - 1]);
-  const int64_t chunks = a.k / 64;
-  const uint8_t* base[kProj];
-#pragma unroll
-  for (int i = 0; i < kProj; ++i) {
-    base[i] = static_cast<const uint8_t*>(a.proj[kGated ? i : p].codes) + (nt * chunks * 32 + lane) * 16;
-  }
-  float acc[kProj][2][4];
-#pragma unroll
-  for (int i = 0; i < kProj; ++i) {
-#pragma unroll
-    for (int h = 0; h < 2; ++h) {
-#pragma unroll
-      for (int c = 0; c < 4; ++c) acc[i][h][c] = 0.0f;
+  // This CTA's projection(s) and tile, chosen with constant indices only (a run-time index into
+  // the parameter array would copy it to local memory).
+  W4a16Projection pr[kProj];
+  int64_t nt = blockIdx.x;
+  if constexpr (kGated) {
+    pr[0] = a.proj[0];
+    pr[1] = a.proj[1];
+  } else {
+    static_assert(kW4a16MaxProjections == 3, "projection selection below is unrolled for three");
+    pr[0] = a.proj[0];
+    if (a.num_proj > 1 && nt >= a.tile_end[0]) {
+      if (a.num_proj > 2 && nt >= a.tile_end[1]) {
+        pr[0] = a.proj[2];
+        nt -= a.tile_end[1];
+      } else {
+        pr[0] = a.proj[1];
+        nt -= a.tile_end[0];
+      }
     }
+  }
+  const int64_t chunks = a.k / 64;
+  const int groups = a.num_groups;
+  TileView tv[kProj];
+#pragma unroll
+  for (int i = 0; i < kProj; ++i) {
+    tv[i].codes = static_cast<const uint4*>(pr[i].codes) + nt * chunks * 32 + lane;
+    tv[i].scales = static_cast<uint32_t>(i * groups * 16 * kEs);
+    tv[i].zeros = static_cast<uint32_t>(kProj * groups * 16 * kEs + i * groups * 16);
+    tv[i].has_zeros = pr[i].zeros != nullptr;
   }
   uint4 w[kProj][kUnroll];
   int64_t kc0 = warp;
-  load_round<kProj, kUnroll>(base, kc0, chunks, w);
+  load_round<kProj, kUnroll>(tv, kc0, chunks, w);
+#pragma unroll
+  for (int i = 0; i < kProj; ++i) {
+    stage_group_data<kScale>(pr[i], nt, groups, w4a16_smem + tv[i].scales, w4a16_smem + tv[i].zeros);
+  }
+  cp_async_commit();
   pdl_begin();
+  const uint32_t* xw[NT];
+#pragma unroll
+  for (int o = 0; o < NT; ++o) {
+    const int tok = min(o * 8 + g, a.rows - 1);
+    xw[o] = reinterpret_cast<const uint32_t*>(a.x + static_cast<int64_t>(tok) * a.k) + t;
+  }
+  float acc[kProj][NT][4];
+#pragma unroll
+  for (int i = 0; i < kProj; ++i) {
+#pragma unroll
+    for (int o = 0; o < NT; ++o) {
+#pragma unroll
+      for (int c = 0; c < 4; ++c) acc[i][o][c] = 0.0f;
+    }
+  }
+  cp_async_wait<0>();
+  __syncthreads();
+  const uint32_t magic = a.groups.magic;
+  const bool split_chunks = a.groups.split_chunks != 0;
   while (kc0 < chunks) {
     uint4 cur[kProj][kUnroll];
 #pragma unroll
@@ -138,55 +245,67 @@ __global__ void __launch_bounds__(kWarps * 32, 2) w4a16_gemv_kernel(W4a16GemvArg
       for (int u = 0; u < kUnroll; ++u) cur[i][u] = w[i][u];
     }
     const int64_t next = kc0 + kWarps * kUnroll;
-    if (next < chunks) load_round<kProj, kUnroll>(base, next, chunks, w);
+    if (next < chunks) load_round<kProj, kUnroll>(tv, next, chunks, w);
 #pragma unroll
     for (int u = 0; u < kUnroll; ++u) {
       const int64_t kc = kc0 + static_cast<int64_t>(u) * kWarps;
       if (kc >= chunks) break;
 #pragma unroll
-      for (int i = 0; i < kProj; ++i) {
-        chunk<kRows16>(a.proj[kGated ? i : p], cur[i][u], a.x, a.k, a.rows, nt, kc, g, t, acc[i]);
-      }
+      for (int i = 0; i < kProj; ++i) chunk<NT, kScale>(cur[i][u], kc, tv[i], xw, magic, split_chunks, g, acc[i]);
     }
     kc0 = next;
   }
 #pragma unroll
   for (int i = 0; i < kProj; ++i) {
 #pragma unroll
-    for (int h = 0; h < 2; ++h) {
-      const int col = h * 8 + 2 * t;
-      red[warp][i][g][col] = acc[i][h][0];
-      red[warp][i][g][col + 1] = acc[i][h][1];
-      red[warp][i][g + 8][col] = acc[i][h][2];
-      red[warp][i][g + 8][col + 1] = acc[i][h][3];
+    for (int o = 0; o < NT; ++o) {
+      const int tok = o * 8 + 2 * t;
+      red[warp][i][g][tok] = acc[i][o][0];
+      red[warp][i][g][tok + 1] = acc[i][o][1];
+      red[warp][i][g + 8][tok] = acc[i][o][2];
+      red[warp][i][g + 8][tok + 1] = acc[i][o][3];
     }
   }
   __syncthreads();
   const int tok = threadIdx.x / 16, col = threadIdx.x % 16;  // 256 threads: the 16 x 16 tile
-  if (tok >= a.rows) return;
+  if (tok >= a.rows || tok >= NT * 8) return;
   float sum[kProj];
 #pragma unroll
   for (int i = 0; i < kProj; ++i) {
     sum[i] = 0.0f;
 #pragma unroll
-    for (int w8 = 0; w8 < kWarps; ++w8) sum[i] += red[w8][i][tok][col];
+    for (int w8 = 0; w8 < kWarps; ++w8) sum[i] += red[w8][i][col][tok];
   }
   const int64_t n = nt * 16 + col;
   if constexpr (kGated) {
-    const W4a16Projection& gate = a.proj[0];
-    const W4a16Projection& up = a.proj[1];
-    const int64_t m = gate.out_features;
+    const int64_t m = pr[0].out_features;
     // Rounded like the unfused ops: gate and up are bf16 tensors there.
     const float gv = __bfloat162float(__float2bfloat16(sum[0]));
     const float uv = __bfloat162float(__float2bfloat16(sum[1]));
-    static_cast<bf16*>(up.y)[tok * m + n] = __float2bfloat16(uv);
-    static_cast<bf16*>(gate.y)[tok * m + n] = __float2bfloat16(w4a16_gate_act(gv, a.gated) * uv);
+    static_cast<bf16*>(pr[1].y)[tok * m + n] = __float2bfloat16(uv);
+    static_cast<bf16*>(pr[0].y)[tok * m + n] = __float2bfloat16(w4a16_gate_act(gv, a.gated) * uv);
   } else {
-    const W4a16Projection& pr = a.proj[p];
-    const float v = sum[0] + (pr.bias != nullptr ? pr.bias[n] : 0.0f);
-    if (a.f32_out) static_cast<float*>(pr.y)[tok * pr.out_features + n] = v;
-    else static_cast<bf16*>(pr.y)[tok * pr.out_features + n] = __float2bfloat16(v);
+    const float v = sum[0] + (pr[0].bias != nullptr ? pr[0].bias[n] : 0.0f);
+    if (a.f32_out) static_cast<float*>(pr[0].y)[tok * pr[0].out_features + n] = v;
+    else static_cast<bf16*>(pr[0].y)[tok * pr[0].out_features + n] = __float2bfloat16(v);
   }
+}
+
+template <int NT, bool kGated, int kScale>
+void launch_kernel(const W4a16GemvArgs& a, unsigned blocks, size_t smem, cudaStream_t s) {
+  auto* kernel = w4a16_gemv_kernel<NT, kGated, kScale>;
+  constexpr size_t kDefaultSmem = 48 << 10;
+  if (smem > kDefaultSmem) {
+    KVASIR_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(smem)));
+  }
+  launch(kernel, blocks, kThreads, smem, s, a);
+}
+
+template <int NT, bool kGated>
+void launch_scaled(const W4a16GemvArgs& a, int scale_type, unsigned blocks, size_t smem, cudaStream_t s) {
+  if (scale_type == kW4a16ScaleF32) launch_kernel<NT, kGated, kW4a16ScaleF32>(a, blocks, smem, s);
+  else if (scale_type == kW4a16ScaleBf16) launch_kernel<NT, kGated, kW4a16ScaleBf16>(a, blocks, smem, s);
+  else launch_kernel<NT, kGated, kW4a16ScaleF16>(a, blocks, smem, s);
 }
 
 }  // namespace
@@ -201,6 +320,7 @@ void launch_w4a16_gemv(const void* x, const W4a16Projection* proj, int num_proj,
   KVASIR_CHECK(gated == kW4a16NoAct ||
                (num_proj == 2 && out == Elem::kBf16 && proj[0].out_features == proj[1].out_features &&
                 proj[0].bias == nullptr && proj[1].bias == nullptr));
+  static_assert(kW4a16GemvMaxRows <= 16, "the kernels hold two 8-token octets");
   W4a16GemvArgs a{};
   a.x = static_cast<const bf16*>(x);
   a.k = k;
@@ -208,22 +328,36 @@ void launch_w4a16_gemv(const void* x, const W4a16Projection* proj, int num_proj,
   a.rows = n;
   a.f32_out = out == Elem::kF32 ? 1 : 0;
   a.gated = gated;
+  const int64_t group_size = proj[0].group_size;
+  const int scale_type = proj[0].scale_type;
   int64_t tiles = 0;
   for (int p = 0; p < num_proj; ++p) {
     KVASIR_CHECK_MSG(w4a16_shape_supported(proj[p].out_features, k) && aligned16(proj[p].codes),
                      "W4A16 GEMV: out_features % 16, in_features % 64 and 16-byte aligned codes");
+    KVASIR_CHECK_MSG(proj[p].group_size == group_size && proj[p].scale_type == scale_type,
+                     "W4A16 GEMV: projections of one launch share their group size and scale type");
+    KVASIR_CHECK_MSG(aligned16(proj[p].scales) && (proj[p].zeros == nullptr || aligned16(proj[p].zeros)),
+                     "W4A16 GEMV: 16-byte aligned scales and zeros");
     a.proj[p] = proj[p];
     tiles += proj[p].out_features / 16;
     a.tile_end[p] = tiles;
   }
+  KVASIR_CHECK_MSG(w4a16_groups_supported(group_size, k),
+                   "W4A16 GEMV: group size a multiple of 32 (or the row) below 131072, in_features below 2^25");
+  a.groups = w4a16_groups(group_size);
+  a.num_groups = static_cast<int32_t>((k + group_size - 1) / group_size);
   if (gated != kW4a16NoAct) tiles = a.tile_end[0];  // gate/up tile pairs
+  const int proj_per_cta = gated != kW4a16NoAct ? 2 : 1;
+  const size_t es = scale_type == kW4a16ScaleF32 ? 4 : 2;
+  const size_t smem = static_cast<size_t>(proj_per_cta) * a.num_groups * 16 * (es + 1);
+  KVASIR_CHECK_MSG(smem <= (200 << 10), "W4A16 GEMV: too many groups per row for shared memory");
   const unsigned blocks = static_cast<unsigned>(tiles);
   if (gated != kW4a16NoAct) {
-    if (n > 8) launch(w4a16_gemv_kernel<true, true>, blocks, kWarps * 32, 0, s, a);
-    else launch(w4a16_gemv_kernel<false, true>, blocks, kWarps * 32, 0, s, a);
+    if (n > 8) launch_scaled<2, true>(a, scale_type, blocks, smem, s);
+    else launch_scaled<1, true>(a, scale_type, blocks, smem, s);
   } else {
-    if (n > 8) launch(w4a16_gemv_kernel<true, false>, blocks, kWarps * 32, 0, s, a);
-    else launch(w4a16_gemv_kernel<false, false>, blocks, kWarps * 32, 0, s, a);
+    if (n > 8) launch_scaled<2, false>(a, scale_type, blocks, smem, s);
+    else launch_scaled<1, false>(a, scale_type, blocks, smem, s);
   }
   KVASIR_CUDA_LAUNCH_CHECK();
 }
