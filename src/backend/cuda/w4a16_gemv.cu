@@ -13,6 +13,7 @@
 // from L1. Group scales multiply each group's float32 partial sums; the group of a 32-column half
 // comes from a multiply by a host-computed reciprocal (no division in the loop). The warps' partial
 // tiles are summed through shared memory, then bias / gated activation.
+#include "backend/cuda/cuda_tuning.h"
 #include "backend/cuda/w4a16_common.cuh"
 #include "backend/cuda/warp_mma.cuh"
 
@@ -84,71 +85,118 @@ struct TileView {
   bool has_zeros;         // else every zero point is 8
 };
 
+// A warp's running group of one projection: the float32 sums of the current group (tmp, the C
+// fragment: [0], [1] row g, tokens 2t, 2t + 1 of each 8-token octet; [2], [3] row g + 8), folded
+// into acc times the group's scales when the group changes (a warp's chunks only move forward), and
+// the group's zero points as bf16 pairs of 128 + zero.
 template <int NT>
-__device__ __forceinline__ void flush(float (&tmp)[NT][4], float s0, float s8, float (&acc)[NT][4]) {
+struct GroupRun {
+  float tmp[NT][4];
+  float acc[NT][4];
+  uint32_t group;  // ~0u: none yet
+  uint32_t z0, z8;
+};
+
+template <int NT>
+__device__ __forceinline__ void run_init(GroupRun<NT>& r) {
 #pragma unroll
   for (int o = 0; o < NT; ++o) {
-    acc[o][0] = fmaf(tmp[o][0], s0, acc[o][0]);
-    acc[o][1] = fmaf(tmp[o][1], s0, acc[o][1]);
-    acc[o][2] = fmaf(tmp[o][2], s8, acc[o][2]);
-    acc[o][3] = fmaf(tmp[o][3], s8, acc[o][3]);
 #pragma unroll
-    for (int c = 0; c < 4; ++c) tmp[o][c] = 0.0f;
+    for (int c = 0; c < 4; ++c) r.tmp[o][c] = 0.0f, r.acc[o][c] = 0.0f;
+  }
+  r.group = ~0u;
+  r.z0 = r.z8 = 0x43084308u;  // zero point 8 (w4a16_zero_pair(8))
+}
+
+template <int NT, int kScale>
+__device__ __forceinline__ void run_flush(GroupRun<NT>& r, const TileView& tv, int g) {
+  const uint8_t* scales = w4a16_smem + tv.scales;
+  const float s0 = smem_scale<kScale>(scales, r.group * 16 + g), s8 = smem_scale<kScale>(scales, r.group * 16 + g + 8);
+#pragma unroll
+  for (int o = 0; o < NT; ++o) {
+    r.acc[o][0] = fmaf(r.tmp[o][0], s0, r.acc[o][0]);
+    r.acc[o][1] = fmaf(r.tmp[o][1], s0, r.acc[o][1]);
+    r.acc[o][2] = fmaf(r.tmp[o][2], s8, r.acc[o][2]);
+    r.acc[o][3] = fmaf(r.tmp[o][3], s8, r.acc[o][3]);
+#pragma unroll
+    for (int c = 0; c < 4; ++c) r.tmp[o][c] = 0.0f;
   }
 }
 
-// acc += chunk kc of this lane: output rows g, g + 8 of the tile (C fragment: [0], [1] row g,
-// tokens 2t, 2t + 1 of each 8-token octet; [2], [3] row g + 8). xw[o]: the lane's x row of octet o
-// (token 8 o + g, or the last token where there are fewer: a B column only reaches its own C
-// column, and the columns of missing tokens are never written) as bf16 pairs, offset by t.
+// Moves the run to group grp (uniform over the warp), flushing the previous one.
 template <int NT, int kScale>
-__device__ __forceinline__ void chunk(const uint4& v, int64_t kc, const TileView& tv, const uint32_t* const (&xw)[NT],
-                                      uint32_t magic, bool split_chunks, int g, float (&acc)[NT][4]) {
-  const uint32_t g0 = w4a16_group_of(2 * static_cast<uint32_t>(kc), magic);
-  const uint32_t g1 = split_chunks ? w4a16_group_of(2 * static_cast<uint32_t>(kc) + 1, magic) : g0;
-  const uint8_t* scales = w4a16_smem + tv.scales;
-  const uint8_t* zeros = w4a16_smem + tv.zeros;
-  float tmp[NT][4];
+__device__ __forceinline__ void run_enter(GroupRun<NT>& r, uint32_t grp, const TileView& tv, int g) {
+  if (grp == r.group) return;
+  if (r.group != ~0u) run_flush<NT, kScale>(r, tv, g);
+  r.group = grp;
+  if (tv.has_zeros) {
+    const uint8_t* zeros = w4a16_smem + tv.zeros;
+    r.z0 = w4a16_zero_pair(zeros[grp * 16 + g]);
+    r.z8 = w4a16_zero_pair(zeros[grp * 16 + g + 8]);
+  }
+}
+
+// The lane's B fragments of chunk kc for each octet: b[o][2s] / b[o][2s + 1] are the registers of
+// k16 step s (x pairs at columns 16 s + 2t and 16 s + 2t + 8 of the chunk). Staged: from the
+// shared-memory copy laid out [chunk][token][t][8 words] (two 16-byte loads); else from L1, the
+// lane's x row xw[o] (offset by t; token 8 o + g, or the last token where there are fewer: a B
+// column only reaches its own C column, and the columns of missing tokens are never written).
+template <int NT, bool kStageX>
+__device__ __forceinline__ void x_frags(int64_t kc, const uint32_t* const (&xw)[NT], const int (&xtok)[NT], int rows,
+                                        uint32_t x_off, int t, uint32_t (&b)[NT][8]) {
 #pragma unroll
   for (int o = 0; o < NT; ++o) {
+    if constexpr (kStageX) {
+      const uint4* p = reinterpret_cast<const uint4*>(w4a16_smem + x_off) + ((kc * rows + xtok[o]) * 4 + t) * 2;
+      const uint4 lo = p[0], hi = p[1];
+      b[o][0] = lo.x, b[o][1] = lo.y, b[o][2] = lo.z, b[o][3] = lo.w;
+      b[o][4] = hi.x, b[o][5] = hi.y, b[o][6] = hi.z, b[o][7] = hi.w;
+    } else {
+      const uint32_t* xc = xw[o] + kc * 32;  // immediate offsets below
 #pragma unroll
-    for (int c = 0; c < 4; ++c) tmp[o][c] = 0.0f;
+      for (int st = 0; st < 4; ++st) b[o][2 * st] = __ldg(xc + 8 * st), b[o][2 * st + 1] = __ldg(xc + 8 * st + 4);
+    }
   }
-  uint32_t z0 = 0x43084308u, z8 = 0x43084308u;  // zero point 8 (w4a16_zero_pair(8))
+}
+
+// run += chunk kc of this lane (rows g and g + 8 of the tile, 64 columns), group by group.
+template <int NT, int kScale, bool kStageX>
+__device__ __forceinline__ void chunk(const uint4& v, int64_t kc, const TileView& tv, const uint32_t* const (&xw)[NT],
+                                      const int (&xtok)[NT], int rows, uint32_t x_off, uint32_t magic,
+                                      bool split_chunks, int g, int t, GroupRun<NT>& run) {
+  uint32_t b[NT][8];
+  x_frags<NT, kStageX>(kc, xw, xtok, rows, x_off, t, b);
 #pragma unroll
   for (int jh = 0; jh < 2; ++jh) {
-    const uint32_t grp = jh == 0 ? g0 : g1;
-    if (jh == 1 && g1 != g0) {  // a group boundary inside the chunk (groups of 32, 96, ...)
-      flush<NT>(tmp, smem_scale<kScale>(scales, g0 * 16 + g), smem_scale<kScale>(scales, g0 * 16 + g + 8), acc);
-    }
-    if (tv.has_zeros && (jh == 0 || g1 != g0)) {
-      z0 = w4a16_zero_pair(zeros[grp * 16 + g]);
-      z8 = w4a16_zero_pair(zeros[grp * 16 + g + 8]);
+    if (jh == 0 || split_chunks) {
+      run_enter<NT, kScale>(run, w4a16_group_of(2 * static_cast<uint32_t>(kc) + jh, magic), tv, g);
     }
     const uint32_t w0 = word_of(v, jh), w1 = word_of(v, 2 + jh);  // rows g and g + 8
 #pragma unroll
     for (int ksub = 0; ksub < 2; ++ksub) {
-      const uint32_t a0 = minus_zero(nibble_pair(w0 >> (8 * ksub)), z0);
-      const uint32_t a1 = minus_zero(nibble_pair(w1 >> (8 * ksub)), z8);
-      const uint32_t a2 = minus_zero(nibble_pair(w0 >> (8 * ksub + 4)), z0);
-      const uint32_t a3 = minus_zero(nibble_pair(w1 >> (8 * ksub + 4)), z8);
-      const int off = (2 * jh + ksub) * 8;  // bf16 pairs: columns 16 step + 2t (+8)
+      const uint32_t a0 = minus_zero(nibble_pair(w0 >> (8 * ksub)), run.z0);
+      const uint32_t a1 = minus_zero(nibble_pair(w1 >> (8 * ksub)), run.z8);
+      const uint32_t a2 = minus_zero(nibble_pair(w0 >> (8 * ksub + 4)), run.z0);
+      const uint32_t a3 = minus_zero(nibble_pair(w1 >> (8 * ksub + 4)), run.z8);
+      const int st = 2 * jh + ksub;
 #pragma unroll
-      for (int o = 0; o < NT; ++o) {
-        const uint32_t* xc = xw[o] + kc * 32;  // immediate offsets below
-        mma16816(tmp[o], a0, a1, a2, a3, __ldg(xc + off), __ldg(xc + off + 4));
-      }
+      for (int o = 0; o < NT; ++o) mma16816(run.tmp[o], a0, a1, a2, a3, b[o][2 * st], b[o][2 * st + 1]);
     }
   }
-  flush<NT>(tmp, smem_scale<kScale>(scales, g1 * 16 + g), smem_scale<kScale>(scales, g1 * 16 + g + 8), acc);
+}
+
+// The chunks of warp w: pairs of neighbours (2u, 2u + 1) for u = w, w + kWarps, ..., so a warp
+// holds whole 128-column groups and folds their scales in once; a round is kUnroll chunks.
+__device__ __forceinline__ int64_t chunk_of(int64_t unit0, int u) {
+  return 2 * (unit0 + static_cast<int64_t>(u >> 1) * kWarps) + (u & 1);
 }
 
 template <int kProj, int kUnroll>
-__device__ __forceinline__ void load_round(const TileView (&tv)[kProj], int64_t kc0, int64_t chunks,
+__device__ __forceinline__ void load_round(const TileView (&tv)[kProj], int64_t unit0, int64_t chunks,
                                            uint4 (&w)[kProj][kUnroll]) {
 #pragma unroll
   for (int u = 0; u < kUnroll; ++u) {
-    const int64_t kc = kc0 + static_cast<int64_t>(u) * kWarps;
+    const int64_t kc = chunk_of(unit0, u);
 #pragma unroll
     for (int i = 0; i < kProj; ++i) w[i][u] = kc < chunks ? w4a16_load_stream(tv[i].codes + kc * 32) : make_uint4(0, 0, 0, 0);
   }
@@ -172,7 +220,24 @@ __device__ __forceinline__ void stage_group_data(const W4a16Projection& pr, int6
   }
 }
 
-template <int NT, bool kGated, int kScale>
+// x [rows, k] into shared memory as [chunk][token][t][8 words], word j of (t) being the bf16 pair
+// at chunk column 8 j + 2t: a 16-byte piece of a row (columns 8 q .. 8 q + 7 of a chunk) gives
+// word q of t = 0..3.
+__device__ __forceinline__ void stage_x(const bf16* __restrict__ x, int rows, int64_t k, uint32_t* xs) {
+  const int64_t pieces = k / 8;
+  for (int tok = 0; tok < rows; ++tok) {
+    for (int64_t c = threadIdx.x; c < pieces; c += kThreads) {
+      const uint4 v = *reinterpret_cast<const uint4*>(x + tok * k + c * 8);
+      uint32_t* d = xs + ((c / 8) * rows + tok) * 32 + (c % 8);
+      d[0] = v.x;
+      d[8] = v.y;
+      d[16] = v.z;
+      d[24] = v.w;
+    }
+  }
+}
+
+template <int NT, bool kGated, int kScale, bool kStageX>
 __global__ void __launch_bounds__(kThreads, 2) w4a16_gemv_kernel(W4a16GemvArgs a) {
   constexpr int kProj = kGated ? 2 : 1;
   constexpr int kUnroll = kGated ? 2 : 4;
@@ -209,9 +274,10 @@ __global__ void __launch_bounds__(kThreads, 2) w4a16_gemv_kernel(W4a16GemvArgs a
     tv[i].zeros = static_cast<uint32_t>(kProj * groups * 16 * kEs + i * groups * 16);
     tv[i].has_zeros = pr[i].zeros != nullptr;
   }
+  const uint32_t x_off = static_cast<uint32_t>((kProj * groups * 16 * (kEs + 1) + 15) / 16 * 16);
   uint4 w[kProj][kUnroll];
-  int64_t kc0 = warp;
-  load_round<kProj, kUnroll>(tv, kc0, chunks, w);
+  int64_t unit0 = warp;
+  load_round<kProj, kUnroll>(tv, unit0, chunks, w);
 #pragma unroll
   for (int i = 0; i < kProj; ++i) {
     stage_group_data<kScale>(pr[i], nt, groups, w4a16_smem + tv[i].scales, w4a16_smem + tv[i].zeros);
@@ -219,51 +285,50 @@ __global__ void __launch_bounds__(kThreads, 2) w4a16_gemv_kernel(W4a16GemvArgs a
   cp_async_commit();
   pdl_begin();
   const uint32_t* xw[NT];
+  int xtok[NT];
 #pragma unroll
   for (int o = 0; o < NT; ++o) {
-    const int tok = min(o * 8 + g, a.rows - 1);
-    xw[o] = reinterpret_cast<const uint32_t*>(a.x + static_cast<int64_t>(tok) * a.k) + t;
+    xtok[o] = min(o * 8 + g, a.rows - 1);
+    xw[o] = reinterpret_cast<const uint32_t*>(a.x + static_cast<int64_t>(xtok[o]) * a.k) + t;
   }
-  float acc[kProj][NT][4];
+  if constexpr (kStageX) stage_x(a.x, a.rows, a.k, reinterpret_cast<uint32_t*>(w4a16_smem + x_off));
+  GroupRun<NT> run[kProj];
 #pragma unroll
-  for (int i = 0; i < kProj; ++i) {
-#pragma unroll
-    for (int o = 0; o < NT; ++o) {
-#pragma unroll
-      for (int c = 0; c < 4; ++c) acc[i][o][c] = 0.0f;
-    }
-  }
+  for (int i = 0; i < kProj; ++i) run_init<NT>(run[i]);
   cp_async_wait<0>();
   __syncthreads();
   const uint32_t magic = a.groups.magic;
   const bool split_chunks = a.groups.split_chunks != 0;
-  while (kc0 < chunks) {
+  while (2 * unit0 < chunks) {
     uint4 cur[kProj][kUnroll];
 #pragma unroll
     for (int i = 0; i < kProj; ++i) {
 #pragma unroll
       for (int u = 0; u < kUnroll; ++u) cur[i][u] = w[i][u];
     }
-    const int64_t next = kc0 + kWarps * kUnroll;
-    if (next < chunks) load_round<kProj, kUnroll>(tv, next, chunks, w);
+    const int64_t next = unit0 + kWarps * (kUnroll / 2);
+    if (2 * next < chunks) load_round<kProj, kUnroll>(tv, next, chunks, w);
 #pragma unroll
     for (int u = 0; u < kUnroll; ++u) {
-      const int64_t kc = kc0 + static_cast<int64_t>(u) * kWarps;
+      const int64_t kc = chunk_of(unit0, u);
       if (kc >= chunks) break;
 #pragma unroll
-      for (int i = 0; i < kProj; ++i) chunk<NT, kScale>(cur[i][u], kc, tv[i], xw, magic, split_chunks, g, acc[i]);
+      for (int i = 0; i < kProj; ++i) {
+        chunk<NT, kScale, kStageX>(cur[i][u], kc, tv[i], xw, xtok, a.rows, x_off, magic, split_chunks, g, t, run[i]);
+      }
     }
-    kc0 = next;
+    unit0 = next;
   }
 #pragma unroll
   for (int i = 0; i < kProj; ++i) {
+    if (run[i].group != ~0u) run_flush<NT, kScale>(run[i], tv[i], g);
 #pragma unroll
     for (int o = 0; o < NT; ++o) {
       const int tok = o * 8 + 2 * t;
-      red[warp][i][g][tok] = acc[i][o][0];
-      red[warp][i][g][tok + 1] = acc[i][o][1];
-      red[warp][i][g + 8][tok] = acc[i][o][2];
-      red[warp][i][g + 8][tok + 1] = acc[i][o][3];
+      red[warp][i][g][tok] = run[i].acc[o][0];
+      red[warp][i][g][tok + 1] = run[i].acc[o][1];
+      red[warp][i][g + 8][tok] = run[i].acc[o][2];
+      red[warp][i][g + 8][tok + 1] = run[i].acc[o][3];
     }
   }
   __syncthreads();
@@ -291,9 +356,9 @@ __global__ void __launch_bounds__(kThreads, 2) w4a16_gemv_kernel(W4a16GemvArgs a
   }
 }
 
-template <int NT, bool kGated, int kScale>
+template <int NT, bool kGated, int kScale, bool kStageX>
 void launch_kernel(const W4a16GemvArgs& a, unsigned blocks, size_t smem, cudaStream_t s) {
-  auto* kernel = w4a16_gemv_kernel<NT, kGated, kScale>;
+  auto* kernel = w4a16_gemv_kernel<NT, kGated, kScale, kStageX>;
   constexpr size_t kDefaultSmem = 48 << 10;
   if (smem > kDefaultSmem) {
     KVASIR_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(smem)));
@@ -301,11 +366,18 @@ void launch_kernel(const W4a16GemvArgs& a, unsigned blocks, size_t smem, cudaStr
   launch(kernel, blocks, kThreads, smem, s, a);
 }
 
-template <int NT, bool kGated>
+template <int NT, bool kGated, bool kStageX>
 void launch_scaled(const W4a16GemvArgs& a, int scale_type, unsigned blocks, size_t smem, cudaStream_t s) {
-  if (scale_type == kW4a16ScaleF32) launch_kernel<NT, kGated, kW4a16ScaleF32>(a, blocks, smem, s);
-  else if (scale_type == kW4a16ScaleBf16) launch_kernel<NT, kGated, kW4a16ScaleBf16>(a, blocks, smem, s);
-  else launch_kernel<NT, kGated, kW4a16ScaleF16>(a, blocks, smem, s);
+  if (scale_type == kW4a16ScaleF32) launch_kernel<NT, kGated, kW4a16ScaleF32, kStageX>(a, blocks, smem, s);
+  else if (scale_type == kW4a16ScaleBf16) launch_kernel<NT, kGated, kW4a16ScaleBf16, kStageX>(a, blocks, smem, s);
+  else launch_kernel<NT, kGated, kW4a16ScaleF16, kStageX>(a, blocks, smem, s);
+}
+
+template <int NT, bool kGated>
+void launch_staged(const W4a16GemvArgs& a, int scale_type, unsigned blocks, size_t smem, bool stage_x,
+                   cudaStream_t s) {
+  if (stage_x) launch_scaled<NT, kGated, true>(a, scale_type, blocks, smem, s);
+  else launch_scaled<NT, kGated, false>(a, scale_type, blocks, smem, s);
 }
 
 }  // namespace
@@ -349,15 +421,20 @@ void launch_w4a16_gemv(const void* x, const W4a16Projection* proj, int num_proj,
   if (gated != kW4a16NoAct) tiles = a.tile_end[0];  // gate/up tile pairs
   const int proj_per_cta = gated != kW4a16NoAct ? 2 : 1;
   const size_t es = scale_type == kW4a16ScaleF32 ? 4 : 2;
-  const size_t smem = static_cast<size_t>(proj_per_cta) * a.num_groups * 16 * (es + 1);
-  KVASIR_CHECK_MSG(smem <= (200 << 10), "W4A16 GEMV: too many groups per row for shared memory");
+  const size_t group_bytes = (static_cast<size_t>(proj_per_cta) * a.num_groups * 16 * (es + 1) + 15) / 16 * 16;
+  KVASIR_CHECK_MSG(group_bytes <= (160 << 10), "W4A16 GEMV: too many groups per row for shared memory");
+  // x staged in shared memory (two 16-byte loads per chunk instead of eight 4-byte ones from L1)
+  // while it is small; KVASIR_W4A16_STAGE_X=0 keeps it in L1 for the A/B.
+  const size_t x_bytes = static_cast<size_t>(n) * k * 2;
+  const bool stage_x = kernel_tuning().w4a16_stage_x && x_bytes <= (64 << 10);
+  const size_t smem = group_bytes + (stage_x ? x_bytes : 0);
   const unsigned blocks = static_cast<unsigned>(tiles);
   if (gated != kW4a16NoAct) {
-    if (n > 8) launch_scaled<2, true>(a, scale_type, blocks, smem, s);
-    else launch_scaled<1, true>(a, scale_type, blocks, smem, s);
+    if (n > 8) launch_staged<2, true>(a, scale_type, blocks, smem, stage_x, s);
+    else launch_staged<1, true>(a, scale_type, blocks, smem, stage_x, s);
   } else {
-    if (n > 8) launch_scaled<2, false>(a, scale_type, blocks, smem, s);
-    else launch_scaled<1, false>(a, scale_type, blocks, smem, s);
+    if (n > 8) launch_staged<2, false>(a, scale_type, blocks, smem, stage_x, s);
+    else launch_staged<1, false>(a, scale_type, blocks, smem, stage_x, s);
   }
   KVASIR_CUDA_LAUNCH_CHECK();
 }
