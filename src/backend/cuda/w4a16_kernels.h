@@ -2,13 +2,13 @@
 // pack-quantized) kept in the tile layout of quant/w4a16_layout.h with their group scales (f16,
 // bf16 or f32 as stored) and integer zero points, bf16 activations, float32 accumulation.
 // Both kernels feed tensor cores (mma m16n8k16 bf16): each lane's 16-byte load of codes is its B
-// fragments for 4 k16 steps x 2 n8 tiles, dequantized in registers to the exact integers
-// code - zero (bf16 holds them exactly); the group scale multiplies the float32 partial sums of
-// each group, so no weight is ever rounded: the result is x times the checkpoint's own
-// dequantized weights up to float32 summation order.
+// fragments for 4 k16 steps x 2 n8 tiles (equally its A fragments of one m16 tile: rows g, g + 8),
+// dequantized in registers to the exact integers code - zero (bf16 holds them exactly); the group
+// scale multiplies the float32 partial sums of each group, so no weight is ever rounded: the
+// result is x times the checkpoint's own dequantized weights up to float32 summation order.
 //  - w4a16_gemv.cu: 1..kW4a16GemvMaxRows tokens. One CTA per 16 output rows, its warps split K and
-//    stream the codes at the bandwidth floor (x from L1); up to three projections of one x in one
-//    launch, or gate/up with the gated activation.
+//    stream the codes (weights the A operand, tokens the 8-wide B operand, x from shared memory
+//    or L1); up to three projections of one x in one launch, or gate/up with the gated activation.
 //  - w4a16_gemm.cu: more tokens. 64 x 128 output tiles, cp.async 3-stage pipeline of activations,
 //    codes, scales and zeros; split over K when the tiles alone cannot fill the GPU: float32 atomics
 //    into a workspace, the tile's last CTA (a counter per tile) writes the output and zeroes both.
