@@ -38,7 +38,6 @@ struct KernelTuning {
   bool gemv_early = true;             // KVASIR_GEMV_EARLY=0: first weight round to L2 before the wait
   int gemv_split = 2;                 // KVASIR_GEMV_SPLIT 1|2|4: warps per row of single-token GEMVs
   bool w4a16_stage_x = true;          // KVASIR_W4A16_STAGE_X=0: the W4A16 GEMV reads x from L1, not shared memory
-  int fp8_gemv_split = 1;             // KVASIR_FP8_GEMV_SPLIT 1|2|4: warps per row of single-token FP8 GEMVs
   int gemv_max_rows = 8;              // KVASIR_GEMV_MAX_ROWS [1, 8]: most rows a GEMV takes (more: cuBLASLt)
   int gemv_tc_min_rows = 2;           // KVASIR_GEMV_TC_MIN_ROWS [1, 9]: fewest tokens a GEMV runs on tensor cores (9: never)
   int gemv_tc_variant = 0;            // KVASIR_GEMV_TC_VARIANT 0|1: the tensor-core GEMV's build (gemv_tensor_core.cu)

@@ -12,7 +12,6 @@
 #include <cuda_fp8.h>
 
 #include "backend/cuda/cuda_common.cuh"
-#include "backend/cuda/cuda_tuning.h"
 #include "backend/cuda/fp8_kernels.h"
 
 namespace kvasir::cuda {
@@ -72,29 +71,29 @@ __device__ __forceinline__ void fma16(const uint4& wv, const bf16* __restrict__ 
   }
 }
 
-// A round of kUnroll 16-byte loads of row wr from column i (lane's first), when whole below ke.
-__device__ __forceinline__ bool load_round(const uint8_t* wr, int64_t ke, int64_t i, uint4 (&w)[kUnroll]) {
-  if (i + (kUnroll - 1) * kStep >= ke) return false;
+// A round of kUnroll 16-byte loads of row wr from column i (lane's first), when whole.
+__device__ __forceinline__ bool load_round(const uint8_t* wr, int64_t k, int64_t i, uint4 (&w)[kUnroll]) {
+  if (i + (kUnroll - 1) * kStep >= k) return false;
 #pragma unroll
   for (int u = 0; u < kUnroll; ++u) w[u] = load_stream(wr + i + u * kStep);
   return true;
 }
 
-// acc[t] = x[t, kb:ke] . codes of row wr there, summed over the warp; `full` says whether the
-// first round is already in w (issued before the PDL wait). x rows are k apart.
+// acc[t] = x[t, :] . codes of row wr, summed over the warp; `full` says whether the first round
+// is already in w (issued before the PDL wait).
 template <int N>
-__device__ __forceinline__ void row_dot(const bf16* __restrict__ x, const uint8_t* wr, int64_t k, int64_t kb,
-                                        int64_t ke, int lane, bool full, uint4 (&w)[kUnroll], float (&acc)[N]) {
+__device__ __forceinline__ void row_dot(const bf16* __restrict__ x, const uint8_t* wr, int64_t k, int lane, bool full,
+                                        uint4 (&w)[kUnroll], float (&acc)[N]) {
 #pragma unroll
   for (int t = 0; t < N; ++t) acc[t] = 0.0f;
-  int64_t i = kb + static_cast<int64_t>(lane) * 16;
+  int64_t i = static_cast<int64_t>(lane) * 16;
   while (full) {
 #pragma unroll
     for (int u = 0; u < kUnroll; ++u) fma16<N>(w[u], x, k, i + u * kStep, acc);
     i += kUnroll * kStep;
-    full = load_round(wr, ke, i, w);
+    full = load_round(wr, k, i, w);
   }
-  for (; i < ke; i += kStep) fma16<N>(load_stream(wr + i), x, k, i, acc);
+  for (; i < k; i += kStep) fma16<N>(load_stream(wr + i), x, k, i, acc);
 #pragma unroll
   for (int t = 0; t < N; ++t) acc[t] = warp_sum(acc[t]);
 }
@@ -211,9 +210,8 @@ __global__ void __launch_bounds__(kWarps * 32) fp8_gemv2_kernel(Fp8GemvArgs a) {
   }
 }
 
-// A single token, one warp per row (KVASIR_FP8_GEMV_SPLIT=1, the default).
+template <int N>
 __global__ void __launch_bounds__(kWarps * 32) fp8_gemv_kernel(Fp8GemvArgs a) {
-  constexpr int N = 1;
   const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
   const int64_t g = static_cast<int64_t>(blockIdx.x) * kWarps + warp;
   // Gated: warp g owns row g of both gate (proj 0) and up (proj 1); else row g of the
@@ -233,89 +231,25 @@ __global__ void __launch_bounds__(kWarps * 32) fp8_gemv_kernel(Fp8GemvArgs a) {
   pdl_begin();
   if (!active) return;
   float acc[N];
-  row_dot<N>(a.x, wr, k, 0, k, lane, full, w, acc);
+  row_dot<N>(a.x, wr, k, lane, full, w, acc);
   if (a.gated != kFp8NoAct) {
     const Fp8Projection& up = a.proj[1];
     const uint8_t* ur = static_cast<const uint8_t*>(up.w) + r * k;
     float uacc[N];
-    row_dot<N>(a.x, ur, k, 0, k, lane, load_round(ur, k, static_cast<int64_t>(lane) * 16, w), w, uacc);
+    row_dot<N>(a.x, ur, k, lane, load_round(ur, k, static_cast<int64_t>(lane) * 16, w), w, uacc);
     if (lane == 0) write_gated<N>(pr, up, r, a.gated, acc, uacc);
     return;
   }
   if (lane == 0) write_row<N>(pr, r, a.f32_out != 0, acc);
 }
 
-// A single token. S warps per row (S = 2, 4; KVASIR_FP8_GEMV_SPLIT), each over a run of whole
-// 512-column steps, their partial sums meeting in shared memory: a 4,096-byte row split in two is
-// one round of loads per warp, all of it issued before the PDL wait. Gated: the warp owns row g of
-// gate (proj 0) and then of up (proj 1; its loads after gate's: requesting both before the wait
-// took 70 registers instead of 51 and made a batch-1 step 3.22 ms instead of 2.79, H200,
-// 2026-12-05); else row g of the concatenated projections.
-template <int S>
-__global__ void __launch_bounds__(kWarps * 32) fp8_gemv1_kernel(Fp8GemvArgs a) {
-  static_assert(S > 1 && kWarps % S == 0, "a CTA holds whole rows");
-  const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
-  const int64_t g = static_cast<int64_t>(blockIdx.x) * (kWarps / S) + warp / S;
-  const bool gated = a.gated != kFp8NoAct;
-  int p = 0;
-  if (!gated) {
-    while (p + 1 < a.num_proj && g >= a.row_end[p]) ++p;
-  }
-  const bool active = g < a.row_end[p];
-  const int64_t r = g - (p == 0 ? 0 : a.row_end[p - 1]);
-  const Fp8Projection& pr = a.proj[p];
-  const int64_t k = a.k;
-  int64_t kb = 0, ke = k;
-  if constexpr (S > 1) {
-    const int64_t per = ((k + kStep - 1) / kStep + S - 1) / S * kStep;
-    kb = min(k, (warp % S) * per);
-    ke = min(k, kb + per);
-  }
-  const uint8_t* wr = static_cast<const uint8_t*>(pr.w) + r * k;
-  const uint8_t* ur = gated ? static_cast<const uint8_t*>(a.proj[1].w) + r * k : wr;
-  // First rounds before the wait: weights are constant.
-  const int64_t i0 = kb + static_cast<int64_t>(lane) * 16;
-  uint4 w[kUnroll];
-  const bool full = active && load_round(wr, ke, i0, w);
-  pdl_begin();
-  float acc[1] = {0.0f}, uacc[1] = {0.0f};
-  if (active) {
-    row_dot<1>(a.x, wr, k, kb, ke, lane, full, w, acc);
-    if (gated) row_dot<1>(a.x, ur, k, kb, ke, lane, load_round(ur, ke, i0, w), w, uacc);
-  }
-  if constexpr (S > 1) {
-    __shared__ float part[kWarps][2];
-    if (lane == 0) {
-      part[warp][0] = acc[0];
-      part[warp][1] = uacc[0];
-    }
-    __syncthreads();
-    if (warp % S != 0) return;
-    float sa = 0.0f, su = 0.0f;
-#pragma unroll
-    for (int q = 0; q < S; ++q) sa += part[warp + q][0], su += part[warp + q][1];
-    acc[0] = sa;
-    uacc[0] = su;
-  }
-  if (!active || lane != 0) return;
-  if (gated) write_gated<1>(pr, a.proj[1], r, a.gated, acc, uacc);
-  else write_row<1>(pr, r, a.f32_out != 0, acc);
-}
-
 // One warp per row (per gate/up pair) for a single token, per row pair for 2..8.
 template <int N>
 void launch_n(const Fp8GemvArgs& a, int64_t rows, cudaStream_t s) {
-  if constexpr (N == 1) {
-    const int split = kernel_tuning().fp8_gemv_split;
-    const unsigned blocks = static_cast<unsigned>((rows * split + kWarps - 1) / kWarps);
-    if (split == 4) launch(fp8_gemv1_kernel<4>, blocks, kWarps * 32, 0, s, a);
-    else if (split == 2) launch(fp8_gemv1_kernel<2>, blocks, kWarps * 32, 0, s, a);
-    else launch(fp8_gemv_kernel, blocks, kWarps * 32, 0, s, a);
-  } else {
-    const int64_t warps = a.gated != kFp8NoAct ? rows : rows / 2;
-    const unsigned blocks = static_cast<unsigned>((warps + kWarps - 1) / kWarps);
-    launch(fp8_gemv2_kernel<N>, blocks, kWarps * 32, 0, s, a);
-  }
+  const int64_t warps = N == 1 || a.gated != kFp8NoAct ? rows : rows / 2;
+  const unsigned blocks = static_cast<unsigned>((warps + kWarps - 1) / kWarps);
+  if constexpr (N == 1) launch(fp8_gemv_kernel<N>, blocks, kWarps * 32, 0, s, a);
+  else launch(fp8_gemv2_kernel<N>, blocks, kWarps * 32, 0, s, a);
 }
 
 }  // namespace

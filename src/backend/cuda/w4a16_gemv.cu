@@ -359,8 +359,10 @@ __global__ void __launch_bounds__(kThreads, 2) w4a16_gemv_kernel(W4a16GemvArgs a
 template <int NT, bool kGated, int kScale, bool kStageX>
 void launch_kernel(const W4a16GemvArgs& a, unsigned blocks, size_t smem, cudaStream_t s) {
   auto* kernel = w4a16_gemv_kernel<NT, kGated, kScale, kStageX>;
+  // Static (the partial-sum tile) and dynamic shared memory together above 48 KB need the opt-in.
+  constexpr size_t kStatic = sizeof(float) * kWarps * (kGated ? 2 : 1) * 16 * NT * 8;
   constexpr size_t kDefaultSmem = 48 << 10;
-  if (smem > kDefaultSmem) {
+  if (smem + kStatic > kDefaultSmem) {
     KVASIR_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(smem)));
   }
   launch(kernel, blocks, kThreads, smem, s, a);
