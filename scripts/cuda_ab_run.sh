@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # A/B of two builds on the GPU machine (device tool), in one sitting: the binaries carried in
-# .carry/bin.tgz ("new", scripts/cuda_device_run.sh --build) against those in .carry/base-bin.tgz
-# ("base", the same --build run on an older checkout). Benchmarks alternate between the two so
+# .carry/bin.txz ("new", scripts/cuda_device_run.sh --build) against those in .carry/base-bin.txz
+# ("base", the same --build run on an older checkout, renamed; .tgz files are taken too). Benchmarks alternate between the two so
 # drift of the machine lands on both. Logs go to $OUT, a summary table is printed last.
 # Stages (KVASIR_AB_STAGES): "latency" = bench latency 128/128 at batch 1 and 64, KVASIR_AB_ROUNDS
 # rounds (default 3) of base then new; "throughput" = bench throughput 1000 x 1000/1000 (ignore
@@ -20,9 +20,10 @@ summary=()
 note() { summary+=("$1"); echo "== $1"; }
 has() { [[ " $stages " == *" $1 "* ]]; }
 
-for b in new:bin.tgz base:base-bin.tgz; do
-  name=${b%%:*}
-  mkdir -p "/tmp/ab/$name" && tar xzf ".carry/${b#*:}" -C "/tmp/ab/$name" || { note "no .carry/${b#*:}"; exit 1; }
+for b in new:bin base:base-bin; do
+  name=${b%%:*} f=.carry/${b#*:}.txz
+  [[ -f $f ]] || f=.carry/${b#*:}.tgz  # tar detects the compression
+  mkdir -p "/tmp/ab/$name" && tar xf "$f" -C "/tmp/ab/$name" || { note "no $f"; exit 1; }
 done
 binof() { echo "/tmp/ab/$1/bin/kvasir"; }
 nvidia-smi --query-gpu=name,memory.total,clocks.sm,clocks.mem,temperature.gpu --format=csv | tee "$OUT/gpu.txt"

@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # The one script that runs on the GPU machine (device tool): takes the binaries carried in
-# .carry/bin.tgz (built here with scripts/cuda_device_run.sh --build), else builds them there; then op
+# .carry/bin.txz (built here with scripts/cuda_device_run.sh --build; carry it and .carry/lib),
+# else builds them there; then op
 # tests (+ compute-sanitizer memcheck), the end-to-end check and the benchmarks; logs to $OUT and
 # a summary table last. Stages: KVASIR_STAGES="tests memcheck e2e mla latency throughput peer"
 # (default: all but peer; mla: DeepSeek-V2-Lite latency lines); stage matrix: issue 19's latency /
@@ -83,9 +84,13 @@ if [[ "${1:-}" == "--build" ]]; then
     cp "$build/tools/$b" "$root/.carry/bin/" 2>/dev/null || cp "$build/$b" "$root/.carry/bin/"
   done
   strip "$root/.carry/bin/"* 2>/dev/null || true
-  # Compressed: the uncompressed binaries (fat binaries with sm_90a code) alone approach the 64 MiB
-  # the device call carries.
-  tar czf "$root/.carry/bin.tgz" -C "$root/.carry" bin && rm -rf "$root/.carry/bin"
+  # Compressed with xz over a dictionary larger than all of them: the binaries share their kernels
+  # (fat sm_90a code), so the set packs to about one binary's worth (these five: 18.1 MB; kvasir,
+  # cuda_ops_test and cuda_e2e_test alone were 45 MB with threaded xz -6). The device call carries
+  # 64 MiB in all and the tracked tree is ~47 MB of it: carry .carry/bin.txz and .carry/lib.
+  rm -f "$root/.carry/bin.tgz"
+  tar cf - -C "$root/.carry" bin | xz -9e --lzma2=preset=9e,dict=192MiB -T1 >"$root/.carry/bin.txz" &&
+    rm -rf "$root/.carry/bin"
   # Debian libraries the GPU machine's Ubuntu may lack.
   for l in libpcre2-8.so.0 libutf8proc.so.2; do
     cp -L "/usr/lib/x86_64-linux-gnu/$l" "$root/.carry/lib/" 2>/dev/null || true
@@ -112,6 +117,7 @@ summary=()
 note() { summary+=("$1"); echo "== $1"; }
 has() { [[ " $stages " == *" $1 "* ]]; }
 
+[[ -f "$root/.carry/bin.txz" && ! -x "$bin/kvasir" ]] && tar xJf "$root/.carry/bin.txz" -C "$root/.carry"
 [[ -f "$root/.carry/bin.tgz" && ! -x "$bin/kvasir" ]] && tar xzf "$root/.carry/bin.tgz" -C "$root/.carry"
 nvidia-smi --query-gpu=name,memory.total,clocks.sm,clocks.mem,temperature.gpu --format=csv | tee "$OUT/gpu.txt"
 
