@@ -15,23 +15,35 @@ namespace kvasir::cuda {
 // bf16x2 of (128 + zero) in both halves: 128 + z has exponent 7 and mantissa z (z <= 16 < 128).
 __device__ __forceinline__ uint32_t w4a16_zero_pair(uint32_t zero) { return (0x4300u | zero) * 0x10001u; }
 
-// Pair q (0..3) of a layout word as the bf16x2 B-fragment register (code - zero) of both halves:
+// Pair q (0..3) of a layout word as the bf16x2 fragment register (code - zero) of both halves:
 // OR-ing a code into the mantissa of 128.0 gives 128 + code exactly, and (128 + code) - (128 + zero)
-// is a small integer, which bf16 holds exactly (so is the subtraction's result).
+// is a small integer, which bf16 holds exactly (so is the subtraction's result). The mask and the
+// OR are one LOP3 (written out: the compiler otherwise spends two, having two immediates).
 __device__ __forceinline__ uint32_t w4a16_pair(uint32_t word, int q, uint32_t zero_pair) {
-  const uint32_t v = ((word >> (4 * q)) & 0x000F000Fu) | 0x43004300u;
+  uint32_t v;
+  asm("lop3.b32 %0, %1, %2, %3, 0xEA;" : "=r"(v) : "r"(word >> (4 * q)), "n"(0x000F000F), "r"(0x43004300u));
   __nv_bfloat162 a = *reinterpret_cast<const __nv_bfloat162*>(&v);
   const __nv_bfloat162 z = *reinterpret_cast<const __nv_bfloat162*>(&zero_pair);
   a = __hsub2(a, z);
   return *reinterpret_cast<uint32_t*>(&a);
 }
 
-// Scale i of an array of `type` (W4a16ScaleType) as float32: exact for every type.
+// Scale i of an array of kType (W4a16ScaleType) elements as float32: exact for every type.
+template <int kType>
+__device__ __forceinline__ float w4a16_scale_as(const void* scales, int64_t i) {
+  if constexpr (kType == kW4a16ScaleF32) {
+    return static_cast<const float*>(scales)[i];
+  } else {
+    const uint16_t b = static_cast<const uint16_t*>(scales)[i];
+    if constexpr (kType == kW4a16ScaleBf16) return __uint_as_float(static_cast<uint32_t>(b) << 16);
+    else return __half2float(__ushort_as_half(b));
+  }
+}
+// The same for a type known at run time.
 __device__ __forceinline__ float w4a16_scale(const void* scales, int64_t i, int type) {
-  if (type == kW4a16ScaleF32) return static_cast<const float*>(scales)[i];
-  const uint16_t b = static_cast<const uint16_t*>(scales)[i];
-  if (type == kW4a16ScaleBf16) return __uint_as_float(static_cast<uint32_t>(b) << 16);
-  return __half2float(__ushort_as_half(b));
+  if (type == kW4a16ScaleF32) return w4a16_scale_as<kW4a16ScaleF32>(scales, i);
+  if (type == kW4a16ScaleBf16) return w4a16_scale_as<kW4a16ScaleBf16>(scales, i);
+  return w4a16_scale_as<kW4a16ScaleF16>(scales, i);
 }
 
 // 16 bytes that this kernel reads once: not kept in L1.

@@ -36,49 +36,12 @@ struct W4a16GemvArgs {
   int32_t num_groups, num_proj, rows, f32_out, gated, unused;
 };
 
-// d += A (16x16) * B (16x8); not volatile, so the compiler may schedule it among the loads.
-__device__ __forceinline__ void mma16816(float (&d)[4], uint32_t a0, uint32_t a1, uint32_t a2, uint32_t a3,
-                                         uint32_t b0, uint32_t b1) {
-  asm("mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 {%0, %1, %2, %3}, {%4, %5, %6, %7}, {%8, %9}, "
-      "{%0, %1, %2, %3};"
-      : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
-      : "r"(a0), "r"(a1), "r"(a2), "r"(a3), "r"(b0), "r"(b1));
-}
-
 template <int kScale>
 constexpr int scale_bytes() {
   return kScale == kW4a16ScaleF32 ? 4 : 2;
 }
 
-// Scale i of a shared-memory array of kScale elements, as float32 (exact for every type).
-template <int kScale>
-__device__ __forceinline__ float smem_scale(const uint8_t* s, int i) {
-  if constexpr (kScale == kW4a16ScaleF32) {
-    return reinterpret_cast<const float*>(s)[i];
-  } else {
-    const uint16_t b = reinterpret_cast<const uint16_t*>(s)[i];
-    if constexpr (kScale == kW4a16ScaleBf16) return __uint_as_float(static_cast<uint32_t>(b) << 16);
-    else return __half2float(__ushort_as_half(b));
-  }
-}
-
 extern __shared__ __align__(16) uint8_t w4a16_smem[];
-
-// Four bf16 pairs of (128 + nibble q) from word >> 4q: (w & 0x000F000F) | 0x43004300 as one LOP3
-// (the compiler otherwise spends an AND and an OR with two immediates).
-__device__ __forceinline__ uint32_t nibble_pair(uint32_t w) {
-  uint32_t r;
-  asm("lop3.b32 %0, %1, %2, %3, 0xEA;" : "=r"(r) : "r"(w), "n"(0x000F000F), "r"(0x43004300u));
-  return r;
-}
-
-// (128 + code) - (128 + zero), both halves: exact small integers in bf16.
-__device__ __forceinline__ uint32_t minus_zero(uint32_t v, uint32_t zero_pair) {
-  __nv_bfloat162 a = *reinterpret_cast<const __nv_bfloat162*>(&v);
-  const __nv_bfloat162 z = *reinterpret_cast<const __nv_bfloat162*>(&zero_pair);
-  a = __hsub2(a, z);
-  return *reinterpret_cast<uint32_t*>(&a);
-}
 
 // One projection's view for a CTA: its lane's code stream and where the tile's scales and zeros
 // sit in shared memory (byte offsets into w4a16_smem, so reads are plain shared loads).
@@ -115,7 +78,7 @@ __device__ __forceinline__ void run_init(GroupRun<NT>& r) {
 template <int NT, int kScale>
 __device__ __forceinline__ void run_flush(GroupRun<NT>& r, const TileView& tv, int g) {
   const uint8_t* scales = w4a16_smem + tv.scales;
-  const float s0 = smem_scale<kScale>(scales, r.group * 16 + g), s8 = smem_scale<kScale>(scales, r.group * 16 + g + 8);
+  const float s0 = w4a16_scale_as<kScale>(scales, r.group * 16 + g), s8 = w4a16_scale_as<kScale>(scales, r.group * 16 + g + 8);
 #pragma unroll
   for (int o = 0; o < NT; ++o) {
     r.acc[o][0] = fmaf(r.tmp[o][0], s0, r.acc[o][0]);
@@ -178,13 +141,11 @@ __device__ __forceinline__ void chunk(const uint4& v, int64_t kc, const TileView
     const uint32_t w0 = word_of(v, jh), w1 = word_of(v, 2 + jh);  // rows g and g + 8
 #pragma unroll
     for (int ksub = 0; ksub < 2; ++ksub) {
-      const uint32_t a0 = minus_zero(nibble_pair(w0 >> (8 * ksub)), run.z0);
-      const uint32_t a1 = minus_zero(nibble_pair(w1 >> (8 * ksub)), run.z8);
-      const uint32_t a2 = minus_zero(nibble_pair(w0 >> (8 * ksub + 4)), run.z0);
-      const uint32_t a3 = minus_zero(nibble_pair(w1 >> (8 * ksub + 4)), run.z8);
+      const uint32_t a0 = w4a16_pair(w0, 2 * ksub, run.z0), a1 = w4a16_pair(w1, 2 * ksub, run.z8);
+      const uint32_t a2 = w4a16_pair(w0, 2 * ksub + 1, run.z0), a3 = w4a16_pair(w1, 2 * ksub + 1, run.z8);
       const int st = 2 * jh + ksub;
 #pragma unroll
-      for (int o = 0; o < NT; ++o) mma16816(run.tmp[o], a0, a1, a2, a3, b[o][2 * st], b[o][2 * st + 1]);
+      for (int o = 0; o < NT; ++o) mma_bf16_unordered(run.tmp[o], a0, a1, a2, a3, b[o][2 * st], b[o][2 * st + 1]);
     }
   }
 }
