@@ -126,13 +126,11 @@ __device__ __forceinline__ void x_frags(int64_t kc, const uint32_t* const (&xw)[
   }
 }
 
-// run += chunk kc of this lane (rows g and g + 8 of the tile, 64 columns), group by group.
-template <int NT, int kScale, bool kStageX>
-__device__ __forceinline__ void chunk(const uint4& v, int64_t kc, const TileView& tv, const uint32_t* const (&xw)[NT],
-                                      const int (&xtok)[NT], int rows, uint32_t x_off, uint32_t magic,
-                                      bool split_chunks, int g, int t, GroupRun<NT>& run) {
-  uint32_t b[NT][8];
-  x_frags<NT, kStageX>(kc, xw, xtok, rows, x_off, t, b);
+// run += chunk kc of this lane (rows g and g + 8 of the tile, 64 columns), group by group; b: the
+// chunk's x fragments (x_frags), shared by gate and up.
+template <int NT, int kScale>
+__device__ __forceinline__ void chunk(const uint4& v, int64_t kc, const TileView& tv, const uint32_t (&b)[NT][8],
+                                      uint32_t magic, bool split_chunks, int g, GroupRun<NT>& run) {
 #pragma unroll
   for (int jh = 0; jh < 2; ++jh) {
     if (jh == 0 || split_chunks) {
@@ -277,10 +275,10 @@ __global__ void __launch_bounds__(kThreads, 2) w4a16_gemv_kernel(W4a16GemvArgs a
     for (int u = 0; u < kUnroll; ++u) {
       const int64_t kc = chunk_of(unit0, u);
       if (kc >= chunks) break;
+      uint32_t b[NT][8];
+      x_frags<NT, kStageX>(kc, xw, xtok, a.rows, x_off, t, b);
 #pragma unroll
-      for (int i = 0; i < kProj; ++i) {
-        chunk<NT, kScale, kStageX>(cur[i][u], kc, tv[i], xw, xtok, a.rows, x_off, magic, split_chunks, g, t, run[i]);
-      }
+      for (int i = 0; i < kProj; ++i) chunk<NT, kScale>(cur[i][u], kc, tv[i], b, magic, split_chunks, g, run[i]);
     }
     unit0 = next;
   }
