@@ -78,7 +78,8 @@ __device__ __forceinline__ void run_init(GroupRun<NT>& r) {
 template <int NT, int kScale>
 __device__ __forceinline__ void run_flush(GroupRun<NT>& r, const TileView& tv, int g) {
   const uint8_t* scales = w4a16_smem + tv.scales;
-  const float s0 = w4a16_scale_as<kScale>(scales, r.group * 16 + g), s8 = w4a16_scale_as<kScale>(scales, r.group * 16 + g + 8);
+  const float s0 = w4a16_scale_as<kScale>(scales, r.group * 16 + g);
+  const float s8 = w4a16_scale_as<kScale>(scales, r.group * 16 + g + 8);
 #pragma unroll
   for (int o = 0; o < NT; ++o) {
     r.acc[o][0] = fmaf(r.tmp[o][0], s0, r.acc[o][0]);
