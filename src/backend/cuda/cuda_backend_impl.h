@@ -207,13 +207,12 @@ class CudaBackend final : public Backend {
   size_t gguf_out_tmp_cap_ = 0;
   int64_t gguf_weights_ = 0;  // matrices kept in GGUF blocks (stats(): proof a model runs them)
   size_t gguf_weight_bytes_ = 0;
-  // W4A16 linears: act-order gathers, the split GEMMs' workspace (zeroed when it grows; every GEMM
-  // leaves it zero), and what was kept as int4 (stats()).
+  // W4A16 linears: act-order gathers, the long prefills' dequantized weight slice and its product
+  // (one grow-only block), and what was kept as int4 (stats()).
   void* w4a16_perm_ = nullptr;
   size_t w4a16_perm_cap_ = 0;
   void* w4a16_ws_ = nullptr;
   size_t w4a16_ws_cap_ = 0;
-  void* w4a16_workspace(size_t bytes);
   int64_t int4_weights_ = 0;
   size_t int4_weight_bytes_ = 0;
 };

@@ -38,6 +38,8 @@ struct KernelTuning {
   bool gemv_early = true;             // KVASIR_GEMV_EARLY=0: first weight round to L2 before the wait
   int gemv_split = 2;                 // KVASIR_GEMV_SPLIT 1|2|4: warps per row of single-token GEMVs
   bool w4a16_stage_x = true;          // KVASIR_W4A16_STAGE_X=0: the W4A16 GEMV reads x from L1, not shared memory
+  int w4a16_gemm_stages = 4;          // KVASIR_W4A16_GEMM_STAGES 3|4|6: the W4A16 GEMM's cp.async pipeline depth
+  int w4a16_gemm_max_splits = 8;      // KVASIR_W4A16_GEMM_SPLITS [1, 8]: most K slices (cluster CTAs) of a W4A16 GEMM tile
   int gemv_max_rows = 8;              // KVASIR_GEMV_MAX_ROWS [1, 8]: most rows a GEMV takes (more: cuBLASLt)
   int gemv_tc_min_rows = 2;           // KVASIR_GEMV_TC_MIN_ROWS [1, 9]: fewest tokens a GEMV runs on tensor cores (9: never)
   int gemv_tc_variant = 0;            // KVASIR_GEMV_TC_VARIANT 0|1: the tensor-core GEMV's build (gemv_tensor_core.cu)
@@ -73,6 +75,8 @@ inline constexpr int kFlashInferDecodeMaxSeqs = 8;
 // next power of two of the blocks in use, so this follows the context while staying fixed for a
 // captured graph; short contexts keep attention.cu's per-head plan, tuned for them (attention.cu).
 inline constexpr int kFlashInferDecodeMinTableTokens = 1024;
+// From how many tokens a W4A16 linear dequantizes its weight for cuBLASLt (RecordingTuning).
+inline constexpr int kW4a16DequantMinRows = 512;
 
 // Read by CudaBackend when it starts (each backend reads its own; the op tests build two).
 struct RecordingTuning {
@@ -93,6 +97,9 @@ struct RecordingTuning {
   DecodeAttentionPath decode_attention = DecodeAttentionPath::kFlashInfer;         // KVASIR_CUDA_DECODE
   int flashinfer_decode_max_seqs = kFlashInferDecodeMaxSeqs;  // KVASIR_CUDA_DECODE_FI_MAX_SEQS [1, 4096]
   int flashinfer_decode_min_table = kFlashInferDecodeMinTableTokens;  // KVASIR_CUDA_DECODE_FI_MIN_TOKENS [0, 2^30]
+  // KVASIR_W4A16_DEQUANT_ROWS [17, 2^30]: W4A16 linears of at least this many tokens dequantize
+  // their weight to bf16 and run cuBLASLt (cuda_w4a16_ops.cpp); fewer run the W4A16 GEMM.
+  int w4a16_dequant_rows = kW4a16DequantMinRows;
 };
 
 struct CudaTuning {

@@ -7,7 +7,11 @@
 // on the bf16 path, said once in the log.
 // At run time linear() records a W4a16LinearOp (projections of one input merge, as the bf16 and
 // FP8 GEMVs do, and gate/up then take the gated activation); it runs as the W4A16 GEMV up to
-// kW4a16GemvMaxRows tokens, else as the W4A16 GEMM (w4a16_kernels.h).
+// kW4a16GemvMaxRows tokens, as the W4A16 GEMM (w4a16_kernels.h) up to KVASIR_W4A16_DEQUANT_ROWS,
+// and from there, where the product is bound by tensor-core time, by cuBLASLt on the weight
+// dequantized to bf16 (in slices of 128-row multiples when larger than the scratch, as the GGUF
+// path does): one read of the codes and one write of bf16, small beside a long prefill's GEMM, but
+// the weight is rounded to bf16 there (vLLM's GPTQ path does the same above its kernels' batch).
 #include <cmath>
 #include <cstring>
 #include <mutex>
@@ -22,6 +26,22 @@ namespace kvasir {
 namespace {
 
 size_t align256(size_t n) { return (n + 255) / 256 * 256; }
+
+// bf16 elements of the dequantized weight slice (128 MiB): every projection of an 8B model fits
+// whole (ffn 14336 x 4096 = 58.7M); larger ones go in slices of whole 128-row multiples.
+constexpr int64_t kDequantScratchElems = int64_t{64} << 20;
+
+int64_t dequant_slice_rows(int64_t m, int64_t k) {
+  if (m * k <= kDequantScratchElems) return m;
+  return std::min(m, std::max<int64_t>(128, kDequantScratchElems / k / 128 * 128));
+}
+
+// The scratch of the dequantizing path: the slice, then (sliced weights only) the slice's product.
+size_t dequant_scratch_bytes(int64_t n, int64_t m, int64_t k, Elem out) {
+  const int64_t slice = dequant_slice_rows(m, k);
+  const size_t es = out == Elem::kF32 ? 4 : 2;
+  return align256(static_cast<size_t>(slice * k) * 2) + (slice < m ? static_cast<size_t>(n * slice) * es : 0);
+}
 
 size_t scale_size(DType t) { return t == DType::kF32 ? 4 : 2; }
 
@@ -159,8 +179,8 @@ void CudaBackend::linear_w4a16(const Tensor& x, const Tensor& w, const Tensor* b
                    "W4A16 linear: input and output must be 16-byte aligned, the output another tensor");
   if (bias != nullptr) KVASIR_CHECK(bias->dtype == DType::kF32 && bias->numel() == m && bias->device == Device::kCuda);
   const int32_t elem = static_cast<int32_t>(elem_of(out.dtype));
-  const bool gemv = n <= cuda::kW4a16GemvMaxRows;
-  const size_t ws_bytes = gemv ? 0 : cuda::w4a16_gemm_workspace_bytes(n, m, k, num_sms_);
+  const bool dequant = n >= tuning_.recording.w4a16_dequant_rows && n > cuda::kW4a16GemvMaxRows;
+  const size_t ws_bytes = dequant ? dequant_scratch_bytes(n, m, k, elem_of(out.dtype)) : 0;
   cuda::W4a16RecordProjection pr{};
   pr.codes = w.data;
   pr.scales = q.scales;
@@ -185,12 +205,12 @@ void CudaBackend::linear_w4a16(const Tensor& x, const Tensor& w, const Tensor* b
       slot.bias = pr.bias;
       slot.y = pr.y;
       slot.out_features = pr.out_features;
-      if (!gemv) {  // one workspace for the projections' GEMMs, one after the other
+      if (dequant) {  // one scratch for the projections, dequantized one after the other
         size_t need = 0;
         for (int i = 0; i < r.num_proj; ++i) {
-          need = std::max(need, cuda::w4a16_gemm_workspace_bytes(n, r.proj[i].out_features, k, num_sms_));
+          need = std::max(need, dequant_scratch_bytes(n, r.proj[i].out_features, k, elem_of(out.dtype)));
         }
-        r.workspace = need > 0 ? w4a16_workspace(need) : nullptr;
+        r.workspace = device_scratch(w4a16_ws_, w4a16_ws_cap_, need);
       }
       return;
     }
@@ -201,7 +221,7 @@ void CudaBackend::linear_w4a16(const Tensor& x, const Tensor& w, const Tensor* b
   r.x = x.data;
   r.perm = q.perm;
   if (q.perm != nullptr) r.x_perm = device_scratch(w4a16_perm_, w4a16_perm_cap_, static_cast<size_t>(n * k) * 2);
-  if (ws_bytes > 0) r.workspace = w4a16_workspace(ws_bytes);
+  if (dequant) r.workspace = device_scratch(w4a16_ws_, w4a16_ws_cap_, ws_bytes);
   cuda::W4a16RecordProjection& slot = r.proj[0];
   slot.codes = pr.codes;
   slot.scales = pr.scales;
@@ -235,15 +255,6 @@ bool CudaBackend::fold_w4a16_gated_activation(const Tensor& gate, const Tensor& 
   return true;
 }
 
-void* CudaBackend::w4a16_workspace(size_t bytes) {
-  const void* before = w4a16_ws_;
-  void* p = device_scratch(w4a16_ws_, w4a16_ws_cap_, bytes);
-  // A new block: zeroed once here, in stream order before any GEMM that uses it (each GEMM then
-  // leaves it zero).
-  if (p != before) KVASIR_CUDA_CHECK(cudaMemsetAsync(p, 0, w4a16_ws_cap_, stream_));
-  return p;
-}
-
 void CudaBackend::exec_w4a16_linear(const cuda::W4a16LinearOp& op, Elem elem, cudaStream_t s) {
   const int64_t n = op.rows, k = op.in_features;
   const void* x = op.x;
@@ -257,7 +268,31 @@ void CudaBackend::exec_w4a16_linear(const cuda::W4a16LinearOp& op, Elem elem, cu
     cuda::launch_w4a16_gemv(x, proj, op.num_proj, static_cast<int>(n), k, elem, op.gated, s);
     return;
   }
-  for (int i = 0; i < op.num_proj; ++i) cuda::launch_w4a16_gemm(x, proj[i], n, k, elem, op.workspace, num_sms_, s);
+  if (op.workspace == nullptr) {
+    cuda::launch_w4a16_gemm(x, proj, op.num_proj, n, k, elem, num_sms_, s);
+    return;
+  }
+  const size_t es = elem == Elem::kF32 ? 4 : 2;
+  for (int i = 0; i < op.num_proj; ++i) {
+    const cuda::W4a16Projection& p = proj[i];
+    const int64_t m = p.out_features, slice = dequant_slice_rows(m, k);
+    void* w = op.workspace;
+    void* tmp = static_cast<uint8_t*>(op.workspace) + align256(static_cast<size_t>(slice * k) * 2);
+    for (int64_t r0 = 0; r0 < m; r0 += slice) {
+      const int64_t mc = std::min(slice, m - r0);
+      cuda::launch_w4a16_dequantize(p, r0, mc, k, w, s);
+      if (slice == m) {
+        gemm_.run(x, w, p.y, n, mc, k, elem, s);
+        continue;
+      }
+      gemm_.run(x, w, tmp, n, mc, k, elem, s);
+      KVASIR_CUDA_CHECK(cudaMemcpy2DAsync(static_cast<uint8_t*>(p.y) + static_cast<size_t>(r0) * es,
+                                          static_cast<size_t>(m) * es, tmp, static_cast<size_t>(mc) * es,
+                                          static_cast<size_t>(mc) * es, static_cast<size_t>(n), cudaMemcpyDeviceToDevice,
+                                          s));
+    }
+    if (p.bias != nullptr) cuda::launch_add_bias(p.y, p.bias, n, m, elem, s);
+  }
 }
 
 }  // namespace kvasir

@@ -2,7 +2,8 @@
 // float32 dequantization (dequantize_packed_int), for every integer format (GPTQ v1 / v2 with and
 // without act-order, AWQ GEMM, compressed-tensors pack-quantized), group sizes 32 / 64 / 128 and
 // one group per row, symmetric and with zero points, f16 / bf16 / f32 scales, on many shapes:
-// 1..16 tokens through the W4A16 GEMV, more through the W4A16 GEMM (split over K and not).
+// 1..16 tokens through the W4A16 GEMV, more through the W4A16 GEMM (split over K across cluster
+// CTAs and not), long prefills through the weight dequantized for cuBLASLt (whole and in slices).
 // Also merged projections of one input, gate/up with the activation folded in, dummy weights,
 // and the refusal of 8-bit weights. Skips without a GPU.
 //
@@ -11,7 +12,9 @@
 // bf16 once; the CPU sums x * w with w = (code - zero) * scale in float32. So they differ by the
 // output rounding and float32 summation order alone: |gpu - cpu| <= u |cpu| + 1e-5 sum|w x|
 // (u = 2^-8). A wrong nibble, zero, scale, group or permutation is off by about |w x| of one
-// term, far above 1e-5 of the sum, and fails.
+// term, far above 1e-5 of the sum, and fails. The dequantizing path rounds each weight to bf16
+// first (|w~ - w| <= 2^-9 |w|), so its bound has 2^-9 sum|w x| more: still below one term's
+// |w x| where it matters (a wrong value is off by a whole term, not 0.2% of every term).
 #include <gtest/gtest.h>
 
 #include <cmath>
@@ -21,6 +24,7 @@
 #include <vector>
 
 #include "backend/cuda/cuda_ops_test_fixture.h"
+#include "backend/cuda/cuda_tuning.h"
 #include "backend/cuda/w4a16_kernels.h"
 #include "quant/block_formats.h"
 #include "quant/packed_int_tensors.h"
@@ -140,14 +144,14 @@ class CudaW4a16 : public CudaOps {
   // |gpu - cpu| <= u |cpu| + 1e-5 sum|w x| everywhere (the header's bound); the first few
   // failures are reported.
   void expect_close(const std::vector<float>& got, const std::vector<float>& ref, std::vector<float>& x, int n, int k,
-                    std::vector<float>& w, int m) {
+                    std::vector<float>& w, int m, double weight_rounding = 0.0) {
     std::vector<float> ax(x.size()), aw(w.size());
     for (size_t i = 0; i < x.size(); ++i) ax[i] = std::fabs(x[i]);
     for (size_t i = 0; i < w.size(); ++i) aw[i] = std::fabs(w[i]);
     const std::vector<float> sum_wx = cpu_linear(ax, n, k, aw, m, nullptr);
     int bad = 0;
     for (size_t i = 0; i < ref.size() && bad < 5; ++i) {
-      const double bound = kU * std::fabs(ref[i]) + 1e-5 * sum_wx[i];
+      const double bound = kU * std::fabs(ref[i]) + (1e-5 + weight_rounding) * sum_wx[i];
       if (!(std::fabs(got[i] - ref[i]) <= bound)) {
         ADD_FAILURE() << "token " << i / static_cast<size_t>(m) << " row " << i % static_cast<size_t>(m) << ": "
                       << got[i] << " vs " << ref[i] << " (bound " << bound << ")";
@@ -155,7 +159,7 @@ class CudaW4a16 : public CudaOps {
       }
     }
   }
-  void run(PackedLayer& l, int n, int k, int m, bool with_bias) {
+  void run(PackedLayer& l, int n, int k, int m, bool with_bias, double weight_rounding = 0.0) {
     auto x = random_values(rng_, static_cast<size_t>(n) * k);
     auto b = random_values(rng_, static_cast<size_t>(m));
     DeviceTensor xg(DType::kBF16, {n, k});
@@ -165,9 +169,13 @@ class CudaW4a16 : public CudaOps {
     DeviceTensor out(DType::kBF16, {n, m});
     gpu_->linear(xg.t, wg, with_bias ? &bg : nullptr, out.t);
     const std::vector<float> got = read_back(*gpu_, out.t);
-    expect_close(got, cpu_linear(x, n, k, l.dense, m, with_bias ? &b : nullptr), x, n, k, l.dense, m);
+    expect_close(got, cpu_linear(x, n, k, l.dense, m, with_bias ? &b : nullptr), x, n, k, l.dense, m,
+                 weight_rounding);
   }
 };
+
+// Each weight rounded to bf16 once (the dequantizing path's only extra error).
+constexpr double kBf16WeightRounding = 1.0 / 512;
 
 TEST_F(CudaW4a16, EveryFormatMatchesCpuOnManyShapes) {
   struct Shape {
@@ -214,7 +222,7 @@ TEST_F(CudaW4a16, LlamaShapesMatchCpu) {
 TEST_F(CudaW4a16, MergedProjectionsMatchCpu) {
   const int k = 1024;
   const int ms[] = {1024, 256, 256};
-  for (int n : {1, 4, 16, 40}) {
+  for (int n : {1, 4, 16, 40, cuda::kW4a16DequantMinRows}) {
     SCOPED_TRACE("rows " + std::to_string(n));
     auto x = random_values(rng_, static_cast<size_t>(n) * k);
     DeviceTensor xg(DType::kBF16, {n, k});
@@ -231,7 +239,7 @@ TEST_F(CudaW4a16, MergedProjectionsMatchCpu) {
     for (int p = 0; p < 3; ++p) {
       SCOPED_TRACE("projection " + std::to_string(p));
       expect_close(read_back(*gpu_, outs[p]->t), cpu_linear(x, n, k, layers[p]->dense, ms[p], nullptr), x, n, k,
-                   layers[p]->dense, ms[p]);
+                   layers[p]->dense, ms[p], n >= cuda::kW4a16DequantMinRows ? kBf16WeightRounding : 0.0);
     }
   }
 }
@@ -263,8 +271,8 @@ TEST_F(CudaW4a16, GateUpWithActivationMatchesCpu) {
   }
 }
 
-// The split GEMM's workspace and the act-order gather share one scratch: an act-order weight at a
-// split size (few tokens, long K) still matches.
+// An act-order weight at a split size (few tokens, long K: the gathered input read by every CTA of
+// a cluster) still matches.
 TEST_F(CudaW4a16, ActOrderSplitGemmMatchesCpu) {
   auto l = make_layer(kFormats[2], 512, 8192, 90);
   for (int n : {24, 64}) {
@@ -272,6 +280,23 @@ TEST_F(CudaW4a16, ActOrderSplitGemmMatchesCpu) {
     ASSERT_GT(cuda::w4a16_gemm_splits(n, 512, 8192, 132), 1);
     run(*l, n, 8192, 512, true);
   }
+}
+
+// Long prefills: the weight dequantized to bf16 and multiplied by cuBLASLt, for every format (the
+// dequantization reads the same layout, groups, zeros and scale types as the kernels), with and
+// without a bias; and a weight larger than the scratch (8,320 x 8,192 > 64M values), which goes in
+// a slice of 8,192 rows and one of 128.
+TEST_F(CudaW4a16, LongPrefillsDequantizeForCublas) {
+  const int n = cuda::kW4a16DequantMinRows;
+  uint32_t seed = 200;
+  for (const Format& f : kFormats) {
+    SCOPED_TRACE(name_of(f));
+    auto l = make_layer(f, 384, 1024, seed++);
+    run(*l, n, 1024, 384, seed % 2 == 0, kBf16WeightRounding);
+  }
+  SCOPED_TRACE("sliced");
+  auto l = make_layer(kFormats[1], 8320, 8192, seed++);
+  run(*l, n + 8, 8192, 8320, true, kBf16WeightRounding);
 }
 
 // --load-format dummy with a GPTQ config: no values, int4 on the device, finite outputs of the

@@ -351,9 +351,9 @@ struct GgufLinearOp {
 
 // Up to kW4a16MaxProjections W4A16 projections of one bf16 input (cuda_w4a16_ops.cpp), all with
 // the same group size and scale type: the W4A16 GEMV for up to kW4a16GemvMaxRows tokens (gate/up
-// may carry the gated activation), else one W4A16 GEMM per projection. Act-order weights (perm)
-// stand alone: their input is gathered into x_perm (scratch) first. `workspace`: the split GEMMs'
-// sums and tile counters (w4a16_kernels.h), all zero between GEMMs.
+// may carry the gated activation), else one W4A16 GEMM launch for all of them, or (`workspace` set:
+// long prefills) per projection its weight dequantized into `workspace` and cuBLASLt. Act-order
+// weights (perm) stand alone: their input is gathered into x_perm (scratch) first.
 struct W4a16RecordProjection {
   const void* codes;
   const void* scales;
@@ -366,7 +366,7 @@ struct W4a16LinearOp {
   const void* x;          // [rows, in_features] bf16
   void* x_perm;           // [rows, in_features] bf16 scratch, or null
   const int32_t* perm;    // [in_features] or null
-  void* workspace;        // or null: no split GEMM
+  void* workspace;        // the dequantized weight slice (and product), or null: the W4A16 kernels
   W4a16RecordProjection proj[kW4a16MaxProjections];
   int64_t rows;
   int32_t in_features, group_size;

@@ -1,42 +1,70 @@
-// W4A16 GEMM for more tokens than the GEMV takes (prefill, large decode batches): 64 x 128 output
-// tiles (wide in N: every CTA reads its 64 tokens' activations from L2 once per 128 columns, so
-// at decode sizes those reads stay below the weights' own), 8 warps of 32 x 32, K in 64-column
-// chunks through a 3-stage cp.async pipeline holding each chunk's activations (64 x 64 bf16, rows
-// XOR-swizzled in 16-byte units so ldmatrix is free of bank conflicts), codes (eight 512-byte
-// layout tiles, read back as one 16-byte B-fragment load per lane and tile), and the one or two
-// groups' scales and zero points of the tile's 128 columns.
+// W4A16 GEMM for more tokens than the GEMV takes (large decode batches, short prefills; long
+// prefills dequantize to bf16 for cuBLASLt instead, cuda_w4a16_ops.cpp): 64 x 128 output tiles
+// (wide in N: every CTA reads its 64 tokens' activations from L2 once per 128 columns, so at
+// decode sizes those reads stay below the weights' own), 8 warps of 32 x 32, K in 64-column
+// chunks through a cp.async pipeline (3, 4 or 6 stages: KVASIR_W4A16_GEMM_STAGES) holding each
+// chunk's activations (64 x 64 bf16, rows XOR-swizzled in 16-byte units so ldmatrix is free of
+// bank conflicts), codes (eight 512-byte layout tiles, read back as one 16-byte B-fragment load
+// per lane and tile), and the one or two groups' scales and zero points of the tile's 128 columns.
 // Codes become exact bf16 integers code - zero in registers; each group's float32 partial sums
-// are scaled once. When the tiles cannot fill the GPU (decode batches of a few dozen tokens),
-// K is split across CTAs that add into a float32 workspace; the last CTA of a tile to finish (a
-// counter per tile) writes the tile's output and zeroes its sums and counter for the next GEMM,
-// so a split GEMM is one launch.
+// are scaled once. Up to three projections of one input (q/k/v, gate/up) share one launch: the
+// grid runs over all their column tiles.
+// When the tiles cannot fill the GPU (decode batches of a few dozen tokens), K is split over the
+// CTAs of a thread-block cluster (up to 8): each leaves its float32 tile in its shared memory and
+// the cluster adds them through distributed shared memory, each CTA summing a share of the tile
+// in rank order (deterministic) and writing it out. No workspace and no atomics: the float32
+// atomics of the first version (one per output element and split, ~470M a batch-64 step of an 8B
+// model) were what kept batch-64 INT4 decode at 12.4 ms against bf16's 6.4.
+#include <cooperative_groups.h>
+
+#include <algorithm>
+
 #include "backend/cuda/w4a16_common.cuh"
 #include "backend/cuda/warp_mma.cuh"
 
 namespace kvasir::cuda {
 namespace {
 
-constexpr int kBM = 64, kBN = 128, kStages = 3, kThreads = 256;
+constexpr int kBM = 64, kBN = 128, kThreads = 256;
+constexpr int kMaxSplits = 8;        // the portable cluster size
+constexpr int kRedStride = kBN + 8;  // float32 row stride of the split tile in shared memory (bank spread)
 constexpr int kABytes = kBM * 64 * 2;
 constexpr int kBBytes = (kBN / 16) * 512;
 constexpr int kSBytes = 2 * kBN * 4;  // two group rows, up to float32
 constexpr int kZBytes = 2 * kBN;
 constexpr int kStageBytes = kABytes + kBBytes + kSBytes + kZBytes;
-static_assert(kStageBytes % 128 == 0 && kStages * kStageBytes <= 48 * 1024, "static shared memory");
+static_assert(kStageBytes % 128 == 0 && 3 * kStageBytes >= kBM * kRedStride * 4, "the split tile fits the stages");
 
 struct W4a16GemmArgs {
   const bf16* x;
-  W4a16Projection p;
-  float* ws;        // split K: float32 [rows, out] accumulated with atomics; null: write y directly
-  int32_t* counts;  // split K: CTAs done per output tile
+  W4a16Projection p[kW4a16MaxProjections];
+  int32_t tile_end[kW4a16MaxProjections];  // column tiles of projections 0..i together
+  int32_t num_proj;
   int64_t rows, k;
-  W4a16Groups groups;  // 32-column half -> its group, without a division
+  W4a16Groups groups;  // 32-column half -> its group, without a division (one group size for all)
   int32_t kc_per_split, f32_out;
 };
 
-__device__ __forceinline__ void load_stage(uint8_t* st, const W4a16GemmArgs& a, int64_t m0, int64_t n0, int64_t kc,
-                                           int tid) {
-  const int64_t K = a.k, N = a.p.out_features, chunks = K / 64;
+// The projection of column tile `tile` and its first output column. Selected field by field
+// under predicates: indexing the parameter array at run time would copy it to local memory.
+__device__ __forceinline__ W4a16Projection tile_projection(const W4a16GemmArgs& a, int tile, int64_t* n0) {
+  W4a16Projection p = a.p[0];
+  int first = 0;
+  if (a.num_proj > 1 && tile >= a.tile_end[0]) {
+    p = a.p[1];
+    first = a.tile_end[0];
+  }
+  if (a.num_proj > 2 && tile >= a.tile_end[1]) {
+    p = a.p[2];
+    first = a.tile_end[1];
+  }
+  *n0 = static_cast<int64_t>(tile - first) * kBN;
+  return p;
+}
+
+__device__ __forceinline__ void load_stage(uint8_t* st, const W4a16GemmArgs& a, const W4a16Projection& p, int64_t m0,
+                                           int64_t n0, int64_t kc, int tid) {
+  const int64_t K = a.k, N = p.out_features, chunks = K / 64;
   uint8_t* A = st;
   for (int i = tid; i < kBM * 8; i += kThreads) {
     const int r = i >> 3, c = i & 7;
@@ -51,11 +79,11 @@ __device__ __forceinline__ void load_stage(uint8_t* st, const W4a16GemmArgs& a, 
     const int64_t nt = n0 / 16 + tile;
     const bool ok = nt < N / 16;
     cp_async16(B + tile * 512 + l * 16,
-               static_cast<const uint8_t*>(a.p.codes) + ((ok ? nt : 0) * chunks + kc) * 512 + l * 16, ok);
+               static_cast<const uint8_t*>(p.codes) + ((ok ? nt : 0) * chunks + kc) * 512 + l * 16, ok);
   }
   const uint32_t g0 = w4a16_group_of(2 * static_cast<uint32_t>(kc), a.groups.magic);
   const uint32_t g1 = a.groups.split_chunks ? w4a16_group_of(2 * static_cast<uint32_t>(kc) + 1, a.groups.magic) : g0;
-  const int sb = a.p.scale_type == kW4a16ScaleF32 ? 4 : 2;
+  const int sb = p.scale_type == kW4a16ScaleF32 ? 4 : 2;
   uint8_t* S = st + kABytes + kBBytes;
   uint8_t* Z = S + kSBytes;
   const int u = tid;
@@ -66,22 +94,22 @@ __device__ __forceinline__ void load_stage(uint8_t* st, const W4a16GemmArgs& a, 
       const int64_t grp = slot ? g1 : g0, col = n0 + c * 16 / sb;
       const bool ok = col < N;
       cp_async16(S + slot * kBN * 4 + c * 16,
-                 static_cast<const uint8_t*>(a.p.scales) + (grp * N + (ok ? col : 0)) * sb, ok);
+                 static_cast<const uint8_t*>(p.scales) + (grp * N + (ok ? col : 0)) * sb, ok);
     }
-  } else if (a.p.zeros != nullptr && u >= 2 * kScaleChunks && u < 2 * kScaleChunks + 2 * kBN / 16) {
+  } else if (p.zeros != nullptr && u >= 2 * kScaleChunks && u < 2 * kScaleChunks + 2 * kBN / 16) {
     const int slot = (u - 2 * kScaleChunks) / (kBN / 16), c = (u - 2 * kScaleChunks) % (kBN / 16);
     if (slot == 0 || g1 != g0) {
       const int64_t grp = slot ? g1 : g0, col = n0 + c * 16;
       const bool ok = col < N;
-      cp_async16(Z + slot * kBN + c * 16, a.p.zeros + grp * N + (ok ? col : 0), ok);
+      cp_async16(Z + slot * kBN + c * 16, p.zeros + grp * N + (ok ? col : 0), ok);
     }
   }
 }
 
 // acc[mt][f] += this chunk for the warp's rows 32 wm + 16 mt (+ g, g + 8) and n8 tile f
 // (columns 32 wn + 8 f + 2t (+1)); n16 layout tile i = f / 2 of the warp, its row half h = f % 2.
-__device__ __forceinline__ void compute_stage(const uint8_t* st, const W4a16GemmArgs& a, int64_t kc, int warp, int lane,
-                                              float (&acc)[2][4][4]) {
+__device__ __forceinline__ void compute_stage(const uint8_t* st, const W4a16GemmArgs& a, const W4a16Projection& p,
+                                              int64_t kc, int warp, int lane, float (&acc)[2][4][4]) {
   const int wm = warp >> 2, wn = warp & 3, g = lane >> 2, t = lane & 3;
   const uint8_t* A = st;
   const uint8_t* S = st + kABytes + kBBytes;
@@ -108,7 +136,7 @@ __device__ __forceinline__ void compute_stage(const uint8_t* st, const W4a16Gemm
       }
 #pragma unroll
       for (int f = 0; f < 4; ++f) {
-        z2[f] = w4a16_zero_pair(a.p.zeros != nullptr ? Z[slot * kBN + wn * 32 + f * 8 + g] : 8u);
+        z2[f] = w4a16_zero_pair(p.zeros != nullptr ? Z[slot * kBN + wn * 32 + f * 8 + g] : 8u);
       }
     }
 #pragma unroll
@@ -132,8 +160,8 @@ __device__ __forceinline__ void compute_stage(const uint8_t* st, const W4a16Gemm
 #pragma unroll
       for (int f = 0; f < 4; ++f) {
         const int c = wn * 32 + f * 8 + 2 * t;
-        const float s0 = w4a16_scale(S + slot * kBN * 4, c, a.p.scale_type);
-        const float s1 = w4a16_scale(S + slot * kBN * 4, c + 1, a.p.scale_type);
+        const float s0 = w4a16_scale(S + slot * kBN * 4, c, p.scale_type);
+        const float s1 = w4a16_scale(S + slot * kBN * 4, c + 1, p.scale_type);
 #pragma unroll
         for (int mt = 0; mt < 2; ++mt) {
           acc[mt][f][0] = fmaf(tmp[mt][f][0], s0, acc[mt][f][0]);
@@ -146,10 +174,72 @@ __device__ __forceinline__ void compute_stage(const uint8_t* st, const W4a16Gemm
   }
 }
 
-__global__ void __launch_bounds__(kThreads) w4a16_gemm_kernel(W4a16GemmArgs a) {
-  __shared__ __align__(128) uint8_t smem[kStages * kStageBytes];
+// Output columns col, col + 1 of `row`, bias added.
+__device__ __forceinline__ void store_pair(const W4a16GemmArgs& a, const W4a16Projection& p, int64_t row, int64_t col,
+                                           float v0, float v1) {
+  const int64_t N = p.out_features;
+  if (p.bias != nullptr) {
+    v0 += p.bias[col];
+    v1 += p.bias[col + 1];
+  }
+  if (a.f32_out) *reinterpret_cast<float2*>(static_cast<float*>(p.y) + row * N + col) = make_float2(v0, v1);
+  else *reinterpret_cast<uint32_t*>(static_cast<bf16*>(p.y) + row * N + col) = pack_bf16(v0, v1);
+}
+
+// Split K: this CTA's float32 tile goes to its shared memory (the drained pipeline's), the
+// cluster waits for all of them, and rank r adds every rank's copy of float4 units r, r + S, ...
+// (rows that exist only) in rank order and writes them. The second cluster barrier keeps each
+// CTA's shared memory alive until every peer has read it.
+__device__ __forceinline__ void reduce_split_tile(const W4a16GemmArgs& a, const W4a16Projection& p, int64_t m0,
+                                                  int64_t n0, uint8_t* smem, int warp, int lane,
+                                                  const float (&acc)[2][4][4]) {
+  namespace cg = cooperative_groups;
+  cg::cluster_group cluster = cg::this_cluster();
+  float* red = reinterpret_cast<float*>(smem);
+  const int wm = warp >> 2, wn = warp & 3, g = lane >> 2, t = lane & 3;
+  __syncthreads();  // every warp is done with the stages
+#pragma unroll
+  for (int mt = 0; mt < 2; ++mt) {
+#pragma unroll
+    for (int f = 0; f < 4; ++f) {
+#pragma unroll
+      for (int half = 0; half < 2; ++half) {
+        const int row = wm * 32 + mt * 16 + g + half * 8, col = wn * 32 + f * 8 + 2 * t;
+        *reinterpret_cast<float2*>(red + row * kRedStride + col) = make_float2(acc[mt][f][half * 2], acc[mt][f][half * 2 + 1]);
+      }
+    }
+  }
+  cluster.sync();
+  const int splits = static_cast<int>(cluster.num_blocks()), rank = static_cast<int>(cluster.block_rank());
+  const int64_t N = p.out_features;
+  const int rows = static_cast<int>(min(static_cast<int64_t>(kBM), a.rows - m0));
+  for (int i = rank * kThreads + static_cast<int>(threadIdx.x); i < rows * (kBN / 4); i += splits * kThreads) {
+    const int row = i / (kBN / 4), col = (i % (kBN / 4)) * 4;
+    float4 sum = make_float4(0.0f, 0.0f, 0.0f, 0.0f);
+    for (int r = 0; r < splits; ++r) {
+      const float4 v = *reinterpret_cast<const float4*>(cluster.map_shared_rank(red, r) + row * kRedStride + col);
+      sum.x += v.x;
+      sum.y += v.y;
+      sum.z += v.z;
+      sum.w += v.w;
+    }
+    if (n0 + col < N) {
+      store_pair(a, p, m0 + row, n0 + col, sum.x, sum.y);
+      store_pair(a, p, m0 + row, n0 + col + 2, sum.z, sum.w);
+    }
+  }
+  cluster.sync();
+}
+
+// Grid: (column tiles of every projection, row tiles, K splits); with splits, clusters of
+// (1, 1, splits).
+template <int kStages>
+__global__ void __launch_bounds__(kThreads, 2) w4a16_gemm_kernel(W4a16GemmArgs a) {
+  extern __shared__ __align__(128) uint8_t smem[];
   const int tid = threadIdx.x, warp = tid >> 5, lane = tid & 31;
-  const int64_t n0 = static_cast<int64_t>(blockIdx.x) * kBN, m0 = static_cast<int64_t>(blockIdx.y) * kBM;
+  int64_t n0;
+  const W4a16Projection p = tile_projection(a, static_cast<int>(blockIdx.x), &n0);
+  const int64_t m0 = static_cast<int64_t>(blockIdx.y) * kBM;
   const int64_t chunks = a.k / 64;
   const int64_t kb = static_cast<int64_t>(blockIdx.z) * a.kc_per_split;
   const int64_t ke = min(chunks, kb + a.kc_per_split);
@@ -165,110 +255,112 @@ __global__ void __launch_bounds__(kThreads) w4a16_gemm_kernel(W4a16GemmArgs a) {
   pdl_begin();
 #pragma unroll
   for (int s = 0; s < kStages - 1; ++s) {
-    if (kb + s < ke) load_stage(smem + s * kStageBytes, a, m0, n0, kb + s, tid);
+    if (kb + s < ke) load_stage(smem + s * kStageBytes, a, p, m0, n0, kb + s, tid);
     cp_async_commit();
   }
   for (int64_t kc = kb; kc < ke; ++kc) {
     cp_async_wait<kStages - 2>();
     __syncthreads();
     const int64_t next = kc + kStages - 1;
-    if (next < ke) load_stage(smem + ((next - kb) % kStages) * kStageBytes, a, m0, n0, next, tid);
+    if (next < ke) load_stage(smem + ((next - kb) % kStages) * kStageBytes, a, p, m0, n0, next, tid);
     cp_async_commit();
-    compute_stage(smem + ((kc - kb) % kStages) * kStageBytes, a, kc, warp, lane, acc);
+    compute_stage(smem + ((kc - kb) % kStages) * kStageBytes, a, p, kc, warp, lane, acc);
   }
   cp_async_wait<0>();
+  if (gridDim.z > 1) {
+    reduce_split_tile(a, p, m0, n0, smem, warp, lane, acc);
+    return;
+  }
   const int wm = warp >> 2, wn = warp & 3, g = lane >> 2, t = lane & 3;
-  const int64_t N = a.p.out_features;
 #pragma unroll
   for (int mt = 0; mt < 2; ++mt) {
 #pragma unroll
     for (int f = 0; f < 4; ++f) {
       const int64_t col = n0 + wn * 32 + f * 8 + 2 * t;
-      if (col >= N) continue;
-      const float b0 = a.ws == nullptr && a.p.bias != nullptr ? a.p.bias[col] : 0.0f;
-      const float b1 = a.ws == nullptr && a.p.bias != nullptr ? a.p.bias[col + 1] : 0.0f;
+      if (col >= p.out_features) continue;
 #pragma unroll
       for (int half = 0; half < 2; ++half) {
         const int64_t row = m0 + wm * 32 + mt * 16 + g + half * 8;
-        if (row >= a.rows) continue;
-        const float v0 = acc[mt][f][half * 2], v1 = acc[mt][f][half * 2 + 1];
-        if (a.ws != nullptr) {
-          atomicAdd(a.ws + row * N + col, v0);
-          atomicAdd(a.ws + row * N + col + 1, v1);
-        } else if (a.f32_out) {
-          *reinterpret_cast<float2*>(static_cast<float*>(a.p.y) + row * N + col) = make_float2(v0 + b0, v1 + b1);
-        } else {
-          *reinterpret_cast<uint32_t*>(static_cast<bf16*>(a.p.y) + row * N + col) = pack_bf16(v0 + b0, v1 + b1);
-        }
+        if (row < a.rows) store_pair(a, p, row, col, acc[mt][f][half * 2], acc[mt][f][half * 2 + 1]);
       }
     }
   }
-  if (a.ws == nullptr) return;
-  // Split K: the tile's last CTA to get here finishes it (the threadFenceReduction pattern: every
-  // CTA's sums are visible device-wide before it counts itself in).
-  __shared__ int last;
-  __threadfence();
-  __syncthreads();
-  const int64_t tile = static_cast<int64_t>(blockIdx.y) * gridDim.x + blockIdx.x;
-  if (tid == 0) last = atomicAdd(a.counts + tile, 1) == static_cast<int>(gridDim.z) - 1;
-  __syncthreads();
-  if (!last) return;
-  __threadfence();
-  for (int i = tid; i < kBM * kBN / 2; i += kThreads) {
-    const int64_t row = m0 + (2 * i) / kBN, col = n0 + (2 * i) % kBN;
-    if (row >= a.rows || col >= N) continue;
-    float* p = a.ws + row * N + col;
-    const float v0 = __ldcg(p), v1 = __ldcg(p + 1);  // from L2, where the atomics landed
-    __stcg(reinterpret_cast<float2*>(p), make_float2(0.0f, 0.0f));
-    const float b0 = a.p.bias != nullptr ? a.p.bias[col] : 0.0f, b1 = a.p.bias != nullptr ? a.p.bias[col + 1] : 0.0f;
-    if (a.f32_out) *reinterpret_cast<float2*>(static_cast<float*>(a.p.y) + row * N + col) = make_float2(v0 + b0, v1 + b1);
-    else *reinterpret_cast<uint32_t*>(static_cast<bf16*>(a.p.y) + row * N + col) = pack_bf16(v0 + b0, v1 + b1);
+}
+
+// How many K slices for `tiles` output tiles of `chunks` 64-column chunks: the count (up to the
+// cluster limit, each slice at least four chunks) whose CTAs fill the SMs' two slots most evenly,
+// the fewest among those within 3% of the best (a slice costs a pipeline fill and its share of
+// the reduction).
+int splits_for(int64_t tiles, int64_t chunks, int num_sms) {
+  const int64_t slots = 2 * static_cast<int64_t>(std::max(1, num_sms));
+  if (tiles >= 4 * slots || chunks < 8) return 1;
+  const int most = static_cast<int>(std::max<int64_t>(1, std::min<int64_t>({kMaxSplits, kernel_tuning().w4a16_gemm_max_splits, chunks / 4})));
+  auto fill = [&](int s) {
+    const int64_t ctas = tiles * s, waves = (ctas + slots - 1) / slots;
+    return static_cast<double>(ctas) / static_cast<double>(waves * slots);
+  };
+  double best = 0.0;
+  for (int s = 1; s <= most; ++s) best = std::max(best, fill(s));
+  for (int s = 1; s <= most; ++s) {
+    if (fill(s) >= 0.97 * best) return s;
   }
-  if (tid == 0) a.counts[tile] = 0;
+  return 1;
+}
+
+int64_t column_tiles(int64_t out_features) { return (out_features + kBN - 1) / kBN; }
+
+template <int kStages>
+void launch_stages(const W4a16GemmArgs& a, dim3 grid, cudaStream_t s) {
+  constexpr size_t smem = static_cast<size_t>(kStages) * kStageBytes;
+  auto kernel = w4a16_gemm_kernel<kStages>;
+  if (smem > (48u << 10)) {
+    KVASIR_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(smem)));
+  }
+  if (grid.z > 1) launch_clustered(kernel, grid, kThreads, dim3(1, 1, grid.z), smem, s, a);
+  else launch(kernel, grid, kThreads, smem, s, a);
 }
 
 }  // namespace
 
 int w4a16_gemm_splits(int64_t n, int64_t m, int64_t k, int num_sms) {
-  const int64_t tiles = ((m + kBN - 1) / kBN) * ((n + kBM - 1) / kBM), chunks = k / 64;
-  if (tiles >= num_sms || chunks < 8) return 1;
-  // About two CTAs per SM, each with at least four chunks of K.
-  const int64_t want = (2 * static_cast<int64_t>(num_sms) + tiles - 1) / tiles;
-  return static_cast<int>(std::max<int64_t>(1, std::min<int64_t>(want, chunks / 4)));
+  return splits_for(column_tiles(m) * ((n + kBM - 1) / kBM), k / 64, num_sms);
 }
 
-size_t w4a16_gemm_workspace_bytes(int64_t n, int64_t m, int64_t k, int num_sms) {
-  if (w4a16_gemm_splits(n, m, k, num_sms) <= 1) return 0;
-  const int64_t tiles = ((m + kBN - 1) / kBN) * ((n + kBM - 1) / kBM);
-  return (static_cast<size_t>(n * m) * sizeof(float) + 255) / 256 * 256 + static_cast<size_t>(tiles) * sizeof(int32_t);
-}
-
-void launch_w4a16_gemm(const void* x, const W4a16Projection& p, int64_t n, int64_t k, Elem out, void* workspace,
+void launch_w4a16_gemm(const void* x, const W4a16Projection* proj, int num_proj, int64_t n, int64_t k, Elem out,
                        int num_sms, cudaStream_t s) {
-  KVASIR_CHECK_MSG(n >= 1 && w4a16_shape_supported(p.out_features, k) && aligned16(x) && aligned16(p.codes) &&
-                       aligned16(p.scales) && (p.zeros == nullptr || aligned16(p.zeros)),
-                   "W4A16 GEMM: out_features % 16, in_features % 64 and 16-byte aligned operands");
-  KVASIR_CHECK_MSG(w4a16_groups_supported(p.group_size, k),
-                   "W4A16 GEMM: group size a multiple of 32 (or the row) below 131072, in_features below 2^25");
-  const int splits = w4a16_gemm_splits(n, p.out_features, k, num_sms);
-  const int64_t chunks = k / 64;
+  KVASIR_CHECK_MSG(num_proj >= 1 && num_proj <= kW4a16MaxProjections, "W4A16 GEMM: 1 to 3 projections");
   W4a16GemmArgs a{};
-  a.groups = w4a16_groups(p.group_size);
+  int64_t tiles = 0;
+  for (int i = 0; i < num_proj; ++i) {
+    const W4a16Projection& p = proj[i];
+    KVASIR_CHECK_MSG(n >= 1 && w4a16_shape_supported(p.out_features, k) && aligned16(x) && aligned16(p.codes) &&
+                         aligned16(p.scales) && (p.zeros == nullptr || aligned16(p.zeros)),
+                     "W4A16 GEMM: out_features % 16, in_features % 64 and 16-byte aligned operands");
+    KVASIR_CHECK_MSG(w4a16_groups_supported(p.group_size, k),
+                     "W4A16 GEMM: group size a multiple of 32 (or the row) below 131072, in_features below 2^25");
+    KVASIR_CHECK_MSG(p.group_size == proj[0].group_size && p.scale_type == proj[0].scale_type,
+                     "W4A16 GEMM: projections of one launch share their group size and scale type");
+    a.p[i] = p;
+    tiles += column_tiles(p.out_features);
+    a.tile_end[i] = static_cast<int32_t>(tiles);
+  }
+  const int64_t row_tiles = (n + kBM - 1) / kBM, chunks = k / 64;
+  KVASIR_CHECK_MSG(tiles < (int64_t{1} << 31) && row_tiles < 65536, "W4A16 GEMM: grid too large");
+  const int splits = splits_for(tiles * row_tiles, chunks, num_sms);
+  a.num_proj = num_proj;
+  a.groups = w4a16_groups(proj[0].group_size);
   a.x = static_cast<const bf16*>(x);
-  a.p = p;
   a.rows = n;
   a.k = k;
   a.kc_per_split = static_cast<int32_t>((chunks + splits - 1) / splits);
   a.f32_out = out == Elem::kF32 ? 1 : 0;
   const unsigned z = static_cast<unsigned>((chunks + a.kc_per_split - 1) / a.kc_per_split);
-  if (splits > 1) {
-    KVASIR_CHECK_MSG(workspace != nullptr, "W4A16 GEMM: a split GEMM needs its workspace");
-    a.ws = static_cast<float*>(workspace);
-    a.counts = reinterpret_cast<int32_t*>(static_cast<uint8_t*>(workspace) +
-                                          (static_cast<size_t>(n * p.out_features) * sizeof(float) + 255) / 256 * 256);
+  const dim3 grid(static_cast<unsigned>(tiles), static_cast<unsigned>(row_tiles), z);
+  switch (kernel_tuning().w4a16_gemm_stages) {
+    case 3: launch_stages<3>(a, grid, s); break;
+    case 6: launch_stages<6>(a, grid, s); break;
+    default: launch_stages<4>(a, grid, s); break;
   }
-  const dim3 grid(static_cast<unsigned>((p.out_features + kBN - 1) / kBN), static_cast<unsigned>((n + kBM - 1) / kBM), z);
-  launch(w4a16_gemm_kernel, grid, kThreads, 0, s, a);
   KVASIR_CUDA_LAUNCH_CHECK();
 }
 

@@ -9,10 +9,12 @@
 //  - w4a16_gemv.cu: 1..kW4a16GemvMaxRows tokens. One CTA per 16 output rows, its warps split K and
 //    stream the codes (weights the A operand, tokens the 8-wide B operand, x from shared memory
 //    or L1); up to three projections of one x in one launch, or gate/up with the gated activation.
-//  - w4a16_gemm.cu: more tokens. 64 x 128 output tiles, cp.async 3-stage pipeline of activations,
-//    codes, scales and zeros; split over K when the tiles alone cannot fill the GPU: float32 atomics
-//    into a workspace, the tile's last CTA (a counter per tile) writes the output and zeroes both.
-//  - w4a16_support.cu: act-order's column gather, dummy weights.
+//  - w4a16_gemm.cu: more tokens. 64 x 128 output tiles, a cp.async pipeline of activations,
+//    codes, scales and zeros; up to three projections of one x in one launch; split over K when
+//    the tiles alone cannot fill the GPU, across the CTAs of a cluster that add their tiles through
+//    distributed shared memory.
+//  - w4a16_support.cu: act-order's column gather, dummy weights, and the dequantization to bf16
+//    that long prefills multiply with cuBLASLt (the weight rounded to bf16 once: not exact).
 // Host-callable launchers only; must not know ops, records or models.
 #pragma once
 
@@ -53,14 +55,17 @@ bool w4a16_shape_supported(int64_t out_features, int64_t in_features);
 void launch_w4a16_gemv(const void* x, const W4a16Projection* proj, int num_proj, int n, int64_t k, Elem out,
                        int gated, cudaStream_t s);
 
-// How many K slices the GEMM of [n, k] x [m, k]^T runs in on `num_sms` SMs (1: no workspace).
+// How many K slices (cluster CTAs, 1..8) the GEMM of [n, k] x [m, k]^T runs in on `num_sms` SMs.
 int w4a16_gemm_splits(int64_t n, int64_t m, int64_t k, int num_sms);
-// The split GEMM's workspace bytes (0 without a split): float32 [n, m] sums, then one int32
-// counter per output tile. It must be all zero before the first use; each GEMM leaves it so.
-size_t w4a16_gemm_workspace_bytes(int64_t n, int64_t m, int64_t k, int num_sms);
-// y = x · W^T (+ bias) for any n; `workspace` as above when w4a16_gemm_splits(...) > 1.
-void launch_w4a16_gemm(const void* x, const W4a16Projection& p, int64_t n, int64_t k, Elem out, void* workspace,
+// proj[i].y = x · W_i^T (+ bias) for any n, proj[0..num_proj) in one launch (one group size and
+// scale type for all).
+void launch_w4a16_gemm(const void* x, const W4a16Projection* proj, int num_proj, int64_t n, int64_t k, Elem out,
                        int num_sms, cudaStream_t s);
+
+// Rows [r0, r0 + rows) of p's weight as bf16 [rows, k] (16-byte aligned): (code - zero) * scale
+// in float32, rounded once; r0 and rows multiples of 16. Columns in the layout's order (act-order
+// weights: the permuted one, as the kernels read x).
+void launch_w4a16_dequantize(const W4a16Projection& p, int64_t r0, int64_t rows, int64_t k, void* out, cudaStream_t s);
 
 // out[r, j] = x[r, perm[j]] (bf16): act-order's input columns in group order.
 void launch_w4a16_permute_columns(const void* x, const int32_t* perm, void* out, int64_t rows, int64_t cols,

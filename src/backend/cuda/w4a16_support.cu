@@ -1,5 +1,6 @@
 // The W4A16 kernels' helpers: act-order's input-column gather (x[:, perm], so the GEMV and GEMM
-// read groups contiguously) and dummy weights for --load-format dummy.
+// read groups contiguously), dummy weights for --load-format dummy, and the dequantization to bf16
+// for long prefills' cuBLASLt GEMMs.
 #include "backend/cuda/w4a16_common.cuh"
 
 namespace kvasir::cuda {
@@ -39,6 +40,36 @@ __global__ void fill_random_w4a16_kernel(uint32_t* codes, uint16_t* scales, int6
   }
 }
 
+// One CTA per 16 x 64 layout tile (grid: K / 64 chunks, rows / 16 tiles from r0 / 16): thread w
+// decodes word w of the tile (lane w / 4, word w % 4 of its uint4: layout in quant/w4a16_layout.h)
+// into a shared-memory copy of the tile, then every thread writes 16 bytes of it (row w / 8).
+constexpr int kDequantPitch = 64 + 8;  // bf16 per shared row: rows 16 bytes apart in banks
+__global__ void __launch_bounds__(128) dequantize_kernel(W4a16Projection p, W4a16Groups groups, int64_t r0, int64_t k,
+                                                         bf16* __restrict__ out) {
+  __shared__ __align__(16) bf16 tile[16][kDequantPitch];
+  pdl_begin();
+  const int w = threadIdx.x;
+  const int64_t kc = blockIdx.x, nt = r0 / 16 + blockIdx.y, N = p.out_features;
+  const uint32_t word = static_cast<const uint32_t*>(p.codes)[(nt * (k / 64) + kc) * 128 + w];
+  const int l = w >> 2, i = w & 3, g = l >> 2, t = l & 3, h = i >> 1, j = i & 1;
+  const int row = 8 * h + g;
+  const int64_t n = nt * 16 + row;
+  const uint32_t grp = w4a16_group_of(2 * static_cast<uint32_t>(kc) + j, groups.magic);
+  const float scale = w4a16_scale(p.scales, static_cast<int64_t>(grp) * N + n, p.scale_type);
+  const int zero = p.zeros != nullptr ? p.zeros[static_cast<int64_t>(grp) * N + n] : 8;
+#pragma unroll
+  for (int q = 0; q < 8; ++q) {
+    const int pair = q % 4, high = q / 4;
+    const int col = 16 * (2 * j + pair / 2) + 2 * t + 8 * (pair % 2) + high;
+    const int code = static_cast<int>((word >> (4 * q)) & 0xFu);
+    tile[row][col] = __float2bfloat16_rn(static_cast<float>(code - zero) * scale);
+  }
+  __syncthreads();
+  const int orow = w >> 3, seg = w & 7;
+  *reinterpret_cast<uint4*>(out + (static_cast<int64_t>(blockIdx.y) * 16 + orow) * k + kc * 64 + seg * 8) =
+      *reinterpret_cast<const uint4*>(&tile[orow][seg * 8]);
+}
+
 unsigned blocks_for(int64_t n) { return static_cast<unsigned>(std::max<int64_t>(1, std::min<int64_t>((n + kThreads - 1) / kThreads, 8192))); }
 
 }  // namespace
@@ -48,6 +79,16 @@ void launch_w4a16_permute_columns(const void* x, const int32_t* perm, void* out,
   if (rows <= 0) return;
   launch(permute_columns_kernel, blocks_for(rows * cols), kThreads, 0, s, static_cast<const bf16*>(x), perm,
          static_cast<bf16*>(out), rows, cols);
+  KVASIR_CUDA_LAUNCH_CHECK();
+}
+
+void launch_w4a16_dequantize(const W4a16Projection& p, int64_t r0, int64_t rows, int64_t k, void* out, cudaStream_t s) {
+  KVASIR_CHECK_MSG(r0 % 16 == 0 && rows % 16 == 0 && r0 >= 0 && r0 + rows <= p.out_features && k % 64 == 0 &&
+                       rows / 16 < 65536 && aligned16(out),
+                   "W4A16 dequantize: whole 16-row tiles of the weight, 16-byte aligned output");
+  if (rows == 0) return;
+  launch(dequantize_kernel, dim3(static_cast<unsigned>(k / 64), static_cast<unsigned>(rows / 16)), 128, 0, s, p,
+         w4a16_groups(p.group_size), r0, k, static_cast<bf16*>(out));
   KVASIR_CUDA_LAUNCH_CHECK();
 }
 
