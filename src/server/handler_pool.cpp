@@ -80,14 +80,19 @@ void HandlerPool::work() {
       KVASIR_LOG_ERROR("request handler threw");
     }
     task.run = nullptr;  // the request (and its body) goes before the bytes are released
+    {
+      // Released before the trim below: a trim of a big heap takes milliseconds, and a client
+      // that sends its next maximal body as soon as it has its answer must not be refused (429)
+      // for a body already freed.
+      std::lock_guard<std::mutex> lock(mu_);
+      --num_tasks_;
+      num_bytes_ -= task.bytes;
+    }
     // After freeing a big block glibc raises its mmap threshold (up to 32 MiB), so the next big
     // body lands in a thread's heap arena, which keeps it resident once freed: every arena would
     // hold the high-water mark of past uploads. Handing free pages back after a big request
     // keeps resident memory at what the requests in flight hold.
     if (task.bytes >= kTrimAfterBytes) malloc_trim(0);
-    std::lock_guard<std::mutex> lock(mu_);
-    --num_tasks_;
-    num_bytes_ -= task.bytes;
   }
 }
 

@@ -192,8 +192,9 @@ def test_big_uploads_block_neither_health_nor_a_running_stream():
         loaded, health_ms, statuses, seconds, peak_rss = _measure(server, 40, uploads)
         # Every upload was answered while the stream ran: 400 (no context holds 30 MB of prompt), or
         # 429 when the handler pool's body budget (three maximal bodies) was full: a body's bytes stay
-        # reserved until its handler returns, just after the 400 went out, so on a loaded machine a
-        # client's next 30 MB upload can meet its previous one still counted. Each client got 400s.
+        # reserved until its handler has returned and freed it, just after the 400 went out, so on a
+        # loaded machine a client's next 30 MB upload can meet its previous one still counted. Each
+        # client got 400s.
         assert all(s and all(x in (400, 429) for x in s) and 400 in s for s in statuses), statuses
         quickest_upload = min(min(s) for s in seconds)
         grown = peak_rss - rss_idle
