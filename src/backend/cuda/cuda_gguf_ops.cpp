@@ -7,7 +7,7 @@
 // into MMA fragments, one pass over the weight bytes per 16 tokens, up to three projections of one
 // input and type in one launch; or with KVASIR_GGUF_GEMV=exact the float32 GEMV up to
 // kGgufGemvMaxRows, gguf_gemv.cu); above that the weight is dequantized into a bf16 scratch (in
-// output-feature slices of at most kGgufScratchElems when larger, as an untied lm_head) and
+// output-feature slices of at most cuda::kDequantSliceElems when larger, as an untied lm_head) and
 // multiplied by cuBLASLt: a dequantization costs one read of the blocks and one write of bf16,
 // small beside a prefill GEMM's tensor-core time. embedding() reads quantized token tables (and so
 // a tied lm_head's table serves both) through the same decoders.
@@ -22,10 +22,6 @@
 
 namespace kvasir {
 namespace {
-
-// bf16 elements of the GEMM path's weight scratch (128 MiB): every projection of an 8B model fits
-// whole (ffn 14336 x 4096 = 58.7M); a 128k-vocabulary lm_head goes in slices.
-constexpr int64_t kGgufScratchElems = int64_t{64} << 20;
 
 bool is_dev(const Tensor& t) { return t.device == Device::kCuda; }
 
@@ -128,9 +124,7 @@ void CudaBackend::linear_gguf(const Tensor& x, const Tensor& w, const Tensor* bi
   r.in_features = k;
   r.dtype = static_cast<int32_t>(w.dtype);
   if (gemv) return;
-  // Slices are whole multiples of 128 features (cuBLASLt's tiles), at least one.
-  const int64_t whole = std::max<int64_t>(128, kGgufScratchElems / k / 128 * 128);
-  r.chunk_rows = m * k <= kGgufScratchElems ? m : std::min(m, whole);
+  r.chunk_rows = cuda::dequant_slice_rows(m, k);
   r.w_bf16 = device_scratch(gguf_w_bf16_, gguf_w_bf16_cap_, static_cast<size_t>(r.chunk_rows * k) * 2);
   if (r.chunk_rows < m) {
     const size_t es = elem == Elem::kF32 ? 4 : 2;
@@ -151,20 +145,9 @@ void CudaBackend::exec_gguf_linear(const cuda::GgufLinearOp& op, Elem elem, cuda
     return;
   }
   const int64_t m = p0.out_features;
-  const size_t es = elem == Elem::kF32 ? 4 : 2;
-  for (int64_t r0 = 0; r0 < m; r0 += op.chunk_rows) {
-    const int64_t mc = std::min(op.chunk_rows, m - r0);
-    cuda::launch_gguf_dequantize(p0.w, dt, r0, mc, k, op.w_bf16, Elem::kBf16, s);
-    if (op.out_tmp == nullptr) {
-      gemm_.run(op.x, op.w_bf16, p0.y, n, mc, k, elem, s);
-      continue;
-    }
-    gemm_.run(op.x, op.w_bf16, op.out_tmp, n, mc, k, elem, s);
-    KVASIR_CUDA_CHECK(cudaMemcpy2DAsync(static_cast<uint8_t*>(p0.y) + static_cast<size_t>(r0) * es,
-                                        static_cast<size_t>(m) * es, op.out_tmp, static_cast<size_t>(mc) * es,
-                                        static_cast<size_t>(mc) * es, static_cast<size_t>(n), cudaMemcpyDeviceToDevice,
-                                        s));
-  }
+  gemm_.run_sliced(op.x, op.w_bf16, op.out_tmp, p0.y, n, m, k, op.chunk_rows, elem, s, [&](int64_t r0, int64_t rows) {
+    cuda::launch_gguf_dequantize(p0.w, dt, r0, rows, k, op.w_bf16, Elem::kBf16, s);
+  });
   if (p0.bias != nullptr) cuda::launch_add_bias(p0.y, p0.bias, n, m, elem, s);
 }
 

@@ -27,18 +27,9 @@ namespace {
 
 size_t align256(size_t n) { return (n + 255) / 256 * 256; }
 
-// bf16 elements of the dequantized weight slice (128 MiB): every projection of an 8B model fits
-// whole (ffn 14336 x 4096 = 58.7M); larger ones go in slices of whole 128-row multiples.
-constexpr int64_t kDequantScratchElems = int64_t{64} << 20;
-
-int64_t dequant_slice_rows(int64_t m, int64_t k) {
-  if (m * k <= kDequantScratchElems) return m;
-  return std::min(m, std::max<int64_t>(128, kDequantScratchElems / k / 128 * 128));
-}
-
 // The scratch of the dequantizing path: the slice, then (sliced weights only) the slice's product.
 size_t dequant_scratch_bytes(int64_t n, int64_t m, int64_t k, Elem out) {
-  const int64_t slice = dequant_slice_rows(m, k);
+  const int64_t slice = cuda::dequant_slice_rows(m, k);
   const size_t es = out == Elem::kF32 ? 4 : 2;
   return align256(static_cast<size_t>(slice * k) * 2) + (slice < m ? static_cast<size_t>(n * slice) * es : 0);
 }
@@ -272,25 +263,13 @@ void CudaBackend::exec_w4a16_linear(const cuda::W4a16LinearOp& op, Elem elem, cu
     cuda::launch_w4a16_gemm(x, proj, op.num_proj, n, k, elem, num_sms_, s);
     return;
   }
-  const size_t es = elem == Elem::kF32 ? 4 : 2;
   for (int i = 0; i < op.num_proj; ++i) {
     const cuda::W4a16Projection& p = proj[i];
-    const int64_t m = p.out_features, slice = dequant_slice_rows(m, k);
+    const int64_t m = p.out_features, slice = cuda::dequant_slice_rows(m, k);
     void* w = op.workspace;
     void* tmp = static_cast<uint8_t*>(op.workspace) + align256(static_cast<size_t>(slice * k) * 2);
-    for (int64_t r0 = 0; r0 < m; r0 += slice) {
-      const int64_t mc = std::min(slice, m - r0);
-      cuda::launch_w4a16_dequantize(p, r0, mc, k, w, s);
-      if (slice == m) {
-        gemm_.run(x, w, p.y, n, mc, k, elem, s);
-        continue;
-      }
-      gemm_.run(x, w, tmp, n, mc, k, elem, s);
-      KVASIR_CUDA_CHECK(cudaMemcpy2DAsync(static_cast<uint8_t*>(p.y) + static_cast<size_t>(r0) * es,
-                                          static_cast<size_t>(m) * es, tmp, static_cast<size_t>(mc) * es,
-                                          static_cast<size_t>(mc) * es, static_cast<size_t>(n), cudaMemcpyDeviceToDevice,
-                                          s));
-    }
+    gemm_.run_sliced(x, w, tmp, p.y, n, m, k, slice, elem, s,
+                     [&](int64_t r0, int64_t rows) { cuda::launch_w4a16_dequantize(p, r0, rows, k, w, s); });
     if (p.bias != nullptr) cuda::launch_add_bias(p.y, p.bias, n, m, elem, s);
   }
 }

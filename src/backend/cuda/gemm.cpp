@@ -75,4 +75,17 @@ void GemmRunner::run(const void* x, const void* w, void* out, int64_t n, int64_t
                                      workspace_, workspace_bytes_, s));
 }
 
+int64_t dequant_slice_rows(int64_t m, int64_t k) {
+  if (m * k <= kDequantSliceElems) return m;
+  return std::min(m, std::max<int64_t>(128, kDequantSliceElems / k / 128 * 128));
+}
+
+void GemmRunner::copy_columns(const void* tmp, void* out, int64_t n, int64_t cols, int64_t m, int64_t c0, Elem type,
+                              cudaStream_t s) {
+  const size_t es = type == Elem::kF32 ? 4 : 2;
+  KVASIR_CUDA_CHECK(cudaMemcpy2DAsync(static_cast<uint8_t*>(out) + static_cast<size_t>(c0) * es,
+                                      static_cast<size_t>(m) * es, tmp, static_cast<size_t>(cols) * es,
+                                      static_cast<size_t>(cols) * es, static_cast<size_t>(n), cudaMemcpyDeviceToDevice, s));
+}
+
 }  // namespace kvasir::cuda

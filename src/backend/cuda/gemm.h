@@ -7,6 +7,7 @@
 #include <cublasLt.h>
 #include <cuda_runtime_api.h>
 
+#include <algorithm>
 #include <cstdint>
 #include <unordered_map>
 
@@ -19,6 +20,13 @@ namespace kvasir::cuda {
 // operand alignment (its heuristics pick kernels by it).
 int pointer_alignment(const void* p);
 
+// bf16 elements of a weight dequantized for cuBLASLt at a time (128 MiB): every projection of an
+// 8B model fits whole (ffn 14336 x 4096 = 58.7M); larger ones (a 128k-vocabulary lm_head) go in
+// slices of whole multiples of 128 output features (cuBLASLt's tiles), at least one.
+inline constexpr int64_t kDequantSliceElems = int64_t{64} << 20;
+// Output features per slice of an [m, k] weight (m: it fits whole).
+int64_t dequant_slice_rows(int64_t m, int64_t k);
+
 class GemmRunner {
  public:
   GemmRunner() = default;
@@ -28,6 +36,23 @@ class GemmRunner {
 
   Status init(size_t workspace_bytes);
   void run(const void* x, const void* w, void* out, int64_t n, int64_t m, int64_t k, Elem out_type, cudaStream_t s);
+  // out[n, m] = x · W^T for a weight that exists in bf16 one slice at a time (a quantized store):
+  // dequantize(r0, rows) writes rows [r0, r0 + rows) of W into w_slice, then that slice's GEMM
+  // runs; with slice < m each slice's product goes through out_tmp ([n, slice]) into its columns.
+  template <typename Dequantize>
+  void run_sliced(const void* x, void* w_slice, void* out_tmp, void* out, int64_t n, int64_t m, int64_t k,
+                  int64_t slice, Elem out_type, cudaStream_t s, Dequantize&& dequantize) {
+    for (int64_t r0 = 0; r0 < m; r0 += slice) {
+      const int64_t rows = std::min(slice, m - r0);
+      dequantize(r0, rows);
+      if (slice >= m) {
+        run(x, w_slice, out, n, rows, k, out_type, s);
+        continue;
+      }
+      run(x, w_slice, out_tmp, n, rows, k, out_type, s);
+      copy_columns(out_tmp, out, n, rows, m, r0, out_type, s);
+    }
+  }
 
  private:
   struct Key {
@@ -53,6 +78,9 @@ class GemmRunner {
     cublasLtMatmulAlgo_t algo{};
   };
   const Plan& plan_for(const Key& key);
+  // out[:, c0, c0 + cols) of an [n, m] matrix from tmp [n, cols].
+  static void copy_columns(const void* tmp, void* out, int64_t n, int64_t cols, int64_t m, int64_t c0, Elem type,
+                           cudaStream_t s);
 
   cublasLtHandle_t handle_ = nullptr;
   void* workspace_ = nullptr;
