@@ -90,6 +90,7 @@ struct BackendCapabilities {
   DType kv_cache_dtype = DType::kF32;    // element type of the paged KV cache
   bool device_sampling = false;          // sample() works: token ids come back, not logits
   bool device_token_bitmask = false;     // apply_token_bitmask() works on device logits
+  bool sampled_token_feedback = false;   // sample_async / collect_sampled / embedding_fed work
   // Steps of an identical op sequence replay a captured graph (CUDA graphs): callers that can pad
   // pure-decode batches (the device-sampling path) pad them to decode_bucket() sizes and block
   // tables to a power of two, so few distinct step shapes exist.
@@ -241,6 +242,26 @@ class Backend {
   virtual Status sample(const Tensor& logits, const DeviceSamplingRow* rows, int num_rows, int32_t* out_tokens) {
     return unimplemented(name() + " has no device sampling");
   }
+  // Optional, with device sampling: overlapped steps (vLLM's async scheduling with the sampled
+  // ids fed on the device). sample_async() samples as sample() does but returns once the sampling
+  // is queued; collect_sampled() waits for the oldest such step and copies its num_rows tokens out.
+  // Until collected, those tokens also stay on the device, where the next step's embedding_fed()
+  // reads them, so the host may record and launch that step before they are back. At most two
+  // sample_async() steps are uncollected at a time; any other read-back (sample, copy_to_host,
+  // synchronize) first completes them, and their tokens are still collected in order afterwards.
+  virtual bool supports_sampled_token_feedback() const { return false; }
+  virtual Status sample_async(const Tensor& logits, const DeviceSamplingRow* rows, int num_rows) {
+    return unimplemented(name() + " cannot feed sampled tokens on the device");
+  }
+  virtual Status collect_sampled(int32_t* out_tokens) {
+    return unimplemented(name() + " cannot feed sampled tokens on the device");
+  }
+  // embedding() whose token i is row sources[i] of the latest sample_async() where sources[i] >= 0
+  // (ids[i] is then ignored), else ids[i]. Host arrays, as embedding()'s.
+  virtual void embedding_fed(const Tensor& table, const int32_t* ids, const int32_t* sources, int n, float scale,
+                             Tensor& out) {
+    KVASIR_CHECK_MSG(false, "this backend cannot feed sampled tokens on the device");
+  }
   // With device sampling: a speculative verify step. Samples every row as sample() does, then
   // keeps each request's drafts while they equal its samples (backend/draft_verify.h) and brings
   // back only the emitted tokens: out_num_emitted host [num_requests], out_tokens host [num_rows]
@@ -270,6 +291,7 @@ class Backend {
     c.kv_cache_dtype = kv_cache_dtype();
     c.device_sampling = supports_device_sampling();
     c.device_token_bitmask = supports_device_token_bitmask();
+    c.sampled_token_feedback = supports_sampled_token_feedback();
     return c;
   }
   virtual DeviceMemoryInfo memory_info() { return {}; }

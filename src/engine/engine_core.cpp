@@ -186,12 +186,17 @@ void EngineCore::loop() {
     if (scheduler_.has_unfinished_requests()) next = submit_step(folded_future);
     if (!async_scheduling_) std::swap(in_flight, next);  // fold the step just submitted
     if (in_flight.so) {
+      // Nothing newer was submitted: an executor holding this step for the next one answers now.
+      if (!next.so) executor_->flush();
       const bool ok = finish_step(in_flight);
       // Released even when the fold failed: the next step's fill must not hold its runner.
       if (folded_future.valid()) folded.set_value();
       in_flight = InFlight{};
       if (!ok) {
-        if (next.so) next.result.wait();  // let the executor finish with it before the loop ends
+        if (next.so) {  // let the executor finish with it before the loop ends
+          executor_->flush();
+          next.result.wait();
+        }
         break;
       }
     }
@@ -199,7 +204,10 @@ void EngineCore::loop() {
     if (!in_flight.so && !scheduler_.has_unfinished_requests()) publish_stats(scheduler_.make_stats());
   }
   // Stopped with a step in flight: its results are dropped (the requests stay unfinished).
-  if (in_flight.so) in_flight.result.wait();
+  if (in_flight.so) {
+    executor_->flush();
+    in_flight.result.wait();
+  }
   for (int c = 0; c < 2; ++c) {
     const LoopTimes& t = times_[c];
     if (t.steps == 0) continue;

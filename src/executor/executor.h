@@ -34,6 +34,10 @@ class Executor {
   // After a step fails, every later step fails with the same Status without running.
   virtual StepFuture execute(std::shared_ptr<const SchedulerOutput> so, GrammarBitmaskFuture bitmask) = 0;
   StepFuture execute(std::shared_ptr<const SchedulerOutput> so) { return execute(std::move(so), {}); }
+  // The caller will wait for every step it has submitted before it submits another: an executor
+  // that holds a step back to start the next one first (overlapped steps) answers it now. A
+  // caller that never flushes still gets every answer, later.
+  virtual void flush() {}
 };
 
 // What runs a step on one device: the ModelRunner (RunnerWorker) or a test's fake. Called from
@@ -42,6 +46,13 @@ class Worker {
  public:
   virtual ~Worker() = default;
   virtual StepResult execute_model(const SchedulerOutput& so, const GrammarBitmaskFuture& bitmask) = 0;
+  // Overlapped steps (ModelRunner::launch / finish): launch_model starts a step, finish_model
+  // answers the oldest launched one. Only where overlaps() says so.
+  virtual bool overlaps() const { return false; }
+  virtual Status launch_model(const SchedulerOutput& so, const GrammarBitmaskFuture& bitmask) {
+    return unimplemented("this worker runs each step to its end");
+  }
+  virtual StepResult finish_model() { return unimplemented("this worker runs each step to its end"); }
 };
 
 }  // namespace kvasir

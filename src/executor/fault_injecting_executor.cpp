@@ -27,6 +27,8 @@ StepFuture FaultInjectingExecutor::execute(std::shared_ptr<const SchedulerOutput
   if (fault.empty()) return inner_->execute(std::move(so), std::move(bitmask));
   // Steps already queued on the inner executor still finish first: the caller waits for futures
   // in submission order, so the failure lands where a device failure in this step would.
+  // Nothing more reaches the inner executor: it answers any step it holds back now.
+  inner_->flush();
   std::promise<StepResult> failed;
   failed.set_value(internal_error(fault));
   return failed.get_future();

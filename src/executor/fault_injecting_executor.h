@@ -29,6 +29,7 @@ class FaultInjectingExecutor : public Executor {
 
   using Executor::execute;
   StepFuture execute(std::shared_ptr<const SchedulerOutput> so, GrammarBitmaskFuture bitmask) override;
+  void flush() override { inner_->flush(); }
   int64_t num_submitted() const { return num_submitted_.load(); }
 
  private:

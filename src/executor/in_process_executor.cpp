@@ -3,7 +3,9 @@
 namespace kvasir {
 
 InProcessExecutor::InProcessExecutor(std::unique_ptr<Worker> worker, Mode mode) : worker_(std::move(worker)) {
-  if (mode == Mode::kWorkerThread) thread_ = std::thread([this] { loop(); });
+  if (mode == Mode::kWorkerThread) {
+    thread_ = worker_->overlaps() ? std::thread([this] { loop_overlapped(); }) : std::thread([this] { loop(); });
+  }
 }
 
 InProcessExecutor::~InProcessExecutor() {
@@ -30,8 +32,54 @@ StepResult InProcessExecutor::run(const Job& job) {
   return r;
 }
 
+void InProcessExecutor::flush() {
+  if (thread_.joinable() && worker_->overlaps()) jobs_.push(Job{});
+}
+
 void InProcessExecutor::loop() {
-  while (auto job = jobs_.pop()) job->result.set_value(run(*job));
+  while (auto job = jobs_.pop()) {
+    if (job->so) job->result.set_value(run(*job));
+  }
+}
+
+void InProcessExecutor::finish_oldest(std::deque<Job>& launched) {
+  Job& job = launched.front();
+  StepResult r = failed_.ok() ? worker_->finish_model() : StepResult(failed_);
+  if (!r.ok() && failed_.ok()) failed_ = r.status();
+  job.result.set_value(std::move(r));
+  launched.pop_front();
+}
+
+// Launch step N+1, then answer step N: the worker reads N's tokens back while N+1 computes.
+void InProcessExecutor::loop_overlapped() {
+  std::deque<Job> launched;
+  for (;;) {
+    std::optional<Job> job = launched.empty() ? jobs_.pop() : jobs_.pop_for(kHoldLimit);
+    if (!job) {
+      if (launched.empty()) return;  // closed and drained
+      finish_oldest(launched);        // nothing came (or closed): answer what is held
+      continue;
+    }
+    if (!job->so) {  // flush: the caller waits for everything submitted
+      while (!launched.empty()) finish_oldest(launched);
+      continue;
+    }
+    if (!failed_.ok()) {
+      while (!launched.empty()) finish_oldest(launched);
+      job->result.set_value(failed_);
+      continue;
+    }
+    const Status s = worker_->launch_model(*job->so, job->bitmask);
+    if (!s.ok()) {
+      // The runner's state is unspecified now: what was launched before fails with this step.
+      failed_ = s;
+      while (!launched.empty()) finish_oldest(launched);
+      job->result.set_value(s);
+      continue;
+    }
+    launched.push_back(std::move(*job));
+    if (launched.size() > 1) finish_oldest(launched);
+  }
 }
 
 }  // namespace kvasir

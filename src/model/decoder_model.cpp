@@ -371,10 +371,18 @@ Status DecoderModel::run_layers(const ForwardBatch& batch, KvCache& cache) {
   return Status();
 }
 
+bool DecoderModel::feeds_sampled_tokens() const {
+  // A vocabulary-sharded embedding maps ids on the host; a later pipeline stage has no embedding.
+  return backend_.capabilities().sampled_token_feedback && !sharded() && opts_.pp.size <= 1;
+}
+
 Status DecoderModel::embed(const ForwardBatch& batch, int row) {
   Workspace& w = *ws_;
   const int T = batch.num_tokens;
   Tensor x = w.x.slice_rows(row, T);
+  if (batch.input_id_sources != nullptr && !feeds_sampled_tokens()) {
+    return internal_error("a step with device-fed token ids on a model that cannot feed them");
+  }
   if (sharded()) {
     // Ids outside this rank's vocabulary rows embed as its zero row; the all-reduce adds the one
     // rank's real row to zeros, which is exact.
@@ -385,6 +393,11 @@ Status DecoderModel::embed(const ForwardBatch& batch, int row) {
     }
     backend_.embedding(embed_, w.local_ids.data(), T, static_cast<float>(config_.embedding_scale), x);
     return all_reduce(x);
+  }
+  if (batch.input_id_sources != nullptr) {
+    backend_.embedding_fed(embed_, batch.input_ids, batch.input_id_sources, T,
+                           static_cast<float>(config_.embedding_scale), x);
+    return Status();
   }
   backend_.embedding(embed_, batch.input_ids, T, static_cast<float>(config_.embedding_scale), x);
   return Status();

@@ -66,6 +66,8 @@ class DecoderModel {
   StatusOr<Tensor> compute_logits_on_device(const int32_t* rows, int num_rows);
   int max_num_logits() const { return opts_.max_num_logits; }
   Backend& backend() { return backend_; }
+  // Whether a batch may carry input_id_sources (ids the previous step sampled, still on the device).
+  bool feeds_sampled_tokens() const;
 
   // EAGLE-3 (model/draft_heads/eagle3_head.h): from now on every run_layers keeps the residual stream entering
   // each of `layers` (vLLM's aux hidden states: layer i's input, i.e. layer i - 1's output; sorted,

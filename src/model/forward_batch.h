@@ -12,6 +12,10 @@ namespace kvasir {
 struct ForwardBatch {
   int num_tokens = 0;
   const int32_t* input_ids = nullptr;  // [num_tokens]
+  // Overlapped steps (Backend::sample_async): per token, the row of the previous step's device
+  // samples that holds its id (input_ids[i] is then a stand-in), or -1; null when every id is in
+  // input_ids. Only where DecoderModel::feeds_sampled_tokens().
+  const int32_t* input_id_sources = nullptr;
   const int32_t* positions = nullptr;  // [num_tokens]
   AttentionMetadata attn;              // sequences, block tables, slot mapping
   int num_logits = 0;

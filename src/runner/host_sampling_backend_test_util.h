@@ -7,6 +7,7 @@
 #pragma once
 
 #include <algorithm>
+#include <deque>
 #include <memory>
 #include <span>
 #include <string>
@@ -21,9 +22,10 @@ namespace kvasir {
 class HostSamplingBackend final : public Backend {
  public:
   // pad_decode_batches: what capabilities().decode_batch_buckets says (a graph-replaying device's
-  // padded decode shapes, or not).
-  explicit HostSamplingBackend(int32_t vocab, bool pad_decode_batches = true)
-      : vocab_(vocab), pad_decode_batches_(pad_decode_batches), sampler_(vocab) {
+  // padded decode shapes, or not). feedback: it also keeps sample_async's tokens "on the device"
+  // until collected, and embeds tokens from there (overlapped steps).
+  explicit HostSamplingBackend(int32_t vocab, bool pad_decode_batches = true, bool feedback = false)
+      : vocab_(vocab), pad_decode_batches_(pad_decode_batches), feedback_(feedback), sampler_(vocab) {
     CpuBackendOptions o;
     o.num_threads = 1;
     o.precision = MatmulPrecision::kExact;
@@ -109,6 +111,37 @@ class HostSamplingBackend final : public Backend {
     std::copy(out_.sampled_token_ids.begin(), out_.sampled_token_ids.begin() + num_rows, out_tokens);
     return Status();
   }
+  bool supports_sampled_token_feedback() const override { return feedback_; }
+  // The tokens are drawn now but reach the caller only through collect_sampled; until then the
+  // latest step's stay where embedding_fed reads them.
+  Status sample_async(const Tensor& logits, const DeviceSamplingRow* rows, int num_rows) override {
+    if (!feedback_) return Backend::sample_async(logits, rows, num_rows);
+    if (uncollected_.size() >= 2) return internal_error("a third step left its tokens on the device");
+    std::vector<int32_t> tokens(static_cast<size_t>(num_rows));
+    KVASIR_RETURN_IF_ERROR(sample(logits, rows, num_rows, tokens.data()));
+    device_tokens_ = tokens;
+    uncollected_.push_back(std::move(tokens));
+    ++async_samples_;
+    return Status();
+  }
+  Status collect_sampled(int32_t* out_tokens) override {
+    if (uncollected_.empty()) return internal_error("nothing to collect");
+    std::copy(uncollected_.front().begin(), uncollected_.front().end(), out_tokens);
+    uncollected_.pop_front();
+    return Status();
+  }
+  void embedding_fed(const Tensor& t, const int32_t* ids, const int32_t* sources, int n, float scale,
+                     Tensor& out) override {
+    KVASIR_CHECK(feedback_);
+    fed_ids_.assign(ids, ids + n);
+    for (int i = 0; i < n; ++i) {
+      if (sources[i] < 0) continue;
+      KVASIR_CHECK_MSG(static_cast<size_t>(sources[i]) < device_tokens_.size(), "fed from a row the last step did not sample");
+      fed_ids_[static_cast<size_t>(i)] = device_tokens_[static_cast<size_t>(sources[i])];
+      ++fed_tokens_;
+    }
+    cpu_->embedding(t, fed_ids_.data(), n, scale, out);
+  }
   Status sample_and_verify(const Tensor& logits, const DeviceSamplingRow* rows, int num_rows,
                            const DraftVerifyRow* requests, int num_requests, const int32_t* drafts, int num_draft_tokens,
                            int32_t* out_tokens, int32_t* out_num_emitted) override {
@@ -119,12 +152,16 @@ class HostSamplingBackend final : public Backend {
   }
 
   int verify_steps_ = 0, pure_decode_verify_steps_ = 0;
+  int64_t async_samples_ = 0, fed_tokens_ = 0;  // feedback: steps left on the "device", ids fed from it
   int64_t pure_decode_attention_calls_ = 0, other_attention_calls_ = 0;
 
  private:
   std::unique_ptr<CpuBackend> cpu_;
   int32_t vocab_;
   bool pad_decode_batches_;
+  bool feedback_;
+  std::deque<std::vector<int32_t>> uncollected_;
+  std::vector<int32_t> device_tokens_, fed_ids_;
   Sampler sampler_;
   std::unique_ptr<Sampler> other_;
   size_t other_vocab_ = 0;

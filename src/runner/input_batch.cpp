@@ -9,6 +9,11 @@ const CachedRequestState* InputBatch::find(const std::string& req_id) const {
   return it == requests_.end() ? nullptr : &it->second;
 }
 
+CachedRequestState* InputBatch::find(const std::string& req_id) {
+  const auto it = requests_.find(req_id);
+  return it == requests_.end() ? nullptr : &it->second;
+}
+
 Status InputBatch::apply_new(const NewRequestData& d) {
   if (requests_.count(d.req_id) != 0) return internal_error("new request " + d.req_id + " is already held");
   CachedRequestState r;
@@ -69,7 +74,7 @@ Status InputBatch::schedule(const std::string& req_id, int32_t n, const std::vec
   }
   const auto num_known = static_cast<int32_t>(r.tokens.size());
   // With async scheduling the step may compute a token sampled by the step before; the runner
-  // executes steps in order, so it has appended that token by now.
+  // executes steps in order, so it has appended that token (or its placeholder) by now.
   if (n <= 0 || start + n > num_known) return internal_error("request " + req_id + " is scheduled past its known tokens");
   if ((start + n + block_size_ - 1) / block_size_ > static_cast<int32_t>(r.block_ids.size())) {
     return internal_error("block table too short for " + req_id);

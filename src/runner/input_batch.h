@@ -63,6 +63,7 @@ class InputBatch {
   static void finish_verify(CachedRequestState& state, int num_drafts, std::span<const TokenId> emitted);
 
   const CachedRequestState* find(const std::string& req_id) const;
+  CachedRequestState* find(const std::string& req_id);
   size_t size() const { return requests_.size(); }
   int block_size() const { return block_size_; }
 

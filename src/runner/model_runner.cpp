@@ -49,6 +49,12 @@ ModelRunner::~ModelRunner() {
                     static_cast<long long>(verify_steps_[kVerifyOneQueryRows]),
                     static_cast<long long>(verify_steps_[kVerifyDevice]), static_cast<long long>(verify_steps_[kVerifyHost]));
   }
+  if (async_steps_ > 0) {
+    KVASIR_LOG_INFO("overlapped steps: %lld of %lld device-sampled steps were launched before the previous step's "
+                    "tokens were back; %lld left their tokens on the device, %lld read them back at once",
+                    static_cast<long long>(overlapped_steps_), static_cast<long long>(async_steps_ + read_back_steps_),
+                    static_cast<long long>(async_steps_), static_cast<long long>(read_back_steps_));
+  }
   if (bitmask_steps_ > 0) {
     KVASIR_LOG_INFO("grammar masks: the runner waited %.3f ms per step on average over %lld steps",
                     bitmask_wait_us_ / 1000.0 / static_cast<double>(bitmask_steps_), static_cast<long long>(bitmask_steps_));
@@ -98,9 +104,10 @@ bool ModelRunner::all_rows_decode_or_verify() const {
   return true;
 }
 
-Status ModelRunner::build_batch(bool pad_for_device) {
+Status ModelRunner::build_batch(bool pad_for_device, bool feed) {
   rows_.clear();
-  input_ids_.clear(), positions_.clear(), slot_mapping_.clear(), query_start_loc_.assign(1, 0);
+  input_ids_.clear(), input_id_sources_.clear(), positions_.clear(), slot_mapping_.clear(), query_start_loc_.assign(1, 0);
+  bool any_fed = false;
   seq_lens_.clear(), sample_rows_.clear(), prompt_rows_.clear(), prompt_targets_.clear();
   seq_rows_.clear(), verify_rows_.clear();
   const int bs = config_.block_size;
@@ -117,7 +124,17 @@ Status ModelRunner::build_batch(bool pad_for_device) {
     ScheduledRow row{s.req_id, &r, n, static_cast<int32_t>(input_ids_.size())};
     row.start = start;
     for (int32_t p = start; p < start + n; ++p) {
-      input_ids_.push_back(r.tokens[static_cast<size_t>(p)]);
+      const TokenId t = r.tokens[static_cast<size_t>(p)];
+      if (is_placeholder(t)) {
+        // Sampled by the step before, still on the device: the embedding reads it there.
+        if (!feed) return internal_error("request " + *s.req_id + " computes a token that is not back from the device");
+        input_ids_.push_back(0);
+        input_id_sources_.push_back(placeholder_row(t));
+        any_fed = true;
+      } else {
+        input_ids_.push_back(t);
+        input_id_sources_.push_back(-1);
+      }
       positions_.push_back(p);
       slot_mapping_.push_back(int64_t{r.block_ids[static_cast<size_t>(p / bs)]} * bs + p % bs);
       if (one_query_rows) {
@@ -167,6 +184,7 @@ Status ModelRunner::build_batch(bool pad_for_device) {
       for (size_t i = num_real_seqs; i < num_seqs; ++i) {
         sample_rows_.push_back(static_cast<int32_t>(input_ids_.size()));
         input_ids_.push_back(0);
+        input_id_sources_.push_back(-1);
         positions_.push_back(0);
         slot_mapping_.push_back(-1);
         query_start_loc_.push_back(static_cast<int32_t>(input_ids_.size()));
@@ -182,6 +200,7 @@ Status ModelRunner::build_batch(bool pad_for_device) {
   batch_ = ForwardBatch{};
   batch_.num_tokens = static_cast<int>(input_ids_.size());
   batch_.input_ids = input_ids_.data();
+  batch_.input_id_sources = any_fed ? input_id_sources_.data() : nullptr;
   batch_.positions = positions_.data();
   batch_.attn.num_seqs = static_cast<int>(num_seqs);
   batch_.attn.num_tokens = batch_.num_tokens;
@@ -255,7 +274,7 @@ Status ModelRunner::collect_bitmask_rows(const GrammarBitmaskFuture& bitmask) {
   return Status();
 }
 
-Status ModelRunner::sample_on_device(const GrammarBitmaskFuture& bitmask) {
+Status ModelRunner::sample_on_device(const GrammarBitmaskFuture& bitmask, bool async) {
   const int n = static_cast<int>(sample_rows_.size());
   device_rows_.assign(static_cast<size_t>(n), DeviceSamplingRow{});  // padding rows: greedy
   verify_rows_.clear(), verify_drafts_.clear();
@@ -293,8 +312,10 @@ Status ModelRunner::sample_on_device(const GrammarBitmaskFuture& bitmask) {
   sampler_out_.sampled_token_ids.resize(static_cast<size_t>(n));
   if (!any_drafts) {
     verify_rows_.clear();  // a plain step: every sampled row is its request's token
+    if (async) return model_.backend().sample_async(logits, device_rows_.data(), n);
     return model_.backend().sample(logits, device_rows_.data(), n, sampler_out_.sampled_token_ids.data());
   }
+  if (async) return internal_error("a verify step cannot leave its tokens on the device");
   verify_num_emitted_.resize(verify_rows_.size());
   return model_.backend().sample_and_verify(logits, device_rows_.data(), n, verify_rows_.data(),
                                             static_cast<int>(verify_rows_.size()), verify_drafts_.data(),
@@ -360,6 +381,67 @@ void ModelRunner::propose_drafts(ModelRunnerOutput& result, const std::unordered
 }
 
 StatusOr<ModelRunnerOutput> ModelRunner::execute(const SchedulerOutput& so, const GrammarBitmaskFuture& bitmask) {
+  KVASIR_CHECK_MSG(launched_.empty(), "execute() with steps launched and not finished");
+  KVASIR_RETURN_IF_ERROR(launch(so, bitmask));
+  return finish();
+}
+
+int ModelRunner::num_uncollected() const {
+  int n = 0;
+  for (const LaunchedStep& s : launched_) n += s.on_device ? 1 : 0;
+  return n;
+}
+
+Status ModelRunner::collect_oldest() {
+  for (LaunchedStep& step : launched_) {
+    if (!step.on_device) continue;
+    collected_.resize(static_cast<size_t>(step.num_sample_rows));
+    KVASIR_RETURN_IF_ERROR(model_.backend().collect_sampled(collected_.data()));
+    for (const LaunchedStep::Sampled& s : step.sampled) {
+      RunnerRequestOutput& out = step.result.outputs[static_cast<size_t>(s.output)];
+      const TokenId tok = collected_[static_cast<size_t>(s.logits_row)];
+      out.sampled_token_ids.assign(1, tok);
+      // Gone when a later step's diff finished it (an abort); preempted ones keep their tokens.
+      CachedRequestState* r = input_batch_.find(out.req_id);
+      if (r == nullptr) continue;
+      const auto at = static_cast<size_t>(s.token_index);
+      if (at >= r->tokens.size() || !is_placeholder(r->tokens[at]) || placeholder_row(r->tokens[at]) != s.logits_row) {
+        return internal_error("request " + out.req_id + " lost the place of a token sampled on the device");
+      }
+      r->tokens[at] = tok;
+    }
+    step.on_device = false;
+    step.sampled.clear();
+    return Status();
+  }
+  return Status();
+}
+
+bool ModelRunner::may_feed(const SchedulerOutput& so, bool on_device) const {
+  // A grammar row's mask waits for the engine to fold the step before, which waits for this
+  // runner to answer it: the step before must be collected first. Drafts come from known tokens.
+  if (!config_.overlap_steps || !on_device || !so.structured_output_req_ids.empty()) return false;
+  if (proposer_ || eagle_ || !model_.feeds_sampled_tokens()) return false;
+  return std::none_of(scheduled_.begin(), scheduled_.end(), [](const ScheduledRequest& s) { return s.num_drafts > 0; });
+}
+
+Status ModelRunner::launch(const SchedulerOutput& so, const GrammarBitmaskFuture& bitmask) {
+  // Only the newest step's tokens may stand as placeholders when a step is built.
+  while (num_uncollected() > 1) KVASIR_RETURN_IF_ERROR(collect_oldest());
+  LaunchedStep& step = launched_.emplace_back();
+  return launch_step(so, bitmask, step);
+}
+
+StatusOr<ModelRunnerOutput> ModelRunner::finish() {
+  if (launched_.empty()) return internal_error("finish() without a launched step");
+  if (launched_.front().on_device) KVASIR_RETURN_IF_ERROR(collect_oldest());
+  ModelRunnerOutput result = std::move(launched_.front().result);
+  launched_.pop_front();
+  return result;
+}
+
+Status ModelRunner::launch_step(const SchedulerOutput& so, const GrammarBitmaskFuture& bitmask, LaunchedStep& step) {
+  ModelRunnerOutput& result = step.result;
   const auto t_enter = Clock::now();
   if (proposer_) {
     for (const std::string& id : so.finished_req_ids) proposer_->finish_request(id);
@@ -370,18 +452,48 @@ StatusOr<ModelRunnerOutput> ModelRunner::execute(const SchedulerOutput& so, cons
     for (const std::string& id : so.preempted_req_ids) eagle_->preempt_request(id);
   }
   KVASIR_RETURN_IF_ERROR(input_batch_.apply(so, &scheduled_));
-  ModelRunnerOutput result;
-  if (scheduled_.empty()) return result;
+  if (scheduled_.empty()) return Status();
   const bool on_device = can_sample_on_device(so);
+  const bool feed = may_feed(so, on_device);
+  // The earlier step's tokens are needed on the host (or its answer by the engine) first.
+  if (!feed) {
+    while (num_uncollected() > 0) KVASIR_RETURN_IF_ERROR(collect_oldest());
+  }
   // Bucket padding needs the device-sampling path (padding rows are sampled there and dropped).
-  KVASIR_RETURN_IF_ERROR(build_batch(on_device && caps_.decode_batch_buckets));
-  if (batch_.num_tokens == 0) return result;
+  KVASIR_RETURN_IF_ERROR(build_batch(on_device && caps_.decode_batch_buckets, feed));
+  if (batch_.num_tokens == 0) return Status();
   KVASIR_RETURN_IF_ERROR(model_.run_layers(batch_, cache_));
   if (on_device) {
+    // A plain step's tokens may stay on the device (its read-back then overlaps the next step)
+    // where the next step can read them there: the same conditions as feeding, but for grammar
+    // rows, whose masks are filled before this step samples.
+    const bool async = !sample_rows_.empty() && config_.overlap_steps && !proposer_ && !eagle_ &&
+                       model_.feeds_sampled_tokens() &&
+                       std::none_of(rows_.begin(), rows_.end(), [](const ScheduledRow& r) { return r.num_drafts > 0; });
+    if (batch_.input_id_sources != nullptr) ++overlapped_steps_;
     // A step that samples nothing still ends here: the backend may hold recorded work that
     // reads this step's host arrays.
-    if (!sample_rows_.empty()) KVASIR_RETURN_IF_ERROR(sample_on_device(bitmask));
+    if (!sample_rows_.empty()) KVASIR_RETURN_IF_ERROR(sample_on_device(bitmask, async));
     else model_.backend().synchronize();
+    if (async) {
+      ++async_steps_;
+      step.on_device = true;
+      step.num_sample_rows = static_cast<int32_t>(sample_rows_.size());
+      result.outputs.reserve(rows_.size());
+      for (const auto& row : rows_) {
+        RunnerRequestOutput& out = result.outputs.emplace_back();
+        out.req_id = *row.req_id;
+        if (row.logits_row < 0) continue;
+        step.sampled.push_back(LaunchedStep::Sampled{static_cast<int32_t>(result.outputs.size() - 1), row.logits_row,
+                                                     static_cast<int32_t>(row.req->tokens.size())});
+        InputBatch::append_sampled(*row.req, -(row.logits_row + 1));
+      }
+      StepTimes& t = device_times_[bitmask.valid()];
+      ++t.steps;
+      t.record_us += std::chrono::duration<double, std::micro>(t_submitted_ - t_enter).count();
+      return Status();
+    }
+    if (!sample_rows_.empty()) ++read_back_steps_;
     const auto t_sampled = Clock::now();
     result.outputs.reserve(rows_.size());
     // A verify step's tokens come back packed per sampling request (verify_rows_ order).
@@ -412,7 +524,7 @@ StatusOr<ModelRunnerOutput> ModelRunner::execute(const SchedulerOutput& so, cons
       t.sample_us += std::chrono::duration<double, std::micro>(t_sampled - t_submitted_).count();
     }
     propose_drafts(result, so.num_drafts_to_propose);
-    return result;
+    return Status();
   }
   KVASIR_RETURN_IF_ERROR(compute_logits(sample_rows_, sample_logits_));
   if (!prompt_rows_.empty()) {
@@ -488,7 +600,7 @@ StatusOr<ModelRunnerOutput> ModelRunner::execute(const SchedulerOutput& so, cons
     result.outputs.push_back(std::move(out));
   }
   propose_drafts(result, so.num_drafts_to_propose);
-  return result;
+  return Status();
 }
 
 }  // namespace kvasir

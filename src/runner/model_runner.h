@@ -7,6 +7,7 @@
 
 #include <chrono>
 #include <cstdint>
+#include <deque>
 #include <memory>
 #include <string>
 #include <vector>
@@ -28,6 +29,11 @@ struct RunnerConfig {
   std::vector<int32_t> eos_token_ids;
   int max_num_seqs = 256;       // largest decode batch padded to a CUDA-graph bucket
   bool device_sampling = true;  // sample on the device when the backend can and no row needs the host
+  // Overlapped steps (launch / finish): a device-sampled step is launched with the previous
+  // step's sampled ids read on the device, before they are back on the host, where the backend
+  // and the model can (DecoderModel::feeds_sampled_tokens). Off: every step is read back before
+  // the next one is recorded.
+  bool overlap_steps = false;
   // Speculative decoding: the runner proposes drafts after each sampled step (method set) and
   // verifies the drafts the scheduler sends back: on the device (Backend::sample_and_verify) when
   // every row of the step can be sampled there, else on the host sampling path.
@@ -54,10 +60,44 @@ class ModelRunner {
 
   // `bitmask`: the grammar rows of so.structured_output_req_ids, awaited right before sampling
   // (the forward pass runs meanwhile); invalid when no row of the step has a grammar.
+  // launch() + finish(), with no step launched before.
   StatusOr<ModelRunnerOutput> execute(const SchedulerOutput& so, const GrammarBitmaskFuture& bitmask = {});
+  // The same in two parts, so a step can start before the previous one is answered: launch()
+  // records and starts the step; finish() answers the oldest launched step, in launch order.
+  // With overlap_steps, a device-sampled step is left on the device at launch (its tokens stay
+  // unknown on the host until finish), and the next step launched reads them there. A step that
+  // cannot (it needs the host sampler, grammar masks or drafts) first completes the earlier one.
+  // After an error the runner's state is unspecified: no further step may run.
+  Status launch(const SchedulerOutput& so, const GrammarBitmaskFuture& bitmask = {});
+  StatusOr<ModelRunnerOutput> finish();
+  int num_launched() const { return static_cast<int>(launched_.size()); }
+  bool overlaps_steps() const { return config_.overlap_steps; }
   int num_cached_requests() const { return static_cast<int>(input_batch_.size()); }
 
  private:
+  // A launched step not yet answered: its output, complete, or (on_device) still missing the
+  // tokens of its sampling rows, which stand in the requests' tokens as placeholders until then.
+  struct LaunchedStep {
+    ModelRunnerOutput result;
+    bool on_device = false;
+    struct Sampled {
+      int32_t output;       // index in result.outputs
+      int32_t logits_row;   // row of the step's samples
+      int32_t token_index;  // where its placeholder stands in the request's tokens
+    };
+    std::vector<Sampled> sampled;
+    int32_t num_sample_rows = 0;
+  };
+  // A token sampled by an uncollected step: -(row + 1) of that step's samples.
+  static constexpr bool is_placeholder(TokenId t) { return t < 0; }
+  static constexpr int32_t placeholder_row(TokenId t) { return -t - 1; }
+  Status launch_step(const SchedulerOutput& so, const GrammarBitmaskFuture& bitmask, LaunchedStep& step);
+  // Steps whose tokens are still on the device, oldest first (at most two).
+  int num_uncollected() const;
+  // Brings the oldest uncollected step's tokens back into its output and the requests' tokens.
+  Status collect_oldest();
+  // Whether this step (applied) may be launched while an earlier one is uncollected.
+  bool may_feed(const SchedulerOutput& so, bool on_device) const;
   struct ScheduledRow {
     const std::string* req_id;
     CachedRequestState* req;
@@ -73,11 +113,13 @@ class ModelRunner {
 
   // pad_for_device: pad pure-decode batches to a bucket size and block tables to a power of two,
   // so a device backend sees few distinct step shapes (each replayed as one CUDA graph).
-  Status build_batch(bool pad_for_device);
+  // feed: placeholders of the previous step's tokens become input_id_sources (else one is an error).
+  Status build_batch(bool pad_for_device, bool feed);
   bool can_sample_on_device(const SchedulerOutput& so) const;
   // Every scheduled request computes only its last known token and its drafts, and samples.
   bool all_rows_decode_or_verify() const;
-  Status sample_on_device(const GrammarBitmaskFuture& bitmask);
+  // async: a plain step's tokens stay on the device (Backend::sample_async), collected later.
+  Status sample_on_device(const GrammarBitmaskFuture& bitmask, bool async);
   // Waits for the step's bitmask and lists, per grammar row, the sampling-logits row it masks.
   Status collect_bitmask_rows(const GrammarBitmaskFuture& bitmask);
   Status compute_logits(const std::vector<int32_t>& rows, std::vector<float>& out);
@@ -114,7 +156,12 @@ class ModelRunner {
   // the host sampler, a grammar, or more rows than the logits workspace).
   enum { kVerifyOneQueryRows, kVerifyDevice, kVerifyHost, kNumVerifyPaths };
   int64_t verify_steps_[kNumVerifyPaths] = {};
-  std::vector<int32_t> input_ids_, positions_, query_start_loc_, seq_lens_, block_tables_;
+  std::vector<int32_t> input_ids_, input_id_sources_, positions_, query_start_loc_, seq_lens_, block_tables_;
+  std::deque<LaunchedStep> launched_;
+  std::vector<int32_t> collected_;  // an uncollected step's samples, brought back
+  // Device-sampled steps by how they ended: launched with the previous step's tokens fed on the
+  // device (its read-back overlapped), left on the device but not overlapped, read back at once.
+  int64_t overlapped_steps_ = 0, async_steps_ = 0, read_back_steps_ = 0;
   std::vector<int64_t> slot_mapping_;
   std::vector<int32_t> sample_rows_, prompt_rows_, prompt_targets_;
   std::vector<float> sample_logits_, prompt_logits_;
