@@ -7,6 +7,7 @@
 // need the host sampler, and the overlapped path must actually have run.
 #include <gtest/gtest.h>
 
+#include <cctype>
 #include <memory>
 #include <string>
 #include <vector>
@@ -201,6 +202,37 @@ TEST_F(OverlappedSteps, StopsAbortsAndHostSampledRows) {
   EXPECT_LE(overlapped.outputs[4].size(), 3u);
   EXPECT_TRUE(overlapped.aborted[7] && overlapped.aborted[9]);
   EXPECT_GT(overlapped.fed_tokens, 0);
+}
+
+// Grammar rows: their masks wait for the engine's fold of the step before, so a step with one is
+// launched only after the step before is answered (else runner and engine would wait on each
+// other). Constrained and free requests share the batch; all must match the read-back loop.
+TEST_F(OverlappedSteps, GrammarRowsWaitForTheStepBefore) {
+  std::vector<Request> rs = mixed_requests(8, 0.0f);
+  const GenerateRun free_run = generate(*lm_, LoopSetup{.overlap = false}, rs);
+  std::string text;
+  for (const auto& o : free_run.outputs) text += lm_->tokenizer->decode(o, true);
+  char forbidden = 0;
+  for (char c : text) {
+    if (std::isalnum(static_cast<unsigned char>(c))) {
+      forbidden = c;
+      break;
+    }
+  }
+  ASSERT_NE(forbidden, 0) << "free outputs have no letter or digit to forbid: " << text;
+  for (const int i : {0, 3, 5}) {
+    StructuredOutputSpec spec;
+    spec.kind = StructuredOutputSpec::Kind::kRegex;
+    spec.text = std::string("[^") + forbidden + "]{64,256}";
+    rs[static_cast<size_t>(i)].params.structured_outputs = spec;
+  }
+  const GenerateRun read_back = generate(*lm_, LoopSetup{.overlap = false}, rs);
+  const GenerateRun overlapped = generate(*lm_, LoopSetup{}, rs);
+  EXPECT_NE(read_back.outputs, free_run.outputs) << "the grammar changed nothing: nothing was tested";
+  expect_same_outputs(overlapped, read_back, rs);
+  for (const int i : {0, 3, 5}) {
+    EXPECT_EQ(lm_->tokenizer->decode(overlapped.outputs[static_cast<size_t>(i)], true).find(forbidden), std::string::npos);
+  }
 }
 
 }  // namespace

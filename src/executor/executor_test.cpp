@@ -6,6 +6,7 @@
 #include <chrono>
 #include <condition_variable>
 #include <cstdlib>
+#include <future>
 #include <mutex>
 #include <thread>
 #include <vector>
@@ -160,6 +161,108 @@ TEST(FaultInjectingExecutorTest, EnvSwitchWrapsOnlyForANonNegativeInteger) {
   ASSERT_NE(dynamic_cast<FaultInjectingExecutor*>(wrapped.get()), nullptr);
   EXPECT_FALSE(wrapped->execute(step("a")).get().ok());
   EXPECT_TRUE(s.ran.empty());
+}
+
+// An overlapping worker: records launches and finishes as "L<id>" / "F<id>", in order, and
+// answers each step with its id.
+class OverlapWorker : public Worker {
+ public:
+  struct Shared {
+    std::mutex mu;
+    std::vector<std::string> events;
+    std::string fail_launch;
+  };
+  explicit OverlapWorker(Shared* s) : s_(s) {}
+  StepResult execute_model(const SchedulerOutput&, const GrammarBitmaskFuture&) override {
+    return internal_error("an overlapping worker is launched and finished, never executed");
+  }
+  bool overlaps() const override { return true; }
+  Status launch_model(const SchedulerOutput& so, const GrammarBitmaskFuture&) override {
+    std::lock_guard<std::mutex> lock(s_->mu);
+    const std::string id = so.scheduled_new_reqs[0].req_id;
+    s_->events.push_back("L" + id);
+    if (id == s_->fail_launch) return internal_error("launch failed at " + id);
+    pending_.push_back(id);
+    return Status();
+  }
+  StepResult finish_model() override {
+    std::lock_guard<std::mutex> lock(s_->mu);
+    const std::string id = pending_.front();
+    pending_.erase(pending_.begin());
+    s_->events.push_back("F" + id);
+    ModelRunnerOutput out;
+    out.outputs.push_back(RunnerRequestOutput{id, {}, {}, {}});
+    return out;
+  }
+
+ private:
+  Shared* s_;
+  std::vector<std::string> pending_;
+};
+
+std::string answer_of(StepFuture& f) {
+  StepResult r = f.get();
+  return r.ok() ? r->outputs[0].req_id : "error: " + r.status().message();
+}
+
+// The worker launches step N+1 before it answers step N; a flush answers the step it holds.
+TEST(InProcessExecutorTest, OverlappingWorkerLaunchesTheNextStepBeforeAnsweringAndFlushAnswers) {
+  OverlapWorker::Shared s;
+  {
+    InProcessExecutor ex(std::make_unique<OverlapWorker>(&s));
+    StepFuture a = ex.execute(step("a"));
+    StepFuture b = ex.execute(step("b"));
+    EXPECT_EQ(answer_of(a), "a");
+    ex.flush();  // nothing follows b: answer it
+    EXPECT_EQ(answer_of(b), "b");
+    StepFuture c = ex.execute(step("c"));
+    ex.flush();
+    EXPECT_EQ(answer_of(c), "c");
+  }
+  const std::vector<std::string> want = {"La", "Lb", "Fa", "Fb", "Lc", "Fc"};
+  EXPECT_EQ(s.events, want);
+}
+
+// A caller that never flushes still gets its answer, after the hold limit.
+TEST(InProcessExecutorTest, OverlappingWorkerAnswersAHeldStepWithoutAFlush) {
+  OverlapWorker::Shared s;
+  InProcessExecutor ex(std::make_unique<OverlapWorker>(&s));
+  const auto t0 = std::chrono::steady_clock::now();
+  StepFuture a = ex.execute(step("a"));
+  EXPECT_EQ(answer_of(a), "a");
+  EXPECT_GE(std::chrono::steady_clock::now() - t0, InProcessExecutor::kHoldLimit);
+}
+
+// A step with grammar masks is launched only after the step before is answered (its masks wait
+// for the caller's fold of that step).
+TEST(InProcessExecutorTest, OverlappingWorkerAnswersFirstWhenTheNextStepHasGrammarMasks) {
+  OverlapWorker::Shared s;
+  {
+    InProcessExecutor ex(std::make_unique<OverlapWorker>(&s));
+    StepFuture a = ex.execute(step("a"));
+    std::promise<std::shared_ptr<const GrammarBitmask>> masks;
+    masks.set_value(std::make_shared<GrammarBitmask>());
+    StepFuture b = ex.execute(step("b"), masks.get_future().share());
+    EXPECT_EQ(answer_of(a), "a");
+    ex.flush();
+    EXPECT_EQ(answer_of(b), "b");
+  }
+  const std::vector<std::string> want = {"La", "Fa", "Lb", "Fb"};
+  EXPECT_EQ(s.events, want);
+}
+
+// A failed launch fails the held step and every later one.
+TEST(InProcessExecutorTest, OverlappingWorkerFailedLaunchFailsHeldAndLaterSteps) {
+  OverlapWorker::Shared s;
+  s.fail_launch = "b";
+  InProcessExecutor ex(std::make_unique<OverlapWorker>(&s));
+  StepFuture a = ex.execute(step("a"));
+  StepFuture b = ex.execute(step("b"));
+  StepFuture c = ex.execute(step("c"));
+  ex.flush();
+  EXPECT_EQ(answer_of(a), "error: launch failed at b");
+  EXPECT_EQ(answer_of(b), "error: launch failed at b");
+  EXPECT_EQ(answer_of(c), "error: launch failed at b");
 }
 
 }  // namespace

@@ -69,6 +69,11 @@ void InProcessExecutor::loop_overlapped() {
       job->result.set_value(failed_);
       continue;
     }
+    // A step with grammar masks waits for them before it samples, and they wait for the caller's
+    // fold of the step before: that step must be answered first.
+    if (job->bitmask.valid()) {
+      while (!launched.empty()) finish_oldest(launched);
+    }
     const Status s = worker_->launch_model(*job->so, job->bitmask);
     if (!s.ok()) {
       // The runner's state is unspecified now: what was launched before fails with this step.
