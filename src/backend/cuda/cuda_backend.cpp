@@ -86,6 +86,10 @@ CudaBackend::~CudaBackend() {
   for (auto& [views, t] : moe_tables_) cudaFree(t.table);
   if (tokens_dev_ != nullptr) cudaFree(tokens_dev_);
   if (tokens_host_ != nullptr) cudaFreeHost(tokens_host_);
+  if (async_.tokens_dev != nullptr) cudaFree(async_.tokens_dev);
+  for (int32_t* h : async_.host) {
+    if (h != nullptr) cudaFreeHost(h);
+  }
   if (gathered_ != nullptr) cudaFree(gathered_);
   comm_.reset();
   if (stream_ != nullptr) cudaStreamDestroy(stream_);
@@ -134,6 +138,10 @@ Status CudaBackend::init() {
   cuda::init_gemv_kernels();
   cuda::init_moe_kernels();
   KVASIR_CUDA_RETURN_IF_ERROR(cudaMallocHost(reinterpret_cast<void**>(&tokens_host_), 65536 * sizeof(int32_t)));
+  KVASIR_CUDA_RETURN_IF_ERROR(cudaMalloc(reinterpret_cast<void**>(&async_.tokens_dev), kMaxSampleRows * sizeof(int32_t)));
+  for (int32_t*& h : async_.host) {
+    KVASIR_CUDA_RETURN_IF_ERROR(cudaMallocHost(reinterpret_cast<void**>(&h), kMaxSampleRows * sizeof(int32_t)));
+  }
   queue_ = std::make_unique<cuda::StepQueue>(stream_, &CudaBackend::execute_op, this, opts_.enable_graphs, opts_.max_graphs,
                                                tuning_.recording.profile);
   if (opts_.tp_size > 1 || opts_.device_collectives) {

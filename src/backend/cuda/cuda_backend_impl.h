@@ -3,6 +3,7 @@
 // folder: everything else reaches the backend through cuda_backend.h.
 #pragma once
 
+#include <deque>
 #include <memory>
 #include <string>
 #include <unordered_map>
@@ -81,6 +82,12 @@ class CudaBackend final : public Backend {
   Status sample_and_verify(const Tensor& logits, const DeviceSamplingRow* rows, int num_rows,
                            const DraftVerifyRow* requests, int num_requests, const int32_t* drafts,
                            int num_draft_tokens, int32_t* out_tokens, int32_t* out_num_emitted) override;
+  // Overlapped steps (not while profiling: the per-op timings need each step waited for).
+  bool supports_sampled_token_feedback() const override { return !tuning_.recording.profile; }
+  Status sample_async(const Tensor& logits, const DeviceSamplingRow* rows, int num_rows) override;
+  Status collect_sampled(int32_t* out_tokens) override;
+  void embedding_fed(const Tensor& table, const int32_t* ids, const int32_t* sources, int n, float scale,
+                     Tensor& out) override;
   bool supports_device_token_bitmask() const override { return true; }
   Status apply_token_bitmask(Tensor& logits, const int32_t* words, int words_per_row, const int32_t* logits_rows,
                              int num_rows) override;
@@ -164,6 +171,20 @@ class CudaBackend final : public Backend {
   void* tokens_dev_ = nullptr;
   size_t tokens_cap_ = 0;
   int32_t* tokens_host_ = nullptr;
+  // Overlapped steps: sample_async's tokens stay in tokens_dev (one fixed buffer, so captured
+  // graphs and the next step's embedding name it) and come back into two pinned slots in turn.
+  static constexpr int kMaxSampleRows = 65536;
+  struct AsyncSamples {
+    int32_t* tokens_dev = nullptr;  // [kMaxSampleRows]
+    int32_t* host[2] = {};          // pinned [kMaxSampleRows] each
+    struct Pending {
+      uint64_t ticket;              // the step's StepQueue ticket
+      int slot, rows;
+    };
+    std::deque<Pending> pending;    // oldest first, at most two
+    int64_t num_issued = 0;
+    int last_rows = 0;              // rows of the latest sample_async: what embedding_fed may read
+  } async_;
   std::vector<void*> retired_;
   void* moe_scratch_ = nullptr;
   size_t moe_scratch_cap_ = 0;

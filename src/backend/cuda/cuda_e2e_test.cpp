@@ -5,6 +5,7 @@
 #include <gtest/gtest.h>
 
 #include <algorithm>
+#include <cstdlib>
 #include <random>
 
 #include "setup/loaded_model.h"
@@ -254,6 +255,33 @@ TEST(CudaEndToEnd, EngineRunsFp8DummyWeightsReproducibly) {
     EXPECT_NE(s.find("FP8 weights 21 "), std::string::npos) << "3 layers x 7 linears kept in e4m3";
   }
   EXPECT_EQ(outs[0], outs[1]);
+}
+
+// Overlapped steps on the device (async scheduling's default): each step launched with the
+// previous step's sampled ids read on the device must produce exactly what the loop that reads
+// every step back first produces (KVASIR_OVERLAP_STEPS=0), seeded sampling included.
+TEST(CudaEndToEnd, EngineOverlappedStepsEqualTheReadBackLoop) {
+  if (cuda_device_count() == 0) GTEST_SKIP() << "no CUDA device";
+  EngineArgs a = dummy_llama_args("kvasir_cuda_e2e_overlap_config.json");
+  a.seed = 5;
+  a.async_scheduling = true;
+  SamplingParams sp;
+  sp.max_tokens = 20;
+  sp.ignore_eos = true;
+  sp.temperature = 0.8f;
+  sp.top_k = 40;
+  std::vector<std::vector<int32_t>> outs[2];
+  std::string stats[2];
+  ::unsetenv("KVASIR_OVERLAP_STEPS");
+  generate_twice(a, sp, outs, stats);  // both runs overlapped
+  if (::testing::Test::HasFatalFailure()) return;
+  std::vector<std::vector<int32_t>> read_back[2];
+  ::setenv("KVASIR_OVERLAP_STEPS", "0", 1);
+  generate_twice(a, sp, read_back, stats);
+  ::unsetenv("KVASIR_OVERLAP_STEPS");
+  if (::testing::Test::HasFatalFailure()) return;
+  EXPECT_EQ(outs[0], outs[1]);
+  EXPECT_EQ(outs[0], read_back[0]);
 }
 
 }  // namespace

@@ -31,11 +31,23 @@ void CudaBackend::embedding(const Tensor& table, const int32_t* ids, int n, floa
   r.table = table.data;
   r.out = out.data;
   r.ids = queue_->stage(ids, static_cast<size_t>(n) * sizeof(int32_t));
+  r.sources = cuda::kNotStaged;
   r.num_tokens = n;
   r.hidden = table.cols();
   r.vocab = table.rows();
   r.scale = scale;
   r.table_dtype = static_cast<int32_t>(table.dtype);
+}
+
+void CudaBackend::embedding_fed(const Tensor& table, const int32_t* ids, const int32_t* sources, int n, float scale,
+                                Tensor& out) {
+  KVASIR_CHECK_MSG(async_.num_issued > 0, "embedding_fed before any sample_async");
+  for (int i = 0; i < n; ++i) KVASIR_CHECK_MSG(sources[i] < async_.last_rows, "fed from a row the last step did not sample");
+  // Stand-ins of fed tokens are 0, in range: the GGUF table's host check stays as it is.
+  embedding(table, ids, n, scale, out);
+  cuda::EmbeddingOp& r = queue_->last()->embedding;
+  r.sources = queue_->stage(sources, static_cast<size_t>(n) * sizeof(int32_t));
+  r.fed = async_.tokens_dev;
 }
 
 void CudaBackend::attention(const Tensor& q, const Tensor& k_cache, const Tensor& v_cache, const AttentionMetadata& m,
@@ -195,6 +207,40 @@ Status CudaBackend::sample(const Tensor& logits, const DeviceSamplingRow* rows, 
   return Status();
 }
 
+Status CudaBackend::sample_async(const Tensor& logits, const DeviceSamplingRow* rows, int num_rows) {
+  bind_device();
+  if (logits.dtype != DType::kF32 || !is_dev(logits) || logits.rows() < num_rows) {
+    return invalid_argument("device sampling needs float32 device logits with a row per request");
+  }
+  if (num_rows <= 0 || num_rows > kMaxSampleRows) return invalid_argument("device sampling: 1 to 65536 rows");
+  if (async_.pending.size() >= 2) return internal_error("a third step left its tokens on the device");
+  cuda::SampleOp& r = queue_->add(OpKind::kSample, true).sample;
+  r.logits = static_cast<const float*>(logits.data);
+  r.tokens = async_.tokens_dev;
+  r.params = queue_->stage(rows, static_cast<size_t>(num_rows) * sizeof(DeviceSamplingRow));
+  r.num_rows = num_rows;
+  r.vocab = logits.cols();
+  queue_->flush();
+  const int slot = async_.pending.empty() ? 0 : 1 - async_.pending.back().slot;
+  KVASIR_CUDA_CHECK(cudaMemcpyAsync(async_.host[slot], async_.tokens_dev, static_cast<size_t>(num_rows) * sizeof(int32_t),
+                                    cudaMemcpyDeviceToHost, stream_));
+  // The step ends here without a wait: the host goes on to record the next one.
+  async_.pending.push_back({queue_->end_step(), slot, num_rows});
+  ++async_.num_issued;
+  async_.last_rows = num_rows;
+  return Status();
+}
+
+Status CudaBackend::collect_sampled(int32_t* out_tokens) {
+  bind_device();
+  if (async_.pending.empty()) return internal_error("collect_sampled without an uncollected sample_async");
+  const AsyncSamples::Pending p = async_.pending.front();
+  async_.pending.pop_front();
+  queue_->complete(p.ticket);
+  std::memcpy(out_tokens, async_.host[p.slot], static_cast<size_t>(p.rows) * sizeof(int32_t));
+  return Status();
+}
+
 Status CudaBackend::sample_and_verify(const Tensor& logits, const DeviceSamplingRow* rows, int num_rows,
                                       const DraftVerifyRow* requests, int num_requests, const int32_t* drafts,
                                       int num_draft_tokens, int32_t* out_tokens, int32_t* out_num_emitted) {
@@ -335,11 +381,13 @@ void CudaBackend::execute(const OpRecord& op, const uint8_t* arena, cudaStream_t
     case OpKind::kEmbedding: {
       const cuda::EmbeddingOp& r = op.embedding;
       const auto table_dtype = static_cast<DType>(r.table_dtype);
+      const int32_t* sources = r.sources == cuda::kNotStaged ? nullptr : i32(r.sources);
       if (table_dtype == DType::kBF16) {
-        cuda::launch_embedding(r.table, i32(r.ids), static_cast<int>(r.num_tokens), r.hidden, r.vocab, r.scale, r.out, s);
+        cuda::launch_embedding(r.table, i32(r.ids), sources, r.fed, static_cast<int>(r.num_tokens), r.hidden, r.vocab,
+                               r.scale, r.out, s);
       } else {
-        cuda::launch_gguf_embedding(r.table, table_dtype, i32(r.ids), static_cast<int>(r.num_tokens), r.hidden, r.vocab,
-                                    r.scale, r.out, s);
+        cuda::launch_gguf_embedding(r.table, table_dtype, i32(r.ids), sources, r.fed, static_cast<int>(r.num_tokens),
+                                    r.hidden, r.vocab, r.scale, r.out, s);
       }
       break;
     }

@@ -257,5 +257,61 @@ TEST(CudaSampling, TokenBitmaskMatchesHost) {
   }
 }
 
+// Overlapped steps: sample_async leaves a step's tokens on the device, the next step's
+// embedding_fed reads them there (graphs of the fed step replayed), and collect_sampled brings
+// each step's tokens back in order, also after a synchronous read-back came between.
+TEST(CudaSampling, AsyncSamplesFeedTheNextEmbeddingAndComeBackInOrder) {
+  if (cuda_device_count() == 0) GTEST_SKIP() << "no CUDA device";
+  auto be = create_cuda_backend(CudaBackendOptions{});
+  ASSERT_TRUE(be.ok()) << be.status().message();
+  Backend& gpu = **be;
+  ASSERT_TRUE(gpu.capabilities().sampled_token_feedback);
+  const int vocab = 3000, d = 64, rows = 6;
+  std::mt19937 rng(5);
+  const std::vector<float> table_v = cuda_test::random_values(rng, static_cast<size_t>(vocab) * d);
+  cuda_test::DeviceTensor table(DType::kBF16, {vocab, d});
+  table.set(table_v);
+  std::vector<DeviceSamplingRow> greedy(static_cast<size_t>(rows));  // temperature 0
+  // Greedy logits whose argmax in row r is want[r].
+  auto logits_for = [&](const std::vector<int32_t>& want) {
+    std::vector<float> l(static_cast<size_t>(rows) * vocab, 0.0f);
+    for (int r = 0; r < rows; ++r) l[static_cast<size_t>(r) * vocab + static_cast<size_t>(want[static_cast<size_t>(r)])] = 9.0f;
+    return l;
+  };
+  // One logits tensor per step: a host copy into a tensor the device may still read would race
+  // (the backend's stream does not wait for the default stream).
+  cuda_test::DeviceTensor lg(DType::kF32, {rows, vocab}), lg_b(DType::kF32, {rows, vocab});
+  cuda_test::DeviceTensor emb(DType::kBF16, {4, d});
+  for (int round = 0; round < 4; ++round) {  // graphs are captured from the second sighting on
+    const std::vector<int32_t> a = {11 + round, 250, 999, 7, 2999, 1234};
+    const std::vector<int32_t> b = {3, 4 + round, 5, 6, 7, 8};
+    gpu.synchronize();  // the previous round's steps no longer read the logits
+    lg.set(logits_for(a));
+    lg_b.set(logits_for(b));
+    ASSERT_TRUE(gpu.sample_async(lg.t, greedy.data(), rows).ok());
+    // The next step, recorded before a's tokens are back: tokens 0, 2, 3 come from a's rows 4, 0, 2.
+    const std::vector<int32_t> ids = {0, 77, 0, 0}, sources = {4, -1, 0, 2};
+    gpu.embedding_fed(table.t, ids.data(), sources.data(), 4, 1.0f, emb.t);
+    ASSERT_TRUE(gpu.sample_async(lg_b.t, greedy.data(), rows).ok());
+    EXPECT_FALSE(gpu.sample_async(lg_b.t, greedy.data(), rows).ok()) << "a third uncollected step was accepted";
+    std::vector<int32_t> got(static_cast<size_t>(rows), -1);
+    ASSERT_TRUE(gpu.collect_sampled(got.data()).ok());
+    EXPECT_EQ(got, a);
+    // A synchronous read-back between two collects.
+    const std::vector<float> e = cuda_test::read_back(gpu, emb.t);
+    const std::vector<int32_t> want_ids = {a[4], 77, a[0], a[2]};
+    for (int t = 0; t < 4; ++t) {
+      for (int c = 0; c < d; ++c) {
+        ASSERT_EQ(e[static_cast<size_t>(t) * d + static_cast<size_t>(c)],
+                  table_v[static_cast<size_t>(want_ids[static_cast<size_t>(t)]) * d + static_cast<size_t>(c)])
+            << "round " << round << " token " << t;
+      }
+    }
+    ASSERT_TRUE(gpu.collect_sampled(got.data()).ok());
+    EXPECT_EQ(got, b);
+    EXPECT_FALSE(gpu.collect_sampled(got.data()).ok()) << "collected a step that was never left on the device";
+  }
+}
+
 }  // namespace
 }  // namespace kvasir

@@ -16,11 +16,13 @@ __device__ __forceinline__ float to_f(bf16 v) { return __bfloat162float(v); }
 __device__ __forceinline__ bf16 to_b(float v) { return __float2bfloat16_rn(v); }
 
 template <bool kVec>
-__global__ void embedding_kernel(const bf16* __restrict__ table, const int32_t* __restrict__ ids, int64_t d,
+__global__ void embedding_kernel(const bf16* __restrict__ table, const int32_t* __restrict__ ids,
+                                 const int32_t* __restrict__ sources, const int32_t* __restrict__ fed, int64_t d,
                                  int64_t vocab, float scale, bf16* __restrict__ out) {
   pdl_begin();
   const int64_t row = blockIdx.x;
-  int64_t id = ids[row];
+  const int32_t from = sources != nullptr ? sources[row] : -1;
+  int64_t id = from >= 0 ? fed[from] : ids[row];
   if (id < 0 || id >= vocab) id = 0;  // the model validated ids; never read outside the table
   const bf16* src = table + id * d;
   bf16* dst = out + row * d;
@@ -402,12 +404,14 @@ constexpr int kThreads = 256;
 
 }  // namespace
 
-void launch_embedding(const void* table, const int32_t* ids, int n, int64_t d, int64_t vocab, float scale, void* out,
-                      cudaStream_t s) {
+void launch_embedding(const void* table, const int32_t* ids, const int32_t* sources, const int32_t* fed, int n,
+                      int64_t d, int64_t vocab, float scale, void* out, cudaStream_t s) {
   if (n <= 0) return;
   const bool vec = d % 8 == 0 && aligned16(table) && aligned16(out);
-  if (vec) launch(embedding_kernel<true>, n, kThreads, 0, s, static_cast<const bf16*>(table), ids, d, vocab, scale, static_cast<bf16*>(out));
-  else launch(embedding_kernel<false>, n, kThreads, 0, s, static_cast<const bf16*>(table), ids, d, vocab, scale, static_cast<bf16*>(out));
+  const auto* t = static_cast<const bf16*>(table);
+  auto* o = static_cast<bf16*>(out);
+  if (vec) launch(embedding_kernel<true>, n, kThreads, 0, s, t, ids, sources, fed, d, vocab, scale, o);
+  else launch(embedding_kernel<false>, n, kThreads, 0, s, t, ids, sources, fed, d, vocab, scale, o);
   KVASIR_CUDA_LAUNCH_CHECK();
 }
 

@@ -40,12 +40,15 @@ __global__ void __launch_bounds__(kThreads) gguf_dequantize_kernel(const uint8_t
 // One CTA per token; out rows bf16(scale * value), as the bf16 table's embedding kernel.
 template <class F>
 __global__ void __launch_bounds__(kThreads) gguf_embedding_kernel(const uint8_t* __restrict__ table,
-                                                                 const int32_t* __restrict__ ids, int64_t d,
+                                                                 const int32_t* __restrict__ ids,
+                                                                 const int32_t* __restrict__ sources,
+                                                                 const int32_t* __restrict__ fed, int64_t d,
                                                                  int64_t vocab, int64_t row_bytes, float scale,
                                                                  bf16* __restrict__ out) {
   pdl_begin();
   const int64_t t = blockIdx.x;
-  int64_t id = ids[t];
+  const int32_t from = sources != nullptr ? sources[t] : -1;
+  int64_t id = from >= 0 ? fed[from] : ids[t];
   if (id < 0 || id >= vocab) id = 0;  // the backend checked the ids; never read outside the table
   const uint8_t* src = table + id * row_bytes;
   for (int64_t c = threadIdx.x; c < d / 8; c += kThreads) {
@@ -79,14 +82,15 @@ void launch_gguf_dequantize(const void* w, DType t, int64_t row0, int64_t rows, 
   KVASIR_CUDA_LAUNCH_CHECK();
 }
 
-void launch_gguf_embedding(const void* table, DType t, const int32_t* ids, int n, int64_t d, int64_t vocab, float scale,
-                           void* out, cudaStream_t s) {
+void launch_gguf_embedding(const void* table, DType t, const int32_t* ids, const int32_t* sources, const int32_t* fed,
+                           int n, int64_t d, int64_t vocab, float scale, void* out, cudaStream_t s) {
   const size_t rb = checked_row_bytes(t, d);
   KVASIR_CHECK_MSG(aligned16(table) && aligned16(out), "GGUF embedding: 16-byte aligned table and output");
   if (n <= 0) return;
   gguf::with_format(t, [&](auto f) {
     launch(gguf_embedding_kernel<decltype(f)>, static_cast<unsigned>(n), kThreads, 0, s,
-           static_cast<const uint8_t*>(table), ids, d, vocab, static_cast<int64_t>(rb), scale, static_cast<bf16*>(out));
+           static_cast<const uint8_t*>(table), ids, sources, fed, d, vocab, static_cast<int64_t>(rb), scale,
+           static_cast<bf16*>(out));
   });
   KVASIR_CUDA_LAUNCH_CHECK();
 }

@@ -52,8 +52,9 @@ void launch_gguf_mma_gemv(const void* x, const GgufProjection* proj, int num_pro
 void launch_gguf_dequantize(const void* w, DType t, int64_t row0, int64_t rows, int64_t k, void* out, Elem elem,
                             cudaStream_t s);
 
-// out[i, :] = bf16(scale * dequantize(table[ids[i], :])), table [vocab, d] in blocks of type t.
-void launch_gguf_embedding(const void* table, DType t, const int32_t* ids, int n, int64_t d, int64_t vocab, float scale,
-                           void* out, cudaStream_t s);
+// out[i, :] = bf16(scale * dequantize(table[id_i, :])), table [vocab, d] in blocks of type t; id_i
+// as launch_embedding takes it (ids, or fed[sources[i]]).
+void launch_gguf_embedding(const void* table, DType t, const int32_t* ids, const int32_t* sources, const int32_t* fed,
+                           int n, int64_t d, int64_t vocab, float scale, void* out, cudaStream_t s);
 
 }  // namespace kvasir::cuda

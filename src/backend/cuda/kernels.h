@@ -15,8 +15,10 @@ enum class Elem { kBf16, kF32 };
 inline bool aligned16(const void* p) { return (reinterpret_cast<uintptr_t>(p) & 15u) == 0; }
 
 // --- elementwise.cu ---------------------------------------------------------------------------
-void launch_embedding(const void* table, const int32_t* ids, int n, int64_t d, int64_t vocab, float scale,
-                      void* out, cudaStream_t s);
+// Token i's id is fed[sources[i]] where sources (may be null) has sources[i] >= 0, else ids[i]:
+// overlapped steps read the previous step's samples (fed) on the device.
+void launch_embedding(const void* table, const int32_t* ids, const int32_t* sources, const int32_t* fed, int n,
+                      int64_t d, int64_t vocab, float scale, void* out, cudaStream_t s);
 void launch_rms_norm(const void* x, const float* w, float eps, int64_t rows, int64_t d, void* out, cudaStream_t s);
 void launch_add_rms_norm(void* residual, const void* x, const float* w, float eps, int64_t rows, int64_t d,
                          void* out, cudaStream_t s);

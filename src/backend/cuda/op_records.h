@@ -56,6 +56,10 @@ struct EmbeddingOp {
   const void* table;      // [vocab, hidden] bf16, or GGUF blocks of type table_dtype
   void* out;              // [num_tokens, hidden] bf16
   ArenaOffset ids;        // int32 [num_tokens]
+  // Overlapped steps: int32 [num_tokens], token i is fed[sources[i]] where >= 0 (the previous
+  // step's samples, still on the device); kNotStaged and null otherwise.
+  ArenaOffset sources;
+  const int32_t* fed;
   int64_t num_tokens, hidden, vocab;
   float scale;
   int32_t table_dtype;    // DType of the table
@@ -409,7 +413,7 @@ struct OpRecord {
 
 // Padding would break the bytewise graph lookup only if written; these sizes keep every record
 // free of it (pointers and int64 first, floats in pairs).
-static_assert(sizeof(EmbeddingOp) == 56 && sizeof(LinearOp) == 56 && sizeof(GemvProjection) == 40);
+static_assert(sizeof(EmbeddingOp) == 72 && sizeof(LinearOp) == 56 && sizeof(GemvProjection) == 40);
 static_assert(sizeof(MultiGemvOp) == 4 * 8 + kGemvMaxOutputs * 40 + 3 * 8 + 8);
 static_assert(sizeof(GemvGatedOp) == 7 * 8 + 4 * 8 + 8 && sizeof(RopeOp) == 4 * 8 + 6 * 8 + 8 + 2 * 8 + 6 * 8);
 static_assert(sizeof(AttentionOp) == 11 * 8 + 13 * 8 + 8 && sizeof(OpRecord) == 8 + sizeof(MoeExpertsOp));

@@ -21,9 +21,11 @@ StepQueue::StepQueue(cudaStream_t stream, ExecuteFn fn, void* ctx, bool enable_g
   KVASIR_CUDA_CHECK(cudaMallocHost(reinterpret_cast<void**>(&host_arena_), kInitialArena));
   host_cap_ = kInitialArena;
   ensure_device_arena(kInitialArena);
-  KVASIR_CUDA_CHECK(cudaEventCreate(&ev_start_));
-  KVASIR_CUDA_CHECK(cudaEventCreate(&ev_end_[0]));
-  KVASIR_CUDA_CHECK(cudaEventCreate(&ev_end_[1]));
+  for (StepEvents& e : slots_) {
+    KVASIR_CUDA_CHECK(cudaEventCreate(&e.start));
+    KVASIR_CUDA_CHECK(cudaEventCreate(&e.end));
+  }
+  KVASIR_CUDA_CHECK(cudaEventCreateWithFlags(&arena_copied_, cudaEventDisableTiming));
   ops_.reserve(1024);
   staged_.reserve(64);
 }
@@ -32,9 +34,11 @@ StepQueue::~StepQueue() {
   clear_graphs();
   if (host_arena_ != nullptr) cudaFreeHost(host_arena_);
   if (dev_arena_ != nullptr) cudaFree(dev_arena_);
-  for (cudaEvent_t e : {ev_start_, ev_end_[0], ev_end_[1]}) {
-    if (e != nullptr) cudaEventDestroy(e);
+  for (StepEvents& e : slots_) {
+    if (e.start != nullptr) cudaEventDestroy(e.start);
+    if (e.end != nullptr) cudaEventDestroy(e.end);
   }
+  if (arena_copied_ != nullptr) cudaEventDestroy(arena_copied_);
   for (cudaEvent_t e : prof_events_) cudaEventDestroy(e);
 }
 
@@ -68,6 +72,12 @@ OpRecord& StepQueue::add(OpKind kind, bool graphable) {
 }
 
 int64_t StepQueue::stage(const void* host, size_t bytes) {
+  // A new step reuses the arena from its start: the step before (overlapped, so maybe not yet
+  // waited for) must have copied it out first. Its copy leads that step, so this rarely waits.
+  if (used_ == 0 && arena_in_flight_) {
+    KVASIR_CUDA_CHECK(cudaEventSynchronize(arena_copied_));
+    arena_in_flight_ = false;
+  }
   // The same (pointer, size) staged earlier in this step is the same array (the backend's contract:
   // host inputs stay unchanged until the next read-back), so a block table read by every layer is
   // copied once. Small arrays are also compared, and copied again if they differ: a freed array
@@ -180,10 +190,15 @@ bool StepQueue::launch(bool end_of_step) {
   const size_t cap_before = dev_cap_;
   ensure_device_arena(std::max<size_t>(used_, 1));
   if (dev_cap_ != cap_before) copied_ = 0;  // a new device arena holds nothing yet
-  if (!step_open_) KVASIR_CUDA_CHECK(cudaEventRecord(ev_start_, stream_));
+  if (!step_open_) {
+    while (next_ticket_ - completed_ >= kMaxEnded) complete_one();
+    KVASIR_CUDA_CHECK(cudaEventRecord(slots_[next_ticket_ % kSlots].start, stream_));
+  }
   if (used_ > copied_) {
     KVASIR_CUDA_CHECK(cudaMemcpyAsync(dev_arena_ + copied_, host_arena_ + copied_, used_ - copied_,
                                       cudaMemcpyHostToDevice, stream_));
+    KVASIR_CUDA_CHECK(cudaEventRecord(arena_copied_, stream_));
+    arena_in_flight_ = true;
   }
   const uint8_t* arena = dev_arena_;
   bool ran_graph = false;
@@ -220,13 +235,47 @@ bool StepQueue::launch(bool end_of_step) {
   return true;
 }
 
-void StepQueue::finish() {
-  if (!step_open_) {
-    KVASIR_CUDA_CHECK(cudaStreamSynchronize(stream_));
-    return;
+uint64_t StepQueue::end_step() {
+  if (!step_open_) return next_ticket_ == 0 ? 0 : next_ticket_ - 1;
+  StepEvents& e = slots_[next_ticket_ % kSlots];
+  KVASIR_CUDA_CHECK(cudaEventRecord(e.end, stream_));
+  e.is_graph = step_is_graph_;
+  step_open_ = false;
+  return next_ticket_++;
+}
+
+void StepQueue::complete(uint64_t ticket) {
+  while (completed_ <= ticket && completed_ < next_ticket_) complete_one();
+}
+
+// Waits for the oldest ended step and adds its device time (and the idle time before it) to the stats.
+void StepQueue::complete_one() {
+  const uint64_t t = completed_;
+  const StepEvents& e = slots_[t % kSlots];
+  KVASIR_CUDA_CHECK(cudaEventSynchronize(e.end));
+  float busy = 0.0f;
+  KVASIR_CUDA_CHECK(cudaEventElapsedTime(&busy, e.start, e.end));
+  ++stats_.steps;
+  stats_.busy_ms += busy;
+  if (e.is_graph) {
+    ++stats_.graph_steps;
+    stats_.graph_busy_ms += busy;
   }
-  const int cur = cur_end_;
-  KVASIR_CUDA_CHECK(cudaEventRecord(ev_end_[cur], stream_));
+  if (t > 0) {
+    // The step before ended in the slot behind; no step has reused it (see kSlots).
+    float idle = 0.0f;
+    KVASIR_CUDA_CHECK(cudaEventElapsedTime(&idle, slots_[(t - 1) % kSlots].end, e.start));
+    stats_.idle_ms += idle;
+    if (e.is_graph && prev_was_graph_) stats_.graph_idle_ms += idle;
+  }
+  prev_was_graph_ = e.is_graph;
+  ++completed_;
+}
+
+void StepQueue::finish() {
+  end_step();
+  while (completed_ < next_ticket_) complete_one();
+  // Copies enqueued while no step was open are behind no event.
   KVASIR_CUDA_CHECK(cudaStreamSynchronize(stream_));
   for (size_t i = 0; i < prof_pending_.size(); ++i) {
     float ms = 0.0f;
@@ -235,24 +284,6 @@ void StepQueue::finish() {
     ++prof_count_[static_cast<int>(prof_pending_[i])];
   }
   prof_pending_.clear();
-  float busy = 0.0f;
-  KVASIR_CUDA_CHECK(cudaEventElapsedTime(&busy, ev_start_, ev_end_[cur]));
-  ++stats_.steps;
-  stats_.busy_ms += busy;
-  if (step_is_graph_) {
-    ++stats_.graph_steps;
-    stats_.graph_busy_ms += busy;
-  }
-  if (have_prev_end_) {
-    float idle = 0.0f;
-    KVASIR_CUDA_CHECK(cudaEventElapsedTime(&idle, ev_end_[1 - cur], ev_start_));
-    stats_.idle_ms += idle;
-    if (step_is_graph_ && prev_was_graph_) stats_.graph_idle_ms += idle;
-  }
-  have_prev_end_ = true;
-  prev_was_graph_ = step_is_graph_;
-  cur_end_ = 1 - cur;
-  step_open_ = false;
 }
 
 }  // namespace kvasir::cuda

@@ -56,8 +56,16 @@ class StepQueue {
   // forward pass and its sampling, so the device runs meanwhile. The arena keeps growing within
   // the step, so nothing the device may still be reading is overwritten.
   bool submit();
-  // After the caller's read-back copies were enqueued: ends the step's timing and waits for it.
+  // After the caller's read-back copies were enqueued: ends the step's timing and waits for it
+  // (and for every step ended before it).
   void finish();
+  // Overlapped steps: ends the step flushed last (its read-back copies enqueued) without waiting
+  // for it; the next step may be recorded and launched behind it. Returns the step's ticket.
+  // complete(ticket) waits for that step and every step ended before it (no-op once done).
+  // At most kMaxEnded steps stay ended and unwaited: ending one more first waits for the oldest.
+  static constexpr int kMaxEnded = 2;
+  uint64_t end_step();
+  void complete(uint64_t ticket);
 
   const StepStats& stats() const { return stats_; }
   // When profiling: the device time per op kind so far (empty otherwise).
@@ -106,9 +114,21 @@ class StepQueue {
   double prof_ms_[static_cast<int>(OpKind::kNumKinds)] = {};
   int64_t prof_count_[static_cast<int>(OpKind::kNumKinds)] = {};
 
-  cudaEvent_t ev_start_ = nullptr, ev_end_[2] = {nullptr, nullptr};
-  int cur_end_ = 0;
-  bool have_prev_end_ = false, prev_was_graph_ = false, step_open_ = false, step_is_graph_ = false;
+  // Device timing, one slot per step in a ring: a step's events stay valid until the step after
+  // it has been waited for (its idle time reads this step's end), so kMaxEnded + 2 slots.
+  struct StepEvents {
+    cudaEvent_t start = nullptr, end = nullptr;
+    bool is_graph = false;
+  };
+  static constexpr int kSlots = kMaxEnded + 2;
+  StepEvents slots_[kSlots];
+  uint64_t next_ticket_ = 0;       // the open (or next) step's ticket; its slot is ticket % kSlots
+  uint64_t completed_ = 0;         // steps waited for: tickets below this
+  bool step_open_ = false, step_is_graph_ = false, prev_was_graph_ = false;
+  // The host arena's last copy to the device: a new step must not overwrite the arena before it ran.
+  cudaEvent_t arena_copied_ = nullptr;
+  bool arena_in_flight_ = false;
+  void complete_one();
   StepStats stats_;
 };
 
