@@ -147,7 +147,7 @@ stage_tsan() {
   configure "$b" -DKVASIR_TSAN=ON
   local tests=(common_test thread_pool_test sched_test executor_test engine_core_test http_server_test openai_server_test
     structured_test communicator_test step_broadcast_test cpu_attention_test)
-  timed ninja -C "$b" -j"$jobs" "${tests[@]}" engine_e2e_test structured_e2e_test data_parallel_engine_test \
+  timed ninja -C "$b" -j"$jobs" "${tests[@]}" engine_e2e_test structured_e2e_test data_parallel_engine_test overlapped_steps_test \
     $([ "$full" = 1 ] && echo kvasir)
   export TSAN_OPTIONS="halt_on_error=1:second_deadlock_stack=1:exitcode=66:suppressions=$supp/tsan.supp"
   local t
@@ -155,6 +155,9 @@ stage_tsan() {
   # Two engine replicas behind one front (tiny model): routing reads each replica's prefix-cache
   # map while its engine thread writes it; a replica's fault reaches the other's queue.
   timed tsan_run "$b/tests/data_parallel_engine_test"
+  # Overlapped steps: the executor's worker launches step N+1 and answers N while the engine
+  # thread folds, schedules and flushes (tiny model on a CPU backend dressed as a feeding device).
+  timed tsan_run "$b/tests/overlapped_steps_test"
   if [ "$full" = 1 ]; then
     timed tsan_run "$b/tests/engine_e2e_test"
     # The engine threads under load through the real server, and its shutdown paths.

@@ -166,12 +166,9 @@ StatusOr<RankSetup> set_up_rank(const EngineArgs& args, TensorParallelProcesses*
   rc.eos_token_ids = r.model->eos_token_ids;
   rc.max_num_seqs = args.max_num_seqs;
   rc.speculative = args.speculative;
-  // Async scheduling's device half: each step launched with the previous step's sampled ids read
-  // on the device (vLLM's async scheduling does the same). KVASIR_OVERLAP_STEPS=0 keeps the engine's
-  // half only (each step read back before the next is recorded), for A/B measurements.
-  const char* overlap = std::getenv("KVASIR_OVERLAP_STEPS");
-  rc.overlap_steps = args.async_scheduling_on(r.model->backend->device() != Device::kCpu) &&
-                     !(overlap != nullptr && std::string(overlap) == "0");
+  // Async scheduling's device half, where the backend can feed sampled ids on the device (vLLM's
+  // async scheduling keeps them on the GPU likewise).
+  rc.overlap_steps = args.async_scheduling_on(r.model->backend->device() != Device::kCpu);
   DraftModelRef draft;
   if (args.speculative.method == "draft_model") {
     KVASIR_RETURN_IF_ERROR(allocate_draft_kv_cache(r.draft, args, r.num_kv_blocks));

@@ -82,8 +82,11 @@ class CudaBackend final : public Backend {
   Status sample_and_verify(const Tensor& logits, const DeviceSamplingRow* rows, int num_rows,
                            const DraftVerifyRow* requests, int num_requests, const int32_t* drafts,
                            int num_draft_tokens, int32_t* out_tokens, int32_t* out_num_emitted) override;
-  // Overlapped steps (not while profiling: the per-op timings need each step waited for).
-  bool supports_sampled_token_feedback() const override { return !tuning_.recording.profile; }
+  // Overlapped steps where KVASIR_CUDA_OVERLAP_STEPS=1 (not while profiling: the per-op timings
+  // need each step waited for).
+  bool supports_sampled_token_feedback() const override {
+    return tuning_.recording.overlap_steps && !tuning_.recording.profile;
+  }
   Status sample_async(const Tensor& logits, const DeviceSamplingRow* rows, int num_rows) override;
   Status collect_sampled(int32_t* out_tokens) override;
   void embedding_fed(const Tensor& table, const int32_t* ids, const int32_t* sources, int n, float scale,

@@ -3,6 +3,7 @@
 // tolerated. Skips without a GPU.
 #include <gtest/gtest.h>
 
+#include <cstdlib>
 #include <random>
 #include <vector>
 
@@ -262,7 +263,9 @@ TEST(CudaSampling, TokenBitmaskMatchesHost) {
 // each step's tokens back in order, also after a synchronous read-back came between.
 TEST(CudaSampling, AsyncSamplesFeedTheNextEmbeddingAndComeBackInOrder) {
   if (cuda_device_count() == 0) GTEST_SKIP() << "no CUDA device";
+  ::setenv("KVASIR_CUDA_OVERLAP_STEPS", "1", 1);  // read when the backend is made
   auto be = create_cuda_backend(CudaBackendOptions{});
+  ::unsetenv("KVASIR_CUDA_OVERLAP_STEPS");
   ASSERT_TRUE(be.ok()) << be.status().message();
   Backend& gpu = **be;
   ASSERT_TRUE(gpu.capabilities().sampled_token_feedback);

@@ -83,6 +83,10 @@ struct RecordingTuning {
   bool fuse = true;        // KVASIR_CUDA_FUSE=0: one record per op (for A/B timing)
   bool fuse_norm = false;  // KVASIR_CUDA_FUSE_NORM=1: norms and residual adds folded into GEMVs
   bool profile = false;    // KVASIR_CUDA_PROFILE=1: eager steps with per-op device time
+  // KVASIR_CUDA_OVERLAP_STEPS=1: sample_async / embedding_fed (overlapped steps, runner/model_runner.h)
+  // offered to the runner. Off until measured on a GPU: the code is built and its op test and
+  // engine test are in the device script, but no device has run them yet (2026-12-05).
+  bool overlap_steps = false;
   // KVASIR_MOE_GEMV_TOKENS [0, 256]: moe_experts of up to this many tokens takes the GEMV path
   // (only the chosen experts' rows, read per token); more take the grouped GEMM.
   int moe_gemv_max_tokens = 8;
