@@ -55,6 +55,11 @@
 # Stage fidecode (issue 19): FlashInfer's split-KV decode (KVASIR_CUDA_DECODE=flashinfer) against our
 # kernels (=own): the decode op tests on both paths, memcheck, b1 and b8 decode at 8k/32k/128k
 # contexts A/B interleaved, ms/step beside the floor (weights + KV) (KVASIR_FD_PARTS picks).
+# Stage overlap (issue 19): overlapped steps (KVASIR_CUDA_OVERLAP_STEPS=1: each step launched with
+# the previous step's sampled ids read on the device). Their op test and memcheck, the engine test
+# (outputs equal the read-back loop), then offline throughput with the knob at 0 and 1 interleaved,
+# KVASIR_OV_ROUNDS rounds (2) of KVASIR_OV_PROMPTS x 1000/1000 (500) and 1000 x 128/128: tok/s, GPU
+# idle between steps and the runner's count of overlapped steps. KVASIR_OV_PARTS ["tests bench"].
 # Stage fp8 (issue 15): the FP8 op / e2e tests and their memcheck, then --quantization fp8 beside
 # bf16 on Llama-3.1-8B-shaped dummy weights: batch-1 decode in KVASIR_FP8_ROUNDS interleaved rounds
 # (medians, the 2.25 ms bar and the 1.86 ms floor), batch 64, throughput KVASIR_FP8_TP_PROMPTS x 128/128.
@@ -361,6 +366,31 @@ if has throughput; then
   tail -6 "$OUT/throughput.log"
   note "throughput ($n x 1000/1000${KVASIR_TP_ARGS:+, $KVASIR_TP_ARGS}): rc=$rc $(grep -E '^Throughput' "$OUT/throughput.log")"
   note "$(grep -E 'device steps' "$OUT/throughput.log" | head -1)"
+fi
+if has overlap; then
+  ov_parts=${KVASIR_OV_PARTS:-"tests bench"}
+  if [[ " $ov_parts " == *" tests "* ]]; then
+    "$bin/cuda_ops_test" --gtest_filter='CudaSampling.*' >"$OUT/overlap_tests.log" 2>&1
+    note "overlap op tests (CudaSampling.*): rc=$? $(grep -E '^\[  (PASSED|FAILED)' "$OUT/overlap_tests.log" | tr '\n' ' ')"
+    KVASIR_CUDA_OVERLAP_STEPS=1 compute-sanitizer --tool memcheck "$bin/cuda_ops_test" \
+      --gtest_filter='CudaSampling.AsyncSamples*' >"$OUT/overlap_memcheck.log" 2>&1
+    note "overlap memcheck: rc=$? $(grep -E 'ERROR SUMMARY' "$OUT/overlap_memcheck.log" | tail -1)"
+    "$bin/cuda_e2e_test" --gtest_filter='CudaEndToEnd.Engine*' >"$OUT/overlap_e2e.log" 2>&1
+    note "overlap e2e (CudaEndToEnd.Engine*): rc=$? $(grep -E '^\[  (PASSED|FAILED)' "$OUT/overlap_e2e.log" | tr '\n' ' ')"
+  fi
+  if [[ " $ov_parts " == *" bench "* ]]; then
+    for round in $(seq 1 "${KVASIR_OV_ROUNDS:-2}"); do
+      for ov in 0 1; do
+        for shape in "${KVASIR_OV_PROMPTS:-500}:1000" "1000:128"; do
+          n=${shape%%:*} len=${shape##*:}
+          log="$OUT/overlap_tp_${ov}_${len}_r$round.log"
+          KVASIR_CUDA_OVERLAP_STEPS=$ov timeout 300 "$bin/kvasir" bench throughput --model $model --load-format dummy \
+            --device cuda --num-prompts "$n" --input-len "$len" --output-len "$len" --gpu-memory-utilization 0.9 >"$log" 2>&1
+          note "overlap=$ov r$round $n x $len/$len: rc=$? $(grep -E '^Throughput' "$log") | $(grep -E 'device steps' "$log" | head -1) | $(grep -oE 'overlapped steps: [0-9]+ of [0-9]+' "$log" | head -1)"
+        done
+      done
+    done
+  fi
 fi
 if has mp; then
   # Issue 17: the multiprocess executor at TP=1 (every model rank in a worker process, the front
