@@ -46,10 +46,13 @@ class Worker {
  public:
   virtual ~Worker() = default;
   virtual StepResult execute_model(const SchedulerOutput& so, const GrammarBitmaskFuture& bitmask) = 0;
-  // Overlapped steps (ModelRunner::launch / finish): launch_model starts a step, finish_model
-  // answers the oldest launched one. Only where overlaps() says so.
+  // Overlapped steps (ModelRunner::launch / finish): launch_model starts a step and says whether
+  // its answer still waits on the device (else it is ready now); finish_model answers the oldest
+  // launched one; can_launch_behind says whether a step may start before the one before it is
+  // answered (it reads that step's tokens on the device). Only where overlaps() says so.
   virtual bool overlaps() const { return false; }
-  virtual Status launch_model(const SchedulerOutput& so, const GrammarBitmaskFuture& bitmask) {
+  virtual bool can_launch_behind(const SchedulerOutput& so) const { return false; }
+  virtual StatusOr<bool> launch_model(const SchedulerOutput& so, const GrammarBitmaskFuture& bitmask) {
     return unimplemented("this worker runs each step to its end");
   }
   virtual StepResult finish_model() { return unimplemented("this worker runs each step to its end"); }

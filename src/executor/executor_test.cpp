@@ -177,13 +177,17 @@ class OverlapWorker : public Worker {
     return internal_error("an overlapping worker is launched and finished, never executed");
   }
   bool overlaps() const override { return true; }
-  Status launch_model(const SchedulerOutput& so, const GrammarBitmaskFuture&) override {
+  // Steps named "host..." need the step before on the host; "ready..." end on the host.
+  bool can_launch_behind(const SchedulerOutput& so) const override {
+    return so.scheduled_new_reqs[0].req_id.rfind("host", 0) != 0;
+  }
+  StatusOr<bool> launch_model(const SchedulerOutput& so, const GrammarBitmaskFuture&) override {
     std::lock_guard<std::mutex> lock(s_->mu);
     const std::string id = so.scheduled_new_reqs[0].req_id;
     s_->events.push_back("L" + id);
     if (id == s_->fail_launch) return internal_error("launch failed at " + id);
     pending_.push_back(id);
-    return Status();
+    return id.rfind("ready", 0) != 0 && id.rfind("host", 0) != 0;
   }
   StepResult finish_model() override {
     std::lock_guard<std::mutex> lock(s_->mu);
@@ -248,6 +252,23 @@ TEST(InProcessExecutorTest, OverlappingWorkerAnswersFirstWhenTheNextStepHasGramm
     EXPECT_EQ(answer_of(b), "b");
   }
   const std::vector<std::string> want = {"La", "Fa", "Lb", "Fb"};
+  EXPECT_EQ(s.events, want);
+}
+
+// A step that needs the held step's tokens on the host gets it answered before it launches; a
+// step that ended on the host is answered at once, not held for the next.
+TEST(InProcessExecutorTest, OverlappingWorkerHoldsOnlyStepsLeftOnTheDevice) {
+  OverlapWorker::Shared s;
+  {
+    InProcessExecutor ex(std::make_unique<OverlapWorker>(&s));
+    StepFuture a = ex.execute(step("a"));
+    StepFuture h = ex.execute(step("host1"));
+    StepFuture r = ex.execute(step("ready1"));
+    EXPECT_EQ(answer_of(a), "a");
+    EXPECT_EQ(answer_of(h), "host1");
+    EXPECT_EQ(answer_of(r), "ready1");  // no flush: answered without waiting for a next step
+  }
+  const std::vector<std::string> want = {"La", "Fa", "Lhost1", "Fhost1", "Lready1", "Fready1"};
   EXPECT_EQ(s.events, want);
 }
 

@@ -69,21 +69,23 @@ void InProcessExecutor::loop_overlapped() {
       job->result.set_value(failed_);
       continue;
     }
-    // A step with grammar masks waits for them before it samples, and they wait for the caller's
-    // fold of the step before: that step must be answered first.
-    if (job->bitmask.valid()) {
+    // A step that cannot start behind the held one (it needs its tokens on the host) lets it be
+    // answered first, so that answer does not wait for this step too. A step with grammar masks
+    // waits for them before it samples, and they wait for the caller's fold of the step before.
+    if (!launched.empty() && (job->bitmask.valid() || !worker_->can_launch_behind(*job->so))) {
       while (!launched.empty()) finish_oldest(launched);
     }
-    const Status s = worker_->launch_model(*job->so, job->bitmask);
-    if (!s.ok()) {
+    const StatusOr<bool> held = worker_->launch_model(*job->so, job->bitmask);
+    if (!held.ok()) {
       // The runner's state is unspecified now: what was launched before fails with this step.
-      failed_ = s;
+      failed_ = held.status();
       while (!launched.empty()) finish_oldest(launched);
-      job->result.set_value(s);
+      job->result.set_value(failed_);
       continue;
     }
     launched.push_back(std::move(*job));
     if (launched.size() > 1) finish_oldest(launched);
+    if (!*held) finish_oldest(launched);  // its answer is ready: nothing to overlap it with
   }
 }
 

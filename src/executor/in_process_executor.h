@@ -6,8 +6,10 @@
 // H200). With overlapped steps (a worker thread and a Worker that overlaps()) the thread launches
 // step N+1 before it answers step N, so the device never waits for the host between them: step
 // N's read-back, the engine's fold of it and the scheduling of N+2 all run while N+1 computes.
-// It then holds one launched step until the next arrives or the caller flushes. Steps are
-// answered in submission order. Must not reorder or drop a step.
+// It holds a launched step whose answer waits on the device until the next step arrives (or the
+// caller flushes); a step that cannot start behind it (can_launch_behind) gets it answered first,
+// and a step that ended on the host is answered at once. Steps are answered in submission order.
+// Must not reorder or drop a step.
 #pragma once
 
 #include <chrono>
@@ -29,8 +31,10 @@ class RunnerWorker : public Worker {
     return runner_->execute(so, bitmask);
   }
   bool overlaps() const override { return runner_->overlaps_steps(); }
-  Status launch_model(const SchedulerOutput& so, const GrammarBitmaskFuture& bitmask) override {
-    return runner_->launch(so, bitmask);
+  bool can_launch_behind(const SchedulerOutput& so) const override { return runner_->can_launch_behind(so); }
+  StatusOr<bool> launch_model(const SchedulerOutput& so, const GrammarBitmaskFuture& bitmask) override {
+    KVASIR_RETURN_IF_ERROR(runner_->launch(so, bitmask));
+    return runner_->newest_on_device();
   }
   StepResult finish_model() override { return runner_->finish(); }
 

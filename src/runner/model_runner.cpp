@@ -200,7 +200,10 @@ Status ModelRunner::build_batch(bool pad_for_device, bool feed) {
   batch_ = ForwardBatch{};
   batch_.num_tokens = static_cast<int>(input_ids_.size());
   batch_.input_ids = input_ids_.data();
-  batch_.input_id_sources = any_fed ? input_id_sources_.data() : nullptr;
+  // Every step that may feed names its sources (all -1 when none is fed), once any step has left
+  // tokens on the device: fed and unfed decode steps then record alike and share a CUDA graph.
+  batch_.input_id_sources = any_fed || (feed && async_steps_ > 0) ? input_id_sources_.data() : nullptr;
+  step_fed_ = any_fed;
   batch_.positions = positions_.data();
   batch_.attn.num_seqs = static_cast<int>(num_seqs);
   batch_.attn.num_tokens = batch_.num_tokens;
@@ -425,6 +428,20 @@ bool ModelRunner::may_feed(const SchedulerOutput& so, bool on_device) const {
   return std::none_of(scheduled_.begin(), scheduled_.end(), [](const ScheduledRequest& s) { return s.num_drafts > 0; });
 }
 
+bool ModelRunner::can_launch_behind(const SchedulerOutput& so) const {
+  if (!config_.overlap_steps || !config_.device_sampling || !caps_.device_sampling || proposer_ || eagle_) return false;
+  if (!so.structured_output_req_ids.empty() || !so.scheduled_spec_decode_tokens.empty()) return false;
+  if (!model_.feeds_sampled_tokens()) return false;
+  for (const NewRequestData& d : so.scheduled_new_reqs) {
+    if (needs_host_sampler(d.sampling_params, 0)) return false;
+  }
+  for (const CachedRequestData& d : so.scheduled_cached_reqs) {
+    const CachedRequestState* r = input_batch_.find(d.req_id);
+    if (r == nullptr || needs_host_sampler(r->params, r->num_output_tokens())) return false;
+  }
+  return true;
+}
+
 Status ModelRunner::launch(const SchedulerOutput& so, const GrammarBitmaskFuture& bitmask) {
   // Only the newest step's tokens may stand as placeholders when a step is built.
   while (num_uncollected() > 1) KVASIR_RETURN_IF_ERROR(collect_oldest());
@@ -470,7 +487,7 @@ Status ModelRunner::launch_step(const SchedulerOutput& so, const GrammarBitmaskF
     const bool async = !sample_rows_.empty() && config_.overlap_steps && !proposer_ && !eagle_ &&
                        model_.feeds_sampled_tokens() &&
                        std::none_of(rows_.begin(), rows_.end(), [](const ScheduledRow& r) { return r.num_drafts > 0; });
-    if (batch_.input_id_sources != nullptr) ++overlapped_steps_;
+    if (step_fed_) ++overlapped_steps_;
     // A step that samples nothing still ends here: the backend may hold recorded work that
     // reads this step's host arrays.
     if (!sample_rows_.empty()) KVASIR_RETURN_IF_ERROR(sample_on_device(bitmask, async));

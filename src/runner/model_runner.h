@@ -72,6 +72,11 @@ class ModelRunner {
   StatusOr<ModelRunnerOutput> finish();
   int num_launched() const { return static_cast<int>(launched_.size()); }
   bool overlaps_steps() const { return config_.overlap_steps; }
+  // Whether the newest launched step's tokens are still on the device.
+  bool newest_on_device() const { return !launched_.empty() && launched_.back().on_device; }
+  // Whether `so` (not yet applied) may be launched while the step before is unanswered: what
+  // launch() decides after applying it, decided from the step and the requests' parameters.
+  bool can_launch_behind(const SchedulerOutput& so) const;
   int num_cached_requests() const { return static_cast<int>(input_batch_.size()); }
 
  private:
@@ -162,6 +167,7 @@ class ModelRunner {
   // Device-sampled steps by how they ended: launched with the previous step's tokens fed on the
   // device (its read-back overlapped), left on the device but not overlapped, read back at once.
   int64_t overlapped_steps_ = 0, async_steps_ = 0, read_back_steps_ = 0;
+  bool step_fed_ = false;  // the step built last reads some ids on the device
   std::vector<int64_t> slot_mapping_;
   std::vector<int32_t> sample_rows_, prompt_rows_, prompt_targets_;
   std::vector<float> sample_logits_, prompt_logits_;
