@@ -17,11 +17,11 @@
 #include "runner/host_sampling_backend_test_util.h"
 #include "runner/model_runner.h"
 #include "setup/loaded_model.h"
+#include "tiny_llama_test_util.h"
 
 namespace kvasir {
 namespace {
 
-const std::string kTiny = std::string(KVASIR_SOURCE_DIR) + "/tests/data/tiny/llama3/model.gguf";
 
 struct Request {
   std::vector<int32_t> prompt;
@@ -100,13 +100,6 @@ GenerateRun generate(LoadedModel& lm, const LoopSetup& setup, const std::vector<
   return run;
 }
 
-auto load_tiny() {
-  LoadOptions lo;
-  lo.device = "cpu";
-  lo.num_threads = 1;
-  lo.exact_matmul = true;
-  return load_model(kTiny, lo);
-}
 
 // More requests than sequences per step, of several prompt and output lengths, so steps mix
 // prefills with decodes and requests finish (and new ones start) all along.
@@ -136,7 +129,7 @@ void expect_same_outputs(const GenerateRun& got, const GenerateRun& want, const 
 class OverlappedSteps : public ::testing::Test {
  protected:
   static void SetUpTestSuite() {
-    auto lm = load_tiny();
+    auto lm = load_tiny_llama();
     ASSERT_TRUE(lm.ok()) << lm.status().to_string();
     lm_ = std::move(lm).value().release();
   }

@@ -25,11 +25,11 @@
 #include "runner/host_sampling_backend_test_util.h"
 #include "runner/model_runner.h"
 #include "setup/loaded_model.h"
+#include "tiny_llama_test_util.h"
 
 namespace kvasir {
 namespace {
 
-const std::string kTiny = std::string(KVASIR_SOURCE_DIR) + "/tests/data/tiny/llama3/model.gguf";
 const std::string kEagle3 = std::string(KVASIR_SOURCE_DIR) + "/tests/data/eagle3/";
 const std::string kEagle = std::string(KVASIR_SOURCE_DIR) + "/tests/data/eagle/";
 
@@ -140,14 +140,6 @@ Run generate(LoadedModel& lm, bool speculative, const SamplingParams& sp, const 
   return run;
 }
 
-// The tiny Llama on one CPU thread with exact matmuls.
-auto load_tiny() {
-  LoadOptions lo;
-  lo.device = "cpu";
-  lo.num_threads = 1;
-  lo.exact_matmul = true;
-  return load_model(kTiny, lo);
-}
 
 // Repetitive prompts so ngram drafts from the first step; lengths (first, then `step` more each)
 // cross block boundaries.
@@ -162,7 +154,7 @@ std::vector<std::vector<int32_t>> repetitive_prompts(int count, int first, int s
 }
 
 void expect_speculative_equals_plain(const SamplingParams& sp) {
-  auto lm = load_tiny();
+  auto lm = load_tiny_llama();
   ASSERT_TRUE(lm.ok()) << lm.status().to_string();
   const std::vector<std::vector<int32_t>> prompts = repetitive_prompts(5, 9, 6);
   const Run plain = generate(**lm, false, sp, prompts);
@@ -194,7 +186,7 @@ void expect_speculative_equals_plain(const SamplingParams& sp) {
 // one-query-rows layout. The grammar forbids a character plain greedy decoding writes, so the
 // masks change the output; the constrained outputs with drafts equal those without.
 TEST(SpecDecodeDevicePath, GrammarMasksEachDraftPositionThroughOneQueryRowVerifySteps) {
-  auto lm = load_tiny();
+  auto lm = load_tiny_llama();
   ASSERT_TRUE(lm.ok()) << lm.status().to_string();
   const std::vector<std::vector<int32_t>> prompts = repetitive_prompts(4, 12, 5);
   SamplingParams sp;
@@ -258,7 +250,7 @@ void eagle_greedy_and_seeded_equal_plain(const std::string& method) {
   lo.device = "cpu";
   lo.num_threads = 1;
   lo.exact_matmul = true;
-  auto lm = load_model(kTiny, lo);  // for its tokenizer
+  auto lm = load_model(kTinyLlamaGguf, lo);  // for its tokenizer
   ASSERT_TRUE(lm.ok()) << lm.status().to_string();
   Eagle3Models e;
   auto tw = open_weights(kEagle3 + "tiny_target");
