@@ -313,6 +313,7 @@ BackendCapabilities CudaBackend::capabilities() const {
   c.kv_cache_dtype = kv_cache_dtype();
   c.device_sampling = supports_device_sampling();
   c.device_token_bitmask = supports_device_token_bitmask();
+  c.sampled_token_feedback = supports_sampled_token_feedback();
   // Decode batches are bucketed even under --enforce-eager (as before the capabilities query):
   // the same padded shapes keep eager and graph runs computing the same batches.
   c.decode_batch_buckets = true;
