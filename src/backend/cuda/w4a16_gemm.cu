@@ -62,54 +62,80 @@ __device__ __forceinline__ W4a16Projection tile_projection(const W4a16GemmArgs& 
   return p;
 }
 
-__device__ __forceinline__ void load_stage(uint8_t* st, const W4a16GemmArgs& a, const W4a16Projection& p, int64_t m0,
-                                           int64_t n0, int64_t kc, int tid) {
+// What one thread copies into every stage, its 64-bit address math done once before the loop
+// (done per stage, it was most of the loop's instructions): two 16-byte pieces of activations
+// (rows tid / 8 and tid / 8 + 32, piece tid % 8; rows past the batch are zero-filled), one of codes
+// (n16 tile tid / 32, lane tid % 32), and for warps 0-1 a piece of scales (group row `slot` =
+// warp, piece lane) or for warp 2 a piece of zero points (row lane / 8, piece lane % 8).
+struct StageCopies {
+  const uint8_t* a_src;   // activation row tid / 8 at chunk 0 (row 0 when past the batch)
+  int64_t a_second;       // bytes from that row to row + 32 (0 when row + 32 is past the batch)
+  const uint8_t* b_src;   // codes at chunk 0
+  const uint8_t* s_src;   // scales / zeros of group 0
+  int64_t s_group;        // bytes per group row
+  uint32_t a_dst, s_dst;  // offsets in a stage
+  int32_t s_slot;         // group row 0 or 1; -1: no scale or zero piece
+  bool a_ok0, a_ok1, b_ok, s_ok;
+};
+
+template <int kType>
+__device__ __forceinline__ StageCopies stage_copies(const W4a16GemmArgs& a, const W4a16Projection& p, int64_t m0,
+                                                    int64_t n0, int tid) {
+  constexpr int sb = kType == kW4a16ScaleF32 ? 4 : 2;
+  StageCopies c;
   const int64_t K = a.k, N = p.out_features, chunks = K / 64;
-  uint8_t* A = st;
-  for (int i = tid; i < kBM * 8; i += kThreads) {
-    const int r = i >> 3, c = i & 7;
-    const int64_t row = m0 + r;
-    const bool ok = row < a.rows;
-    cp_async16(A + r * 128 + ((c ^ (r & 7)) << 4), a.x + (ok ? row : 0) * K + kc * 64 + c * 8, ok);
+  const int r = tid >> 3, piece = tid & 7;
+  c.a_ok0 = m0 + r < a.rows;
+  c.a_ok1 = m0 + r + 32 < a.rows;
+  c.a_src = reinterpret_cast<const uint8_t*>(a.x + (c.a_ok0 ? m0 + r : 0) * K + piece * 8);
+  c.a_second = c.a_ok1 ? 32 * K * 2 : 0;
+  c.a_dst = static_cast<uint32_t>(r * 128 + ((piece ^ (r & 7)) << 4));  // row + 32: same swizzle, + 32 * 128
+  const int64_t nt = n0 / 16 + (tid >> 5);
+  c.b_ok = nt < N / 16;
+  c.b_src = static_cast<const uint8_t*>(p.codes) + (c.b_ok ? nt : 0) * chunks * 512 + (tid & 31) * 16;
+  const int warp = tid >> 5, lane = tid & 31;
+  c.s_slot = -1;
+  c.s_ok = false;
+  c.s_src = nullptr;
+  c.s_group = 0;
+  c.s_dst = 0;
+  if (warp < 2 && lane < kBN * sb / 16) {
+    const int64_t col = n0 + lane * 16 / sb;
+    c.s_slot = warp;
+    c.s_ok = col < N;
+    c.s_src = static_cast<const uint8_t*>(p.scales) + (c.s_ok ? col : 0) * sb;
+    c.s_group = N * sb;
+    c.s_dst = static_cast<uint32_t>(kABytes + kBBytes + warp * kBN * 4 + lane * 16);
+  } else if (warp == 2 && lane < 2 * (kBN / 16) && p.zeros != nullptr) {
+    const int slot = lane / (kBN / 16);
+    const int64_t col = n0 + (lane % (kBN / 16)) * 16;
+    c.s_slot = slot;
+    c.s_ok = col < N;
+    c.s_src = p.zeros + (c.s_ok ? col : 0);
+    c.s_group = N;
+    c.s_dst = static_cast<uint32_t>(kABytes + kBBytes + kSBytes + slot * kBN + (lane % (kBN / 16)) * 16);
   }
-  uint8_t* B = st + kABytes;
-  static_assert((kBN / 16) * 32 == kThreads, "one code load per thread");
-  {
-    const int tile = tid >> 5, l = tid & 31;
-    const int64_t nt = n0 / 16 + tile;
-    const bool ok = nt < N / 16;
-    cp_async16(B + tile * 512 + l * 16,
-               static_cast<const uint8_t*>(p.codes) + ((ok ? nt : 0) * chunks + kc) * 512 + l * 16, ok);
-  }
-  const uint32_t g0 = w4a16_group_of(2 * static_cast<uint32_t>(kc), a.groups.magic);
-  const uint32_t g1 = a.groups.split_chunks ? w4a16_group_of(2 * static_cast<uint32_t>(kc) + 1, a.groups.magic) : g0;
-  const int sb = p.scale_type == kW4a16ScaleF32 ? 4 : 2;
-  uint8_t* S = st + kABytes + kBBytes;
-  uint8_t* Z = S + kSBytes;
-  const int u = tid;
-  constexpr int kScaleChunks = kBN * 4 / 16;  // per group row, at most (float32 scales)
-  if (u < 2 * kScaleChunks) {
-    const int slot = u / kScaleChunks, c = u % kScaleChunks;
-    if (c < kBN * sb / 16 && (slot == 0 || g1 != g0)) {
-      const int64_t grp = slot ? g1 : g0, col = n0 + c * 16 / sb;
-      const bool ok = col < N;
-      cp_async16(S + slot * kBN * 4 + c * 16,
-                 static_cast<const uint8_t*>(p.scales) + (grp * N + (ok ? col : 0)) * sb, ok);
-    }
-  } else if (p.zeros != nullptr && u >= 2 * kScaleChunks && u < 2 * kScaleChunks + 2 * kBN / 16) {
-    const int slot = (u - 2 * kScaleChunks) / (kBN / 16), c = (u - 2 * kScaleChunks) % (kBN / 16);
-    if (slot == 0 || g1 != g0) {
-      const int64_t grp = slot ? g1 : g0, col = n0 + c * 16;
-      const bool ok = col < N;
-      cp_async16(Z + slot * kBN + c * 16, p.zeros + grp * N + (ok ? col : 0), ok);
-    }
+  return c;
+}
+
+// Chunk kc (64 columns of K) into stage `st`: each group row is copied only when the chunk
+// needs it (row 1 only when the chunk's halves lie in two groups).
+__device__ __forceinline__ void load_stage(uint8_t* st, const StageCopies& c, const W4a16Groups& groups, int kc) {
+  cp_async16(st + c.a_dst, c.a_src + kc * 128, c.a_ok0);
+  cp_async16(st + c.a_dst + 32 * 128, c.a_src + c.a_second + kc * 128, c.a_ok1);
+  cp_async16(st + kABytes + threadIdx.x * 16, c.b_src + static_cast<int64_t>(kc) * 512, c.b_ok);
+  if (c.s_slot >= 0) {
+    const uint32_t g0 = w4a16_group_of(2 * static_cast<uint32_t>(kc), groups.magic);
+    const uint32_t g1 = groups.split_chunks ? w4a16_group_of(2 * static_cast<uint32_t>(kc) + 1, groups.magic) : g0;
+    if (c.s_slot == 0 || g1 != g0) cp_async16(st + c.s_dst, c.s_src + (c.s_slot ? g1 : g0) * c.s_group, c.s_ok);
   }
 }
 
 // acc[mt][f] += this chunk for the warp's rows 32 wm + 16 mt (+ g, g + 8) and n8 tile f
 // (columns 32 wn + 8 f + 2t (+1)); n16 layout tile i = f / 2 of the warp, its row half h = f % 2.
+template <int kType>
 __device__ __forceinline__ void compute_stage(const uint8_t* st, const W4a16GemmArgs& a, const W4a16Projection& p,
-                                              int64_t kc, int warp, int lane, float (&acc)[2][4][4]) {
+                                              int kc, int warp, int lane, float (&acc)[2][4][4]) {
   const int wm = warp >> 2, wn = warp & 3, g = lane >> 2, t = lane & 3;
   const uint8_t* A = st;
   const uint8_t* S = st + kABytes + kBBytes;
@@ -160,8 +186,8 @@ __device__ __forceinline__ void compute_stage(const uint8_t* st, const W4a16Gemm
 #pragma unroll
       for (int f = 0; f < 4; ++f) {
         const int c = wn * 32 + f * 8 + 2 * t;
-        const float s0 = w4a16_scale(S + slot * kBN * 4, c, p.scale_type);
-        const float s1 = w4a16_scale(S + slot * kBN * 4, c + 1, p.scale_type);
+        const float s0 = w4a16_scale_as<kType>(S + slot * kBN * 4, c);
+        const float s1 = w4a16_scale_as<kType>(S + slot * kBN * 4, c + 1);
 #pragma unroll
         for (int mt = 0; mt < 2; ++mt) {
           acc[mt][f][0] = fmaf(tmp[mt][f][0], s0, acc[mt][f][0]);
@@ -232,17 +258,18 @@ __device__ __forceinline__ void reduce_split_tile(const W4a16GemmArgs& a, const 
 }
 
 // Grid: (column tiles of every projection, row tiles, K splits); with splits, clusters of
-// (1, 1, splits).
-template <int kStages>
+// (1, 1, splits). kType: the scale type (W4a16ScaleType), fixed per launch.
+template <int kStages, int kType>
 __global__ void __launch_bounds__(kThreads, 2) w4a16_gemm_kernel(W4a16GemmArgs a) {
   extern __shared__ __align__(128) uint8_t smem[];
   const int tid = threadIdx.x, warp = tid >> 5, lane = tid & 31;
   int64_t n0;
   const W4a16Projection p = tile_projection(a, static_cast<int>(blockIdx.x), &n0);
   const int64_t m0 = static_cast<int64_t>(blockIdx.y) * kBM;
-  const int64_t chunks = a.k / 64;
-  const int64_t kb = static_cast<int64_t>(blockIdx.z) * a.kc_per_split;
-  const int64_t ke = min(chunks, kb + a.kc_per_split);
+  const int chunks = static_cast<int>(a.k / 64);
+  const int kb = static_cast<int>(blockIdx.z) * a.kc_per_split;
+  const int ke = min(chunks, kb + a.kc_per_split);
+  const StageCopies copies = stage_copies<kType>(a, p, m0, n0, tid);
   float acc[2][4][4];
 #pragma unroll
   for (int mt = 0; mt < 2; ++mt) {
@@ -255,16 +282,18 @@ __global__ void __launch_bounds__(kThreads, 2) w4a16_gemm_kernel(W4a16GemmArgs a
   pdl_begin();
 #pragma unroll
   for (int s = 0; s < kStages - 1; ++s) {
-    if (kb + s < ke) load_stage(smem + s * kStageBytes, a, p, m0, n0, kb + s, tid);
+    if (kb + s < ke) load_stage(smem + s * kStageBytes, copies, a.groups, kb + s);
     cp_async_commit();
   }
-  for (int64_t kc = kb; kc < ke; ++kc) {
+  int read = 0, write = kStages - 1;  // stages of chunk kc and of chunk kc + kStages - 1
+  for (int kc = kb; kc < ke; ++kc) {
     cp_async_wait<kStages - 2>();
     __syncthreads();
-    const int64_t next = kc + kStages - 1;
-    if (next < ke) load_stage(smem + ((next - kb) % kStages) * kStageBytes, a, p, m0, n0, next, tid);
+    if (kc + kStages - 1 < ke) load_stage(smem + write * kStageBytes, copies, a.groups, kc + kStages - 1);
     cp_async_commit();
-    compute_stage(smem + ((kc - kb) % kStages) * kStageBytes, a, p, kc, warp, lane, acc);
+    compute_stage<kType>(smem + read * kStageBytes, a, p, kc, warp, lane, acc);
+    read = read == kStages - 1 ? 0 : read + 1;
+    write = write == kStages - 1 ? 0 : write + 1;
   }
   cp_async_wait<0>();
   if (gridDim.z > 1) {
@@ -309,10 +338,10 @@ int splits_for(int64_t tiles, int64_t chunks, int num_sms) {
 
 int64_t column_tiles(int64_t out_features) { return (out_features + kBN - 1) / kBN; }
 
-template <int kStages>
+template <int kStages, int kType>
 void launch_stages(const W4a16GemmArgs& a, dim3 grid, cudaStream_t s) {
   constexpr size_t smem = static_cast<size_t>(kStages) * kStageBytes;
-  auto kernel = w4a16_gemm_kernel<kStages>;
+  auto kernel = w4a16_gemm_kernel<kStages, kType>;
   if (smem > (48u << 10)) {
     KVASIR_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(smem)));
   }
@@ -356,10 +385,11 @@ void launch_w4a16_gemm(const void* x, const W4a16Projection* proj, int num_proj,
   a.f32_out = out == Elem::kF32 ? 1 : 0;
   const unsigned z = static_cast<unsigned>((chunks + a.kc_per_split - 1) / a.kc_per_split);
   const dim3 grid(static_cast<unsigned>(tiles), static_cast<unsigned>(row_tiles), z);
-  switch (kernel_tuning().w4a16_gemm_stages) {
-    case 3: launch_stages<3>(a, grid, s); break;
-    case 6: launch_stages<6>(a, grid, s); break;
-    default: launch_stages<4>(a, grid, s); break;
+  const bool three = kernel_tuning().w4a16_gemm_stages == 3;
+  switch (proj[0].scale_type) {
+    case kW4a16ScaleF32: three ? launch_stages<3, kW4a16ScaleF32>(a, grid, s) : launch_stages<4, kW4a16ScaleF32>(a, grid, s); break;
+    case kW4a16ScaleBf16: three ? launch_stages<3, kW4a16ScaleBf16>(a, grid, s) : launch_stages<4, kW4a16ScaleBf16>(a, grid, s); break;
+    default: three ? launch_stages<3, kW4a16ScaleF16>(a, grid, s) : launch_stages<4, kW4a16ScaleF16>(a, grid, s); break;
   }
   KVASIR_CUDA_LAUNCH_CHECK();
 }
