@@ -103,12 +103,10 @@ template <int kStages, int kType>
 __global__ void __launch_bounds__(kThreads, 2) w4a16_gemm_kernel(W4a16GemmArgs a) {
   extern __shared__ __align__(128) uint8_t smem[];
   const int tid = threadIdx.x, warp = tid >> 5, lane = tid & 31;
-  int64_t n0;
-  const W4a16Projection p = tile_projection(a, static_cast<int>(blockIdx.x), &n0);
-  const int64_t m0 = static_cast<int64_t>(blockIdx.y) * kBM;
-  const int chunks = static_cast<int>(a.k / 64);
-  const int kb = static_cast<int>(blockIdx.z) * a.kc_per_split;
-  const int ke = min(chunks, kb + a.kc_per_split);
+  const TileWork work = tile_work(a);
+  const W4a16Projection& p = work.p;
+  const int64_t n0 = work.n0, m0 = work.m0;
+  const int kb = work.kb, ke = work.ke;
   const StageCopies copies = stage_copies<kType>(a, p, m0, n0, tid);
   float acc[2][4][4];
 #pragma unroll

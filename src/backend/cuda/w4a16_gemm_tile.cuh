@@ -41,6 +41,24 @@ __device__ __forceinline__ W4a16Projection tile_projection(const W4a16GemmArgs& 
   return p;
 }
 
+// Where a CTA of either kernel works (grid: column tiles of every projection, row tiles of kBM
+// tokens, K slices): its projection, first output feature n0 and token m0, and its slice
+// [kb, ke) of K's 64-column chunks.
+struct TileWork {
+  W4a16Projection p;
+  int64_t n0, m0;
+  int chunks, kb, ke;
+};
+__device__ __forceinline__ TileWork tile_work(const W4a16GemmArgs& a) {
+  TileWork w;
+  w.p = tile_projection(a, static_cast<int>(blockIdx.x), &w.n0);
+  w.m0 = static_cast<int64_t>(blockIdx.y) * kBM;
+  w.chunks = static_cast<int>(a.k / 64);
+  w.kb = static_cast<int>(blockIdx.z) * a.kc_per_split;
+  w.ke = min(w.chunks, w.kb + a.kc_per_split);
+  return w;
+}
+
 // A pipeline stage of either kernel: one 64-column chunk of K for the tile, at these offsets:
 // activations (64 tokens x 64 bf16, 128-byte rows with their 16-byte pieces XOR-swizzled by row
 // % 8: ldmatrix without bank conflicts, and wgmma's 128-byte swizzle), codes (eight 512-byte

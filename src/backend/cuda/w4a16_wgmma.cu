@@ -89,12 +89,10 @@ __global__ void __launch_bounds__(kThreads, 2) w4a16_wgmma_kernel(W4a16GemmArgs 
   // 1,024-byte aligned (the 128-byte swizzle's atom; no static shared memory here to offset it).
   extern __shared__ __align__(1024) uint8_t smem[];
   const int tid = threadIdx.x, warp = tid >> 5, lane = tid & 31, g = lane >> 2, t = lane & 3;
-  int64_t n0;
-  const W4a16Projection p = tile_projection(a, static_cast<int>(blockIdx.x), &n0);
-  const int64_t m0 = static_cast<int64_t>(blockIdx.y) * kBM;
-  const int chunks = static_cast<int>(a.k / 64);
-  const int kb = static_cast<int>(blockIdx.z) * a.kc_per_split;
-  const int ke = min(chunks, kb + a.kc_per_split);
+  const TileWork work = tile_work(a);
+  const W4a16Projection& p = work.p;
+  const int64_t n0 = work.n0, m0 = work.m0;
+  const int kb = work.kb, ke = work.ke;
   const uint32_t first_half = 2 * static_cast<uint32_t>(kb), last_half = 2 * static_cast<uint32_t>(ke) - 1;
   const int feature = warp * 16 + g;  // this lane's A row g in the tile (warp w's layout tile is w)
   const StageCopies copies = stage_copies<kType>(a, p, m0, n0, tid);
