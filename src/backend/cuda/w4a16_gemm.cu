@@ -19,97 +19,20 @@
 
 #include <algorithm>
 
-#include "backend/cuda/w4a16_common.cuh"
+#include "backend/cuda/w4a16_gemm_tile.cuh"
 #include "backend/cuda/warp_mma.cuh"
 
 namespace kvasir::cuda {
 namespace {
 
-constexpr int kBM = 64, kBN = 128, kThreads = 256;
-constexpr int kMaxSplits = 8;        // the portable cluster size
-constexpr int kRedStride = kBN + 8;  // float32 row stride of the split tile in shared memory (bank spread)
-constexpr int kABytes = kBM * 64 * 2;
-constexpr int kBBytes = (kBN / 16) * 512;
-constexpr int kSBytes = 2 * kBN * 4;  // two group rows, up to float32
-constexpr int kZBytes = 2 * kBN;
-constexpr int kStageBytes = kABytes + kBBytes + kSBytes + kZBytes;
+constexpr int kStageBytes = kStageUsedBytes;
 static_assert(kStageBytes % 128 == 0 && 3 * kStageBytes >= kBM * kRedStride * 4, "the split tile fits the stages");
-
-struct W4a16GemmArgs {
-  const bf16* x;
-  W4a16Projection p[kW4a16MaxProjections];
-  int32_t tile_end[kW4a16MaxProjections];  // column tiles of projections 0..i together
-  int32_t num_proj;
-  int64_t rows, k;
-  W4a16Groups groups;  // 32-column half -> its group, without a division (one group size for all)
-  int32_t kc_per_split, f32_out;
-};
-
-// The projection of column tile `tile` and its first output column. Selected field by field
-// under predicates: indexing the parameter array at run time would copy it to local memory.
-__device__ __forceinline__ W4a16Projection tile_projection(const W4a16GemmArgs& a, int tile, int64_t* n0) {
-  W4a16Projection p = a.p[0];
-  int first = 0;
-  if (a.num_proj > 1 && tile >= a.tile_end[0]) {
-    p = a.p[1];
-    first = a.tile_end[0];
-  }
-  if (a.num_proj > 2 && tile >= a.tile_end[1]) {
-    p = a.p[2];
-    first = a.tile_end[1];
-  }
-  *n0 = static_cast<int64_t>(tile - first) * kBN;
-  return p;
-}
-
-__device__ __forceinline__ void load_stage(uint8_t* st, const W4a16GemmArgs& a, const W4a16Projection& p, int64_t m0,
-                                           int64_t n0, int64_t kc, int tid) {
-  const int64_t K = a.k, N = p.out_features, chunks = K / 64;
-  uint8_t* A = st;
-  for (int i = tid; i < kBM * 8; i += kThreads) {
-    const int r = i >> 3, c = i & 7;
-    const int64_t row = m0 + r;
-    const bool ok = row < a.rows;
-    cp_async16(A + r * 128 + ((c ^ (r & 7)) << 4), a.x + (ok ? row : 0) * K + kc * 64 + c * 8, ok);
-  }
-  uint8_t* B = st + kABytes;
-  static_assert((kBN / 16) * 32 == kThreads, "one code load per thread");
-  {
-    const int tile = tid >> 5, l = tid & 31;
-    const int64_t nt = n0 / 16 + tile;
-    const bool ok = nt < N / 16;
-    cp_async16(B + tile * 512 + l * 16,
-               static_cast<const uint8_t*>(p.codes) + ((ok ? nt : 0) * chunks + kc) * 512 + l * 16, ok);
-  }
-  const uint32_t g0 = w4a16_group_of(2 * static_cast<uint32_t>(kc), a.groups.magic);
-  const uint32_t g1 = a.groups.split_chunks ? w4a16_group_of(2 * static_cast<uint32_t>(kc) + 1, a.groups.magic) : g0;
-  const int sb = p.scale_type == kW4a16ScaleF32 ? 4 : 2;
-  uint8_t* S = st + kABytes + kBBytes;
-  uint8_t* Z = S + kSBytes;
-  const int u = tid;
-  constexpr int kScaleChunks = kBN * 4 / 16;  // per group row, at most (float32 scales)
-  if (u < 2 * kScaleChunks) {
-    const int slot = u / kScaleChunks, c = u % kScaleChunks;
-    if (c < kBN * sb / 16 && (slot == 0 || g1 != g0)) {
-      const int64_t grp = slot ? g1 : g0, col = n0 + c * 16 / sb;
-      const bool ok = col < N;
-      cp_async16(S + slot * kBN * 4 + c * 16,
-                 static_cast<const uint8_t*>(p.scales) + (grp * N + (ok ? col : 0)) * sb, ok);
-    }
-  } else if (p.zeros != nullptr && u >= 2 * kScaleChunks && u < 2 * kScaleChunks + 2 * kBN / 16) {
-    const int slot = (u - 2 * kScaleChunks) / (kBN / 16), c = (u - 2 * kScaleChunks) % (kBN / 16);
-    if (slot == 0 || g1 != g0) {
-      const int64_t grp = slot ? g1 : g0, col = n0 + c * 16;
-      const bool ok = col < N;
-      cp_async16(Z + slot * kBN + c * 16, p.zeros + grp * N + (ok ? col : 0), ok);
-    }
-  }
-}
 
 // acc[mt][f] += this chunk for the warp's rows 32 wm + 16 mt (+ g, g + 8) and n8 tile f
 // (columns 32 wn + 8 f + 2t (+1)); n16 layout tile i = f / 2 of the warp, its row half h = f % 2.
+template <int kType>
 __device__ __forceinline__ void compute_stage(const uint8_t* st, const W4a16GemmArgs& a, const W4a16Projection& p,
-                                              int64_t kc, int warp, int lane, float (&acc)[2][4][4]) {
+                                              int kc, int warp, int lane, float (&acc)[2][4][4]) {
   const int wm = warp >> 2, wn = warp & 3, g = lane >> 2, t = lane & 3;
   const uint8_t* A = st;
   const uint8_t* S = st + kABytes + kBBytes;
@@ -160,8 +83,8 @@ __device__ __forceinline__ void compute_stage(const uint8_t* st, const W4a16Gemm
 #pragma unroll
       for (int f = 0; f < 4; ++f) {
         const int c = wn * 32 + f * 8 + 2 * t;
-        const float s0 = w4a16_scale(S + slot * kBN * 4, c, p.scale_type);
-        const float s1 = w4a16_scale(S + slot * kBN * 4, c + 1, p.scale_type);
+        const float s0 = w4a16_scale_as<kType>(S + slot * kBN * 4, c);
+        const float s1 = w4a16_scale_as<kType>(S + slot * kBN * 4, c + 1);
 #pragma unroll
         for (int mt = 0; mt < 2; ++mt) {
           acc[mt][f][0] = fmaf(tmp[mt][f][0], s0, acc[mt][f][0]);
@@ -174,75 +97,17 @@ __device__ __forceinline__ void compute_stage(const uint8_t* st, const W4a16Gemm
   }
 }
 
-// Output columns col, col + 1 of `row`, bias added.
-__device__ __forceinline__ void store_pair(const W4a16GemmArgs& a, const W4a16Projection& p, int64_t row, int64_t col,
-                                           float v0, float v1) {
-  const int64_t N = p.out_features;
-  if (p.bias != nullptr) {
-    v0 += p.bias[col];
-    v1 += p.bias[col + 1];
-  }
-  if (a.f32_out) *reinterpret_cast<float2*>(static_cast<float*>(p.y) + row * N + col) = make_float2(v0, v1);
-  else *reinterpret_cast<uint32_t*>(static_cast<bf16*>(p.y) + row * N + col) = pack_bf16(v0, v1);
-}
-
-// Split K: this CTA's float32 tile goes to its shared memory (the drained pipeline's), the
-// cluster waits for all of them, and rank r adds every rank's copy of float4 units r, r + S, ...
-// (rows that exist only) in rank order and writes them. The second cluster barrier keeps each
-// CTA's shared memory alive until every peer has read it.
-__device__ __forceinline__ void reduce_split_tile(const W4a16GemmArgs& a, const W4a16Projection& p, int64_t m0,
-                                                  int64_t n0, uint8_t* smem, int warp, int lane,
-                                                  const float (&acc)[2][4][4]) {
-  namespace cg = cooperative_groups;
-  cg::cluster_group cluster = cg::this_cluster();
-  float* red = reinterpret_cast<float*>(smem);
-  const int wm = warp >> 2, wn = warp & 3, g = lane >> 2, t = lane & 3;
-  __syncthreads();  // every warp is done with the stages
-#pragma unroll
-  for (int mt = 0; mt < 2; ++mt) {
-#pragma unroll
-    for (int f = 0; f < 4; ++f) {
-#pragma unroll
-      for (int half = 0; half < 2; ++half) {
-        const int row = wm * 32 + mt * 16 + g + half * 8, col = wn * 32 + f * 8 + 2 * t;
-        *reinterpret_cast<float2*>(red + row * kRedStride + col) = make_float2(acc[mt][f][half * 2], acc[mt][f][half * 2 + 1]);
-      }
-    }
-  }
-  cluster.sync();
-  const int splits = static_cast<int>(cluster.num_blocks()), rank = static_cast<int>(cluster.block_rank());
-  const int64_t N = p.out_features;
-  const int rows = static_cast<int>(min(static_cast<int64_t>(kBM), a.rows - m0));
-  for (int i = rank * kThreads + static_cast<int>(threadIdx.x); i < rows * (kBN / 4); i += splits * kThreads) {
-    const int row = i / (kBN / 4), col = (i % (kBN / 4)) * 4;
-    float4 sum = make_float4(0.0f, 0.0f, 0.0f, 0.0f);
-    for (int r = 0; r < splits; ++r) {
-      const float4 v = *reinterpret_cast<const float4*>(cluster.map_shared_rank(red, r) + row * kRedStride + col);
-      sum.x += v.x;
-      sum.y += v.y;
-      sum.z += v.z;
-      sum.w += v.w;
-    }
-    if (n0 + col < N) {
-      store_pair(a, p, m0 + row, n0 + col, sum.x, sum.y);
-      store_pair(a, p, m0 + row, n0 + col + 2, sum.z, sum.w);
-    }
-  }
-  cluster.sync();
-}
-
 // Grid: (column tiles of every projection, row tiles, K splits); with splits, clusters of
-// (1, 1, splits).
-template <int kStages>
+// (1, 1, splits). kType: the scale type (W4a16ScaleType), fixed per launch.
+template <int kStages, int kType>
 __global__ void __launch_bounds__(kThreads, 2) w4a16_gemm_kernel(W4a16GemmArgs a) {
   extern __shared__ __align__(128) uint8_t smem[];
   const int tid = threadIdx.x, warp = tid >> 5, lane = tid & 31;
-  int64_t n0;
-  const W4a16Projection p = tile_projection(a, static_cast<int>(blockIdx.x), &n0);
-  const int64_t m0 = static_cast<int64_t>(blockIdx.y) * kBM;
-  const int64_t chunks = a.k / 64;
-  const int64_t kb = static_cast<int64_t>(blockIdx.z) * a.kc_per_split;
-  const int64_t ke = min(chunks, kb + a.kc_per_split);
+  const TileWork work = tile_work(a);
+  const W4a16Projection& p = work.p;
+  const int64_t n0 = work.n0, m0 = work.m0;
+  const int kb = work.kb, ke = work.ke;
+  const StageCopies copies = stage_copies<kType>(a, p, m0, n0, tid);
   float acc[2][4][4];
 #pragma unroll
   for (int mt = 0; mt < 2; ++mt) {
@@ -255,20 +120,37 @@ __global__ void __launch_bounds__(kThreads, 2) w4a16_gemm_kernel(W4a16GemmArgs a
   pdl_begin();
 #pragma unroll
   for (int s = 0; s < kStages - 1; ++s) {
-    if (kb + s < ke) load_stage(smem + s * kStageBytes, a, p, m0, n0, kb + s, tid);
+    if (kb + s < ke) load_stage(smem + s * kStageBytes, copies, a.groups, kb + s);
     cp_async_commit();
   }
-  for (int64_t kc = kb; kc < ke; ++kc) {
+  int read = 0, write = kStages - 1;  // stages of chunk kc and of chunk kc + kStages - 1
+  for (int kc = kb; kc < ke; ++kc) {
     cp_async_wait<kStages - 2>();
     __syncthreads();
-    const int64_t next = kc + kStages - 1;
-    if (next < ke) load_stage(smem + ((next - kb) % kStages) * kStageBytes, a, p, m0, n0, next, tid);
+    if (kc + kStages - 1 < ke) load_stage(smem + write * kStageBytes, copies, a.groups, kc + kStages - 1);
     cp_async_commit();
-    compute_stage(smem + ((kc - kb) % kStages) * kStageBytes, a, p, kc, warp, lane, acc);
+    compute_stage<kType>(smem + read * kStageBytes, a, p, kc, warp, lane, acc);
+    read = read == kStages - 1 ? 0 : read + 1;
+    write = write == kStages - 1 ? 0 : write + 1;
   }
   cp_async_wait<0>();
   if (gridDim.z > 1) {
-    reduce_split_tile(a, p, m0, n0, smem, warp, lane, acc);
+    float* red = reinterpret_cast<float*>(smem);
+    const int wm = warp >> 2, wn = warp & 3, g = lane >> 2, t = lane & 3;
+    __syncthreads();  // every warp is done with the stages
+#pragma unroll
+    for (int mt = 0; mt < 2; ++mt) {
+#pragma unroll
+      for (int f = 0; f < 4; ++f) {
+#pragma unroll
+        for (int half = 0; half < 2; ++half) {
+          const int row = wm * 32 + mt * 16 + g + half * 8, col = wn * 32 + f * 8 + 2 * t;
+          *reinterpret_cast<float2*>(red + row * kRedStride + col) =
+              make_float2(acc[mt][f][half * 2], acc[mt][f][half * 2 + 1]);
+        }
+      }
+    }
+    sum_split_tiles(a, p, m0, n0, red);
     return;
   }
   const int wm = warp >> 2, wn = warp & 3, g = lane >> 2, t = lane & 3;
@@ -309,10 +191,10 @@ int splits_for(int64_t tiles, int64_t chunks, int num_sms) {
 
 int64_t column_tiles(int64_t out_features) { return (out_features + kBN - 1) / kBN; }
 
-template <int kStages>
+template <int kStages, int kType>
 void launch_stages(const W4a16GemmArgs& a, dim3 grid, cudaStream_t s) {
   constexpr size_t smem = static_cast<size_t>(kStages) * kStageBytes;
-  auto kernel = w4a16_gemm_kernel<kStages>;
+  auto kernel = w4a16_gemm_kernel<kStages, kType>;
   if (smem > (48u << 10)) {
     KVASIR_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(smem)));
   }
@@ -355,10 +237,16 @@ void launch_w4a16_gemm(const void* x, const W4a16Projection* proj, int num_proj,
   a.f32_out = out == Elem::kF32 ? 1 : 0;
   const unsigned z = static_cast<unsigned>((chunks + a.kc_per_split - 1) / a.kc_per_split);
   const dim3 grid(static_cast<unsigned>(tiles), static_cast<unsigned>(row_tiles), z);
-  switch (kernel_tuning().w4a16_gemm_stages) {
-    case 3: launch_stages<3>(a, grid, s); break;
-    case 6: launch_stages<6>(a, grid, s); break;
-    default: launch_stages<4>(a, grid, s); break;
+  static const bool wgmma = kernel_tuning().w4a16_gemm_wgmma && wgmma_device();
+  if (wgmma) {
+    launch_w4a16_wgmma(a, grid, s);
+    return;
+  }
+  const bool three = kernel_tuning().w4a16_gemm_stages == 3;
+  switch (proj[0].scale_type) {
+    case kW4a16ScaleF32: three ? launch_stages<3, kW4a16ScaleF32>(a, grid, s) : launch_stages<4, kW4a16ScaleF32>(a, grid, s); break;
+    case kW4a16ScaleBf16: three ? launch_stages<3, kW4a16ScaleBf16>(a, grid, s) : launch_stages<4, kW4a16ScaleBf16>(a, grid, s); break;
+    default: three ? launch_stages<3, kW4a16ScaleF16>(a, grid, s) : launch_stages<4, kW4a16ScaleF16>(a, grid, s); break;
   }
   KVASIR_CUDA_LAUNCH_CHECK();
 }
