@@ -55,7 +55,7 @@
 # Stage fidecode (issue 19): FlashInfer's split-KV decode (KVASIR_CUDA_DECODE=flashinfer) against our
 # kernels (=own): the decode op tests on both paths, memcheck, b1 and b8 decode at 8k/32k/128k
 # contexts A/B interleaved, ms/step beside the floor (weights + KV) (KVASIR_FD_PARTS picks).
-# Stage overlap (issue 19): overlapped steps (KVASIR_CUDA_OVERLAP_STEPS=1: each step launched with
+# Stage overlap (issue 19): overlapped steps (on by default; KVASIR_CUDA_OVERLAP_STEPS=0 off: each step launched with
 # the previous step's sampled ids read on the device). Their op test and memcheck, the engine test
 # (outputs equal the read-back loop), then offline throughput with the knob at 0 and 1 interleaved,
 # KVASIR_OV_ROUNDS rounds (2) of KVASIR_OV_PROMPTS x 1000/1000 (500) and 1000 x 128/128: tok/s, GPU

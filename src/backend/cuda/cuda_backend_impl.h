@@ -82,7 +82,7 @@ class CudaBackend final : public Backend {
   Status sample_and_verify(const Tensor& logits, const DeviceSamplingRow* rows, int num_rows,
                            const DraftVerifyRow* requests, int num_requests, const int32_t* drafts,
                            int num_draft_tokens, int32_t* out_tokens, int32_t* out_num_emitted) override;
-  // Overlapped steps where KVASIR_CUDA_OVERLAP_STEPS=1 (not while profiling: the per-op timings
+  // Overlapped steps unless KVASIR_CUDA_OVERLAP_STEPS=0 (not while profiling: the per-op timings
   // need each step waited for).
   bool supports_sampled_token_feedback() const override {
     return tuning_.recording.overlap_steps && !tuning_.recording.profile;

@@ -257,9 +257,9 @@ TEST(CudaEndToEnd, EngineRunsFp8DummyWeightsReproducibly) {
   EXPECT_EQ(outs[0], outs[1]);
 }
 
-// Overlapped steps on the device (KVASIR_CUDA_OVERLAP_STEPS=1, with async scheduling): each step
-// launched with the previous step's sampled ids read on the device must produce exactly what the
-// loop that reads every step back first produces, seeded sampling included.
+// Overlapped steps on the device (async scheduling's default; KVASIR_CUDA_OVERLAP_STEPS=0 turns them
+// off): each step launched with the previous step's sampled ids read on the device must produce
+// exactly what the loop that reads every step back first produces, seeded sampling included.
 TEST(CudaEndToEnd, EngineOverlappedStepsEqualTheReadBackLoop) {
   if (cuda_device_count() == 0) GTEST_SKIP() << "no CUDA device";
   EngineArgs a = dummy_llama_args("kvasir_cuda_e2e_overlap_config.json");

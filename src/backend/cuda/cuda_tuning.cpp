@@ -100,7 +100,7 @@ CudaTuning read_cuda_tuning() {
   t.recording.fuse = env_flag("KVASIR_CUDA_FUSE", true);
   t.recording.fuse_norm = t.recording.fuse && env_flag("KVASIR_CUDA_FUSE_NORM", false);
   t.recording.profile = env_flag("KVASIR_CUDA_PROFILE", false);
-  t.recording.overlap_steps = env_flag("KVASIR_CUDA_OVERLAP_STEPS", false);
+  t.recording.overlap_steps = env_flag("KVASIR_CUDA_OVERLAP_STEPS", true);
   t.recording.moe_gemv_max_tokens = env_int("KVASIR_MOE_GEMV_TOKENS", 8, 0, 256);
   t.recording.moe_fuse_route = std::getenv("KVASIR_MOE_FUSE_ROUTE") == nullptr ? -1 : env_int("KVASIR_MOE_FUSE_ROUTE", 0, 0, 1);
   t.recording.prefill_attention = env_prefill_attention();
@@ -124,7 +124,7 @@ CudaTuning read_cuda_tuning() {
   k.gemv_split = env_choice("KVASIR_GEMV_SPLIT", 2, {1, 2, 4});
   k.w4a16_stage_x = env_flag("KVASIR_W4A16_STAGE_X", true);
   k.w4a16_gemm_stages = env_choice("KVASIR_W4A16_GEMM_STAGES", 4, {3, 4, 6});
-  k.w4a16_gemm_wgmma = env_flag("KVASIR_W4A16_GEMM_WGMMA", false);
+  k.w4a16_gemm_wgmma = env_flag("KVASIR_W4A16_GEMM_WGMMA", true);
   k.w4a16_gemm_max_splits = env_int("KVASIR_W4A16_GEMM_SPLITS", 8, 1, 8);
   k.gemv_max_rows = env_int("KVASIR_GEMV_MAX_ROWS", 8, 1, 8);
   k.gemv_tc_min_rows = env_int("KVASIR_GEMV_TC_MIN_ROWS", 2, 1, 9);

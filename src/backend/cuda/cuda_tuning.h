@@ -39,7 +39,7 @@ struct KernelTuning {
   int gemv_split = 2;                 // KVASIR_GEMV_SPLIT 1|2|4: warps per row of single-token GEMVs
   bool w4a16_stage_x = true;          // KVASIR_W4A16_STAGE_X=0: the W4A16 GEMV reads x from L1, not shared memory
   int w4a16_gemm_stages = 4;          // KVASIR_W4A16_GEMM_STAGES 3|4|6: the W4A16 GEMM's cp.async pipeline depth
-  bool w4a16_gemm_wgmma = false;      // KVASIR_W4A16_GEMM_WGMMA=1: the W4A16 GEMM on wgmma (w4a16_wgmma.cu), not mma.sync
+  bool w4a16_gemm_wgmma = true;       // KVASIR_W4A16_GEMM_WGMMA=0: the W4A16 GEMM on mma.sync, not wgmma (w4a16_wgmma.cu; 9.0 devices only)
   int w4a16_gemm_max_splits = 8;      // KVASIR_W4A16_GEMM_SPLITS [1, 8]: most K slices (cluster CTAs) of a W4A16 GEMM tile
   int gemv_max_rows = 8;              // KVASIR_GEMV_MAX_ROWS [1, 8]: most rows a GEMV takes (more: cuBLASLt)
   int gemv_tc_min_rows = 2;           // KVASIR_GEMV_TC_MIN_ROWS [1, 9]: fewest tokens a GEMV runs on tensor cores (9: never)
@@ -84,10 +84,9 @@ struct RecordingTuning {
   bool fuse = true;        // KVASIR_CUDA_FUSE=0: one record per op (for A/B timing)
   bool fuse_norm = false;  // KVASIR_CUDA_FUSE_NORM=1: norms and residual adds folded into GEMVs
   bool profile = false;    // KVASIR_CUDA_PROFILE=1: eager steps with per-op device time
-  // KVASIR_CUDA_OVERLAP_STEPS=1: sample_async / embedding_fed (overlapped steps, runner/model_runner.h)
-  // offered to the runner. Off until measured on a GPU: the code is built and its op test and
-  // engine test are in the device script, but no device has run them yet (2026-12-05).
-  bool overlap_steps = false;
+  // KVASIR_CUDA_OVERLAP_STEPS=0: sample_async / embedding_fed (overlapped steps, runner/model_runner.h)
+  // not offered to the runner, so every step is read back before the next is recorded (A/B runs).
+  bool overlap_steps = true;
   // KVASIR_MOE_GEMV_TOKENS [0, 256]: moe_experts of up to this many tokens takes the GEMV path
   // (only the chosen experts' rows, read per token); more take the grouped GEMM.
   int moe_gemv_max_tokens = 8;

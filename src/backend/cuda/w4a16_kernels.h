@@ -12,8 +12,8 @@
 //  - w4a16_gemm.cu: more tokens. 64 x 128 output tiles, a cp.async pipeline of activations,
 //    codes, scales and zeros; up to three projections of one x in one launch; split over K when
 //    the tiles alone cannot fill the GPU, across the CTAs of a cluster that add their tiles through
-//    distributed shared memory. w4a16_wgmma.cu: the same GEMM on wgmma (KVASIR_W4A16_GEMM_WGMMA=1,
-//    9.0 devices): weights the A operand from registers, activations B from shared memory.
+//    distributed shared memory. w4a16_wgmma.cu: the same GEMM on wgmma (9.0 devices, the default;
+//    KVASIR_W4A16_GEMM_WGMMA=0 keeps mma.sync): weights the A operand from registers, activations B from shared memory.
 //  - w4a16_support.cu: act-order's column gather, dummy weights, and the dequantization to bf16
 //    that long prefills multiply with cuBLASLt (the weight rounded to bf16 once: not exact).
 // Host-callable launchers only; must not know ops, records or models.
