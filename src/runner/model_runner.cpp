@@ -32,6 +32,8 @@ ModelRunner::ModelRunner(DecoderModel& model, KvCache& cache, const RunnerConfig
     KVASIR_CHECK_MSG(p.ok(), "the speculative config was validated at start");
     proposer_ = std::move(*p);
   }
+  // Drafts are proposed from tokens known on the host, so a speculating runner never overlaps.
+  overlap_ = config.overlap_steps && !proposer_ && !eagle_ && model.feeds_sampled_tokens();
 }
 
 ModelRunner::~ModelRunner() {
@@ -420,18 +422,9 @@ Status ModelRunner::collect_oldest() {
   return Status();
 }
 
-bool ModelRunner::may_feed(const SchedulerOutput& so, bool on_device) const {
-  // A grammar row's mask waits for the engine to fold the step before, which waits for this
-  // runner to answer it: the step before must be collected first. Drafts come from known tokens.
-  if (!config_.overlap_steps || !on_device || !so.structured_output_req_ids.empty()) return false;
-  if (proposer_ || eagle_ || !model_.feeds_sampled_tokens()) return false;
-  return std::none_of(scheduled_.begin(), scheduled_.end(), [](const ScheduledRequest& s) { return s.num_drafts > 0; });
-}
-
 bool ModelRunner::can_launch_behind(const SchedulerOutput& so) const {
-  if (!config_.overlap_steps || !config_.device_sampling || !caps_.device_sampling || proposer_ || eagle_) return false;
+  if (!overlap_ || !config_.device_sampling || !caps_.device_sampling) return false;
   if (!so.structured_output_req_ids.empty() || !so.scheduled_spec_decode_tokens.empty()) return false;
-  if (!model_.feeds_sampled_tokens()) return false;
   for (const NewRequestData& d : so.scheduled_new_reqs) {
     if (needs_host_sampler(d.sampling_params, 0)) return false;
   }
@@ -471,7 +464,11 @@ Status ModelRunner::launch_step(const SchedulerOutput& so, const GrammarBitmaskF
   KVASIR_RETURN_IF_ERROR(input_batch_.apply(so, &scheduled_));
   if (scheduled_.empty()) return Status();
   const bool on_device = can_sample_on_device(so);
-  const bool feed = may_feed(so, on_device);
+  const bool drafts =
+      std::any_of(scheduled_.begin(), scheduled_.end(), [](const ScheduledRequest& s) { return s.num_drafts > 0; });
+  // A grammar row's mask waits for the engine to fold the step before, which waits for this
+  // runner to answer it: the step before must be collected first. Drafts come from known tokens.
+  const bool feed = overlap_ && on_device && !drafts && so.structured_output_req_ids.empty();
   // The earlier step's tokens are needed on the host (or its answer by the engine) first.
   if (!feed) {
     while (num_uncollected() > 0) KVASIR_RETURN_IF_ERROR(collect_oldest());
@@ -484,9 +481,7 @@ Status ModelRunner::launch_step(const SchedulerOutput& so, const GrammarBitmaskF
     // A plain step's tokens may stay on the device (its read-back then overlaps the next step)
     // where the next step can read them there: the same conditions as feeding, but for grammar
     // rows, whose masks are filled before this step samples.
-    const bool async = !sample_rows_.empty() && config_.overlap_steps && !proposer_ && !eagle_ &&
-                       model_.feeds_sampled_tokens() &&
-                       std::none_of(rows_.begin(), rows_.end(), [](const ScheduledRow& r) { return r.num_drafts > 0; });
+    const bool async = overlap_ && !drafts && !sample_rows_.empty();
     if (step_fed_) ++overlapped_steps_;
     // A step that samples nothing still ends here: the backend may hold recorded work that
     // reads this step's host arrays.

@@ -71,7 +71,8 @@ class ModelRunner {
   Status launch(const SchedulerOutput& so, const GrammarBitmaskFuture& bitmask = {});
   StatusOr<ModelRunnerOutput> finish();
   int num_launched() const { return static_cast<int>(launched_.size()); }
-  bool overlaps_steps() const { return config_.overlap_steps; }
+  // Whether steps may overlap at all (overlap_steps, no proposer, a model that feeds ids on the device).
+  bool overlaps_steps() const { return overlap_; }
   // Whether the newest launched step's tokens are still on the device.
   bool newest_on_device() const { return !launched_.empty() && launched_.back().on_device; }
   // Whether `so` (not yet applied) may be launched while the step before is unanswered: what
@@ -101,8 +102,6 @@ class ModelRunner {
   int num_uncollected() const;
   // Brings the oldest uncollected step's tokens back into its output and the requests' tokens.
   Status collect_oldest();
-  // Whether this step (applied) may be launched while an earlier one is uncollected.
-  bool may_feed(const SchedulerOutput& so, bool on_device) const;
   struct ScheduledRow {
     const std::string* req_id;
     CachedRequestState* req;
@@ -168,6 +167,8 @@ class ModelRunner {
   // device (its read-back overlapped), left on the device but not overlapped, read back at once.
   int64_t overlapped_steps_ = 0, async_steps_ = 0, read_back_steps_ = 0;
   bool step_fed_ = false;  // the step built last reads some ids on the device
+  // config_.overlap_steps where this runner and its model can: no proposer, ids fed on the device.
+  bool overlap_ = false;
   std::vector<int64_t> slot_mapping_;
   std::vector<int32_t> sample_rows_, prompt_rows_, prompt_targets_;
   std::vector<float> sample_logits_, prompt_logits_;
