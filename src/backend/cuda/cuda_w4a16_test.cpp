@@ -42,6 +42,16 @@ using cuda_test::read_back;
 using quant::IntWeightLayout;
 
 constexpr double kU = 1.0 / 256;
+// Each weight rounded to bf16 once (the dequantizing path's only extra error).
+constexpr double kBf16WeightRounding = 1.0 / 512;
+// The wgmma GEMM (more than kW4a16GemvMaxRows tokens) multiplies (code - zero) by the scale rounded
+// to bf16 and rounds the product: |w~ - w| <= (2^-9 + 2^-9) |w| (the mma.sync GEMM is exact, and
+// within this bound too).
+constexpr double kGemmWeightRounding = 1.0 / 256;
+double rounding_for_rows(int n) {
+  if (n >= cuda::kW4a16DequantMinRows) return kBf16WeightRounding;
+  return n > cuda::kW4a16GemvMaxRows ? kGemmWeightRounding : 0.0;
+}
 const std::string kLayer = "model.layers.0.mlp.down_proj";
 
 struct Format {
@@ -159,7 +169,9 @@ class CudaW4a16 : public CudaOps {
       }
     }
   }
-  void run(PackedLayer& l, int n, int k, int m, bool with_bias, double weight_rounding = 0.0) {
+  // weight_rounding < 0: the bound of the path n tokens take (rounding_for_rows).
+  void run(PackedLayer& l, int n, int k, int m, bool with_bias, double weight_rounding = -1.0) {
+    if (weight_rounding < 0.0) weight_rounding = rounding_for_rows(n);
     auto x = random_values(rng_, static_cast<size_t>(n) * k);
     auto b = random_values(rng_, static_cast<size_t>(m));
     DeviceTensor xg(DType::kBF16, {n, k});
@@ -173,9 +185,6 @@ class CudaW4a16 : public CudaOps {
                  weight_rounding);
   }
 };
-
-// Each weight rounded to bf16 once (the dequantizing path's only extra error).
-constexpr double kBf16WeightRounding = 1.0 / 512;
 
 TEST_F(CudaW4a16, EveryFormatMatchesCpuOnManyShapes) {
   struct Shape {
@@ -239,7 +248,7 @@ TEST_F(CudaW4a16, MergedProjectionsMatchCpu) {
     for (int p = 0; p < 3; ++p) {
       SCOPED_TRACE("projection " + std::to_string(p));
       expect_close(read_back(*gpu_, outs[p]->t), cpu_linear(x, n, k, layers[p]->dense, ms[p], nullptr), x, n, k,
-                   layers[p]->dense, ms[p], n >= cuda::kW4a16DequantMinRows ? kBf16WeightRounding : 0.0);
+                   layers[p]->dense, ms[p], rounding_for_rows(n));
     }
   }
 }

@@ -203,15 +203,11 @@ void launch_stages(const W4a16GemmArgs& a, dim3 grid, cudaStream_t s) {
 
 }  // namespace
 
-int w4a16_gemm_splits(int64_t n, int64_t m, int64_t k, int num_sms) {
-  return splits_for(column_tiles(m) * ((n + kBM - 1) / kBM), k / 64, num_sms);
-}
-
-void launch_w4a16_gemm(const void* x, const W4a16Projection* proj, int num_proj, int64_t n, int64_t k, Elem out,
-                       int num_sms, cudaStream_t s) {
+W4a16GemmArgs w4a16_gemm_args(const void* x, const W4a16Projection* proj, int num_proj, int64_t n, int64_t k,
+                              Elem out, int bn, int64_t* tiles) {
   KVASIR_CHECK_MSG(num_proj >= 1 && num_proj <= kW4a16MaxProjections, "W4A16 GEMM: 1 to 3 projections");
   W4a16GemmArgs a{};
-  int64_t tiles = 0;
+  *tiles = 0;
   for (int i = 0; i < num_proj; ++i) {
     const W4a16Projection& p = proj[i];
     KVASIR_CHECK_MSG(n >= 1 && w4a16_shape_supported(p.out_features, k) && aligned16(x) && aligned16(p.codes) &&
@@ -222,26 +218,44 @@ void launch_w4a16_gemm(const void* x, const W4a16Projection* proj, int num_proj,
     KVASIR_CHECK_MSG(p.group_size == proj[0].group_size && p.scale_type == proj[0].scale_type,
                      "W4A16 GEMM: projections of one launch share their group size and scale type");
     a.p[i] = p;
-    tiles += column_tiles(p.out_features);
-    a.tile_end[i] = static_cast<int32_t>(tiles);
+    *tiles += (p.out_features + bn - 1) / bn;
+    a.tile_end[i] = static_cast<int32_t>(*tiles);
   }
-  const int64_t row_tiles = (n + kBM - 1) / kBM, chunks = k / 64;
-  KVASIR_CHECK_MSG(tiles < (int64_t{1} << 31) && row_tiles < 65536, "W4A16 GEMM: grid too large");
-  const int splits = splits_for(tiles * row_tiles, chunks, num_sms);
+  KVASIR_CHECK_MSG(*tiles < (int64_t{1} << 31) && (n + kBM - 1) / kBM < 65536, "W4A16 GEMM: grid too large");
   a.num_proj = num_proj;
   a.groups = w4a16_groups(proj[0].group_size);
   a.x = static_cast<const bf16*>(x);
   a.rows = n;
   a.k = k;
-  a.kc_per_split = static_cast<int32_t>((chunks + splits - 1) / splits);
   a.f32_out = out == Elem::kF32 ? 1 : 0;
-  const unsigned z = static_cast<unsigned>((chunks + a.kc_per_split - 1) / a.kc_per_split);
-  const dim3 grid(static_cast<unsigned>(tiles), static_cast<unsigned>(row_tiles), z);
+  return a;
+}
+
+namespace {
+bool use_wgmma() {
   static const bool wgmma = kernel_tuning().w4a16_gemm_wgmma && wgmma_device();
-  if (wgmma) {
-    launch_w4a16_wgmma(a, grid, s);
+  return wgmma;
+}
+}  // namespace
+
+int w4a16_gemm_splits(int64_t n, int64_t m, int64_t k, int num_sms) {
+  if (use_wgmma()) return w4a16_wgmma_splits(n, m, k, num_sms);
+  return splits_for(column_tiles(m) * ((n + kBM - 1) / kBM), k / 64, num_sms);
+}
+
+void launch_w4a16_gemm(const void* x, const W4a16Projection* proj, int num_proj, int64_t n, int64_t k, Elem out,
+                       int num_sms, cudaStream_t s) {
+  if (use_wgmma()) {
+    launch_w4a16_wgmma(x, proj, num_proj, n, k, out, num_sms, s);
     return;
   }
+  int64_t tiles = 0;
+  W4a16GemmArgs a = w4a16_gemm_args(x, proj, num_proj, n, k, out, kBN, &tiles);
+  const int64_t row_tiles = (n + kBM - 1) / kBM, chunks = k / 64;
+  const int splits = splits_for(tiles * row_tiles, chunks, num_sms);
+  a.kc_per_split = static_cast<int32_t>((chunks + splits - 1) / splits);
+  const unsigned z = static_cast<unsigned>((chunks + a.kc_per_split - 1) / a.kc_per_split);
+  const dim3 grid(static_cast<unsigned>(tiles), static_cast<unsigned>(row_tiles), z);
   const bool three = kernel_tuning().w4a16_gemm_stages == 3;
   switch (proj[0].scale_type) {
     case kW4a16ScaleF32: three ? launch_stages<3, kW4a16ScaleF32>(a, grid, s) : launch_stages<4, kW4a16ScaleF32>(a, grid, s); break;

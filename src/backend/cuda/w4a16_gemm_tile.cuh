@@ -24,8 +24,15 @@ struct W4a16GemmArgs {
   int32_t kc_per_split, f32_out;
 };
 
-// The projection of column tile `tile` and its first output column. Selected field by field
-// under predicates: indexing the parameter array at run time would copy it to local memory.
+// The launch's arguments for column tiles `bn` features wide (tile_end counted in them); the
+// splits (kc_per_split) are the kernel's to set. *tiles: column tiles of every projection.
+W4a16GemmArgs w4a16_gemm_args(const void* x, const W4a16Projection* proj, int num_proj, int64_t n, int64_t k,
+                              Elem out, int bn, int64_t* tiles);
+
+// The projection of column tile `tile` (kTileN features wide) and its first output column.
+// Selected field by field under predicates: indexing the parameter array at run time would copy
+// it to local memory.
+template <int kTileN = kBN>
 __device__ __forceinline__ W4a16Projection tile_projection(const W4a16GemmArgs& a, int tile, int64_t* n0) {
   W4a16Projection p = a.p[0];
   int first = 0;
@@ -37,7 +44,7 @@ __device__ __forceinline__ W4a16Projection tile_projection(const W4a16GemmArgs& 
     p = a.p[2];
     first = a.tile_end[1];
   }
-  *n0 = static_cast<int64_t>(tile - first) * kBN;
+  *n0 = static_cast<int64_t>(tile - first) * kTileN;
   return p;
 }
 
@@ -150,23 +157,26 @@ __device__ __forceinline__ void store_pair(const W4a16GemmArgs& a, const W4a16Pr
   else *reinterpret_cast<uint32_t*>(static_cast<bf16*>(p.y) + row * N + col) = pack_bf16(v0, v1);
 }
 
-// Split K: every CTA of the cluster has left its float32 tile in its shared memory (`red`, rows
-// kRedStride apart: [token][feature]); the cluster waits for all of them, and rank r adds every
-// rank's copy of float4 units r, r + S, ... (rows that exist only) in rank order and writes them.
-// The second cluster barrier keeps each CTA's shared memory alive until every peer has read it.
+// Split K: every CTA of the cluster has left its float32 tile (kTileM tokens x kTileN features)
+// in its shared memory (`red`, rows kTileN + 8 floats apart: [token][feature]); the cluster waits
+// for all of them, and rank r adds every rank's copy of float4 units r, r + S, ... (rows that
+// exist only) in rank order and writes them. The second cluster barrier keeps each CTA's shared
+// memory alive until every peer has read it.
+template <int kTileM = kBM, int kTileN = kBN>
 __device__ __forceinline__ void sum_split_tiles(const W4a16GemmArgs& a, const W4a16Projection& p, int64_t m0,
                                                 int64_t n0, float* red) {
+  constexpr int kStride = kTileN + 8;
   namespace cg = cooperative_groups;
   cg::cluster_group cluster = cg::this_cluster();
   cluster.sync();
   const int splits = static_cast<int>(cluster.num_blocks()), rank = static_cast<int>(cluster.block_rank());
   const int64_t N = p.out_features;
-  const int rows = static_cast<int>(min(static_cast<int64_t>(kBM), a.rows - m0));
-  for (int i = rank * kThreads + static_cast<int>(threadIdx.x); i < rows * (kBN / 4); i += splits * kThreads) {
-    const int row = i / (kBN / 4), col = (i % (kBN / 4)) * 4;
+  const int rows = static_cast<int>(min(static_cast<int64_t>(kTileM), a.rows - m0));
+  for (int i = rank * kThreads + static_cast<int>(threadIdx.x); i < rows * (kTileN / 4); i += splits * kThreads) {
+    const int row = i / (kTileN / 4), col = (i % (kTileN / 4)) * 4;
     float4 sum = make_float4(0.0f, 0.0f, 0.0f, 0.0f);
     for (int r = 0; r < splits; ++r) {
-      const float4 v = *reinterpret_cast<const float4*>(cluster.map_shared_rank(red, r) + row * kRedStride + col);
+      const float4 v = *reinterpret_cast<const float4*>(cluster.map_shared_rank(red, r) + row * kStride + col);
       sum.x += v.x;
       sum.y += v.y;
       sum.z += v.z;
@@ -180,9 +190,11 @@ __device__ __forceinline__ void sum_split_tiles(const W4a16GemmArgs& a, const W4
   cluster.sync();
 }
 
-// The GEMM by wgmma (w4a16_wgmma.cu) for the launch above, 64 tokens a row tile: grid and clusters
-// as the mma.sync kernel's (launch_w4a16_gemm). Only on a 9.0 device (wgmma_device()).
+// The GEMM by wgmma (w4a16_wgmma.cu): its own tiles (64 tokens x 256 features), splits and grid.
+// Only on a 9.0 device (wgmma_device()).
 bool wgmma_device();
-void launch_w4a16_wgmma(const W4a16GemmArgs& a, dim3 grid, cudaStream_t s);
+void launch_w4a16_wgmma(const void* x, const W4a16Projection* proj, int num_proj, int64_t n, int64_t k, Elem out,
+                        int num_sms, cudaStream_t s);
+int w4a16_wgmma_splits(int64_t n, int64_t m, int64_t k, int num_sms);
 
 }  // namespace kvasir::cuda

@@ -1,19 +1,22 @@
 // The CUDA backend's W4A16 linear kernels: 4-bit integer weights (GPTQ, AWQ, compressed-tensors
 // pack-quantized) kept in the tile layout of quant/w4a16_layout.h with their group scales (f16,
 // bf16 or f32 as stored) and integer zero points, bf16 activations, float32 accumulation.
-// Both kernels feed tensor cores (mma m16n8k16 bf16): each lane's 16-byte load of codes is its B
-// fragments for 4 k16 steps x 2 n8 tiles (equally its A fragments of one m16 tile: rows g, g + 8),
-// dequantized in registers to the exact integers code - zero (bf16 holds them exactly); the group
-// scale multiplies the float32 partial sums of each group, so no weight is ever rounded: the
-// result is x times the checkpoint's own dequantized weights up to float32 summation order.
+// The kernels feed tensor cores (mma m16n8k16 / wgmma, bf16): each lane's 16-byte load of codes is
+// its B fragments for 4 k16 steps x 2 n8 tiles (equally its A fragments of one m16 tile: rows g,
+// g + 8), dequantized in registers to the exact integers code - zero (bf16 holds them exactly).
+// The GEMV and the mma.sync GEMM scale each group's float32 partial sums, so no weight is ever
+// rounded: the result is x times the checkpoint's own dequantized weights up to float32 summation
+// order. The wgmma GEMM multiplies (code - zero) by the scale in bf16 instead (each weight rounded
+// once, as vLLM's Marlin kernels do), so its accumulators never wait at group ends.
 //  - w4a16_gemv.cu: 1..kW4a16GemvMaxRows tokens. One CTA per 16 output rows, its warps split K and
 //    stream the codes (weights the A operand, tokens the 8-wide B operand, x from shared memory
 //    or L1); up to three projections of one x in one launch, or gate/up with the gated activation.
 //  - w4a16_gemm.cu: more tokens. 64 x 128 output tiles, a cp.async pipeline of activations,
 //    codes, scales and zeros; up to three projections of one x in one launch; split over K when
 //    the tiles alone cannot fill the GPU, across the CTAs of a cluster that add their tiles through
-//    distributed shared memory. w4a16_wgmma.cu: the same GEMM on wgmma (9.0 devices, the default;
-//    KVASIR_W4A16_GEMM_WGMMA=0 keeps mma.sync): weights the A operand from registers, activations B from shared memory.
+//    distributed shared memory. w4a16_wgmma.cu: the GEMM on wgmma (9.0 devices, the default;
+//    KVASIR_W4A16_GEMM_WGMMA=0 keeps mma.sync): 64 x 256 tiles, weights the A operand from
+//    registers, activations B from shared memory, chunks pipelined.
 //  - w4a16_support.cu: act-order's column gather, dummy weights, and the dequantization to bf16
 //    that long prefills multiply with cuBLASLt (the weight rounded to bf16 once: not exact).
 // Host-callable launchers only; must not know ops, records or models.

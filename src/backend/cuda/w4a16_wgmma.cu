@@ -1,27 +1,45 @@
-// W4A16 GEMM on Hopper's warpgroup MMA (wgmma), for the token counts of batched decode: the same
-// tiles, stages, projections and cluster split as the mma.sync kernel (w4a16_gemm.cu), with the
-// product turned around. Weights are the wgmma A operand from registers: a warp's 16 layout bytes
-// per lane are exactly its m16n8k16-shaped A fragments (rows g and g + 8), which is what wgmma
-// takes from each warp of a warpgroup for its 16 of 64 rows; so each code is dequantized once (the
-// mma.sync kernel's two row-tile warps both decode it) and a warpgroup covers 64 output features x
-// 64 tokens with one m64n64k16 per k16 step (32 mma.sync of the other kernel). The activations are
-// the B operand, read by the tensor cores straight from the stage's 128-byte-swizzled rows (the
-// canonical K-major layout with 128-byte swizzle: no ldmatrix).
-// Groups: a group's steps accumulate into `part` (the first step of a group overwrites it), and
-// at the group's end the warpgroup waits for its wgmmas and folds part times the rows' scales into
-// the float32 sums, as the other kernels do: weights stay exact integers code - zero.
-// CTA: two warpgroups (features 0-63 and 64-127 of the tile). Each chunk's wgmmas are waited for
-// within the chunk (registers of A stay untouched until then); the other warpgroups on the SM
-// (two CTAs fit) keep the tensor cores busy meanwhile.
+// W4A16 GEMM on Hopper's warpgroup MMA (wgmma), for the token counts of batched decode and short
+// prefills. Weights are the wgmma A operand from registers: a warp's 16 layout bytes per lane are
+// exactly its m16n8k16-shaped A fragments (rows g and g + 8), which is what wgmma takes from each
+// warp of a warpgroup for its 16 of 64 rows. The activations are the B operand (64 tokens), read by
+// the tensor cores straight from the stage's 128-byte-swizzled rows (K-major, no ldmatrix).
+//
+// Shape of the work, chosen for a batch-64 decode step (weights ~1 byte per 2 values, the
+// tensor cores and the weight stream about equally loaded):
+//  - A CTA's tile is 64 tokens x 256 features: each of its two warpgroups issues two m64n64k16 per
+//    k16 step (features 0-63 and 64-127 of its half) on one B descriptor, so every activation
+//    byte brought into shared memory serves 256 features (a 128-feature tile read as many
+//    activation bytes as code bytes, all of them through L2 again for every tile).
+//  - The group scale is applied to the weight in registers, (code - zero) exact in bf16 times the
+//    scale rounded once to bf16 (as vLLM's Marlin kernels do; the dequantizing prefill path rounds
+//    the same way), so one float32 accumulator runs over all of K: no wait for the tensor cores at
+//    group ends to scale partial sums.
+//  - The loop is pipelined across chunks: chunk i's fragments are built while chunk i - 1's
+//    wgmmas run (two fragment sets, alternating), and a chunk waits only for the one before it
+//    (wgmma.wait_group 1). cp.async fills run kStages - 2 chunks ahead (a stage stays readable
+//    until the chunk after it has waited), the codes of those first chunks before the
+//    programmatic-launch wait (weights depend on no earlier kernel).
+// One CTA per SM (two would need more than 128 registers a thread); K is split across the CTAs of
+// a cluster when the tiles cannot fill the SMs, and the cluster adds the float32 tiles through
+// distributed shared memory (w4a16_gemm_tile.cuh's sum_split_tiles).
+#include <algorithm>
+
 #include "backend/cuda/w4a16_gemm_tile.cuh"
 
 namespace kvasir::cuda {
 namespace {
 
-constexpr int kWgStages = 4;
-constexpr int kWgStageBytes = (kStageUsedBytes + 1023) / 1024 * 1024;  // activations 1024-aligned
+constexpr int kWgBN = 256;       // features a tile
+constexpr int kWgStages = 6;     // stages; fills run kWgStages - 2 chunks ahead
+constexpr int kWgAhead = kWgStages - 2;
+constexpr int kWgABytes = kBM * 64 * 2;           // activations: 64 tokens x 64 bf16, swizzled rows
+constexpr int kWgBBytes = (kWgBN / 16) * 512;     // codes: 16 layout tiles
+constexpr int kWgSBytes = 2 * kWgBN * 4;          // two group rows of scales, up to float32
+constexpr int kWgZBytes = 2 * kWgBN;              // two group rows of zero points
+constexpr int kWgStageBytes = (kWgABytes + kWgBBytes + kWgSBytes + kWgZBytes + 1023) / 1024 * 1024;
 constexpr size_t kWgSmem = static_cast<size_t>(kWgStages) * kWgStageBytes;
-static_assert(kWgStages * kWgStageBytes >= kBM * kRedStride * 4, "the split tile fits the stages");
+static_assert(kWgSmem >= static_cast<size_t>(kBM) * (kWgBN + 8) * 4, "the split tile fits the stages");
+static_assert(kThreads == 256, "two warpgroups");
 
 // The shared-memory matrix descriptor of a K-major bf16 operand with 128-byte swizzle: rows of 64
 // values (128 bytes), atoms of 8 rows (1,024 bytes apart: the stride byte offset), the leading
@@ -32,7 +50,7 @@ __device__ __forceinline__ uint64_t sw128_desc(uint32_t smem_byte_addr) {
 }
 
 // wgmma exists only in sm_90a machine code; the build's compute_90 PTX (for later GPUs, which
-// never take this kernel: launch_w4a16_wgmma's caller checks for 9.0) gets traps instead.
+// never take this kernel: the launcher checks for 9.0) gets traps instead.
 #if defined(__CUDA_ARCH_FEAT_SM90_ALL)
 #define KVASIR_WGMMA(...) asm volatile(__VA_ARGS__)
 #else
@@ -41,7 +59,10 @@ __device__ __forceinline__ uint64_t sw128_desc(uint32_t smem_byte_addr) {
 
 __device__ __forceinline__ void wgmma_fence() { KVASIR_WGMMA("wgmma.fence.sync.aligned;\n" ::: "memory"); }
 __device__ __forceinline__ void wgmma_commit() { KVASIR_WGMMA("wgmma.commit_group.sync.aligned;\n" ::: "memory"); }
-__device__ __forceinline__ void wgmma_wait_all() { KVASIR_WGMMA("wgmma.wait_group.sync.aligned 0;\n" ::: "memory"); }
+template <int N>
+__device__ __forceinline__ void wgmma_wait() {
+  KVASIR_WGMMA("wgmma.wait_group.sync.aligned %0;\n" ::"n"(N) : "memory");
+}
 // cp.async fills shared memory through the generic proxy and wgmma reads it through the async
 // proxy: each thread fences its landed copies before the barrier that hands the stage over.
 __device__ __forceinline__ void fence_async_shared() { KVASIR_WGMMA("fence.proxy.async.shared::cta;\n" ::: "memory"); }
@@ -51,14 +72,24 @@ __device__ __forceinline__ void fence_async_shared() { KVASIR_WGMMA("fence.proxy
 __device__ __forceinline__ void fence_operand(float& v) { asm volatile("" : "+f"(v)::"memory"); }
 __device__ __forceinline__ void fence_operand(uint32_t& v) { asm volatile("" : "+r"(v)::"memory"); }
 
-// d (64 x 64 float32 over the warpgroup, 32 per thread) = (accumulate ? d : 0) + A (64 x 16 bf16,
-// four registers per thread in mma.sync's A fragment order) x B (16 x 64 bf16 in shared memory).
-__device__ __forceinline__ void wgmma_m64n64k16(float (&d)[32], const uint32_t (&a)[4], uint64_t desc_b,
-                                                int accumulate) {
+__device__ __forceinline__ void fence_fragments(uint32_t (&f)[2][4][4]) {
+#pragma unroll
+  for (int i = 0; i < 2; ++i) {
+#pragma unroll
+    for (int s = 0; s < 4; ++s) {
+#pragma unroll
+      for (int r = 0; r < 4; ++r) fence_operand(f[i][s][r]);
+    }
+  }
+}
+
+// d (64 x 64 float32 over the warpgroup, 32 per thread) += A (64 x 16 bf16, four registers per
+// thread in mma.sync's A fragment order) x B (16 x 64 bf16 in shared memory).
+__device__ __forceinline__ void wgmma_m64n64k16(float (&d)[32], const uint32_t (&a)[4], uint64_t desc_b) {
   KVASIR_WGMMA(
       "{\n"
       ".reg .pred p;\n"
-      "setp.ne.b32 p, %37, 0;\n"
+      "setp.ne.b32 p, 1, 0;\n"
       "wgmma.mma_async.sync.aligned.m64n64k16.f32.bf16.bf16 "
       "{%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, "
       "%16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31}, "
@@ -68,143 +99,315 @@ __device__ __forceinline__ void wgmma_m64n64k16(float (&d)[32], const uint32_t (
         "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]), "+f"(d[14]), "+f"(d[15]),
         "+f"(d[16]), "+f"(d[17]), "+f"(d[18]), "+f"(d[19]), "+f"(d[20]), "+f"(d[21]), "+f"(d[22]), "+f"(d[23]),
         "+f"(d[24]), "+f"(d[25]), "+f"(d[26]), "+f"(d[27]), "+f"(d[28]), "+f"(d[29]), "+f"(d[30]), "+f"(d[31])
-      : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(desc_b), "r"(accumulate)
+      : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(desc_b)
       : "memory");
 }
 
-// Whether 32-column half hh of K begins / ends a run of halves folded together: a group's halves
-// within this CTA's slice of K [2 kb, 2 ke).
-__device__ __forceinline__ bool starts_run(const W4a16Groups& gr, uint32_t hh, uint32_t first) {
-  return hh == first || w4a16_group_of(hh, gr.magic) != w4a16_group_of(hh - 1, gr.magic);
+// bf16x2 of the scale in both halves (rounded once from the checkpoint's type).
+__device__ __forceinline__ uint32_t scale_pair(float s) {
+  const uint32_t b = __bfloat16_as_ushort(__float2bfloat16_rn(s));
+  return b * 0x10001u;
 }
-__device__ __forceinline__ bool ends_run(const W4a16Groups& gr, uint32_t hh, uint32_t last) {
-  return hh == last || w4a16_group_of(hh, gr.magic) != w4a16_group_of(hh + 1, gr.magic);
+// (code - zero) * scale for pair q of a layout word: the difference exact, the product rounded once.
+__device__ __forceinline__ uint32_t scaled_pair(uint32_t word, int q, uint32_t zero_pair, uint32_t scale) {
+  const uint32_t d = w4a16_pair(word, q, zero_pair);
+  __nv_bfloat162 v = __hmul2(*reinterpret_cast<const __nv_bfloat162*>(&d), *reinterpret_cast<const __nv_bfloat162*>(&scale));
+  return *reinterpret_cast<uint32_t*>(&v);
 }
 
-// Grid and clusters as w4a16_gemm_kernel's. Thread (warpgroup wg, warp wq in it, lane = 4 g + t)
-// owns output features f = 64 wg + 16 wq + g and f + 8 of the tile and, for n8 block i, tokens
-// 8 i + 2 t and + 1: acc[4 i + 0..1] (feature f), acc[4 i + 2..3] (feature f + 8).
+// What one thread copies into every stage, its address math done once: two 16-byte pieces of
+// activations (rows tid / 8 and tid / 8 + 32, piece tid % 8; rows past the batch zero-filled), two
+// of codes (layout tiles tid / 32 and tid / 32 + 8, lane tid % 32), and for warps 0-1 scale pieces
+// of group row `slot` = warp (lane, and lane + 32 for float32 scales), for warp 2 a zero-point
+// piece (row lane / 16, piece lane % 16).
+struct WgCopies {
+  const uint8_t* a_src;
+  int64_t a_second;
+  const uint8_t* b_src[2];
+  const uint8_t* s_src[2];
+  int64_t s_group;
+  uint32_t a_dst, s_dst;
+  int32_t s_slot, s_pieces;
+  bool a_ok0, a_ok1, b_ok[2], s_ok[2];
+};
+
 template <int kType>
-__global__ void __launch_bounds__(kThreads, 2) w4a16_wgmma_kernel(W4a16GemmArgs a) {
-  // 1,024-byte aligned (the 128-byte swizzle's atom; no static shared memory here to offset it).
-  extern __shared__ __align__(1024) uint8_t smem[];
-  const int tid = threadIdx.x, warp = tid >> 5, lane = tid & 31, g = lane >> 2, t = lane & 3;
-  const TileWork work = tile_work(a);
-  const W4a16Projection& p = work.p;
-  const int64_t n0 = work.n0, m0 = work.m0;
-  const int kb = work.kb, ke = work.ke;
-  const uint32_t first_half = 2 * static_cast<uint32_t>(kb), last_half = 2 * static_cast<uint32_t>(ke) - 1;
-  const int feature = warp * 16 + g;  // this lane's A row g in the tile (warp w's layout tile is w)
-  const StageCopies copies = stage_copies<kType>(a, p, m0, n0, tid);
-  float acc[32], part[32];
+__device__ __forceinline__ WgCopies wg_copies(const W4a16GemmArgs& a, const W4a16Projection& p, int64_t m0, int64_t n0,
+                                              int tid) {
+  constexpr int sb = kType == kW4a16ScaleF32 ? 4 : 2;
+  WgCopies c;
+  const int64_t K = a.k, N = p.out_features, chunks = K / 64;
+  const int r = tid >> 3, piece = tid & 7;
+  c.a_ok0 = m0 + r < a.rows;
+  c.a_ok1 = m0 + r + 32 < a.rows;
+  c.a_src = reinterpret_cast<const uint8_t*>(a.x + (c.a_ok0 ? m0 + r : 0) * K + piece * 8);
+  c.a_second = c.a_ok1 ? 32 * K * 2 : 0;
+  c.a_dst = static_cast<uint32_t>(r * 128 + ((piece ^ (r & 7)) << 4));
 #pragma unroll
-  for (int i = 0; i < 32; ++i) acc[i] = part[i] = 0.0f;
-  pdl_begin();
-#pragma unroll
-  for (int s = 0; s < kWgStages - 1; ++s) {
-    if (kb + s < ke) load_stage(smem + s * kWgStageBytes, copies, a.groups, kb + s);
-    cp_async_commit();
+  for (int i = 0; i < 2; ++i) {
+    const int64_t nt = n0 / 16 + (tid >> 5) + 8 * i;
+    c.b_ok[i] = nt < N / 16;
+    c.b_src[i] = static_cast<const uint8_t*>(p.codes) + (c.b_ok[i] ? nt : 0) * chunks * 512 + (tid & 31) * 16;
   }
-  int read = 0, write = kWgStages - 1;
-  for (int kc = kb; kc < ke; ++kc) {
-    cp_async_wait<kWgStages - 2>();
-    fence_async_shared();
-    __syncthreads();  // this chunk's stage is in; every warpgroup's wgmmas of the last chunk are done
-    if (kc + kWgStages - 1 < ke) load_stage(smem + write * kWgStageBytes, copies, a.groups, kc + kWgStages - 1);
-    cp_async_commit();
-    const uint8_t* st = smem + read * kWgStageBytes;
-    const uint8_t* S = st + kABytes + kBBytes;
-    const uint8_t* Z = S + kSBytes;
-    const uint4 codes = *reinterpret_cast<const uint4*>(st + kABytes + warp * 512 + lane * 16);
-    const bool two_groups = a.groups.split_chunks &&
-                            w4a16_group_of(2 * static_cast<uint32_t>(kc), a.groups.magic) !=
-                                w4a16_group_of(2 * static_cast<uint32_t>(kc) + 1, a.groups.magic);
-    // A fragments of the four k16 steps: step s = 2 j + (s % 2) reads words j (row g) and 2 + j
-    // (row g + 8), pairs 2 (s % 2) (columns 2t, 2t + 1) and 2 (s % 2) + 1 (columns 2t + 8, + 9).
-    uint32_t frag[4][4];
+  const int warp = tid >> 5, lane = tid & 31;
+  constexpr int kPieces = sb == 4 ? 2 : 1;
+  c.s_slot = -1;
+  c.s_pieces = 0;
+  c.s_group = 0;
+  c.s_dst = 0;
+#pragma unroll
+  for (int i = 0; i < 2; ++i) {
+    c.s_src[i] = nullptr;
+    c.s_ok[i] = false;
+  }
+  if (warp < 2) {
+    c.s_slot = warp;
+    c.s_pieces = kPieces;
+#pragma unroll
+    for (int i = 0; i < kPieces; ++i) {
+      const int64_t col = n0 + (lane + 32 * i) * 16 / sb;
+      c.s_ok[i] = col < N;
+      c.s_src[i] = static_cast<const uint8_t*>(p.scales) + (c.s_ok[i] ? col : 0) * sb;
+    }
+    c.s_group = N * sb;
+    c.s_dst = static_cast<uint32_t>(kWgABytes + kWgBBytes + warp * kWgBN * 4 + lane * 16);
+  } else if (warp == 2 && p.zeros != nullptr) {
+    const int slot = lane / 16;
+    const int64_t col = n0 + (lane % 16) * 16;
+    c.s_slot = slot;
+    c.s_pieces = 1;
+    c.s_ok[0] = col < N;
+    c.s_src[0] = p.zeros + (c.s_ok[0] ? col : 0);
+    c.s_group = N;
+    c.s_dst = static_cast<uint32_t>(kWgABytes + kWgBBytes + kWgSBytes + slot * kWgBN + (lane % 16) * 16);
+  }
+  return c;
+}
+
+// Chunk kc's codes; `real` false: the padding chunk past the slice (below), all zeros.
+__device__ __forceinline__ void load_codes(uint8_t* st, const WgCopies& c, int kc, bool real) {
+  const int64_t k = real ? kc : 0;
+  cp_async16(st + kWgABytes + threadIdx.x * 16, c.b_src[0] + k * 512, c.b_ok[0] && real);
+  cp_async16(st + kWgABytes + 4096 + threadIdx.x * 16, c.b_src[1] + k * 512, c.b_ok[1] && real);
+}
+// Activations, scales and zero points of chunk kc; each group row only when the chunk needs it
+// (row 1 only when the chunk's 32-column halves lie in two groups). The padding chunk zero-fills
+// all of them: zero activations times weights of zero codes and zero scales add nothing (stale or
+// never-written shared memory could hold NaNs).
+__device__ __forceinline__ void load_rest(uint8_t* st, const WgCopies& c, const W4a16Groups& groups, int kc,
+                                          bool real) {
+  const int k = real ? kc : 0;
+  cp_async16(st + c.a_dst, c.a_src + k * 128, c.a_ok0 && real);
+  cp_async16(st + c.a_dst + 32 * 128, c.a_src + c.a_second + k * 128, c.a_ok1 && real);
+  if (c.s_slot >= 0) {
+    const uint32_t g0 = w4a16_group_of(2 * static_cast<uint32_t>(k), groups.magic);
+    const uint32_t g1 = groups.split_chunks ? w4a16_group_of(2 * static_cast<uint32_t>(k) + 1, groups.magic) : g0;
+    if (c.s_slot == 0 || g1 != g0 || !real) {
+      const int64_t off = static_cast<int64_t>(c.s_slot ? g1 : g0) * c.s_group;
+      cp_async16(st + c.s_dst, c.s_src[0] + off, c.s_ok[0] && real);
+      if (c.s_pieces == 2) cp_async16(st + c.s_dst + 512, c.s_src[1] + off, c.s_ok[1] && real);
+    }
+  }
+}
+
+// One chunk's A fragments for this thread: tile i (features 64 i + 16 wq + g and + 8 of its
+// warpgroup's 128), k16 step s = 2 j + odd reads words j (row g) and 2 + j (row g + 8), pairs
+// 2 odd (columns 2t, 2t + 1) and 2 odd + 1 (columns 2t + 8, + 9); j is the chunk's 32-column half,
+// whose group gives the zero point and scale.
+template <int kType>
+__device__ __forceinline__ void build_fragments(const uint8_t* st, bool has_zeros, bool two_groups,
+                                                int wg, int wq, int lane, uint32_t (&frag)[2][4][4]) {
+  const uint8_t* S = st + kWgABytes + kWgBBytes;
+  const uint8_t* Z = S + kWgSBytes;
+  const int g = lane >> 2;
+#pragma unroll
+  for (int i = 0; i < 2; ++i) {
+    const int tile = wg * 8 + 4 * i + wq;  // the 16-feature layout tile of this warp in A tile i
+    const uint4 codes = *reinterpret_cast<const uint4*>(st + kWgABytes + tile * 512 + lane * 16);
+    const int f = tile * 16 + g;
 #pragma unroll
     for (int j = 0; j < 2; ++j) {
       const int slot = two_groups ? j : 0;
-      const uint32_t z_lo = w4a16_zero_pair(p.zeros != nullptr ? Z[slot * kBN + feature] : 8u);
-      const uint32_t z_hi = w4a16_zero_pair(p.zeros != nullptr ? Z[slot * kBN + feature + 8] : 8u);
+      const uint32_t z_lo = w4a16_zero_pair(has_zeros ? Z[slot * kWgBN + f] : 8u);
+      const uint32_t z_hi = w4a16_zero_pair(has_zeros ? Z[slot * kWgBN + f + 8] : 8u);
+      const uint32_t s_lo = scale_pair(w4a16_scale_as<kType>(S + slot * kWgBN * 4, f));
+      const uint32_t s_hi = scale_pair(w4a16_scale_as<kType>(S + slot * kWgBN * 4, f + 8));
       const uint32_t w_lo = word_of(codes, j), w_hi = word_of(codes, 2 + j);
 #pragma unroll
       for (int odd = 0; odd < 2; ++odd) {
-        uint32_t(&f)[4] = frag[2 * j + odd];
-        f[0] = w4a16_pair(w_lo, 2 * odd, z_lo);
-        f[1] = w4a16_pair(w_hi, 2 * odd, z_hi);
-        f[2] = w4a16_pair(w_lo, 2 * odd + 1, z_lo);
-        f[3] = w4a16_pair(w_hi, 2 * odd + 1, z_hi);
+        uint32_t(&fr)[4] = frag[i][2 * j + odd];
+        fr[0] = scaled_pair(w_lo, 2 * odd, z_lo, s_lo);
+        fr[1] = scaled_pair(w_hi, 2 * odd, z_hi, s_hi);
+        fr[2] = scaled_pair(w_lo, 2 * odd + 1, z_lo, s_lo);
+        fr[3] = scaled_pair(w_hi, 2 * odd + 1, z_hi, s_hi);
       }
     }
-    const uint32_t x_addr = smem_addr(st);
-    wgmma_fence();
+  }
+}
+
+// What every chunk of a CTA's loop reads (values, not pointers to the kernel's parameters, which
+// would copy them to local memory).
+struct WgLoop {
+  W4a16Groups groups;
+  bool has_zeros;
+  WgCopies copies;
+  uint8_t* smem;
+  int ke, ke_pad, wg, wq, lane;
+};
+
+// Chunk kc in stage `read`: hands the stage over, starts the fill of chunk kc + kWgAhead (into
+// the stage chunk kc - 2 used: every warpgroup has waited for that chunk's wgmmas), builds this
+// chunk's fragments into `frag` and issues its eight wgmmas, then waits for the chunk before it,
+// whose fragment set `prev` the next chunk overwrites. `prev` is fenced after that wait: to the
+// compiler the registers are dead once its wgmma statements have read them, and it would reuse
+// them for `frag` while those wgmmas still run (ptxas then serializes every wgmma).
+template <int kType>
+__device__ __forceinline__ void run_chunk(const WgLoop& L, int kc, int read, float (&acc)[2][32],
+                                          uint32_t (&frag)[2][4][4], uint32_t (&prev)[2][4][4]) {
+  cp_async_wait<kWgAhead - 1>();
+  fence_async_shared();
+  __syncthreads();
+  const int ahead = kc + kWgAhead;
+  const int write = read + kWgAhead >= kWgStages ? read + kWgAhead - kWgStages : read + kWgAhead;
+  if (ahead < L.ke_pad) {
+    load_codes(L.smem + write * kWgStageBytes, L.copies, ahead, ahead < L.ke);
+    load_rest(L.smem + write * kWgStageBytes, L.copies, L.groups, ahead, ahead < L.ke);
+  }
+  cp_async_commit();
+  const uint8_t* st = L.smem + read * kWgStageBytes;
+  const bool two_groups = L.groups.split_chunks &&
+                          w4a16_group_of(2 * static_cast<uint32_t>(kc), L.groups.magic) !=
+                              w4a16_group_of(2 * static_cast<uint32_t>(kc) + 1, L.groups.magic);
+  build_fragments<kType>(st, L.has_zeros, two_groups, L.wg, L.wq, L.lane, frag);
+  const uint32_t x_addr = smem_addr(st);
+  wgmma_fence();
 #pragma unroll
-    for (int s = 0; s < 4; ++s) {
-      const uint32_t hh = 2 * static_cast<uint32_t>(kc) + s / 2;
-      const bool fresh = s % 2 == 0 && starts_run(a.groups, hh, first_half);
-      wgmma_m64n64k16(part, frag[s], sw128_desc(x_addr + 32 * s), fresh ? 0 : 1);
-      if (s % 2 == 1 && ends_run(a.groups, hh, last_half)) {
-        wgmma_commit();
-        wgmma_wait_all();
+  for (int s = 0; s < 4; ++s) {
+    const uint64_t desc = sw128_desc(x_addr + 32 * s);
+    wgmma_m64n64k16(acc[0], frag[0][s], desc);
+    wgmma_m64n64k16(acc[1], frag[1][s], desc);
+  }
+  wgmma_commit();
+  wgmma_wait<1>();
+  fence_fragments(prev);
+}
+
+// Grid: (column tiles of every projection, row tiles of 64 tokens, K slices); with slices,
+// clusters of (1, 1, slices). Thread (warpgroup wg, warp wq in it, lane = 4 g + t) owns, in A tile
+// i, feature f = 128 wg + 64 i + 16 wq + g and f + 8 of the CTA's 256 and, for n8 block b, tokens
+// 8 b + 2 t and + 1: acc[i][4 b + 0..1] (feature f), acc[i][4 b + 2..3] (feature f + 8).
+template <int kType>
+__global__ void __launch_bounds__(kThreads, 1) w4a16_wgmma_kernel(W4a16GemmArgs a) {
+  // 1,024-byte aligned (the 128-byte swizzle's atom; no static shared memory here to offset it).
+  extern __shared__ __align__(1024) uint8_t smem[];
+  const int tid = threadIdx.x, warp = tid >> 5, lane = tid & 31, t = lane & 3, g = lane >> 2;
+  int64_t n0 = 0;
+  const W4a16Projection p = tile_projection<kWgBN>(a, static_cast<int>(blockIdx.x), &n0);
+  const int64_t m0 = static_cast<int64_t>(blockIdx.y) * kBM;
+  const int chunks = static_cast<int>(a.k / 64);
+  const int kb = static_cast<int>(blockIdx.z) * a.kc_per_split;
+  const int ke = min(chunks, kb + a.kc_per_split);
+  // The loop runs chunks in pairs (the two fragment sets): an odd slice gets one zero chunk more.
+  // (A conditional second chunk makes ptxas serialize every wgmma: it cannot follow a wgmma in
+  // flight across that branch.)
+  const int ke_pad = kb + ((ke - kb + 1) & ~1);
+  const WgLoop L{a.groups, p.zeros != nullptr, wg_copies<kType>(a, p, m0, n0, tid), smem, ke, ke_pad, warp >> 2,
+                 warp & 3, lane};
+  float acc[2][32];
 #pragma unroll
-        for (int i = 0; i < 32; ++i) fence_operand(part[i]);
-        const int slot = two_groups ? s / 2 : 0;
-        const float s_lo = w4a16_scale_as<kType>(S + slot * kBN * 4, feature);
-        const float s_hi = w4a16_scale_as<kType>(S + slot * kBN * 4, feature + 8);
+  for (int i = 0; i < 2; ++i) {
 #pragma unroll
-        for (int i = 0; i < 8; ++i) {
-          acc[4 * i + 0] = fmaf(part[4 * i + 0], s_lo, acc[4 * i + 0]);
-          acc[4 * i + 1] = fmaf(part[4 * i + 1], s_lo, acc[4 * i + 1]);
-          acc[4 * i + 2] = fmaf(part[4 * i + 2], s_hi, acc[4 * i + 2]);
-          acc[4 * i + 3] = fmaf(part[4 * i + 3], s_hi, acc[4 * i + 3]);
-        }
-        wgmma_fence();
-      }
-    }
-    // The chunk's A registers and its stage stay untouched until its wgmmas are done.
-    wgmma_commit();
-    wgmma_wait_all();
+    for (int v = 0; v < 32; ++v) acc[i][v] = 0.0f;
+  }
+  // The first chunks' codes before the launch wait (group 0), then their activations, scales and
+  // zero points (one group per chunk): cp.async groups complete in order, so waiting for chunk
+  // kc's group also covers group 0.
+  pdl_launch_dependents();
 #pragma unroll
-    for (int s = 0; s < 4; ++s) {
+  for (int s = 0; s < kWgAhead; ++s) {
+    if (kb + s < ke_pad) load_codes(smem + s * kWgStageBytes, L.copies, kb + s, kb + s < ke);
+  }
+  cp_async_commit();
+  pdl_wait();
 #pragma unroll
-      for (int r = 0; r < 4; ++r) fence_operand(frag[s][r]);
-    }
-#pragma unroll
-    for (int i = 0; i < 32; ++i) fence_operand(part[i]);
+  for (int s = 0; s < kWgAhead; ++s) {
+    if (kb + s < ke_pad) load_rest(smem + s * kWgStageBytes, L.copies, a.groups, kb + s, kb + s < ke);
+    cp_async_commit();
+  }
+  uint32_t frag0[2][4][4] = {}, frag1[2][4][4] = {};
+  int read = 0;
+  for (int kc = kb; kc < ke_pad; kc += 2) {
+    run_chunk<kType>(L, kc, read, acc, frag0, frag1);
     read = read == kWgStages - 1 ? 0 : read + 1;
-    write = write == kWgStages - 1 ? 0 : write + 1;
+    run_chunk<kType>(L, kc + 1, read, acc, frag1, frag0);
+    read = read == kWgStages - 1 ? 0 : read + 1;
+  }
+  wgmma_wait<0>();
+  fence_fragments(frag0);
+  fence_fragments(frag1);
+#pragma unroll
+  for (int i = 0; i < 2; ++i) {
+#pragma unroll
+    for (int v = 0; v < 32; ++v) fence_operand(acc[i][v]);
   }
   cp_async_wait<0>();
+  const int wg = warp >> 2, wq = warp & 3;
   const int64_t N = p.out_features;
   if (gridDim.z > 1) {
+    constexpr int kStride = kWgBN + 8;
     float* red = reinterpret_cast<float*>(smem);
     __syncthreads();  // every warpgroup is done with the stages
 #pragma unroll
-    for (int i = 0; i < 8; ++i) {
+    for (int i = 0; i < 2; ++i) {
 #pragma unroll
-      for (int c = 0; c < 4; ++c) {
-        const int token = 8 * i + 2 * t + (c & 1), f = feature + 8 * (c >> 1);
-        red[token * kRedStride + f] = acc[4 * i + c];
+      for (int b = 0; b < 8; ++b) {
+#pragma unroll
+        for (int c = 0; c < 4; ++c) {
+          const int token = 8 * b + 2 * t + (c & 1), f = wg * 128 + 64 * i + 16 * wq + g + 8 * (c >> 1);
+          red[token * kStride + f] = acc[i][4 * b + c];
+        }
       }
     }
-    sum_split_tiles(a, p, m0, n0, red);
+    sum_split_tiles<kBM, kWgBN>(a, p, m0, n0, red);
     return;
   }
 #pragma unroll
-  for (int c = 0; c < 4; ++c) {
-    const int64_t col = n0 + feature + 8 * (c >> 1);
-    if (col >= N) continue;
-    const float bias = p.bias != nullptr ? p.bias[col] : 0.0f;
+  for (int i = 0; i < 2; ++i) {
 #pragma unroll
-    for (int i = 0; i < 8; ++i) {
-      const int64_t row = m0 + 8 * i + 2 * t + (c & 1);
-      if (row >= a.rows) continue;
-      const float v = acc[4 * i + c] + bias;
-      if (a.f32_out) static_cast<float*>(p.y)[row * N + col] = v;
-      else static_cast<bf16*>(p.y)[row * N + col] = __float2bfloat16_rn(v);
+    for (int c = 0; c < 4; ++c) {
+      const int64_t col = n0 + wg * 128 + 64 * i + 16 * wq + g + 8 * (c >> 1);
+      if (col >= N) continue;
+      const float bias = p.bias != nullptr ? p.bias[col] : 0.0f;
+#pragma unroll
+      for (int b = 0; b < 8; ++b) {
+        const int64_t row = m0 + 8 * b + 2 * t + (c & 1);
+        if (row >= a.rows) continue;
+        const float v = acc[i][4 * b + c] + bias;
+        if (a.f32_out) static_cast<float*>(p.y)[row * N + col] = v;
+        else static_cast<bf16*>(p.y)[row * N + col] = __float2bfloat16_rn(v);
+      }
     }
   }
+}
+
+// K slices for `tiles` CTAs (one per SM) of `chunks` 64-column chunks: the count (up to the
+// cluster limit, each slice at least four chunks) whose CTAs fill the SMs most evenly, the fewest
+// among those within 3% of the best (a slice costs a pipeline fill and its share of the sum).
+int wgmma_splits_for(int64_t tiles, int64_t chunks, int num_sms) {
+  const int64_t slots = std::max(1, num_sms);
+  if (tiles >= 4 * slots || chunks < 8) return 1;
+  const int most = static_cast<int>(
+      std::max<int64_t>(1, std::min<int64_t>({kMaxSplits, kernel_tuning().w4a16_gemm_max_splits, chunks / 4})));
+  auto fill = [&](int s) {
+    const int64_t ctas = tiles * s, waves = (ctas + slots - 1) / slots;
+    return static_cast<double>(ctas) / static_cast<double>(waves * slots);
+  };
+  double best = 0.0;
+  for (int s = 1; s <= most; ++s) best = std::max(best, fill(s));
+  for (int s = 1; s <= most; ++s) {
+    if (fill(s) >= 0.97 * best) return s;
+  }
+  return 1;
 }
 
 template <int kType>
@@ -224,7 +427,21 @@ bool wgmma_device() {
   return major == 9 && minor == 0;
 }
 
-void launch_w4a16_wgmma(const W4a16GemmArgs& a, dim3 grid, cudaStream_t s) {
+int w4a16_wgmma_splits(int64_t n, int64_t m, int64_t k, int num_sms) {
+  return wgmma_splits_for((m + kWgBN - 1) / kWgBN * ((n + kBM - 1) / kBM), k / 64, num_sms);
+}
+
+void launch_w4a16_wgmma(const void* x, const W4a16Projection* proj, int num_proj, int64_t n, int64_t k, Elem out,
+                        int num_sms, cudaStream_t s) {
+  int64_t tiles = 0;
+  W4a16GemmArgs a = w4a16_gemm_args(x, proj, num_proj, n, k, out, kWgBN, &tiles);
+  const int64_t row_tiles = (n + kBM - 1) / kBM, chunks = k / 64;
+  const int splits = wgmma_splits_for(tiles * row_tiles, chunks, num_sms);
+  // Even slices where the splits allow (the loop pads an odd one with a zero chunk).
+  const int64_t per = (chunks + splits - 1) / splits;
+  a.kc_per_split = static_cast<int32_t>(per % 2 == 1 && (per + 1) * (splits - 1) < chunks ? per + 1 : per);
+  const unsigned z = static_cast<unsigned>((chunks + a.kc_per_split - 1) / a.kc_per_split);
+  const dim3 grid(static_cast<unsigned>(tiles), static_cast<unsigned>(row_tiles), z);
   switch (a.p[0].scale_type) {
     case kW4a16ScaleF32: launch_type<kW4a16ScaleF32>(a, grid, s); break;
     case kW4a16ScaleBf16: launch_type<kW4a16ScaleBf16>(a, grid, s); break;
