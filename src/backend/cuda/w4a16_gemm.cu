@@ -169,26 +169,6 @@ __global__ void __launch_bounds__(kThreads, 2) w4a16_gemm_kernel(W4a16GemmArgs a
   }
 }
 
-// How many K slices for `tiles` output tiles of `chunks` 64-column chunks: the count (up to the
-// cluster limit, each slice at least four chunks) whose CTAs fill the SMs' two slots most evenly,
-// the fewest among those within 3% of the best (a slice costs a pipeline fill and its share of
-// the reduction).
-int splits_for(int64_t tiles, int64_t chunks, int num_sms) {
-  const int64_t slots = 2 * static_cast<int64_t>(std::max(1, num_sms));
-  if (tiles >= 4 * slots || chunks < 8) return 1;
-  const int most = static_cast<int>(std::max<int64_t>(1, std::min<int64_t>({kMaxSplits, kernel_tuning().w4a16_gemm_max_splits, chunks / 4})));
-  auto fill = [&](int s) {
-    const int64_t ctas = tiles * s, waves = (ctas + slots - 1) / slots;
-    return static_cast<double>(ctas) / static_cast<double>(waves * slots);
-  };
-  double best = 0.0;
-  for (int s = 1; s <= most; ++s) best = std::max(best, fill(s));
-  for (int s = 1; s <= most; ++s) {
-    if (fill(s) >= 0.97 * best) return s;
-  }
-  return 1;
-}
-
 int64_t column_tiles(int64_t out_features) { return (out_features + kBN - 1) / kBN; }
 
 template <int kStages, int kType>
@@ -238,9 +218,26 @@ bool use_wgmma() {
 }
 }  // namespace
 
+int w4a16_splits_for(int64_t tiles, int64_t chunks, int num_sms, int ctas_per_sm) {
+  const int64_t slots = static_cast<int64_t>(ctas_per_sm) * std::max(1, num_sms);
+  if (tiles >= 4 * slots || chunks < 8) return 1;
+  const int most = static_cast<int>(
+      std::max<int64_t>(1, std::min<int64_t>({kMaxSplits, kernel_tuning().w4a16_gemm_max_splits, chunks / 4})));
+  auto fill = [&](int s) {
+    const int64_t ctas = tiles * s, waves = (ctas + slots - 1) / slots;
+    return static_cast<double>(ctas) / static_cast<double>(waves * slots);
+  };
+  double best = 0.0;
+  for (int s = 1; s <= most; ++s) best = std::max(best, fill(s));
+  for (int s = 1; s <= most; ++s) {
+    if (fill(s) >= 0.97 * best) return s;
+  }
+  return 1;
+}
+
 int w4a16_gemm_splits(int64_t n, int64_t m, int64_t k, int num_sms) {
   if (use_wgmma()) return w4a16_wgmma_splits(n, m, k, num_sms);
-  return splits_for(column_tiles(m) * ((n + kBM - 1) / kBM), k / 64, num_sms);
+  return w4a16_splits_for(column_tiles(m) * ((n + kBM - 1) / kBM), k / 64, num_sms, 2);
 }
 
 void launch_w4a16_gemm(const void* x, const W4a16Projection* proj, int num_proj, int64_t n, int64_t k, Elem out,
@@ -252,7 +249,7 @@ void launch_w4a16_gemm(const void* x, const W4a16Projection* proj, int num_proj,
   int64_t tiles = 0;
   W4a16GemmArgs a = w4a16_gemm_args(x, proj, num_proj, n, k, out, kBN, &tiles);
   const int64_t row_tiles = (n + kBM - 1) / kBM, chunks = k / 64;
-  const int splits = splits_for(tiles * row_tiles, chunks, num_sms);
+  const int splits = w4a16_splits_for(tiles * row_tiles, chunks, num_sms, 2);
   a.kc_per_split = static_cast<int32_t>((chunks + splits - 1) / splits);
   const unsigned z = static_cast<unsigned>((chunks + a.kc_per_split - 1) / a.kc_per_split);
   const dim3 grid(static_cast<unsigned>(tiles), static_cast<unsigned>(row_tiles), z);

@@ -29,6 +29,12 @@ struct W4a16GemmArgs {
 W4a16GemmArgs w4a16_gemm_args(const void* x, const W4a16Projection* proj, int num_proj, int64_t n, int64_t k,
                               Elem out, int bn, int64_t* tiles);
 
+// How many K slices (cluster CTAs) for `tiles` output tiles of `chunks` 64-column chunks, with
+// ctas_per_sm CTAs resident per SM: the count (up to the cluster limit, each slice at least four
+// chunks) whose CTAs fill the SMs most evenly, the fewest among those within 3% of the best (a
+// slice costs a pipeline fill and its share of the reduction).
+int w4a16_splits_for(int64_t tiles, int64_t chunks, int num_sms, int ctas_per_sm);
+
 // The projection of column tile `tile` (kTileN features wide) and its first output column.
 // Selected field by field under predicates: indexing the parameter array at run time would copy
 // it to local memory.

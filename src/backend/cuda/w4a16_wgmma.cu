@@ -22,7 +22,6 @@
 // One CTA per SM (two would need more than 128 registers a thread); K is split across the CTAs of
 // a cluster when the tiles cannot fill the SMs, and the cluster adds the float32 tiles through
 // distributed shared memory (w4a16_gemm_tile.cuh's sum_split_tiles).
-#include <algorithm>
 
 #include "backend/cuda/w4a16_gemm_tile.cuh"
 
@@ -390,26 +389,6 @@ __global__ void __launch_bounds__(kThreads, 1) w4a16_wgmma_kernel(W4a16GemmArgs 
   }
 }
 
-// K slices for `tiles` CTAs (one per SM) of `chunks` 64-column chunks: the count (up to the
-// cluster limit, each slice at least four chunks) whose CTAs fill the SMs most evenly, the fewest
-// among those within 3% of the best (a slice costs a pipeline fill and its share of the sum).
-int wgmma_splits_for(int64_t tiles, int64_t chunks, int num_sms) {
-  const int64_t slots = std::max(1, num_sms);
-  if (tiles >= 4 * slots || chunks < 8) return 1;
-  const int most = static_cast<int>(
-      std::max<int64_t>(1, std::min<int64_t>({kMaxSplits, kernel_tuning().w4a16_gemm_max_splits, chunks / 4})));
-  auto fill = [&](int s) {
-    const int64_t ctas = tiles * s, waves = (ctas + slots - 1) / slots;
-    return static_cast<double>(ctas) / static_cast<double>(waves * slots);
-  };
-  double best = 0.0;
-  for (int s = 1; s <= most; ++s) best = std::max(best, fill(s));
-  for (int s = 1; s <= most; ++s) {
-    if (fill(s) >= 0.97 * best) return s;
-  }
-  return 1;
-}
-
 template <int kType>
 void launch_type(const W4a16GemmArgs& a, dim3 grid, cudaStream_t s) {
   auto kernel = w4a16_wgmma_kernel<kType>;
@@ -428,7 +407,7 @@ bool wgmma_device() {
 }
 
 int w4a16_wgmma_splits(int64_t n, int64_t m, int64_t k, int num_sms) {
-  return wgmma_splits_for((m + kWgBN - 1) / kWgBN * ((n + kBM - 1) / kBM), k / 64, num_sms);
+  return w4a16_splits_for((m + kWgBN - 1) / kWgBN * ((n + kBM - 1) / kBM), k / 64, num_sms, 1);
 }
 
 void launch_w4a16_wgmma(const void* x, const W4a16Projection* proj, int num_proj, int64_t n, int64_t k, Elem out,
@@ -436,7 +415,7 @@ void launch_w4a16_wgmma(const void* x, const W4a16Projection* proj, int num_proj
   int64_t tiles = 0;
   W4a16GemmArgs a = w4a16_gemm_args(x, proj, num_proj, n, k, out, kWgBN, &tiles);
   const int64_t row_tiles = (n + kBM - 1) / kBM, chunks = k / 64;
-  const int splits = wgmma_splits_for(tiles * row_tiles, chunks, num_sms);
+  const int splits = w4a16_splits_for(tiles * row_tiles, chunks, num_sms, 1);
   // Even slices where the splits allow (the loop pads an odd one with a zero chunk).
   const int64_t per = (chunks + splits - 1) / splits;
   a.kc_per_split = static_cast<int32_t>(per % 2 == 1 && (per + 1) * (splits - 1) < chunks ? per + 1 : per);
