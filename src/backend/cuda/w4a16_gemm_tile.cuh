@@ -98,18 +98,27 @@ struct StageCopies {
   bool a_ok0, a_ok1, b_ok, s_ok;
 };
 
+// A thread's two 16-byte activation pieces of every stage, into either kernel's copy plan (its
+// fields a_src, a_second, a_dst, a_ok0, a_ok1): rows tid / 8 and tid / 8 + 32 of the row tile at
+// chunk 0, piece tid % 8, rows past the batch zero-filled; the destination is XOR-swizzled by
+// row % 8 (row + 32: the same swizzle, 32 * 128 bytes on).
+template <typename Copies>
+__device__ __forceinline__ void plan_activation_copies(Copies& c, const W4a16GemmArgs& a, int64_t m0, int tid) {
+  const int r = tid >> 3, piece = tid & 7;
+  c.a_ok0 = m0 + r < a.rows;
+  c.a_ok1 = m0 + r + 32 < a.rows;
+  c.a_src = reinterpret_cast<const uint8_t*>(a.x + (c.a_ok0 ? m0 + r : 0) * a.k + piece * 8);
+  c.a_second = c.a_ok1 ? 32 * a.k * 2 : 0;
+  c.a_dst = static_cast<uint32_t>(r * 128 + ((piece ^ (r & 7)) << 4));
+}
+
 template <int kType>
 __device__ __forceinline__ StageCopies stage_copies(const W4a16GemmArgs& a, const W4a16Projection& p, int64_t m0,
                                                     int64_t n0, int tid) {
   constexpr int sb = kType == kW4a16ScaleF32 ? 4 : 2;
   StageCopies c;
   const int64_t K = a.k, N = p.out_features, chunks = K / 64;
-  const int r = tid >> 3, piece = tid & 7;
-  c.a_ok0 = m0 + r < a.rows;
-  c.a_ok1 = m0 + r + 32 < a.rows;
-  c.a_src = reinterpret_cast<const uint8_t*>(a.x + (c.a_ok0 ? m0 + r : 0) * K + piece * 8);
-  c.a_second = c.a_ok1 ? 32 * K * 2 : 0;
-  c.a_dst = static_cast<uint32_t>(r * 128 + ((piece ^ (r & 7)) << 4));  // row + 32: same swizzle, + 32 * 128
+  plan_activation_copies(c, a, m0, tid);
   const int64_t nt = n0 / 16 + (tid >> 5);
   c.b_ok = nt < N / 16;
   c.b_src = static_cast<const uint8_t*>(p.codes) + (c.b_ok ? nt : 0) * chunks * 512 + (tid & 31) * 16;

@@ -136,12 +136,7 @@ __device__ __forceinline__ WgCopies wg_copies(const W4a16GemmArgs& a, const W4a1
   constexpr int sb = kType == kW4a16ScaleF32 ? 4 : 2;
   WgCopies c;
   const int64_t K = a.k, N = p.out_features, chunks = K / 64;
-  const int r = tid >> 3, piece = tid & 7;
-  c.a_ok0 = m0 + r < a.rows;
-  c.a_ok1 = m0 + r + 32 < a.rows;
-  c.a_src = reinterpret_cast<const uint8_t*>(a.x + (c.a_ok0 ? m0 + r : 0) * K + piece * 8);
-  c.a_second = c.a_ok1 ? 32 * K * 2 : 0;
-  c.a_dst = static_cast<uint32_t>(r * 128 + ((piece ^ (r & 7)) << 4));
+  plan_activation_copies(c, a, m0, tid);
 #pragma unroll
   for (int i = 0; i < 2; ++i) {
     const int64_t nt = n0 / 16 + (tid >> 5) + 8 * i;
