@@ -66,7 +66,8 @@
 # Stage w4a16 (issue 15): the W4A16 op / e2e tests and their memcheck, then GPTQ INT4 dummy weights
 # (configs/llama-3.1-8b-gptq-int4.json) beside bf16: batch-1 and batch-64 decode in KVASIR_W4_ROUNDS
 # interleaved rounds (medians; bars 1.4 ms and 0.6x bf16; the floor: int4 codes + f16 scales + bf16
-# lm_head / 4.32 TB/s). KVASIR_W4_PARTS ["tests memcheck bench"] picks parts.
+# lm_head / 4.32 TB/s), then the GEMM's batches (KVASIR_W4_GEMM_BATCHES, "32 64 128") on its wgmma
+# and mma.sync kernels beside bf16. KVASIR_W4_PARTS ["tests memcheck bench"] picks parts.
 set -uo pipefail
 root=$(cd "$(dirname "$0")/.." && pwd)
 cd "$root"
@@ -842,6 +843,10 @@ b = p / 2 + p / g * 2 + c['vocab_size'] * h * 2; print('%.3f %.2f' % (b / 4.32e1
     note "w4a16 latency b64 (ms/step): int4 [$i64] median $mi64 | bf16 [$b64] median $mb64 | int4/bf16 $(awk -v a="$mi64" -v b="$mb64" 'BEGIN {if (b > 0) printf "%.3f (bar 0.60: %s)", a / b, (a / b <= 0.60 ? "met" : "NOT met"); else print "n/a"}')"
     note "  int4 run kept: $(grep -oE 'W4A16 weights [0-9]+ \([0-9.]+ MiB\)' "$OUT/w4_lat_int4_b1_r1.log" | head -1) (Llama-3.1-8B: 224 linears)"
     [[ -z $mi || $mi == 0 ]] && tail -5 "$OUT/w4_lat_int4_b1_r1.log"
+    # The GEMM's batches, its two kernels side by side (wgmma, the default on 9.0, and mma.sync).
+    for bs in ${KVASIR_W4_GEMM_BATCHES:-32 64 128}; do
+      note "w4a16 GEMM b$bs (ms/step): wgmma $(w4_lat "int4_b${bs}_wgmma" $int4_cfg --batch-size "$bs") | mma.sync $(KVASIR_W4A16_GEMM_WGMMA=0 w4_lat "int4_b${bs}_mma" $int4_cfg --batch-size "$bs") | bf16 $(w4_lat "bf16_b${bs}_gemm" configs/llama-3.1-8b.json --batch-size "$bs")"
+    done
     KVASIR_CUDA_PROFILE=1 w4_lat int4_b1_profile $int4_cfg --batch-size 1 >/dev/null
     grep -A30 '^profile' "$OUT/w4_lat_int4_b1_profile.log" | head -20
   fi
