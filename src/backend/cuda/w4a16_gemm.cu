@@ -235,6 +235,14 @@ int w4a16_splits_for(int64_t tiles, int64_t chunks, int num_sms, int ctas_per_sm
   return 1;
 }
 
+dim3 w4a16_gemm_grid(W4a16GemmArgs& a, int64_t tiles, int splits, bool even_slices) {
+  const int64_t chunks = a.k / 64, per = (chunks + splits - 1) / splits;
+  const bool bump = even_slices && per % 2 == 1 && (per + 1) * (splits - 1) < chunks;
+  a.kc_per_split = static_cast<int32_t>(bump ? per + 1 : per);
+  const unsigned z = static_cast<unsigned>((chunks + a.kc_per_split - 1) / a.kc_per_split);
+  return dim3(static_cast<unsigned>(tiles), static_cast<unsigned>((a.rows + kBM - 1) / kBM), z);
+}
+
 int w4a16_gemm_splits(int64_t n, int64_t m, int64_t k, int num_sms) {
   if (use_wgmma()) return w4a16_wgmma_splits(n, m, k, num_sms);
   return w4a16_splits_for(column_tiles(m) * ((n + kBM - 1) / kBM), k / 64, num_sms, 2);
@@ -249,10 +257,7 @@ void launch_w4a16_gemm(const void* x, const W4a16Projection* proj, int num_proj,
   int64_t tiles = 0;
   W4a16GemmArgs a = w4a16_gemm_args(x, proj, num_proj, n, k, out, kBN, &tiles);
   const int64_t row_tiles = (n + kBM - 1) / kBM, chunks = k / 64;
-  const int splits = w4a16_splits_for(tiles * row_tiles, chunks, num_sms, 2);
-  a.kc_per_split = static_cast<int32_t>((chunks + splits - 1) / splits);
-  const unsigned z = static_cast<unsigned>((chunks + a.kc_per_split - 1) / a.kc_per_split);
-  const dim3 grid(static_cast<unsigned>(tiles), static_cast<unsigned>(row_tiles), z);
+  const dim3 grid = w4a16_gemm_grid(a, tiles, w4a16_splits_for(tiles * row_tiles, chunks, num_sms, 2), false);
   const bool three = kernel_tuning().w4a16_gemm_stages == 3;
   switch (proj[0].scale_type) {
     case kW4a16ScaleF32: three ? launch_stages<3, kW4a16ScaleF32>(a, grid, s) : launch_stages<4, kW4a16ScaleF32>(a, grid, s); break;

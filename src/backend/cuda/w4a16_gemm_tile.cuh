@@ -35,6 +35,11 @@ W4a16GemmArgs w4a16_gemm_args(const void* x, const W4a16Projection* proj, int nu
 // slice costs a pipeline fill and its share of the reduction).
 int w4a16_splits_for(int64_t tiles, int64_t chunks, int num_sms, int ctas_per_sm);
 
+// The grid (column tiles, row tiles of kBM tokens, K slices) of a launch whose arguments cover
+// `tiles` column tiles, with a.kc_per_split set for `splits` slices; even_slices rounds a slice
+// up to an even chunk count where the last slice stays non-empty.
+dim3 w4a16_gemm_grid(W4a16GemmArgs& a, int64_t tiles, int splits, bool even_slices);
+
 // The projection of column tile `tile` (kTileN features wide) and its first output column.
 // Selected field by field under predicates: indexing the parameter array at run time would copy
 // it to local memory.

@@ -410,12 +410,8 @@ void launch_w4a16_wgmma(const void* x, const W4a16Projection* proj, int num_proj
   int64_t tiles = 0;
   W4a16GemmArgs a = w4a16_gemm_args(x, proj, num_proj, n, k, out, kWgBN, &tiles);
   const int64_t row_tiles = (n + kBM - 1) / kBM, chunks = k / 64;
-  const int splits = w4a16_splits_for(tiles * row_tiles, chunks, num_sms, 1);
   // Even slices where the splits allow (the loop pads an odd one with a zero chunk).
-  const int64_t per = (chunks + splits - 1) / splits;
-  a.kc_per_split = static_cast<int32_t>(per % 2 == 1 && (per + 1) * (splits - 1) < chunks ? per + 1 : per);
-  const unsigned z = static_cast<unsigned>((chunks + a.kc_per_split - 1) / a.kc_per_split);
-  const dim3 grid(static_cast<unsigned>(tiles), static_cast<unsigned>(row_tiles), z);
+  const dim3 grid = w4a16_gemm_grid(a, tiles, w4a16_splits_for(tiles * row_tiles, chunks, num_sms, 1), true);
   switch (a.p[0].scale_type) {
     case kW4a16ScaleF32: launch_type<kW4a16ScaleF32>(a, grid, s); break;
     case kW4a16ScaleBf16: launch_type<kW4a16ScaleBf16>(a, grid, s); break;
