@@ -177,12 +177,12 @@ __device__ __forceinline__ void store_pair(const W4a16GemmArgs& a, const W4a16Pr
   else *reinterpret_cast<uint32_t*>(static_cast<bf16*>(p.y) + row * N + col) = pack_bf16(v0, v1);
 }
 
-// Split K: every CTA of the cluster has left its float32 tile (kTileM tokens x kTileN features)
+// Split K: every CTA (kCtaThreads threads) of the cluster has left its float32 tile (kTileM tokens x kTileN features)
 // in its shared memory (`red`, rows kTileN + 8 floats apart: [token][feature]); the cluster waits
 // for all of them, and rank r adds every rank's copy of float4 units r, r + S, ... (rows that
 // exist only) in rank order and writes them. The second cluster barrier keeps each CTA's shared
 // memory alive until every peer has read it.
-template <int kTileM = kBM, int kTileN = kBN>
+template <int kTileM = kBM, int kTileN = kBN, int kCtaThreads = kThreads>
 __device__ __forceinline__ void sum_split_tiles(const W4a16GemmArgs& a, const W4a16Projection& p, int64_t m0,
                                                 int64_t n0, float* red) {
   constexpr int kStride = kTileN + 8;
@@ -192,7 +192,8 @@ __device__ __forceinline__ void sum_split_tiles(const W4a16GemmArgs& a, const W4
   const int splits = static_cast<int>(cluster.num_blocks()), rank = static_cast<int>(cluster.block_rank());
   const int64_t N = p.out_features;
   const int rows = static_cast<int>(min(static_cast<int64_t>(kTileM), a.rows - m0));
-  for (int i = rank * kThreads + static_cast<int>(threadIdx.x); i < rows * (kTileN / 4); i += splits * kThreads) {
+  for (int i = rank * kCtaThreads + static_cast<int>(threadIdx.x); i < rows * (kTileN / 4);
+       i += splits * kCtaThreads) {
     const int row = i / (kTileN / 4), col = (i % (kTileN / 4)) * 4;
     float4 sum = make_float4(0.0f, 0.0f, 0.0f, 0.0f);
     for (int r = 0; r < splits; ++r) {
@@ -216,5 +217,7 @@ bool wgmma_device();
 void launch_w4a16_wgmma(const void* x, const W4a16Projection* proj, int num_proj, int64_t n, int64_t k, Elem out,
                         int num_sms, cudaStream_t s);
 int w4a16_wgmma_splits(int64_t n, int64_t m, int64_t k, int num_sms);
+// Whether the wgmma kernel takes these projections (all with zero points, or none).
+bool w4a16_wgmma_takes(const W4a16Projection* proj, int num_proj);
 
 }  // namespace kvasir::cuda

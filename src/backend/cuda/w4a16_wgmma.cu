@@ -6,10 +6,10 @@
 //
 // Shape of the work, chosen for a batch-64 decode step (weights ~1 byte per 2 values, the
 // tensor cores and the weight stream about equally loaded):
-//  - A CTA's tile is 64 tokens x 256 features: each of its two warpgroups issues two m64n64k16 per
-//    k16 step (features 0-63 and 64-127 of its half) on one B descriptor, so every activation
-//    byte brought into shared memory serves 256 features (a 128-feature tile read as many
-//    activation bytes as code bytes, all of them through L2 again for every tile).
+//  - A CTA's tile is 64 tokens x 256 features, one CTA per SM: every activation byte brought into
+//    shared memory serves 256 features (a 128-feature tile read as many activation bytes as code
+//    bytes, all of them through L2 again for every tile). Four warpgroups, each one m64n64k16 per
+//    k16 step on its 64 features: four warps a scheduler to hide the dequantization's latencies.
 //  - The group scale is applied to the weight in registers, (code - zero) exact in bf16 times the
 //    scale rounded once to bf16 (as vLLM's Marlin kernels do; the dequantizing prefill path rounds
 //    the same way), so one float32 accumulator runs over all of K: no wait for the tensor cores at
@@ -17,12 +17,9 @@
 //  - The loop is pipelined across chunks: chunk i's fragments are built while chunk i - 1's
 //    wgmmas run (two fragment sets, alternating), and a chunk waits only for the one before it
 //    (wgmma.wait_group 1). cp.async fills run kStages - 2 chunks ahead (a stage stays readable
-//    until the chunk after it has waited), the codes of those first chunks before the
-//    programmatic-launch wait (weights depend on no earlier kernel).
-// One CTA per SM (two would need more than 128 registers a thread); K is split across the CTAs of
-// a cluster when the tiles cannot fill the SMs, and the cluster adds the float32 tiles through
-// distributed shared memory (w4a16_gemm_tile.cuh's sum_split_tiles).
-
+//    until the chunk after it has waited), from pointers advanced chunk by chunk.
+// K is split across the CTAs of a cluster when the tiles cannot fill the SMs, and the cluster adds
+// the float32 tiles through distributed shared memory (w4a16_gemm_tile.cuh's sum_split_tiles).
 #include "backend/cuda/w4a16_gemm_tile.cuh"
 
 namespace kvasir::cuda {
@@ -38,7 +35,7 @@ constexpr int kWgZBytes = 2 * kWgBN;              // two group rows of zero poin
 constexpr int kWgStageBytes = (kWgABytes + kWgBBytes + kWgSBytes + kWgZBytes + 1023) / 1024 * 1024;
 constexpr size_t kWgSmem = static_cast<size_t>(kWgStages) * kWgStageBytes;
 static_assert(kWgSmem >= static_cast<size_t>(kBM) * (kWgBN + 8) * 4, "the split tile fits the stages");
-static_assert(kThreads == 256, "two warpgroups");
+constexpr int kWgThreads = 512;  // four warpgroups
 
 // The shared-memory matrix descriptor of a K-major bf16 operand with 128-byte swizzle: rows of 64
 // values (128 bytes), atoms of 8 rows (1,024 bytes apart: the stride byte offset), the leading
@@ -70,17 +67,6 @@ __device__ __forceinline__ void fence_async_shared() { KVASIR_WGMMA("fence.proxy
 // A and reads/writes the accumulators behind its back).
 __device__ __forceinline__ void fence_operand(float& v) { asm volatile("" : "+f"(v)::"memory"); }
 __device__ __forceinline__ void fence_operand(uint32_t& v) { asm volatile("" : "+r"(v)::"memory"); }
-
-__device__ __forceinline__ void fence_fragments(uint32_t (&f)[2][4][4]) {
-#pragma unroll
-  for (int i = 0; i < 2; ++i) {
-#pragma unroll
-    for (int s = 0; s < 4; ++s) {
-#pragma unroll
-      for (int r = 0; r < 4; ++r) fence_operand(f[i][s][r]);
-    }
-  }
-}
 
 // d (64 x 64 float32 over the warpgroup, 32 per thread) += A (64 x 16 bf16, four registers per
 // thread in mma.sync's A fragment order) x B (16 x 64 bf16 in shared memory).
@@ -114,184 +100,168 @@ __device__ __forceinline__ uint32_t scaled_pair(uint32_t word, int q, uint32_t z
   return *reinterpret_cast<uint32_t*>(&v);
 }
 
-// What one thread copies into every stage, its address math done once: two 16-byte pieces of
-// activations (rows tid / 8 and tid / 8 + 32, piece tid % 8; rows past the batch zero-filled), two
-// of codes (layout tiles tid / 32 and tid / 32 + 8, lane tid % 32), and for warps 0-1 scale pieces
-// of group row `slot` = warp (lane, and lane + 32 for float32 scales), for warp 2 a zero-point
-// piece (row lane / 16, piece lane % 16).
+// What one thread copies into every stage, as pointers advanced chunk by chunk (the address
+// math is done once: redone per chunk it was a third of the loop's instructions): one 16-byte
+// piece of activations (row tid / 8, piece tid % 8; rows past the batch zero-filled), one of codes
+// (layout tile tid / 32, lane tid % 32), and for warps 0-1 the scale pieces of group row `slot` =
+// warp (lane, and lane + 32 for float32 scales), for warp 2 a zero-point piece (row lane / 16,
+// piece lane % 16).
 struct WgCopies {
-  const uint8_t* a_src;
-  int64_t a_second;
-  const uint8_t* b_src[2];
-  const uint8_t* s_src[2];
-  int64_t s_group;
-  uint32_t a_dst, s_dst;
-  int32_t s_slot, s_pieces;
-  bool a_ok0, a_ok1, b_ok[2], s_ok[2];
+  const uint8_t* a_src;   // chunk `next`'s activation piece
+  const uint8_t* b_src;   // chunk `next`'s codes
+  const uint8_t* s_src;   // group 0's scale / zero piece
+  int64_t s_group;        // bytes per group row
+  uint32_t a_dst, b_dst, s_dst;
+  int32_t s_slot;         // -1: no scale or zero piece
+  bool a_ok, b_ok, s_ok[2];
 };
 
 template <int kType>
 __device__ __forceinline__ WgCopies wg_copies(const W4a16GemmArgs& a, const W4a16Projection& p, int64_t m0, int64_t n0,
-                                              int tid) {
+                                              int kb, int tid) {
   constexpr int sb = kType == kW4a16ScaleF32 ? 4 : 2;
   WgCopies c;
   const int64_t K = a.k, N = p.out_features, chunks = K / 64;
-  plan_activation_copies(c, a, m0, tid);
-#pragma unroll
-  for (int i = 0; i < 2; ++i) {
-    const int64_t nt = n0 / 16 + (tid >> 5) + 8 * i;
-    c.b_ok[i] = nt < N / 16;
-    c.b_src[i] = static_cast<const uint8_t*>(p.codes) + (c.b_ok[i] ? nt : 0) * chunks * 512 + (tid & 31) * 16;
-  }
+  const int r = tid >> 3, piece = tid & 7;
+  c.a_ok = m0 + r < a.rows;
+  c.a_src = reinterpret_cast<const uint8_t*>(a.x + (c.a_ok ? m0 + r : 0) * K + piece * 8) + kb * 128;
+  c.a_dst = static_cast<uint32_t>(r * 128 + ((piece ^ (r & 7)) << 4));
+  const int64_t nt = n0 / 16 + (tid >> 5);
+  c.b_ok = nt < N / 16;
+  c.b_src = static_cast<const uint8_t*>(p.codes) + (c.b_ok ? nt : 0) * chunks * 512 + (tid & 31) * 16 +
+            static_cast<int64_t>(kb) * 512;
+  c.b_dst = static_cast<uint32_t>(kWgABytes + tid * 16);
   const int warp = tid >> 5, lane = tid & 31;
-  constexpr int kPieces = sb == 4 ? 2 : 1;
   c.s_slot = -1;
-  c.s_pieces = 0;
+  c.s_src = nullptr;
   c.s_group = 0;
   c.s_dst = 0;
-#pragma unroll
-  for (int i = 0; i < 2; ++i) {
-    c.s_src[i] = nullptr;
-    c.s_ok[i] = false;
-  }
+  c.s_ok[0] = c.s_ok[1] = false;
   if (warp < 2) {
     c.s_slot = warp;
-    c.s_pieces = kPieces;
 #pragma unroll
-    for (int i = 0; i < kPieces; ++i) {
-      const int64_t col = n0 + (lane + 32 * i) * 16 / sb;
-      c.s_ok[i] = col < N;
-      c.s_src[i] = static_cast<const uint8_t*>(p.scales) + (c.s_ok[i] ? col : 0) * sb;
-    }
+    for (int i = 0; i < (sb == 4 ? 2 : 1); ++i) c.s_ok[i] = n0 + (lane + 32 * i) * 16 / sb < N;
+    c.s_src = static_cast<const uint8_t*>(p.scales) + (c.s_ok[0] ? n0 + lane * 16 / sb : 0) * sb;
     c.s_group = N * sb;
     c.s_dst = static_cast<uint32_t>(kWgABytes + kWgBBytes + warp * kWgBN * 4 + lane * 16);
   } else if (warp == 2 && p.zeros != nullptr) {
     const int slot = lane / 16;
     const int64_t col = n0 + (lane % 16) * 16;
     c.s_slot = slot;
-    c.s_pieces = 1;
     c.s_ok[0] = col < N;
-    c.s_src[0] = p.zeros + (c.s_ok[0] ? col : 0);
+    c.s_src = p.zeros + (c.s_ok[0] ? col : 0);
     c.s_group = N;
     c.s_dst = static_cast<uint32_t>(kWgABytes + kWgBBytes + kWgSBytes + slot * kWgBN + (lane % 16) * 16);
   }
   return c;
 }
 
-// Chunk kc's codes; `real` false: the padding chunk past the slice (below), all zeros.
-__device__ __forceinline__ void load_codes(uint8_t* st, const WgCopies& c, int kc, bool real) {
-  const int64_t k = real ? kc : 0;
-  cp_async16(st + kWgABytes + threadIdx.x * 16, c.b_src[0] + k * 512, c.b_ok[0] && real);
-  cp_async16(st + kWgABytes + 4096 + threadIdx.x * 16, c.b_src[1] + k * 512, c.b_ok[1] && real);
-}
-// Activations, scales and zero points of chunk kc; each group row only when the chunk needs it
-// (row 1 only when the chunk's 32-column halves lie in two groups). The padding chunk zero-fills
-// all of them: zero activations times weights of zero codes and zero scales add nothing (stale or
-// never-written shared memory could hold NaNs).
-__device__ __forceinline__ void load_rest(uint8_t* st, const WgCopies& c, const W4a16Groups& groups, int kc,
-                                          bool real) {
-  const int k = real ? kc : 0;
-  cp_async16(st + c.a_dst, c.a_src + k * 128, c.a_ok0 && real);
-  cp_async16(st + c.a_dst + 32 * 128, c.a_src + c.a_second + k * 128, c.a_ok1 && real);
+// Chunk kc into stage `st`, the copy pointers moved on to chunk kc + 1. `real` false: the
+// padding chunk past the slice (below), every piece zero-filled (zero activations times weights
+// of zero codes and zero scales add nothing; stale or never-written shared memory could hold
+// NaNs). Each group row of scales and zeros is copied only when the chunk needs it (row 1 only
+// when the chunk's 32-column halves lie in two groups).
+template <int kType>
+__device__ __forceinline__ void load_chunk(uint8_t* st, WgCopies& c, const W4a16Groups& groups, int kc, bool real) {
+  cp_async16(st + c.a_dst, c.a_src, c.a_ok && real);
+  cp_async16(st + c.b_dst, c.b_src, c.b_ok && real);
+  c.a_src += 128;
+  c.b_src += 512;
   if (c.s_slot >= 0) {
-    const uint32_t g0 = w4a16_group_of(2 * static_cast<uint32_t>(k), groups.magic);
-    const uint32_t g1 = groups.split_chunks ? w4a16_group_of(2 * static_cast<uint32_t>(k) + 1, groups.magic) : g0;
+    const uint32_t h = 2 * static_cast<uint32_t>(real ? kc : 0);
+    const uint32_t g0 = w4a16_group_of(h, groups.magic);
+    const uint32_t g1 = groups.split_chunks ? w4a16_group_of(h + 1, groups.magic) : g0;
     if (c.s_slot == 0 || g1 != g0 || !real) {
-      const int64_t off = static_cast<int64_t>(c.s_slot ? g1 : g0) * c.s_group;
-      cp_async16(st + c.s_dst, c.s_src[0] + off, c.s_ok[0] && real);
-      if (c.s_pieces == 2) cp_async16(st + c.s_dst + 512, c.s_src[1] + off, c.s_ok[1] && real);
+      const uint8_t* src = c.s_src + static_cast<int64_t>(c.s_slot ? g1 : g0) * c.s_group;
+      cp_async16(st + c.s_dst, src, c.s_ok[0] && real);
+      if constexpr (kType == kW4a16ScaleF32) cp_async16(st + c.s_dst + 512, src + 512, c.s_ok[1] && real);
     }
   }
 }
 
-// One chunk's A fragments for this thread: tile i (features 64 i + 16 wq + g and + 8 of its
-// warpgroup's 128), k16 step s = 2 j + odd reads words j (row g) and 2 + j (row g + 8), pairs
-// 2 odd (columns 2t, 2t + 1) and 2 odd + 1 (columns 2t + 8, + 9); j is the chunk's 32-column half,
-// whose group gives the zero point and scale.
-template <int kType>
-__device__ __forceinline__ void build_fragments(const uint8_t* st, bool has_zeros, bool two_groups,
-                                                int wg, int wq, int lane, uint32_t (&frag)[2][4][4]) {
+// One chunk's A fragments for this thread: its warpgroup's tile (features 64 wg + 16 wq + g and
+// + 8), k16 step s = 2 j + odd reads words j (row g) and 2 + j (row g + 8), pairs 2 odd (columns
+// 2t, 2t + 1) and 2 odd + 1 (columns 2t + 8, + 9); j is the chunk's 32-column half, whose group
+// gives the zero point and scale.
+template <int kType, bool kZeros>
+__device__ __forceinline__ void build_fragments(const uint8_t* st, bool two_groups, int wg, int wq, int lane,
+                                                uint32_t (&frag)[4][4]) {
   const uint8_t* S = st + kWgABytes + kWgBBytes;
   const uint8_t* Z = S + kWgSBytes;
-  const int g = lane >> 2;
+  const int tile = wg * 4 + wq;  // this warp's 16-feature layout tile
+  const uint4 codes = *reinterpret_cast<const uint4*>(st + kWgABytes + tile * 512 + lane * 16);
+  const int f = tile * 16 + (lane >> 2);
 #pragma unroll
-  for (int i = 0; i < 2; ++i) {
-    const int tile = wg * 8 + 4 * i + wq;  // the 16-feature layout tile of this warp in A tile i
-    const uint4 codes = *reinterpret_cast<const uint4*>(st + kWgABytes + tile * 512 + lane * 16);
-    const int f = tile * 16 + g;
+  for (int j = 0; j < 2; ++j) {
+    const int slot = two_groups ? j : 0;
+    const uint32_t z_lo = w4a16_zero_pair(kZeros ? Z[slot * kWgBN + f] : 8u);
+    const uint32_t z_hi = w4a16_zero_pair(kZeros ? Z[slot * kWgBN + f + 8] : 8u);
+    const uint32_t s_lo = scale_pair(w4a16_scale_as<kType>(S + slot * kWgBN * 4, f));
+    const uint32_t s_hi = scale_pair(w4a16_scale_as<kType>(S + slot * kWgBN * 4, f + 8));
+    const uint32_t w_lo = word_of(codes, j), w_hi = word_of(codes, 2 + j);
 #pragma unroll
-    for (int j = 0; j < 2; ++j) {
-      const int slot = two_groups ? j : 0;
-      const uint32_t z_lo = w4a16_zero_pair(has_zeros ? Z[slot * kWgBN + f] : 8u);
-      const uint32_t z_hi = w4a16_zero_pair(has_zeros ? Z[slot * kWgBN + f + 8] : 8u);
-      const uint32_t s_lo = scale_pair(w4a16_scale_as<kType>(S + slot * kWgBN * 4, f));
-      const uint32_t s_hi = scale_pair(w4a16_scale_as<kType>(S + slot * kWgBN * 4, f + 8));
-      const uint32_t w_lo = word_of(codes, j), w_hi = word_of(codes, 2 + j);
-#pragma unroll
-      for (int odd = 0; odd < 2; ++odd) {
-        uint32_t(&fr)[4] = frag[i][2 * j + odd];
-        fr[0] = scaled_pair(w_lo, 2 * odd, z_lo, s_lo);
-        fr[1] = scaled_pair(w_hi, 2 * odd, z_hi, s_hi);
-        fr[2] = scaled_pair(w_lo, 2 * odd + 1, z_lo, s_lo);
-        fr[3] = scaled_pair(w_hi, 2 * odd + 1, z_hi, s_hi);
-      }
+    for (int odd = 0; odd < 2; ++odd) {
+      uint32_t(&fr)[4] = frag[2 * j + odd];
+      fr[0] = scaled_pair(w_lo, 2 * odd, z_lo, s_lo);
+      fr[1] = scaled_pair(w_hi, 2 * odd, z_hi, s_hi);
+      fr[2] = scaled_pair(w_lo, 2 * odd + 1, z_lo, s_lo);
+      fr[3] = scaled_pair(w_hi, 2 * odd + 1, z_hi, s_hi);
     }
   }
 }
 
-// What every chunk of a CTA's loop reads (values, not pointers to the kernel's parameters, which
-// would copy them to local memory).
+__device__ __forceinline__ void fence_fragments(uint32_t (&f)[4][4]) {
+#pragma unroll
+  for (int s = 0; s < 4; ++s) {
+#pragma unroll
+    for (int r = 0; r < 4; ++r) fence_operand(f[s][r]);
+  }
+}
+
+// What every chunk of a CTA's loop reads.
 struct WgLoop {
   W4a16Groups groups;
-  bool has_zeros;
-  WgCopies copies;
   uint8_t* smem;
   int ke, ke_pad, wg, wq, lane;
 };
 
 // Chunk kc in stage `read`: hands the stage over, starts the fill of chunk kc + kWgAhead (into
 // the stage chunk kc - 2 used: every warpgroup has waited for that chunk's wgmmas), builds this
-// chunk's fragments into `frag` and issues its eight wgmmas, then waits for the chunk before it,
+// chunk's fragments into `frag` and issues its four wgmmas, then waits for the chunk before it,
 // whose fragment set `prev` the next chunk overwrites. `prev` is fenced after that wait: to the
 // compiler the registers are dead once its wgmma statements have read them, and it would reuse
 // them for `frag` while those wgmmas still run (ptxas then serializes every wgmma).
-template <int kType>
-__device__ __forceinline__ void run_chunk(const WgLoop& L, int kc, int read, float (&acc)[2][32],
-                                          uint32_t (&frag)[2][4][4], uint32_t (&prev)[2][4][4]) {
+template <int kType, bool kZeros>
+__device__ __forceinline__ void run_chunk(const WgLoop& L, WgCopies& copies, int kc, int read, float (&acc)[32],
+                                          uint32_t (&frag)[4][4], uint32_t (&prev)[4][4]) {
   cp_async_wait<kWgAhead - 1>();
   fence_async_shared();
   __syncthreads();
   const int ahead = kc + kWgAhead;
   const int write = read + kWgAhead >= kWgStages ? read + kWgAhead - kWgStages : read + kWgAhead;
-  if (ahead < L.ke_pad) {
-    load_codes(L.smem + write * kWgStageBytes, L.copies, ahead, ahead < L.ke);
-    load_rest(L.smem + write * kWgStageBytes, L.copies, L.groups, ahead, ahead < L.ke);
-  }
+  if (ahead < L.ke_pad) load_chunk<kType>(L.smem + write * kWgStageBytes, copies, L.groups, ahead, ahead < L.ke);
   cp_async_commit();
   const uint8_t* st = L.smem + read * kWgStageBytes;
   const bool two_groups = L.groups.split_chunks &&
                           w4a16_group_of(2 * static_cast<uint32_t>(kc), L.groups.magic) !=
                               w4a16_group_of(2 * static_cast<uint32_t>(kc) + 1, L.groups.magic);
-  build_fragments<kType>(st, L.has_zeros, two_groups, L.wg, L.wq, L.lane, frag);
+  build_fragments<kType, kZeros>(st, two_groups, L.wg, L.wq, L.lane, frag);
   const uint32_t x_addr = smem_addr(st);
   wgmma_fence();
 #pragma unroll
-  for (int s = 0; s < 4; ++s) {
-    const uint64_t desc = sw128_desc(x_addr + 32 * s);
-    wgmma_m64n64k16(acc[0], frag[0][s], desc);
-    wgmma_m64n64k16(acc[1], frag[1][s], desc);
-  }
+  for (int s = 0; s < 4; ++s) wgmma_m64n64k16(acc, frag[s], sw128_desc(x_addr + 32 * s));
   wgmma_commit();
   wgmma_wait<1>();
   fence_fragments(prev);
 }
 
 // Grid: (column tiles of every projection, row tiles of 64 tokens, K slices); with slices,
-// clusters of (1, 1, slices). Thread (warpgroup wg, warp wq in it, lane = 4 g + t) owns, in A tile
-// i, feature f = 128 wg + 64 i + 16 wq + g and f + 8 of the CTA's 256 and, for n8 block b, tokens
-// 8 b + 2 t and + 1: acc[i][4 b + 0..1] (feature f), acc[i][4 b + 2..3] (feature f + 8).
-template <int kType>
-__global__ void __launch_bounds__(kThreads, 1) w4a16_wgmma_kernel(W4a16GemmArgs a) {
+// clusters of (1, 1, slices). Four warpgroups, one 64-feature A tile each (four warps a
+// scheduler to hide the dequantization's latencies). Thread (warpgroup wg, warp wq in it, lane =
+// 4 g + t) owns feature f = 64 wg + 16 wq + g and f + 8 of the CTA's 256 and, for n8 block b,
+// tokens 8 b + 2 t and + 1: acc[4 b + 0..1] (feature f), acc[4 b + 2..3] (feature f + 8).
+template <int kType, bool kZeros>
+__global__ void __launch_bounds__(kWgThreads, 1) w4a16_wgmma_kernel(W4a16GemmArgs a) {
   // 1,024-byte aligned (the 128-byte swizzle's atom; no static shared memory here to offset it).
   extern __shared__ __align__(1024) uint8_t smem[];
   const int tid = threadIdx.x, warp = tid >> 5, lane = tid & 31, t = lane & 3, g = lane >> 2;
@@ -305,90 +275,66 @@ __global__ void __launch_bounds__(kThreads, 1) w4a16_wgmma_kernel(W4a16GemmArgs 
   // (A conditional second chunk makes ptxas serialize every wgmma: it cannot follow a wgmma in
   // flight across that branch.)
   const int ke_pad = kb + ((ke - kb + 1) & ~1);
-  const WgLoop L{a.groups, p.zeros != nullptr, wg_copies<kType>(a, p, m0, n0, tid), smem, ke, ke_pad, warp >> 2,
-                 warp & 3, lane};
-  float acc[2][32];
+  const WgLoop L{a.groups, smem, ke, ke_pad, warp >> 2, warp & 3, lane};
+  WgCopies copies = wg_copies<kType>(a, p, m0, n0, kb, tid);
+  float acc[32];
 #pragma unroll
-  for (int i = 0; i < 2; ++i) {
-#pragma unroll
-    for (int v = 0; v < 32; ++v) acc[i][v] = 0.0f;
-  }
-  // The first chunks' codes before the launch wait (group 0), then their activations, scales and
-  // zero points (one group per chunk): cp.async groups complete in order, so waiting for chunk
-  // kc's group also covers group 0.
-  pdl_launch_dependents();
+  for (int v = 0; v < 32; ++v) acc[v] = 0.0f;
+  pdl_begin();
 #pragma unroll
   for (int s = 0; s < kWgAhead; ++s) {
-    if (kb + s < ke_pad) load_codes(smem + s * kWgStageBytes, L.copies, kb + s, kb + s < ke);
-  }
-  cp_async_commit();
-  pdl_wait();
-#pragma unroll
-  for (int s = 0; s < kWgAhead; ++s) {
-    if (kb + s < ke_pad) load_rest(smem + s * kWgStageBytes, L.copies, a.groups, kb + s, kb + s < ke);
+    if (kb + s < ke_pad) load_chunk<kType>(smem + s * kWgStageBytes, copies, a.groups, kb + s, kb + s < ke);
     cp_async_commit();
   }
-  uint32_t frag0[2][4][4] = {}, frag1[2][4][4] = {};
+  uint32_t frag0[4][4] = {}, frag1[4][4] = {};
   int read = 0;
   for (int kc = kb; kc < ke_pad; kc += 2) {
-    run_chunk<kType>(L, kc, read, acc, frag0, frag1);
+    run_chunk<kType, kZeros>(L, copies, kc, read, acc, frag0, frag1);
     read = read == kWgStages - 1 ? 0 : read + 1;
-    run_chunk<kType>(L, kc + 1, read, acc, frag1, frag0);
+    run_chunk<kType, kZeros>(L, copies, kc + 1, read, acc, frag1, frag0);
     read = read == kWgStages - 1 ? 0 : read + 1;
   }
   wgmma_wait<0>();
   fence_fragments(frag0);
   fence_fragments(frag1);
 #pragma unroll
-  for (int i = 0; i < 2; ++i) {
-#pragma unroll
-    for (int v = 0; v < 32; ++v) fence_operand(acc[i][v]);
-  }
+  for (int v = 0; v < 32; ++v) fence_operand(acc[v]);
   cp_async_wait<0>();
-  const int wg = warp >> 2, wq = warp & 3;
+  const int f0 = warp * 16 + g;  // = 64 wg + 16 wq + g
   const int64_t N = p.out_features;
   if (gridDim.z > 1) {
     constexpr int kStride = kWgBN + 8;
     float* red = reinterpret_cast<float*>(smem);
     __syncthreads();  // every warpgroup is done with the stages
 #pragma unroll
-    for (int i = 0; i < 2; ++i) {
+    for (int b = 0; b < 8; ++b) {
 #pragma unroll
-      for (int b = 0; b < 8; ++b) {
-#pragma unroll
-        for (int c = 0; c < 4; ++c) {
-          const int token = 8 * b + 2 * t + (c & 1), f = wg * 128 + 64 * i + 16 * wq + g + 8 * (c >> 1);
-          red[token * kStride + f] = acc[i][4 * b + c];
-        }
-      }
+      for (int c = 0; c < 4; ++c) red[(8 * b + 2 * t + (c & 1)) * kStride + f0 + 8 * (c >> 1)] = acc[4 * b + c];
     }
-    sum_split_tiles<kBM, kWgBN>(a, p, m0, n0, red);
+    sum_split_tiles<kBM, kWgBN, kWgThreads>(a, p, m0, n0, red);
     return;
   }
 #pragma unroll
-  for (int i = 0; i < 2; ++i) {
+  for (int c = 0; c < 4; ++c) {
+    const int64_t col = n0 + f0 + 8 * (c >> 1);
+    if (col >= N) continue;
+    const float bias = p.bias != nullptr ? p.bias[col] : 0.0f;
 #pragma unroll
-    for (int c = 0; c < 4; ++c) {
-      const int64_t col = n0 + wg * 128 + 64 * i + 16 * wq + g + 8 * (c >> 1);
-      if (col >= N) continue;
-      const float bias = p.bias != nullptr ? p.bias[col] : 0.0f;
-#pragma unroll
-      for (int b = 0; b < 8; ++b) {
-        const int64_t row = m0 + 8 * b + 2 * t + (c & 1);
-        if (row >= a.rows) continue;
-        const float v = acc[i][4 * b + c] + bias;
-        if (a.f32_out) static_cast<float*>(p.y)[row * N + col] = v;
-        else static_cast<bf16*>(p.y)[row * N + col] = __float2bfloat16_rn(v);
-      }
+    for (int b = 0; b < 8; ++b) {
+      const int64_t row = m0 + 8 * b + 2 * t + (c & 1);
+      if (row >= a.rows) continue;
+      const float v = acc[4 * b + c] + bias;
+      if (a.f32_out) static_cast<float*>(p.y)[row * N + col] = v;
+      else static_cast<bf16*>(p.y)[row * N + col] = __float2bfloat16_rn(v);
     }
   }
 }
 
 template <int kType>
 void launch_type(const W4a16GemmArgs& a, dim3 grid, cudaStream_t s) {
-  auto kernel = w4a16_wgmma_kernel<kType>;
+  auto kernel = a.p[0].zeros != nullptr ? w4a16_wgmma_kernel<kType, true> : w4a16_wgmma_kernel<kType, false>;
   KVASIR_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(kWgSmem)));
-  launch_clustered(kernel, grid, kThreads, dim3(1, 1, grid.z), kWgSmem, s, a);
+  launch_clustered(kernel, grid, kWgThreads, dim3(1, 1, grid.z), kWgSmem, s, a);
 }
 
 }  // namespace
@@ -403,6 +349,14 @@ bool wgmma_device() {
 
 int w4a16_wgmma_splits(int64_t n, int64_t m, int64_t k, int num_sms) {
   return w4a16_splits_for((m + kWgBN - 1) / kWgBN * ((n + kBM - 1) / kBM), k / 64, num_sms, 1);
+}
+
+bool w4a16_wgmma_takes(const W4a16Projection* proj, int num_proj) {
+  // One kernel variant per launch: with or without zero points for every projection.
+  for (int i = 1; i < num_proj; ++i) {
+    if ((proj[i].zeros != nullptr) != (proj[0].zeros != nullptr)) return false;
+  }
+  return true;
 }
 
 void launch_w4a16_wgmma(const void* x, const W4a16Projection* proj, int num_proj, int64_t n, int64_t k, Elem out,
