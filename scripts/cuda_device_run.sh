@@ -68,6 +68,9 @@
 # interleaved rounds (medians; bars 1.4 ms and 0.6x bf16; the floor: int4 codes + f16 scales + bf16
 # lm_head / 4.32 TB/s), then the GEMM's batches (KVASIR_W4_GEMM_BATCHES, "32 64 128") on its wgmma
 # and mma.sync kernels beside bf16. KVASIR_W4_PARTS ["tests memcheck bench"] picks parts.
+# Stage kvfp8 (issue 15): the FP8 KV cache: attention op tests with FP8 caches under every kernel,
+# the bf16 attention tests again, e2e, memcheck, then batch-1 decode at 32k with the cache in bf16
+# and in e4m3 (bf16 and FP8 weights) beside their floors; the KV capacity lines.
 set -uo pipefail
 root=$(cd "$(dirname "$0")/.." && pwd)
 cd "$root"
@@ -796,6 +799,71 @@ if has fp8; then
       --num-prompts "$n" --input-len 128 --output-len 128 --gpu-memory-utilization 0.9 $qargs >"$OUT/fp8_tp_$q.log" 2>&1
     note "fp8 stage throughput $q ($n x 128/128): rc=$? $(grep -E '^Throughput' "$OUT/fp8_tp_$q.log")"
   done
+fi
+if has kvfp8; then
+  # Issue 15, FP8 KV cache (--kv-cache-dtype fp8 / fp8_e5m2): the attention op tests with FP8
+  # caches under every KVASIR_CUDA_ATTN kernel and the default plan, every bf16 attention test
+  # again (the kernels are templated on the cache's element type), the e2e cases (GPU FP8 cache
+  # against the CPU's, the engine), memcheck; then batch-1 decode at KVASIR_KV_LENS contexts
+  # ["32000"] (+64 tokens) with the cache in bf16 and in e4m3, for bf16 and FP8 weights,
+  # KVASIR_KV_ROUNDS interleaved rounds (2); bar: FP8 cache at most 0.75x the bf16 cache's step;
+  # each beside its floor (weights + KV at the mean context, 4.32 TB/s). KVASIR_KV_PARTS picks.
+  kv_has() { [[ " ${KVASIR_KV_PARTS:-tests memcheck bench} " == *" $1 "* ]]; }
+  if kv_has tests; then
+    timeout 300 "$bin/cuda_ops_test" --gtest_filter='CudaAttention.*:CudaDecodePaths.*:CudaOps.DecodeSteps*' >"$OUT/kvfp8_ops.log" 2>&1
+    note "kvfp8 attention tests (default plan): rc=$? $(grep -E '^\[  PASSED' "$OUT/kvfp8_ops.log" | head -1) $(grep -c '^\[  FAILED  \]' "$OUT/kvfp8_ops.log") failed"
+    grep -E "Failure|FAILED|Which is|rel_l2|codes" "$OUT/kvfp8_ops.log" | head -12
+    for k in per_head_phased per_head_online all_heads mma_bulk; do
+      KVASIR_CUDA_ATTN=$k timeout 200 "$bin/cuda_ops_test" --gtest_filter='CudaAttention.Fp8*' >"$OUT/kvfp8_ops_$k.log" 2>&1
+      note "kvfp8 attention tests, KVASIR_CUDA_ATTN=$k: rc=$? $(grep -E '^\[  PASSED' "$OUT/kvfp8_ops_$k.log" | head -1) $(grep -c '^\[  FAILED  \]' "$OUT/kvfp8_ops_$k.log") failed"
+      grep -E "Failure|Which is" "$OUT/kvfp8_ops_$k.log" | head -4
+    done
+    timeout 300 "$bin/cuda_e2e_test" --gtest_filter='CudaEndToEnd.*Fp8KvCache*:CudaEndToEnd.EngineRunsAnFp8KvCache*:CudaEndToEnd.LlamaShapedModelMatchesCpu' \
+      >"$OUT/kvfp8_e2e.log" 2>&1
+    note "kvfp8 e2e: rc=$? $(grep -E '^\[  PASSED' "$OUT/kvfp8_e2e.log" | head -1) $(grep -c '^\[  FAILED  \]' "$OUT/kvfp8_e2e.log") failed; $(grep -oE 'greedy agreement [0-9]+ / [0-9]+' "$OUT/kvfp8_e2e.log" | tr '\n' ' ')"
+    grep -E "Failure|FAILED|^step" "$OUT/kvfp8_e2e.log" | head -12
+  fi
+  if kv_has memcheck && command -v compute-sanitizer >/dev/null; then
+    timeout 240 compute-sanitizer --tool memcheck --leak-check no "$bin/cuda_ops_test" --gtest_filter='CudaAttention.Fp8CachePrefillAndMixed' \
+      >"$OUT/memcheck_kvfp8.log" 2>&1
+    note "memcheck, fp8 cache prefill/mixed: rc=$? $(grep -E 'ERROR SUMMARY' "$OUT/memcheck_kvfp8.log" | tail -1)"
+  fi
+  if kv_has bench; then
+    kv_cfg=configs/llama-3.1-8b.json
+    kv_tok=$(python3 -c 'import json, sys
+c = json.load(open(sys.argv[1]))
+kvh = c.get("num_key_value_heads", c["num_attention_heads"]); hd = c.get("head_dim") or c["hidden_size"] // c["num_attention_heads"]
+print(c["num_hidden_layers"] * kvh * hd * 2 * 2)' "$kv_cfg")
+    read -r kv_wfloor _ < <(python3 scripts/decode_floor.py "$kv_cfg")
+    kv_lat() {  # name, context, extra args: one latency run, its ms per step on stdout
+      local name=$1 len=$2; shift 2
+      timeout 300 "$bin/kvasir" bench latency --device cuda --load-format dummy --model "$kv_cfg" --batch-size 1 \
+        --input-len "$len" --output-len 64 --num-iters 1 --num-iters-warmup 1 --max-num-batched-tokens 16384 "$@" \
+        >"$OUT/kvfp8_lat_$name.log" 2>&1
+      grep -oE '\(([0-9.]+) ms per step\)' "$OUT/kvfp8_lat_$name.log" | grep -oE '[0-9.]+' | head -1
+    }
+    for len in ${KVASIR_KV_LENS:-32000}; do
+      for w in bf16 fp8; do
+        [[ $w == fp8 ]] && wargs="--quantization fp8" || wargs=""
+        a=() f=()
+        for ((r = 1; r <= ${KVASIR_KV_ROUNDS:-2}; r++)); do
+          a+=("$(kv_lat "${w}w_${len}_auto_r$r" "$len" $wargs)")
+          f+=("$(kv_lat "${w}w_${len}_fp8_r$r" "$len" $wargs --kv-cache-dtype fp8)")
+        done
+        ma=$(printf '%s\n' "${a[@]}" | sort -g | head -1); mf=$(printf '%s\n' "${f[@]}" | sort -g | head -1)
+        wf=$kv_wfloor; [[ $w == fp8 ]] && wf=$(awk -v x="$kv_wfloor" 'BEGIN{printf "%.3f", x / 2}')
+        fl_a=$(awk -v w="$wf" -v l="$len" -v t="$kv_tok" 'BEGIN{printf "%.2f", w + (l + 32) * t / 4.32e12 * 1e3}')
+        fl_f=$(awk -v w="$wf" -v l="$len" -v t="$kv_tok" 'BEGIN{printf "%.2f", w + (l + 32) * t / 2 / 4.32e12 * 1e3}')
+        note "kvfp8 b1 ctx $len, $w weights: bf16 cache ${a[*]} ms/step (floor $fl_a) | fp8 cache ${f[*]} (floor $fl_f) | best fp8/bf16 $(awk -v x="$mf" -v y="$ma" 'BEGIN{if (y > 0) printf "%.3f", x / y; else print "n/a"}') (bar 0.75)"
+        note "  capacity: $(grep -ohE 'KV cache size: [0-9]+ tokens[^)]*\)' "$OUT/kvfp8_lat_${w}w_${len}_auto_r1.log" "$OUT/kvfp8_lat_${w}w_${len}_fp8_r1.log" | tr '\n' ' ')"
+      done
+      # The attention ops alone (eager, per-op device time: compare the two, not with the steps).
+      for c in auto fp8; do
+        KVASIR_CUDA_PROFILE=1 kv_lat "prof_${len}_$c" "$len" --quantization fp8 --kv-cache-dtype "$c" >/dev/null
+        note "  profile ctx $len, $c cache: $(grep -oE '(attention\((decode|prefill)\)|write_kv|rope\+write_kv)=[0-9.]+\([0-9]+\)' "$OUT/kvfp8_lat_prof_${len}_$c.log" | tr '\n' ' ')"
+      done
+    done
+  fi
 fi
 if has w4a16; then
   w4_has() { [[ " ${KVASIR_W4_PARTS:-tests memcheck bench} " == *" $1 "* ]]; }

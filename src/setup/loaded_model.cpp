@@ -155,12 +155,10 @@ StatusOr<std::unique_ptr<Backend>> make_backend(const LoadOptions& opts) {
   KVASIR_ASSIGN_OR_RETURN(const std::optional<DType> dtype, parse_dtype(opts.dtype));
 #ifdef KVASIR_HAVE_CUDA
   if (device_flag_selects_gpu(opts.device)) {
-    if (kv_dtype && *kv_dtype != DType::kBF16) {
-      // FP8 (fp8, fp8_e4m3, fp8_e5m2) runs on the CPU backend; the CUDA kernels read bf16 only so far.
-      return invalid_argument("--kv-cache-dtype " + opts.kv_cache_dtype + ": the CUDA backend keeps K/V in bfloat16 (use auto)" +
-                              (*kv_dtype == DType::kF8E4M3 || *kv_dtype == DType::kF8E5M2
-                                   ? "; its FP8 KV cache is not implemented yet (the CPU backend has one: --device cpu)"
-                                   : ""));
+    const bool fp8_kv = kv_dtype && (*kv_dtype == DType::kF8E4M3 || *kv_dtype == DType::kF8E5M2);
+    if (kv_dtype && *kv_dtype != DType::kBF16 && !fp8_kv) {
+      return invalid_argument("--kv-cache-dtype " + opts.kv_cache_dtype +
+                              ": the CUDA backend keeps K/V in bfloat16 or FP8 (auto, fp8, fp8_e4m3, fp8_e5m2)");
     }
     if (dtype && *dtype != DType::kBF16) {
       return invalid_argument("--dtype " + opts.dtype + ": the CUDA backend computes in bfloat16 (use auto or bfloat16)");
@@ -173,6 +171,7 @@ StatusOr<std::unique_ptr<Backend>> make_backend(const LoadOptions& opts) {
     co.tp_size = opts.model.tp.size;
     co.tp_bootstrap = opts.model.tp.comm;
     co.tp_on_one_host = opts.tp_on_one_host;
+    co.kv_cache_dtype = kv_dtype.value_or(DType::kBF16);
     KVASIR_ASSIGN_OR_RETURN(co.device, gpu_for_rank(opts.placement, cuda_device_count()));
     co.device_collectives = opts.device_collectives;
     return create_cuda_backend(co);

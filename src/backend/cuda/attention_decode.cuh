@@ -116,6 +116,7 @@ __device__ __forceinline__ bool finish_empty_split(const AttentionArgs& a, const
 __device__ __forceinline__ void store_split_result(const AttentionArgs& a, const SplitKeys& k, int64_t part_stride,
                                                    int num_splits, int head_dim, int h, int d, float v, float m,
                                                    float l, float* partial) {
+  v *= a.v_scale;  // an FP8 cache's value scale (1 otherwise): the combine is linear in v
   if (num_splits == 1) {
     static_cast<bf16*>(a.out)[(k.token * a.num_heads + h) * head_dim + d] = __float2bfloat16_rn(v);
   } else {

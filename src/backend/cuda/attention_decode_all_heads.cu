@@ -4,6 +4,7 @@
 #include <algorithm>
 
 #include "backend/cuda/attention_decode.cuh"
+#include "backend/cuda/kv_cache_codes.cuh"
 
 namespace kvasir::cuda {
 namespace {
@@ -19,34 +20,38 @@ constexpr int kAllHeadsThreads = 256;
 constexpr int kAllHeadsWarps = kAllHeadsThreads / 32;
 constexpr int kAllHeadsStages = 3;
 
-template <int HD, int KVH>
+// C: the cache's element type (kv_cache_codes.cuh); tiles hold it as stored (FP8 codes are
+// widened when read from shared memory), so an FP8 cache streams half the bytes.
+template <typename C, int HD, int KVH>
 struct AllHeadsShape {
   static constexpr int kLanes = HD / 8;                    // lanes per row group
   static constexpr int kRpw = 32 / kLanes;                 // row groups per warp
   static constexpr int kWph = kAllHeadsWarps / KVH;              // warps per kv head
   static constexpr int kRow = KVH * HD;                    // values per cache row (token)
-  static constexpr int kByBytes = 16384 / (kRow * 2);      // tokens in 16 KB of K
+  static constexpr int kRowBytes = kRow * static_cast<int>(sizeof(C));
+  static constexpr int kByBytes = 16384 / kRowBytes;       // tokens in 16 KB of K
   static constexpr int kMinT = kWph * kRpw;                // one token per row group
   static constexpr int kT = kByBytes > 32 ? 32 : (kByBytes < kMinT ? kMinT : kByBytes);
   static constexpr int kPerRow = kT / kMinT;               // tokens per row group per tile
-  static constexpr int kChunks = kT * kRow / 8;            // 16-byte chunks per K (or V) tile
-  static constexpr size_t kStageBytes = static_cast<size_t>(2) * kT * kRow * sizeof(bf16);
+  static constexpr int kChunkElems = 16 / static_cast<int>(sizeof(C));  // values per 16-byte chunk
+  static constexpr int kChunks = kT * kRow / kChunkElems;  // 16-byte chunks per K (or V) tile
+  static constexpr size_t kStageBytes = static_cast<size_t>(2) * kT * kRowBytes;
   static_assert(kAllHeadsWarps % KVH == 0 && kT % kMinT == 0, "all-heads decode shape");
 };
 
-template <int HD, int KVH, int GC>
+template <typename C, int HD, int KVH, int GC>
 size_t all_heads_smem_bytes() {
-  using S = AllHeadsShape<HD, KVH>;
+  using S = AllHeadsShape<C, HD, KVH>;
   const size_t pipe = kAllHeadsStages * S::kStageBytes;
   const size_t red = static_cast<size_t>(kAllHeadsWarps) * S::kRpw * GC * HD * sizeof(float);
   return std::max(pipe, red);
 }
 
-template <int HD, int KVH, int GC>
+template <typename C, int HD, int KVH, int GC>
 __global__ void __launch_bounds__(kAllHeadsThreads, GC >= 8 ? 1 : 2)
     decode_all_heads_kernel(AttentionArgs a, const int32_t* __restrict__ decode_seqs, int num_decode, int num_splits,
                      int part_tokens, float* __restrict__ partial) {
-  using S = AllHeadsShape<HD, KVH>;
+  using S = AllHeadsShape<C, HD, KVH>;
   // Metadata and block tables are host-staged and the cache rows other than the newest token's
   // are older than this step: all of that is read (or pulled into L2) before waiting for the
   // previous kernel. Everything written, q, and the cp.async copies come after the wait.
@@ -66,39 +71,41 @@ __global__ void __launch_bounds__(kAllHeadsThreads, GC >= 8 ? 1 : 2)
   const int t0 = tiles.t0, ntiles = tiles.ntiles, b_first = tiles.b_first;
   __syncthreads();
 
-  const bf16* kc = static_cast<const bf16*>(a.k_cache);
-  const bf16* vc = static_cast<const bf16*>(a.v_cache);
+  const C* kc = static_cast<const C*>(a.k_cache);
+  const C* vc = static_cast<const C*>(a.v_cache);
   {
     // The first tiles the pipeline will ask for, towards L2 (one 128-byte line per thread step).
-    constexpr int kLinesPerRow = S::kRow * 2 / 128;
+    constexpr int kLinesPerRow = S::kRowBytes / 128 > 0 ? S::kRowBytes / 128 : 1;
+    constexpr int kLineElems = 128 / static_cast<int>(sizeof(C));
     const int first = max(begin, t0), last = min(end, t0 + (kAllHeadsStages - 1) * S::kT);
     for (int c = threadIdx.x; c < (last - first) * kLinesPerRow; c += kAllHeadsThreads) {
       const int j = first + c / kLinesPerRow;
       const int64_t off = (static_cast<int64_t>(blocks[j / bs - b_first]) * bs + j % bs) * S::kRow +
-                          (c % kLinesPerRow) * 64;
+                          (c % kLinesPerRow) * kLineElems;
       asm volatile("prefetch.global.L2 [%0];" ::"l"(kc + off));
       asm volatile("prefetch.global.L2 [%0];" ::"l"(vc + off));
     }
   }
   pdl_wait();
-  bf16* stage_base = reinterpret_cast<bf16*>(all_heads_smem);
+  C* stage_base = reinterpret_cast<C*>(all_heads_smem);
   // Tiles start at multiples of kT; when the block size is a multiple of kT too, a tile's rows
   // are one contiguous run of the cache: one block lookup per tile, no division per chunk.
   const bool tile_in_block = bs % S::kT == 0;
   auto load_tile = [&](int tile) {
-    bf16* ks = stage_base + static_cast<size_t>(tile % kAllHeadsStages) * 2 * S::kT * S::kRow;
-    bf16* vs = ks + S::kT * S::kRow;
+    C* ks = stage_base + static_cast<size_t>(tile % kAllHeadsStages) * 2 * S::kT * S::kRow;
+    C* vs = ks + S::kT * S::kRow;
     const int tb = t0 + tile * S::kT;
-    constexpr int kChunksPerRow = S::kRow / 8;
+    constexpr int kE = S::kChunkElems;
+    constexpr int kChunksPerRow = S::kRow / kE;
     if (tile_in_block) {
       const int64_t base = (static_cast<int64_t>(blocks[tb / bs - b_first]) * bs + tb % bs) * S::kRow;
 #pragma unroll 4
       for (int c = threadIdx.x; c < S::kChunks; c += kAllHeadsThreads) {
         const int j = tb + c / kChunksPerRow;
         const bool valid = j >= begin && j < end;
-        const int64_t off = valid ? base + static_cast<int64_t>(c) * 8 : 0;
-        cp_async16(ks + c * 8, kc + off, valid);
-        cp_async16(vs + c * 8, vc + off, valid);
+        const int64_t off = valid ? base + static_cast<int64_t>(c) * kE : 0;
+        cp_async16(ks + c * kE, kc + off, valid);
+        cp_async16(vs + c * kE, vc + off, valid);
       }
       return;
     }
@@ -107,9 +114,9 @@ __global__ void __launch_bounds__(kAllHeadsThreads, GC >= 8 ? 1 : 2)
       const int j = tb + tt;
       const bool valid = j >= begin && j < end;
       int64_t off = 0;
-      if (valid) off = (static_cast<int64_t>(blocks[j / bs - b_first]) * bs + j % bs) * S::kRow + ch * 8;
-      cp_async16(ks + c * 8, kc + off, valid);
-      cp_async16(vs + c * 8, vc + off, valid);
+      if (valid) off = (static_cast<int64_t>(blocks[j / bs - b_first]) * bs + j % bs) * S::kRow + ch * kE;
+      cp_async16(ks + c * kE, kc + off, valid);
+      cp_async16(vs + c * kE, vc + off, valid);
     }
   };
 #pragma unroll
@@ -137,8 +144,8 @@ __global__ void __launch_bounds__(kAllHeadsThreads, GC >= 8 ? 1 : 2)
     __syncthreads();  // tile i is in for every thread; tile i - 1's stage is free again
     if (i + kAllHeadsStages - 1 < ntiles) load_tile(i + kAllHeadsStages - 1);
     cp_async_commit();
-    const bf16* ks = stage_base + static_cast<size_t>(i % kAllHeadsStages) * 2 * S::kT * S::kRow;
-    const bf16* vs = ks + S::kT * S::kRow;
+    const C* ks = stage_base + static_cast<size_t>(i % kAllHeadsStages) * 2 * S::kT * S::kRow;
+    const C* vs = ks + S::kT * S::kRow;
     const int tb = t0 + i * S::kT;
     float sc[S::kPerRow][GC];
 #pragma unroll
@@ -226,71 +233,88 @@ __global__ void __launch_bounds__(kAllHeadsThreads, GC >= 8 ? 1 : 2)
   }
 }
 
-template <int HD, int KVH, int GC>
+template <typename C, int HD, int KVH, int GC>
 void launch_all_heads_t(const AttentionArgs& a, const int32_t* decode_seqs, int nd, const DecodeSplit& sp, float* partial,
                  cudaStream_t s) {
   dim3 grid(sp.num_splits, nd);
-  launch(decode_all_heads_kernel<HD, KVH, GC>, grid, kAllHeadsThreads, all_heads_smem_bytes<HD, KVH, GC>(), s, a, decode_seqs, nd,
+  launch(decode_all_heads_kernel<C, HD, KVH, GC>, grid, kAllHeadsThreads, all_heads_smem_bytes<C, HD, KVH, GC>(), s, a, decode_seqs, nd,
          sp.num_splits, sp.partition_tokens, partial);
   KVASIR_CUDA_LAUNCH_CHECK();
 }
 
-template <int HD, int KVH>
+template <typename C, int HD, int KVH>
 void launch_all_heads_kvh(const AttentionArgs& a, const int32_t* decode_seqs, int nd, const DecodeSplit& sp, float* partial,
                    cudaStream_t s) {
   const int group = a.num_heads / KVH;
-  if (group <= 1) launch_all_heads_t<HD, KVH, 1>(a, decode_seqs, nd, sp, partial, s);
-  else if (group <= 2) launch_all_heads_t<HD, KVH, 2>(a, decode_seqs, nd, sp, partial, s);
-  else if (group <= 4) launch_all_heads_t<HD, KVH, 4>(a, decode_seqs, nd, sp, partial, s);
-  else launch_all_heads_t<HD, KVH, 8>(a, decode_seqs, nd, sp, partial, s);
+  if (group <= 1) launch_all_heads_t<C, HD, KVH, 1>(a, decode_seqs, nd, sp, partial, s);
+  else if (group <= 2) launch_all_heads_t<C, HD, KVH, 2>(a, decode_seqs, nd, sp, partial, s);
+  else if (group <= 4) launch_all_heads_t<C, HD, KVH, 4>(a, decode_seqs, nd, sp, partial, s);
+  else launch_all_heads_t<C, HD, KVH, 8>(a, decode_seqs, nd, sp, partial, s);
 }
 
-template <int HD>
+template <typename C, int HD>
 void launch_all_heads_hd(const AttentionArgs& a, const int32_t* decode_seqs, int nd, const DecodeSplit& sp, float* partial,
                   cudaStream_t s) {
   switch (a.num_kv_heads) {
-    case 1: launch_all_heads_kvh<HD, 1>(a, decode_seqs, nd, sp, partial, s); break;
-    case 2: launch_all_heads_kvh<HD, 2>(a, decode_seqs, nd, sp, partial, s); break;
-    case 4: launch_all_heads_kvh<HD, 4>(a, decode_seqs, nd, sp, partial, s); break;
-    default: launch_all_heads_kvh<HD, 8>(a, decode_seqs, nd, sp, partial, s); break;
+    case 1: launch_all_heads_kvh<C, HD, 1>(a, decode_seqs, nd, sp, partial, s); break;
+    case 2: launch_all_heads_kvh<C, HD, 2>(a, decode_seqs, nd, sp, partial, s); break;
+    case 4: launch_all_heads_kvh<C, HD, 4>(a, decode_seqs, nd, sp, partial, s); break;
+    default: launch_all_heads_kvh<C, HD, 8>(a, decode_seqs, nd, sp, partial, s); break;
   }
 }
 
-template <int HD, int KVH, int GC>
+template <typename C, int HD, int KVH, int GC>
 void init_all_heads_t() {
-  KVASIR_CUDA_CHECK(cudaFuncSetAttribute(decode_all_heads_kernel<HD, KVH, GC>, cudaFuncAttributeMaxDynamicSharedMemorySize,
-                                         static_cast<int>(all_heads_smem_bytes<HD, KVH, GC>())));
+  KVASIR_CUDA_CHECK(cudaFuncSetAttribute(decode_all_heads_kernel<C, HD, KVH, GC>, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                         static_cast<int>(all_heads_smem_bytes<C, HD, KVH, GC>())));
 }
-template <int HD, int KVH>
+template <typename C, int HD, int KVH>
 void init_all_heads_kvh() {
-  init_all_heads_t<HD, KVH, 1>();
-  init_all_heads_t<HD, KVH, 2>();
-  init_all_heads_t<HD, KVH, 4>();
-  init_all_heads_t<HD, KVH, 8>();
+  init_all_heads_t<C, HD, KVH, 1>();
+  init_all_heads_t<C, HD, KVH, 2>();
+  init_all_heads_t<C, HD, KVH, 4>();
+  init_all_heads_t<C, HD, KVH, 8>();
 }
-template <int HD>
+template <typename C, int HD>
 void init_all_heads_hd() {
-  init_all_heads_kvh<HD, 1>();
-  init_all_heads_kvh<HD, 2>();
-  init_all_heads_kvh<HD, 4>();
-  init_all_heads_kvh<HD, 8>();
+  init_all_heads_kvh<C, HD, 1>();
+  init_all_heads_kvh<C, HD, 2>();
+  init_all_heads_kvh<C, HD, 4>();
+  init_all_heads_kvh<C, HD, 8>();
+}
+
+template <typename C>
+void launch_all_heads_codes(const AttentionArgs& a, const int32_t* decode_seqs, int nd, const DecodeSplit& sp,
+                            float* partial, cudaStream_t s) {
+  switch (a.head_dim) {
+    case 64: launch_all_heads_hd<C, 64>(a, decode_seqs, nd, sp, partial, s); break;
+    case 128: launch_all_heads_hd<C, 128>(a, decode_seqs, nd, sp, partial, s); break;
+    default: launch_all_heads_hd<C, 256>(a, decode_seqs, nd, sp, partial, s); break;
+  }
+}
+
+template <typename C>
+void init_all_heads_codes() {
+  init_all_heads_hd<C, 64>();
+  init_all_heads_hd<C, 128>();
+  init_all_heads_hd<C, 256>();
 }
 
 }  // namespace
 
 void launch_decode_all_heads(const AttentionArgs& a, const int32_t* decode_seqs, int nd, const DecodeSplit& sp,
                       float* partial, cudaStream_t s) {
-  switch (a.head_dim) {
-    case 64: launch_all_heads_hd<64>(a, decode_seqs, nd, sp, partial, s); break;
-    case 128: launch_all_heads_hd<128>(a, decode_seqs, nd, sp, partial, s); break;
-    default: launch_all_heads_hd<256>(a, decode_seqs, nd, sp, partial, s); break;
+  switch (a.kv_cache) {
+    case KvCacheType::kE4m3: launch_all_heads_codes<e4m3>(a, decode_seqs, nd, sp, partial, s); break;
+    case KvCacheType::kE5m2: launch_all_heads_codes<e5m2>(a, decode_seqs, nd, sp, partial, s); break;
+    default: launch_all_heads_codes<bf16>(a, decode_seqs, nd, sp, partial, s); break;
   }
 }
 
 void init_decode_all_heads_kernels() {
-  init_all_heads_hd<64>();
-  init_all_heads_hd<128>();
-  init_all_heads_hd<256>();
+  init_all_heads_codes<bf16>();
+  init_all_heads_codes<e4m3>();
+  init_all_heads_codes<e5m2>();
 }
 
 }  // namespace kvasir::cuda

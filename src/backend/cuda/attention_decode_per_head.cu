@@ -7,6 +7,7 @@
 #include <algorithm>
 
 #include "backend/cuda/attention_decode.cuh"
+#include "backend/cuda/kv_cache_codes.cuh"
 
 namespace kvasir::cuda {
 namespace {
@@ -45,8 +46,8 @@ struct RowGroupLanes {
         row_id(warp * kRowsPerWarp + rsub), d0(li * 8) {}
 };
 
-// Decode, three phases.
-template <int HD, int GC>
+// Decode, three phases. C: the cache's element type (kv_cache_codes.cuh).
+template <typename C, int HD, int GC>
 __global__ void __launch_bounds__(kDecodeThreads) decode_per_head_phased_kernel(AttentionArgs a, const int32_t* __restrict__ decode_seqs,
                                                                int num_chunks, int num_splits, int part_tokens,
                                                                float* __restrict__ partial) {
@@ -65,13 +66,15 @@ __global__ void __launch_bounds__(kDecodeThreads) decode_per_head_phased_kernel(
   const int begin = keys.begin, end = keys.end;
   const int nt = end - begin;
   {
-    constexpr int kLines = HD * 2 / 128 > 0 ? HD * 2 / 128 : 1;  // 128-byte lines per key row
+    constexpr int kRowBytes = HD * static_cast<int>(sizeof(C));
+    constexpr int kLines = kRowBytes / 128 > 0 ? kRowBytes / 128 : 1;  // 128-byte lines per key row
+    constexpr int kLineElems = 128 / static_cast<int>(sizeof(C));
     const int32_t* tb = a.block_tables + static_cast<int64_t>(s) * a.max_blocks_per_seq;
     for (int c = threadIdx.x; c < nt * kLines; c += blockDim.x) {
       const int64_t row = slot_of(tb, begin + c / kLines, a.block_size) * a.num_kv_heads + kvh;
-      const int64_t off = row * HD + (c % kLines) * 64;
-      asm volatile("prefetch.global.L2 [%0];" ::"l"(static_cast<const bf16*>(a.k_cache) + off));
-      asm volatile("prefetch.global.L2 [%0];" ::"l"(static_cast<const bf16*>(a.v_cache) + off));
+      const int64_t off = row * HD + (c % kLines) * kLineElems;
+      asm volatile("prefetch.global.L2 [%0];" ::"l"(static_cast<const C*>(a.k_cache) + off));
+      asm volatile("prefetch.global.L2 [%0];" ::"l"(static_cast<const C*>(a.v_cache) + off));
     }
   }
   pdl_wait();
@@ -87,8 +90,8 @@ __global__ void __launch_bounds__(kDecodeThreads) decode_per_head_phased_kernel(
   }
 
   const bf16* q = static_cast<const bf16*>(a.q);
-  const bf16* kc = static_cast<const bf16*>(a.k_cache);
-  const bf16* vc = static_cast<const bf16*>(a.v_cache);
+  const C* kc = static_cast<const C*>(a.k_cache);
+  const C* vc = static_cast<const C*>(a.v_cache);
   const int32_t* table = a.block_tables + static_cast<int64_t>(s) * a.max_blocks_per_seq;
   const int kv_heads = a.num_kv_heads;
 
@@ -195,7 +198,7 @@ __global__ void __launch_bounds__(kDecodeThreads) decode_per_head_phased_kernel(
 // weighted value per head, so K and V of kUnroll keys are in flight together and no scores go
 // through shared memory; the split's block ids are staged in shared memory first. Row groups are
 // merged at the end the way splits are merged. Same outputs and partial layout as decode_per_head_phased_kernel.
-template <int HD, int GC>
+template <typename C, int HD, int GC>
 __global__ void __launch_bounds__(kDecodeThreads) decode_per_head_online_kernel(AttentionArgs a, const int32_t* __restrict__ decode_seqs,
                                                                   int num_chunks, int num_splits, int part_tokens,
                                                                   float* __restrict__ partial) {
@@ -221,8 +224,8 @@ __global__ void __launch_bounds__(kDecodeThreads) decode_per_head_online_kernel(
   const L lanes;
   const int warp = lanes.warp, rsub = lanes.rsub, li = lanes.li, row_id = lanes.row_id, d0 = lanes.d0;
   const bf16* q = static_cast<const bf16*>(a.q);
-  const bf16* kc = static_cast<const bf16*>(a.k_cache);
-  const bf16* vc = static_cast<const bf16*>(a.v_cache);
+  const C* kc = static_cast<const C*>(a.k_cache);
+  const C* vc = static_cast<const C*>(a.v_cache);
   const int kv_heads = a.num_kv_heads;
   float qf[GC][8];
   load_group_queries<GC>(q + (token * num_heads + head0) * HD + d0, HD, ng, a.scale, qf);
@@ -291,7 +294,7 @@ __global__ void __launch_bounds__(kDecodeThreads) decode_per_head_online_kernel(
   }
 }
 
-template <int HD, int GC>
+template <typename C, int HD, int GC>
 void launch_decode_t(const AttentionArgs& a, const int32_t* decode_seqs, int nd, const DecodeSplit& sp, float* partial,
                      cudaStream_t s) {
   const int group = a.num_heads / a.num_kv_heads;
@@ -300,34 +303,44 @@ void launch_decode_t(const AttentionArgs& a, const int32_t* decode_seqs, int nd,
   const size_t floats = std::max<size_t>(static_cast<size_t>(GC) * sp.partition_tokens, static_cast<size_t>(kRows) * GC * HD);
   dim3 grid(sp.num_splits, a.num_kv_heads * chunks, nd);
   if (decode_kernel_choice() == DecodeAttentionKernel::kPerHeadOnline) {
-    launch(decode_per_head_online_kernel<HD, GC>, grid, kDecodeThreads, static_cast<size_t>(kRows) * GC * HD * sizeof(float), s, a,
+    launch(decode_per_head_online_kernel<C, HD, GC>, grid, kDecodeThreads, static_cast<size_t>(kRows) * GC * HD * sizeof(float), s, a,
            decode_seqs, chunks, sp.num_splits, sp.partition_tokens, partial);
   } else {
-    launch(decode_per_head_phased_kernel<HD, GC>, grid, kDecodeThreads, floats * sizeof(float), s, a, decode_seqs, chunks, sp.num_splits,
+    launch(decode_per_head_phased_kernel<C, HD, GC>, grid, kDecodeThreads, floats * sizeof(float), s, a, decode_seqs, chunks, sp.num_splits,
            sp.partition_tokens, partial);
   }
   KVASIR_CUDA_LAUNCH_CHECK();
 }
 
-template <int HD>
+template <typename C, int HD>
 void launch_decode_hd(const AttentionArgs& a, const int32_t* decode_seqs, int nd, const DecodeSplit& sp, float* partial,
                       cudaStream_t s) {
   const int group = a.num_heads / a.num_kv_heads;
-  if (group <= 1) launch_decode_t<HD, 1>(a, decode_seqs, nd, sp, partial, s);
-  else if (group <= 2) launch_decode_t<HD, 2>(a, decode_seqs, nd, sp, partial, s);
-  else if (group <= 4) launch_decode_t<HD, 4>(a, decode_seqs, nd, sp, partial, s);
-  else launch_decode_t<HD, 8>(a, decode_seqs, nd, sp, partial, s);
+  if (group <= 1) launch_decode_t<C, HD, 1>(a, decode_seqs, nd, sp, partial, s);
+  else if (group <= 2) launch_decode_t<C, HD, 2>(a, decode_seqs, nd, sp, partial, s);
+  else if (group <= 4) launch_decode_t<C, HD, 4>(a, decode_seqs, nd, sp, partial, s);
+  else launch_decode_t<C, HD, 8>(a, decode_seqs, nd, sp, partial, s);
+}
+
+template <typename C>
+void launch_decode_codes(const AttentionArgs& a, const int32_t* decode_seqs, int nd, const DecodeSplit& sp,
+                         float* partial, cudaStream_t s) {
+  switch (a.head_dim) {
+    case 64: launch_decode_hd<C, 64>(a, decode_seqs, nd, sp, partial, s); break;
+    case 128: launch_decode_hd<C, 128>(a, decode_seqs, nd, sp, partial, s); break;
+    case 256: launch_decode_hd<C, 256>(a, decode_seqs, nd, sp, partial, s); break;
+    default: KVASIR_CHECK_MSG(false, "attention: unsupported head_dim");
+  }
 }
 
 }  // namespace
 
 void launch_decode_per_head(const AttentionArgs& a, const int32_t* decode_seqs, int nd, const DecodeSplit& sp,
                             float* partial, cudaStream_t s) {
-  switch (a.head_dim) {
-    case 64: launch_decode_hd<64>(a, decode_seqs, nd, sp, partial, s); break;
-    case 128: launch_decode_hd<128>(a, decode_seqs, nd, sp, partial, s); break;
-    case 256: launch_decode_hd<256>(a, decode_seqs, nd, sp, partial, s); break;
-    default: KVASIR_CHECK_MSG(false, "attention: unsupported head_dim");
+  switch (a.kv_cache) {
+    case KvCacheType::kE4m3: launch_decode_codes<e4m3>(a, decode_seqs, nd, sp, partial, s); break;
+    case KvCacheType::kE5m2: launch_decode_codes<e5m2>(a, decode_seqs, nd, sp, partial, s); break;
+    default: launch_decode_codes<bf16>(a, decode_seqs, nd, sp, partial, s); break;
   }
 }
 

@@ -6,6 +6,7 @@
 
 #include "backend/cuda/cuda_common.cuh"
 #include "backend/cuda/kernels.h"
+#include "backend/cuda/kv_cache_codes.cuh"
 #include "backend/cuda/warp_mma.cuh"
 
 namespace kvasir::cuda {
@@ -42,8 +43,10 @@ constexpr int prefill_smem_bytes() {
   return (prefill_tile_rows<HD>() + 2 * kKvStages * KT) * (HD + 8) * 2;
 }
 
-// KT: keys per tile (64; 32 keeps 128-dim heads' two row tiles within the registers).
-template <int HD, int KT>
+// KT: keys per tile (64; 32 keeps 128-dim heads' two row tiles within the registers). C: the
+// cache's element type (kv_cache_codes.cuh); tiles are bf16 for ldmatrix, so FP8 codes are widened
+// on their way into shared memory (loaded, not copied asynchronously: their tile waits for them).
+template <typename C, int HD, int KT>
 __global__ void __launch_bounds__(kPrefillThreads, 2) prefill_kernel(AttentionArgs a, const PrefillWork* __restrict__ work,
                                                                     int heads_per_cta, int num_chunks) {
   pdl_begin();
@@ -79,8 +82,8 @@ __global__ void __launch_bounds__(kPrefillThreads, 2) prefill_kernel(AttentionAr
   const int32_t* table = a.block_tables + static_cast<int64_t>(s) * a.max_blocks_per_seq;
   const int num_heads = a.num_heads, kv_heads = a.num_kv_heads, bs = a.block_size;
   const bf16* q = static_cast<const bf16*>(a.q);
-  const bf16* kc = static_cast<const bf16*>(a.k_cache);
-  const bf16* vc = static_cast<const bf16*>(a.v_cache);
+  const C* kc = static_cast<const C*>(a.k_cache);
+  const C* vc = static_cast<const C*>(a.v_cache);
 
   // Q rows (zeros past the tile), then the first K/V tile, one cp.async group.
   for (int i = threadIdx.x; i < kRows * kChunks; i += kPrefillThreads) {
@@ -98,8 +101,8 @@ __global__ void __launch_bounds__(kPrefillThreads, 2) prefill_kernel(AttentionAr
       const int j = kt0 + r;
       const bool valid = j < k_hi;  // rows past the keys are zeros (their scores are masked)
       const int64_t off = valid ? (slot_of(table, j, bs) * kv_heads + kvh) * HD + c : 0;
-      cp_async16(ks + r * kStride + c, kc + off, valid);
-      cp_async16(vs + r * kStride + c, vc + off, valid);
+      copy8_to_bf16(ks + r * kStride + c, kc + off, valid);
+      copy8_to_bf16(vs + r * kStride + c, vc + off, valid);
     }
   };
   const int ntiles = (k_hi - k_lo + kKeyTile - 1) / kKeyTile;
@@ -266,7 +269,7 @@ __global__ void __launch_bounds__(kPrefillThreads, 2) prefill_kernel(AttentionAr
       const int h = kvh * group + g0 + r % hc;
       float den = l[mt][hf];
       if (a.sinks != nullptr) den += exp2f(a.sinks[h] * kLog2e - m[mt][hf]);
-      const float inv = den > 0.0f ? 1.0f / den : 0.0f;
+      const float inv = den > 0.0f ? a.v_scale / den : 0.0f;  // an FP8 cache's value scale (else 1)
       bf16* o = out + (static_cast<int64_t>(q_begin + r / hc) * num_heads + h) * HD + tig * 2;
 #pragma unroll
       for (int dn = 0; dn < kDn; ++dn) {
@@ -279,29 +282,49 @@ __global__ void __launch_bounds__(kPrefillThreads, 2) prefill_kernel(AttentionAr
 
 int heads_per_cta(int num_heads, int num_kv_heads) { return std::min(num_heads / num_kv_heads, 8); }
 
-template <int HD, int KT>
+template <typename C, int HD, int KT>
 void launch_prefill_hd(const AttentionArgs& a, const PrefillWork* work, int num_work, cudaStream_t s) {
   const int group = a.num_heads / a.num_kv_heads;
   const int hc = heads_per_cta(a.num_heads, a.num_kv_heads);
   const int chunks = (group + hc - 1) / hc;
   dim3 grid(num_work, a.num_kv_heads * chunks);
-  launch(prefill_kernel<HD, KT>, grid, kPrefillThreads, prefill_smem_bytes<HD, KT>(), s, a, work, hc, chunks);
+  launch(prefill_kernel<C, HD, KT>, grid, kPrefillThreads, prefill_smem_bytes<HD, KT>(), s, a, work, hc, chunks);
   KVASIR_CUDA_LAUNCH_CHECK();
 }
 
-template <int HD, int KT>
+template <typename C, int HD, int KT>
 void set_smem_limits() {
-  KVASIR_CUDA_CHECK(cudaFuncSetAttribute(prefill_kernel<HD, KT>, cudaFuncAttributeMaxDynamicSharedMemorySize,
+  KVASIR_CUDA_CHECK(cudaFuncSetAttribute(prefill_kernel<C, HD, KT>, cudaFuncAttributeMaxDynamicSharedMemorySize,
                                          prefill_smem_bytes<HD, KT>()));
+}
+
+template <typename C>
+void set_smem_limits_codes() {
+  set_smem_limits<C, 64, 64>();
+  set_smem_limits<C, 128, 32>();
+  set_smem_limits<C, 128, 64>();
+  set_smem_limits<C, 256, 64>();
+}
+
+template <typename C>
+void launch_prefill_codes(const AttentionArgs& a, const PrefillWork* work, int num_work, cudaStream_t s) {
+  switch (a.head_dim) {
+    case 64: launch_prefill_hd<C, 64, 64>(a, work, num_work, s); break;
+    case 128:
+      if (kernel_tuning().prefill_key_tile == 64) launch_prefill_hd<C, 128, 64>(a, work, num_work, s);
+      else launch_prefill_hd<C, 128, 32>(a, work, num_work, s);
+      break;
+    case 256: launch_prefill_hd<C, 256, 64>(a, work, num_work, s); break;
+    default: KVASIR_CHECK_MSG(false, "attention: unsupported head_dim");
+  }
 }
 
 }  // namespace
 
 void init_attention_kernels() {
-  set_smem_limits<64, 64>();
-  set_smem_limits<128, 32>();
-  set_smem_limits<128, 64>();
-  set_smem_limits<256, 64>();
+  set_smem_limits_codes<bf16>();
+  set_smem_limits_codes<e4m3>();
+  set_smem_limits_codes<e5m2>();
   init_decode_attention_kernels();
 }
 
@@ -312,14 +335,10 @@ int prefill_tokens_per_tile(int num_heads, int num_kv_heads, int head_dim) {
 
 void launch_prefill_attention(const AttentionArgs& a, const PrefillWork* work, int num_work, cudaStream_t s) {
   if (num_work <= 0) return;
-  switch (a.head_dim) {
-    case 64: launch_prefill_hd<64, 64>(a, work, num_work, s); break;
-    case 128:
-      if (kernel_tuning().prefill_key_tile == 64) launch_prefill_hd<128, 64>(a, work, num_work, s);
-      else launch_prefill_hd<128, 32>(a, work, num_work, s);
-      break;
-    case 256: launch_prefill_hd<256, 64>(a, work, num_work, s); break;
-    default: KVASIR_CHECK_MSG(false, "attention: unsupported head_dim");
+  switch (a.kv_cache) {
+    case KvCacheType::kE4m3: launch_prefill_codes<e4m3>(a, work, num_work, s); break;
+    case KvCacheType::kE5m2: launch_prefill_codes<e5m2>(a, work, num_work, s); break;
+    default: launch_prefill_codes<bf16>(a, work, num_work, s); break;
   }
 }
 

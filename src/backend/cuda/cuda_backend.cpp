@@ -96,6 +96,11 @@ CudaBackend::~CudaBackend() {
 }
 
 Status CudaBackend::init() {
+  const DType kv = opts_.kv_cache_dtype;
+  if (kv != DType::kBF16 && kv != DType::kF8E4M3 && kv != DType::kF8E5M2) {
+    return invalid_argument("the CUDA backend keeps its KV cache in bfloat16 or FP8 (e4m3, e5m2), not " +
+                            std::string(dtype_name(kv)));
+  }
   KVASIR_CUDA_RETURN_IF_ERROR(cudaSetDevice(opts_.device));
   cudaDeviceProp prop{};
   KVASIR_CUDA_RETURN_IF_ERROR(cudaGetDeviceProperties(&prop, opts_.device));

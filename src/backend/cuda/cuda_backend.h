@@ -29,6 +29,9 @@ struct CudaBackendOptions {
   // else NCCL for every collective.
   bool tp_on_one_host = true;
   bool device_collectives = false;
+  // --kv-cache-dtype: bf16 (auto), or FP8 codes (kF8E4M3, kF8E5M2) with the layer's per-tensor
+  // scales (kv_cache_codes.cuh): half the bytes per token.
+  DType kv_cache_dtype = DType::kBF16;
 };
 
 // Usable CUDA devices; 0 when there is no driver or no GPU (never fails).

@@ -26,6 +26,14 @@ using cuda::Elem;
 using cuda::OpKind;
 using cuda::OpRecord;
 
+// The kernels' name for a KV cache's element type (bf16, FP8 e4m3 or e5m2: CudaBackend::init checks).
+inline cuda::KvCacheType kv_cache_type_of(DType t) {
+  KVASIR_CHECK_MSG(t == DType::kBF16 || t == DType::kF8E4M3 || t == DType::kF8E5M2,
+                   "CUDA KV caches are bf16 or FP8 (e4m3, e5m2)");
+  return t == DType::kF8E4M3 ? cuda::KvCacheType::kE4m3
+                             : (t == DType::kF8E5M2 ? cuda::KvCacheType::kE5m2 : cuda::KvCacheType::kBf16);
+}
+
 inline Elem elem_of(DType t) {
   KVASIR_CHECK_MSG(t == DType::kBF16 || t == DType::kF32, "CUDA backend tensors are bf16 or f32");
   return t == DType::kBF16 ? Elem::kBf16 : Elem::kF32;
@@ -42,6 +50,7 @@ class CudaBackend final : public Backend {
   Device device() const override { return Device::kCuda; }
   std::string name() const override { return name_; }
   DType activation_dtype() const override { return DType::kBF16; }
+  DType kv_cache_dtype() const override { return opts_.kv_cache_dtype; }
 
   StatusOr<std::unique_ptr<Buffer>> allocate(size_t bytes) override;
   StatusOr<Tensor> upload_weight(const Tensor& host_weight, std::unique_ptr<Buffer>* owner) override;

@@ -76,6 +76,9 @@ struct Fp8Check {
   double bound = 5e-2;         // per-step logits rel L2 beyond which a step is an outlier
   int min_agree_percent = 80;  // greedy tokens (teacher-forced) that must agree
   int weights = 0;
+  // Both backends' KV cache (--kv-cache-dtype): the CPU's float32 and the GPU's bf16 by default,
+  // or FP8 codes on both.
+  DType kv_cache = DType::kBF16;
 };
 
 void compare_models(const char* config_text, int allowed_outliers = 0, const Fp8Check& fp8 = {}) {
@@ -94,8 +97,11 @@ void compare_models(const char* config_text, int allowed_outliers = 0, const Fp8
   }
   CpuBackendOptions co;
   co.precision = MatmulPrecision::kExact;
+  if (fp8.kv_cache != DType::kBF16) co.kv_cache_dtype = fp8.kv_cache;
   CpuBackend cpu(co);
-  auto gpu = create_cuda_backend(CudaBackendOptions{});
+  CudaBackendOptions go;
+  go.kv_cache_dtype = fp8.kv_cache;
+  auto gpu = create_cuda_backend(go);
   ASSERT_TRUE(gpu.ok()) << gpu.status().message();
   ModelOptions mo;
   mo.max_num_tokens = fp8.batch > 3 ? 1024 : 256;
@@ -165,6 +171,18 @@ TEST(CudaEndToEnd, Fp8LlamaShapedModelFollowsCpuW8A8ThroughTheGemv) {
 }
 TEST(CudaEndToEnd, Fp8QwenShapedModelFollowsCpuW8A8ThroughTheGemv) {
   compare_models(kQwenConfig, 0, Fp8Check{true, 3, 0.12, 70, 2 * 7});
+}
+// An FP8 KV cache on both backends (bf16 weights): the GPU encodes keys and values from bf16
+// activations, the CPU from float32 ones, so an element near an FP8 rounding boundary can take the
+// neighbouring code on one side; the stated bounds are those of the FP8 W8A8 checks above.
+TEST(CudaEndToEnd, LlamaShapedModelWithFp8KvCacheFollowsCpu) {
+  Fp8Check c;
+  c.kv_cache = DType::kF8E4M3;
+  c.bound = 0.12;
+  c.min_agree_percent = 70;
+  compare_models(kLlamaConfig, 2, c);
+  c.kv_cache = DType::kF8E5M2;
+  compare_models(kQwenConfig, 2, c);
 }
 TEST(CudaEndToEnd, Qwen3MoeShapedModelMatchesCpu) { compare_models(kQwen3MoeConfig, 3); }
 TEST(CudaEndToEnd, Qwen2MoeShapedModelMatchesCpu) { compare_models(kQwen2MoeConfig, 3); }
@@ -254,6 +272,24 @@ TEST(CudaEndToEnd, EngineRunsFp8DummyWeightsReproducibly) {
   for (const std::string& s : stats) {
     EXPECT_NE(s.find("FP8 weights 21 "), std::string::npos) << "3 layers x 7 linears kept in e4m3";
   }
+  EXPECT_EQ(outs[0], outs[1]);
+}
+
+// --kv-cache-dtype fp8 through the whole engine: FP8 caches allocated for the backend's dtype,
+// prefill and chunked prefill on our prefill kernel, decode steps under CUDA graphs; greedy output
+// reproducible run to run.
+TEST(CudaEndToEnd, EngineRunsAnFp8KvCacheReproducibly) {
+  if (cuda_device_count() == 0) GTEST_SKIP() << "no CUDA device";
+  EngineArgs a = dummy_llama_args("kvasir_cuda_e2e_fp8_kv_config.json");
+  a.kv_cache_dtype = "fp8";
+  SamplingParams sp;
+  sp.max_tokens = 20;
+  sp.ignore_eos = true;
+  sp.temperature = 0.0f;
+  std::vector<std::vector<int32_t>> outs[2];
+  std::string stats[2];
+  generate_twice(a, sp, outs, stats);
+  if (::testing::Test::HasFatalFailure()) return;
   EXPECT_EQ(outs[0], outs[1]);
 }
 

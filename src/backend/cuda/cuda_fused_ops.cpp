@@ -252,11 +252,16 @@ void CudaBackend::write_kv(const Tensor& k, const Tensor& v, Tensor& k_cache, Te
   const int64_t row = k.dim(1) * k.dim(2);
   const int64_t num_slots = k_cache.dim(0) * k_cache.dim(1);
   KVASIR_CHECK(k_cache.dim(2) * k_cache.dim(3) == row && v.numel() == k.numel());
-  KVASIR_CHECK(k.dtype == DType::kBF16 && k_cache.dtype == DType::kBF16 && v_cache.dtype == DType::kBF16);
+  const cuda::KvCacheType codes = kv_cache_type_of(k_cache.dtype);
+  KVASIR_CHECK(k.dtype == DType::kBF16 && v.dtype == DType::kBF16 && v_cache.dtype == k_cache.dtype);
+  KVASIR_CHECK_MSG(k_cache.cache_scale > 0.0f && v_cache.cache_scale > 0.0f &&
+                       (codes != cuda::KvCacheType::kBf16 || (k_cache.cache_scale == 1.0f && v_cache.cache_scale == 1.0f)),
+                   "write_kv: only an FP8 cache is scaled, by a positive scale");
   for (int t = 0; t < m.num_tokens; ++t) KVASIR_CHECK(m.slot_mapping[t] < num_slots);
   const int64_t slots = queue_->stage(m.slot_mapping, static_cast<size_t>(m.num_tokens) * sizeof(int64_t));
   OpRecord* last = queue_->last();
-  if (fuse_ && last != nullptr && last->kind == OpKind::kRope && last->rope.k == k.data &&
+  // The fused rope + write stores bf16 rows: an FP8 cache takes the separate write (which encodes).
+  if (fuse_ && codes == cuda::KvCacheType::kBf16 && last != nullptr && last->kind == OpKind::kRope && last->rope.k == k.data &&
       last->rope.num_tokens == m.num_tokens && last->rope.num_kv_heads * last->rope.head_dim == row &&
       cuda::aligned16(k.data) && cuda::aligned16(v.data) && row % 8 == 0) {
     // The rotated k goes straight to the cache with v (the k tensor is rotated in place as before).
@@ -279,6 +284,9 @@ void CudaBackend::write_kv(const Tensor& k, const Tensor& v, Tensor& k_cache, Te
   r.num_tokens = m.num_tokens;
   r.row = row;
   r.num_slots = num_slots;
+  r.kv_cache = static_cast<int32_t>(codes);
+  r.k_scale = k_cache.cache_scale;
+  r.v_scale = v_cache.cache_scale;
 }
 
 void CudaBackend::exec_multi_gemv(const cuda::MultiGemvOp& op, Elem elem, cudaStream_t s) {

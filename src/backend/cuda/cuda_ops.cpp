@@ -56,7 +56,9 @@ void CudaBackend::attention(const Tensor& q, const Tensor& k_cache, const Tensor
   const int kv_heads = static_cast<int>(k_cache.dim(2));
   KVASIR_CHECK(heads % kv_heads == 0 && k_cache.dim(3) == hd && k_cache.dim(1) == m.block_size);
   KVASIR_CHECK_MSG(cuda::attention_head_dim_supported(hd), "CUDA attention supports head_dim 64, 128, 256");
-  KVASIR_CHECK(q.dtype == DType::kBF16 && out.dtype == DType::kBF16 && k_cache.dtype == DType::kBF16);
+  KVASIR_CHECK(q.dtype == DType::kBF16 && out.dtype == DType::kBF16 && v_cache.dtype == k_cache.dtype);
+  const cuda::KvCacheType codes = kv_cache_type_of(k_cache.dtype);
+  const bool bf16_cache = codes == cuda::KvCacheType::kBf16;
   const bool sinks = p.sinks.data != nullptr;
   KVASIR_CHECK(!sinks || (is_dev(p.sinks) && p.sinks.dtype == DType::kF32 && p.sinks.numel() == heads));
   const int S = m.num_seqs;
@@ -74,7 +76,8 @@ void CudaBackend::attention(const Tensor& q, const Tensor& k_cache, const Tensor
   for (int s = 0; !pure_decode && s < S; ++s) {
     max_query_len = std::max(max_query_len, m.query_start_loc[s + 1] - m.query_start_loc[s]);
   }
-  const bool flashinfer = !pure_decode && flashinfer_prefill_ && max_query_len >= cuda::kFlashInferMinQueryLen &&
+  // FP8 caches: ours (FlashInfer's SM90 prefill takes FP8 K/V only with FP8 queries).
+  const bool flashinfer = !pure_decode && bf16_cache && flashinfer_prefill_ && max_query_len >= cuda::kFlashInferMinQueryLen &&
                           p.sliding_window <= 0 && p.softcap <= 0.0f && !sinks && cuda::aligned16(q.data) &&
                           cuda::aligned16(out.data);
   const cuda::FlashInferPrefillPlan* fi_plan = nullptr;
@@ -157,8 +160,11 @@ void CudaBackend::attention(const Tensor& q, const Tensor& k_cache, const Tensor
     r.flashinfer_decode_works = fi_decode->num_works;
     r.decode_plan = queue_->stage(fi_decode->data.data(), fi_decode->data.size() * sizeof(int32_t));
   }
-  r.scale = p.scale;
+  // An FP8 cache's key scale multiplies every score (scale x q . (k_scale x code)): folded in here.
+  r.scale = bf16_cache ? p.scale : p.scale * k_cache.cache_scale;
   r.softcap = p.softcap;
+  r.kv_cache = static_cast<int16_t>(codes);
+  r.v_scale = bf16_cache ? 1.0f : v_cache.cache_scale;
 }
 
 void CudaBackend::softcap(Tensor& x, float cap) {
@@ -323,6 +329,8 @@ void CudaBackend::exec_attention(const cuda::AttentionOp& op, const uint8_t* are
   a.scale = op.scale;
   a.softcap = op.softcap;
   a.sinks = op.sinks;
+  a.kv_cache = static_cast<cuda::KvCacheType>(op.kv_cache);
+  a.v_scale = op.v_scale;
   const int nd = static_cast<int>(op.num_decode), nw = static_cast<int>(op.num_work);
   if (nd > 0 && op.flashinfer_decode_works > 0) {
     exec_flashinfer_decode(op, arena, s);
@@ -443,7 +451,8 @@ void CudaBackend::execute(const OpRecord& op, const uint8_t* arena, cudaStream_t
     case OpKind::kWriteKv: {
       const cuda::WriteKvOp& r = op.write_kv;
       cuda::launch_write_kv(r.k, r.v, r.k_cache, r.v_cache, reinterpret_cast<const int64_t*>(at(r.slot_mapping)),
-                            static_cast<int>(r.num_tokens), r.row, r.num_slots, s);
+                            static_cast<int>(r.num_tokens), r.row, r.num_slots,
+                            static_cast<cuda::KvCacheType>(r.kv_cache), r.k_scale, r.v_scale, s);
       break;
     }
     case OpKind::kDecodeAttention:

@@ -187,12 +187,33 @@ void cuda_test::CudaAttention::run(const AttnCase& c) {
   DeviceTensor kd(DType::kBF16, {total_ctx, c.kvh, c.hd}), vd(DType::kBF16, {total_ctx, c.kvh, c.hd});
   kd.set(kv_k);
   vd.set(kv_v);
-  DeviceTensor kc(DType::kBF16, {num_blocks, bs, c.kvh, c.hd}), vc(DType::kBF16, {num_blocks, bs, c.kvh, c.hd});
-  std::vector<float> ck(static_cast<size_t>(num_blocks) * bs * row, 0.0f), cv(ck.size(), 0.0f);
-  Tensor ckt = host_tensor(ck, {num_blocks, bs, c.kvh, c.hd}), cvt = host_tensor(cv, {num_blocks, bs, c.kvh, c.hd});
+  const bool fp8 = c.kv_cache != DType::kBF16;
+  DeviceTensor kc(c.kv_cache, {num_blocks, bs, c.kvh, c.hd}), vc(c.kv_cache, {num_blocks, bs, c.kvh, c.hd});
+  kc.t.cache_scale = c.k_scale;
+  vc.t.cache_scale = c.v_scale;
+  const size_t cache_elems = static_cast<size_t>(num_blocks) * bs * row;
+  std::vector<float> ck(fp8 ? 0 : cache_elems, 0.0f), cv(ck.size(), 0.0f);
+  std::vector<uint8_t> ck8(fp8 ? cache_elems : 0, 0), cv8(ck8.size(), 0);
+  Tensor ckt = fp8 ? Tensor::make(ck8.data(), c.kv_cache, {num_blocks, bs, c.kvh, c.hd})
+                   : host_tensor(ck, {num_blocks, bs, c.kvh, c.hd});
+  Tensor cvt = fp8 ? Tensor::make(cv8.data(), c.kv_cache, {num_blocks, bs, c.kvh, c.hd})
+                   : host_tensor(cv, {num_blocks, bs, c.kvh, c.hd});
+  ckt.cache_scale = c.k_scale;
+  cvt.cache_scale = c.v_scale;
   gpu_->write_kv(kd.t, vd.t, kc.t, vc.t, wm);
   cpu_->write_kv(host_tensor(kv_k, {total_ctx, c.kvh, c.hd}), host_tensor(kv_v, {total_ctx, c.kvh, c.hd}), ckt, cvt, wm);
-  {
+  if (fp8) {
+    // The same codes: the inputs are bf16 values, both divide by the scale in float32 and round
+    // to nearest even with saturation.
+    std::vector<uint8_t> gk(cache_elems), gv(cache_elems);
+    gpu_->copy_to_host(kc.t, gk.data());
+    gpu_->copy_to_host(vc.t, gv.data());
+    int64_t differ = 0;
+    for (int64_t slot : all_slots) {
+      for (int64_t i = slot * row; i < (slot + 1) * row; ++i) differ += (gk[i] != ck8[i]) + (gv[i] != cv8[i]);
+    }
+    EXPECT_EQ(differ, 0) << c.name << ": write_kv FP8 codes";
+  } else {
     const auto gk = read_back(*gpu_, kc.t);
     std::vector<float> a, b;
     for (int64_t slot : all_slots) {
@@ -317,6 +338,56 @@ TEST_F(CudaAttention, SinksDecode) {
   few_heads.sinks = true;
   run(few_heads);
 }
+// FP8 KV cache (--kv-cache-dtype fp8 / fp8_e5m2): both backends write the same codes (checked bit
+// for bit), then every kernel that reads them against the CPU's reading: decode on the per-head
+// plan (below 8 sequences) and the all-heads plan (8 and more: all_heads, since mma_bulk's tiles
+// are bf16), split and unsplit, long contexts in a large table; prefill, chunked prefill and mixed
+// steps on our prefill kernel (FlashInfer's is bf16-only); windows, soft-cap, sinks; scales other
+// than 1 (from a checkpoint), under which saturation matters. The device script runs these under
+// every KVASIR_CUDA_ATTN kernel as well.
+AttnCase with_fp8_cache(AttnCase c, DType codes, float k_scale = 1.0f, float v_scale = 1.0f) {
+  c.kv_cache = codes;
+  c.k_scale = k_scale;
+  c.v_scale = v_scale;
+  return c;
+}
+TEST_F(CudaAttention, Fp8CacheDecode) {
+  for (DType t : {DType::kF8E4M3, DType::kF8E5M2}) {
+    run(with_fp8_cache({"fp8 decode 32/8/128", 32, 8, 128, {1, 17, 100, 300, 513}, {1, 1, 1, 1, 1}}, t));
+    run(with_fp8_cache({"fp8 decode 9/3/64 scaled", 9, 3, 64, {70, 5}, {1, 1}}, t, 0.05f, 3.0f));
+    run(with_fp8_cache({"fp8 decode 4/1/256 window softcap", 4, 1, 256, {40, 300}, {1, 1}, 32, 50.0f}, t, 0.5f, 0.25f));
+    AttnCase many{"fp8 decode x64", 32, 8, 128, {}, {}};
+    for (int i = 0; i < 64; ++i) {
+      many.seq_lens.push_back(1 + static_cast<int>(rng_() % 700));
+      many.q_lens.push_back(1);
+    }
+    run(with_fp8_cache(many, t, 2.0f, 0.5f));
+    AttnCase sinks{"fp8 sinks decode x12 8/2/64", 8, 2, 64, {}, {}};
+    for (int i = 0; i < 12; ++i) {
+      sinks.seq_lens.push_back(1 + static_cast<int>(rng_() % 300));
+      sinks.q_lens.push_back(1);
+    }
+    sinks.sinks = true;
+    run(with_fp8_cache(sinks, t));
+  }
+  AttnCase one{"fp8 decode 32k in 128k table", 32, 8, 128, {32000}, {1}};
+  one.extra_blocks = (131072 - 32000) / 16;
+  run(with_fp8_cache(one, DType::kF8E4M3));
+  run(with_fp8_cache({"fp8 decode long window", 16, 2, 128, {20000, 7000}, {1, 1}, 4096}, DType::kF8E4M3));
+}
+TEST_F(CudaAttention, Fp8CachePrefillAndMixed) {
+  for (DType t : {DType::kF8E4M3, DType::kF8E5M2}) {
+    run(with_fp8_cache({"fp8 prefill 32/8/128", 32, 8, 128, {1, 20, 64, 130}, {1, 20, 64, 130}}, t));
+    run(with_fp8_cache({"fp8 mixed 32/8/128", 32, 8, 128, {200, 50, 77, 9, 1}, {37, 1, 77, 1, 1}}, t, 0.1f, 4.0f));
+    run(with_fp8_cache({"fp8 prefill 9/3/64", 9, 3, 64, {70, 5}, {70, 1}}, t));
+    run(with_fp8_cache({"fp8 prefill 4/1/256 window softcap", 4, 1, 256, {40, 300}, {40, 100}, 32, 50.0f}, t));
+  }
+  run(with_fp8_cache({"fp8 prefill 2000", 32, 8, 128, {2000}, {2000}}, DType::kF8E4M3));
+  run(with_fp8_cache({"fp8 chunk 300 of 4100", 32, 8, 128, {4100, 700}, {300, 1}}, DType::kF8E4M3, 0.5f, 2.0f));
+  run(with_fp8_cache({"fp8 sinks mixed 8/1/64 window", 8, 1, 64, {200, 50, 77, 9, 1}, {37, 1, 77, 1, 1}, 16, 0.0f, 16, 2, true},
+                     DType::kF8E4M3));
+}
+
 TEST_F(CudaAttention, SinksPrefillAndMixed) {
   run({"sinks prefill 32/8/128", 32, 8, 128, {1, 20, 64, 130}, {1, 20, 64, 130}, 0, 0.0f, 16, 2, true});
   run({"sinks mixed 8/1/64 window", 8, 1, 64, {200, 50, 77, 9, 1}, {37, 1, 77, 1, 1}, 16, 0.0f, 16, 2, true});

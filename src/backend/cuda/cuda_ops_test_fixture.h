@@ -79,6 +79,10 @@ struct AttnCase {
   int block_size = 16;
   int extra_blocks = 2;  // block-table capacity beyond the longest sequence
   bool sinks = false;    // attention-sink logits per head (gpt-oss)
+  // The cache's elements on both backends (--kv-cache-dtype): bf16 on the GPU (float32 on the
+  // CPU), or the same FP8 codes of k / k_scale and v / v_scale on both.
+  DType kv_cache = DType::kBF16;
+  float k_scale = 1.0f, v_scale = 1.0f;
 };
 
 // run(): writes the case's context through write_kv on both backends, attends on both, compares

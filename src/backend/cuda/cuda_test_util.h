@@ -60,7 +60,7 @@ struct DeviceTensor {
   DeviceTensor() = default;
   DeviceTensor(DType dt, std::initializer_list<int64_t> dims) {
     t = Tensor::make(nullptr, dt, dims, Device::kCuda);
-    const size_t bytes = static_cast<size_t>(t.numel()) * (dt == DType::kF32 ? 4 : 2);
+    const size_t bytes = t.nbytes();
     if (cudaMalloc(&t.data, bytes == 0 ? 16 : bytes) != cudaSuccess) std::abort();
     cudaMemset(t.data, 0xff, bytes);
     cudaDeviceSynchronize();

@@ -8,6 +8,7 @@
 
 #include "backend/cuda/cuda_common.cuh"
 #include "backend/cuda/kernels.h"
+#include "backend/cuda/kv_cache_codes.cuh"
 
 namespace kvasir::cuda {
 namespace {
@@ -276,26 +277,42 @@ __global__ void rope_write_kv_head_kernel(bf16* q, bf16* k, const bf16* __restri
   }
 }
 
-template <bool kVec>
-__global__ void write_kv_kernel(const bf16* __restrict__ k, const bf16* __restrict__ v, bf16* k_cache, bf16* v_cache,
-                                const int64_t* __restrict__ slot_mapping, int64_t row, int64_t num_slots) {
+// C: the cache's element type (kv_cache_codes.cuh); an FP8 cache stores x / scale as codes.
+template <typename C, bool kVec>
+__global__ void write_kv_kernel(const bf16* __restrict__ k, const bf16* __restrict__ v, C* k_cache, C* v_cache,
+                                const int64_t* __restrict__ slot_mapping, int64_t row, int64_t num_slots,
+                                float k_scale, float v_scale) {
   pdl_begin();
   const int64_t t = blockIdx.x;
   const int64_t slot = slot_mapping[t];
   if (slot < 0 || slot >= num_slots) return;  // padding token (the host checked the range)
   const bf16* ks = k + t * row;
   const bf16* vs = v + t * row;
-  bf16* kd = k_cache + slot * row;
-  bf16* vd = v_cache + slot * row;
-  if constexpr (kVec) {
+  C* kd = k_cache + slot * row;
+  C* vd = v_cache + slot * row;
+  if constexpr (kVec && !CacheCodes<C>::kFp8) {
     for (int64_t j = threadIdx.x * 8; j < row; j += blockDim.x * 8) {
       *reinterpret_cast<uint4*>(kd + j) = *reinterpret_cast<const uint4*>(ks + j);
       *reinterpret_cast<uint4*>(vd + j) = *reinterpret_cast<const uint4*>(vs + j);
     }
+  } else if constexpr (kVec) {
+    for (int64_t j = threadIdx.x * 8; j < row; j += blockDim.x * 8) {
+      float kf[8], vf[8];
+      load8(ks + j, kf);
+      load8(vs + j, vf);
+      C kc[8], vc[8];
+#pragma unroll
+      for (int e = 0; e < 8; ++e) {
+        kc[e] = encode<C>(kf[e], k_scale);
+        vc[e] = encode<C>(vf[e], v_scale);
+      }
+      *reinterpret_cast<uint2*>(kd + j) = *reinterpret_cast<const uint2*>(kc);
+      *reinterpret_cast<uint2*>(vd + j) = *reinterpret_cast<const uint2*>(vc);
+    }
   } else {
     for (int64_t j = threadIdx.x; j < row; j += blockDim.x) {
-      kd[j] = ks[j];
-      vd[j] = vs[j];
+      kd[j] = encode<C>(__bfloat162float(ks[j]), k_scale);
+      vd[j] = encode<C>(__bfloat162float(vs[j]), v_scale);
     }
   }
 }
@@ -476,18 +493,36 @@ void launch_rope_write_kv(void* q, void* k, const void* v, void* k_cache, void* 
          rotary_dim, neox, attention_factor, num_slots, norm);
 }
 
-void launch_write_kv(const void* k, const void* v, void* k_cache, void* v_cache, const int64_t* slot_mapping, int n,
-                     int64_t row, int64_t num_slots, cudaStream_t s) {
-  if (n <= 0) return;
+namespace {
+template <typename C>
+void launch_write_kv_codes(const void* k, const void* v, void* k_cache, void* v_cache, const int64_t* slot_mapping,
+                           int n, int64_t row, int64_t num_slots, float k_scale, float v_scale, cudaStream_t s) {
   const bool vec = row % 8 == 0 && aligned16(k) && aligned16(v) && aligned16(k_cache) && aligned16(v_cache);
   const int threads = 128;
   auto* ks = static_cast<const bf16*>(k);
   auto* vs = static_cast<const bf16*>(v);
-  auto* kc = static_cast<bf16*>(k_cache);
-  auto* vc = static_cast<bf16*>(v_cache);
-  if (vec) launch(write_kv_kernel<true>, n, threads, 0, s, ks, vs, kc, vc, slot_mapping, row, num_slots);
-  else launch(write_kv_kernel<false>, n, threads, 0, s, ks, vs, kc, vc, slot_mapping, row, num_slots);
+  auto* kc = static_cast<C*>(k_cache);
+  auto* vc = static_cast<C*>(v_cache);
+  if (vec) launch(write_kv_kernel<C, true>, n, threads, 0, s, ks, vs, kc, vc, slot_mapping, row, num_slots, k_scale, v_scale);
+  else launch(write_kv_kernel<C, false>, n, threads, 0, s, ks, vs, kc, vc, slot_mapping, row, num_slots, k_scale, v_scale);
   KVASIR_CUDA_LAUNCH_CHECK();
+}
+}  // namespace
+
+void launch_write_kv(const void* k, const void* v, void* k_cache, void* v_cache, const int64_t* slot_mapping, int n,
+                     int64_t row, int64_t num_slots, KvCacheType cache, float k_scale, float v_scale, cudaStream_t s) {
+  if (n <= 0) return;
+  switch (cache) {
+    case KvCacheType::kE4m3:
+      launch_write_kv_codes<e4m3>(k, v, k_cache, v_cache, slot_mapping, n, row, num_slots, k_scale, v_scale, s);
+      break;
+    case KvCacheType::kE5m2:
+      launch_write_kv_codes<e5m2>(k, v, k_cache, v_cache, slot_mapping, n, row, num_slots, k_scale, v_scale, s);
+      break;
+    default:
+      launch_write_kv_codes<bf16>(k, v, k_cache, v_cache, slot_mapping, n, row, num_slots, 1.0f, 1.0f, s);
+      break;
+  }
 }
 
 void launch_gated_activation(const void* gate, const void* up, bool gelu_tanh, int64_t n, void* out, cudaStream_t s) {

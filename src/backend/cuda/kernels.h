@@ -11,6 +11,8 @@
 namespace kvasir::cuda {
 
 enum class Elem { kBf16, kF32 };
+// The KV cache's elements (--kv-cache-dtype): bf16, or FP8 codes of x / scale (kv_cache_codes.cuh).
+enum class KvCacheType : int32_t { kBf16, kE4m3, kE5m2 };
 
 inline bool aligned16(const void* p) { return (reinterpret_cast<uintptr_t>(p) & 15u) == 0; }
 
@@ -33,9 +35,11 @@ struct RopeNorm {
 };
 void launch_rope(void* q, void* k, const int32_t* positions, const float* inv_freq, int n, int heads, int kv_heads,
                  int hd, int rotary_dim, bool neox, float attention_factor, const RopeNorm& norm, cudaStream_t s);
-// k, v [n, row] -> caches [num_slots, row] at slot_mapping[t] (negative: skipped).
+// k, v [n, row] -> caches [num_slots, row] at slot_mapping[t] (negative: skipped); an FP8 cache
+// stores k / k_scale and v / v_scale as codes.
 void launch_write_kv(const void* k, const void* v, void* k_cache, void* v_cache, const int64_t* slot_mapping,
-                     int n, int64_t row, int64_t num_slots, cudaStream_t s);
+                     int n, int64_t row, int64_t num_slots, KvCacheType cache, float k_scale, float v_scale,
+                     cudaStream_t s);
 // rope then write_kv of the rotated k and v, one kernel (row = kv_heads * hd, a multiple of 8).
 void launch_rope_write_kv(void* q, void* k, const void* v, void* k_cache, void* v_cache, const int32_t* positions,
                           const float* inv_freq, const int64_t* slot_mapping, int n, int heads, int kv_heads, int hd,
@@ -97,8 +101,12 @@ void launch_gemv_tc_gated(const GemvInput& in, const void* w_gate, const void* w
 // --- attention.cu -----------------------------------------------------------------------------
 struct AttentionArgs {
   const void* q = nullptr;        // [num_tokens, num_heads, head_dim]
-  const void* k_cache = nullptr;  // [num_blocks, block_size, num_kv_heads, head_dim]
+  const void* k_cache = nullptr;  // [num_blocks, block_size, num_kv_heads, head_dim] of kv_cache elements
   const void* v_cache = nullptr;
+  KvCacheType kv_cache = KvCacheType::kBf16;
+  // An FP8 cache's value scale, applied to each output (linear in V); its key scale is folded into
+  // `scale` by the caller (the score is scale x k_scale x q . code).
+  float v_scale = 1.0f;
   void* out = nullptr;            // [num_tokens, num_heads, head_dim]
   const int32_t* query_start_loc = nullptr;  // [num_seqs + 1]
   const int32_t* seq_lens = nullptr;         // [num_seqs]

@@ -162,13 +162,15 @@ struct WriteKvOp {
   void* v_cache;
   ArenaOffset slot_mapping;     // int64 [num_tokens]
   int64_t num_tokens, row, num_slots;
+  int32_t kv_cache;             // KvCacheType: an FP8 cache stores k / k_scale, v / v_scale as codes
+  float k_scale, v_scale;
 };
 
 // Paged attention, decode (kDecodeAttention: one query per sequence) or mixed (kPrefillAttention:
 // the decode rows listed in decode_seqs plus prefill tiles listed in prefill_work).
 struct AttentionOp {
   const void* q;                // [num_tokens, num_heads, head_dim]
-  const void* k_cache;          // [num_blocks, block_size, num_kv_heads, head_dim]
+  const void* k_cache;          // [num_blocks, block_size, num_kv_heads, head_dim] of kv_cache elements
   const void* v_cache;
   void* out;                    // [num_tokens, num_heads, head_dim]
   float* partial;               // split-KV scratch (decode_scratch_floats) or null
@@ -178,17 +180,20 @@ struct AttentionOp {
   ArenaOffset block_tables;     // int32 [num_seqs, max_blocks_per_seq]
   ArenaOffset decode_seqs;      // int32 [num_decode] or kNotStaged (every sequence decodes)
   ArenaOffset prefill_work;     // PrefillWork [num_work], a FlashInferPrefillPlan (flashinfer_ctas > 0), or kNotStaged
-  int64_t num_seqs, max_blocks_per_seq, block_size, num_heads, num_kv_heads, head_dim, sliding_window;
+  int64_t num_seqs, max_blocks_per_seq, block_size, num_heads, num_kv_heads, head_dim;
+  int32_t sliding_window;
+  float v_scale;                 // an FP8 cache's value scale (its key scale is folded into scale), else 1
   int64_t num_decode, num_work;  // num_work: tiles of our kernel, or the FlashInfer plan's work items
   int32_t flashinfer_ctas;       // > 0: the prefill rows go to FlashInfer's kernel on this many CTAs
   int32_t num_tokens;            // query rows of the step (FlashInfer's bound for its TMA loads of q)
   int32_t num_splits, partition_tokens;  // the DecodeSplit planned at record time
-  int32_t all_heads;
+  int16_t all_heads;
+  int16_t kv_cache;              // KvCacheType
   // > 0: the decode rows go to FlashInfer's decode kernel (attention_decode_flashinfer.h) on this
   // many CTA rows, with the FlashInferDecodePlan staged at decode_plan; num_splits etc. unused.
   int32_t flashinfer_decode_works;
   ArenaOffset decode_plan;
-  float scale, softcap;
+  float scale, softcap;  // scale: the softmax scale times an FP8 cache's key scale
 };
 
 struct GatedActOp {
