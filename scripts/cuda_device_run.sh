@@ -855,13 +855,19 @@ print(c["num_hidden_layers"] * kvh * hd * 2 * 2)' "$kv_cfg")
         fl_a=$(awk -v w="$wf" -v l="$len" -v t="$kv_tok" 'BEGIN{printf "%.2f", w + (l + 32) * t / 4.32e12 * 1e3}')
         fl_f=$(awk -v w="$wf" -v l="$len" -v t="$kv_tok" 'BEGIN{printf "%.2f", w + (l + 32) * t / 2 / 4.32e12 * 1e3}')
         note "kvfp8 b1 ctx $len, $w weights: bf16 cache ${a[*]} ms/step (floor $fl_a) | fp8 cache ${f[*]} (floor $fl_f) | best fp8/bf16 $(awk -v x="$mf" -v y="$ma" 'BEGIN{if (y > 0) printf "%.3f", x / y; else print "n/a"}') (bar 0.75)"
-        note "  capacity: $(grep -ohE 'KV cache size: [0-9]+ tokens[^)]*\)' "$OUT/kvfp8_lat_${w}w_${len}_auto_r1.log" "$OUT/kvfp8_lat_${w}w_${len}_fp8_r1.log" | tr '\n' ' ')"
       done
       # The attention ops alone (eager, per-op device time: compare the two, not with the steps).
+      # Prefill (own kernel for FP8, FlashInfer's for bf16) and decode attention both.
       for c in auto fp8; do
         KVASIR_CUDA_PROFILE=1 kv_lat "prof_${len}_$c" "$len" --quantization fp8 --kv-cache-dtype "$c" >/dev/null
         note "  profile ctx $len, $c cache: $(grep -oE '(attention\((decode|prefill)\)|write_kv|rope\+write_kv)=[0-9.]+\([0-9]+\)' "$OUT/kvfp8_lat_prof_${len}_$c.log" | tr '\n' ' ')"
       done
+    done
+    # The KV capacity the engine plans at --gpu-memory-utilization 0.9 (vLLM's "KV cache size" line).
+    for c in auto fp8; do
+      timeout 200 "$bin/kvasir" bench throughput --model "$kv_cfg" --load-format dummy --device cuda --quantization fp8 \
+        --num-prompts 8 --input-len 128 --output-len 8 --gpu-memory-utilization 0.9 --kv-cache-dtype "$c" >"$OUT/kvfp8_cap_$c.log" 2>&1
+      note "  capacity, $c cache: rc=$? $(grep -oE 'KV cache size: [0-9]+ tokens[^)]*\)' "$OUT/kvfp8_cap_$c.log" | head -1)"
     done
   fi
 fi
