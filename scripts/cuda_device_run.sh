@@ -807,8 +807,10 @@ if has kvfp8; then
   # against the CPU's, the engine), memcheck; then batch-1 decode at KVASIR_KV_LENS contexts
   # ["32000"] (+64 tokens) with the cache in bf16 and in e4m3, for bf16 and FP8 weights,
   # KVASIR_KV_ROUNDS interleaved rounds (2); bar: FP8 cache at most 0.75x the bf16 cache's step;
-  # each beside its floor (weights + KV at the mean context, 4.32 TB/s). KVASIR_KV_PARTS picks.
-  kv_has() { [[ " ${KVASIR_KV_PARTS:-tests memcheck bench} " == *" $1 "* ]]; }
+  # each beside its floor (weights + KV at the mean context, 4.32 TB/s); batch 64 at 2k; the planned
+  # capacity; tp: offline 1000 x 1000/1000 with FP8 weights, each cache. KVASIR_KV_PARTS
+  # ["tests memcheck bench tp"] picks.
+  kv_has() { [[ " ${KVASIR_KV_PARTS:-tests memcheck bench tp} " == *" $1 "* ]]; }
   if kv_has tests; then
     timeout 300 "$bin/cuda_ops_test" --gtest_filter='CudaAttention.*:CudaDecodePaths.*:CudaOps.DecodeSteps*' >"$OUT/kvfp8_ops.log" 2>&1
     note "kvfp8 attention tests (default plan): rc=$? $(grep -E '^\[  PASSED' "$OUT/kvfp8_ops.log" | head -1) $(grep -c '^\[  FAILED  \]' "$OUT/kvfp8_ops.log") failed"
@@ -863,11 +865,28 @@ print(c["num_hidden_layers"] * kvh * hd * 2 * 2)' "$kv_cfg")
         note "  profile ctx $len, $c cache: $(grep -oE '(attention\((decode|prefill)\)|write_kv|rope\+write_kv)=[0-9.]+\([0-9]+\)' "$OUT/kvfp8_lat_prof_${len}_$c.log" | tr '\n' ' ')"
       done
     done
+    # Batch 64 at 2k contexts: past FlashInfer's decode (8 sequences), bf16 caches run mma_bulk
+    # and FP8 ones all_heads.
+    kv_b64() {
+      timeout 300 "$bin/kvasir" bench latency --device cuda --load-format dummy --model "$kv_cfg" --batch-size 64 \
+        --input-len 2048 --output-len 64 --num-iters 1 --num-iters-warmup 1 --quantization fp8 --kv-cache-dtype "$1" \
+        >"$OUT/kvfp8_b64_$1.log" 2>&1
+      grep -oE '\(([0-9.]+) ms per step\)' "$OUT/kvfp8_b64_$1.log" | grep -oE '[0-9.]+' | head -1
+    }
+    note "kvfp8 b64 ctx 2048, fp8 weights: bf16 cache $(kv_b64 auto) ms/step | fp8 cache $(kv_b64 fp8)"
     # The KV capacity the engine plans at --gpu-memory-utilization 0.9 (vLLM's "KV cache size" line).
     for c in auto fp8; do
       timeout 200 "$bin/kvasir" bench throughput --model "$kv_cfg" --load-format dummy --device cuda --quantization fp8 \
         --num-prompts 8 --input-len 128 --output-len 8 --gpu-memory-utilization 0.9 --kv-cache-dtype "$c" >"$OUT/kvfp8_cap_$c.log" 2>&1
       note "  capacity, $c cache: rc=$? $(grep -oE 'KV cache size: [0-9]+ tokens[^)]*\)' "$OUT/kvfp8_cap_$c.log" | head -1)"
+    done
+  fi
+  if kv_has tp; then  # offline KVASIR_KV_TP_PROMPTS (1000) x 1000/1000, FP8 weights, each cache
+    for c in auto fp8; do
+      timeout 400 "$bin/kvasir" bench throughput --model "$kv_cfg" --load-format dummy --device cuda --quantization fp8 \
+        --num-prompts "${KVASIR_KV_TP_PROMPTS:-1000}" --input-len 1000 --output-len 1000 --gpu-memory-utilization 0.9 \
+        --kv-cache-dtype "$c" >"$OUT/kvfp8_tp_$c.log" 2>&1
+      note "kvfp8 throughput ${KVASIR_KV_TP_PROMPTS:-1000} x 1000/1000, fp8 weights, $c cache: rc=$? $(grep -E '^Throughput' "$OUT/kvfp8_tp_$c.log") | $(grep -oE 'KV cache size: [0-9]+ tokens' "$OUT/kvfp8_tp_$c.log" | head -1)"
     done
   fi
 fi
