@@ -867,13 +867,13 @@ print(c["num_hidden_layers"] * kvh * hd * 2 * 2)' "$kv_cfg")
     done
     # Batch 64 at 2k contexts: past FlashInfer's decode (8 sequences), bf16 caches run mma_bulk
     # and FP8 ones all_heads.
-    kv_b64() {
+    kv_b64() {  # name, cache
       timeout 300 "$bin/kvasir" bench latency --device cuda --load-format dummy --model "$kv_cfg" --batch-size 64 \
-        --input-len 2048 --output-len 64 --num-iters 1 --num-iters-warmup 1 --quantization fp8 --kv-cache-dtype "$1" \
+        --input-len 2048 --output-len 64 --num-iters 1 --num-iters-warmup 1 --quantization fp8 --kv-cache-dtype "$2" \
         >"$OUT/kvfp8_b64_$1.log" 2>&1
       grep -oE '\(([0-9.]+) ms per step\)' "$OUT/kvfp8_b64_$1.log" | grep -oE '[0-9.]+' | head -1
     }
-    note "kvfp8 b64 ctx 2048, fp8 weights: bf16 cache $(kv_b64 auto) ms/step | fp8 cache $(kv_b64 fp8)"
+    note "kvfp8 b64 ctx 2048, fp8 weights: bf16 cache $(kv_b64 auto auto) ms/step | fp8 cache $(kv_b64 fp8 fp8) | fp8 cache, FlashInfer up to 64 sequences (KVASIR_CUDA_DECODE_FI_MAX_SEQS=64) $(KVASIR_CUDA_DECODE_FI_MAX_SEQS=64 kv_b64 fp8fi fp8) [$(grep -E '^decode attention calls' "$OUT/kvfp8_b64_fp8fi.log")]"
     # The KV capacity the engine plans at --gpu-memory-utilization 0.9 (vLLM's "KV cache size" line).
     for c in auto fp8; do
       timeout 200 "$bin/kvasir" bench throughput --model "$kv_cfg" --load-format dummy --device cuda --quantization fp8 \
