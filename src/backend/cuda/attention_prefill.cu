@@ -104,31 +104,24 @@ __global__ void __launch_bounds__(kPrefillThreads, 2) prefill_kernel(AttentionAr
     cp_async16(qs + r * kStride + c, q + off, valid);
   }
   constexpr bool kFp8 = CacheCodes<C>::kFp8;
-  constexpr int kCodeChunks = HD / 16;  // 16-byte chunks of FP8 codes per row
   unsigned char* code_base = reinterpret_cast<unsigned char*>(kv_base + prefill_bf16_stages<C>() * 2 * kKeyTile * kStride);
+  // A stage's K and V rows in 16-byte chunks: FP8 codes as stored into its code tiles (HD bytes a
+  // row), bf16 values into its bf16 tiles (kStride values a row).
+  constexpr int kChunkValues = 16 / static_cast<int>(sizeof(C));
+  constexpr int kRowChunks = HD / kChunkValues;
+  constexpr int kTileBytes = kFp8 ? kKeyTile * HD : kKeyTile * kStride * 2;
+  constexpr int kRowBytes = kFp8 ? HD : kStride * 2;
+  unsigned char* tiles = kFp8 ? code_base : reinterpret_cast<unsigned char*>(kv_base);
   auto load_kv = [&](int kt0, int stage) {
-    if constexpr (kFp8) {
-      unsigned char* kr = code_base + stage * 2 * kKeyTile * HD;
-      unsigned char* vr = kr + kKeyTile * HD;
-      for (int i = threadIdx.x; i < kKeyTile * kCodeChunks; i += kPrefillThreads) {
-        const int r = i / kCodeChunks, c = (i % kCodeChunks) * 16;
-        const int j = kt0 + r;
-        const bool valid = j < k_hi;  // rows past the keys are zeros (their scores are masked)
-        const int64_t off = valid ? (slot_of(table, j, bs) * kv_heads + kvh) * HD + c : 0;
-        cp_async16(kr + r * HD + c, kc + off, valid);
-        cp_async16(vr + r * HD + c, vc + off, valid);
-      }
-    } else {
-      bf16* ks = kv_base + stage * 2 * kKeyTile * kStride;
-      bf16* vs = ks + kKeyTile * kStride;
-      for (int i = threadIdx.x; i < kKeyTile * kChunks; i += kPrefillThreads) {
-        const int r = i / kChunks, c = (i % kChunks) * 8;
-        const int j = kt0 + r;
-        const bool valid = j < k_hi;  // rows past the keys are zeros (their scores are masked)
-        const int64_t off = valid ? (slot_of(table, j, bs) * kv_heads + kvh) * HD + c : 0;
-        cp_async16(ks + r * kStride + c, kc + off, valid);
-        cp_async16(vs + r * kStride + c, vc + off, valid);
-      }
+    unsigned char* kd = tiles + stage * 2 * kTileBytes;
+    for (int i = threadIdx.x; i < kKeyTile * kRowChunks; i += kPrefillThreads) {
+      const int r = i / kRowChunks, c = (i % kRowChunks) * kChunkValues;
+      const int j = kt0 + r;
+      const bool valid = j < k_hi;  // rows past the keys are zeros (their scores are masked)
+      const int64_t off = valid ? (slot_of(table, j, bs) * kv_heads + kvh) * HD + c : 0;
+      const int at = r * kRowBytes + c * static_cast<int>(sizeof(C));
+      cp_async16(kd + at, kc + off, valid);
+      cp_async16(kd + kTileBytes + at, vc + off, valid);
     }
   };
   // FP8: the codes this thread copied for a stage, widened into the bf16 tile (the same chunk
@@ -137,8 +130,8 @@ __global__ void __launch_bounds__(kPrefillThreads, 2) prefill_kernel(AttentionAr
     if constexpr (kFp8) {
       const unsigned char* kr = code_base + stage * 2 * kKeyTile * HD;
       const unsigned char* vr = kr + kKeyTile * HD;
-      for (int i = threadIdx.x; i < kKeyTile * kCodeChunks; i += kPrefillThreads) {
-        const int r = i / kCodeChunks, c = (i % kCodeChunks) * 16;
+      for (int i = threadIdx.x; i < kKeyTile * kRowChunks; i += kPrefillThreads) {
+        const int r = i / kRowChunks, c = (i % kRowChunks) * 16;
         widen16_to_bf16<C>(kv_base + r * kStride + c, kr + r * HD + c);
         widen16_to_bf16<C>(kv_base + (kKeyTile + r) * kStride + c, vr + r * HD + c);
       }
@@ -375,11 +368,7 @@ int prefill_tokens_per_tile(int num_heads, int num_kv_heads, int head_dim) {
 
 void launch_prefill_attention(const AttentionArgs& a, const PrefillWork* work, int num_work, cudaStream_t s) {
   if (num_work <= 0) return;
-  switch (a.kv_cache) {
-    case KvCacheType::kE4m3: launch_prefill_codes<e4m3>(a, work, num_work, s); break;
-    case KvCacheType::kE5m2: launch_prefill_codes<e5m2>(a, work, num_work, s); break;
-    default: launch_prefill_codes<bf16>(a, work, num_work, s); break;
-  }
+  with_cache_codes(a.kv_cache, [&]<typename C>() { launch_prefill_codes<C>(a, work, num_work, s); });
 }
 
 }  // namespace kvasir::cuda
