@@ -11,7 +11,6 @@
 #include <cuda_fp8.h>
 
 #include "backend/cuda/cuda_common.cuh"
-#include "backend/cuda/kernels.h"
 #include "backend/cuda/warp_mma.cuh"
 
 namespace kvasir::cuda {
@@ -35,17 +34,6 @@ struct CacheCodes<e5m2> {
   static constexpr bool kFp8 = true;
   static constexpr __nv_fp8_interpretation_t kKind = __NV_E5M2;
 };
-
-// Runs f.template operator()<C>() with C the element type of a cache of type t: the one place a
-// launcher turns KvCacheType into a kernel's template argument.
-template <typename F>
-void with_cache_codes(KvCacheType t, F&& f) {
-  switch (t) {
-    case KvCacheType::kE4m3: f.template operator()<e4m3>(); break;
-    case KvCacheType::kE5m2: f.template operator()<e5m2>(); break;
-    default: f.template operator()<bf16>(); break;
-  }
-}
 
 // Two FP8 codes (low byte first) as two floats, exactly.
 template <typename C>
@@ -71,22 +59,29 @@ __device__ __forceinline__ void load8(const C* p, float (&v)[8]) {
   }
 }
 
-// Sixteen FP8 codes at src (shared memory, 16-byte aligned) as sixteen bf16 at dst (shared, 16-byte
-// aligned): exact.
+// Eight cache elements at src (global) into eight bf16 at dst (shared, 16-byte aligned), for
+// kernels whose tensor-core fragments come from bf16 tiles: a bf16 cache copies asynchronously
+// (cp.async, part of the caller's commit group); FP8 codes are loaded, widened and stored now. !valid
+// writes zeros and reads nothing.
 template <typename C>
-__device__ __forceinline__ void widen16_to_bf16(bf16* dst, const unsigned char* src) {
-  static_assert(CacheCodes<C>::kFp8, "FP8 codes");
-  const uint4 u = *reinterpret_cast<const uint4*>(src);
-  const uint32_t w[4] = {u.x, u.y, u.z, u.w};
-  uint32_t o[8];
+__device__ __forceinline__ void copy8_to_bf16(bf16* dst, const C* src, bool valid) {
+  if constexpr (!CacheCodes<C>::kFp8) {
+    cp_async16(dst, src, valid);
+  } else {
+    uint4 out = make_uint4(0, 0, 0, 0);
+    if (valid) {
+      const uint2 u = *reinterpret_cast<const uint2*>(src);
+      const uint32_t w[2] = {u.x, u.y};
+      uint32_t* o = &out.x;
 #pragma unroll
-  for (int i = 0; i < 8; ++i) {
-    const float2 f = widen2<C>(static_cast<uint16_t>(w[i / 2] >> (16 * (i % 2))));
-    const __nv_bfloat162 b = __floats2bfloat162_rn(f.x, f.y);
-    o[i] = *reinterpret_cast<const uint32_t*>(&b);
+      for (int i = 0; i < 4; ++i) {
+        const float2 f = widen2<C>(static_cast<uint16_t>(w[i / 2] >> (16 * (i % 2))));
+        const __nv_bfloat162 b = __floats2bfloat162_rn(f.x, f.y);  // exact: FP8 values are bf16 values
+        o[i] = *reinterpret_cast<const uint32_t*>(&b);
+      }
+    }
+    *reinterpret_cast<uint4*>(dst) = out;
   }
-  reinterpret_cast<uint4*>(dst)[0] = make_uint4(o[0], o[1], o[2], o[3]);
-  reinterpret_cast<uint4*>(dst)[1] = make_uint4(o[4], o[5], o[6], o[7]);
 }
 
 // One value for the cache: x / scale as the element type (bf16 caches are never scaled).
