@@ -304,11 +304,7 @@ void init_all_heads_codes() {
 
 void launch_decode_all_heads(const AttentionArgs& a, const int32_t* decode_seqs, int nd, const DecodeSplit& sp,
                       float* partial, cudaStream_t s) {
-  switch (a.kv_cache) {
-    case KvCacheType::kE4m3: launch_all_heads_codes<e4m3>(a, decode_seqs, nd, sp, partial, s); break;
-    case KvCacheType::kE5m2: launch_all_heads_codes<e5m2>(a, decode_seqs, nd, sp, partial, s); break;
-    default: launch_all_heads_codes<bf16>(a, decode_seqs, nd, sp, partial, s); break;
-  }
+  with_cache_codes(a.kv_cache, [&]<typename C>() { launch_all_heads_codes<C>(a, decode_seqs, nd, sp, partial, s); });
 }
 
 void init_decode_all_heads_kernels() {

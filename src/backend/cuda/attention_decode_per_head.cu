@@ -337,11 +337,7 @@ void launch_decode_codes(const AttentionArgs& a, const int32_t* decode_seqs, int
 
 void launch_decode_per_head(const AttentionArgs& a, const int32_t* decode_seqs, int nd, const DecodeSplit& sp,
                             float* partial, cudaStream_t s) {
-  switch (a.kv_cache) {
-    case KvCacheType::kE4m3: launch_decode_codes<e4m3>(a, decode_seqs, nd, sp, partial, s); break;
-    case KvCacheType::kE5m2: launch_decode_codes<e5m2>(a, decode_seqs, nd, sp, partial, s); break;
-    default: launch_decode_codes<bf16>(a, decode_seqs, nd, sp, partial, s); break;
-  }
+  with_cache_codes(a.kv_cache, [&]<typename C>() { launch_decode_codes<C>(a, decode_seqs, nd, sp, partial, s); });
 }
 
 }  // namespace kvasir::cuda

@@ -335,11 +335,7 @@ int prefill_tokens_per_tile(int num_heads, int num_kv_heads, int head_dim) {
 
 void launch_prefill_attention(const AttentionArgs& a, const PrefillWork* work, int num_work, cudaStream_t s) {
   if (num_work <= 0) return;
-  switch (a.kv_cache) {
-    case KvCacheType::kE4m3: launch_prefill_codes<e4m3>(a, work, num_work, s); break;
-    case KvCacheType::kE5m2: launch_prefill_codes<e5m2>(a, work, num_work, s); break;
-    default: launch_prefill_codes<bf16>(a, work, num_work, s); break;
-  }
+  with_cache_codes(a.kv_cache, [&]<typename C>() { launch_prefill_codes<C>(a, work, num_work, s); });
 }
 
 }  // namespace kvasir::cuda

@@ -226,6 +226,15 @@ void generate_twice(const EngineArgs& a, const SamplingParams& sp, std::vector<s
   }
 }
 
+// generate_twice with greedy sampling: 20 tokens each, EOS ignored.
+void generate_greedy_twice(const EngineArgs& a, std::vector<std::vector<int32_t>> (&outs)[2], std::string (&stats)[2]) {
+  SamplingParams sp;
+  sp.max_tokens = 20;
+  sp.ignore_eos = true;
+  sp.temperature = 0.0f;
+  generate_twice(a, sp, outs, stats);
+}
+
 EngineArgs dummy_llama_args(const std::string& config_name) {
   EngineArgs a;
   a.model = write_temp_file(config_name, kLlamaConfig);
@@ -261,13 +270,9 @@ TEST(CudaEndToEnd, EngineRunsFp8DummyWeightsReproducibly) {
   if (cuda_device_count() == 0) GTEST_SKIP() << "no CUDA device";
   EngineArgs a = dummy_llama_args("kvasir_cuda_e2e_fp8_config.json");
   a.quantization = "fp8";
-  SamplingParams sp;
-  sp.max_tokens = 20;
-  sp.ignore_eos = true;
-  sp.temperature = 0.0f;
   std::vector<std::vector<int32_t>> outs[2];
   std::string stats[2];
-  generate_twice(a, sp, outs, stats);
+  generate_greedy_twice(a, outs, stats);
   if (::testing::Test::HasFatalFailure()) return;
   for (const std::string& s : stats) {
     EXPECT_NE(s.find("FP8 weights 21 "), std::string::npos) << "3 layers x 7 linears kept in e4m3";
@@ -282,13 +287,9 @@ TEST(CudaEndToEnd, EngineRunsAnFp8KvCacheReproducibly) {
   if (cuda_device_count() == 0) GTEST_SKIP() << "no CUDA device";
   EngineArgs a = dummy_llama_args("kvasir_cuda_e2e_fp8_kv_config.json");
   a.kv_cache_dtype = "fp8";
-  SamplingParams sp;
-  sp.max_tokens = 20;
-  sp.ignore_eos = true;
-  sp.temperature = 0.0f;
   std::vector<std::vector<int32_t>> outs[2];
   std::string stats[2];
-  generate_twice(a, sp, outs, stats);
+  generate_greedy_twice(a, outs, stats);
   if (::testing::Test::HasFatalFailure()) return;
   EXPECT_EQ(outs[0], outs[1]);
 }

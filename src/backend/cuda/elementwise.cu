@@ -512,17 +512,9 @@ void launch_write_kv_codes(const void* k, const void* v, void* k_cache, void* v_
 void launch_write_kv(const void* k, const void* v, void* k_cache, void* v_cache, const int64_t* slot_mapping, int n,
                      int64_t row, int64_t num_slots, KvCacheType cache, float k_scale, float v_scale, cudaStream_t s) {
   if (n <= 0) return;
-  switch (cache) {
-    case KvCacheType::kE4m3:
-      launch_write_kv_codes<e4m3>(k, v, k_cache, v_cache, slot_mapping, n, row, num_slots, k_scale, v_scale, s);
-      break;
-    case KvCacheType::kE5m2:
-      launch_write_kv_codes<e5m2>(k, v, k_cache, v_cache, slot_mapping, n, row, num_slots, k_scale, v_scale, s);
-      break;
-    default:
-      launch_write_kv_codes<bf16>(k, v, k_cache, v_cache, slot_mapping, n, row, num_slots, 1.0f, 1.0f, s);
-      break;
-  }
+  with_cache_codes(cache, [&]<typename C>() {
+    launch_write_kv_codes<C>(k, v, k_cache, v_cache, slot_mapping, n, row, num_slots, k_scale, v_scale, s);
+  });
 }
 
 void launch_gated_activation(const void* gate, const void* up, bool gelu_tanh, int64_t n, void* out, cudaStream_t s) {

@@ -11,6 +11,7 @@
 #include <cuda_fp8.h>
 
 #include "backend/cuda/cuda_common.cuh"
+#include "backend/cuda/kernels.h"
 #include "backend/cuda/warp_mma.cuh"
 
 namespace kvasir::cuda {
@@ -34,6 +35,17 @@ struct CacheCodes<e5m2> {
   static constexpr bool kFp8 = true;
   static constexpr __nv_fp8_interpretation_t kKind = __NV_E5M2;
 };
+
+// Runs f.template operator()<C>() with C the element type of a cache of type t: the one place a
+// launcher turns KvCacheType into a kernel's template argument.
+template <typename F>
+void with_cache_codes(KvCacheType t, F&& f) {
+  switch (t) {
+    case KvCacheType::kE4m3: f.template operator()<e4m3>(); break;
+    case KvCacheType::kE5m2: f.template operator()<e5m2>(); break;
+    default: f.template operator()<bf16>(); break;
+  }
+}
 
 // Two FP8 codes (low byte first) as two floats, exactly.
 template <typename C>
