@@ -68,6 +68,8 @@
 # interleaved rounds (medians; bars 1.4 ms and 0.6x bf16; the floor: int4 codes + f16 scales + bf16
 # lm_head / 4.32 TB/s), then the GEMM's batches (KVASIR_W4_GEMM_BATCHES, "32 64 128") on its wgmma
 # and mma.sync kernels beside bf16. KVASIR_W4_PARTS ["tests memcheck bench"] picks parts.
+# Stage w4ncu (issue 15): the W4A16 GEMM at batch 64 under ncu (per-kernel table by
+# scripts/ncu_kernel_table.py beside bf16, then the full sections of a few wgmma launches).
 # Stage kvfp8 (issue 15): the FP8 KV cache: attention op tests with FP8 caches under every kernel,
 # the bf16 attention tests again, e2e, memcheck, then batch-1 decode at 32k with the cache in bf16
 # and in e4m3 (bf16 and FP8 weights) beside their floors; the KV capacity lines.
@@ -1102,6 +1104,23 @@ if has ncu && [[ -n $ncu_bin ]]; then
     --input-len 1024 --output-len 4 --num-iters 1 --num-iters-warmup 0 --max-num-batched-tokens 65536 \
     >"$OUT/ncu_v3.txt" 2>&1
   note "ncu v3 full: rc=$? $(grep -E 'Duration|DRAM Throughput' "$OUT/ncu_v3.txt" | tr -s ' ' | head -4 | tr '\n' ';')"
+fi
+if has w4ncu && [[ -n $ncu_bin ]]; then
+  # Issue 15, the W4A16 GEMM at batch 64 under ncu: per-kernel time and DRAM bytes of decode steps
+  # with GPTQ INT4 and with bf16 weights (Llama-3.1-8B shape, dummy weights; ncu runs kernels one
+  # at a time), then the full section set (stall reasons, throughputs) on a few wgmma GEMM launches.
+  w4_args="--load-format dummy --device cuda --batch-size 64 --input-len 128 --output-len 8 --num-iters 1 --num-iters-warmup 0 --max-num-batched-tokens 8192"
+  nm="gpu__time_duration.sum,dram__bytes_read.sum,launch__grid_size,launch__cluster_dim_z,launch__registers_per_thread"
+  for w in int4 bf16; do
+    [[ $w == int4 ]] && cfg=configs/llama-3.1-8b-gptq-int4.json || cfg=configs/llama-3.1-8b.json
+    timeout 150 $ncu_bin --clock-control none --cache-control none --metrics $nm --csv --page raw --launch-skip 1500 \
+      --launch-count 700 "$bin/kvasir" bench latency --model $cfg $w4_args >"$OUT/w4ncu_$w.csv" 2>"$OUT/w4ncu_$w.err"
+    note "w4ncu $w: rc=$?"
+  done
+  python3 scripts/ncu_kernel_table.py "$OUT/w4ncu_int4.csv" "$OUT/w4ncu_bf16.csv" | tee "$OUT/w4ncu_table.txt"
+  timeout 200 $ncu_bin --clock-control none --set full -k regex:w4a16_wgmma --launch-skip 300 --launch-count 4 \
+    "$bin/kvasir" bench latency --model configs/llama-3.1-8b-gptq-int4.json $w4_args >"$OUT/w4ncu_full.txt" 2>&1
+  note "w4ncu full: rc=$? $(grep -E 'Duration|DRAM Throughput|Compute \(SM\) Throughput|Issue Slots Busy|No Eligible' "$OUT/w4ncu_full.txt" | tr -s ' ' | head -5 | tr '\n' ';')"
 fi
 if has structured; then
   # Structured outputs on the device: 64 concurrent requests under a long JSON schema
