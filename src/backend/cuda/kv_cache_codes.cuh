@@ -54,20 +54,25 @@ __device__ __forceinline__ float2 widen2(uint16_t codes) {
   return __half22float2(*reinterpret_cast<const __half2*>(&h));
 }
 
+// Eight FP8 codes (8 bytes, the first in the low byte of u.x) as eight floats, exactly.
+template <typename C>
+__device__ __forceinline__ void widen8(uint2 u, float (&v)[8]) {
+  const uint32_t w[2] = {u.x, u.y};
+#pragma unroll
+  for (int i = 0; i < 4; ++i) {
+    const float2 f = widen2<C>(static_cast<uint16_t>(w[i / 2] >> (16 * (i % 2))));
+    v[2 * i] = f.x;
+    v[2 * i + 1] = f.y;
+  }
+}
+
 // Eight cache elements from p (global or shared memory; 16-byte aligned for bf16, 8 for FP8) as floats.
 template <typename C>
 __device__ __forceinline__ void load8(const C* p, float (&v)[8]) {
   if constexpr (!CacheCodes<C>::kFp8) {
     load8(reinterpret_cast<const bf16*>(p), v);
   } else {
-    const uint2 u = *reinterpret_cast<const uint2*>(p);
-    const uint32_t w[2] = {u.x, u.y};
-#pragma unroll
-    for (int i = 0; i < 4; ++i) {
-      const float2 f = widen2<C>(static_cast<uint16_t>(w[i / 2] >> (16 * (i % 2))));
-      v[2 * i] = f.x;
-      v[2 * i + 1] = f.y;
-    }
+    widen8<C>(*reinterpret_cast<const uint2*>(p), v);
   }
 }
 
@@ -82,15 +87,9 @@ __device__ __forceinline__ void copy8_to_bf16(bf16* dst, const C* src, bool vali
   } else {
     uint4 out = make_uint4(0, 0, 0, 0);
     if (valid) {
-      const uint2 u = *reinterpret_cast<const uint2*>(src);
-      const uint32_t w[2] = {u.x, u.y};
-      uint32_t* o = &out.x;
-#pragma unroll
-      for (int i = 0; i < 4; ++i) {
-        const float2 f = widen2<C>(static_cast<uint16_t>(w[i / 2] >> (16 * (i % 2))));
-        const __nv_bfloat162 b = __floats2bfloat162_rn(f.x, f.y);  // exact: FP8 values are bf16 values
-        o[i] = *reinterpret_cast<const uint32_t*>(&b);
-      }
+      float f[8];
+      widen8<C>(*reinterpret_cast<const uint2*>(src), f);
+      store8(reinterpret_cast<bf16*>(&out), f);  // exact: FP8 values are bf16 values
     }
     *reinterpret_cast<uint4*>(dst) = out;
   }
