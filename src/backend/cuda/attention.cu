@@ -229,10 +229,8 @@ void launch_decode_attention(const AttentionArgs& args, const int32_t* decode_se
   if (sp.all_heads) {
     KVASIR_CHECK_MSG(all_heads_shape_ok(a.num_heads, a.num_kv_heads, a.head_dim), "attention: split planned for all_heads");
     const DecodeAttentionKernel forced = decode_kernel_choice();
-    // mma_bulk's tiles are bf16 for ldmatrix: an FP8 cache runs all_heads, which widens codes as it reads them.
-    const bool mma_bulk = a.kv_cache == KvCacheType::kBf16 &&
-                          (forced == DecodeAttentionKernel::kMmaBulk ||
-                           (forced == DecodeAttentionKernel::kAuto && nd >= kMmaBulkMinSeqs));
+    const bool mma_bulk = forced == DecodeAttentionKernel::kMmaBulk ||
+                          (forced == DecodeAttentionKernel::kAuto && nd >= kMmaBulkMinSeqs);
     if (mma_bulk && mma_bulk_shape_ok(a.num_heads, a.num_kv_heads, a.head_dim)) {
       launch_decode_mma_bulk(a, decode_seqs, nd, sp, partial, s);
     } else {

@@ -340,8 +340,8 @@ TEST_F(CudaAttention, SinksDecode) {
 }
 // FP8 KV cache (--kv-cache-dtype fp8 / fp8_e5m2): both backends write the same codes (checked bit
 // for bit), then every kernel that reads them against the CPU's reading: decode on the per-head
-// plan (below 8 sequences) and the all-heads plan (8 and more: all_heads, since mma_bulk's tiles
-// are bf16), split and unsplit, long contexts in a large table; prefill, chunked prefill and mixed
+// plan (below 8 sequences) and the all-heads plan (8 and more: mma_bulk where 8 kv heads of 128
+// allow, its f16 path over permuted dims, else all_heads), split and unsplit, long contexts in a large table; prefill, chunked prefill and mixed
 // steps on our prefill kernel (FlashInfer's is bf16-only); windows, soft-cap, sinks; scales other
 // than 1 (from a checkpoint), under which saturation matters. The device script runs these under
 // every KVASIR_CUDA_ATTN kernel as well.
@@ -370,6 +370,20 @@ TEST_F(CudaAttention, Fp8CacheDecode) {
     sinks.sinks = true;
     run(with_fp8_cache(sinks, t));
   }
+  // mma_bulk's FP8 path at every GQA group it takes (1, 2, 4, 8 query heads per kv head), partial
+  // first and last tiles (contexts not multiples of 8), splits of long contexts, scales not 1.
+  for (int heads : {8, 16, 32, 64}) {
+    AttnCase bulk{"fp8 decode x12 mma_bulk", heads, 8, 128, {}, {}};
+    for (int i = 0; i < 12; ++i) {
+      bulk.seq_lens.push_back(1 + static_cast<int>(rng_() % (i < 2 ? 9000 : 600)));
+      bulk.q_lens.push_back(1);
+    }
+    bulk.extra_blocks = 200;
+    run(with_fp8_cache(bulk, heads == 16 ? DType::kF8E5M2 : DType::kF8E4M3, 0.75f, 1.5f));
+  }
+  AttnCase bulk_window{"fp8 decode x8 window softcap", 32, 8, 128, {3000, 41, 700, 5, 1200, 64, 65, 2000}, {1, 1, 1, 1, 1, 1, 1, 1},
+                       500, 30.0f};
+  run(with_fp8_cache(bulk_window, DType::kF8E4M3));
   AttnCase one{"fp8 decode 32k in 128k table", 32, 8, 128, {32000}, {1}};
   one.extra_blocks = (131072 - 32000) / 16;
   run(with_fp8_cache(one, DType::kF8E4M3));
