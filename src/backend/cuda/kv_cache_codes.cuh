@@ -71,29 +71,22 @@ __device__ __forceinline__ void load8(const C* p, float (&v)[8]) {
   }
 }
 
-// Eight cache elements at src (global) into eight bf16 at dst (shared, 16-byte aligned), for
-// kernels whose tensor-core fragments come from bf16 tiles: a bf16 cache copies asynchronously
-// (cp.async, part of the caller's commit group); FP8 codes are loaded, widened and stored now. !valid
-// writes zeros and reads nothing.
+// Sixteen FP8 codes at src (shared memory, 16-byte aligned) as sixteen bf16 at dst (shared, 16-byte
+// aligned): exact.
 template <typename C>
-__device__ __forceinline__ void copy8_to_bf16(bf16* dst, const C* src, bool valid) {
-  if constexpr (!CacheCodes<C>::kFp8) {
-    cp_async16(dst, src, valid);
-  } else {
-    uint4 out = make_uint4(0, 0, 0, 0);
-    if (valid) {
-      const uint2 u = *reinterpret_cast<const uint2*>(src);
-      const uint32_t w[2] = {u.x, u.y};
-      uint32_t* o = &out.x;
+__device__ __forceinline__ void widen16_to_bf16(bf16* dst, const unsigned char* src) {
+  static_assert(CacheCodes<C>::kFp8, "FP8 codes");
+  const uint4 u = *reinterpret_cast<const uint4*>(src);
+  const uint32_t w[4] = {u.x, u.y, u.z, u.w};
+  uint32_t o[8];
 #pragma unroll
-      for (int i = 0; i < 4; ++i) {
-        const float2 f = widen2<C>(static_cast<uint16_t>(w[i / 2] >> (16 * (i % 2))));
-        const __nv_bfloat162 b = __floats2bfloat162_rn(f.x, f.y);  // exact: FP8 values are bf16 values
-        o[i] = *reinterpret_cast<const uint32_t*>(&b);
-      }
-    }
-    *reinterpret_cast<uint4*>(dst) = out;
+  for (int i = 0; i < 8; ++i) {
+    const float2 f = widen2<C>(static_cast<uint16_t>(w[i / 2] >> (16 * (i % 2))));
+    const __nv_bfloat162 b = __floats2bfloat162_rn(f.x, f.y);
+    o[i] = *reinterpret_cast<const uint32_t*>(&b);
   }
+  reinterpret_cast<uint4*>(dst)[0] = make_uint4(o[0], o[1], o[2], o[3]);
+  reinterpret_cast<uint4*>(dst)[1] = make_uint4(o[4], o[5], o[6], o[7]);
 }
 
 // One value for the cache: x / scale as the element type (bf16 caches are never scaled).
