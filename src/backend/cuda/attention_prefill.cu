@@ -37,15 +37,25 @@ constexpr int prefill_tile_rows() {
   return kPrefillWarps * 16 * prefill_row_tiles<HD>();
 }
 
-template <int HD, int KT>
+// bf16 (K, V) tile stages: two for a bf16 cache (cp.async fills one while the other is read); one
+// for FP8 codes, whose two stages hold the codes as copied and are widened into it per tile.
+template <typename C>
+constexpr int prefill_bf16_stages() {
+  return CacheCodes<C>::kFp8 ? 1 : kKvStages;
+}
+
+template <typename C, int HD, int KT>
 constexpr int prefill_smem_bytes() {
-  // Q, then kKvStages x (K, V) tiles; rows padded by 16 bytes (ldmatrix rows hit distinct banks).
-  return (prefill_tile_rows<HD>() + 2 * kKvStages * KT) * (HD + 8) * 2;
+  // Q, then the (K, V) tiles; rows padded by 16 bytes (ldmatrix rows hit distinct banks); then,
+  // for FP8, kKvStages x (K, V) tiles of codes.
+  const int codes = CacheCodes<C>::kFp8 ? kKvStages * 2 * KT * HD : 0;
+  return (prefill_tile_rows<HD>() + 2 * prefill_bf16_stages<C>() * KT) * (HD + 8) * 2 + codes;
 }
 
 // KT: keys per tile (64; 32 keeps 128-dim heads' two row tiles within the registers). C: the
-// cache's element type (kv_cache_codes.cuh); tiles are bf16 for ldmatrix, so FP8 codes are widened
-// on their way into shared memory (loaded, not copied asynchronously: their tile waits for them).
+// cache's element type (kv_cache_codes.cuh). Tiles are bf16 for ldmatrix: FP8 codes go through the
+// same two-stage cp.async pipeline as they are stored (half the bytes), and each thread widens the
+// chunks it copied into the one bf16 tile once they land, before the tile's barrier.
 template <typename C, int HD, int KT>
 __global__ void __launch_bounds__(kPrefillThreads, 2) prefill_kernel(AttentionArgs a, const PrefillWork* __restrict__ work,
                                                                     int heads_per_cta, int num_chunks) {
@@ -93,16 +103,38 @@ __global__ void __launch_bounds__(kPrefillThreads, 2) prefill_kernel(AttentionAr
     const int64_t off = valid ? (static_cast<int64_t>(t) * num_heads + kvh * group + g0 + g) * HD + c : 0;
     cp_async16(qs + r * kStride + c, q + off, valid);
   }
+  constexpr bool kFp8 = CacheCodes<C>::kFp8;
+  unsigned char* code_base = reinterpret_cast<unsigned char*>(kv_base + prefill_bf16_stages<C>() * 2 * kKeyTile * kStride);
+  // A stage's K and V rows in 16-byte chunks: FP8 codes as stored into its code tiles (HD bytes a
+  // row), bf16 values into its bf16 tiles (kStride values a row).
+  constexpr int kChunkValues = 16 / static_cast<int>(sizeof(C));
+  constexpr int kRowChunks = HD / kChunkValues;
+  constexpr int kTileBytes = kFp8 ? kKeyTile * HD : kKeyTile * kStride * 2;
+  constexpr int kRowBytes = kFp8 ? HD : kStride * 2;
+  unsigned char* tiles = kFp8 ? code_base : reinterpret_cast<unsigned char*>(kv_base);
   auto load_kv = [&](int kt0, int stage) {
-    bf16* ks = kv_base + stage * 2 * kKeyTile * kStride;
-    bf16* vs = ks + kKeyTile * kStride;
-    for (int i = threadIdx.x; i < kKeyTile * kChunks; i += kPrefillThreads) {
-      const int r = i / kChunks, c = (i % kChunks) * 8;
+    unsigned char* kd = tiles + stage * 2 * kTileBytes;
+    for (int i = threadIdx.x; i < kKeyTile * kRowChunks; i += kPrefillThreads) {
+      const int r = i / kRowChunks, c = (i % kRowChunks) * kChunkValues;
       const int j = kt0 + r;
       const bool valid = j < k_hi;  // rows past the keys are zeros (their scores are masked)
       const int64_t off = valid ? (slot_of(table, j, bs) * kv_heads + kvh) * HD + c : 0;
-      copy8_to_bf16(ks + r * kStride + c, kc + off, valid);
-      copy8_to_bf16(vs + r * kStride + c, vc + off, valid);
+      const int at = r * kRowBytes + c * static_cast<int>(sizeof(C));
+      cp_async16(kd + at, kc + off, valid);
+      cp_async16(kd + kTileBytes + at, vc + off, valid);
+    }
+  };
+  // FP8: the codes this thread copied for a stage, widened into the bf16 tile (the same chunk
+  // assignment as load_kv, so a thread's own cp.async wait covers what it reads).
+  auto widen_kv = [&](int stage) {
+    if constexpr (kFp8) {
+      const unsigned char* kr = code_base + stage * 2 * kKeyTile * HD;
+      const unsigned char* vr = kr + kKeyTile * HD;
+      for (int i = threadIdx.x; i < kKeyTile * kRowChunks; i += kPrefillThreads) {
+        const int r = i / kRowChunks, c = (i % kRowChunks) * 16;
+        widen16_to_bf16<C>(kv_base + r * kStride + c, kr + r * HD + c);
+        widen16_to_bf16<C>(kv_base + (kKeyTile + r) * kStride + c, vr + r * HD + c);
+      }
     }
   };
   const int ntiles = (k_hi - k_lo + kKeyTile - 1) / kKeyTile;
@@ -149,8 +181,9 @@ __global__ void __launch_bounds__(kPrefillThreads, 2) prefill_kernel(AttentionAr
     if (t + 1 < ntiles) load_kv(kt0 + kKeyTile, (t + 1) % kKvStages);
     cp_async_commit();
     cp_async_wait<1>();  // this tile (and Q) landed; the next one may still be in flight
+    if constexpr (kFp8) widen_kv(t % kKvStages);  // the last tile's readers passed the loop's end barrier
     __syncthreads();
-    const bf16* ks = kv_base + (t % kKvStages) * 2 * kKeyTile * kStride;
+    const bf16* ks = kv_base + (kFp8 ? 0 : (t % kKvStages) * 2 * kKeyTile * kStride);
     const bf16* vs = ks + kKeyTile * kStride;
 
     float sc[MT][kNt][4];
@@ -288,14 +321,14 @@ void launch_prefill_hd(const AttentionArgs& a, const PrefillWork* work, int num_
   const int hc = heads_per_cta(a.num_heads, a.num_kv_heads);
   const int chunks = (group + hc - 1) / hc;
   dim3 grid(num_work, a.num_kv_heads * chunks);
-  launch(prefill_kernel<C, HD, KT>, grid, kPrefillThreads, prefill_smem_bytes<HD, KT>(), s, a, work, hc, chunks);
+  launch(prefill_kernel<C, HD, KT>, grid, kPrefillThreads, prefill_smem_bytes<C, HD, KT>(), s, a, work, hc, chunks);
   KVASIR_CUDA_LAUNCH_CHECK();
 }
 
 template <typename C, int HD, int KT>
 void set_smem_limits() {
   KVASIR_CUDA_CHECK(cudaFuncSetAttribute(prefill_kernel<C, HD, KT>, cudaFuncAttributeMaxDynamicSharedMemorySize,
-                                         prefill_smem_bytes<HD, KT>()));
+                                         prefill_smem_bytes<C, HD, KT>()));
 }
 
 template <typename C>

@@ -154,6 +154,22 @@ TEST_F(CudaDecodePaths, FlashInferBlockSizes) {
   }
 }
 
+// An e4m3 cache (--kv-cache-dtype fp8) through FlashInfer's decode: codes widened as it loads them,
+// the key scale folded into the score scale; every head dim, groups, long and mixed contexts. A
+// value scale other than 1 (FlashInfer has no output scale) and e5m2 codes go to ours.
+TEST_F(CudaDecodePaths, FlashInferReadsAnE4m3Cache) {
+  use_flashinfer();
+  using cuda_test::with_fp8_cache;
+  for (int hd : {64, 128, 256}) {
+    run_on(with_fp8_cache(decode("fi e4m3 32/8", 32, 8, hd, {3000, 77, 1}), DType::kF8E4M3), true);
+    run_on(with_fp8_cache(decode("fi e4m3 8/8 k-scaled", 8, 8, hd, {1000, 20000}), DType::kF8E4M3, 0.25f), true);
+  }
+  run_on(with_fp8_cache(decode("fi e4m3 b1 32k", 32, 8, 128, {32000}), DType::kF8E4M3), true);
+  run_on(with_fp8_cache(decode("fi e4m3 4/1/128 128k", 4, 1, 128, {131072}), DType::kF8E4M3, 2.0f), true);
+  run_on(with_fp8_cache(decode("e4m3 v-scaled", 32, 8, 128, {3000, 77, 1}), DType::kF8E4M3, 1.0f, 0.5f), false);
+  run_on(with_fp8_cache(decode("e5m2", 32, 8, 128, {3000, 77, 1}), DType::kF8E5M2), false);
+}
+
 // What FlashInfer's path does not take goes to ours, per call, under the flashinfer knob.
 TEST_F(CudaDecodePaths, FallbacksToOwnKernels) {
   use_flashinfer();

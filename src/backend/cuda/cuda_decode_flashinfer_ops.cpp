@@ -11,8 +11,8 @@ namespace kvasir {
 
 // FlashInfer's decode takes a pure decode call (one query per sequence, query row s of sequence s)
 // of at most KVASIR_CUDA_DECODE_FI_MAX_SEQS sequences, with a block table of at least
-// KVASIR_CUDA_DECODE_FI_MIN_TOKENS tokens (cuda_tuning.h says why the table), that computes plain attention: bf16 cache,
-// no window, soft-cap or sinks (its variant here has none of them), a head dim and GQA group its
+// KVASIR_CUDA_DECODE_FI_MIN_TOKENS tokens (cuda_tuning.h says why the table), that computes plain attention: a bf16
+// cache or an e4m3 one whose value scale is 1, no window, soft-cap or sinks (its variant here has none of them), a head dim and GQA group its
 // kernels are built for, 16-byte aligned rows. Its launch shape is (rows, kv heads) with rows =
 // the kernel's resident CTAs over the kv heads, fixed for the shape, so the call is graphable.
 const cuda::FlashInferDecodePlan* CudaBackend::flashinfer_decode_plan(const Tensor& q, const Tensor& k_cache,
@@ -32,10 +32,15 @@ const cuda::FlashInferDecodePlan* CudaBackend::flashinfer_decode_plan(const Tens
     if (m.query_start_loc[s] != s) return nullptr;
   }
   if (p.sinks.data != nullptr || p.sliding_window > 0 || p.softcap > 0.0f) return nullptr;
-  if (k_cache.dtype != DType::kBF16 || v_cache.dtype != DType::kBF16) return nullptr;
+  // A bf16 or e4m3 cache; FP8 only with a value scale of 1 (the kernel has no output scale; the
+  // key scale is folded into the score scale like every kernel's).
+  const cuda::KvCacheType codes = kv_cache_type_of(k_cache.dtype);
+  if (v_cache.dtype != k_cache.dtype || (codes != cuda::KvCacheType::kBf16 && v_cache.cache_scale != 1.0f)) {
+    return nullptr;
+  }
   if (!cuda::aligned16(q.data) || !cuda::aligned16(out.data)) return nullptr;
   const int heads = static_cast<int>(q.dim(1)), kv_heads = static_cast<int>(k_cache.dim(2)), hd = static_cast<int>(q.dim(2));
-  const int per_sm = cuda::flashinfer_decode_ctas_per_sm(heads, kv_heads, hd);
+  const int per_sm = cuda::flashinfer_decode_ctas_per_sm(heads, kv_heads, hd, codes);
   if (per_sm <= 0) return nullptr;
   const int works = per_sm * num_sms_ / kv_heads;
   if (works < S) return nullptr;
@@ -62,6 +67,7 @@ void CudaBackend::exec_flashinfer_decode(const cuda::AttentionOp& op, const uint
   a.q = op.q;
   a.k_cache = op.k_cache;
   a.v_cache = op.v_cache;
+  a.kv_cache = static_cast<cuda::KvCacheType>(op.kv_cache);
   a.out = op.out;
   a.block_tables = reinterpret_cast<const int32_t*>(arena + op.block_tables);
   a.page_indptr = field(F::kPageIndptr);

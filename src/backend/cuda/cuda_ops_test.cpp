@@ -345,12 +345,7 @@ TEST_F(CudaAttention, SinksDecode) {
 // steps on our prefill kernel (FlashInfer's is bf16-only); windows, soft-cap, sinks; scales other
 // than 1 (from a checkpoint), under which saturation matters. The device script runs these under
 // every KVASIR_CUDA_ATTN kernel as well.
-AttnCase with_fp8_cache(AttnCase c, DType codes, float k_scale = 1.0f, float v_scale = 1.0f) {
-  c.kv_cache = codes;
-  c.k_scale = k_scale;
-  c.v_scale = v_scale;
-  return c;
-}
+using cuda_test::with_fp8_cache;
 TEST_F(CudaAttention, Fp8CacheDecode) {
   for (DType t : {DType::kF8E4M3, DType::kF8E5M2}) {
     run(with_fp8_cache({"fp8 decode 32/8/128", 32, 8, 128, {1, 17, 100, 300, 513}, {1, 1, 1, 1, 1}}, t));

@@ -85,6 +85,13 @@ struct AttnCase {
   float k_scale = 1.0f, v_scale = 1.0f;
 };
 
+inline AttnCase with_fp8_cache(AttnCase c, DType codes, float k_scale = 1.0f, float v_scale = 1.0f) {
+  c.kv_cache = codes;
+  c.k_scale = k_scale;
+  c.v_scale = v_scale;
+  return c;
+}
+
 // run(): writes the case's context through write_kv on both backends, attends on both, compares
 // (cuda_ops_test.cpp); cuda_attention_prefill_test.cpp runs it on backends made under each
 // KVASIR_CUDA_PREFILL.

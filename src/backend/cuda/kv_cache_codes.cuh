@@ -76,22 +76,17 @@ __device__ __forceinline__ void load8(const C* p, float (&v)[8]) {
   }
 }
 
-// Eight cache elements at src (global) into eight bf16 at dst (shared, 16-byte aligned), for
-// kernels whose tensor-core fragments come from bf16 tiles: a bf16 cache copies asynchronously
-// (cp.async, part of the caller's commit group); FP8 codes are loaded, widened and stored now. !valid
-// writes zeros and reads nothing.
+// Sixteen FP8 codes at src (shared memory, 16-byte aligned) as sixteen bf16 at dst (shared, 16-byte
+// aligned): exact (FP8 values are bf16 values).
 template <typename C>
-__device__ __forceinline__ void copy8_to_bf16(bf16* dst, const C* src, bool valid) {
-  if constexpr (!CacheCodes<C>::kFp8) {
-    cp_async16(dst, src, valid);
-  } else {
-    uint4 out = make_uint4(0, 0, 0, 0);
-    if (valid) {
-      float f[8];
-      widen8<C>(*reinterpret_cast<const uint2*>(src), f);
-      store8(reinterpret_cast<bf16*>(&out), f);  // exact: FP8 values are bf16 values
-    }
-    *reinterpret_cast<uint4*>(dst) = out;
+__device__ __forceinline__ void widen16_to_bf16(bf16* dst, const unsigned char* src) {
+  static_assert(CacheCodes<C>::kFp8, "FP8 codes");
+  const uint4 u = *reinterpret_cast<const uint4*>(src);
+#pragma unroll
+  for (int half = 0; half < 2; ++half) {
+    float f[8];
+    widen8<C>(half == 0 ? make_uint2(u.x, u.y) : make_uint2(u.z, u.w), f);
+    store8(dst + 8 * half, f);
   }
 }
 
