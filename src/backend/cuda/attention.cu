@@ -229,8 +229,12 @@ void launch_decode_attention(const AttentionArgs& args, const int32_t* decode_se
   if (sp.all_heads) {
     KVASIR_CHECK_MSG(all_heads_shape_ok(a.num_heads, a.num_kv_heads, a.head_dim), "attention: split planned for all_heads");
     const DecodeAttentionKernel forced = decode_kernel_choice();
+    // An FP8 cache takes mma_bulk at every batch the all-heads plan serves: all_heads widens codes on
+    // CUDA cores, mma_bulk for the tensor cores (H100, batch 1 at 32k, FP8 weights: 4.64 ms a step
+    // against 5.16; BENCHMARKS.md 2026-12-06).
     const bool mma_bulk = forced == DecodeAttentionKernel::kMmaBulk ||
-                          (forced == DecodeAttentionKernel::kAuto && nd >= kMmaBulkMinSeqs);
+                          (forced == DecodeAttentionKernel::kAuto &&
+                           (nd >= kMmaBulkMinSeqs || a.kv_cache != KvCacheType::kBf16));
     if (mma_bulk && mma_bulk_shape_ok(a.num_heads, a.num_kv_heads, a.head_dim)) {
       launch_decode_mma_bulk(a, decode_seqs, nd, sp, partial, s);
     } else {

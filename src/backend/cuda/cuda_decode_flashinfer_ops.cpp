@@ -32,10 +32,12 @@ const cuda::FlashInferDecodePlan* CudaBackend::flashinfer_decode_plan(const Tens
     if (m.query_start_loc[s] != s) return nullptr;
   }
   if (p.sinks.data != nullptr || p.sliding_window > 0 || p.softcap > 0.0f) return nullptr;
-  // A bf16 or e4m3 cache; FP8 only with a value scale of 1 (the kernel has no output scale; the
-  // key scale is folded into the score scale like every kernel's).
+  // A bf16 cache; an e4m3 one only under KVASIR_CUDA_DECODE_FI_FP8 (cuda_tuning.h: our mma_bulk
+  // was faster) and with a value scale of 1 (the kernel has no output scale; the key scale is
+  // folded into the score scale like every kernel's).
   const cuda::KvCacheType codes = kv_cache_type_of(k_cache.dtype);
-  if (v_cache.dtype != k_cache.dtype || (codes != cuda::KvCacheType::kBf16 && v_cache.cache_scale != 1.0f)) {
+  if (v_cache.dtype != k_cache.dtype) return nullptr;
+  if (codes != cuda::KvCacheType::kBf16 && (!tuning_.recording.flashinfer_decode_fp8 || v_cache.cache_scale != 1.0f)) {
     return nullptr;
   }
   if (!cuda::aligned16(q.data) || !cuda::aligned16(out.data)) return nullptr;

@@ -101,6 +101,10 @@ struct RecordingTuning {
   DecodeAttentionPath decode_attention = DecodeAttentionPath::kFlashInfer;         // KVASIR_CUDA_DECODE
   int flashinfer_decode_max_seqs = kFlashInferDecodeMaxSeqs;  // KVASIR_CUDA_DECODE_FI_MAX_SEQS [1, 4096]
   int flashinfer_decode_min_table = kFlashInferDecodeMinTableTokens;  // KVASIR_CUDA_DECODE_FI_MIN_TOKENS [0, 2^30]
+  // KVASIR_CUDA_DECODE_FI_FP8=1: e4m3 caches (value scale 1) through FlashInfer's decode too. Off:
+  // on an H100 at batch 1, 32k context, FP8 weights it took 5.45 ms a step against 4.64 for our
+  // mma_bulk (BENCHMARKS.md, 2026-12-06).
+  int flashinfer_decode_fp8 = 0;
   // KVASIR_W4A16_DEQUANT_ROWS [17, 2^30]: W4A16 linears of at least this many tokens dequantize
   // their weight to bf16 and run cuBLASLt (cuda_w4a16_ops.cpp); fewer run the W4A16 GEMM.
   int w4a16_dequant_rows = kW4a16DequantMinRows;
