@@ -218,13 +218,15 @@ bool use_wgmma() {
 }
 }  // namespace
 
-int w4a16_splits_for(int64_t tiles, int64_t chunks, int num_sms, int ctas_per_sm) {
+int w4a16_splits_for(int64_t tiles, int64_t chunks, int num_sms, int ctas_per_sm, const int* clusters) {
   const int64_t slots = static_cast<int64_t>(ctas_per_sm) * std::max(1, num_sms);
   if (tiles >= 4 * slots || chunks < 8) return 1;
   const int most = static_cast<int>(
       std::max<int64_t>(1, std::min<int64_t>({kMaxSplits, kernel_tuning().w4a16_gemm_max_splits, chunks / 4})));
   auto fill = [&](int s) {
-    const int64_t ctas = tiles * s, waves = (ctas + slots - 1) / slots;
+    const int64_t ctas = tiles * s;
+    const int64_t waves = clusters != nullptr && clusters[s] > 0 ? (tiles + clusters[s] - 1) / clusters[s]
+                                                                  : (ctas + slots - 1) / slots;
     return static_cast<double>(ctas) / static_cast<double>(waves * slots);
   };
   double best = 0.0;

@@ -32,8 +32,10 @@ W4a16GemmArgs w4a16_gemm_args(const void* x, const W4a16Projection* proj, int nu
 // How many K slices (cluster CTAs) for `tiles` output tiles of `chunks` 64-column chunks, with
 // ctas_per_sm CTAs resident per SM: the count (up to the cluster limit, each slice at least four
 // chunks) whose CTAs fill the SMs most evenly, the fewest among those within 3% of the best (a
-// slice costs a pipeline fill and its share of the reduction).
-int w4a16_splits_for(int64_t tiles, int64_t chunks, int num_sms, int ctas_per_sm);
+// slice costs a pipeline fill and its share of the reduction). clusters[s], where given and
+// positive, is how many clusters of s CTAs the GPU holds at once (a GPC holds whole clusters, so
+// it is not the SMs over s): a wave is that many tiles.
+int w4a16_splits_for(int64_t tiles, int64_t chunks, int num_sms, int ctas_per_sm, const int* clusters = nullptr);
 
 // The grid (column tiles, row tiles of kBM tokens, K slices) of a launch whose arguments cover
 // `tiles` column tiles, with a.kc_per_split set for `splits` slices; even_slices rounds a slice

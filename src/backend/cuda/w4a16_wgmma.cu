@@ -20,7 +20,11 @@
 //    until the chunk after it has waited), from pointers advanced chunk by chunk.
 // K is split across the CTAs of a cluster when the tiles cannot fill the SMs, and the cluster adds
 // the float32 tiles through distributed shared memory (w4a16_gemm_tile.cuh's sum_split_tiles).
+#include <array>
+#include <string>
+
 #include "backend/cuda/w4a16_gemm_tile.cuh"
+#include "common/log.h"
 
 namespace kvasir::cuda {
 namespace {
@@ -337,6 +341,46 @@ void launch_type(const W4a16GemmArgs& a, dim3 grid, cudaStream_t s) {
   launch_clustered(kernel, grid, kWgThreads, dim3(1, 1, grid.z), kWgSmem, s, a);
 }
 
+// How many clusters of s CTAs of this kernel (one CTA an SM) the GPU holds at once, s = 1..8, as
+// the runtime reports it: a GPC holds whole clusters, so the SMs over s overstate it (on an H100,
+// splits capped at 8 picked clusters of 5, 7 and 8 for a batch-64 Llama-8B step, 8.28 ms, against
+// 5.82 ms with the cap at 4; BENCHMARKS.md 2026-12-06). Asked once; 0 where the query fails.
+const int* wgmma_cluster_capacity() {
+  static const std::array<int, kMaxSplits + 1> capacity = [] {
+    std::array<int, kMaxSplits + 1> c{};
+    auto* kernel = w4a16_wgmma_kernel<kW4a16ScaleF16, true>;
+    if (cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(kWgSmem)) !=
+        cudaSuccess) {
+      (void)cudaGetLastError();
+      return c;
+    }
+    std::string line;
+    for (int s = 1; s <= kMaxSplits; ++s) {
+      cudaLaunchAttribute attr{};
+      attr.id = cudaLaunchAttributeClusterDimension;
+      attr.val.clusterDim.x = 1;
+      attr.val.clusterDim.y = 1;
+      attr.val.clusterDim.z = static_cast<unsigned>(s);
+      cudaLaunchConfig_t cfg{};
+      cfg.gridDim = dim3(1, 1, static_cast<unsigned>(s));
+      cfg.blockDim = dim3(kWgThreads);
+      cfg.dynamicSmemBytes = kWgSmem;
+      cfg.attrs = &attr;
+      cfg.numAttrs = 1;
+      int n = 0;
+      if (cudaOccupancyMaxActiveClusters(&n, kernel, &cfg) != cudaSuccess) {
+        (void)cudaGetLastError();
+        n = 0;
+      }
+      c[static_cast<size_t>(s)] = n;
+      line += " " + std::to_string(s) + ":" + std::to_string(n);
+    }
+    KVASIR_LOG_INFO("W4A16 wgmma GEMM: clusters resident at once, by cluster size:%s", line.c_str());
+    return c;
+  }();
+  return capacity.data();
+}
+
 }  // namespace
 
 bool wgmma_device() {
@@ -348,7 +392,8 @@ bool wgmma_device() {
 }
 
 int w4a16_wgmma_splits(int64_t n, int64_t m, int64_t k, int num_sms) {
-  return w4a16_splits_for((m + kWgBN - 1) / kWgBN * ((n + kBM - 1) / kBM), k / 64, num_sms, 1);
+  return w4a16_splits_for((m + kWgBN - 1) / kWgBN * ((n + kBM - 1) / kBM), k / 64, num_sms, 1,
+                          wgmma_cluster_capacity());
 }
 
 bool w4a16_wgmma_takes(const W4a16Projection* proj, int num_proj) {
@@ -365,7 +410,8 @@ void launch_w4a16_wgmma(const void* x, const W4a16Projection* proj, int num_proj
   W4a16GemmArgs a = w4a16_gemm_args(x, proj, num_proj, n, k, out, kWgBN, &tiles);
   const int64_t row_tiles = (n + kBM - 1) / kBM, chunks = k / 64;
   // Even slices where the splits allow (the loop pads an odd one with a zero chunk).
-  const dim3 grid = w4a16_gemm_grid(a, tiles, w4a16_splits_for(tiles * row_tiles, chunks, num_sms, 1), true);
+  const dim3 grid = w4a16_gemm_grid(
+      a, tiles, w4a16_splits_for(tiles * row_tiles, chunks, num_sms, 1, wgmma_cluster_capacity()), true);
   switch (a.p[0].scale_type) {
     case kW4a16ScaleF32: launch_type<kW4a16ScaleF32>(a, grid, s); break;
     case kW4a16ScaleBf16: launch_type<kW4a16ScaleBf16>(a, grid, s); break;
