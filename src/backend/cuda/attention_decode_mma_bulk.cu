@@ -71,46 +71,42 @@ __device__ __forceinline__ void bulk_copy(void* dst, const void* src, unsigned b
 }
 
 // Rows 8..15 of A are zero padding (a group has at most 8 heads): their outputs go to dead
-// registers and their inputs are zero, so only row gid's two columns are kept.
+// registers and their inputs are zero, so only row gid's two columns are kept. kF16: float16
+// operands (the FP8 cache's path), else bf16.
+#define KVASIR_MMA_K16_TOP(T)                                                                                \
+  asm volatile("{\n.reg .f32 z2, z3;\n"                                                                       \
+               "mma.sync.aligned.m16n8k16.row.col.f32." T "." T ".f32 {%0, %1, z2, z3}, {%2, %3, %4, %3}, " \
+               "{%5, %6}, {%0, %1, %7, %7};\n}"                                                              \
+               : "+f"(d0), "+f"(d1)                                                                          \
+               : "r"(a0), "r"(0u), "r"(a2), "r"(b0), "r"(b1), "f"(0.0f))
+#define KVASIR_MMA_K8_TOP(T)                                                                                  \
+  asm volatile("{\n.reg .f32 z2, z3;\n"                                                                       \
+               "mma.sync.aligned.m16n8k8.row.col.f32." T "." T ".f32 {%0, %1, z2, z3}, {%2, %3}, {%4}, "      \
+               "{%0, %1, %5, %5};\n}"                                                                        \
+               : "+f"(d0), "+f"(d1)                                                                          \
+               : "r"(a0), "r"(0u), "r"(b0), "f"(0.0f))
+template <bool kF16>
 __device__ __forceinline__ void mma_k16_top(float& d0, float& d1, uint32_t a0, uint32_t a2, uint32_t b0, uint32_t b1) {
-  asm volatile(
-      "{\n.reg .f32 z2, z3;\n"
-      "mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 {%0, %1, z2, z3}, {%2, %3, %4, %3}, {%5, %6}, "
-      "{%0, %1, %7, %7};\n}"
-      : "+f"(d0), "+f"(d1)
-      : "r"(a0), "r"(0u), "r"(a2), "r"(b0), "r"(b1), "f"(0.0f));
+  if constexpr (kF16) KVASIR_MMA_K16_TOP("f16");
+  else KVASIR_MMA_K16_TOP("bf16");
 }
+template <bool kF16>
 __device__ __forceinline__ void mma_k8_top(float& d0, float& d1, uint32_t a0, uint32_t b0) {
-  asm volatile(
-      "{\n.reg .f32 z2, z3;\n"
-      "mma.sync.aligned.m16n8k8.row.col.f32.bf16.bf16.f32 {%0, %1, z2, z3}, {%2, %3}, {%4}, {%0, %1, %5, %5};\n}"
-      : "+f"(d0), "+f"(d1)
-      : "r"(a0), "r"(0u), "r"(b0), "f"(0.0f));
+  if constexpr (kF16) KVASIR_MMA_K8_TOP("f16");
+  else KVASIR_MMA_K8_TOP("bf16");
 }
+#undef KVASIR_MMA_K16_TOP
+#undef KVASIR_MMA_K8_TOP
+// Two floats as the operand pair of either type, the first in the low half.
+template <bool kF16>
 __device__ __forceinline__ uint32_t pack2(float lo, float hi) {
-  __nv_bfloat162 v = __floats2bfloat162_rn(lo, hi);
-  return *reinterpret_cast<uint32_t*>(&v);
-}
-// The same two on float16 operands (the FP8 cache's path).
-__device__ __forceinline__ void mma_k16_top_f16(float& d0, float& d1, uint32_t a0, uint32_t a2, uint32_t b0,
-                                                uint32_t b1) {
-  asm volatile(
-      "{\n.reg .f32 z2, z3;\n"
-      "mma.sync.aligned.m16n8k16.row.col.f32.f16.f16.f32 {%0, %1, z2, z3}, {%2, %3, %4, %3}, {%5, %6}, "
-      "{%0, %1, %7, %7};\n}"
-      : "+f"(d0), "+f"(d1)
-      : "r"(a0), "r"(0u), "r"(a2), "r"(b0), "r"(b1), "f"(0.0f));
-}
-__device__ __forceinline__ void mma_k8_top_f16(float& d0, float& d1, uint32_t a0, uint32_t b0) {
-  asm volatile(
-      "{\n.reg .f32 z2, z3;\n"
-      "mma.sync.aligned.m16n8k8.row.col.f32.f16.f16.f32 {%0, %1, z2, z3}, {%2, %3}, {%4}, {%0, %1, %5, %5};\n}"
-      : "+f"(d0), "+f"(d1)
-      : "r"(a0), "r"(0u), "r"(b0), "f"(0.0f));
-}
-__device__ __forceinline__ uint32_t pack2_f16(float lo, float hi) {
-  __half2 v = __floats2half2_rn(lo, hi);
-  return *reinterpret_cast<uint32_t*>(&v);
+  if constexpr (kF16) {
+    __half2 v = __floats2half2_rn(lo, hi);
+    return *reinterpret_cast<uint32_t*>(&v);
+  } else {
+    __nv_bfloat162 v = __floats2bfloat162_rn(lo, hi);
+    return *reinterpret_cast<uint32_t*>(&v);
+  }
 }
 // Two FP8 codes (the first in the low byte) as a float16 pair, the first in the low half: exact.
 template <typename C>
@@ -136,8 +132,8 @@ __device__ __forceinline__ void fp8_tile_scores(const uint8_t* ks, int kvh, int 
   float t0 = 0.0f, t1 = 0.0f;  // two chains of four dependent mma
 #pragma unroll
   for (int kk = 0; kk < kHeadDim / 16; kk += 2) {
-    mma_k16_top_f16(s0, s1, qa[kk][0], qa[kk][1], f16x2_of<C>(kw[kk]), f16x2_of<C>(kw[kk] >> 16));
-    mma_k16_top_f16(t0, t1, qa[kk + 1][0], qa[kk + 1][1], f16x2_of<C>(kw[kk + 1]), f16x2_of<C>(kw[kk + 1] >> 16));
+    mma_k16_top<true>(s0, s1, qa[kk][0], qa[kk][1], f16x2_of<C>(kw[kk]), f16x2_of<C>(kw[kk] >> 16));
+    mma_k16_top<true>(t0, t1, qa[kk + 1][0], qa[kk + 1][1], f16x2_of<C>(kw[kk + 1]), f16x2_of<C>(kw[kk + 1] >> 16));
   }
   s0 += t0;
   s1 += t1;
@@ -163,7 +159,7 @@ __device__ __forceinline__ void fp8_tile_values(const uint8_t* vs, int kvh, int 
     for (int e = 0; e < 4; ++e) {
       acc[4 * q + e][0] *= corr;
       acc[4 * q + e][1] *= corr;
-      mma_k8_top_f16(acc[4 * q + e][0], acc[4 * q + e][1], pa, b[e]);
+      mma_k8_top<true>(acc[4 * q + e][0], acc[4 * q + e][1], pa, b[e]);
     }
   }
 }
@@ -247,8 +243,8 @@ __global__ void __launch_bounds__(kThreads, STAGES <= 3 ? 2 : 1)
         const int d = (kk / 4) * 64 + tig * 16 + (kk % 4) * 4;
         const float2 x01 = __bfloat1622float2(*reinterpret_cast<const __nv_bfloat162*>(qrow + d));
         const float2 x23 = __bfloat1622float2(*reinterpret_cast<const __nv_bfloat162*>(qrow + d + 2));
-        qa[kk][0] = gid < group ? pack2_f16(x01.x * kFp8QScale, x01.y * kFp8QScale) : 0u;
-        qa[kk][1] = gid < group ? pack2_f16(x23.x * kFp8QScale, x23.y * kFp8QScale) : 0u;
+        qa[kk][0] = gid < group ? pack2<true>(x01.x * kFp8QScale, x01.y * kFp8QScale) : 0u;
+        qa[kk][1] = gid < group ? pack2<true>(x23.x * kFp8QScale, x23.y * kFp8QScale) : 0u;
       } else {
         qa[kk][0] = gid < group ? *reinterpret_cast<const uint32_t*>(qrow + tig * 2 + kk * 16) : 0u;
         qa[kk][1] = gid < group ? *reinterpret_cast<const uint32_t*>(qrow + tig * 2 + kk * 16 + 8) : 0u;
@@ -296,8 +292,8 @@ __global__ void __launch_bounds__(kThreads, STAGES <= 3 ? 2 : 1)
       for (int kk = 0; kk < HD / 16; kk += 2) {
         uint32_t kb[4];
         ldsm_x4(kb, ks + (hc0 + kk * 2) * 8);
-        mma_k16_top(s0, s1, qa[kk][0], qa[kk][1], kb[0], kb[1]);
-        mma_k16_top(t0a, t1a, qa[kk + 1][0], qa[kk + 1][1], kb[2], kb[3]);
+        mma_k16_top<false>(s0, s1, qa[kk][0], qa[kk][1], kb[0], kb[1]);
+        mma_k16_top<false>(t0a, t1a, qa[kk + 1][0], qa[kk + 1][1], kb[2], kb[3]);
       }
       s0 += t0a;
       s1 += t1a;
@@ -321,9 +317,9 @@ __global__ void __launch_bounds__(kThreads, STAGES <= 3 ? 2 : 1)
     l = l * corr + p0 + p1;  // this lane's columns only; summed over tig at the end
     m = mt;
     if constexpr (kFp8) {
-      fp8_tile_values<C>(vs_stage, kvh, gid, tig, pack2_f16(p0, p1), corr, acc);
+      fp8_tile_values<C>(vs_stage, kvh, gid, tig, pack2<true>(p0, p1), corr, acc);
     } else {
-      const uint32_t pa = pack2(p0, p1);
+      const uint32_t pa = pack2<false>(p0, p1);
       const bf16* vs = reinterpret_cast<const bf16*>(vs_stage + lt * Rows::kVStride);
 #pragma unroll
       for (int nn = 0; nn < HD / 32; ++nn) {
@@ -333,7 +329,7 @@ __global__ void __launch_bounds__(kThreads, STAGES <= 3 ? 2 : 1)
         for (int e = 0; e < 4; ++e) {
           acc[nn * 4 + e][0] *= corr;
           acc[nn * 4 + e][1] *= corr;
-          mma_k8_top(acc[nn * 4 + e][0], acc[nn * 4 + e][1], pa, vb[e]);
+          mma_k8_top<false>(acc[nn * 4 + e][0], acc[nn * 4 + e][1], pa, vb[e]);
         }
       }
     }
