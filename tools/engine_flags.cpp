@@ -184,11 +184,8 @@ StatusOr<EngineArgs> engine_args_from(const Args& a) {
   e.enable_prefix_caching = a.get_bool("enable-prefix-caching", true);
   e.exact_matmul = a.get_bool("exact-matmul", false);
   e.kv_cache_dtype = a.get("kv-cache-dtype", "auto");
-  // vLLM computes FP8 KV scales from the first batch's K and V; we take the checkpoint's or 1.0.
-  if (a.get_bool("calculate-kv-scales", false)) {
-    return invalid_argument("--calculate-kv-scales is not supported: FP8 KV-cache scales come from the checkpoint "
-                            "(k_scale / v_scale), else 1.0");
-  }
+  // FP8 KV scales from the first batch's K and V (EngineArgs::calculate_kv_scales; checked there).
+  e.calculate_kv_scales = a.get_bool("calculate-kv-scales", false);
   e.dtype = a.get("dtype", "auto");
   e.quantization = a.get("quantization");
   e.scheduling_policy = a.get("scheduling-policy", "fcfs");

@@ -124,6 +124,10 @@ class Backend {
   virtual DType activation_dtype() const = 0;
   // Element type of the paged KV cache it allocates and attends over (--kv-cache-dtype).
   virtual DType kv_cache_dtype() const { return activation_dtype(); }
+  // --calculate-kv-scales: FP8 caches are made with cache_scale 0 ("not yet known"), and the first
+  // write_kv to each sets its scales from that write's K and V, as vLLM computes them on the first
+  // forward pass: max |K| / 200 and max |V| / 100 (1 where the maximum is 0), kept from then on.
+  virtual bool calculates_kv_scales() const { return false; }
 
   virtual StatusOr<std::unique_ptr<Buffer>> allocate(size_t bytes) = 0;
   // Makes a weight usable by this backend: the CPU reads it in place; a GPU copies it over.

@@ -55,6 +55,9 @@ struct EngineArgs {
   // (CPU so far: one byte per element, the checkpoint's per-layer scales or 1.0). vLLM's
   // --kv-cache-dtype.
   std::string kv_cache_dtype = "auto";
+  // vLLM's --calculate-kv-scales: an FP8 cache's per-layer scales from the first batch's K and V
+  // (Backend::calculates_kv_scales) instead of the checkpoint's or 1.0. CPU backend only so far.
+  bool calculate_kv_scales = false;
   // vLLM's --dtype: auto (as stored), bfloat16, float16, float32. The CPU converts dense weight
   // matrices (an HF directory's) at load and computes in float32; CUDA computes in bfloat16 only.
   std::string dtype = "auto";

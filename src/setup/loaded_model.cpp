@@ -163,6 +163,12 @@ StatusOr<std::unique_ptr<Backend>> make_backend(const LoadOptions& opts) {
     if (dtype && *dtype != DType::kBF16) {
       return invalid_argument("--dtype " + opts.dtype + ": the CUDA backend computes in bfloat16 (use auto or bfloat16)");
     }
+    if (opts.calculate_kv_scales) {
+      // The device's records fold the scales in as constants; the first write would have to reduce
+      // K and V on the GPU and read the maxima back before any graph is captured.
+      return unimplemented("--calculate-kv-scales is not supported on the CUDA backend yet (CPU only): FP8 KV-cache "
+                           "scales come from the checkpoint (k_scale / v_scale), else 1.0");
+    }
     CudaBackendOptions co;
     co.enable_graphs = !opts.enforce_eager;
     // Tensor parallelism: a rank drives the GPU of its local rank on its host and sums over the
@@ -189,6 +195,11 @@ StatusOr<std::unique_ptr<Backend>> make_backend(const LoadOptions& opts) {
   }
   bo.kv_cache_dtype = kv_dtype.value_or(DType::kF32);
   bo.dense_weight_dtype = dtype;
+  const bool fp8_kv = bo.kv_cache_dtype == DType::kF8E4M3 || bo.kv_cache_dtype == DType::kF8E5M2;
+  if (opts.calculate_kv_scales && !fp8_kv) {
+    return invalid_argument("--calculate-kv-scales needs an FP8 KV cache (--kv-cache-dtype fp8, fp8_e4m3 or fp8_e5m2)");
+  }
+  bo.calculate_kv_scales = opts.calculate_kv_scales;
   return std::unique_ptr<Backend>(std::make_unique<CpuBackend>(bo));
 }
 
@@ -218,6 +229,7 @@ LoadOptions LoadOptions::from(const EngineArgs& args) {
   lo.tokenizer = args.tokenizer;
   lo.enforce_eager = args.enforce_eager;
   lo.kv_cache_dtype = args.kv_cache_dtype;
+  lo.calculate_kv_scales = args.calculate_kv_scales;
   lo.dtype = args.dtype;
   lo.quantization = args.quantization;
   lo.model.max_num_tokens = args.max_num_batched_tokens;

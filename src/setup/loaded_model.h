@@ -31,6 +31,7 @@ struct LoadOptions {
   std::string tokenizer;
   bool enforce_eager = false;   // CUDA: no graphs
   std::string kv_cache_dtype = "auto";  // EngineArgs::kv_cache_dtype
+  bool calculate_kv_scales = false;     // EngineArgs::calculate_kv_scales
   std::string dtype = "auto";           // EngineArgs::dtype
   std::string quantization;             // EngineArgs::quantization
   ModelOptions model;           // workspace sizes; tp: the rank's group (the CUDA backend's GPU and communicator)

@@ -133,8 +133,23 @@ def test_fp8_kv_cache_serves_and_reports_the_tokens_it_holds(dtype, element):
     assert abs(tokens[dtype] - 2 * tokens["float16"]) <= 32, tokens
 
 
-def test_calculate_kv_scales_is_refused_by_name():
-    r = subprocess.run([kvasir_bin(), "serve", MODEL, "--port", "0", "--kv-cache-dtype", "fp8", "--calculate-kv-scales"],
+def test_calculate_kv_scales_needs_an_fp8_cache():
+    # vLLM accepts the flag and does nothing without an FP8 cache; a flag with no effect is refused.
+    r = subprocess.run([kvasir_bin(), "serve", MODEL, "--port", "0", "--calculate-kv-scales"],
                        capture_output=True, text=True, timeout=60)
     assert r.returncode != 0
-    assert "--calculate-kv-scales is not supported" in r.stderr, r.stderr
+    assert "--calculate-kv-scales needs an FP8 KV cache" in r.stderr, r.stderr
+
+
+def test_calculate_kv_scales_serves_with_an_fp8_cache():
+    # The scales come from the first batch's K and V (the golden tests check their values and the
+    # logits); here the flag reaches the engine and requests are served.
+    s = Server("--kv-cache-memory", "8MiB", "--kv-cache-dtype", "fp8", "--calculate-kv-scales", max_model_len=None)
+    try:
+        for prompt in ("The capital of France is", "Count: one, two,"):
+            body = {"model": MODEL_NAME, "prompt": prompt, "max_tokens": 8, "temperature": 0, "ignore_eos": True}
+            r = httpx.post(s.base + C, json=body, timeout=60)
+            assert r.status_code == 200, r.text
+            assert r.json()["usage"]["completion_tokens"] == 8
+    finally:
+        assert s.stop() == 0, s.logs()

@@ -340,5 +340,71 @@ TEST(CpuAttention, ATokenIsBitIdenticalAloneInARunAndAsOneQueryRows) {
   }
 }
 
+// --calculate-kv-scales (Backend::calculates_kv_scales): an FP8 cache made with cache_scale 0 takes
+// its scales from its first write, vLLM's max |K| / 200 and max |V| / 100 over the stored rows
+// (padding rows, slot -1, are not data), and keeps them: later writes encode with them, saturating.
+// A first write of zeros gives 1.
+TEST(CpuWriteKv, CalculatesFp8ScalesOnTheFirstWrite) {
+  for (DType dtype : {DType::kF8E4M3, DType::kF8E5M2}) {
+    SCOPED_TRACE(dtype_name(dtype));
+    CpuBackendOptions o;
+    o.num_threads = 2;
+    o.kv_cache_dtype = dtype;
+    o.calculate_kv_scales = true;
+    CpuBackend b(o);
+    EXPECT_TRUE(b.calculates_kv_scales());
+    constexpr int kvh = 2, hd = 8, row = kvh * hd, slots = 16;
+    std::vector<uint8_t> kc(slots * row), vc(slots * row);
+    Tensor kct = Tensor::make(kc.data(), dtype, {1, slots, kvh, hd});
+    Tensor vct = Tensor::make(vc.data(), dtype, {1, slots, kvh, hd});
+    kct.cache_scale = vct.cache_scale = 0.0f;
+    std::mt19937 rng(7);
+    std::uniform_real_distribution<float> d(-1.0f, 1.0f);
+    std::vector<float> k(3 * row), v(3 * row);
+    for (float& x : k) x = d(rng);
+    for (float& x : v) x = 0.5f * d(rng);
+    k[row + 5] = -3.5f;  // the stored rows' largest |K| and |V|
+    v[2 * row + 9] = 1.25f;
+    std::fill(k.begin() + 0, k.begin() + row, 100.0f);  // row 0 is padding: not data
+    std::vector<int64_t> slot_of = {-1, 3, 4};
+    AttentionMetadata m;
+    m.num_tokens = 3;
+    m.slot_mapping = slot_of.data();
+    m.block_size = slots;
+    auto write = [&](std::vector<float>& kk, std::vector<float>& vv) {
+      b.write_kv(Tensor::make(kk.data(), DType::kF32, {3, kvh, hd}), Tensor::make(vv.data(), DType::kF32, {3, kvh, hd}),
+                 kct, vct, m);
+    };
+    write(k, v);
+    EXPECT_EQ(kct.cache_scale, 3.5f / 200.0f);
+    EXPECT_EQ(vct.cache_scale, 1.25f / 100.0f);
+    auto code = [&](float x) {
+      return dtype == DType::kF8E4M3 ? quant::f32_to_fp8_e4m3(x) : quant::f32_to_fp8_e5m2(x);  // the cache's codes, bit for bit
+    };
+    for (int t = 1; t < 3; ++t) {
+      for (int i = 0; i < row; ++i) {
+        const size_t at = static_cast<size_t>(slot_of[static_cast<size_t>(t)]) * row + i;
+        EXPECT_EQ(kc[at], code(k[t * row + i] / kct.cache_scale)) << t << " " << i;
+        EXPECT_EQ(vc[at], code(v[t * row + i] / vct.cache_scale)) << t << " " << i;
+      }
+    }
+    // Kept: a later, larger write encodes with the first scales (saturating past the largest code).
+    std::vector<float> k2(3 * row, 50.0f), v2(3 * row, -0.001f);
+    slot_of = {5, 6, 7};
+    write(k2, v2);
+    EXPECT_EQ(kct.cache_scale, 3.5f / 200.0f);
+    EXPECT_EQ(vct.cache_scale, 1.25f / 100.0f);
+    EXPECT_EQ(kc[5 * row], code(50.0f / kct.cache_scale));
+    // A cache whose first write is all zeros: scale 1, not a division by zero.
+    Tensor kz = Tensor::make(kc.data(), dtype, {1, slots, kvh, hd}), vz = Tensor::make(vc.data(), dtype, {1, slots, kvh, hd});
+    kz.cache_scale = vz.cache_scale = 0.0f;
+    std::vector<float> zeros(3 * row, 0.0f), zeros2(3 * row, 0.0f);
+    b.write_kv(Tensor::make(zeros.data(), DType::kF32, {3, kvh, hd}), Tensor::make(zeros2.data(), DType::kF32, {3, kvh, hd}),
+               kz, vz, m);
+    EXPECT_EQ(kz.cache_scale, 1.0f);
+    EXPECT_EQ(vz.cache_scale, 1.0f);
+  }
+}
+
 }  // namespace
 }  // namespace kvasir

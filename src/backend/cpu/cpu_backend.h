@@ -27,6 +27,7 @@ struct CpuBackendOptions {
   // --dtype: element type of dense (F32/F16/BF16) weight matrices, converted at upload
   // (dense_weight_dtype.h); nullopt keeps them as stored.
   std::optional<DType> dense_weight_dtype;
+  bool calculate_kv_scales = false;  // Backend::calculates_kv_scales (FP8 caches only)
 };
 
 class CpuBackend final : public Backend {
@@ -38,6 +39,7 @@ class CpuBackend final : public Backend {
   std::string name() const override;
   DType activation_dtype() const override { return DType::kF32; }
   DType kv_cache_dtype() const override { return kv_dtype_; }
+  bool calculates_kv_scales() const override { return calculate_kv_scales_; }
   int num_threads() const { return pool_->num_threads(); }
   void set_precision(MatmulPrecision p) { precision_ = p; }
   MatmulPrecision precision() const { return precision_; }
@@ -86,6 +88,7 @@ class CpuBackend final : public Backend {
   std::unique_ptr<ThreadPool> pool_;
   MatmulPrecision precision_;
   DType kv_dtype_;
+  bool calculate_kv_scales_;
   cpu::MatmulScratch scratch_;
   std::optional<DType> dense_weight_dtype_;
   bool pack_weights_;  // the matmul kernels have a packed-panel tile here (see upload_weight)
