@@ -299,6 +299,33 @@ std::vector<std::vector<int32_t>> greedy_continuations(const std::string& path, 
 // for 19 of 20 continuations equal to the higher-precision cache's: NOT met on these small models
 // (measured below); the bars hold the measured quality so a regression in the FP8 path fails. The
 // GGUF cases suffice: the cache does not depend on the weights' format.
+// How far greedy continuations follow the reference's: whole ones equal, and tokens before each
+// one's first difference; printed as a metrics line (and each departure as an info line).
+struct ContinuationAgreement {
+  int equal = 0;
+  size_t agreeing_tokens = 0, total_tokens = 0;
+};
+ContinuationAgreement compare_continuations(const std::vector<std::vector<int32_t>>& reference,
+                                            const std::vector<std::vector<int32_t>>& got, const Golden& golden,
+                                            const char* model, const char* what) {
+  ContinuationAgreement a;
+  const size_t n = golden.prompts.size();
+  EXPECT_EQ(reference.size(), n);
+  EXPECT_EQ(got.size(), n);
+  for (size_t i = 0; i < n && i < reference.size() && i < got.size(); ++i) {
+    size_t first = 0;
+    while (first < got[i].size() && first < reference[i].size() && got[i][first] == reference[i][first]) ++first;
+    a.agreeing_tokens += first;
+    a.total_tokens += reference[i].size();
+    if (got[i] == reference[i]) ++a.equal;
+    else std::printf("[ info    ] %s (%s): %s leaves the float cache's continuation at token %zu\n", model, what,
+                     golden.prompts[i].id.c_str(), first);
+  }
+  std::printf("[ metrics ] %s (fast, %s): %d of %zu greedy continuations equal the float32 cache's; %zu of %zu tokens "
+              "before the first difference\n", model, what, a.equal, n, a.agreeing_tokens, a.total_tokens);
+  return a;
+}
+
 TEST_P(ModelGoldenTest, Fp8KvCacheAgainstTheFloatCache) {
   if (file_exists(path_ + "/config.json")) GTEST_SKIP() << "the FP8 cache is exercised through the GGUF cases";
   const int num = static_cast<int>(std::min<size_t>(10, golden_.prompts.size()));
@@ -327,26 +354,11 @@ TEST_P(ModelGoldenTest, Fp8KvCacheAgainstTheFloatCache) {
   }
   // Continuations (e4m3 only: the CI budget). Measured: SmolLM2 5 of 20 equal, 620 of 1,280 tokens
   // before the first difference; Gemma 3 4 of 20, 555 of 1,280. A broken cache gives 0 and 0.
-  const auto reference = greedy_continuations(path_, golden_, "auto");
-  const auto got = greedy_continuations(path_, golden_, "fp8");
-  const int n = static_cast<int>(golden_.prompts.size());
-  ASSERT_EQ(static_cast<int>(reference.size()), n);
-  ASSERT_EQ(static_cast<int>(got.size()), n);
-  int agree = 0;
-  size_t agreeing_tokens = 0, total_tokens = 0;
-  for (int i = 0; i < n; ++i) {
-    size_t first = 0;
-    while (first < got[i].size() && first < reference[i].size() && got[i][first] == reference[i][first]) ++first;
-    agreeing_tokens += first;
-    total_tokens += reference[i].size();
-    if (got[i] == reference[i]) ++agree;
-    else std::printf("[ info    ] %s (kv fp8): %s leaves the float cache's continuation at token %zu\n", GetParam().path,
-                     golden_.prompts[i].id.c_str(), first);
-  }
-  std::printf("[ metrics ] %s (fast, kv fp8): %d of %d greedy continuations equal the float32 cache's; %zu of %zu tokens "
-              "before the first difference\n", GetParam().path, agree, n, agreeing_tokens, total_tokens);
-  EXPECT_GE(agree, 2);
-  EXPECT_GE(agreeing_tokens * 3, total_tokens) << "a third of the tokens agree before the first difference";
+  const ContinuationAgreement a = compare_continuations(greedy_continuations(path_, golden_, "auto"),
+                                                        greedy_continuations(path_, golden_, "fp8"), golden_,
+                                                        GetParam().path, "kv fp8");
+  EXPECT_GE(a.equal, 2);
+  EXPECT_GE(a.agreeing_tokens * 3, a.total_tokens) << "a third of the tokens agree before the first difference";
 }
 
 // --calculate-kv-scales: each layer's FP8 scales from the first forward's K and V (max |K| / 200,
@@ -380,20 +392,14 @@ TEST_P(ModelGoldenTest, Fp8KvCacheWithCalculatedScales) {
   EXPECT_LE(r8.worst, 1e-5) << "the scales, once set, are the same for every later batch";
   EXPECT_LT(worst, 0.2);
   EXPECT_GT(worst, 1e-4) << "a cache this close to float32 is not storing FP8";
-  const auto reference = greedy_continuations(path_, golden_, "auto");
-  const auto got = greedy_continuations(path_, golden_, "fp8", /*calculate_kv_scales=*/true);
-  const int n = static_cast<int>(golden_.prompts.size());
-  ASSERT_EQ(static_cast<int>(reference.size()), n);
-  ASSERT_EQ(static_cast<int>(got.size()), n);
-  int agree = 0;
-  size_t agreeing_tokens = 0, total_tokens = 0;
-  for (int i = 0; i < n; ++i) {
-    size_t first = 0;
-    while (first < got[i].size() && first < reference[i].size() && got[i][first] == reference[i][first]) ++first;
-    agreeing_tokens += first;
-    total_tokens += reference[i].size();
-    if (got[i] == reference[i]) ++agree;
-  }
+  const ContinuationAgreement a = compare_continuations(
+      greedy_continuations(path_, golden_, "auto"),
+      greedy_continuations(path_, golden_, "fp8", /*calculate_kv_scales=*/true), golden_, GetParam().path,
+      "kv fp8, calculated scales");
+  // Measured: SmolLM2 529 and 618 of 1,280 tokens in two runs (the engine's first step, which sets
+  // the scales, need not batch the same prompts every run), Gemma 3 509. A broken cache gives ~0.
+  EXPECT_GE(a.agreeing_tokens * 4, a.total_tokens) << "a quarter of the tokens agree before the first difference";
+}
   std::printf("[ metrics ] %s (fast, kv fp8, calculated scales): %d of %d greedy continuations equal the float32 "
               "cache's; %zu of %zu tokens before the first difference\n",
               GetParam().path, agree, n, agreeing_tokens, total_tokens);
