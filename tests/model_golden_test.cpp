@@ -400,11 +400,6 @@ TEST_P(ModelGoldenTest, Fp8KvCacheWithCalculatedScales) {
   // the scales, need not batch the same prompts every run), Gemma 3 509. A broken cache gives ~0.
   EXPECT_GE(a.agreeing_tokens * 4, a.total_tokens) << "a quarter of the tokens agree before the first difference";
 }
-  std::printf("[ metrics ] %s (fast, kv fp8, calculated scales): %d of %d greedy continuations equal the float32 "
-              "cache's; %zu of %zu tokens before the first difference\n",
-              GetParam().path, agree, n, agreeing_tokens, total_tokens);
-  EXPECT_GE(agreeing_tokens * 3, total_tokens) << "a third of the tokens agree before the first difference";
-}
 
 INSTANTIATE_TEST_SUITE_P(Models, ModelGoldenTest,
                          ::testing::Values(ModelCase{"smollm2", "models/SmolLM2-135M-Instruct.Q4_1.gguf"},
