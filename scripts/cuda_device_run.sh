@@ -860,6 +860,9 @@ print(c["num_hidden_layers"] * kvh * hd * 2 * 2)' "$kv_cfg")
         fl_f=$(awk -v w="$wf" -v l="$len" -v t="$kv_tok" 'BEGIN{printf "%.2f", w + (l + 32) * t / 2 / 4.32e12 * 1e3}')
         note "kvfp8 b1 ctx $len, $w weights: bf16 cache ${a[*]} ms/step (floor $fl_a) | fp8 cache ${f[*]} (floor $fl_f) | best fp8/bf16 $(awk -v x="$mf" -v y="$ma" 'BEGIN{if (y > 0) printf "%.3f", x / y; else print "n/a"}') (bar 0.75)"
       done
+      # The FP8 cache's decode kernels side by side (FP8 weights): the default (mma_bulk), all_heads
+      # (our own plan's CUDA-core kernel) and FlashInfer's e4m3 decode (opt-in).
+      note "kvfp8 b1 ctx $len, fp8 cache by decode kernel: mma_bulk $(kv_lat "fp8k_mb_$len" "$len" --quantization fp8 --kv-cache-dtype fp8) | all_heads $(KVASIR_CUDA_DECODE=own KVASIR_CUDA_ATTN=all_heads kv_lat "fp8k_ah_$len" "$len" --quantization fp8 --kv-cache-dtype fp8) | FlashInfer $(KVASIR_CUDA_DECODE_FI_FP8=1 kv_lat "fp8k_fi_$len" "$len" --quantization fp8 --kv-cache-dtype fp8)"
       # The attention ops alone (eager, per-op device time: compare the two, not with the steps).
       # Prefill (own kernel for FP8, FlashInfer's for bf16) and decode attention both.
       for c in auto fp8; do
@@ -867,8 +870,8 @@ print(c["num_hidden_layers"] * kvh * hd * 2 * 2)' "$kv_cfg")
         note "  profile ctx $len, $c cache: $(grep -oE '(attention\((decode|prefill)\)|write_kv|rope\+write_kv)=[0-9.]+\([0-9]+\)' "$OUT/kvfp8_lat_prof_${len}_$c.log" | tr '\n' ' ')"
       done
     done
-    # Batch 64 at 2k contexts: past FlashInfer's decode (8 sequences), bf16 caches run mma_bulk
-    # and FP8 ones all_heads.
+    # Batch 64 at 2k contexts: past FlashInfer's decode (8 sequences), both caches run mma_bulk
+    # (an FP8 cache's f16 path).
     kv_b64() {  # name, cache
       timeout 300 "$bin/kvasir" bench latency --device cuda --load-format dummy --model "$kv_cfg" --batch-size 64 \
         --input-len 2048 --output-len 64 --num-iters 1 --num-iters-warmup 1 --quantization fp8 --kv-cache-dtype "$2" \
@@ -938,10 +941,13 @@ b = p / 2 + p / g * 2 + c['vocab_size'] * h * 2; print('%.3f %.2f' % (b / 4.32e1
     note "w4a16 latency b64 (ms/step): int4 [$i64] median $mi64 | bf16 [$b64] median $mb64 | int4/bf16 $(awk -v a="$mi64" -v b="$mb64" 'BEGIN {if (b > 0) printf "%.3f (bar 0.60: %s)", a / b, (a / b <= 0.60 ? "met" : "NOT met"); else print "n/a"}')"
     note "  int4 run kept: $(grep -oE 'W4A16 weights [0-9]+ \([0-9.]+ MiB\)' "$OUT/w4_lat_int4_b1_r1.log" | head -1) (Llama-3.1-8B: 224 linears)"
     [[ -z $mi || $mi == 0 ]] && tail -5 "$OUT/w4_lat_int4_b1_r1.log"
-    # The GEMM's batches, its two kernels side by side (wgmma, the default on 9.0, and mma.sync).
+    # The GEMM's batches, its two kernels side by side (wgmma, the default on 9.0, and mma.sync),
+    # and wgmma with its K splits capped at 4 and 2 (KVASIR_W4A16_GEMM_SPLITS) beside the default
+    # choice from the cluster capacities (logged once: "clusters resident at once").
     for bs in ${KVASIR_W4_GEMM_BATCHES:-32 64 128}; do
-      note "w4a16 GEMM b$bs (ms/step): wgmma $(w4_lat "int4_b${bs}_wgmma" $int4_cfg --batch-size "$bs") | mma.sync $(KVASIR_W4A16_GEMM_WGMMA=0 w4_lat "int4_b${bs}_mma" $int4_cfg --batch-size "$bs") | bf16 $(w4_lat "bf16_b${bs}_gemm" configs/llama-3.1-8b.json --batch-size "$bs")"
+      note "w4a16 GEMM b$bs (ms/step): wgmma $(w4_lat "int4_b${bs}_wgmma" $int4_cfg --batch-size "$bs") | splits <= 4 $(KVASIR_W4A16_GEMM_SPLITS=4 w4_lat "int4_b${bs}_cap4" $int4_cfg --batch-size "$bs") | <= 2 $(KVASIR_W4A16_GEMM_SPLITS=2 w4_lat "int4_b${bs}_cap2" $int4_cfg --batch-size "$bs") | mma.sync $(KVASIR_W4A16_GEMM_WGMMA=0 w4_lat "int4_b${bs}_mma" $int4_cfg --batch-size "$bs") | bf16 $(w4_lat "bf16_b${bs}_gemm" configs/llama-3.1-8b.json --batch-size "$bs")"
     done
+    note "  $(grep -ohE 'clusters resident at once.*' "$OUT"/w4_lat_int4_b*_wgmma.log | head -1)"
     KVASIR_CUDA_PROFILE=1 w4_lat int4_b1_profile $int4_cfg --batch-size 1 >/dev/null
     grep -A30 '^profile' "$OUT/w4_lat_int4_b1_profile.log" | head -20
   fi
