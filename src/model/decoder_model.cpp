@@ -331,11 +331,7 @@ StatusOr<KvCache> DecoderModel::allocate_kv_cache(int num_blocks, int block_size
     KVASIR_ASSIGN_OR_RETURN(auto buf, backend_.allocate(bytes));
     // Not cleared: attention only reads slots written by write_kv, and untouched pages stay free.
     side.push_back(Tensor::make(buf->data(), kv_dtype, {num_blocks, block_size, heads, dim}, backend_.device()));
-    // Only an FP8 cache is scaled; float caches keep exact values whatever the checkpoint says.
-    // Under --calculate-kv-scales the first write sets it (0: not yet known; Backend::calculates_kv_scales).
-    if (kv_dtype == DType::kF8E4M3 || kv_dtype == DType::kF8E5M2) {
-      side.back().cache_scale = backend_.calculates_kv_scales() ? 0.0f : scale;
-    }
+    side.back().cache_scale = initial_kv_cache_scale(backend_, scale);
     c.buffers.push_back(std::move(buf));
     return Status();
   };

@@ -67,12 +67,7 @@ Status EngineArgs::validate() const {
   if (!(gpu_memory_utilization > 0.0 && gpu_memory_utilization <= 1.0)) {
     return invalid_argument("--gpu-memory-utilization must be in (0, 1]");
   }
-  KVASIR_ASSIGN_OR_RETURN(const std::optional<DType> kv_dtype, parse_kv_cache_dtype(kv_cache_dtype));
-  if (calculate_kv_scales && !(kv_dtype && (*kv_dtype == DType::kF8E4M3 || *kv_dtype == DType::kF8E5M2))) {
-    // vLLM accepts it and does nothing without an FP8 cache: a flag with no effect is refused here.
-    return invalid_argument("--calculate-kv-scales needs an FP8 KV cache (--kv-cache-dtype fp8, fp8_e4m3 or fp8_e5m2): "
-                            "only FP8 caches are scaled");
-  }
+  KVASIR_RETURN_IF_ERROR(parse_kv_cache_dtype(kv_cache_dtype).status());
   KVASIR_RETURN_IF_ERROR(parse_dtype(dtype).status());
   KVASIR_RETURN_IF_ERROR(quant::quantization_flag_method(quantization).status());
   if (scheduling_policy != "fcfs" && scheduling_policy != "priority") {

@@ -195,8 +195,8 @@ StatusOr<std::unique_ptr<Backend>> make_backend(const LoadOptions& opts) {
   }
   bo.kv_cache_dtype = kv_dtype.value_or(DType::kF32);
   bo.dense_weight_dtype = dtype;
-  const bool fp8_kv = bo.kv_cache_dtype == DType::kF8E4M3 || bo.kv_cache_dtype == DType::kF8E5M2;
-  if (opts.calculate_kv_scales && !fp8_kv) {
+  if (opts.calculate_kv_scales && bo.kv_cache_dtype != DType::kF8E4M3 && bo.kv_cache_dtype != DType::kF8E5M2) {
+    // vLLM accepts it and does nothing without an FP8 cache: a flag with no effect is refused.
     return invalid_argument("--calculate-kv-scales needs an FP8 KV cache (--kv-cache-dtype fp8, fp8_e4m3 or fp8_e5m2)");
   }
   bo.calculate_kv_scales = opts.calculate_kv_scales;

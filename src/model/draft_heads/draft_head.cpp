@@ -23,9 +23,7 @@ StatusOr<KvCache> allocate_head_kv_cache(Backend& backend, const KvCacheShape& s
     KVASIR_ASSIGN_OR_RETURN(auto buf, backend.allocate(bytes));
     side->push_back(Tensor::make(buf->data(), backend.kv_cache_dtype(), {num_blocks, block_size, heads, dim},
                                  backend.device()));
-    // A head has no checkpoint scales: 1.0, or set by the first write (Backend::calculates_kv_scales).
-    const DType kv = backend.kv_cache_dtype();
-    if ((kv == DType::kF8E4M3 || kv == DType::kF8E5M2) && backend.calculates_kv_scales()) side->back().cache_scale = 0.0f;
+    side->back().cache_scale = initial_kv_cache_scale(backend, 1.0f);  // a head has no checkpoint scales
     c.buffers.push_back(std::move(buf));
   }
   return c;
