@@ -223,10 +223,12 @@ TEST_F(CudaGguf, ProjectionsOfOneInputFollowTheCpu) {
 
 // A token's output of the tensor-core GEMV does not depend on the batch around it (each MMA output
 // element is its own dot product, the other A rows only ride along): token 0 alone, among 7, among
-// 16 (rows 8..15 of the fragments) and in the second pass of 20 gives the same bits.
+// 16 (rows 8..15 of the fragments, or the second octet of B in the K-quant kernel) and in the
+// second pass of 20 gives the same bits. k = 4096: the K-quant kernel stages x in shared memory for
+// 1 and 7 tokens and reads it from L1 for 16.
 TEST_F(CudaGguf, GemvRowsAreBatchInvariant) {
   for (const Format* f : {&formats()[5], &formats()[4], &formats()[7]}) {  // Q4_K, Q8_0, Q6_K
-    const int64_t k = 4 * 256, m = 72;
+    const int64_t k = 16 * 256, m = 72;
     auto bytes = random_blocks(rng_, *f, m, k, sane_scale(f->type, k) * 16.0f);
     const Tensor wg = upload_blocks(bytes, f->type, m, k);
     ASSERT_NE(wg.data, nullptr);

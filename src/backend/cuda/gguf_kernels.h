@@ -1,7 +1,8 @@
 // The CUDA backend's GGUF block-format kernels: weights stay in the blocks the file stores
 // (Q4_0, Q4_1, Q5_0, Q5_1, Q8_0, Q4_K, Q5_K, Q6_K; layouts in quant/block_formats.h), rows
 // contiguous, uploaded byte for byte. gguf_mma_gemv.cu: the GEMV for decode-sized batches on the
-// tensor cores (bf16-rounded weights, 16 tokens per pass over the weight bytes); gguf_gemv.cu: a
+// tensor cores (bf16-rounded weights, 16 tokens per pass over the weight bytes), Q4_K and Q6_K
+// through gguf_kquant_gemv.cu (weights as the MMA's A operand, exact products); gguf_gemv.cu: a
 // float32 GEMV with the reference's exact weights (1 .. kGgufGemvMaxRows tokens, one pass);
 // gguf_dequantize.cu: rows to bf16 (the GEMM path's scratch, embedding lookups) or float32 (tests),
 // equal to quant::dequantize_row before rounding.
@@ -46,6 +47,13 @@ inline constexpr int kGgufMaxProjections = 3;
 // weights rounded to bf16 before the products, float32 sums.
 void launch_gguf_mma_gemv(const void* x, const GgufProjection* proj, int num_proj, DType t, int n, int64_t k,
                           Elem out, cudaStream_t s);
+
+// The tensor-core GEMV's K-quant kernel (gguf_kquant_gemv.cu: weights as the A operand, exact
+// weights, float32 sums), which launch_gguf_mma_gemv takes for Q4_K and Q6_K where
+// gguf_kquant_gemv_supported(t, k).
+bool gguf_kquant_gemv_supported(DType t, int64_t k);
+void launch_gguf_kquant_gemv(const void* x, const GgufProjection* proj, int num_proj, DType t, int n, int64_t k,
+                             Elem out, cudaStream_t s);
 
 // out[r - row0, :] = rows row0 .. row0 + rows of w [*, k] dequantized, as bf16 or float32 (out,
 // 16-byte aligned).

@@ -13,6 +13,9 @@
 // projections' 8-row tiles one after another. Weights are rounded to bf16 before the products (as
 // the GEMM path's scratch and the bf16 backend's weights); the backend's KVASIR_GGUF_GEMV=exact
 // keeps every type on the float32 GEMV instead (cuda_gguf_ops.cpp).
+#include <cstdlib>
+#include <cstring>
+
 #include "backend/cuda/cuda_common.cuh"
 #include "backend/cuda/gguf_kernels.h"
 #include "backend/cuda/gguf_mma_units.cuh"
@@ -94,6 +97,18 @@ __global__ void __launch_bounds__(kWarps * 32, 4) mma_gemv_kernel(MmaGemvArgs a)
   else static_cast<bf16*>(pr.y)[at] = __float2bfloat16(v);
 }
 
+// Q4_K and Q6_K on their own kernel (gguf_kquant_gemv.cu) unless KVASIR_GGUF_KQUANT_GEMV=0 (A/B
+// runs; =q4k: Q4_K only).
+bool kquant_kernel(DType t, int64_t k) {
+  static const int on = [] {
+    const char* e = std::getenv("KVASIR_GGUF_KQUANT_GEMV");
+    if (e == nullptr) return 2;
+    return std::strcmp(e, "0") == 0 ? 0 : (std::strcmp(e, "q4k") == 0 ? 1 : 2);
+  }();
+  if (on == 0 || (on == 1 && t != DType::kQ4_K)) return false;
+  return gguf_kquant_gemv_supported(t, k);
+}
+
 template <class F>
 void launch_format(const MmaGemvArgs& a, cudaStream_t s) {
   const unsigned blocks = static_cast<unsigned>(a.tile_end[a.num_proj - 1]);
@@ -108,6 +123,10 @@ void launch_gguf_mma_gemv(const void* x, const GgufProjection* proj, int num_pro
   KVASIR_CHECK_MSG(n >= 1 && gguf_kernel_type(t) && row_bytes(t, k).has_value() && aligned16(x) && num_proj >= 1 &&
                        num_proj <= kGgufMaxProjections,
                    "GGUF MMA GEMV: a GGUF block type, whole blocks, a 16-byte aligned input, 1..3 projections");
+  if (kquant_kernel(t, k)) {
+    launch_gguf_kquant_gemv(x, proj, num_proj, t, n, k, out, s);
+    return;
+  }
   MmaGemvArgs a{};
   a.k = k;
   a.row_bytes = static_cast<int64_t>(*row_bytes(t, k));

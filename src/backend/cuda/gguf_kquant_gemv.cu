@@ -1,0 +1,209 @@
+// GEMV over Q4_K and Q6_K blocks (a Q4_K_M model's matrices) with the weights as the A operand of
+// m16n8k16 bf16 MMAs: a warp's tile is 16 rows, each lane's fetches of the quant bytes are its A
+// fragments after a shift and one or two LOP3s per pair, and the tokens are the 8-wide B operand
+// (one MMA per 16 columns for up to 8 tokens, two for up to 16). The scales are applied per
+// sub-block in float32 after the MMAs, so no weight is rounded (gguf_kquant_formats.cuh). The
+// generic GEMV (gguf_mma_gemv.cu) puts the weights in B (8 rows per warp), decodes every weight to
+// bf16 with its scales (six operations per two weights) and reads 64 bytes of x per 16 of weights:
+// it reads a Q4_K_M 8B at ~1.1-1.4 TB/s (H100, ncu).
+// - The CTA is one 16-row tile of one of up to three projections of one x (q/k/v, gate/up); its 8
+//   warps take super-blocks w, w + 8, ..., each with the next one's bytes in flight while the
+//   current one is summed; the warps' tiles meet in shared memory at the end. (One wave of CTAs
+//   walking the tiles, the next tile's bytes in flight across tile boundaries, measured slower:
+//   batch-1 Q4_K_M step 3.55 ms against 3.38, H100.)
+// - A warp's first two super-blocks are requested before the PDL wait (weights are never written by
+//   an earlier kernel). A super-block's per-sub-block factors are decoded by the warp's lanes
+//   together (each lane a quarter or an eighth of one row's header) into a per-warp shared buffer,
+//   two buffers alternating.
+// - x is staged in shared memory while its rows fit in 64 KB (batch 1-7 at k = 4096), else read
+//   from L1.
+#include "backend/cuda/cuda_common.cuh"
+#include "backend/cuda/gguf_kernels.h"
+#include "backend/cuda/gguf_kquant_formats.cuh"
+
+namespace kvasir::cuda {
+namespace {
+
+using kquant::XSource;
+
+constexpr int kWarps = 8;
+constexpr int kThreads = kWarps * 32;
+constexpr int kFactorBytes = 1024;  // one super-block's decoded factors (either format)
+constexpr int kXPad = 32;           // bf16 elements of padding per staged x row (64 bytes: the 8
+                                    // tokens of a quarter-warp's loads fall in distinct banks)
+constexpr size_t kStageLimit = 64 << 10;  // staged x rows
+
+struct KquantGemvArgs {
+  const bf16* x;
+  GgufProjection proj[kGgufMaxProjections];
+  int64_t tile_end[kGgufMaxProjections];  // prefix sums of the projections' 16-row tiles
+  int64_t k, row_bytes, y_offset;
+  int32_t n, f32_out, num_proj, super_blocks;
+};
+
+// Dynamic shared memory: per warp two factor buffers; then, where x is staged, its n rows (stride
+// k + kXPad).
+extern __shared__ __align__(16) uint8_t kquant_smem[];
+
+__device__ __forceinline__ void stage_x(const bf16* __restrict__ x, int n, int64_t k, bf16* rows) {
+  const int chunks = static_cast<int>(k / 8);  // 16-byte chunks per row
+  for (int tok = 0; tok < n; ++tok) {
+    for (int ch = threadIdx.x; ch < chunks; ch += kThreads) {
+      const uint4 v = __ldg(reinterpret_cast<const uint4*>(x + tok * k + ch * 8));
+      *reinterpret_cast<uint4*>(rows + tok * (k + kXPad) + ch * 8) = v;
+    }
+  }
+}
+
+template <class F, int NT, bool kStageX, bool kOne>
+__global__ void __launch_bounds__(kThreads, NT == 1 ? F::kMinBlocks : 2) kquant_gemv_kernel(KquantGemvArgs a) {
+  __shared__ float red[kWarps][16][NT * 8];
+  const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
+  const int g = lane >> 2, t = lane & 3;
+  const int64_t tile = blockIdx.x;
+  int p = 0;
+  while (p + 1 < a.num_proj && tile >= a.tile_end[p]) ++p;
+  const GgufProjection& pr = a.proj[p];
+  const int64_t m = pr.out_features;
+  const int64_t row0 = (tile - (p == 0 ? 0 : a.tile_end[p - 1])) * 16;
+  const uint8_t* w = static_cast<const uint8_t*>(pr.w);
+  // Rows past m repeat the last (their sums are never written).
+  const auto row = [&](int64_t r) { return w + (r < m ? r : m - 1) * a.row_bytes; };
+  const uint8_t* rg = row(row0 + g);
+  const uint8_t* rg8 = row(row0 + g + 8);
+  const uint8_t* rh = row(row0 + (lane & 15));
+  const int nsb = a.super_blocks;
+  float* fbuf = reinterpret_cast<float*>(kquant_smem + warp * 2 * kFactorBytes);
+  constexpr int kBufFloats = kFactorBytes / 4;
+  const auto load = [&](int sb, typename F::Block& b) {
+    const int64_t off = static_cast<int64_t>(sb) * F::kBlockBytes;
+    if (F::kAligned || (sb & 1) == 0) F::template load<false>(rg + off, rg8 + off, rh + off, t, b);
+    else F::template load<true>(rg + off, rg8 + off, rh + off, t, b);
+  };
+  pdl_launch_dependents();
+  typename F::Block ba, bb;
+  int sb = warp;
+  if (sb < nsb) load(sb, ba);
+  if (sb + kWarps < nsb) load(sb + kWarps, bb);
+  pdl_wait();  // x is the previous kernel's output
+  XSource<NT> xs;
+  if constexpr (kStageX) {
+    bf16* rows = reinterpret_cast<bf16*>(kquant_smem + kWarps * 2 * kFactorBytes);
+    stage_x(a.x, a.n, a.k, rows);
+#pragma unroll
+    for (int o = 0; o < NT; ++o) xs.row[o] = rows + static_cast<int64_t>(min(o * 8 + g, a.n - 1)) * (a.k + kXPad);
+    __syncthreads();
+  } else {
+#pragma unroll
+    for (int o = 0; o < NT; ++o) xs.row[o] = a.x + static_cast<int64_t>(min(o * 8 + g, a.n - 1)) * a.k;
+  }
+  float acc[NT][4];
+#pragma unroll
+  for (int o = 0; o < NT; ++o) acc[o][0] = acc[o][1] = acc[o][2] = acc[o][3] = 0.0f;
+  // A lane writes a factor buffer only after every lane has passed the __syncwarp that follows the
+  // other buffer's writes, so after its reads of the buffer's previous super-block.
+  for (; sb < nsb; sb += 2 * kWarps) {
+    F::decode_factors(ba, lane, fbuf);
+    __syncwarp();
+    F::template sum<NT, kStageX, kOne>(ba, static_cast<int64_t>(sb) * 256, fbuf + F::kFactorFloats * g, xs, t, acc);
+    if (sb + 2 * kWarps < nsb) load(sb + 2 * kWarps, ba);
+    if (sb + kWarps >= nsb) break;
+    F::decode_factors(bb, lane, fbuf + kBufFloats);
+    __syncwarp();
+    F::template sum<NT, kStageX, kOne>(bb, static_cast<int64_t>(sb + kWarps) * 256,
+                                       fbuf + kBufFloats + F::kFactorFloats * g, xs, t, acc);
+    if (sb + 3 * kWarps < nsb) load(sb + 3 * kWarps, bb);
+  }
+#pragma unroll
+  for (int o = 0; o < NT; ++o) {
+    red[warp][g][o * 8 + 2 * t] = acc[o][0];
+    red[warp][g][o * 8 + 2 * t + 1] = acc[o][1];
+    red[warp][g + 8][o * 8 + 2 * t] = acc[o][2];
+    red[warp][g + 8][o * 8 + 2 * t + 1] = acc[o][3];
+  }
+  __syncthreads();
+  const int tok = threadIdx.x >> 4, rr = threadIdx.x & 15;
+  const int64_t r = row0 + rr;
+  if (tok >= NT * 8 || tok >= a.n || r >= m) return;
+  float v = 0.0f;
+#pragma unroll
+  for (int w8 = 0; w8 < kWarps; ++w8) v += red[w8][rr][tok];
+  if (pr.bias != nullptr) v += pr.bias[r];
+  const int64_t at = (a.y_offset + tok) * m + r;
+  if (a.f32_out) static_cast<float*>(pr.y)[at] = v;
+  else static_cast<bf16*>(pr.y)[at] = __float2bfloat16(v);
+}
+
+template <class F, int NT, bool kStageX, bool kOne = false>
+void launch_kernel(const KquantGemvArgs& a, unsigned blocks, size_t smem, cudaStream_t s) {
+  auto* kernel = kquant_gemv_kernel<F, NT, kStageX, kOne>;
+  constexpr size_t kStatic = sizeof(float) * kWarps * 16 * NT * 8;
+  if (smem + kStatic > (48 << 10)) {
+    KVASIR_CUDA_CHECK(
+        cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(smem)));
+  }
+  launch(kernel, blocks, kThreads, smem, s, a);
+  KVASIR_CUDA_LAUNCH_CHECK();
+}
+
+template <class F>
+void launch_format(KquantGemvArgs& a, const void* x, int n, int64_t k, unsigned blocks, cudaStream_t s) {
+  const size_t factors = static_cast<size_t>(kWarps) * 2 * kFactorBytes;
+  for (int t0 = 0; t0 < n; t0 += 16) {  // 16 tokens per pass over the weights
+    a.x = static_cast<const bf16*>(x) + static_cast<int64_t>(t0) * k;
+    a.y_offset = t0;
+    a.n = n - t0 < 16 ? n - t0 : 16;
+    const int nt = a.n > 8 ? 2 : 1;
+    const size_t rows = static_cast<size_t>(a.n) * (k + kXPad) * 2;
+    const bool stage = rows <= kStageLimit;
+    const size_t smem = factors + (stage ? rows : 0);
+    if (nt == 2) {
+      if (stage) launch_kernel<F, 2, true>(a, blocks, smem, s);
+      else launch_kernel<F, 2, false>(a, blocks, smem, s);
+    } else if (a.n == 1) {
+      if (stage) launch_kernel<F, 1, true, true>(a, blocks, smem, s);
+      else launch_kernel<F, 1, false, true>(a, blocks, smem, s);
+    } else {
+      if (stage) launch_kernel<F, 1, true>(a, blocks, smem, s);
+      else launch_kernel<F, 1, false>(a, blocks, smem, s);
+    }
+  }
+}
+
+}  // namespace
+
+// Q6_K rows of an even number of super-blocks: then every row starts on a word, and a super-block's
+// parity says whether its words are aligned.
+bool gguf_kquant_gemv_supported(DType t, int64_t k) {
+  if (k <= 0 || k > (int64_t{1} << 24)) return false;
+  if (t == DType::kQ4_K) return k % 256 == 0;
+  return t == DType::kQ6_K && k % 512 == 0;
+}
+
+void launch_gguf_kquant_gemv(const void* x, const GgufProjection* proj, int num_proj, DType t, int n, int64_t k,
+                             Elem out, cudaStream_t s) {
+  KVASIR_CHECK_MSG(n >= 1 && gguf_kquant_gemv_supported(t, k) && aligned16(x) && num_proj >= 1 &&
+                       num_proj <= kGgufMaxProjections,
+                   "K-quant GEMV: Q4_K or Q6_K rows of whole (Q6_K: an even number of) super-blocks, a 16-byte "
+                   "aligned input, 1..3 projections");
+  KquantGemvArgs a{};
+  a.k = k;
+  a.super_blocks = static_cast<int32_t>(k / 256);
+  a.row_bytes = a.super_blocks * static_cast<int64_t>(t == DType::kQ4_K ? kquant::Q4K::kBlockBytes
+                                                                         : kquant::Q6K::kBlockBytes);
+  a.f32_out = out == Elem::kF32 ? 1 : 0;
+  a.num_proj = num_proj;
+  int64_t tiles = 0;
+  for (int p = 0; p < num_proj; ++p) {
+    KVASIR_CHECK_MSG(aligned16(proj[p].w) && proj[p].out_features > 0,
+                     "K-quant GEMV: 16-byte aligned, non-empty weights");
+    a.proj[p] = proj[p];
+    tiles += (proj[p].out_features + 15) / 16;
+    a.tile_end[p] = tiles;
+  }
+  const auto blocks = static_cast<unsigned>(tiles);
+  if (t == DType::kQ4_K) launch_format<kquant::Q4K>(a, x, n, k, blocks, s);
+  else launch_format<kquant::Q6K>(a, x, n, k, blocks, s);
+}
+
+}  // namespace kvasir::cuda
