@@ -1169,6 +1169,17 @@ if has gguf_bench && [[ -f $gguf ]]; then
     note "kvasir gguf b64 128/128: rc=$? $(grep -E '^(prefill|decode)' "$OUT/gguf_lat_b64.log" | tr '\n' ' ')"
     note "  $(grep -E 'device steps' "$OUT/gguf_lat_b64.log" | head -1)"
     if [[ $gguf_type != f16 ]]; then
+      # Batch 1 and 8 with Q4_K/Q6_K on the generic GEMV (KVASIR_GGUF_KQUANT_GEMV=0) beside the
+      # K-quant kernel's runs (gguf_kquant_gemv.cu); batch 8 of the default.
+      for bsz in 1 8; do
+        in=128; [[ $bsz == 1 ]] && in=512
+        for kq in default 0; do
+          kenv=X=1; [[ $kq == 0 ]] && kenv=KVASIR_GGUF_KQUANT_GEMV=0
+          env $kenv timeout 150 "$bin/kvasir" bench latency --model $gguf \
+            --device cuda --batch-size $bsz --input-len $in --output-len 128 --num-iters 3 >"$OUT/gguf_lat_b${bsz}_kq$kq.log" 2>&1
+          note "kvasir gguf b$bsz $in/128, K-quant GEMV $kq: rc=$? $(grep -E '^decode' "$OUT/gguf_lat_b${bsz}_kq$kq.log")"
+        done
+      done
       # Batched decode of block weights: batch 16 (one tensor-core GEMV pass per step), and batch 64
       # with the GEMV up to 64 tokens (4 passes) against the default dequantize + cuBLASLt above 32.
       timeout 150 "$bin/kvasir" bench latency --model $gguf --device cuda --batch-size 16 --input-len 128 \
@@ -1187,10 +1198,10 @@ if has gguf_bench && [[ -f $gguf ]]; then
     timeout 200 $lb/llama-bench -m $gguf -ngl 99 -fa 1 -p 512 -n 128 -r 3 -o md >"$OUT/llama_bench.log" 2>&1
     note "llama-bench: rc=$? $(grep -E 'pp512|tg128' "$OUT/llama_bench.log" | tr -s ' ' | tr '\n' ' ')"
     timeout 200 $lb/llama-batched-bench -m $gguf -ngl 99 -fa on -c 20480 -b 2048 -ub 512 -npp 128 -ntg 128 \
-      -npl 1,16,64 >"$OUT/llama_batched.log" 2>&1
+      -npl 1,8,16,64 >"$OUT/llama_batched.log" 2>&1
     note "llama-batched-bench: rc=$?"
-    grep -E '^\|' "$OUT/llama_batched.log" | tail -5
-    for l in $(grep -E '^\|' "$OUT/llama_batched.log" | tail -3 | tr -d ' '); do note "  $l"; done
+    grep -E '^\|' "$OUT/llama_batched.log" | tail -6
+    for l in $(grep -E '^\|' "$OUT/llama_batched.log" | tail -4 | tr -d ' '); do note "  $l"; done
   else
     note "llama.cpp: no binaries"
   fi
