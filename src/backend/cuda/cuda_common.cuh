@@ -45,6 +45,15 @@ __device__ __forceinline__ void pdl_wait() {
 #endif
 }
 
+// 16 bytes a kernel reads once (weights streamed past): not kept in L1.
+__device__ __forceinline__ uint4 load_stream(const void* p) {
+  uint4 r;
+  asm("ld.global.nc.L1::no_allocate.v4.u32 {%0, %1, %2, %3}, [%4];"
+      : "=r"(r.x), "=r"(r.y), "=r"(r.z), "=r"(r.w)
+      : "l"(p));
+  return r;
+}
+
 // Pulls [p, p + bytes) towards L2, one 128-byte line per lane per step (no registers tied up).
 __device__ __forceinline__ void prefetch_l2_warp(const void* p, int64_t bytes, int lane) {
   const char* c = static_cast<const char*>(p);

@@ -32,14 +32,6 @@ struct Fp8GemvArgs {
   int unused;
 };
 
-__device__ __forceinline__ uint4 load_stream(const uint8_t* p) {
-  uint4 r;
-  asm("ld.global.nc.L1::no_allocate.v4.u32 {%0, %1, %2, %3}, [%4];"
-      : "=r"(r.x), "=r"(r.y), "=r"(r.z), "=r"(r.w)
-      : "l"(p));
-  return r;
-}
-
 // 16 e4m3 codes (little-endian bytes: element 0 in the low byte) to floats.
 __device__ __forceinline__ void unpack16(const uint4& u, float (&w)[16]) {
   const auto* p = reinterpret_cast<const __nv_fp8x2_storage_t*>(&u);

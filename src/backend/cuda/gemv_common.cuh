@@ -1,5 +1,5 @@
 // What the CUDA-core GEMV (gemv.cu) and the tensor-core one (gemv_tensor_core.cu) share: the
-// block shape, streaming weight loads, bf16 unpacking and the input staging with an RMSNorm folded in.
+// block shape, bf16 unpacking and the input staging with an RMSNorm folded in.
 #pragma once
 
 #include <type_traits>
@@ -26,14 +26,6 @@ void with_token_count(int n, F&& f) {
     case 8: return f(std::integral_constant<int, 8>{});
     default: KVASIR_CHECK_MSG(false, "gemv: unsupported row count");
   }
-}
-
-__device__ __forceinline__ uint4 load_stream(const bf16* p) {
-  uint4 r;
-  asm("ld.global.nc.L1::no_allocate.v4.u32 {%0, %1, %2, %3}, [%4];"
-      : "=r"(r.x), "=r"(r.y), "=r"(r.z), "=r"(r.w)
-      : "l"(p));
-  return r;
 }
 
 __device__ __forceinline__ void unpack8(const uint4& u, float (&v)[8]) {

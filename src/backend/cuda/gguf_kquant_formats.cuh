@@ -31,13 +31,6 @@ __device__ __forceinline__ uint2 load_stream8(const uint8_t* p) {
   asm("ld.global.nc.L1::no_allocate.v2.u32 {%0, %1}, [%2];" : "=r"(v.x), "=r"(v.y) : "l"(p));
   return v;
 }
-__device__ __forceinline__ uint4 load_stream16(const uint8_t* p) {
-  uint4 v;
-  asm("ld.global.nc.L1::no_allocate.v4.u32 {%0, %1, %2, %3}, [%4];"
-      : "=r"(v.x), "=r"(v.y), "=r"(v.z), "=r"(v.w)
-      : "l"(p));
-  return v;
-}
 // A word at a 4-byte aligned address, or (kOdd) at one that is only 2-byte aligned (Q6_K's 210-byte
 // super-blocks: every other one starts 2 bytes off).
 template <bool kOdd>
@@ -110,7 +103,7 @@ struct Q4K {
   template <bool kOdd>
   __device__ __forceinline__ static void load(const uint8_t* rg, const uint8_t* rg8, const uint8_t* rh, int t,
                                               Block& b) {
-    b.h = load_stream16(rh);
+    b.h = load_stream(rh);
 #pragma unroll
     for (int c = 0; c < 4; ++c) {
       b.q[c] = load_stream8(rg + 16 + 8 * t + 32 * c);

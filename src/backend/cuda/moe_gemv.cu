@@ -20,14 +20,6 @@ namespace {
 constexpr int kWarps = kMoeGateUpRowsPerCta;  // the gate/up kernel's warps, a row each
 constexpr int kChunk = 32 * 8;  // elements a warp covers per 16-byte load round
 
-__device__ __forceinline__ uint4 load_stream(const bf16* p) {
-  uint4 r;
-  asm("ld.global.nc.L1::no_allocate.v4.u32 {%0, %1, %2, %3}, [%4];"
-      : "=r"(r.x), "=r"(r.y), "=r"(r.z), "=r"(r.w)
-      : "l"(p));
-  return r;
-}
-
 __device__ __forceinline__ float dot8(const uint4& w, const bf16* x) {
   float xf[8];
   load8(x, xf);

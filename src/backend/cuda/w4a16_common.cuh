@@ -46,15 +46,6 @@ __device__ __forceinline__ float w4a16_scale(const void* scales, int64_t i, int 
   return w4a16_scale_as<kW4a16ScaleF16>(scales, i);
 }
 
-// 16 bytes that this kernel reads once: not kept in L1.
-__device__ __forceinline__ uint4 w4a16_load_stream(const void* p) {
-  uint4 r;
-  asm("ld.global.nc.L1::no_allocate.v4.u32 {%0, %1, %2, %3}, [%4];"
-               : "=r"(r.x), "=r"(r.y), "=r"(r.z), "=r"(r.w)
-               : "l"(p));
-  return r;
-}
-
 // Groups without a division in the loops: the group of 32-column half hh is hh / d for
 // d = group_size / 32, computed as umulhi(hh, magic) with magic = ceil(2^32 / d), exact while
 // hh < 2^20 and d < 2^12 (hh d / 2^32 errs by less than hh / 2^32 < 1 / d); magic 0 stands for

@@ -162,7 +162,7 @@ __device__ __forceinline__ void load_round(const TileView (&tv)[kProj], int64_t 
   for (int u = 0; u < kUnroll; ++u) {
     const int64_t kc = chunk_of(unit0, u);
 #pragma unroll
-    for (int i = 0; i < kProj; ++i) w[i][u] = kc < chunks ? w4a16_load_stream(tv[i].codes + kc * 32) : make_uint4(0, 0, 0, 0);
+    for (int i = 0; i < kProj; ++i) w[i][u] = kc < chunks ? load_stream(tv[i].codes + kc * 32) : make_uint4(0, 0, 0, 0);
   }
 }
 
