@@ -114,6 +114,9 @@ if [[ "${1:-}" == "--build" ]]; then
   cp "$shared/json_schema/realistic/vllm-structured_schema_1.json" "$root/.carry/structured_schema.json" 2>/dev/null || true
   rm -rf "$root/.carry/json_schema" && cp -r "$shared/json_schema" "$root/.carry/json_schema" 2>/dev/null || true
   [[ -f "$root/.carry/llamacpp-src.tgz" ]] || bash "$root/scripts/llamacpp.sh" pack "$root/.carry/llamacpp-src.tgz"
+  # Stage gguf writes its file there with the PyPI `gguf` package (pure Python): carry .whl too.
+  ls "$root"/.whl/gguf-*.whl >/dev/null 2>&1 ||
+    python3 -m pip download -q --no-deps --only-binary=:all: -d "$root/.whl" gguf==0.19.0 || true
   du -sh "$root/.carry"
   exit 0
 fi
