@@ -184,7 +184,8 @@ StatusOr<EngineArgs> engine_args_from(const Args& a) {
   e.enable_prefix_caching = a.get_bool("enable-prefix-caching", true);
   e.exact_matmul = a.get_bool("exact-matmul", false);
   e.kv_cache_dtype = a.get("kv-cache-dtype", "auto");
-  // FP8 KV scales from the first batch's K and V (EngineArgs::calculate_kv_scales; checked there).
+  // FP8 KV scales from the first batch's K and V (EngineArgs::calculate_kv_scales; make_backend
+  // refuses it without an FP8 cache, and on CUDA).
   e.calculate_kv_scales = a.get_bool("calculate-kv-scales", false);
   e.dtype = a.get("dtype", "auto");
   e.quantization = a.get("quantization");

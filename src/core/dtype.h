@@ -40,6 +40,9 @@ enum class DType : uint32_t {
 
 inline constexpr uint32_t kFirstNonGgmlType = 256;
 
+// One byte per element of either FP8 format (weights, KV caches).
+inline constexpr bool is_fp8(DType t) { return t == DType::kF8E4M3 || t == DType::kF8E5M2; }
+
 struct DTypeInfo {
   std::string_view name;   // GGML's name: "f32", "q4_K", ...
   uint32_t block_size;     // elements per block (1 for plain types)

@@ -26,8 +26,7 @@ struct KvCacheShape {
 // then 0 ("not yet known") under --calculate-kv-scales (Backend::calculates_kv_scales: the first
 // write sets it), else the checkpoint's scale (1.0 where it has none).
 inline float initial_kv_cache_scale(const Backend& backend, float checkpoint_scale) {
-  const DType t = backend.kv_cache_dtype();
-  if (t != DType::kF8E4M3 && t != DType::kF8E5M2) return 1.0f;  // float caches keep exact values
+  if (!is_fp8(backend.kv_cache_dtype())) return 1.0f;  // float caches keep exact values
   return backend.calculates_kv_scales() ? 0.0f : checkpoint_scale;
 }
 

@@ -37,7 +37,7 @@ class MlaAttention final : public AttentionBlock {
                            "DeepSeek models run on the CPU and CUDA backends");
     }
     // The latent row [c_kv | k_pe] has no FP8 form yet (vLLM keeps it with one scale per layer).
-    if (const DType kv = b.kv_cache_dtype(); kv == DType::kF8E4M3 || kv == DType::kF8E5M2) {
+    if (const DType kv = b.kv_cache_dtype(); is_fp8(kv)) {
       return unimplemented("--kv-cache-dtype " + std::string(dtype_name(kv)) +
                            ": an FP8 KV cache is not supported for MLA models (DeepSeek's latent cache); use auto");
     }

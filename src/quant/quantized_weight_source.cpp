@@ -26,7 +26,6 @@ bool is_linear_weight(const WeightTensor& w, const std::string& module) {
   return last.find("embed") == std::string::npos && last != "wte" && last != "wpe";
 }
 
-bool is_fp8(DType t) { return t == DType::kF8E4M3 || t == DType::kF8E5M2; }
 
 // A one-element, finite, positive float scale (static input scales and KV-cache scales).
 StatusOr<float> positive_scalar(const WeightTensor& s) {

@@ -155,7 +155,7 @@ StatusOr<std::unique_ptr<Backend>> make_backend(const LoadOptions& opts) {
   KVASIR_ASSIGN_OR_RETURN(const std::optional<DType> dtype, parse_dtype(opts.dtype));
 #ifdef KVASIR_HAVE_CUDA
   if (device_flag_selects_gpu(opts.device)) {
-    const bool fp8_kv = kv_dtype && (*kv_dtype == DType::kF8E4M3 || *kv_dtype == DType::kF8E5M2);
+    const bool fp8_kv = kv_dtype && is_fp8(*kv_dtype);
     if (kv_dtype && *kv_dtype != DType::kBF16 && !fp8_kv) {
       return invalid_argument("--kv-cache-dtype " + opts.kv_cache_dtype +
                               ": the CUDA backend keeps K/V in bfloat16 or FP8 (auto, fp8, fp8_e4m3, fp8_e5m2)");
@@ -195,7 +195,7 @@ StatusOr<std::unique_ptr<Backend>> make_backend(const LoadOptions& opts) {
   }
   bo.kv_cache_dtype = kv_dtype.value_or(DType::kF32);
   bo.dense_weight_dtype = dtype;
-  if (opts.calculate_kv_scales && bo.kv_cache_dtype != DType::kF8E4M3 && bo.kv_cache_dtype != DType::kF8E5M2) {
+  if (opts.calculate_kv_scales && !is_fp8(bo.kv_cache_dtype)) {
     // vLLM accepts it and does nothing without an FP8 cache: a flag with no effect is refused.
     return invalid_argument("--calculate-kv-scales needs an FP8 KV cache (--kv-cache-dtype fp8, fp8_e4m3 or fp8_e5m2)");
   }

@@ -50,8 +50,6 @@ void to_fp8(const float* x, uint8_t* y, int64_t n, float scale) {
   }
 }
 
-bool is_fp8(DType t) { return t == DType::kF8E4M3 || t == DType::kF8E5M2; }
-
 // vLLM's --calculate-kv-scales divisors (its K_SCALE_CONSTANT and V_SCALE_CONSTANT): the first
 // batch's largest |K| maps to 200 and |V| to 100, headroom under e4m3's 448 for later tokens.
 constexpr float kKScaleRange = 200.0f;

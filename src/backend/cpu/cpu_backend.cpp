@@ -29,8 +29,11 @@ constexpr int64_t kParallelMinElements = 1 << 14;
 }  // namespace
 
 CpuBackend::CpuBackend(const CpuBackendOptions& opts)
-    : precision_(opts.precision), kv_dtype_(opts.kv_cache_dtype), calculate_kv_scales_(opts.calculate_kv_scales), dense_weight_dtype_(opts.dense_weight_dtype) {
-  KVASIR_CHECK_MSG(kv_dtype_ == DType::kF32 || kv_dtype_ == DType::kF16 || kv_dtype_ == DType::kF8E4M3 || kv_dtype_ == DType::kF8E5M2,
+    : precision_(opts.precision),
+      kv_dtype_(opts.kv_cache_dtype),
+      calculate_kv_scales_(opts.calculate_kv_scales),
+      dense_weight_dtype_(opts.dense_weight_dtype) {
+  KVASIR_CHECK_MSG(kv_dtype_ == DType::kF32 || kv_dtype_ == DType::kF16 || is_fp8(kv_dtype_),
                    "CPU KV cache: float32, float16, float8_e4m3fn or float8_e5m2");
   int n = opts.num_threads > 0 ? opts.num_threads : static_cast<int>(std::thread::hardware_concurrency());
   pool_ = std::make_unique<ThreadPool>(n < 1 ? 1 : n);
