@@ -5,7 +5,7 @@
 // dequantized to bf16 at load. At run time linear() records a GgufLinearOp: up to
 // kGgufMmaGemvMaxRows tokens the tensor-core GEMV (gguf_mma_gemv.cu: weights decoded in registers
 // into MMA fragments, one pass over the weight bytes per 16 tokens, up to three projections of one
-// input and type in one launch; or with KVASIR_GGUF_GEMV=exact the float32 GEMV up to
+// input and type in one launch; Q4_K and Q6_K on gguf_kquant_gemv.cu; or with KVASIR_GGUF_GEMV=exact the float32 GEMV up to
 // kGgufGemvMaxRows, gguf_gemv.cu); above that the weight is dequantized into a bf16 scratch (in
 // output-feature slices of at most cuda::kDequantSliceElems when larger, as an untied lm_head) and
 // multiplied by cuBLASLt: a dequantization costs one read of the blocks and one write of bf16,
