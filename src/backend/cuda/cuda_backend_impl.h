@@ -152,6 +152,7 @@ class CudaBackend final : public Backend {
   StatusOr<Tensor> upload_gguf_weight(const Tensor& host_weight, std::unique_ptr<Buffer>* owner);
   void linear_gguf(const Tensor& x, const Tensor& w, const Tensor* bias, Tensor& out);
   void exec_gguf_linear(const cuda::GgufLinearOp& op, Elem elem, cudaStream_t s);
+  void plan_kquant_gemm_scratch(cuda::GgufLinearOp& r);
   // W4A16 linears (cuda_w4a16_ops.cpp): 4-bit integer weights kept packed in the tile layout of
   // quant/w4a16_layout.h; Unimplemented for integer weights no kernel here reads (8-bit).
   StatusOr<bool> keeps_int4(const Tensor& host_weight) const;
@@ -238,6 +239,10 @@ class CudaBackend final : public Backend {
   size_t gguf_w_bf16_cap_ = 0;
   void* gguf_out_tmp_ = nullptr;
   size_t gguf_out_tmp_cap_ = 0;
+  void* gguf_xsums_ = nullptr;  // the K-quant GEMM's sums of x and split-K workspace
+  size_t gguf_xsums_cap_ = 0;
+  void* gguf_partial_ = nullptr;
+  size_t gguf_partial_cap_ = 0;
   int64_t gguf_weights_ = 0;  // matrices kept in GGUF blocks (stats(): proof a model runs them)
   size_t gguf_weight_bytes_ = 0;
   // W4A16 linears: act-order gathers, the long prefills' dequantized weight slice and its product

@@ -58,6 +58,32 @@ int gemv_max_rows(DType t) {
   return rows;
 }
 
+// Up to how many tokens Q4_K / Q6_K weights go through the K-quant GEMM (past the GEMV's
+// kGgufKquantGemvMaxRows) before dequantize + cuBLASLt; KVASIR_GGUF_KQUANT_GEMM_ROWS=0 turns it off
+// (the GEMV then takes them up to gemv_max_rows, as before it).
+int kquant_gemm_max_rows() {
+  static const int rows = [] {
+    const char* e = std::getenv("KVASIR_GGUF_KQUANT_GEMM_ROWS");
+    const int v = e != nullptr ? std::atoi(e) : cuda::kGgufKquantGemmMaxRows;
+    const int r = v >= 0 && v <= 4096 ? v : cuda::kGgufKquantGemmMaxRows;
+    KVASIR_LOG_INFO("GGUF K-quant GEMM from %d up to %d tokens (KVASIR_GGUF_KQUANT_GEMM_ROWS)",
+                    cuda::kGgufKquantGemvMaxRows + 1, r);
+    return r;
+  }();
+  return rows;
+}
+
+enum class GgufPath { kGemv, kKquantGemm, kDequantGemm };
+
+GgufPath gguf_path(DType t, int64_t n, int64_t k, const void* x) {
+  if (!cuda::aligned16(x)) return GgufPath::kDequantGemm;
+  if (on_tensor_cores(t) && cuda::gguf_kquant_gemm_supported(t, k) && kquant_gemm_max_rows() > 0) {
+    if (n <= std::min(gemv_max_rows(t), cuda::kGgufKquantGemvMaxRows)) return GgufPath::kGemv;
+    return n <= kquant_gemm_max_rows() ? GgufPath::kKquantGemm : GgufPath::kDequantGemm;
+  }
+  return n <= gemv_max_rows(t) ? GgufPath::kGemv : GgufPath::kDequantGemm;
+}
+
 }  // namespace
 
 bool CudaBackend::keeps_gguf(const Tensor& host) {
@@ -92,21 +118,25 @@ void CudaBackend::linear_gguf(const Tensor& x, const Tensor& w, const Tensor* bi
   if (bias != nullptr) KVASIR_CHECK(bias->dtype == DType::kF32 && bias->numel() == m && is_dev(*bias));
   const Elem elem = elem_of(out.dtype);
   if (n == 0 || m == 0) return;
-  const bool gemv = n <= gemv_max_rows(w.dtype) && cuda::aligned16(x.data);
+  const GgufPath path = gguf_path(w.dtype, n, k, x.data);
+  const bool gemv = path == GgufPath::kGemv, kquant_gemm = path == GgufPath::kKquantGemm;
   const auto* b = bias != nullptr ? static_cast<const float*>(bias->data) : nullptr;
-  // Another projection of the same input (q/k/v, gate/up) joins the previous tensor-core GEMV: one
-  // launch for all of them (the float32 GEMV and the GEMM path take one projection each).
+  // Another projection of the same input (q/k/v, gate/up) joins the previous tensor-core GEMV or
+  // K-quant GEMM: one launch for all of them (the float32 GEMV and the dequantize path take one
+  // projection each).
   OpRecord* last = queue_->last();
-  if (fuse_ && gemv && on_tensor_cores(w.dtype) && last != nullptr && last->kind == OpKind::kGgufLinear &&
-      last->elem == static_cast<int32_t>(elem)) {
+  if (fuse_ && (kquant_gemm || (gemv && on_tensor_cores(w.dtype))) && last != nullptr &&
+      last->kind == OpKind::kGgufLinear && last->elem == static_cast<int32_t>(elem)) {
     cuda::GgufLinearOp& r = last->gguf_linear;
-    if (r.w_bf16 == nullptr && r.x == x.data && r.rows == n && r.in_features == k &&
-        r.dtype == static_cast<int32_t>(w.dtype) && r.num_proj < cuda::kGgufMaxProjections && !writes(r, out.data)) {
+    if (r.w_bf16 == nullptr && (r.xsums != nullptr) == kquant_gemm && r.x == x.data && r.rows == n &&
+        r.in_features == k && r.dtype == static_cast<int32_t>(w.dtype) && r.num_proj < cuda::kGgufMaxProjections &&
+        !writes(r, out.data)) {
       cuda::GgufProjection& slot = r.proj[r.num_proj++];
       slot.w = w.data;
       slot.bias = b;
       slot.y = out.data;
       slot.out_features = m;
+      if (kquant_gemm) plan_kquant_gemm_scratch(r);
       return;
     }
   }
@@ -124,6 +154,10 @@ void CudaBackend::linear_gguf(const Tensor& x, const Tensor& w, const Tensor* bi
   r.in_features = k;
   r.dtype = static_cast<int32_t>(w.dtype);
   if (gemv) return;
+  if (kquant_gemm) {
+    plan_kquant_gemm_scratch(r);
+    return;
+  }
   r.chunk_rows = cuda::dequant_slice_rows(m, k);
   r.w_bf16 = device_scratch(gguf_w_bf16_, gguf_w_bf16_cap_, static_cast<size_t>(r.chunk_rows * k) * 2);
   if (r.chunk_rows < m) {
@@ -132,10 +166,25 @@ void CudaBackend::linear_gguf(const Tensor& x, const Tensor& w, const Tensor* bi
   }
 }
 
+// The K-quant GEMM's scratch for the projections recorded so far (grown as one joins).
+void CudaBackend::plan_kquant_gemm_scratch(cuda::GgufLinearOp& r) {
+  const cuda::KquantGemmPlan plan = cuda::plan_gguf_kquant_gemm(r.proj, static_cast<int>(r.num_proj),
+                                                                static_cast<int>(r.rows), r.in_features, num_sms_);
+  r.xsums = static_cast<float*>(device_scratch(gguf_xsums_, gguf_xsums_cap_, plan.xsum_floats * 4));
+  r.partial = plan.partial_floats == 0 ? nullptr
+                                       : static_cast<float*>(device_scratch(gguf_partial_, gguf_partial_cap_,
+                                                                            plan.partial_floats * 4));
+}
+
 void CudaBackend::exec_gguf_linear(const cuda::GgufLinearOp& op, Elem elem, cudaStream_t s) {
   const int64_t n = op.rows, k = op.in_features;
   const auto dt = static_cast<DType>(op.dtype);
   const cuda::GgufProjection& p0 = op.proj[0];
+  if (op.xsums != nullptr) {
+    cuda::launch_gguf_kquant_gemm(op.x, op.proj, static_cast<int>(op.num_proj), dt, static_cast<int>(n), k, elem,
+                                  op.xsums, op.partial, num_sms_, s);
+    return;
+  }
   if (op.w_bf16 == nullptr) {
     if (on_tensor_cores(dt)) {
       cuda::launch_gguf_mma_gemv(op.x, op.proj, static_cast<int>(op.num_proj), dt, static_cast<int>(n), k, elem, s);

@@ -1,9 +1,10 @@
 // GGUF block weights on the CUDA backend against the CPU backend: for every type the GPU keeps in
 // its blocks, the device decoders equal quant::dequantize_row bit for bit (float32 rows, and bf16
 // embedding rows equal the CPU's rounded to bf16), and linear() follows the CPU's exact quantized
-// matmul through the GEMVs (the tensor-core one up to 32 rows, 16 tokens per pass; the float32 one
-// up to 8, called directly) and the dequantize + cuBLASLt path (above 32, including an
-// lm_head-sized weight that goes in slices). Random blocks: random quant bytes with sane fp16
+// matmul through the GEMVs (the tensor-core one up to 32 rows, 16 tokens per pass, Q4_K and Q6_K up
+// to 16; the float32 one up to 8, called directly), the K-quant GEMM (Q4_K and Q6_K, 17 to 128
+// rows) and the dequantize + cuBLASLt path (above those, including an lm_head-sized weight that
+// goes in slices). Random blocks: random quant bytes with sane fp16
 // scales (a few subnormal and negative ones, so the conversions' edge cases are met).
 #include <cuda_runtime_api.h>
 
@@ -136,7 +137,9 @@ TEST_F(CudaGguf, LinearMatchesCpuThroughGemvAndGemm) {
                               {3, 5, 130, true, false},  {4, 16, 512, false, true},  {5, 2, 7, false, true},
                               {7, 9, 300, true, true},   {8, 16, 256, false, false}, {8, 4, 1001, true, true},
                               {9, 4, 384, false, true},  {16, 8, 136, true, true},   {20, 2, 64, false, true},
-                              {32, 3, 96, true, false},  {33, 3, 200, true, false},  {130, 16, 512, false, true}};
+                              {32, 3, 96, true, false},  {33, 3, 200, true, false},  {130, 16, 512, false, true},
+                              {17, 2, 40, false, true},  {64, 16, 520, true, true},  {100, 8, 300, true, false},
+                              {128, 4, 64, false, true}};
   for (const Format& f : formats()) {
     for (const LinearCase& c : cases) {
       const int64_t k = c.blocks * block_elems(f.type);
@@ -158,9 +161,14 @@ TEST_F(CudaGguf, LinearMatchesCpuThroughGemvAndGemm) {
       // first (2^-9 relative each, as the bf16 path's; the K-quants computed in packed bf16 with
       // bf16-rounded scales): 1-4.5e-3 rel L2 (worst of 200 draws) in a host emulation of the
       // tensor-core GEMV on blocks like these; a wrong scale or nibble gives > 0.1.
+      // The K-quant GEMM: the exact weights, float32 sums (1e-4 for float32 outputs, as the float32
+      // GEMV; a wrong sum of x or a split added twice gives far more).
+      const bool kquant_gemm = cuda::gguf_kquant_gemm_supported(f.type, k) && c.n > cuda::kGgufKquantGemvMaxRows &&
+                               c.n <= cuda::kGgufKquantGemmMaxRows;
       const bool gemv = c.n <= cuda::kGgufMmaGemvMaxRows;
-      EXPECT_LT(rel_l2(read_back(*gpu_, out.t), ref), 1e-2)
-          << f.name << " " << c.n << "x" << k << " -> " << c.m << (c.bias ? " bias" : "") << (gemv ? " gemv" : " gemm");
+      EXPECT_LT(rel_l2(read_back(*gpu_, out.t), ref), kquant_gemm && c.f32_out ? 1e-4 : 1e-2)
+          << f.name << " " << c.n << "x" << k << " -> " << c.m << (c.bias ? " bias" : "")
+          << (kquant_gemm ? " K-quant gemm" : gemv ? " gemv" : " gemm");
       if (c.n <= cuda::kGgufGemvMaxRows) {
         // The float32 GEMV as well (what KVASIR_GGUF_GEMV=exact runs): the CPU's weights exactly,
         // float32 sums in another order (1e-4 for float32 outputs).
@@ -184,8 +192,9 @@ TEST_F(CudaGguf, ProjectionsOfOneInputFollowTheCpu) {
   ASSERT_EQ(q4k.type, DType::kQ4_K);
   ASSERT_EQ(q6k.type, DType::kQ6_K);
   const int64_t k = 3 * 256;
-  for (int n : {1, 5, 12}) {
-    // q, k (Q4_K), v (Q6_K: another launch), then four more Q4_K projections (3 + 1).
+  for (int n : {1, 5, 12, 40, 64, 100}) {
+    // q, k (Q4_K), v (Q6_K: another launch), then four more Q4_K projections (3 + 1); from 17 tokens
+    // the Q4_K ones on the K-quant GEMM, the same grouping.
     const std::vector<std::pair<const Format*, int64_t>> projs = {{&q4k, 96}, {&q4k, 40}, {&q6k, 40}, {&q4k, 64},
                                                                   {&q4k, 24}, {&q4k, 136}, {&q4k, 8}};
     auto x = random_values(rng_, static_cast<size_t>(n * k));
@@ -224,8 +233,9 @@ TEST_F(CudaGguf, ProjectionsOfOneInputFollowTheCpu) {
 // A token's output of the tensor-core GEMV does not depend on the batch around it (each MMA output
 // element is its own dot product, the other A rows only ride along): token 0 alone, among 7, among
 // 16 (rows 8..15 of the fragments, or the second octet of B in the K-quant kernel) and in the
-// second pass of 20 gives the same bits. k = 4096: the K-quant kernel stages x in shared memory for
-// 1 and 7 tokens and reads it from L1 for 16.
+// second pass of 20 (Q8_0; 20 Q4_K or Q6_K tokens take the K-quant GEMM) gives the same bits.
+// k = 4096: the K-quant kernel stages x in shared memory for 1 and 7 tokens and reads it from L1
+// for 16.
 TEST_F(CudaGguf, GemvRowsAreBatchInvariant) {
   for (const Format* f : {&formats()[5], &formats()[4], &formats()[7]}) {  // Q4_K, Q8_0, Q6_K
     const int64_t k = 16 * 256, m = 72;
@@ -235,6 +245,7 @@ TEST_F(CudaGguf, GemvRowsAreBatchInvariant) {
     auto row = random_values(rng_, static_cast<size_t>(k));
     std::vector<float> first;
     for (int n : {1, 7, 16, 20}) {
+      if (n > cuda::kGgufKquantGemvMaxRows && cuda::gguf_kquant_gemm_supported(f->type, k)) continue;
       // The row at token 0 (and at token 17 for n = 20: the second pass), random rows elsewhere.
       auto x = random_values(rng_, static_cast<size_t>(n * k));
       std::copy(row.begin(), row.end(), x.begin());
@@ -253,13 +264,43 @@ TEST_F(CudaGguf, GemvRowsAreBatchInvariant) {
   }
 }
 
+// The K-quant GEMM's token results do not depend on the batch either: the K splits are chosen from
+// the weights' shape alone, a token's MMA columns are its own and its sums of x are summed alone.
+// Token 0 among 17, 64 and 100 (and token 70 of 100: the second 64-token group) gives the same bits;
+// m = 72 rows in 2 tiles split K 8 ways.
+TEST_F(CudaGguf, KquantGemmRowsAreBatchInvariant) {
+  for (const Format* f : {&formats()[5], &formats()[7]}) {  // Q4_K, Q6_K
+    const int64_t k = 16 * 256, m = 72;
+    auto bytes = random_blocks(rng_, *f, m, k, sane_scale(f->type, k) * 16.0f);
+    const Tensor wg = upload_blocks(bytes, f->type, m, k);
+    ASSERT_NE(wg.data, nullptr);
+    auto row = random_values(rng_, static_cast<size_t>(k));
+    std::vector<float> first;
+    for (int n : {17, 64, 100}) {
+      auto x = random_values(rng_, static_cast<size_t>(n * k));
+      std::copy(row.begin(), row.end(), x.begin());
+      if (n == 100) std::copy(row.begin(), row.end(), x.begin() + 70 * k);
+      DeviceTensor xg(DType::kBF16, {n, k});
+      xg.set(x);
+      DeviceTensor out(DType::kF32, {n, m});
+      gpu_->linear(xg.t, wg, nullptr, out.t);
+      const auto got = read_back(*gpu_, out.t);
+      if (first.empty()) first.assign(got.begin(), got.begin() + m);
+      EXPECT_TRUE(std::equal(first.begin(), first.end(), got.begin())) << f->name << ": token 0 of " << n;
+      if (n == 100) {
+        EXPECT_TRUE(std::equal(first.begin(), first.end(), got.begin() + 70 * m)) << f->name << ": token 70";
+      }
+    }
+  }
+}
+
 // A 17,000 x 4096 Q6_K lm_head is 69.6M elements, over the 64M-element bf16 scratch: the GEMM path
 // dequantizes and multiplies it in two slices of output features (16,384 + 616), each product
 // copied into its columns of the float32 logits.
 TEST_F(CudaGguf, LmHeadLargerThanTheScratchGoesInSlices) {
   const Format& f = formats().back();
   ASSERT_EQ(f.type, DType::kQ6_K);
-  const int n = 11;
+  const int n = cuda::kGgufKquantGemmMaxRows + 3;  // past the GEMVs and the K-quant GEMM
   const int64_t k = 4096, m = 17000;
   auto bytes = random_blocks(rng_, f, m, k, sane_scale(f.type, k) * 16.0f);
   const Tensor wg = upload_blocks(bytes, f.type, m, k);

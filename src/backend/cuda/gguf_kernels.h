@@ -24,6 +24,11 @@ inline constexpr int kGgufGemvMaxRows = 8;
 // weight per step (~35 GB of traffic). A first estimate: measure with kvasir bench latency at
 // batch 16..64 (KVASIR_GGUF_GEMV_ROWS overrides it).
 inline constexpr int kGgufMmaGemvMaxRows = 32;
+// Q4_K and Q6_K (where gguf_kquant_gemm_supported): the GEMV up to 16 tokens (one pass), the
+// K-quant GEMM from there up to kGgufKquantGemmMaxRows (KVASIR_GGUF_KQUANT_GEMM_ROWS; 0 turns it
+// off), dequantize + cuBLASLt above (prefills).
+inline constexpr int kGgufKquantGemvMaxRows = 16;
+inline constexpr int kGgufKquantGemmMaxRows = 128;
 
 // Whether the kernels here read weights of type t (kept in their blocks on the device).
 bool gguf_kernel_type(DType t);
@@ -54,6 +59,20 @@ void launch_gguf_mma_gemv(const void* x, const GgufProjection* proj, int num_pro
 bool gguf_kquant_gemv_supported(DType t, int64_t k);
 void launch_gguf_kquant_gemv(const void* x, const GgufProjection* proj, int num_proj, DType t, int n, int64_t k,
                              Elem out, cudaStream_t s);
+
+// The K-quant GEMM (gguf_kquant_gemm.cu) for decode-sized batches past the GEMV's 16 tokens: the
+// same exact products, 64-row x 64-token tiles, K split over CTAs where the tiles cannot fill the
+// GPU. Scratch: xsum_floats for the sums of x, partial_floats for the splits' tiles (0: unsplit);
+// both depend on the projections, n, k and the SM count only, so a plan made when the op is
+// recorded holds when it runs.
+bool gguf_kquant_gemm_supported(DType t, int64_t k);
+struct KquantGemmPlan {
+  int splits = 1;
+  size_t xsum_floats = 0, partial_floats = 0;
+};
+KquantGemmPlan plan_gguf_kquant_gemm(const GgufProjection* proj, int num_proj, int n, int64_t k, int num_sms);
+void launch_gguf_kquant_gemm(const void* x, const GgufProjection* proj, int num_proj, DType t, int n, int64_t k,
+                             Elem out, float* xsums, float* partial, int num_sms, cudaStream_t s);
 
 // out[r - row0, :] = rows row0 .. row0 + rows of w [*, k] dequantized, as bf16 or float32 (out,
 // 16-byte aligned).

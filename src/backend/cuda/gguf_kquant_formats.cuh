@@ -1,10 +1,11 @@
-// The K-quant formats of the A-operand GEMV (gguf_kquant_gemv.cu): how one lane fetches its share of
-// a super-block (16 rows x 256 columns per warp), decodes the per-sub-block factors and turns its
-// quant bytes into m16n8k16 A fragments. Lane (g, t) holds rows g and g + 8; a fragment register
+// The K-quant formats of the A-operand GEMV (gguf_kquant_gemv.cu) and GEMM (gguf_kquant_gemm.cu):
+// how one lane fetches its share of a super-block (16 rows x 256 columns per warp), decodes the
+// per-sub-block factors and turns its quant bytes into m16n8k16 A fragments. Lane (g, t) holds rows g and g + 8; a fragment register
 // is a pair of k16 slots, (2t, 2t + 1) or (2t + 8, 2t + 9), and any column order works as long as
 // x (the B operand) is read in the same one: here bytes (0, 2) of a quant word are the pair of a0
 // and bytes (1, 3) that of a2, so x's columns (c, c + 2) and (c + 1, c + 3) are PRMTed from one
-// load; one more MMA of an all-ones A gives the sums of x that the factors' offsets multiply.
+// load; the sums of x that the factors' offsets multiply come from the caller's x source (XRows:
+// one more MMA of an all-ones A).
 // Quants enter the MMAs as the exact bf16 integers 128 + q (0x4300 | q: q under the exponent of
 // 128) and every scale is applied in float32 after them:
 //   Q4_K: w = dl q - ml per 32-column sub-block (dl = d sc, ml = dmin m, quant/dequantize.cpp), so
@@ -14,7 +15,7 @@
 // No weight is rounded: the products are the reference's, summed in float32. Each format's sum()
 // takes kOne for a single token (batch 1): the C fragments' odd token columns are then never used
 // and their folds are skipped.
-// Header-only device code for gguf_kquant_gemv.cu.
+// Header-only device code for gguf_kquant_gemv.cu and gguf_kquant_gemm.cu.
 #pragma once
 
 #include <cuda_fp16.h>
@@ -68,16 +69,36 @@ __device__ __forceinline__ uint32_t bf16_128_pair() {
   return magic;
 }
 
-// Where a lane's x comes from: shared memory (staged rows) or L1. The sums of x over each sub-block
-// come from one more MMA with an all-ones A, the same operations whichever way x came (a token's
-// result does not depend on the batch around it); staging them per CTA measured slower from 8
-// tokens up (every CTA reads all of x before its first MMA).
-template <int NT>
-struct XSource {
-  const bf16* row[NT];  // the lane's token of each octet
-};
-
+// Where a lane's x and the sums of x over each sub-block come from. The GEMV's (XRows): the rows of
+// x in shared memory (staged) or L1, and the sums from one more MMA with an all-ones A, the same
+// operations whichever way x came (a token's result does not depend on the batch around it);
+// staging the sums per CTA measured slower from 8 tokens up (every CTA reads all of x before its
+// first MMA). The batched GEMM's (gguf_kquant_gemm.cu) reads a staged tile of x and of its sums.
+// x16 / x8: the 8 / 4 bf16 at col + 8t / col + 4t of the lane's token of octet o; sums32 / sums16:
+// the C fragment of the sums over columns col .. col + 31 / + 15 (from the B fragments of them).
 constexpr uint32_t kOnesPair = 0x3f803f80u;  // bf16 (1, 1)
+
+template <int NT, bool kStageX>
+struct XRows {
+  const bf16* row[NT];  // the lane's token of each octet
+
+  __device__ __forceinline__ uint4 x16(int o, int64_t col, int t) const {
+    if constexpr (kStageX) return *reinterpret_cast<const uint4*>(row[o] + col + 8 * t);
+    else return __ldg(reinterpret_cast<const uint4*>(row[o] + col + 8 * t));
+  }
+  __device__ __forceinline__ uint2 x8(int o, int64_t col, int t) const {
+    if constexpr (kStageX) return *reinterpret_cast<const uint2*>(row[o] + col + 4 * t);
+    else return __ldg(reinterpret_cast<const uint2*>(row[o] + col + 4 * t));
+  }
+  __device__ __forceinline__ void sums32(int, int64_t, uint32_t b00, uint32_t b01, uint32_t b10, uint32_t b11,
+                                         float (&xsum)[4]) const {
+    mma_fresh(xsum, kOnesPair, kOnesPair, kOnesPair, kOnesPair, b00, b01);
+    mma_bf16_unordered(xsum, kOnesPair, kOnesPair, kOnesPair, kOnesPair, b10, b11);
+  }
+  __device__ __forceinline__ void sums16(int, int64_t, uint32_t b0, uint32_t b1, float (&xsum)[4]) const {
+    mma_fresh(xsum, kOnesPair, kOnesPair, kOnesPair, kOnesPair, b0, b1);
+  }
+};
 
 // x pairs: v.x = (x0, x1), v.y = (x2, x3) -> b0 = (x0, x2), b1 = (x1, x3).
 __device__ __forceinline__ void x_pairs(uint32_t lo, uint32_t hi, uint32_t& b0, uint32_t& b1) {
@@ -136,9 +157,9 @@ struct Q4K {
   }
 
   // acc += this super-block (columns col0 .. col0 + 255) for each octet; factors: buf + g.
-  template <int NT, bool kStageX, bool kOne>
-  __device__ __forceinline__ static void sum(const Block& b, int64_t col0, const float* factors, const XSource<NT>& xs,
-                                             int t, float (&acc)[NT][4]) {
+  template <int NT, bool kOne, class XS>
+  __device__ __forceinline__ static void sum(const Block& b, int64_t col0, const float* factors, const XS& xs, int t,
+                                             float (&acc)[NT][4]) {
     const uint32_t magic = bf16_128_pair();
     const float4* f4 = reinterpret_cast<const float4*>(factors);
 #pragma unroll
@@ -157,17 +178,14 @@ struct Q4K {
         const int64_t col = col0 + 64 * c + 32 * hs;
 #pragma unroll
         for (int o = 0; o < NT; ++o) {
-          uint4 xv;
-          if constexpr (kStageX) xv = *reinterpret_cast<const uint4*>(xs.row[o] + col + 8 * t);
-          else xv = __ldg(reinterpret_cast<const uint4*>(xs.row[o] + col + 8 * t));
+          const uint4 xv = xs.x16(o, col, t);
           uint32_t b00, b01, b10, b11;
           x_pairs(xv.x, xv.y, b00, b01);
           x_pairs(xv.z, xv.w, b10, b11);
           float s[4], xsum[4];
           mma_fresh(s, a0[0], a0[1], a0[2], a0[3], b00, b01);
           mma_bf16_unordered(s, a1[0], a1[1], a1[2], a1[3], b10, b11);
-          mma_fresh(xsum, kOnesPair, kOnesPair, kOnesPair, kOnesPair, b00, b01);
-          mma_bf16_unordered(xsum, kOnesPair, kOnesPair, kOnesPair, kOnesPair, b10, b11);
+          xs.sums32(o, col, b00, b01, b10, b11, xsum);
           acc[o][0] = fmaf(f.x, s[0], fmaf(f.y, xsum[0], acc[o][0]));
           acc[o][2] = fmaf(f.z, s[2], fmaf(f.w, xsum[2], acc[o][2]));
           if constexpr (!kOne) {
@@ -230,9 +248,9 @@ struct Q6K {
     }
   }
 
-  template <int NT, bool kStageX, bool kOne>
-  __device__ __forceinline__ static void sum(const Block& b, int64_t col0, const float* factors, const XSource<NT>& xs,
-                                             int t, float (&acc)[NT][4]) {
+  template <int NT, bool kOne, class XS>
+  __device__ __forceinline__ static void sum(const Block& b, int64_t col0, const float* factors, const XS& xs, int t,
+                                             float (&acc)[NT][4]) {
     const uint32_t magic = bf16_128_pair();
     const float2* f2 = reinterpret_cast<const float2*>(factors);
 #pragma unroll
@@ -256,14 +274,12 @@ struct Q6K {
         const int64_t col = col0 + 128 * h + 32 * qq + 16 * is;
 #pragma unroll
         for (int o = 0; o < NT; ++o) {
-          uint2 xv;
-          if constexpr (kStageX) xv = *reinterpret_cast<const uint2*>(xs.row[o] + col + 4 * t);
-          else xv = __ldg(reinterpret_cast<const uint2*>(xs.row[o] + col + 4 * t));
+          const uint2 xv = xs.x8(o, col, t);
           uint32_t b0, b1;
           x_pairs(xv.x, xv.y, b0, b1);
           float s[4], xsum[4];
           mma_fresh(s, a[0], a[1], a[2], a[3], b0, b1);
-          mma_fresh(xsum, kOnesPair, kOnesPair, kOnesPair, kOnesPair, b0, b1);
+          xs.sums16(o, col, b0, b1, xsum);
           acc[o][0] = fmaf(f.x, fmaf(-160.0f, xsum[0], s[0]), acc[o][0]);
           acc[o][2] = fmaf(f.y, fmaf(-160.0f, xsum[2], s[2]), acc[o][2]);
           if constexpr (!kOne) {
