@@ -239,9 +239,7 @@ class CudaBackend final : public Backend {
   size_t gguf_w_bf16_cap_ = 0;
   void* gguf_out_tmp_ = nullptr;
   size_t gguf_out_tmp_cap_ = 0;
-  void* gguf_xsums_ = nullptr;  // the K-quant GEMM's sums of x and split-K workspace
-  size_t gguf_xsums_cap_ = 0;
-  void* gguf_partial_ = nullptr;
+  void* gguf_partial_ = nullptr;  // the K-quant GEMM's split-K workspace
   size_t gguf_partial_cap_ = 0;
   int64_t gguf_weights_ = 0;  // matrices kept in GGUF blocks (stats(): proof a model runs them)
   size_t gguf_weight_bytes_ = 0;

@@ -128,7 +128,7 @@ void CudaBackend::linear_gguf(const Tensor& x, const Tensor& w, const Tensor* bi
   if (fuse_ && (kquant_gemm || (gemv && on_tensor_cores(w.dtype))) && last != nullptr &&
       last->kind == OpKind::kGgufLinear && last->elem == static_cast<int32_t>(elem)) {
     cuda::GgufLinearOp& r = last->gguf_linear;
-    if (r.w_bf16 == nullptr && (r.xsums != nullptr) == kquant_gemm && r.x == x.data && r.rows == n &&
+    if (r.w_bf16 == nullptr && (r.kquant_gemm != 0) == kquant_gemm && r.x == x.data && r.rows == n &&
         r.in_features == k && r.dtype == static_cast<int32_t>(w.dtype) && r.num_proj < cuda::kGgufMaxProjections &&
         !writes(r, out.data)) {
       cuda::GgufProjection& slot = r.proj[r.num_proj++];
@@ -155,6 +155,7 @@ void CudaBackend::linear_gguf(const Tensor& x, const Tensor& w, const Tensor* bi
   r.dtype = static_cast<int32_t>(w.dtype);
   if (gemv) return;
   if (kquant_gemm) {
+    r.kquant_gemm = 1;
     plan_kquant_gemm_scratch(r);
     return;
   }
@@ -166,11 +167,10 @@ void CudaBackend::linear_gguf(const Tensor& x, const Tensor& w, const Tensor* bi
   }
 }
 
-// The K-quant GEMM's scratch for the projections recorded so far (grown as one joins).
+// The K-quant GEMM's split-K workspace for the projections recorded so far (grown as one joins).
 void CudaBackend::plan_kquant_gemm_scratch(cuda::GgufLinearOp& r) {
   const cuda::KquantGemmPlan plan = cuda::plan_gguf_kquant_gemm(r.proj, static_cast<int>(r.num_proj),
                                                                 static_cast<int>(r.rows), r.in_features, num_sms_);
-  r.xsums = static_cast<float*>(device_scratch(gguf_xsums_, gguf_xsums_cap_, plan.xsum_floats * 4));
   r.partial = plan.partial_floats == 0 ? nullptr
                                        : static_cast<float*>(device_scratch(gguf_partial_, gguf_partial_cap_,
                                                                             plan.partial_floats * 4));
@@ -180,9 +180,9 @@ void CudaBackend::exec_gguf_linear(const cuda::GgufLinearOp& op, Elem elem, cuda
   const int64_t n = op.rows, k = op.in_features;
   const auto dt = static_cast<DType>(op.dtype);
   const cuda::GgufProjection& p0 = op.proj[0];
-  if (op.xsums != nullptr) {
+  if (op.kquant_gemm != 0) {
     cuda::launch_gguf_kquant_gemm(op.x, op.proj, static_cast<int>(op.num_proj), dt, static_cast<int>(n), k, elem,
-                                  op.xsums, op.partial, num_sms_, s);
+                                  op.partial, num_sms_, s);
     return;
   }
   if (op.w_bf16 == nullptr) {

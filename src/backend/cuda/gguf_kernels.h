@@ -26,9 +26,10 @@ inline constexpr int kGgufGemvMaxRows = 8;
 inline constexpr int kGgufMmaGemvMaxRows = 32;
 // Q4_K and Q6_K (where gguf_kquant_gemm_supported): the GEMV up to 16 tokens (one pass), the
 // K-quant GEMM from there up to kGgufKquantGemmMaxRows (KVASIR_GGUF_KQUANT_GEMM_ROWS; 0 turns it
-// off), dequantize + cuBLASLt above (prefills).
+// off), dequantize + cuBLASLt above (prefills; H100, Q4_K_M 8B: at 128 tokens the GEMM's two
+// passes of 64 tie with it, 17.9 against 17.5 ms a step, at 256 lose, 30.4 against 20.5).
 inline constexpr int kGgufKquantGemvMaxRows = 16;
-inline constexpr int kGgufKquantGemmMaxRows = 128;
+inline constexpr int kGgufKquantGemmMaxRows = 64;
 
 // Whether the kernels here read weights of type t (kept in their blocks on the device).
 bool gguf_kernel_type(DType t);
@@ -61,18 +62,18 @@ void launch_gguf_kquant_gemv(const void* x, const GgufProjection* proj, int num_
                              Elem out, cudaStream_t s);
 
 // The K-quant GEMM (gguf_kquant_gemm.cu) for decode-sized batches past the GEMV's 16 tokens: the
-// same exact products, 64-row x 64-token tiles, K split over CTAs where the tiles cannot fill the
-// GPU. Scratch: xsum_floats for the sums of x, partial_floats for the splits' tiles (0: unsplit);
-// both depend on the projections, n, k and the SM count only, so a plan made when the op is
-// recorded holds when it runs.
+// weights rounded to bf16 in registers (as the dequantize path's), float32 sums, 128-row x
+// 64-token (32 up to 32 tokens) tiles, K split over CTAs where the tiles cannot fill the GPU. partial_floats: the
+// splits' workspace (0: unsplit); it depends on the projections, n, k and the SM count only, so a
+// plan made when the op is recorded holds when it runs.
 bool gguf_kquant_gemm_supported(DType t, int64_t k);
 struct KquantGemmPlan {
   int splits = 1;
-  size_t xsum_floats = 0, partial_floats = 0;
+  size_t partial_floats = 0;
 };
 KquantGemmPlan plan_gguf_kquant_gemm(const GgufProjection* proj, int num_proj, int n, int64_t k, int num_sms);
 void launch_gguf_kquant_gemm(const void* x, const GgufProjection* proj, int num_proj, DType t, int n, int64_t k,
-                             Elem out, float* xsums, float* partial, int num_sms, cudaStream_t s);
+                             Elem out, float* partial, int num_sms, cudaStream_t s);
 
 // out[r - row0, :] = rows row0 .. row0 + rows of w [*, k] dequantized, as bf16 or float32 (out,
 // 16-byte aligned).

@@ -1,11 +1,10 @@
-// The K-quant formats of the A-operand GEMV (gguf_kquant_gemv.cu) and GEMM (gguf_kquant_gemm.cu):
-// how one lane fetches its share of a super-block (16 rows x 256 columns per warp), decodes the
+// The K-quant formats of the A-operand GEMV (gguf_kquant_gemv.cu) and GEMM (gguf_kquant_gemm.cu): how
+// one lane fetches its share of a super-block (16 rows x 256 columns per warp), decodes the
 // per-sub-block factors and turns its quant bytes into m16n8k16 A fragments. Lane (g, t) holds rows g and g + 8; a fragment register
 // is a pair of k16 slots, (2t, 2t + 1) or (2t + 8, 2t + 9), and any column order works as long as
 // x (the B operand) is read in the same one: here bytes (0, 2) of a quant word are the pair of a0
 // and bytes (1, 3) that of a2, so x's columns (c, c + 2) and (c + 1, c + 3) are PRMTed from one
-// load; the sums of x that the factors' offsets multiply come from the caller's x source (XRows:
-// one more MMA of an all-ones A).
+// load; one more MMA of an all-ones A gives the sums of x that the factors' offsets multiply.
 // Quants enter the MMAs as the exact bf16 integers 128 + q (0x4300 | q: q under the exponent of
 // 128) and every scale is applied in float32 after them:
 //   Q4_K: w = dl q - ml per 32-column sub-block (dl = d sc, ml = dmin m, quant/dequantize.cpp), so
@@ -15,6 +14,12 @@
 // No weight is rounded: the products are the reference's, summed in float32. Each format's sum()
 // takes kOne for a single token (batch 1): the C fragments' odd token columns are then never used
 // and their folds are skipped.
+// The GEMM's sum_rounded() instead turns the fragments into the weights themselves, rounded to bf16
+// (the exact integers q, then dl q - ml or dl (q - 32) in one bf16x2 FMA with the factors rounded
+// to bf16, as decode_factors_bf16 writes them), so its MMAs accumulate straight into the tile: two
+// instructions a fragment register, shared by the eight octets of tokens, against the eight float32
+// folds an octet and sub-block of the exact scheme. The words' middle bytes are swapped first, so
+// the fragments' column pairs are x's own (8t, 8t + 1), (8t + 2, 8t + 3), ...: x needs no PRMT.
 // Header-only device code for gguf_kquant_gemv.cu and gguf_kquant_gemm.cu.
 #pragma once
 
@@ -62,6 +67,20 @@ __device__ __forceinline__ uint32_t and_or(uint32_t a, uint32_t c) {
   return r;
 }
 
+// bf16x2 a * b + c, one rounding.
+__device__ __forceinline__ uint32_t bf16x2_fma(uint32_t a, uint32_t b, uint32_t c) {
+  uint32_t r;
+  asm("fma.rn.bf16x2 %0, %1, %2, %3;" : "=r"(r) : "r"(a), "r"(b), "r"(c));
+  return r;
+}
+constexpr uint32_t kBf16OnePair = 0x3f803f80u;     // (1, 1)
+constexpr uint32_t kBf16Minus128Pair = 0xc300c300u;  // (-128, -128)
+constexpr uint32_t kBf16Minus160Pair = 0xc320c320u;  // (-160, -160)
+constexpr uint32_t kBf16MinusZeroPair = 0x80008000u;
+
+// Bytes (b0, b1, b2, b3) -> (b0, b2, b1, b3).
+__device__ __forceinline__ uint32_t swap_middle_bytes(uint32_t w) { return __byte_perm(w, 0, 0x3120); }
+
 // 0x43004300 in a register the compiler cannot fold into an immediate.
 __device__ __forceinline__ uint32_t bf16_128_pair() {
   uint32_t magic;
@@ -69,36 +88,16 @@ __device__ __forceinline__ uint32_t bf16_128_pair() {
   return magic;
 }
 
-// Where a lane's x and the sums of x over each sub-block come from. The GEMV's (XRows): the rows of
-// x in shared memory (staged) or L1, and the sums from one more MMA with an all-ones A, the same
-// operations whichever way x came (a token's result does not depend on the batch around it);
-// staging the sums per CTA measured slower from 8 tokens up (every CTA reads all of x before its
-// first MMA). The batched GEMM's (gguf_kquant_gemm.cu) reads a staged tile of x and of its sums.
-// x16 / x8: the 8 / 4 bf16 at col + 8t / col + 4t of the lane's token of octet o; sums32 / sums16:
-// the C fragment of the sums over columns col .. col + 31 / + 15 (from the B fragments of them).
-constexpr uint32_t kOnesPair = 0x3f803f80u;  // bf16 (1, 1)
-
-template <int NT, bool kStageX>
-struct XRows {
+// Where a lane's x comes from: shared memory (staged rows) or L1. The sums of x over each sub-block
+// come from one more MMA with an all-ones A, the same operations whichever way x came (a token's
+// result does not depend on the batch around it); staging them per CTA measured slower from 8
+// tokens up (every CTA reads all of x before its first MMA).
+template <int NT>
+struct XSource {
   const bf16* row[NT];  // the lane's token of each octet
-
-  __device__ __forceinline__ uint4 x16(int o, int64_t col, int t) const {
-    if constexpr (kStageX) return *reinterpret_cast<const uint4*>(row[o] + col + 8 * t);
-    else return __ldg(reinterpret_cast<const uint4*>(row[o] + col + 8 * t));
-  }
-  __device__ __forceinline__ uint2 x8(int o, int64_t col, int t) const {
-    if constexpr (kStageX) return *reinterpret_cast<const uint2*>(row[o] + col + 4 * t);
-    else return __ldg(reinterpret_cast<const uint2*>(row[o] + col + 4 * t));
-  }
-  __device__ __forceinline__ void sums32(int, int64_t, uint32_t b00, uint32_t b01, uint32_t b10, uint32_t b11,
-                                         float (&xsum)[4]) const {
-    mma_fresh(xsum, kOnesPair, kOnesPair, kOnesPair, kOnesPair, b00, b01);
-    mma_bf16_unordered(xsum, kOnesPair, kOnesPair, kOnesPair, kOnesPair, b10, b11);
-  }
-  __device__ __forceinline__ void sums16(int, int64_t, uint32_t b0, uint32_t b1, float (&xsum)[4]) const {
-    mma_fresh(xsum, kOnesPair, kOnesPair, kOnesPair, kOnesPair, b0, b1);
-  }
 };
+
+constexpr uint32_t kOnesPair = 0x3f803f80u;  // bf16 (1, 1)
 
 // x pairs: v.x = (x0, x1), v.y = (x2, x3) -> b0 = (x0, x2), b1 = (x1, x3).
 __device__ __forceinline__ void x_pairs(uint32_t lo, uint32_t hi, uint32_t& b0, uint32_t& b1) {
@@ -157,9 +156,9 @@ struct Q4K {
   }
 
   // acc += this super-block (columns col0 .. col0 + 255) for each octet; factors: buf + g.
-  template <int NT, bool kOne, class XS>
-  __device__ __forceinline__ static void sum(const Block& b, int64_t col0, const float* factors, const XS& xs, int t,
-                                             float (&acc)[NT][4]) {
+  template <int NT, bool kStageX, bool kOne>
+  __device__ __forceinline__ static void sum(const Block& b, int64_t col0, const float* factors, const XSource<NT>& xs,
+                                             int t, float (&acc)[NT][4]) {
     const uint32_t magic = bf16_128_pair();
     const float4* f4 = reinterpret_cast<const float4*>(factors);
 #pragma unroll
@@ -178,20 +177,80 @@ struct Q4K {
         const int64_t col = col0 + 64 * c + 32 * hs;
 #pragma unroll
         for (int o = 0; o < NT; ++o) {
-          const uint4 xv = xs.x16(o, col, t);
+          uint4 xv;
+          if constexpr (kStageX) xv = *reinterpret_cast<const uint4*>(xs.row[o] + col + 8 * t);
+          else xv = __ldg(reinterpret_cast<const uint4*>(xs.row[o] + col + 8 * t));
           uint32_t b00, b01, b10, b11;
           x_pairs(xv.x, xv.y, b00, b01);
           x_pairs(xv.z, xv.w, b10, b11);
           float s[4], xsum[4];
           mma_fresh(s, a0[0], a0[1], a0[2], a0[3], b00, b01);
           mma_bf16_unordered(s, a1[0], a1[1], a1[2], a1[3], b10, b11);
-          xs.sums32(o, col, b00, b01, b10, b11, xsum);
+          mma_fresh(xsum, kOnesPair, kOnesPair, kOnesPair, kOnesPair, b00, b01);
+          mma_bf16_unordered(xsum, kOnesPair, kOnesPair, kOnesPair, kOnesPair, b10, b11);
           acc[o][0] = fmaf(f.x, s[0], fmaf(f.y, xsum[0], acc[o][0]));
           acc[o][2] = fmaf(f.z, s[2], fmaf(f.w, xsum[2], acc[o][2]));
           if constexpr (!kOne) {
             acc[o][1] = fmaf(f.x, s[1], fmaf(f.y, xsum[1], acc[o][1]));
             acc[o][3] = fmaf(f.z, s[3], fmaf(f.w, xsum[3], acc[o][3]));
           }
+        }
+      }
+    }
+  }
+
+  // As decode_factors, rounded to bf16 pairs for sum_rounded: buf [sub][g] uint4 (dl, -ml of row g,
+  // then of g + 8), each as (v, v).
+  __device__ __forceinline__ static void decode_factors_bf16(const Block& b, int lane, uint32_t* buf) {
+    const uint4& h = b.h;
+    const float d = __half2float(__ushort_as_half(static_cast<unsigned short>(h.x & 0xffffu)));
+    const float dmin = __half2float(__ushort_as_half(static_cast<unsigned short>(h.x >> 16)));
+    const int r = lane & 15;
+    uint32_t sc, mn;
+    if (lane < 16) {
+      sc = h.y & 0x3f3f3f3fu;
+      mn = h.z & 0x3f3f3f3fu;
+    } else {
+      sc = (h.w & 0x0f0f0f0fu) | ((h.y >> 2) & 0x30303030u);
+      mn = ((h.w >> 4) & 0x0f0f0f0fu) | ((h.z >> 2) & 0x30303030u);
+    }
+    uint2* out = reinterpret_cast<uint2*>(buf) + ((lane >> 4) * 4 * 8 + (r & 7)) * 2 + (r >> 3);
+#pragma unroll
+    for (int j = 0; j < 4; ++j) {
+      const float dl = __fmul_rn(d, static_cast<float>((sc >> (8 * j)) & 0xffu));
+      const float ml = __fmul_rn(dmin, static_cast<float>((mn >> (8 * j)) & 0xffu));
+      out[j * 16] = make_uint2(pack_bf16(dl, dl), pack_bf16(-ml, -ml));
+    }
+  }
+
+  // acc += this super-block's weights, rounded to bf16, times x (columns 0 .. 255 of the x source)
+  // for each octet; factors: decode_factors_bf16's buf + 4 g.
+  template <int NT, class XS>
+  __device__ __forceinline__ static void sum_rounded(const Block& b, const uint32_t* factors, const XS& xs, int t,
+                                                     float (&acc)[NT][4]) {
+    const uint32_t magic = bf16_128_pair();
+    const uint4* f4 = reinterpret_cast<const uint4*>(factors);
+#pragma unroll
+    for (int c = 0; c < 4; ++c) {
+      const uint32_t gx = swap_middle_bytes(b.q[c].x), gy = swap_middle_bytes(b.q[c].y);
+      const uint32_t hx = swap_middle_bytes(b.q[4 + c].x), hy = swap_middle_bytes(b.q[4 + c].y);
+#pragma unroll
+      for (int hs = 0; hs < 2; ++hs) {  // low nibbles: sub-block 2c; high: 2c + 1
+        const int sub = 2 * c + hs, sh = 4 * hs;
+        const uint4 f = f4[sub * 8];
+        const auto w = [&](uint32_t v, uint32_t dl, uint32_t nml) {
+          return bf16x2_fma(bf16x2_fma(and_or<0x000f000fu>(v, magic), kBf16OnePair, kBf16Minus128Pair), dl, nml);
+        };
+        const uint32_t a0[4] = {w(gx >> sh, f.x, f.y), w(hx >> sh, f.z, f.w), w(gx >> (sh + 8), f.x, f.y),
+                                w(hx >> (sh + 8), f.z, f.w)};
+        const uint32_t a1[4] = {w(gy >> sh, f.x, f.y), w(hy >> sh, f.z, f.w), w(gy >> (sh + 8), f.x, f.y),
+                                w(hy >> (sh + 8), f.z, f.w)};
+        const int col = 64 * c + 32 * hs;
+#pragma unroll
+        for (int o = 0; o < NT; ++o) {
+          const uint4 xv = xs.x16(o, col, t);
+          mma_bf16_unordered(acc[o], a0[0], a0[1], a0[2], a0[3], xv.x, xv.y);
+          mma_bf16_unordered(acc[o], a1[0], a1[1], a1[2], a1[3], xv.z, xv.w);
         }
       }
     }
@@ -248,9 +307,9 @@ struct Q6K {
     }
   }
 
-  template <int NT, bool kOne, class XS>
-  __device__ __forceinline__ static void sum(const Block& b, int64_t col0, const float* factors, const XS& xs, int t,
-                                             float (&acc)[NT][4]) {
+  template <int NT, bool kStageX, bool kOne>
+  __device__ __forceinline__ static void sum(const Block& b, int64_t col0, const float* factors, const XSource<NT>& xs,
+                                             int t, float (&acc)[NT][4]) {
     const uint32_t magic = bf16_128_pair();
     const float2* f2 = reinterpret_cast<const float2*>(factors);
 #pragma unroll
@@ -274,18 +333,76 @@ struct Q6K {
         const int64_t col = col0 + 128 * h + 32 * qq + 16 * is;
 #pragma unroll
         for (int o = 0; o < NT; ++o) {
-          const uint2 xv = xs.x8(o, col, t);
+          uint2 xv;
+          if constexpr (kStageX) xv = *reinterpret_cast<const uint2*>(xs.row[o] + col + 4 * t);
+          else xv = __ldg(reinterpret_cast<const uint2*>(xs.row[o] + col + 4 * t));
           uint32_t b0, b1;
           x_pairs(xv.x, xv.y, b0, b1);
           float s[4], xsum[4];
           mma_fresh(s, a[0], a[1], a[2], a[3], b0, b1);
-          xs.sums16(o, col, b0, b1, xsum);
+          mma_fresh(xsum, kOnesPair, kOnesPair, kOnesPair, kOnesPair, b0, b1);
           acc[o][0] = fmaf(f.x, fmaf(-160.0f, xsum[0], s[0]), acc[o][0]);
           acc[o][2] = fmaf(f.y, fmaf(-160.0f, xsum[2], s[2]), acc[o][2]);
           if constexpr (!kOne) {
             acc[o][1] = fmaf(f.x, fmaf(-160.0f, xsum[1], s[1]), acc[o][1]);
             acc[o][3] = fmaf(f.y, fmaf(-160.0f, xsum[3], s[3]), acc[o][3]);
           }
+        }
+      }
+    }
+  }
+
+  // As decode_factors, rounded to bf16 pairs for sum_rounded: buf [sub][g] uint32 (dl, dl).
+  __device__ __forceinline__ static void decode_factors_bf16(const Block& b, int lane, uint32_t* buf) {
+    const float d = __half2float(__ushort_as_half(static_cast<unsigned short>(b.d)));
+    const int r = lane & 15;
+    uint32_t* out = buf + ((lane >> 4) * 8 * 8 + (r & 7)) * 2 + (r >> 3);
+#pragma unroll
+    for (int j = 0; j < 8; ++j) {
+      const int sc = static_cast<int8_t>(((j < 4 ? b.sc0 : b.sc1) >> (8 * (j & 3))) & 0xffu);
+      const float dl = __fmul_rn(d, static_cast<float>(sc));
+      out[j * 16] = pack_bf16(dl, dl);
+    }
+  }
+
+  // As Q4K::sum_rounded: dl (q - 32) rounded to bf16; factors: decode_factors_bf16's buf + 2 g.
+  template <int NT, class XS>
+  __device__ __forceinline__ static void sum_rounded(const Block& b, const uint32_t* factors, const XS& xs, int t,
+                                                     float (&acc)[NT][4]) {
+    const uint32_t magic = bf16_128_pair();
+    const uint2* f2 = reinterpret_cast<const uint2*>(factors);
+#pragma unroll
+    for (int hi = 0; hi < 4; ++hi) {
+      const int h = hi >> 1, is = hi & 1;
+      uint32_t lo[2][2], hw[2];
+#pragma unroll
+      for (int r = 0; r < 2; ++r) {
+        lo[r][0] = swap_middle_bytes(b.lo[r][2 * hi]);
+        lo[r][1] = swap_middle_bytes(b.lo[r][2 * hi + 1]);
+        hw[r] = swap_middle_bytes(b.hi[r][hi]);
+      }
+#pragma unroll
+      for (int qq = 0; qq < 4; ++qq) {
+        const int sub = 8 * h + 2 * qq + is;
+        const uint2 f = f2[sub * 8];
+        uint32_t a[4];  // a[0] row g columns (4t, 4t + 1), a[1] row g + 8, a[2] row g (4t + 2, 4t + 3), a[3] row g + 8
+#pragma unroll
+        for (int p = 0; p < 2; ++p) {
+#pragma unroll
+          for (int r = 0; r < 2; ++r) {
+            const uint32_t l = lo[r][qq & 1] >> (4 * (qq >> 1) + 8 * p);
+            const int hsh = 2 * qq + 8 * p - 4;
+            const uint32_t hb = hsh >= 0 ? hw[r] >> hsh : hw[r] << -hsh;
+            const uint32_t q128 = and_or<0x00300030u>(hb, and_or<0x000f000fu>(l, magic));
+            a[2 * p + r] = bf16x2_fma(bf16x2_fma(q128, kBf16OnePair, kBf16Minus160Pair), r == 0 ? f.x : f.y,
+                                      kBf16MinusZeroPair);
+          }
+        }
+        const int col = 128 * h + 32 * qq + 16 * is;
+#pragma unroll
+        for (int o = 0; o < NT; ++o) {
+          const uint2 xv = xs.x8(o, col, t);
+          mma_bf16_unordered(acc[o], a[0], a[1], a[2], a[3], xv.x, xv.y);
         }
       }
     }

@@ -1,17 +1,19 @@
 // GEMM over Q4_K and Q6_K blocks for decode-sized batches past the K-quant GEMV's 16 tokens (the
 // batched decode steps of a Q4_K_M model), so they read the blocks once instead of dequantizing
 // every weight to bf16 for cuBLASLt each step (a write and a read of 15 GiB for an 8B).
-// - The same A operand as the GEMV (gguf_kquant_formats.cuh: a warp's 16 rows, the quants as the
-//   exact bf16 integers 128 + q, the scales applied per sub-block in float32 after the MMAs), but a
-//   CTA is 4 warps of 16 rows (a 64-row tile) over 64 tokens (8 octets of the B operand), walking
-//   the super-blocks together: each super-block's 64 x 256 slice of x and its 16-column sums are
-//   staged in shared memory by cp.async (two stages) and read by all four warps.
-// - The sums of x come from a small kernel first (kquant_xsums_kernel, float32, in column order),
-//   not from the GEMV's all-ones MMA, which would be repeated by every warp on the same x.
+// - The GEMV's A operand (gguf_kquant_formats.cuh: a warp's 16 rows, each lane's fetched quant
+//   bytes are its fragments), turned into the weights rounded to bf16 in registers (sum_rounded:
+//   two bf16x2 FMAs a fragment register, shared by the 64 tokens), so the MMAs add straight into
+//   the tile. (The GEMV's exact scheme, scales applied in float32 per sub-block and octet, with the
+//   sums of x from a kernel before: 141 us for an 8B's gate/up at 64 tokens on an H100, ~1,900
+//   instructions a warp and super-block, issue-bound.) Dequantize + cuBLASLt rounds the same way.
+// - A CTA is 8 warps of 16 rows (a 128-row tile) over 64 tokens (8 octets of the B operand; 32
+//   for batches of up to 32), walking the super-blocks together: each super-block's 64 x 256 slice
+//   of x is staged in shared memory by cp.async (two stages) and read by all eight warps.
 // - Where the tiles cannot fill the GPU (q/k/v, o, down of an 8B), K is split over CTAs (the split
 //   count depends only on the tiles and K, never on the batch: a token's result does not depend on
-//   the tokens around it); the splits' float32 tiles go to a workspace and a third kernel adds them
-//   in split order (deterministic) with the bias.
+//   the tokens around it); the splits' float32 tiles go to a workspace and a second kernel adds
+//   them in split order (deterministic) with the bias.
 // - A warp's next two super-blocks of weights are in flight in registers while it sums the
 //   current one (the first two requested before the PDL wait).
 #include <algorithm>
@@ -24,107 +26,66 @@
 namespace kvasir::cuda {
 namespace {
 
-constexpr int kWarps = 4;
+constexpr int kWarps = 8;
 constexpr int kThreads = kWarps * 32;
 constexpr int kTileRows = kWarps * 16;
-constexpr int kTokens = 64;  // a CTA's tokens
-constexpr int kOctets = kTokens / 8;
-constexpr int kSubs = 16;               // 16-column sums per super-block
-constexpr int kXStride = 256 + 32;      // bf16 per staged row (576 bytes: a quarter-warp's 16-byte
-                                        // loads, two rows x four lanes, fall in distinct banks)
-constexpr int kXBytes = kTokens * kXStride * 2;
-constexpr int kSumBytes = kSubs * kTokens * 4;
-constexpr int kStageBytes = kXBytes + kSumBytes;
+// A CTA's tokens: kOct octets, 8 (64 tokens) or, for batches of up to 32, 4 (half the MMAs and
+// x reads where the other half would be padding).
+template <int kOct>
+constexpr int kTokens = kOct * 8;
+constexpr int kXStride = 256 + 32;  // bf16 per staged row (576 bytes: a quarter-warp's 16-byte
+                                    // loads, two rows x four lanes, fall in distinct banks)
+template <int kOct>
+constexpr int kStageBytes = kTokens<kOct> * kXStride * 2;
 constexpr int kFactorBytes = 1024;  // one super-block's decoded factors (either format)
-constexpr size_t kSmemBytes = 2 * kStageBytes + kWarps * 2 * kFactorBytes;
+template <int kOct>
+constexpr size_t kSmemBytes = 2 * kStageBytes<kOct> + kWarps * 2 * kFactorBytes;
 constexpr int kMaxSplits = 8;
 
 struct KquantGemmArgs {
   const bf16* x;
-  const float* xsums;  // [k / 16][n4]: the sums of x over each 16 columns
-  float* partial;      // [splits][n][m_total] where splits > 1
+  float* partial;  // [splits][n][m_total] where splits > 1
   GgufProjection proj[kGgufMaxProjections];
-  int64_t tile_end[kGgufMaxProjections];  // prefix sums of the projections' 64-row tiles
+  int64_t tile_end[kGgufMaxProjections];  // prefix sums of the projections' 128-row tiles
   int64_t col_base[kGgufMaxProjections];  // a projection's first column in a partial row
   int64_t k, row_bytes, m_total;
-  int32_t n, n4, f32_out, num_proj, super_blocks, splits, token_groups, unused;
+  int32_t n, f32_out, num_proj, super_blocks, splits, token_groups;
 };
 
-// The GEMM's x source for the format's sum(): a stage's 64 tokens x 256 columns and their sums
-// ([sub][token]); columns are relative to the super-block.
+// The GEMM's x source for the format's sum_rounded(): a stage's tokens x 256 columns.
 struct XTile {
-  const bf16* row[kOctets];  // the lane's token of each octet
-  const float* sums;         // the stage's sums + 2t (the lane's first C column)
+  const bf16* row;  // the lane's token of the first octet (those of the others follow, 8 rows apart)
 
-  __device__ __forceinline__ uint4 x16(int o, int64_t col, int t) const {
-    return *reinterpret_cast<const uint4*>(row[o] + col + 8 * t);
+  __device__ __forceinline__ uint4 x16(int o, int col, int t) const {
+    return *reinterpret_cast<const uint4*>(row + o * 8 * kXStride + col + 8 * t);
   }
-  __device__ __forceinline__ uint2 x8(int o, int64_t col, int t) const {
-    return *reinterpret_cast<const uint2*>(row[o] + col + 4 * t);
-  }
-  __device__ __forceinline__ float2 sum_pair(int o, int64_t col) const {
-    return *reinterpret_cast<const float2*>(sums + (col / 16) * kTokens + o * 8);
-  }
-  __device__ __forceinline__ void sums16(int o, int64_t col, uint32_t, uint32_t, float (&xs)[4]) const {
-    const float2 v = sum_pair(o, col);
-    xs[0] = xs[2] = v.x;
-    xs[1] = xs[3] = v.y;
-  }
-  __device__ __forceinline__ void sums32(int o, int64_t col, uint32_t, uint32_t, uint32_t, uint32_t,
-                                         float (&xs)[4]) const {
-    const float2 lo = sum_pair(o, col), hi = sum_pair(o, col + 16);
-    xs[0] = xs[2] = lo.x + hi.x;
-    xs[1] = xs[3] = lo.y + hi.y;
+  __device__ __forceinline__ uint2 x8(int o, int col, int t) const {
+    return *reinterpret_cast<const uint2*>(row + o * 8 * kXStride + col + 4 * t);
   }
 };
 
-// out[sub][tok] = the sum of x[tok, 16 sub .. 16 sub + 15] in column order (0 for tok >= n).
-__global__ void __launch_bounds__(256) kquant_xsums_kernel(const bf16* __restrict__ x, int n, int n4, int64_t k,
-                                                           float* __restrict__ out) {
-  pdl_launch_dependents();
-  pdl_wait();  // x is the previous kernel's output
-  const int64_t i = static_cast<int64_t>(blockIdx.x) * 256 + threadIdx.x;
-  if (i >= k / 16 * n4) return;
-  const int tok = static_cast<int>(i % n4);
-  const int64_t sub = i / n4;
-  float s = 0.0f;
-  if (tok < n) {
-    float v[8];
-    load8(x + tok * k + sub * 16, v);
-#pragma unroll
-    for (int j = 0; j < 8; ++j) s = __fadd_rn(s, v[j]);
-    load8(x + tok * k + sub * 16 + 8, v);
-#pragma unroll
-    for (int j = 0; j < 8; ++j) s = __fadd_rn(s, v[j]);
-  }
-  out[i] = s;
-}
-
-// Stage super-block sb's x slice (64 rows x 256 columns; rows past n zero) and sums into st.
+// Stage super-block sb's x slice (kTokens rows x 256 columns; rows past n zero) into st.
+// Thread i copies 16-byte chunk i % 32 of rows i / 32, i / 32 + 8, ...
+template <int kOct>
 __device__ __forceinline__ void stage_tile(const KquantGemmArgs& a, int sb, int tok0, uint8_t* st) {
-  bf16* xs = reinterpret_cast<bf16*>(st);
-  for (int i = threadIdx.x; i < kTokens * 32; i += kThreads) {
-    const int r = i >> 5, ch = i & 31, tok = tok0 + r;
-    const bool valid = tok < a.n;
-    cp_async16(xs + r * kXStride + ch * 8, a.x + static_cast<int64_t>(valid ? tok : 0) * a.k + sb * 256 + ch * 8,
-               valid);
-  }
-  float* sums = reinterpret_cast<float*>(st + kXBytes);
-  for (int i = threadIdx.x; i < kSubs * kTokens / 4; i += kThreads) {
-    const int sub = i >> 4, tok = tok0 + 4 * (i & 15);
-    const bool valid = tok < a.n4;
-    cp_async16(sums + sub * kTokens + 4 * (i & 15),
-               a.xsums + (static_cast<int64_t>(sb) * kSubs + sub) * a.n4 + (valid ? tok : 0), valid);
+  constexpr int kRowsPerPass = kThreads / 32;
+  const int r0 = threadIdx.x >> 5, ch = threadIdx.x & 31;
+  bf16* dst = reinterpret_cast<bf16*>(st) + r0 * kXStride + ch * 8;
+  const bf16* src = a.x + static_cast<int64_t>(tok0 + r0) * a.k + sb * 256 + ch * 8;
+#pragma unroll
+  for (int j = 0; j < kTokens<kOct> / kRowsPerPass; ++j) {
+    const bool valid = tok0 + r0 + j * kRowsPerPass < a.n;
+    cp_async16(dst + j * kRowsPerPass * kXStride, valid ? src + j * kRowsPerPass * a.k : a.x, valid);
   }
 }
 
-template <class F>
+template <class F, int kOct>
 __global__ void __launch_bounds__(kThreads, 2) kquant_gemm_kernel(KquantGemmArgs a) {
   extern __shared__ __align__(16) uint8_t gemm_smem[];
   const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
   const int g = lane >> 2, t = lane & 3;
   const int64_t tile = blockIdx.x / a.token_groups;
-  const int tok0 = static_cast<int>(blockIdx.x % a.token_groups) * kTokens;
+  const int tok0 = static_cast<int>(blockIdx.x % a.token_groups) * kTokens<kOct>;
   int p = 0;
   while (p + 1 < a.num_proj && tile >= a.tile_end[p]) ++p;
   const GgufProjection& pr = a.proj[p];
@@ -147,35 +108,30 @@ __global__ void __launch_bounds__(kThreads, 2) kquant_gemm_kernel(KquantGemmArgs
   typename F::Block ba, bb;
   if (sb0 < sb1) load(sb0, ba);
   if (sb0 + 1 < sb1) load(sb0 + 1, bb);
-  pdl_wait();  // x and its sums are the previous kernels' output
-  uint8_t* stage[2] = {gemm_smem, gemm_smem + kStageBytes};
-  if (sb0 < sb1) stage_tile(a, sb0, tok0, stage[0]);
+  pdl_wait();  // x is the previous kernel's output
+  uint8_t* stage[2] = {gemm_smem, gemm_smem + kStageBytes<kOct>};
+  if (sb0 < sb1) stage_tile<kOct>(a, sb0, tok0, stage[0]);
   cp_async_commit();
-  if (sb0 + 1 < sb1) stage_tile(a, sb0 + 1, tok0, stage[1]);
+  if (sb0 + 1 < sb1) stage_tile<kOct>(a, sb0 + 1, tok0, stage[1]);
   cp_async_commit();
-  XTile xt[2];
+  const XTile xt[2] = {{reinterpret_cast<const bf16*>(stage[0]) + g * kXStride},
+                       {reinterpret_cast<const bf16*>(stage[1]) + g * kXStride}};
+  uint32_t* fbuf = reinterpret_cast<uint32_t*>(gemm_smem + 2 * kStageBytes<kOct> + warp * 2 * kFactorBytes);
+  constexpr int kBufWords = kFactorBytes / 4;
+  float acc[kOct][4];
 #pragma unroll
-  for (int s = 0; s < 2; ++s) {
-#pragma unroll
-    for (int o = 0; o < kOctets; ++o) xt[s].row[o] = reinterpret_cast<const bf16*>(stage[s]) + (o * 8 + g) * kXStride;
-    xt[s].sums = reinterpret_cast<const float*>(stage[s] + kXBytes) + 2 * t;
-  }
-  float* fbuf = reinterpret_cast<float*>(gemm_smem + 2 * kStageBytes + warp * 2 * kFactorBytes);
-  constexpr int kBufFloats = kFactorBytes / 4;
-  float acc[kOctets][4];
-#pragma unroll
-  for (int o = 0; o < kOctets; ++o) acc[o][0] = acc[o][1] = acc[o][2] = acc[o][3] = 0.0f;
+  for (int o = 0; o < kOct; ++o) acc[o][0] = acc[o][1] = acc[o][2] = acc[o][3] = 0.0f;
   // Stage buf holds super-block sb; its weights are in b. After the sums, b takes sb + 2's bytes and,
   // once every warp is past this stage, the stage takes sb + 2's x.
   const auto step = [&](typename F::Block& b, int sb, int buf) {
     cp_async_wait<1>();
     __syncthreads();
-    F::decode_factors(b, lane, fbuf + buf * kBufFloats);
+    F::decode_factors_bf16(b, lane, fbuf + buf * kBufWords);
     __syncwarp();
-    F::template sum<kOctets, false>(b, 0, fbuf + buf * kBufFloats + F::kFactorFloats * g, xt[buf], t, acc);
+    F::template sum_rounded<kOct>(b, fbuf + buf * kBufWords + F::kFactorFloats * g, xt[buf], t, acc);
     if (sb + 2 < sb1) load(sb + 2, b);
     __syncthreads();
-    if (sb + 2 < sb1) stage_tile(a, sb + 2, tok0, stage[buf]);
+    if (sb + 2 < sb1) stage_tile<kOct>(a, sb + 2, tok0, stage[buf]);
     cp_async_commit();
   };
   for (int sb = sb0; sb < sb1; sb += 2) {
@@ -185,7 +141,7 @@ __global__ void __launch_bounds__(kThreads, 2) kquant_gemm_kernel(KquantGemmArgs
   }
   // C fragment: acc[o][j] is row g (j < 2) or g + 8, token o * 8 + 2t + (j & 1).
 #pragma unroll
-  for (int o = 0; o < kOctets; ++o) {
+  for (int o = 0; o < kOct; ++o) {
 #pragma unroll
     for (int j = 0; j < 4; ++j) {
       const int tok = tok0 + o * 8 + 2 * t + (j & 1);
@@ -222,11 +178,11 @@ __global__ void __launch_bounds__(256) kquant_gemm_reduce_kernel(KquantGemmArgs 
   else static_cast<bf16*>(pr.y)[at] = __float2bfloat16(v);
 }
 
-template <class F>
+template <class F, int kOct>
 void launch_gemm(const KquantGemmArgs& a, dim3 grid, cudaStream_t s) {
-  auto* kernel = kquant_gemm_kernel<F>;
-  KVASIR_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, kSmemBytes));
-  launch(kernel, grid, kThreads, kSmemBytes, s, a);
+  auto* kernel = kquant_gemm_kernel<F, kOct>;
+  KVASIR_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, kSmemBytes<kOct>));
+  launch(kernel, grid, kThreads, kSmemBytes<kOct>, s, a);
   KVASIR_CUDA_LAUNCH_CHECK();
 }
 
@@ -251,33 +207,31 @@ KquantGemmPlan plan_gguf_kquant_gemm(const GgufProjection* proj, int num_proj, i
   plan.splits = static_cast<int>(std::max<int64_t>(1, splits));
   int64_t m_total = 0;
   for (int p = 0; p < num_proj; ++p) m_total += proj[p].out_features;
-  plan.xsum_floats = static_cast<size_t>(k / 16) * static_cast<size_t>((n + 3) / 4 * 4);
   plan.partial_floats = plan.splits > 1 ? static_cast<size_t>(plan.splits) * n * m_total : 0;
   return plan;
 }
 
 void launch_gguf_kquant_gemm(const void* x, const GgufProjection* proj, int num_proj, DType t, int n, int64_t k,
-                             Elem out, float* xsums, float* partial, int num_sms, cudaStream_t s) {
+                             Elem out, float* partial, int num_sms, cudaStream_t s) {
   KVASIR_CHECK_MSG(n >= 1 && gguf_kquant_gemm_supported(t, k) && aligned16(x) && num_proj >= 1 &&
-                       num_proj <= kGgufMaxProjections && xsums != nullptr,
+                       num_proj <= kGgufMaxProjections,
                    "K-quant GEMM: Q4_K or Q6_K rows of whole (Q6_K: an even number of) super-blocks, a 16-byte "
-                   "aligned input, 1..3 projections, a scratch for the sums of x");
+                   "aligned input, 1..3 projections");
   const KquantGemmPlan plan = plan_gguf_kquant_gemm(proj, num_proj, n, k, num_sms);
   KVASIR_CHECK_MSG(plan.splits == 1 || partial != nullptr, "K-quant GEMM: a split K needs its workspace");
   KquantGemmArgs a{};
   a.x = static_cast<const bf16*>(x);
-  a.xsums = xsums;
   a.partial = partial;
   a.k = k;
   a.super_blocks = static_cast<int32_t>(k / 256);
   a.row_bytes = a.super_blocks * static_cast<int64_t>(t == DType::kQ4_K ? kquant::Q4K::kBlockBytes
                                                                          : kquant::Q6K::kBlockBytes);
   a.n = n;
-  a.n4 = (n + 3) / 4 * 4;
   a.f32_out = out == Elem::kF32 ? 1 : 0;
   a.num_proj = num_proj;
   a.splits = plan.splits;
-  a.token_groups = (n + kTokens - 1) / kTokens;
+  const bool half = n <= kTokens<4>;
+  a.token_groups = half ? 1 : (n + kTokens<8> - 1) / kTokens<8>;
   int64_t tiles = 0;
   for (int p = 0; p < num_proj; ++p) {
     KVASIR_CHECK_MSG(aligned16(proj[p].w) && proj[p].out_features > 0, "K-quant GEMM: 16-byte aligned, non-empty weights");
@@ -287,12 +241,14 @@ void launch_gguf_kquant_gemm(const void* x, const GgufProjection* proj, int num_
     tiles += (proj[p].out_features + kTileRows - 1) / kTileRows;
     a.tile_end[p] = tiles;
   }
-  const int64_t sums = k / 16 * a.n4;
-  launch(kquant_xsums_kernel, static_cast<unsigned>((sums + 255) / 256), 256, 0, s, a.x, n, a.n4, k, xsums);
-  KVASIR_CUDA_LAUNCH_CHECK();
   const dim3 grid(static_cast<unsigned>(tiles * a.token_groups), static_cast<unsigned>(a.splits));
-  if (t == DType::kQ4_K) launch_gemm<kquant::Q4K>(a, grid, s);
-  else launch_gemm<kquant::Q6K>(a, grid, s);
+  if (t == DType::kQ4_K) {
+    if (half) launch_gemm<kquant::Q4K, 4>(a, grid, s);
+    else launch_gemm<kquant::Q4K, 8>(a, grid, s);
+  } else {
+    if (half) launch_gemm<kquant::Q6K, 4>(a, grid, s);
+    else launch_gemm<kquant::Q6K, 8>(a, grid, s);
+  }
   if (a.splits > 1) {
     launch(kquant_gemm_reduce_kernel, static_cast<unsigned>((n * a.m_total + 255) / 256), 256, 0, s, a);
     KVASIR_CUDA_LAUNCH_CHECK();

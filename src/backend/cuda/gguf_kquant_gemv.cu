@@ -24,7 +24,7 @@
 namespace kvasir::cuda {
 namespace {
 
-using kquant::XRows;
+using kquant::XSource;
 
 constexpr int kWarps = 8;
 constexpr int kThreads = kWarps * 32;
@@ -86,7 +86,7 @@ __global__ void __launch_bounds__(kThreads, NT == 1 ? F::kMinBlocks : 2) kquant_
   if (sb < nsb) load(sb, ba);
   if (sb + kWarps < nsb) load(sb + kWarps, bb);
   pdl_wait();  // x is the previous kernel's output
-  XRows<NT, kStageX> xs;
+  XSource<NT> xs;
   if constexpr (kStageX) {
     bf16* rows = reinterpret_cast<bf16*>(kquant_smem + kWarps * 2 * kFactorBytes);
     stage_x(a.x, a.n, a.k, rows);
@@ -105,12 +105,12 @@ __global__ void __launch_bounds__(kThreads, NT == 1 ? F::kMinBlocks : 2) kquant_
   for (; sb < nsb; sb += 2 * kWarps) {
     F::decode_factors(ba, lane, fbuf);
     __syncwarp();
-    F::template sum<NT, kOne>(ba, static_cast<int64_t>(sb) * 256, fbuf + F::kFactorFloats * g, xs, t, acc);
+    F::template sum<NT, kStageX, kOne>(ba, static_cast<int64_t>(sb) * 256, fbuf + F::kFactorFloats * g, xs, t, acc);
     if (sb + 2 * kWarps < nsb) load(sb + 2 * kWarps, ba);
     if (sb + kWarps >= nsb) break;
     F::decode_factors(bb, lane, fbuf + kBufFloats);
     __syncwarp();
-    F::template sum<NT, kOne>(bb, static_cast<int64_t>(sb + kWarps) * 256,
+    F::template sum<NT, kStageX, kOne>(bb, static_cast<int64_t>(sb + kWarps) * 256,
                                        fbuf + kBufFloats + F::kFactorFloats * g, xs, t, acc);
     if (sb + 3 * kWarps < nsb) load(sb + 3 * kWarps, bb);
   }

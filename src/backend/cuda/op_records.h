@@ -345,9 +345,9 @@ struct Fp8LinearOp {
 };
 
 // x · w^T (+ bias) with w kept in GGUF blocks (cuda_gguf_ops.cpp): the GGUF GEMVs for decode-sized
-// batches (w_bf16 and xsums null; further projections of the same x and block type join, as q/k/v
+// batches (w_bf16 null, kquant_gemm 0; further projections of the same x and block type join, as q/k/v
 // and gate/up: one launch of the tensor-core GEMV), Q4_K / Q6_K batches past them on the K-quant
-// GEMM (xsums set; projections join the same way), else w dequantized into bf16 scratch (w_bf16)
+// GEMM (kquant_gemm; projections join the same way), else w dequantized into bf16 scratch (w_bf16)
 // and cuBLASLt, one projection, in slices of chunk_rows output features when the whole matrix would not
 // fit the scratch; a slice's product lands in out_tmp and is copied into its columns of out.
 struct GgufLinearOp {
@@ -355,10 +355,10 @@ struct GgufLinearOp {
   GgufProjection proj[kGgufMaxProjections];  // w [out_features, in_features] blocks of type dtype
   void* w_bf16;           // [chunk_rows, in_features] bf16 scratch (dequantize + cuBLASLt) or null
   void* out_tmp;          // [rows, chunk_rows] scratch (that path, chunk_rows < out_features) or null
-  float* xsums;           // the K-quant GEMM's scratch (that path: set) or null
-  float* partial;         // its split-K workspace or null
+  float* partial;         // the K-quant GEMM's split-K workspace or null
   int64_t rows, in_features, chunk_rows, num_proj;
-  int32_t dtype, unused;  // DType of every w
+  int32_t dtype;          // DType of every w
+  int32_t kquant_gemm;    // 1: the K-quant GEMM
 };
 
 // Up to kW4a16MaxProjections W4A16 projections of one bf16 input (cuda_w4a16_ops.cpp), all with
@@ -427,7 +427,7 @@ static_assert(sizeof(GemvGatedOp) == 7 * 8 + 4 * 8 + 8 && sizeof(RopeOp) == 4 * 
 static_assert(sizeof(AttentionOp) == 11 * 8 + 13 * 8 + 8 && sizeof(OpRecord) == 8 + sizeof(MoeExpertsOp));
 static_assert(sizeof(MoeRouteOp) == 4 * 8 + 8 * 8 + 8 && sizeof(MoeExpertsOp) == 10 * 8 + 7 * 8 + 4 * 4 + 8 + 2 * 8 + 4 * 4 + 2 * 4);
 static_assert(sizeof(Fp8Projection) == 40 && sizeof(Fp8LinearOp) == 3 * 8 + kFp8MaxProjections * 40 + 3 * 8 + 8);
-static_assert(sizeof(GgufProjection) == 32 && sizeof(GgufLinearOp) == 8 + kGgufMaxProjections * 32 + 4 * 8 + 4 * 8 + 8);
+static_assert(sizeof(GgufProjection) == 32 && sizeof(GgufLinearOp) == 8 + kGgufMaxProjections * 32 + 3 * 8 + 4 * 8 + 8);
 static_assert(sizeof(W4a16RecordProjection) == 48 && sizeof(W4a16LinearOp) == 4 * 8 + kW4a16MaxProjections * 48 + 8 + 2 * 4 + 4 * 2 &&
               sizeof(W4a16LinearOp) <= sizeof(MoeExpertsOp));
 static_assert(sizeof(AllReduceOp) == 2 * 8 && sizeof(AllGatherColumnsOp) == 7 * 8);
