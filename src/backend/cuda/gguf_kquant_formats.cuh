@@ -246,11 +246,21 @@ struct Q4K {
         const uint32_t a1[4] = {w(gy >> sh, f.x, f.y), w(hy >> sh, f.z, f.w), w(gy >> (sh + 8), f.x, f.y),
                                 w(hy >> (sh + 8), f.z, f.w)};
         const int col = 64 * c + 32 * hs;
+        // Octets four at a time, each's two MMAs four apart: back to back, the second waits for the
+        // first's accumulator (the compiler's order at 128 registers: a stall per octet).
 #pragma unroll
-        for (int o = 0; o < NT; ++o) {
-          const uint4 xv = xs.x16(o, col, t);
-          mma_bf16_unordered(acc[o], a0[0], a0[1], a0[2], a0[3], xv.x, xv.y);
-          mma_bf16_unordered(acc[o], a1[0], a1[1], a1[2], a1[3], xv.z, xv.w);
+        for (int o0 = 0; o0 < NT; o0 += 4) {
+          uint2 hi[4];
+#pragma unroll
+          for (int o = o0; o < o0 + 4 && o < NT; ++o) {
+            const uint4 xv = xs.x16(o, col, t);
+            hi[o - o0] = make_uint2(xv.z, xv.w);
+            mma_bf16_unordered(acc[o], a0[0], a0[1], a0[2], a0[3], xv.x, xv.y);
+          }
+#pragma unroll
+          for (int o = o0; o < o0 + 4 && o < NT; ++o) {
+            mma_bf16_unordered(acc[o], a1[0], a1[1], a1[2], a1[3], hi[o - o0].x, hi[o - o0].y);
+          }
         }
       }
     }
