@@ -75,6 +75,7 @@ class CudaGguf : public CudaOps {
     owned_.push_back(std::move(owner));
     return *w;
   }
+  void expect_batch_invariant(const Format& f, const std::vector<int>& ns);
 };
 
 TEST_F(CudaGguf, DecodersEqualTheCpuReferenceBitForBit) {
@@ -230,66 +231,48 @@ TEST_F(CudaGguf, ProjectionsOfOneInputFollowTheCpu) {
   }
 }
 
-// A token's output of the tensor-core GEMV does not depend on the batch around it (each MMA output
-// element is its own dot product, the other A rows only ride along): token 0 alone, among 7, among
-// 16 (rows 8..15 of the fragments, or the second octet of B in the K-quant kernel) and in the
-// second pass of 20 (Q8_0; 20 Q4_K or Q6_K tokens take the K-quant GEMM) gives the same bits.
-// k = 4096: the K-quant kernel stages x in shared memory for 1 and 7 tokens and reads it from L1
-// for 16.
-TEST_F(CudaGguf, GemvRowsAreBatchInvariant) {
-  for (const Format* f : {&formats()[5], &formats()[4], &formats()[7]}) {  // Q4_K, Q8_0, Q6_K
-    const int64_t k = 16 * 256, m = 72;
-    auto bytes = random_blocks(rng_, *f, m, k, sane_scale(f->type, k) * 16.0f);
-    const Tensor wg = upload_blocks(bytes, f->type, m, k);
-    ASSERT_NE(wg.data, nullptr);
-    auto row = random_values(rng_, static_cast<size_t>(k));
-    std::vector<float> first;
-    for (int n : {1, 7, 16, 20}) {
-      if (n > cuda::kGgufKquantGemvMaxRows && cuda::gguf_kquant_gemm_supported(f->type, k)) continue;
-      // The row at token 0 (and at token 17 for n = 20: the second pass), random rows elsewhere.
-      auto x = random_values(rng_, static_cast<size_t>(n * k));
-      std::copy(row.begin(), row.end(), x.begin());
-      if (n == 20) std::copy(row.begin(), row.end(), x.begin() + 17 * k);
-      DeviceTensor xg(DType::kBF16, {n, k});
-      xg.set(x);
-      DeviceTensor out(DType::kF32, {n, m});
-      gpu_->linear(xg.t, wg, nullptr, out.t);
-      const auto got = read_back(*gpu_, out.t);
-      if (first.empty()) first.assign(got.begin(), got.begin() + m);
-      EXPECT_TRUE(std::equal(first.begin(), first.end(), got.begin())) << f->name << ": token 0 of " << n;
-      if (n == 20) {
-        EXPECT_TRUE(std::equal(first.begin(), first.end(), got.begin() + 17 * m)) << f->name << ": token 17";
-      }
-    }
+// Token 0 and the last token of every batch size in ns carry the same row (random rows elsewhere):
+// their float32 outputs through linear() must equal those of the first batch bit for bit.
+// k = 4096, m = 72.
+void CudaGguf::expect_batch_invariant(const Format& f, const std::vector<int>& ns) {
+  const int64_t k = 16 * 256, m = 72;
+  auto bytes = random_blocks(rng_, f, m, k, sane_scale(f.type, k) * 16.0f);
+  const Tensor wg = upload_blocks(bytes, f.type, m, k);
+  ASSERT_NE(wg.data, nullptr);
+  auto row = random_values(rng_, static_cast<size_t>(k));
+  std::vector<float> first;
+  for (int n : ns) {
+    auto x = random_values(rng_, static_cast<size_t>(n * k));
+    std::copy(row.begin(), row.end(), x.begin());
+    std::copy(row.begin(), row.end(), x.begin() + (n - 1) * k);
+    DeviceTensor xg(DType::kBF16, {n, k});
+    xg.set(x);
+    DeviceTensor out(DType::kF32, {n, m});
+    gpu_->linear(xg.t, wg, nullptr, out.t);
+    const auto got = read_back(*gpu_, out.t);
+    if (first.empty()) first.assign(got.begin(), got.begin() + m);
+    EXPECT_TRUE(std::equal(first.begin(), first.end(), got.begin())) << f.name << ": token 0 of " << n;
+    EXPECT_TRUE(std::equal(first.begin(), first.end(), got.begin() + (n - 1) * m)) << f.name << ": last of " << n;
   }
 }
 
-// The K-quant GEMM's token results do not depend on the batch either: the K splits are chosen from
-// the weights' shape alone and a token's MMA columns are its own. The row at token 0 and at the last
-// token, among 17 and 32 (32-token tiles) and 40 and 64 (64-token tiles), gives the same bits;
-// m = 72 rows in one tile split K 8 ways.
+// A token's output of the tensor-core GEMV does not depend on the batch around it (each MMA output
+// element is its own dot product, the other A rows only ride along): alone, among 7, among 16 (rows
+// 8..15 of the fragments, or the second octet of B in the K-quant kernel) and in the second pass of
+// 20 (Q8_0; 20 Q4_K or Q6_K tokens take the K-quant GEMM). At k = 4096 the K-quant kernel stages x
+// in shared memory for 1 and 7 tokens and reads it from L1 for 16.
+TEST_F(CudaGguf, GemvRowsAreBatchInvariant) {
+  expect_batch_invariant(formats()[5], {1, 7, 16});      // Q4_K
+  expect_batch_invariant(formats()[4], {1, 7, 16, 20});  // Q8_0
+  expect_batch_invariant(formats()[7], {1, 7, 16});      // Q6_K
+}
+
+// The K-quant GEMM's tokens do not depend on the batch either: the K splits are chosen from the
+// weights' shape alone and a token's MMA columns are its own. Among 17 and 32 (32-token tiles), 40
+// and 64 (64-token tiles); 72 rows are one tile, K split 8 ways.
 TEST_F(CudaGguf, KquantGemmRowsAreBatchInvariant) {
-  for (const Format* f : {&formats()[5], &formats()[7]}) {  // Q4_K, Q6_K
-    const int64_t k = 16 * 256, m = 72;
-    auto bytes = random_blocks(rng_, *f, m, k, sane_scale(f->type, k) * 16.0f);
-    const Tensor wg = upload_blocks(bytes, f->type, m, k);
-    ASSERT_NE(wg.data, nullptr);
-    auto row = random_values(rng_, static_cast<size_t>(k));
-    std::vector<float> first;
-    for (int n : {17, 32, 40, 64}) {
-      auto x = random_values(rng_, static_cast<size_t>(n * k));
-      std::copy(row.begin(), row.end(), x.begin());
-      std::copy(row.begin(), row.end(), x.begin() + (n - 1) * k);
-      DeviceTensor xg(DType::kBF16, {n, k});
-      xg.set(x);
-      DeviceTensor out(DType::kF32, {n, m});
-      gpu_->linear(xg.t, wg, nullptr, out.t);
-      const auto got = read_back(*gpu_, out.t);
-      if (first.empty()) first.assign(got.begin(), got.begin() + m);
-      EXPECT_TRUE(std::equal(first.begin(), first.end(), got.begin())) << f->name << ": token 0 of " << n;
-      EXPECT_TRUE(std::equal(first.begin(), first.end(), got.begin() + (n - 1) * m)) << f->name << ": last of " << n;
-    }
-  }
+  expect_batch_invariant(formats()[5], {17, 32, 40, 64});  // Q4_K
+  expect_batch_invariant(formats()[7], {17, 32, 40, 64});  // Q6_K
 }
 
 // A 17,000 x 4096 Q6_K lm_head is 69.6M elements, over the 64M-element bf16 scratch: the GEMM path

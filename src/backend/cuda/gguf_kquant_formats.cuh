@@ -131,9 +131,11 @@ struct Q4K {
     }
   }
 
-  // Lane L: sub-blocks 4 (L / 16) .. + 3 of row L % 16 -> buf [sub][g] float4 (dl, -(128 dl + ml)
-  // of row g, then of g + 8); quant::kquant_scale_min four bytes at a time.
-  __device__ __forceinline__ static void decode_factors(const Block& b, int lane, float* buf) {
+  // Lane L decodes sub-blocks 4 (L / 16) .. + 3 of row L % 16 (quant::kquant_scale_min four bytes at
+  // a time) and hands put each (slot, dl, ml): slot [sub][g] of 8 bytes, row g in its first half of
+  // a 16-byte [sub][g] pair, row g + 8 in its second.
+  template <class Put>
+  __device__ __forceinline__ static void for_each_factor(const Block& b, int lane, Put&& put) {
     const uint4& h = b.h;
     const float d = __half2float(__ushort_as_half(static_cast<unsigned short>(h.x & 0xffffu)));
     const float dmin = __half2float(__ushort_as_half(static_cast<unsigned short>(h.x >> 16)));
@@ -146,13 +148,19 @@ struct Q4K {
       sc = (h.w & 0x0f0f0f0fu) | ((h.y >> 2) & 0x30303030u);
       mn = ((h.w >> 4) & 0x0f0f0f0fu) | ((h.z >> 2) & 0x30303030u);
     }
-    float2* out = reinterpret_cast<float2*>(buf) + ((lane >> 4) * 4 * 8 + (r & 7)) * 2 + (r >> 3);
+    const int slot = ((lane >> 4) * 4 * 8 + (r & 7)) * 2 + (r >> 3);
 #pragma unroll
     for (int j = 0; j < 4; ++j) {
-      const float dl = __fmul_rn(d, static_cast<float>((sc >> (8 * j)) & 0xffu));
-      const float ml = __fmul_rn(dmin, static_cast<float>((mn >> (8 * j)) & 0xffu));
-      out[j * 16] = make_float2(dl, -__fmaf_rn(128.0f, dl, ml));
+      put(slot + j * 16, __fmul_rn(d, static_cast<float>((sc >> (8 * j)) & 0xffu)),
+          __fmul_rn(dmin, static_cast<float>((mn >> (8 * j)) & 0xffu)));
     }
+  }
+
+  // buf [sub][g] float4 (dl, -(128 dl + ml) of row g, then of g + 8).
+  __device__ __forceinline__ static void decode_factors(const Block& b, int lane, float* buf) {
+    for_each_factor(b, lane, [&](int slot, float dl, float ml) {
+      reinterpret_cast<float2*>(buf)[slot] = make_float2(dl, -__fmaf_rn(128.0f, dl, ml));
+    });
   }
 
   // acc += this super-block (columns col0 .. col0 + 255) for each octet; factors: buf + g.
@@ -199,28 +207,11 @@ struct Q4K {
     }
   }
 
-  // As decode_factors, rounded to bf16 pairs for sum_rounded: buf [sub][g] uint4 (dl, -ml of row g,
-  // then of g + 8), each as (v, v).
+  // For sum_rounded: buf [sub][g] uint4 (dl, -ml of row g, then of g + 8), each a bf16 pair (v, v).
   __device__ __forceinline__ static void decode_factors_bf16(const Block& b, int lane, uint32_t* buf) {
-    const uint4& h = b.h;
-    const float d = __half2float(__ushort_as_half(static_cast<unsigned short>(h.x & 0xffffu)));
-    const float dmin = __half2float(__ushort_as_half(static_cast<unsigned short>(h.x >> 16)));
-    const int r = lane & 15;
-    uint32_t sc, mn;
-    if (lane < 16) {
-      sc = h.y & 0x3f3f3f3fu;
-      mn = h.z & 0x3f3f3f3fu;
-    } else {
-      sc = (h.w & 0x0f0f0f0fu) | ((h.y >> 2) & 0x30303030u);
-      mn = ((h.w >> 4) & 0x0f0f0f0fu) | ((h.z >> 2) & 0x30303030u);
-    }
-    uint2* out = reinterpret_cast<uint2*>(buf) + ((lane >> 4) * 4 * 8 + (r & 7)) * 2 + (r >> 3);
-#pragma unroll
-    for (int j = 0; j < 4; ++j) {
-      const float dl = __fmul_rn(d, static_cast<float>((sc >> (8 * j)) & 0xffu));
-      const float ml = __fmul_rn(dmin, static_cast<float>((mn >> (8 * j)) & 0xffu));
-      out[j * 16] = make_uint2(pack_bf16(dl, dl), pack_bf16(-ml, -ml));
-    }
+    for_each_factor(b, lane, [&](int slot, float dl, float ml) {
+      reinterpret_cast<uint2*>(buf)[slot] = make_uint2(pack_bf16(dl, dl), pack_bf16(-ml, -ml));
+    });
   }
 
   // acc += this super-block's weights, rounded to bf16, times x (columns 0 .. 255 of the x source)
@@ -305,16 +296,23 @@ struct Q6K {
     b.d = __ldg(reinterpret_cast<const unsigned short*>(rh + 208));
   }
 
-  // Lane L: sub-blocks 8 (L / 16) .. + 7 of row L % 16 -> buf [sub][g] float2 (dl of row g, of g + 8).
-  __device__ __forceinline__ static void decode_factors(const Block& b, int lane, float* buf) {
+  // Lane L decodes sub-blocks 8 (L / 16) .. + 7 of row L % 16 and hands put each (slot, dl): slot
+  // [sub][g] of 4 bytes, row g in its first half of an 8-byte [sub][g] pair, row g + 8 in its second.
+  template <class Put>
+  __device__ __forceinline__ static void for_each_factor(const Block& b, int lane, Put&& put) {
     const float d = __half2float(__ushort_as_half(static_cast<unsigned short>(b.d)));
     const int r = lane & 15;
-    float* out = buf + ((lane >> 4) * 8 * 8 + (r & 7)) * 2 + (r >> 3);
+    const int slot = ((lane >> 4) * 8 * 8 + (r & 7)) * 2 + (r >> 3);
 #pragma unroll
     for (int j = 0; j < 8; ++j) {
       const int sc = static_cast<int8_t>(((j < 4 ? b.sc0 : b.sc1) >> (8 * (j & 3))) & 0xffu);
-      out[j * 16] = __fmul_rn(d, static_cast<float>(sc));
+      put(slot + j * 16, __fmul_rn(d, static_cast<float>(sc)));
     }
+  }
+
+  // buf [sub][g] float2 (dl of row g, of g + 8).
+  __device__ __forceinline__ static void decode_factors(const Block& b, int lane, float* buf) {
+    for_each_factor(b, lane, [&](int slot, float dl) { buf[slot] = dl; });
   }
 
   template <int NT, bool kStageX, bool kOne>
@@ -362,17 +360,9 @@ struct Q6K {
     }
   }
 
-  // As decode_factors, rounded to bf16 pairs for sum_rounded: buf [sub][g] uint32 (dl, dl).
+  // For sum_rounded: buf [sub][g] uint2 (dl of row g, of g + 8), each a bf16 pair (dl, dl).
   __device__ __forceinline__ static void decode_factors_bf16(const Block& b, int lane, uint32_t* buf) {
-    const float d = __half2float(__ushort_as_half(static_cast<unsigned short>(b.d)));
-    const int r = lane & 15;
-    uint32_t* out = buf + ((lane >> 4) * 8 * 8 + (r & 7)) * 2 + (r >> 3);
-#pragma unroll
-    for (int j = 0; j < 8; ++j) {
-      const int sc = static_cast<int8_t>(((j < 4 ? b.sc0 : b.sc1) >> (8 * (j & 3))) & 0xffu);
-      const float dl = __fmul_rn(d, static_cast<float>(sc));
-      out[j * 16] = pack_bf16(dl, dl);
-    }
+    for_each_factor(b, lane, [&](int slot, float dl) { buf[slot] = pack_bf16(dl, dl); });
   }
 
   // As Q4K::sum_rounded: dl (q - 32) rounded to bf16; factors: decode_factors_bf16's buf + 2 g.
@@ -418,5 +408,23 @@ struct Q6K {
     }
   }
 };
+
+// A warp's 16-row tile of one weight: the rows a lane fetches quants from (g, g + 8) and the row whose
+// header it decodes (lane % 16). Rows past m repeat the last (their sums are never written).
+struct TileRows {
+  const uint8_t *rg, *rg8, *rh;
+};
+__device__ __forceinline__ TileRows tile_rows(const void* w, int64_t m, int64_t row_bytes, int64_t row0, int lane) {
+  const auto row = [&](int64_t r) { return static_cast<const uint8_t*>(w) + (r < m ? r : m - 1) * row_bytes; };
+  return {row(row0 + (lane >> 2)), row(row0 + (lane >> 2) + 8), row(row0 + (lane & 15))};
+}
+
+// Super-block sb of the tile into b (Q6_K's odd super-blocks start 2 bytes off a word).
+template <class F>
+__device__ __forceinline__ void load_super_block(const TileRows& tr, int sb, int t, typename F::Block& b) {
+  const int64_t off = static_cast<int64_t>(sb) * F::kBlockBytes;
+  if (F::kAligned || (sb & 1) == 0) F::template load<false>(tr.rg + off, tr.rg8 + off, tr.rh + off, t, b);
+  else F::template load<true>(tr.rg + off, tr.rg8 + off, tr.rh + off, t, b);
+}
 
 }  // namespace kvasir::cuda::kquant

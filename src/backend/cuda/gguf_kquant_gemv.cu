@@ -66,20 +66,11 @@ __global__ void __launch_bounds__(kThreads, NT == 1 ? F::kMinBlocks : 2) kquant_
   const GgufProjection& pr = a.proj[p];
   const int64_t m = pr.out_features;
   const int64_t row0 = (tile - (p == 0 ? 0 : a.tile_end[p - 1])) * 16;
-  const uint8_t* w = static_cast<const uint8_t*>(pr.w);
-  // Rows past m repeat the last (their sums are never written).
-  const auto row = [&](int64_t r) { return w + (r < m ? r : m - 1) * a.row_bytes; };
-  const uint8_t* rg = row(row0 + g);
-  const uint8_t* rg8 = row(row0 + g + 8);
-  const uint8_t* rh = row(row0 + (lane & 15));
+  const kquant::TileRows tr = kquant::tile_rows(pr.w, m, a.row_bytes, row0, lane);
   const int nsb = a.super_blocks;
   float* fbuf = reinterpret_cast<float*>(kquant_smem + warp * 2 * kFactorBytes);
   constexpr int kBufFloats = kFactorBytes / 4;
-  const auto load = [&](int sb, typename F::Block& b) {
-    const int64_t off = static_cast<int64_t>(sb) * F::kBlockBytes;
-    if (F::kAligned || (sb & 1) == 0) F::template load<false>(rg + off, rg8 + off, rh + off, t, b);
-    else F::template load<true>(rg + off, rg8 + off, rh + off, t, b);
-  };
+  const auto load = [&](int sb, typename F::Block& b) { kquant::load_super_block<F>(tr, sb, t, b); };
   pdl_launch_dependents();
   typename F::Block ba, bb;
   int sb = warp;
