@@ -1183,14 +1183,19 @@ if has gguf_bench && [[ -f $gguf ]]; then
           note "kvasir gguf b$bsz $in/128, K-quant GEMV $kq: rc=$? $(grep -E '^decode' "$OUT/gguf_lat_b${bsz}_kq$kq.log")"
         done
       done
-      # Batched decode of block weights: batch 16 (one tensor-core GEMV pass per step), and batch 64
-      # with the GEMV up to 64 tokens (4 passes) against the default dequantize + cuBLASLt above 32.
-      timeout 150 "$bin/kvasir" bench latency --model $gguf --device cuda --batch-size 16 --input-len 128 \
-        --output-len 128 --num-iters 3 >"$OUT/gguf_lat_b16.log" 2>&1
-      note "kvasir gguf b16 128/128: rc=$? $(grep -E '^(prefill|decode)' "$OUT/gguf_lat_b16.log" | tr '\n' ' ')"
-      KVASIR_GGUF_GEMV_ROWS=64 timeout 150 "$bin/kvasir" bench latency --model $gguf --device cuda --batch-size 64 \
-        --input-len 128 --output-len 128 --num-iters 3 >"$OUT/gguf_lat_b64_gemv.log" 2>&1
-      note "kvasir gguf b64 128/128, KVASIR_GGUF_GEMV_ROWS=64: rc=$? $(grep -E '^(prefill|decode)' "$OUT/gguf_lat_b64_gemv.log" | tr '\n' ' ')"
+      # Batched decode of block weights: batch 16 (one K-quant GEMV pass per step), batch 32 on the
+      # K-quant GEMM (gguf_kquant_gemm.cu), and batch 32 / 64 with the GEMM off
+      # (KVASIR_GGUF_KQUANT_GEMM_ROWS=0: the GEMV's passes up to 32, dequantize + cuBLASLt above).
+      for bsz in 16 32; do
+        timeout 150 "$bin/kvasir" bench latency --model $gguf --device cuda --batch-size $bsz --input-len 128 \
+          --output-len 128 --num-iters 3 >"$OUT/gguf_lat_b$bsz.log" 2>&1
+        note "kvasir gguf b$bsz 128/128: rc=$? $(grep -E '^(prefill|decode)' "$OUT/gguf_lat_b$bsz.log" | tr '\n' ' ')"
+      done
+      for bsz in 32 64; do
+        KVASIR_GGUF_KQUANT_GEMM_ROWS=0 timeout 150 "$bin/kvasir" bench latency --model $gguf --device cuda \
+          --batch-size $bsz --input-len 128 --output-len 128 --num-iters 3 >"$OUT/gguf_lat_b${bsz}_nogemm.log" 2>&1
+        note "kvasir gguf b$bsz 128/128, K-quant GEMM off: rc=$? $(grep -E '^decode' "$OUT/gguf_lat_b${bsz}_nogemm.log")"
+      done
       KVASIR_GGUF_GEMV=exact timeout 150 "$bin/kvasir" bench latency --model $gguf --device cuda --batch-size 1 \
         --input-len 512 --output-len 128 --num-iters 3 >"$OUT/gguf_lat_b1_exact.log" 2>&1
       note "kvasir gguf b1 512/128, KVASIR_GGUF_GEMV=exact (float32 GEMV): rc=$? $(grep -E '^decode' "$OUT/gguf_lat_b1_exact.log")"
@@ -1201,10 +1206,10 @@ if has gguf_bench && [[ -f $gguf ]]; then
     timeout 200 $lb/llama-bench -m $gguf -ngl 99 -fa 1 -p 512 -n 128 -r 3 -o md >"$OUT/llama_bench.log" 2>&1
     note "llama-bench: rc=$? $(grep -E 'pp512|tg128' "$OUT/llama_bench.log" | tr -s ' ' | tr '\n' ' ')"
     timeout 200 $lb/llama-batched-bench -m $gguf -ngl 99 -fa on -c 20480 -b 2048 -ub 512 -npp 128 -ntg 128 \
-      -npl 1,8,16,64 >"$OUT/llama_batched.log" 2>&1
+      -npl 1,8,16,32,64 >"$OUT/llama_batched.log" 2>&1
     note "llama-batched-bench: rc=$?"
-    grep -E '^\|' "$OUT/llama_batched.log" | tail -6
-    for l in $(grep -E '^\|' "$OUT/llama_batched.log" | tail -4 | tr -d ' '); do note "  $l"; done
+    grep -E '^\|' "$OUT/llama_batched.log" | tail -7
+    for l in $(grep -E '^\|' "$OUT/llama_batched.log" | tail -5 | tr -d ' '); do note "  $l"; done
   else
     note "llama.cpp: no binaries"
   fi
