@@ -81,6 +81,7 @@ CudaBackend::~CudaBackend() {
   if (fp8_act_ != nullptr) cudaFree(fp8_act_);
   if (gguf_w_bf16_ != nullptr) cudaFree(gguf_w_bf16_);
   if (gguf_out_tmp_ != nullptr) cudaFree(gguf_out_tmp_);
+  if (gguf_partial_ != nullptr) cudaFree(gguf_partial_);
   if (w4a16_perm_ != nullptr) cudaFree(w4a16_perm_);
   if (w4a16_ws_ != nullptr) cudaFree(w4a16_ws_);
   for (auto& [views, t] : moe_tables_) cudaFree(t.table);

@@ -5,20 +5,18 @@
 // dequantized to bf16 at load. At run time linear() records a GgufLinearOp: up to
 // kGgufMmaGemvMaxRows tokens the tensor-core GEMV (gguf_mma_gemv.cu: weights decoded in registers
 // into MMA fragments, one pass over the weight bytes per 16 tokens, up to three projections of one
-// input and type in one launch; Q4_K and Q6_K on gguf_kquant_gemv.cu; or with KVASIR_GGUF_GEMV=exact the float32 GEMV up to
-// kGgufGemvMaxRows, gguf_gemv.cu); above that the weight is dequantized into a bf16 scratch (in
-// output-feature slices of at most cuda::kDequantSliceElems when larger, as an untied lm_head) and
-// multiplied by cuBLASLt: a dequantization costs one read of the blocks and one write of bf16,
+// input and type in one launch; Q4_K and Q6_K on gguf_kquant_gemv.cu up to 16 tokens and on the
+// K-quant GEMM, gguf_kquant_gemm.cu, from 17 to 64; or with KVASIR_GGUF_GEMV=exact the float32 GEMV
+// up to kGgufGemvMaxRows, gguf_gemv.cu); above that the weight is dequantized into a bf16 scratch
+// (in output-feature slices of at most cuda::kDequantSliceElems when larger, as an untied lm_head)
+// and multiplied by cuBLASLt: a dequantization costs one read of the blocks and one write of bf16,
 // small beside a prefill GEMM's tensor-core time. embedding() reads quantized token tables (and so
-// a tied lm_head's table serves both) through the same decoders.
+// a tied lm_head's table serves both) through the same decoders. The knobs are cuda_tuning.h's.
 #include <algorithm>
-#include <cstdlib>
-#include <cstring>
 
 #include "backend/cuda/cuda_backend_impl.h"
 #include "backend/cuda/cuda_check.h"
 #include "backend/cuda/gguf_kernels.h"
-#include "common/log.h"
 
 namespace kvasir {
 namespace {
@@ -27,16 +25,8 @@ bool is_dev(const Tensor& t) { return t.device == Device::kCuda; }
 
 // Decode-sized batches on the tensor-core GEMV (bf16-rounded weights, gguf_mma_gemv.cu) unless
 // KVASIR_GGUF_GEMV=exact puts them on the float32 GEMV with the reference's exact weights (A/B
-// runs, accuracy checks).
-bool on_tensor_cores(DType t) {
-  static const bool exact = [] {
-    const char* e = std::getenv("KVASIR_GGUF_GEMV");
-    const bool x = e != nullptr && std::strcmp(e, "exact") == 0;
-    KVASIR_LOG_INFO("GGUF GEMV: %s", x ? "float32, exact weights (KVASIR_GGUF_GEMV=exact)" : "tensor cores, bf16 weights");
-    return x;
-  }();
-  return !exact && cuda::gguf_kernel_type(t);
-}
+// runs, accuracy checks; cuda_tuning.h).
+bool on_tensor_cores(DType t, const cuda::RecordingTuning& r) { return !r.gguf_exact_gemv && cuda::gguf_kernel_type(t); }
 
 bool writes(const cuda::GgufLinearOp& op, const void* p) {
   for (int i = 0; i < op.num_proj; ++i) {
@@ -45,43 +35,24 @@ bool writes(const cuda::GgufLinearOp& op, const void* p) {
   return false;
 }
 
-// Up to how many tokens a weight of type t goes through a GEMV (else dequantize + cuBLASLt).
-int gemv_max_rows(DType t) {
-  if (!on_tensor_cores(t)) return cuda::kGgufGemvMaxRows;
-  static const int rows = [] {
-    const char* e = std::getenv("KVASIR_GGUF_GEMV_ROWS");
-    const int v = e != nullptr ? std::atoi(e) : cuda::kGgufMmaGemvMaxRows;
-    const int r = v >= 1 && v <= 4096 ? v : cuda::kGgufMmaGemvMaxRows;
-    KVASIR_LOG_INFO("GGUF tensor-core GEMV up to %d tokens (KVASIR_GGUF_GEMV_ROWS), dequantize + cuBLASLt above", r);
-    return r;
-  }();
-  return rows;
-}
-
-// Up to how many tokens Q4_K / Q6_K weights go through the K-quant GEMM (past the GEMV's
-// kGgufKquantGemvMaxRows) before dequantize + cuBLASLt; KVASIR_GGUF_KQUANT_GEMM_ROWS=0 turns it off
-// (the GEMV then takes them up to gemv_max_rows, as before it).
-int kquant_gemm_max_rows() {
-  static const int rows = [] {
-    const char* e = std::getenv("KVASIR_GGUF_KQUANT_GEMM_ROWS");
-    const int v = e != nullptr ? std::atoi(e) : cuda::kGgufKquantGemmMaxRows;
-    const int r = v >= 0 && v <= 4096 ? v : cuda::kGgufKquantGemmMaxRows;
-    KVASIR_LOG_INFO("GGUF K-quant GEMM from %d up to %d tokens (KVASIR_GGUF_KQUANT_GEMM_ROWS)",
-                    cuda::kGgufKquantGemvMaxRows + 1, r);
-    return r;
-  }();
-  return rows;
+// Up to how many tokens a weight of type t goes through a GEMV (else the K-quant GEMM or
+// dequantize + cuBLASLt).
+int gemv_max_rows(DType t, const cuda::RecordingTuning& r) {
+  return on_tensor_cores(t, r) ? r.gguf_gemv_rows : cuda::kGgufGemvMaxRows;
 }
 
 enum class GgufPath { kGemv, kKquantGemm, kDequantGemm };
 
-GgufPath gguf_path(DType t, int64_t n, int64_t k, const void* x) {
+// Q4_K / Q6_K past the GEMV's kGgufKquantGemvMaxRows go through the K-quant GEMM up to
+// KVASIR_GGUF_KQUANT_GEMM_ROWS tokens (0: off, the GEMV then takes them up to gemv_max_rows, as
+// before it); the rest, and everything larger, dequantize + cuBLASLt.
+GgufPath gguf_path(DType t, int64_t n, int64_t k, const void* x, const cuda::RecordingTuning& r) {
   if (!cuda::aligned16(x)) return GgufPath::kDequantGemm;
-  if (on_tensor_cores(t) && cuda::gguf_kquant_gemm_supported(t, k) && kquant_gemm_max_rows() > 0) {
-    if (n <= std::min(gemv_max_rows(t), cuda::kGgufKquantGemvMaxRows)) return GgufPath::kGemv;
-    return n <= kquant_gemm_max_rows() ? GgufPath::kKquantGemm : GgufPath::kDequantGemm;
+  if (on_tensor_cores(t, r) && cuda::gguf_kquant_gemm_supported(t, k) && r.gguf_kquant_gemm_rows > 0) {
+    if (n <= std::min(gemv_max_rows(t, r), cuda::kGgufKquantGemvMaxRows)) return GgufPath::kGemv;
+    return n <= r.gguf_kquant_gemm_rows ? GgufPath::kKquantGemm : GgufPath::kDequantGemm;
   }
-  return n <= gemv_max_rows(t) ? GgufPath::kGemv : GgufPath::kDequantGemm;
+  return n <= gemv_max_rows(t, r) ? GgufPath::kGemv : GgufPath::kDequantGemm;
 }
 
 }  // namespace
@@ -118,14 +89,14 @@ void CudaBackend::linear_gguf(const Tensor& x, const Tensor& w, const Tensor* bi
   if (bias != nullptr) KVASIR_CHECK(bias->dtype == DType::kF32 && bias->numel() == m && is_dev(*bias));
   const Elem elem = elem_of(out.dtype);
   if (n == 0 || m == 0) return;
-  const GgufPath path = gguf_path(w.dtype, n, k, x.data);
+  const GgufPath path = gguf_path(w.dtype, n, k, x.data, tuning_.recording);
   const bool gemv = path == GgufPath::kGemv, kquant_gemm = path == GgufPath::kKquantGemm;
   const auto* b = bias != nullptr ? static_cast<const float*>(bias->data) : nullptr;
   // Another projection of the same input (q/k/v, gate/up) joins the previous tensor-core GEMV or
   // K-quant GEMM: one launch for all of them (the float32 GEMV and the dequantize path take one
   // projection each).
   OpRecord* last = queue_->last();
-  if (fuse_ && (kquant_gemm || (gemv && on_tensor_cores(w.dtype))) && last != nullptr &&
+  if (fuse_ && (kquant_gemm || (gemv && on_tensor_cores(w.dtype, tuning_.recording))) && last != nullptr &&
       last->kind == OpKind::kGgufLinear && last->elem == static_cast<int32_t>(elem)) {
     cuda::GgufLinearOp& r = last->gguf_linear;
     if (r.w_bf16 == nullptr && (r.kquant_gemm != 0) == kquant_gemm && r.x == x.data && r.rows == n &&
@@ -186,7 +157,7 @@ void CudaBackend::exec_gguf_linear(const cuda::GgufLinearOp& op, Elem elem, cuda
     return;
   }
   if (op.w_bf16 == nullptr) {
-    if (on_tensor_cores(dt)) {
+    if (on_tensor_cores(dt, tuning_.recording)) {
       cuda::launch_gguf_mma_gemv(op.x, op.proj, static_cast<int>(op.num_proj), dt, static_cast<int>(n), k, elem, s);
     } else {
       cuda::launch_gguf_gemv(op.x, p0.w, dt, p0.bias, p0.y, static_cast<int>(n), p0.out_features, k, elem, s);

@@ -9,6 +9,8 @@
 
 #include <string>
 
+#include "backend/cuda/gguf_kernels.h"
+
 namespace kvasir::cuda {
 
 // Longest split of a decode sequence's keys, in tokens (also the cap of the all-heads plan).
@@ -48,6 +50,9 @@ struct KernelTuning {
   int gemv_min_blocks = 1;            // KVASIR_GEMV_MINB 1|4|5: register-capped GEMV builds (A/B)
   int gemv_prefetch_mb = 0;           // KVASIR_GEMV_PREFETCH_MB [0, 48]: weights pulled to L2 early
   bool pdl = true;                    // KVASIR_CUDA_PDL=0: no programmatic dependent launches
+  // KVASIR_GGUF_KQUANT_GEMV 0|q4k: Q4_K and Q6_K on the generic GGUF GEMV (0) or only Q6_K (q4k)
+  // instead of the K-quant GEMV (gguf_kquant_gemv.cu); 2, the default: both on it.
+  int gguf_kquant_gemv = 2;
 };
 
 // KVASIR_CUDA_PREFILL: which kernel runs the prefill rows of attention (per call, where it can:
@@ -108,6 +113,15 @@ struct RecordingTuning {
   // KVASIR_W4A16_DEQUANT_ROWS [17, 2^30]: W4A16 linears of at least this many tokens dequantize
   // their weight to bf16 and run cuBLASLt (cuda_w4a16_ops.cpp); fewer run the W4A16 GEMM.
   int w4a16_dequant_rows = kW4a16DequantMinRows;
+  // KVASIR_GGUF_GEMV=exact: GGUF linears of up to kGgufGemvMaxRows tokens on the float32 GEMV with
+  // the reference's exact weights (A/B runs, accuracy checks), not the tensor-core ones.
+  bool gguf_exact_gemv = false;
+  // KVASIR_GGUF_GEMV_ROWS [1, 4096]: most tokens the tensor-core GGUF GEMV takes (Q4_K and Q6_K: at
+  // most kGgufKquantGemvMaxRows while the K-quant GEMM is on); dequantize + cuBLASLt above.
+  int gguf_gemv_rows = kGgufMmaGemvMaxRows;
+  // KVASIR_GGUF_KQUANT_GEMM_ROWS [0, 4096]: most tokens Q4_K / Q6_K linears take the K-quant GEMM
+  // (gguf_kquant_gemm.cu) with; 0 turns it off.
+  int gguf_kquant_gemm_rows = kGgufKquantGemmMaxRows;
 };
 
 struct CudaTuning {

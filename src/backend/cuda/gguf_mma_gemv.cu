@@ -13,8 +13,6 @@
 // projections' 8-row tiles one after another. Weights are rounded to bf16 before the products (as
 // the GEMM path's scratch and the bf16 backend's weights); the backend's KVASIR_GGUF_GEMV=exact
 // keeps every type on the float32 GEMV instead (cuda_gguf_ops.cpp).
-#include <cstdlib>
-#include <cstring>
 
 #include "backend/cuda/cuda_common.cuh"
 #include "backend/cuda/gguf_kernels.h"
@@ -98,13 +96,9 @@ __global__ void __launch_bounds__(kWarps * 32, 4) mma_gemv_kernel(MmaGemvArgs a)
 }
 
 // Q4_K and Q6_K on their own kernel (gguf_kquant_gemv.cu) unless KVASIR_GGUF_KQUANT_GEMV=0 (A/B
-// runs; =q4k: Q4_K only).
+// runs; =q4k: Q4_K only; cuda_tuning.h).
 bool kquant_kernel(DType t, int64_t k) {
-  static const int on = [] {
-    const char* e = std::getenv("KVASIR_GGUF_KQUANT_GEMV");
-    if (e == nullptr) return 2;
-    return std::strcmp(e, "0") == 0 ? 0 : (std::strcmp(e, "q4k") == 0 ? 1 : 2);
-  }();
+  const int on = kernel_tuning().gguf_kquant_gemv;
   if (on == 0 || (on == 1 && t != DType::kQ4_K)) return false;
   return gguf_kquant_gemv_supported(t, k);
 }
