@@ -225,7 +225,6 @@ class CudaBackend final : public Backend {
     ~OwnedDeviceMemory() { cudaFree(ptr); }
   };
   cuda::HeadGemm head_gemm_;
-  int mla_gemm_path_ = 0;  // KVASIR_MLA_GEMM (cuda_mla_ops.cpp), read when head_gemm_ is made
   OwnedDeviceMemory mla_scratch_;
   std::vector<cuda::PrefillWork> mla_work_;
   // FP8 linears: cuBLASLt FP8 GEMMs (made on first use) and the quantized activations' scratch.

@@ -7,18 +7,15 @@
 //   out[t, h]      = W_UV[h] o_latent[t, h]
 // The per-head products run on head_gemv for decode-sized batches (a warp per weight row reads
 // it once for every token) and on one cuBLASLt strided-batched GEMM above that;
-// KVASIR_MLA_GEMM=kernel|cublas forces one of them (the op tests run both); a shape cuBLASLt
+// KVASIR_MLA_GEMM=kernel|cublas forces one of them (cuda_tuning.h; the op tests run both); a shape cuBLASLt
 // has no algorithm for (odd strides) runs on head_gemv.
 // A pure decode step is graphable: its tiles are one per sequence and its split plan depends on
 // counts only (sequences, heads, max_blocks_per_seq); a prefill's tile list depends on lengths.
 #include <algorithm>
-#include <cstdlib>
-#include <cstring>
 
 #include "backend/cuda/cuda_backend_impl.h"
 #include "backend/cuda/cuda_check.h"
 #include "backend/cuda/mla_kernels.h"
-#include "common/log.h"
 
 namespace kvasir {
 namespace {
@@ -28,18 +25,6 @@ bool is_dev(const Tensor& t) { return t.device == Device::kCuda; }
 constexpr size_t kHeadGemmWorkspace = size_t{4} << 20;
 constexpr int kMaxSplits = 64;
 constexpr int kMinKeysPerSplit = 64;
-
-enum class HeadGemmPath { kAuto, kKernel, kCublas };
-
-// Read when a backend makes its first MLA op (so a test can switch it per backend).
-HeadGemmPath read_head_gemm_path() {
-  const char* v = std::getenv("KVASIR_MLA_GEMM");
-  if (v == nullptr || *v == '\0' || std::strcmp(v, "auto") == 0) return HeadGemmPath::kAuto;
-  if (std::strcmp(v, "kernel") == 0) return HeadGemmPath::kKernel;
-  if (std::strcmp(v, "cublas") == 0) return HeadGemmPath::kCublas;
-  KVASIR_LOG_WARN("KVASIR_MLA_GEMM=%s is not auto, kernel or cublas: using auto", v);
-  return HeadGemmPath::kAuto;
-}
 
 // Where q_latent, o_latent and the split partials lie in the op's scratch (256-byte aligned).
 struct MlaScratchLayout {
@@ -103,7 +88,6 @@ void CudaBackend::mla_attention(const Tensor& q, const int32_t* positions, const
     const Status st = head_gemm_.init(kHeadGemmWorkspace);
     KVASIR_CHECK_MSG(st.ok(), st.message().c_str());
     cuda::init_mla_kernels();
-    mla_gemm_path_ = static_cast<int>(read_head_gemm_path());
   }
 
   // Rows per CTA: as many (token, head) pairs as the accumulators hold (kMlaMaxItems groups of 8
@@ -177,8 +161,9 @@ void CudaBackend::mla_attention(const Tensor& q, const int32_t* positions, const
   r.heads_per_group = HG;
   r.num_splits = splits;
   r.partition_tokens = partition;
-  const auto path = static_cast<HeadGemmPath>(mla_gemm_path_);
-  r.head_gemv = path == HeadGemmPath::kKernel || (path == HeadGemmPath::kAuto && n <= cuda::kMlaGemvTokens) ? 1 : 0;
+  const cuda::MlaHeadGemm path = tuning_.recording.mla_head_gemm;
+  r.head_gemv =
+      path == cuda::MlaHeadGemm::kKernel || (path == cuda::MlaHeadGemm::kAuto && n <= cuda::kMlaGemvTokens) ? 1 : 0;
   r.scale = p.scale;
   r.attention_factor = p.rope.attention_factor;
 }

@@ -52,7 +52,7 @@ class CudaMla : public ::testing::Test {
     o.precision = MatmulPrecision::kExact;
     cpu_ = std::make_unique<CpuBackend>(o);
   }
-  // A fresh CUDA backend (KVASIR_MLA_GEMM is read by its first MLA op).
+  // A fresh CUDA backend (it reads KVASIR_MLA_GEMM when it starts).
   void make_gpu() {
     owned_.clear();
     gpu_.reset();

@@ -84,6 +84,13 @@ inline constexpr int kFlashInferDecodeMinTableTokens = 1024;
 // From how many tokens a W4A16 linear dequantizes its weight for cuBLASLt (RecordingTuning).
 inline constexpr int kW4a16DequantMinRows = 512;
 
+// KVASIR_MLA_GEMM: where MLA's per-head products run (cuda_mla_ops.cpp).
+enum class MlaHeadGemm {
+  kAuto,    // "auto" (default): head_gemv for decode-sized batches, cuBLASLt above
+  kKernel,  // "kernel": head_gemv always
+  kCublas,  // "cublas": cuBLASLt wherever it has an algorithm
+};
+
 // Read by CudaBackend when it starts (each backend reads its own; the op tests build two).
 struct RecordingTuning {
   bool fuse = true;        // KVASIR_CUDA_FUSE=0: one record per op (for A/B timing)
@@ -122,7 +129,10 @@ struct RecordingTuning {
   // KVASIR_GGUF_KQUANT_GEMM_ROWS [0, 4096]: most tokens Q4_K / Q6_K linears take the K-quant GEMM
   // (gguf_kquant_gemm.cu) with; 0 turns it off.
   int gguf_kquant_gemm_rows = kGgufKquantGemmMaxRows;
+  MlaHeadGemm mla_head_gemm = MlaHeadGemm::kAuto;  // KVASIR_MLA_GEMM auto|kernel|cublas
 };
+
+const char* mla_head_gemm_name(MlaHeadGemm k);
 
 struct CudaTuning {
   RecordingTuning recording;
@@ -130,7 +140,8 @@ struct CudaTuning {
 };
 
 // Every knob as the environment sets it now. KVASIR_CUDA_PREFILL or KVASIR_CUDA_DECODE other than
-// flashinfer or own aborts with a message naming it (a typo would otherwise silently benchmark the other kernel).
+// flashinfer or own, or KVASIR_MLA_GEMM other than auto, kernel or cublas, aborts with a message
+// naming it (a typo would otherwise silently benchmark the other kernel).
 CudaTuning read_cuda_tuning();
 // The kernel knobs in force for this process: read_cuda_tuning().kernels on first use, then fixed.
 const KernelTuning& kernel_tuning();
