@@ -53,6 +53,7 @@ struct KernelTuning {
   // KVASIR_GGUF_KQUANT_GEMV 0|q4k: Q4_K and Q6_K on the generic GGUF GEMV (0) or only Q6_K (q4k)
   // instead of the K-quant GEMV (gguf_kquant_gemv.cu); 2, the default: both on it.
   int gguf_kquant_gemv = 2;
+  int gguf_kquant_gemv_warps = 8;     // KVASIR_GGUF_KQUANT_GEMV_WARPS 4|8: warps per K-quant GEMV CTA
 };
 
 // KVASIR_CUDA_PREFILL: which kernel runs the prefill rows of attention (per call, where it can:
