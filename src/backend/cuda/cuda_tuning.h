@@ -35,6 +35,7 @@ struct KernelTuning {
   int all_heads_min_ctas = -1;        // KVASIR_CUDA_V3_MIN_CTAS [0, 2^20]; -1: one per SM (see attention.cu)
   int prefill_key_tile = 32;          // KVASIR_CUDA_PREFILL_KT 32|64: keys per prefill tile at 128 dims
   bool splits_by_context = true;      // KVASIR_CUDA_SPLITS_BY_CONTEXT=0: decode splits cut at plan multiples
+  bool cluster_merge = true;          // KVASIR_CUDA_CLUSTER_MERGE=0: per-head decode splits merged by the combine kernel
   int mma_bulk_stages = 3;            // KVASIR_CUDA_TMA_STAGES 3|6: bulk-copy pipeline depth
   bool rope_per_head = true;          // KVASIR_CUDA_ROPE_HEADS=0: token-per-CTA rope+write_kv kernel
   bool gemv_early = true;             // KVASIR_GEMV_EARLY=0: first weight round to L2 before the wait
