@@ -342,8 +342,6 @@ if has gguftests; then
   note "gguf op tests: rc=$rc $(grep -E '^\[  PASSED' "$OUT/gguf_ops.log" | head -1) $(grep -c '^\[  FAILED  \]' "$OUT/gguf_ops.log") failed"
   KVASIR_GGUF_GEMV=exact timeout 300 "$bin/cuda_ops_test" --gtest_filter='CudaGguf.Linear*' >"$OUT/gguf_ops_exact.log" 2>&1
   note "gguf op tests, KVASIR_GGUF_GEMV=exact: rc=$? $(grep -E '^\[  PASSED' "$OUT/gguf_ops_exact.log" | head -1) $(grep -c '^\[  FAILED  \]' "$OUT/gguf_ops_exact.log") failed"
-  KVASIR_GGUF_KQUANT_GEMV_WARPS=4 timeout 300 "$bin/cuda_ops_test" --gtest_filter='CudaGguf.*' >"$OUT/gguf_ops_w4.log" 2>&1
-  note "gguf op tests, KVASIR_GGUF_KQUANT_GEMV_WARPS=4: rc=$? $(grep -E '^\[  PASSED' "$OUT/gguf_ops_w4.log" | head -1) $(grep -c '^\[  FAILED  \]' "$OUT/gguf_ops_w4.log") failed"
   if command -v compute-sanitizer >/dev/null; then
     timeout 300 compute-sanitizer --tool memcheck --leak-check no "$bin/cuda_ops_test" --gtest_filter='CudaGguf.*' \
       >"$OUT/gguf_memcheck.log" 2>&1
@@ -1174,12 +1172,12 @@ if has gguf_bench && [[ -f $gguf ]]; then
     note "kvasir gguf b64 128/128: rc=$? $(grep -E '^(prefill|decode)' "$OUT/gguf_lat_b64.log" | tr '\n' ' ')"
     note "  $(grep -E 'device steps' "$OUT/gguf_lat_b64.log" | head -1)"
     if [[ $gguf_type != f16 ]]; then
-      # Batch 1 and 8 with Q4_K/Q6_K on the generic GEMV (KVASIR_GGUF_KQUANT_GEMV=0) and on 4-warp
-      # K-quant GEMV CTAs (w4: KVASIR_GGUF_KQUANT_GEMV_WARPS=4) beside the default K-quant kernel's runs.
+      # Batch 1 and 8 with Q4_K/Q6_K on the generic GEMV (KVASIR_GGUF_KQUANT_GEMV=0) beside the
+      # K-quant kernel's runs (gguf_kquant_gemv.cu); batch 8 of the default.
       for bsz in 1 8; do
         in=128; [[ $bsz == 1 ]] && in=512
-        for kq in default 0 w4; do
-          kenv=X=1; [[ $kq == 0 ]] && kenv=KVASIR_GGUF_KQUANT_GEMV=0; [[ $kq == w4 ]] && kenv=KVASIR_GGUF_KQUANT_GEMV_WARPS=4
+        for kq in default 0; do
+          kenv=X=1; [[ $kq == 0 ]] && kenv=KVASIR_GGUF_KQUANT_GEMV=0
           env $kenv timeout 150 "$bin/kvasir" bench latency --model $gguf \
             --device cuda --batch-size $bsz --input-len $in --output-len 128 --num-iters 3 >"$OUT/gguf_lat_b${bsz}_kq$kq.log" 2>&1
           note "kvasir gguf b$bsz $in/128, K-quant GEMV $kq: rc=$? $(grep -E '^decode' "$OUT/gguf_lat_b${bsz}_kq$kq.log")"

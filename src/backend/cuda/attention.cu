@@ -201,18 +201,6 @@ DecodeSplit plan_decode_split_keys(int num_decode_seqs, int num_heads, int num_k
   if (part > kMaxPartition) part = std::max(block_size, (kMaxPartition / block_size) * block_size);
   sp.partition_tokens = part;
   sp.num_splits = (capacity + part - 1) / part;
-  // Short tables (at most kClusterMergeMaxSplits splits of kClusterMergeMaxPart keys) merge their
-  // splits inside a cluster instead: at batch 1 and 256-key tables the combine was a 5 us launch a
-  // layer (ncu, H200) after a 7 us attention kernel. The splits grow to fit the cluster; with
-  // splits_by_context a split holds at least 32 keys anyway, so up to 256 keys the live splits are
-  // the same. The online kernel (forced only) keeps the combine.
-  if (kernel_tuning().cluster_merge && decode_kernel_choice() != DecodeAttentionKernel::kPerHeadOnline &&
-      capacity <= kClusterMergeMaxSplits * kClusterMergeMaxPart && sp.num_splits > 1) {
-    const int per = (capacity + kClusterMergeMaxSplits - 1) / kClusterMergeMaxSplits;
-    sp.partition_tokens = std::max(part, ((per + block_size - 1) / block_size) * block_size);
-    sp.num_splits = (capacity + sp.partition_tokens - 1) / sp.partition_tokens;
-    sp.merge_in_cluster = sp.num_splits > 1;
-  }
   return sp;
 }
 
@@ -224,15 +212,12 @@ DecodeSplit plan_decode_split(int num_decode_seqs, int num_heads, int num_kv_hea
                               int max_blocks_per_seq, int block_size, int num_sms, bool sinks) {
   DecodeSplit sp = plan_decode_split_keys(num_decode_seqs, num_heads, num_kv_heads, head_dim, max_blocks_per_seq,
                                           block_size, num_sms);
-  if (sinks) {
-    sp.num_splits = std::max(sp.num_splits, 2);
-    sp.merge_in_cluster = false;  // the combine adds the sink
-  }
+  if (sinks) sp.num_splits = std::max(sp.num_splits, 2);
   return sp;
 }
 
 int64_t decode_scratch_floats(int num_decode_seqs, int num_heads, int head_dim, const DecodeSplit& split) {
-  if (split.num_splits <= 1 || split.merge_in_cluster) return 0;
+  if (split.num_splits <= 1) return 0;
   return static_cast<int64_t>(num_decode_seqs) * num_heads * split.num_splits * (head_dim + 2);
 }
 
@@ -258,7 +243,7 @@ void launch_decode_attention(const AttentionArgs& args, const int32_t* decode_se
   } else {
     launch_decode_per_head(a, decode_seqs, nd, sp, partial, s);
   }
-  if (sp.num_splits > 1 && !sp.merge_in_cluster) launch_decode_combine(a, decode_seqs, nd, sp.num_splits, sp.partition_tokens, partial, s);
+  if (sp.num_splits > 1) launch_decode_combine(a, decode_seqs, nd, sp.num_splits, sp.partition_tokens, partial, s);
 }
 
 }  // namespace kvasir::cuda

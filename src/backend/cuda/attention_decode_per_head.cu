@@ -6,8 +6,6 @@
 // (attention.cu decides).
 #include <algorithm>
 
-#include <cooperative_groups.h>
-
 #include "backend/cuda/attention_decode.cuh"
 #include "backend/cuda/kv_cache_codes.cuh"
 
@@ -48,47 +46,14 @@ struct RowGroupLanes {
         row_id(warp * kRowsPerWarp + rsub), d0(li * 8) {}
 };
 
-// The splits of one (kv head chunk, sequence) are the CTAs of one cluster (kMerge: grid.x =
-// cluster.x = num_splits): each leaves its heads' normalized values and softmax statistics in its
-// shared memory, and CTA r writes the merged outputs r, r + S x threads, ... of the chunk, reading
-// every split's through distributed shared memory. The second cluster barrier keeps each CTA's
-// shared memory alive until its peers have read it. v_scale as store_split_result applies it.
-template <int HD, int GC>
-__device__ __forceinline__ void merge_splits_in_cluster(const AttentionArgs& a, int64_t token, int head0, int ng,
-                                                        float* vals, float* stat_m, float* stat_l) {
-  namespace cg = cooperative_groups;
-  cg::cluster_group cluster = cg::this_cluster();
-  cluster.sync();
-  const int ns = static_cast<int>(cluster.num_blocks());
-  const int rank = static_cast<int>(cluster.block_rank());
-  for (int idx = rank * blockDim.x + threadIdx.x; idx < ng * HD; idx += ns * blockDim.x) {
-    const int g = idx / HD, d = idx % HD;
-    float mx = -INFINITY;
-    for (int r = 0; r < ns; ++r) mx = fmaxf(mx, *cluster.map_shared_rank(stat_m + g, r));
-    float num = 0.0f, den = 0.0f;
-    for (int r = 0; r < ns; ++r) {
-      const float m = *cluster.map_shared_rank(stat_m + g, r);
-      if (m == -INFINITY) continue;  // a split with no keys
-      const float w = *cluster.map_shared_rank(stat_l + g, r) * expf(m - mx);
-      den += w;
-      num += w * *cluster.map_shared_rank(vals + idx, r);
-    }
-    static_cast<bf16*>(a.out)[(token * a.num_heads + head0 + g) * HD + d] =
-        __float2bfloat16_rn(den > 0.0f ? num / den * a.v_scale : 0.0f);
-  }
-  cluster.sync();
-}
-
-// Decode, three phases. C: the cache's element type (kv_cache_codes.cuh). kMerge: the splits are
-// one cluster and merge there (merge_splits_in_cluster), else partials for the combine.
-template <typename C, int HD, int GC, bool kMerge>
+// Decode, three phases. C: the cache's element type (kv_cache_codes.cuh).
+template <typename C, int HD, int GC>
 __global__ void __launch_bounds__(kDecodeThreads) decode_per_head_phased_kernel(AttentionArgs a, const int32_t* __restrict__ decode_seqs,
                                                                int num_chunks, int num_splits, int part_tokens,
                                                                float* __restrict__ partial) {
   using L = RowGroupLanes<HD>;
   extern __shared__ float smem[];
   __shared__ float stat_m[GC], stat_l[GC];
-  __shared__ float merge_vals[kMerge ? GC * HD : 1];  // this split's normalized values (kMerge)
   // Metadata is host-staged and the cache rows other than the newest token's are older than this
   // step: the split's keys and values are pulled towards L2 before waiting for the previous kernel
   // (q, written by it, and everything this kernel writes come after the wait).
@@ -120,15 +85,7 @@ __global__ void __launch_bounds__(kDecodeThreads) decode_per_head_phased_kernel(
   const int num_heads = a.num_heads;
 
   if (nt <= 0) {
-    if constexpr (kMerge) {
-      for (int g = threadIdx.x; g < GC; g += blockDim.x) {
-        stat_m[g] = -INFINITY;
-        stat_l[g] = 0.0f;
-      }
-      merge_splits_in_cluster<HD, GC>(a, keys.token, head0, ng, merge_vals, stat_m, stat_l);
-    } else {
-      write_empty_split(a, keys, num_splits, HD, head0, ng, partial);
-    }
+    write_empty_split(a, keys, num_splits, HD, head0, ng, partial);
     return;
   }
 
@@ -232,14 +189,9 @@ __global__ void __launch_bounds__(kDecodeThreads) decode_per_head_phased_kernel(
 #pragma unroll
     for (int r = 0; r < L::kRows; ++r) sum += red[(r * GC + g) * HD + d];
     const float v = sum / stat_l[g];
-    if constexpr (kMerge) {
-      merge_vals[idx] = v;
-    } else {
-      store_split_result(a, keys, static_cast<int64_t>(gridDim.z) * num_heads * num_splits, num_splits, HD, head0 + g,
-                         d, v, stat_m[g], stat_l[g], partial);
-    }
+    store_split_result(a, keys, static_cast<int64_t>(gridDim.z) * num_heads * num_splits, num_splits, HD, head0 + g,
+                       d, v, stat_m[g], stat_l[g], partial);
   }
-  if constexpr (kMerge) merge_splits_in_cluster<HD, GC>(a, token, head0, ng, merge_vals, stat_m, stat_l);
 }
 
 // Decode, single pass (flash-decoding inner loop): each row group keeps a running max, sum and
@@ -353,12 +305,8 @@ void launch_decode_t(const AttentionArgs& a, const int32_t* decode_seqs, int nd,
   if (decode_kernel_choice() == DecodeAttentionKernel::kPerHeadOnline) {
     launch(decode_per_head_online_kernel<C, HD, GC>, grid, kDecodeThreads, static_cast<size_t>(kRows) * GC * HD * sizeof(float), s, a,
            decode_seqs, chunks, sp.num_splits, sp.partition_tokens, partial);
-  } else if (sp.merge_in_cluster) {
-    KVASIR_CHECK_MSG(sp.num_splits <= kClusterMergeMaxSplits, "attention: too many splits for a cluster merge");
-    launch_clustered(decode_per_head_phased_kernel<C, HD, GC, true>, grid, kDecodeThreads, dim3(sp.num_splits, 1, 1),
-                     floats * sizeof(float), s, a, decode_seqs, chunks, sp.num_splits, sp.partition_tokens, partial);
   } else {
-    launch(decode_per_head_phased_kernel<C, HD, GC, false>, grid, kDecodeThreads, floats * sizeof(float), s, a, decode_seqs, chunks, sp.num_splits,
+    launch(decode_per_head_phased_kernel<C, HD, GC>, grid, kDecodeThreads, floats * sizeof(float), s, a, decode_seqs, chunks, sp.num_splits,
            sp.partition_tokens, partial);
   }
   KVASIR_CUDA_LAUNCH_CHECK();

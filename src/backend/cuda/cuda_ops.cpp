@@ -155,7 +155,6 @@ void CudaBackend::attention(const Tensor& q, const Tensor& k_cache, const Tensor
   r.num_splits = split.num_splits;
   r.partition_tokens = split.partition_tokens;
   r.all_heads = split.all_heads ? 1 : 0;
-  r.merge_in_cluster = split.merge_in_cluster ? 1 : 0;
   r.decode_plan = cuda::kNotStaged;
   if (fi_decode != nullptr) {
     r.flashinfer_decode_works = fi_decode->num_works;
@@ -338,8 +337,7 @@ void CudaBackend::exec_attention(const cuda::AttentionOp& op, const uint8_t* are
   } else if (nd > 0) {
     const int32_t* seqs =
         op.decode_seqs != cuda::kNotStaged ? reinterpret_cast<const int32_t*>(arena + op.decode_seqs) : nullptr;
-    cuda::DecodeSplit split{static_cast<int>(op.num_splits), static_cast<int>(op.partition_tokens), op.all_heads != 0,
-                            op.merge_in_cluster != 0};
+    cuda::DecodeSplit split{static_cast<int>(op.num_splits), static_cast<int>(op.partition_tokens), op.all_heads != 0};
     cuda::launch_decode_attention(a, seqs, nd, split, op.partial, s);
   }
   if (nw > 0 && op.flashinfer_ctas > 0) {

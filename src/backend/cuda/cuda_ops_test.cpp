@@ -13,8 +13,6 @@
 #include <vector>
 
 #include "backend/cuda/cuda_ops_test_fixture.h"
-#include "backend/cuda/cuda_tuning.h"
-#include "backend/cuda/kernels.h"
 
 namespace kvasir {
 namespace {
@@ -267,7 +265,6 @@ void cuda_test::CudaAttention::run(const AttnCase& c) {
 
 namespace {
 
-using cuda_test::with_fp8_cache;
 TEST_F(CudaAttention, DecodeGqa) { run({"decode 32/8/128", 32, 8, 128, {1, 17, 100, 300, 513}, {1, 1, 1, 1, 1}}); }
 TEST_F(CudaAttention, DecodeGroupOfSeven) { run({"decode 28/4/128", 28, 4, 128, {33, 250, 1000}, {1, 1, 1}}); }
 TEST_F(CudaAttention, DecodeManySequences) {
@@ -295,30 +292,6 @@ TEST_F(CudaAttention, DecodeLongContextsInALargeTable) {
   run({"decode long window", 16, 2, 128, {20000, 7000}, {1, 1}, 4096});
   AttnCase sinks{"sinks decode long", 32, 8, 128, {12345}, {1}, 0, 0.0f, 16, 3000, true};
   run(sinks);
-}
-// Decodes of one and a few sequences over short tables (the engine's batch-1 steps): the per-head
-// plan's splits merge inside a cluster (attention.cu; KVASIR_CUDA_CLUSTER_MERGE=0 restores the
-// combine, and the device script runs these under it too). 1..8 splits, splits with no keys,
-// windows, soft-caps, GQA groups of 1 to 8, head dims 64 / 128 / 256, an FP8 cache's value scale.
-TEST_F(CudaAttention, DecodeShortTablesMergeSplitsInACluster) {
-  const cuda::DecodeAttentionKernel forced = cuda::kernel_tuning().decode_attention;
-  const bool merge = cuda::kernel_tuning().cluster_merge && (forced == cuda::DecodeAttentionKernel::kAuto ||
-                                                             forced == cuda::DecodeAttentionKernel::kPerHeadPhased);
-  const cuda::DecodeSplit b1 = cuda::plan_decode_split(1, 32, 8, 128, 16, 16, 132);
-  EXPECT_EQ(b1.merge_in_cluster, merge);
-  EXPECT_LE(b1.num_splits, merge ? cuda::kClusterMergeMaxSplits : 1 << 20);
-  EXPECT_FALSE(cuda::plan_decode_split(1, 32, 8, 128, 16, 16, 132, true).merge_in_cluster) << "sinks need the combine";
-  EXPECT_FALSE(cuda::plan_decode_split(1, 32, 8, 128, 256, 16, 132).merge_in_cluster) << "a 4096-token table";
-  for (int len : {1, 2, 31, 33, 64, 129, 200, 256}) run({"b1 32/8/128", 32, 8, 128, {len}, {1}});
-  AttnCase wide{"b1 in a 1008-token table", 32, 8, 128, {45}, {1}};
-  wide.extra_blocks = 63 - 3;
-  run(wide);
-  run({"b1 9/3/64", 9, 3, 64, {150}, {1}});
-  run({"b1 8/8/128", 8, 8, 128, {250}, {1}});
-  run({"b1 64/8/128", 64, 8, 128, {97}, {1}});
-  run({"b1 4/1/256 window softcap", 4, 1, 256, {300}, {1}, 32, 50.0f});
-  run({"b3 32/8/128", 32, 8, 128, {5, 300, 90}, {1, 1, 1}});
-  run(with_fp8_cache({"b1 fp8 32/8/128 scaled", 32, 8, 128, {180}, {1}}, DType::kF8E4M3, 0.5f, 2.0f));
 }
 TEST_F(CudaAttention, Prefill) { run({"prefill 32/8/128", 32, 8, 128, {1, 20, 64, 130}, {1, 20, 64, 130}}); }
 TEST_F(CudaAttention, ChunkedPrefillMixedWithDecode) {
@@ -372,6 +345,7 @@ TEST_F(CudaAttention, SinksDecode) {
 // steps on our prefill kernel (FlashInfer's is bf16-only); windows, soft-cap, sinks; scales other
 // than 1 (from a checkpoint), under which saturation matters. The device script runs these under
 // every KVASIR_CUDA_ATTN kernel as well.
+using cuda_test::with_fp8_cache;
 TEST_F(CudaAttention, Fp8CacheDecode) {
   for (DType t : {DType::kF8E4M3, DType::kF8E5M2}) {
     run(with_fp8_cache({"fp8 decode 32/8/128", 32, 8, 128, {1, 17, 100, 300, 513}, {1, 1, 1, 1, 1}}, t));

@@ -35,7 +35,6 @@ struct KernelTuning {
   int all_heads_min_ctas = -1;        // KVASIR_CUDA_V3_MIN_CTAS [0, 2^20]; -1: one per SM (see attention.cu)
   int prefill_key_tile = 32;          // KVASIR_CUDA_PREFILL_KT 32|64: keys per prefill tile at 128 dims
   bool splits_by_context = true;      // KVASIR_CUDA_SPLITS_BY_CONTEXT=0: decode splits cut at plan multiples
-  bool cluster_merge = true;          // KVASIR_CUDA_CLUSTER_MERGE=0: per-head decode splits merged by the combine kernel
   int mma_bulk_stages = 3;            // KVASIR_CUDA_TMA_STAGES 3|6: bulk-copy pipeline depth
   bool rope_per_head = true;          // KVASIR_CUDA_ROPE_HEADS=0: token-per-CTA rope+write_kv kernel
   bool gemv_early = true;             // KVASIR_GEMV_EARLY=0: first weight round to L2 before the wait
@@ -54,7 +53,6 @@ struct KernelTuning {
   // KVASIR_GGUF_KQUANT_GEMV 0|q4k: Q4_K and Q6_K on the generic GGUF GEMV (0) or only Q6_K (q4k)
   // instead of the K-quant GEMV (gguf_kquant_gemv.cu); 2, the default: both on it.
   int gguf_kquant_gemv = 2;
-  int gguf_kquant_gemv_warps = 8;     // KVASIR_GGUF_KQUANT_GEMV_WARPS 4|8: warps per K-quant GEMV CTA
 };
 
 // KVASIR_CUDA_PREFILL: which kernel runs the prefill rows of attention (per call, where it can:

@@ -26,9 +26,8 @@ namespace {
 
 using kquant::XSource;
 
-// Warps per CTA: 8, or 4 (KVASIR_GGUF_KQUANT_GEMV_WARPS=4, an A/B: at k = 4096 each warp then sums
-// four super-blocks instead of two, and twice the CTAs fit an SM).
-constexpr int kDefaultWarps = 8;
+constexpr int kWarps = 8;
+constexpr int kThreads = kWarps * 32;
 constexpr int kFactorBytes = 1024;  // one super-block's decoded factors (either format)
 constexpr int kXPad = 32;           // bf16 elements of padding per staged x row (64 bytes: the 8
                                     // tokens of a quarter-warp's loads fall in distinct banks)
@@ -46,7 +45,6 @@ struct KquantGemvArgs {
 // k + kXPad).
 extern __shared__ __align__(16) uint8_t kquant_smem[];
 
-template <int kThreads>
 __device__ __forceinline__ void stage_x(const bf16* __restrict__ x, int n, int64_t k, bf16* rows) {
   const int chunks = static_cast<int>(k / 8);  // 16-byte chunks per row
   for (int tok = 0; tok < n; ++tok) {
@@ -57,10 +55,8 @@ __device__ __forceinline__ void stage_x(const bf16* __restrict__ x, int n, int64
   }
 }
 
-template <class F, int NT, bool kStageX, bool kOne, int kWarps>
-__global__ void __launch_bounds__(kWarps * 32, (NT == 1 ? F::kMinBlocks : 2) * kDefaultWarps / kWarps)
-    kquant_gemv_kernel(KquantGemvArgs a) {
-  constexpr int kThreads = kWarps * 32;
+template <class F, int NT, bool kStageX, bool kOne>
+__global__ void __launch_bounds__(kThreads, NT == 1 ? F::kMinBlocks : 2) kquant_gemv_kernel(KquantGemvArgs a) {
   __shared__ float red[kWarps][16][NT * 8];
   const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
   const int g = lane >> 2, t = lane & 3;
@@ -84,7 +80,7 @@ __global__ void __launch_bounds__(kWarps * 32, (NT == 1 ? F::kMinBlocks : 2) * k
   XSource<NT> xs;
   if constexpr (kStageX) {
     bf16* rows = reinterpret_cast<bf16*>(kquant_smem + kWarps * 2 * kFactorBytes);
-    stage_x<kThreads>(a.x, a.n, a.k, rows);
+    stage_x(a.x, a.n, a.k, rows);
 #pragma unroll
     for (int o = 0; o < NT; ++o) xs.row[o] = rows + static_cast<int64_t>(min(o * 8 + g, a.n - 1)) * (a.k + kXPad);
     __syncthreads();
@@ -117,39 +113,31 @@ __global__ void __launch_bounds__(kWarps * 32, (NT == 1 ? F::kMinBlocks : 2) * k
     red[warp][g + 8][o * 8 + 2 * t + 1] = acc[o][3];
   }
   __syncthreads();
-  // Thread i writes (token i / 16, row i % 16), kThreads at a time.
-  const auto write = [&](unsigned i) {
-    const int tok = i >> 4, rr = i & 15;
-    const int64_t r = row0 + rr;
-    if (tok >= NT * 8 || tok >= a.n || r >= m) return;
-    float v = 0.0f;
+  const int tok = threadIdx.x >> 4, rr = threadIdx.x & 15;
+  const int64_t r = row0 + rr;
+  if (tok >= NT * 8 || tok >= a.n || r >= m) return;
+  float v = 0.0f;
 #pragma unroll
-    for (int w8 = 0; w8 < kWarps; ++w8) v += red[w8][rr][tok];
-    if (pr.bias != nullptr) v += pr.bias[r];
-    const int64_t at = (a.y_offset + tok) * m + r;
-    if (a.f32_out) static_cast<float*>(pr.y)[at] = v;
-    else static_cast<bf16*>(pr.y)[at] = __float2bfloat16(v);
-  };
-  if constexpr (kThreads >= 16 * NT * 8) {
-    write(threadIdx.x);
-  } else {
-    for (unsigned i = threadIdx.x; i < 16 * NT * 8; i += kThreads) write(i);
-  }
+  for (int w8 = 0; w8 < kWarps; ++w8) v += red[w8][rr][tok];
+  if (pr.bias != nullptr) v += pr.bias[r];
+  const int64_t at = (a.y_offset + tok) * m + r;
+  if (a.f32_out) static_cast<float*>(pr.y)[at] = v;
+  else static_cast<bf16*>(pr.y)[at] = __float2bfloat16(v);
 }
 
-template <class F, int NT, bool kStageX, int kWarps, bool kOne = false>
+template <class F, int NT, bool kStageX, bool kOne = false>
 void launch_kernel(const KquantGemvArgs& a, unsigned blocks, size_t smem, cudaStream_t s) {
-  auto* kernel = kquant_gemv_kernel<F, NT, kStageX, kOne, kWarps>;
+  auto* kernel = kquant_gemv_kernel<F, NT, kStageX, kOne>;
   constexpr size_t kStatic = sizeof(float) * kWarps * 16 * NT * 8;
   if (smem + kStatic > (48 << 10)) {
     KVASIR_CUDA_CHECK(
         cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(smem)));
   }
-  launch(kernel, blocks, kWarps * 32, smem, s, a);
+  launch(kernel, blocks, kThreads, smem, s, a);
   KVASIR_CUDA_LAUNCH_CHECK();
 }
 
-template <class F, int kWarps>
+template <class F>
 void launch_format(KquantGemvArgs& a, const void* x, int n, int64_t k, unsigned blocks, cudaStream_t s) {
   const size_t factors = static_cast<size_t>(kWarps) * 2 * kFactorBytes;
   for (int t0 = 0; t0 < n; t0 += 16) {  // 16 tokens per pass over the weights
@@ -161,14 +149,14 @@ void launch_format(KquantGemvArgs& a, const void* x, int n, int64_t k, unsigned 
     const bool stage = rows <= kStageLimit;
     const size_t smem = factors + (stage ? rows : 0);
     if (nt == 2) {
-      if (stage) launch_kernel<F, 2, true, kWarps>(a, blocks, smem, s);
-      else launch_kernel<F, 2, false, kWarps>(a, blocks, smem, s);
+      if (stage) launch_kernel<F, 2, true>(a, blocks, smem, s);
+      else launch_kernel<F, 2, false>(a, blocks, smem, s);
     } else if (a.n == 1) {
-      if (stage) launch_kernel<F, 1, true, kWarps, true>(a, blocks, smem, s);
-      else launch_kernel<F, 1, false, kWarps, true>(a, blocks, smem, s);
+      if (stage) launch_kernel<F, 1, true, true>(a, blocks, smem, s);
+      else launch_kernel<F, 1, false, true>(a, blocks, smem, s);
     } else {
-      if (stage) launch_kernel<F, 1, true, kWarps>(a, blocks, smem, s);
-      else launch_kernel<F, 1, false, kWarps>(a, blocks, smem, s);
+      if (stage) launch_kernel<F, 1, true>(a, blocks, smem, s);
+      else launch_kernel<F, 1, false>(a, blocks, smem, s);
     }
   }
 }
@@ -205,14 +193,8 @@ void launch_gguf_kquant_gemv(const void* x, const GgufProjection* proj, int num_
     a.tile_end[p] = tiles;
   }
   const auto blocks = static_cast<unsigned>(tiles);
-  const bool four = kernel_tuning().gguf_kquant_gemv_warps == 4;
-  if (t == DType::kQ4_K) {
-    if (four) launch_format<kquant::Q4K, 4>(a, x, n, k, blocks, s);
-    else launch_format<kquant::Q4K, kDefaultWarps>(a, x, n, k, blocks, s);
-  } else {
-    if (four) launch_format<kquant::Q6K, 4>(a, x, n, k, blocks, s);
-    else launch_format<kquant::Q6K, kDefaultWarps>(a, x, n, k, blocks, s);
-  }
+  if (t == DType::kQ4_K) launch_format<kquant::Q4K>(a, x, n, k, blocks, s);
+  else launch_format<kquant::Q6K>(a, x, n, k, blocks, s);
 }
 
 }  // namespace kvasir::cuda

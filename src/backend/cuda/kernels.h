@@ -137,14 +137,7 @@ struct DecodeSplit {
   int num_splits = 1;
   int partition_tokens = 0;  // keys per split (a multiple of block_size, or of 32 for all_heads)
   bool all_heads = false;    // the all-heads plan (decode_all_heads_kernel or decode_mma_bulk_kernel)
-  // The per-head plan's splits of one (kv head, sequence) are a thread-block cluster that merges
-  // them through distributed shared memory: no partials in global memory, no combine kernel.
-  bool merge_in_cluster = false;
 };
-// The per-head plan's cluster merge: at most this many splits (a portable cluster size) of at most
-// this many keys.
-constexpr int kClusterMergeMaxSplits = 8;
-constexpr int kClusterMergeMaxPart = 128;
 DecodeSplit plan_decode_split(int num_decode_seqs, int num_heads, int num_kv_heads, int head_dim,
                               int max_blocks_per_seq, int block_size, int num_sms, bool sinks = false);
 int64_t decode_scratch_floats(int num_decode_seqs, int num_heads, int head_dim, const DecodeSplit& split);

@@ -187,8 +187,7 @@ struct AttentionOp {
   int32_t flashinfer_ctas;       // > 0: the prefill rows go to FlashInfer's kernel on this many CTAs
   int32_t num_tokens;            // query rows of the step (FlashInfer's bound for its TMA loads of q)
   int32_t num_splits, partition_tokens;  // the DecodeSplit planned at record time
-  int8_t all_heads;
-  int8_t merge_in_cluster;       // DecodeSplit::merge_in_cluster
+  int16_t all_heads;
   int16_t kv_cache;              // KvCacheType
   // > 0: the decode rows go to FlashInfer's decode kernel (attention_decode_flashinfer.h) on this
   // many CTA rows, with the FlashInferDecodePlan staged at decode_plan; num_splits etc. unused.
