@@ -152,6 +152,7 @@ class CudaBackend final : public Backend {
   StatusOr<Tensor> upload_gguf_weight(const Tensor& host_weight, std::unique_ptr<Buffer>* owner);
   void linear_gguf(const Tensor& x, const Tensor& w, const Tensor* bias, Tensor& out);
   void exec_gguf_linear(const cuda::GgufLinearOp& op, Elem elem, cudaStream_t s);
+  bool fold_gguf_gated_activation(const Tensor& gate, const Tensor& up, GateActivation act, Tensor& out);
   void plan_kquant_gemm_scratch(cuda::GgufLinearOp& r);
   // W4A16 linears (cuda_w4a16_ops.cpp): 4-bit integer weights kept packed in the tile layout of
   // quant/w4a16_layout.h; Unimplemented for integer weights no kernel here reads (8-bit).

@@ -200,6 +200,7 @@ void CudaBackend::gated_activation(const Tensor& gate, const Tensor& up, GateAct
   }
   if (fold_fp8_gated_activation(gate, up, act, out)) return;
   if (fold_w4a16_gated_activation(gate, up, act, out)) return;
+  if (fold_gguf_gated_activation(gate, up, act, out)) return;
   cuda::GatedActOp& r = queue_->add(OpKind::kGatedAct, true).gated_act;
   r.gate = gate.data;
   r.up = up.data;

@@ -99,7 +99,7 @@ void CudaBackend::linear_gguf(const Tensor& x, const Tensor& w, const Tensor* bi
   if (fuse_ && (kquant_gemm || (gemv && on_tensor_cores(w.dtype, tuning_.recording))) && last != nullptr &&
       last->kind == OpKind::kGgufLinear && last->elem == static_cast<int32_t>(elem)) {
     cuda::GgufLinearOp& r = last->gguf_linear;
-    if (r.w_bf16 == nullptr && (r.kquant_gemm != 0) == kquant_gemm && r.x == x.data && r.rows == n &&
+    if (r.w_bf16 == nullptr && (r.kquant_gemm != 0) == kquant_gemm && r.gated == cuda::kGgufGateNone && r.x == x.data && r.rows == n &&
         r.in_features == k && r.dtype == static_cast<int32_t>(w.dtype) && r.num_proj < cuda::kGgufMaxProjections &&
         !writes(r, out.data)) {
       cuda::GgufProjection& slot = r.proj[r.num_proj++];
@@ -138,6 +138,27 @@ void CudaBackend::linear_gguf(const Tensor& x, const Tensor& w, const Tensor* bi
   }
 }
 
+// gate = act(gate) * up in place after gate/up on the K-quant GEMV: the GEMV's epilogue applies it
+// (one launch less a layer; up is still written), as the W4A16 and FP8 GEMVs do.
+bool CudaBackend::fold_gguf_gated_activation(const Tensor& gate, const Tensor& up, GateActivation act, Tensor& out) {
+  OpRecord* last = queue_->last();
+  if (!fuse_ || last == nullptr || last->kind != OpKind::kGgufLinear || out.data != gate.data ||
+      (act != GateActivation::kSilu && act != GateActivation::kGeluTanh)) {
+    return false;
+  }
+  cuda::GgufLinearOp& r = last->gguf_linear;
+  const auto dt = static_cast<DType>(r.dtype);
+  if (r.w_bf16 != nullptr || r.kquant_gemm != 0 || r.gated != cuda::kGgufGateNone || r.num_proj != 2 ||
+      !on_tensor_cores(dt, tuning_.recording) || !cuda::gguf_mma_gemv_uses_kquant(dt, r.in_features) ||
+      r.proj[0].y != gate.data || r.proj[1].y != up.data || r.proj[0].bias != nullptr || r.proj[1].bias != nullptr ||
+      r.proj[0].out_features != r.proj[1].out_features || last->elem != static_cast<int32_t>(Elem::kBf16) ||
+      gate.numel() != r.rows * r.proj[0].out_features) {
+    return false;
+  }
+  r.gated = static_cast<int16_t>(act == GateActivation::kGeluTanh ? cuda::kGgufGateGeluTanh : cuda::kGgufGateSilu);
+  return true;
+}
+
 // The K-quant GEMM's split-K workspace for the projections recorded so far (grown as one joins).
 void CudaBackend::plan_kquant_gemm_scratch(cuda::GgufLinearOp& r) {
   const cuda::KquantGemmPlan plan = cuda::plan_gguf_kquant_gemm(r.proj, static_cast<int>(r.num_proj),
@@ -154,6 +175,11 @@ void CudaBackend::exec_gguf_linear(const cuda::GgufLinearOp& op, Elem elem, cuda
   if (op.kquant_gemm != 0) {
     cuda::launch_gguf_kquant_gemm(op.x, op.proj, static_cast<int>(op.num_proj), dt, static_cast<int>(n), k, elem,
                                   op.partial, num_sms_, s);
+    return;
+  }
+  if (op.gated != cuda::kGgufGateNone) {
+    cuda::launch_gguf_kquant_gemv(op.x, op.proj, static_cast<int>(op.num_proj), dt, static_cast<int>(n), k, elem, s,
+                                  static_cast<cuda::GgufGateAct>(op.gated));
     return;
   }
   if (op.w_bf16 == nullptr) {

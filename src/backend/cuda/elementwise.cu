@@ -7,6 +7,7 @@
 #include <algorithm>
 
 #include "backend/cuda/cuda_common.cuh"
+#include "backend/cuda/gate_activation.cuh"
 #include "backend/cuda/kernels.h"
 #include "backend/cuda/kv_cache_codes.cuh"
 
@@ -317,13 +318,6 @@ __global__ void write_kv_kernel(const bf16* __restrict__ k, const bf16* __restri
   }
 }
 
-__device__ __forceinline__ float gate_fn(float g, bool gelu_tanh) {
-  if (gelu_tanh) {
-    const float kAlpha = 0.7978845608028654f;
-    return 0.5f * g * (1.0f + tanhf(kAlpha * (g + 0.044715f * g * g * g)));
-  }
-  return g / (1.0f + expf(-g));
-}
 
 template <bool kVec>
 __global__ void gated_kernel(const bf16* gate, const bf16* up, bool gelu_tanh, int64_t n, bf16* out) {
@@ -335,12 +329,12 @@ __global__ void gated_kernel(const bf16* gate, const bf16* up, bool gelu_tanh, i
       load8(gate + i, g);
       load8(up + i, u);
 #pragma unroll
-      for (int j = 0; j < 8; ++j) g[j] = gate_fn(g[j], gelu_tanh) * u[j];
+      for (int j = 0; j < 8; ++j) g[j] = gate_activation(g[j], gelu_tanh) * u[j];
       store8(out + i, g);
     }
   } else {
     for (int64_t i = blockIdx.x * int64_t{blockDim.x} + threadIdx.x; i < n; i += stride) {
-      out[i] = to_b(gate_fn(to_f(gate[i]), gelu_tanh) * to_f(up[i]));
+      out[i] = to_b(gate_activation(to_f(gate[i]), gelu_tanh) * to_f(up[i]));
     }
   }
 }

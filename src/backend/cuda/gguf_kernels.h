@@ -57,9 +57,16 @@ void launch_gguf_mma_gemv(const void* x, const GgufProjection* proj, int num_pro
 // The tensor-core GEMV's K-quant kernel (gguf_kquant_gemv.cu: weights as the A operand, exact
 // weights, float32 sums), which launch_gguf_mma_gemv takes for Q4_K and Q6_K where
 // gguf_kquant_gemv_supported(t, k).
+// With a gate activation, proj[0] and proj[1] are a gated MLP's gate and up (one shape, no
+// biases, bf16 out): up is written, and gate's rows get act(gate) * up, as the unfused
+// gated_activation leaves them, in the same launch.
 bool gguf_kquant_gemv_supported(DType t, int64_t k);
+enum GgufGateAct : int32_t { kGgufGateNone = 0, kGgufGateSilu = 1, kGgufGateGeluTanh = 2 };
 void launch_gguf_kquant_gemv(const void* x, const GgufProjection* proj, int num_proj, DType t, int n, int64_t k,
-                             Elem out, cudaStream_t s);
+                             Elem out, cudaStream_t s, GgufGateAct gated = kGgufGateNone);
+// Whether launch_gguf_mma_gemv runs weights of type t and k columns on the K-quant GEMV (the
+// kernel's shapes, KVASIR_GGUF_KQUANT_GEMV).
+bool gguf_mma_gemv_uses_kquant(DType t, int64_t k);
 
 // The K-quant GEMM (gguf_kquant_gemm.cu) for decode-sized batches past the GEMV's 16 tokens: the
 // weights rounded to bf16 in registers (as the dequantize path's), float32 sums, 128-row x

@@ -18,6 +18,7 @@
 // - x is staged in shared memory while its rows fit in 64 KB (batch 1-7 at k = 4096), else read
 //   from L1.
 #include "backend/cuda/cuda_common.cuh"
+#include "backend/cuda/gate_activation.cuh"
 #include "backend/cuda/gguf_kernels.h"
 #include "backend/cuda/gguf_kquant_formats.cuh"
 
@@ -39,6 +40,7 @@ struct KquantGemvArgs {
   int64_t tile_end[kGgufMaxProjections];  // prefix sums of the projections' 16-row tiles
   int64_t k, row_bytes, y_offset;
   int32_t n, f32_out, num_proj, super_blocks;
+  int32_t gated;  // GgufGateAct: proj[0] is gate, proj[1] up (kGated)
 };
 
 // Dynamic shared memory: per warp two factor buffers; then, where x is staged, its n rows (stride
@@ -55,27 +57,40 @@ __device__ __forceinline__ void stage_x(const bf16* __restrict__ x, int n, int64
   }
 }
 
-template <class F, int NT, bool kStageX, bool kOne>
+// kGated: the CTA's tile is the same 16 rows of gate (proj[0]) and up (proj[1]), and it writes up
+// and act(gate) * up (gate's rows, in place) as the unfused gated activation would: ba holds a
+// warp's gate super-block, bb the same one of up, so the loop steps kWarps super-blocks at a time.
+// Each matrix's super-blocks meet the same warps in the same order as in two plain tiles, so the
+// sums are theirs bit for bit.
+template <class F, int NT, bool kStageX, bool kOne, bool kGated>
 __global__ void __launch_bounds__(kThreads, NT == 1 ? F::kMinBlocks : 2) kquant_gemv_kernel(KquantGemvArgs a) {
-  __shared__ float red[kWarps][16][NT * 8];
+  constexpr int kProj = kGated ? 2 : 1;
+  __shared__ float red[kWarps][kProj][16][NT * 8];
   const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
   const int g = lane >> 2, t = lane & 3;
   const int64_t tile = blockIdx.x;
   int p = 0;
-  while (p + 1 < a.num_proj && tile >= a.tile_end[p]) ++p;
+  if constexpr (!kGated) {
+    while (p + 1 < a.num_proj && tile >= a.tile_end[p]) ++p;
+  }
   const GgufProjection& pr = a.proj[p];
   const int64_t m = pr.out_features;
   const int64_t row0 = (tile - (p == 0 ? 0 : a.tile_end[p - 1])) * 16;
   const kquant::TileRows tr = kquant::tile_rows(pr.w, m, a.row_bytes, row0, lane);
+  const kquant::TileRows tr_b = kGated ? kquant::tile_rows(a.proj[1].w, m, a.row_bytes, row0, lane) : tr;
   const int nsb = a.super_blocks;
   float* fbuf = reinterpret_cast<float*>(kquant_smem + warp * 2 * kFactorBytes);
   constexpr int kBufFloats = kFactorBytes / 4;
+  // The B stream's super-block beside the A stream's sb: sb + kWarps of the same matrix, or up's sb
+  // (kGated).
+  constexpr int kBOffset = kGated ? 0 : kWarps, kStep = kGated ? kWarps : 2 * kWarps;
   const auto load = [&](int sb, typename F::Block& b) { kquant::load_super_block<F>(tr, sb, t, b); };
+  const auto load_b = [&](int sb, typename F::Block& b) { kquant::load_super_block<F>(tr_b, sb + kBOffset, t, b); };
   pdl_launch_dependents();
   typename F::Block ba, bb;
   int sb = warp;
   if (sb < nsb) load(sb, ba);
-  if (sb + kWarps < nsb) load(sb + kWarps, bb);
+  if (sb + kBOffset < nsb) load_b(sb, bb);
   pdl_wait();  // x is the previous kernel's output
   XSource<NT> xs;
   if constexpr (kStageX) {
@@ -88,53 +103,78 @@ __global__ void __launch_bounds__(kThreads, NT == 1 ? F::kMinBlocks : 2) kquant_
 #pragma unroll
     for (int o = 0; o < NT; ++o) xs.row[o] = a.x + static_cast<int64_t>(min(o * 8 + g, a.n - 1)) * a.k;
   }
-  float acc[NT][4];
+  float acc[kProj][NT][4];
 #pragma unroll
-  for (int o = 0; o < NT; ++o) acc[o][0] = acc[o][1] = acc[o][2] = acc[o][3] = 0.0f;
+  for (int i = 0; i < kProj; ++i) {
+#pragma unroll
+    for (int o = 0; o < NT; ++o) acc[i][o][0] = acc[i][o][1] = acc[i][o][2] = acc[i][o][3] = 0.0f;
+  }
   // A lane writes a factor buffer only after every lane has passed the __syncwarp that follows the
   // other buffer's writes, so after its reads of the buffer's previous super-block.
-  for (; sb < nsb; sb += 2 * kWarps) {
+  for (; sb < nsb; sb += kStep) {
     F::decode_factors(ba, lane, fbuf);
     __syncwarp();
-    F::template sum<NT, kStageX, kOne>(ba, static_cast<int64_t>(sb) * 256, fbuf + F::kFactorFloats * g, xs, t, acc);
-    if (sb + 2 * kWarps < nsb) load(sb + 2 * kWarps, ba);
-    if (sb + kWarps >= nsb) break;
+    F::template sum<NT, kStageX, kOne>(ba, static_cast<int64_t>(sb) * 256, fbuf + F::kFactorFloats * g, xs, t, acc[0]);
+    if (sb + kStep < nsb) load(sb + kStep, ba);
+    if (sb + kBOffset >= nsb) break;
     F::decode_factors(bb, lane, fbuf + kBufFloats);
     __syncwarp();
-    F::template sum<NT, kStageX, kOne>(bb, static_cast<int64_t>(sb + kWarps) * 256,
-                                       fbuf + kBufFloats + F::kFactorFloats * g, xs, t, acc);
-    if (sb + 3 * kWarps < nsb) load(sb + 3 * kWarps, bb);
+    F::template sum<NT, kStageX, kOne>(bb, static_cast<int64_t>(sb + kBOffset) * 256,
+                                       fbuf + kBufFloats + F::kFactorFloats * g, xs, t, acc[kProj - 1]);
+    if (sb + kStep + kBOffset < nsb) load_b(sb + kStep, bb);
   }
 #pragma unroll
-  for (int o = 0; o < NT; ++o) {
-    red[warp][g][o * 8 + 2 * t] = acc[o][0];
-    red[warp][g][o * 8 + 2 * t + 1] = acc[o][1];
-    red[warp][g + 8][o * 8 + 2 * t] = acc[o][2];
-    red[warp][g + 8][o * 8 + 2 * t + 1] = acc[o][3];
+  for (int i = 0; i < kProj; ++i) {
+#pragma unroll
+    for (int o = 0; o < NT; ++o) {
+      red[warp][i][g][o * 8 + 2 * t] = acc[i][o][0];
+      red[warp][i][g][o * 8 + 2 * t + 1] = acc[i][o][1];
+      red[warp][i][g + 8][o * 8 + 2 * t] = acc[i][o][2];
+      red[warp][i][g + 8][o * 8 + 2 * t + 1] = acc[i][o][3];
+    }
   }
   __syncthreads();
   const int tok = threadIdx.x >> 4, rr = threadIdx.x & 15;
   const int64_t r = row0 + rr;
   if (tok >= NT * 8 || tok >= a.n || r >= m) return;
-  float v = 0.0f;
+  float v[kProj];
 #pragma unroll
-  for (int w8 = 0; w8 < kWarps; ++w8) v += red[w8][rr][tok];
-  if (pr.bias != nullptr) v += pr.bias[r];
+  for (int i = 0; i < kProj; ++i) {
+    v[i] = 0.0f;
+#pragma unroll
+    for (int w8 = 0; w8 < kWarps; ++w8) v[i] += red[w8][i][rr][tok];
+  }
   const int64_t at = (a.y_offset + tok) * m + r;
-  if (a.f32_out) static_cast<float*>(pr.y)[at] = v;
-  else static_cast<bf16*>(pr.y)[at] = __float2bfloat16(v);
+  if constexpr (kGated) {
+    // Rounded as the unfused ops round them: gate and up are bf16 tensors there (no biases, bf16
+    // out: the launcher checks).
+    const float gv = __bfloat162float(__float2bfloat16(v[0]));
+    const float uv = __bfloat162float(__float2bfloat16(v[1]));
+    static_cast<bf16*>(a.proj[1].y)[at] = __float2bfloat16(uv);
+    static_cast<bf16*>(pr.y)[at] = __float2bfloat16(gate_activation(gv, a.gated == kGgufGateGeluTanh) * uv);
+  } else {
+    if (pr.bias != nullptr) v[0] += pr.bias[r];
+    if (a.f32_out) static_cast<float*>(pr.y)[at] = v[0];
+    else static_cast<bf16*>(pr.y)[at] = __float2bfloat16(v[0]);
+  }
 }
 
-template <class F, int NT, bool kStageX, bool kOne = false>
-void launch_kernel(const KquantGemvArgs& a, unsigned blocks, size_t smem, cudaStream_t s) {
-  auto* kernel = kquant_gemv_kernel<F, NT, kStageX, kOne>;
-  constexpr size_t kStatic = sizeof(float) * kWarps * 16 * NT * 8;
+template <class F, int NT, bool kStageX, bool kOne, bool kGated>
+void launch_gated(const KquantGemvArgs& a, unsigned blocks, size_t smem, cudaStream_t s) {
+  auto* kernel = kquant_gemv_kernel<F, NT, kStageX, kOne, kGated>;
+  constexpr size_t kStatic = sizeof(float) * kWarps * (kGated ? 2 : 1) * 16 * NT * 8;
   if (smem + kStatic > (48 << 10)) {
     KVASIR_CUDA_CHECK(
         cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(smem)));
   }
   launch(kernel, blocks, kThreads, smem, s, a);
   KVASIR_CUDA_LAUNCH_CHECK();
+}
+
+template <class F, int NT, bool kStageX, bool kOne = false>
+void launch_kernel(const KquantGemvArgs& a, unsigned blocks, size_t smem, cudaStream_t s) {
+  if (a.gated != kGgufGateNone) launch_gated<F, NT, kStageX, kOne, true>(a, blocks, smem, s);
+  else launch_gated<F, NT, kStageX, kOne, false>(a, blocks, smem, s);
 }
 
 template <class F>
@@ -172,12 +212,17 @@ bool gguf_kquant_gemv_supported(DType t, int64_t k) {
 }
 
 void launch_gguf_kquant_gemv(const void* x, const GgufProjection* proj, int num_proj, DType t, int n, int64_t k,
-                             Elem out, cudaStream_t s) {
+                             Elem out, cudaStream_t s, GgufGateAct gated) {
   KVASIR_CHECK_MSG(n >= 1 && gguf_kquant_gemv_supported(t, k) && aligned16(x) && num_proj >= 1 &&
                        num_proj <= kGgufMaxProjections,
                    "K-quant GEMV: Q4_K or Q6_K rows of whole (Q6_K: an even number of) super-blocks, a 16-byte "
                    "aligned input, 1..3 projections");
+  KVASIR_CHECK_MSG(gated == kGgufGateNone ||
+                       (num_proj == 2 && out == Elem::kBf16 && proj[0].out_features == proj[1].out_features &&
+                        proj[0].bias == nullptr && proj[1].bias == nullptr),
+                   "K-quant GEMV: a gated activation takes gate and up of one shape, no biases, bf16 out");
   KquantGemvArgs a{};
+  a.gated = gated;
   a.k = k;
   a.super_blocks = static_cast<int32_t>(k / 256);
   a.row_bytes = a.super_blocks * static_cast<int64_t>(t == DType::kQ4_K ? kquant::Q4K::kBlockBytes
@@ -192,7 +237,8 @@ void launch_gguf_kquant_gemv(const void* x, const GgufProjection* proj, int num_
     tiles += (proj[p].out_features + 15) / 16;
     a.tile_end[p] = tiles;
   }
-  const auto blocks = static_cast<unsigned>(tiles);
+  // Gated: a CTA per tile of gate, which takes up's too.
+  const auto blocks = static_cast<unsigned>(gated != kGgufGateNone ? a.tile_end[0] : tiles);
   if (t == DType::kQ4_K) launch_format<kquant::Q4K>(a, x, n, k, blocks, s);
   else launch_format<kquant::Q6K>(a, x, n, k, blocks, s);
 }

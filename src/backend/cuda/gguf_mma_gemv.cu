@@ -95,13 +95,6 @@ __global__ void __launch_bounds__(kWarps * 32, 4) mma_gemv_kernel(MmaGemvArgs a)
   else static_cast<bf16*>(pr.y)[at] = __float2bfloat16(v);
 }
 
-// Q4_K and Q6_K on their own kernel (gguf_kquant_gemv.cu) unless KVASIR_GGUF_KQUANT_GEMV=0 (A/B
-// runs; =q4k: Q4_K only; cuda_tuning.h).
-bool kquant_kernel(DType t, int64_t k) {
-  const int on = kernel_tuning().gguf_kquant_gemv;
-  if (on == 0 || (on == 1 && t != DType::kQ4_K)) return false;
-  return gguf_kquant_gemv_supported(t, k);
-}
 
 template <class F>
 void launch_format(const MmaGemvArgs& a, cudaStream_t s) {
@@ -112,12 +105,20 @@ void launch_format(const MmaGemvArgs& a, cudaStream_t s) {
 
 }  // namespace
 
+// Q4_K and Q6_K on their own kernel (gguf_kquant_gemv.cu) unless KVASIR_GGUF_KQUANT_GEMV=0 (A/B
+// runs; =q4k: Q4_K only; cuda_tuning.h).
+bool gguf_mma_gemv_uses_kquant(DType t, int64_t k) {
+  const int on = kernel_tuning().gguf_kquant_gemv;
+  if (on == 0 || (on == 1 && t != DType::kQ4_K)) return false;
+  return gguf_kquant_gemv_supported(t, k);
+}
+
 void launch_gguf_mma_gemv(const void* x, const GgufProjection* proj, int num_proj, DType t, int n, int64_t k,
                           Elem out, cudaStream_t s) {
   KVASIR_CHECK_MSG(n >= 1 && gguf_kernel_type(t) && row_bytes(t, k).has_value() && aligned16(x) && num_proj >= 1 &&
                        num_proj <= kGgufMaxProjections,
                    "GGUF MMA GEMV: a GGUF block type, whole blocks, a 16-byte aligned input, 1..3 projections");
-  if (kquant_kernel(t, k)) {
+  if (gguf_mma_gemv_uses_kquant(t, k)) {
     launch_gguf_kquant_gemv(x, proj, num_proj, t, n, k, out, s);
     return;
   }

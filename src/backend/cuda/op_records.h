@@ -358,7 +358,8 @@ struct GgufLinearOp {
   float* partial;         // the K-quant GEMM's split-K workspace or null
   int64_t rows, in_features, chunk_rows, num_proj;
   int32_t dtype;          // DType of every w
-  int32_t kquant_gemm;    // 1: the K-quant GEMM
+  int16_t kquant_gemm;    // 1: the K-quant GEMM
+  int16_t gated;          // GgufGateAct: gate/up on the K-quant GEMV with the gated activation
 };
 
 // Up to kW4a16MaxProjections W4A16 projections of one bf16 input (cuda_w4a16_ops.cpp), all with

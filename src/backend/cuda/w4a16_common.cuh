@@ -8,6 +8,7 @@
 #include <cstdint>
 
 #include "backend/cuda/cuda_common.cuh"
+#include "backend/cuda/gate_activation.cuh"
 #include "backend/cuda/w4a16_kernels.h"
 
 namespace kvasir::cuda {
@@ -69,12 +70,6 @@ __device__ __forceinline__ uint32_t word_of(const uint4& v, int i) {
   return i == 0 ? v.x : i == 1 ? v.y : i == 2 ? v.z : v.w;
 }
 
-__device__ __forceinline__ float w4a16_gate_act(float g, int act) {
-  if (act == kW4a16GeluTanh) {
-    const float kAlpha = 0.7978845608028654f;
-    return 0.5f * g * (1.0f + tanhf(kAlpha * (g + 0.044715f * g * g * g)));
-  }
-  return g / (1.0f + expf(-g));
-}
+__device__ __forceinline__ float w4a16_gate_act(float g, int act) { return gate_activation(g, act == kW4a16GeluTanh); }
 
 }  // namespace kvasir::cuda
