@@ -145,6 +145,10 @@ class CudaBackend final : public Backend {
   StatusOr<Tensor> upload_fp8_weight(const Tensor& host_weight, std::unique_ptr<Buffer>* owner);
   void linear_fp8(const Tensor& x, const Tensor& w, const Tensor* bias, Tensor& out);
   // gate/up FP8 GEMVs just recorded take the activation into their epilogue; false if they cannot.
+  // The last record, where gated_activation(gate, up, act, out) may fold into it: of this kind, in
+  // place (out is gate: the unfused op leaves gate = x·wg otherwise), an activation the folds
+  // have; else null.
+  OpRecord* gated_fold_target(OpKind kind, const Tensor& gate, GateActivation act, const Tensor& out);
   bool fold_fp8_gated_activation(const Tensor& gate, const Tensor& up, GateActivation act, Tensor& out);
   void exec_fp8_linear(const cuda::Fp8LinearOp& op, Elem elem, cudaStream_t s);
   // GGUF block weights (cuda_gguf_ops.cpp): Q4_0 .. Q6_K matrices kept as the file stores them.

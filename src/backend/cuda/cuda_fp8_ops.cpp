@@ -158,17 +158,12 @@ void CudaBackend::linear_fp8(const Tensor& x, const Tensor& w, const Tensor* bia
 }
 
 bool CudaBackend::fold_fp8_gated_activation(const Tensor& gate, const Tensor& up, GateActivation act, Tensor& out) {
-  OpRecord* last = queue_->last();
-  if (!fuse_ || last == nullptr || last->kind != OpKind::kFp8Linear || out.data != gate.data ||
-      (act != GateActivation::kSilu && act != GateActivation::kGeluTanh)) {
-    return false;
-  }
+  OpRecord* last = gated_fold_target(OpKind::kFp8Linear, gate, act, out);
+  if (last == nullptr) return false;
   cuda::Fp8LinearOp& r = last->fp8_linear;
-  // In place only (the unfused op leaves gate = x·wg otherwise), on the GEMV path, no biases.
-  if (r.x_fp8 != nullptr || r.gated != cuda::kFp8NoAct || r.num_proj != 2 || r.proj[0].y != gate.data ||
-      r.proj[1].y != up.data || r.proj[0].bias != nullptr || r.proj[1].bias != nullptr ||
-      r.proj[0].out_features != r.proj[1].out_features || last->elem != static_cast<int32_t>(Elem::kBf16) ||
-      gate.numel() != r.rows * r.proj[0].out_features) {
+  // On the GEMV path.
+  if (r.x_fp8 != nullptr || r.gated != cuda::kFp8NoAct ||
+      !cuda::is_gate_up_pair(r, last->elem, gate.data, up.data, gate.numel())) {
     return false;
   }
   r.gated = act == GateActivation::kGeluTanh ? cuda::kFp8GeluTanh : cuda::kFp8Silu;

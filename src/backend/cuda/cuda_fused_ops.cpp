@@ -169,6 +169,15 @@ void CudaBackend::add(Tensor& a, const Tensor& b) {
   rec.add.numel = a.numel();
 }
 
+OpRecord* CudaBackend::gated_fold_target(OpKind kind, const Tensor& gate, GateActivation act, const Tensor& out) {
+  OpRecord* last = queue_->last();
+  if (!fuse_ || last == nullptr || last->kind != kind || out.data != gate.data ||
+      (act != GateActivation::kSilu && act != GateActivation::kGeluTanh)) {
+    return nullptr;
+  }
+  return last;
+}
+
 void CudaBackend::gated_activation(const Tensor& gate, const Tensor& up, GateActivation act, Tensor& out) {
   KVASIR_CHECK(gate.numel() == up.numel() && out.numel() == gate.numel());
   KVASIR_CHECK(gate.dtype == DType::kBF16 && up.dtype == DType::kBF16 && out.dtype == DType::kBF16);

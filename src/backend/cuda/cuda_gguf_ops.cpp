@@ -141,18 +141,14 @@ void CudaBackend::linear_gguf(const Tensor& x, const Tensor& w, const Tensor* bi
 // gate = act(gate) * up in place after gate/up on the K-quant GEMV: the GEMV's epilogue applies it
 // (one launch less a layer; up is still written), as the W4A16 and FP8 GEMVs do.
 bool CudaBackend::fold_gguf_gated_activation(const Tensor& gate, const Tensor& up, GateActivation act, Tensor& out) {
-  OpRecord* last = queue_->last();
-  if (!fuse_ || last == nullptr || last->kind != OpKind::kGgufLinear || out.data != gate.data ||
-      (act != GateActivation::kSilu && act != GateActivation::kGeluTanh)) {
-    return false;
-  }
+  OpRecord* last = gated_fold_target(OpKind::kGgufLinear, gate, act, out);
+  if (last == nullptr) return false;
   cuda::GgufLinearOp& r = last->gguf_linear;
   const auto dt = static_cast<DType>(r.dtype);
-  if (r.w_bf16 != nullptr || r.kquant_gemm != 0 || r.gated != cuda::kGgufGateNone || r.num_proj != 2 ||
+  // On the K-quant GEMV.
+  if (r.w_bf16 != nullptr || r.kquant_gemm != 0 || r.gated != cuda::kGgufGateNone ||
       !on_tensor_cores(dt, tuning_.recording) || !cuda::gguf_mma_gemv_uses_kquant(dt, r.in_features) ||
-      r.proj[0].y != gate.data || r.proj[1].y != up.data || r.proj[0].bias != nullptr || r.proj[1].bias != nullptr ||
-      r.proj[0].out_features != r.proj[1].out_features || last->elem != static_cast<int32_t>(Elem::kBf16) ||
-      gate.numel() != r.rows * r.proj[0].out_features) {
+      !cuda::is_gate_up_pair(r, last->elem, gate.data, up.data, gate.numel())) {
     return false;
   }
   r.gated = static_cast<int16_t>(act == GateActivation::kGeluTanh ? cuda::kGgufGateGeluTanh : cuda::kGgufGateSilu);

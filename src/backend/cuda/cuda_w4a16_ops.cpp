@@ -229,17 +229,12 @@ void CudaBackend::linear_w4a16(const Tensor& x, const Tensor& w, const Tensor* b
 }
 
 bool CudaBackend::fold_w4a16_gated_activation(const Tensor& gate, const Tensor& up, GateActivation act, Tensor& out) {
-  OpRecord* last = queue_->last();
-  if (!fuse_ || last == nullptr || last->kind != OpKind::kW4a16Linear || out.data != gate.data ||
-      (act != GateActivation::kSilu && act != GateActivation::kGeluTanh)) {
-    return false;
-  }
+  OpRecord* last = gated_fold_target(OpKind::kW4a16Linear, gate, act, out);
+  if (last == nullptr) return false;
   cuda::W4a16LinearOp& r = last->w4a16_linear;
-  // In place only (the unfused op leaves gate = x·wg otherwise), on the GEMV path, no biases.
-  if (r.rows > cuda::kW4a16GemvMaxRows || r.gated != cuda::kW4a16NoAct || r.num_proj != 2 ||
-      r.proj[0].y != gate.data || r.proj[1].y != up.data || r.proj[0].bias != nullptr || r.proj[1].bias != nullptr ||
-      r.proj[0].out_features != r.proj[1].out_features || last->elem != static_cast<int32_t>(Elem::kBf16) ||
-      gate.numel() != r.rows * r.proj[0].out_features) {
+  // On the GEMV path.
+  if (r.rows > cuda::kW4a16GemvMaxRows || r.gated != cuda::kW4a16NoAct ||
+      !cuda::is_gate_up_pair(r, last->elem, gate.data, up.data, gate.numel())) {
     return false;
   }
   r.gated = static_cast<int16_t>(act == GateActivation::kGeluTanh ? cuda::kW4a16GeluTanh : cuda::kW4a16Silu);

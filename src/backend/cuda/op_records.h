@@ -422,6 +422,16 @@ struct OpRecord {
 
 // Padding would break the bytewise graph lookup only if written; these sizes keep every record
 // free of it (pointers and int64 first, floats in pairs).
+// Whether a quantized linear record (Fp8LinearOp, W4a16LinearOp, GgufLinearOp) is the gate/up pair
+// that gated_activation(gate, up) in place may fold into: exactly two projections that wrote gate
+// and up, one shape, no biases, bf16 out. Each fold adds its own path's conditions.
+template <class Op>
+bool is_gate_up_pair(const Op& r, int32_t elem, const void* gate, const void* up, int64_t gate_numel) {
+  return r.num_proj == 2 && r.proj[0].y == gate && r.proj[1].y == up && r.proj[0].bias == nullptr &&
+         r.proj[1].bias == nullptr && r.proj[0].out_features == r.proj[1].out_features &&
+         elem == static_cast<int32_t>(Elem::kBf16) && gate_numel == r.rows * r.proj[0].out_features;
+}
+
 static_assert(sizeof(EmbeddingOp) == 72 && sizeof(LinearOp) == 56 && sizeof(GemvProjection) == 40);
 static_assert(sizeof(MultiGemvOp) == 4 * 8 + kGemvMaxOutputs * 40 + 3 * 8 + 8);
 static_assert(sizeof(GemvGatedOp) == 7 * 8 + 4 * 8 + 8 && sizeof(RopeOp) == 4 * 8 + 6 * 8 + 8 + 2 * 8 + 6 * 8);
