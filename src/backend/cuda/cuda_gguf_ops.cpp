@@ -138,15 +138,18 @@ void CudaBackend::linear_gguf(const Tensor& x, const Tensor& w, const Tensor* bi
   }
 }
 
-// gate = act(gate) * up in place after gate/up on the K-quant GEMV: the GEMV's epilogue applies it
-// (one launch less a layer; up is still written), as the W4A16 and FP8 GEMVs do.
+// gate = act(gate) * up in place after one token's gate/up on the K-quant GEMV: the GEMV's
+// epilogue applies it (one launch less a layer; up is still written), as the W4A16 and FP8 GEMVs
+// do. One token only: a CTA then takes gate's and up's tile, half the CTAs, which measured slower
+// from a few tokens up (H100, Q4_K_M 8B decode step: batch 1 3.43 against 3.48 ms, batch 8 5.71
+// against 4.94, batch 16 6.79 against 6.40; BENCHMARKS.md 2026-12-06).
 bool CudaBackend::fold_gguf_gated_activation(const Tensor& gate, const Tensor& up, GateActivation act, Tensor& out) {
   OpRecord* last = gated_fold_target(OpKind::kGgufLinear, gate, act, out);
   if (last == nullptr) return false;
   cuda::GgufLinearOp& r = last->gguf_linear;
   const auto dt = static_cast<DType>(r.dtype);
   // On the K-quant GEMV.
-  if (r.w_bf16 != nullptr || r.kquant_gemm != 0 || r.gated != cuda::kGgufGateNone ||
+  if (r.rows != 1 || r.w_bf16 != nullptr || r.kquant_gemm != 0 || r.gated != cuda::kGgufGateNone ||
       !on_tensor_cores(dt, tuning_.recording) || !cuda::gguf_mma_gemv_uses_kquant(dt, r.in_features) ||
       !cuda::is_gate_up_pair(r, last->elem, gate.data, up.data, gate.numel())) {
     return false;

@@ -57,8 +57,8 @@ void launch_gguf_mma_gemv(const void* x, const GgufProjection* proj, int num_pro
 // The tensor-core GEMV's K-quant kernel (gguf_kquant_gemv.cu: weights as the A operand, exact
 // weights, float32 sums), which launch_gguf_mma_gemv takes for Q4_K and Q6_K where
 // gguf_kquant_gemv_supported(t, k).
-// With a gate activation, proj[0] and proj[1] are a gated MLP's gate and up (one shape, no
-// biases, bf16 out): up is written, and gate's rows get act(gate) * up, as the unfused
+// With a gate activation, proj[0] and proj[1] are a gated MLP's gate and up (one token, one
+// shape, no biases, bf16 out): up is written, and gate's rows get act(gate) * up, as the unfused
 // gated_activation leaves them, in the same launch.
 bool gguf_kquant_gemv_supported(DType t, int64_t k);
 enum GgufGateAct : int32_t { kGgufGateNone = 0, kGgufGateSilu = 1, kGgufGateGeluTanh = 2 };

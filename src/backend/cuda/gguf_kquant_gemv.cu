@@ -173,8 +173,10 @@ void launch_gated(const KquantGemvArgs& a, unsigned blocks, size_t smem, cudaStr
 
 template <class F, int NT, bool kStageX, bool kOne = false>
 void launch_kernel(const KquantGemvArgs& a, unsigned blocks, size_t smem, cudaStream_t s) {
-  if (a.gated != kGgufGateNone) launch_gated<F, NT, kStageX, kOne, true>(a, blocks, smem, s);
-  else launch_gated<F, NT, kStageX, kOne, false>(a, blocks, smem, s);
+  if constexpr (kOne) {  // the gated tile only for one token (launch_gguf_kquant_gemv)
+    if (a.gated != kGgufGateNone) return launch_gated<F, NT, kStageX, kOne, true>(a, blocks, smem, s);
+  }
+  launch_gated<F, NT, kStageX, kOne, false>(a, blocks, smem, s);
 }
 
 template <class F>
@@ -218,9 +220,10 @@ void launch_gguf_kquant_gemv(const void* x, const GgufProjection* proj, int num_
                    "K-quant GEMV: Q4_K or Q6_K rows of whole (Q6_K: an even number of) super-blocks, a 16-byte "
                    "aligned input, 1..3 projections");
   KVASIR_CHECK_MSG(gated == kGgufGateNone ||
-                       (num_proj == 2 && out == Elem::kBf16 && proj[0].out_features == proj[1].out_features &&
-                        proj[0].bias == nullptr && proj[1].bias == nullptr),
-                   "K-quant GEMV: a gated activation takes gate and up of one shape, no biases, bf16 out");
+                       (n == 1 && num_proj == 2 && out == Elem::kBf16 &&
+                        proj[0].out_features == proj[1].out_features && proj[0].bias == nullptr &&
+                        proj[1].bias == nullptr),
+                   "K-quant GEMV: a gated activation takes one token's gate and up of one shape, no biases, bf16 out");
   KquantGemvArgs a{};
   a.gated = gated;
   a.k = k;
