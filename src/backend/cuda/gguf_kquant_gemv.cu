@@ -17,6 +17,8 @@
 //   two buffers alternating.
 // - x is staged in shared memory while its rows fit in 64 KB (batch 1-7 at k = 4096), else read
 //   from L1.
+// - One token's gate/up followed by the gated activation may be one launch (kGated, the recording
+//   decides: cuda_gguf_ops.cpp): a CTA then takes gate's and up's tile and writes act(gate) * up.
 #include "backend/cuda/cuda_common.cuh"
 #include "backend/cuda/gate_activation.cuh"
 #include "backend/cuda/gguf_kernels.h"
@@ -160,7 +162,7 @@ __global__ void __launch_bounds__(kThreads, NT == 1 ? F::kMinBlocks : 2) kquant_
 }
 
 template <class F, int NT, bool kStageX, bool kOne, bool kGated>
-void launch_gated(const KquantGemvArgs& a, unsigned blocks, size_t smem, cudaStream_t s) {
+void launch_variant(const KquantGemvArgs& a, unsigned blocks, size_t smem, cudaStream_t s) {
   auto* kernel = kquant_gemv_kernel<F, NT, kStageX, kOne, kGated>;
   constexpr size_t kStatic = sizeof(float) * kWarps * (kGated ? 2 : 1) * 16 * NT * 8;
   if (smem + kStatic > (48 << 10)) {
@@ -174,9 +176,9 @@ void launch_gated(const KquantGemvArgs& a, unsigned blocks, size_t smem, cudaStr
 template <class F, int NT, bool kStageX, bool kOne = false>
 void launch_kernel(const KquantGemvArgs& a, unsigned blocks, size_t smem, cudaStream_t s) {
   if constexpr (kOne) {  // the gated tile only for one token (launch_gguf_kquant_gemv)
-    if (a.gated != kGgufGateNone) return launch_gated<F, NT, kStageX, kOne, true>(a, blocks, smem, s);
+    if (a.gated != kGgufGateNone) return launch_variant<F, NT, kStageX, kOne, true>(a, blocks, smem, s);
   }
-  launch_gated<F, NT, kStageX, kOne, false>(a, blocks, smem, s);
+  launch_variant<F, NT, kStageX, kOne, false>(a, blocks, smem, s);
 }
 
 template <class F>
