@@ -125,7 +125,7 @@ void CudaBackend::linear_fp8(const Tensor& x, const Tensor& w, const Tensor* bia
   if (fuse_ && last != nullptr && last->kind == OpKind::kFp8Linear && last->elem == elem) {
     cuda::Fp8LinearOp& r = last->fp8_linear;
     if (r.x == x.data && r.rows == n && r.in_features == k && r.static_scale == static_scale &&
-        r.gated == cuda::kFp8NoAct && r.num_proj < cuda::kFp8MaxProjections && !writes(r, out.data)) {
+        r.gated == cuda::kGateNone && r.num_proj < cuda::kFp8MaxProjections && !writes(r, out.data)) {
       cuda::Fp8Projection& slot = r.proj[r.num_proj++];
       slot.w = pr.w;
       slot.w_scales = pr.w_scales;
@@ -162,11 +162,11 @@ bool CudaBackend::fold_fp8_gated_activation(const Tensor& gate, const Tensor& up
   if (last == nullptr) return false;
   cuda::Fp8LinearOp& r = last->fp8_linear;
   // On the GEMV path.
-  if (r.x_fp8 != nullptr || r.gated != cuda::kFp8NoAct ||
+  if (r.x_fp8 != nullptr || r.gated != cuda::kGateNone ||
       !cuda::is_gate_up_pair(r, last->elem, gate.data, up.data, gate.numel())) {
     return false;
   }
-  r.gated = act == GateActivation::kGeluTanh ? cuda::kFp8GeluTanh : cuda::kFp8Silu;
+  r.gated = act == GateActivation::kGeluTanh ? cuda::kGateGeluTanh : cuda::kGateSilu;
   return true;
 }
 

@@ -99,7 +99,7 @@ void CudaBackend::linear_gguf(const Tensor& x, const Tensor& w, const Tensor* bi
   if (fuse_ && (kquant_gemm || (gemv && on_tensor_cores(w.dtype, tuning_.recording))) && last != nullptr &&
       last->kind == OpKind::kGgufLinear && last->elem == static_cast<int32_t>(elem)) {
     cuda::GgufLinearOp& r = last->gguf_linear;
-    if (r.w_bf16 == nullptr && (r.kquant_gemm != 0) == kquant_gemm && r.gated == cuda::kGgufGateNone && r.x == x.data && r.rows == n &&
+    if (r.w_bf16 == nullptr && (r.kquant_gemm != 0) == kquant_gemm && r.gated == cuda::kGateNone && r.x == x.data && r.rows == n &&
         r.in_features == k && r.dtype == static_cast<int32_t>(w.dtype) && r.num_proj < cuda::kGgufMaxProjections &&
         !writes(r, out.data)) {
       cuda::GgufProjection& slot = r.proj[r.num_proj++];
@@ -149,12 +149,12 @@ bool CudaBackend::fold_gguf_gated_activation(const Tensor& gate, const Tensor& u
   cuda::GgufLinearOp& r = last->gguf_linear;
   const auto dt = static_cast<DType>(r.dtype);
   // On the K-quant GEMV.
-  if (r.rows != 1 || r.w_bf16 != nullptr || r.kquant_gemm != 0 || r.gated != cuda::kGgufGateNone ||
+  if (r.rows != 1 || r.w_bf16 != nullptr || r.kquant_gemm != 0 || r.gated != cuda::kGateNone ||
       !on_tensor_cores(dt, tuning_.recording) || !cuda::gguf_mma_gemv_uses_kquant(dt, r.in_features) ||
       !cuda::is_gate_up_pair(r, last->elem, gate.data, up.data, gate.numel())) {
     return false;
   }
-  r.gated = static_cast<int16_t>(act == GateActivation::kGeluTanh ? cuda::kGgufGateGeluTanh : cuda::kGgufGateSilu);
+  r.gated = static_cast<int16_t>(act == GateActivation::kGeluTanh ? cuda::kGateGeluTanh : cuda::kGateSilu);
   return true;
 }
 
@@ -176,9 +176,9 @@ void CudaBackend::exec_gguf_linear(const cuda::GgufLinearOp& op, Elem elem, cuda
                                   op.partial, num_sms_, s);
     return;
   }
-  if (op.gated != cuda::kGgufGateNone) {
+  if (op.gated != cuda::kGateNone) {
     cuda::launch_gguf_kquant_gemv(op.x, op.proj, static_cast<int>(op.num_proj), dt, static_cast<int>(n), k, elem, s,
-                                  static_cast<cuda::GgufGateAct>(op.gated));
+                                  static_cast<cuda::GateAct>(op.gated));
     return;
   }
   if (op.w_bf16 == nullptr) {

@@ -187,7 +187,7 @@ void CudaBackend::linear_w4a16(const Tensor& x, const Tensor& w, const Tensor* b
   if (fuse_ && q.perm == nullptr && last != nullptr && last->kind == OpKind::kW4a16Linear && last->elem == elem) {
     cuda::W4a16LinearOp& r = last->w4a16_linear;
     if (r.x == x.data && r.perm == nullptr && r.rows == n && r.in_features == k && r.group_size == q.group_size &&
-        r.scale_type == scale_type && r.gated == cuda::kW4a16NoAct && r.num_proj < cuda::kW4a16MaxProjections &&
+        r.scale_type == scale_type && r.gated == cuda::kGateNone && r.num_proj < cuda::kW4a16MaxProjections &&
         !writes(r, out.data)) {
       cuda::W4a16RecordProjection& slot = r.proj[r.num_proj++];
       slot.codes = pr.codes;
@@ -224,7 +224,7 @@ void CudaBackend::linear_w4a16(const Tensor& x, const Tensor& w, const Tensor* b
   r.in_features = static_cast<int32_t>(k);
   r.group_size = static_cast<int32_t>(q.group_size);
   r.num_proj = 1;
-  r.gated = cuda::kW4a16NoAct;
+  r.gated = cuda::kGateNone;
   r.scale_type = static_cast<int16_t>(scale_type);
 }
 
@@ -233,11 +233,11 @@ bool CudaBackend::fold_w4a16_gated_activation(const Tensor& gate, const Tensor& 
   if (last == nullptr) return false;
   cuda::W4a16LinearOp& r = last->w4a16_linear;
   // On the GEMV path.
-  if (r.rows > cuda::kW4a16GemvMaxRows || r.gated != cuda::kW4a16NoAct ||
+  if (r.rows > cuda::kW4a16GemvMaxRows || r.gated != cuda::kGateNone ||
       !cuda::is_gate_up_pair(r, last->elem, gate.data, up.data, gate.numel())) {
     return false;
   }
-  r.gated = static_cast<int16_t>(act == GateActivation::kGeluTanh ? cuda::kW4a16GeluTanh : cuda::kW4a16Silu);
+  r.gated = static_cast<int16_t>(act == GateActivation::kGeluTanh ? cuda::kGateGeluTanh : cuda::kGateSilu);
   return true;
 }
 

@@ -12,6 +12,7 @@
 #include <cuda_fp8.h>
 
 #include "backend/cuda/cuda_common.cuh"
+#include "backend/cuda/gate_activation.cuh"
 #include "backend/cuda/fp8_kernels.h"
 
 namespace kvasir::cuda {
@@ -28,7 +29,7 @@ struct Fp8GemvArgs {
   int64_t k;
   int num_proj;
   int f32_out;
-  int gated;  // Fp8GateAct
+  int gated;  // GateAct
   int unused;
 };
 
@@ -90,13 +91,7 @@ __device__ __forceinline__ void row_dot(const bf16* __restrict__ x, const uint8_
   for (int t = 0; t < N; ++t) acc[t] = warp_sum(acc[t]);
 }
 
-__device__ __forceinline__ float gate_act(float g, int act) {
-  if (act == kFp8GeluTanh) {
-    const float kAlpha = 0.7978845608028654f;
-    return 0.5f * g * (1.0f + tanhf(kAlpha * (g + 0.044715f * g * g * g)));
-  }
-  return g / (1.0f + expf(-g));
-}
+__device__ __forceinline__ float gate_act(float g, int act) { return gate_activation(g, act == kGateGeluTanh); }
 
 // Lane 0's outputs: y[t, r] = acc[t] * scale[r] (+ bias[r]) of one projection row.
 template <int N>
@@ -175,7 +170,7 @@ template <int N>
 __global__ void __launch_bounds__(kWarps * 32) fp8_gemv2_kernel(Fp8GemvArgs a) {
   const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
   const int64_t g = static_cast<int64_t>(blockIdx.x) * kWarps + warp;
-  const bool gated = a.gated != kFp8NoAct;
+  const bool gated = a.gated != kGateNone;
   pdl_begin();
   int p = 0;
   int64_t r0 = g;
@@ -209,7 +204,7 @@ __global__ void __launch_bounds__(kWarps * 32) fp8_gemv_kernel(Fp8GemvArgs a) {
   // Gated: warp g owns row g of both gate (proj 0) and up (proj 1); else row g of the
   // concatenated projections.
   int p = 0;
-  if (a.gated == kFp8NoAct) {
+  if (a.gated == kGateNone) {
     while (p + 1 < a.num_proj && g >= a.row_end[p]) ++p;
   }
   const bool active = g < a.row_end[p];
@@ -224,7 +219,7 @@ __global__ void __launch_bounds__(kWarps * 32) fp8_gemv_kernel(Fp8GemvArgs a) {
   if (!active) return;
   float acc[N];
   row_dot<N>(a.x, wr, k, lane, full, w, acc);
-  if (a.gated != kFp8NoAct) {
+  if (a.gated != kGateNone) {
     const Fp8Projection& up = a.proj[1];
     const uint8_t* ur = static_cast<const uint8_t*>(up.w) + r * k;
     float uacc[N];
@@ -238,7 +233,7 @@ __global__ void __launch_bounds__(kWarps * 32) fp8_gemv_kernel(Fp8GemvArgs a) {
 // One warp per row (per gate/up pair) for a single token, per row pair for 2..8.
 template <int N>
 void launch_n(const Fp8GemvArgs& a, int64_t rows, cudaStream_t s) {
-  const int64_t warps = N == 1 || a.gated != kFp8NoAct ? rows : rows / 2;
+  const int64_t warps = N == 1 || a.gated != kGateNone ? rows : rows / 2;
   const unsigned blocks = static_cast<unsigned>((warps + kWarps - 1) / kWarps);
   if constexpr (N == 1) launch(fp8_gemv_kernel<N>, blocks, kWarps * 32, 0, s, a);
   else launch(fp8_gemv2_kernel<N>, blocks, kWarps * 32, 0, s, a);
@@ -251,7 +246,7 @@ bool fp8_gemv_supported(int64_t n, int64_t k) { return n >= 1 && n <= kFp8GemvMa
 void launch_fp8_gemv(const void* x, const Fp8Projection* proj, int num_proj, int n, int64_t k, Elem out, int gated,
                      cudaStream_t s) {
   KVASIR_CHECK(fp8_gemv_supported(n, k) && num_proj >= 1 && num_proj <= kFp8MaxProjections && aligned16(x));
-  KVASIR_CHECK(gated == kFp8NoAct ||
+  KVASIR_CHECK(gated == kGateNone ||
                (num_proj == 2 && out == Elem::kBf16 && proj[0].out_features == proj[1].out_features &&
                 proj[0].bias == nullptr && proj[1].bias == nullptr));
   Fp8GemvArgs a{};
@@ -267,7 +262,7 @@ void launch_fp8_gemv(const void* x, const Fp8Projection* proj, int num_proj, int
     rows += proj[p].out_features;
     a.row_end[p] = rows;
   }
-  if (gated != kFp8NoAct) rows = a.row_end[0];  // gate/up row pairs
+  if (gated != kGateNone) rows = a.row_end[0];  // gate/up row pairs
   if (rows <= 0) return;
   for (int p = 0; p < num_proj; ++p) KVASIR_CHECK_MSG(proj[p].out_features % 2 == 0, "FP8 GEMV: odd out_features");
   switch (n) {

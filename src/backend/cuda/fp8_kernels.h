@@ -29,9 +29,8 @@ inline constexpr int kFp8MaxProjections = 3;
 // The GEMV needs 16-byte rows of codes (in_features % 16) and at most kFp8GemvMaxRows tokens.
 bool fp8_gemv_supported(int64_t n, int64_t k);
 
-// The activation of a gated GEMV: proj[0].y = act(bf16(gate)) * bf16(up) in place of the gate,
+// A gated GEMV (GateAct, kernels.h): proj[0].y = act(bf16(gate)) * bf16(up) in place of the gate,
 // proj[1].y = up (as gemv.cu's gate/up kernel; two projections, no biases, bf16 out).
-enum Fp8GateAct : int32_t { kFp8NoAct = 0, kFp8Silu = 1, kFp8GeluTanh = 2 };
 
 // proj[0..num_proj) of x [n, k] bf16 (16-byte aligned); out elem applies to every projection.
 void launch_fp8_gemv(const void* x, const Fp8Projection* proj, int num_proj, int n, int64_t k, Elem out, int gated,

@@ -1,6 +1,6 @@
 // The gated MLP's activation of its gate value (SiLU, or GELU's tanh approximation), one definition
-// for the elementwise op and the GEMVs that fold it into their epilogue, so that the fused and the
-// unfused paths agree bit for bit.
+// for the elementwise op, the MoE kernels and the GEMVs that fold it into their epilogue, so that
+// the fused and the unfused paths agree bit for bit.
 #pragma once
 
 namespace kvasir::cuda {

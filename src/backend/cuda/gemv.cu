@@ -9,6 +9,7 @@
 // (partial sums meet in shared memory), so CTAs are short and the last wave's tail small.
 #include <algorithm>
 
+#include "backend/cuda/gate_activation.cuh"
 #include "backend/cuda/gemv_common.cuh"
 
 namespace kvasir::cuda {
@@ -260,13 +261,7 @@ __global__ void __launch_bounds__(kWarps * 32, MINB) gemv_gated_kernel(GemvInput
       // Rounded like the unfused ops: gate and up are bf16 tensors there.
       const float gv = __bfloat162float(__float2bfloat16_rn(g[t]));
       const float uv = __bfloat162float(__float2bfloat16_rn(u[t]));
-      float a;
-      if (gelu_tanh) {
-        const float kAlpha = 0.7978845608028654f;
-        a = 0.5f * gv * (1.0f + tanhf(kAlpha * (gv + 0.044715f * gv * gv * gv)));
-      } else {
-        a = gv / (1.0f + expf(-gv));
-      }
+      const float a = gate_activation(gv, gelu_tanh);
       if (up_out != nullptr) up_out[t * m + r] = __float2bfloat16_rn(uv);
       y[t * m + r] = __float2bfloat16_rn(a * uv);
     }

@@ -12,6 +12,7 @@
 // (partial sums meet in shared memory) so that short matrices still put enough loads in flight;
 // S depends only on the matrix shape, never on the token count, so every token's result is the
 // same whether it ran with 2 or 8 others.
+#include "backend/cuda/gate_activation.cuh"
 #include "backend/cuda/gemv_common.cuh"
 #include "backend/cuda/warp_mma.cuh"
 
@@ -199,13 +200,7 @@ __global__ void __launch_bounds__(kWarps * 32, kTcShapes[V].min_blocks) gemv_tc_
     // Rounded like the unfused ops: gate and up are bf16 tensors there.
     const float gv = __bfloat162float(__float2bfloat16_rn(gu[j]));
     const float uv = __bfloat162float(__float2bfloat16_rn(gu[4 + j]));
-    float act;
-    if (gelu_tanh) {
-      const float kAlpha = 0.7978845608028654f;
-      act = 0.5f * gv * (1.0f + tanhf(kAlpha * (gv + 0.044715f * gv * gv * gv)));
-    } else {
-      act = gv / (1.0f + expf(-gv));
-    }
+    const float act = gate_activation(gv, gelu_tanh);
     if (up_out != nullptr) up_out[t * m + row] = __float2bfloat16_rn(uv);
     y[t * m + row] = __float2bfloat16_rn(act * uv);
   }

@@ -61,9 +61,8 @@ void launch_gguf_mma_gemv(const void* x, const GgufProjection* proj, int num_pro
 // shape, no biases, bf16 out): up is written, and gate's rows get act(gate) * up, as the unfused
 // gated_activation leaves them, in the same launch.
 bool gguf_kquant_gemv_supported(DType t, int64_t k);
-enum GgufGateAct : int32_t { kGgufGateNone = 0, kGgufGateSilu = 1, kGgufGateGeluTanh = 2 };
 void launch_gguf_kquant_gemv(const void* x, const GgufProjection* proj, int num_proj, DType t, int n, int64_t k,
-                             Elem out, cudaStream_t s, GgufGateAct gated = kGgufGateNone);
+                             Elem out, cudaStream_t s, GateAct gated = kGateNone);
 // Whether launch_gguf_mma_gemv runs weights of type t and k columns on the K-quant GEMV (the
 // kernel's shapes, KVASIR_GGUF_KQUANT_GEMV).
 bool gguf_mma_gemv_uses_kquant(DType t, int64_t k);

@@ -42,7 +42,7 @@ struct KquantGemvArgs {
   int64_t tile_end[kGgufMaxProjections];  // prefix sums of the projections' 16-row tiles
   int64_t k, row_bytes, y_offset;
   int32_t n, f32_out, num_proj, super_blocks;
-  int32_t gated;  // GgufGateAct: proj[0] is gate, proj[1] up (kGated)
+  int32_t gated;  // GateAct: proj[0] is gate, proj[1] up (kGated)
 };
 
 // Dynamic shared memory: per warp two factor buffers; then, where x is staged, its n rows (stride
@@ -153,7 +153,7 @@ __global__ void __launch_bounds__(kThreads, NT == 1 ? F::kMinBlocks : 2) kquant_
     const float gv = __bfloat162float(__float2bfloat16(v[0]));
     const float uv = __bfloat162float(__float2bfloat16(v[1]));
     static_cast<bf16*>(a.proj[1].y)[at] = __float2bfloat16(uv);
-    static_cast<bf16*>(pr.y)[at] = __float2bfloat16(gate_activation(gv, a.gated == kGgufGateGeluTanh) * uv);
+    static_cast<bf16*>(pr.y)[at] = __float2bfloat16(gate_activation(gv, a.gated == kGateGeluTanh) * uv);
   } else {
     if (pr.bias != nullptr) v[0] += pr.bias[r];
     if (a.f32_out) static_cast<float*>(pr.y)[at] = v[0];
@@ -176,7 +176,7 @@ void launch_variant(const KquantGemvArgs& a, unsigned blocks, size_t smem, cudaS
 template <class F, int NT, bool kStageX, bool kOne = false>
 void launch_kernel(const KquantGemvArgs& a, unsigned blocks, size_t smem, cudaStream_t s) {
   if constexpr (kOne) {  // the gated tile only for one token (launch_gguf_kquant_gemv)
-    if (a.gated != kGgufGateNone) return launch_variant<F, NT, kStageX, kOne, true>(a, blocks, smem, s);
+    if (a.gated != kGateNone) return launch_variant<F, NT, kStageX, kOne, true>(a, blocks, smem, s);
   }
   launch_variant<F, NT, kStageX, kOne, false>(a, blocks, smem, s);
 }
@@ -216,12 +216,12 @@ bool gguf_kquant_gemv_supported(DType t, int64_t k) {
 }
 
 void launch_gguf_kquant_gemv(const void* x, const GgufProjection* proj, int num_proj, DType t, int n, int64_t k,
-                             Elem out, cudaStream_t s, GgufGateAct gated) {
+                             Elem out, cudaStream_t s, GateAct gated) {
   KVASIR_CHECK_MSG(n >= 1 && gguf_kquant_gemv_supported(t, k) && aligned16(x) && num_proj >= 1 &&
                        num_proj <= kGgufMaxProjections,
                    "K-quant GEMV: Q4_K or Q6_K rows of whole (Q6_K: an even number of) super-blocks, a 16-byte "
                    "aligned input, 1..3 projections");
-  KVASIR_CHECK_MSG(gated == kGgufGateNone ||
+  KVASIR_CHECK_MSG(gated == kGateNone ||
                        (n == 1 && num_proj == 2 && out == Elem::kBf16 &&
                         proj[0].out_features == proj[1].out_features && proj[0].bias == nullptr &&
                         proj[1].bias == nullptr),
@@ -243,7 +243,7 @@ void launch_gguf_kquant_gemv(const void* x, const GgufProjection* proj, int num_
     a.tile_end[p] = tiles;
   }
   // Gated: a CTA per tile of gate, which takes up's too.
-  const auto blocks = static_cast<unsigned>(gated != kGgufGateNone ? a.tile_end[0] : tiles);
+  const auto blocks = static_cast<unsigned>(gated != kGateNone ? a.tile_end[0] : tiles);
   if (t == DType::kQ4_K) launch_format<kquant::Q4K>(a, x, n, k, blocks, s);
   else launch_format<kquant::Q6K>(a, x, n, k, blocks, s);
 }

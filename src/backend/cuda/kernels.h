@@ -13,6 +13,9 @@ namespace kvasir::cuda {
 enum class Elem { kBf16, kF32 };
 // The KV cache's elements (--kv-cache-dtype): bf16, or FP8 codes of x / scale (kv_cache_codes.cuh).
 enum class KvCacheType : int32_t { kBf16, kE4m3, kE5m2 };
+// The activation a quantized gate/up GEMV folds into its epilogue (FP8, W4A16, GGUF K-quant):
+// none, SiLU or GELU's tanh approximation (gate_activation.cuh computes it).
+enum GateAct : int32_t { kGateNone = 0, kGateSilu = 1, kGateGeluTanh = 2 };
 
 inline bool aligned16(const void* p) { return (reinterpret_cast<uintptr_t>(p) & 15u) == 0; }
 

@@ -3,6 +3,7 @@
 #pragma once
 
 #include "backend/cuda/cuda_common.cuh"
+#include "backend/cuda/gate_activation.cuh"
 #include "backend/cuda/moe_kernels.h"
 
 namespace kvasir::cuda {
@@ -10,7 +11,7 @@ namespace kvasir::cuda {
 __device__ __forceinline__ float moe_activate(MoeActivation act, float g, float u, float alpha, float limit) {
   switch (act) {
     case MoeActivation::kGeluTanh:
-      return 0.5f * g * (1.0f + tanhf(0.7978845608028654f * (g + 0.044715f * g * g * g))) * u;
+      return gate_activation(g, true) * u;
     case MoeActivation::kSwigluOai: {
       // GPT-OSS: the gate clamped from above, up into [-limit, limit].
       const float x = fminf(g, limit);
@@ -18,7 +19,7 @@ __device__ __forceinline__ float moe_activate(MoeActivation act, float g, float 
       return (y + 1.0f) * (x / (1.0f + expf(-alpha * x)));
     }
     default:
-      return g / (1.0f + expf(-g)) * u;
+      return gate_activation(g, false) * u;
   }
 }
 

@@ -341,7 +341,7 @@ struct Fp8LinearOp {
   Fp8Projection proj[kFp8MaxProjections];
   int64_t rows, in_features, num_proj;
   float static_scale;     // the input's static scale; 0: dynamic per token
-  int32_t gated;          // Fp8GateAct: gate/up with the activation folded in (GEMV path only)
+  int32_t gated;          // GateAct: gate/up with the activation folded in (GEMV path only)
 };
 
 // x · w^T (+ bias) with w kept in GGUF blocks (cuda_gguf_ops.cpp): the GGUF GEMVs for decode-sized
@@ -359,7 +359,7 @@ struct GgufLinearOp {
   int64_t rows, in_features, chunk_rows, num_proj;
   int32_t dtype;          // DType of every w
   int16_t kquant_gemm;    // 1: the K-quant GEMM
-  int16_t gated;          // GgufGateAct: gate/up on the K-quant GEMV with the gated activation
+  int16_t gated;          // GateAct: gate/up on the K-quant GEMV with the gated activation
 };
 
 // Up to kW4a16MaxProjections W4A16 projections of one bf16 input (cuda_w4a16_ops.cpp), all with

@@ -70,6 +70,6 @@ __device__ __forceinline__ uint32_t word_of(const uint4& v, int i) {
   return i == 0 ? v.x : i == 1 ? v.y : i == 2 ? v.z : v.w;
 }
 
-__device__ __forceinline__ float w4a16_gate_act(float g, int act) { return gate_activation(g, act == kW4a16GeluTanh); }
+__device__ __forceinline__ float w4a16_gate_act(float g, int act) { return gate_activation(g, act == kGateGeluTanh); }
 
 }  // namespace kvasir::cuda

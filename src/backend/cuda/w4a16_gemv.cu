@@ -355,7 +355,7 @@ bool w4a16_shape_supported(int64_t out_features, int64_t in_features) {
 void launch_w4a16_gemv(const void* x, const W4a16Projection* proj, int num_proj, int n, int64_t k, Elem out,
                        int gated, cudaStream_t s) {
   KVASIR_CHECK(n >= 1 && n <= kW4a16GemvMaxRows && num_proj >= 1 && num_proj <= kW4a16MaxProjections && aligned16(x));
-  KVASIR_CHECK(gated == kW4a16NoAct ||
+  KVASIR_CHECK(gated == kGateNone ||
                (num_proj == 2 && out == Elem::kBf16 && proj[0].out_features == proj[1].out_features &&
                 proj[0].bias == nullptr && proj[1].bias == nullptr));
   static_assert(kW4a16GemvMaxRows <= 16, "the kernels hold two 8-token octets");
@@ -384,8 +384,8 @@ void launch_w4a16_gemv(const void* x, const W4a16Projection* proj, int num_proj,
                    "W4A16 GEMV: group size a multiple of 32 (or the row) below 131072, in_features below 2^25");
   a.groups = w4a16_groups(group_size);
   a.num_groups = static_cast<int32_t>((k + group_size - 1) / group_size);
-  if (gated != kW4a16NoAct) tiles = a.tile_end[0];  // gate/up tile pairs
-  const int proj_per_cta = gated != kW4a16NoAct ? 2 : 1;
+  if (gated != kGateNone) tiles = a.tile_end[0];  // gate/up tile pairs
+  const int proj_per_cta = gated != kGateNone ? 2 : 1;
   const size_t es = scale_type == kW4a16ScaleF32 ? 4 : 2;
   const size_t group_bytes = (static_cast<size_t>(proj_per_cta) * a.num_groups * 16 * (es + 1) + 15) / 16 * 16;
   KVASIR_CHECK_MSG(group_bytes <= (160 << 10), "W4A16 GEMV: too many groups per row for shared memory");
@@ -395,7 +395,7 @@ void launch_w4a16_gemv(const void* x, const W4a16Projection* proj, int num_proj,
   const bool stage_x = kernel_tuning().w4a16_stage_x && x_bytes <= (64 << 10);
   const size_t smem = group_bytes + (stage_x ? x_bytes : 0);
   const unsigned blocks = static_cast<unsigned>(tiles);
-  if (gated != kW4a16NoAct) {
+  if (gated != kGateNone) {
     if (n > 8) launch_staged<2, true>(a, scale_type, blocks, smem, stage_x, s);
     else launch_staged<1, true>(a, scale_type, blocks, smem, stage_x, s);
   } else {

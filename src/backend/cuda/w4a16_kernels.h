@@ -48,9 +48,8 @@ struct W4a16Projection {
 inline constexpr int kW4a16GemvMaxRows = 16;
 inline constexpr int kW4a16MaxProjections = 3;
 
-// The activation of a gated GEMV: proj[0].y = act(bf16(gate)) * bf16(up) in place of the gate,
+// A gated GEMV (GateAct, kernels.h): proj[0].y = act(bf16(gate)) * bf16(up) in place of the gate,
 // proj[1].y = up (as gemv.cu's gate/up kernel; two projections, no biases, bf16 out).
-enum W4a16GateAct : int32_t { kW4a16NoAct = 0, kW4a16Silu = 1, kW4a16GeluTanh = 2 };
 
 // The layout's shape rules (quant/w4a16_layout.h): out % 16 == 0, in % 64 == 0.
 bool w4a16_shape_supported(int64_t out_features, int64_t in_features);
