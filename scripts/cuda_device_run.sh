@@ -809,7 +809,7 @@ if has kvfp8; then
   # Issue 15, FP8 KV cache (--kv-cache-dtype fp8 / fp8_e5m2): the attention op tests with FP8
   # caches under every KVASIR_CUDA_ATTN kernel and the default plan, every bf16 attention test
   # again (the kernels are templated on the cache's element type), the e2e cases (GPU FP8 cache
-  # against the CPU's, the engine), memcheck; then batch-1 decode at KVASIR_KV_LENS contexts
+  # against the CPU's, the engine, scales calculated from the first batch), memcheck; then batch-1 decode at KVASIR_KV_LENS contexts
   # ["32000"] (+64 tokens) with the cache in bf16 and in e4m3, for bf16 and FP8 weights,
   # KVASIR_KV_ROUNDS interleaved rounds (2); bar: FP8 cache at most 0.75x the bf16 cache's step;
   # each beside its floor (weights + KV at the mean context, 4.32 TB/s); batch 64 at 2k; the planned
@@ -817,7 +817,7 @@ if has kvfp8; then
   # ["tests memcheck bench tp"] picks.
   kv_has() { [[ " ${KVASIR_KV_PARTS:-tests memcheck bench tp} " == *" $1 "* ]]; }
   if kv_has tests; then
-    timeout 300 "$bin/cuda_ops_test" --gtest_filter='CudaAttention.*:CudaDecodePaths.*:CudaOps.DecodeSteps*' >"$OUT/kvfp8_ops.log" 2>&1
+    timeout 300 "$bin/cuda_ops_test" --gtest_filter='CudaAttention.*:CudaDecodePaths.*:CudaOps.DecodeSteps*:CudaOps.WriteKv*' >"$OUT/kvfp8_ops.log" 2>&1
     note "kvfp8 attention tests (default plan): rc=$? $(grep -E '^\[  PASSED' "$OUT/kvfp8_ops.log" | head -1) $(grep -c '^\[  FAILED  \]' "$OUT/kvfp8_ops.log") failed"
     grep -E "Failure|FAILED|Which is|rel_l2|codes" "$OUT/kvfp8_ops.log" | head -12
     for k in per_head_phased per_head_online all_heads mma_bulk; do
@@ -825,7 +825,7 @@ if has kvfp8; then
       note "kvfp8 attention tests, KVASIR_CUDA_ATTN=$k: rc=$? $(grep -E '^\[  PASSED' "$OUT/kvfp8_ops_$k.log" | head -1) $(grep -c '^\[  FAILED  \]' "$OUT/kvfp8_ops_$k.log") failed"
       grep -E "Failure|Which is" "$OUT/kvfp8_ops_$k.log" | head -4
     done
-    timeout 300 "$bin/cuda_e2e_test" --gtest_filter='CudaEndToEnd.*Fp8KvCache*:CudaEndToEnd.EngineRunsAnFp8KvCache*:CudaEndToEnd.LlamaShapedModelMatchesCpu' \
+    timeout 300 "$bin/cuda_e2e_test" --gtest_filter='CudaEndToEnd.*Fp8KvCache*:CudaEndToEnd.EngineRunsAnFp8KvCache*:CudaEndToEnd.*CalculatedFp8KvScales*:CudaEndToEnd.EngineCalculatesFp8KvScales*:CudaEndToEnd.LlamaShapedModelMatchesCpu' \
       >"$OUT/kvfp8_e2e.log" 2>&1
     note "kvfp8 e2e: rc=$? $(grep -E '^\[  PASSED' "$OUT/kvfp8_e2e.log" | head -1) $(grep -c '^\[  FAILED  \]' "$OUT/kvfp8_e2e.log") failed; $(grep -oE 'greedy agreement [0-9]+ / [0-9]+' "$OUT/kvfp8_e2e.log" | tr '\n' ' ')"
     grep -E "Failure|FAILED|^step" "$OUT/kvfp8_e2e.log" | head -12
@@ -862,6 +862,9 @@ print(c["num_hidden_layers"] * kvh * hd * 2 * 2)' "$kv_cfg")
         fl_a=$(awk -v w="$wf" -v l="$len" -v t="$kv_tok" 'BEGIN{printf "%.2f", w + (l + 32) * t / 4.32e12 * 1e3}')
         fl_f=$(awk -v w="$wf" -v l="$len" -v t="$kv_tok" 'BEGIN{printf "%.2f", w + (l + 32) * t / 2 / 4.32e12 * 1e3}')
         note "kvfp8 b1 ctx $len, $w weights: bf16 cache ${a[*]} ms/step (floor $fl_a) | fp8 cache ${f[*]} (floor $fl_f) | best fp8/bf16 $(awk -v x="$mf" -v y="$ma" 'BEGIN{if (y > 0) printf "%.3f", x / y; else print "n/a"}') (bar 0.75)"
+        # --calculate-kv-scales: the scales from the prompt's K and V (one read-back per layer in the
+        # first step), then the same kernels: the same step time expected.
+        note "kvfp8 b1 ctx $len, $w weights, fp8 cache with --calculate-kv-scales: $(kv_lat "${w}w_${len}_fp8calc" "$len" $wargs --kv-cache-dtype fp8 --calculate-kv-scales) ms/step"
       done
       # The FP8 cache's decode kernels side by side (FP8 weights): the default (mma_bulk), all_heads
       # (our own plan's CUDA-core kernel) and FlashInfer's e4m3 decode (opt-in).

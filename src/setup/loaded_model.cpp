@@ -147,6 +147,12 @@ StatusOr<std::unique_ptr<LoadedModel>> load_dummy_config(const std::string& path
   return m;
 }
 
+// vLLM accepts --calculate-kv-scales and does nothing without an FP8 cache: a flag with no effect
+// is refused, on either backend.
+Status calculate_kv_scales_without_fp8_cache() {
+  return invalid_argument("--calculate-kv-scales needs an FP8 KV cache (--kv-cache-dtype fp8, fp8_e4m3 or fp8_e5m2)");
+}
+
 StatusOr<std::unique_ptr<Backend>> make_backend(const LoadOptions& opts) {
   if (opts.device != "auto" && opts.device != "cpu" && opts.device != "cuda") {
     return invalid_argument("unknown --device " + opts.device);
@@ -163,12 +169,7 @@ StatusOr<std::unique_ptr<Backend>> make_backend(const LoadOptions& opts) {
     if (dtype && *dtype != DType::kBF16) {
       return invalid_argument("--dtype " + opts.dtype + ": the CUDA backend computes in bfloat16 (use auto or bfloat16)");
     }
-    if (opts.calculate_kv_scales) {
-      // The device's records fold the scales in as constants; the first write would have to reduce
-      // K and V on the GPU and read the maxima back before any graph is captured.
-      return unimplemented("--calculate-kv-scales is not supported on the CUDA backend yet (CPU only): FP8 KV-cache "
-                           "scales come from the checkpoint (k_scale / v_scale), else 1.0");
-    }
+    if (opts.calculate_kv_scales && !fp8_kv) return calculate_kv_scales_without_fp8_cache();
     CudaBackendOptions co;
     co.enable_graphs = !opts.enforce_eager;
     // Tensor parallelism: a rank drives the GPU of its local rank on its host and sums over the
@@ -178,6 +179,7 @@ StatusOr<std::unique_ptr<Backend>> make_backend(const LoadOptions& opts) {
     co.tp_bootstrap = opts.model.tp.comm;
     co.tp_on_one_host = opts.tp_on_one_host;
     co.kv_cache_dtype = kv_dtype.value_or(DType::kBF16);
+    co.calculate_kv_scales = opts.calculate_kv_scales;
     KVASIR_ASSIGN_OR_RETURN(co.device, gpu_for_rank(opts.placement, cuda_device_count()));
     co.device_collectives = opts.device_collectives;
     return create_cuda_backend(co);
@@ -195,10 +197,7 @@ StatusOr<std::unique_ptr<Backend>> make_backend(const LoadOptions& opts) {
   }
   bo.kv_cache_dtype = kv_dtype.value_or(DType::kF32);
   bo.dense_weight_dtype = dtype;
-  if (opts.calculate_kv_scales && !is_fp8(bo.kv_cache_dtype)) {
-    // vLLM accepts it and does nothing without an FP8 cache: a flag with no effect is refused.
-    return invalid_argument("--calculate-kv-scales needs an FP8 KV cache (--kv-cache-dtype fp8, fp8_e4m3 or fp8_e5m2)");
-  }
+  if (opts.calculate_kv_scales && !is_fp8(bo.kv_cache_dtype)) return calculate_kv_scales_without_fp8_cache();
   bo.calculate_kv_scales = opts.calculate_kv_scales;
   return std::unique_ptr<Backend>(std::make_unique<CpuBackend>(bo));
 }

@@ -26,6 +26,7 @@
 #include "backend/cpu/attention_kernels.h"
 #include "backend/cpu/cache_row_vec.h"
 #include "backend/cpu/cpu_backend.h"
+#include "backend/kv_cache_scales.h"
 
 namespace kvasir {
 namespace {
@@ -49,15 +50,6 @@ void to_fp8(const float* x, uint8_t* y, int64_t n, float scale) {
     for (int64_t i = 0; i < n; ++i) y[i] = Encode(x[i] / scale);
   }
 }
-
-// vLLM's --calculate-kv-scales divisors (its K_SCALE_CONSTANT and V_SCALE_CONSTANT): the first
-// batch's largest |K| maps to 200 and |V| to 100, headroom under e4m3's 448 for later tokens.
-constexpr float kKScaleRange = 200.0f;
-constexpr float kVScaleRange = 100.0f;
-
-// The scale for a cache whose largest stored magnitude will be amax at the code `range`; 1 where
-// the batch held only zeros (a scale of 0 would divide by zero).
-float calculated_scale(float amax, float range) { return amax > 0.0f ? amax / range : 1.0f; }
 
 // Largest |x| over the rows of k and v that write_kv stores (slots >= 0; padding rows are not data).
 std::pair<float, float> stored_abs_max(const Tensor& k, const Tensor& v, const AttentionMetadata& m, int64_t row) {
@@ -88,8 +80,8 @@ void CpuBackend::write_kv(const Tensor& k, const Tensor& v, Tensor& k_cache, Ten
     // Backend::calculates_kv_scales: this cache's first write sets its scales. NaN in the batch
     // leaves them NaN-free (std::max keeps the non-NaN side), as the codes keep NaN.
     const auto [ka, va] = stored_abs_max(k, v, m, row);
-    if (k_cache.cache_scale == 0.0f) k_cache.cache_scale = calculated_scale(ka, kKScaleRange);
-    if (v_cache.cache_scale == 0.0f) v_cache.cache_scale = calculated_scale(va, kVScaleRange);
+    if (k_cache.cache_scale == 0.0f) k_cache.cache_scale = calculated_kv_scale(ka, kKScaleRange);
+    if (v_cache.cache_scale == 0.0f) v_cache.cache_scale = calculated_kv_scale(va, kVScaleRange);
   }
   KVASIR_CHECK(k_cache.cache_scale > 0.0f && v_cache.cache_scale > 0.0f);
   KVASIR_CHECK_MSG(is_fp8(kd) || (k_cache.cache_scale == 1.0f && v_cache.cache_scale == 1.0f),

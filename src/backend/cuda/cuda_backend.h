@@ -32,6 +32,10 @@ struct CudaBackendOptions {
   // --kv-cache-dtype: bf16 (auto), or FP8 codes (kF8E4M3, kF8E5M2) with the layer's per-tensor
   // scales (kv_cache_codes.cuh): half the bytes per token.
   DType kv_cache_dtype = DType::kBF16;
+  // --calculate-kv-scales (Backend::calculates_kv_scales): an FP8 cache's scales from its first
+  // write's K and V. That write reads them back to the host before recording (a sync, once per
+  // layer), so every later record, graphs included, folds the scales in as constants.
+  bool calculate_kv_scales = false;
 };
 
 // Usable CUDA devices; 0 when there is no driver or no GPU (never fails).

@@ -79,6 +79,7 @@ struct Fp8Check {
   // Both backends' KV cache (--kv-cache-dtype): the CPU's float32 and the GPU's bf16 by default,
   // or FP8 codes on both.
   DType kv_cache = DType::kBF16;
+  bool calculate_kv_scales = false;  // FP8 caches: scales from the first forward on both backends
 };
 
 void compare_models(const char* config_text, int allowed_outliers = 0, const Fp8Check& fp8 = {}) {
@@ -98,9 +99,11 @@ void compare_models(const char* config_text, int allowed_outliers = 0, const Fp8
   CpuBackendOptions co;
   co.precision = MatmulPrecision::kExact;
   if (fp8.kv_cache != DType::kBF16) co.kv_cache_dtype = fp8.kv_cache;
+  co.calculate_kv_scales = fp8.calculate_kv_scales;
   CpuBackend cpu(co);
   CudaBackendOptions go;
   go.kv_cache_dtype = fp8.kv_cache;
+  go.calculate_kv_scales = fp8.calculate_kv_scales;
   auto gpu = create_cuda_backend(go);
   ASSERT_TRUE(gpu.ok()) << gpu.status().message();
   ModelOptions mo;
@@ -183,6 +186,17 @@ TEST(CudaEndToEnd, LlamaShapedModelWithFp8KvCacheFollowsCpu) {
   compare_models(kLlamaConfig, 2, c);
   c.kv_cache = DType::kF8E5M2;
   compare_models(kQwenConfig, 2, c);
+}
+// --calculate-kv-scales on both backends: each layer's scales from the first forward (a prefill of
+// three sequences), the GPU's from bf16 K and V, the CPU's from float32 ones (their maxima differ
+// by at most a bf16 rounding), under the bounds above.
+TEST(CudaEndToEnd, LlamaShapedModelWithCalculatedFp8KvScalesFollowsCpu) {
+  Fp8Check c;
+  c.kv_cache = DType::kF8E4M3;
+  c.calculate_kv_scales = true;
+  c.bound = 0.12;
+  c.min_agree_percent = 70;
+  compare_models(kLlamaConfig, 2, c);
 }
 TEST(CudaEndToEnd, Qwen3MoeShapedModelMatchesCpu) { compare_models(kQwen3MoeConfig, 3); }
 TEST(CudaEndToEnd, Qwen2MoeShapedModelMatchesCpu) { compare_models(kQwen2MoeConfig, 3); }
@@ -287,6 +301,22 @@ TEST(CudaEndToEnd, EngineRunsAnFp8KvCacheReproducibly) {
   if (cuda_device_count() == 0) GTEST_SKIP() << "no CUDA device";
   EngineArgs a = dummy_llama_args("kvasir_cuda_e2e_fp8_kv_config.json");
   a.kv_cache_dtype = "fp8";
+  std::vector<std::vector<int32_t>> outs[2];
+  std::string stats[2];
+  generate_greedy_twice(a, outs, stats);
+  if (::testing::Test::HasFatalFailure()) return;
+  EXPECT_EQ(outs[0], outs[1]);
+}
+
+// --calculate-kv-scales through the whole engine: the first step's write reads K and V back in the
+// middle of its forward (overlapped steps on), later steps run under CUDA graphs with the scales
+// folded in; greedy output reproducible run to run.
+TEST(CudaEndToEnd, EngineCalculatesFp8KvScalesReproducibly) {
+  if (cuda_device_count() == 0) GTEST_SKIP() << "no CUDA device";
+  EngineArgs a = dummy_llama_args("kvasir_cuda_e2e_fp8_kv_calc_config.json");
+  a.kv_cache_dtype = "fp8";
+  a.calculate_kv_scales = true;
+  a.async_scheduling = true;
   std::vector<std::vector<int32_t>> outs[2];
   std::string stats[2];
   generate_greedy_twice(a, outs, stats);

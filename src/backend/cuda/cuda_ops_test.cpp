@@ -125,6 +125,76 @@ TEST_F(CudaOps, AddGatedSoftcapGatherMatchCpu) {
   EXPECT_EQ(rel_l2(read_back(*gpu_, out.t), ref), 0.0) << "gather_rows";
 }
 
+// --calculate-kv-scales on the device: an FP8 cache at scale 0 takes, at its first write, max |K| /
+// 200 and max |V| / 100 over the rows that write stores (a padding row, slot -1, is not data): the
+// CPU's scales for the same values. It keeps them: a later write encodes with them (saturating past
+// the first batch's range) and writes the CPU's codes. A first write of zeros gives 1.
+TEST_F(CudaOps, WriteKvCalculatesFp8ScalesOnTheFirstWrite) {
+  CudaBackendOptions o;
+  o.kv_cache_dtype = DType::kF8E4M3;
+  o.calculate_kv_scales = true;
+  auto made = create_cuda_backend(o);
+  ASSERT_TRUE(made.ok()) << made.status().message();
+  Backend& g = **made;
+  EXPECT_TRUE(g.calculates_kv_scales());
+  EXPECT_FALSE(gpu_->calculates_kv_scales());
+  constexpr int kvh = 2, hd = 64, row = kvh * hd, slots = 32, n = 3;
+  for (DType dtype : {DType::kF8E4M3, DType::kF8E5M2}) {
+    SCOPED_TRACE(dtype_name(dtype));
+    DeviceTensor kc(dtype, {1, slots, kvh, hd}), vc(dtype, {1, slots, kvh, hd});
+    std::vector<uint8_t> ck(slots * row), cv(slots * row);
+    Tensor ckt = Tensor::make(ck.data(), dtype, {1, slots, kvh, hd}), cvt = Tensor::make(cv.data(), dtype, {1, slots, kvh, hd});
+    kc.t.cache_scale = vc.t.cache_scale = ckt.cache_scale = cvt.cache_scale = 0.0f;
+    std::vector<int64_t> slot_of;
+    AttentionMetadata m;
+    m.num_tokens = n;
+    m.block_size = slots;
+    // Writes k and v on both backends; the codes of the rows stored must be equal.
+    auto write = [&](std::vector<float> k, std::vector<float> v) {
+      m.slot_mapping = slot_of.data();
+      DeviceTensor kd(DType::kBF16, {n, kvh, hd}), vd(DType::kBF16, {n, kvh, hd});
+      kd.set(k);
+      vd.set(v);
+      g.write_kv(kd.t, vd.t, kc.t, vc.t, m);
+      cpu_->write_kv(host_tensor(k, {n, kvh, hd}), host_tensor(v, {n, kvh, hd}), ckt, cvt, m);
+      std::vector<uint8_t> gk(ck.size()), gv(cv.size());
+      g.copy_to_host(kc.t, gk.data());
+      g.copy_to_host(vc.t, gv.data());
+      int differ = 0;
+      for (int64_t slot : slot_of) {
+        for (int64_t i = slot * row; slot >= 0 && i < (slot + 1) * row; ++i) differ += (gk[i] != ck[i]) + (gv[i] != cv[i]);
+      }
+      EXPECT_EQ(differ, 0);
+    };
+    auto k = random_values(rng_, n * row), v = random_values(rng_, n * row, 0.5f);
+    k[row + 5] = -3.5f;  // the stored rows' largest |K| and |V|
+    v[2 * row + 9] = 1.25f;
+    std::fill(k.begin(), k.begin() + row, 100.0f);  // row 0 is padding
+    slot_of = {-1, 3, 4};
+    write(k, v);
+    EXPECT_EQ(kc.t.cache_scale, 3.5f / 200.0f);
+    EXPECT_EQ(vc.t.cache_scale, 1.25f / 100.0f);
+    EXPECT_EQ(kc.t.cache_scale, ckt.cache_scale);
+    EXPECT_EQ(vc.t.cache_scale, cvt.cache_scale);
+    // Kept: a later batch 30x wider saturates under the first batch's scales.
+    for (float& x : k) x = cuda_test::round_bf16(30.0f * x);  // still bf16 values: both backends see the same
+    slot_of = {5, 6, -1};
+    write(k, v);
+    EXPECT_EQ(kc.t.cache_scale, 3.5f / 200.0f);
+    EXPECT_EQ(vc.t.cache_scale, 1.25f / 100.0f);
+    // Zeros: 1, not a division by zero.
+    DeviceTensor kz(dtype, {1, slots, kvh, hd}), vz(dtype, {1, slots, kvh, hd});
+    kz.t.cache_scale = vz.t.cache_scale = 0.0f;
+    std::vector<float> zeros(n * row, 0.0f);
+    DeviceTensor zd(DType::kBF16, {n, kvh, hd});
+    zd.set(zeros);
+    g.write_kv(zd.t, zd.t, kz.t, vz.t, m);
+    g.synchronize();
+    EXPECT_EQ(kz.t.cache_scale, 1.0f);
+    EXPECT_EQ(vz.t.cache_scale, 1.0f);
+  }
+}
+
 TEST_F(CudaOps, RopeMatchesCpu) {
   struct Case { int n, heads, kvh, hd, rd; bool neox; float af; };
   for (const Case c : {Case{7, 32, 8, 128, 128, true, 1.0f}, {3, 4, 1, 256, 256, true, 1.0f}, {5, 9, 3, 64, 64, false, 1.0f},
@@ -202,6 +272,10 @@ void cuda_test::CudaAttention::run(const AttnCase& c) {
   cvt.cache_scale = c.v_scale;
   gpu_->write_kv(kd.t, vd.t, kc.t, vc.t, wm);
   cpu_->write_kv(host_tensor(kv_k, {total_ctx, c.kvh, c.hd}), host_tensor(kv_v, {total_ctx, c.kvh, c.hd}), ckt, cvt, wm);
+  // Scales of 0 (--calculate-kv-scales) are set by the write on either backend: the same ones.
+  EXPECT_EQ(kc.t.cache_scale, ckt.cache_scale) << c.name;
+  EXPECT_EQ(vc.t.cache_scale, cvt.cache_scale) << c.name;
+  EXPECT_GT(kc.t.cache_scale, 0.0f) << c.name;
   if (fp8) {
     // The same codes: the inputs are bf16 values, both divide by the scale in float32 and round
     // to nearest even with saturation.
@@ -364,6 +438,8 @@ TEST_F(CudaAttention, Fp8CacheDecode) {
     }
     sinks.sinks = true;
     run(with_fp8_cache(sinks, t));
+    // Scales calculated by the first write (--calculate-kv-scales), then read by the kernels.
+    run(with_fp8_cache({"fp8 decode calculated scales", 32, 8, 128, {1, 17, 300, 513}, {1, 1, 1, 1}}, t, 0.0f, 0.0f));
   }
   // mma_bulk's FP8 path at every GQA group it takes (1, 2, 4, 8 query heads per kv head), partial
   // first and last tiles (contexts not multiples of 8), splits of long contexts, scales not 1.
@@ -390,6 +466,7 @@ TEST_F(CudaAttention, Fp8CachePrefillAndMixed) {
     run(with_fp8_cache({"fp8 mixed 32/8/128", 32, 8, 128, {200, 50, 77, 9, 1}, {37, 1, 77, 1, 1}}, t, 0.1f, 4.0f));
     run(with_fp8_cache({"fp8 prefill 9/3/64", 9, 3, 64, {70, 5}, {70, 1}}, t));
     run(with_fp8_cache({"fp8 prefill 4/1/256 window softcap", 4, 1, 256, {40, 300}, {40, 100}, 32, 50.0f}, t));
+    run(with_fp8_cache({"fp8 mixed calculated scales", 32, 8, 128, {200, 50, 9}, {37, 1, 9}}, t, 0.0f, 0.0f));
   }
   run(with_fp8_cache({"fp8 prefill 2000", 32, 8, 128, {2000}, {2000}}, DType::kF8E4M3));
   run(with_fp8_cache({"fp8 chunk 300 of 4100", 32, 8, 128, {4100, 700}, {300, 1}}, DType::kF8E4M3, 0.5f, 2.0f));
