@@ -203,11 +203,11 @@ TEST_F(CudaDecodePaths, OwnKnobKeepsEveryDecodeOnOwnKernels) {
   run_on(decode("own b4", 32, 8, 128, {17, 9000, 1, 300}), false);
 }
 
-// The table bound (KVASIR_CUDA_DECODE_FI_MIN_TOKENS, default 1,024 tokens): a short table stays
-// on our kernels, the same context in a longer table goes to FlashInfer.
+// The table bound (KVASIR_CUDA_DECODE_FI_MIN_TOKENS; default 0, every table): a table shorter than
+// it stays on our kernels, the same context in a longer table goes to FlashInfer.
 TEST_F(CudaDecodePaths, TableBoundKeepsShortTablesOnOwnKernels) {
   if (!flashinfer_built_and_sm90()) GTEST_SKIP() << "no FlashInfer decode path (build or device)";
-  use("flashinfer", nullptr);
+  use("flashinfer", "1024");
   AttnCase small = decode("100 keys, 144-token table", 32, 8, 128, {100});
   run_on(small, false);
   AttnCase big = decode("100 keys, 1,712-token table", 32, 8, 128, {100});
@@ -226,6 +226,7 @@ TEST_F(CudaDecodePaths, DefaultIsFlashInferWhereBuilt) {
   ASSERT_TRUE(b.ok()) << b.status().message();
   gpu_ = std::move(*b);
   run_on(decode("default b1", 32, 8, 128, {5000}), flashinfer_built_and_sm90());
+  run_on(decode("default b1, 100 keys in a 144-token table", 32, 8, 128, {100}), flashinfer_built_and_sm90());
 }
 
 // One decode step shape (write_kv + attention of 3 sequences) again and again while the lengths

@@ -77,10 +77,13 @@ const char* decode_attention_path_name(DecodeAttentionPath k);
 // from 8 sequences up attention.cu's mma_bulk streams the KV cache at 3.6 TB/s (attention.cu).
 inline constexpr int kFlashInferDecodeMaxSeqs = 8;
 // The default table bound: FlashInfer's decode takes a call only when its block table holds at
-// least this many tokens (max_blocks_per_seq x block_size). The runner sizes decode tables to the
-// next power of two of the blocks in use, so this follows the context while staying fixed for a
-// captured graph; short contexts keep attention.cu's per-head plan, tuned for them (attention.cu).
-inline constexpr int kFlashInferDecodeMinTableTokens = 1024;
+// least this many tokens (max_blocks_per_seq x block_size; the runner sizes decode tables to the
+// next power of two of the blocks in use, so a bound follows the context while staying fixed for a
+// captured graph). 0: every table. Measured on an H100 against the 1,024 this was (BENCHMARKS.md,
+// 2026-12-06), FlashInfer won at short contexts too: batch 1 by 1-2% (Llama-3.1-8B bf16 and
+// Q4_K_M, 128-640 tokens) and 6% (Qwen3-30B-A3B), batch 8 by 25% (the all-heads plan loses ~2 ms
+// a step there under PDL, 6.2 ms without it), equal on Qwen3-8B and at batches 2-6.
+inline constexpr int kFlashInferDecodeMinTableTokens = 0;
 // From how many tokens a W4A16 linear dequantizes its weight for cuBLASLt (RecordingTuning).
 inline constexpr int kW4a16DequantMinRows = 512;
 
