@@ -51,21 +51,6 @@ void to_fp8(const float* x, uint8_t* y, int64_t n, float scale) {
   }
 }
 
-// Largest |x| over the rows of k and v that write_kv stores (slots >= 0; padding rows are not data).
-std::pair<float, float> stored_abs_max(const Tensor& k, const Tensor& v, const AttentionMetadata& m, int64_t row) {
-  float ka = 0.0f, va = 0.0f;
-  for (int t = 0; t < m.num_tokens; ++t) {
-    if (m.slot_mapping[t] < 0) continue;
-    const float* ks = k.ptr<float>() + t * row;
-    const float* vs = v.ptr<float>() + t * row;
-    for (int64_t i = 0; i < row; ++i) {
-      ka = std::max(ka, std::fabs(ks[i]));
-      va = std::max(va, std::fabs(vs[i]));
-    }
-  }
-  return {ka, va};
-}
-
 }  // namespace
 
 void CpuBackend::write_kv(const Tensor& k, const Tensor& v, Tensor& k_cache, Tensor& v_cache,
@@ -77,11 +62,8 @@ void CpuBackend::write_kv(const Tensor& k, const Tensor& v, Tensor& k_cache, Ten
   const bool f16 = kd == DType::kF16;
   KVASIR_CHECK((f16 || kd == DType::kF32 || is_fp8(kd)) && v_cache.dtype == kd);
   if (is_fp8(kd) && (k_cache.cache_scale == 0.0f || v_cache.cache_scale == 0.0f)) {
-    // Backend::calculates_kv_scales: this cache's first write sets its scales. NaN in the batch
-    // leaves them NaN-free (std::max keeps the non-NaN side), as the codes keep NaN.
-    const auto [ka, va] = stored_abs_max(k, v, m, row);
-    if (k_cache.cache_scale == 0.0f) k_cache.cache_scale = calculated_kv_scale(ka, kKScaleRange);
-    if (v_cache.cache_scale == 0.0f) v_cache.cache_scale = calculated_kv_scale(va, kVScaleRange);
+    // Backend::calculates_kv_scales: this cache's first write sets its scales (the codes keep NaN).
+    set_calculated_kv_scales(k.ptr<float>(), v.ptr<float>(), m, row, [](float x) { return x; }, k_cache, v_cache);
   }
   KVASIR_CHECK(k_cache.cache_scale > 0.0f && v_cache.cache_scale > 0.0f);
   KVASIR_CHECK_MSG(is_fp8(kd) || (k_cache.cache_scale == 1.0f && v_cache.cache_scale == 1.0f),

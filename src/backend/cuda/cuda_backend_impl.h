@@ -117,10 +117,6 @@ class CudaBackend final : public Backend {
   }
   void execute(const OpRecord& op, const uint8_t* arena, cudaStream_t s);
   void* device_scratch(void*& ptr, size_t& cap, size_t bytes);
-  // Backend::calculates_kv_scales: sets the scales of an FP8 cache still at 0 from the K and V rows
-  // this write stores (cuda_fused_ops.cpp).
-  void set_calculated_kv_scales(const Tensor& k, const Tensor& v, const AttentionMetadata& m, Tensor& k_cache,
-                                Tensor& v_cache);
   void exec_attention(const cuda::AttentionOp& op, const uint8_t* arena, cudaStream_t s);
   void exec_multi_gemv(const cuda::MultiGemvOp& op, Elem elem, cudaStream_t s);
   void exec_gemv_gated(const cuda::GemvGatedOp& op, cudaStream_t s);

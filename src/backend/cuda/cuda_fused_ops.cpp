@@ -10,8 +10,6 @@
 // residual adds into their epilogues (fewer kernels, but measured slower on the H200: per-warp
 // norms lost bandwidth to the extra loads; the per-CTA shared-memory norm, 4.93 vs 4.89 ms per
 // batch-1 step, to its prologue and registers).
-#include <algorithm>
-#include <cmath>
 #include <cstring>
 #include <vector>
 
@@ -262,29 +260,6 @@ void CudaBackend::rope(Tensor& q, Tensor& k, const int32_t* positions, const Rop
   r.attention_factor = p.attention_factor;
 }
 
-// The records fold a cache's scales in as constants (the write's divisor, attention's score and
-// value factors), so the scales must be known on the host when the write is recorded: the ops
-// recorded so far run, K and V come back, and the maxima are taken here. Once per layer, on the
-// cache's first write (a prefill: never a captured step). bf16 values widen exactly, so the
-// scales equal the CPU backend's for the same K and V.
-void CudaBackend::set_calculated_kv_scales(const Tensor& k, const Tensor& v, const AttentionMetadata& m,
-                                           Tensor& k_cache, Tensor& v_cache) {
-  const int64_t row = k.dim(1) * k.dim(2);
-  std::vector<uint16_t> kh(static_cast<size_t>(k.numel())), vh(kh.size());
-  copy_to_host(k, kh.data());
-  copy_to_host(v, vh.data());
-  float ka = 0.0f, va = 0.0f;  // std::max keeps the non-NaN side, as the CPU's maxima do
-  for (int t = 0; t < m.num_tokens; ++t) {
-    if (m.slot_mapping[t] < 0) continue;  // padding rows are not data
-    for (int64_t i = t * row; i < (t + 1) * row; ++i) {
-      ka = std::max(ka, std::fabs(quant::bf16_to_f32(kh[static_cast<size_t>(i)])));
-      va = std::max(va, std::fabs(quant::bf16_to_f32(vh[static_cast<size_t>(i)])));
-    }
-  }
-  if (k_cache.cache_scale == 0.0f) k_cache.cache_scale = calculated_kv_scale(ka, kKScaleRange);
-  if (v_cache.cache_scale == 0.0f) v_cache.cache_scale = calculated_kv_scale(va, kVScaleRange);
-}
-
 void CudaBackend::write_kv(const Tensor& k, const Tensor& v, Tensor& k_cache, Tensor& v_cache,
                            const AttentionMetadata& m) {
   const int64_t row = k.dim(1) * k.dim(2);
@@ -293,7 +268,14 @@ void CudaBackend::write_kv(const Tensor& k, const Tensor& v, Tensor& k_cache, Te
   const cuda::KvCacheType codes = kv_cache_type_of(k_cache.dtype);
   KVASIR_CHECK(k.dtype == DType::kBF16 && v.dtype == DType::kBF16 && v_cache.dtype == k_cache.dtype);
   if (codes != cuda::KvCacheType::kBf16 && (k_cache.cache_scale == 0.0f || v_cache.cache_scale == 0.0f)) {
-    set_calculated_kv_scales(k, v, m, k_cache, v_cache);
+    // Backend::calculates_kv_scales. The records fold a cache's scales in as constants (the write's
+    // divisor, attention's factors), so they must be known here, at recording: the ops recorded so
+    // far run and K and V come back (once per layer, at the cache's first write: a prefill, never a
+    // captured step). bf16 widens exactly, so the scales are the CPU's for the same K and V.
+    std::vector<uint16_t> kh(static_cast<size_t>(k.numel())), vh(kh.size());
+    copy_to_host(k, kh.data());
+    copy_to_host(v, vh.data());
+    set_calculated_kv_scales(kh.data(), vh.data(), m, row, quant::bf16_to_f32, k_cache, v_cache);
   }
   KVASIR_CHECK_MSG(k_cache.cache_scale > 0.0f && v_cache.cache_scale > 0.0f &&
                        (codes != cuda::KvCacheType::kBf16 || (k_cache.cache_scale == 1.0f && v_cache.cache_scale == 1.0f)),
