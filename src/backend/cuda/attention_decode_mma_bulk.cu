@@ -14,6 +14,7 @@
 #include <algorithm>
 
 #include "backend/cuda/attention_decode.cuh"
+#include "backend/cuda/bulk_copy.cuh"
 #include "backend/cuda/kv_cache_codes.cuh"
 
 namespace kvasir::cuda {
@@ -44,30 +45,6 @@ size_t mma_bulk_smem_bytes() {
   const size_t pipe = STAGES * BulkRows<C>::kStageBytes;
   const size_t red = static_cast<size_t>(kWarps) * GC * kHeadDim * sizeof(float);
   return std::max(pipe, red);
-}
-
-__device__ __forceinline__ void mbar_init(uint64_t* b, unsigned count) {
-  asm volatile("mbarrier.init.shared::cta.b64 [%0], %1;" ::"r"(smem_addr(b)), "r"(count) : "memory");
-}
-__device__ __forceinline__ void mbar_expect_tx(uint64_t* b, unsigned bytes) {
-  asm volatile("mbarrier.arrive.expect_tx.shared::cta.b64 _, [%0], %1;" ::"r"(smem_addr(b)), "r"(bytes) : "memory");
-}
-__device__ __forceinline__ void mbar_wait(uint64_t* b, unsigned parity) {
-  const uint32_t a = smem_addr(b);
-  uint32_t done = 0;
-  while (!done) {
-    asm volatile(
-        "{\n.reg .pred p;\nmbarrier.try_wait.parity.shared::cta.b64 p, [%1], %2;\nselp.u32 %0, 1, 0, p;\n}"
-        : "=r"(done)
-        : "r"(a), "r"(parity)
-        : "memory");
-  }
-}
-__device__ __forceinline__ void bulk_copy(void* dst, const void* src, unsigned bytes, uint64_t* b) {
-  asm volatile("cp.async.bulk.shared::cluster.global.mbarrier::complete_tx::bytes [%0], [%1], %2, [%3];" ::"r"(
-                   smem_addr(dst)),
-               "l"(src), "r"(bytes), "r"(smem_addr(b))
-               : "memory");
 }
 
 // Rows 8..15 of A are zero padding (a group has at most 8 heads): their outputs go to dead
@@ -193,7 +170,7 @@ __global__ void __launch_bounds__(kThreads, STAGES <= 3 ? 2 : 1)
   if (threadIdx.x == 0) {
 #pragma unroll
     for (int i = 0; i < STAGES; ++i) mbar_init(&full[i], 1);
-    asm volatile("fence.mbarrier_init.release.cluster;" ::: "memory");
+    mbar_init_fence();
   }
   __syncthreads();
 

@@ -16,6 +16,7 @@
 
 #include "backend/cuda/cuda_ops_test_fixture.h"
 #include "backend/cuda/gguf_kernels.h"
+#include "backend/cuda/gguf_kquant_stream.h"
 #include "quant/block_formats.h"
 #include "quant/dequantize.h"
 
@@ -326,6 +327,106 @@ TEST_F(CudaGguf, GatedGateUpEqualsTheUnfusedOpsBitForBit) {
         EXPECT_LT(rel_l2(fused_g, rg), 2e-2) << what << ": against the CPU";
       }
     }
+  }
+}
+
+// One token on the streamed K-quant GEMV (gguf_kquant_stream.cu), aimed at 1, 2 and 3 CTAs per SM,
+// against the per-tile kernel (stream 0) bit for bit: the same sums in the same order. Shapes: one
+// super-block (a stage of one, seven warps idle), a last stage of one super-block (k = 2,304),
+// three projections of one launch with biases and partial tiles, the 8B's down (k = 14,336: 7
+// stages a tile) and q/k/v, more tiles than CTAs (gate/up: 896), x from L1 (k = 40,960), gated
+// gate/up in bf16, float32 and bf16 outputs; Q6_K rows of 8 and 56 super-blocks, and of 12 (not a
+// multiple of 8: the ring refuses it, the tile kernel runs).
+TEST_F(CudaGguf, StreamedOneTokenGemvEqualsTheTileKernelBitForBit) {
+  struct Case {
+    int format;  // index into formats()
+    int64_t k;
+    std::vector<int64_t> ms;
+    bool gated, f32_out;
+  };
+  const Case cases[] = {
+      {5, 256, {72}, false, true},           {5, 2304, {40}, false, false},
+      {5, 1024, {96, 40, 8}, false, true},   {5, 4096, {4096, 1024, 1024}, false, false},
+      {5, 14336, {4104}, false, false},      {5, 40960, {72}, false, true},
+      {5, 4096, {14336, 14336}, true, false}, {5, 1024, {72, 72}, true, false},
+      {5, 40960, {40, 40}, true, false},     {7, 2048, {72}, false, true},
+      {7, 14336, {4096}, false, false},      {7, 3072, {72, 24}, false, true},
+      {7, 4096, {72, 72}, true, false},      {7, 4096, {1024, 1024, 520}, false, true},
+  };
+  for (const Case& c : cases) {
+    const Format& f = formats()[c.format];
+    ASSERT_TRUE(f.type == DType::kQ4_K || f.type == DType::kQ6_K);
+    auto x = random_values(rng_, static_cast<size_t>(c.k));
+    DeviceTensor xg(DType::kBF16, {1, c.k});
+    xg.set(x);
+    std::vector<std::vector<uint8_t>> bytes;
+    std::vector<Tensor> ws, biases;
+    for (size_t p = 0; p < c.ms.size(); ++p) {
+      bytes.push_back(random_blocks(rng_, f, c.ms[p], c.k, sane_scale(f.type, c.k) * 16.0f));
+      ws.push_back(upload_blocks(bytes.back(), f.type, c.ms[p], c.k));
+      ASSERT_NE(ws.back().data, nullptr);
+      auto b = random_values(rng_, static_cast<size_t>(c.ms[p]));
+      biases.push_back(upload(b, {c.ms[p]}));
+    }
+    const DType out_type = c.f32_out ? DType::kF32 : DType::kBF16;
+    const auto run = [&](int stream_ctas) {
+      std::vector<std::unique_ptr<DeviceTensor>> ys;
+      cuda::GgufProjection proj[cuda::kGgufMaxProjections];
+      for (size_t p = 0; p < c.ms.size(); ++p) {
+        ys.push_back(std::make_unique<DeviceTensor>(out_type, std::initializer_list<int64_t>{1, c.ms[p]}));
+        const bool bias = !c.gated && p % 2 == 0;
+        proj[p] = {ws[p].data, bias ? static_cast<const float*>(biases[p].data) : nullptr, ys.back()->t.data,
+                   c.ms[p]};
+      }
+      cuda::launch_gguf_kquant_gemv(xg.t.data, proj, static_cast<int>(c.ms.size()), f.type, 1, c.k,
+                                    c.f32_out ? cuda::Elem::kF32 : cuda::Elem::kBf16, nullptr,
+                                    c.gated ? cuda::kGateSilu : cuda::kGateNone, stream_ctas);
+      EXPECT_EQ(cudaDeviceSynchronize(), cudaSuccess);
+      std::vector<std::vector<float>> got;
+      for (auto& y : ys) got.push_back(read_back(*gpu_, y->t));
+      return got;
+    };
+    const auto tile = run(0);
+    for (int ctas : {1, 2, 3}) {
+      const auto streamed = run(ctas);
+      for (size_t p = 0; p < c.ms.size(); ++p) {
+        EXPECT_TRUE(streamed[p] == tile[p]) << f.name << " k=" << c.k << " projection " << p << " of "
+                                            << c.ms.size() << (c.gated ? " gated" : "") << ", " << ctas
+                                            << " CTAs per SM";
+      }
+    }
+  }
+}
+
+// The ring's plans on an H100's limits (132 SMs, 228 KB a SM, 227 KB a block): at least two
+// stages and within the shared memory of the residency chosen, fewer CTAs per SM where a ring of
+// two does not fit, none for Q6_K rows the stages cannot cut into 16-byte units.
+TEST_F(CudaGguf, StreamedGemvPlansFitTheirResidency) {
+  const size_t per_sm = 233472, per_block = 232448;
+  struct Want {
+    DType t;
+    int64_t k, tiles;
+    bool gated;
+    int ask, ctas_per_sm;
+  };
+  const Want wants[] = {
+      {DType::kQ4_K, 4096, 896, true, 2, 2},  {DType::kQ4_K, 4096, 896, true, 3, 2},
+      {DType::kQ4_K, 4096, 384, false, 3, 3}, {DType::kQ6_K, 14336, 256, false, 3, 2},
+      {DType::kQ4_K, 14336, 256, false, 2, 2}, {DType::kQ4_K, 65536, 8, true, 2, 2},
+      {DType::kQ6_K, 3072, 8, false, 2, 0},   {DType::kQ4_K, 4096, 100, false, 1, 1},
+  };
+  for (const Want& w : wants) {
+    const auto plan = cuda::plan_gguf_kquant_stream(w.t, w.k, w.tiles, w.gated, w.ask, 132, per_sm, per_block);
+    const std::string what = std::string(dtype_name(w.t)) + " k=" + std::to_string(w.k) + (w.gated ? " gated" : "");
+    EXPECT_EQ(plan.ctas_per_sm, w.ctas_per_sm) << what;
+    if (w.ctas_per_sm == 0) {
+      EXPECT_EQ(plan.ctas, 0) << what;
+      continue;
+    }
+    EXPECT_GE(plan.stages, 2) << what;
+    EXPECT_EQ(plan.ctas, std::min<int64_t>(w.tiles, 132 * w.ctas_per_sm)) << what;
+    EXPECT_LE(plan.ctas_per_sm * (plan.smem + 2 * 1024 + 64 + 1024), per_sm) << what;
+    EXPECT_LE(plan.smem, per_block) << what;
   }
 }
 

@@ -37,15 +37,33 @@ __device__ __forceinline__ uint2 load_stream8(const uint8_t* p) {
   asm("ld.global.nc.L1::no_allocate.v2.u32 {%0, %1}, [%2];" : "=r"(v.x), "=r"(v.y) : "l"(p));
   return v;
 }
+
+// Where a super-block's bytes are read from: global memory by the read-only path, not kept in L1
+// (the per-tile GEMV and the GEMM), or a shared-memory stage the bulk-copy engine filled (the
+// streamed GEMV, gguf_kquant_stream.cu). Addresses are aligned to the width read.
+struct GlobalBytes {
+  __device__ __forceinline__ static uint4 u128(const uint8_t* p) { return load_stream(p); }
+  __device__ __forceinline__ static uint2 u64(const uint8_t* p) { return load_stream8(p); }
+  __device__ __forceinline__ static uint32_t u32(const uint8_t* p) { return __ldg(reinterpret_cast<const uint32_t*>(p)); }
+  __device__ __forceinline__ static uint32_t u16(const uint8_t* p) {
+    return __ldg(reinterpret_cast<const unsigned short*>(p));
+  }
+};
+struct SharedBytes {
+  __device__ __forceinline__ static uint4 u128(const uint8_t* p) { return *reinterpret_cast<const uint4*>(p); }
+  __device__ __forceinline__ static uint2 u64(const uint8_t* p) { return *reinterpret_cast<const uint2*>(p); }
+  __device__ __forceinline__ static uint32_t u32(const uint8_t* p) { return *reinterpret_cast<const uint32_t*>(p); }
+  __device__ __forceinline__ static uint32_t u16(const uint8_t* p) { return *reinterpret_cast<const unsigned short*>(p); }
+};
+
 // A word at a 4-byte aligned address, or (kOdd) at one that is only 2-byte aligned (Q6_K's 210-byte
 // super-blocks: every other one starts 2 bytes off).
-template <bool kOdd>
+template <bool kOdd, class M = GlobalBytes>
 __device__ __forceinline__ uint32_t load_word(const uint8_t* p) {
   if constexpr (kOdd) {
-    const auto* h = reinterpret_cast<const unsigned short*>(p);
-    return static_cast<uint32_t>(__ldg(h)) | (static_cast<uint32_t>(__ldg(h + 1)) << 16);
+    return M::u16(p) | (M::u16(p + 2) << 16);
   } else {
-    return __ldg(reinterpret_cast<const uint32_t*>(p));
+    return M::u32(p);
   }
 }
 
@@ -120,14 +138,14 @@ struct Q4K {
     uint4 h;
   };
 
-  template <bool kOdd>
+  template <bool kOdd, class M = GlobalBytes>
   __device__ __forceinline__ static void load(const uint8_t* rg, const uint8_t* rg8, const uint8_t* rh, int t,
                                               Block& b) {
-    b.h = load_stream(rh);
+    b.h = M::u128(rh);
 #pragma unroll
     for (int c = 0; c < 4; ++c) {
-      b.q[c] = load_stream8(rg + 16 + 8 * t + 32 * c);
-      b.q[4 + c] = load_stream8(rg8 + 16 + 8 * t + 32 * c);
+      b.q[c] = M::u64(rg + 16 + 8 * t + 32 * c);
+      b.q[4 + c] = M::u64(rg8 + 16 + 8 * t + 32 * c);
     }
   }
 
@@ -276,7 +294,7 @@ struct Q6K {
     uint32_t sc0, sc1, d;
   };
 
-  template <bool kOdd>
+  template <bool kOdd, class M = GlobalBytes>
   __device__ __forceinline__ static void load(const uint8_t* rg, const uint8_t* rg8, const uint8_t* rh, int t,
                                               Block& b) {
     const uint8_t* rows[2] = {rg, rg8};
@@ -285,15 +303,15 @@ struct Q6K {
 #pragma unroll
       for (int hi = 0; hi < 4; ++hi) {  // (h, is) = (hi / 2, hi % 2)
         const int h = hi >> 1, is = hi & 1;
-        b.lo[r][2 * hi] = load_word<kOdd>(rows[r] + 64 * h + 16 * is + 4 * t);
-        b.lo[r][2 * hi + 1] = load_word<kOdd>(rows[r] + 64 * h + 32 + 16 * is + 4 * t);
-        b.hi[r][hi] = load_word<kOdd>(rows[r] + 128 + 32 * h + 16 * is + 4 * t);
+        b.lo[r][2 * hi] = load_word<kOdd, M>(rows[r] + 64 * h + 16 * is + 4 * t);
+        b.lo[r][2 * hi + 1] = load_word<kOdd, M>(rows[r] + 64 * h + 32 + 16 * is + 4 * t);
+        b.hi[r][hi] = load_word<kOdd, M>(rows[r] + 128 + 32 * h + 16 * is + 4 * t);
       }
     }
     const int half = static_cast<int>(threadIdx.x & 31) >> 4;
-    b.sc0 = load_word<kOdd>(rh + 192 + 8 * half);
-    b.sc1 = load_word<kOdd>(rh + 196 + 8 * half);
-    b.d = __ldg(reinterpret_cast<const unsigned short*>(rh + 208));
+    b.sc0 = load_word<kOdd, M>(rh + 192 + 8 * half);
+    b.sc1 = load_word<kOdd, M>(rh + 196 + 8 * half);
+    b.d = M::u16(rh + 208);
   }
 
   // Lane L decodes sub-blocks 8 (L / 16) .. + 7 of row L % 16 and hands put each (slot, dl): slot

@@ -19,10 +19,14 @@
 //   from L1.
 // - One token's gate/up followed by the gated activation may be one launch (kGated, the recording
 //   decides: cuda_gguf_ops.cpp): a CTA then takes gate's and up's tile and writes act(gate) * up.
+// - One token runs on the streamed kernel instead where its plan takes the shape
+//   (gguf_kquant_stream.cu: the same sums in the same order, the weights through a shared-memory
+//   ring); this kernel keeps 2-16 tokens and the shapes the ring does not take.
 #include "backend/cuda/cuda_common.cuh"
 #include "backend/cuda/gate_activation.cuh"
 #include "backend/cuda/gguf_kernels.h"
 #include "backend/cuda/gguf_kquant_formats.cuh"
+#include "backend/cuda/gguf_kquant_stream.h"
 
 namespace kvasir::cuda {
 namespace {
@@ -216,7 +220,7 @@ bool gguf_kquant_gemv_supported(DType t, int64_t k) {
 }
 
 void launch_gguf_kquant_gemv(const void* x, const GgufProjection* proj, int num_proj, DType t, int n, int64_t k,
-                             Elem out, cudaStream_t s, GateAct gated) {
+                             Elem out, cudaStream_t s, GateAct gated, int stream_ctas_per_sm) {
   KVASIR_CHECK_MSG(n >= 1 && gguf_kquant_gemv_supported(t, k) && aligned16(x) && num_proj >= 1 &&
                        num_proj <= kGgufMaxProjections,
                    "K-quant GEMV: Q4_K or Q6_K rows of whole (Q6_K: an even number of) super-blocks, a 16-byte "
@@ -226,6 +230,8 @@ void launch_gguf_kquant_gemv(const void* x, const GgufProjection* proj, int num_
                         proj[0].out_features == proj[1].out_features && proj[0].bias == nullptr &&
                         proj[1].bias == nullptr),
                    "K-quant GEMV: a gated activation takes one token's gate and up of one shape, no biases, bf16 out");
+  const int stream = stream_ctas_per_sm < 0 ? kernel_tuning().gguf_kquant_stream : stream_ctas_per_sm;
+  if (n == 1 && stream > 0 && launch_gguf_kquant_stream(x, proj, num_proj, t, k, out, s, gated, stream)) return;
   KquantGemvArgs a{};
   a.gated = gated;
   a.k = k;
