@@ -387,7 +387,7 @@ TEST_F(CudaGguf, StreamedOneTokenGemvEqualsTheTileKernelBitForBit) {
       return got;
     };
     const auto tile = run(0);
-    for (int ctas : {1, 2, 3}) {
+    for (int ctas : {1, 2, 3, cuda::kKquantStreamAuto}) {
       const auto streamed = run(ctas);
       for (size_t p = 0; p < c.ms.size(); ++p) {
         EXPECT_TRUE(streamed[p] == tile[p]) << f.name << " k=" << c.k << " projection " << p << " of "
@@ -414,6 +414,11 @@ TEST_F(CudaGguf, StreamedGemvPlansFitTheirResidency) {
       {DType::kQ4_K, 4096, 384, false, 3, 3}, {DType::kQ6_K, 14336, 256, false, 3, 2},
       {DType::kQ4_K, 14336, 256, false, 2, 2}, {DType::kQ4_K, 65536, 8, true, 2, 2},
       {DType::kQ6_K, 3072, 8, false, 2, 0},   {DType::kQ4_K, 4096, 100, false, 1, 1},
+      // Auto: three per SM where that takes a round off (384 q/k/v tiles: 1 round of 396 CTAs
+      // against 2 of 264), else two (256 tiles fit 264 CTAs; 896 gated tiles need two per SM).
+      {DType::kQ4_K, 4096, 384, false, cuda::kKquantStreamAuto, 3},
+      {DType::kQ4_K, 4096, 256, false, cuda::kKquantStreamAuto, 2},
+      {DType::kQ4_K, 4096, 896, true, cuda::kKquantStreamAuto, 2},
   };
   for (const Want& w : wants) {
     const auto plan = cuda::plan_gguf_kquant_stream(w.t, w.k, w.tiles, w.gated, w.ask, 132, per_sm, per_block);

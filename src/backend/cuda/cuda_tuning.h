@@ -53,9 +53,10 @@ struct KernelTuning {
   // KVASIR_GGUF_KQUANT_GEMV 0|q4k: Q4_K and Q6_K on the generic GGUF GEMV (0) or only Q6_K (q4k)
   // instead of the K-quant GEMV (gguf_kquant_gemv.cu); 2, the default: both on it.
   int gguf_kquant_gemv = 2;
-  // KVASIR_GGUF_KQUANT_STREAM 0|1|2|3: one token's K-quant GEMV streams its weights through a
-  // shared-memory ring fed by bulk copies, persistent CTAs, this many per SM (gguf_kquant_stream.cu);
-  // 0: the per-tile kernel with register prefetch (gguf_kquant_gemv.cu) for one token too.
+  // KVASIR_GGUF_KQUANT_STREAM 0|1|2|3|4: one token's K-quant GEMV streams its weights through a
+  // shared-memory ring fed by bulk copies, persistent CTAs, this many per SM (gguf_kquant_stream.cu;
+  // 4: 2 or 3 per launch, whichever needs fewer rounds of tiles); 0: the per-tile kernel with
+  // register prefetch (gguf_kquant_gemv.cu) for one token too.
   int gguf_kquant_stream = 2;
 };
 

@@ -242,6 +242,13 @@ DeviceLimits device_limits() {
 
 KquantStreamPlan plan_gguf_kquant_stream(DType t, int64_t k, int64_t tiles, bool gated, int ctas_per_sm, int num_sms,
                                          size_t smem_per_sm, size_t smem_per_block) {
+  if (ctas_per_sm == kKquantStreamAuto) {
+    // Whole tiles per CTA: the launch lasts as many tile rounds as its busiest CTA has.
+    const auto two = plan_gguf_kquant_stream(t, k, tiles, gated, 2, num_sms, smem_per_sm, smem_per_block);
+    const auto three = plan_gguf_kquant_stream(t, k, tiles, gated, 3, num_sms, smem_per_sm, smem_per_block);
+    const auto rounds = [&](const KquantStreamPlan& p) { return (tiles + p.ctas - 1) / p.ctas; };
+    return three.ctas_per_sm == 3 && two.ctas > 0 && rounds(three) < rounds(two) ? three : two;
+  }
   KquantStreamPlan plan;
   if (k <= 0 || k % 256 != 0 || k > (int64_t{1} << 24) || tiles <= 0 || tiles > (int64_t{1} << 24) || num_sms <= 0) {
     return plan;

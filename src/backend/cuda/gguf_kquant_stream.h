@@ -25,6 +25,9 @@ struct KquantStreamPlan {
   int ctas_per_sm = 0;
 };
 
+// ctas_per_sm: 1..3, or this: 2 or 3, whichever gives the launch fewer rounds of tiles (ties: 2).
+inline constexpr int kKquantStreamAuto = 4;
+
 // The plan for weights of type t (Q4_K any k; Q6_K rows of a multiple of 8 super-blocks, so each
 // stage's row bytes are whole 16-byte units), `tiles` 16-row tiles (gated: gate's), aiming at
 // ctas_per_sm CTAs per SM and taking fewer where a CTA's ring of at least two stages does not fit.
@@ -32,7 +35,7 @@ KquantStreamPlan plan_gguf_kquant_stream(DType t, int64_t k, int64_t tiles, bool
                                          size_t smem_per_sm, size_t smem_per_block);
 
 // launch_gguf_kquant_gemv for one token through the ring (same arguments, n = 1), aiming at
-// ctas_per_sm (1..3). Returns false, launching nothing, where the plan cannot run it.
+// ctas_per_sm (1..3 or kKquantStreamAuto). Returns false, launching nothing, where the plan cannot run it.
 bool launch_gguf_kquant_stream(const void* x, const GgufProjection* proj, int num_proj, DType t, int64_t k, Elem out,
                                cudaStream_t s, GateAct gated, int ctas_per_sm);
 
