@@ -55,9 +55,9 @@ struct KernelTuning {
   int gguf_kquant_gemv = 2;
   // KVASIR_GGUF_KQUANT_STREAM 0|1|2|3|4: one token's K-quant GEMV streams its weights through a
   // shared-memory ring fed by bulk copies, persistent CTAs, this many per SM (gguf_kquant_stream.cu;
-  // 4: 2 or 3 per launch, whichever needs fewer rounds of tiles); 0: the per-tile kernel with
-  // register prefetch (gguf_kquant_gemv.cu) for one token too.
-  int gguf_kquant_stream = 2;
+  // 4: 2 or 3 per launch, whichever needs fewer rounds of tiles); 0, the default until the ring has
+  // run and been timed on a GPU: the per-tile kernel with register prefetch (gguf_kquant_gemv.cu).
+  int gguf_kquant_stream = 0;
 };
 
 // KVASIR_CUDA_PREFILL: which kernel runs the prefill rows of attention (per call, where it can:

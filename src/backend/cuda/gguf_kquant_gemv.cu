@@ -19,9 +19,9 @@
 //   from L1.
 // - One token's gate/up followed by the gated activation may be one launch (kGated, the recording
 //   decides: cuda_gguf_ops.cpp): a CTA then takes gate's and up's tile and writes act(gate) * up.
-// - One token runs on the streamed kernel instead where its plan takes the shape
-//   (gguf_kquant_stream.cu: the same sums in the same order, the weights through a shared-memory
-//   ring); this kernel keeps 2-16 tokens and the shapes the ring does not take.
+// - One token runs on the streamed kernel instead where KVASIR_GGUF_KQUANT_STREAM asks for it and
+//   its plan takes the shape (gguf_kquant_stream.cu: the same sums in the same order, the weights
+//   through a shared-memory ring); this kernel keeps 2-16 tokens and the shapes the ring does not take.
 #include "backend/cuda/cuda_common.cuh"
 #include "backend/cuda/gate_activation.cuh"
 #include "backend/cuda/gguf_kernels.h"
