@@ -203,6 +203,10 @@ void launch_kernel(const StreamArgs& a, const KquantStreamPlan& plan, cudaStream
   auto* kernel = kquant_stream_kernel<F, kGated, kStageX, kMinBlocks>;
   KVASIR_CUDA_CHECK(
       cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(plan.smem)));
+  // The plan counts on the SM's whole shared memory for its residency (only x beyond 32 KB is read
+  // through L1).
+  KVASIR_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributePreferredSharedMemoryCarveout,
+                                         cudaSharedmemCarveoutMaxShared));
   launch(kernel, static_cast<unsigned>(plan.ctas), kThreads, plan.smem, s, a);
   KVASIR_CUDA_LAUNCH_CHECK();
 }
