@@ -430,7 +430,8 @@ TEST_F(CudaGguf, StreamedGemvPlansFitTheirResidency) {
     }
     EXPECT_GE(plan.stages, 2) << what;
     EXPECT_EQ(plan.ctas, std::min<int64_t>(w.tiles, 132 * w.ctas_per_sm)) << what;
-    EXPECT_LE(plan.ctas_per_sm * (plan.smem + 2 * 1024 + 64 + 1024), per_sm) << what;
+    EXPECT_GE(plan.cta_smem, plan.smem + 1024) << what;  // the runtime reserves 1 KB a CTA
+    EXPECT_LE(plan.ctas_per_sm * plan.cta_smem, per_sm) << what;
     EXPECT_LE(plan.smem, per_block) << what;
   }
 }

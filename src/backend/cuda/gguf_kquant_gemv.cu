@@ -26,6 +26,7 @@
 #include "backend/cuda/gate_activation.cuh"
 #include "backend/cuda/gguf_kernels.h"
 #include "backend/cuda/gguf_kquant_formats.cuh"
+#include "backend/cuda/gguf_kquant_rows.cuh"
 #include "backend/cuda/gguf_kquant_stream.h"
 
 namespace kvasir::cuda {
@@ -33,20 +34,17 @@ namespace {
 
 using kquant::XSource;
 
-constexpr int kWarps = 8;
-constexpr int kThreads = kWarps * 32;
-constexpr int kFactorBytes = 1024;  // one super-block's decoded factors (either format)
+constexpr int kWarps = kquant::kGemvWarps;
+constexpr int kThreads = kquant::kGemvThreads;
+using kquant::kFactorBytes;
 constexpr int kXPad = 32;           // bf16 elements of padding per staged x row (64 bytes: the 8
                                     // tokens of a quarter-warp's loads fall in distinct banks)
 constexpr size_t kStageLimit = 64 << 10;  // staged x rows
 
-struct KquantGemvArgs {
+struct KquantGemvArgs : kquant::ProjectionRows {
   const bf16* x;
-  GgufProjection proj[kGgufMaxProjections];
-  int64_t tile_end[kGgufMaxProjections];  // prefix sums of the projections' 16-row tiles
-  int64_t k, row_bytes, y_offset;
-  int32_t n, f32_out, num_proj, super_blocks;
-  int32_t gated;  // GateAct: proj[0] is gate, proj[1] up (kGated)
+  int64_t y_offset;
+  int32_t n;
 };
 
 // Dynamic shared memory: per warp two factor buffers; then, where x is staged, its n rows (stride
@@ -187,7 +185,7 @@ void launch_kernel(const KquantGemvArgs& a, unsigned blocks, size_t smem, cudaSt
 
 template <class F>
 void launch_format(KquantGemvArgs& a, const void* x, int n, int64_t k, unsigned blocks, cudaStream_t s) {
-  const size_t factors = static_cast<size_t>(kWarps) * 2 * kFactorBytes;
+  const size_t factors = kquant::kFactorsBytes;
   for (int t0 = 0; t0 < n; t0 += 16) {  // 16 tokens per pass over the weights
     a.x = static_cast<const bf16*>(x) + static_cast<int64_t>(t0) * k;
     a.y_offset = t0;
@@ -233,23 +231,10 @@ void launch_gguf_kquant_gemv(const void* x, const GgufProjection* proj, int num_
   const int stream = stream_ctas_per_sm < 0 ? kernel_tuning().gguf_kquant_stream : stream_ctas_per_sm;
   if (n == 1 && stream > 0 && launch_gguf_kquant_stream(x, proj, num_proj, t, k, out, s, gated, stream)) return;
   KquantGemvArgs a{};
-  a.gated = gated;
-  a.k = k;
-  a.super_blocks = static_cast<int32_t>(k / 256);
-  a.row_bytes = a.super_blocks * static_cast<int64_t>(t == DType::kQ4_K ? kquant::Q4K::kBlockBytes
-                                                                         : kquant::Q6K::kBlockBytes);
-  a.f32_out = out == Elem::kF32 ? 1 : 0;
-  a.num_proj = num_proj;
-  int64_t tiles = 0;
-  for (int p = 0; p < num_proj; ++p) {
-    KVASIR_CHECK_MSG(aligned16(proj[p].w) && proj[p].out_features > 0,
-                     "K-quant GEMV: 16-byte aligned, non-empty weights");
-    a.proj[p] = proj[p];
-    tiles += (proj[p].out_features + 15) / 16;
-    a.tile_end[p] = tiles;
-  }
+  KVASIR_CHECK_MSG(kquant::set_projection_rows(a, proj, num_proj, t, k, out, gated),
+                   "K-quant GEMV: 16-byte aligned, non-empty weights");
   // Gated: a CTA per tile of gate, which takes up's too.
-  const auto blocks = static_cast<unsigned>(gated != kGateNone ? a.tile_end[0] : tiles);
+  const auto blocks = static_cast<unsigned>(kquant::work_tiles(a));
   if (t == DType::kQ4_K) launch_format<kquant::Q4K>(a, x, n, k, blocks, s);
   else launch_format<kquant::Q6K>(a, x, n, k, blocks, s);
 }

@@ -21,6 +21,7 @@
 #include "backend/cuda/cuda_common.cuh"
 #include "backend/cuda/gate_activation.cuh"
 #include "backend/cuda/gguf_kquant_formats.cuh"
+#include "backend/cuda/gguf_kquant_rows.cuh"
 #include "backend/cuda/gguf_kquant_stream.h"
 
 namespace kvasir::cuda {
@@ -28,12 +29,12 @@ namespace {
 
 using kquant::XSource;
 
-constexpr int kWarps = 8;
-constexpr int kThreads = kWarps * 32;
+constexpr int kWarps = kquant::kGemvWarps;
+constexpr int kThreads = kquant::kGemvThreads;
 constexpr int kStageBlocks = kWarps;  // super-blocks of each row in a stage: one per warp
-constexpr int kFactorBytes = 1024;    // one super-block's decoded factors (either format)
+using kquant::kFactorBytes;
+using kquant::kFactorsBytes;
 constexpr int kMaxStages = 6;
-constexpr size_t kFactorsBytes = static_cast<size_t>(kWarps) * 2 * kFactorBytes;
 constexpr int64_t kMaxStagedX = 16384;  // x in shared memory up to this k (32 KB), else from L1
 
 template <class F>
@@ -43,12 +44,10 @@ struct Ring {
   static_assert(kStride % 16 == 0 && (kStride / 4) % 32 != 0, "stage rows: 16-byte units, off the 128-byte period");
 };
 
-struct StreamArgs {
+struct StreamArgs : kquant::ProjectionRows {
   const bf16* x;
-  GgufProjection proj[kGgufMaxProjections];
-  int64_t tile_end[kGgufMaxProjections];  // prefix sums of the projections' 16-row tiles
-  int64_t k, row_bytes, tiles;            // tiles: the work's (gated: gate's)
-  int32_t num_proj, super_blocks, chunks, stages, f32_out, gated;
+  int64_t tiles;  // kquant::work_tiles
+  int32_t chunks, stages;
 };
 
 extern __shared__ __align__(128) uint8_t stream_smem[];
@@ -276,6 +275,7 @@ KquantStreamPlan plan_gguf_kquant_stream(DType t, int64_t k, int64_t tiles, bool
     plan.ctas = static_cast<int>(std::min<int64_t>(tiles, static_cast<int64_t>(n) * num_sms));
     plan.stages = stages;
     plan.smem = fixed + stages * stage_bytes;
+    plan.cta_smem = plan.smem + per_cta_extra;
     plan.stage_x = stage_x;
     plan.ctas_per_sm = n;
     return plan;
@@ -288,22 +288,9 @@ bool launch_gguf_kquant_stream(const void* x, const GgufProjection* proj, int nu
   if (!aligned16(x) || num_proj < 1 || num_proj > kGgufMaxProjections) return false;
   StreamArgs a{};
   a.x = static_cast<const bf16*>(x);
-  a.k = k;
-  a.super_blocks = static_cast<int32_t>(k / 256);
+  if (!kquant::set_projection_rows(a, proj, num_proj, t, k, out, gated)) return false;
   a.chunks = (a.super_blocks + kStageBlocks - 1) / kStageBlocks;
-  a.row_bytes = a.super_blocks * static_cast<int64_t>(t == DType::kQ4_K ? kquant::Q4K::kBlockBytes
-                                                                         : kquant::Q6K::kBlockBytes);
-  a.f32_out = out == Elem::kF32 ? 1 : 0;
-  a.num_proj = num_proj;
-  a.gated = gated;
-  int64_t tiles = 0;
-  for (int p = 0; p < num_proj; ++p) {
-    if (!aligned16(proj[p].w) || proj[p].out_features <= 0) return false;
-    a.proj[p] = proj[p];
-    tiles += (proj[p].out_features + 15) / 16;
-    a.tile_end[p] = tiles;
-  }
-  a.tiles = gated != kGateNone ? a.tile_end[0] : tiles;
+  a.tiles = kquant::work_tiles(a);
   static const DeviceLimits lim = device_limits();
   const KquantStreamPlan plan = plan_gguf_kquant_stream(t, k, a.tiles, gated != kGateNone, ctas_per_sm, lim.sms,
                                                         lim.smem_per_sm, lim.smem_per_block);

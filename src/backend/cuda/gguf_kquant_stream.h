@@ -15,12 +15,14 @@
 namespace kvasir::cuda {
 
 // What one launch runs: ctas persistent CTAs (0: the ring cannot take this shape), stages ring
-// slots each, smem dynamic shared bytes, x staged in shared memory or read from L1, and the
-// per-SM residency the kernel is built for (its register cap).
+// slots each, smem dynamic shared bytes, cta_smem all the shared memory a CTA holds on its SM
+// (smem, the kernel's static arrays and the runtime's 1 KB reserve), x staged in shared memory or
+// read from L1, and the per-SM residency the kernel is built for (its register cap).
 struct KquantStreamPlan {
   int ctas = 0;
   int stages = 0;
   size_t smem = 0;
+  size_t cta_smem = 0;
   bool stage_x = false;
   int ctas_per_sm = 0;
 };
