@@ -23,7 +23,6 @@
 //   its plan takes the shape (gguf_kquant_stream.cu: the same sums in the same order, the weights
 //   through a shared-memory ring); this kernel keeps 2-16 tokens and the shapes the ring does not take.
 #include "backend/cuda/cuda_common.cuh"
-#include "backend/cuda/gate_activation.cuh"
 #include "backend/cuda/gguf_kernels.h"
 #include "backend/cuda/gguf_kquant_formats.cuh"
 #include "backend/cuda/gguf_kquant_rows.cuh"
@@ -148,19 +147,7 @@ __global__ void __launch_bounds__(kThreads, NT == 1 ? F::kMinBlocks : 2) kquant_
 #pragma unroll
     for (int w8 = 0; w8 < kWarps; ++w8) v[i] += red[w8][i][rr][tok];
   }
-  const int64_t at = (a.y_offset + tok) * m + r;
-  if constexpr (kGated) {
-    // Rounded as the unfused ops round them: gate and up are bf16 tensors there (no biases, bf16
-    // out: the launcher checks).
-    const float gv = __bfloat162float(__float2bfloat16(v[0]));
-    const float uv = __bfloat162float(__float2bfloat16(v[1]));
-    static_cast<bf16*>(a.proj[1].y)[at] = __float2bfloat16(uv);
-    static_cast<bf16*>(pr.y)[at] = __float2bfloat16(gate_activation(gv, a.gated == kGateGeluTanh) * uv);
-  } else {
-    if (pr.bias != nullptr) v[0] += pr.bias[r];
-    if (a.f32_out) static_cast<float*>(pr.y)[at] = v[0];
-    else static_cast<bf16*>(pr.y)[at] = __float2bfloat16(v[0]);
-  }
+  kquant::store_row<kGated>(a, pr, (a.y_offset + tok) * m + r, r, v);
 }
 
 template <class F, int NT, bool kStageX, bool kOne, bool kGated>

@@ -7,6 +7,7 @@
 
 #include <cstdint>
 
+#include "backend/cuda/gate_activation.cuh"
 #include "backend/cuda/gguf_kernels.h"
 #include "backend/cuda/gguf_kquant_formats.cuh"
 
@@ -51,6 +52,24 @@ inline bool set_projection_rows(ProjectionRows& r, const GgufProjection* proj, i
 // The launch's units of work: every projection's tiles, or, gated, gate's (each takes up's too).
 inline int64_t work_tiles(const ProjectionRows& r) {
   return r.gated != kGateNone ? r.tile_end[0] : r.tile_end[r.num_proj - 1];
+}
+
+// Row r's sums v (gate's and up's where kGated) written at element `at` of pr's output (and up's):
+// gated, rounded as the unfused ops round them, since gate and up are bf16 tensors there (no
+// biases, bf16 out: the launchers check); else plus the bias, in the output's type.
+template <bool kGated>
+__device__ __forceinline__ void store_row(const ProjectionRows& a, const GgufProjection& pr, int64_t at, int64_t r,
+                                          const float* v) {
+  if constexpr (kGated) {
+    const float gv = __bfloat162float(__float2bfloat16(v[0]));
+    const float uv = __bfloat162float(__float2bfloat16(v[1]));
+    static_cast<bf16*>(a.proj[1].y)[at] = __float2bfloat16(uv);
+    static_cast<bf16*>(pr.y)[at] = __float2bfloat16(gate_activation(gv, a.gated == kGateGeluTanh) * uv);
+  } else {
+    const float y = pr.bias != nullptr ? v[0] + pr.bias[r] : v[0];
+    if (a.f32_out) static_cast<float*>(pr.y)[at] = y;
+    else static_cast<bf16*>(pr.y)[at] = __float2bfloat16(y);
+  }
 }
 
 }  // namespace kvasir::cuda::kquant

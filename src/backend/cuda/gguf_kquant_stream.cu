@@ -19,7 +19,6 @@
 #include "backend/cuda/bulk_copy.cuh"
 #include "backend/cuda/cuda_check.h"
 #include "backend/cuda/cuda_common.cuh"
-#include "backend/cuda/gate_activation.cuh"
 #include "backend/cuda/gguf_kquant_formats.cuh"
 #include "backend/cuda/gguf_kquant_rows.cuh"
 #include "backend/cuda/gguf_kquant_stream.h"
@@ -179,17 +178,7 @@ __global__ void __launch_bounds__(kThreads, kMinBlocks) kquant_stream_kernel(Str
 #pragma unroll
           for (int w8 = 0; w8 < kWarps; ++w8) v[q] += red[w8][q][threadIdx.x];
         }
-        if constexpr (kGated) {
-          // Rounded as the unfused ops round them (gguf_kquant_gemv.cu).
-          const float gv = __bfloat162float(__float2bfloat16(v[0]));
-          const float uv = __bfloat162float(__float2bfloat16(v[1]));
-          static_cast<bf16*>(a.proj[1].y)[r] = __float2bfloat16(uv);
-          static_cast<bf16*>(pr.y)[r] = __float2bfloat16(gate_activation(gv, a.gated == kGateGeluTanh) * uv);
-        } else {
-          if (pr.bias != nullptr) v[0] += pr.bias[r];
-          if (a.f32_out) static_cast<float*>(pr.y)[r] = v[0];
-          else static_cast<bf16*>(pr.y)[r] = __float2bfloat16(v[0]);
-        }
+        kquant::store_row<kGated>(a, pr, r, r, v);
       }
     }
     __syncthreads();  // every warp is done with the slot (and with red)
