@@ -1186,9 +1186,9 @@ if has gguf_bench && [[ -f $gguf ]]; then
           note "kvasir gguf b$bsz $in/128, K-quant GEMV $kq: rc=$? $(grep -E '^decode' "$OUT/gguf_lat_b${bsz}_kq$kq.log")"
         done
       done
-      # One token's K-quant GEMV on the streamed ring (gguf_kquant_stream.cu) beside the default
-      # per-tile kernel above: 2 CTAs per SM, and 2 or 3 by the launch's tile rounds.
-      for st in 2 4; do
+      # One token's K-quant GEMV: the default above streams it through the ring at 2 CTAs per SM
+      # (gguf_kquant_stream.cu); beside it the per-tile kernel (0) and 2 or 3 by tile rounds (4).
+      for st in 0 4; do
         KVASIR_GGUF_KQUANT_STREAM=$st timeout 150 "$bin/kvasir" bench latency --model $gguf --device cuda --batch-size 1 \
           --input-len 512 --output-len 128 --num-iters 3 >"$OUT/gguf_lat_b1_stream$st.log" 2>&1
         note "kvasir gguf b1 512/128, KVASIR_GGUF_KQUANT_STREAM=$st: rc=$? $(grep -E '^decode' "$OUT/gguf_lat_b1_stream$st.log")"

@@ -160,7 +160,7 @@ CudaTuning read_cuda_tuning() {
   k.pdl = env_flag("KVASIR_CUDA_PDL", true);
   const char* kq = std::getenv("KVASIR_GGUF_KQUANT_GEMV");
   k.gguf_kquant_gemv = kq == nullptr ? 2 : (std::strcmp(kq, "0") == 0 ? 0 : (std::strcmp(kq, "q4k") == 0 ? 1 : 2));
-  k.gguf_kquant_stream = env_int("KVASIR_GGUF_KQUANT_STREAM", 0, 0, 4);
+  k.gguf_kquant_stream = env_int("KVASIR_GGUF_KQUANT_STREAM", KernelTuning{}.gguf_kquant_stream, 0, 4);
   return t;
 }
 

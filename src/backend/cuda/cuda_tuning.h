@@ -55,9 +55,10 @@ struct KernelTuning {
   int gguf_kquant_gemv = 2;
   // KVASIR_GGUF_KQUANT_STREAM 0|1|2|3|4: one token's K-quant GEMV streams its weights through a
   // shared-memory ring fed by bulk copies, persistent CTAs, this many per SM (gguf_kquant_stream.cu;
-  // 4: 2 or 3 per launch, whichever needs fewer rounds of tiles); 0, the default until the ring has
-  // run and been timed on a GPU: the per-tile kernel with register prefetch (gguf_kquant_gemv.cu).
-  int gguf_kquant_stream = 0;
+  // 4: 2 or 3 per launch, whichever needs fewer rounds of tiles); 0: the per-tile kernel with
+  // register prefetch (gguf_kquant_gemv.cu). 2, the default: the batch-1 Q4_K_M 8B step 3.11-3.16
+  // ms against 3.37-3.46 on the per-tile kernel (H100, 2026-12-07; 4 ties with 2 at 3.13-3.18).
+  int gguf_kquant_stream = 2;
 };
 
 // KVASIR_CUDA_PREFILL: which kernel runs the prefill rows of attention (per call, where it can:
@@ -84,11 +85,13 @@ inline constexpr int kFlashInferDecodeMaxSeqs = 8;
 // The default table bound: FlashInfer's decode takes a call only when its block table holds at
 // least this many tokens (max_blocks_per_seq x block_size; the runner sizes decode tables to the
 // next power of two of the blocks in use, so a bound follows the context while staying fixed for a
-// captured graph). 0: every table. Measured on an H100 against the 1,024 this was (BENCHMARKS.md,
-// 2026-12-06), FlashInfer won at short contexts too: batch 1 by 1-2% (Llama-3.1-8B bf16 and
-// Q4_K_M, 128-640 tokens) and 6% (Qwen3-30B-A3B), batch 8 by 25% (the all-heads plan loses ~2 ms
-// a step there under PDL, 6.2 ms without it), equal on Qwen3-8B and at batches 2-6.
-inline constexpr int kFlashInferDecodeMinTableTokens = 0;
+// captured graph); shorter tables keep attention.cu's kernels. At 0 (every table) FlashInfer won
+// on an H100 at short contexts (BENCHMARKS.md, 2026-12-06: batch 1 by 1-2%, batch 8 by 25%), but
+// with 0 as the default the CUDA speculative-decoding engine tests (six prompts of 10-55 tokens:
+// CudaSpecDecode.GreedyNgram*, CudaEagle*.EngineWithADummyHead*) left plain decoding (2026-12-07,
+// H100; they passed at 1,024), so 1,024 stays until FlashInferShortTablesOfSeveralSequences says
+// whether short tables of several sequences are the cause.
+inline constexpr int kFlashInferDecodeMinTableTokens = 1024;
 // From how many tokens a W4A16 linear dequantizes its weight for cuBLASLt (RecordingTuning).
 inline constexpr int kW4a16DequantMinRows = 512;
 

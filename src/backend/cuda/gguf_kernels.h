@@ -61,7 +61,7 @@ void launch_gguf_mma_gemv(const void* x, const GgufProjection* proj, int num_pro
 // shape, no biases, bf16 out): up is written, and gate's rows get act(gate) * up, as the unfused
 // gated_activation leaves them, in the same launch.
 // One token goes through the streamed kernel (gguf_kquant_stream.h) aiming at stream_ctas_per_sm
-// CTAs per SM (-1: KVASIR_GGUF_KQUANT_STREAM, default 0; 0: the per-tile kernel), where its plan
+// CTAs per SM (-1: KVASIR_GGUF_KQUANT_STREAM, default 2; 0: the per-tile kernel), where its plan
 // takes the shape; the outputs are the same bit for bit either way.
 bool gguf_kquant_gemv_supported(DType t, int64_t k);
 void launch_gguf_kquant_gemv(const void* x, const GgufProjection* proj, int num_proj, DType t, int n, int64_t k,
