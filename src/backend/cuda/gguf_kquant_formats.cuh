@@ -123,6 +123,10 @@ __device__ __forceinline__ void x_pairs(uint32_t lo, uint32_t hi, uint32_t& b0, 
   b1 = __byte_perm(lo, hi, 0x7632);
 }
 
+// The bytes of one super-block's decoded factors, either format (Q4K: 8 sub-blocks x 8 rows x 4
+// floats; Q6K: 16 x 8 x 2): the per-warp buffer decode_factors writes and sum() reads.
+inline constexpr int kFactorBytes = 1024;
+
 // ---------------------------------------------------------------------------------------------
 struct Q4K {
   static constexpr int kBlockBytes = 144;  // fp16 d, dmin; 12 bytes of 6-bit scales and mins; 128 of quants
@@ -444,5 +448,8 @@ __device__ __forceinline__ void load_super_block(const TileRows& tr, int sb, int
   if (F::kAligned || (sb & 1) == 0) F::template load<false>(tr.rg + off, tr.rg8 + off, tr.rh + off, t, b);
   else F::template load<true>(tr.rg + off, tr.rg8 + off, tr.rh + off, t, b);
 }
+
+static_assert(8 * 8 * Q4K::kFactorFloats * 4 == kFactorBytes && 16 * 8 * Q6K::kFactorFloats * 4 == kFactorBytes,
+              "a super-block's factors fill the per-warp buffer");
 
 }  // namespace kvasir::cuda::kquant

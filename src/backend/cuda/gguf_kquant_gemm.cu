@@ -37,7 +37,7 @@ constexpr int kXStride = 256 + 32;  // bf16 per staged row (576 bytes: a quarter
                                     // loads, two rows x four lanes, fall in distinct banks)
 template <int kOct>
 constexpr int kStageBytes = kTokens<kOct> * kXStride * 2;
-constexpr int kFactorBytes = 1024;  // one super-block's decoded factors (either format)
+using kquant::kFactorBytes;
 template <int kOct>
 constexpr size_t kSmemBytes = 2 * kStageBytes<kOct> + kWarps * 2 * kFactorBytes;
 constexpr int kMaxSplits = 8;

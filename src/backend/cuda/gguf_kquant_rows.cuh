@@ -16,8 +16,7 @@ namespace kvasir::cuda::kquant {
 // Warp w of a tile sums its super-blocks w, w + kGemvWarps, ...
 inline constexpr int kGemvWarps = 8;
 inline constexpr int kGemvThreads = kGemvWarps * 32;
-// One super-block's decoded factors (either format); each warp alternates two such buffers.
-inline constexpr int kFactorBytes = 1024;
+// Each warp alternates two factor buffers (kFactorBytes, gguf_kquant_formats.cuh).
 inline constexpr size_t kFactorsBytes = static_cast<size_t>(kGemvWarps) * 2 * kFactorBytes;
 
 // The projections of one x (q/k/v, gate/up) a launch reads, cut into 16-row tiles.
