@@ -7,6 +7,7 @@
 #include <algorithm>
 #include <cstring>
 
+#include "backend/cuda/staging_version.h"
 #include "common/check.h"
 
 namespace kvasir::cuda {
@@ -122,6 +123,7 @@ const FlashInferDecodePlan& FlashInferDecodePlanCache::get(const FlashInferDecod
   next_ = (next_ + 1) % kEntries;
   e.key.swap(key_);
   plan_flashinfer_decode(in, e.plan);
+  e.plan.version = next_staging_version();
   ++plans_made_;
   return e.plan;
 }

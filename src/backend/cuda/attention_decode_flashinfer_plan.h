@@ -49,6 +49,9 @@ struct FlashInferDecodePlan {
   int chunks = 0;        // rows that hold a chunk (the rest are masked)
   int chunk_tokens = 0;  // keys per chunk
   std::vector<int32_t> data;  // the fields above, each starting at field_offset()
+  // Set anew each time the cache re-plans this storage (staging_version.h): a step that staged the
+  // entry's earlier plan must not be handed that copy for the new one.
+  uint64_t version = 0;
   int64_t field_offset(FlashInferDecodeField f) const;
   const int32_t* field(FlashInferDecodeField f) const { return data.data() + field_offset(f); }
 };

@@ -9,6 +9,7 @@
 #include <numeric>
 #include <utility>
 
+#include "backend/cuda/staging_version.h"
 #include "common/check.h"
 
 namespace kvasir::cuda {
@@ -127,6 +128,7 @@ const FlashInferPrefillPlan& FlashInferPlanCache::get(const FlashInferPrefillPla
   next_ = (next_ + 1) % kEntries;
   e.key.swap(key_);
   plan_flashinfer_prefill(in, e.plan);
+  e.plan.version = next_staging_version();
   ++plans_made_;
   return e.plan;
 }

@@ -50,6 +50,7 @@ struct FlashInferPrefillPlan {
   int num_ctas = 0;
   int64_t num_works = 0;
   std::vector<int32_t> data;  // the fields above, each starting at field_offset()
+  uint64_t version = 0;       // set anew at each re-plan (staging_version.h), as the decode plan's
   // plan_flashinfer_prefill's working storage, kept so that replanning allocates nothing once grown.
   struct Scratch {
     struct Seq {

@@ -14,6 +14,8 @@
 #include <cmath>
 #include <cstdio>
 #include <cstdlib>
+#include <initializer_list>
+#include <memory>
 #include <numeric>
 #include <string>
 #include <tuple>
@@ -246,6 +248,85 @@ TEST_F(CudaDecodePaths, FlashInferShortTablesOfSeveralSequences) {
       }
       run_on(c, true);
     }
+  }
+}
+
+// Several pure decode calls of one step (no read-back between them) with other lengths each, as a
+// speculative step's draft passes and verify make: more distinct plans than the plan cache holds,
+// in the tiny models' shape, whose plan (1,000+ CTA rows over 2 kv heads) is too large for the
+// step queue to compare. The cache re-plans its oldest entry in place, at the same address and
+// size; each call must still read its own plan, not the copy staged for an earlier one.
+TEST_F(CudaDecodePaths, FlashInferPlansOfOneStepStayApart) {
+  use_flashinfer();
+  const int S = 2, heads = 8, kvh = 2, hd = 64, bs = 16, max_blocks = 8, cap = max_blocks * bs;
+  const int num_blocks = S * max_blocks;
+  std::vector<int32_t> tables(static_cast<size_t>(num_blocks));
+  std::iota(tables.begin(), tables.end(), 0);
+  std::shuffle(tables.begin(), tables.end(), rng_);
+  const int64_t row = int64_t{kvh} * hd;
+  DeviceTensor kc(DType::kBF16, {num_blocks, bs, kvh, hd}), vc(DType::kBF16, {num_blocks, bs, kvh, hd});
+  std::vector<float> ck(static_cast<size_t>(num_blocks) * bs * row, 0.0f), cv(ck.size(), 0.0f);
+  Tensor ckt = host_tensor(ck, {num_blocks, bs, kvh, hd}), cvt = host_tensor(cv, {num_blocks, bs, kvh, hd});
+  std::vector<int64_t> all_slots;
+  for (int s = 0; s < S; ++s) {
+    for (int p = 0; p < cap; ++p) all_slots.push_back(int64_t{tables[static_cast<size_t>(s) * max_blocks + p / bs]} * bs + p % bs);
+  }
+  AttentionMetadata wm;
+  wm.num_tokens = S * cap;
+  wm.slot_mapping = all_slots.data();
+  wm.block_size = bs;
+  auto k = cuda_test::random_values(rng_, static_cast<size_t>(S) * cap * row);
+  auto v = cuda_test::random_values(rng_, k.size());
+  DeviceTensor kd(DType::kBF16, {S * cap, kvh, hd}), vd(DType::kBF16, {S * cap, kvh, hd});
+  kd.set(k);
+  vd.set(v);
+  gpu_->write_kv(kd.t, vd.t, kc.t, vc.t, wm);
+  cpu_->write_kv(host_tensor(k, {S * cap, kvh, hd}), host_tensor(v, {S * cap, kvh, hd}), ckt, cvt, wm);
+  gpu_->synchronize();
+
+  // Seven calls, each its own lengths (all distinct plans), queries and output; one read-back after.
+  const std::vector<std::vector<int32_t>> calls = {{10, 17}, {11, 18}, {12, 19}, {13, 20},
+                                                   {100, 3}, {14, 21}, {128, 1}};
+  std::vector<std::vector<int32_t>> lens(calls.begin(), calls.end());
+  std::vector<int32_t> qsl(S + 1);
+  std::iota(qsl.begin(), qsl.end(), 0);
+  std::vector<std::vector<float>> qs;
+  std::vector<std::unique_ptr<DeviceTensor>> qgs, outs;  // alive until the read-backs
+  AttentionParams ap{1.0f / std::sqrt(static_cast<float>(hd)), 0, 0.0f};
+  const auto [fi0, own0] = decode_calls(*gpu_);
+  for (size_t c = 0; c < calls.size(); ++c) {
+    AttentionMetadata m;
+    m.num_seqs = S;
+    m.num_tokens = S;
+    m.query_start_loc = qsl.data();
+    m.seq_lens = lens[c].data();  // each call's own array: the contract is per array
+    m.block_tables = tables.data();
+    m.max_blocks_per_seq = max_blocks;
+    m.block_size = bs;
+    qs.push_back(cuda_test::random_values(rng_, static_cast<size_t>(S) * heads * hd, 2.0f));
+    qgs.push_back(std::make_unique<DeviceTensor>(DType::kBF16, std::initializer_list<int64_t>{S, heads, hd}));
+    qgs.back()->set(qs.back());
+    outs.push_back(std::make_unique<DeviceTensor>(DType::kBF16, std::initializer_list<int64_t>{S, heads, hd}));
+    gpu_->attention(qgs.back()->t, kc.t, vc.t, m, ap, outs.back()->t);
+    gpu_->submit();  // ends nothing: the step goes on (as a spec step's passes do)
+  }
+  const auto [fi1, own1] = decode_calls(*gpu_);
+  EXPECT_EQ(fi1 - fi0, static_cast<long long>(calls.size()));
+  EXPECT_EQ(own1, own0);
+  for (size_t c = 0; c < calls.size(); ++c) {
+    const std::vector<float> got = cuda_test::read_back(*gpu_, outs[c]->t);
+    AttentionMetadata m;
+    m.num_seqs = S;
+    m.num_tokens = S;
+    m.query_start_loc = qsl.data();
+    m.seq_lens = lens[c].data();
+    m.block_tables = tables.data();
+    m.max_blocks_per_seq = max_blocks;
+    m.block_size = bs;
+    std::vector<float> ref(qs[c].size());
+    Tensor rt = host_tensor(ref, {S, heads, hd});
+    cpu_->attention(host_tensor(qs[c], {S, heads, hd}), ckt, cvt, m, ap, rt);
+    EXPECT_LT(cuda_test::rel_l2(got, ref), 2e-2) << "call " << c << " (lengths " << calls[c][0] << ", " << calls[c][1] << ")";
   }
 }
 

@@ -16,6 +16,7 @@
 #include "backend/cuda/cuda_backend_impl.h"
 #include "backend/cuda/cuda_check.h"
 #include "backend/cuda/mla_kernels.h"
+#include "backend/cuda/staging_version.h"
 
 namespace kvasir {
 namespace {
@@ -145,7 +146,8 @@ void CudaBackend::mla_attention(const Tensor& q, const int32_t* positions, const
   r.query_start_loc = queue_->stage(m.query_start_loc, static_cast<size_t>(S + 1) * sizeof(int32_t));
   r.seq_lens = queue_->stage(m.seq_lens, static_cast<size_t>(S) * sizeof(int32_t));
   r.block_tables = queue_->stage(m.block_tables, static_cast<size_t>(S) * m.max_blocks_per_seq * sizeof(int32_t));
-  r.work = queue_->stage(mla_work_.data(), mla_work_.size() * sizeof(cuda::PrefillWork));
+  // Refilled by every call: a new version, so no later call of the step reuses this copy.
+  r.work = queue_->stage(mla_work_.data(), mla_work_.size() * sizeof(cuda::PrefillWork), cuda::next_staging_version());
   r.num_tokens = static_cast<int32_t>(n);
   r.num_seqs = S;
   r.max_blocks_per_seq = m.max_blocks_per_seq;

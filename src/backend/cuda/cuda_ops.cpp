@@ -7,6 +7,7 @@
 #include "backend/cuda/cuda_backend_impl.h"
 #include "backend/cuda/cuda_check.h"
 #include "backend/cuda/gguf_kernels.h"
+#include "backend/cuda/staging_version.h"
 #if KVASIR_HAVE_FLASHINFER
 #include "backend/cuda/attention_prefill_flashinfer.h"
 #endif
@@ -133,15 +134,19 @@ void CudaBackend::attention(const Tensor& q, const Tensor& k_cache, const Tensor
   r.query_start_loc = queue_->stage(m.query_start_loc, static_cast<size_t>(S + 1) * sizeof(int32_t));
   r.seq_lens = queue_->stage(m.seq_lens, static_cast<size_t>(S) * sizeof(int32_t));
   r.block_tables = queue_->stage(m.block_tables, static_cast<size_t>(S) * m.max_blocks_per_seq * sizeof(int32_t));
+  // decode_seqs_ and work_ are refilled by every call: a new version each, so no later call of the
+  // step reuses these copies (StepQueue::stage compares only small arrays).
   r.decode_seqs = decode_seqs_.empty() ? cuda::kNotStaged
-                                       : queue_->stage(decode_seqs_.data(), decode_seqs_.size() * sizeof(int32_t));
+                                       : queue_->stage(decode_seqs_.data(), decode_seqs_.size() * sizeof(int32_t),
+                                                       cuda::next_staging_version());
   if (fi_plan != nullptr) {
-    r.prefill_work = queue_->stage(fi_plan->data.data(), fi_plan->data.size() * sizeof(int32_t));
+    r.prefill_work = queue_->stage(fi_plan->data.data(), fi_plan->data.size() * sizeof(int32_t), fi_plan->version);
     r.flashinfer_ctas = fi_plan->num_ctas;
     r.num_tokens = m.num_tokens;
   } else {
-    r.prefill_work =
-        work_.empty() ? cuda::kNotStaged : queue_->stage(work_.data(), work_.size() * sizeof(cuda::PrefillWork));
+    r.prefill_work = work_.empty() ? cuda::kNotStaged
+                                   : queue_->stage(work_.data(), work_.size() * sizeof(cuda::PrefillWork),
+                                                   cuda::next_staging_version());
   }
   r.num_seqs = S;
   r.max_blocks_per_seq = m.max_blocks_per_seq;
@@ -158,7 +163,7 @@ void CudaBackend::attention(const Tensor& q, const Tensor& k_cache, const Tensor
   r.decode_plan = cuda::kNotStaged;
   if (fi_decode != nullptr) {
     r.flashinfer_decode_works = fi_decode->num_works;
-    r.decode_plan = queue_->stage(fi_decode->data.data(), fi_decode->data.size() * sizeof(int32_t));
+    r.decode_plan = queue_->stage(fi_decode->data.data(), fi_decode->data.size() * sizeof(int32_t), fi_decode->version);
   }
   // An FP8 cache's key scale multiplies every score (scale x q . (k_scale x code)): folded in here.
   r.scale = bf16_cache ? p.scale : p.scale * k_cache.cache_scale;

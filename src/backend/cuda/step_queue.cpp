@@ -71,7 +71,7 @@ OpRecord& StepQueue::add(OpKind kind, bool graphable) {
   return r;
 }
 
-int64_t StepQueue::stage(const void* host, size_t bytes) {
+int64_t StepQueue::stage(const void* host, size_t bytes, uint64_t version) {
   // A new step reuses the arena from its start: the step before (overlapped, so maybe not yet
   // waited for) must have copied it out first. Its copy leads that step, so this rarely waits.
   if (used_ == 0 && arena_in_flight_) {
@@ -84,10 +84,14 @@ int64_t StepQueue::stage(const void* host, size_t bytes) {
   // whose address a new one of the same size took, or one refilled between two ops, must not
   // hand an op the earlier contents (an EAGLE head's pass once read the target's positions as its
   // row indices that way). Large ones (block tables) keep the contract unchecked: comparing them
-  // would cost what copying them does.
+  // would cost what copying them does; arrays the backend refills itself (a plan cache re-planning
+  // an entry in place) come with a version instead, equal only for the same contents.
   for (auto it = staged_.rbegin(); it != staged_.rend(); ++it) {
     if (it->host != host || it->bytes != bytes) continue;
-    if (bytes > kComparedStageBytes || std::memcmp(host_arena_ + it->offset, host, bytes) == 0) return it->offset;
+    if (it->version == version &&
+        (version != 0 || bytes > kComparedStageBytes || std::memcmp(host_arena_ + it->offset, host, bytes) == 0)) {
+      return it->offset;
+    }
     break;  // changed: copy it again below (later lookups find the newer copy first)
   }
   const size_t off = (used_ + kAlign - 1) / kAlign * kAlign;
@@ -105,7 +109,7 @@ int64_t StepQueue::stage(const void* host, size_t bytes) {
   }
   if (bytes > 0) std::memcpy(host_arena_ + off, host, bytes);
   used_ = off + bytes;
-  staged_.push_back({host, bytes, static_cast<int64_t>(off)});
+  staged_.push_back({host, bytes, version, static_cast<int64_t>(off)});
   return static_cast<int64_t>(off);
 }
 

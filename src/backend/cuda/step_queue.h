@@ -37,10 +37,13 @@ class StepQueue {
 
   // A zeroed record at the end of the step. graphable = its launch shape depends only on counts.
   OpRecord& add(OpKind kind, bool graphable);
-  // Copies host bytes into the arena (once per step per (pointer, size) and contents for arrays
-  // of at most kComparedStageBytes; larger ones once per (pointer, size)); returns the offset.
+  // Copies host bytes into the arena (once per step per (pointer, size, version) and contents for
+  // arrays of at most kComparedStageBytes; larger ones once per (pointer, size, version)); returns
+  // the offset. An array the caller refills in place within a step carries a version that changes
+  // with each refill (staging_version.h); 0 is the caller's promise that the array stays as it is
+  // until the next read-back.
   static constexpr size_t kComparedStageBytes = 4096;
-  int64_t stage(const void* host, size_t bytes);
+  int64_t stage(const void* host, size_t bytes, uint64_t version = 0);
   bool empty() const { return ops_.empty(); }
   // The step's last record, for fusing the next op into it; null when the step is empty.
   OpRecord* last() { return ops_.empty() ? nullptr : &ops_.back(); }
@@ -94,6 +97,7 @@ class StepQueue {
   struct Staged {
     const void* host;
     size_t bytes;
+    uint64_t version;
     int64_t offset;
   };
   std::vector<Staged> staged_;
