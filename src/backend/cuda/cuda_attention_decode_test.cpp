@@ -206,7 +206,7 @@ TEST_F(CudaDecodePaths, OwnKnobKeepsEveryDecodeOnOwnKernels) {
   run_on(decode("own b4", 32, 8, 128, {17, 9000, 1, 300}), false);
 }
 
-// The table bound (KVASIR_CUDA_DECODE_FI_MIN_TOKENS; default 1,024, 0 takes every table): a table
+// The table bound (KVASIR_CUDA_DECODE_FI_MIN_TOKENS; default 0, every table): a table
 // shorter than it stays on our kernels, the same context in a longer table goes to FlashInfer.
 TEST_F(CudaDecodePaths, TableBoundKeepsShortTablesOnOwnKernels) {
   if (!flashinfer_built_and_sm90()) GTEST_SKIP() << "no FlashInfer decode path (build or device)";
@@ -229,14 +229,12 @@ TEST_F(CudaDecodePaths, DefaultIsFlashInferWhereBuilt) {
   ASSERT_TRUE(b.ok()) << b.status().message();
   gpu_ = std::move(*b);
   run_on(decode("default b1", 32, 8, 128, {5000}), flashinfer_built_and_sm90());
-  run_on(decode("default b1, 100 keys in a 144-token table", 32, 8, 128, {100}), false);
+  run_on(decode("default b1, 100 keys in a 144-token table", 32, 8, 128, {100}), flashinfer_built_and_sm90());
 }
 
 // Short tables of several sequences under the bound at 0, the engine's situation at short contexts:
 // 2-8 sequences of 10-59 keys in a table sized to the longest, in the tiny test models' shape (8
-// heads over 2 kv heads, 64 dims) and Llama-3's. With 0 as the default bound the CUDA
-// speculative-decoding engine tests (six prompts of 10-55 tokens) left plain decoding within 16
-// tokens (2026-12-07, H100; cuda_tuning.h), while every case above has a long sequence or table.
+// heads over 2 kv heads, 64 dims) and Llama-3's (every case above has a long sequence or table).
 TEST_F(CudaDecodePaths, FlashInferShortTablesOfSeveralSequences) {
   use_flashinfer();
   for (const auto& [heads, kvh, hd] : {std::tuple{8, 2, 64}, std::tuple{32, 8, 128}}) {
@@ -258,31 +256,9 @@ TEST_F(CudaDecodePaths, FlashInferShortTablesOfSeveralSequences) {
 // size; each call must still read its own plan, not the copy staged for an earlier one.
 TEST_F(CudaDecodePaths, FlashInferPlansOfOneStepStayApart) {
   use_flashinfer();
-  const int S = 2, heads = 8, kvh = 2, hd = 64, bs = 16, max_blocks = 8, cap = max_blocks * bs;
-  const int num_blocks = S * max_blocks;
-  std::vector<int32_t> tables(static_cast<size_t>(num_blocks));
-  std::iota(tables.begin(), tables.end(), 0);
-  std::shuffle(tables.begin(), tables.end(), rng_);
-  const int64_t row = int64_t{kvh} * hd;
-  DeviceTensor kc(DType::kBF16, {num_blocks, bs, kvh, hd}), vc(DType::kBF16, {num_blocks, bs, kvh, hd});
-  std::vector<float> ck(static_cast<size_t>(num_blocks) * bs * row, 0.0f), cv(ck.size(), 0.0f);
-  Tensor ckt = host_tensor(ck, {num_blocks, bs, kvh, hd}), cvt = host_tensor(cv, {num_blocks, bs, kvh, hd});
-  std::vector<int64_t> all_slots;
-  for (int s = 0; s < S; ++s) {
-    for (int p = 0; p < cap; ++p) all_slots.push_back(int64_t{tables[static_cast<size_t>(s) * max_blocks + p / bs]} * bs + p % bs);
-  }
-  AttentionMetadata wm;
-  wm.num_tokens = S * cap;
-  wm.slot_mapping = all_slots.data();
-  wm.block_size = bs;
-  auto k = cuda_test::random_values(rng_, static_cast<size_t>(S) * cap * row);
-  auto v = cuda_test::random_values(rng_, k.size());
-  DeviceTensor kd(DType::kBF16, {S * cap, kvh, hd}), vd(DType::kBF16, {S * cap, kvh, hd});
-  kd.set(k);
-  vd.set(v);
-  gpu_->write_kv(kd.t, vd.t, kc.t, vc.t, wm);
-  cpu_->write_kv(host_tensor(k, {S * cap, kvh, hd}), host_tensor(v, {S * cap, kvh, hd}), ckt, cvt, wm);
-  gpu_->synchronize();
+  const int S = 2, heads = 8, kvh = 2, hd = 64, bs = 16, max_blocks = 8;
+  cuda_test::PagedKvCache kv(rng_, S, kvh, hd, bs, max_blocks);
+  kv.fill(*gpu_, *cpu_, rng_);
 
   // Seven calls, each its own lengths (all distinct plans), queries and output; one read-back after.
   const std::vector<std::vector<int32_t>> calls = {{10, 17}, {11, 18}, {12, 19}, {13, 20},
@@ -300,14 +276,14 @@ TEST_F(CudaDecodePaths, FlashInferPlansOfOneStepStayApart) {
     m.num_tokens = S;
     m.query_start_loc = qsl.data();
     m.seq_lens = lens[c].data();  // each call's own array: the contract is per array
-    m.block_tables = tables.data();
+    m.block_tables = kv.tables.data();
     m.max_blocks_per_seq = max_blocks;
     m.block_size = bs;
     qs.push_back(cuda_test::random_values(rng_, static_cast<size_t>(S) * heads * hd, 2.0f));
     qgs.push_back(std::make_unique<DeviceTensor>(DType::kBF16, std::initializer_list<int64_t>{S, heads, hd}));
     qgs.back()->set(qs.back());
     outs.push_back(std::make_unique<DeviceTensor>(DType::kBF16, std::initializer_list<int64_t>{S, heads, hd}));
-    gpu_->attention(qgs.back()->t, kc.t, vc.t, m, ap, outs.back()->t);
+    gpu_->attention(qgs.back()->t, kv.k.t, kv.v.t, m, ap, outs.back()->t);
     gpu_->submit();  // ends nothing: the step goes on (as a spec step's passes do)
   }
   const auto [fi1, own1] = decode_calls(*gpu_);
@@ -320,12 +296,12 @@ TEST_F(CudaDecodePaths, FlashInferPlansOfOneStepStayApart) {
     m.num_tokens = S;
     m.query_start_loc = qsl.data();
     m.seq_lens = lens[c].data();
-    m.block_tables = tables.data();
+    m.block_tables = kv.tables.data();
     m.max_blocks_per_seq = max_blocks;
     m.block_size = bs;
     std::vector<float> ref(qs[c].size());
     Tensor rt = host_tensor(ref, {S, heads, hd});
-    cpu_->attention(host_tensor(qs[c], {S, heads, hd}), ckt, cvt, m, ap, rt);
+    cpu_->attention(host_tensor(qs[c], {S, heads, hd}), kv.host_k_t, kv.host_v_t, m, ap, rt);
     EXPECT_LT(cuda_test::rel_l2(got, ref), 2e-2) << "call " << c << " (lengths " << calls[c][0] << ", " << calls[c][1] << ")";
   }
 }
@@ -337,35 +313,10 @@ TEST_F(CudaDecodePaths, GraphReplayWithChangingLengthsEqualsEager) {
   use_flashinfer();
   auto eager = backend_under("flashinfer", /*graphs=*/false);
   ASSERT_NE(eager, nullptr);
-  const int S = 3, heads = 32, kvh = 8, hd = 128, bs = 16, max_blocks = 256, cap = max_blocks * bs;
-  const int num_blocks = S * max_blocks;
-  std::vector<int32_t> tables(static_cast<size_t>(num_blocks));
-  std::iota(tables.begin(), tables.end(), 0);
-  std::shuffle(tables.begin(), tables.end(), rng_);
+  const int S = 3, heads = 32, kvh = 8, hd = 128, bs = 16, max_blocks = 256;
   const int64_t row = int64_t{kvh} * hd;
-  DeviceTensor kc(DType::kBF16, {num_blocks, bs, kvh, hd}), vc(DType::kBF16, {num_blocks, bs, kvh, hd});
-  std::vector<float> ck(static_cast<size_t>(num_blocks) * bs * row, 0.0f), cv(ck.size(), 0.0f);
-  Tensor ckt = host_tensor(ck, {num_blocks, bs, kvh, hd}), cvt = host_tensor(cv, {num_blocks, bs, kvh, hd});
-  {  // every position of every sequence, once
-    std::vector<int64_t> slots;
-    for (int s = 0; s < S; ++s) {
-      for (int p = 0; p < cap; ++p) {
-        slots.push_back(int64_t{tables[static_cast<size_t>(s) * max_blocks + p / bs]} * bs + p % bs);
-      }
-    }
-    AttentionMetadata wm;
-    wm.num_tokens = S * cap;
-    wm.slot_mapping = slots.data();
-    wm.block_size = bs;
-    auto k = cuda_test::random_values(rng_, static_cast<size_t>(S) * cap * row);
-    auto v = cuda_test::random_values(rng_, k.size());
-    DeviceTensor kd(DType::kBF16, {S * cap, kvh, hd}), vd(DType::kBF16, {S * cap, kvh, hd});
-    kd.set(k);
-    vd.set(v);
-    gpu_->write_kv(kd.t, vd.t, kc.t, vc.t, wm);
-    cpu_->write_kv(host_tensor(k, {S * cap, kvh, hd}), host_tensor(v, {S * cap, kvh, hd}), ckt, cvt, wm);
-    gpu_->synchronize();
-  }
+  cuda_test::PagedKvCache kv(rng_, S, kvh, hd, bs, max_blocks);
+  kv.fill(*gpu_, *cpu_, rng_);  // every position of every sequence, once
   const std::vector<std::vector<int32_t>> steps = {{4096, 17, 900},  {1, 4096, 33},   {2500, 2501, 7},  {64, 1000, 4000},
                                                    {4095, 1, 1},     {300, 3000, 1500}, {32, 33, 31}};
   std::vector<int32_t> lens(S), qsl(S + 1);
@@ -381,13 +332,13 @@ TEST_F(CudaDecodePaths, GraphReplayWithChangingLengthsEqualsEager) {
     m.num_tokens = S;
     m.query_start_loc = qsl.data();
     m.seq_lens = lens.data();
-    m.block_tables = tables.data();
+    m.block_tables = kv.tables.data();
     m.max_blocks_per_seq = max_blocks;
     m.slot_mapping = slots.data();
     m.block_size = bs;
     for (int s = 0; s < S; ++s) {
       const int p = lens[static_cast<size_t>(s)] - 1;
-      slots[static_cast<size_t>(s)] = int64_t{tables[static_cast<size_t>(s) * max_blocks + p / bs]} * bs + p % bs;
+      slots[static_cast<size_t>(s)] = kv.slot(s, p);
     }
     // The step's own token, as a decode step writes it before attending.
     auto k = cuda_test::random_values(rng_, static_cast<size_t>(S) * row), v = cuda_test::random_values(rng_, k.size());
@@ -396,15 +347,15 @@ TEST_F(CudaDecodePaths, GraphReplayWithChangingLengthsEqualsEager) {
     auto q = cuda_test::random_values(rng_, static_cast<size_t>(S) * heads * hd, 2.0f);
     qg.set(q);
     AttentionParams ap{1.0f / std::sqrt(static_cast<float>(hd)), 0, 0.0f};
-    gpu_->write_kv(kd.t, vd.t, kc.t, vc.t, m);
-    gpu_->attention(qg.t, kc.t, vc.t, m, ap, out.t);
+    gpu_->write_kv(kd.t, vd.t, kv.k.t, kv.v.t, m);
+    gpu_->attention(qg.t, kv.k.t, kv.v.t, m, ap, out.t);
     const std::vector<float> got = cuda_test::read_back(*gpu_, out.t);
-    cpu_->write_kv(host_tensor(k, {S, kvh, hd}), host_tensor(v, {S, kvh, hd}), ckt, cvt, m);
-    eager->attention(qg.t, kc.t, vc.t, m, ap, out_eager.t);
+    cpu_->write_kv(host_tensor(k, {S, kvh, hd}), host_tensor(v, {S, kvh, hd}), kv.host_k_t, kv.host_v_t, m);
+    eager->attention(qg.t, kv.k.t, kv.v.t, m, ap, out_eager.t);
     EXPECT_EQ(got, cuda_test::read_back(*eager, out_eager.t)) << "step " << step << ": graph replay differs from eager";
     std::vector<float> ref(q.size());
     Tensor rt = host_tensor(ref, {S, heads, hd});
-    cpu_->attention(host_tensor(q, {S, heads, hd}), ckt, cvt, m, ap, rt);
+    cpu_->attention(host_tensor(q, {S, heads, hd}), kv.host_k_t, kv.host_v_t, m, ap, rt);
     EXPECT_LT(cuda_test::rel_l2(got, ref), 2e-2) << "step " << step;
   }
   const auto [fi1, own1] = decode_calls(*gpu_);

@@ -25,6 +25,7 @@ using cuda_test::CudaOps;
 using cuda_test::host_tensor;
 using cuda_test::AttnCase;
 using cuda_test::CudaAttention;
+using cuda_test::PagedKvCache;
 
 
 TEST_F(CudaOps, EmbeddingMatchesCpu) {
@@ -483,14 +484,8 @@ TEST_F(CudaAttention, SinksPrefillAndMixed) {
 // The same decode step shape three times while sequences grow: eager, captured, replayed.
 TEST_F(CudaOps, DecodeStepsReplayThroughGraphs) {
   const int S = 6, heads = 32, kvh = 8, hd = 128, bs = 16, max_blocks = 8, steps = 5;
-  const int num_blocks = S * max_blocks;
-  std::vector<int32_t> tables(static_cast<size_t>(num_blocks));
-  std::iota(tables.begin(), tables.end(), 0);
-  std::shuffle(tables.begin(), tables.end(), rng_);
   const int64_t row = int64_t{kvh} * hd;
-  DeviceTensor kc(DType::kBF16, {num_blocks, bs, kvh, hd}), vc(DType::kBF16, {num_blocks, bs, kvh, hd});
-  std::vector<float> ck(static_cast<size_t>(num_blocks) * bs * row, 0.0f), cv(ck.size(), 0.0f);
-  Tensor ckt = host_tensor(ck, {num_blocks, bs, kvh, hd}), cvt = host_tensor(cv, {num_blocks, bs, kvh, hd});
+  PagedKvCache kv(rng_, S, kvh, hd, bs, max_blocks);
   std::vector<int32_t> lens(S), qsl(S + 1);
   std::iota(qsl.begin(), qsl.end(), 0);
   for (int s = 0; s < S; ++s) lens[static_cast<size_t>(s)] = 3 + 11 * s;
@@ -505,7 +500,7 @@ TEST_F(CudaOps, DecodeStepsReplayThroughGraphs) {
     m.num_tokens = S;
     m.query_start_loc = qsl.data();
     m.seq_lens = lens.data();
-    m.block_tables = tables.data();
+    m.block_tables = kv.tables.data();
     m.max_blocks_per_seq = max_blocks;
     m.slot_mapping = slots.data();
     m.block_size = bs;
@@ -514,24 +509,24 @@ TEST_F(CudaOps, DecodeStepsReplayThroughGraphs) {
       // Token at position p for each sequence (prefill: all positions below its length).
       for (int s = 0; s < S; ++s) {
         const int p = prefill ? std::min(r, lens[static_cast<size_t>(s)] - 1) : lens[static_cast<size_t>(s)] - 1;
-        slots[static_cast<size_t>(s)] = int64_t{tables[static_cast<size_t>(s) * max_blocks + p / bs]} * bs + p % bs;
+        slots[static_cast<size_t>(s)] = kv.slot(s, p);
       }
       auto k = random_values(rng_, static_cast<size_t>(S) * row), v = random_values(rng_, static_cast<size_t>(S) * row);
       kd.set(k);
       vd.set(v);
-      gpu_->write_kv(kd.t, vd.t, kc.t, vc.t, m);
-      cpu_->write_kv(host_tensor(k, {S, kvh, hd}), host_tensor(v, {S, kvh, hd}), ckt, cvt, m);
+      gpu_->write_kv(kd.t, vd.t, kv.k.t, kv.v.t, m);
+      cpu_->write_kv(host_tensor(k, {S, kvh, hd}), host_tensor(v, {S, kvh, hd}), kv.host_k_t, kv.host_v_t, m);
       gpu_->synchronize();
     }
     if (prefill) continue;
     auto q = random_values(rng_, static_cast<size_t>(S) * heads * hd, 2.0f);
     qg.set(q);
     AttentionParams ap{1.0f / std::sqrt(static_cast<float>(hd)), 0, 0.0f};
-    gpu_->write_kv(kd.t, vd.t, kc.t, vc.t, m);  // same record sequence every step
-    gpu_->attention(qg.t, kc.t, vc.t, m, ap, out.t);
+    gpu_->write_kv(kd.t, vd.t, kv.k.t, kv.v.t, m);  // same record sequence every step
+    gpu_->attention(qg.t, kv.k.t, kv.v.t, m, ap, out.t);
     std::vector<float> ref(q.size());
     Tensor rt = host_tensor(ref, {S, heads, hd});
-    cpu_->attention(host_tensor(q, {S, heads, hd}), ckt, cvt, m, ap, rt);
+    cpu_->attention(host_tensor(q, {S, heads, hd}), kv.host_k_t, kv.host_v_t, m, ap, rt);
     EXPECT_LT(rel_l2(read_back(*gpu_, out.t), ref), 2e-2) << "step " << step;
     for (auto& l : lens) l += 1;  // the next step's token
   }

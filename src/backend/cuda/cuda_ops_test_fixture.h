@@ -5,6 +5,7 @@
 
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <memory>
 #include <random>
 #include <vector>
@@ -25,6 +26,58 @@ inline std::vector<float> slot_rows(const std::vector<float>& cache, const std::
 inline Tensor host_tensor(std::vector<float>& v, std::initializer_list<int64_t> dims) {
   return Tensor::make(v.data(), DType::kF32, dims);
 }
+
+// A paged bf16 KV cache on the device beside its float copy on the host (what the CPU reference
+// reads), for decode tests: num_seqs sequences of max_blocks blocks each, the blocks shuffled over
+// the pool so that no sequence's blocks are contiguous.
+struct PagedKvCache {
+  int num_seqs, kv_heads, head_dim, block_size, max_blocks;
+  std::vector<int32_t> tables;  // [num_seqs, max_blocks]
+  DeviceTensor k, v;            // [num_seqs * max_blocks, block_size, kv_heads, head_dim]
+  std::vector<float> host_k, host_v;
+  Tensor host_k_t, host_v_t;
+
+  PagedKvCache(std::mt19937& rng, int S, int kvh, int hd, int bs, int blocks_per_seq)
+      : num_seqs(S), kv_heads(kvh), head_dim(hd), block_size(bs), max_blocks(blocks_per_seq),
+        tables(static_cast<size_t>(S) * blocks_per_seq),
+        k(DType::kBF16, {S * blocks_per_seq, bs, kvh, hd}),
+        v(DType::kBF16, {S * blocks_per_seq, bs, kvh, hd}),
+        host_k(static_cast<size_t>(S) * blocks_per_seq * bs * kvh * hd, 0.0f),
+        host_v(host_k.size(), 0.0f) {
+    for (size_t i = 0; i < tables.size(); ++i) tables[i] = static_cast<int32_t>(i);
+    std::shuffle(tables.begin(), tables.end(), rng);
+    host_k_t = host_tensor(host_k, {S * blocks_per_seq, bs, kvh, hd});
+    host_v_t = host_tensor(host_v, {S * blocks_per_seq, bs, kvh, hd});
+  }
+  PagedKvCache(const PagedKvCache&) = delete;
+  PagedKvCache& operator=(const PagedKvCache&) = delete;
+
+  // The cache slot of sequence s's position pos.
+  int64_t slot(int s, int pos) const {
+    return int64_t{tables[static_cast<size_t>(s) * max_blocks + pos / block_size]} * block_size + pos % block_size;
+  }
+  // Random keys and values at every position of every sequence, written through both backends'
+  // write_kv (the device one synchronized).
+  void fill(Backend& gpu, Backend& cpu, std::mt19937& rng) {
+    const int cap = max_blocks * block_size, n = num_seqs * cap;
+    std::vector<int64_t> slots;
+    for (int s = 0; s < num_seqs; ++s) {
+      for (int p = 0; p < cap; ++p) slots.push_back(slot(s, p));
+    }
+    AttentionMetadata m;
+    m.num_tokens = n;
+    m.slot_mapping = slots.data();
+    m.block_size = block_size;
+    auto kv = random_values(rng, static_cast<size_t>(n) * kv_heads * head_dim);
+    auto vv = random_values(rng, kv.size());
+    DeviceTensor kd(DType::kBF16, {n, kv_heads, head_dim}), vd(DType::kBF16, {n, kv_heads, head_dim});
+    kd.set(kv);
+    vd.set(vv);
+    gpu.write_kv(kd.t, vd.t, k.t, v.t, m);
+    cpu.write_kv(host_tensor(kv, {n, kv_heads, head_dim}), host_tensor(vv, {n, kv_heads, head_dim}), host_k_t, host_v_t, m);
+    gpu.synchronize();
+  }
+};
 
 class CudaOps : public ::testing::Test {
  protected:

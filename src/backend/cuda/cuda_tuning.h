@@ -85,13 +85,13 @@ inline constexpr int kFlashInferDecodeMaxSeqs = 8;
 // The default table bound: FlashInfer's decode takes a call only when its block table holds at
 // least this many tokens (max_blocks_per_seq x block_size; the runner sizes decode tables to the
 // next power of two of the blocks in use, so a bound follows the context while staying fixed for a
-// captured graph); shorter tables keep attention.cu's kernels. At 0 (every table) FlashInfer won
-// on an H100 at short contexts (BENCHMARKS.md, 2026-12-06: batch 1 by 1-2%, batch 8 by 25%), but
-// with 0 as the default the CUDA speculative-decoding engine tests (six prompts of 10-55 tokens:
-// CudaSpecDecode.GreedyNgram*, CudaEagle*.EngineWithADummyHead*) left plain decoding (2026-12-07,
-// H100; they passed at 1,024), so 1,024 stays until FlashInferShortTablesOfSeveralSequences says
-// whether short tables of several sequences are the cause.
-inline constexpr int kFlashInferDecodeMinTableTokens = 1024;
+// captured graph); shorter tables keep attention.cu's kernels. 0, the default: every table. On an
+// H100 FlashInfer won at short contexts too (BENCHMARKS.md, 2026-12-06: batch 1 by 1-2%, batch 8
+// by 25%). A first try of 0 as the default made the CUDA speculative-decoding engine tests leave
+// plain decoding: their steps held more distinct decode plans than the plan cache, whose re-planned
+// entries the step queue then served from an earlier copy (fixed by staging versions,
+// FlashInferPlansOfOneStepStayApart).
+inline constexpr int kFlashInferDecodeMinTableTokens = 0;
 // From how many tokens a W4A16 linear dequantizes its weight for cuBLASLt (RecordingTuning).
 inline constexpr int kW4a16DequantMinRows = 512;
 
