@@ -172,6 +172,35 @@ TEST(FlashInferDecodePlan, CacheReplansOnlyForNewInputs) {
   EXPECT_EQ(cache.plans_made(), 2);
 }
 
+// A re-planned entry keeps its storage (same address, same size for the same counts) but takes a
+// new version: what keeps the step queue from serving it from the copy staged for its old plan.
+TEST(FlashInferDecodePlan, ReplannedEntryTakesANewVersion) {
+  FlashInferDecodePlanCache cache;
+  std::vector<int32_t> lens = {10, 17};
+  FlashInferDecodePlanInput in;
+  in.seq_lens = lens.data();
+  in.num_seqs = 2;
+  in.max_blocks_per_seq = 8;
+  in.block_size = 16;
+  in.num_works = 1056;
+  const FlashInferDecodePlan* oldest = &cache.get(in);
+  const int32_t* storage = oldest->data.data();
+  const uint64_t version = oldest->version;
+  EXPECT_NE(version, 0u);
+  EXPECT_EQ(cache.get(in).version, version);  // a hit keeps it
+  for (int i = 1; i <= FlashInferDecodePlanCache::kEntries; ++i) {
+    lens[0] = 10 + i;
+    const FlashInferDecodePlan& p = cache.get(in);
+    EXPECT_NE(p.version, version);
+  }
+  // The last get re-planned the oldest entry in place.
+  EXPECT_EQ(cache.plans_made(), FlashInferDecodePlanCache::kEntries + 1);
+  EXPECT_EQ(&cache.get(in), oldest);
+  EXPECT_EQ(oldest->data.data(), storage);
+  EXPECT_NE(oldest->version, version);
+  check_covers(*oldest, lens, 8, 16);
+}
+
 TEST(FlashInferDecodePlanDeathTest, BrokenInputsAbort) {
   EXPECT_DEATH(plan_of({0}, 4, 16, 8), "no keys");
   EXPECT_DEATH(plan_of({65}, 4, 16, 8), "more keys than its block table");
