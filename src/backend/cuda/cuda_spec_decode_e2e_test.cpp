@@ -199,6 +199,14 @@ TEST(CudaSpecDecode, OneQueryRowsLayoutMatchesMultiTokenQueries) {
 
 TEST(CudaSpecDecode, GreedyNgramFollowsPlainWithVerifyStepsReplayedAsGraphs) {
   if (cuda_device_count() == 0) GTEST_SKIP() << "no CUDA device";
+  // Both runs on one decode attention family. FlashInfer's decode takes calls of up to 8 rows at
+  // every context length, so the plain run's six-sequence steps would take it while the verify
+  // steps (more rows) take ours; the two round differently in bf16 (FlashInfer rounds each
+  // 32-key chunk's partial output), enough to flip this random model's near-ties within 16
+  // tokens (H100, 2026-12-07: these tests pass on ours alone; with every decode on FlashInfer
+  // the EAGLE ones pass and one ngram prompt of six agrees for 15 tokens). The attention kernels
+  // themselves are checked against the CPU in cuda_ops_test; what is checked here is speculation.
+  const cuda_test::ScopedEnv one_family("KVASIR_CUDA_DECODE", "own");
   const std::string path = write_spec_config("kvasir_cuda_spec_config.json");
   ASSERT_FALSE(path.empty());
   // Repetitive prompts of different lengths, so ngram finds matches from the first step.
