@@ -5,12 +5,12 @@
 #include <gtest/gtest.h>
 
 #include <algorithm>
-#include <cstdlib>
 #include <random>
 
 #include "setup/loaded_model.h"
 #include "backend/cpu/cpu_backend.h"
 #include "backend/cuda/cuda_backend.h"
+#include "backend/cuda/cuda_test_util.h"
 #include "common/json.h"
 #include "kvasir/llm.h"
 #include "model/registry.h"
@@ -339,15 +339,15 @@ TEST(CudaEndToEnd, EngineOverlappedStepsEqualTheReadBackLoop) {
   sp.top_k = 40;
   std::vector<std::vector<int32_t>> outs[2];
   std::string stats[2];
-  const char* before = std::getenv("KVASIR_CUDA_OVERLAP_STEPS");
-  const std::string saved = before != nullptr ? before : "";
-  ::setenv("KVASIR_CUDA_OVERLAP_STEPS", "1", 1);
-  generate_twice(a, sp, outs, stats);  // both runs overlapped
+  {
+    const cuda_test::ScopedEnv overlapped("KVASIR_CUDA_OVERLAP_STEPS", "1");
+    generate_twice(a, sp, outs, stats);  // both runs overlapped
+  }
   std::vector<std::vector<int32_t>> read_back[2];
-  ::setenv("KVASIR_CUDA_OVERLAP_STEPS", "0", 1);
-  if (!::testing::Test::HasFatalFailure()) generate_twice(a, sp, read_back, stats);
-  if (before != nullptr) ::setenv("KVASIR_CUDA_OVERLAP_STEPS", saved.c_str(), 1);
-  else ::unsetenv("KVASIR_CUDA_OVERLAP_STEPS");
+  if (!::testing::Test::HasFatalFailure()) {
+    const cuda_test::ScopedEnv read_back_loop("KVASIR_CUDA_OVERLAP_STEPS", "0");
+    generate_twice(a, sp, read_back, stats);
+  }
   if (::testing::Test::HasFatalFailure()) return;
   EXPECT_EQ(outs[0], outs[1]);
   EXPECT_EQ(outs[0], read_back[0]);
