@@ -8,6 +8,7 @@
 #include <fstream>
 #include <string>
 
+#include "common/scoped_env_test_util.h"
 #include "setup/generation_defaults.h"
 #include "setup/kv_cache_sizing.h"
 #include "setup/loaded_model.h"
@@ -35,24 +36,6 @@ class ScratchDir {
 
  private:
   fs::path path_;
-};
-
-// Sets an environment variable for one scope, restoring what was there.
-class ScopedEnv {
- public:
-  ScopedEnv(const char* name, const char* value) : name_(name) {
-    if (const char* old = std::getenv(name)) old_ = old;
-    if (value) ::setenv(name, value, 1);
-    else ::unsetenv(name);
-  }
-  ~ScopedEnv() {
-    if (old_) ::setenv(name_, old_->c_str(), 1);
-    else ::unsetenv(name_);
-  }
-
- private:
-  const char* name_;
-  std::optional<std::string> old_;
 };
 
 LoadOptions dummy_cpu() {

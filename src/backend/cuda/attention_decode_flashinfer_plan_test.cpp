@@ -16,7 +16,9 @@ namespace {
 
 using F = FlashInferDecodeField;
 
-FlashInferDecodePlan plan_of(const std::vector<int32_t>& lens, int max_blocks, int bs, int works, int min_chunk = 32) {
+// The plan's input over `lens` (which must outlive it: the input points into it).
+FlashInferDecodePlanInput input_of(const std::vector<int32_t>& lens, int max_blocks, int bs, int works,
+                                   int min_chunk = 32) {
   FlashInferDecodePlanInput in;
   in.seq_lens = lens.data();
   in.num_seqs = static_cast<int>(lens.size());
@@ -24,8 +26,12 @@ FlashInferDecodePlan plan_of(const std::vector<int32_t>& lens, int max_blocks, i
   in.block_size = bs;
   in.num_works = works;
   in.min_chunk_tokens = min_chunk;
+  return in;
+}
+
+FlashInferDecodePlan plan_of(const std::vector<int32_t>& lens, int max_blocks, int bs, int works, int min_chunk = 32) {
   FlashInferDecodePlan p;
-  plan_flashinfer_decode(in, p);
+  plan_flashinfer_decode(input_of(lens, max_blocks, bs, works, min_chunk), p);
   return p;
 }
 
@@ -153,12 +159,7 @@ TEST(FlashInferDecodePlan, SizeDependsOnlyOnCounts) {
 TEST(FlashInferDecodePlan, CacheReplansOnlyForNewInputs) {
   FlashInferDecodePlanCache cache;
   std::vector<int32_t> lens = {300, 40};
-  FlashInferDecodePlanInput in;
-  in.seq_lens = lens.data();
-  in.num_seqs = 2;
-  in.max_blocks_per_seq = 64;
-  in.block_size = 16;
-  in.num_works = 66;
+  const FlashInferDecodePlanInput in = input_of(lens, 64, 16, 66);
   const FlashInferDecodePlan* first = &cache.get(in);
   EXPECT_EQ(&cache.get(in), first);  // every layer of a step: one plan
   EXPECT_EQ(cache.plans_made(), 1);
@@ -177,12 +178,7 @@ TEST(FlashInferDecodePlan, CacheReplansOnlyForNewInputs) {
 TEST(FlashInferDecodePlan, ReplannedEntryTakesANewVersion) {
   FlashInferDecodePlanCache cache;
   std::vector<int32_t> lens = {10, 17};
-  FlashInferDecodePlanInput in;
-  in.seq_lens = lens.data();
-  in.num_seqs = 2;
-  in.max_blocks_per_seq = 8;
-  in.block_size = 16;
-  in.num_works = 1056;
+  const FlashInferDecodePlanInput in = input_of(lens, 8, 16, 1056);
   const FlashInferDecodePlan* oldest = &cache.get(in);
   const int32_t* storage = oldest->data.data();
   const uint64_t version = oldest->version;

@@ -10,8 +10,8 @@
 #include "setup/loaded_model.h"
 #include "backend/cpu/cpu_backend.h"
 #include "backend/cuda/cuda_backend.h"
-#include "backend/cuda/cuda_test_util.h"
 #include "common/json.h"
+#include "common/scoped_env_test_util.h"
 #include "kvasir/llm.h"
 #include "model/registry.h"
 #include "quant/quantization_config.h"
@@ -340,12 +340,12 @@ TEST(CudaEndToEnd, EngineOverlappedStepsEqualTheReadBackLoop) {
   std::vector<std::vector<int32_t>> outs[2];
   std::string stats[2];
   {
-    const cuda_test::ScopedEnv overlapped("KVASIR_CUDA_OVERLAP_STEPS", "1");
+    const ScopedEnv overlapped("KVASIR_CUDA_OVERLAP_STEPS", "1");
     generate_twice(a, sp, outs, stats);  // both runs overlapped
   }
   std::vector<std::vector<int32_t>> read_back[2];
   if (!::testing::Test::HasFatalFailure()) {
-    const cuda_test::ScopedEnv read_back_loop("KVASIR_CUDA_OVERLAP_STEPS", "0");
+    const ScopedEnv read_back_loop("KVASIR_CUDA_OVERLAP_STEPS", "0");
     generate_twice(a, sp, read_back, stats);
   }
   if (::testing::Test::HasFatalFailure()) return;

@@ -24,6 +24,7 @@
 #include "backend/cpu/cpu_backend.h"
 #include "backend/cuda/cuda_backend.h"
 #include "backend/cuda/cuda_test_util.h"
+#include "common/scoped_env_test_util.h"
 #include "common/mapped_file.h"
 #include "engine/engine.h"
 #include "engine/engine_group.h"
@@ -293,14 +294,9 @@ std::string write_file(const std::string& name, const std::string& text) {
 
 // method "eagle3" or "eagle": its head's config.json, dummy weights.
 void engine_with_a_dummy_head_follows_plain_decoding(const std::string& method) {
-  // Both runs on one decode attention family. FlashInfer's decode takes calls of up to 8 rows at
-  // every context length, so the plain run's six-sequence steps would take it while the verify
-  // steps (more rows) take ours; the two round differently in bf16 (FlashInfer rounds each
-  // 32-key chunk's partial output), enough to flip this random model's near-ties within 16
-  // tokens (H100, 2026-12-07: these tests pass on ours alone; with every decode on FlashInfer
-  // the EAGLE ones pass and one ngram prompt of six agrees for 15 tokens). The attention kernels
-  // themselves are checked against the CPU in cuda_ops_test; what is checked here is speculation.
-  const cuda_test::ScopedEnv one_family("KVASIR_CUDA_DECODE", "own");
+  // Both runs on one decode attention family, as CudaSpecDecode.GreedyNgram* says why
+  // (cuda_spec_decode_e2e_test.cpp): FlashInfer's and our kernels round differently.
+  const ScopedEnv one_family("KVASIR_CUDA_DECODE", "own");
   const std::string target = write_file("eagle3_target.json", R"({"model_type": "llama", "hidden_size": 512,
     "intermediate_size": 1024, "num_hidden_layers": 3, "num_attention_heads": 8, "num_key_value_heads": 2,
     "vocab_size": 512, "rms_norm_eps": 1e-5, "rope_theta": 500000.0, "max_position_embeddings": 4096,

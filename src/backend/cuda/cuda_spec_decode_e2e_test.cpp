@@ -20,6 +20,7 @@
 
 #include "backend/cuda/cuda_backend.h"
 #include "backend/cuda/cuda_test_util.h"
+#include "common/scoped_env_test_util.h"
 #include "common/json.h"
 #include "engine/engine.h"
 #include "engine/engine_group.h"
@@ -206,7 +207,7 @@ TEST(CudaSpecDecode, GreedyNgramFollowsPlainWithVerifyStepsReplayedAsGraphs) {
   // tokens (H100, 2026-12-07: these tests pass on ours alone; with every decode on FlashInfer
   // the EAGLE ones pass and one ngram prompt of six agrees for 15 tokens). The attention kernels
   // themselves are checked against the CPU in cuda_ops_test; what is checked here is speculation.
-  const cuda_test::ScopedEnv one_family("KVASIR_CUDA_DECODE", "own");
+  const ScopedEnv one_family("KVASIR_CUDA_DECODE", "own");
   const std::string path = write_spec_config("kvasir_cuda_spec_config.json");
   ASSERT_FALSE(path.empty());
   // Repetitive prompts of different lengths, so ngram finds matches from the first step.
