@@ -88,6 +88,7 @@ void CudaBackend::moe_route(const Tensor& router_logits, const MoeRouting& r, Te
     op.router_x = router.input;
     op.router_w = router.proj[0].w;
     op.router_bias = router.proj[0].bias;
+    op.router_ticket = router_ticket();
     op.router_in_features = router.in_features;
   }
   op.logits = static_cast<const float*>(router_logits.data);
@@ -103,6 +104,16 @@ void CudaBackend::moe_route(const Tensor& router_logits, const MoeRouting& r, Te
   op.topk_groups = r.topk_groups;
   op.group_top2 = r.group_score == MoeGroupScore::kTop2Sum ? 1 : 0;
   op.scale = r.routed_scaling_factor;
+}
+
+unsigned* CudaBackend::router_ticket() {
+  if (router_ticket_ == nullptr) {
+    bind_device();
+    KVASIR_CUDA_CHECK(cudaMalloc(reinterpret_cast<void**>(&router_ticket_), sizeof(unsigned)));
+    KVASIR_CUDA_CHECK(cudaMemsetAsync(router_ticket_, 0, sizeof(unsigned), stream_));
+    KVASIR_CUDA_CHECK(cudaStreamSynchronize(stream_));
+  }
+  return router_ticket_;
 }
 
 const CudaBackend::MoeTable& CudaBackend::moe_table(const MoeExpertWeights& w) {

@@ -320,7 +320,9 @@ TEST_F(CudaMoe, RouteFoldedIntoExpertGemvMatchesUnfused) {
 // exactly the CPU's routing of those very logits (read back: a near-tie between two experts may
 // fall either way with a different summation order, so the reference routes what the GPU computed).
 // Shapes: 1-8 tokens; E from 8 to 1,024; K off the kernel's 2,048-column round (264, 2,880) and
-// over several rounds (4,096, 7,168); clusters of 1 to 8 CTAs; router bias; every scoring. One
+// over several rounds (4,096, 7,168); 1, 2 and 4 warps a router row; 8 to 256 CTAs taking the
+// last-CTA ticket (the cases run one after another on one backend, so a ticket not left at zero
+// would leave the next case unrouted); router bias; every scoring. One
 // case exceeds the fused kernel's shared memory (8 tokens x 512 experts) and must still be right
 // through the two-launch path. Both a fusing backend and one with KVASIR_MOE_FUSE_ROUTER=0.
 TEST_F(CudaMoe, RouterLinearFoldedIntoRouteMatchesCpu) {

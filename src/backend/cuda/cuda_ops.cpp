@@ -529,6 +529,7 @@ void CudaBackend::execute(const OpRecord& op, const uint8_t* arena, cudaStream_t
         ra.w = r.router_w;
         ra.bias = r.router_bias;
         ra.logits = const_cast<float*>(r.logits);
+        ra.ticket = r.router_ticket;
         ra.in_features = r.router_in_features;
         cuda::launch_moe_router_route(ra, a, s);
       } else {

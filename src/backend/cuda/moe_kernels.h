@@ -28,12 +28,14 @@ void launch_moe_route(const MoeRouteArgs& a, cudaStream_t s);
 
 // --- moe_router_route.cu: the router GEMV and the routing in one launch (decode sizes) ----------
 // logits = x · w^T (+ bias), still written, then moe_route of those logits into a's ids / weights
-// (a.logits is not read: the kernel routes from its own copy).
+// (a.logits is not read: the last CTA routes from its own copy). Launches sharing a ticket must
+// run one after another (one stream).
 struct MoeRouterArgs {
   const void* x = nullptr;       // [num_tokens, in_features] bf16, 16-byte aligned
   const void* w = nullptr;       // [num_experts, in_features] bf16, 16-byte aligned
   const float* bias = nullptr;   // [num_experts] router bias, or null
   float* logits = nullptr;       // [num_tokens, num_experts]
+  unsigned* ticket = nullptr;    // a zeroed counter of the backend's, left zeroed by each launch
   int64_t in_features = 0;
 };
 inline constexpr int kMoeRouterMaxTokens = 8;
