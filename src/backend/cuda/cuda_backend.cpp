@@ -78,7 +78,6 @@ CudaBackend::~CudaBackend() {
   for (void* p : retired_) cudaFree(p);
   if (partial_ != nullptr) cudaFree(partial_);
   if (moe_scratch_ != nullptr) cudaFree(moe_scratch_);
-  if (router_ticket_ != nullptr) cudaFree(router_ticket_);
   if (fp8_act_ != nullptr) cudaFree(fp8_act_);
   if (gguf_w_bf16_ != nullptr) cudaFree(gguf_w_bf16_);
   if (gguf_out_tmp_ != nullptr) cudaFree(gguf_out_tmp_);

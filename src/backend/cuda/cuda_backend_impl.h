@@ -128,9 +128,6 @@ class CudaBackend final : public Backend {
     bool vec = false;              // every weight 16-byte aligned, H and I multiples of 8
   };
   const MoeTable& moe_table(const MoeExpertWeights& w);
-  // The zeroed counter the folded router + route kernel takes its last-CTA ticket from, made at
-  // the first fold (moe_router_route.cu; this backend's launches run on one stream).
-  unsigned* router_ticket();
   Status upload_matrix(const Tensor& host, void* dst);
   // A weight's memory: small ones from the shared slab (cuda_backend.cpp), large ones their own.
   StatusOr<std::unique_ptr<Buffer>> allocate_weight(size_t bytes);
@@ -210,7 +207,6 @@ class CudaBackend final : public Backend {
   std::vector<void*> retired_;
   void* moe_scratch_ = nullptr;
   size_t moe_scratch_cap_ = 0;
-  unsigned* router_ticket_ = nullptr;
   // Keyed by the address of the layer's down-weight views (stable for a bound model); the key
   // check catches a reused address.
   std::unordered_map<const Tensor*, MoeTable> moe_tables_;

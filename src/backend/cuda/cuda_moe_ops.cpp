@@ -68,29 +68,7 @@ void CudaBackend::moe_route(const Tensor& router_logits, const MoeRouting& r, Te
   KVASIR_CHECK_MSG(e_n <= cuda::kMoeRouteMaxExperts, "moe_route: the CUDA backend routes at most 1024 experts");
   KVASIR_CHECK(r.correction_bias == nullptr || is_dev(*r.correction_bias));
   if (t_n == 0) return;
-  // The router linear that just wrote these logits (a single-projection GEMV, no norm or residual
-  // folded into it) is folded into this op at decode sizes: one launch instead of two dependent
-  // ones (moe_router_route.cu; KVASIR_MOE_FUSE_ROUTER=0 keeps them apart).
-  cuda::MultiGemvOp router{};
-  OpRecord* last = queue_->last();
-  if (fuse_ && tuning_.recording.moe_fuse_router && last != nullptr && last->kind == OpKind::kMultiGemv &&
-      last->elem == static_cast<int32_t>(Elem::kF32) && last->gemv.num_proj == 1 &&
-      last->gemv.proj[0].y == router_logits.data && last->gemv.proj[0].residual == nullptr &&
-      last->gemv.norm_weight == nullptr && last->gemv.rows == t_n && last->gemv.proj[0].out_features == e_n &&
-      cuda::aligned16(last->gemv.input) && cuda::aligned16(last->gemv.proj[0].w) &&
-      cuda::moe_router_route_supported(static_cast<int>(t_n), static_cast<int>(e_n), r.num_groups, r.top_k,
-                                       last->gemv.in_features)) {
-    router = last->gemv;
-    queue_->drop_last();
-  }
   cuda::MoeRouteOp& op = queue_->add(OpKind::kMoeRoute, true).moe_route;
-  if (router.num_proj == 1) {
-    op.router_x = router.input;
-    op.router_w = router.proj[0].w;
-    op.router_bias = router.proj[0].bias;
-    op.router_ticket = router_ticket();
-    op.router_in_features = router.in_features;
-  }
   op.logits = static_cast<const float*>(router_logits.data);
   op.bias = r.correction_bias != nullptr ? static_cast<const float*>(r.correction_bias->data) : nullptr;
   op.ids = static_cast<int32_t*>(topk_ids.data);
@@ -104,16 +82,6 @@ void CudaBackend::moe_route(const Tensor& router_logits, const MoeRouting& r, Te
   op.topk_groups = r.topk_groups;
   op.group_top2 = r.group_score == MoeGroupScore::kTop2Sum ? 1 : 0;
   op.scale = r.routed_scaling_factor;
-}
-
-unsigned* CudaBackend::router_ticket() {
-  if (router_ticket_ == nullptr) {
-    bind_device();
-    KVASIR_CUDA_CHECK(cudaMalloc(reinterpret_cast<void**>(&router_ticket_), sizeof(unsigned)));
-    KVASIR_CUDA_CHECK(cudaMemsetAsync(router_ticket_, 0, sizeof(unsigned), stream_));
-    KVASIR_CUDA_CHECK(cudaStreamSynchronize(stream_));
-  }
-  return router_ticket_;
 }
 
 const CudaBackend::MoeTable& CudaBackend::moe_table(const MoeExpertWeights& w) {
@@ -191,21 +159,6 @@ void CudaBackend::moe_experts(const Tensor& x, const Tensor& topk_ids, const Ten
       w.num_experts <= cuda::kMoeFusedRouteMaxExperts) {
     route = last->moe_route;
     queue_->drop_last();
-    if (route.router_w != nullptr) {
-      // The route had taken the router linear in; the gate/up kernel routes from the logits, so
-      // that linear runs on its own again, as it was recorded.
-      OpRecord& rec = queue_->add(OpKind::kMultiGemv, true);
-      rec.elem = static_cast<int32_t>(Elem::kF32);
-      cuda::MultiGemvOp& g = rec.gemv;
-      g.input = g.named_input = route.router_x;
-      g.proj[0].w = route.router_w;
-      g.proj[0].bias = route.router_bias;
-      g.proj[0].y = const_cast<float*>(route.logits);
-      g.proj[0].out_features = route.num_experts;
-      g.rows = route.num_tokens;
-      g.in_features = route.router_in_features;
-      g.num_proj = 1;
-    }
   }
   const int64_t act_rows = gemm ? max_blocks * block_m : slots;
   const size_t sorted_b = align256(static_cast<size_t>(act_rows) * 4);

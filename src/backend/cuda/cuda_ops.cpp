@@ -523,18 +523,7 @@ void CudaBackend::execute(const OpRecord& op, const uint8_t* arena, cudaStream_t
       a.topk_groups = static_cast<int>(r.topk_groups);
       a.group_top2 = r.group_top2 != 0;
       a.scale = r.scale;
-      if (r.router_w != nullptr) {
-        cuda::MoeRouterArgs ra;
-        ra.x = r.router_x;
-        ra.w = r.router_w;
-        ra.bias = r.router_bias;
-        ra.logits = const_cast<float*>(r.logits);
-        ra.ticket = r.router_ticket;
-        ra.in_features = r.router_in_features;
-        cuda::launch_moe_router_route(ra, a, s);
-      } else {
-        cuda::launch_moe_route(a, s);
-      }
+      cuda::launch_moe_route(a, s);
       break;
     }
     case OpKind::kMoeExperts:

@@ -120,9 +120,6 @@ struct RecordingTuning {
   // Qwen3-30B-A3B (768 CTAs: one wave plain, two folded) and won on DeepSeek-V2-Lite (1,056 CTAs:
   // two waves both ways), so the rule is the wave count.
   int moe_fuse_route = -1;
-  // KVASIR_MOE_FUSE_ROUTER=0: the router linear and moe_route stay two launches (A/B runs); by
-  // default a decode-sized router GEMV is folded into the route op (moe_router_route.cu).
-  bool moe_fuse_router = true;
   PrefillAttentionKernel prefill_attention = PrefillAttentionKernel::kFlashInfer;  // KVASIR_CUDA_PREFILL
   DecodeAttentionPath decode_attention = DecodeAttentionPath::kFlashInfer;         // KVASIR_CUDA_DECODE
   int flashinfer_decode_max_seqs = kFlashInferDecodeMaxSeqs;  // KVASIR_CUDA_DECODE_FI_MAX_SEQS [1, 4096]

@@ -26,24 +26,6 @@ struct MoeRouteArgs {
 inline constexpr int kMoeRouteMaxExperts = 1024;  // a warp's scratch lives in shared memory
 void launch_moe_route(const MoeRouteArgs& a, cudaStream_t s);
 
-// --- moe_router_route.cu: the router GEMV and the routing in one launch (decode sizes) ----------
-// logits = x · w^T (+ bias), still written, then moe_route of those logits into a's ids / weights
-// (a.logits is not read: the last CTA routes from its own copy). Launches sharing a ticket must
-// run one after another (one stream).
-struct MoeRouterArgs {
-  const void* x = nullptr;       // [num_tokens, in_features] bf16, 16-byte aligned
-  const void* w = nullptr;       // [num_experts, in_features] bf16, 16-byte aligned
-  const float* bias = nullptr;   // [num_experts] router bias, or null
-  float* logits = nullptr;       // [num_tokens, num_experts]
-  unsigned* ticket = nullptr;    // a zeroed counter of the backend's, left zeroed by each launch
-  int64_t in_features = 0;
-};
-inline constexpr int kMoeRouterMaxTokens = 8;
-// Whether one launch takes this routing: up to kMoeRouterMaxTokens tokens, in_features % 8 == 0,
-// and the logits plus the routing warps' scratch in 48 KB of shared memory.
-bool moe_router_route_supported(int num_tokens, int num_experts, int num_groups, int top_k, int64_t in_features);
-void launch_moe_router_route(const MoeRouterArgs& r, const MoeRouteArgs& a, cudaStream_t s);
-
 // --- one expert's weights as the expert kernels read them -------------------------------------
 // Gate row i starts at w_gate + i * gu_row_stride, up row i at w_up + i * gu_row_stride (split
 // weights: stride H; a fused [2I, H] gate_up in halves: w_up = w_gate + I * H, stride H;

@@ -247,13 +247,6 @@ struct MoeRouteOp {
   float* weights;               // [num_tokens, top_k]
   int64_t num_tokens, num_experts, top_k, sigmoid, renormalize, num_groups, topk_groups, group_top2;
   float scale, unused;
-  // The router linear that wrote `logits`, folded in (router_w set; moe_router_route.cu): the
-  // kernel computes the logits itself and still writes them.
-  const void* router_x;         // [num_tokens, router_in_features] bf16
-  const void* router_w;         // [num_experts, router_in_features] bf16, or null: not folded
-  const float* router_bias;     // [num_experts] or null
-  unsigned* router_ticket;      // the backend's zeroed counter (moe_kernels.h: MoeRouterArgs)
-  int64_t router_in_features;
 };
 
 // The chosen experts' gated MLPs, weighted and summed (moe_kernels.h: MoeProblem). block_m 0: the
@@ -443,7 +436,7 @@ static_assert(sizeof(EmbeddingOp) == 72 && sizeof(LinearOp) == 56 && sizeof(Gemv
 static_assert(sizeof(MultiGemvOp) == 4 * 8 + kGemvMaxOutputs * 40 + 3 * 8 + 8);
 static_assert(sizeof(GemvGatedOp) == 7 * 8 + 4 * 8 + 8 && sizeof(RopeOp) == 4 * 8 + 6 * 8 + 8 + 2 * 8 + 6 * 8);
 static_assert(sizeof(AttentionOp) == 11 * 8 + 13 * 8 + 8 && sizeof(OpRecord) == 8 + sizeof(MoeExpertsOp));
-static_assert(sizeof(MoeRouteOp) == 4 * 8 + 8 * 8 + 8 + 5 * 8 && sizeof(MoeRouteOp) <= sizeof(MoeExpertsOp) && sizeof(MoeExpertsOp) == 10 * 8 + 7 * 8 + 4 * 4 + 8 + 2 * 8 + 4 * 4 + 2 * 4);
+static_assert(sizeof(MoeRouteOp) == 4 * 8 + 8 * 8 + 8 && sizeof(MoeExpertsOp) == 10 * 8 + 7 * 8 + 4 * 4 + 8 + 2 * 8 + 4 * 4 + 2 * 4);
 static_assert(sizeof(Fp8Projection) == 40 && sizeof(Fp8LinearOp) == 3 * 8 + kFp8MaxProjections * 40 + 3 * 8 + 8);
 static_assert(sizeof(GgufProjection) == 32 && sizeof(GgufLinearOp) == 8 + kGgufMaxProjections * 32 + 3 * 8 + 4 * 8 + 8);
 static_assert(sizeof(W4a16RecordProjection) == 48 && sizeof(W4a16LinearOp) == 4 * 8 + kW4a16MaxProjections * 48 + 8 + 2 * 4 + 4 * 2 &&
