@@ -52,6 +52,7 @@ const cuda::FlashInferDecodePlan* CudaBackend::flashinfer_decode_plan(const Tens
   in.max_blocks_per_seq = m.max_blocks_per_seq;
   in.block_size = m.block_size;
   in.num_works = works;
+  in.min_chunk_tokens = tuning_.recording.flashinfer_decode_min_chunk;
   return &flashinfer_decode_plans_.get(in);
 #else
   (void)q, (void)k_cache, (void)v_cache, (void)out, (void)m, (void)p;

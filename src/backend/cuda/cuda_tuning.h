@@ -92,6 +92,8 @@ inline constexpr int kFlashInferDecodeMaxSeqs = 8;
 // six-sequence steps took FlashInfer and the verify steps (more rows) ours, which round
 // differently in bf16; on one family the tests pass, and they now pin ours.
 inline constexpr int kFlashInferDecodeMinTableTokens = 0;
+// The shortest FlashInfer decode chunk, in tokens (RecordingTuning).
+inline constexpr int kFlashInferDecodeMinChunkTokens = 32;
 // From how many tokens a W4A16 linear dequantizes its weight for cuBLASLt (RecordingTuning).
 inline constexpr int kW4a16DequantMinRows = 512;
 
@@ -124,6 +126,9 @@ struct RecordingTuning {
   DecodeAttentionPath decode_attention = DecodeAttentionPath::kFlashInfer;         // KVASIR_CUDA_DECODE
   int flashinfer_decode_max_seqs = kFlashInferDecodeMaxSeqs;  // KVASIR_CUDA_DECODE_FI_MAX_SEQS [1, 4096]
   int flashinfer_decode_min_table = kFlashInferDecodeMinTableTokens;  // KVASIR_CUDA_DECODE_FI_MIN_TOKENS [0, 2^30]
+  // KVASIR_CUDA_DECODE_FI_MIN_CHUNK [1, 2^20]: the shortest chunk of keys FlashInfer's decode plan
+  // gives one CTA (rounded up to a block; longer where the sequences need fewer chunks to fit).
+  int flashinfer_decode_min_chunk = kFlashInferDecodeMinChunkTokens;
   // KVASIR_CUDA_DECODE_FI_FP8=1: e4m3 caches (value scale 1) through FlashInfer's decode too. Off:
   // on an H100 at batch 1, 32k context, FP8 weights it took 5.45 ms a step against 4.64 for our
   // mma_bulk (BENCHMARKS.md, 2026-12-06).
