@@ -34,13 +34,16 @@ enum class FlashInferDecodeField {
 // as the page list (no copy); last_page_len then holds seq_len - (max_blocks_per_seq - 1) *
 // block_size, negative for a short sequence, and the unsigned sum wraps back to seq_len exactly.
 
+// The default shortest chunk, in tokens (the backend's KVASIR_CUDA_DECODE_FI_MIN_CHUNK, cuda_tuning.h).
+inline constexpr int kFlashInferDecodeMinChunkTokens = 32;
+
 struct FlashInferDecodePlanInput {
   const int32_t* seq_lens = nullptr;  // [num_seqs] keys of each sequence (its new token included)
   int num_seqs = 0;
   int max_blocks_per_seq = 0;
   int block_size = 0;
   int num_works = 0;          // CTA rows of the launch (the grid's x)
-  int min_chunk_tokens = 32;  // chunks are never shorter (rounded up to a block)
+  int min_chunk_tokens = kFlashInferDecodeMinChunkTokens;  // chunks are never shorter (rounded up to a block)
 };
 
 struct FlashInferDecodePlan {

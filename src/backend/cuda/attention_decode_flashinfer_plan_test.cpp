@@ -18,7 +18,7 @@ using F = FlashInferDecodeField;
 
 // The plan's input over `lens` (which must outlive it: the input points into it).
 FlashInferDecodePlanInput input_of(const std::vector<int32_t>& lens, int max_blocks, int bs, int works,
-                                   int min_chunk = 32) {
+                                   int min_chunk = kFlashInferDecodeMinChunkTokens) {
   FlashInferDecodePlanInput in;
   in.seq_lens = lens.data();
   in.num_seqs = static_cast<int>(lens.size());
@@ -29,7 +29,7 @@ FlashInferDecodePlanInput input_of(const std::vector<int32_t>& lens, int max_blo
   return in;
 }
 
-FlashInferDecodePlan plan_of(const std::vector<int32_t>& lens, int max_blocks, int bs, int works, int min_chunk = 32) {
+FlashInferDecodePlan plan_of(const std::vector<int32_t>& lens, int max_blocks, int bs, int works, int min_chunk = kFlashInferDecodeMinChunkTokens) {
   FlashInferDecodePlan p;
   plan_flashinfer_decode(input_of(lens, max_blocks, bs, works, min_chunk), p);
   return p;

@@ -9,6 +9,7 @@
 
 #include <string>
 
+#include "backend/cuda/attention_decode_flashinfer_plan.h"  // kFlashInferDecodeMinChunkTokens
 #include "backend/cuda/gguf_kernels.h"
 
 namespace kvasir::cuda {
@@ -92,8 +93,6 @@ inline constexpr int kFlashInferDecodeMaxSeqs = 8;
 // six-sequence steps took FlashInfer and the verify steps (more rows) ours, which round
 // differently in bf16; on one family the tests pass, and they now pin ours.
 inline constexpr int kFlashInferDecodeMinTableTokens = 0;
-// The shortest FlashInfer decode chunk, in tokens (RecordingTuning).
-inline constexpr int kFlashInferDecodeMinChunkTokens = 32;
 // From how many tokens a W4A16 linear dequantizes its weight for cuBLASLt (RecordingTuning).
 inline constexpr int kW4a16DequantMinRows = 512;
 
