@@ -35,7 +35,7 @@ enum class FlashInferDecodeField {
 // block_size, negative for a short sequence, and the unsigned sum wraps back to seq_len exactly.
 
 // The default shortest chunk, in tokens (the backend's KVASIR_CUDA_DECODE_FI_MIN_CHUNK, cuda_tuning.h).
-inline constexpr int kFlashInferDecodeMinChunkTokens = 32;
+inline constexpr int kFlashInferDecodeMinChunkTokens = 16;
 
 struct FlashInferDecodePlanInput {
   const int32_t* seq_lens = nullptr;  // [num_seqs] keys of each sequence (its new token included)

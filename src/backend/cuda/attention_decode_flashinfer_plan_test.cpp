@@ -137,7 +137,7 @@ TEST(FlashInferDecodePlan, MixedBatchesBlockSizesAndTightRows) {
         for (auto& l : lens) l = 1 + static_cast<int>(rng() % 20000);
         const auto p = plan_of(lens, max_blocks, bs, works);
         check_covers(p, lens, max_blocks, bs);
-        if (p.chunk_tokens > std::max(bs, (32 + bs - 1) / bs * bs)) {
+        if (p.chunk_tokens > std::max(bs, (kFlashInferDecodeMinChunkTokens + bs - 1) / bs * bs)) {
           EXPECT_GT(rows_for(lens, bs, p.chunk_tokens - bs), works) << "chunk not minimal: bs " << bs << " S " << S;
         }
       }

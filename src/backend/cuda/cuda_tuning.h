@@ -128,7 +128,7 @@ struct RecordingTuning {
   // KVASIR_CUDA_DECODE_FI_MIN_CHUNK [1, 2^20]: the shortest chunk of keys FlashInfer's decode plan
   // gives one CTA (rounded up to a block; longer where the sequences need fewer chunks to fit).
   // H100, 2026-12-07, 128-token contexts: 16 was 0.2-1.4% faster than 32 and 64 1-2% slower
-  // (BENCHMARKS.md); 32 stays until the GPU tests have run with 16 (more bf16 chunk partials).
+  // (BENCHMARKS.md), and the decode op tests and the whole e2e suite pass with 16: the default.
   int flashinfer_decode_min_chunk = kFlashInferDecodeMinChunkTokens;
   // KVASIR_CUDA_DECODE_FI_FP8=1: e4m3 caches (value scale 1) through FlashInfer's decode too. Off:
   // on an H100 at batch 1, 32k context, FP8 weights it took 5.45 ms a step against 4.64 for our
