@@ -232,6 +232,10 @@ class CudaBackend final : public Backend {
   };
   cuda::HeadGemm head_gemm_;
   OwnedDeviceMemory mla_scratch_;
+  // The W4A16 wgmma GEMM's stream-K workspace (tickets zeroed once), made when the first GEMM that
+  // may run stream-K (KVASIR_W4A16_WGMMA_STREAM tokens or more) is recorded.
+  OwnedDeviceMemory w4a16_stream_mem_;
+  cuda::W4a16StreamWorkspace w4a16_stream_{};
   std::vector<cuda::PrefillWork> mla_work_;
   // FP8 linears: cuBLASLt FP8 GEMMs (made on first use) and the quantized activations' scratch.
   cuda::Fp8GemmRunner fp8_gemm_;

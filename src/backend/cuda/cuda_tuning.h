@@ -44,6 +44,12 @@ struct KernelTuning {
   int w4a16_gemm_stages = 4;          // KVASIR_W4A16_GEMM_STAGES 3|4|6: the W4A16 GEMM's cp.async pipeline depth
   bool w4a16_gemm_wgmma = true;       // KVASIR_W4A16_GEMM_WGMMA=0: the W4A16 GEMM on mma.sync, not wgmma (w4a16_wgmma.cu; 9.0 devices only)
   int w4a16_gemm_max_splits = 8;      // KVASIR_W4A16_GEMM_SPLITS [1, 8]: most K slices (cluster CTAs) of a W4A16 GEMM tile
+  int w4a16_wgmma_ahead = 4;          // KVASIR_W4A16_WGMMA_AHEAD 4|6|8: chunks of K the wgmma GEMM's fills run ahead
+  // KVASIR_W4A16_WGMMA_STREAM [0, 4096]: the fewest tokens a wgmma GEMM runs stream-K at (every SM,
+  // tiles cut between CTAs; fewer tokens split K across cluster CTAs); 0: never. 65, two row tiles:
+  // on an H100 stream-K took a batch-128 INT4 step from 9.56 to 8.51 ms and slowed batch 32 and 64
+  // by 16-18% (BENCHMARKS.md 2026-12-07).
+  int w4a16_wgmma_stream_rows = 65;
   int gemv_max_rows = 8;              // KVASIR_GEMV_MAX_ROWS [1, 8]: most rows a GEMV takes (more: cuBLASLt)
   int gemv_tc_min_rows = 2;           // KVASIR_GEMV_TC_MIN_ROWS [1, 9]: fewest tokens a GEMV runs on tensor cores (9: never)
   int gemv_tc_variant = 0;            // KVASIR_GEMV_TC_VARIANT 0|1: the tensor-core GEMV's build (gemv_tensor_core.cu)

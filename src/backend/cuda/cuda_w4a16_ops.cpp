@@ -172,6 +172,18 @@ void CudaBackend::linear_w4a16(const Tensor& x, const Tensor& w, const Tensor* b
   const int32_t elem = static_cast<int32_t>(elem_of(out.dtype));
   const bool dequant = n >= tuning_.recording.w4a16_dequant_rows && n > cuda::kW4a16GemvMaxRows;
   const size_t ws_bytes = dequant ? dequant_scratch_bytes(n, m, k, elem_of(out.dtype)) : 0;
+  const int stream_rows = cuda::kernel_tuning().w4a16_wgmma_stream_rows;
+  if (!dequant && n > cuda::kW4a16GemvMaxRows && stream_rows > 0 && n >= stream_rows && w4a16_stream_.base == nullptr) {
+    // Once, for the first GEMM that may run stream-K, outside any capture (ops are recorded before
+    // they run): the tickets start at zero and every launch leaves them so.
+    bind_device();
+    const size_t bytes = cuda::w4a16_stream_workspace_bytes(num_sms_);
+    KVASIR_CUDA_CHECK(cudaMalloc(&w4a16_stream_mem_.ptr, bytes));
+    KVASIR_CUDA_CHECK(cudaMemset(w4a16_stream_mem_.ptr, 0, bytes));
+    KVASIR_CUDA_CHECK(cudaDeviceSynchronize());
+    w4a16_stream_mem_.cap = bytes;
+    w4a16_stream_ = {w4a16_stream_mem_.ptr, num_sms_};
+  }
   cuda::W4a16RecordProjection pr{};
   pr.codes = w.data;
   pr.scales = q.scales;
@@ -255,7 +267,8 @@ void CudaBackend::exec_w4a16_linear(const cuda::W4a16LinearOp& op, Elem elem, cu
     return;
   }
   if (op.workspace == nullptr) {
-    cuda::launch_w4a16_gemm(x, proj, op.num_proj, n, k, elem, num_sms_, s);
+    cuda::launch_w4a16_gemm(x, proj, op.num_proj, n, k, elem, num_sms_,
+                            w4a16_stream_.base != nullptr ? &w4a16_stream_ : nullptr, s);
     return;
   }
   for (int i = 0; i < op.num_proj; ++i) {

@@ -208,7 +208,9 @@ TEST_F(CudaW4a16, EveryFormatMatchesCpuOnManyShapes) {
 }
 
 // Llama-3.1-8B's projections at decode and prefill sizes: the GEMV's long K loops, the GEMM split
-// over K (64 tokens: too few tiles to fill the GPU) and not (300 tokens of a wide projection).
+// over K (64 tokens: too few tiles to fill the GPU) and not (300 tokens of a wide projection); on
+// wgmma at the default KVASIR_W4A16_WGMMA_STREAM, 100 tokens x 9,216 features (72 tiles, 132 CTAs)
+// run stream-K, tiles cut between two or three CTAs, the last row tile part empty.
 TEST_F(CudaW4a16, LlamaShapesMatchCpu) {
   struct Case {
     int n, k, m;
@@ -216,7 +218,8 @@ TEST_F(CudaW4a16, LlamaShapesMatchCpu) {
   };
   const Case cases[] = {{1, 4096, 6144, 0},   {1, 14336, 4096, 2}, {1, 4096, 14336, 7}, {4, 4096, 1024, 5},
                         {8, 14336, 4096, 8},  {16, 4096, 4096, 3}, {64, 4096, 1024, 1}, {64, 14336, 4096, 6},
-                        {300, 1024, 4096, 4}, {130, 4096, 6144, 9}};
+                        {300, 1024, 4096, 4}, {130, 4096, 6144, 9},  {100, 1024, 9216, 5},
+                        {100, 1024, 9216, 7}};
   uint32_t seed = 100;
   for (const Case& c : cases) {
     const Format& f = kFormats[c.format];

@@ -264,9 +264,9 @@ int w4a16_gemm_splits(int64_t n, int64_t m, int64_t k, int num_sms) {
 }
 
 void launch_w4a16_gemm(const void* x, const W4a16Projection* proj, int num_proj, int64_t n, int64_t k, Elem out,
-                       int num_sms, cudaStream_t s) {
+                       int num_sms, const W4a16StreamWorkspace* ws, cudaStream_t s) {
   if (use_wgmma() && w4a16_wgmma_takes(proj, num_proj)) {
-    launch_w4a16_wgmma(x, proj, num_proj, n, k, out, num_sms, s);
+    launch_w4a16_wgmma(x, proj, num_proj, n, k, out, num_sms, ws, s);
     return;
   }
   int64_t tiles = 0;

@@ -24,6 +24,14 @@ struct W4a16GemmArgs {
   int32_t kc_per_split, f32_out;
 };
 
+// The stream-K kernel's view of the workspace (W4a16StreamWorkspace): one ticket a tile, two
+// float32 partial tiles a CTA; tiles = column tiles x row tiles, in row-tile-major order.
+struct W4a16StreamSplit {
+  float* partials;
+  int32_t* tickets;
+  int32_t tiles, column_tiles, pairs_per_tile;
+};
+
 // The launch's arguments for column tiles `bn` features wide (tile_end counted in them); the
 // splits (kc_per_split) are the kernel's to set. *tiles: column tiles of every projection.
 W4a16GemmArgs w4a16_gemm_args(const void* x, const W4a16Projection* proj, int num_proj, int64_t n, int64_t k,
@@ -216,8 +224,10 @@ __device__ __forceinline__ void sum_split_tiles(const W4a16GemmArgs& a, const W4
 // The GEMM by wgmma (w4a16_wgmma.cu): its own tiles (64 tokens x 256 features), splits and grid.
 // Only on a 9.0 device (wgmma_device()).
 bool wgmma_device();
+// ws (may be null): where the stream-K kernel sums tiles cut between CTAs; without it, or with
+// KVASIR_W4A16_WGMMA_STREAM=0, K is split across cluster CTAs.
 void launch_w4a16_wgmma(const void* x, const W4a16Projection* proj, int num_proj, int64_t n, int64_t k, Elem out,
-                        int num_sms, cudaStream_t s);
+                        int num_sms, const W4a16StreamWorkspace* ws, cudaStream_t s);
 int w4a16_wgmma_splits(int64_t n, int64_t m, int64_t k, int num_sms);
 // Whether the wgmma kernel takes these projections (all with zero points, or none).
 bool w4a16_wgmma_takes(const W4a16Projection* proj, int num_proj);

@@ -58,12 +58,24 @@ bool w4a16_shape_supported(int64_t out_features, int64_t in_features);
 void launch_w4a16_gemv(const void* x, const W4a16Projection* proj, int num_proj, int n, int64_t k, Elem out,
                        int gated, cudaStream_t s);
 
+// The wgmma GEMM's stream-K workspace (w4a16_wgmma.cu): kW4a16StreamTickets int32 tickets, zero
+// between launches (every launch leaves them zero, so they are zeroed once, when allocated), then
+// two float32 partial tiles (64 x 256) for each of up to max_ctas CTAs. The GEMMs of one stream
+// share it: a launch touches it only after its PDL wait, when the launch before has finished.
+inline constexpr int kW4a16StreamTickets = 8192;
+struct W4a16StreamWorkspace {
+  void* base;
+  int32_t max_ctas;
+};
+size_t w4a16_stream_workspace_bytes(int max_ctas);
+
 // How many K slices (cluster CTAs, 1..8) the GEMM of [n, k] x [m, k]^T runs in on `num_sms` SMs.
 int w4a16_gemm_splits(int64_t n, int64_t m, int64_t k, int num_sms);
 // proj[i].y = x · W_i^T (+ bias) for any n, proj[0..num_proj) in one launch (one group size and
 // scale type for all).
+// ws: the wgmma GEMM's stream-K workspace (above), or null.
 void launch_w4a16_gemm(const void* x, const W4a16Projection* proj, int num_proj, int64_t n, int64_t k, Elem out,
-                       int num_sms, cudaStream_t s);
+                       int num_sms, const W4a16StreamWorkspace* ws, cudaStream_t s);
 
 // Rows [r0, r0 + rows) of p's weight as bf16 [rows, k] (16-byte aligned): (code - zero) * scale
 // in float32, rounded once; r0 and rows multiples of 16. Columns in the layout's order (act-order

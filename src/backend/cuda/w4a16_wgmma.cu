@@ -16,10 +16,19 @@
 //    group ends to scale partial sums.
 //  - The loop is pipelined across chunks: chunk i's fragments are built while chunk i - 1's
 //    wgmmas run (two fragment sets, alternating), and a chunk waits only for the one before it
-//    (wgmma.wait_group 1). cp.async fills run kStages - 2 chunks ahead (a stage stays readable
-//    until the chunk after it has waited), from pointers advanced chunk by chunk.
-// K is split across the CTAs of a cluster when the tiles cannot fill the SMs, and the cluster adds
-// the float32 tiles through distributed shared memory (w4a16_gemm_tile.cuh's sum_split_tiles).
+//    (wgmma.wait_group 1). Stages are handed over a pair of chunks at a time: one cp.async wait and
+//    one CTA barrier per 128 columns of K. Under ncu (H100, batch 64, 2026-12-07) the kernel issued
+//    194 instructions a warp per chunk, two thirds of them not the dequantization, with barrier
+//    stalls 13-23% of the samples; a barrier per pair halves that share. cp.async fills run
+//    kAhead chunks ahead (kAhead + 3 stages: the pair being read, the chunk before it whose wgmmas
+//    may still run, the fills in flight), from pointers advanced chunk by chunk. The weights of
+//    the first kAhead chunks are requested before the wait for the previous kernel (PDL): no
+//    earlier kernel writes them.
+// Up to one row tile (64 tokens), K is split across the CTAs of a cluster when the tiles cannot
+// fill the SMs, and the cluster adds the float32 tiles through distributed shared memory
+// (w4a16_gemm_tile.cuh's sum_split_tiles); from two row tiles (KVASIR_W4A16_WGMMA_STREAM) the
+// stream-K kernel below deals the work out over every SM.
+#include <algorithm>
 #include <array>
 #include <string>
 
@@ -30,15 +39,17 @@ namespace kvasir::cuda {
 namespace {
 
 constexpr int kWgBN = 256;       // features a tile
-constexpr int kWgStages = 6;     // stages; fills run kWgStages - 2 chunks ahead
-constexpr int kWgAhead = kWgStages - 2;
 constexpr int kWgABytes = kBM * 64 * 2;           // activations: 64 tokens x 64 bf16, swizzled rows
 constexpr int kWgBBytes = (kWgBN / 16) * 512;     // codes: 16 layout tiles
 constexpr int kWgSBytes = 2 * kWgBN * 4;          // two group rows of scales, up to float32
 constexpr int kWgZBytes = 2 * kWgBN;              // two group rows of zero points
 constexpr int kWgStageBytes = (kWgABytes + kWgBBytes + kWgSBytes + kWgZBytes + 1023) / 1024 * 1024;
-constexpr size_t kWgSmem = static_cast<size_t>(kWgStages) * kWgStageBytes;
-static_assert(kWgSmem >= static_cast<size_t>(kBM) * (kWgBN + 8) * 4, "the split tile fits the stages");
+// Chunks the fills run ahead (KVASIR_W4A16_WGMMA_AHEAD: 4, 6 or 8; even, whole pairs) and the
+// shared memory that takes: kAhead + 3 stages (214 KB at 8, inside the 227 KB an SM gives a CTA).
+constexpr int wg_stages(int ahead) { return ahead + 3; }
+constexpr size_t wg_smem(int ahead) { return static_cast<size_t>(wg_stages(ahead)) * kWgStageBytes; }
+static_assert(wg_smem(4) >= static_cast<size_t>(kBM) * (kWgBN + 8) * 4, "the split tile fits the stages");
+static_assert(wg_smem(8) <= 227 * 1024, "the stages fit an SM");
 constexpr int kWgThreads = 512;  // four warpgroups
 
 // The shared-memory matrix descriptor of a K-major bf16 operand with 128-byte swizzle: rows of 64
@@ -165,11 +176,16 @@ __device__ __forceinline__ WgCopies wg_copies(const W4a16GemmArgs& a, const W4a1
 // of zero codes and zero scales add nothing; stale or never-written shared memory could hold
 // NaNs). Each group row of scales and zeros is copied only when the chunk needs it (row 1 only
 // when the chunk's 32-column halves lie in two groups).
-template <int kType>
-__device__ __forceinline__ void load_chunk(uint8_t* st, WgCopies& c, const W4a16Groups& groups, int kc, bool real) {
+// The weights' part (codes, scales, zero points) and the activations' part are separate calls:
+// the weights of the first chunks are requested before the PDL wait. Each part advances its own
+// pointer, so either is called for chunks in order.
+__device__ __forceinline__ void load_chunk_activations(uint8_t* st, WgCopies& c, bool real) {
   cp_async16(st + c.a_dst, c.a_src, c.a_ok && real);
-  cp_async16(st + c.b_dst, c.b_src, c.b_ok && real);
   c.a_src += 128;
+}
+template <int kType>
+__device__ __forceinline__ void load_chunk_weights(uint8_t* st, WgCopies& c, const W4a16Groups& groups, int kc, bool real) {
+  cp_async16(st + c.b_dst, c.b_src, c.b_ok && real);
   c.b_src += 512;
   if (c.s_slot >= 0) {
     const uint32_t h = 2 * static_cast<uint32_t>(real ? kc : 0);
@@ -181,6 +197,11 @@ __device__ __forceinline__ void load_chunk(uint8_t* st, WgCopies& c, const W4a16
       if constexpr (kType == kW4a16ScaleF32) cp_async16(st + c.s_dst + 512, src + 512, c.s_ok[1] && real);
     }
   }
+}
+template <int kType>
+__device__ __forceinline__ void load_chunk(uint8_t* st, WgCopies& c, const W4a16Groups& groups, int kc, bool real) {
+  load_chunk_activations(st, c, real);
+  load_chunk_weights<kType>(st, c, groups, kc, real);
 }
 
 // One chunk's A fragments for this thread: its warpgroup's tile (features 64 wg + 16 wq + g and
@@ -195,13 +216,23 @@ __device__ __forceinline__ void build_fragments(const uint8_t* st, bool two_grou
   const int tile = wg * 4 + wq;  // this warp's 16-feature layout tile
   const uint4 codes = *reinterpret_cast<const uint4*>(st + kWgABytes + tile * 512 + lane * 16);
   const int f = tile * 16 + (lane >> 2);
+  // Group row 0's zero points and scales serve both 32-column halves unless the chunk spans two
+  // groups (group sizes that are not a multiple of 64; uniform across the CTA): then row 1's
+  // serve the second half. Loaded and converted once, not per half.
+  uint32_t z_lo = w4a16_zero_pair(kZeros ? Z[f] : 8u);
+  uint32_t z_hi = w4a16_zero_pair(kZeros ? Z[f + 8] : 8u);
+  uint32_t s_lo = scale_pair(w4a16_scale_as<kType>(S, f));
+  uint32_t s_hi = scale_pair(w4a16_scale_as<kType>(S, f + 8));
 #pragma unroll
   for (int j = 0; j < 2; ++j) {
-    const int slot = two_groups ? j : 0;
-    const uint32_t z_lo = w4a16_zero_pair(kZeros ? Z[slot * kWgBN + f] : 8u);
-    const uint32_t z_hi = w4a16_zero_pair(kZeros ? Z[slot * kWgBN + f + 8] : 8u);
-    const uint32_t s_lo = scale_pair(w4a16_scale_as<kType>(S + slot * kWgBN * 4, f));
-    const uint32_t s_hi = scale_pair(w4a16_scale_as<kType>(S + slot * kWgBN * 4, f + 8));
+    if (j == 1 && two_groups) {
+      if constexpr (kZeros) {
+        z_lo = w4a16_zero_pair(Z[kWgBN + f]);
+        z_hi = w4a16_zero_pair(Z[kWgBN + f + 8]);
+      }
+      s_lo = scale_pair(w4a16_scale_as<kType>(S + kWgBN * 4, f));
+      s_hi = scale_pair(w4a16_scale_as<kType>(S + kWgBN * 4, f + 8));
+    }
     const uint32_t w_lo = word_of(codes, j), w_hi = word_of(codes, 2 + j);
 #pragma unroll
     for (int odd = 0; odd < 2; ++odd) {
@@ -222,81 +253,85 @@ __device__ __forceinline__ void fence_fragments(uint32_t (&f)[4][4]) {
   }
 }
 
-// What every chunk of a CTA's loop reads.
+// What every chunk of a CTA's loop reads. desc0: the wgmma descriptor of shared memory's start
+// (a stage's rows are desc0 plus the stage's offset in 16-byte units: the address field cannot
+// carry over, shared memory being under 2^18 bytes).
 struct WgLoop {
   W4a16Groups groups;
   uint8_t* smem;
+  uint64_t desc0;
   int ke, ke_pad, wg, wq, lane;
 };
 
-// Chunk kc in stage `read`: hands the stage over, starts the fill of chunk kc + kWgAhead (into
-// the stage chunk kc - 2 used: every warpgroup has waited for that chunk's wgmmas), builds this
-// chunk's fragments into `frag` and issues its four wgmmas, then waits for the chunk before it,
-// whose fragment set `prev` the next chunk overwrites. `prev` is fenced after that wait: to the
-// compiler the registers are dead once its wgmma statements have read them, and it would reuse
-// them for `frag` while those wgmmas still run (ptxas then serializes every wgmma).
+// Chunk kc, in stage `read` (already handed over): builds its fragments into `frag` and issues
+// its four wgmmas, then waits for the chunk before it, whose fragment set `prev` the next chunk
+// overwrites. `prev` is fenced after that wait: to the compiler the registers are dead once its
+// wgmma statements have read them, and it would reuse them for `frag` while those wgmmas still run
+// (ptxas then serializes every wgmma).
 template <int kType, bool kZeros>
-__device__ __forceinline__ void run_chunk(const WgLoop& L, WgCopies& copies, int kc, int read, float (&acc)[32],
-                                          uint32_t (&frag)[4][4], uint32_t (&prev)[4][4]) {
-  cp_async_wait<kWgAhead - 1>();
-  fence_async_shared();
-  __syncthreads();
-  const int ahead = kc + kWgAhead;
-  const int write = read + kWgAhead >= kWgStages ? read + kWgAhead - kWgStages : read + kWgAhead;
-  if (ahead < L.ke_pad) load_chunk<kType>(L.smem + write * kWgStageBytes, copies, L.groups, ahead, ahead < L.ke);
-  cp_async_commit();
+__device__ __forceinline__ void compute_chunk(const WgLoop& L, int kc, int read, float (&acc)[32], uint32_t (&frag)[4][4],
+                                              uint32_t (&prev)[4][4]) {
   const uint8_t* st = L.smem + read * kWgStageBytes;
   const bool two_groups = L.groups.split_chunks &&
                           w4a16_group_of(2 * static_cast<uint32_t>(kc), L.groups.magic) !=
                               w4a16_group_of(2 * static_cast<uint32_t>(kc) + 1, L.groups.magic);
   build_fragments<kType, kZeros>(st, two_groups, L.wg, L.wq, L.lane, frag);
-  const uint32_t x_addr = smem_addr(st);
+  const uint64_t desc = L.desc0 + static_cast<uint32_t>(read * (kWgStageBytes >> 4));
   wgmma_fence();
 #pragma unroll
-  for (int s = 0; s < 4; ++s) wgmma_m64n64k16(acc, frag[s], sw128_desc(x_addr + 32 * s));
+  for (int s = 0; s < 4; ++s) wgmma_m64n64k16(acc, frag[s], desc + 2 * s);
   wgmma_commit();
   wgmma_wait<1>();
   fence_fragments(prev);
 }
 
-// Grid: (column tiles of every projection, row tiles of 64 tokens, K slices); with slices,
-// clusters of (1, 1, slices). Four warpgroups, one 64-feature A tile each (four warps a
-// scheduler to hide the dequantization's latencies). Thread (warpgroup wg, warp wq in it, lane =
-// 4 g + t) owns feature f = 64 wg + 16 wq + g and f + 8 of the CTA's 256 and, for n8 block b,
-// tokens 8 b + 2 t and + 1: acc[4 b + 0..1] (feature f), acc[4 b + 2..3] (feature f + 8).
-template <int kType, bool kZeros>
-__global__ void __launch_bounds__(kWgThreads, 1) w4a16_wgmma_kernel(W4a16GemmArgs a) {
-  // 1,024-byte aligned (the 128-byte swizzle's atom; no static shared memory here to offset it).
-  extern __shared__ __align__(1024) uint8_t smem[];
-  const int tid = threadIdx.x, warp = tid >> 5, lane = tid & 31, t = lane & 3, g = lane >> 2;
-  int64_t n0 = 0;
-  const W4a16Projection p = tile_projection<kWgBN>(a, static_cast<int>(blockIdx.x), &n0);
-  const int64_t m0 = static_cast<int64_t>(blockIdx.y) * kBM;
-  const int chunks = static_cast<int>(a.k / 64);
-  const int kb = static_cast<int>(blockIdx.z) * a.kc_per_split;
-  const int ke = min(chunks, kb + a.kc_per_split);
-  // The loop runs chunks in pairs (the two fragment sets): an odd slice gets one zero chunk more.
-  // (A conditional second chunk makes ptxas serialize every wgmma: it cannot follow a wgmma in
-  // flight across that branch.)
-  const int ke_pad = kb + ((ke - kb + 1) & ~1);
-  const WgLoop L{a.groups, smem, ke, ke_pad, warp >> 2, warp & 3, lane};
+// One tile's slice [kb, ke) of K's chunks through the pipeline, added to acc (zeroed by the
+// caller: zeroed here, ptxas serializes the cluster kernel's wgmmas); ke_pad:
+// ke rounded up to whole pairs (the loop runs chunks in pairs, for the two fragment sets: an odd
+// slice gets one zero chunk more; a conditional second chunk makes ptxas serialize every wgmma,
+// as it cannot follow a wgmma in flight across that branch). The first kAhead chunks' weights are
+// requested before the wait for the previous kernel (a no-op after the first tile), then their
+// activations, one cp.async group a pair (the first group also holds every early weight). On
+// return every stage is free for this thread's warpgroup; the others may still read theirs.
+template <int kType, bool kZeros, int kAhead>
+__device__ __forceinline__ void tile_mainloop(const W4a16GemmArgs& a, const W4a16Projection& p, int64_t m0, int64_t n0,
+                                              int kb, int ke, int ke_pad, uint8_t* smem, float (&acc)[32]) {
+  static_assert(kAhead % 2 == 0, "fills run whole pairs ahead");
+  constexpr int kStages = wg_stages(kAhead);
+  const int tid = threadIdx.x, warp = tid >> 5, lane = tid & 31;
+  const WgLoop L{a.groups, smem, sw128_desc(smem_addr(smem)), ke, ke_pad, warp >> 2, warp & 3, lane};
   WgCopies copies = wg_copies<kType>(a, p, m0, n0, kb, tid);
-  float acc[32];
 #pragma unroll
-  for (int v = 0; v < 32; ++v) acc[v] = 0.0f;
-  pdl_begin();
+  for (int s = 0; s < kAhead; ++s) {
+    if (kb + s < ke_pad) load_chunk_weights<kType>(smem + s * kWgStageBytes, copies, a.groups, kb + s, kb + s < ke);
+  }
+  pdl_wait();
 #pragma unroll
-  for (int s = 0; s < kWgAhead; ++s) {
-    if (kb + s < ke_pad) load_chunk<kType>(smem + s * kWgStageBytes, copies, a.groups, kb + s, kb + s < ke);
-    cp_async_commit();
+  for (int s = 0; s < kAhead; ++s) {
+    if (kb + s < ke_pad) load_chunk_activations(smem + s * kWgStageBytes, copies, kb + s < ke);
+    if (s % 2 == 1) cp_async_commit();
   }
   uint32_t frag0[4][4] = {}, frag1[4][4] = {};
-  int read = 0;
+  int read = 0;  // chunk kc's stage
   for (int kc = kb; kc < ke_pad; kc += 2) {
-    run_chunk<kType, kZeros>(L, copies, kc, read, acc, frag0, frag1);
-    read = read == kWgStages - 1 ? 0 : read + 1;
-    run_chunk<kType, kZeros>(L, copies, kc + 1, read, acc, frag1, frag0);
-    read = read == kWgStages - 1 ? 0 : read + 1;
+    // Hands this pair's two stages over: every warpgroup has waited for the wgmmas of chunk kc - 2
+    // (and all before), so the fills below may take the stages of chunks up to kc - 2; kc - 1's
+    // wgmmas may still run, and kAhead + 3 stages keep it apart from the fills.
+    cp_async_wait<kAhead / 2 - 1>();
+    fence_async_shared();
+    __syncthreads();
+    const int ahead = kc + kAhead;
+    if (ahead < ke_pad) {
+      const int w0 = read + kAhead >= kStages ? read + kAhead - kStages : read + kAhead;
+      const int w1 = w0 == kStages - 1 ? 0 : w0 + 1;
+      load_chunk<kType>(smem + w0 * kWgStageBytes, copies, a.groups, ahead, ahead < ke);
+      load_chunk<kType>(smem + w1 * kWgStageBytes, copies, a.groups, ahead + 1, ahead + 1 < ke);
+    }
+    cp_async_commit();
+    const int read1 = read == kStages - 1 ? 0 : read + 1;
+    compute_chunk<kType, kZeros>(L, kc, read, acc, frag0, frag1);
+    compute_chunk<kType, kZeros>(L, kc + 1, read1, acc, frag1, frag0);
+    read = read1 == kStages - 1 ? 0 : read1 + 1;
   }
   wgmma_wait<0>();
   fence_fragments(frag0);
@@ -304,20 +339,17 @@ __global__ void __launch_bounds__(kWgThreads, 1) w4a16_wgmma_kernel(W4a16GemmArg
 #pragma unroll
   for (int v = 0; v < 32; ++v) fence_operand(acc[v]);
   cp_async_wait<0>();
+}
+
+// The tile's outputs from a thread's accumulators (bias added), rows and columns that exist only.
+// Thread (warpgroup wg, warp wq in it, lane = 4 g + t) owns feature f = 64 wg + 16 wq + g and
+// f + 8 of the tile's 256 and, for n8 block b, tokens 8 b + 2 t and + 1: acc[4 b + 0..1]
+// (feature f), acc[4 b + 2..3] (feature f + 8).
+__device__ __forceinline__ void store_tile(const W4a16GemmArgs& a, const W4a16Projection& p, int64_t m0, int64_t n0,
+                                           const float (&acc)[32]) {
+  const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31, t = lane & 3, g = lane >> 2;
   const int f0 = warp * 16 + g;  // = 64 wg + 16 wq + g
   const int64_t N = p.out_features;
-  if (gridDim.z > 1) {
-    constexpr int kStride = kWgBN + 8;
-    float* red = reinterpret_cast<float*>(smem);
-    __syncthreads();  // every warpgroup is done with the stages
-#pragma unroll
-    for (int b = 0; b < 8; ++b) {
-#pragma unroll
-      for (int c = 0; c < 4; ++c) red[(8 * b + 2 * t + (c & 1)) * kStride + f0 + 8 * (c >> 1)] = acc[4 * b + c];
-    }
-    sum_split_tiles<kBM, kWgBN, kWgThreads>(a, p, m0, n0, red);
-    return;
-  }
 #pragma unroll
   for (int c = 0; c < 4; ++c) {
     const int64_t col = n0 + f0 + 8 * (c >> 1);
@@ -334,11 +366,146 @@ __global__ void __launch_bounds__(kWgThreads, 1) w4a16_wgmma_kernel(W4a16GemmArg
   }
 }
 
+// Grid: (column tiles of every projection, row tiles of 64 tokens, K slices); with slices,
+// clusters of (1, 1, slices) that add their tiles through distributed shared memory. Four
+// warpgroups, one 64-feature A tile each (four warps a scheduler to hide the dequantization's
+// latencies).
+template <int kType, bool kZeros, int kAhead>
+__global__ void __launch_bounds__(kWgThreads, 1) w4a16_wgmma_kernel(W4a16GemmArgs a) {
+  // 1,024-byte aligned (the 128-byte swizzle's atom; no static shared memory here to offset it).
+  extern __shared__ __align__(1024) uint8_t smem[];
+  const int tid = threadIdx.x, warp = tid >> 5, lane = tid & 31, t = lane & 3, g = lane >> 2;
+  int64_t n0 = 0;
+  const W4a16Projection p = tile_projection<kWgBN>(a, static_cast<int>(blockIdx.x), &n0);
+  const int64_t m0 = static_cast<int64_t>(blockIdx.y) * kBM;
+  const int chunks = static_cast<int>(a.k / 64);
+  const int kb = static_cast<int>(blockIdx.z) * a.kc_per_split;
+  const int ke = min(chunks, kb + a.kc_per_split);
+  float acc[32];
+#pragma unroll
+  for (int v = 0; v < 32; ++v) acc[v] = 0.0f;
+  pdl_launch_dependents();
+  tile_mainloop<kType, kZeros, kAhead>(a, p, m0, n0, kb, ke, kb + ((ke - kb + 1) & ~1), smem, acc);
+  if (gridDim.z > 1) {
+    constexpr int kStride = kWgBN + 8;
+    const int f0 = warp * 16 + g;
+    float* red = reinterpret_cast<float*>(smem);
+    __syncthreads();  // every warpgroup is done with the stages
+#pragma unroll
+    for (int b = 0; b < 8; ++b) {
+#pragma unroll
+      for (int c = 0; c < 4; ++c) red[(8 * b + 2 * t + (c & 1)) * kStride + f0 + 8 * (c >> 1)] = acc[4 * b + c];
+    }
+    sum_split_tiles<kBM, kWgBN, kWgThreads>(a, p, m0, n0, red);
+    return;
+  }
+  store_tile(a, p, m0, n0, acc);
+}
+
+// Stream-K: the work of every tile (column tile x row tile) is cut into pairs of chunks, and CTA
+// g of G (one an SM) takes pairs [g U / G, (g + 1) U / G) of all U, in tile order: so every SM
+// works, where whole tiles or cluster slices leave some idle (at batch 64 on an H100, 20-36 of 132:
+// q/k/v 96 CTAs, o and down 96, gate/up 112; ncu, 2026-12-07). It pays where a tile is shared by
+// few CTAs: at batch 128 (two row tiles) the step took 8.51 ms against 9.56 with cluster splits,
+// at batch 64 (a tile over five or more CTAs) 5.84 against 5.01, so it starts at two row tiles. A tile a CTA covers whole is stored;
+// a tile cut between CTAs is summed through the workspace: each covering CTA writes its float32
+// partial (slot 0 for its first tile, 1 for its last), takes a ticket, and the last to arrive adds
+// the partials in CTA order (deterministic, whoever arrives last), stores, and resets the ticket
+// for the next launch. No CTA waits for another.
+template <int kType, bool kZeros, int kAhead>
+__global__ void __launch_bounds__(kWgThreads, 1) w4a16_wgmma_stream_kernel(W4a16GemmArgs a, W4a16StreamSplit sk) {
+  extern __shared__ __align__(1024) uint8_t smem[];
+  const int tid = threadIdx.x;
+  const int G = static_cast<int>(gridDim.x), cta = static_cast<int>(blockIdx.x);
+  const int P = sk.pairs_per_tile, chunks = static_cast<int>(a.k / 64);
+  const int64_t U = static_cast<int64_t>(sk.tiles) * P;
+  auto start_of = [&](int c) { return static_cast<int>(static_cast<int64_t>(c) * U / G); };
+  auto owner_of = [&](int64_t u) { return static_cast<int>(((u + 1) * G - 1) / U); };
+  const int u0 = start_of(cta), u1 = start_of(cta + 1), first_tile = u0 / P;
+  float acc[32];
+  pdl_launch_dependents();
+  for (int u = u0; u < u1;) {
+    const int tile = u / P, v = min(u1, (tile + 1) * P);
+    const int p0 = u - tile * P, p1 = v - tile * P;
+    int64_t n0 = 0;
+    const W4a16Projection p = tile_projection<kWgBN>(a, tile % sk.column_tiles, &n0);
+    const int64_t m0 = static_cast<int64_t>(tile / sk.column_tiles) * kBM;
+    if (u != u0) __syncthreads();  // the last tile's stages (and ticket flag) are read by all
+#pragma unroll
+    for (int i = 0; i < 32; ++i) acc[i] = 0.0f;
+    tile_mainloop<kType, kZeros, kAhead>(a, p, m0, n0, 2 * p0, min(chunks, 2 * p1), 2 * p1, smem, acc);
+    u = v;
+    if (p0 == 0 && p1 == P) {
+      store_tile(a, p, m0, n0, acc);
+      continue;
+    }
+    // A partial tile is 8 x 512 float4s, float4 i of thread tid at i * 512 + tid: every warp's
+    // stores and loads are 512 contiguous bytes. (Each thread's 32 accumulators side by side cost
+    // 57-61% of the q/k/v and o launches' stall samples, ncu 2026-12-07, with a fence per thread.)
+    auto partial = [&](int c, int slot) {
+      return reinterpret_cast<float4*>(sk.partials) + (static_cast<int64_t>(c) * 2 + slot) * 8 * kWgThreads + tid;
+    };
+    float4* mine = partial(cta, tile == first_tile ? 0 : 1);
+#pragma unroll
+    for (int i = 0; i < 8; ++i) {
+      __stcg(mine + i * kWgThreads, make_float4(acc[4 * i], acc[4 * i + 1], acc[4 * i + 2], acc[4 * i + 3]));
+    }
+    // Release: the barrier orders the CTA's stores before thread 0's fence, which (cumulative)
+    // makes them visible GPU-wide before its ticket; acquire: the last arriver's fence after its
+    // ticket, then the barrier, order every thread's loads after the other CTAs' stores.
+    __syncthreads();  // every warpgroup is done with the stages and has written its partial
+    const int lo = owner_of(static_cast<int64_t>(tile) * P), hi = owner_of(static_cast<int64_t>(tile + 1) * P - 1);
+    volatile int* flag = reinterpret_cast<volatile int*>(smem);
+    if (tid == 0) {
+      asm volatile("fence.acq_rel.gpu;" ::: "memory");
+      const int last = atomicAdd(sk.tickets + tile, 1) == hi - lo;
+      asm volatile("fence.acq_rel.gpu;" ::: "memory");
+      *flag = last;
+    }
+    __syncthreads();
+    if (*flag == 0) continue;
+#pragma unroll
+    for (int i = 0; i < 32; ++i) acc[i] = 0.0f;
+    for (int c = lo; c <= hi; ++c) {
+      const float4* src = partial(c, tile == start_of(c) / P ? 0 : 1);
+      float4 q[8];
+#pragma unroll
+      for (int i = 0; i < 8; ++i) q[i] = __ldcg(src + i * kWgThreads);
+#pragma unroll
+      for (int i = 0; i < 8; ++i) {
+        acc[4 * i] += q[i].x;
+        acc[4 * i + 1] += q[i].y;
+        acc[4 * i + 2] += q[i].z;
+        acc[4 * i + 3] += q[i].w;
+      }
+    }
+    store_tile(a, p, m0, n0, acc);
+    if (tid == 0) sk.tickets[tile] = 0;
+  }
+}
+
+// sk null: the cluster kernel on `grid`; else the stream-K kernel on grid.x CTAs.
+template <int kType, int kAhead>
+void launch_ahead(const W4a16GemmArgs& a, dim3 grid, const W4a16StreamSplit* sk, cudaStream_t s) {
+  constexpr size_t smem = wg_smem(kAhead);
+  const bool zeros = a.p[0].zeros != nullptr;
+  if (sk != nullptr) {
+    auto kernel = zeros ? w4a16_wgmma_stream_kernel<kType, true, kAhead> : w4a16_wgmma_stream_kernel<kType, false, kAhead>;
+    KVASIR_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(smem)));
+    launch(kernel, dim3(grid.x), kWgThreads, smem, s, a, *sk);
+    return;
+  }
+  auto kernel = zeros ? w4a16_wgmma_kernel<kType, true, kAhead> : w4a16_wgmma_kernel<kType, false, kAhead>;
+  KVASIR_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(smem)));
+  launch_clustered(kernel, grid, kWgThreads, dim3(1, 1, grid.z), smem, s, a);
+}
 template <int kType>
-void launch_type(const W4a16GemmArgs& a, dim3 grid, cudaStream_t s) {
-  auto kernel = a.p[0].zeros != nullptr ? w4a16_wgmma_kernel<kType, true> : w4a16_wgmma_kernel<kType, false>;
-  KVASIR_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(kWgSmem)));
-  launch_clustered(kernel, grid, kWgThreads, dim3(1, 1, grid.z), kWgSmem, s, a);
+void launch_type(const W4a16GemmArgs& a, dim3 grid, const W4a16StreamSplit* sk, cudaStream_t s) {
+  switch (kernel_tuning().w4a16_wgmma_ahead) {
+    case 4: launch_ahead<kType, 4>(a, grid, sk, s); break;
+    case 6: launch_ahead<kType, 6>(a, grid, sk, s); break;
+    default: launch_ahead<kType, 8>(a, grid, sk, s); break;
+  }
 }
 
 // How many clusters of s CTAs of this kernel (one CTA an SM) the GPU holds at once, s = 1..8, as
@@ -348,7 +515,10 @@ void launch_type(const W4a16GemmArgs& a, dim3 grid, cudaStream_t s) {
 const int* wgmma_cluster_capacity() {
   static const std::array<int, kMaxSplits + 1> capacity = [] {
     std::array<int, kMaxSplits + 1> c{};
-    auto* kernel = w4a16_wgmma_kernel<kW4a16ScaleF16, true>;
+    // Every depth takes one CTA an SM (512 threads, over 100 registers each), so the clusters
+    // resident depend on the cluster size alone; asked of the deepest.
+    auto* kernel = w4a16_wgmma_kernel<kW4a16ScaleF16, true, 8>;
+    constexpr size_t kWgSmem = wg_smem(8);
     if (cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(kWgSmem)) !=
         cudaSuccess) {
       (void)cudaGetLastError();
@@ -404,18 +574,39 @@ bool w4a16_wgmma_takes(const W4a16Projection* proj, int num_proj) {
   return true;
 }
 
+size_t w4a16_stream_workspace_bytes(int max_ctas) {
+  return kW4a16StreamTickets * sizeof(int32_t) + static_cast<size_t>(max_ctas) * 2 * kWgThreads * 32 * sizeof(float);
+}
+
 void launch_w4a16_wgmma(const void* x, const W4a16Projection* proj, int num_proj, int64_t n, int64_t k, Elem out,
-                        int num_sms, cudaStream_t s) {
+                        int num_sms, const W4a16StreamWorkspace* ws, cudaStream_t s) {
   int64_t tiles = 0;
   W4a16GemmArgs a = w4a16_gemm_args(x, proj, num_proj, n, k, out, kWgBN, &tiles);
   const int64_t row_tiles = (n + kBM - 1) / kBM, chunks = k / 64;
-  // Even slices where the splits allow (the loop pads an odd one with a zero chunk).
-  const dim3 grid = w4a16_gemm_grid(
-      a, tiles, w4a16_splits_for(tiles * row_tiles, chunks, num_sms, 1, wgmma_cluster_capacity()), true);
+  W4a16StreamSplit sk{};
+  dim3 grid;
+  const int64_t all_tiles = tiles * row_tiles, pairs = (chunks + 1) / 2;
+  const int64_t stream_ctas = ws != nullptr ? std::min<int64_t>({num_sms, ws->max_ctas, all_tiles * pairs}) : 0;
+  // (The kernel counts pairs in int: U < 2^30 keeps them there.)
+  const bool stream = ws != nullptr && ws->base != nullptr && all_tiles <= kW4a16StreamTickets &&
+                      all_tiles * pairs < (int64_t{1} << 30) &&
+                      kernel_tuning().w4a16_wgmma_stream_rows > 0 && n >= kernel_tuning().w4a16_wgmma_stream_rows;
+  if (stream) {
+    sk.tickets = static_cast<int32_t*>(ws->base);
+    sk.partials = reinterpret_cast<float*>(static_cast<int32_t*>(ws->base) + kW4a16StreamTickets);
+    sk.tiles = static_cast<int32_t>(all_tiles);
+    sk.column_tiles = static_cast<int32_t>(tiles);
+    sk.pairs_per_tile = static_cast<int32_t>(pairs);
+    grid = dim3(static_cast<unsigned>(stream_ctas));
+  } else {
+    // Even slices where the splits allow (the loop pads an odd one with a zero chunk).
+    grid = w4a16_gemm_grid(a, tiles, w4a16_splits_for(all_tiles, chunks, num_sms, 1, wgmma_cluster_capacity()), true);
+  }
+  const W4a16StreamSplit* skp = stream ? &sk : nullptr;
   switch (a.p[0].scale_type) {
-    case kW4a16ScaleF32: launch_type<kW4a16ScaleF32>(a, grid, s); break;
-    case kW4a16ScaleBf16: launch_type<kW4a16ScaleBf16>(a, grid, s); break;
-    default: launch_type<kW4a16ScaleF16>(a, grid, s); break;
+    case kW4a16ScaleF32: launch_type<kW4a16ScaleF32>(a, grid, skp, s); break;
+    case kW4a16ScaleBf16: launch_type<kW4a16ScaleBf16>(a, grid, skp, s); break;
+    default: launch_type<kW4a16ScaleF16>(a, grid, skp, s); break;
   }
   KVASIR_CUDA_LAUNCH_CHECK();
 }
