@@ -16,7 +16,9 @@
 //    the tiles alone cannot fill the GPU, across the CTAs of a cluster that add their tiles through
 //    distributed shared memory. w4a16_wgmma.cu: the GEMM on wgmma (9.0 devices, the default;
 //    KVASIR_W4A16_GEMM_WGMMA=0 keeps mma.sync): 64 x 256 tiles, weights the A operand from
-//    registers, activations B from shared memory, chunks pipelined.
+//    registers, activations B from shared memory, chunks pipelined (w4a16_wgmma_mainloop.cuh); K
+//    split across cluster CTAs up to 64 tokens, stream-K over every SM from two row tiles
+//    (w4a16_wgmma_stream.cu).
 //  - w4a16_support.cu: act-order's column gather, dummy weights, and the dequantization to bf16
 //    that long prefills multiply with cuBLASLt (the weight rounded to bf16 once: not exact).
 // Host-callable launchers only; must not know ops, records or models.
@@ -58,7 +60,7 @@ bool w4a16_shape_supported(int64_t out_features, int64_t in_features);
 void launch_w4a16_gemv(const void* x, const W4a16Projection* proj, int num_proj, int n, int64_t k, Elem out,
                        int gated, cudaStream_t s);
 
-// The wgmma GEMM's stream-K workspace (w4a16_wgmma.cu): kW4a16StreamTickets int32 tickets, zero
+// The wgmma GEMM's stream-K workspace (w4a16_wgmma_stream.cu): kW4a16StreamTickets int32 tickets, zero
 // between launches (every launch leaves them zero, so they are zeroed once, when allocated), then
 // two float32 partial tiles (64 x 256) for each of up to max_ctas CTAs. The GEMMs of one stream
 // share it: a launch touches it only after its PDL wait, when the launch before has finished.
