@@ -1,6 +1,7 @@
 // The W4A16 wgmma GEMM's stream-K kernel (from two row tiles of tokens: w4a16_wgmma.cu chooses),
 // on the main loop of w4a16_wgmma_mainloop.cuh, and the size of its workspace.
 #include "backend/cuda/w4a16_kernels.h"
+#include "backend/cuda/w4a16_stream_share.h"
 #include "backend/cuda/w4a16_wgmma_mainloop.cuh"
 
 namespace kvasir::cuda {
@@ -20,26 +21,25 @@ template <int kType, bool kZeros, int kAhead>
 __global__ void __launch_bounds__(kWgThreads, 1) w4a16_wgmma_stream_kernel(W4a16GemmArgs a, W4a16StreamSplit sk) {
   extern __shared__ __align__(1024) uint8_t smem[];
   const int tid = threadIdx.x;
-  const int G = static_cast<int>(gridDim.x), cta = static_cast<int>(blockIdx.x);
-  const int P = sk.pairs_per_tile, chunks = static_cast<int>(a.k / 64);
-  const int64_t U = static_cast<int64_t>(sk.tiles) * P;
-  auto start_of = [&](int c) { return static_cast<int>(static_cast<int64_t>(c) * U / G); };
-  auto owner_of = [&](int64_t u) { return static_cast<int>(((u + 1) * G - 1) / U); };
-  const int u0 = start_of(cta), u1 = start_of(cta + 1), first_tile = u0 / P;
+  const int cta = static_cast<int>(blockIdx.x), chunks = static_cast<int>(a.k / 64);
+  const W4a16StreamShare share{static_cast<int64_t>(sk.tiles) * sk.pairs_per_tile, static_cast<int>(gridDim.x),
+                               sk.pairs_per_tile};
+  const int u0 = share.start(cta), u1 = share.start(cta + 1);
   float acc[32];
   pdl_launch_dependents();
   for (int u = u0; u < u1;) {
-    const int tile = u / P, v = min(u1, (tile + 1) * P);
-    const int p0 = u - tile * P, p1 = v - tile * P;
+    const W4a16StreamPiece piece = share.piece(u, u1);
+    const int tile = piece.tile;
     int64_t n0 = 0;
     const W4a16Projection p = tile_projection<kWgBN>(a, tile % sk.column_tiles, &n0);
     const int64_t m0 = static_cast<int64_t>(tile / sk.column_tiles) * kBM;
     if (u != u0) __syncthreads();  // the last tile's stages (and ticket flag) are read by all
 #pragma unroll
     for (int i = 0; i < 32; ++i) acc[i] = 0.0f;
-    tile_mainloop<kType, kZeros, kAhead>(a, p, m0, n0, 2 * p0, min(chunks, 2 * p1), 2 * p1, smem, acc);
-    u = v;
-    if (p0 == 0 && p1 == P) {
+    tile_mainloop<kType, kZeros, kAhead>(a, p, m0, n0, 2 * piece.p0, min(chunks, 2 * piece.p1), 2 * piece.p1, smem,
+                                         acc);
+    u = piece.next;
+    if (share.whole(piece)) {
       store_tile(a, p, m0, n0, acc);
       continue;
     }
@@ -49,7 +49,7 @@ __global__ void __launch_bounds__(kWgThreads, 1) w4a16_wgmma_stream_kernel(W4a16
     auto partial = [&](int c, int slot) {
       return reinterpret_cast<float4*>(sk.partials) + (static_cast<int64_t>(c) * 2 + slot) * 8 * kWgThreads + tid;
     };
-    float4* mine = partial(cta, tile == first_tile ? 0 : 1);
+    float4* mine = partial(cta, share.slot(cta, tile));
 #pragma unroll
     for (int i = 0; i < 8; ++i) {
       __stcg(mine + i * kWgThreads, make_float4(acc[4 * i], acc[4 * i + 1], acc[4 * i + 2], acc[4 * i + 3]));
@@ -58,7 +58,7 @@ __global__ void __launch_bounds__(kWgThreads, 1) w4a16_wgmma_stream_kernel(W4a16
     // makes them visible GPU-wide before its ticket; acquire: the last arriver's fence after its
     // ticket, then the barrier, order every thread's loads after the other CTAs' stores.
     __syncthreads();  // every warpgroup is done with the stages and has written its partial
-    const int lo = owner_of(static_cast<int64_t>(tile) * P), hi = owner_of(static_cast<int64_t>(tile + 1) * P - 1);
+    const int lo = share.first_cta(tile), hi = share.last_cta(tile);
     volatile int* flag = reinterpret_cast<volatile int*>(smem);
     if (tid == 0) {
       asm volatile("fence.acq_rel.gpu;" ::: "memory");
@@ -71,7 +71,7 @@ __global__ void __launch_bounds__(kWgThreads, 1) w4a16_wgmma_stream_kernel(W4a16
 #pragma unroll
     for (int i = 0; i < 32; ++i) acc[i] = 0.0f;
     for (int c = lo; c <= hi; ++c) {
-      const float4* src = partial(c, tile == start_of(c) / P ? 0 : 1);
+      const float4* src = partial(c, share.slot(c, tile));
       float4 q[8];
 #pragma unroll
       for (int i = 0; i < 8; ++i) q[i] = __ldcg(src + i * kWgThreads);
