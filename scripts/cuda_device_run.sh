@@ -66,8 +66,10 @@
 # Stage w4a16 (issue 15): the W4A16 op / e2e tests and their memcheck, then GPTQ INT4 dummy weights
 # (configs/llama-3.1-8b-gptq-int4.json) beside bf16: batch-1 and batch-64 decode in KVASIR_W4_ROUNDS
 # interleaved rounds (medians; bars 1.4 ms and 0.6x bf16; the floor: int4 codes + f16 scales + bf16
-# lm_head / 4.32 TB/s), then the GEMM's batches (KVASIR_W4_GEMM_BATCHES, "32 64 128") on its wgmma
-# and mma.sync kernels beside bf16. KVASIR_W4_PARTS ["tests memcheck bench"] picks parts.
+# lm_head / 4.32 TB/s), then the GEMM's batches (KVASIR_W4_GEMM_BATCHES, "32 64 128 256") on its
+# wgmma kernels (the default: cluster splits up to 64 tokens, stream-K from 65; cluster splits
+# only; stream-K from 17 tokens, i.e. every GEMM) and mma.sync beside bf16; the op tests and
+# memcheck run again with stream-K on every GEMM. KVASIR_W4_PARTS ["tests memcheck bench"] picks parts.
 # Stage w4ncu (issue 15): the W4A16 GEMM at batch 64 under ncu (per-kernel table by
 # scripts/ncu_kernel_table.py beside bf16, then the full sections of a few wgmma launches).
 # Stage kvfp8 (issue 15): the FP8 KV cache: attention op tests with FP8 caches under every kernel,
@@ -907,6 +909,8 @@ if has w4a16; then
     timeout 400 "$bin/cuda_ops_test" --gtest_filter='CudaW4a16.*' >"$OUT/w4a16_ops_test.log" 2>&1
     note "w4a16 op tests: rc=$? $(grep -E '^\[  PASSED' "$OUT/w4a16_ops_test.log" | head -1) $(grep -c '^\[  FAILED  \]' "$OUT/w4a16_ops_test.log") failed"
     grep -E "Failure|bound|FAILED" "$OUT/w4a16_ops_test.log" | head -10
+    KVASIR_W4A16_WGMMA_STREAM=17 timeout 400 "$bin/cuda_ops_test" --gtest_filter='CudaW4a16.*' >"$OUT/w4a16_ops_test_stream.log" 2>&1
+    note "w4a16 op tests, stream-K on every GEMM: rc=$? $(grep -E '^\[  PASSED' "$OUT/w4a16_ops_test_stream.log" | head -1) $(grep -c '^\[  FAILED  \]' "$OUT/w4a16_ops_test_stream.log") failed"
     timeout 300 "$bin/cuda_e2e_test" --gtest_filter='*W4a16*' >"$OUT/w4a16_e2e_test.log" 2>&1
     note "w4a16 e2e: rc=$? $(grep -E '^\[  PASSED' "$OUT/w4a16_e2e_test.log" | head -1) $(grep -c '^\[  FAILED  \]' "$OUT/w4a16_e2e_test.log") failed; $(grep -oE 'greedy agreement [0-9]+ / [0-9]+' "$OUT/w4a16_e2e_test.log" | tr '\n' ' ')"
     grep -E "Failure|FAILED" "$OUT/w4a16_e2e_test.log" | head -10
@@ -918,6 +922,9 @@ if has w4a16; then
       --gtest_filter='CudaW4a16.EveryFormat*:CudaW4a16.Merged*:CudaW4a16.GateUp*:CudaW4a16.Dummy*:CudaW4a16.EightBit*' \
       >"$OUT/memcheck_w4a16.log" 2>&1
     note "memcheck, w4a16 ops: rc=$? $(grep -E 'ERROR SUMMARY' "$OUT/memcheck_w4a16.log" | tail -1)"
+    KVASIR_W4A16_WGMMA_STREAM=17 timeout 400 compute-sanitizer --tool memcheck --leak-check no "$bin/cuda_ops_test" \
+      --gtest_filter='CudaW4a16.EveryFormat*:CudaW4a16.Merged*:CudaW4a16.Dummy*' >"$OUT/memcheck_w4a16_stream.log" 2>&1
+    note "memcheck, w4a16 ops, stream-K on every GEMM: rc=$? $(grep -E 'ERROR SUMMARY' "$OUT/memcheck_w4a16_stream.log" | tail -1)"
   fi
   w4_lat() {  # name, config, extra args: prints the decode ms per step
     local name=$1 cfg=$2; shift 2
@@ -947,11 +954,11 @@ b = p / 2 + p / g * 2 + c['vocab_size'] * h * 2; print('%.3f %.2f' % (b / 4.32e1
     note "w4a16 latency b64 (ms/step): int4 [$i64] median $mi64 | bf16 [$b64] median $mb64 | int4/bf16 $(awk -v a="$mi64" -v b="$mb64" 'BEGIN {if (b > 0) printf "%.3f (bar 0.60: %s)", a / b, (a / b <= 0.60 ? "met" : "NOT met"); else print "n/a"}')"
     note "  int4 run kept: $(grep -oE 'W4A16 weights [0-9]+ \([0-9.]+ MiB\)' "$OUT/w4_lat_int4_b1_r1.log" | head -1) (Llama-3.1-8B: 224 linears)"
     [[ -z $mi || $mi == 0 ]] && tail -5 "$OUT/w4_lat_int4_b1_r1.log"
-    # The GEMM's batches, its two kernels side by side (wgmma, the default on 9.0, and mma.sync),
-    # and wgmma with its K splits capped at 4 and 2 (KVASIR_W4A16_GEMM_SPLITS) beside the default
-    # choice from the cluster capacities (logged once: "clusters resident at once").
-    for bs in ${KVASIR_W4_GEMM_BATCHES:-32 64 128}; do
-      note "w4a16 GEMM b$bs (ms/step): wgmma $(w4_lat "int4_b${bs}_wgmma" $int4_cfg --batch-size "$bs") | splits <= 4 $(KVASIR_W4A16_GEMM_SPLITS=4 w4_lat "int4_b${bs}_cap4" $int4_cfg --batch-size "$bs") | <= 2 $(KVASIR_W4A16_GEMM_SPLITS=2 w4_lat "int4_b${bs}_cap2" $int4_cfg --batch-size "$bs") | mma.sync $(KVASIR_W4A16_GEMM_WGMMA=0 w4_lat "int4_b${bs}_mma" $int4_cfg --batch-size "$bs") | bf16 $(w4_lat "bf16_b${bs}_gemm" configs/llama-3.1-8b.json --batch-size "$bs")"
+    # The GEMM's batches: wgmma at the default (KVASIR_W4A16_WGMMA_STREAM: cluster splits chosen
+    # from the cluster capacities, logged once as "clusters resident at once", up to 64 tokens,
+    # stream-K from 65), cluster splits only, stream-K on every GEMM, and mma.sync, beside bf16.
+    for bs in ${KVASIR_W4_GEMM_BATCHES:-32 64 128 256}; do
+      note "w4a16 GEMM b$bs (ms/step): wgmma $(w4_lat "int4_b${bs}_wgmma" $int4_cfg --batch-size "$bs") | cluster splits only $(KVASIR_W4A16_WGMMA_STREAM=0 w4_lat "int4_b${bs}_cluster" $int4_cfg --batch-size "$bs") | stream-K only $(KVASIR_W4A16_WGMMA_STREAM=17 w4_lat "int4_b${bs}_stream" $int4_cfg --batch-size "$bs") | mma.sync $(KVASIR_W4A16_GEMM_WGMMA=0 w4_lat "int4_b${bs}_mma" $int4_cfg --batch-size "$bs") | bf16 $(w4_lat "bf16_b${bs}_gemm" configs/llama-3.1-8b.json --batch-size "$bs")"
     done
     note "  $(grep -ohE 'clusters resident at once.*' "$OUT"/w4_lat_int4_b*_wgmma.log | head -1)"
     KVASIR_CUDA_PROFILE=1 w4_lat int4_b1_profile $int4_cfg --batch-size 1 >/dev/null
