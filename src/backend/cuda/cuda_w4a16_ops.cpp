@@ -176,13 +176,11 @@ void CudaBackend::linear_w4a16(const Tensor& x, const Tensor& w, const Tensor* b
   if (!dequant && n > cuda::kW4a16GemvMaxRows && stream_rows > 0 && n >= stream_rows && w4a16_stream_.base == nullptr) {
     // Once, for the first GEMM that may run stream-K, outside any capture (ops are recorded before
     // they run): the tickets start at zero and every launch leaves them so.
-    bind_device();
     const size_t bytes = cuda::w4a16_stream_workspace_bytes(num_sms_);
-    KVASIR_CUDA_CHECK(cudaMalloc(&w4a16_stream_mem_.ptr, bytes));
-    KVASIR_CUDA_CHECK(cudaMemset(w4a16_stream_mem_.ptr, 0, bytes));
+    void* base = device_scratch(w4a16_stream_mem_.ptr, w4a16_stream_mem_.cap, bytes);
+    KVASIR_CUDA_CHECK(cudaMemset(base, 0, bytes));
     KVASIR_CUDA_CHECK(cudaDeviceSynchronize());
-    w4a16_stream_mem_.cap = bytes;
-    w4a16_stream_ = {w4a16_stream_mem_.ptr, num_sms_};
+    w4a16_stream_ = {base, num_sms_};
   }
   cuda::W4a16RecordProjection pr{};
   pr.codes = w.data;

@@ -124,7 +124,6 @@ void launch_w4a16_wgmma(const void* x, const W4a16Projection* proj, int num_proj
   W4a16GemmArgs a = w4a16_gemm_args(x, proj, num_proj, n, k, out, kWgBN, &tiles);
   const int64_t row_tiles = (n + kBM - 1) / kBM, chunks = k / 64;
   const int64_t all_tiles = tiles * row_tiles, pairs = (chunks + 1) / 2;
-  const int64_t stream_ctas = ws != nullptr ? std::min<int64_t>({num_sms, ws->max_ctas, all_tiles * pairs}) : 0;
   const int stream_rows = kernel_tuning().w4a16_wgmma_stream_rows;
   // (The kernel counts pairs in int: U < 2^30 keeps them there.)
   if (ws != nullptr && ws->base != nullptr && stream_rows > 0 && n >= stream_rows &&
@@ -135,7 +134,8 @@ void launch_w4a16_wgmma(const void* x, const W4a16Projection* proj, int num_proj
     sk.tiles = static_cast<int32_t>(all_tiles);
     sk.column_tiles = static_cast<int32_t>(tiles);
     sk.pairs_per_tile = static_cast<int32_t>(pairs);
-    launch_w4a16_wgmma_stream(a, sk, static_cast<int>(stream_ctas), s);
+    const int64_t ctas = std::min<int64_t>({num_sms, ws->max_ctas, all_tiles * pairs});
+    launch_w4a16_wgmma_stream(a, sk, static_cast<int>(ctas), s);
   } else {
     // Even slices where the splits allow (the loop pads an odd one with a zero chunk).
     const dim3 grid =
