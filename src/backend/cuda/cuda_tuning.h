@@ -41,6 +41,7 @@ struct KernelTuning {
   bool gemv_early = true;             // KVASIR_GEMV_EARLY=0: first weight round to L2 before the wait
   int gemv_split = 2;                 // KVASIR_GEMV_SPLIT 1|2|4: warps per row of single-token GEMVs
   bool w4a16_stage_x = true;          // KVASIR_W4A16_STAGE_X=0: the W4A16 GEMV reads x from L1, not shared memory
+  int w4a16_gemv_min_blocks = 3;      // KVASIR_W4A16_GEMV_MINB {2, 3}: the one-octet W4A16 GEMVs' register cap, as CTAs an SM
   int w4a16_gemm_stages = 4;          // KVASIR_W4A16_GEMM_STAGES 3|4|6: the W4A16 GEMM's cp.async pipeline depth
   bool w4a16_gemm_wgmma = true;       // KVASIR_W4A16_GEMM_WGMMA=0: the W4A16 GEMM on mma.sync, not wgmma (w4a16_wgmma.cu; 9.0 devices only)
   int w4a16_gemm_max_splits = 8;      // KVASIR_W4A16_GEMM_SPLITS [1, 8]: most K slices (cluster CTAs) of a W4A16 GEMM tile

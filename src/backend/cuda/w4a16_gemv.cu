@@ -201,8 +201,8 @@ __device__ __forceinline__ void stage_x(const bf16* __restrict__ x, int rows, in
   }
 }
 
-template <int NT, bool kGated, int kScale, bool kStageX>
-__global__ void __launch_bounds__(kThreads, 2) w4a16_gemv_kernel(W4a16GemvArgs a) {
+template <int NT, bool kGated, int kScale, bool kStageX, int kMinBlocks>
+__global__ void __launch_bounds__(kThreads, kMinBlocks) w4a16_gemv_kernel(W4a16GemvArgs a) {
   constexpr int kProj = kGated ? 2 : 1;
   constexpr int kUnroll = kGated ? 2 : 4;
   constexpr int kEs = scale_bytes<kScale>();
@@ -320,9 +320,9 @@ __global__ void __launch_bounds__(kThreads, 2) w4a16_gemv_kernel(W4a16GemvArgs a
   }
 }
 
-template <int NT, bool kGated, int kScale, bool kStageX>
+template <int NT, bool kGated, int kScale, bool kStageX, int kMinBlocks>
 void launch_kernel(const W4a16GemvArgs& a, unsigned blocks, size_t smem, cudaStream_t s) {
-  auto* kernel = w4a16_gemv_kernel<NT, kGated, kScale, kStageX>;
+  auto* kernel = w4a16_gemv_kernel<NT, kGated, kScale, kStageX, kMinBlocks>;
   // Static (the partial-sum tile) and dynamic shared memory together above 48 KB need the opt-in.
   constexpr size_t kStatic = sizeof(float) * kWarps * (kGated ? 2 : 1) * 16 * NT * 8;
   constexpr size_t kDefaultSmem = 48 << 10;
@@ -332,18 +332,30 @@ void launch_kernel(const W4a16GemvArgs& a, unsigned blocks, size_t smem, cudaStr
   launch(kernel, blocks, kThreads, smem, s, a);
 }
 
-template <int NT, bool kGated, bool kStageX>
+template <int NT, bool kGated, bool kStageX, int kMinBlocks>
 void launch_scaled(const W4a16GemvArgs& a, int scale_type, unsigned blocks, size_t smem, cudaStream_t s) {
-  if (scale_type == kW4a16ScaleF32) launch_kernel<NT, kGated, kW4a16ScaleF32, kStageX>(a, blocks, smem, s);
-  else if (scale_type == kW4a16ScaleBf16) launch_kernel<NT, kGated, kW4a16ScaleBf16, kStageX>(a, blocks, smem, s);
-  else launch_kernel<NT, kGated, kW4a16ScaleF16, kStageX>(a, blocks, smem, s);
+  if (scale_type == kW4a16ScaleF32) launch_kernel<NT, kGated, kW4a16ScaleF32, kStageX, kMinBlocks>(a, blocks, smem, s);
+  else if (scale_type == kW4a16ScaleBf16) launch_kernel<NT, kGated, kW4a16ScaleBf16, kStageX, kMinBlocks>(a, blocks, smem, s);
+  else launch_kernel<NT, kGated, kW4a16ScaleF16, kStageX, kMinBlocks>(a, blocks, smem, s);
 }
 
+// The one-octet kernels (up to 8 tokens) capped at 85 registers by default, three CTAs an SM
+// (KVASIR_W4A16_GEMV_MINB=3): the gated one held 92-96 and ran two, the others 80 and their
+// launches need no more than three. ncu saw these GEMVs stalled on their code loads with under a
+// quarter of the SM's warps resident; the third CTA won 2-5% on the H200's batch 1-8 steps and
+// did not spill (BENCHMARKS.md, 2026-12-07). Two octets hold 96-128 registers: capped, they spill.
 template <int NT, bool kGated>
 void launch_staged(const W4a16GemvArgs& a, int scale_type, unsigned blocks, size_t smem, bool stage_x,
                    cudaStream_t s) {
-  if (stage_x) launch_scaled<NT, kGated, true>(a, scale_type, blocks, smem, s);
-  else launch_scaled<NT, kGated, false>(a, scale_type, blocks, smem, s);
+  if constexpr (NT == 1) {
+    if (kernel_tuning().w4a16_gemv_min_blocks == 3) {
+      if (stage_x) launch_scaled<NT, kGated, true, 3>(a, scale_type, blocks, smem, s);
+      else launch_scaled<NT, kGated, false, 3>(a, scale_type, blocks, smem, s);
+      return;
+    }
+  }
+  if (stage_x) launch_scaled<NT, kGated, true, 2>(a, scale_type, blocks, smem, s);
+  else launch_scaled<NT, kGated, false, 2>(a, scale_type, blocks, smem, s);
 }
 
 }  // namespace
