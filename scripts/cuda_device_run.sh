@@ -70,6 +70,8 @@
 # wgmma kernels (the default: cluster splits up to 64 tokens, stream-K from 65; cluster splits
 # only; stream-K from 17 tokens, i.e. every GEMM) and mma.sync beside bf16; the op tests and
 # memcheck run again with stream-K on every GEMM. KVASIR_W4_PARTS ["tests memcheck bench"] picks parts.
+# Stage w4rows (issue 15): the W4A16 GEMV -> GEMM crossover (KVASIR_W4A16_GEMV_ROWS 16 vs 8): the
+# W4A16 op / e2e tests with the GEMM from 9 tokens, then batches 1, 8, 9, 12, 16 interleaved.
 # Stage w4ncu (issue 15): the W4A16 GEMM at batch 64 under ncu (per-kernel table by
 # scripts/ncu_kernel_table.py beside bf16, then the full sections of a few wgmma launches).
 # Stage kvfp8 (issue 15): the FP8 KV cache: attention op tests with FP8 caches under every kernel,
@@ -902,6 +904,27 @@ print(c["num_hidden_layers"] * kvh * hd * 2 * 2)' "$kv_cfg")
       note "kvfp8 throughput ${KVASIR_KV_TP_PROMPTS:-1000} x 1000/1000, fp8 weights, $c cache: rc=$? $(grep -E '^Throughput' "$OUT/kvfp8_tp_$c.log") | $(grep -oE 'KV cache size: [0-9]+ tokens' "$OUT/kvfp8_tp_$c.log" | head -1)"
     done
   fi
+fi
+if has w4rows; then
+  # Issue 15: where the W4A16 GEMV hands over to the GEMM (KVASIR_W4A16_GEMV_ROWS, default 16): the
+  # W4A16 op and e2e tests with the GEMM from 9 tokens, then batches 1, 8 (controls: the GEMV
+  # either way), 9, 12 and 16 at 16 and at 8 in KVASIR_W4R_ROUNDS interleaved rounds (2).
+  KVASIR_W4A16_GEMV_ROWS=8 timeout 400 "$bin/cuda_ops_test" --gtest_filter='CudaW4a16.*' >"$OUT/w4rows_ops_test.log" 2>&1
+  note "w4rows op tests, GEMM from 9 tokens: rc=$? $(grep -E '^\[  PASSED' "$OUT/w4rows_ops_test.log" | head -1) $(grep -c '^\[  FAILED  \]' "$OUT/w4rows_ops_test.log") failed"
+  grep -E "Failure|bound|FAILED" "$OUT/w4rows_ops_test.log" | head -10
+  KVASIR_W4A16_GEMV_ROWS=8 timeout 300 "$bin/cuda_e2e_test" --gtest_filter='*W4a16*' >"$OUT/w4rows_e2e_test.log" 2>&1
+  note "w4rows e2e, GEMM from 9 tokens: rc=$? $(grep -E '^\[  PASSED' "$OUT/w4rows_e2e_test.log" | head -1) $(grep -c '^\[  FAILED  \]' "$OUT/w4rows_e2e_test.log") failed; $(grep -oE 'greedy agreement [0-9]+ / [0-9]+' "$OUT/w4rows_e2e_test.log" | tr '\n' ' ')"
+  w4r_lat() {  # name, batch, env...: decode ms per step
+    local name=$1 bs=$2; shift 2
+    env "$@" timeout 120 "$bin/kvasir" bench latency --model configs/llama-3.1-8b-gptq-int4.json --load-format dummy \
+      --device cuda --input-len 128 --output-len 64 --num-iters 2 --batch-size "$bs" >"$OUT/w4rows_$name.log" 2>&1
+    grep -oE '\(([0-9.]+) ms per step\)' "$OUT/w4rows_$name.log" | grep -oE '[0-9.]+' | head -1
+  }
+  for round in $(seq 1 "${KVASIR_W4R_ROUNDS:-2}"); do
+    for bs in 1 8 9 12 16; do
+      note "w4rows r$round b$bs (ms/step): GEMV to 16 $(w4r_lat "16_b${bs}_r$round" "$bs") | GEMV to 8 $(w4r_lat "8_b${bs}_r$round" "$bs" KVASIR_W4A16_GEMV_ROWS=8)"
+    done
+  done
 fi
 if has w4a16; then
   w4_has() { [[ " ${KVASIR_W4_PARTS:-tests memcheck bench} " == *" $1 "* ]]; }

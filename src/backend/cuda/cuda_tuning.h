@@ -11,6 +11,7 @@
 
 #include "backend/cuda/attention_decode_flashinfer_plan.h"  // kFlashInferDecodeMinChunkTokens
 #include "backend/cuda/gguf_kernels.h"
+#include "backend/cuda/w4a16_kernels.h"  // kW4a16GemvMaxRows
 
 namespace kvasir::cuda {
 
@@ -144,6 +145,10 @@ struct RecordingTuning {
   // KVASIR_W4A16_DEQUANT_ROWS [17, 2^30]: W4A16 linears of at least this many tokens dequantize
   // their weight to bf16 and run cuBLASLt (cuda_w4a16_ops.cpp); fewer run the W4A16 GEMM.
   int w4a16_dequant_rows = kW4a16DequantMinRows;
+  // KVASIR_W4A16_GEMV_ROWS [1, kW4a16GemvMaxRows]: the most tokens a W4A16 linear gives the GEMV;
+  // more take the GEMM (A/B of the crossover: the GEMV's second octet doubles its mma and x work,
+  // while the wgmma GEMM's 64-token tiles cost about the same at 16 tokens as at 32).
+  int w4a16_gemv_rows = kW4a16GemvMaxRows;
   // KVASIR_GGUF_GEMV=exact: GGUF linears of up to kGgufGemvMaxRows tokens on the float32 GEMV with
   // the reference's exact weights (A/B runs, accuracy checks), not the tensor-core ones.
   bool gguf_exact_gemv = false;

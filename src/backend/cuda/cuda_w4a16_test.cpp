@@ -44,13 +44,13 @@ using quant::IntWeightLayout;
 constexpr double kU = 1.0 / 256;
 // Each weight rounded to bf16 once (the dequantizing path's only extra error).
 constexpr double kBf16WeightRounding = 1.0 / 512;
-// The wgmma GEMM (more than kW4a16GemvMaxRows tokens) multiplies (code - zero) by the scale rounded
-// to bf16 and rounds the product: |w~ - w| <= (2^-9 + 2^-9) |w| (the mma.sync GEMM is exact, and
-// within this bound too).
+// The wgmma GEMM (more tokens than the GEMV takes: KVASIR_W4A16_GEMV_ROWS, at most
+// kW4a16GemvMaxRows) multiplies (code - zero) by the scale rounded to bf16 and rounds the product:
+// |w~ - w| <= (2^-9 + 2^-9) |w| (the mma.sync GEMM is exact, and within this bound too).
 constexpr double kGemmWeightRounding = 1.0 / 256;
 double rounding_for_rows(int n) {
   if (n >= cuda::kW4a16DequantMinRows) return kBf16WeightRounding;
-  return n > cuda::kW4a16GemvMaxRows ? kGemmWeightRounding : 0.0;
+  return n > cuda::read_cuda_tuning().recording.w4a16_gemv_rows ? kGemmWeightRounding : 0.0;
 }
 const std::string kLayer = "model.layers.0.mlp.down_proj";
 
