@@ -159,6 +159,14 @@ StatusOr<Tensor> CudaBackend::upload_int4_weight(const Tensor& host, std::unique
   return t;
 }
 
+namespace {
+
+// Whether a W4A16 linear of n tokens runs the GEMV (else a GEMM): recording and execution ask the
+// same question.
+bool on_gemv(const cuda::RecordingTuning& t, int64_t n) { return n <= t.w4a16_gemv_rows; }
+
+}  // namespace
+
 void CudaBackend::linear_w4a16(const Tensor& x, const Tensor& w, const Tensor* bias, Tensor& out) {
   const Int4Weight& q = *w.int4;
   const int64_t n = x.rows(), k = x.cols(), m = q.out_features;
@@ -170,11 +178,11 @@ void CudaBackend::linear_w4a16(const Tensor& x, const Tensor& w, const Tensor* b
                    "W4A16 linear: input and output must be 16-byte aligned, the output another tensor");
   if (bias != nullptr) KVASIR_CHECK(bias->dtype == DType::kF32 && bias->numel() == m && bias->device == Device::kCuda);
   const int32_t elem = static_cast<int32_t>(elem_of(out.dtype));
-  const int64_t gemv_rows = tuning_.recording.w4a16_gemv_rows;
-  const bool dequant = n >= tuning_.recording.w4a16_dequant_rows && n > gemv_rows;
+  const bool gemm = !on_gemv(tuning_.recording, n);
+  const bool dequant = n >= tuning_.recording.w4a16_dequant_rows && gemm;
   const size_t ws_bytes = dequant ? dequant_scratch_bytes(n, m, k, elem_of(out.dtype)) : 0;
   const int stream_rows = cuda::kernel_tuning().w4a16_wgmma_stream_rows;
-  if (!dequant && n > gemv_rows && stream_rows > 0 && n >= stream_rows && w4a16_stream_.base == nullptr) {
+  if (!dequant && gemm && stream_rows > 0 && n >= stream_rows && w4a16_stream_.base == nullptr) {
     // Once, for the first GEMM that may run stream-K, outside any capture (ops are recorded before
     // they run): the tickets start at zero and every launch leaves them so.
     const size_t bytes = cuda::w4a16_stream_workspace_bytes(num_sms_);
@@ -244,7 +252,7 @@ bool CudaBackend::fold_w4a16_gated_activation(const Tensor& gate, const Tensor& 
   if (last == nullptr) return false;
   cuda::W4a16LinearOp& r = last->w4a16_linear;
   // On the GEMV path.
-  if (r.rows > tuning_.recording.w4a16_gemv_rows || r.gated != cuda::kGateNone ||
+  if (!on_gemv(tuning_.recording, r.rows) || r.gated != cuda::kGateNone ||
       !cuda::is_gate_up_pair(r, last->elem, gate.data, up.data, gate.numel())) {
     return false;
   }
@@ -261,7 +269,7 @@ void CudaBackend::exec_w4a16_linear(const cuda::W4a16LinearOp& op, Elem elem, cu
   }
   cuda::W4a16Projection proj[cuda::kW4a16MaxProjections];
   for (int i = 0; i < op.num_proj; ++i) proj[i] = projection(op, i);
-  if (n <= tuning_.recording.w4a16_gemv_rows) {
+  if (on_gemv(tuning_.recording, n)) {
     cuda::launch_w4a16_gemv(x, proj, op.num_proj, static_cast<int>(n), k, elem, op.gated, s);
     return;
   }

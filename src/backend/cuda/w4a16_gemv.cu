@@ -344,18 +344,20 @@ void launch_scaled(const W4a16GemvArgs& a, int scale_type, unsigned blocks, size
 // launches need no more than three. ncu saw these GEMVs stalled on their code loads with under a
 // quarter of the SM's warps resident; the third CTA won 2-5% on the H200's batch 1-8 steps and
 // did not spill (BENCHMARKS.md, 2026-12-07). Two octets hold 96-128 registers: capped, they spill.
+template <int NT, bool kGated, int kMinBlocks>
+void launch_capped(const W4a16GemvArgs& a, int scale_type, unsigned blocks, size_t smem, bool stage_x, cudaStream_t s) {
+  if (stage_x) launch_scaled<NT, kGated, true, kMinBlocks>(a, scale_type, blocks, smem, s);
+  else launch_scaled<NT, kGated, false, kMinBlocks>(a, scale_type, blocks, smem, s);
+}
+
 template <int NT, bool kGated>
 void launch_staged(const W4a16GemvArgs& a, int scale_type, unsigned blocks, size_t smem, bool stage_x,
                    cudaStream_t s) {
-  if constexpr (NT == 1) {
-    if (kernel_tuning().w4a16_gemv_min_blocks == 3) {
-      if (stage_x) launch_scaled<NT, kGated, true, 3>(a, scale_type, blocks, smem, s);
-      else launch_scaled<NT, kGated, false, 3>(a, scale_type, blocks, smem, s);
-      return;
-    }
+  if (NT == 1 && kernel_tuning().w4a16_gemv_min_blocks == 3) {
+    launch_capped<NT, kGated, NT == 1 ? 3 : 2>(a, scale_type, blocks, smem, stage_x, s);
+  } else {
+    launch_capped<NT, kGated, 2>(a, scale_type, blocks, smem, stage_x, s);
   }
-  if (stage_x) launch_scaled<NT, kGated, true, 2>(a, scale_type, blocks, smem, s);
-  else launch_scaled<NT, kGated, false, 2>(a, scale_type, blocks, smem, s);
 }
 
 }  // namespace
