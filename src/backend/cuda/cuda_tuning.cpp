@@ -132,7 +132,7 @@ CudaTuning read_cuda_tuning() {
       env_int("KVASIR_CUDA_DECODE_FI_MIN_CHUNK", kFlashInferDecodeMinChunkTokens, 1, 1 << 20);
   t.recording.flashinfer_decode_fp8 = env_int("KVASIR_CUDA_DECODE_FI_FP8", 0, 0, 1);
   t.recording.w4a16_dequant_rows = env_int("KVASIR_W4A16_DEQUANT_ROWS", kW4a16DequantMinRows, 17, 1 << 30);
-  t.recording.w4a16_gemv_rows = env_int("KVASIR_W4A16_GEMV_ROWS", kW4a16GemvMaxRows, 1, kW4a16GemvMaxRows);
+  t.recording.w4a16_gemv_rows = env_int("KVASIR_W4A16_GEMV_ROWS", kW4a16GemvDefaultRows, 1, kW4a16GemvMaxRows);
   const char* exact = std::getenv("KVASIR_GGUF_GEMV");
   t.recording.gguf_exact_gemv = exact != nullptr && std::strcmp(exact, "exact") == 0;
   t.recording.gguf_gemv_rows = env_int("KVASIR_GGUF_GEMV_ROWS", kGgufMmaGemvMaxRows, 1, 4096);

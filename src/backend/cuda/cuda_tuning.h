@@ -148,7 +148,7 @@ struct RecordingTuning {
   // KVASIR_W4A16_GEMV_ROWS [1, kW4a16GemvMaxRows]: the most tokens a W4A16 linear gives the GEMV;
   // more take the GEMM (A/B of the crossover: the GEMV's second octet doubles its mma and x work,
   // while the wgmma GEMM's 64-token tiles cost about the same at 16 tokens as at 32).
-  int w4a16_gemv_rows = kW4a16GemvMaxRows;
+  int w4a16_gemv_rows = kW4a16GemvDefaultRows;
   // KVASIR_GGUF_GEMV=exact: GGUF linears of up to kGgufGemvMaxRows tokens on the float32 GEMV with
   // the reference's exact weights (A/B runs, accuracy checks), not the tensor-core ones.
   bool gguf_exact_gemv = false;

@@ -48,6 +48,9 @@ struct W4a16Projection {
 };
 
 inline constexpr int kW4a16GemvMaxRows = 16;
+// The default crossover: up to 8 tokens (one octet) on the GEMV, more on the wgmma GEMM (H100, GPTQ
+// int4 8B shape: batch 12 4.07 vs 4.51 ms a step, batch 16 4.10 vs 5.31; BENCHMARKS.md 2026-12-07).
+inline constexpr int kW4a16GemvDefaultRows = 8;
 inline constexpr int kW4a16MaxProjections = 3;
 
 // A gated GEMV (GateAct, kernels.h): proj[0].y = act(bf16(gate)) * bf16(up) in place of the gate,
