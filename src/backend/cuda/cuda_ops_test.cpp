@@ -367,6 +367,17 @@ TEST_F(CudaAttention, DecodeLongContextsInALargeTable) {
   run({"decode long window", 16, 2, 128, {20000, 7000}, {1, 1}, 4096});
   AttnCase sinks{"sinks decode long", 32, 8, 128, {12345}, {1}, 0, 0.0f, 16, 3000, true};
   run(sinks);
+  // The 8-kv-head shape (mma_bulk from 8 sequences) at every GQA group it takes, contexts not
+  // multiples of its 8-token tiles, long ones split.
+  for (int heads : {8, 16, 32, 64}) {
+    AttnCase groups{"decode x12 groups", heads, 8, 128, {}, {}};
+    for (int i = 0; i < 12; ++i) {
+      groups.seq_lens.push_back(1 + static_cast<int>(rng_() % (i < 2 ? 9000 : 600)));
+      groups.q_lens.push_back(1);
+    }
+    groups.extra_blocks = 200;
+    run(groups);
+  }
 }
 TEST_F(CudaAttention, Prefill) { run({"prefill 32/8/128", 32, 8, 128, {1, 20, 64, 130}, {1, 20, 64, 130}}); }
 TEST_F(CudaAttention, ChunkedPrefillMixedWithDecode) {
