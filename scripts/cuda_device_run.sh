@@ -70,6 +70,10 @@
 # wgmma kernels (the default: cluster splits up to 64 tokens, stream-K from 65; cluster splits
 # only; stream-K from 17 tokens, i.e. every GEMM) and mma.sync beside bf16; the op tests and
 # memcheck run again with stream-K on every GEMM. KVASIR_W4_PARTS ["tests memcheck bench"] picks parts.
+# Stage l2pf (issues 15, 19): the o projection's weights pulled into L2 during the RoPE and decode
+# attention before it (KVASIR_CUDA_L2_PREFETCH_MB, off by default): the prefetch records in a
+# profiled step, e2e and memcheck with it on, then batch-1 bf16 / FP8 / INT4 / Qwen3-30B-A3B at 0,
+# 24 and 40 MB in KVASIR_L2PF_ROUNDS interleaved rounds (2).
 # Stage w4rows (issue 15): the W4A16 GEMV -> GEMM crossover (KVASIR_W4A16_GEMV_ROWS 16 vs 8): the
 # W4A16 op / e2e tests with the GEMM from 9 tokens, then batches 1, 8, 9, 12, 16 interleaved.
 # Stage w4ncu (issue 15): the W4A16 GEMM at batch 64 under ncu (per-kernel table by
@@ -904,6 +908,29 @@ print(c["num_hidden_layers"] * kvh * hd * 2 * 2)' "$kv_cfg")
       note "kvfp8 throughput ${KVASIR_KV_TP_PROMPTS:-1000} x 1000/1000, fp8 weights, $c cache: rc=$? $(grep -E '^Throughput' "$OUT/kvfp8_tp_$c.log") | $(grep -oE 'KV cache size: [0-9]+ tokens' "$OUT/kvfp8_tp_$c.log" | head -1)"
     done
   fi
+fi
+if has l2pf; then
+  KVASIR_CUDA_PROFILE=1 KVASIR_CUDA_L2_PREFETCH_MB=40 timeout 120 "$bin/kvasir" bench latency --load-format dummy --device cuda \
+    --input-len 128 --output-len 8 --num-iters 1 --batch-size 1 --model configs/llama-3.1-8b.json >"$OUT/l2pf_profile.log" 2>&1
+  note "l2pf records (profiled batch-1 bf16 step, 40 MB): $(grep -iE 'l2_prefetch' "$OUT/l2pf_profile.log" | head -1)"
+  KVASIR_CUDA_L2_PREFETCH_MB=40 timeout 300 "$bin/cuda_e2e_test" --gtest_filter='CudaEndToEnd.*:*W4a16*' >"$OUT/l2pf_e2e.log" 2>&1
+  note "l2pf e2e at 40 MB: rc=$? $(grep -E '^\[  PASSED' "$OUT/l2pf_e2e.log" | head -1) $(grep -c '^\[  FAILED  \]' "$OUT/l2pf_e2e.log") failed"
+  KVASIR_CUDA_L2_PREFETCH_MB=40 timeout 200 compute-sanitizer --tool memcheck "$bin/cuda_e2e_test" \
+    --gtest_filter='CudaEndToEnd.LlamaShapedModelMatchesCpu:CudaEndToEnd.Fp8LlamaShapedModelFollowsCpuW8A8ThroughTheGemv' >"$OUT/l2pf_memcheck.log" 2>&1
+  note "l2pf memcheck: rc=$? $(grep -E 'ERROR SUMMARY' "$OUT/l2pf_memcheck.log" | tail -1)"
+  l2pf_lat() {  # model flags..., then env: decode ms per step at batch 1
+    local name=$1 flags=$2; shift 2
+    env "$@" timeout 120 "$bin/kvasir" bench latency $flags --load-format dummy --device cuda --input-len 128 \
+      --output-len 64 --num-iters 2 --batch-size 1 >"$OUT/l2pf_$name.log" 2>&1
+    grep -oE '\(([0-9.]+) ms per step\)' "$OUT/l2pf_$name.log" | grep -oE '[0-9.]+' | head -1
+  }
+  for round in $(seq 1 "${KVASIR_L2PF_ROUNDS:-2}"); do
+    for m in "bf16:--model configs/llama-3.1-8b.json" "fp8:--model configs/llama-3.1-8b.json --quantization fp8" \
+             "int4:--model configs/llama-3.1-8b-gptq-int4.json" "qwen3moe:--model configs/qwen3-30b-a3b.json"; do
+      n=${m%%:*} f=${m#*:}
+      note "l2pf r$round $n b1 (ms/step): off $(l2pf_lat "${n}_0_r$round" "$f") | 24 MB $(l2pf_lat "${n}_24_r$round" "$f" KVASIR_CUDA_L2_PREFETCH_MB=24) | 40 MB $(l2pf_lat "${n}_40_r$round" "$f" KVASIR_CUDA_L2_PREFETCH_MB=40)"
+    done
+  done
 fi
 if has w4rows; then
   # Issue 15: where the W4A16 GEMV hands over to the GEMM (KVASIR_W4A16_GEMV_ROWS, default 16): the

@@ -61,6 +61,8 @@ class CudaBackend final : public Backend {
 
   void embedding(const Tensor& table, const int32_t* ids, int n, float scale, Tensor& out) override;
   void linear(const Tensor& x, const Tensor& w, const Tensor* bias, Tensor& out) override;
+  void linear_bf16(const Tensor& x, const Tensor& w, const Tensor* bias, Tensor& out);
+  void prefetch_behind_attention(const Tensor& w, int64_t rows);
   void rms_norm(const Tensor& x, const Tensor& w, float eps, Tensor& out) override;
   void add_rms_norm(Tensor& residual, const Tensor& x, const Tensor& w, float eps, Tensor& out) override;
   void add(Tensor& a, const Tensor& b) override;

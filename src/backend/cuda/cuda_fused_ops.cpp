@@ -10,6 +10,7 @@
 // residual adds into their epilogues (fewer kernels, but measured slower on the H200: per-warp
 // norms lost bandwidth to the extra loads; the per-CTA shared-memory norm, 4.93 vs 4.89 ms per
 // batch-1 step, to its prologue and registers).
+#include <algorithm>
 #include <cstring>
 #include <vector>
 
@@ -40,9 +41,62 @@ void reset(OpRecord& r, OpKind kind) {
 }  // namespace
 
 void CudaBackend::linear(const Tensor& x, const Tensor& w, const Tensor* bias, Tensor& out) {
-  if (w.int4 != nullptr) return linear_w4a16(x, w, bias, out);
-  if (w.dtype == DType::kF8E4M3) return linear_fp8(x, w, bias, out);
-  if (cuda::gguf_kernel_type(w.dtype)) return linear_gguf(x, w, bias, out);
+  if (w.int4 != nullptr) {
+    linear_w4a16(x, w, bias, out);
+  } else if (w.dtype == DType::kF8E4M3) {
+    linear_fp8(x, w, bias, out);
+  } else if (cuda::gguf_kernel_type(w.dtype)) {
+    linear_gguf(x, w, bias, out);
+  } else {
+    linear_bf16(x, w, bias, out);
+  }
+  prefetch_behind_attention(w, x.rows());
+}
+
+// A decode-sized linear right after a decode attention (the o projection): its weights are pulled
+// into L2 from before the RoPE / KV write that precedes the attention, while DRAM would otherwise
+// idle (KVASIR_CUDA_L2_PREFETCH_MB, up to that many MB of them; 0: off). Codes, then their
+// scales, within the budget.
+void CudaBackend::prefetch_behind_attention(const Tensor& w, int64_t rows) {
+  const int64_t budget = int64_t{tuning_.recording.l2_prefetch_mb} << 20;
+  if (budget <= 0 || rows > cuda::kL2PrefetchMaxRows || queue_->size() < 2) return;
+  // The records since the previous linear (the one just recorded, or joined, is the last).
+  size_t at = queue_->size() - 1;
+  bool attention = false;
+  while (at > 0) {
+    const OpKind k = queue_->record(at - 1).kind;
+    if (k == OpKind::kDecodeAttention) {
+      attention = true;
+    } else if (attention && k != OpKind::kRope && k != OpKind::kRopeWriteKv && k != OpKind::kWriteKv) {
+      break;  // the attention and the RoPE / KV writes before it: insert before them
+    } else if (!attention) {
+      return;  // anything else between the attention and this linear: not an o projection
+    }
+    --at;
+  }
+  if (!attention) return;
+  cuda::L2PrefetchRanges r{};
+  int64_t left = budget;
+  auto add = [&](const void* p, int64_t bytes) {
+    bytes = std::min(bytes, left) / 16 * 16;
+    if (p == nullptr || bytes <= 0 || r.num_ranges == cuda::kL2PrefetchRanges || !cuda::aligned16(p)) return;
+    r.ptr[r.num_ranges] = p;
+    r.bytes[r.num_ranges++] = bytes;
+    left -= bytes;
+  };
+  add(w.data, static_cast<int64_t>(w.nbytes()));
+  if (w.int4 != nullptr) {
+    const int64_t groups_x_rows = w.int4->num_groups * w.int4->out_features;
+    add(w.int4->scales, static_cast<int64_t>(*row_bytes(w.int4->scale_dtype, groups_x_rows)));
+    add(w.int4->zeros, groups_x_rows);
+  } else if (w.weight_scales != nullptr) {
+    add(w.weight_scales, w.rows() * static_cast<int64_t>(sizeof(float)));
+  }
+  if (r.num_ranges == 0) return;
+  queue_->insert(at, OpKind::kL2Prefetch, true).l2_prefetch = r;
+}
+
+void CudaBackend::linear_bf16(const Tensor& x, const Tensor& w, const Tensor* bias, Tensor& out) {
   const int64_t n = x.rows(), k = x.cols(), m = w.rows();
   KVASIR_CHECK(is_dev(x) && is_dev(w) && is_dev(out) && x.dtype == DType::kBF16 && w.dtype == DType::kBF16);
   KVASIR_CHECK(w.cols() == k && out.cols() == m && out.rows() == n);

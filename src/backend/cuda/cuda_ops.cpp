@@ -498,6 +498,9 @@ void CudaBackend::execute(const OpRecord& op, const uint8_t* arena, cudaStream_t
     case OpKind::kW4a16Linear:
       exec_w4a16_linear(op.w4a16_linear, elem, s);
       break;
+    case OpKind::kL2Prefetch:
+      cuda::launch_l2_prefetch(op.l2_prefetch, s);
+      break;
     case OpKind::kNumKinds:
       KVASIR_CHECK_MSG(false, "not an op");
       break;

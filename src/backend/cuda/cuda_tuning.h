@@ -149,6 +149,10 @@ struct RecordingTuning {
   // more take the GEMM (A/B of the crossover: the GEMV's second octet doubles its mma and x work,
   // while the wgmma GEMM's 64-token tiles cost about the same at 16 tokens as at 32).
   int w4a16_gemv_rows = kW4a16GemvDefaultRows;
+  // KVASIR_CUDA_L2_PREFETCH_MB [0, 64]: the o projection's weights (up to this many MB) pulled into
+  // L2 during the RoPE and decode attention before it, at up to kL2PrefetchMaxRows tokens
+  // (CudaBackend::prefetch_behind_attention); 0: off.
+  int l2_prefetch_mb = 0;
   // KVASIR_GGUF_GEMV=exact: GGUF linears of up to kGgufGemvMaxRows tokens on the float32 GEMV with
   // the reference's exact weights (A/B runs, accuracy checks), not the tensor-core ones.
   bool gguf_exact_gemv = false;

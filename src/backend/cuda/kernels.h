@@ -19,6 +19,18 @@ enum GateAct : int32_t { kGateNone = 0, kGateSilu = 1, kGateGeluTanh = 2 };
 
 inline bool aligned16(const void* p) { return (reinterpret_cast<uintptr_t>(p) & 15u) == 0; }
 
+// --- l2_prefetch.cu --------------------------------------------------------------------------
+// Up to kL2PrefetchRanges byte ranges (16-byte aligned) pulled into L2 after the previous kernel
+// ends; the next kernel starts at once and finds them there (or on their way).
+constexpr int kL2PrefetchRanges = 4;
+constexpr int64_t kL2PrefetchMaxRows = 8;  // decode batches whose linears are weight-streaming GEMVs
+struct L2PrefetchRanges {
+  const void* ptr[kL2PrefetchRanges];
+  int64_t bytes[kL2PrefetchRanges];
+  int64_t num_ranges, unused;
+};
+void launch_l2_prefetch(const L2PrefetchRanges& r, cudaStream_t s);
+
 // --- elementwise.cu ---------------------------------------------------------------------------
 // Token i's id is fed[sources[i]] where sources (may be null) has sources[i] >= 0, else ids[i]:
 // overlapped steps read the previous step's samples (fed) on the device.

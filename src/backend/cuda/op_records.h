@@ -44,6 +44,7 @@ enum class OpKind : int32_t {
   kFp8Linear,
   kGgufLinear,
   kW4a16Linear,
+  kL2Prefetch,
   kNumKinds,
 };
 
@@ -386,6 +387,9 @@ struct W4a16LinearOp {
   int16_t num_proj, gated, scale_type, unused;
 };
 
+// Weights pulled into L2 ahead of the op that reads them (CudaBackend::prefetch_behind_attention).
+using L2PrefetchOp = L2PrefetchRanges;
+
 // What StepQueue stores: the kind, the element type where the op has one (Elem), and the record
 // of that kind (the other union members stay zero).
 struct OpRecord {
@@ -417,6 +421,7 @@ struct OpRecord {
     Fp8LinearOp fp8_linear;
     GgufLinearOp gguf_linear;
     W4a16LinearOp w4a16_linear;
+    L2PrefetchOp l2_prefetch;
   };
 };
 
@@ -442,6 +447,7 @@ static_assert(sizeof(GgufProjection) == 32 && sizeof(GgufLinearOp) == 8 + kGgufM
 static_assert(sizeof(W4a16RecordProjection) == 48 && sizeof(W4a16LinearOp) == 4 * 8 + kW4a16MaxProjections * 48 + 8 + 2 * 4 + 4 * 2 &&
               sizeof(W4a16LinearOp) <= sizeof(MoeExpertsOp));
 static_assert(sizeof(AllReduceOp) == 2 * 8 && sizeof(AllGatherColumnsOp) == 7 * 8);
+static_assert(sizeof(L2PrefetchOp) == 2 * kL2PrefetchRanges * 8 + 2 * 8 && sizeof(L2PrefetchOp) <= sizeof(MoeExpertsOp));
 static_assert(sizeof(WriteLatentKvOp) == 8 * 8 + 4 * 4 && sizeof(MlaAttentionOp) == 12 * 8 + 16 * 4 + 8);
 
 }  // namespace kvasir::cuda

@@ -71,6 +71,15 @@ OpRecord& StepQueue::add(OpKind kind, bool graphable) {
   return r;
 }
 
+OpRecord& StepQueue::insert(size_t at, OpKind kind, bool graphable) {
+  KVASIR_CHECK(at <= ops_.size());
+  OpRecord& r = *ops_.emplace(ops_.begin() + static_cast<std::ptrdiff_t>(at));
+  std::memset(&r, 0, sizeof(r));
+  r.kind = kind;
+  graphable_ = graphable_ && graphable;
+  return r;
+}
+
 int64_t StepQueue::stage(const void* host, size_t bytes, uint64_t version) {
   // A new step reuses the arena from its start: the step before (overlapped, so maybe not yet
   // waited for) must have copied it out first. Its copy leads that step, so this rarely waits.
@@ -149,7 +158,8 @@ std::string StepQueue::profile_report() const {
                                  "add_rms_norm", "add", "rope", "write_kv", "rope+write_kv", "attention(decode)",
                                  "attention(prefill)", "gated_act", "softcap", "gather_rows", "sample", "verify_drafts", "token_bitmask",
                                  "moe_route", "moe_experts", "write_latent_kv", "mla_attention", "all_reduce", "all_gather_columns",
-                                 "fp8_linear", "gguf_linear(gemv/dequant+cuBLASLt)", "w4a16_linear"};
+                                 "fp8_linear", "gguf_linear(gemv/dequant+cuBLASLt)", "w4a16_linear",
+                                 "l2_prefetch"};
   static_assert(sizeof(kNames) / sizeof(kNames[0]) == static_cast<size_t>(OpKind::kNumKinds), "one name per kind");
   if (!profile_) return {};
   std::string out = "profile (device ms, calls):";

@@ -45,6 +45,11 @@ class StepQueue {
   static constexpr size_t kComparedStageBytes = 4096;
   int64_t stage(const void* host, size_t bytes, uint64_t version = 0);
   bool empty() const { return ops_.empty(); }
+  // A zeroed record placed before record `at` (at <= size()) of the step: an op that must run
+  // earlier than the call that asked for it. Invalidates references to the step's records.
+  OpRecord& insert(size_t at, OpKind kind, bool graphable);
+  size_t size() const { return ops_.size(); }
+  const OpRecord& record(size_t i) const { return ops_[i]; }
   // The step's last record, for fusing the next op into it; null when the step is empty.
   OpRecord* last() { return ops_.empty() ? nullptr : &ops_.back(); }
   // The record before it (null when there is none), and dropping the last record, for a fusion
