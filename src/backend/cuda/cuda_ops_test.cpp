@@ -367,17 +367,8 @@ TEST_F(CudaAttention, DecodeLongContextsInALargeTable) {
   run({"decode long window", 16, 2, 128, {20000, 7000}, {1, 1}, 4096});
   AttnCase sinks{"sinks decode long", 32, 8, 128, {12345}, {1}, 0, 0.0f, 16, 3000, true};
   run(sinks);
-  // The 8-kv-head shape (mma_bulk from 8 sequences) at every GQA group it takes, contexts not
-  // multiples of its 8-token tiles, long ones split.
-  for (int heads : {8, 16, 32, 64}) {
-    AttnCase groups{"decode x12 groups", heads, 8, 128, {}, {}};
-    for (int i = 0; i < 12; ++i) {
-      groups.seq_lens.push_back(1 + static_cast<int>(rng_() % (i < 2 ? 9000 : 600)));
-      groups.q_lens.push_back(1);
-    }
-    groups.extra_blocks = 200;
-    run(groups);
-  }
+  // The 8-kv-head shape (mma_bulk from 8 sequences) at every GQA group it takes.
+  for (int heads : {8, 16, 32, 64}) run(twelve_decodes("decode x12 groups", heads));
 }
 TEST_F(CudaAttention, Prefill) { run({"prefill 32/8/128", 32, 8, 128, {1, 20, 64, 130}, {1, 20, 64, 130}}); }
 TEST_F(CudaAttention, ChunkedPrefillMixedWithDecode) {
@@ -456,13 +447,8 @@ TEST_F(CudaAttention, Fp8CacheDecode) {
   // mma_bulk's FP8 path at every GQA group it takes (1, 2, 4, 8 query heads per kv head), partial
   // first and last tiles (contexts not multiples of 8), splits of long contexts, scales not 1.
   for (int heads : {8, 16, 32, 64}) {
-    AttnCase bulk{"fp8 decode x12 mma_bulk", heads, 8, 128, {}, {}};
-    for (int i = 0; i < 12; ++i) {
-      bulk.seq_lens.push_back(1 + static_cast<int>(rng_() % (i < 2 ? 9000 : 600)));
-      bulk.q_lens.push_back(1);
-    }
-    bulk.extra_blocks = 200;
-    run(with_fp8_cache(bulk, heads == 16 ? DType::kF8E5M2 : DType::kF8E4M3, 0.75f, 1.5f));
+    run(with_fp8_cache(twelve_decodes("fp8 decode x12 mma_bulk", heads), heads == 16 ? DType::kF8E5M2 : DType::kF8E4M3,
+                       0.75f, 1.5f));
   }
   AttnCase bulk_window{"fp8 decode x8 window softcap", 32, 8, 128, {3000, 41, 700, 5, 1200, 64, 65, 2000}, {1, 1, 1, 1, 1, 1, 1, 1},
                        500, 30.0f};

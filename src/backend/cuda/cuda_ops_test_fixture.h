@@ -151,6 +151,18 @@ inline AttnCase with_fp8_cache(AttnCase c, DType codes, float k_scale = 1.0f, fl
 class CudaAttention : public CudaOps {
  protected:
   void run(const AttnCase& c);
+  // Twelve decoding sequences of the 8-kv-head, 128-dim shape (mma_bulk's from 8 sequences) with
+  // `heads` query heads: two contexts of up to 9,000 tokens (split), ten of up to 600, none
+  // necessarily a multiple of a tile, in a table with 200 spare blocks.
+  AttnCase twelve_decodes(const char* name, int heads) {
+    AttnCase c{name, heads, 8, 128, {}, {}};
+    for (int i = 0; i < 12; ++i) {
+      c.seq_lens.push_back(1 + static_cast<int>(rng_() % (i < 2 ? 9000 : 600)));
+      c.q_lens.push_back(1);
+    }
+    c.extra_blocks = 200;
+    return c;
+  }
 };
 
 }  // namespace kvasir::cuda_test
