@@ -73,7 +73,8 @@
 # Stage l2pf (issues 15, 19): the o projection's weights pulled into L2 during the RoPE and decode
 # attention before it (KVASIR_CUDA_L2_PREFETCH_MB, off by default): the prefetch records in a
 # profiled step, e2e and memcheck with it on, then batch-1 bf16 / FP8 / INT4 / Qwen3-30B-A3B at 0,
-# 24 and 40 MB in KVASIR_L2PF_ROUNDS interleaved rounds (2).
+# 24 and 40 MB, and 24 MB for every decode-sized linear (KVASIR_CUDA_L2_PREFETCH_EVERY=1), in
+# KVASIR_L2PF_ROUNDS interleaved rounds (2).
 # Stage w4rows (issue 15): the W4A16 GEMV -> GEMM crossover (KVASIR_W4A16_GEMV_ROWS 16 vs 8): the
 # W4A16 op / e2e tests with the GEMM from 9 tokens, then batches 1, 8, 9, 12, 16 interleaved.
 # Stage w4ncu (issue 15): the W4A16 GEMM at batch 64 under ncu (per-kernel table by
@@ -915,6 +916,8 @@ if has l2pf; then
   note "l2pf records (profiled batch-1 bf16 step, 40 MB): $(grep -iE 'l2_prefetch' "$OUT/l2pf_profile.log" | head -1)"
   KVASIR_CUDA_L2_PREFETCH_MB=40 timeout 300 "$bin/cuda_e2e_test" --gtest_filter='CudaEndToEnd.*:*W4a16*' >"$OUT/l2pf_e2e.log" 2>&1
   note "l2pf e2e at 40 MB: rc=$? $(grep -E '^\[  PASSED' "$OUT/l2pf_e2e.log" | head -1) $(grep -c '^\[  FAILED  \]' "$OUT/l2pf_e2e.log") failed"
+  KVASIR_CUDA_L2_PREFETCH_MB=24 KVASIR_CUDA_L2_PREFETCH_EVERY=1 timeout 300 "$bin/cuda_e2e_test" --gtest_filter='CudaEndToEnd.*:*W4a16*' >"$OUT/l2pf_e2e_every.log" 2>&1
+  note "l2pf e2e, every linear at 24 MB: rc=$? $(grep -E '^\[  PASSED' "$OUT/l2pf_e2e_every.log" | head -1) $(grep -c '^\[  FAILED  \]' "$OUT/l2pf_e2e_every.log") failed"
   KVASIR_CUDA_L2_PREFETCH_MB=40 timeout 200 compute-sanitizer --tool memcheck "$bin/cuda_e2e_test" \
     --gtest_filter='CudaEndToEnd.LlamaShapedModelMatchesCpu:CudaEndToEnd.Fp8LlamaShapedModelFollowsCpuW8A8ThroughTheGemv' >"$OUT/l2pf_memcheck.log" 2>&1
   note "l2pf memcheck: rc=$? $(grep -E 'ERROR SUMMARY' "$OUT/l2pf_memcheck.log" | tail -1)"
@@ -928,7 +931,7 @@ if has l2pf; then
     for m in "bf16:--model configs/llama-3.1-8b.json" "fp8:--model configs/llama-3.1-8b.json --quantization fp8" \
              "int4:--model configs/llama-3.1-8b-gptq-int4.json" "qwen3moe:--model configs/qwen3-30b-a3b.json"; do
       n=${m%%:*} f=${m#*:}
-      note "l2pf r$round $n b1 (ms/step): off $(l2pf_lat "${n}_0_r$round" "$f") | 24 MB $(l2pf_lat "${n}_24_r$round" "$f" KVASIR_CUDA_L2_PREFETCH_MB=24) | 40 MB $(l2pf_lat "${n}_40_r$round" "$f" KVASIR_CUDA_L2_PREFETCH_MB=40)"
+      note "l2pf r$round $n b1 (ms/step): off $(l2pf_lat "${n}_0_r$round" "$f") | 24 MB $(l2pf_lat "${n}_24_r$round" "$f" KVASIR_CUDA_L2_PREFETCH_MB=24) | 40 MB $(l2pf_lat "${n}_40_r$round" "$f" KVASIR_CUDA_L2_PREFETCH_MB=40) | every linear, 24 MB $(l2pf_lat "${n}_e24_r$round" "$f" KVASIR_CUDA_L2_PREFETCH_MB=24 KVASIR_CUDA_L2_PREFETCH_EVERY=1)"
     done
   done
 fi

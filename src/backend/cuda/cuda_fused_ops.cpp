@@ -53,29 +53,38 @@ void CudaBackend::linear(const Tensor& x, const Tensor& w, const Tensor* bias, T
   prefetch_behind_attention(w, x.rows());
 }
 
+namespace {
+// Records that stream weights: the previous one ends the gap a prefetch can use.
+bool streams_weights(OpKind k) {
+  return k == OpKind::kLinear || k == OpKind::kMultiGemv || k == OpKind::kGemvGated || k == OpKind::kFp8Linear ||
+         k == OpKind::kGgufLinear || k == OpKind::kW4a16Linear || k == OpKind::kMoeExperts ||
+         k == OpKind::kMoeRoute || k == OpKind::kEmbedding;
+}
+}  // namespace
+
 // A decode-sized linear right after a decode attention (the o projection): its weights are pulled
-// into L2 from before the RoPE / KV write that precedes the attention, while DRAM would otherwise
-// idle (KVASIR_CUDA_L2_PREFETCH_MB, up to that many MB of them; 0: off). Codes, then their
-// scales, within the budget.
+// into L2 from right after the linear before it (before the RoPE / KV write that precedes the
+// attention), while DRAM would otherwise idle (KVASIR_CUDA_L2_PREFETCH_MB, up to that many MB of
+// each weight; 0: off). With KVASIR_CUDA_L2_PREFETCH_EVERY=1, every decode-sized linear's weights
+// the same way, whatever lies between (an A/B: the W4A16 GEMVs leave DRAM 40-70% idle). Codes,
+// then their scales, within the budget; the projections of one gap share one record.
 void CudaBackend::prefetch_behind_attention(const Tensor& w, int64_t rows) {
   const int64_t budget = int64_t{tuning_.recording.l2_prefetch_mb} << 20;
   if (budget <= 0 || rows > cuda::kL2PrefetchMaxRows || queue_->size() < 2) return;
-  // The records since the previous linear (the one just recorded, or joined, is the last).
+  // Walk back over the records since the previous weight-streaming one (this linear's record, new
+  // or joined, is the last).
   size_t at = queue_->size() - 1;
   bool attention = false;
+  size_t existing = 0;  // 1 + the index of this gap's prefetch record, 0: none yet
   while (at > 0) {
     const OpKind k = queue_->record(at - 1).kind;
-    if (k == OpKind::kDecodeAttention) {
-      attention = true;
-    } else if (attention && k != OpKind::kRope && k != OpKind::kRopeWriteKv && k != OpKind::kWriteKv) {
-      break;  // the attention and the RoPE / KV writes before it: insert before them
-    } else if (!attention) {
-      return;  // anything else between the attention and this linear: not an o projection
-    }
+    if (streams_weights(k)) break;
+    if (k == OpKind::kDecodeAttention) attention = true;
+    if (k == OpKind::kL2Prefetch) existing = at;
     --at;
   }
-  if (!attention) return;
-  cuda::L2PrefetchRanges r{};
+  if (at == 0 || !(attention || tuning_.recording.l2_prefetch_every)) return;
+  cuda::L2PrefetchRanges r = existing > 0 ? queue_->record(existing - 1).l2_prefetch : cuda::L2PrefetchRanges{};
   int64_t left = budget;
   auto add = [&](const void* p, int64_t bytes) {
     bytes = std::min(bytes, left) / 16 * 16;
@@ -93,7 +102,11 @@ void CudaBackend::prefetch_behind_attention(const Tensor& w, int64_t rows) {
     add(w.weight_scales, w.rows() * static_cast<int64_t>(sizeof(float)));
   }
   if (r.num_ranges == 0) return;
-  queue_->insert(at, OpKind::kL2Prefetch, true).l2_prefetch = r;
+  if (existing > 0) {
+    queue_->record(existing - 1).l2_prefetch = r;
+  } else {
+    queue_->insert(at, OpKind::kL2Prefetch, true).l2_prefetch = r;
+  }
 }
 
 void CudaBackend::linear_bf16(const Tensor& x, const Tensor& w, const Tensor* bias, Tensor& out) {

@@ -134,6 +134,7 @@ CudaTuning read_cuda_tuning() {
   t.recording.w4a16_dequant_rows = env_int("KVASIR_W4A16_DEQUANT_ROWS", kW4a16DequantMinRows, 17, 1 << 30);
   t.recording.w4a16_gemv_rows = env_int("KVASIR_W4A16_GEMV_ROWS", kW4a16GemvDefaultRows, 1, kW4a16GemvMaxRows);
   t.recording.l2_prefetch_mb = env_int("KVASIR_CUDA_L2_PREFETCH_MB", 0, 0, 64);
+  t.recording.l2_prefetch_every = env_flag("KVASIR_CUDA_L2_PREFETCH_EVERY", false);
   const char* exact = std::getenv("KVASIR_GGUF_GEMV");
   t.recording.gguf_exact_gemv = exact != nullptr && std::strcmp(exact, "exact") == 0;
   t.recording.gguf_gemv_rows = env_int("KVASIR_GGUF_GEMV_ROWS", kGgufMmaGemvMaxRows, 1, 4096);
@@ -185,14 +186,14 @@ std::string describe(const CudaTuning& t) {
                 "KVASIR_CUDA_V3_CTAS=%d KVASIR_CUDA_V3_PART=%d KVASIR_CUDA_V3_MIN_CTAS=%d KVASIR_CUDA_SPLITS_BY_CONTEXT=%d KVASIR_CUDA_PREFILL_KT=%d KVASIR_CUDA_TMA_STAGES=%d "
                 "KVASIR_CUDA_ROPE_HEADS=%d KVASIR_GEMV_EARLY=%d KVASIR_GEMV_SPLIT=%d KVASIR_W4A16_STAGE_X=%d KVASIR_W4A16_GEMV_MINB=%d KVASIR_W4A16_GEMM_STAGES=%d KVASIR_W4A16_GEMM_SPLITS=%d KVASIR_W4A16_GEMM_WGMMA=%d KVASIR_W4A16_WGMMA_AHEAD=%d KVASIR_W4A16_WGMMA_STREAM=%d KVASIR_GEMV_MAX_ROWS=%d KVASIR_GEMV_TC_MIN_ROWS=%d KVASIR_GEMV_TC_VARIANT=%d KVASIR_CUDA_EXACT_BUCKETS=%d KVASIR_GEMV_MINB=%d "
                 "KVASIR_GEMV_PREFETCH_MB=%d KVASIR_CUDA_PDL=%d KVASIR_MOE_GEMV_TOKENS=%d KVASIR_MOE_FUSE_ROUTE=%d KVASIR_CUDA_PREFILL=%s "
-                "KVASIR_CUDA_DECODE=%s KVASIR_CUDA_DECODE_FI_MAX_SEQS=%d KVASIR_CUDA_DECODE_FI_MIN_TOKENS=%d KVASIR_CUDA_DECODE_FI_MIN_CHUNK=%d KVASIR_CUDA_DECODE_FI_FP8=%d KVASIR_W4A16_DEQUANT_ROWS=%d KVASIR_W4A16_GEMV_ROWS=%d KVASIR_CUDA_L2_PREFETCH_MB=%d "
+                "KVASIR_CUDA_DECODE=%s KVASIR_CUDA_DECODE_FI_MAX_SEQS=%d KVASIR_CUDA_DECODE_FI_MIN_TOKENS=%d KVASIR_CUDA_DECODE_FI_MIN_CHUNK=%d KVASIR_CUDA_DECODE_FI_FP8=%d KVASIR_W4A16_DEQUANT_ROWS=%d KVASIR_W4A16_GEMV_ROWS=%d KVASIR_CUDA_L2_PREFETCH_MB=%d KVASIR_CUDA_L2_PREFETCH_EVERY=%d "
                 "KVASIR_GGUF_GEMV=%s KVASIR_GGUF_GEMV_ROWS=%d KVASIR_GGUF_KQUANT_GEMV=%s KVASIR_GGUF_KQUANT_STREAM=%d KVASIR_GGUF_KQUANT_GEMM_ROWS=%d KVASIR_MLA_GEMM=%s",
                 r.fuse, r.fuse_norm, r.profile, r.overlap_steps, decode_attention_kernel_name(k.decode_attention),
                 k.all_heads_ctas_per_sm, k.all_heads_max_partition, k.all_heads_min_ctas, k.splits_by_context, k.prefill_key_tile, k.mma_bulk_stages,
                 k.rope_per_head, k.gemv_early, k.gemv_split, k.w4a16_stage_x, k.w4a16_gemv_min_blocks, k.w4a16_gemm_stages, k.w4a16_gemm_max_splits, k.w4a16_gemm_wgmma, k.w4a16_wgmma_ahead, k.w4a16_wgmma_stream_rows, k.gemv_max_rows, k.gemv_tc_min_rows, k.gemv_tc_variant, k.exact_decode_buckets, k.gemv_min_blocks, k.gemv_prefetch_mb, k.pdl,
                 r.moe_gemv_max_tokens, r.moe_fuse_route, prefill_attention_kernel_name(r.prefill_attention),
                 decode_attention_path_name(r.decode_attention), r.flashinfer_decode_max_seqs,
-                r.flashinfer_decode_min_table, r.flashinfer_decode_min_chunk, r.flashinfer_decode_fp8, r.w4a16_dequant_rows, r.w4a16_gemv_rows, r.l2_prefetch_mb,
+                r.flashinfer_decode_min_table, r.flashinfer_decode_min_chunk, r.flashinfer_decode_fp8, r.w4a16_dequant_rows, r.w4a16_gemv_rows, r.l2_prefetch_mb, r.l2_prefetch_every,
                 r.gguf_exact_gemv ? "exact" : "tensor_cores", r.gguf_gemv_rows,
                 k.gguf_kquant_gemv == 0 ? "0" : (k.gguf_kquant_gemv == 1 ? "q4k" : "on"), k.gguf_kquant_stream, r.gguf_kquant_gemm_rows,
                 mla_head_gemm_name(r.mla_head_gemm));

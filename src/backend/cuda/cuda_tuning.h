@@ -153,6 +153,8 @@ struct RecordingTuning {
   // L2 during the RoPE and decode attention before it, at up to kL2PrefetchMaxRows tokens
   // (CudaBackend::prefetch_behind_attention); 0: off.
   int l2_prefetch_mb = 0;
+  // KVASIR_CUDA_L2_PREFETCH_EVERY=1: every decode-sized linear's weights, not only the o projection's.
+  bool l2_prefetch_every = false;
   // KVASIR_GGUF_GEMV=exact: GGUF linears of up to kGgufGemvMaxRows tokens on the float32 GEMV with
   // the reference's exact weights (A/B runs, accuracy checks), not the tensor-core ones.
   bool gguf_exact_gemv = false;

@@ -50,6 +50,7 @@ class StepQueue {
   OpRecord& insert(size_t at, OpKind kind, bool graphable);
   size_t size() const { return ops_.size(); }
   const OpRecord& record(size_t i) const { return ops_[i]; }
+  OpRecord& record(size_t i) { return ops_[i]; }
   // The step's last record, for fusing the next op into it; null when the step is empty.
   OpRecord* last() { return ops_.empty() ? nullptr : &ops_.back(); }
   // The record before it (null when there is none), and dropping the last record, for a fusion
