@@ -17,6 +17,7 @@
 #include "backend/cuda/cuda_backend_impl.h"
 #include "backend/cuda/cuda_check.h"
 #include "backend/cuda/gguf_kernels.h"
+#include "backend/cuda/l2_prefetch_slot.h"
 #include "backend/kv_cache_scales.h"
 #include "quant/block_formats.h"
 
@@ -53,15 +54,6 @@ void CudaBackend::linear(const Tensor& x, const Tensor& w, const Tensor* bias, T
   prefetch_behind_attention(w, x.rows());
 }
 
-namespace {
-// Records that stream weights: the previous one ends the gap a prefetch can use.
-bool streams_weights(OpKind k) {
-  return k == OpKind::kLinear || k == OpKind::kMultiGemv || k == OpKind::kGemvGated || k == OpKind::kFp8Linear ||
-         k == OpKind::kGgufLinear || k == OpKind::kW4a16Linear || k == OpKind::kMoeExperts ||
-         k == OpKind::kMoeRoute || k == OpKind::kEmbedding;
-}
-}  // namespace
-
 // A decode-sized linear right after a decode attention (the o projection): its weights are pulled
 // into L2 from right after the linear before it (before the RoPE / KV write that precedes the
 // attention), while DRAM would otherwise idle (KVASIR_CUDA_L2_PREFETCH_MB, up to that many MB of
@@ -70,20 +62,11 @@ bool streams_weights(OpKind k) {
 // then their scales, within the budget; the projections of one gap share one record.
 void CudaBackend::prefetch_behind_attention(const Tensor& w, int64_t rows) {
   const int64_t budget = int64_t{tuning_.recording.l2_prefetch_mb} << 20;
-  if (budget <= 0 || rows > cuda::kL2PrefetchMaxRows || queue_->size() < 2) return;
-  // Walk back over the records since the previous weight-streaming one (this linear's record, new
-  // or joined, is the last).
-  size_t at = queue_->size() - 1;
-  bool attention = false;
-  size_t existing = 0;  // 1 + the index of this gap's prefetch record, 0: none yet
-  while (at > 0) {
-    const OpKind k = queue_->record(at - 1).kind;
-    if (streams_weights(k)) break;
-    if (k == OpKind::kDecodeAttention) attention = true;
-    if (k == OpKind::kL2Prefetch) existing = at;
-    --at;
-  }
-  if (at == 0 || !(attention || tuning_.recording.l2_prefetch_every)) return;
+  if (budget <= 0 || rows > cuda::kL2PrefetchMaxRows) return;
+  const auto slot = cuda::l2_prefetch_slot([&](size_t i) { return queue_->record(i).kind; }, queue_->size(),
+                                           tuning_.recording.l2_prefetch_every);
+  if (!slot) return;
+  const size_t existing = slot->existing;
   cuda::L2PrefetchRanges r = existing > 0 ? queue_->record(existing - 1).l2_prefetch : cuda::L2PrefetchRanges{};
   int64_t left = budget;
   auto add = [&](const void* p, int64_t bytes) {
@@ -105,7 +88,7 @@ void CudaBackend::prefetch_behind_attention(const Tensor& w, int64_t rows) {
   if (existing > 0) {
     queue_->record(existing - 1).l2_prefetch = r;
   } else {
-    queue_->insert(at, OpKind::kL2Prefetch, true).l2_prefetch = r;
+    queue_->insert(slot->insert_at, OpKind::kL2Prefetch, true).l2_prefetch = r;
   }
 }
 

@@ -7,14 +7,57 @@
 
 #include <cmath>
 #include <cstdlib>
+#include <optional>
 #include <random>
 #include <string>
 #include <vector>
 
 #include "backend/cuda/cuda_ops_test_fixture.h"
+#include "backend/cuda/l2_prefetch_slot.h"
 
 namespace kvasir {
 namespace {
+
+// Where the L2 prefetch record of a decode-sized linear goes (host only: runs without a GPU).
+std::optional<cuda::L2PrefetchSlot> slot_of(std::vector<cuda::OpKind> kinds, bool every) {
+  return cuda::l2_prefetch_slot([&](size_t i) { return kinds[i]; }, kinds.size(), every);
+}
+TEST(L2PrefetchSlot, TheOProjectionPrefetchesFromRightAfterTheQkvGemv) {
+  using K = cuda::OpKind;
+  const auto o = slot_of({K::kAddRmsNorm, K::kMultiGemv, K::kRopeWriteKv, K::kDecodeAttention, K::kMultiGemv}, false);
+  ASSERT_TRUE(o.has_value());
+  EXPECT_EQ(o->insert_at, 2u);  // before the RoPE / KV write
+  EXPECT_EQ(o->existing, 0u);
+  // Quantized o projections and the separate RoPE / KV write records count the same.
+  const auto w4 = slot_of({K::kW4a16Linear, K::kRope, K::kWriteKv, K::kDecodeAttention, K::kW4a16Linear}, false);
+  ASSERT_TRUE(w4.has_value());
+  EXPECT_EQ(w4->insert_at, 1u);
+  // A prefill or mixed step's attention is not a decode gap; nor is a gap without an attention.
+  EXPECT_FALSE(slot_of({K::kMultiGemv, K::kRopeWriteKv, K::kPrefillAttention, K::kLinear}, false).has_value());
+  EXPECT_FALSE(slot_of({K::kMultiGemv, K::kAddRmsNorm, K::kMultiGemv}, false).has_value());
+  // Nothing streams weights before it in the step, or the step holds only the linear.
+  EXPECT_FALSE(slot_of({K::kRmsNorm, K::kDecodeAttention, K::kMultiGemv}, false).has_value());
+  EXPECT_FALSE(slot_of({K::kMultiGemv}, true).has_value());
+}
+TEST(L2PrefetchSlot, EveryLinearPrefetchesFromItsGapAndProjectionsOfOneGapShareARecord) {
+  using K = cuda::OpKind;
+  const auto qkv = slot_of({K::kFp8Linear, K::kAddRmsNorm, K::kFp8Linear}, true);
+  ASSERT_TRUE(qkv.has_value());
+  EXPECT_EQ(qkv->insert_at, 1u);
+  EXPECT_EQ(qkv->existing, 0u);
+  // k joining q's record finds q's prefetch record in the gap.
+  const auto k = slot_of({K::kFp8Linear, K::kL2Prefetch, K::kAddRmsNorm, K::kFp8Linear}, true);
+  ASSERT_TRUE(k.has_value());
+  EXPECT_EQ(k->existing, 2u);
+  // Nothing between two linears (gate/up then down): the record goes right between them.
+  const auto down = slot_of({K::kGemvGated, K::kMultiGemv}, true);
+  ASSERT_TRUE(down.has_value());
+  EXPECT_EQ(down->insert_at, 1u);
+  // MoE experts and routes stream weights too: the gap starts after them.
+  const auto after_moe = slot_of({K::kMoeRoute, K::kMoeExperts, K::kAddRmsNorm, K::kMultiGemv}, true);
+  ASSERT_TRUE(after_moe.has_value());
+  EXPECT_EQ(after_moe->insert_at, 2u);
+}
 
 using cuda_test::CudaOps;
 using cuda_test::DeviceTensor;
