@@ -61,8 +61,6 @@ class CudaBackend final : public Backend {
 
   void embedding(const Tensor& table, const int32_t* ids, int n, float scale, Tensor& out) override;
   void linear(const Tensor& x, const Tensor& w, const Tensor* bias, Tensor& out) override;
-  void linear_bf16(const Tensor& x, const Tensor& w, const Tensor* bias, Tensor& out);
-  void prefetch_behind_attention(const Tensor& w, int64_t rows);
   void rms_norm(const Tensor& x, const Tensor& w, float eps, Tensor& out) override;
   void add_rms_norm(Tensor& residual, const Tensor& x, const Tensor& w, float eps, Tensor& out) override;
   void add(Tensor& a, const Tensor& b) override;
@@ -143,6 +141,10 @@ class CudaBackend final : public Backend {
   void exec_mla_attention(const cuda::MlaAttentionOp& op, const uint8_t* arena, cudaStream_t s);
   void exec_all_reduce(const cuda::AllReduceOp& op, Elem elem, cudaStream_t s);
   void exec_all_gather_columns(const cuda::AllGatherColumnsOp& op, cudaStream_t s);
+  // bf16 linears (cuda_fused_ops.cpp): the GEMV for decode-sized batches, else cuBLASLt.
+  void linear_bf16(const Tensor& x, const Tensor& w, const Tensor* bias, Tensor& out);
+  // A decode-sized linear's weights pulled into L2 ahead of it (KVASIR_CUDA_L2_PREFETCH_MB).
+  void prefetch_linear_weights(const Tensor& w, int64_t rows);
   // FP8 W8A8 linears (cuda_fp8_ops.cpp): weights kept as e4m3 codes + row scales.
   static bool keeps_fp8(const Tensor& host_weight);
   StatusOr<Tensor> upload_fp8_weight(const Tensor& host_weight, std::unique_ptr<Buffer>* owner);

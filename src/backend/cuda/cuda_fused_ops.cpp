@@ -51,7 +51,7 @@ void CudaBackend::linear(const Tensor& x, const Tensor& w, const Tensor* bias, T
   } else {
     linear_bf16(x, w, bias, out);
   }
-  prefetch_behind_attention(w, x.rows());
+  prefetch_linear_weights(w, x.rows());
 }
 
 // A decode-sized linear right after a decode attention (the o projection): its weights are pulled
@@ -60,7 +60,7 @@ void CudaBackend::linear(const Tensor& x, const Tensor& w, const Tensor* bias, T
 // each weight; 0: off). With KVASIR_CUDA_L2_PREFETCH_EVERY=1, every decode-sized linear's weights
 // the same way, whatever lies between (an A/B: the W4A16 GEMVs leave DRAM 40-70% idle). Codes,
 // then their scales, within the budget; the projections of one gap share one record.
-void CudaBackend::prefetch_behind_attention(const Tensor& w, int64_t rows) {
+void CudaBackend::prefetch_linear_weights(const Tensor& w, int64_t rows) {
   const int64_t budget = int64_t{tuning_.recording.l2_prefetch_mb} << 20;
   if (budget <= 0 || rows > cuda::kL2PrefetchMaxRows) return;
   const auto slot = cuda::l2_prefetch_slot([&](size_t i) { return queue_->record(i).kind; }, queue_->size(),

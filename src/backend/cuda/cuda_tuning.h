@@ -151,7 +151,7 @@ struct RecordingTuning {
   int w4a16_gemv_rows = kW4a16GemvDefaultRows;
   // KVASIR_CUDA_L2_PREFETCH_MB [0, 64]: the o projection's weights (up to this many MB) pulled into
   // L2 during the RoPE and decode attention before it, at up to kL2PrefetchMaxRows tokens
-  // (CudaBackend::prefetch_behind_attention); 0: off.
+  // (CudaBackend::prefetch_linear_weights); 0: off.
   int l2_prefetch_mb = 0;
   // KVASIR_CUDA_L2_PREFETCH_EVERY=1: every decode-sized linear's weights, not only the o projection's.
   bool l2_prefetch_every = false;

@@ -23,7 +23,6 @@ inline bool aligned16(const void* p) { return (reinterpret_cast<uintptr_t>(p) & 
 // Up to kL2PrefetchRanges byte ranges (16-byte aligned) pulled into L2 after the previous kernel
 // ends; the next kernel starts at once and finds them there (or on their way).
 constexpr int kL2PrefetchRanges = 8;
-constexpr int64_t kL2PrefetchMaxRows = 8;  // decode batches whose linears are weight-streaming GEMVs
 struct L2PrefetchRanges {
   const void* ptr[kL2PrefetchRanges];
   int64_t bytes[kL2PrefetchRanges];

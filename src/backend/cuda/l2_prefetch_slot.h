@@ -1,5 +1,5 @@
 // Where a decode-sized linear's L2 prefetch record goes in its step (CudaBackend::
-// prefetch_behind_attention): right after the last weight-streaming record before the linear's
+// prefetch_linear_weights): right after the last weight-streaming record before the linear's
 // own, the gap in which DRAM would otherwise idle. Host code over the step's record kinds only.
 #pragma once
 
@@ -9,6 +9,9 @@
 #include "backend/cuda/op_records.h"
 
 namespace kvasir::cuda {
+
+// Linears of at most this many tokens prefetch: decode batches, whose linears stream their weights.
+constexpr int64_t kL2PrefetchMaxRows = 8;
 
 // Records that stream weights: the previous one ends the gap a prefetch can use.
 inline bool streams_weights(OpKind k) {

@@ -387,7 +387,7 @@ struct W4a16LinearOp {
   int16_t num_proj, gated, scale_type, unused;
 };
 
-// Weights pulled into L2 ahead of the op that reads them (CudaBackend::prefetch_behind_attention).
+// Weights pulled into L2 ahead of the op that reads them (CudaBackend::prefetch_linear_weights).
 using L2PrefetchOp = L2PrefetchRanges;
 
 // What StepQueue stores: the kind, the element type where the op has one (Elem), and the record
